@@ -1,0 +1,84 @@
+// Fingerprint: what one rank's contribution to a collective claims (kind, op,
+// dtype, shape, root, group), and the comparison that tells a user exactly
+// how two ranks disagree.
+//
+//   Fingerprint a{CollectiveKind::kAllReduce, {{DataType::kFloat32, {4, 3}}}};
+//   Fingerprint b{CollectiveKind::kAllReduce, {{DataType::kFloat32, {4, 4}}}};
+//   absl::Status s = CheckAgreement(0, a, 2, b);
+//   // FAILED_PRECONDITION:
+//   // "mismatched shapes: rank 0 sent [4,3] float32, rank 2 sent [4,4] float32"
+//
+// Pure values and functions; thread-safe.
+#ifndef REDUCER_CORE_FINGERPRINT_H_
+#define REDUCER_CORE_FINGERPRINT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/data_type.h"
+
+namespace reducer {
+
+// Numeric values are the wire values of reducer.v1.CollectiveKind minus one.
+enum class CollectiveKind {
+  kAllReduce,      // also AllReduceMany and MetricSync: one or more tensors
+  kAllGather,
+  kBroadcast,
+  kReduceScatter,
+  kBarrier,
+};
+inline constexpr int kNumCollectiveKinds = 5;
+
+// "allreduce", "allgather", "broadcast", "reducescatter", "barrier".
+absl::string_view CollectiveKindName(CollectiveKind kind);
+absl::StatusOr<CollectiveKind> CollectiveKindFromWire(int value);
+int CollectiveKindToWire(CollectiveKind kind);
+
+// One tensor of a contribution. `op` matters for kAllReduce and
+// kReduceScatter only.
+struct TensorSpec {
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  ReduceOp op = ReduceOp::kSum;
+
+  bool operator==(const TensorSpec& o) const {
+    return dtype == o.dtype && shape == o.shape && op == o.op;
+  }
+};
+
+// "[4,3] float32".
+std::string DescribeTensor(const TensorSpec& spec);
+
+struct Fingerprint {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  // kAllReduce: one or more; kAllGather, kReduceScatter: exactly one;
+  // kBroadcast: one on the root, zero or one elsewhere ("no input");
+  // kBarrier: none.
+  std::vector<TensorSpec> tensors;
+  int root = -1;           // kBroadcast only; a global rank
+  std::vector<int> group;  // sorted global ranks taking part
+};
+
+// Compares rank_b's fingerprint with rank_a's. OK when they agree; otherwise
+// FAILED_PRECONDITION whose message names the first difference found, in this
+// order, with both ranks' values:
+//   "mismatched collectives: rank 0 called allreduce, rank 1 called broadcast"
+//   "mismatched groups: rank 0 sent [0,1], rank 1 sent [0,1,2]"
+//   "mismatched roots: rank 0 sent 0, rank 1 sent 2"
+//   "mismatched tensor counts: rank 0 sent 3 tensors, rank 1 sent 2 tensors"
+//   "mismatched ops: rank 0 sent sum, rank 1 sent max"
+//   "mismatched dtypes: rank 0 sent [4] float32, rank 1 sent [4] float64"
+//   "mismatched shapes: rank 0 sent [4,3] float32, rank 2 sent [4,4] float32"
+// For several tensors the message starts with "tensor 3: ". For kAllGather
+// dimension 0 may differ; the rest of the shape and the dtype must agree. For
+// kBroadcast a rank with no input agrees with any spec.
+absl::Status CheckAgreement(int rank_a, const Fingerprint& a, int rank_b,
+                            const Fingerprint& b);
+
+}  // namespace reducer
+
+#endif  // REDUCER_CORE_FINGERPRINT_H_
