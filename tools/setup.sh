@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs, idempotently, every Debian package Reducer's build and tests need.
+#
+#   tools/setup.sh          build and test packages
+#   tools/setup.sh --bench  also what bench/run_bench.py needs (Gloo through
+#                           torch, Open MPI, matplotlib)
+#
+# Run as root on Debian 12. Packages already present are not reinstalled, and
+# apt's lists are refreshed only when something is missing.
+set -euo pipefail
+
+build_packages=(
+  bazel-bootstrap g++ clang libclang-rt-14-dev pkg-config python3
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev iproute2 procps
+)
+bench_packages=(
+  python3-torch python3-numpy python3-matplotlib openmpi-bin libopenmpi-dev
+)
+
+packages=("${build_packages[@]}")
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=("${bench_packages[@]}")
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -gt 0 ]]; then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "tools/setup.sh: missing packages: ${missing[*]}; run as root to install them" >&2
+    exit 1
+  fi
+  echo "tools/setup.sh: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
