@@ -1,0 +1,223 @@
+#include "client/client_session.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/collective_call.h"
+#include "proto/reducer/v1/status_conversion.h"
+#include "proto/reducer/v1/wire_conversion.h"
+
+namespace reducer {
+namespace {
+
+// Payload bytes per message. About 1 MiB amortises per-message costs while
+// keeping chunks small enough to pipeline (PERF_NOTES.md); a multiple of 8
+// so chunk boundaries never split an element.
+constexpr size_t kChunkBytes = 1 << 20;
+
+// The server answers a stalled collective with DEADLINE_EXCEEDED naming the
+// missing ranks at the collective's timeout; the client's own deadline
+// comes this much later so that the server's message is the one seen.
+constexpr absl::Duration kDeadlineSlack = absl::Seconds(5);
+
+std::string RandomId() {
+  absl::BitGen gen;
+  return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen),
+                         absl::Uniform<uint64_t>(gen));
+}
+
+grpc::ChannelArguments ChannelArgs() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  // BDP probing cost 12 % time and 30 % CPU at 64 MiB (PERF_NOTES.md).
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  // Pings find a reducerd that vanished without closing the connection.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  return args;
+}
+
+}  // namespace
+
+ClientSession::ClientSession(ClientOptions options)
+    : options_(std::move(options)), session_id_(RandomId()) {}
+
+absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
+    const ClientOptions& options) {
+  if (options.job.empty()) {
+    return absl::InvalidArgumentError("ClientOptions.job must not be empty");
+  }
+  if (options.world_size < 1 || options.rank < 0 ||
+      options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ClientOptions: rank ", options.rank, " is outside a world of ",
+        options.world_size));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("ClientOptions.timeout must be positive");
+  }
+  std::unique_ptr<ClientSession> session(new ClientSession(options));
+  session->channel_ = grpc::CreateCustomChannel(
+      options.target, grpc::InsecureChannelCredentials(), ChannelArgs());
+  session->stub_ = v1::Reducer::NewStub(session->channel_);
+  session->generic_stub_ = std::make_unique<grpc::GenericStub>(session->channel_);
+
+  // Wait for the connection within the timeout rather than failing at once
+  // while reducerd is still starting.
+  const absl::Time deadline = absl::Now() + options.timeout;
+  if (!session->channel_->WaitForConnected(absl::ToChronoTime(deadline))) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach reducerd at ", options.target, " within ",
+        absl::FormatDuration(options.timeout),
+        " (is it running, and is the address right?)"));
+  }
+  v1::JoinRequest request;
+  request.set_job(options.job);
+  request.set_rank(options.rank);
+  request.set_world_size(options.world_size);
+  request.set_session_id(session->session_id_);
+  session->join_reader_ =
+      session->stub_->Join(&session->join_context_, request);
+  ClientSession* raw = session.get();
+  session->event_thread_ = std::thread([raw] { raw->ReadEvents(); });
+
+  absl::MutexLock lock(&session->mu_);
+  auto ready_or_ended = [raw]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(raw->mu_) {
+    return raw->ready_ || raw->ended_;
+  };
+  session->mu_.AwaitWithDeadline(absl::Condition(&ready_or_ended), deadline);
+  if (session->ready_) return session;
+  if (session->ended_) {
+    absl::Status status = session->end_status_;
+    return status.ok() ? absl::UnavailableError("reducerd closed the session")
+                       : status;
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "Connect: job ", options.job, " did not gather all ",
+      options.world_size, " ranks within ",
+      absl::FormatDuration(options.timeout), " (this is rank ", options.rank,
+      "); check that every rank started with the same job name, world size "
+      "and reducerd address"));
+  // ~ClientSession cancels the Join stream.
+}
+
+ClientSession::~ClientSession() {
+  {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+  }
+  join_context_.TryCancel();
+  if (event_thread_.joinable()) event_thread_.join();
+}
+
+void ClientSession::ReadEvents() {
+  v1::JoinEvent event;
+  while (join_reader_->Read(&event)) {
+    absl::MutexLock lock(&mu_);
+    if (event.has_ready()) {
+      ready_ = true;
+      epoch_ = event.ready().epoch();
+    } else if (event.has_aborted()) {
+      aborted_ = absl::AbortedError(event.aborted().reason());
+    }
+  }
+  grpc::Status status = join_reader_->Finish();
+  absl::MutexLock lock(&mu_);
+  ended_ = true;
+  if (status.ok()) {
+    end_status_ = absl::UnavailableError(
+        absl::StrCat("reducerd at ", options_.target, " closed the session"));
+  } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+             status.error_code() == grpc::StatusCode::CANCELLED) {
+    end_status_ = absl::UnavailableError(absl::StrCat(
+        "lost the session with reducerd at ", options_.target, ": ",
+        status.error_message(), "; Connect again"));
+  } else {
+    end_status_ = FromGrpcStatus(status);
+  }
+}
+
+absl::Status ClientSession::SessionStatus() {
+  absl::MutexLock lock(&mu_);
+  if (!aborted_.ok()) return aborted_;
+  if (ended_) return end_status_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Tensor>> ClientSession::Run(
+    const CollectiveRequestSpec& spec, const CallOptions& call) {
+  absl::Status session = SessionStatus();
+  if (!session.ok()) return session;
+  std::vector<int> group = call.group;
+  std::sort(group.begin(), group.end());
+  if (std::adjacent_find(group.begin(), group.end()) != group.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CallOptions.group [", absl::StrJoin(call.group, ","),
+        "] names a rank twice"));
+  }
+  for (int r : group) {
+    if (r < 0 || r >= options_.world_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CallOptions.group names rank ", r,
+                       ", outside the world of ", options_.world_size));
+    }
+  }
+  if (!group.empty() &&
+      !std::binary_search(group.begin(), group.end(), options_.rank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CallOptions.group [", absl::StrJoin(group, ","),
+        "] does not contain this rank (", options_.rank, ")"));
+  }
+  if (group.empty()) {  // all ranks; one sequence whichever way it is said
+    for (int r = 0; r < options_.world_size; ++r) group.push_back(r);
+  }
+  if (call.timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("CallOptions.timeout must not be negative");
+  }
+  const absl::Duration timeout =
+      call.timeout == absl::ZeroDuration() ? options_.timeout : call.timeout;
+
+  v1::CollectiveHeader header;
+  header.set_job(options_.job);
+  header.set_session_id(session_id_);
+  header.set_rank(options_.rank);
+  for (int r : group) header.add_group(r);
+  header.set_kind(static_cast<v1::CollectiveKind>(CollectiveKindToWire(spec.kind)));
+  for (const TensorSpec& t : spec.tensors) {
+    *header.add_tensors() = TensorSpecToWire(t);
+  }
+  header.set_root(spec.root);
+  header.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  header.set_attempt_id(RandomId());
+  {
+    absl::MutexLock lock(&mu_);
+    header.set_epoch(epoch_);
+    if (call.name.empty()) {
+      header.set_sequence(sequence_[absl::StrJoin(group, ",")]++);
+    } else {
+      header.set_name(call.name);
+    }
+  }
+  CollectiveCall rpc(generic_stub_.get(), std::move(header), spec.inputs,
+                     spec.send_payload, absl::Now() + timeout + kDeadlineSlack,
+                     kChunkBytes);
+  absl::StatusOr<std::vector<Tensor>> result = rpc.Run();
+  if (!result.ok()) {
+    // Prefer the session's explanation (a lost rank) to the call's.
+    absl::Status why = SessionStatus();
+    if (!why.ok() && result.status().code() != absl::StatusCode::kFailedPrecondition &&
+        result.status().code() != absl::StatusCode::kInvalidArgument) {
+      return why;
+    }
+  }
+  return result;
+}
+
+}  // namespace reducer

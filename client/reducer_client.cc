@@ -1,0 +1,241 @@
+#include "client/reducer_client.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/client_session.h"
+
+namespace reducer {
+namespace {
+
+TensorSpec SpecOf(const TensorView& view, ReduceOp op = ReduceOp::kSum) {
+  return TensorSpec{view.dtype(), view.shape(), op};
+}
+
+// OK when `view` can be sent: a valid shape and memory behind its bytes.
+absl::Status CheckView(const TensorView& view, absl::string_view what) {
+  absl::StatusOr<int64_t> bytes = NumBytes(view.dtype(), view.shape());
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", bytes.status().message()));
+  }
+  if (*bytes > 0 && view.data() == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": data is null but the shape ", ShapeToString(view.shape()),
+        " holds ", *bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// Copies `result` into `inout` once it is known to fit exactly: the
+// all-or-nothing step of every in-place call.
+absl::Status CopyInto(const Tensor& result, const MutableTensorView& inout,
+                      absl::string_view what) {
+  if (result.dtype() != inout.dtype() || result.shape() != inout.shape()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": the result is ", ShapeToString(result.shape()), " ",
+        DataTypeName(result.dtype()), " but the buffer is ",
+        ShapeToString(inout.shape()), " ", DataTypeName(inout.dtype()),
+        "; the buffer was left unchanged"));
+  }
+  if (result.num_bytes() > 0) {
+    std::memcpy(inout.data(), result.data(), result.num_bytes());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> Single(absl::StatusOr<std::vector<Tensor>> result) {
+  if (!result.ok()) return result.status();
+  if (result->size() != 1) {
+    return absl::InternalError(absl::StrCat(
+        "reducerd returned ", result->size(), " tensors where 1 was expected"));
+  }
+  return std::move((*result)[0]);
+}
+
+CollectiveRequestSpec OneTensor(CollectiveKind kind, const TensorView& input,
+                                ReduceOp op) {
+  CollectiveRequestSpec spec;
+  spec.kind = kind;
+  spec.tensors.push_back(SpecOf(input, op));
+  spec.inputs.push_back(input.data());
+  return spec;
+}
+
+}  // namespace
+
+Client::Client(std::unique_ptr<ClientSession> session)
+    : session_(std::move(session)) {}
+
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
+    const ClientOptions& options) {
+  absl::StatusOr<std::unique_ptr<ClientSession>> session =
+      ClientSession::Open(options);
+  if (!session.ok()) return session.status();
+  return std::unique_ptr<Client>(new Client(*std::move(session)));
+}
+
+int Client::rank() const { return session_->options().rank; }
+int Client::world_size() const { return session_->options().world_size; }
+
+absl::StatusOr<Tensor> Client::AllReduce(const TensorView& input, ReduceOp op,
+                                         const CallOptions& call) {
+  absl::Status valid = CheckView(input, "AllReduce input");
+  if (!valid.ok()) return valid;
+  return Single(
+      session_->Run(OneTensor(CollectiveKind::kAllReduce, input, op), call));
+}
+
+absl::Status Client::AllReduceInPlace(const MutableTensorView& inout,
+                                      ReduceOp op, const CallOptions& call) {
+  absl::StatusOr<Tensor> result = AllReduce(inout.view(), op, call);
+  if (!result.ok()) return result.status();
+  return CopyInto(*result, inout, "AllReduceInPlace");
+}
+
+absl::StatusOr<double> Client::AllReduce(double value, ReduceOp op,
+                                         const CallOptions& call) {
+  absl::StatusOr<Tensor> result =
+      AllReduce(TensorView(&value, DataType::kFloat64, {}), op, call);
+  if (!result.ok()) return result.status();
+  return result->values<double>()[0];
+}
+
+absl::StatusOr<int64_t> Client::AllReduce(int64_t value, ReduceOp op,
+                                          const CallOptions& call) {
+  absl::StatusOr<Tensor> result =
+      AllReduce(TensorView(&value, DataType::kInt64, {}), op, call);
+  if (!result.ok()) return result.status();
+  return result->values<int64_t>()[0];
+}
+
+absl::StatusOr<std::vector<Tensor>> Client::AllReduceMany(
+    absl::Span<const TensorView> inputs, absl::Span<const ReduceOp> ops,
+    const CallOptions& call) {
+  if (inputs.size() != ops.size() || inputs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AllReduceMany needs one op per input and at least one input; got ",
+        inputs.size(), " inputs and ", ops.size(), " ops"));
+  }
+  CollectiveRequestSpec spec;
+  spec.kind = CollectiveKind::kAllReduce;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    absl::Status valid =
+        CheckView(inputs[i], absl::StrCat("AllReduceMany input ", i));
+    if (!valid.ok()) return valid;
+    spec.tensors.push_back(SpecOf(inputs[i], ops[i]));
+    spec.inputs.push_back(inputs[i].data());
+  }
+  return session_->Run(spec, call);
+}
+
+absl::StatusOr<Tensor> Client::AllGather(const TensorView& input,
+                                         const CallOptions& call) {
+  absl::Status valid = CheckView(input, "AllGather input");
+  if (!valid.ok()) return valid;
+  return Single(session_->Run(
+      OneTensor(CollectiveKind::kAllGather, input, ReduceOp::kSum), call));
+}
+
+absl::StatusOr<Tensor> Client::Broadcast(const TensorView& input, int root,
+                                         const CallOptions& call) {
+  CollectiveRequestSpec spec;
+  spec.kind = CollectiveKind::kBroadcast;
+  spec.root = root;
+  const bool is_root = root == rank();
+  if (is_root && input.is_empty_input()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Broadcast: rank ", root, " is the root and must pass its tensor"));
+  }
+  if (!input.is_empty_input()) {
+    absl::Status valid = CheckView(input, "Broadcast input");
+    if (!valid.ok()) return valid;
+    spec.tensors.push_back(SpecOf(input));
+    spec.inputs.push_back(input.data());
+  }
+  spec.send_payload = is_root;
+  return Single(session_->Run(spec, call));
+}
+
+absl::Status Client::BroadcastInPlace(const MutableTensorView& inout, int root,
+                                      const CallOptions& call) {
+  absl::StatusOr<Tensor> result = Broadcast(inout.view(), root, call);
+  if (!result.ok()) return result.status();
+  return CopyInto(*result, inout, "BroadcastInPlace");
+}
+
+absl::StatusOr<Tensor> Client::ReduceScatter(const TensorView& input,
+                                             ReduceOp op,
+                                             const CallOptions& call) {
+  absl::Status valid = CheckView(input, "ReduceScatter input");
+  if (!valid.ok()) return valid;
+  return Single(session_->Run(
+      OneTensor(CollectiveKind::kReduceScatter, input, op), call));
+}
+
+absl::Status Client::Barrier(const CallOptions& call) {
+  CollectiveRequestSpec spec;
+  spec.kind = CollectiveKind::kBarrier;
+  return session_->Run(spec, call).status();
+}
+
+MetricSync::MetricSync(Client* client) : client_(client) {}
+
+void MetricSync::Add(std::string name, MutableTensorView state, ReduceOp op) {
+  for (Entry& e : entries_) {
+    if (e.name == name) {
+      e.state = state;
+      e.op = op;
+      return;
+    }
+  }
+  entries_.push_back(Entry{std::move(name), state, op});
+}
+
+absl::StatusOr<absl::flat_hash_map<std::string, Tensor>> MetricSync::Reduce(
+    const CallOptions& call) {
+  if (entries_.empty()) {
+    return absl::FailedPreconditionError(
+        "MetricSync::Reduce: no state registered (call Add first)");
+  }
+  std::vector<TensorView> inputs;
+  std::vector<ReduceOp> ops;
+  for (const Entry& e : entries_) {
+    inputs.push_back(e.state.view());
+    ops.push_back(e.op);
+  }
+  absl::StatusOr<std::vector<Tensor>> reduced =
+      client_->AllReduceMany(inputs, ops, call);
+  if (!reduced.ok()) return reduced.status();
+  absl::flat_hash_map<std::string, Tensor> out;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    out.emplace(entries_[i].name, std::move((*reduced)[i]));
+  }
+  return out;
+}
+
+absl::Status MetricSync::ReduceInPlace(const CallOptions& call) {
+  absl::StatusOr<absl::flat_hash_map<std::string, Tensor>> reduced =
+      Reduce(call);
+  if (!reduced.ok()) return reduced.status();
+  // Check every state first so that either all are written or none.
+  for (const Entry& e : entries_) {
+    const Tensor& r = reduced->at(e.name);
+    if (r.dtype() != e.state.dtype() || r.shape() != e.state.shape()) {
+      return absl::InternalError(absl::StrCat(
+          "MetricSync::ReduceInPlace: reduced \"", e.name,
+          "\" does not match its state; no state was written"));
+    }
+  }
+  for (const Entry& e : entries_) {
+    absl::Status copied = CopyInto(reduced->at(e.name), e.state,
+                                   "MetricSync::ReduceInPlace");
+    if (!copied.ok()) return copied;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace reducer

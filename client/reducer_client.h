@@ -1,0 +1,164 @@
+// The Reducer client library: every collective of a job, out-of-place and
+// in-place, against a reducerd daemon.
+//
+//   reducer::ClientOptions options;
+//   options.target = "127.0.0.1:50051";
+//   options.job = "train-42";
+//   options.rank = rank;
+//   options.world_size = 4;
+//   absl::StatusOr<std::unique_ptr<reducer::Client>> client =
+//       reducer::Client::Connect(options);        // waits for all 4 ranks
+//   if (!client.ok()) return client.status();
+//
+//   // Out-of-place: `grad` is left as it is; the sum comes back new.
+//   absl::StatusOr<reducer::Tensor> sum = (*client)->AllReduce(
+//       reducer::TensorView::Of<float>(grad), reducer::ReduceOp::kSum);
+//
+//   // In-place: `grad` holds the average on success, its old bytes on error.
+//   absl::Status s = (*client)->AllReduceInPlace(
+//       reducer::MutableTensorView::Of<float>(absl::MakeSpan(grad)),
+//       reducer::ReduceOp::kAvg);
+//
+// Matching: collectives of one group are matched across ranks by call order
+// (every rank must call them in the same order) or by CallOptions::name.
+// Every call has a deadline (CallOptions::timeout, else ClientOptions::timeout)
+// and returns an error rather than wait past it.
+//
+// Errors (absl::Status codes): INVALID_ARGUMENT for a malformed call;
+// FAILED_PRECONDITION when ranks disagree (kind, op, dtype, shape, root,
+// group); DEADLINE_EXCEEDED naming the ranks that never arrived; ABORTED when
+// a rank of the job was lost (Connect again); ALREADY_EXISTS when another
+// process holds this rank; RESOURCE_EXHAUSTED for a server limit; UNAVAILABLE
+// when reducerd cannot be reached or is shutting down.
+//
+// Thread safety: a Client is thread-safe. Collectives issued concurrently from
+// several threads must be named (CallOptions::name), since call order is then
+// not defined. MetricSync is not thread-safe.
+#ifndef REDUCER_CLIENT_REDUCER_CLIENT_H_
+#define REDUCER_CLIENT_REDUCER_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "core/data_type.h"
+#include "core/tensor.h"
+
+namespace reducer {
+
+struct ClientOptions {
+  std::string target = "127.0.0.1:50051";
+  std::string job;  // shared by all ranks of one job
+  int rank = 0;
+  int world_size = 1;
+  absl::Duration timeout = absl::Minutes(5);  // Connect and each collective
+};
+
+struct CallOptions {
+  std::vector<int> group;  // ranks taking part, empty = all
+  std::string name;        // optional: match by name, not call order
+  absl::Duration timeout = absl::ZeroDuration();  // zero: ClientOptions::timeout
+};
+
+class ClientSession;  // internal: channels and the job session
+
+class Client {
+ public:
+  // Joins the job; returns once all world_size ranks have joined, or with an
+  // error after ClientOptions::timeout. The session stays open until the
+  // Client is destroyed; destroying it tells the server this rank has left.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions&);
+
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Out-of-place all-reduce: returns a new tensor; `input` is only read.
+  absl::StatusOr<Tensor> AllReduce(const TensorView& input, ReduceOp op,
+                                   const CallOptions& = {});
+  // In-place all-reduce: on success `inout` holds the result; on error it
+  // holds exactly what it held before.
+  absl::Status AllReduceInPlace(const MutableTensorView& inout, ReduceOp op,
+                                const CallOptions& = {});
+  // Scalars: a new value; float64 and int64 on the wire.
+  absl::StatusOr<double> AllReduce(double value, ReduceOp op,
+                                   const CallOptions& = {});
+  absl::StatusOr<int64_t> AllReduce(int64_t value, ReduceOp op,
+                                    const CallOptions& = {});
+  // Many tensors, ops[i] for inputs[i], in one round trip (fusion of small
+  // tensors). inputs.size() must equal ops.size() and be at least one.
+  absl::StatusOr<std::vector<Tensor>> AllReduceMany(
+      absl::Span<const TensorView> inputs, absl::Span<const ReduceOp> ops,
+      const CallOptions& = {});
+  // Concatenates along dim 0 in group-rank order; dim 0 may differ between
+  // ranks (no padding); the other dimensions and the dtype must agree.
+  absl::StatusOr<Tensor> AllGather(const TensorView& input,
+                                   const CallOptions& = {});
+  // Returns the root's tensor on every rank. Non-root ranks may pass
+  // TensorView() when they don't know dtype or shape; if they pass a view, it
+  // must match the root's dtype and shape.
+  absl::StatusOr<Tensor> Broadcast(const TensorView& input, int root,
+                                   const CallOptions& = {});
+  // The root's tensor written into `inout` on every rank (all-or-nothing);
+  // dtype and shape must match the root's.
+  absl::Status BroadcastInPlace(const MutableTensorView& inout, int root,
+                                const CallOptions& = {});
+  // Reduces across ranks, then rank i of the group gets slice i along dim 0.
+  // dim 0 must divide by the group size.
+  absl::StatusOr<Tensor> ReduceScatter(const TensorView& input, ReduceOp op,
+                                       const CallOptions& = {});
+  // Returns once every rank of the group has called Barrier.
+  absl::Status Barrier(const CallOptions& = {});
+
+  // This rank and the job's world size, as given to Connect.
+  int rank() const;
+  int world_size() const;
+
+ private:
+  explicit Client(std::unique_ptr<ClientSession> session);
+  std::unique_ptr<ClientSession> session_;
+};
+
+// Ignite's sync_all_reduce / torchmetrics' sync, done in one round trip.
+//
+//   MetricSync sync(client.get());
+//   sync.Add("correct", MutableTensorView::Of<int64_t>(absl::MakeSpan(&correct, 1)),
+//            ReduceOp::kSum);
+//   sync.Add("total", MutableTensorView::Of<int64_t>(absl::MakeSpan(&total, 1)),
+//            ReduceOp::kSum);
+//   auto reduced = sync.Reduce();   // local counters left as they are
+//
+// Not thread-safe. The registered views must stay valid while the MetricSync
+// is used.
+class MetricSync {
+ public:
+  explicit MetricSync(Client* client);  // not owned; must outlive this
+  // Registers a state. Names must be unique; a repeated name replaces the
+  // earlier registration.
+  void Add(std::string name, MutableTensorView state, ReduceOp op);
+  // Out-of-place: the registered states are left as they are.
+  absl::StatusOr<absl::flat_hash_map<std::string, Tensor>> Reduce(
+      const CallOptions& = {});
+  // In-place: every registered state is overwritten with its reduced value
+  // (all or none of them).
+  absl::Status ReduceInPlace(const CallOptions& = {});
+
+ private:
+  struct Entry {
+    std::string name;
+    MutableTensorView state;
+    ReduceOp op;
+  };
+  Client* client_;
+  std::vector<Entry> entries_;
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_CLIENT_REDUCER_CLIENT_H_

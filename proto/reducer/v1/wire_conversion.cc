@@ -1,0 +1,79 @@
+#include "proto/reducer/v1/wire_conversion.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace reducer {
+
+absl::StatusOr<Fingerprint> FingerprintFromHeader(
+    const v1::CollectiveHeader& header, int world_size) {
+  Fingerprint fp;
+  absl::StatusOr<CollectiveKind> kind = CollectiveKindFromWire(header.kind());
+  if (!kind.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("header.kind: ", kind.status().message()));
+  }
+  fp.kind = *kind;
+  const bool with_op = fp.kind == CollectiveKind::kAllReduce ||
+                       fp.kind == CollectiveKind::kReduceScatter;
+  for (int i = 0; i < header.tensors_size(); ++i) {
+    absl::StatusOr<TensorSpec> spec = TensorSpecFromWire(
+        header.tensors(i), with_op, absl::StrCat("header.tensors[", i, "]"));
+    if (!spec.ok()) return spec.status();
+    fp.tensors.push_back(*std::move(spec));
+  }
+  if (header.group().empty()) {
+    for (int r = 0; r < world_size; ++r) fp.group.push_back(r);
+  } else {
+    fp.group.assign(header.group().begin(), header.group().end());
+  }
+  fp.root = fp.kind == CollectiveKind::kBroadcast ? header.root() : -1;
+  return fp;
+}
+
+absl::StatusOr<TensorSpec> TensorSpecFromWire(const v1::TensorSpec& wire,
+                                              bool with_op,
+                                              absl::string_view field) {
+  TensorSpec spec;
+  absl::StatusOr<DataType> dtype = DataTypeFromWire(wire.dtype());
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".dtype: ", dtype.status().message()));
+  }
+  spec.dtype = *dtype;
+  spec.shape.assign(wire.shape().begin(), wire.shape().end());
+  if (with_op) {
+    absl::StatusOr<ReduceOp> op = ReduceOpFromWire(wire.op());
+    if (!op.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".op: ", op.status().message()));
+    }
+    spec.op = *op;
+  }
+  return spec;
+}
+
+v1::TensorSpec TensorSpecToWire(const TensorSpec& spec) {
+  v1::TensorSpec out;
+  out.set_dtype(static_cast<v1::DataType>(DataTypeToWire(spec.dtype)));
+  out.set_op(static_cast<v1::ReduceOp>(ReduceOpToWire(spec.op)));
+  for (int64_t d : spec.shape) out.add_shape(d);
+  return out;
+}
+
+std::string DescribeCollective(const v1::CollectiveHeader& header,
+                               const Fingerprint& fp, int world_size) {
+  std::string out(CollectiveKindName(fp.kind));
+  if (!header.name().empty()) {
+    absl::StrAppend(&out, " \"", header.name(), "\"");
+  } else {
+    absl::StrAppend(&out, " #", header.sequence());
+  }
+  if (static_cast<int>(fp.group.size()) != world_size) {
+    absl::StrAppend(&out, " of group [", absl::StrJoin(fp.group, ","), "]");
+  }
+  absl::StrAppend(&out, " in job ", header.job());
+  return out;
+}
+
+}  // namespace reducer

@@ -1,0 +1,35 @@
+// Conversions between the reducer.v1 messages and core's types, with the
+// checks that only the wire needs (enum values in range). Pure functions.
+#ifndef REDUCER_PROTO_REDUCER_V1_WIRE_CONVERSION_H_
+#define REDUCER_PROTO_REDUCER_V1_WIRE_CONVERSION_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/fingerprint.h"
+#include "proto/reducer/v1/reducer.pb.h"
+
+namespace reducer {
+
+// The fingerprint `header` declares, with an empty group expanded to every
+// rank of a job of `world_size`. INVALID_ARGUMENT naming the field for an
+// unknown or unspecified enum value.
+absl::StatusOr<Fingerprint> FingerprintFromHeader(
+    const v1::CollectiveHeader& header, int world_size);
+
+v1::TensorSpec TensorSpecToWire(const TensorSpec& spec);
+
+// INVALID_ARGUMENT naming `field` for an unknown or unspecified dtype, or
+// (when `with_op`) op. Shapes are copied unchecked (see validate.h).
+absl::StatusOr<TensorSpec> TensorSpecFromWire(const v1::TensorSpec& wire,
+                                              bool with_op,
+                                              absl::string_view field);
+
+// How messages name a collective: `allreduce "step7" in job j1`,
+// `broadcast #12 of group [0,2] in job j1`.
+std::string DescribeCollective(const v1::CollectiveHeader& header,
+                               const Fingerprint& fp, int world_size);
+
+}  // namespace reducer
+
+#endif  // REDUCER_PROTO_REDUCER_V1_WIRE_CONVERSION_H_

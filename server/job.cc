@@ -1,0 +1,203 @@
+#include "server/job.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/validate.h"
+#include "server/log.h"
+#include "proto/reducer/v1/wire_conversion.h"
+
+namespace reducer {
+namespace {
+
+// The key that matches the same collective across ranks: its group and its
+// name, or its sequence number on that group.
+std::string MatchingKey(const v1::CollectiveHeader& header,
+                        const Fingerprint& fp) {
+  return absl::StrCat(absl::StrJoin(fp.group, ","), "|",
+                      header.name().empty()
+                          ? absl::StrCat("#", header.sequence())
+                          : absl::StrCat("\"", header.name()));
+}
+
+}  // namespace
+
+Job::Job(std::string name, int world_size, CollectiveEnv env)
+    : name_(std::move(name)),
+      world_size_(world_size),
+      env_(env),
+      members_(world_size) {}
+
+absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
+                       std::shared_ptr<SessionChannel> session) {
+  absl::MutexLock lock(&mu_);
+  if (world_size != world_size_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", name_, " has world size ", world_size_,
+        " (set by the ranks already joined), but rank ", rank, " asked for ",
+        world_size));
+  }
+  if (open_sessions_.contains(session_id)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "session ", session_id, " already joined job ", name_));
+  }
+  if (ended_) {
+    // The first Join after a loss starts the next epoch.
+    ++epoch_;
+    ended_ = false;
+    running_ = false;
+    end_reason_.clear();
+    members_.assign(world_size_, std::nullopt);
+    matching_.clear();
+    active_.clear();
+  }
+  if (members_[rank].has_value()) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "rank ", rank, " of job ", name_,
+        " is already held by a live session (another process uses this "
+        "rank, or the previous holder has not exited yet)"));
+  }
+  members_[rank] = Member{session_id, std::move(session)};
+  open_sessions_[session_id] = rank;
+  if (std::all_of(members_.begin(), members_.end(),
+                  [](const auto& m) { return m.has_value(); })) {
+    running_ = true;
+    v1::JoinEvent event;
+    event.mutable_ready()->set_epoch(epoch_);
+    for (auto& m : members_) m->session->SendEvent(event);
+    Log(LogSeverity::kInfo, absl::StrCat("job ", name_, " epoch ", epoch_,
+                                         ": all ", world_size_,
+                                         " ranks joined"));
+  }
+  return absl::OkStatus();
+}
+
+bool Job::Leave(const std::string& session_id, const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  auto it = open_sessions_.find(session_id);
+  if (it == open_sessions_.end()) return open_sessions_.empty();
+  const int rank = it->second;
+  open_sessions_.erase(it);
+  if (members_[rank].has_value() && members_[rank]->session_id == session_id) {
+    members_[rank].reset();
+    if (running_ && !ended_) {
+      EndEpoch(absl::StrCat("rank ", rank, "'s session was lost (", why, ")"));
+    }
+  }
+  return open_sessions_.empty();
+}
+
+void Job::EndEpoch(const std::string& reason) {
+  ended_ = true;
+  running_ = false;
+  end_reason_ = reason;
+  const absl::Status status = absl::AbortedError(
+      absl::StrCat("job ", name_, " epoch ", epoch_, " aborted: ", reason,
+                   "; Connect again to go on"));
+  Log(LogSeverity::kWarning, status.message());
+  for (auto& [key, collective] : matching_) collective->Fail(status);
+  matching_.clear();
+  for (auto& weak : active_) {
+    if (auto collective = weak.lock()) collective->Fail(status);
+  }
+  active_.clear();
+  v1::JoinEvent event;
+  event.mutable_aborted()->set_epoch(epoch_);
+  event.mutable_aborted()->set_reason(std::string(status.message()));
+  for (auto& m : members_) {
+    if (m.has_value()) m->session->SendEvent(event);
+  }
+}
+
+absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
+    const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
+  absl::StatusOr<Fingerprint> fp =
+      FingerprintFromHeader(header, world_size_);
+  if (!fp.ok()) return fp.status();
+  const int rank = header.rank();
+  absl::Status valid = ValidateContribution(*fp, rank, world_size_,
+                                            env_.options->max_tensor_bytes);
+  if (!valid.ok()) {
+    return absl::Status(valid.code(),
+                        absl::StrCat("job ", name_, ": ", valid.message()));
+  }
+  const std::string description = DescribeCollective(header, *fp, world_size_);
+
+  absl::MutexLock lock(&mu_);
+  if (header.epoch() != epoch_ || ended_) {
+    if (header.epoch() < epoch_ || ended_) {
+      return absl::AbortedError(absl::StrCat(
+          description, ": epoch ", header.epoch(), " of job ", name_,
+          " has ended",
+          end_reason_.empty() ? "" : absl::StrCat(" (", end_reason_, ")"),
+          "; Connect again to go on"));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        description, ": epoch ", header.epoch(), " of job ", name_,
+        " has not started (current epoch ", epoch_, ")"));
+  }
+  if (!running_ || !members_[rank].has_value() ||
+      members_[rank]->session_id != header.session_id()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        description, ": session ", header.session_id(),
+        " does not hold rank ", rank, " of job ", name_, " in epoch ", epoch_,
+        "; Connect first"));
+  }
+  const std::string key = MatchingKey(header, *fp);
+  std::shared_ptr<Collective> collective;
+  auto it = matching_.find(key);
+  if (it != matching_.end()) {
+    collective = it->second;
+  } else {
+    active_.erase(std::remove_if(active_.begin(), active_.end(),
+                                 [](const auto& w) { return w.expired(); }),
+                  active_.end());
+    const int limit = env_.options->max_pending_collectives_per_job;
+    if (static_cast<int>(matching_.size()) >= limit) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          description, ": job ", name_, " already has ", matching_.size(),
+          " collectives waiting for ranks (--max_pending_collectives_per_job=",
+          limit, ")"));
+    }
+    absl::Duration timeout = absl::Milliseconds(header.timeout_ms());
+    if (timeout <= absl::ZeroDuration() ||
+        timeout > env_.options->max_collective_timeout) {
+      timeout = env_.options->max_collective_timeout;
+    }
+    collective =
+        std::make_shared<Collective>(env_, description, fp->group, timeout);
+    collective->StartTimers();
+    matching_.emplace(key, collective);
+    active_.push_back(collective);
+  }
+  collective->Attach(std::move(stream), rank, *std::move(fp),
+                     header.attempt_id());
+  if (collective->all_attached()) matching_.erase(key);
+  return collective;
+}
+
+void Job::Shutdown(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, collective] : matching_) collective->Fail(status);
+  matching_.clear();
+  for (auto& weak : active_) {
+    if (auto collective = weak.lock()) collective->Fail(status);
+  }
+  active_.clear();
+  for (auto& m : members_) {
+    if (m.has_value()) m->session->Fail(status);
+  }
+}
+
+bool Job::HasActiveCollectives() {
+  absl::MutexLock lock(&mu_);
+  for (auto& weak : active_) {
+    auto collective = weak.lock();
+    if (collective != nullptr && !collective->done()) return true;
+  }
+  return false;
+}
+
+}  // namespace reducer

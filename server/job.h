@@ -1,0 +1,100 @@
+// Job: the server's state for one job: its sessions (one per rank per
+// epoch), its epoch, and the table that matches its ranks' collectives.
+//
+// Lifecycle. Ranks Join; once all world_size ranks hold a session in the
+// current epoch, the job runs and every member gets JobReady. When a running
+// member's session is lost, the epoch ends: pending collectives fail with
+// ABORTED naming the rank, the other members get JobAborted, and calls still
+// made in that epoch fail the same way. The next Join starts a new epoch,
+// which runs once all world_size ranks have joined again.
+//
+// Thread-safe: state is under mu_. Lock order: JobRegistry, then Job, then
+// Collective, then a stream's own lock.
+#ifndef REDUCER_SERVER_JOB_H_
+#define REDUCER_SERVER_JOB_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/collective.h"
+
+namespace reducer {
+
+// How a Job talks to one session stream (SessionStream over gRPC).
+class SessionChannel {
+ public:
+  virtual ~SessionChannel() = default;
+  virtual void SendEvent(const v1::JoinEvent& event) = 0;
+  virtual void Fail(const absl::Status& status) = 0;
+};
+
+class Job {
+ public:
+  Job(std::string name, int world_size, CollectiveEnv env);
+
+  // Adds `session` as `rank`. OK, or FAILED_PRECONDITION when `world_size`
+  // differs from the job's, ALREADY_EXISTS when a live session holds the
+  // rank in the current epoch or `session_id` already joined.
+  absl::Status Join(int rank, int world_size, const std::string& session_id,
+                    std::shared_ptr<SessionChannel> session);
+
+  // Removes a session whose stream ended (`why` says how). Returns true when
+  // the job has no open session left and can be freed.
+  bool Leave(const std::string& session_id, const std::string& why);
+
+  // Finds or creates the collective `header` names and attaches `stream`.
+  // Errors, before anything is attached: ABORTED for an ended epoch,
+  // FAILED_PRECONDITION for a session that does not hold the rank,
+  // INVALID_ARGUMENT for a malformed header, RESOURCE_EXHAUSTED for the
+  // pending-collectives limit.
+  absl::StatusOr<std::shared_ptr<Collective>> Attach(
+      const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
+
+  // Fails every collective and session (server shutdown).
+  void Shutdown(const absl::Status& status);
+
+  // True while some collective of the job has not finished.
+  bool HasActiveCollectives();
+
+  const std::string& name() const { return name_; }
+
+ private:
+  struct Member {
+    std::string session_id;
+    std::shared_ptr<SessionChannel> session;
+  };
+
+  void EndEpoch(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const std::string name_;
+  const int world_size_;
+  const CollectiveEnv env_;
+
+  absl::Mutex mu_;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;  // all ranks joined this epoch
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;    // this epoch lost a rank
+  std::string end_reason_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::optional<Member>> members_ ABSL_GUARDED_BY(mu_);
+  // Every open session, of any epoch: session id -> rank.
+  absl::flat_hash_map<std::string, int> open_sessions_ ABSL_GUARDED_BY(mu_);
+  // Collectives still waiting for some rank to attach, by matching key.
+  absl::flat_hash_map<std::string, std::shared_ptr<Collective>> matching_
+      ABSL_GUARDED_BY(mu_);
+  // Every collective of this epoch not yet destroyed.
+  std::vector<std::weak_ptr<Collective>> active_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_JOB_H_

@@ -1,0 +1,106 @@
+#include "server/job_registry.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace reducer {
+namespace {
+
+constexpr absl::string_view kShuttingDown =
+    "reducerd is shutting down; retry against another instance or after "
+    "it restarts";
+
+}  // namespace
+
+absl::Status JobRegistry::Join(const v1::JoinRequest& request,
+                               std::shared_ptr<SessionChannel> session) {
+  if (request.job().empty()) {
+    return absl::InvalidArgumentError("JoinRequest.job must not be empty");
+  }
+  if (request.world_size() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "JoinRequest.world_size must be at least 1, got ",
+        request.world_size()));
+  }
+  if (request.rank() < 0 || request.rank() >= request.world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("JoinRequest.rank ", request.rank(),
+                     " is outside the world of ", request.world_size()));
+  }
+  if (request.session_id().empty()) {
+    return absl::InvalidArgumentError(
+        "JoinRequest.session_id must not be empty");
+  }
+  absl::MutexLock lock(&mu_);
+  if (!accepting_) return absl::UnavailableError(kShuttingDown);
+  auto it = jobs_.find(request.job());
+  if (it == jobs_.end()) {
+    if (static_cast<int>(jobs_.size()) >= env_.options->max_jobs) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot create job ", request.job(), ": reducerd already serves ",
+          jobs_.size(), " jobs (--max_jobs=", env_.options->max_jobs, ")"));
+    }
+    it = jobs_
+             .emplace(request.job(), std::make_shared<Job>(
+                                         request.job(), request.world_size(),
+                                         env_))
+             .first;
+  }
+  std::shared_ptr<Job> job = it->second;
+  absl::Status joined = job->Join(request.rank(), request.world_size(),
+                                  request.session_id(), std::move(session));
+  if (!joined.ok() && job->Leave(request.session_id(), "join rejected")) {
+    jobs_.erase(request.job());  // a job created by a rejected Join
+  }
+  return joined;
+}
+
+void JobRegistry::Leave(const std::string& job, const std::string& session_id,
+                        const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return;
+  if (it->second->Leave(session_id, why)) jobs_.erase(it);
+}
+
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Find(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  if (!accepting_) return absl::UnavailableError(kShuttingDown);
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job, " has no open session on this reducerd (it restarted, "
+        "or every rank left); Connect again"));
+  }
+  return it->second;
+}
+
+void JobRegistry::StopAccepting() {
+  absl::MutexLock lock(&mu_);
+  accepting_ = false;
+}
+
+bool JobRegistry::HasActiveCollectives() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [name, job] : jobs_) jobs.push_back(job);
+  }
+  for (auto& job : jobs) {
+    if (job->HasActiveCollectives()) return true;
+  }
+  return false;
+}
+
+void JobRegistry::ShutdownAll(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [name, job] : jobs_) job->Shutdown(status);
+}
+
+int JobRegistry::num_jobs() {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(jobs_.size());
+}
+
+}  // namespace reducer

@@ -1,0 +1,57 @@
+// JobRegistry: every job the server knows, by name. A job is created by the
+// first Join naming it and freed when its last session closes.
+//
+// Thread-safe. Lock order: JobRegistry::mu_ before any Job's lock.
+#ifndef REDUCER_SERVER_JOB_REGISTRY_H_
+#define REDUCER_SERVER_JOB_REGISTRY_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/collective.h"
+#include "server/job.h"
+
+namespace reducer {
+
+class JobRegistry {
+ public:
+  explicit JobRegistry(CollectiveEnv env) : env_(env) {}
+
+  // Validates `request` and joins its job, creating the job if needed.
+  // INVALID_ARGUMENT for a bad field, RESOURCE_EXHAUSTED when --max_jobs
+  // jobs exist, UNAVAILABLE while shutting down; else as Job::Join.
+  absl::Status Join(const v1::JoinRequest& request,
+                    std::shared_ptr<SessionChannel> session);
+
+  // A session stream ended; frees the job when it was the last session.
+  void Leave(const std::string& job, const std::string& session_id,
+             const std::string& why);
+
+  // The job named `job`, or NOT_FOUND / UNAVAILABLE while shutting down.
+  absl::StatusOr<std::shared_ptr<Job>> Find(const std::string& job);
+
+  // Refuses new work from now on (UNAVAILABLE).
+  void StopAccepting();
+  // True while some job has a collective in flight.
+  bool HasActiveCollectives();
+  // Fails every collective and session with `status`.
+  void ShutdownAll(const absl::Status& status);
+
+  int num_jobs();
+
+ private:
+  const CollectiveEnv env_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_
+      ABSL_GUARDED_BY(mu_);
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_JOB_REGISTRY_H_

@@ -1,0 +1,169 @@
+#include "server/rank_stream.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "proto/reducer/v1/collective_codec.h"
+#include "proto/reducer/v1/status_conversion.h"
+
+namespace reducer {
+
+RankStream::RankStream(AttachFn attach) : attach_(std::move(attach)) {}
+
+RankStream* RankStream::Create(AttachFn attach) {
+  auto stream = std::make_shared<RankStream>(std::move(attach));
+  RankStream* raw = stream.get();
+  {
+    absl::MutexLock lock(&raw->mu_);
+    raw->self_ = std::move(stream);
+  }
+  raw->StartRead(&raw->incoming_);
+  return raw;
+}
+
+void RankStream::OnReadDone(bool ok) {
+  if (!ok) {
+    // The client closed its side (or the call ended).
+    if (collective_ != nullptr) {
+      collective_->OnInputEnd(rank_);
+    } else {
+      absl::MutexLock lock(&mu_);
+      FinishLocked(absl::InvalidArgumentError(
+          "Collective stream ended before its first message (the header)"));
+    }
+    return;
+  }
+  HandleMessage();
+}
+
+void RankStream::HandleMessage() {
+  DecodedMessage<v1::CollectiveRequest> message;
+  absl::Status decoded = DecodeMessage(&incoming_, &message);
+  if (!decoded.ok()) {
+    if (collective_ != nullptr) {
+      collective_->Fail(absl::InvalidArgumentError(absl::StrCat(
+          collective_->description(), ": rank ", rank_, ": ",
+          decoded.message())));
+    } else {
+      absl::MutexLock lock(&mu_);
+      FinishLocked(decoded);
+    }
+    return;
+  }
+  if (collective_ == nullptr) {
+    if (!message.fields.has_header()) {
+      absl::MutexLock lock(&mu_);
+      FinishLocked(absl::InvalidArgumentError(
+          "the first message of a Collective stream must carry `header`"));
+      return;
+    }
+    rank_ = message.fields.header().rank();
+    absl::StatusOr<std::shared_ptr<Collective>> attached =
+        attach_(message.fields.header(), shared_from_this());
+    if (!attached.ok()) {
+      absl::MutexLock lock(&mu_);
+      FinishLocked(attached.status());
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    collective_ = *std::move(attached);
+  } else if (message.fields.has_header()) {
+    collective_->Fail(absl::InvalidArgumentError(absl::StrCat(
+        collective_->description(), ": rank ", rank_,
+        " sent a second header on the same stream")));
+    return;
+  }
+  if (collective_->OnData(rank_, message.fields.offset(),
+                          std::move(message.data))) {
+    ResumeReading();
+  }
+}
+
+void RankStream::ResumeReading() {
+  absl::MutexLock lock(&mu_);
+  if (finished_) return;
+  StartRead(&incoming_);
+}
+
+void RankStream::Send(grpc::ByteBuffer message) {
+  absl::MutexLock lock(&mu_);
+  if (finished_) return;
+  if (write_in_flight_) {
+    outgoing_.push_back(std::move(message));
+    return;
+  }
+  write_in_flight_ = true;
+  outgoing_.push_back(std::move(message));
+  StartWrite(&outgoing_.front());
+}
+
+void RankStream::OnWriteDone(bool ok) {
+  std::shared_ptr<Collective> collective;
+  {
+    absl::MutexLock lock(&mu_);
+    write_in_flight_ = false;
+    outgoing_.pop_front();
+    if (!ok) {
+      // The client went away; the Collective learns it through OnCancel.
+      outgoing_.clear();
+    }
+    if (!outgoing_.empty() && !finished_) {
+      write_in_flight_ = true;
+      StartWrite(&outgoing_.front());
+    } else if (finish_when_sent_ && !finished_ && outgoing_.empty()) {
+      finished_ = true;
+      Finish(grpc::Status::OK);
+    }
+    collective = collective_;
+  }
+  if (collective != nullptr) collective->OnWriteDone(rank_);
+}
+
+void RankStream::FinishWhenSent() {
+  absl::MutexLock lock(&mu_);
+  if (finished_) return;
+  if (write_in_flight_ || !outgoing_.empty()) {
+    finish_when_sent_ = true;
+    return;
+  }
+  finished_ = true;
+  Finish(grpc::Status::OK);
+}
+
+void RankStream::Fail(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  FinishLocked(status);
+}
+
+void RankStream::FinishLocked(const absl::Status& status) {
+  if (finished_) return;
+  finished_ = true;
+  // Queued messages are dropped; one already handed to gRPC completes or
+  // fails on its own, and gRPC sends the status after it.
+  if (write_in_flight_) {
+    while (outgoing_.size() > 1) outgoing_.pop_back();
+  } else {
+    outgoing_.clear();
+  }
+  Finish(ToGrpcStatus(status));
+}
+
+void RankStream::OnCancel() {
+  std::shared_ptr<Collective> collective;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    collective = collective_;
+  }
+  if (collective != nullptr) collective->OnRankCancelled(rank_);
+  absl::MutexLock lock(&mu_);
+  FinishLocked(absl::CancelledError("call cancelled"));
+}
+
+void RankStream::OnDone() {
+  std::shared_ptr<RankStream> self;
+  absl::MutexLock lock(&mu_);
+  self = std::move(self_);  // may delete this once the lock is released
+}
+
+}  // namespace reducer

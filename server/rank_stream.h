@@ -1,0 +1,81 @@
+// RankStream: the server side of one rank's Collective call, a gRPC callback
+// bidi reactor over raw ByteBuffers (see proto/reducer/v1/collective_codec.h).
+//
+// It reads the first message, hands its header to the AttachFn (which finds
+// or creates the Collective), then feeds payload chunks to the Collective and
+// writes what the Collective sends, one write at a time, in order.
+//
+// Ownership: created by ReducerService::Collective with Create(); it owns
+// itself through a shared_ptr that OnDone() drops, and the Collective holds
+// another, so it lives until both are done with it. Thread-safe.
+#ifndef REDUCER_SERVER_RANK_STREAM_H_
+#define REDUCER_SERVER_RANK_STREAM_H_
+
+#include <deque>
+#include <functional>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/collective.h"
+
+namespace reducer {
+
+class RankStream final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public RankChannel,
+      public std::enable_shared_from_this<RankStream> {
+ public:
+  // Finds or creates the collective for `header` and attaches `stream` to it
+  // (the Collective may fail the stream right away). Returns the Collective,
+  // or an error to end the stream with before anything was attached.
+  using AttachFn = std::function<absl::StatusOr<std::shared_ptr<Collective>>(
+      const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream)>;
+
+  // Starts reading. The returned pointer is what the service hands to gRPC.
+  static RankStream* Create(AttachFn attach);
+
+  // RankChannel, called by the Collective.
+  void Send(grpc::ByteBuffer message) override;
+  void FinishWhenSent() override;
+  void Fail(const absl::Status& status) override;
+  void ResumeReading() override;
+
+  // grpc::ServerBidiReactor.
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+  explicit RankStream(AttachFn attach);  // use Create()
+
+ private:
+  void HandleMessage();
+  void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const AttachFn attach_;
+
+  // Only touched by the reading side: one read is outstanding at a time.
+  grpc::ByteBuffer incoming_;
+  int rank_ = -1;
+  // Set once, by the reading side under mu_, from the first message; the
+  // reading side may read it without the lock, other threads take mu_.
+  std::shared_ptr<Collective> collective_;
+
+  absl::Mutex mu_;
+  std::shared_ptr<RankStream> self_ ABSL_GUARDED_BY(mu_);  // dropped in OnDone
+  std::deque<grpc::ByteBuffer> outgoing_ ABSL_GUARDED_BY(mu_);
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_when_sent_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_RANK_STREAM_H_

@@ -1,0 +1,89 @@
+// reducerd: the Reducer daemon. Parses flags once, starts one Server, prints
+// the address it serves, and on SIGTERM or SIGINT drains and exits 0.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/log.h"
+#include "server/server.h"
+#include "server/server_options.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "host:port to serve on; port 0 picks a free port");
+ABSL_FLAG(absl::Duration, max_collective_timeout, absl::Minutes(30),
+          "cap on any collective's timeout, whatever clients ask for");
+ABSL_FLAG(int64_t, chunk_bytes, 1 << 20,
+          "bytes per reduction block and response message (multiple of 8)");
+ABSL_FLAG(int, window, 4,
+          "blocks a rank may have staged or queued before the server stops "
+          "reading from it; memory per collective ~ ranks x window x chunk");
+ABSL_FLAG(absl::Duration, drain_budget, absl::Seconds(10),
+          "on SIGTERM, time in-flight collectives get to finish");
+ABSL_FLAG(int64_t, max_tensor_bytes, int64_t{4} << 30,
+          "largest payload one rank may contribute to one collective");
+ABSL_FLAG(int, max_jobs, 1024, "jobs served at once");
+ABSL_FLAG(int, max_pending_collectives_per_job, 1024,
+          "collectives of one job waiting for ranks at once");
+ABSL_FLAG(int64_t, memory_budget_bytes, int64_t{2} << 30,
+          "payload bytes the server may hold in all (reserved up front)");
+ABSL_FLAG(int, reduction_threads, 2, "threads reducing large blocks");
+ABSL_FLAG(absl::Duration, keepalive_time, absl::Seconds(1),
+          "ping idle connections this often to find vanished peers");
+ABSL_FLAG(absl::Duration, keepalive_timeout, absl::Seconds(2),
+          "drop a connection whose ping is unanswered this long");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "reducerd: the Reducer tensor reduction daemon.\n"
+      "Usage: reducerd [--listen=127.0.0.1:50051] [flags]");
+  absl::ParseCommandLine(argc, argv);
+
+  reducer::ServerOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.max_collective_timeout = absl::GetFlag(FLAGS_max_collective_timeout);
+  options.chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_bytes));
+  options.window = absl::GetFlag(FLAGS_window);
+  options.drain_budget = absl::GetFlag(FLAGS_drain_budget);
+  options.max_tensor_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_tensor_bytes));
+  options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  options.max_pending_collectives_per_job =
+      absl::GetFlag(FLAGS_max_pending_collectives_per_job);
+  options.memory_budget_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_memory_budget_bytes));
+  options.reduction_threads = absl::GetFlag(FLAGS_reduction_threads);
+  options.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
+  options.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
+
+  // Block the stop signals in every thread (threads inherit the mask), so
+  // that only sigwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<reducer::Server>> server =
+      reducer::Server::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "reducerd: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("reducerd listening on %s\n", (*server)->address().c_str());
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  reducer::Log(reducer::LogSeverity::kInfo,
+               absl::StrCat("received signal ", signal_number, "; draining"));
+  (*server)->Shutdown();
+  server->reset();
+  return 0;
+}

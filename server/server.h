@@ -1,0 +1,65 @@
+// Server: one running reducerd, owning the gRPC server, the job registry,
+// the reduction pool and the timers. Built in main() from parsed flags.
+//
+//   ServerOptions options;
+//   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+//   ... (*server)->address() ...
+//   (*server)->Shutdown();   // drains in-flight collectives, then stops
+//
+// Thread-safe.
+#ifndef REDUCER_SERVER_SERVER_H_
+#define REDUCER_SERVER_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "server/job_registry.h"
+#include "server/memory_budget.h"
+#include "server/reducer_service.h"
+#include "server/server_options.h"
+#include "server/thread_pool.h"
+#include "server/timer_queue.h"
+
+namespace reducer {
+
+class Server {
+ public:
+  // Binds options.listen and starts serving. UNAVAILABLE when the address
+  // cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(ServerOptions options);
+  ~Server();
+
+  // The address actually bound (the port resolved if 0 was asked for).
+  const std::string& address() const { return address_; }
+
+  // Health goes NOT_SERVING and new calls get UNAVAILABLE; collectives in
+  // flight get up to options.drain_budget to finish; the rest fail with
+  // UNAVAILABLE; then the gRPC server stops. Idempotent.
+  void Shutdown();
+
+  // Blocks until Shutdown() has completed.
+  void Wait();
+
+ private:
+  explicit Server(ServerOptions options);
+
+  // Constant after construction; members are declared in the order they
+  // must be built (and destroyed in reverse).
+  const ServerOptions options_;
+  MemoryBudget memory_;
+  TimerQueue timers_;
+  ThreadPool reduction_pool_;
+  JobRegistry registry_;
+  ReducerService service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::string address_;
+
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_SERVER_H_

@@ -1,0 +1,45 @@
+// ServerOptions: every tunable of reducerd, filled from flags in main().
+// A plain value type.
+#ifndef REDUCER_SERVER_SERVER_OPTIONS_H_
+#define REDUCER_SERVER_SERVER_OPTIONS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace reducer {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:50051";
+  // The server reduces and answers in blocks of this many bytes (a multiple
+  // of 8). About 1 MiB keeps one block per gRPC message, large enough to
+  // amortise per-message costs and small enough to pipeline (PERF_NOTES.md).
+  size_t chunk_bytes = 1 << 20;
+  // Blocks a rank may have staged (received, not yet reduced) or queued for
+  // sending before the server stops reading from it. With the chunk size
+  // this bounds memory per collective to about ranks x window x chunk.
+  int window = 4;
+  // Upper bound on a collective's timeout, whatever the client asks for.
+  absl::Duration max_collective_timeout = absl::Minutes(30);
+  // Time SIGTERM gives in-flight collectives to finish.
+  absl::Duration drain_budget = absl::Seconds(10);
+  // Limits: over any of them a request gets RESOURCE_EXHAUSTED.
+  size_t max_tensor_bytes = size_t{4} << 30;   // one contribution's payload
+  int max_jobs = 1024;
+  int max_pending_collectives_per_job = 1024;
+  size_t memory_budget_bytes = size_t{2} << 30;  // staged and result blocks
+  // Reductions of blocks at least this large run on the reduction pool
+  // rather than the gRPC thread that received the last contribution.
+  size_t offload_bytes = 64 << 10;
+  int reduction_threads = 2;
+  // Session keepalive: a peer that stops answering pings is dropped after
+  // about keepalive_time + keepalive_timeout.
+  absl::Duration keepalive_time = absl::Seconds(1);
+  absl::Duration keepalive_timeout = absl::Seconds(2);
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_SERVER_OPTIONS_H_

@@ -1,0 +1,85 @@
+#include "server/session_stream.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "proto/reducer/v1/status_conversion.h"
+
+namespace reducer {
+
+SessionStream::SessionStream(JobRegistry* registry, v1::JoinRequest request)
+    : registry_(registry), request_(std::move(request)) {}
+
+SessionStream* SessionStream::Create(JobRegistry* registry,
+                                     const v1::JoinRequest& request) {
+  auto stream = std::make_shared<SessionStream>(registry, request);
+  SessionStream* raw = stream.get();
+  {
+    absl::MutexLock lock(&raw->mu_);
+    raw->self_ = stream;
+    // Set before joining so that a cancellation racing with Join still
+    // leaves the job (leaving a job one never joined is a no-op).
+    raw->joined_ = true;
+  }
+  absl::Status joined = registry->Join(request, stream);
+  absl::MutexLock lock(&raw->mu_);
+  if (!joined.ok() && !raw->finished_) {
+    raw->finished_ = true;
+    raw->Finish(ToGrpcStatus(joined));
+  }
+  return raw;
+}
+
+void SessionStream::SendEvent(const v1::JoinEvent& event) {
+  absl::MutexLock lock(&mu_);
+  if (finished_) return;
+  outgoing_.push_back(event);
+  if (!write_in_flight_) {
+    write_in_flight_ = true;
+    StartWrite(&outgoing_.front());
+  }
+}
+
+void SessionStream::OnWriteDone(bool ok) {
+  absl::MutexLock lock(&mu_);
+  write_in_flight_ = false;
+  outgoing_.pop_front();
+  if (!ok || finished_) return;  // OnCancel follows a failed write
+  if (!outgoing_.empty()) {
+    write_in_flight_ = true;
+    StartWrite(&outgoing_.front());
+  }
+}
+
+void SessionStream::Fail(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (finished_) return;
+  finished_ = true;
+  Finish(ToGrpcStatus(status));
+}
+
+void SessionStream::LeaveJob(const std::string& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!joined_ || left_) return;
+    left_ = true;
+  }
+  registry_->Leave(request_.job(), request_.session_id(), why);
+}
+
+void SessionStream::OnCancel() {
+  LeaveJob(
+      "its session stream was closed: the process exited, was killed, or "
+      "lost its connection");
+  Fail(absl::CancelledError("session cancelled"));
+}
+
+void SessionStream::OnDone() {
+  // A stream the server finished (shutdown) also leaves its job.
+  LeaveJob("its session ended");
+  std::shared_ptr<SessionStream> self;
+  absl::MutexLock lock(&mu_);
+  self = std::move(self_);
+}
+
+}  // namespace reducer

@@ -1,0 +1,62 @@
+// SessionStream: the server side of one process's Join call, a gRPC
+// callback server-streaming reactor. It joins the job on creation, writes
+// JobReady / JobAborted events as the Job sends them, and tells the registry
+// the rank is gone when the stream ends (the process exited or was killed,
+// its connection dropped, or keepalive pings went unanswered).
+//
+// Ownership: owns itself through a shared_ptr dropped in OnDone(); the Job
+// holds another. Thread-safe.
+#ifndef REDUCER_SERVER_SESSION_STREAM_H_
+#define REDUCER_SERVER_SESSION_STREAM_H_
+
+#include <deque>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/job.h"
+#include "server/job_registry.h"
+
+namespace reducer {
+
+class SessionStream final : public grpc::ServerWriteReactor<v1::JoinEvent>,
+                            public SessionChannel,
+                            public std::enable_shared_from_this<SessionStream> {
+ public:
+  // Joins `request`'s job; the stream ends at once with the error if the
+  // Join is refused. `registry` must outlive the stream.
+  static SessionStream* Create(JobRegistry* registry,
+                               const v1::JoinRequest& request);
+
+  // SessionChannel.
+  void SendEvent(const v1::JoinEvent& event) override;
+  void Fail(const absl::Status& status) override;
+
+  // grpc::ServerWriteReactor.
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+  SessionStream(JobRegistry* registry, v1::JoinRequest request);  // Create()
+
+ private:
+  void LeaveJob(const std::string& why);
+
+  // Constant after construction.
+  JobRegistry* const registry_;  // not owned
+  const v1::JoinRequest request_;
+
+  absl::Mutex mu_;
+  std::shared_ptr<SessionStream> self_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::JoinEvent> outgoing_ ABSL_GUARDED_BY(mu_);
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool joined_ ABSL_GUARDED_BY(mu_) = false;
+  bool left_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_SESSION_STREAM_H_
