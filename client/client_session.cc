@@ -24,6 +24,13 @@ constexpr size_t kChunkBytes = 1 << 20;
 // comes this much later so that the server's message is the one seen.
 constexpr absl::Duration kDeadlineSlack = absl::Seconds(5);
 
+// Attempts per collective when the transport fails before any answer.
+constexpr int kMaxAttempts = 3;
+constexpr absl::Duration kRetryBackoff = absl::Milliseconds(100);
+
+// How long closing a client waits for reducerd to note the departure.
+constexpr absl::Duration kLeaveTimeout = absl::Seconds(1);
+
 std::string RandomId() {
   absl::BitGen gen;
   return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen),
@@ -67,7 +74,13 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   session->channel_ = grpc::CreateCustomChannel(
       options.target, grpc::InsecureChannelCredentials(), ChannelArgs());
   session->stub_ = v1::Reducer::NewStub(session->channel_);
-  session->generic_stub_ = std::make_unique<grpc::GenericStub>(session->channel_);
+  // Collectives get their own connection, so bulk transfers never queue
+  // behind (or starve) the session's keepalive traffic.
+  grpc::ChannelArguments data_args = ChannelArgs();
+  data_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  session->data_channel_ = grpc::CreateCustomChannel(
+      options.target, grpc::InsecureChannelCredentials(), data_args);
+  session->data_stub_ = std::make_unique<grpc::GenericStub>(session->data_channel_);
 
   // Wait for the connection within the timeout rather than failing at once
   // while reducerd is still starting.
@@ -109,9 +122,21 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
 }
 
 ClientSession::~ClientSession() {
+  bool leave;
   {
     absl::MutexLock lock(&mu_);
     closing_ = true;
+    leave = ready_ && !ended_;
+  }
+  if (leave) {
+    // Best effort: without it the server treats this rank as lost.
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kLeaveTimeout));
+    v1::LeaveRequest request;
+    request.set_job(options_.job);
+    request.set_session_id(session_id_);
+    v1::LeaveResponse response;
+    stub_->Leave(&context, request, &response);
   }
   join_context_.TryCancel();
   if (event_thread_.joinable()) event_thread_.join();
@@ -205,10 +230,22 @@ absl::StatusOr<std::vector<Tensor>> ClientSession::Run(
       header.set_name(call.name);
     }
   }
-  CollectiveCall rpc(generic_stub_.get(), std::move(header), spec.inputs,
-                     spec.send_payload, absl::Now() + timeout + kDeadlineSlack,
-                     kChunkBytes);
-  absl::StatusOr<std::vector<Tensor>> result = rpc.Run();
+  const absl::Time deadline = absl::Now() + timeout + kDeadlineSlack;
+  absl::StatusOr<std::vector<Tensor>> result;
+  for (int attempt = 1;; ++attempt) {
+    CollectiveCall rpc(data_stub_.get(), header, spec.inputs,
+                       spec.send_payload, deadline, kChunkBytes);
+    result = rpc.Run();
+    // Retry only where it is safe: the transport failed before any answer
+    // came, and the session (hence the job's epoch) is intact. The retry
+    // carries the same attempt_id, so the server never counts it twice.
+    if (result.ok() || result.status().code() != absl::StatusCode::kUnavailable ||
+        rpc.received_any() || attempt == kMaxAttempts ||
+        !SessionStatus().ok() || absl::Now() + kRetryBackoff >= deadline) {
+      break;
+    }
+    absl::SleepFor(kRetryBackoff * attempt);
+  }
   if (!result.ok()) {
     // Prefer the session's explanation (a lost rank) to the call's.
     absl::Status why = SessionStatus();

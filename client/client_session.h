@@ -61,7 +61,8 @@ class ClientSession {
   const std::string session_id_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Reducer::Stub> stub_;
-  std::unique_ptr<grpc::GenericStub> generic_stub_;
+  std::shared_ptr<grpc::Channel> data_channel_;  // collectives
+  std::unique_ptr<grpc::GenericStub> data_stub_;
   grpc::ClientContext join_context_;
   std::unique_ptr<grpc::ClientReader<v1::JoinEvent>> join_reader_;
   std::thread event_thread_;

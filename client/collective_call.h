@@ -48,6 +48,10 @@ class CollectiveCall final
   // bytes, a result header that does not parse).
   absl::StatusOr<std::vector<Tensor>> Run();
 
+  // After Run(): true if any response message arrived. A call that failed
+  // with UNAVAILABLE before that may be retried with the same header.
+  bool received_any() const { return have_result_header_; }
+
   // grpc::ClientBidiReactor.
   void OnWriteDone(bool ok) override;
   void OnReadDone(bool ok) override;

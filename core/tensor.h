@@ -13,6 +13,7 @@
 #ifndef REDUCER_CORE_TENSOR_H_
 #define REDUCER_CORE_TENSOR_H_
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -51,7 +52,8 @@ class TensorView {
  public:
   TensorView() = default;
   // `shape` must have no negative dimension; data may be null when the
-  // shape has zero elements.
+  // shape has zero elements. (For a shape that breaks this rule, or whose
+  // size overflows, num_elements() and num_bytes() are 0.)
   TensorView(const void* data, DataType dtype, std::vector<int64_t> shape);
 
   template <typename T>
@@ -104,6 +106,8 @@ class MutableTensorView {
 class Tensor {
  public:
   Tensor();  // float32, shape [0]
+  // `shape` must be valid (NumBytes succeeds); the process aborts otherwise.
+  // data() is never null, even for zero bytes (unless moved from).
   Tensor(DataType dtype, std::vector<int64_t> shape);
   Tensor(const Tensor& other);
   Tensor& operator=(const Tensor& other);
@@ -123,11 +127,13 @@ class Tensor {
   // The elements as T; T must match dtype() in size (checked in debug builds).
   template <typename T>
   absl::Span<const T> values() const {
+    assert(sizeof(T) == DataTypeSize(dtype_));
     return absl::Span<const T>(static_cast<const T*>(data()),
                                static_cast<size_t>(num_elements_));
   }
   template <typename T>
   absl::Span<T> mutable_values() {
+    assert(sizeof(T) == DataTypeSize(dtype_));
     return absl::Span<T>(static_cast<T*>(mutable_data()),
                          static_cast<size_t>(num_elements_));
   }
@@ -137,9 +143,15 @@ class Tensor {
   }
 
  private:
+  // Frees a buffer from malloc, or unmaps one of `mapped_bytes` (> 0).
   struct FreeDeleter {
+    FreeDeleter() : mapped_bytes(0) {}
+    explicit FreeDeleter(size_t mapped) : mapped_bytes(mapped) {}
     void operator()(void* p) const;
+    size_t mapped_bytes;
   };
+  static std::unique_ptr<void, FreeDeleter> AllocateZeroed(size_t num_bytes);
+
   DataType dtype_;
   std::vector<int64_t> shape_;
   int64_t num_elements_;

@@ -1,7 +1,6 @@
 #include "server/collective.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -142,7 +141,7 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
     m.channel->Fail(failure_);
     return;
   }
-  if (!has_reference_) {
+  if (!has_reference_ || attached_ == 1) {
     reference_ = fp;
     reference_rank_ = rank;
     has_reference_ = true;
@@ -297,7 +296,7 @@ bool Collective::OnData(int rank, uint64_t offset, SliceRange data) {
             block.filled.resize(members_.size());
           }
           if (!block.parts[index]) {
-            block.parts[index].reset(new char[block_len]);
+            block.parts[index] = env_.blocks->Get();
             ++m.staged_blocks;
           }
           data.CopyTo(consumed, n, block.parts[index].get() + in_block);
@@ -352,15 +351,12 @@ void Collective::ReduceBlock(const ReductionPlan& plan, size_t block_index,
   std::vector<const void*> inputs;
   inputs.reserve(parts.size());
   for (const auto& p : parts) inputs.push_back(p.get());
-  void* out = std::malloc(len);
-  absl::Status status = out == nullptr
-                            ? absl::ResourceExhaustedError("out of memory")
-                            : ReducePackedRange(plan.layout, plan.tensors,
-                                                inputs, begin, end, out);
-  parts.clear();  // the staged copies are no longer needed
-  grpc::Slice result = status.ok() ? grpc::Slice(out, len, std::free)
-                                   : grpc::Slice();
-  if (!status.ok()) std::free(out);
+  BlockPool::Block out = env_.blocks->Get();
+  absl::Status status = ReducePackedRange(plan.layout, plan.tensors, inputs,
+                                          begin, end, out.get());
+  parts.clear();  // the staged copies go back to the pool
+  grpc::Slice result;
+  if (status.ok()) result = env_.blocks->ToSlice(std::move(out), len);
 
   absl::MutexLock lock(&mu_);
   --reductions_in_flight_;
@@ -491,9 +487,24 @@ void Collective::OnInputEnd(int rank) {
       " of ", m.input_bytes, " payload bytes")));
 }
 
-void Collective::OnRankCancelled(int rank) {
+bool Collective::HasFinished(int rank) const {
+  absl::MutexLock lock(&mu_);
+  const int index = IndexOf(rank);
+  return index >= 0 && members_[index].finished;
+}
+
+void Collective::OnRankCancelled(int rank, const RankChannel* channel) {
   absl::MutexLock lock(&mu_);
   if (done_) return;
+  Member& m = members_[IndexOf(rank)];
+  if (m.channel.get() != channel) return;  // a retry already replaced it
+  if (!all_headers_ && m.received == 0) {
+    // Nothing of this rank's was used yet: forget the contribution.
+    ReleaseMemory(IndexOf(rank));
+    m = Member();
+    --attached_;
+    return;
+  }
   FailLocked(absl::AbortedError(absl::StrCat(
       description_, ": rank ", rank,
       "'s call was cancelled (it timed out, gave up, or lost its "

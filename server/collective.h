@@ -31,6 +31,7 @@
 #ifndef REDUCER_SERVER_COLLECTIVE_H_
 #define REDUCER_SERVER_COLLECTIVE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -47,6 +48,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 #include "proto/reducer/v1/collective_codec.h"
+#include "server/block_pool.h"
 #include "server/memory_budget.h"
 #include "server/server_options.h"
 #include "server/thread_pool.h"
@@ -77,6 +79,7 @@ struct CollectiveEnv {
   ThreadPool* reduction_pool;
   TimerQueue* timers;
   MemoryBudget* memory;
+  BlockPool* blocks;  // block_bytes() == options->chunk_bytes
 };
 
 class Collective : public std::enable_shared_from_this<Collective> {
@@ -113,11 +116,23 @@ class Collective : public std::enable_shared_from_this<Collective> {
   // A message queued for `rank` was written.
   void OnWriteDone(int rank);
 
-  // `rank`'s call was cancelled (its connection dropped or it gave up).
-  void OnRankCancelled(int rank);
+  // `rank`'s call on `channel` was cancelled (its connection dropped or it
+  // gave up). Before every rank has arrived, the rank is detached, so that a
+  // retry can attach again and nothing is counted twice; after that the
+  // collective fails for everyone with ABORTED.
+  void OnRankCancelled(int rank, const RankChannel* channel);
+
+  // True once `rank` received its whole result (it may start another
+  // collective of the same name).
+  bool HasFinished(int rank) const;
 
   // Fails the collective for every attached rank and every later attach.
   void Fail(const absl::Status& status);
+
+  // True when `rank` is in the group.
+  bool Includes(int rank) const {
+    return std::binary_search(group_.begin(), group_.end(), rank);
+  }
 
   // True once every rank of the group has attached.
   bool all_attached() const;
@@ -133,7 +148,7 @@ class Collective : public std::enable_shared_from_this<Collective> {
     PayloadLayout layout;
     std::vector<TensorSpec> tensors;
   };
-  using BlockParts = std::vector<std::unique_ptr<char[]>>;
+  using BlockParts = std::vector<BlockPool::Block>;
 
   int IndexOf(int rank) const;
   void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

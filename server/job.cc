@@ -28,7 +28,8 @@ Job::Job(std::string name, int world_size, CollectiveEnv env)
     : name_(std::move(name)),
       world_size_(world_size),
       env_(env),
-      members_(world_size) {}
+      members_(world_size),
+      departed_(world_size, false) {}
 
 absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
                        std::shared_ptr<SessionChannel> session) {
@@ -50,6 +51,7 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     running_ = false;
     end_reason_.clear();
     members_.assign(world_size_, std::nullopt);
+    departed_.assign(world_size_, false);
     matching_.clear();
     active_.clear();
   }
@@ -82,11 +84,36 @@ bool Job::Leave(const std::string& session_id, const std::string& why) {
   open_sessions_.erase(it);
   if (members_[rank].has_value() && members_[rank]->session_id == session_id) {
     members_[rank].reset();
-    if (running_ && !ended_) {
+    if (running_ && !ended_ && !departed_[rank]) {
       EndEpoch(absl::StrCat("rank ", rank, "'s session was lost (", why, ")"));
     }
   }
   return open_sessions_.empty();
+}
+
+void Job::Depart(const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = open_sessions_.find(session_id);
+  if (it == open_sessions_.end()) return;
+  const int rank = it->second;
+  if (!members_[rank].has_value() || members_[rank]->session_id != session_id ||
+      !running_ || ended_) {
+    return;
+  }
+  departed_[rank] = true;
+  Log(LogSeverity::kInfo, absl::StrCat("job ", name_, " epoch ", epoch_,
+                                       ": rank ", rank, " left"));
+  auto fail_if_waiting = [&](const std::shared_ptr<Collective>& c) {
+    if (c->Includes(rank) && !c->HasFinished(rank)) {
+      c->Fail(absl::FailedPreconditionError(absl::StrCat(
+          c->description(), ": rank ", rank,
+          " left the job (its client was closed) before taking part")));
+    }
+  };
+  for (auto& [key, collective] : matching_) fail_if_waiting(collective);
+  for (auto& weak : active_) {
+    if (auto collective = weak.lock()) fail_if_waiting(collective);
+  }
 }
 
 void Job::EndEpoch(const std::string& reason) {
@@ -145,15 +172,22 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
         " does not hold rank ", rank, " of job ", name_, " in epoch ", epoch_,
         "; Connect first"));
   }
+  for (int r : fp->group) {
+    if (departed_[r]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          description, ": rank ", r,
+          " has left the job (its client was closed)"));
+    }
+  }
   const std::string key = MatchingKey(header, *fp);
   std::shared_ptr<Collective> collective;
   auto it = matching_.find(key);
-  if (it != matching_.end()) {
+  // A rank that already has its result from a collective of this name is
+  // starting the next one (names may be reused, as in Horovod).
+  if (it != matching_.end() && !it->second->HasFinished(rank)) {
     collective = it->second;
   } else {
-    active_.erase(std::remove_if(active_.begin(), active_.end(),
-                                 [](const auto& w) { return w.expired(); }),
-                  active_.end());
+    PruneFinished();
     const int limit = env_.options->max_pending_collectives_per_job;
     if (static_cast<int>(matching_.size()) >= limit) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -169,13 +203,24 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
     collective =
         std::make_shared<Collective>(env_, description, fp->group, timeout);
     collective->StartTimers();
-    matching_.emplace(key, collective);
+    matching_[key] = collective;
     active_.push_back(collective);
   }
   collective->Attach(std::move(stream), rank, *std::move(fp),
                      header.attempt_id());
-  if (collective->all_attached()) matching_.erase(key);
   return collective;
+}
+
+void Job::PruneFinished() {
+  active_.erase(std::remove_if(active_.begin(), active_.end(),
+                               [](const auto& w) { return w.expired(); }),
+                active_.end());
+  for (auto it = matching_.begin(); it != matching_.end();) {
+    auto current = it++;
+    if (current->second->all_attached() && current->second->done()) {
+      matching_.erase(current);
+    }
+  }
 }
 
 void Job::Shutdown(const absl::Status& status) {

@@ -48,8 +48,14 @@ class Job {
                     std::shared_ptr<SessionChannel> session);
 
   // Removes a session whose stream ended (`why` says how). Returns true when
-  // the job has no open session left and can be freed.
+  // the job has no open session left and can be freed. Ends the epoch if the
+  // session held a rank of the running epoch and had not departed.
   bool Leave(const std::string& session_id, const std::string& why);
+
+  // The session's client is closing on purpose: its rank departs without
+  // ending the epoch. Collectives that include the rank and are not done
+  // fail with FAILED_PRECONDITION, and so do later ones that include it.
+  void Depart(const std::string& session_id);
 
   // Finds or creates the collective `header` names and attaches `stream`.
   // Errors, before anything is attached: ABORTED for an ended epoch,
@@ -74,6 +80,9 @@ class Job {
   };
 
   void EndEpoch(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets destroyed collectives and matching entries nobody can still
+  // need (every rank attached, collective done).
+  void PruneFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const std::string name_;
@@ -86,9 +95,13 @@ class Job {
   bool ended_ ABSL_GUARDED_BY(mu_) = false;    // this epoch lost a rank
   std::string end_reason_ ABSL_GUARDED_BY(mu_);
   std::vector<std::optional<Member>> members_ ABSL_GUARDED_BY(mu_);
+  // Ranks of this epoch whose client closed on purpose.
+  std::vector<bool> departed_ ABSL_GUARDED_BY(mu_);
   // Every open session, of any epoch: session id -> rank.
   absl::flat_hash_map<std::string, int> open_sessions_ ABSL_GUARDED_BY(mu_);
-  // Collectives still waiting for some rank to attach, by matching key.
+  // Collectives by matching key, kept until every rank has attached and the
+  // collective is done, so that late ranks learn a failure and retries find
+  // the contribution they repeat.
   absl::flat_hash_map<std::string, std::shared_ptr<Collective>> matching_
       ABSL_GUARDED_BY(mu_);
   // Every collective of this epoch not yet destroyed.

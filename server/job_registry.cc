@@ -64,6 +64,18 @@ void JobRegistry::Leave(const std::string& job, const std::string& session_id,
   if (it->second->Leave(session_id, why)) jobs_.erase(it);
 }
 
+void JobRegistry::Depart(const std::string& job,
+                         const std::string& session_id) {
+  std::shared_ptr<Job> found;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return;
+    found = it->second;
+  }
+  found->Depart(session_id);
+}
+
 absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Find(const std::string& job) {
   absl::MutexLock lock(&mu_);
   if (!accepting_) return absl::UnavailableError(kShuttingDown);

@@ -32,6 +32,9 @@ class JobRegistry {
   void Leave(const std::string& job, const std::string& session_id,
              const std::string& why);
 
+  // The session's client is closing on purpose (see Job::Depart).
+  void Depart(const std::string& job, const std::string& session_id);
+
   // The job named `job`, or NOT_FOUND / UNAVAILABLE while shutting down.
   absl::StatusOr<std::shared_ptr<Job>> Find(const std::string& job);
 

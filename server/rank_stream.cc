@@ -8,10 +8,22 @@
 
 namespace reducer {
 
-RankStream::RankStream(AttachFn attach) : attach_(std::move(attach)) {}
+RankStream::RankStream(std::function<void()> on_done, AttachFn attach)
+    : on_done_(std::move(on_done)), attach_(std::move(attach)) {}
 
-RankStream* RankStream::Create(AttachFn attach) {
-  auto stream = std::make_shared<RankStream>(std::move(attach));
+RankStream* RankStream::CreateFailed(const absl::Status& status,
+                                     std::function<void()> on_done) {
+  auto stream = std::make_shared<RankStream>(std::move(on_done), nullptr);
+  RankStream* raw = stream.get();
+  absl::MutexLock lock(&raw->mu_);
+  raw->self_ = std::move(stream);
+  raw->FinishLocked(status);
+  return raw;
+}
+
+RankStream* RankStream::Create(std::function<void()> on_done, AttachFn attach) {
+  auto stream =
+      std::make_shared<RankStream>(std::move(on_done), std::move(attach));
   RankStream* raw = stream.get();
   {
     absl::MutexLock lock(&raw->mu_);
@@ -155,15 +167,22 @@ void RankStream::OnCancel() {
     cancelled_ = true;
     collective = collective_;
   }
-  if (collective != nullptr) collective->OnRankCancelled(rank_);
+  if (collective != nullptr) collective->OnRankCancelled(rank_, this);
   absl::MutexLock lock(&mu_);
   FinishLocked(absl::CancelledError("call cancelled"));
 }
 
 void RankStream::OnDone() {
+  // Destroyed in reverse order, after the lock is released: first our
+  // reference to the Collective (the Collective holds this stream and this
+  // stream the Collective, so one side must let go), then our own, which
+  // may delete this.
+  on_done_();
   std::shared_ptr<RankStream> self;
+  std::shared_ptr<Collective> collective;
   absl::MutexLock lock(&mu_);
-  self = std::move(self_);  // may delete this once the lock is released
+  collective = std::move(collective_);
+  self = std::move(self_);
 }
 
 }  // namespace reducer

@@ -37,7 +37,11 @@ class RankStream final
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream)>;
 
   // Starts reading. The returned pointer is what the service hands to gRPC.
-  static RankStream* Create(AttachFn attach);
+  // `on_done` runs once the call is over.
+  static RankStream* Create(std::function<void()> on_done, AttachFn attach);
+  // A stream that ends at once with `status`.
+  static RankStream* CreateFailed(const absl::Status& status,
+                                  std::function<void()> on_done);
 
   // RankChannel, called by the Collective.
   void Send(grpc::ByteBuffer message) override;
@@ -51,13 +55,14 @@ class RankStream final
   void OnCancel() override;
   void OnDone() override;
 
-  explicit RankStream(AttachFn attach);  // use Create()
+  RankStream(std::function<void()> on_done, AttachFn attach);  // Create()
 
  private:
   void HandleMessage();
   void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
+  const std::function<void()> on_done_;
   const AttachFn attach_;
 
   // Only touched by the reading side: one read is outstanding at a time.

@@ -6,6 +6,8 @@
 #ifndef REDUCER_SERVER_REDUCER_SERVICE_H_
 #define REDUCER_SERVER_REDUCER_SERVICE_H_
 
+#include <atomic>
+
 #include "proto/reducer/v1/reducer.grpc.pb.h"
 #include "server/job_registry.h"
 
@@ -13,19 +15,31 @@ namespace reducer {
 
 class ReducerService final
     : public v1::Reducer::WithRawCallbackMethod_Collective<
-          v1::Reducer::WithCallbackMethod_Join<v1::Reducer::Service>> {
+          v1::Reducer::WithCallbackMethod_Join<
+              v1::Reducer::WithCallbackMethod_Leave<v1::Reducer::Service>>> {
  public:
-  explicit ReducerService(JobRegistry* registry) : registry_(registry) {}
+  // At most `max_concurrent_calls` Collective streams are served at once;
+  // more are answered RESOURCE_EXHAUSTED.
+  ReducerService(JobRegistry* registry, int max_concurrent_calls)
+      : registry_(registry), max_concurrent_calls_(max_concurrent_calls) {}
 
   grpc::ServerWriteReactor<v1::JoinEvent>* Join(
       grpc::CallbackServerContext* context,
       const v1::JoinRequest* request) override;
+
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
+                                  const v1::LeaveRequest* request,
+                                  v1::LeaveResponse* response) override;
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Collective(
       grpc::CallbackServerContext* context) override;
 
  private:
   JobRegistry* const registry_;  // not owned
+  const int max_concurrent_calls_;
+  // Collective streams not yet done. Atomic rather than under a lock: it is
+  // touched once at the start and once at the end of every call, alone.
+  std::atomic<int> active_calls_{0};
 };
 
 }  // namespace reducer

@@ -1,5 +1,6 @@
 // reducerd: the Reducer daemon. Parses flags once, starts one Server, prints
 // the address it serves, and on SIGTERM or SIGINT drains and exits 0.
+#include <malloc.h>
 #include <signal.h>
 
 #include <cstdio>
@@ -31,6 +32,8 @@ ABSL_FLAG(int64_t, max_tensor_bytes, int64_t{4} << 30,
 ABSL_FLAG(int, max_jobs, 1024, "jobs served at once");
 ABSL_FLAG(int, max_pending_collectives_per_job, 1024,
           "collectives of one job waiting for ranks at once");
+ABSL_FLAG(int, max_concurrent_calls, 4096,
+          "collective calls (streams) served at once");
 ABSL_FLAG(int64_t, memory_budget_bytes, int64_t{2} << 30,
           "payload bytes the server may hold in all (reserved up front)");
 ABSL_FLAG(int, reduction_threads, 2, "threads reducing large blocks");
@@ -45,6 +48,14 @@ int main(int argc, char** argv) {
       "Usage: reducerd [--listen=127.0.0.1:50051] [flags]");
   absl::ParseCommandLine(argc, argv);
 
+  // Keep freed buffers in the process: gRPC allocates its read and write
+  // buffers fresh, and glibc otherwise hands large ones back to the kernel,
+  // so every MiB moved cost 256 page faults (measured: 71k faults and 2.4 s
+  // of system time for five 64 MiB all-reduces, 5k and 0.3 s with this).
+  // Memory in use stays bounded by the window and the block pool.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+
   reducer::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.max_collective_timeout = absl::GetFlag(FLAGS_max_collective_timeout);
@@ -56,6 +67,7 @@ int main(int argc, char** argv) {
   options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   options.max_pending_collectives_per_job =
       absl::GetFlag(FLAGS_max_pending_collectives_per_job);
+  options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
   options.memory_budget_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_memory_budget_bytes));
   options.reduction_threads = absl::GetFlag(FLAGS_reduction_threads);

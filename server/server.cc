@@ -19,9 +19,11 @@ constexpr int kMessageHeadroomBytes = 1 << 20;
 Server::Server(ServerOptions options)
     : options_(std::move(options)),
       memory_(options_.memory_budget_bytes),
+      blocks_(options_.chunk_bytes, options_.idle_blocks),
       reduction_pool_(options_.reduction_threads),
-      registry_(CollectiveEnv{&options_, &reduction_pool_, &timers_, &memory_}),
-      service_(&registry_) {}
+      registry_(CollectiveEnv{&options_, &reduction_pool_, &timers_, &memory_,
+                              &blocks_}),
+      service_(&registry_, options_.max_concurrent_calls) {}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   if (options.chunk_bytes == 0 || options.chunk_bytes % 8 != 0) {

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "server/block_pool.h"
 #include "server/job_registry.h"
 #include "server/memory_budget.h"
 #include "server/reducer_service.h"
@@ -49,6 +50,7 @@ class Server {
   // must be built (and destroyed in reverse).
   const ServerOptions options_;
   MemoryBudget memory_;
+  BlockPool blocks_;  // outlives the gRPC server, which may hold its slices
   TimerQueue timers_;
   ThreadPool reduction_pool_;
   JobRegistry registry_;

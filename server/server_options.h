@@ -29,11 +29,15 @@ struct ServerOptions {
   size_t max_tensor_bytes = size_t{4} << 30;   // one contribution's payload
   int max_jobs = 1024;
   int max_pending_collectives_per_job = 1024;
+  int max_concurrent_calls = 4096;  // Collective streams open at once
   size_t memory_budget_bytes = size_t{2} << 30;  // staged and result blocks
   // Reductions of blocks at least this large run on the reduction pool
   // rather than the gRPC thread that received the last contribution.
   size_t offload_bytes = 64 << 10;
   int reduction_threads = 2;
+  // Idle chunk buffers kept for reuse (see BlockPool): enough for a few
+  // large collectives in flight without returning pages to the kernel.
+  size_t idle_blocks = 64;
   // Session keepalive: a peer that stops answering pings is dropped after
   // about keepalive_time + keepalive_timeout.
   absl::Duration keepalive_time = absl::Seconds(1);

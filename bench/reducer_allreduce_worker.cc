@@ -1,0 +1,112 @@
+// One rank of the side-by-side all-reduce benchmark (bench/run_bench.py runs
+// W of these against a reducerd, next to Gloo and MPI). For each size it
+// runs float32 SUM all-reduces back to back, timing each one; rank 0 prints
+// one JSON line per size:
+//   {"system":"reducer","world_size":4,"size_bytes":4096,"latencies_us":[...]}
+// With --metric_sync it instead all-reduces 2 float64 values --iters times
+// (the metric-sync pattern) and prints "pattern":"metric_sync".
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/reducer_client.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "reducerd address");
+ABSL_FLAG(std::string, job, "bench", "job name, same on every rank");
+ABSL_FLAG(int, rank, 0, "this process's rank");
+ABSL_FLAG(int, world_size, 1, "number of ranks");
+ABSL_FLAG(std::string, sizes, "4,4096,4194304", "comma-separated byte sizes");
+ABSL_FLAG(int, iters, 20, "timed iterations per size");
+ABSL_FLAG(int, warmup, 3, "untimed iterations per size");
+ABSL_FLAG(bool, metric_sync, false, "run the metric-sync pattern instead");
+ABSL_FLAG(bool, in_place, false, "use AllReduceInPlace");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "rank %d: %s\n", absl::GetFlag(FLAGS_rank),
+               status.ToString().c_str());
+  return 1;
+}
+
+void Report(int world_size, size_t size_bytes, const char* pattern,
+            const std::vector<double>& latencies_us) {
+  std::printf(
+      "{\"system\":\"reducer\",\"world_size\":%d,\"size_bytes\":%zu,%s"
+      "\"latencies_us\":[%s]}\n",
+      world_size, size_bytes, pattern,
+      absl::StrJoin(latencies_us, ",", [](std::string* out, double v) {
+        out->append(std::to_string(v));
+      }).c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  reducer::ClientOptions options;
+  options.target = absl::GetFlag(FLAGS_target);
+  options.job = absl::GetFlag(FLAGS_job);
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.world_size = absl::GetFlag(FLAGS_world_size);
+  options.timeout = absl::Minutes(2);
+  auto client = reducer::Client::Connect(options);
+  if (!client.ok()) return Fail(client.status());
+  const int iters = absl::GetFlag(FLAGS_iters);
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const bool print = options.rank == 0;
+
+  if (absl::GetFlag(FLAGS_metric_sync)) {
+    double state[2] = {1.0 * options.rank, 2.0};
+    std::vector<double> latencies;
+    for (int i = 0; i < warmup + iters; ++i) {
+      auto start = Clock::now();
+      auto result = (*client)->AllReduce(
+          reducer::TensorView(state, reducer::DataType::kFloat64, {2}),
+          reducer::ReduceOp::kSum);
+      if (!result.ok()) return Fail(result.status());
+      std::chrono::duration<double, std::micro> took = Clock::now() - start;
+      if (i >= warmup) latencies.push_back(took.count());
+    }
+    if (print) Report(options.world_size, 16, "\"pattern\":\"metric_sync\",", latencies);
+    return 0;
+  }
+
+  for (absl::string_view size_text :
+       absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
+    size_t size_bytes = 0;
+    if (!absl::SimpleAtoi(size_text, &size_bytes)) {
+      return Fail(absl::InvalidArgumentError("bad --sizes"));
+    }
+    std::vector<float> data(size_bytes / sizeof(float), 1.0f + options.rank);
+    std::vector<double> latencies;
+    for (int i = 0; i < warmup + iters; ++i) {
+      auto start = Clock::now();
+      absl::Status status;
+      if (absl::GetFlag(FLAGS_in_place)) {
+        status = (*client)->AllReduceInPlace(
+            reducer::MutableTensorView::Of<float>(absl::MakeSpan(data)),
+            reducer::ReduceOp::kSum);
+      } else {
+        status = (*client)
+                     ->AllReduce(reducer::TensorView::Of<float>(data),
+                                 reducer::ReduceOp::kSum)
+                     .status();
+      }
+      if (!status.ok()) return Fail(status);
+      std::chrono::duration<double, std::micro> took = Clock::now() - start;
+      if (i >= warmup) latencies.push_back(took.count());
+    }
+    if (print) Report(options.world_size, size_bytes, "", latencies);
+  }
+  return 0;
+}

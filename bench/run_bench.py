@@ -1,0 +1,820 @@
+#!/usr/bin/python3
+"""Side-by-side all-reduce benchmark: Reducer against Gloo and Open MPI.
+
+One invocation runs, for W in (2, 4) worker processes on this host over
+loopback, float32 SUM all-reduce from 4 B to 64 MiB (steps of 4x) plus the
+metric-sync pattern (2 float64 values) on each system, interleaving the
+systems size group by size group so that they see the same machine state.
+It prints one table (median, p90, algorithm bandwidth, Reducer's ratio to each
+peer), writes raw and summary numbers to OUT_DIR/results.json and
+OUT_DIR/results.csv and a log-log plot to OUT_DIR/allreduce_latency.png, and
+adds two figures from DESIGN.md: the reduction kernel's float32 sum against
+memcpy bandwidth (bazel-bin/bench/reduce_kernel_bench) and reducerd's peak RSS
+(VmHWM) over one 1 GiB all-reduce with W = 4.
+
+Peers: bench/gloo_allreduce.py (torch.distributed, Debian's python3-torch) and
+bench/mpi_allreduce.c (built here with mpicc into a temporary directory).
+Reducer: bazel-bin/server/reducerd and bazel-bin/bench/reducer_allreduce_worker
+(skipped with a warning when not built). Every subprocess has a hard timeout.
+
+Usage: bench/run_bench.py [--quick] [--systems=reducer,gloo,mpi]
+                          [--world_sizes=2,4] [--out_dir=bench/out]
+Needs: python3-torch openmpi-bin libopenmpi-dev python3-matplotlib python3-numpy.
+"""
+
+import argparse
+import csv
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+SYSTEMS = ("reducer", "gloo", "mpi")
+PEERS = ("gloo", "mpi")
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+FULL_SIZES = [4 * 4**i for i in range(13)]          # 4 B .. 64 MiB
+QUICK_SIZES = [4, 4 * KiB, 256 * KiB, 4 * MiB]
+METRIC_SYNC = "metric_sync"
+METRIC_SYNC_BYTES = 16
+RSS_TENSOR_BYTES = 1 * GiB
+RSS_WORLD_SIZE = 4
+
+# mpirun on loopback as root in a container (Open MPI 4.1): ob1 + TCP only,
+# no process binding (the peers are unbound too), oversubscribing 2 cores.
+MPIRUN_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
+                "--mca", "btl_tcp_if_include", "lo",
+                "--mca", "oob_tcp_if_include", "lo"]
+
+
+class RunError(Exception):
+    """A benchmark subprocess failed, timed out or printed unusable output."""
+
+
+# --------------------------------------------------------------------------
+# Plan: which sizes run with how many iterations.
+
+def iterations_for(size, quick):
+    """Returns (iters, warmup) for one size: 500 for small tensors down to 10
+    for 64 MiB, which keeps each size to a few seconds."""
+    if quick:
+        return 30, 3
+    for limit, iters, warmup in ((1 * KiB, 500, 50), (64 * KiB, 200, 20),
+                                 (1 * MiB, 100, 10), (4 * MiB, 50, 5),
+                                 (16 * MiB, 20, 3)):
+        if size <= limit:
+            return iters, warmup
+    return 10, 2
+
+
+def make_plan(quick):
+    """Returns the list of runs for one world size: dicts with "pattern",
+    "sizes", "iters" and "warmup". Sizes sharing an iteration count share one
+    launch of the workers (process start-up is paid once per group)."""
+    groups = {}
+    for size in QUICK_SIZES if quick else FULL_SIZES:
+        groups.setdefault(iterations_for(size, quick), []).append(size)
+    plan = [{"pattern": "allreduce", "sizes": sizes, "iters": it, "warmup": wu}
+            for (it, wu), sizes in groups.items()]
+    ms_iters = 200 if quick else 1000
+    plan.append({"pattern": METRIC_SYNC, "sizes": [METRIC_SYNC_BYTES],
+                 "iters": ms_iters, "warmup": ms_iters // 10})
+    return plan
+
+
+# --------------------------------------------------------------------------
+# Processes.
+
+def free_port():
+    """Returns a TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kill_group(proc, grace_s=5.0):
+    """Stops a process started in its own session: SIGTERM to its process
+    group, then SIGKILL if it is still there after grace_s."""
+    if proc.poll() is not None:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def tail(path, n=2000):
+    """Returns the last n characters of a log file (or "" if absent)."""
+    try:
+        return Path(path).read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+def run_processes(cmds, log_prefix, timeout_s, env=None, watch=None):
+    """Starts every command at once (each in its own session, output in
+    log_prefix-<i>.out/.err), waits for all of them with one hard deadline and
+    returns the first command's stdout. On a timeout, a non-zero exit or a
+    RunError from watch() (called while waiting) it kills them all and raises
+    RunError."""
+    procs, logs = [], []
+    try:
+        for i, cmd in enumerate(cmds):
+            out, err = Path(f"{log_prefix}-{i}.out"), Path(f"{log_prefix}-{i}.err")
+            logs.append((out, err))
+            with open(out, "wb") as fo, open(err, "wb") as fe:
+                procs.append(subprocess.Popen(
+                    cmd, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL,
+                    env=env, cwd=REPO_ROOT, start_new_session=True))
+        wait_all(procs, logs, time.monotonic() + timeout_s, timeout_s, watch)
+        return logs[0][0].read_text()
+    finally:
+        for p in procs:
+            kill_group(p, grace_s=2.0)
+
+
+def wait_all(procs, logs, deadline, timeout_s, watch=None):
+    """Polls procs until all exit; raises RunError as soon as one fails, when
+    the deadline passes, or when watch() raises it."""
+    while True:
+        if watch:
+            watch()
+        pending = False
+        for i, p in enumerate(procs):
+            rc = p.poll()
+            if rc is None:
+                pending = True
+            elif rc != 0:
+                raise RunError(f"process {i} ({Path(p.args[0]).name}) exited "
+                               f"with {rc}: {tail(logs[i][1])}")
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise RunError(f"timed out after {timeout_s:.0f} s: "
+                           f"{tail(logs[0][1])}")
+        time.sleep(0.02)
+
+
+class ReducerDaemon:
+    """Runs bazel-bin/server/reducerd on a free 127.0.0.1 port until stop()."""
+
+    def __init__(self, binary, log_path, start_timeout_s=60.0):
+        self.address = f"127.0.0.1:{free_port()}"
+        self.log_path = Path(log_path)
+        self._ready = threading.Event()
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [str(binary), f"--listen={self.address}"], cwd=REPO_ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
+        self._pump_thread.start()
+        self._wait_ready(start_timeout_s)
+
+    def _pump(self):
+        """Copies the daemon's output to its log; flags the line naming the
+        address (the daemon prints it once it serves)."""
+        for line in self.proc.stdout:
+            self._log.write(line)
+            self._log.flush()
+            if self.address in line:
+                self._ready.set()
+
+    def _wait_ready(self, timeout_s):
+        """Waits for the address line; raises RunError if the daemon exits or
+        stays silent too long."""
+        deadline = time.monotonic() + timeout_s
+        while not self._ready.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RunError(f"reducerd did not start on {self.address}: "
+                               f"{tail(self.log_path)}")
+
+    def alive(self):
+        """True while the daemon process runs."""
+        return self.proc.poll() is None
+
+    def proc_status(self, field):
+        """Returns a /proc/<pid>/status field in KiB (e.g. "VmHWM"), or None."""
+        try:
+            text = Path(f"/proc/{self.proc.pid}/status").read_text()
+        except OSError:
+            return None
+        m = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
+        return int(m.group(1)) if m else None
+
+    def stop(self, grace_s=20.0):
+        """SIGTERM (the daemon drains and exits 0), SIGKILL after grace_s."""
+        kill_group(self.proc, grace_s)
+        self._pump_thread.join(timeout=5)
+        self._log.close()
+        return self.proc.returncode
+
+
+# --------------------------------------------------------------------------
+# Systems: each runner returns rank 0's stdout for one plan entry.
+
+def worker_flags(run):
+    """The --sizes/--iters/--warmup/--metric_sync flags shared by all workers."""
+    flags = [f"--iters={run['iters']}", f"--warmup={run['warmup']}"]
+    if run["pattern"] == METRIC_SYNC:
+        return flags + ["--metric_sync"]
+    return [f"--sizes={','.join(map(str, run['sizes']))}"] + flags
+
+
+def run_gloo(ctx, world, run, log_prefix):
+    """Launches W gloo_allreduce.py ranks with a fresh rendezvous port."""
+    port = free_port()
+    base = [sys.executable, str(BENCH_DIR / "gloo_allreduce.py"),
+            f"--world_size={world}", f"--port={port}",
+            f"--timeout_s={ctx.timeout_s}"] + worker_flags(run)
+    cmds = [base + [f"--rank={r}"] for r in range(world)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    return run_processes(cmds, log_prefix, ctx.timeout_s, env)
+
+
+def run_mpi(ctx, world, run, log_prefix):
+    """Runs the mpicc-built peer under mpirun with W ranks over TCP."""
+    cmd = ["mpirun"] + MPIRUN_FLAGS + ["-np", str(world), str(ctx.mpi_binary)]
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return run_processes([cmd + worker_flags(run)], log_prefix, ctx.timeout_s, env)
+
+
+def reducer_cmds(worker, address, world, run):
+    """The W reducer_allreduce_worker command lines for one run (fresh job)."""
+    job = f"bench-{run['pattern']}-w{world}-{uuid.uuid4().hex[:12]}"
+    base = [str(worker), f"--target={address}", f"--job={job}",
+            f"--world_size={world}"] + worker_flags(run)
+    return [base + [f"--rank={r}"] for r in range(world)]
+
+
+def run_reducer(ctx, world, run, log_prefix):
+    """Launches W Reducer workers against the shared daemon (restarted if it
+    died in an earlier run)."""
+    if ctx.daemon is None or not ctx.daemon.alive():
+        ctx.daemon = ReducerDaemon(ctx.reducerd, ctx.log_dir / "reducerd.log")
+    cmds = reducer_cmds(ctx.reducer_worker, ctx.daemon.address, world, run)
+    return run_processes(cmds, log_prefix, ctx.timeout_s)
+
+
+RUNNERS = {"reducer": run_reducer, "gloo": run_gloo, "mpi": run_mpi}
+
+
+def parse_records(stdout, system, world, run):
+    """Parses rank 0's JSON lines and checks they answer the run asked for."""
+    records = []
+    for line in stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            records.append(json.loads(line))
+    got = [r.get("size_bytes") for r in records]
+    if got != run["sizes"]:
+        raise RunError(f"expected sizes {run['sizes']}, got {got}")
+    for r in records:
+        if r.get("system") != system or r.get("world_size") != world:
+            raise RunError(f"unexpected record header: {json.dumps(r)[:200]}")
+        if len(r.get("latencies_us", [])) != run["iters"]:
+            raise RunError(f"expected {run['iters']} latencies, got "
+                           f"{len(r.get('latencies_us', []))}")
+        r["pattern"] = r.get("pattern", "allreduce")
+    return records
+
+
+# --------------------------------------------------------------------------
+# Statistics and reporting.
+
+def percentile(values, q):
+    """The q-th percentile (0..100) with linear interpolation (numpy's default)."""
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(record):
+    """Adds median/p90/min/mean (us) and algorithm bandwidth (GB/s) to a record."""
+    lat = record["latencies_us"]
+    record["median_us"] = percentile(lat, 50)
+    record["p90_us"] = percentile(lat, 90)
+    record["min_us"] = min(lat)
+    record["mean_us"] = sum(lat) / len(lat)
+    record["algbw_GBps"] = record["size_bytes"] / (record["median_us"] * 1e3)
+    return record
+
+
+def key_of(record):
+    """Identifies a measurement across systems: (W, pattern, size)."""
+    return record["world_size"], record["pattern"], record["size_bytes"]
+
+
+def add_ratios(records):
+    """Sets vs_<peer> = median_reducer / median_peer on every Reducer record."""
+    by_key = {(r["system"],) + key_of(r): r for r in records}
+    for r in records:
+        if r["system"] != "reducer":
+            continue
+        for peer in PEERS:
+            other = by_key.get((peer,) + key_of(r))
+            if other:
+                r[f"vs_{peer}"] = r["median_us"] / other["median_us"]
+
+
+def fmt_size(n):
+    """4 -> "4 B", 4096 -> "4 KiB", 67108864 -> "64 MiB"."""
+    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def fmt_time(us):
+    """A latency in us or ms with 3-4 significant digits."""
+    return f"{us:.1f} us" if us < 1000 else f"{us / 1000:.2f} ms"
+
+
+def sort_key(r):
+    """Table order: W, metric sync last, size, then reducer, gloo, mpi."""
+    return (r["world_size"], r["pattern"] == METRIC_SYNC, r["size_bytes"],
+            SYSTEMS.index(r["system"]))
+
+
+def print_table(records):
+    """Prints the results table to stdout."""
+    head = ("system", "W", "size", "median", "p90", "algbw GB/s",
+            "vs gloo", "vs mpi")
+    rows = [head]
+    for r in sorted(records, key=sort_key):
+        size = "metric sync" if r["pattern"] == METRIC_SYNC else fmt_size(r["size_bytes"])
+        ratios = [f"{r[f'vs_{p}']:.2f}" if f"vs_{p}" in r else "" for p in PEERS]
+        rows.append((r["system"], str(r["world_size"]), size,
+                     fmt_time(r["median_us"]), fmt_time(r["p90_us"]),
+                     f"{r['algbw_GBps']:.3g}", *ratios))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    for i, row in enumerate(rows):
+        print("  ".join(c.rjust(w) if j else c.ljust(w)
+                        for j, (c, w) in enumerate(zip(row, widths))))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+CSV_FIELDS = ["system", "world_size", "pattern", "size_bytes", "iters",
+              "median_us", "p90_us", "min_us", "mean_us", "algbw_GBps",
+              "vs_gloo", "vs_mpi", "cpu_busy_before"]
+
+
+def write_csv(records, path):
+    """One summary row per (system, W, pattern, size)."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in sorted(records, key=sort_key):
+            w.writerow(dict(r, iters=len(r["latencies_us"])))
+
+
+def write_plot(records, path):
+    """Log-log latency (median) against size, one line per system per W;
+    the metric sync appears as a star at 16 B (hollow for W=2). Returns False without
+    matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("warning: matplotlib missing, no plot", file=sys.stderr)
+        return False
+    colors = {"reducer": "tab:red", "gloo": "tab:blue", "mpi": "tab:green"}
+    styles = {2: "--", 4: "-"}
+    fig, ax = plt.subplots(figsize=(9, 6))
+    for (system, world), rs in group_lines(records).items():
+        line = sorted((r for r in rs if r["pattern"] != METRIC_SYNC),
+                      key=lambda r: r["size_bytes"])
+        style = dict(color=colors.get(system), linestyle=styles.get(world, ":"))
+        if line:
+            ax.plot([r["size_bytes"] for r in line],
+                    [r["median_us"] / 1000 for r in line], marker="o",
+                    markersize=3, label=f"{system} W={world}", **style)
+        for r in rs:
+            if r["pattern"] == METRIC_SYNC:
+                ax.plot([r["size_bytes"]], [r["median_us"] / 1000], marker="*",
+                        markersize=11, color=style["color"], linestyle="none",
+                        markerfacecolor=style["color"] if world == 4 else "none")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("tensor size (bytes, float32)")
+    ax.set_ylabel("median latency (ms)")
+    ax.set_title("all-reduce latency over loopback (stars: metric sync, 2 float64; hollow W=2)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def group_lines(records):
+    """Groups records by (system, W) for plotting."""
+    lines = {}
+    for r in records:
+        lines.setdefault((r["system"], r["world_size"]), []).append(r)
+    return lines
+
+
+# --------------------------------------------------------------------------
+# Extra figures: reduction kernel bandwidth and reducerd peak RSS.
+
+def kernel_bench(binary, timeout_s):
+    """Runs the kernel benchmark (Google Benchmark JSON) and pairs float32 sum
+    with memcpy bandwidth. Returns a dict, or None when it is not built."""
+    if not binary.exists():
+        return None
+    proc = subprocess.run([str(binary), "--benchmark_format=json"],
+                          capture_output=True, text=True, timeout=timeout_s,
+                          cwd=REPO_ROOT)
+    if proc.returncode != 0:
+        raise RunError(f"reduce_kernel_bench exited {proc.returncode}: "
+                       f"{proc.stderr[-2000:]}")
+    data = json.loads(proc.stdout)
+    bench = {}  # name -> (GB/s, label); with repetitions, the median aggregate
+    for b in data.get("benchmarks", []):
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        name = b.get("run_name", b["name"])
+        bench[name] = (b.get("bytes_per_second", 0) / 1e9, b.get("label", ""))
+    return {"all_GBps": {n: v for n, (v, _) in bench.items()},
+            "float32_sum_vs_memcpy": pair_kernels(bench)}
+
+
+def size_arg(name):
+    """The numeric size argument of a benchmark name ("BM_X/1048576" ->
+    "1048576"), or "" when it has none."""
+    m = re.search(r"/(\d+)(?:/|$)", name)
+    return m.group(1) if m else ""
+
+
+def pair_kernels(bench):
+    """Pairs each float32 sum benchmark (by name or label) with the memcpy
+    benchmark of the same size argument, or with the only memcpy one.
+    bench maps name -> (GB/s, label); returns dicts with both and the ratio."""
+    memcpy = {size_arg(n): (n, v) for n, (v, _) in bench.items()
+              if "memcpy" in n.lower() and v > 0}
+    pairs = []
+    for name, (gbps, label) in bench.items():
+        text = f"{name} {label}".lower()
+        if "memcpy" in text or "sum" not in text:
+            continue
+        if not re.search(r"float32|f32|dtype:0\b", text):  # DataType::kFloat32 == 0
+            continue
+        match = memcpy.get(size_arg(name)) or (
+            next(iter(memcpy.values())) if len(memcpy) == 1 else None)
+        if match:
+            pairs.append({"sum": name, "sum_GBps": gbps, "memcpy": match[0],
+                          "memcpy_GBps": match[1], "ratio": gbps / match[1]})
+    return pairs
+
+
+def reducerd_peak_rss(ctx, timeout_s):
+    """Starts a fresh reducerd, runs one 1 GiB float32 all-reduce with W = 4
+    workers (--iters=1 --warmup=0) and reads the daemon's VmHWM before
+    stopping it. Returns a dict with KiB figures, or {"skipped": why}."""
+    need = RSS_WORLD_SIZE * 2 * RSS_TENSOR_BYTES + 2 * GiB
+    avail = mem_available()
+    if avail is not None and avail < need:
+        return {"skipped": f"needs ~{need / GiB:.0f} GiB free, "
+                           f"{avail / GiB:.1f} GiB available"}
+    daemon = ReducerDaemon(ctx.reducerd, ctx.log_dir / "reducerd-rss.log")
+    try:
+        idle_kib = daemon.proc_status("VmHWM")
+        run = {"pattern": "allreduce", "sizes": [RSS_TENSOR_BYTES],
+               "iters": 1, "warmup": 0}
+        cmds = reducer_cmds(ctx.reducer_worker, daemon.address, RSS_WORLD_SIZE, run)
+        t0 = time.monotonic()
+        out = run_processes(cmds, ctx.log_dir / "reducer-rss", timeout_s,
+                            watch=lambda: memory_guard(daemon))
+        elapsed = time.monotonic() - t0
+        peak_kib = daemon.proc_status("VmHWM")
+        records = parse_records(out, "reducer", RSS_WORLD_SIZE, run)
+    finally:
+        daemon.stop()
+    return {"tensor_bytes": RSS_TENSOR_BYTES, "world_size": RSS_WORLD_SIZE,
+            "idle_VmHWM_kib": idle_kib, "peak_VmHWM_kib": peak_kib,
+            "latency_us": records[0]["latencies_us"][0],
+            "workers_wall_s": elapsed}
+
+
+MIN_MEM_AVAILABLE = 1 * GiB
+
+
+def memory_guard(daemon):
+    """Raises RunError (which stops the run) before the 1 GiB run can push the
+    machine into the OOM killer: when MemAvailable falls under 1 GiB."""
+    avail = mem_available()
+    if avail is not None and avail < MIN_MEM_AVAILABLE:
+        rss = daemon.proc_status("VmRSS")
+        raise RunError(f"stopped: MemAvailable fell to {avail / MiB:.0f} MiB "
+                       f"(reducerd VmRSS {rss and rss // 1024} MiB)")
+
+
+def mem_available():
+    """MemAvailable from /proc/meminfo in bytes (None if unreadable)."""
+    try:
+        m = re.search(r"^MemAvailable:\s+(\d+) kB",
+                      Path("/proc/meminfo").read_text(), re.M)
+        return int(m.group(1)) * 1024 if m else None
+    except OSError:
+        return None
+
+
+# --------------------------------------------------------------------------
+# Targets from DESIGN.md ("Figures to reach"), checked on this run's numbers.
+
+def check_targets(records, kernel, rss):
+    """Returns a list of (figure, value, target, ok) from this run's data."""
+    w4 = {(r["pattern"], r["size_bytes"]): r for r in records
+          if r["system"] == "reducer" and r["world_size"] == 4}
+    out = []
+    small = [r["vs_gloo"] for (p, s), r in w4.items()
+             if p == "allreduce" and s <= 256 * KiB and "vs_gloo" in r]
+    if small:
+        out.append(("W=4 4 B..256 KiB, worst reducer/gloo", max(small), "<= 0.50",
+                    max(small) <= 0.5))
+    for label, key, limit in (("W=4 metric sync, reducer/gloo", (METRIC_SYNC, 16), 0.5),
+                              ("W=4 4 MiB, reducer/gloo", ("allreduce", 4 * MiB), 1.0),
+                              ("W=4 64 MiB, reducer/gloo", ("allreduce", 64 * MiB), 1.33)):
+        if key in w4 and "vs_gloo" in w4[key]:
+            v = w4[key]["vs_gloo"]
+            out.append((label, v, f"<= {limit:.2f}", v <= limit))
+    pairs = (kernel or {}).get("float32_sum_vs_memcpy") or []
+    if pairs:
+        worst = min(p["ratio"] for p in pairs)
+        out.append(("kernel float32 sum / memcpy (worst size)", worst, ">= 0.80",
+                    worst >= 0.8))
+    if rss and rss.get("peak_VmHWM_kib"):
+        mib = rss["peak_VmHWM_kib"] / 1024
+        out.append(("reducerd peak RSS, 1 GiB all-reduce (MiB)", mib, "< 256",
+                    mib < 256))
+    return out
+
+
+def print_extras(kernel, rss, targets, timings, busy_runs):
+    """Prints the kernel, RSS, targets and wall-time sections."""
+    print("\nreduction kernel (bazel-bin/bench/reduce_kernel_bench):")
+    if kernel is None:
+        print("  skipped (--skip_kernel, or not built)")
+    elif not kernel["float32_sum_vs_memcpy"]:
+        print("  no float32-sum/memcpy pair recognised; all GB/s:")
+        for name, v in kernel["all_GBps"].items():
+            print(f"    {name}: {v:.2f}")
+    for p in (kernel or {}).get("float32_sum_vs_memcpy", []):
+        print(f"  {p['sum']}: {p['sum_GBps']:.2f} GB/s vs {p['memcpy']}: "
+              f"{p['memcpy_GBps']:.2f} GB/s ({100 * p['ratio']:.0f} %)")
+    print("\nreducerd peak RSS, one 1 GiB all-reduce, W=4:")
+    if not rss or "skipped" in rss:
+        print(f"  skipped: {(rss or {}).get('skipped', 'not run')}")
+    else:
+        print(f"  VmHWM {rss['peak_VmHWM_kib'] / 1024:.0f} MiB (idle "
+              f"{(rss['idle_VmHWM_kib'] or 0) / 1024:.0f} MiB), all-reduce "
+              f"{fmt_time(rss['latency_us'])}")
+    if targets:
+        print("\ntargets (DESIGN.md, Figures to reach):")
+        for label, value, target, ok in targets:
+            print(f"  {'ok  ' if ok else 'MISS'} {label}: {value:.2f} (target {target})")
+    if busy_runs:
+        print(f"\nwarning: {busy_runs} measurements started with the machine over "
+              f"{100 * BUSY_LIMIT:.0f} % busy with other work (cpu_busy_before)")
+    print("\nwall time per system: " +
+          ", ".join(f"{s} {t:.1f} s" for s, t in timings.items()))
+
+
+# --------------------------------------------------------------------------
+# Driver.
+
+class Context:
+    """What the runners share: binaries, logs, timeouts, the reducerd."""
+
+    def __init__(self, args):
+        self.timeout_s = args.timeout_s
+        self.log_dir = args.out_dir / "logs"
+        self.reducerd = Path(args.reducerd)
+        self.reducer_worker = Path(args.reducer_worker)
+        self.wait_idle_s = args.wait_idle_s
+        self.mpi_binary = None
+        self.daemon = None
+
+
+def parse_args(argv):
+    """Command-line flags of the driver."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true",
+                   help="4 sizes, 30 iterations, no 1 GiB RSS run (CI smoke)")
+    p.add_argument("--systems", default=",".join(SYSTEMS),
+                   help="comma-separated subset of reducer,gloo,mpi")
+    p.add_argument("--world_sizes", default="2,4")
+    p.add_argument("--out_dir", type=Path, default=BENCH_DIR / "out")
+    p.add_argument("--timeout_s", type=float, default=600,
+                   help="hard limit for each launch of workers")
+    p.add_argument("--wait_idle_s", type=float, default=0,
+                   help="before each size group, wait up to this long for other "
+                        "load to go away (default: only warn)")
+    p.add_argument("--skip_rss", action="store_true",
+                   help="skip reducerd's 1 GiB peak-RSS run")
+    p.add_argument("--skip_kernel", action="store_true",
+                   help="skip the reduction kernel benchmark")
+    p.add_argument("--reducerd", default=str(REPO_ROOT / "bazel-bin/server/reducerd"))
+    p.add_argument("--reducer_worker",
+                   default=str(REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker"))
+    p.add_argument("--kernel_bench",
+                   default=str(REPO_ROOT / "bazel-bin/bench/reduce_kernel_bench"))
+    args = p.parse_args(argv)
+    args.systems = [s for s in args.systems.split(",") if s]
+    bad = set(args.systems) - set(SYSTEMS)
+    if bad:
+        p.error(f"unknown systems: {sorted(bad)}")
+    args.world_sizes = [int(w) for w in args.world_sizes.split(",")]
+    args.out_dir = args.out_dir.resolve()
+    return args
+
+
+def reexec_with_system_python(argv):
+    """Debian's torch and matplotlib live in /usr/bin/python3's dist-packages;
+    if this interpreter (e.g. a pyenv shim) lacks them, run again under it."""
+    try:
+        import torch  # noqa: F401
+        import matplotlib  # noqa: F401
+        return
+    except ImportError:
+        pass
+    system_python = "/usr/bin/python3"
+    if (os.path.exists(system_python) and os.environ.get("RUN_BENCH_REEXEC") != "1"
+            and os.path.realpath(sys.executable) != os.path.realpath(system_python)):
+        os.environ["RUN_BENCH_REEXEC"] = "1"
+        os.execv(system_python, [system_python, str(Path(__file__).resolve())] + argv)
+
+
+def available_systems(args, ctx, tmp):
+    """Drops systems whose binaries are missing (with a warning) and builds
+    the MPI peer into tmp."""
+    systems = []
+    for s in args.systems:
+        if s == "reducer" and not (ctx.reducerd.exists() and ctx.reducer_worker.exists()):
+            print(f"warning: skipping reducer: build {ctx.reducerd} and "
+                  f"{ctx.reducer_worker} first", file=sys.stderr)
+            continue
+        if s == "mpi":
+            ctx.mpi_binary = build_mpi(tmp)
+        systems.append(s)
+    return systems
+
+
+def build_mpi(tmp):
+    """Compiles bench/mpi_allreduce.c with mpicc -O2 into tmp."""
+    binary = Path(tmp) / "mpi_allreduce"
+    subprocess.run(["mpicc", "-O2", "-o", str(binary),
+                    str(BENCH_DIR / "mpi_allreduce.c")],
+                   check=True, timeout=120)
+    return binary
+
+
+def run_all(ctx, systems, world_sizes, quick):
+    """Runs every plan entry for every W, systems interleaved per entry.
+    Returns (records, failures, wall seconds per system)."""
+    records, failures = [], []
+    timings = {s: 0.0 for s in systems}
+    for world in world_sizes:
+        for i, run in enumerate(make_plan(quick)):
+            busy = wait_for_idle(ctx.wait_idle_s)
+            for system in systems:
+                label = f"{system} W={world} {run['pattern']} {fmt_size(run['sizes'][0])}.."
+                print(f"running {label} x{run['iters']}", file=sys.stderr, flush=True)
+                t0 = time.monotonic()
+                try:
+                    out = RUNNERS[system](ctx, world, run,
+                                          ctx.log_dir / f"{system}-w{world}-{i}")
+                    new = parse_records(out, system, world, run)
+                    for r in new:
+                        r["cpu_busy_before"] = round(busy, 3)
+                    records += new
+                except (RunError, json.JSONDecodeError, OSError) as e:
+                    failures.append(f"{label}: {e}")
+                    print(f"FAILED {label}: {e}", file=sys.stderr)
+                timings[system] += time.monotonic() - t0
+    return records, failures, timings
+
+
+BUSY_LIMIT = 0.25  # fraction of all CPUs used by others before a run group
+
+
+def cpu_busy(interval_s=0.5):
+    """Fraction of CPU time (all cores) that was not idle over interval_s,
+    from /proc/stat. Measured between runs, it is other people's load."""
+    def sample():
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+    total0, idle0 = sample()
+    time.sleep(interval_s)
+    total1, idle1 = sample()
+    return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def wait_for_idle(max_wait_s):
+    """Waits up to max_wait_s for the machine to be idle (others using under
+    BUSY_LIMIT of the CPUs); warns when it is not. Returns the last reading."""
+    deadline = time.monotonic() + max_wait_s
+    busy = cpu_busy()
+    while busy > BUSY_LIMIT and time.monotonic() < deadline:
+        busy = cpu_busy(2.0)
+    if busy > BUSY_LIMIT:
+        print(f"warning: machine {100 * busy:.0f} % busy with other work; "
+              "numbers will be skewed (see --wait_idle_s)", file=sys.stderr)
+    return busy
+
+
+def extras(args, ctx, systems, failures):
+    """Kernel benchmark and reducerd peak RSS; failures are recorded."""
+    kernel = rss = None
+    if not args.skip_kernel:
+        try:
+            kernel = kernel_bench(Path(args.kernel_bench), args.timeout_s)
+        except (RunError, subprocess.TimeoutExpired, json.JSONDecodeError) as e:
+            failures.append(f"kernel bench: {e}")
+    if "reducer" not in systems:
+        rss = {"skipped": "reducer not run"}
+    elif args.quick or args.skip_rss:
+        rss = {"skipped": "--quick/--skip_rss"}
+    else:
+        try:
+            rss = reducerd_peak_rss(ctx, args.timeout_s)
+        except RunError as e:
+            failures.append(f"reducerd peak RSS: {e}")
+    return kernel, rss
+
+
+def write_results(args, records, kernel, rss, targets, failures, timings):
+    """Writes results.json (raw latencies and everything else), results.csv
+    and the plot into --out_dir."""
+    meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
+            "cpus": os.cpu_count(), "python": sys.version.split()[0],
+            "quick": args.quick, "argv": sys.argv[1:]}
+    doc = {"meta": meta, "results": records, "kernel_bench": kernel,
+           "reducerd_peak_rss": rss,
+           "targets": [dict(figure=l, value=v, target=t, ok=ok)
+                       for l, v, t, ok in targets],
+           "failures": failures, "wall_s_per_system": timings}
+    (args.out_dir / "results.json").write_text(json.dumps(doc, indent=1))
+    write_csv(records, args.out_dir / "results.csv")
+    write_plot(records, args.out_dir / "allreduce_latency.png")
+
+
+def main(argv):
+    """Runs the benchmark; exit status 1 if any requested run failed."""
+    reexec_with_system_python(argv)
+    args = parse_args(argv)
+    ctx = Context(args)
+    shutil.rmtree(ctx.log_dir, ignore_errors=True)
+    ctx.log_dir.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(prefix="reducer-bench-") as tmp:
+        try:
+            systems = available_systems(args, ctx, tmp)
+            records, failures, timings = run_all(ctx, systems, args.world_sizes,
+                                                 args.quick)
+        finally:
+            if ctx.daemon:
+                ctx.daemon.stop()
+                ctx.daemon = None
+        kernel, rss = extras(args, ctx, systems, failures)
+    for r in records:
+        summarize(r)
+    add_ratios(records)
+    targets = check_targets(records, kernel, rss)
+    print_table(records)
+    busy_runs = sum(r.get("cpu_busy_before", 0) > BUSY_LIMIT for r in records)
+    print_extras(kernel, rss, targets, timings, busy_runs)
+    write_results(args, records, kernel, rss, targets, failures, timings)
+    print(f"\nwrote {args.out_dir}/results.json, results.csv, allreduce_latency.png")
+    for f in failures:
+        print(f"FAILED: {f}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

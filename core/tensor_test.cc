@@ -1,0 +1,241 @@
+#include "core/tensor.h"
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+bool IsAligned64(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 64 == 0;
+}
+
+TEST(NumElementsTest, ScalarHasOneElement) {
+  absl::StatusOr<int64_t> n = NumElements({});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1);
+}
+
+TEST(NumElementsTest, IsTheProductOfTheDimensions) {
+  EXPECT_EQ(*NumElements({4, 3}), 12);
+  EXPECT_EQ(*NumElements({2, 3, 5, 7}), 210);
+}
+
+TEST(NumElementsTest, AZeroDimensionGivesZeroEvenWithHugeOthers) {
+  EXPECT_EQ(*NumElements({0}), 0);
+  EXPECT_EQ(*NumElements({kInt64Max, 0, kInt64Max}), 0);
+}
+
+TEST(NumElementsTest, NegativeDimensionIsInvalidAndNamed) {
+  absl::StatusOr<int64_t> n = NumElements({2, -3});
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(n.status().message(), "negative dimension -3 in shape [2,-3]");
+}
+
+TEST(NumElementsTest, NegativeDimensionWinsOverZero) {
+  absl::StatusOr<int64_t> n = NumElements({0, -1});
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(NumElementsTest, OverflowIsInvalid) {
+  absl::StatusOr<int64_t> n = NumElements({int64_t{1} << 32, int64_t{1} << 31});
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(n.status().message()), HasSubstr("overflows int64"));
+  EXPECT_TRUE(NumElements({int64_t{1} << 31, int64_t{1} << 31}).ok());
+}
+
+TEST(NumBytesTest, MultipliesByElementSize) {
+  EXPECT_EQ(*NumBytes(DataType::kFloat64, {4, 3}), 96);
+  EXPECT_EQ(*NumBytes(DataType::kBFloat16, {5}), 10);
+  EXPECT_EQ(*NumBytes(DataType::kBool, {}), 1);
+  EXPECT_EQ(*NumBytes(DataType::kInt64, {0, 9}), 0);
+}
+
+TEST(NumBytesTest, ByteOverflowIsInvalidEvenWhenElementCountFits) {
+  const int64_t elements = kInt64Max / 4;  // fits; x8 does not
+  ASSERT_TRUE(NumElements({elements}).ok());
+  absl::StatusOr<int64_t> b = NumBytes(DataType::kFloat64, {elements});
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(b.status().message()),
+              HasSubstr("float64 overflows int64"));
+  EXPECT_TRUE(NumBytes(DataType::kInt8, {elements}).ok());
+}
+
+TEST(NumBytesTest, NegativeDimensionIsInvalid) {
+  EXPECT_EQ(NumBytes(DataType::kInt8, {-1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ShapeToStringTest, FormatsWithoutSpaces) {
+  EXPECT_EQ(ShapeToString({}), "[]");
+  EXPECT_EQ(ShapeToString({4}), "[4]");
+  EXPECT_EQ(ShapeToString({4, 3}), "[4,3]");
+}
+
+TEST(TensorViewTest, DefaultIsTheEmptyInput) {
+  TensorView v;
+  EXPECT_TRUE(v.is_empty_input());
+  EXPECT_EQ(v.data(), nullptr);
+  EXPECT_TRUE(v.shape().empty());
+}
+
+TEST(TensorViewTest, OfSpanIsOneDimensional) {
+  std::vector<double> values = {1, 2, 3};
+  TensorView v = TensorView::Of<double>(values);
+  EXPECT_FALSE(v.is_empty_input());
+  EXPECT_EQ(v.dtype(), DataType::kFloat64);
+  EXPECT_THAT(v.shape(), ElementsAre(3));
+  EXPECT_EQ(v.num_elements(), 3);
+  EXPECT_EQ(v.num_bytes(), 24u);
+  EXPECT_EQ(v.data(), values.data());
+}
+
+TEST(TensorViewTest, ZeroElementViewIsNotTheEmptyInput) {
+  TensorView v(nullptr, DataType::kInt32, {0, 5});
+  EXPECT_FALSE(v.is_empty_input());
+  EXPECT_EQ(v.num_elements(), 0);
+  EXPECT_EQ(v.num_bytes(), 0u);
+}
+
+TEST(TensorViewTest, ScalarHasOneElement) {
+  int64_t x = 7;
+  TensorView v(&x, DataType::kInt64, {});
+  EXPECT_EQ(v.num_elements(), 1);
+  EXPECT_EQ(v.num_bytes(), 8u);
+}
+
+TEST(TensorViewTest, InvalidShapeReportsZeroRatherThanGarbage) {
+  TensorView v(nullptr, DataType::kInt32, {2, -3});
+  EXPECT_EQ(v.num_elements(), 0);
+  EXPECT_EQ(v.num_bytes(), 0u);
+}
+
+TEST(MutableTensorViewTest, OfSpanAndViewShareMemory) {
+  std::vector<int32_t> values = {1, 2, 3, 4};
+  MutableTensorView m = MutableTensorView::Of<int32_t>(absl::MakeSpan(values));
+  EXPECT_EQ(m.dtype(), DataType::kInt32);
+  EXPECT_EQ(m.num_bytes(), 16u);
+  static_cast<int32_t*>(m.data())[2] = 30;
+  EXPECT_EQ(values[2], 30);
+  TensorView v = m.view();
+  EXPECT_EQ(v.data(), values.data());
+  EXPECT_THAT(v.shape(), ElementsAre(4));
+}
+
+TEST(TensorTest, DefaultIsEmptyFloat32) {
+  Tensor t;
+  EXPECT_EQ(t.dtype(), DataType::kFloat32);
+  EXPECT_THAT(t.shape(), ElementsAre(0));
+  EXPECT_EQ(t.num_elements(), 0);
+  EXPECT_EQ(t.num_bytes(), 0u);
+  EXPECT_NE(t.data(), nullptr);
+}
+
+TEST(TensorTest, BufferIsAlignedAndZeroed) {
+  for (DataType dtype : {DataType::kFloat32, DataType::kBFloat16,
+                         DataType::kInt8, DataType::kFloat64}) {
+    for (int64_t n : {1, 3, 63, 64, 65, 1000}) {
+      Tensor t(dtype, {n});
+      EXPECT_TRUE(IsAligned64(t.data())) << n;
+      EXPECT_EQ(t.num_bytes(), static_cast<size_t>(n) * DataTypeSize(dtype));
+      std::vector<char> zeros(t.num_bytes(), 0);
+      EXPECT_EQ(std::memcmp(t.data(), zeros.data(), t.num_bytes()), 0);
+    }
+  }
+}
+
+TEST(TensorTest, ZeroBytesStillHasAnAlignedBuffer) {
+  Tensor t(DataType::kInt64, {3, 0});
+  EXPECT_EQ(t.num_bytes(), 0u);
+  EXPECT_EQ(t.num_elements(), 0);
+  ASSERT_NE(t.data(), nullptr);
+  EXPECT_TRUE(IsAligned64(t.data()));
+  EXPECT_TRUE(t.values<int64_t>().empty());
+}
+
+TEST(TensorTest, ScalarHoldsOneElement) {
+  Tensor t(DataType::kFloat64, {});
+  EXPECT_EQ(t.num_elements(), 1);
+  t.mutable_values<double>()[0] = 2.5;
+  EXPECT_THAT(t.values<double>(), ElementsAre(2.5));
+}
+
+TEST(TensorTest, CopyIsDeep) {
+  Tensor a(DataType::kInt32, {2, 2});
+  a.mutable_values<int32_t>()[3] = 42;
+  Tensor b(a);
+  EXPECT_NE(b.data(), a.data());
+  EXPECT_TRUE(IsAligned64(b.data()));
+  EXPECT_THAT(b.shape(), ElementsAre(2, 2));
+  EXPECT_THAT(b.values<int32_t>(), ElementsAre(0, 0, 0, 42));
+  a.mutable_values<int32_t>()[3] = 1;
+  EXPECT_EQ(b.values<int32_t>()[3], 42);
+}
+
+TEST(TensorTest, CopyAssignmentReplacesContents) {
+  Tensor a(DataType::kUInt8, {3});
+  a.mutable_values<uint8_t>()[0] = 9;
+  Tensor b(DataType::kFloat64, {100});
+  b = a;
+  EXPECT_EQ(b.dtype(), DataType::kUInt8);
+  EXPECT_EQ(b.num_bytes(), 3u);
+  EXPECT_THAT(b.values<uint8_t>(), ElementsAre(9, 0, 0));
+  const Tensor& self = b;
+  b = self;
+  EXPECT_THAT(b.values<uint8_t>(), ElementsAre(9, 0, 0));
+}
+
+TEST(TensorTest, MoveTransfersTheBuffer) {
+  Tensor a(DataType::kFloat32, {4});
+  const void* buffer = a.data();
+  Tensor b(std::move(a));
+  EXPECT_EQ(b.data(), buffer);
+  Tensor c;
+  c = std::move(b);
+  EXPECT_EQ(c.data(), buffer);
+  EXPECT_EQ(c.num_bytes(), 16u);
+}
+
+TEST(TensorTest, CopyOfCopiesTheViewBytes) {
+  std::vector<float> values = {1.5f, -2.0f, 3.25f};
+  Tensor t = Tensor::CopyOf(TensorView::Of<float>(values));
+  EXPECT_NE(t.data(), values.data());
+  EXPECT_EQ(t.dtype(), DataType::kFloat32);
+  EXPECT_THAT(t.values<float>(), ElementsAre(1.5f, -2.0f, 3.25f));
+  values[0] = 0;
+  EXPECT_EQ(t.values<float>()[0], 1.5f);
+}
+
+TEST(TensorTest, CopyOfAnEmptyTensorViewWithNullData) {
+  Tensor t = Tensor::CopyOf(TensorView(nullptr, DataType::kBool, {0}));
+  EXPECT_EQ(t.dtype(), DataType::kBool);
+  EXPECT_EQ(t.num_bytes(), 0u);
+}
+
+TEST(TensorTest, ViewsSeeTheTensorBytes) {
+  Tensor t(DataType::kInt64, {2});
+  t.mutable_values<int64_t>()[1] = -5;
+  TensorView v = t.view();
+  EXPECT_EQ(v.data(), t.data());
+  EXPECT_EQ(v.num_bytes(), 16u);
+  MutableTensorView m = t.mutable_view();
+  static_cast<int64_t*>(m.data())[0] = 8;
+  EXPECT_THAT(t.values<int64_t>(), ElementsAre(8, -5));
+}
+
+}  // namespace
+}  // namespace reducer
