@@ -24,6 +24,10 @@ constexpr size_t kChunkBytes = 1 << 20;
 // comes this much later so that the server's message is the one seen.
 constexpr absl::Duration kDeadlineSlack = absl::Seconds(5);
 
+// Idle result buffers a client keeps for reuse (see core/buffer_cache.h):
+// enough for the gradients of a mid-sized model step after step.
+constexpr size_t kIdleBufferBytes = size_t{256} << 20;
+
 // Attempts per collective when the transport fails before any answer.
 constexpr int kMaxAttempts = 3;
 constexpr absl::Duration kRetryBackoff = absl::Milliseconds(100);
@@ -54,7 +58,9 @@ grpc::ChannelArguments ChannelArgs() {
 }  // namespace
 
 ClientSession::ClientSession(ClientOptions options)
-    : options_(std::move(options)), session_id_(RandomId()) {}
+    : options_(std::move(options)),
+      session_id_(RandomId()),
+      buffers_(std::make_shared<BufferCache>(kIdleBufferBytes)) {}
 
 absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
     const ClientOptions& options) {
@@ -234,7 +240,7 @@ absl::StatusOr<std::vector<Tensor>> ClientSession::Run(
   absl::StatusOr<std::vector<Tensor>> result;
   for (int attempt = 1;; ++attempt) {
     CollectiveCall rpc(data_stub_.get(), header, spec.inputs,
-                       spec.send_payload, deadline, kChunkBytes);
+                       spec.send_payload, deadline, kChunkBytes, buffers_);
     result = rpc.Run();
     // Retry only where it is safe: the transport failed before any answer
     // came, and the session (hence the job's epoch) is intact. The retry

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/reducer_client.h"
+#include "core/buffer_cache.h"
 #include "core/fingerprint.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -59,6 +60,7 @@ class ClientSession {
   // Constant after construction.
   const ClientOptions options_;
   const std::string session_id_;
+  const std::shared_ptr<BufferCache> buffers_;  // shared with result tensors
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Reducer::Stub> stub_;
   std::shared_ptr<grpc::Channel> data_channel_;  // collectives

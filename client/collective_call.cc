@@ -34,12 +34,14 @@ CollectiveCall::CollectiveCall(grpc::GenericStub* stub,
                                v1::CollectiveHeader header,
                                std::vector<const void*> inputs,
                                bool send_payload, absl::Time deadline,
-                               size_t chunk_bytes)
+                               size_t chunk_bytes,
+                               std::shared_ptr<BufferCache> buffers)
     : stub_(stub),
       header_(std::move(header)),
       inputs_(std::move(inputs)),
       send_payload_(send_payload),
-      chunk_bytes_(chunk_bytes) {
+      chunk_bytes_(chunk_bytes),
+      buffers_(std::move(buffers)) {
   context_.set_deadline(absl::ToChronoTime(deadline));
 }
 
@@ -151,8 +153,11 @@ absl::Status CollectiveCall::HandleResponse() {
           layout.status().message()));
     }
     result_layout_ = *std::move(layout);
+    // Every byte is overwritten before Run() returns the tensors (it
+    // checks that the whole result arrived), so skip zeroing them.
     for (TensorSpec& spec : specs) {
-      result_.emplace_back(spec.dtype, std::move(spec.shape));
+      result_.push_back(
+          Tensor::Uninitialized(spec.dtype, std::move(spec.shape), buffers_));
     }
     have_result_header_ = true;
   }

@@ -25,6 +25,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "core/buffer_cache.h"
 #include "core/tensor.h"
 #include "core/validate.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -39,9 +40,11 @@ class CollectiveCall final
   // `header` lists the tensors this rank declares; `inputs[i]` points at the
   // bytes of header.tensors(i) (ignored when `send_payload` is false).
   // `stub` must outlive the call.
+  // Result tensors take their buffers from `buffers` (may be null).
   CollectiveCall(grpc::GenericStub* stub, v1::CollectiveHeader header,
                  std::vector<const void*> inputs, bool send_payload,
-                 absl::Time deadline, size_t chunk_bytes);
+                 absl::Time deadline, size_t chunk_bytes,
+                 std::shared_ptr<BufferCache> buffers);
 
   // Runs the call. Errors: the server's status, or DATA_LOSS / INTERNAL if
   // the server's answer does not add up (bytes past the result, missing
@@ -71,6 +74,7 @@ class CollectiveCall final
   const std::vector<const void*> inputs_;
   const bool send_payload_;
   const size_t chunk_bytes_;
+  const std::shared_ptr<BufferCache> buffers_;
   PayloadLayout layout_;
   grpc::ClientContext context_;
 

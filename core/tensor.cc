@@ -1,7 +1,5 @@
 #include "core/tensor.h"
 
-#include <sys/mman.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -14,9 +12,6 @@
 namespace reducer {
 namespace {
 
-// Tensor buffers start on a cache line, and 64 bytes is also the widest
-// vector register (AVX-512), so kernels never straddle lines at the start.
-constexpr size_t kTensorAlignment = 64;
 
 // The element count of a shape already known to be valid, or 0 for an invalid
 // one. The views document that their shape must be valid; 0 keeps a caller
@@ -31,12 +26,6 @@ size_t BytesOrZero(DataType dtype, absl::Span<const int64_t> shape) {
   return n.ok() ? static_cast<size_t>(*n) : 0;
 }
 
-// Buffers at least this large are mapped from the kernel with
-// MAP_POPULATE: the kernel hands them over zeroed and already faulted in, in
-// one call. Touching fresh malloc'd pages instead costs one page fault each,
-// which on virtual machines was most of a 64 MiB all-reduce's client CPU
-// (malloc serves buffers this large with fresh mappings on every call).
-constexpr size_t kMapThresholdBytes = size_t{1} << 20;
 
 }  // namespace
 
@@ -106,48 +95,8 @@ size_t MutableTensorView::num_bytes() const {
 
 // Tensor --------------------------------------------------------------------
 
-void Tensor::FreeDeleter::operator()(void* p) const {
-  if (mapped_bytes > 0) {
-    munmap(p, mapped_bytes);
-  } else {
-    std::free(p);
-  }
-}
-
-// Allocates a zeroed, kTensorAlignment-aligned buffer of at least one line,
-// so that data() is never null, even for zero bytes. Aborts when memory is
-// exhausted, as operator new would.
-std::unique_ptr<void, Tensor::FreeDeleter> Tensor::AllocateZeroed(
-    size_t num_bytes) {
-  if (num_bytes >= kMapThresholdBytes) {
-    void* p = mmap(nullptr, num_bytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (p != MAP_FAILED) {  // page-aligned, so kTensorAlignment-aligned
-      return std::unique_ptr<void, FreeDeleter>(p, FreeDeleter(num_bytes));
-    }
-  }
-  void* p = nullptr;
-  if (num_bytes <= SIZE_MAX - kTensorAlignment) {
-    // aligned_alloc wants a multiple of the alignment.
-    const size_t rounded =
-        num_bytes == 0 ? kTensorAlignment
-                       : (num_bytes + kTensorAlignment - 1) / kTensorAlignment *
-                             kTensorAlignment;
-    p = std::aligned_alloc(kTensorAlignment, rounded);
-  }
-  if (p == nullptr) {
-    std::fprintf(stderr, "reducer::Tensor: cannot allocate %zu bytes\n",
-                 num_bytes);
-    std::abort();
-  }
-  std::memset(p, 0, num_bytes);
-  return std::unique_ptr<void, FreeDeleter>(p, FreeDeleter());
-}
-
-Tensor::Tensor() : Tensor(DataType::kFloat32, {0}) {}
-
-Tensor::Tensor(DataType dtype, std::vector<int64_t> shape)
-    : dtype_(dtype), shape_(std::move(shape)) {
+void Tensor::SetShape(std::vector<int64_t> shape) {
+  shape_ = std::move(shape);
   absl::StatusOr<int64_t> bytes = NumBytes(dtype_, shape_);
   if (!bytes.ok() || DataTypeSize(dtype_) == 0) {
     // An internal invariant: callers validate shapes (ValidateContribution,
@@ -158,7 +107,24 @@ Tensor::Tensor(DataType dtype, std::vector<int64_t> shape)
   }
   num_elements_ = *NumElements(shape_);
   num_bytes_ = static_cast<size_t>(*bytes);
-  data_ = AllocateZeroed(num_bytes_);
+}
+
+Tensor::Tensor() : Tensor(DataType::kFloat32, {0}) {}
+
+Tensor::Tensor(DataType dtype, std::vector<int64_t> shape) : dtype_(dtype) {
+  SetShape(std::move(shape));
+  data_ = AllocateBuffer(num_bytes_);
+  std::memset(data_.get(), 0, num_bytes_);
+}
+
+Tensor Tensor::Uninitialized(DataType dtype, std::vector<int64_t> shape,
+                             const std::shared_ptr<BufferCache>& cache) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.SetShape(std::move(shape));
+  t.data_ = cache != nullptr ? cache->Get(t.num_bytes_)
+                             : AllocateBuffer(t.num_bytes_);
+  return t;
 }
 
 Tensor::Tensor(const Tensor& other)
@@ -166,10 +132,12 @@ Tensor::Tensor(const Tensor& other)
       shape_(other.shape_),
       num_elements_(other.num_elements_),
       num_bytes_(other.num_bytes_),
-      data_(AllocateZeroed(other.num_bytes_)) {
-  // A moved-from tensor has no buffer; its copy keeps the zeroed one.
-  if (other.data_ != nullptr && num_bytes_ > 0) {
+      data_(AllocateBuffer(other.num_bytes_)) {
+  // A moved-from tensor has no buffer; its copy gets a zeroed one.
+  if (other.data_ != nullptr) {
     std::memcpy(data_.get(), other.data_.get(), num_bytes_);
+  } else {
+    std::memset(data_.get(), 0, num_bytes_);
   }
 }
 

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/buffer_cache.h"
 #include "core/data_type.h"
 
 namespace reducer {
@@ -117,6 +118,12 @@ class Tensor {
   // A deep copy of `view` (which must not be the empty input).
   static Tensor CopyOf(const TensorView& view);
 
+  // A tensor whose bytes are unspecified (the caller overwrites them all),
+  // with its buffer from `cache` (see core/buffer_cache.h), or from malloc
+  // when `cache` is null. `shape` must be valid, as for the constructor.
+  static Tensor Uninitialized(DataType dtype, std::vector<int64_t> shape,
+                              const std::shared_ptr<BufferCache>& cache);
+
   DataType dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t num_elements() const { return num_elements_; }
@@ -143,20 +150,14 @@ class Tensor {
   }
 
  private:
-  // Frees a buffer from malloc, or unmaps one of `mapped_bytes` (> 0).
-  struct FreeDeleter {
-    FreeDeleter() : mapped_bytes(0) {}
-    explicit FreeDeleter(size_t mapped) : mapped_bytes(mapped) {}
-    void operator()(void* p) const;
-    size_t mapped_bytes;
-  };
-  static std::unique_ptr<void, FreeDeleter> AllocateZeroed(size_t num_bytes);
+  // Checks `shape` (aborting if invalid) and sets the size fields.
+  void SetShape(std::vector<int64_t> shape);
 
   DataType dtype_;
   std::vector<int64_t> shape_;
   int64_t num_elements_;
   size_t num_bytes_;
-  std::unique_ptr<void, FreeDeleter> data_;
+  Buffer data_;
 };
 
 }  // namespace reducer
