@@ -226,7 +226,7 @@ absl::StatusOr<std::vector<Tensor>> ClientSession::Run(
   }
   header.set_root(spec.root);
   header.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
-  header.set_attempt_id(RandomId());
+  header.set_attempt_id(absl::StrCat(session_id_, "/", next_attempt_.fetch_add(1)));
   {
     absl::MutexLock lock(&mu_);
     header.set_epoch(epoch_);

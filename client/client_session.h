@@ -7,6 +7,7 @@
 #ifndef REDUCER_CLIENT_CLIENT_SESSION_H_
 #define REDUCER_CLIENT_CLIENT_SESSION_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -61,6 +62,9 @@ class ClientSession {
   const ClientOptions options_;
   const std::string session_id_;
   const std::shared_ptr<BufferCache> buffers_;  // shared with result tensors
+  // Numbers the collectives this session starts (their attempt ids); atomic
+  // so that concurrent calls need no lock for it.
+  std::atomic<uint64_t> next_attempt_{0};
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Reducer::Stub> stub_;
   std::shared_ptr<grpc::Channel> data_channel_;  // collectives

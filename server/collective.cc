@@ -412,8 +412,29 @@ void Collective::SendTo(int index, uint64_t offset,
     m.header_sent = true;
   }
   for (const grpc::Slice& s : data) m.sent += s.size();
-  ++m.pending_writes;
-  m.channel->Send(EncodeMessage(fields, data));
+  const bool last = IsComplete(m);
+  // The last write completes with the stream (no OnWriteDone), so it is
+  // not counted as pending.
+  if (!last) ++m.pending_writes;
+  m.channel->Send(EncodeMessage(fields, data), last);
+  if (last) MarkFinished(index);
+}
+
+bool Collective::IsComplete(const Member& m) const {
+  // A rank is done once it has its whole result and has sent its whole
+  // payload (a ReduceScatter rank may get its slice before it sent all).
+  return !m.finished && all_headers_ && m.header_sent &&
+         m.sent == m.output_bytes && m.received == m.input_bytes;
+}
+
+void Collective::MarkFinished(int index) {
+  members_[index].finished = true;
+  ReleaseMemory(index);
+  if (++finished_ == static_cast<int>(members_.size())) {
+    done_ = true;
+    for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
+    timer_ids_.clear();
+  }
 }
 
 bool Collective::MayRead(int index) const {
@@ -449,20 +470,9 @@ void Collective::ResumeReaders() {
 
 void Collective::MaybeFinish(int index) {
   Member& m = members_[index];
-  // A rank finishes once it has its whole result and has sent its whole
-  // payload (a ReduceScatter rank may get its slice before it sent all).
-  if (m.finished || !all_headers_ || !m.header_sent ||
-      m.sent != m.output_bytes || m.received != m.input_bytes) {
-    return;
-  }
-  m.finished = true;
+  if (!IsComplete(m)) return;
   m.channel->FinishWhenSent();
-  ReleaseMemory(index);
-  if (++finished_ == static_cast<int>(members_.size())) {
-    done_ = true;
-    for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
-    timer_ids_.clear();
-  }
+  MarkFinished(index);
 }
 
 void Collective::ReleaseMemory(int index) {

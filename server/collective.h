@@ -63,8 +63,9 @@ namespace reducer {
 class RankChannel {
  public:
   virtual ~RankChannel() = default;
-  // Queues one response message.
-  virtual void Send(grpc::ByteBuffer message) = 0;
+  // Queues one response message. With `last`, the stream then ends with OK
+  // (in the same write, saving the client a wakeup); nothing may follow.
+  virtual void Send(grpc::ByteBuffer message, bool last) = 0;
   // Ends the stream with OK once every queued message is written.
   virtual void FinishWhenSent() = 0;
   // Ends the stream with `status` now; queued messages are dropped.
@@ -168,7 +169,11 @@ class Collective : public std::enable_shared_from_this<Collective> {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool MayRead(int index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ResumeReaders() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finishes `index`'s stream if IsComplete (used when its last payload
+  // arrives after its last result byte was sent).
   void MaybeFinish(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IsComplete(const Member& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkFinished(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseMemory(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string MissingRanks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnStallTimer();

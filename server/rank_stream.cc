@@ -97,16 +97,23 @@ void RankStream::ResumeReading() {
   StartRead(&incoming_);
 }
 
-void RankStream::Send(grpc::ByteBuffer message) {
+void RankStream::Send(grpc::ByteBuffer message, bool last) {
   absl::MutexLock lock(&mu_);
-  if (finished_) return;
-  if (write_in_flight_) {
-    outgoing_.push_back(std::move(message));
-    return;
-  }
-  write_in_flight_ = true;
+  if (finished_ || last_queued_) return;
   outgoing_.push_back(std::move(message));
-  StartWrite(&outgoing_.front());
+  last_queued_ = last;
+  if (!write_in_flight_) WriteFrontLocked();
+}
+
+void RankStream::WriteFrontLocked() {
+  write_in_flight_ = true;
+  if (last_queued_ && outgoing_.size() == 1) {
+    finished_ = true;
+    StartWriteAndFinish(&outgoing_.front(), grpc::WriteOptions(),
+                        grpc::Status::OK);
+  } else {
+    StartWrite(&outgoing_.front());
+  }
 }
 
 void RankStream::OnWriteDone(bool ok) {
@@ -120,8 +127,7 @@ void RankStream::OnWriteDone(bool ok) {
       outgoing_.clear();
     }
     if (!outgoing_.empty() && !finished_) {
-      write_in_flight_ = true;
-      StartWrite(&outgoing_.front());
+      WriteFrontLocked();
     } else if (finish_when_sent_ && !finished_ && outgoing_.empty()) {
       finished_ = true;
       Finish(grpc::Status::OK);
@@ -133,7 +139,7 @@ void RankStream::OnWriteDone(bool ok) {
 
 void RankStream::FinishWhenSent() {
   absl::MutexLock lock(&mu_);
-  if (finished_) return;
+  if (finished_ || last_queued_) return;
   if (write_in_flight_ || !outgoing_.empty()) {
     finish_when_sent_ = true;
     return;

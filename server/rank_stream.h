@@ -44,7 +44,7 @@ class RankStream final
                                   std::function<void()> on_done);
 
   // RankChannel, called by the Collective.
-  void Send(grpc::ByteBuffer message) override;
+  void Send(grpc::ByteBuffer message, bool last) override;
   void FinishWhenSent() override;
   void Fail(const absl::Status& status) override;
   void ResumeReading() override;
@@ -60,6 +60,9 @@ class RankStream final
  private:
   void HandleMessage();
   void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts writing outgoing_.front(), ending the stream with it if it is
+  // the last message.
+  void WriteFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const std::function<void()> on_done_;
@@ -75,6 +78,7 @@ class RankStream final
   absl::Mutex mu_;
   std::shared_ptr<RankStream> self_ ABSL_GUARDED_BY(mu_);  // dropped in OnDone
   std::deque<grpc::ByteBuffer> outgoing_ ABSL_GUARDED_BY(mu_);
+  bool last_queued_ ABSL_GUARDED_BY(mu_) = false;  // outgoing_.back() ends it
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_when_sent_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

@@ -17,9 +17,11 @@ TimerQueue::Id TimerQueue::Schedule(absl::Time when,
                                     std::function<void()> callback) {
   absl::MutexLock lock(&mu_);
   Id id = next_id_++;
-  pending_.emplace(std::make_pair(when, id), std::move(callback));
+  auto it = pending_.emplace(std::make_pair(when, id), std::move(callback)).first;
   time_of_.emplace(id, when);
-  wake_.Signal();
+  // The thread sleeps until the earliest timer; only a new earliest one
+  // needs to wake it (most timers are cancelled long before they are due).
+  if (it == pending_.begin()) wake_.Signal();
   return id;
 }
 
