@@ -60,6 +60,15 @@ MPIRUN_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                 "--mca", "oob_tcp_if_include", "lo"]
 
 
+# On this machine kind (a VM) a page touched for the first time costs ~4 ms
+# per MiB, and glibc serves every malloc of 32 MiB or more with a fresh mmap,
+# so a library that mallocs a 64 MiB scratch buffer per call (Open MPI's
+# allreduce does) pays ~250 ms of page faults per call. These settings keep
+# freed memory in the heap for reuse; by default every worker process of
+# every system gets them (--malloc_env).
+MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
+
+
 class RunError(Exception):
     """A benchmark subprocess failed, timed out or printed unusable output."""
 
@@ -80,12 +89,13 @@ def iterations_for(size, quick):
     return 10, 2
 
 
-def make_plan(quick):
+def make_plan(quick, sizes=None):
     """Returns the list of runs for one world size: dicts with "pattern",
     "sizes", "iters" and "warmup". Sizes sharing an iteration count share one
-    launch of the workers (process start-up is paid once per group)."""
+    launch of the workers (process start-up is paid once per group).
+    sizes, when given, replaces the default list."""
     groups = {}
-    for size in QUICK_SIZES if quick else FULL_SIZES:
+    for size in sizes or (QUICK_SIZES if quick else FULL_SIZES):
         groups.setdefault(iterations_for(size, quick), []).append(size)
     plan = [{"pattern": "allreduce", "sizes": sizes, "iters": it, "warmup": wu}
             for (it, wu), sizes in groups.items()]
@@ -177,7 +187,7 @@ def wait_all(procs, logs, deadline, timeout_s, watch=None):
 class ReducerDaemon:
     """Runs bazel-bin/server/reducerd on a free 127.0.0.1 port until stop()."""
 
-    def __init__(self, binary, log_path, start_timeout_s=60.0):
+    def __init__(self, binary, log_path, env=None, start_timeout_s=60.0):
         self.address = f"127.0.0.1:{free_port()}"
         self.log_path = Path(log_path)
         self._ready = threading.Event()
@@ -185,7 +195,8 @@ class ReducerDaemon:
         self.proc = subprocess.Popen(
             [str(binary), f"--listen={self.address}"], cwd=REPO_ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+            stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+            env=dict(os.environ, **(env or {})))
         self._pump_thread = threading.Thread(target=self._pump, daemon=True)
         self._pump_thread.start()
         self._wait_ready(start_timeout_s)
@@ -248,15 +259,18 @@ def run_gloo(ctx, world, run, log_prefix):
             f"--world_size={world}", f"--port={port}",
             f"--timeout_s={ctx.timeout_s}"] + worker_flags(run)
     cmds = [base + [f"--rank={r}"] for r in range(world)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
+               **ctx.worker_env)
     return run_processes(cmds, log_prefix, ctx.timeout_s, env)
 
 
 def run_mpi(ctx, world, run, log_prefix):
     """Runs the mpicc-built peer under mpirun with W ranks over TCP."""
-    cmd = ["mpirun"] + MPIRUN_FLAGS + ["-np", str(world), str(ctx.mpi_binary)]
+    exports = [a for name in ctx.worker_env for a in ("-x", name)]
+    cmd = (["mpirun"] + MPIRUN_FLAGS + exports +
+           ["-np", str(world), str(ctx.mpi_binary)])
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **ctx.worker_env)
     return run_processes([cmd + worker_flags(run)], log_prefix, ctx.timeout_s, env)
 
 
@@ -272,9 +286,11 @@ def run_reducer(ctx, world, run, log_prefix):
     """Launches W Reducer workers against the shared daemon (restarted if it
     died in an earlier run)."""
     if ctx.daemon is None or not ctx.daemon.alive():
-        ctx.daemon = ReducerDaemon(ctx.reducerd, ctx.log_dir / "reducerd.log")
+        ctx.daemon = ReducerDaemon(ctx.reducerd, ctx.log_dir / "reducerd.log",
+                                   ctx.daemon_env)
     cmds = reducer_cmds(ctx.reducer_worker, ctx.daemon.address, world, run)
-    return run_processes(cmds, log_prefix, ctx.timeout_s)
+    return run_processes(cmds, log_prefix, ctx.timeout_s,
+                         dict(os.environ, **ctx.worker_env))
 
 
 RUNNERS = {"reducer": run_reducer, "gloo": run_gloo, "mpi": run_mpi}
@@ -465,18 +481,21 @@ def kernel_bench(binary, timeout_s):
             "float32_sum_vs_memcpy": pair_kernels(bench)}
 
 
-def size_arg(name):
-    """The numeric size argument of a benchmark name ("BM_X/1048576" ->
-    "1048576"), or "" when it has none."""
-    m = re.search(r"/(\d+)(?:/|$)", name)
-    return m.group(1) if m else ""
+def bench_args(name):
+    """The arguments of a benchmark name other than its dtype and timing
+    suffix, as a tuple: "BM_ReduceSum/W:2/dtype:0/real_time" -> ("W:2",),
+    "BM_Memcpy/1048576" -> ("1048576",)."""
+    return tuple(t for t in name.split("/")[1:]
+                 if not t.startswith(("dtype", "real_time", "process_time",
+                                      "manual_time", "threads:")))
 
 
 def pair_kernels(bench):
     """Pairs each float32 sum benchmark (by name or label) with the memcpy
-    benchmark of the same size argument, or with the only memcpy one.
-    bench maps name -> (GB/s, label); returns dicts with both and the ratio."""
-    memcpy = {size_arg(n): (n, v) for n, (v, _) in bench.items()
+    benchmark of the same other arguments (W, size), or with the only memcpy
+    one. bench maps name -> (GB/s, label); returns dicts with both and the
+    ratio."""
+    memcpy = {bench_args(n): (n, v) for n, (v, _) in bench.items()
               if "memcpy" in n.lower() and v > 0}
     pairs = []
     for name, (gbps, label) in bench.items():
@@ -485,7 +504,7 @@ def pair_kernels(bench):
             continue
         if not re.search(r"float32|f32|dtype:0\b", text):  # DataType::kFloat32 == 0
             continue
-        match = memcpy.get(size_arg(name)) or (
+        match = memcpy.get(bench_args(name)) or (
             next(iter(memcpy.values())) if len(memcpy) == 1 else None)
         if match:
             pairs.append({"sum": name, "sum_GBps": gbps, "memcpy": match[0],
@@ -502,7 +521,8 @@ def reducerd_peak_rss(ctx, timeout_s):
     if avail is not None and avail < need:
         return {"skipped": f"needs ~{need / GiB:.0f} GiB free, "
                            f"{avail / GiB:.1f} GiB available"}
-    daemon = ReducerDaemon(ctx.reducerd, ctx.log_dir / "reducerd-rss.log")
+    daemon = ReducerDaemon(ctx.reducerd, ctx.log_dir / "reducerd-rss.log",
+                           ctx.daemon_env)
     try:
         idle_kib = daemon.proc_status("VmHWM")
         run = {"pattern": "allreduce", "sizes": [RSS_TENSOR_BYTES],
@@ -510,6 +530,7 @@ def reducerd_peak_rss(ctx, timeout_s):
         cmds = reducer_cmds(ctx.reducer_worker, daemon.address, RSS_WORLD_SIZE, run)
         t0 = time.monotonic()
         out = run_processes(cmds, ctx.log_dir / "reducer-rss", timeout_s,
+                            dict(os.environ, **ctx.worker_env),
                             watch=lambda: memory_guard(daemon))
         elapsed = time.monotonic() - t0
         peak_kib = daemon.proc_status("VmHWM")
@@ -618,6 +639,8 @@ class Context:
         self.reducerd = Path(args.reducerd)
         self.reducer_worker = Path(args.reducer_worker)
         self.wait_idle_s = args.wait_idle_s
+        self.worker_env = MALLOC_ENV if args.malloc_env != "none" else {}
+        self.daemon_env = MALLOC_ENV if args.malloc_env == "all" else {}
         self.mpi_binary = None
         self.daemon = None
 
@@ -630,12 +653,19 @@ def parse_args(argv):
     p.add_argument("--systems", default=",".join(SYSTEMS),
                    help="comma-separated subset of reducer,gloo,mpi")
     p.add_argument("--world_sizes", default="2,4")
+    p.add_argument("--sizes", default="",
+                   help="comma-separated byte sizes instead of the default list")
     p.add_argument("--out_dir", type=Path, default=BENCH_DIR / "out")
     p.add_argument("--timeout_s", type=float, default=600,
                    help="hard limit for each launch of workers")
     p.add_argument("--wait_idle_s", type=float, default=0,
                    help="before each size group, wait up to this long for other "
                         "load to go away (default: only warn)")
+    p.add_argument("--malloc_env", choices=("workers", "all", "none"),
+                   default="workers",
+                   help="which processes get MALLOC_ENV (heap reuse instead of "
+                        "fresh mmap pages): the workers of every system, those "
+                        "and reducerd, or none")
     p.add_argument("--skip_rss", action="store_true",
                    help="skip reducerd's 1 GiB peak-RSS run")
     p.add_argument("--skip_kernel", action="store_true",
@@ -651,6 +681,9 @@ def parse_args(argv):
     if bad:
         p.error(f"unknown systems: {sorted(bad)}")
     args.world_sizes = [int(w) for w in args.world_sizes.split(",")]
+    args.sizes = [int(x) for x in args.sizes.split(",") if x]
+    if any(n <= 0 or n % 4 for n in args.sizes):
+        p.error("--sizes must be positive multiples of 4")
     args.out_dir = args.out_dir.resolve()
     return args
 
@@ -658,12 +691,9 @@ def parse_args(argv):
 def reexec_with_system_python(argv):
     """Debian's torch and matplotlib live in /usr/bin/python3's dist-packages;
     if this interpreter (e.g. a pyenv shim) lacks them, run again under it."""
-    try:
-        import torch  # noqa: F401
-        import matplotlib  # noqa: F401
+    import importlib.util
+    if all(importlib.util.find_spec(m) for m in ("torch", "matplotlib")):
         return
-    except ImportError:
-        pass
     system_python = "/usr/bin/python3"
     if (os.path.exists(system_python) and os.environ.get("RUN_BENCH_REEXEC") != "1"
             and os.path.realpath(sys.executable) != os.path.realpath(system_python)):
@@ -695,13 +725,13 @@ def build_mpi(tmp):
     return binary
 
 
-def run_all(ctx, systems, world_sizes, quick):
+def run_all(ctx, systems, world_sizes, quick, sizes=None):
     """Runs every plan entry for every W, systems interleaved per entry.
     Returns (records, failures, wall seconds per system)."""
     records, failures = [], []
     timings = {s: 0.0 for s in systems}
     for world in world_sizes:
-        for i, run in enumerate(make_plan(quick)):
+        for i, run in enumerate(make_plan(quick, sizes)):
             busy = wait_for_idle(ctx.wait_idle_s)
             for system in systems:
                 label = f"{system} W={world} {run['pattern']} {fmt_size(run['sizes'][0])}.."
@@ -769,12 +799,13 @@ def extras(args, ctx, systems, failures):
     return kernel, rss
 
 
-def write_results(args, records, kernel, rss, targets, failures, timings):
+def write_results(args, ctx, records, kernel, rss, targets, failures, timings):
     """Writes results.json (raw latencies and everything else), results.csv
     and the plot into --out_dir."""
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
             "cpus": os.cpu_count(), "python": sys.version.split()[0],
-            "quick": args.quick, "argv": sys.argv[1:]}
+            "quick": args.quick, "argv": sys.argv[1:],
+            "worker_env": ctx.worker_env, "reducerd_env": ctx.daemon_env}
     doc = {"meta": meta, "results": records, "kernel_bench": kernel,
            "reducerd_peak_rss": rss,
            "targets": [dict(figure=l, value=v, target=t, ok=ok)
@@ -796,7 +827,7 @@ def main(argv):
         try:
             systems = available_systems(args, ctx, tmp)
             records, failures, timings = run_all(ctx, systems, args.world_sizes,
-                                                 args.quick)
+                                                 args.quick, args.sizes)
         finally:
             if ctx.daemon:
                 ctx.daemon.stop()
@@ -809,7 +840,7 @@ def main(argv):
     print_table(records)
     busy_runs = sum(r.get("cpu_busy_before", 0) > BUSY_LIMIT for r in records)
     print_extras(kernel, rss, targets, timings, busy_runs)
-    write_results(args, records, kernel, rss, targets, failures, timings)
+    write_results(args, ctx, records, kernel, rss, targets, failures, timings)
     print(f"\nwrote {args.out_dir}/results.json, results.csv, allreduce_latency.png")
     for f in failures:
         print(f"FAILED: {f}", file=sys.stderr)
