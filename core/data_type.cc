@@ -102,23 +102,21 @@ absl::Status CheckOpSupported(ReduceOp op, DataType dtype) {
         absl::StrCat("unknown dtype ", static_cast<int>(dtype)));
   }
   if (op == ReduceOp::kAvg && !IsFloatingPoint(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "avg is defined for floating-point dtypes only, not ",
-        DataTypeName(dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("avg is defined for floating-point dtypes only, not ",
+                     DataTypeName(dtype)));
   }
   if (IsBitwise(op) && IsFloatingPoint(dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(ReduceOpName(op),
-                     " is defined for integer and bool dtypes only, not ",
-                     DataTypeName(dtype)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        ReduceOpName(op), " is defined for integer and bool dtypes only, not ",
+        DataTypeName(dtype)));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<DataType> DataTypeFromWire(int value) {
   if (value == 0) {
-    return absl::InvalidArgumentError(
-        "dtype is unspecified (wire value 0)");
+    return absl::InvalidArgumentError("dtype is unspecified (wire value 0)");
   }
   if (value < 1 || value > kNumDataTypes) {
     return absl::InvalidArgumentError(

@@ -13,14 +13,13 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr DataType kAllDataTypes[] = {
-    DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-    DataType::kBFloat16, DataType::kInt8,   DataType::kUInt8,
-    DataType::kInt32,   DataType::kInt64,   DataType::kBool};
+    DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+    DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
+    DataType::kInt32,    DataType::kInt64,   DataType::kBool};
 
 constexpr ReduceOp kAllReduceOps[] = {
-    ReduceOp::kSum,    ReduceOp::kProduct, ReduceOp::kMin,
-    ReduceOp::kMax,    ReduceOp::kAvg,     ReduceOp::kBitAnd,
-    ReduceOp::kBitOr,  ReduceOp::kBitXor};
+    ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin,   ReduceOp::kMax,
+    ReduceOp::kAvg, ReduceOp::kBitAnd,  ReduceOp::kBitOr, ReduceOp::kBitXor};
 
 TEST(DataTypeTest, SizesMatchTorchElementSizes) {
   const size_t expected[] = {4, 8, 2, 2, 1, 1, 4, 8, 1};
@@ -59,8 +58,7 @@ TEST(DataTypeTest, OnlyTheFourFloatTypesAreFloatingPoint) {
 
 // The support matrix, written out by hand: one row per dtype, one column per
 // op in the order sum, product, min, max, avg, bit_and, bit_or, bit_xor.
-class OpSupportTest
-    : public ::testing::TestWithParam<std::tuple<int, int>> {};
+class OpSupportTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(OpSupportTest, MatchesTheDocumentedMatrix) {
   const char* kMatrix[] = {
@@ -91,19 +89,22 @@ TEST_P(OpSupportTest, MatchesTheDocumentedMatrix) {
 
 INSTANTIATE_TEST_SUITE_P(AllPairs, OpSupportTest,
                          ::testing::Combine(::testing::Range(0, kNumDataTypes),
-                                            ::testing::Range(0, kNumReduceOps)));
+                                            ::testing::Range(0,
+                                                             kNumReduceOps)));
 
 TEST(DataTypeTest, AvgOnIntegerSaysFloatingOnly) {
   absl::Status s = CheckOpSupported(ReduceOp::kAvg, DataType::kInt32);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "avg is defined for floating-point dtypes only, not int32");
+  EXPECT_EQ(s.message(),
+            "avg is defined for floating-point dtypes only, not int32");
 }
 
 TEST(DataTypeTest, BitwiseOnFloatSaysIntegerAndBoolOnly) {
   absl::Status s = CheckOpSupported(ReduceOp::kBitXor, DataType::kBFloat16);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(),
-            "bit_xor is defined for integer and bool dtypes only, not bfloat16");
+  EXPECT_EQ(
+      s.message(),
+      "bit_xor is defined for integer and bool dtypes only, not bfloat16");
 }
 
 TEST(DataTypeTest, OutOfRangeEnumsAreRejected) {

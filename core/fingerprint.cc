@@ -34,9 +34,8 @@ bool ShapesAgree(CollectiveKind kind, const std::vector<int64_t>& a,
   return true;
 }
 
-absl::Status Mismatch(size_t num_tensors, size_t index,
-                      absl::string_view what, int rank_a,
-                      absl::string_view value_a, int rank_b,
+absl::Status Mismatch(size_t num_tensors, size_t index, absl::string_view what,
+                      int rank_a, absl::string_view value_a, int rank_b,
                       absl::string_view value_b) {
   std::string prefix =
       num_tensors > 1 ? absl::StrCat("tensor ", index, ": ") : std::string();
@@ -80,8 +79,7 @@ int CollectiveKindToWire(CollectiveKind kind) {
 }
 
 std::string DescribeTensor(const TensorSpec& spec) {
-  return absl::StrCat(ShapeToString(spec.shape), " ",
-                      DataTypeName(spec.dtype));
+  return absl::StrCat(ShapeToString(spec.shape), " ", DataTypeName(spec.dtype));
 }
 
 // The checks run in the order the header lists; for the per-tensor fields
@@ -90,10 +88,10 @@ std::string DescribeTensor(const TensorSpec& spec) {
 absl::Status CheckAgreement(int rank_a, const Fingerprint& a, int rank_b,
                             const Fingerprint& b) {
   if (a.kind != b.kind) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "mismatched collectives: rank ", rank_a, " called ",
-        CollectiveKindName(a.kind), ", rank ", rank_b, " called ",
-        CollectiveKindName(b.kind)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("mismatched collectives: rank ", rank_a, " called ",
+                     CollectiveKindName(a.kind), ", rank ", rank_b, " called ",
+                     CollectiveKindName(b.kind)));
   }
   const CollectiveKind kind = a.kind;
   if (a.group != b.group) {

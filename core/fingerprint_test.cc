@@ -64,9 +64,9 @@ TEST(CollectiveKindTest, UnspecifiedAndUnknownWireValuesAreInvalid) {
   for (int v : {6, -1, 99}) {
     k = CollectiveKindFromWire(v);
     EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument) << v;
-    EXPECT_THAT(std::string(k.status().message()),
-                HasSubstr("unknown collective kind wire value " +
-                          std::to_string(v)));
+    EXPECT_THAT(
+        std::string(k.status().message()),
+        HasSubstr("unknown collective kind wire value " + std::to_string(v)));
   }
 }
 
@@ -88,7 +88,8 @@ TEST(CheckAgreementTest, DifferentCollectivesAreNamed) {
   ExpectMismatch(
       CheckAgreement(0, AllReduce({Spec(DataType::kFloat32, {4})}), 1,
                      Broadcast(0, {Spec(DataType::kFloat32, {4})})),
-      "mismatched collectives: rank 0 called allreduce, rank 1 called broadcast");
+      "mismatched collectives: rank 0 called allreduce, rank 1 called "
+      "broadcast");
 }
 
 TEST(CheckAgreementTest, DifferentGroupsAreNamed) {
@@ -99,8 +100,8 @@ TEST(CheckAgreementTest, DifferentGroupsAreNamed) {
 }
 
 TEST(CheckAgreementTest, DifferentRootsAreNamed) {
-  ExpectMismatch(CheckAgreement(0, Broadcast(0, {Spec(DataType::kInt8, {2})}), 1,
-                                Broadcast(2, {})),
+  ExpectMismatch(CheckAgreement(0, Broadcast(0, {Spec(DataType::kInt8, {2})}),
+                                1, Broadcast(2, {})),
                  "mismatched roots: rank 0 sent 0, rank 1 sent 2");
 }
 
@@ -112,11 +113,11 @@ TEST(CheckAgreementTest, RootIsIgnoredOutsideBroadcast) {
 }
 
 TEST(CheckAgreementTest, DifferentTensorCountsAreNamed) {
-  Fingerprint a = AllReduce({Spec(DataType::kFloat32, {1}),
-                             Spec(DataType::kFloat32, {1}),
-                             Spec(DataType::kFloat32, {1})});
-  Fingerprint b = AllReduce({Spec(DataType::kFloat32, {1}),
-                             Spec(DataType::kFloat32, {1})});
+  Fingerprint a =
+      AllReduce({Spec(DataType::kFloat32, {1}), Spec(DataType::kFloat32, {1}),
+                 Spec(DataType::kFloat32, {1})});
+  Fingerprint b =
+      AllReduce({Spec(DataType::kFloat32, {1}), Spec(DataType::kFloat32, {1})});
   ExpectMismatch(
       CheckAgreement(0, a, 1, b),
       "mismatched tensor counts: rank 0 sent 3 tensors, rank 1 sent 2 tensors");
@@ -128,8 +129,9 @@ TEST(CheckAgreementTest, DifferentTensorCountsAreNamed) {
 
 TEST(CheckAgreementTest, DifferentOpsAreNamed) {
   ExpectMismatch(
-      CheckAgreement(0, AllReduce({Spec(DataType::kFloat32, {4}, ReduceOp::kSum)}),
-                     1, AllReduce({Spec(DataType::kFloat32, {4}, ReduceOp::kMax)})),
+      CheckAgreement(
+          0, AllReduce({Spec(DataType::kFloat32, {4}, ReduceOp::kSum)}), 1,
+          AllReduce({Spec(DataType::kFloat32, {4}, ReduceOp::kMax)})),
       "mismatched ops: rank 0 sent sum, rank 1 sent max");
 }
 
@@ -144,13 +146,15 @@ TEST(CheckAgreementTest, DifferentShapesAreNamedWithTheirDtypes) {
   ExpectMismatch(
       CheckAgreement(0, AllReduce({Spec(DataType::kFloat32, {4, 3})}), 2,
                      AllReduce({Spec(DataType::kFloat32, {4, 4})})),
-      "mismatched shapes: rank 0 sent [4,3] float32, rank 2 sent [4,4] float32");
+      "mismatched shapes: rank 0 sent [4,3] float32, rank 2 sent [4,4] "
+      "float32");
 }
 
 TEST(CheckAgreementTest, ScalarAndOneElementVectorDiffer) {
-  ExpectMismatch(CheckAgreement(0, AllReduce({Spec(DataType::kInt64, {})}), 1,
-                                AllReduce({Spec(DataType::kInt64, {1})})),
-                 "mismatched shapes: rank 0 sent [] int64, rank 1 sent [1] int64");
+  ExpectMismatch(
+      CheckAgreement(0, AllReduce({Spec(DataType::kInt64, {})}), 1,
+                     AllReduce({Spec(DataType::kInt64, {1})})),
+      "mismatched shapes: rank 0 sent [] int64, rank 1 sent [1] int64");
 }
 
 TEST(CheckAgreementTest, FirstDifferenceInDocumentedOrderIsReported) {
@@ -160,8 +164,8 @@ TEST(CheckAgreementTest, FirstDifferenceInDocumentedOrderIsReported) {
   EXPECT_THAT(std::string(CheckAgreement(0, a, 1, b).message()),
               HasSubstr("mismatched collectives"));
   // Same kind: the group comes before counts, ops, dtypes and shapes.
-  b = AllReduce({Spec(DataType::kInt8, {5}, ReduceOp::kMax),
-                 Spec(DataType::kInt8, {5})});
+  b = AllReduce(
+      {Spec(DataType::kInt8, {5}, ReduceOp::kMax), Spec(DataType::kInt8, {5})});
   EXPECT_THAT(std::string(CheckAgreement(0, a, 1, b).message()),
               HasSubstr("mismatched groups"));
   b.group = a.group;
@@ -186,9 +190,9 @@ TEST(CheckAgreementTest, SeveralTensorsNameTheTensorIndex) {
   Fingerprint a = AllReduce(specs);
   Fingerprint b = a;
   b.tensors[3].shape = {3};
-  ExpectMismatch(
-      CheckAgreement(1, a, 0, b),
-      "tensor 3: mismatched shapes: rank 1 sent [2] float32, rank 0 sent [3] float32");
+  ExpectMismatch(CheckAgreement(1, a, 0, b),
+                 "tensor 3: mismatched shapes: rank 1 sent [2] float32, rank 0 "
+                 "sent [3] float32");
   b = a;
   b.tensors[4].op = ReduceOp::kAvg;
   ExpectMismatch(CheckAgreement(1, a, 0, b),
@@ -206,17 +210,17 @@ TEST(CheckAgreementTest, AllGatherAllowsDimensionZeroToDiffer) {
   b.tensors[0].shape = {0, 5};
   EXPECT_TRUE(CheckAgreement(0, a, 1, b).ok());
   b.tensors[0].shape = {3, 6};
-  ExpectMismatch(
-      CheckAgreement(0, a, 1, b),
-      "mismatched shapes: rank 0 sent [3,5] float32, rank 1 sent [3,6] float32");
+  ExpectMismatch(CheckAgreement(0, a, 1, b),
+                 "mismatched shapes: rank 0 sent [3,5] float32, rank 1 sent "
+                 "[3,6] float32");
   b.tensors[0].shape = {15};
   ExpectMismatch(
       CheckAgreement(0, a, 1, b),
       "mismatched shapes: rank 0 sent [3,5] float32, rank 1 sent [15] float32");
   b.tensors[0] = Spec(DataType::kFloat64, {3, 5});
-  ExpectMismatch(
-      CheckAgreement(0, a, 1, b),
-      "mismatched dtypes: rank 0 sent [3,5] float32, rank 1 sent [3,5] float64");
+  ExpectMismatch(CheckAgreement(0, a, 1, b),
+                 "mismatched dtypes: rank 0 sent [3,5] float32, rank 1 sent "
+                 "[3,5] float64");
 }
 
 TEST(CheckAgreementTest, OpsAreIgnoredWhereNothingIsReduced) {
@@ -227,10 +231,10 @@ TEST(CheckAgreementTest, OpsAreIgnoredWhereNothingIsReduced) {
   Fingerprint b = a;
   b.tensors[0].op = ReduceOp::kMax;
   EXPECT_TRUE(CheckAgreement(0, a, 1, b).ok());
-  EXPECT_TRUE(CheckAgreement(0, Broadcast(0, {Spec(DataType::kInt8, {2})}), 1,
-                             Broadcast(0, {Spec(DataType::kInt8, {2},
-                                                ReduceOp::kMin)}))
-                  .ok());
+  EXPECT_TRUE(
+      CheckAgreement(0, Broadcast(0, {Spec(DataType::kInt8, {2})}), 1,
+                     Broadcast(0, {Spec(DataType::kInt8, {2}, ReduceOp::kMin)}))
+          .ok());
 }
 
 TEST(CheckAgreementTest, ReduceScatterComparesOpsAndWholeShapes) {

@@ -51,7 +51,7 @@ constexpr size_t kInlineInputs = 64;
 // every hardware prefetcher busy without thrashing L1.
 constexpr size_t kMaxFanIn = 4;
 
-// Bit casts --------------------------------------------------------------------
+// Bit casts -------------------------------------------------------------------
 
 inline uint32_t FloatBits(float f) {
   uint32_t u;
@@ -131,7 +131,7 @@ inline uint16_t FloatToBFloat16Inline(float value) {
   return static_cast<uint16_t>(Select(is_nan, nan, rounded));
 }
 
-// Element conversions: storage type In <-> accumulation type Acc ---------------
+// Element conversions: storage type In <-> accumulation type Acc --------------
 
 template <typename T>
 struct Identity {
@@ -163,7 +163,7 @@ struct BoolConversion {
   static uint8_t Store(uint8_t x) { return x; }
 };
 
-// Element operations on the accumulation type ----------------------------------
+// Element operations on the accumulation type ---------------------------------
 
 template <typename T>
 struct SumOp {
@@ -215,7 +215,7 @@ struct XorOp {
   static T Apply(T a, T b) { return static_cast<T>(a ^ b); }
 };
 
-// The passes -------------------------------------------------------------------
+// The passes ------------------------------------------------------------------
 //
 // Each pass is a plain loop over __restrict pointers (the *Span functions),
 // run on spans of the constant kStep elements and then on the shorter rest:
@@ -284,8 +284,9 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void StoreSpan(
 
 // In-place variant of StoreSpan for Acc == In: acc[i] = acc[i] / divisor.
 template <typename Acc>
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline void DivideInPlaceSpan(
-    Acc* __restrict acc, Acc divisor, size_t n) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void DivideInPlaceSpan(Acc* __restrict acc,
+                                                           Acc divisor,
+                                                           size_t n) {
   for (size_t i = 0; i < n; ++i) acc[i] = acc[i] / divisor;
 }
 
@@ -331,7 +332,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void FoldBlock(
     if (acc_holds_input0) {
       if constexpr (!std::is_same_v<Conv, Identity<In>>) {
         size_t i = 0;
-        for (; i + kStep <= n; i += kStep) LoadInPlaceSpan<Conv>(acc + i, kStep);
+        for (; i + kStep <= n; i += kStep)
+          LoadInPlaceSpan<Conv>(acc + i, kStep);
         LoadInPlaceSpan<Conv>(acc + i, n - i);
       }
       k = 1;
@@ -430,8 +432,7 @@ void Kernel(const void* const* inputs, size_t num_inputs, size_t num_elements,
     for (size_t k = 0; k < num_inputs; ++k) {
       in[k] = static_cast<const In*>(inputs[k]) + offset;
     }
-    ReduceBlock<Conv, Op, kDivide>(out + offset, in, num_inputs, in_place,
-                                   n);
+    ReduceBlock<Conv, Op, kDivide>(out + offset, in, num_inputs, in_place, n);
   }
 }
 
@@ -530,9 +531,9 @@ absl::Status Reduce(ReduceOp op, DataType dtype,
                     void* out) {
   if (absl::Status s = CheckOpSupported(op, dtype); !s.ok()) return s;
   if (inputs.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reduce ", ReduceOpName(op), " on ", DataTypeName(dtype),
-        " needs at least one input"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce ", ReduceOpName(op), " on ", DataTypeName(dtype),
+                     " needs at least one input"));
   }
   if (num_elements == 0) return absl::OkStatus();
   if (out == nullptr) {
@@ -540,8 +541,8 @@ absl::Status Reduce(ReduceOp op, DataType dtype,
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("reduce input ", i,
-                                                     " is null"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("reduce input ", i, " is null"));
     }
   }
   KernelFn kernel = SelectKernel(op, dtype);

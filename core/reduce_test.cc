@@ -33,7 +33,7 @@ using ::testing::HasSubstr;
 
 struct FloatFormat {
   int mantissa_bits;
-  int min_exponent;   // of the smallest normal
+  int min_exponent;  // of the smallest normal
   double max_finite;
 };
 constexpr FloatFormat kF32Format{23, -126, FLT_MAX};
@@ -104,7 +104,7 @@ float FloatFromBits(uint32_t u) {
          << "actual " << actual << ", expected " << expected;
 }
 
-// The reference folds -----------------------------------------------------------
+// The reference folds ---------------------------------------------------------
 
 double RefMinMax(ReduceOp op, double a, double b) {
   if (std::isnan(a) || std::isnan(b)) return NAN;
@@ -220,7 +220,7 @@ int64_t RefFoldInteger(DataType dtype, ReduceOp op,
   return TruncateTo(dtype, acc);
 }
 
-// Element access on raw bytes -----------------------------------------------------
+// Element access on raw bytes -------------------------------------------------
 
 double ReadFloating(DataType dtype, const uint8_t* p, size_t i) {
   switch (dtype) {
@@ -265,7 +265,8 @@ int64_t ReadInteger(DataType dtype, const uint8_t* p, size_t i) {
 
 // Random inputs covering each type's range: full-range bit patterns (finite
 // for the float types) mixed with values of moderate size, where sums round.
-std::vector<uint8_t> RandomInput(DataType dtype, size_t n, std::mt19937_64& rng) {
+std::vector<uint8_t> RandomInput(DataType dtype, size_t n,
+                                 std::mt19937_64& rng) {
   const size_t size = DataTypeSize(dtype);
   std::vector<uint8_t> bytes(n * size);
   for (size_t i = 0; i < n; ++i) {
@@ -289,14 +290,16 @@ std::vector<uint8_t> RandomInput(DataType dtype, size_t n, std::mt19937_64& rng)
       }
       case DataType::kFloat16: {
         uint16_t h = static_cast<uint16_t>(r);
-        if (moderate) h = (h & 0x83ff) | static_cast<uint16_t>((12 + r % 7) << 10);
+        if (moderate)
+          h = (h & 0x83ff) | static_cast<uint16_t>((12 + r % 7) << 10);
         if (((h >> 10) & 0x1f) == 31) h &= 0xbfff;  // keep it finite
         std::memcpy(p, &h, 2);
         break;
       }
       case DataType::kBFloat16: {
         uint16_t b = static_cast<uint16_t>(r);
-        if (moderate) b = (b & 0x807f) | static_cast<uint16_t>((124 + r % 7) << 7);
+        if (moderate)
+          b = (b & 0x807f) | static_cast<uint16_t>((124 + r % 7) << 7);
         if (((b >> 7) & 0xff) == 255) b &= 0xbfff;  // keep it finite
         std::memcpy(p, &b, 2);
         break;
@@ -313,17 +316,16 @@ std::vector<uint8_t> RandomInput(DataType dtype, size_t n, std::mt19937_64& rng)
   return bytes;
 }
 
-// The op x dtype x world size x length sweep ----------------------------------------
+// The op x dtype x world size x length sweep ----------------------------------
 
 constexpr DataType kAllDataTypes[] = {
-    DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-    DataType::kBFloat16, DataType::kInt8,   DataType::kUInt8,
-    DataType::kInt32,   DataType::kInt64,   DataType::kBool};
+    DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+    DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
+    DataType::kInt32,    DataType::kInt64,   DataType::kBool};
 
 constexpr ReduceOp kAllReduceOps[] = {
-    ReduceOp::kSum,    ReduceOp::kProduct, ReduceOp::kMin,
-    ReduceOp::kMax,    ReduceOp::kAvg,     ReduceOp::kBitAnd,
-    ReduceOp::kBitOr,  ReduceOp::kBitXor};
+    ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin,   ReduceOp::kMax,
+    ReduceOp::kAvg, ReduceOp::kBitAnd,  ReduceOp::kBitOr, ReduceOp::kBitXor};
 
 // Reduces `world` random inputs of `n` elements with the kernel and checks
 // every element against the reference fold. Every buffer starts `shift` bytes
@@ -375,9 +377,12 @@ void ExpectReduceMatchesReference(DataType dtype, ReduceOp op, int world,
       }
       double expected = dtype == DataType::kFloat64 ? RefFoldFloat64(op, x)
                                                     : RefFoldFloat32(op, x);
-      if (dtype == DataType::kFloat16) expected = RefRound(expected, kF16Format);
-      if (dtype == DataType::kBFloat16) expected = RefRound(expected, kBF16Format);
-      const bool zero_sign_matters = op != ReduceOp::kMin && op != ReduceOp::kMax;
+      if (dtype == DataType::kFloat16)
+        expected = RefRound(expected, kF16Format);
+      if (dtype == DataType::kBFloat16)
+        expected = RefRound(expected, kBF16Format);
+      const bool zero_sign_matters =
+          op != ReduceOp::kMin && op != ReduceOp::kMax;
       ::testing::AssertionResult same =
           SameValue(ReadFloating(dtype, out, i), expected, zero_sign_matters);
       if (!same) {
@@ -420,14 +425,14 @@ std::string SweepName(const ::testing::TestParamInfo<SweepParam>& info) {
 
 // 17000 elements cross the 16 KiB block boundary of every accumulator type
 // with a partial last block; 5 and 9 inputs need more than one fold pass.
-INSTANTIATE_TEST_SUITE_P(
-    AllPairs, ReduceSweepTest,
-    ::testing::Combine(::testing::Range(0, kNumDataTypes),
-                       ::testing::Range(0, kNumReduceOps),
-                       ::testing::Values(1, 2, 3, 4, 5, 9),
-                       ::testing::Values<size_t>(1, 37, 17000),
-                       ::testing::Bool()),
-    SweepName);
+INSTANTIATE_TEST_SUITE_P(AllPairs, ReduceSweepTest,
+                         ::testing::Combine(::testing::Range(0, kNumDataTypes),
+                                            ::testing::Range(0, kNumReduceOps),
+                                            ::testing::Values(1, 2, 3, 4, 5, 9),
+                                            ::testing::Values<size_t>(1, 37,
+                                                                      17000),
+                                            ::testing::Bool()),
+                         SweepName);
 
 // Results of several MiB: many blocks, at unaligned output addresses.
 TEST(ReduceLargeTest, Float32SumOfFiveMatchesReference) {
@@ -474,7 +479,7 @@ TEST(ReduceManyInputsTest, MoreRanksThanTheInlinePointerArrayMatchReference) {
                                false, 0);
 }
 
-// Contract details ------------------------------------------------------------------
+// Contract details ------------------------------------------------------------
 
 template <typename T>
 std::vector<T> ReduceValues(ReduceOp op, DataType dtype,
@@ -487,7 +492,8 @@ std::vector<T> ReduceValues(ReduceOp op, DataType dtype,
   return out;
 }
 
-std::vector<float> Float32(ReduceOp op, const std::vector<std::vector<float>>& in) {
+std::vector<float> Float32(ReduceOp op,
+                           const std::vector<std::vector<float>>& in) {
   return ReduceValues<float>(op, DataType::kFloat32, in);
 }
 
@@ -550,8 +556,9 @@ TEST(ReduceTest, ArrivalOrderDoesNotChangeBitsWhenInputsArePassedInRankOrder) {
   EXPECT_EQ(orders, 24);
   // The test can fail: a different input order does change the bits.
   std::vector<float> reversed(n);
-  std::vector<const void*> reverse_order = {by_rank[3].data(), by_rank[2].data(),
-                                            by_rank[1].data(), by_rank[0].data()};
+  std::vector<const void*> reverse_order = {
+      by_rank[3].data(), by_rank[2].data(), by_rank[1].data(),
+      by_rank[0].data()};
   ASSERT_TRUE(Reduce(ReduceOp::kSum, DataType::kFloat32, reverse_order, n,
                      reversed.data())
                   .ok());
@@ -610,9 +617,9 @@ TEST(ReduceTest, OutOfRangeEnumsAreInvalid) {
   EXPECT_EQ(Reduce(static_cast<ReduceOp>(9), DataType::kInt32, inputs, 1, &out)
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Reduce(ReduceOp::kSum, static_cast<DataType>(42), inputs, 1, &out)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      Reduce(ReduceOp::kSum, static_cast<DataType>(42), inputs, 1, &out).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ReduceTest, IntegerSumsAndProductsWrapAround) {
@@ -627,9 +634,9 @@ TEST(ReduceTest, IntegerSumsAndProductsWrapAround) {
   EXPECT_EQ(ReduceValues<int64_t>(ReduceOp::kSum, DataType::kInt64,
                                   {{I64::min()}, {-1}})[0],
             I64::max());
-  EXPECT_EQ(ReduceValues<int8_t>(ReduceOp::kSum, DataType::kInt8,
-                                 {{127}, {1}})[0],
-            -128);
+  EXPECT_EQ(
+      ReduceValues<int8_t>(ReduceOp::kSum, DataType::kInt8, {{127}, {1}})[0],
+      -128);
   EXPECT_EQ(ReduceValues<uint8_t>(ReduceOp::kSum, DataType::kUInt8,
                                   {{255}, {1}, {2}})[0],
             2);
@@ -657,9 +664,10 @@ TEST(ReduceTest, SignedMinMaxUseSignedOrder) {
   EXPECT_EQ(ReduceValues<uint8_t>(ReduceOp::kMax, DataType::kUInt8,
                                   {{5}, {200}, {3}})[0],
             200);
-  EXPECT_EQ(ReduceValues<int64_t>(ReduceOp::kMax, DataType::kInt64,
-                                  {{-1}, {std::numeric_limits<int64_t>::min()}})[0],
-            -1);
+  EXPECT_EQ(
+      ReduceValues<int64_t>(ReduceOp::kMax, DataType::kInt64,
+                            {{-1}, {std::numeric_limits<int64_t>::min()}})[0],
+      -1);
 }
 
 TEST(ReduceTest, BoolOpsAreLogicalAndTreatAnyNonzeroByteAsTrue) {
@@ -695,14 +703,15 @@ TEST(ReduceTest, AvgDividesTheSumByTheNumberOfInputs) {
             FloatToHalf(7.0f / 3.0f));
 }
 
-// NaN propagation -------------------------------------------------------------------
+// NaN propagation -------------------------------------------------------------
 
 TEST(ReduceTest, MinAndMaxPropagateNaNFromAnyPosition) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
     for (int pos = 0; pos < 3; ++pos) {
-      std::vector<std::vector<float>> in = {{1.0f, -inf}, {-2.0f, inf}, {3.0f, 0.0f}};
+      std::vector<std::vector<float>> in = {
+          {1.0f, -inf}, {-2.0f, inf}, {3.0f, 0.0f}};
       in[pos] = {nan, nan};
       std::vector<float> out = Float32(op, in);
       EXPECT_TRUE(std::isnan(out[0])) << ReduceOpName(op) << " pos " << pos;
@@ -710,18 +719,20 @@ TEST(ReduceTest, MinAndMaxPropagateNaNFromAnyPosition) {
     }
   }
   const double dnan = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_TRUE(std::isnan(ReduceValues<double>(ReduceOp::kMax, DataType::kFloat64,
-                                              {{1.0}, {dnan}})[0]));
-  EXPECT_TRUE(std::isnan(ReduceValues<double>(ReduceOp::kMin, DataType::kFloat64,
-                                              {{dnan}, {1.0}})[0]));
+  EXPECT_TRUE(std::isnan(ReduceValues<double>(
+      ReduceOp::kMax, DataType::kFloat64, {{1.0}, {dnan}})[0]));
+  EXPECT_TRUE(std::isnan(ReduceValues<double>(
+      ReduceOp::kMin, DataType::kFloat64, {{dnan}, {1.0}})[0]));
 }
 
 TEST(ReduceTest, HalfAndBFloat16MinMaxPropagateNaN) {
   for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
     EXPECT_TRUE(std::isnan(RefHalfToDouble(Half(op, {0x3c00, 0x7e00}))));
     EXPECT_TRUE(std::isnan(RefHalfToDouble(Half(op, {0x7e00, 0xfc00}))));
-    EXPECT_TRUE(std::isnan(RefBFloat16ToDouble(BFloat16(op, {0x3f80, 0x7fc0}))));
-    EXPECT_TRUE(std::isnan(RefBFloat16ToDouble(BFloat16(op, {0xffc1, 0x3f80}))));
+    EXPECT_TRUE(
+        std::isnan(RefBFloat16ToDouble(BFloat16(op, {0x3f80, 0x7fc0}))));
+    EXPECT_TRUE(
+        std::isnan(RefBFloat16ToDouble(BFloat16(op, {0xffc1, 0x3f80}))));
   }
 }
 
@@ -732,12 +743,13 @@ TEST(ReduceTest, SumAndProductPropagateNaNAndInfinities) {
   EXPECT_TRUE(std::isnan(Float32(ReduceOp::kSum, {{inf}, {-inf}})[0]));
   EXPECT_TRUE(std::isnan(Float32(ReduceOp::kProduct, {{inf}, {0.0f}})[0]));
   EXPECT_EQ(Float32(ReduceOp::kSum, {{FLT_MAX}, {FLT_MAX}})[0], inf);
-  EXPECT_TRUE(std::isnan(RefHalfToDouble(Half(ReduceOp::kSum, {0x3c00, 0x7e00}))));
   EXPECT_TRUE(
-      std::isnan(RefBFloat16ToDouble(BFloat16(ReduceOp::kAvg, {0x7f80, 0xff80}))));
+      std::isnan(RefHalfToDouble(Half(ReduceOp::kSum, {0x3c00, 0x7e00}))));
+  EXPECT_TRUE(std::isnan(
+      RefBFloat16ToDouble(BFloat16(ReduceOp::kAvg, {0x7f80, 0xff80}))));
 }
 
-// float16 and bfloat16 rounding through the kernels ----------------------------------
+// float16 and bfloat16 rounding through the kernels ---------------------------
 
 TEST(ReduceTest, HalfSumRoundsOnceAfterAccumulatingInFloat32) {
   // 1 + 2^-11 + 2^-11: rounding after each step would give 1.0 (0x3c00).
@@ -761,9 +773,9 @@ TEST(ReduceTest, HalfSumOverflowsToInfinity) {
 
 TEST(ReduceTest, HalfSubnormalsAddAndRoundToEven) {
   EXPECT_EQ(Half(ReduceOp::kSum, {0x0001, 0x0001}), 0x0002);
-  EXPECT_EQ(Half(ReduceOp::kSum, {0x03ff, 0x0001}), 0x0400);  // into normal
-  EXPECT_EQ(Half(ReduceOp::kAvg, {0x0001, 0x0000}), 0x0000);  // 2^-25 tie
-  EXPECT_EQ(Half(ReduceOp::kAvg, {0x0003, 0x0000}), 0x0002);  // 1.5 ulp tie
+  EXPECT_EQ(Half(ReduceOp::kSum, {0x03ff, 0x0001}), 0x0400);      // into normal
+  EXPECT_EQ(Half(ReduceOp::kAvg, {0x0001, 0x0000}), 0x0000);      // 2^-25 tie
+  EXPECT_EQ(Half(ReduceOp::kAvg, {0x0003, 0x0000}), 0x0002);      // 1.5 ulp tie
   EXPECT_EQ(Half(ReduceOp::kProduct, {0x0001, 0x3800}), 0x0000);  // x0.5 tie
   EXPECT_EQ(Half(ReduceOp::kSum, {0x8001, 0x0001}), 0x0000);
 }
@@ -781,7 +793,7 @@ TEST(ReduceTest, BFloat16OverflowsToInfinity) {
   EXPECT_EQ(BFloat16(ReduceOp::kSum, {0x7f7f, 0x7300}), 0x7f7f);
 }
 
-// Conversions --------------------------------------------------------------------------
+// Conversions -----------------------------------------------------------------
 
 TEST(HalfConversionTest, HalfToFloatMatchesReferenceForEveryBitPattern) {
   for (uint32_t b = 0; b <= 0xffff; ++b) {
@@ -830,12 +842,13 @@ TEST(HalfConversionTest, NamedCases) {
   EXPECT_EQ(FloatToHalf(FLT_MAX), 0x7c00);
   EXPECT_EQ(FloatToHalf(std::numeric_limits<float>::infinity()), 0x7c00);
   EXPECT_EQ(FloatToHalf(-std::numeric_limits<float>::infinity()), 0xfc00);
-  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);   // smallest subnormal
-  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);   // tie to even zero
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // tie to even zero
   EXPECT_EQ(FloatToHalf(std::ldexp(1.5f, -25)), 0x0001);
-  EXPECT_EQ(FloatToHalf(std::ldexp(3.0f, -25)), 0x0002);   // tie to even 2
-  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -14)), 0x0400);   // smallest normal
-  EXPECT_EQ(FloatToHalf(std::ldexp(2047.0f, -25)), 0x0400);  // rounds up into it
+  EXPECT_EQ(FloatToHalf(std::ldexp(3.0f, -25)), 0x0002);  // tie to even 2
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
+  EXPECT_EQ(FloatToHalf(std::ldexp(2047.0f, -25)),
+            0x0400);  // rounds up into it
   EXPECT_EQ(FloatToHalf(FLT_MIN), 0x0000);
   EXPECT_EQ(FloatToHalf(-FLT_MIN), 0x8000);
   EXPECT_EQ(FloatToHalf(std::numeric_limits<float>::denorm_min()), 0x0000);
@@ -858,7 +871,8 @@ TEST(HalfConversionTest, MatchesReferenceOnRandomFloats) {
     if (i % 2 == 0) u = (u & 0x807fffffu) | ((97u + (u >> 8) % 48) << 23);
     const float f = FloatFromBits(u);
     if (std::isnan(f)) continue;
-    ASSERT_TRUE(SameValue(RefHalfToDouble(FloatToHalf(f)), RefRound(f, kF16Format)))
+    ASSERT_TRUE(
+        SameValue(RefHalfToDouble(FloatToHalf(f)), RefRound(f, kF16Format)))
         << "float bits 0x" << std::hex << u;
   }
 }
@@ -887,7 +901,8 @@ TEST(HalfConversionTest, AgreesWithTheCompilersFloat16) {
 }
 #endif
 
-TEST(BFloat16ConversionTest, BFloat16ToFloatMatchesReferenceForEveryBitPattern) {
+TEST(BFloat16ConversionTest,
+     BFloat16ToFloatMatchesReferenceForEveryBitPattern) {
   for (uint32_t b = 0; b <= 0xffff; ++b) {
     ASSERT_TRUE(SameValue(BFloat16ToFloat(static_cast<uint16_t>(b)),
                           RefBFloat16ToDouble(static_cast<uint16_t>(b))))
@@ -915,14 +930,15 @@ TEST(BFloat16ConversionTest, MidpointsRoundToEven) {
     const uint16_t even = (v & 1) ? v + 1 : v;
     ASSERT_EQ(FloatToBFloat16(mid), even) << std::hex << v;
     ASSERT_EQ(FloatToBFloat16(FloatFromBits(lo | 0x7fff)), v) << std::hex << v;
-    ASSERT_EQ(FloatToBFloat16(FloatFromBits(lo | 0x8001)), v + 1) << std::hex << v;
+    ASSERT_EQ(FloatToBFloat16(FloatFromBits(lo | 0x8001)), v + 1)
+        << std::hex << v;
   }
 }
 
 TEST(BFloat16ConversionTest, NamedCases) {
   EXPECT_EQ(FloatToBFloat16(1.0f), 0x3f80);
   EXPECT_EQ(FloatToBFloat16(-0.0f), 0x8000);
-  EXPECT_EQ(FloatToBFloat16(FLT_MAX), 0x7f80);   // rounds up to infinity
+  EXPECT_EQ(FloatToBFloat16(FLT_MAX), 0x7f80);  // rounds up to infinity
   EXPECT_EQ(FloatToBFloat16(-FLT_MAX), 0xff80);
   EXPECT_EQ(FloatToBFloat16(FloatFromBits(0x7f7f7fff)), 0x7f7f);
   EXPECT_EQ(FloatToBFloat16(std::numeric_limits<float>::infinity()), 0x7f80);

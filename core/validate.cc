@@ -53,9 +53,8 @@ absl::Status CheckGroup(const std::vector<int>& group, int rank,
                        " outside world of ", world_size));
     }
     if (i > 0 && group[i] <= group[i - 1]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("group ", GroupToString(group),
-                       " is not sorted or has duplicates"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group ", GroupToString(group), " is not sorted or has duplicates"));
     }
   }
   if (!std::binary_search(group.begin(), group.end(), rank)) {
@@ -84,8 +83,8 @@ absl::Status CheckTensorCount(const Fingerprint& fp, int rank) {
             "broadcast root ", rank, " needs exactly one tensor, got ", n));
       }
       if (n > 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "broadcast needs at most one tensor, got ", n));
+        return absl::InvalidArgumentError(
+            absl::StrCat("broadcast needs at most one tensor, got ", n));
       }
       return absl::OkStatus();
     case CollectiveKind::kBarrier:
@@ -111,7 +110,8 @@ absl::StatusOr<PayloadLayout> ComputePayloadLayout(
           absl::StrCat(TensorPrefix(i), "unknown dtype ",
                        static_cast<int>(tensors[i].dtype)));
     }
-    absl::StatusOr<int64_t> bytes = NumBytes(tensors[i].dtype, tensors[i].shape);
+    absl::StatusOr<int64_t> bytes =
+        NumBytes(tensors[i].dtype, tensors[i].shape);
     if (!bytes.ok()) return WithTensorPrefix(i, bytes.status());
     const size_t size = static_cast<size_t>(*bytes);
     // end <= kMaxPayloadBytes, so rounding it up cannot wrap size_t.
@@ -150,9 +150,9 @@ absl::Status ValidateContribution(const Fingerprint& fp, int rank,
   }
   if (fp.kind == CollectiveKind::kBroadcast &&
       !std::binary_search(fp.group.begin(), fp.group.end(), fp.root)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("broadcast root ", fp.root, " is not in group ",
-                     GroupToString(fp.group)));
+    return absl::InvalidArgumentError(absl::StrCat("broadcast root ", fp.root,
+                                                   " is not in group ",
+                                                   GroupToString(fp.group)));
   }
   if (absl::Status s = CheckTensorCount(fp, rank); !s.ok()) return s;
 
@@ -177,23 +177,23 @@ absl::Status ValidateContribution(const Fingerprint& fp, int rank,
       fp.kind == CollectiveKind::kReduceScatter) {
     const TensorSpec& t = fp.tensors[0];
     if (t.shape.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          TensorPrefix(0), kind, " needs at least one dimension, got shape []"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(TensorPrefix(0), kind,
+                       " needs at least one dimension, got shape []"));
     }
     const int64_t group_size = static_cast<int64_t>(fp.group.size());
     if (fp.kind == CollectiveKind::kReduceScatter &&
         t.shape[0] % group_size != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          TensorPrefix(0), "reducescatter dimension 0 of shape ",
-          ShapeToString(t.shape), " is not divisible by the group size ",
-          group_size));
+      return absl::InvalidArgumentError(
+          absl::StrCat(TensorPrefix(0), "reducescatter dimension 0 of shape ",
+                       ShapeToString(t.shape),
+                       " is not divisible by the group size ", group_size));
     }
   }
   if (layout->total_bytes > max_payload_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(kind, " payload of ", layout->total_bytes,
-                     " bytes exceeds the limit of ", max_payload_bytes,
-                     " bytes"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        kind, " payload of ", layout->total_bytes,
+        " bytes exceeds the limit of ", max_payload_bytes, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -213,16 +213,15 @@ absl::Status ReducePackedRange(const PayloadLayout& layout,
         layout.sizes.size(), " sizes for ", n, " tensors"));
   }
   if (begin > end || end > layout.total_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("byte range [", begin, ",", end,
-                     ") is not inside the payload of ", layout.total_bytes,
-                     " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "byte range [", begin, ",", end, ") is not inside the payload of ",
+        layout.total_bytes, " bytes"));
   }
   if (begin % kPayloadAlignment != 0 ||
       (end % kPayloadAlignment != 0 && end != layout.total_bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "byte range [", begin, ",", end, ") is not aligned to ",
-        kPayloadAlignment, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("byte range [", begin, ",", end, ") is not aligned to ",
+                     kPayloadAlignment, " bytes"));
   }
   if (inputs.empty()) {
     return absl::InvalidArgumentError("reduce of a packed range needs inputs");
@@ -242,8 +241,8 @@ absl::Status ReducePackedRange(const PayloadLayout& layout,
   // an offset with the next tensor; they need no work.
   size_t first = 0;
   {
-    auto it = std::upper_bound(layout.offsets.begin(), layout.offsets.end(),
-                               begin);
+    auto it =
+        std::upper_bound(layout.offsets.begin(), layout.offsets.end(), begin);
     first = it == layout.offsets.begin()
                 ? 0
                 : static_cast<size_t>(it - layout.offsets.begin()) - 1;
@@ -259,7 +258,8 @@ absl::Status ReducePackedRange(const PayloadLayout& layout,
     }
     if (layout.offsets[i] % kPayloadAlignment != 0 ||
         layout.sizes[i] % elem != 0 ||
-        (i > 0 && layout.offsets[i] < layout.offsets[i - 1] + layout.sizes[i - 1])) {
+        (i > 0 &&
+         layout.offsets[i] < layout.offsets[i - 1] + layout.sizes[i - 1])) {
       return absl::InvalidArgumentError(absl::StrCat(
           TensorPrefix(i), "payload layout is inconsistent (offset ",
           layout.offsets[i], ", size ", layout.sizes[i], ")"));

@@ -48,7 +48,7 @@ void ExpectInvalid(const absl::Status& s, const std::string& message) {
   EXPECT_THAT(std::string(s.message()), HasSubstr(message));
 }
 
-// ComputePayloadLayout ------------------------------------------------------------
+// ComputePayloadLayout --------------------------------------------------------
 
 TEST(ComputePayloadLayoutTest, AlignsEveryTensorToEightBytes) {
   absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(
@@ -76,16 +76,18 @@ TEST(ComputePayloadLayoutTest, NegativeDimensionNamesTheTensor) {
 }
 
 TEST(ComputePayloadLayoutTest, ElementCountOverflowNamesTheTensor) {
-  ExpectInvalid(ComputePayloadLayout(
-                    {Spec(DataType::kInt8, {int64_t{1} << 40, int64_t{1} << 40})})
-                    .status(),
-                "tensor 0: element count of shape [1099511627776,1099511627776] "
-                "overflows int64");
+  ExpectInvalid(
+      ComputePayloadLayout(
+          {Spec(DataType::kInt8, {int64_t{1} << 40, int64_t{1} << 40})})
+          .status(),
+      "tensor 0: element count of shape [1099511627776,1099511627776] "
+      "overflows int64");
 }
 
 TEST(ComputePayloadLayoutTest, ByteSizeOverflowNamesTheTensor) {
   ExpectInvalid(
-      ComputePayloadLayout({Spec(DataType::kFloat64, {kInt64Max / 4})}).status(),
+      ComputePayloadLayout({Spec(DataType::kFloat64, {kInt64Max / 4})})
+          .status(),
       "tensor 0: byte size of shape");
 }
 
@@ -103,7 +105,7 @@ TEST(ComputePayloadLayoutTest, UnknownDtypeIsInvalid) {
       "tensor 0: unknown dtype 9");
 }
 
-// ValidateContribution -----------------------------------------------------------
+// ValidateContribution --------------------------------------------------------
 
 TEST(ValidateContributionTest, AcceptsWellFormedContributions) {
   EXPECT_TRUE(ValidateContribution(
@@ -113,25 +115,27 @@ TEST(ValidateContributionTest, AcceptsWellFormedContributions) {
                         Spec(DataType::kBFloat16, {0}, ReduceOp::kAvg)}),
                   2, 4, kNoLimit)
                   .ok());
-  EXPECT_TRUE(ValidateContribution(
-                  Make(CollectiveKind::kAllGather, {Spec(DataType::kInt8, {0, 2})}),
-                  0, 4, kNoLimit)
+  EXPECT_TRUE(ValidateContribution(Make(CollectiveKind::kAllGather,
+                                        {Spec(DataType::kInt8, {0, 2})}),
+                                   0, 4, kNoLimit)
                   .ok());
   EXPECT_TRUE(ValidateContribution(
                   Make(CollectiveKind::kReduceScatter,
                        {Spec(DataType::kFloat64, {8, 3}, ReduceOp::kMax)}),
                   3, 4, kNoLimit)
                   .ok());
-  EXPECT_TRUE(ValidateContribution(
-                  Make(CollectiveKind::kBroadcast, {Spec(DataType::kBool, {2})},
-                       {1, 3}, 3),
-                  3, 4, kNoLimit)
-                  .ok());
-  EXPECT_TRUE(ValidateContribution(
-                  Make(CollectiveKind::kBroadcast, {}, {1, 3}, 3), 1, 4, kNoLimit)
-                  .ok());
   EXPECT_TRUE(
-      ValidateContribution(Make(CollectiveKind::kBarrier, {}, {0}), 0, 1, 0).ok());
+      ValidateContribution(Make(CollectiveKind::kBroadcast,
+                                {Spec(DataType::kBool, {2})}, {1, 3}, 3),
+                           3, 4, kNoLimit)
+          .ok());
+  EXPECT_TRUE(
+      ValidateContribution(Make(CollectiveKind::kBroadcast, {}, {1, 3}, 3), 1,
+                           4, kNoLimit)
+          .ok());
+  EXPECT_TRUE(
+      ValidateContribution(Make(CollectiveKind::kBarrier, {}, {0}), 0, 1, 0)
+          .ok());
 }
 
 TEST(ValidateContributionTest, WorldSizeBelowOneIsInvalid) {
@@ -143,40 +147,45 @@ TEST(ValidateContributionTest, WorldSizeBelowOneIsInvalid) {
 TEST(ValidateContributionTest, RankOutsideWorldIsInvalid) {
   const Fingerprint fp =
       Make(CollectiveKind::kAllReduce, {Spec(DataType::kFloat32, {1})});
-  ExpectInvalid(ValidateContribution(fp, 5, 4, kNoLimit), "rank 5 outside world of 4");
-  ExpectInvalid(ValidateContribution(fp, 4, 4, kNoLimit), "rank 4 outside world of 4");
+  ExpectInvalid(ValidateContribution(fp, 5, 4, kNoLimit),
+                "rank 5 outside world of 4");
+  ExpectInvalid(ValidateContribution(fp, 4, 4, kNoLimit),
+                "rank 4 outside world of 4");
   ExpectInvalid(ValidateContribution(fp, -1, 4, kNoLimit),
                 "rank -1 outside world of 4");
 }
 
 TEST(ValidateContributionTest, UnknownCollectiveKindIsInvalid) {
-  ExpectInvalid(
-      ValidateContribution(Make(static_cast<CollectiveKind>(7), {}), 0, 4, kNoLimit),
-      "unknown collective kind 7");
+  ExpectInvalid(ValidateContribution(Make(static_cast<CollectiveKind>(7), {}),
+                                     0, 4, kNoLimit),
+                "unknown collective kind 7");
 }
 
 TEST(ValidateContributionTest, EmptyGroupIsInvalid) {
-  ExpectInvalid(
-      ValidateContribution(Make(CollectiveKind::kBarrier, {}, {}), 0, 4, kNoLimit),
-      "group is empty");
+  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kBarrier, {}, {}), 0,
+                                     4, kNoLimit),
+                "group is empty");
 }
 
 TEST(ValidateContributionTest, GroupMemberOutsideWorldIsInvalid) {
   ExpectInvalid(ValidateContribution(Make(CollectiveKind::kBarrier, {}, {0, 4}),
                                      0, 4, kNoLimit),
                 "group [0,4]: rank 4 outside world of 4");
-  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kBarrier, {}, {-1, 0}),
-                                     0, 4, kNoLimit),
-                "group [-1,0]: rank -1 outside world of 4");
+  ExpectInvalid(
+      ValidateContribution(Make(CollectiveKind::kBarrier, {}, {-1, 0}), 0, 4,
+                           kNoLimit),
+      "group [-1,0]: rank -1 outside world of 4");
 }
 
 TEST(ValidateContributionTest, UnsortedOrDuplicateGroupIsInvalid) {
-  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kBarrier, {}, {0, 2, 1}),
-                                     0, 4, kNoLimit),
-                "group [0,2,1] is not sorted or has duplicates");
-  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kBarrier, {}, {0, 1, 1}),
-                                     0, 4, kNoLimit),
-                "group [0,1,1] is not sorted or has duplicates");
+  ExpectInvalid(
+      ValidateContribution(Make(CollectiveKind::kBarrier, {}, {0, 2, 1}), 0, 4,
+                           kNoLimit),
+      "group [0,2,1] is not sorted or has duplicates");
+  ExpectInvalid(
+      ValidateContribution(Make(CollectiveKind::kBarrier, {}, {0, 1, 1}), 0, 4,
+                           kNoLimit),
+      "group [0,1,1] is not sorted or has duplicates");
 }
 
 TEST(ValidateContributionTest, RankOutsideItsGroupIsInvalid) {
@@ -187,52 +196,53 @@ TEST(ValidateContributionTest, RankOutsideItsGroupIsInvalid) {
 
 TEST(ValidateContributionTest, BroadcastRootOutsideGroupIsInvalid) {
   ExpectInvalid(
-      ValidateContribution(Make(CollectiveKind::kBroadcast, {}, {0, 1, 2}, 3), 0,
-                           4, kNoLimit),
+      ValidateContribution(Make(CollectiveKind::kBroadcast, {}, {0, 1, 2}, 3),
+                           0, 4, kNoLimit),
       "broadcast root 3 is not in group [0,1,2]");
   ExpectInvalid(
-      ValidateContribution(Make(CollectiveKind::kBroadcast, {}, {0, 1}, -1), 0, 4,
-                           kNoLimit),
+      ValidateContribution(Make(CollectiveKind::kBroadcast, {}, {0, 1}, -1), 0,
+                           4, kNoLimit),
       "broadcast root -1 is not in group [0,1]");
 }
 
 TEST(ValidateContributionTest, TensorCountsFollowTheCollectiveKind) {
   const TensorSpec t = Spec(DataType::kFloat32, {4});
-  ExpectInvalid(
-      ValidateContribution(Make(CollectiveKind::kAllReduce, {}), 0, 4, kNoLimit),
-      "allreduce needs at least one tensor, got 0");
-  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kAllGather, {t, t}), 0,
-                                     4, kNoLimit),
+  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kAllReduce, {}), 0, 4,
+                                     kNoLimit),
+                "allreduce needs at least one tensor, got 0");
+  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kAllGather, {t, t}),
+                                     0, 4, kNoLimit),
                 "allgather needs exactly one tensor, got 2");
-  ExpectInvalid(
-      ValidateContribution(Make(CollectiveKind::kReduceScatter, {}), 0, 4, kNoLimit),
-      "reducescatter needs exactly one tensor, got 0");
+  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kReduceScatter, {}),
+                                     0, 4, kNoLimit),
+                "reducescatter needs exactly one tensor, got 0");
   ExpectInvalid(ValidateContribution(
                     Make(CollectiveKind::kBroadcast, {}, {0, 1, 2, 3}, 1), 1, 4,
                     kNoLimit),
                 "broadcast root 1 needs exactly one tensor, got 0");
   ExpectInvalid(ValidateContribution(
-                    Make(CollectiveKind::kBroadcast, {t, t}, {0, 1, 2, 3}, 1), 0,
-                    4, kNoLimit),
+                    Make(CollectiveKind::kBroadcast, {t, t}, {0, 1, 2, 3}, 1),
+                    0, 4, kNoLimit),
                 "broadcast needs at most one tensor, got 2");
-  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kBarrier, {t}), 0, 4,
-                                     kNoLimit),
-                "barrier takes no tensors, got 1");
+  ExpectInvalid(
+      ValidateContribution(Make(CollectiveKind::kBarrier, {t}), 0, 4, kNoLimit),
+      "barrier takes no tensors, got 1");
 }
 
 TEST(ValidateContributionTest, OpNotSupportedOnDtypeNamesTensorOpAndDtype) {
-  ExpectInvalid(ValidateContribution(
-                    Make(CollectiveKind::kAllReduce,
-                         {Spec(DataType::kFloat32, {1}),
-                          Spec(DataType::kInt32, {2}, ReduceOp::kAvg)}),
-                    0, 4, kNoLimit),
-                "tensor 1: avg is defined for floating-point dtypes only, not int32");
-  ExpectInvalid(ValidateContribution(
-                    Make(CollectiveKind::kReduceScatter,
-                         {Spec(DataType::kFloat16, {4}, ReduceOp::kBitAnd)}),
-                    0, 4, kNoLimit),
-                "tensor 0: bit_and is defined for integer and bool dtypes only, "
-                "not float16");
+  ExpectInvalid(
+      ValidateContribution(Make(CollectiveKind::kAllReduce,
+                                {Spec(DataType::kFloat32, {1}),
+                                 Spec(DataType::kInt32, {2}, ReduceOp::kAvg)}),
+                           0, 4, kNoLimit),
+      "tensor 1: avg is defined for floating-point dtypes only, not int32");
+  ExpectInvalid(
+      ValidateContribution(
+          Make(CollectiveKind::kReduceScatter,
+               {Spec(DataType::kFloat16, {4}, ReduceOp::kBitAnd)}),
+          0, 4, kNoLimit),
+      "tensor 0: bit_and is defined for integer and bool dtypes only, "
+      "not float16");
 }
 
 TEST(ValidateContributionTest, OpIsIgnoredWhereNothingIsReduced) {
@@ -244,10 +254,11 @@ TEST(ValidateContributionTest, OpIsIgnoredWhereNothingIsReduced) {
 }
 
 TEST(ValidateContributionTest, UnknownEnumsInTensorsAreInvalid) {
-  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kAllReduce,
-                                          {Spec(static_cast<DataType>(12), {1})}),
-                                     0, 4, kNoLimit),
-                "tensor 0: unknown dtype 12");
+  ExpectInvalid(
+      ValidateContribution(Make(CollectiveKind::kAllReduce,
+                                {Spec(static_cast<DataType>(12), {1})}),
+                           0, 4, kNoLimit),
+      "tensor 0: unknown dtype 12");
   ExpectInvalid(
       ValidateContribution(
           Make(CollectiveKind::kAllReduce,
@@ -257,61 +268,63 @@ TEST(ValidateContributionTest, UnknownEnumsInTensorsAreInvalid) {
 }
 
 TEST(ValidateContributionTest, NegativeDimensionNamesTensorAndShape) {
-  ExpectInvalid(ValidateContribution(
-                    Make(CollectiveKind::kAllReduce,
-                         {Spec(DataType::kFloat32, {1}),
-                          Spec(DataType::kFloat32, {2, -3})}),
-                    0, 4, kNoLimit),
+  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kAllReduce,
+                                          {Spec(DataType::kFloat32, {1}),
+                                           Spec(DataType::kFloat32, {2, -3})}),
+                                     0, 4, kNoLimit),
                 "tensor 1: negative dimension -3 in shape [2,-3]");
 }
 
 TEST(ValidateContributionTest, SizeOverflowIsInvalid) {
-  ExpectInvalid(ValidateContribution(
-                    Make(CollectiveKind::kAllReduce,
-                         {Spec(DataType::kInt64, {kInt64Max / 2})}),
-                    0, 4, kNoLimit),
-                "tensor 0: byte size of shape");
-  ExpectInvalid(ValidateContribution(
-                    Make(CollectiveKind::kAllReduce,
-                         {Spec(DataType::kInt8, {kInt64Max / 2 + 1}),
-                          Spec(DataType::kInt8, {kInt64Max / 2 + 1})}),
-                    0, 4, kNoLimit),
-                "payload size overflows int64");
+  ExpectInvalid(
+      ValidateContribution(Make(CollectiveKind::kAllReduce,
+                                {Spec(DataType::kInt64, {kInt64Max / 2})}),
+                           0, 4, kNoLimit),
+      "tensor 0: byte size of shape");
+  ExpectInvalid(
+      ValidateContribution(Make(CollectiveKind::kAllReduce,
+                                {Spec(DataType::kInt8, {kInt64Max / 2 + 1}),
+                                 Spec(DataType::kInt8, {kInt64Max / 2 + 1})}),
+                           0, 4, kNoLimit),
+      "payload size overflows int64");
 }
 
 TEST(ValidateContributionTest, GatherAndScatterNeedADimension) {
-  ExpectInvalid(ValidateContribution(
-                    Make(CollectiveKind::kAllGather, {Spec(DataType::kInt8, {})}),
-                    0, 4, kNoLimit),
-                "tensor 0: allgather needs at least one dimension, got shape []");
+  ExpectInvalid(
+      ValidateContribution(
+          Make(CollectiveKind::kAllGather, {Spec(DataType::kInt8, {})}), 0, 4,
+          kNoLimit),
+      "tensor 0: allgather needs at least one dimension, got shape []");
   ExpectInvalid(ValidateContribution(Make(CollectiveKind::kReduceScatter,
                                           {Spec(DataType::kInt8, {})}),
                                      0, 4, kNoLimit),
                 "tensor 0: reducescatter needs at least one dimension");
 }
 
-TEST(ValidateContributionTest, ReduceScatterDimensionZeroMustDivideByGroupSize) {
+TEST(ValidateContributionTest,
+     ReduceScatterDimensionZeroMustDivideByGroupSize) {
   ExpectInvalid(ValidateContribution(Make(CollectiveKind::kReduceScatter,
                                           {Spec(DataType::kFloat32, {6, 2})}),
                                      0, 4, kNoLimit),
                 "tensor 0: reducescatter dimension 0 of shape [6,2] is not "
                 "divisible by the group size 4");
   // The group size counts, not the world size.
-  EXPECT_TRUE(ValidateContribution(Make(CollectiveKind::kReduceScatter,
-                                        {Spec(DataType::kFloat32, {6, 2})},
-                                        {0, 2, 3}),
-                                   0, 4, kNoLimit)
-                  .ok());
+  EXPECT_TRUE(
+      ValidateContribution(Make(CollectiveKind::kReduceScatter,
+                                {Spec(DataType::kFloat32, {6, 2})}, {0, 2, 3}),
+                           0, 4, kNoLimit)
+          .ok());
   EXPECT_TRUE(ValidateContribution(Make(CollectiveKind::kReduceScatter,
                                         {Spec(DataType::kFloat32, {0, 2})}),
                                    0, 4, kNoLimit)
                   .ok());
 }
 
-TEST(ValidateContributionTest, PayloadAboveLimitIsResourceExhaustedNamingTheLimit) {
-  const Fingerprint fp =
-      Make(CollectiveKind::kAllReduce,
-           {Spec(DataType::kInt8, {3}), Spec(DataType::kFloat64, {4})});  // 40 B
+TEST(ValidateContributionTest,
+     PayloadAboveLimitIsResourceExhaustedNamingTheLimit) {
+  const Fingerprint fp = Make(
+      CollectiveKind::kAllReduce,
+      {Spec(DataType::kInt8, {3}), Spec(DataType::kFloat64, {4})});  // 40 B
   EXPECT_TRUE(ValidateContribution(fp, 0, 4, 40).ok());
   absl::Status s = ValidateContribution(fp, 0, 4, 39);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
@@ -319,20 +332,20 @@ TEST(ValidateContributionTest, PayloadAboveLimitIsResourceExhaustedNamingTheLimi
             "allreduce payload of 40 bytes exceeds the limit of 39 bytes");
 }
 
-// ReducePackedRange ---------------------------------------------------------------
+// ReducePackedRange -----------------------------------------------------------
 
 // Several tensors of different dtypes and ops, with padding between them.
 std::vector<TensorSpec> MixedTensors() {
   return {
       Spec(DataType::kFloat16, {7}, ReduceOp::kAvg),     // 14 B
-      Spec(DataType::kInt32, {3}, ReduceOp::kProduct),    // 12 B
-      Spec(DataType::kBool, {5}, ReduceOp::kBitXor),      // 5 B
-      Spec(DataType::kFloat32, {2, 9}, ReduceOp::kMax),   // 72 B
-      Spec(DataType::kFloat64, {0}, ReduceOp::kSum),      // empty
-      Spec(DataType::kFloat64, {11}, ReduceOp::kSum),     // 88 B
-      Spec(DataType::kUInt8, {13}, ReduceOp::kMin),       // 13 B
-      Spec(DataType::kInt8, {9}, ReduceOp::kBitAnd),      // 9 B
-      Spec(DataType::kBFloat16, {3}, ReduceOp::kSum),     // 6 B
+      Spec(DataType::kInt32, {3}, ReduceOp::kProduct),   // 12 B
+      Spec(DataType::kBool, {5}, ReduceOp::kBitXor),     // 5 B
+      Spec(DataType::kFloat32, {2, 9}, ReduceOp::kMax),  // 72 B
+      Spec(DataType::kFloat64, {0}, ReduceOp::kSum),     // empty
+      Spec(DataType::kFloat64, {11}, ReduceOp::kSum),    // 88 B
+      Spec(DataType::kUInt8, {13}, ReduceOp::kMin),      // 13 B
+      Spec(DataType::kInt8, {9}, ReduceOp::kBitAnd),     // 9 B
+      Spec(DataType::kBFloat16, {3}, ReduceOp::kSum),    // 6 B
   };
 }
 
@@ -390,7 +403,8 @@ class PackedRangeTest : public ::testing::Test {
     for (size_t c = 0; c + 1 < cuts.size(); ++c) {
       const size_t begin = cuts[c], end = cuts[c + 1];
       std::vector<const void*> inputs;
-      for (const auto& payload : payloads_) inputs.push_back(payload.data() + begin);
+      for (const auto& payload : payloads_)
+        inputs.push_back(payload.data() + begin);
       absl::Status s = ReducePackedRange(layout_, tensors_, inputs, begin, end,
                                          out.data() + begin);
       EXPECT_TRUE(s.ok()) << "[" << begin << "," << end << "): " << s;
@@ -444,11 +458,13 @@ TEST_F(PackedRangeTest, PaddingInTheRangeIsWrittenAsZero) {
   std::vector<uint8_t> out(8, 0xcd);
   std::vector<const void*> inputs;
   for (const auto& payload : payloads_) inputs.push_back(payload.data() + 8);
-  ASSERT_TRUE(ReducePackedRange(layout_, tensors_, inputs, 8, 16, out.data()).ok());
+  ASSERT_TRUE(
+      ReducePackedRange(layout_, tensors_, inputs, 8, 16, out.data()).ok());
   EXPECT_EQ(out[6], 0);
   EXPECT_EQ(out[7], 0);
-  EXPECT_EQ(std::vector<uint8_t>(out.begin(), out.begin() + 6),
-            std::vector<uint8_t>(expected_.begin() + 8, expected_.begin() + 14));
+  EXPECT_EQ(
+      std::vector<uint8_t>(out.begin(), out.begin() + 6),
+      std::vector<uint8_t>(expected_.begin() + 8, expected_.begin() + 14));
 }
 
 TEST_F(PackedRangeTest, EmptyRangeWritesNothing) {
@@ -474,8 +490,8 @@ TEST_F(PackedRangeTest, MisalignedOrOutOfBoundsRangesAreInvalid) {
   ExpectInvalid(ReducePackedRange(layout_, tensors_, {}, 0, 8, out.data()),
                 "needs inputs");
   ExpectInvalid(
-      ReducePackedRange(layout_, absl::MakeConstSpan(tensors_).subspan(1), inputs,
-                        0, 8, out.data()),
+      ReducePackedRange(layout_, absl::MakeConstSpan(tensors_).subspan(1),
+                        inputs, 0, 8, out.data()),
       "for 8 tensors");
   EXPECT_EQ(out, std::vector<uint8_t>(total + 16, 0xcd));
 }
@@ -504,7 +520,8 @@ TEST_F(PackedRangeTest, UnsupportedOpIsInvalidAndLeavesOutUntouched) {
                 "tensor 1: avg is defined for floating-point dtypes only");
   EXPECT_EQ(out, std::vector<uint8_t>(layout_.total_bytes, 0xcd));
   // A range that does not touch tensor 1 still works.
-  EXPECT_TRUE(ReducePackedRange(layout_, tensors_, inputs, 0, 8, out.data()).ok());
+  EXPECT_TRUE(
+      ReducePackedRange(layout_, tensors_, inputs, 0, 8, out.data()).ok());
 }
 
 }  // namespace
