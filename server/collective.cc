@@ -103,9 +103,14 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
                         Fingerprint fp, const std::string& attempt_id) {
   absl::MutexLock lock(&mu_);
   const int index = IndexOf(rank);
-  if (index < 0) {  // the job keys collectives by group; this is a bug guard
-    channel->Fail(absl::InternalError(
-        absl::StrCat(description_, ": rank ", rank, " is not in the group")));
+  if (index < 0) {
+    // Only named collectives meet across groups: the groups disagree.
+    const absl::Status status = absl::FailedPreconditionError(absl::StrCat(
+        description_, ": mismatched groups: rank ", reference_rank_,
+        " sent [", absl::StrJoin(group_, ","), "], rank ", rank, " sent [",
+        absl::StrJoin(fp.group, ","), "]"));
+    channel->Fail(status);
+    FailLocked(status);
     return;
   }
   Member& m = members_[index];

@@ -12,14 +12,13 @@
 namespace reducer {
 namespace {
 
-// The key that matches the same collective across ranks: its group and its
-// name, or its sequence number on that group.
+// The key that matches the same collective across ranks: its name, which
+// is unique in the job (so ranks that name different groups meet and are
+// told), or else its sequence number on its group.
 std::string MatchingKey(const v1::CollectiveHeader& header,
                         const Fingerprint& fp) {
-  return absl::StrCat(absl::StrJoin(fp.group, ","), "|",
-                      header.name().empty()
-                          ? absl::StrCat("#", header.sequence())
-                          : absl::StrCat("\"", header.name()));
+  if (!header.name().empty()) return absl::StrCat("\"", header.name());
+  return absl::StrCat(absl::StrJoin(fp.group, ","), "|#", header.sequence());
 }
 
 }  // namespace

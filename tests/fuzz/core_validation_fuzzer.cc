@@ -10,6 +10,7 @@
 //   then payload bytes for the reduction.
 // The invariant checked: nothing crashes, and validation succeeds only for
 // contributions whose layout can be computed.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -89,8 +90,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<uint8_t> a(layout->total_bytes), b(layout->total_bytes),
         out(layout->total_bytes);
     const size_t n = std::min(in.remaining(), a.size());
-    std::memcpy(a.data(), in.rest(), n);
-    std::memcpy(b.data(), in.rest(), n);
+    if (n > 0) {
+      std::memcpy(a.data(), in.rest(), n);
+      std::memcpy(b.data(), in.rest(), n);
+    }
     for (auto& byte : b) byte ^= 0x5a;
     const void* inputs[] = {a.data(), b.data()};
     (void)ReducePackedRange(*layout, fp.tensors, inputs, 0,
