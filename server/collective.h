@@ -110,8 +110,8 @@ class Collective : public std::enable_shared_from_this<Collective> {
   // ResumeReading(). Out-of-order or excess bytes fail the collective.
   bool OnData(int rank, uint64_t offset, SliceRange data);
 
-  // `rank`'s client closed its side. Fails the collective if payload bytes
-  // are missing.
+  // `rank`'s client closed its side. Fails the collective with
+  // INVALID_ARGUMENT if payload bytes are missing.
   void OnInputEnd(int rank);
 
   // A message queued for `rank` was written.

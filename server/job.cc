@@ -52,6 +52,8 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     members_.assign(world_size_, std::nullopt);
     departed_.assign(world_size_, false);
     matching_.clear();
+    attempts_.clear();
+    attempt_order_.clear();
     active_.clear();
   }
   if (members_[rank].has_value()) {
@@ -139,15 +141,24 @@ void Job::EndEpoch(const std::string& reason) {
 
 absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
     const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
+  const int rank = header.rank();
   absl::StatusOr<Fingerprint> fp =
       FingerprintFromHeader(header, world_size_);
-  if (!fp.ok()) return fp.status();
-  const int rank = header.rank();
-  absl::Status valid = ValidateContribution(*fp, rank, world_size_,
-                                            env_.options->max_tensor_bytes);
+  absl::Status valid = fp.ok() ? ValidateContribution(*fp, rank, world_size_,
+                                                      env_.options->max_tensor_bytes)
+                               : fp.status();
   if (!valid.ok()) {
-    return absl::Status(valid.code(),
-                        absl::StrCat("job ", name_, ": ", valid.message()));
+    const bool over_limit = valid.code() == absl::StatusCode::kResourceExhausted;
+    const absl::Status status(
+        valid.code(),
+        absl::StrCat("job ", name_, ": rank ", rank,
+                     over_limit ? " is over a limit: " : " sent a bad request: ",
+                     valid.message(),
+                     over_limit ? absl::StrCat(" (--max_tensor_bytes=",
+                                               env_.options->max_tensor_bytes, ")")
+                                : ""));
+    FailNamedCollective(header, status);
+    return status;
   }
   const std::string description = DescribeCollective(header, *fp, world_size_);
 
@@ -171,11 +182,22 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
         " does not hold rank ", rank, " of job ", name_, " in epoch ", epoch_,
         "; Connect first"));
   }
-  for (int r : fp->group) {
-    if (departed_[r]) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          description, ": rank ", r,
-          " has left the job (its client was closed)"));
+  // A retry (same attempt id) goes to the collective its first attempt
+  // joined, if that one can still take it; a contribution already used is
+  // never counted again.
+  const std::string& attempt = header.attempt_id();
+  if (!attempt.empty()) {
+    auto seen = attempts_.find(attempt);
+    if (seen != attempts_.end()) {
+      std::shared_ptr<Collective> first = seen->second.lock();
+      if (first == nullptr || first->done() || first->HasFinished(rank)) {
+        return absl::AbortedError(absl::StrCat(
+            description, ": rank ", rank, " retried a contribution (attempt ",
+            attempt, ") that was already used; its result cannot be sent "
+            "again, and counting it twice would be wrong"));
+      }
+      first->Attach(std::move(stream), rank, *std::move(fp), attempt);
+      return first;
     }
   }
   const std::string key = MatchingKey(header, *fp);
@@ -186,6 +208,13 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
   if (it != matching_.end() && !it->second->HasFinished(rank)) {
     collective = it->second;
   } else {
+    for (int r : fp->group) {
+      if (departed_[r]) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            description, ": rank ", r,
+            " has left the job (its client was closed)"));
+      }
+    }
     PruneFinished();
     const int limit = env_.options->max_pending_collectives_per_job;
     if (static_cast<int>(matching_.size()) >= limit) {
@@ -205,9 +234,57 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
     matching_[key] = collective;
     active_.push_back(collective);
   }
-  collective->Attach(std::move(stream), rank, *std::move(fp),
-                     header.attempt_id());
+  if (!attempt.empty()) {
+    attempts_[attempt] = collective;
+    attempt_order_.push_back(attempt);
+    if (attempt_order_.size() > kRememberedAttempts) {
+      attempts_.erase(attempt_order_.front());
+      attempt_order_.pop_front();
+    }
+  }
+  collective->Attach(std::move(stream), rank, *std::move(fp), attempt);
   return collective;
+}
+
+void Job::FailNamedCollective(const v1::CollectiveHeader& header,
+                              const absl::Status& status) {
+  // The key as the well-formed ranks compute it: their group is "all" when
+  // this header says so, else the ranks it lists, if they make sense.
+  Fingerprint key_fp;
+  if (header.group().empty()) {
+    for (int r = 0; r < world_size_; ++r) key_fp.group.push_back(r);
+  } else {
+    key_fp.group.assign(header.group().begin(), header.group().end());
+    std::sort(key_fp.group.begin(), key_fp.group.end());
+    key_fp.group.erase(std::unique(key_fp.group.begin(), key_fp.group.end()),
+                       key_fp.group.end());
+    for (int r : key_fp.group) {
+      if (r < 0 || r >= world_size_) return;  // no well-formed peer matches
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (!running_ || ended_ || header.epoch() != epoch_) return;
+  // Only a session that holds the rank it claims speaks for a collective:
+  // otherwise which collective it meant is unknown, and a stray client
+  // must not fail other ranks' work.
+  const int rank = header.rank();
+  if (rank < 0 || rank >= world_size_ || !members_[rank].has_value() ||
+      members_[rank]->session_id != header.session_id()) {
+    return;
+  }
+  const std::string key = MatchingKey(header, key_fp);
+  std::shared_ptr<Collective>& collective = matching_[key];
+  if (collective == nullptr) {
+    const std::string description =
+        header.name().empty()
+            ? absl::StrCat("collective #", header.sequence(), " in job ", name_)
+            : absl::StrCat("collective \"", header.name(), "\" in job ", name_);
+    collective = std::make_shared<Collective>(
+        env_, description, key_fp.group, env_.options->max_collective_timeout);
+    active_.push_back(collective);
+  }
+  // Peers waiting now get the error, and so do peers arriving later.
+  collective->Fail(status);
 }
 
 void Job::PruneFinished() {

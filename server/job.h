@@ -14,6 +14,7 @@
 #define REDUCER_SERVER_JOB_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -80,6 +81,10 @@ class Job {
   };
 
   void EndEpoch(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails, for every rank, the collective a malformed `header` names (so
+  // that its well-formed peers do not wait for the timeout).
+  void FailNamedCollective(const v1::CollectiveHeader& header,
+                           const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets destroyed collectives and matching entries nobody can still
   // need (every rank attached, collective done).
   void PruneFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -104,6 +109,12 @@ class Job {
   // the contribution they repeat.
   absl::flat_hash_map<std::string, std::shared_ptr<Collective>> matching_
       ABSL_GUARDED_BY(mu_);
+  // The collective each recent contribution (by attempt id) joined, so
+  // that retries are recognised; the oldest are forgotten first.
+  static constexpr size_t kRememberedAttempts = 4096;
+  absl::flat_hash_map<std::string, std::weak_ptr<Collective>> attempts_
+      ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> attempt_order_ ABSL_GUARDED_BY(mu_);
   // Every collective of this epoch not yet destroyed.
   std::vector<std::weak_ptr<Collective>> active_ ABSL_GUARDED_BY(mu_);
 };

@@ -21,10 +21,12 @@ RankStream* RankStream::CreateFailed(const absl::Status& status,
   return raw;
 }
 
-RankStream* RankStream::Create(std::function<void()> on_done, AttachFn attach) {
+RankStream* RankStream::Create(grpc::CallbackServerContext* context,
+                               std::function<void()> on_done, AttachFn attach) {
   auto stream =
       std::make_shared<RankStream>(std::move(on_done), std::move(attach));
   RankStream* raw = stream.get();
+  raw->context_ = context;
   {
     absl::MutexLock lock(&raw->mu_);
     raw->self_ = std::move(stream);
@@ -35,8 +37,11 @@ RankStream* RankStream::Create(std::function<void()> on_done, AttachFn attach) {
 
 void RankStream::OnReadDone(bool ok) {
   if (!ok) {
-    // The client closed its side (or the call ended).
-    if (collective_ != nullptr) {
+    // The client closed its side, or the call was cancelled (its process
+    // died or its connection dropped): the latter is reported as such.
+    if (collective_ != nullptr && context_->IsCancelled()) {
+      collective_->OnRankCancelled(rank_, this);
+    } else if (collective_ != nullptr) {
       collective_->OnInputEnd(rank_);
     } else {
       absl::MutexLock lock(&mu_);

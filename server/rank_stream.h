@@ -38,7 +38,8 @@ class RankStream final
 
   // Starts reading. The returned pointer is what the service hands to gRPC.
   // `on_done` runs once the call is over.
-  static RankStream* Create(std::function<void()> on_done, AttachFn attach);
+  static RankStream* Create(grpc::CallbackServerContext* context,
+                            std::function<void()> on_done, AttachFn attach);
   // A stream that ends at once with `status`.
   static RankStream* CreateFailed(const absl::Status& status,
                                   std::function<void()> on_done);
@@ -65,6 +66,7 @@ class RankStream final
   void WriteFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
+  grpc::CallbackServerContext* context_ = nullptr;  // owned by gRPC; set once
   const std::function<void()> on_done_;
   const AttachFn attach_;
 

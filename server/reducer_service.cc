@@ -25,7 +25,7 @@ grpc::ServerUnaryReactor* ReducerService::Leave(
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-ReducerService::Collective(grpc::CallbackServerContext* /*context*/) {
+ReducerService::Collective(grpc::CallbackServerContext* context) {
   JobRegistry* registry = registry_;
   std::atomic<int>* active = &active_calls_;
   const int in_flight = active->fetch_add(1) + 1;
@@ -39,7 +39,7 @@ ReducerService::Collective(grpc::CallbackServerContext* /*context*/) {
         std::move(on_done));
   }
   return RankStream::Create(
-      std::move(on_done),
+      context, std::move(on_done),
       [registry](const v1::CollectiveHeader& header,
                  std::shared_ptr<RankChannel> stream)
           -> absl::StatusOr<std::shared_ptr<reducer::Collective>> {

@@ -293,6 +293,46 @@ std::vector<ProcessResult> WaitAll(
 // ---------------------------------------------------------------------------
 // ReducerdProcess
 
+absl::StatusOr<std::unique_ptr<ReducerdProcess>> ReducerdProcess::StartAttempt(
+    const std::string& binary, int port,
+    const std::vector<std::string>& extra_flags, absl::Time deadline,
+    absl::Duration ready_timeout) {
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  std::vector<std::string> argv = {binary, absl::StrCat("--listen=", address)};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  // A name of its own per start, so that a daemon restarted on the same
+  // port does not overwrite its predecessor's logs.
+  std::string name = absl::StrCat("reducerd.", port);
+  for (int n = 2; FileExists(absl::StrCat(TestTempDir(), "/", name, ".stderr.txt"));
+       ++n) {
+    name = absl::StrCat("reducerd.", port, ".", n);
+  }
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process =
+      ChildProcess::Start(std::move(argv), name);
+  if (!process.ok()) return process.status();
+
+  // Ready: a line naming the address on stdout or stderr, and the port
+  // accepts connections.
+  while (absl::Now() < deadline) {
+    if (!(*process)->IsRunning()) break;
+    const std::string logs = (*process)->ReadStdout() + (*process)->ReadStderr();
+    if (logs.find(address) != std::string::npos && CanConnect(port)) {
+      return std::unique_ptr<ReducerdProcess>(
+          new ReducerdProcess(*std::move(process), address, port));
+    }
+    absl::SleepFor(kPollInterval);
+  }
+  const bool exited = !(*process)->IsRunning();
+  ProcessResult result = (*process)->Wait(absl::ZeroDuration());
+  if (!exited) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "reducerd did not print its address ", address, " and accept "
+        "connections within ", absl::FormatDuration(ready_timeout), "\n",
+        result.Describe()));
+  }
+  return absl::NotFoundError(result.Describe());
+}
+
 absl::StatusOr<std::unique_ptr<ReducerdProcess>> ReducerdProcess::Start(
     std::vector<std::string> extra_flags, absl::Duration ready_timeout) {
   absl::StatusOr<std::string> binary = RunfilePath("server/reducerd");
@@ -303,44 +343,34 @@ absl::StatusOr<std::unique_ptr<ReducerdProcess>> ReducerdProcess::Start(
   for (int attempt = 0; attempt < kReducerdStartAttempts; ++attempt) {
     absl::StatusOr<int> port = PickFreeLoopbackPort();
     if (!port.ok()) return port.status();
-    const std::string address = absl::StrCat("127.0.0.1:", *port);
-    std::vector<std::string> argv = {*binary,
-                                     absl::StrCat("--listen=", address)};
-    argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
-    absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Start(
-        std::move(argv), absl::StrCat("reducerd.", *port));
-    if (!process.ok()) return process.status();
-
-    // Ready: a line naming the address on stdout or stderr, and the port
-    // accepts connections.
-    bool ready = false;
-    while (absl::Now() < deadline) {
-      if (!(*process)->IsRunning()) break;
-      const std::string logs = (*process)->ReadStdout() + (*process)->ReadStderr();
-      if (logs.find(address) != std::string::npos && CanConnect(*port)) {
-        ready = true;
-        break;
-      }
-      absl::SleepFor(kPollInterval);
-    }
-    if (ready) {
-      return std::unique_ptr<ReducerdProcess>(
-          new ReducerdProcess(*std::move(process), address, *port));
-    }
-    const bool exited = !(*process)->IsRunning();
-    ProcessResult result = (*process)->Wait(absl::ZeroDuration());
-    last_failure = result.Describe();
-    if (!exited) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "reducerd did not print its address ", address, " and accept "
-          "connections within ", absl::FormatDuration(ready_timeout), "\n",
-          last_failure));
-    }
+    absl::StatusOr<std::unique_ptr<ReducerdProcess>> started =
+        StartAttempt(*binary, *port, extra_flags, deadline, ready_timeout);
+    if (started.ok() || !absl::IsNotFound(started.status())) return started;
     // It exited early (perhaps the port was taken): try another port.
+    last_failure = std::string(started.status().message());
   }
   return absl::InternalError(absl::StrCat(
       "reducerd exited before serving, ", kReducerdStartAttempts,
       " times; last:\n", last_failure));
+}
+
+absl::StatusOr<std::unique_ptr<ReducerdProcess>> ReducerdProcess::StartOnPort(
+    int port, std::vector<std::string> extra_flags,
+    absl::Duration ready_timeout) {
+  absl::StatusOr<std::string> binary = RunfilePath("server/reducerd");
+  if (!binary.ok()) return binary.status();
+  const absl::Time deadline = absl::Now() + ready_timeout;
+  std::string last_failure;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<std::unique_ptr<ReducerdProcess>> started =
+        StartAttempt(*binary, port, extra_flags, deadline, ready_timeout);
+    if (started.ok() || !absl::IsNotFound(started.status())) return started;
+    last_failure = std::string(started.status().message());
+    absl::SleepFor(absl::Milliseconds(200));  // the port may free up soon
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "reducerd could not serve on port ", port, " within ",
+      absl::FormatDuration(ready_timeout), "; last attempt:\n", last_failure));
 }
 
 ReducerdProcess::ReducerdProcess(std::unique_ptr<ChildProcess> process,
@@ -357,10 +387,34 @@ ProcessResult ReducerdProcess::Stop(absl::Duration grace) {
   return process_->Wait(grace);
 }
 
+ProcessResult ReducerdProcess::Kill() {
+  stopped_ = true;
+  process_->Signal(SIGKILL);
+  return process_->Wait(absl::Seconds(10));
+}
+
+std::string ReducerdProcess::Stderr() const { return process_->ReadStderr(); }
+
 std::string ReducerdProcess::Logs() const {
   return absl::StrCat("--- reducerd stdout ---\n", process_->ReadStdout(),
                       "--- reducerd stderr ---\n", process_->ReadStderr(),
                       "--- end of reducerd ---\n");
+}
+
+absl::StatusOr<int64_t> ReadVmRssKib(pid_t pid) {
+  absl::StatusOr<std::string> status =
+      ReadFileToString(absl::StrCat("/proc/", pid, "/status"));
+  if (!status.ok()) return status.status();
+  std::istringstream lines(*status);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("VmRSS:", 0) != 0) continue;
+    std::istringstream fields(line.substr(6));
+    int64_t kib = -1;
+    fields >> kib;
+    if (kib >= 0) return kib;
+  }
+  return absl::NotFoundError(absl::StrCat("no VmRSS in /proc/", pid, "/status"));
 }
 
 // ---------------------------------------------------------------------------

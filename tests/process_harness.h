@@ -23,6 +23,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -139,6 +140,14 @@ class ReducerdProcess {
       std::vector<std::string> extra_flags = {},
       absl::Duration ready_timeout = absl::Seconds(30));
 
+  // As Start, but on the given loopback `port` and without retrying on
+  // another one: for restarting a daemon where its clients expect it.
+  // Retries the same port until `ready_timeout` while the port is still
+  // taken (for instance by connections of the previous daemon).
+  static absl::StatusOr<std::unique_ptr<ReducerdProcess>> StartOnPort(
+      int port, std::vector<std::string> extra_flags = {},
+      absl::Duration ready_timeout = absl::Seconds(30));
+
   // Stop(absl::Seconds(10)) unless already stopped.
   ~ReducerdProcess();
   ReducerdProcess(const ReducerdProcess&) = delete;
@@ -153,10 +162,23 @@ class ReducerdProcess {
   // then SIGKILL. The result says how it ended (exit code 0 expected).
   ProcessResult Stop(absl::Duration grace);
 
+  // Kills the daemon with SIGKILL (a crash: no drain) and reaps it.
+  ProcessResult Kill();
+
   // Its stdout and stderr so far.
   std::string Logs() const;
+  // Its stderr so far (where it logs).
+  std::string Stderr() const;
 
  private:
+  // One start attempt on `port`: the daemon, once ready; NOT_FOUND with its
+  // output if it exited before serving; DEADLINE_EXCEEDED if it still runs
+  // but did not become ready by `deadline`.
+  static absl::StatusOr<std::unique_ptr<ReducerdProcess>> StartAttempt(
+      const std::string& binary, int port,
+      const std::vector<std::string>& extra_flags, absl::Time deadline,
+      absl::Duration ready_timeout);
+
   ReducerdProcess(std::unique_ptr<ChildProcess> process, std::string address,
                   int port);
 
@@ -165,6 +187,10 @@ class ReducerdProcess {
   const int port_;
   bool stopped_ = false;
 };
+
+// The resident set size of process `pid` in KiB (VmRSS in
+// /proc/<pid>/status). NOT_FOUND when the process or the field is gone.
+absl::StatusOr<int64_t> ReadVmRssKib(pid_t pid);
 
 // Bytes on pages of their own, made read-only with mprotect, so that any
 // write to them (by the code under test) ends the process with SIGSEGV. The

@@ -177,6 +177,17 @@ TEST(ReadOnlyBufferTest, SetWritableAllowsWrites) {
   ASSERT_TRUE(buffer->SetWritable(false).ok());
 }
 
+TEST(ReadVmRssKibTest, ReadsALiveProcessAndRefusesAGoneOne) {
+  absl::StatusOr<int64_t> self = ReadVmRssKib(getpid());
+  ASSERT_TRUE(self.ok()) << self.status();
+  EXPECT_GT(*self, 0);
+  std::unique_ptr<ChildProcess> child = StartShell("exit 0", "rss_gone");
+  ASSERT_NE(child, nullptr);
+  const pid_t pid = child->pid();
+  child->Wait(absl::Seconds(10));
+  EXPECT_FALSE(ReadVmRssKib(pid).ok());
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace reducer

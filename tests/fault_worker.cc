@@ -1,0 +1,821 @@
+// fault_worker: one rank of Reducer's fault tests, driven by a script.
+//
+// It connects to reducerd (--target) as --rank of --world_size ranks of
+// --job, then runs the steps of --steps in order and reports each on stdout,
+// so that the test that started it can judge codes, messages and timings:
+//
+//   BEGIN <i> <verb>                                  (before step i starts)
+//   RESULT <i> <verb> code=<CODE> ms=<elapsed> check=<ok|none|bad> msg=<text>
+//
+// Step 0 is the initial Connect (verb "connect"); the script's steps are
+// numbered from 1. <CODE> is absl's name for the status code ("OK",
+// "FAILED_PRECONDITION", ...). For calls that succeeded, check=ok means the
+// result was exactly the closed form (tests/closed_form.h), check=bad that
+// it was not (msg then says how); check=none that nothing was checked. For
+// in-place calls that failed, check=bad means the caller's buffer changed.
+// Out-of-place inputs live on read-only pages, so any write to them kills
+// the worker with SIGSEGV. Lines are flushed as they are written. The
+// worker exits 0 once the script ran (whatever the results), 2 for a
+// script it cannot parse, and stops early (exit 0) if Connect fails.
+//
+// A script is steps separated by ';', each `verb` or `verb:key=value,...`:
+//
+//   allreduce, allreduce_inplace, many, allgather, broadcast,
+//   broadcast_inplace, reducescatter, barrier
+//       Collectives. Keys: dtype (float32, float64, int32, int64, ...;
+//       default float32), shape (4x3; "scalar" for []; default 8), op (sum,
+//       max, ...; default sum), fill (closed: the closed form for op, dtype,
+//       rank and seed; onehot: int64, element i is `scale` where i == rank),
+//       scale, seed, name, group (ranks joined by '+': 0+2), timeout_ms
+//       (CallOptions::timeout; default: the client's), count (many: number
+//       of tensors), root (broadcast), noinput=1 (broadcast: pass
+//       TensorView() on a non-root), check=0 (do not check the values).
+//   async_<collective>
+//       Starts the collective on a thread of its own and goes on at once;
+//       its RESULT line comes when it ends. `join` waits for all of them.
+//   sleep:ms=N            Sleeps.
+//   wait_file:path=P      Waits (up to timeout_ms, default 30000) for file P
+//                         (relative to --scratch_dir) to exist.
+//   touch:path=P          Creates file P in --scratch_dir.
+//   hang                  Sleeps until killed.
+//   disconnect            Destroys the client (a graceful Leave).
+//   reconnect:timeout_ms=N,attempts=K
+//                         Destroys the client and connects again; retries
+//                         up to K times (default 1) while Connect answers
+//                         UNAVAILABLE (reducerd restarting).
+//   soak:iters=N,mismatch_every=M,seed=S,timeout_ms=T,reconnects=R
+//                         N iterations of a mix of small collectives with
+//                         exact checks (see RunSoak). One RESULT line for
+//                         the whole run.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "client/reducer_client.h"
+#include "core/data_type.h"
+#include "core/tensor.h"
+#include "tests/closed_form.h"
+#include "tests/process_harness.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "reducerd address");
+ABSL_FLAG(std::string, job, "", "job name, shared by the ranks of one job");
+ABSL_FLAG(int, rank, 0, "this process's rank");
+ABSL_FLAG(int, world_size, 1, "ranks in the job");
+ABSL_FLAG(int, timeout_s, 30,
+          "ClientOptions::timeout in seconds (Connect and default calls)");
+ABSL_FLAG(std::string, steps, "", "the script; see the file comment");
+ABSL_FLAG(std::string, scratch_dir, "",
+          "a directory shared with the test, for file handshakes");
+
+namespace reducer {
+namespace testing {
+namespace {
+
+// How long wait_file waits unless the step says otherwise.
+constexpr absl::Duration kDefaultWaitFileTimeout = absl::Seconds(30);
+
+// Pause between Connect attempts while reducerd restarts.
+constexpr absl::Duration kReconnectBackoff = absl::Milliseconds(200);
+
+struct Step {
+  std::string verb;
+  absl::flat_hash_map<std::string, std::string> args;
+
+  bool Has(const std::string& key) const { return args.contains(key); }
+  std::string Get(const std::string& key, const std::string& fallback) const {
+    auto it = args.find(key);
+    return it == args.end() ? fallback : it->second;
+  }
+  int64_t GetInt(const std::string& key, int64_t fallback) const {
+    auto it = args.find(key);
+    int64_t v = fallback;
+    if (it != args.end() && !absl::SimpleAtoi(it->second, &v)) {
+      std::fprintf(stderr, "fault_worker: %s=%s is not an integer\n",
+                   key.c_str(), it->second.c_str());
+      std::exit(2);
+    }
+    return v;
+  }
+};
+
+absl::StatusOr<std::vector<Step>> ParseScript(const std::string& script) {
+  std::vector<Step> steps;
+  for (absl::string_view text : absl::StrSplit(script, ';', absl::SkipEmpty())) {
+    Step step;
+    std::pair<std::string, std::string> verb_args =
+        absl::StrSplit(text, absl::MaxSplits(':', 1));
+    step.verb = verb_args.first;
+    for (absl::string_view kv :
+         absl::StrSplit(verb_args.second, ',', absl::SkipEmpty())) {
+      std::pair<std::string, std::string> p =
+          absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      if (p.first.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("bad argument '", kv,
+                                                       "' in step '", text, "'"));
+      }
+      step.args[p.first] = p.second;
+    }
+    steps.push_back(std::move(step));
+  }
+  return steps;
+}
+
+absl::StatusOr<DataType> ParseDataType(const std::string& name) {
+  for (DataType d : kAllDataTypes) {
+    if (DataTypeName(d) == name) return d;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", name));
+}
+
+absl::StatusOr<ReduceOp> ParseOp(const std::string& name) {
+  for (ReduceOp op : kAllReduceOps) {
+    if (ReduceOpName(op) == name) return op;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown op ", name));
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
+  std::vector<int64_t> shape;
+  if (text == "scalar") return shape;
+  for (absl::string_view d : absl::StrSplit(text, 'x')) {
+    int64_t v;
+    if (!absl::SimpleAtoi(d, &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad shape ", text));
+    }
+    shape.push_back(v);
+  }
+  return shape;
+}
+
+absl::StatusOr<std::vector<int>> ParseGroup(const std::string& text) {
+  std::vector<int> group;
+  for (absl::string_view r : absl::StrSplit(text, '+', absl::SkipEmpty())) {
+    int v;
+    if (!absl::SimpleAtoi(r, &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad group ", text));
+    }
+    group.push_back(v);
+  }
+  return group;
+}
+
+int64_t Elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// What a step reports.
+struct Outcome {
+  absl::Status status;
+  // How long the call itself took, when the step prepared data first (the
+  // RESULT line reports this rather than the whole step).
+  absl::Duration call_elapsed = -absl::InfiniteDuration();
+  std::string check = "none";  // ok | none | bad
+  std::string detail;          // for check=bad
+};
+
+class Worker {
+ public:
+  Worker(ClientOptions options, std::string scratch_dir)
+      : options_(std::move(options)), scratch_dir_(std::move(scratch_dir)) {
+    for (int r = 0; r < options_.world_size; ++r) all_ranks_.push_back(r);
+  }
+
+  // Runs the script; returns 0 (see the file comment).
+  int Run(const std::vector<Step>& steps) {
+    Emit(absl::StrCat("BEGIN 0 connect"));
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options_);
+    Outcome connected;
+    connected.status = client.status();
+    Report("0", "connect", start, connected);
+    if (!client.ok()) return 0;
+    client_ = *std::move(client);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      RunStep(absl::StrCat(i + 1), steps[i]);
+    }
+    JoinAll();
+    return 0;
+  }
+
+ private:
+  void Emit(const std::string& line) {
+    absl::MutexLock lock(&output_mu_);
+    std::fprintf(stdout, "%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+
+  void Report(const std::string& index, const std::string& verb,
+              absl::Time start, const Outcome& outcome) {
+    std::string msg = outcome.check == "bad"
+                          ? absl::StrCat(outcome.status.message(), " | CHECK: ",
+                                         outcome.detail)
+                          : std::string(outcome.status.message());
+    absl::StrReplaceAll({{"\n", " "}}, &msg);
+    Emit(absl::StrCat("RESULT ", index, " ", verb,
+                      " code=", absl::StatusCodeToString(outcome.status.code()),
+                      " ms=",
+                      absl::ToInt64Milliseconds(
+                          outcome.call_elapsed >= absl::ZeroDuration()
+                              ? outcome.call_elapsed
+                              : absl::Now() - start),
+                      " check=", outcome.check, " msg=", msg));
+    if (outcome.check == "bad") {
+      std::fprintf(stderr, "rank %d step %s %s: CHECK FAILED: %s\n",
+                   options_.rank, index.c_str(), verb.c_str(),
+                   outcome.detail.c_str());
+    }
+  }
+
+  void RunStep(const std::string& index, const Step& step) {
+    if (step.verb.rfind("async_", 0) == 0) {
+      Step inner = step;
+      inner.verb = step.verb.substr(6);
+      absl::MutexLock lock(&threads_mu_);
+      threads_.emplace_back([this, index, inner] { RunStep(index, inner); });
+      return;
+    }
+    if (step.verb == "join") {
+      JoinAll();
+      return;
+    }
+    Emit(absl::StrCat("BEGIN ", index, " ", step.verb));
+    const absl::Time start = absl::Now();
+    Outcome outcome = Execute(step);
+    Report(index, step.verb, start, outcome);
+  }
+
+  void JoinAll() {
+    std::vector<std::thread> threads;
+    {
+      absl::MutexLock lock(&threads_mu_);
+      threads.swap(threads_);
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+  absl::StatusOr<CallOptions> CallOptionsOf(const Step& step) {
+    CallOptions call;
+    call.name = step.Get("name", "");
+    absl::StatusOr<std::vector<int>> group = ParseGroup(step.Get("group", ""));
+    if (!group.ok()) return group.status();
+    call.group = *group;
+    call.timeout = absl::Milliseconds(step.GetInt("timeout_ms", 0));
+    return call;
+  }
+
+  std::vector<int> Members(const CallOptions& call) const {
+    if (call.group.empty()) return all_ranks_;
+    std::vector<int> m = call.group;
+    std::sort(m.begin(), m.end());
+    return m;
+  }
+
+  Outcome Execute(const Step& step) {
+    Outcome out;
+    const std::string& verb = step.verb;
+    if (verb == "sleep") {
+      absl::SleepFor(absl::Milliseconds(step.GetInt("ms", 0)));
+      return out;
+    }
+    if (verb == "hang") {
+      for (;;) absl::SleepFor(absl::Seconds(1));
+    }
+    if (verb == "touch") {
+      std::ofstream(absl::StrCat(scratch_dir_, "/", step.Get("path", "")))
+          << options_.rank;
+      return out;
+    }
+    if (verb == "wait_file") {
+      const std::string path =
+          absl::StrCat(scratch_dir_, "/", step.Get("path", ""));
+      const absl::Time deadline =
+          absl::Now() + absl::Milliseconds(step.GetInt(
+                            "timeout_ms", absl::ToInt64Milliseconds(
+                                              kDefaultWaitFileTimeout)));
+      while (access(path.c_str(), F_OK) != 0) {
+        if (absl::Now() > deadline) {
+          out.status = absl::DeadlineExceededError(
+              absl::StrCat("file ", path, " did not appear"));
+          return out;
+        }
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+      return out;
+    }
+    if (verb == "disconnect") {
+      client_.reset();
+      return out;
+    }
+    if (verb == "reconnect") {
+      client_.reset();
+      ClientOptions options = options_;
+      options.timeout = absl::Milliseconds(step.GetInt(
+          "timeout_ms", absl::ToInt64Milliseconds(options_.timeout)));
+      const int attempts = static_cast<int>(step.GetInt("attempts", 1));
+      absl::StatusOr<std::unique_ptr<Client>> client;
+      for (int a = 1; a <= attempts; ++a) {
+        client = Client::Connect(options);
+        if (client.ok() || client.status().code() != absl::StatusCode::kUnavailable) {
+          break;
+        }
+        absl::SleepFor(kReconnectBackoff);
+      }
+      out.status = client.status();
+      if (client.ok()) client_ = *std::move(client);
+      return out;
+    }
+    if (client_ == nullptr) {
+      out.status = absl::FailedPreconditionError("no client (disconnected)");
+      return out;
+    }
+    if (verb == "soak") return RunSoak(step);
+    absl::StatusOr<CallOptions> call = CallOptionsOf(step);
+    if (!call.ok()) {
+      out.status = call.status();
+      return out;
+    }
+    if (verb == "barrier") {
+      out.status = client_->Barrier(*call);
+      return out;
+    }
+    return RunTensorCollective(step, *call);
+  }
+
+  // The input this rank contributes for `step`, and (when it can be known)
+  // the result it must get.
+  struct Prepared {
+    DataType dtype = DataType::kFloat32;
+    std::vector<int64_t> shape;
+    ReduceOp op = ReduceOp::kSum;
+    std::vector<uint8_t> input;
+    bool checkable = false;
+    std::vector<int64_t> want_shape;
+    std::vector<uint8_t> want;
+    // When set, computes `want` (only needed once a call succeeded, and
+    // costly for large tensors).
+    std::function<std::vector<uint8_t>()> make_want;
+  };
+
+  absl::StatusOr<Prepared> Prepare(const Step& step, const CallOptions& call,
+                                   int tensor_index) {
+    Prepared p;
+    absl::StatusOr<DataType> dtype = ParseDataType(step.Get("dtype", "float32"));
+    if (!dtype.ok()) return dtype.status();
+    absl::StatusOr<std::vector<int64_t>> shape = ParseShape(step.Get("shape", "8"));
+    if (!shape.ok()) return shape.status();
+    absl::StatusOr<ReduceOp> op = ParseOp(step.Get("op", "sum"));
+    if (!op.ok()) return op.status();
+    p.dtype = *dtype;
+    p.shape = *shape;
+    p.op = *op;
+    const std::string& verb = step.verb;
+    const bool reduces = verb == "allreduce" || verb == "allreduce_inplace" ||
+                         verb == "many" || verb == "reducescatter";
+    const int64_t n = Elements(p.shape);
+    if (n < 0) {  // a negative dimension: send it as it is, no bytes
+      return p;
+    }
+    const uint64_t seed =
+        static_cast<uint64_t>(step.GetInt("seed", 1)) * 1000 + tensor_index;
+    const std::vector<int> members = Members(call);
+    const ReduceOp fill_op = reduces ? p.op : ReduceOp::kSum;
+    const bool check = step.GetInt("check", 1) != 0;
+    if (step.Get("fill", "closed") == "onehot") {
+      const int64_t scale = step.GetInt("scale", 1);
+      p.dtype = DataType::kInt64;
+      std::vector<int64_t> mine(n, 0), want(n, 0);
+      if (options_.rank < n) mine[options_.rank] = scale;
+      for (int r : members) {
+        if (r < n) want[r] += scale;
+      }
+      p.input.assign(reinterpret_cast<uint8_t*>(mine.data()),
+                     reinterpret_cast<uint8_t*>(mine.data() + n));
+      p.want.assign(reinterpret_cast<uint8_t*>(want.data()),
+                    reinterpret_cast<uint8_t*>(want.data() + n));
+      p.want_shape = p.shape;
+      p.checkable = check && verb != "reducescatter" && p.op == ReduceOp::kSum;
+      return p;
+    }
+    if (!OpAllowed(fill_op, p.dtype)) {  // a call meant to be rejected
+      p.input.assign(static_cast<size_t>(n) * ElementSize(p.dtype), 0);
+      return p;
+    }
+    p.input = ClosedFormInput(fill_op, p.dtype, options_.rank, n, seed);
+    p.checkable = check;
+    const DataType dtype_value = p.dtype;
+    const ReduceOp op_value = p.op;
+    if (reduces) {
+      p.want_shape = p.shape;
+      if (verb == "reducescatter") {
+        const int64_t g = static_cast<int64_t>(members.size());
+        if (p.shape.empty() || p.shape[0] % g != 0) {
+          p.checkable = false;
+          return p;
+        }
+        const int64_t index =
+            std::find(members.begin(), members.end(), options_.rank) -
+            members.begin();
+        p.want_shape[0] /= g;
+        p.make_want = [=] {
+          std::vector<uint8_t> all =
+              ClosedFormExpected(op_value, dtype_value, members, n, seed);
+          const size_t slice = all.size() / static_cast<size_t>(g);
+          return std::vector<uint8_t>(all.begin() + index * slice,
+                                      all.begin() + (index + 1) * slice);
+        };
+      } else {
+        p.make_want = [=] {
+          return ClosedFormExpected(op_value, dtype_value, members, n, seed);
+        };
+      }
+    } else if (verb == "allgather") {
+      p.want_shape = p.shape;
+      if (!p.want_shape.empty()) {
+        p.want_shape[0] *= static_cast<int64_t>(members.size());
+      }
+      p.make_want = [=] {
+        std::vector<uint8_t> want;
+        for (int r : members) {
+          std::vector<uint8_t> part =
+              ClosedFormInput(fill_op, dtype_value, r, n, seed);
+          want.insert(want.end(), part.begin(), part.end());
+        }
+        return want;
+      };
+    } else if (verb == "broadcast" || verb == "broadcast_inplace") {
+      const int root = static_cast<int>(step.GetInt("root", 0));
+      p.input = ClosedFormInput(fill_op, p.dtype, root, n, seed);
+      p.want = p.input;
+      p.want_shape = p.shape;
+    }
+    return p;
+  }
+
+  static std::string CompareTensor(const Tensor& got, Prepared& p) {
+    if (p.make_want) {
+      p.want = p.make_want();
+      p.make_want = nullptr;
+    }
+    if (got.dtype() != p.dtype || got.shape() != p.want_shape) {
+      return absl::StrCat("got ", DataTypeName(got.dtype()), " ",
+                          ShapeToString(got.shape()), ", want ",
+                          DataTypeName(p.dtype), " ",
+                          ShapeToString(p.want_shape));
+    }
+    absl::Status s = CompareElements(p.dtype, got.data(), p.want.data(),
+                                     Elements(p.want_shape), "result");
+    return s.ok() ? "" : std::string(s.message());
+  }
+
+  Outcome RunTensorCollective(const Step& step, const CallOptions& call) {
+    Outcome out;
+    const std::string& verb = step.verb;
+    const int count =
+        verb == "many" ? static_cast<int>(step.GetInt("count", 2)) : 1;
+    std::vector<Prepared> prepared;
+    for (int t = 0; t < count; ++t) {
+      absl::StatusOr<Prepared> p = Prepare(step, call, t);
+      if (!p.ok()) {
+        out.status = p.status();
+        return out;
+      }
+      prepared.push_back(*std::move(p));
+    }
+    Prepared& p = prepared[0];
+    const bool inplace = verb == "allreduce_inplace" || verb == "broadcast_inplace";
+    if (inplace) {
+      std::vector<uint8_t> buffer = p.input;
+      const std::vector<uint8_t> before = buffer;
+      MutableTensorView view(buffer.data(), p.dtype, p.shape);
+      const absl::Time call_start = absl::Now();
+      if (verb == "allreduce_inplace") {
+        out.status = client_->AllReduceInPlace(view, p.op, call);
+      } else {
+        out.status = client_->BroadcastInPlace(
+            view, static_cast<int>(step.GetInt("root", 0)), call);
+      }
+      out.call_elapsed = absl::Now() - call_start;
+      if (!out.status.ok()) {
+        if (buffer != before) {
+          out.check = "bad";
+          out.detail = "the in-place call failed but changed the buffer";
+        }
+        return out;
+      }
+      if (p.checkable) {
+        Tensor got(p.dtype, p.want_shape);
+        if (got.num_bytes() == buffer.size()) {
+          std::memcpy(got.mutable_data(), buffer.data(), buffer.size());
+        }
+        out.detail = CompareTensor(got, p);
+        out.check = out.detail.empty() ? "ok" : "bad";
+      }
+      return out;
+    }
+
+    // Out-of-place: inputs on read-only pages.
+    std::vector<ReadOnlyBuffer> buffers;
+    std::vector<TensorView> views;
+    for (const Prepared& q : prepared) {
+      absl::StatusOr<ReadOnlyBuffer> b =
+          ReadOnlyBuffer::Create(q.input.data(), q.input.size());
+      if (!b.ok()) {
+        out.status = b.status();
+        return out;
+      }
+      buffers.push_back(*std::move(b));
+    }
+    for (size_t t = 0; t < prepared.size(); ++t) {
+      views.emplace_back(buffers[t].data(), prepared[t].dtype, prepared[t].shape);
+    }
+    std::vector<Tensor> results;
+    const absl::Time call_start = absl::Now();
+    if (verb == "allreduce" || verb == "reducescatter" || verb == "allgather" ||
+        verb == "broadcast") {
+      absl::StatusOr<Tensor> r;
+      if (verb == "allreduce") {
+        r = client_->AllReduce(views[0], p.op, call);
+      } else if (verb == "reducescatter") {
+        r = client_->ReduceScatter(views[0], p.op, call);
+      } else if (verb == "allgather") {
+        r = client_->AllGather(views[0], call);
+      } else {
+        const int root = static_cast<int>(step.GetInt("root", 0));
+        const bool noinput =
+            step.GetInt("noinput", 0) != 0 && root != options_.rank;
+        r = client_->Broadcast(noinput ? TensorView() : views[0], root, call);
+      }
+      out.status = r.status();
+      if (r.ok()) results.push_back(*std::move(r));
+    } else if (verb == "many") {
+      std::vector<ReduceOp> ops(prepared.size(), p.op);
+      absl::StatusOr<std::vector<Tensor>> r =
+          client_->AllReduceMany(views, ops, call);
+      out.status = r.status();
+      if (r.ok()) results = *std::move(r);
+    } else {
+      out.status = absl::InvalidArgumentError(
+          absl::StrCat("fault_worker: unknown verb ", verb));
+      return out;
+    }
+    out.call_elapsed = absl::Now() - call_start;
+    if (!out.status.ok()) return out;
+    if (results.size() != prepared.size()) {
+      out.check = "bad";
+      out.detail = absl::StrCat("got ", results.size(), " tensors, want ",
+                                prepared.size());
+      return out;
+    }
+    bool all_checkable = true;
+    for (size_t t = 0; t < prepared.size(); ++t) {
+      if (!prepared[t].checkable) {
+        all_checkable = false;
+        continue;
+      }
+      std::string diff = CompareTensor(results[t], prepared[t]);
+      if (!diff.empty()) {
+        out.check = "bad";
+        out.detail = absl::StrCat("tensor ", t, ": ", diff);
+        return out;
+      }
+    }
+    out.check = all_checkable ? "ok" : "none";
+    return out;
+  }
+
+  // The soak: iteration k runs one of a few small collectives (chosen by k)
+  // with values that depend on k, and checks the result exactly. Every
+  // `mismatch_every`-th iteration rank world_size-1 sends a wrong shape and
+  // every rank must get FAILED_PRECONDITION. On ABORTED or UNAVAILABLE (a
+  // peer was killed, the job's epoch ended) the worker connects again, up to
+  // `reconnects` times, and starts over at iteration 0 of the new epoch, as
+  // its restarted peer does; it prints "SOAKLOST ..." when that happens. The
+  // RESULT line says OK once all N iterations of one epoch passed; a line
+  // "SOAK ..." before it tells how many iterations and reconnects it took.
+  Outcome RunSoak(const Step& step) {
+    Outcome out;
+    const int64_t iters = step.GetInt("iters", 100);
+    const int64_t mismatch_every = step.GetInt("mismatch_every", 0);
+    const uint64_t seed = static_cast<uint64_t>(step.GetInt("seed", 1));
+    const int64_t max_reconnects = step.GetInt("reconnects", 0);
+    CallOptions call;
+    call.timeout = absl::Milliseconds(step.GetInt("timeout_ms", 20000));
+    int64_t done = 0, total = 0, mismatches = 0, reconnects = 0;
+    const int last = options_.world_size - 1;
+    while (done <= iters) {
+      const int64_t k = done;
+      if (k == iters) {
+        // Nobody leaves before everyone is done (a peer still calling would
+        // see this rank gone).
+        const absl::Status s = client_->Barrier(call);
+        if (s.ok()) break;
+        if ((absl::IsAborted(s) || absl::IsUnavailable(s)) &&
+            reconnects < max_reconnects) {
+          ++reconnects;
+          Emit(absl::StrCat("SOAKLOST iteration=", k, " final barrier"));
+          client_.reset();
+          absl::StatusOr<std::unique_ptr<Client>> client =
+              Client::Connect(options_);
+          if (!client.ok()) {
+            out.status = client.status();
+            return out;
+          }
+          client_ = *std::move(client);
+          done = 0;
+          continue;
+        }
+        out.status = absl::Status(
+            s.code(), absl::StrCat("final barrier: ", s.message()));
+        return out;
+      }
+      ++total;
+      // Never on the last iteration: the ranks that see the failure first
+      // would finish and leave while the others still call.
+      const bool inject = mismatch_every > 0 &&
+                          k % mismatch_every == mismatch_every - 1 &&
+                          k != iters - 1;
+      absl::Status s;
+      std::string bad;
+      const int64_t n = 1 + (k * 37 + seed) % 300;
+      const uint64_t iter_seed = Mix64(seed * 1000003 + k);
+      switch (inject ? -1 : k % 4) {
+        case -1: {
+          const int64_t rows = options_.rank == last ? n + 1 : n;
+          std::vector<float> v(rows, 1.0f);
+          absl::StatusOr<Tensor> r =
+              client_->AllReduce(TensorView::Of<float>(v), ReduceOp::kSum, call);
+          if (r.status().code() != absl::StatusCode::kFailedPrecondition ||
+              !absl::StrContains(r.status().message(), "mismatched shapes")) {
+            bad = absl::StrCat("iteration ", k, ": injected mismatch: want ",
+                               "FAILED_PRECONDITION mismatched shapes, got ",
+                               r.status().ToString());
+          }
+          s = absl::OkStatus();
+          if (absl::IsAborted(r.status()) || absl::IsUnavailable(r.status())) {
+            s = r.status();
+            bad.clear();
+          }
+          ++mismatches;
+          break;
+        }
+        case 0:
+        case 1: {
+          const DataType dtype = k % 2 == 0 ? DataType::kFloat32 : DataType::kInt64;
+          std::vector<uint8_t> in =
+              ClosedFormInput(ReduceOp::kSum, dtype, options_.rank, n, iter_seed);
+          std::vector<uint8_t> want =
+              ClosedFormExpected(ReduceOp::kSum, dtype, all_ranks_, n, iter_seed);
+          absl::StatusOr<Tensor> r = client_->AllReduce(
+              TensorView(in.data(), dtype, {n}), ReduceOp::kSum, call);
+          s = r.status();
+          if (r.ok()) {
+            absl::Status c = CompareElements(dtype, r->data(), want.data(), n,
+                                             absl::StrCat("iteration ", k));
+            if (!c.ok() || r->shape() != std::vector<int64_t>{n}) {
+              bad = std::string(c.message());
+            }
+          }
+          break;
+        }
+        case 2: {
+          std::vector<uint8_t> in = ClosedFormInput(
+              ReduceOp::kSum, DataType::kInt32, options_.rank, n, iter_seed);
+          absl::StatusOr<Tensor> r = client_->AllGather(
+              TensorView(in.data(), DataType::kInt32, {n}), call);
+          s = r.status();
+          if (r.ok()) {
+            std::vector<uint8_t> want;
+            for (int rr : all_ranks_) {
+              std::vector<uint8_t> part = ClosedFormInput(
+                  ReduceOp::kSum, DataType::kInt32, rr, n, iter_seed);
+              want.insert(want.end(), part.begin(), part.end());
+            }
+            absl::Status c =
+                CompareElements(DataType::kInt32, r->data(), want.data(),
+                                n * options_.world_size,
+                                absl::StrCat("iteration ", k, " allgather"));
+            if (!c.ok()) bad = std::string(c.message());
+          }
+          break;
+        }
+        default: {
+          const int root = static_cast<int>(k % options_.world_size);
+          std::vector<uint8_t> in =
+              ClosedFormInput(ReduceOp::kSum, DataType::kFloat64, root, n, iter_seed);
+          absl::StatusOr<Tensor> r = client_->Broadcast(
+              options_.rank == root ? TensorView(in.data(), DataType::kFloat64, {n})
+                                    : TensorView(),
+              root, call);
+          s = r.status();
+          if (r.ok()) {
+            absl::Status c =
+                CompareElements(DataType::kFloat64, r->data(), in.data(), n,
+                                absl::StrCat("iteration ", k, " broadcast"));
+            if (!c.ok()) bad = std::string(c.message());
+          }
+          break;
+        }
+      }
+      if (!bad.empty()) {
+        out.check = "bad";
+        out.detail = bad;
+        out.status = s;
+        return out;
+      }
+      if (s.ok()) {
+        ++done;
+        continue;
+      }
+      if ((absl::IsAborted(s) || absl::IsUnavailable(s)) &&
+          reconnects < max_reconnects) {
+        ++reconnects;
+        std::string lost = s.ToString();
+        absl::StrReplaceAll({{"\n", " "}}, &lost);
+        Emit(absl::StrCat("SOAKLOST iteration=", k, " ", lost));
+        client_.reset();
+        absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options_);
+        if (!client.ok()) {
+          out.status = absl::Status(client.status().code(),
+                                    absl::StrCat("reconnect after iteration ", k,
+                                                 ": ", client.status().message()));
+          return out;
+        }
+        client_ = *std::move(client);
+        done = 0;  // the new epoch starts over, as the restarted peer does
+        continue;
+      }
+      out.status = absl::Status(
+          s.code(), absl::StrCat("iteration ", k, ": ", s.message()));
+      return out;
+    }
+    out.check = "ok";
+    out.status = absl::OkStatus();
+    out.detail.clear();
+    Emit(absl::StrCat("SOAK iterations=", total, " mismatches=", mismatches,
+                      " reconnects=", reconnects));
+    return out;
+  }
+
+  const ClientOptions options_;
+  const std::string scratch_dir_;
+  std::vector<int> all_ranks_;
+  std::unique_ptr<Client> client_;  // thread-safe; replaced only by the script thread
+
+  absl::Mutex output_mu_;
+  absl::Mutex threads_mu_;
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(threads_mu_);
+};
+
+}  // namespace
+}  // namespace testing
+}  // namespace reducer
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  reducer::ClientOptions options;
+  options.target = absl::GetFlag(FLAGS_target);
+  options.job = absl::GetFlag(FLAGS_job);
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.world_size = absl::GetFlag(FLAGS_world_size);
+  options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  if (options.job.empty()) {
+    std::fprintf(stderr, "fault_worker: --job is required\n");
+    return 2;
+  }
+  absl::StatusOr<std::vector<reducer::testing::Step>> steps =
+      reducer::testing::ParseScript(absl::GetFlag(FLAGS_steps));
+  if (!steps.ok()) {
+    std::fprintf(stderr, "fault_worker: %s\n", steps.status().ToString().c_str());
+    return 2;
+  }
+  reducer::testing::Worker worker(options, absl::GetFlag(FLAGS_scratch_dir));
+  return worker.Run(*steps);
+}
