@@ -310,7 +310,6 @@ bool Collective::OnData(int rank, uint64_t offset, SliceRange data) {
               ++block.complete == static_cast<int>(members_.size())) {
             ready.emplace_back(b, std::move(block.parts));
             blocks_.erase(b);
-            ++reductions_in_flight_;
           }
           pos += n;
           consumed += n;
@@ -364,7 +363,6 @@ void Collective::ReduceBlock(const ReductionPlan& plan, size_t block_index,
   if (status.ok()) result = env_.blocks->ToSlice(std::move(out), len);
 
   absl::MutexLock lock(&mu_);
-  --reductions_in_flight_;
   for (Member& m : members_) --m.staged_blocks;
   if (done_) return;
   if (!status.ok()) {

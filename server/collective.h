@@ -203,7 +203,6 @@ class Collective : public std::enable_shared_from_this<Collective> {
   std::vector<v1::TensorSpec> result_specs_ ABSL_GUARDED_BY(mu_);
   // Reduction kinds: blocks staged but not yet reduced, by block index.
   absl::flat_hash_map<size_t, Block> blocks_ ABSL_GUARDED_BY(mu_);
-  size_t reductions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<TimerQueue::Id> timer_ids_ ABSL_GUARDED_BY(mu_);
 };
 

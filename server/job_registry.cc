@@ -110,9 +110,4 @@ void JobRegistry::ShutdownAll(const absl::Status& status) {
   for (auto& [name, job] : jobs_) job->Shutdown(status);
 }
 
-int JobRegistry::num_jobs() {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(jobs_.size());
-}
-
 }  // namespace reducer

@@ -45,7 +45,6 @@ class JobRegistry {
   // Fails every collective and session with `status`.
   void ShutdownAll(const absl::Status& status);
 
-  int num_jobs();
 
  private:
   const CollectiveEnv env_;

@@ -175,7 +175,6 @@ void RankStream::OnCancel() {
   std::shared_ptr<Collective> collective;
   {
     absl::MutexLock lock(&mu_);
-    cancelled_ = true;
     collective = collective_;
   }
   if (collective != nullptr) collective->OnRankCancelled(rank_, this);

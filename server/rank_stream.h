@@ -84,7 +84,6 @@ class RankStream final
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_when_sent_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace reducer
