@@ -41,6 +41,37 @@ std::string RandomId() {
                          absl::Uniform<uint64_t>(gen));
 }
 
+// `requested` sorted, with "empty" spelled out as every rank (so that both
+// spellings share one sequence of collectives). INVALID_ARGUMENT for a
+// repeated rank, a rank outside the world, or a group without `rank`.
+absl::StatusOr<std::vector<int>> NormalizeGroup(const std::vector<int>& requested,
+                                                int rank, int world_size) {
+  std::vector<int> group = requested;
+  if (group.empty()) {
+    for (int r = 0; r < world_size; ++r) group.push_back(r);
+    return group;
+  }
+  std::sort(group.begin(), group.end());
+  if (std::adjacent_find(group.begin(), group.end()) != group.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CallOptions.group [", absl::StrJoin(requested, ","),
+        "] names a rank twice"));
+  }
+  for (int r : group) {
+    if (r < 0 || r >= world_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CallOptions.group names rank ", r, ", outside the world of ",
+          world_size, " (group [", absl::StrJoin(requested, ","), "])"));
+    }
+  }
+  if (!std::binary_search(group.begin(), group.end(), rank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CallOptions.group [", absl::StrJoin(group, ","),
+        "] does not contain this rank (", rank, ")"));
+  }
+  return group;
+}
+
 grpc::ChannelArguments ChannelArgs() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
@@ -186,29 +217,10 @@ absl::StatusOr<std::vector<Tensor>> ClientSession::Run(
     const CollectiveRequestSpec& spec, const CallOptions& call) {
   absl::Status session = SessionStatus();
   if (!session.ok()) return session;
-  std::vector<int> group = call.group;
-  std::sort(group.begin(), group.end());
-  if (std::adjacent_find(group.begin(), group.end()) != group.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CallOptions.group [", absl::StrJoin(call.group, ","),
-        "] names a rank twice"));
-  }
-  for (int r : group) {
-    if (r < 0 || r >= options_.world_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("CallOptions.group names rank ", r,
-                       ", outside the world of ", options_.world_size));
-    }
-  }
-  if (!group.empty() &&
-      !std::binary_search(group.begin(), group.end(), options_.rank)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CallOptions.group [", absl::StrJoin(group, ","),
-        "] does not contain this rank (", options_.rank, ")"));
-  }
-  if (group.empty()) {  // all ranks; one sequence whichever way it is said
-    for (int r = 0; r < options_.world_size; ++r) group.push_back(r);
-  }
+  absl::StatusOr<std::vector<int>> normalized =
+      NormalizeGroup(call.group, options_.rank, options_.world_size);
+  if (!normalized.ok()) return normalized.status();
+  const std::vector<int> group = *std::move(normalized);
   if (call.timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("CallOptions.timeout must not be negative");
   }
