@@ -4,7 +4,9 @@
 // one JSON line per size:
 //   {"system":"reducer","world_size":4,"size_bytes":4096,"latencies_us":[...]}
 // With --metric_sync it instead all-reduces 2 float64 values --iters times
-// (the metric-sync pattern) and prints "pattern":"metric_sync".
+// (the metric-sync pattern) and prints "pattern":"metric_sync". With
+// --fused_tensors=K (K > 1) each step is one AllReduceMany of K tensors of
+// the given size ("pattern":"fused","tensors":K).
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -13,6 +15,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/reducer_client.h"
@@ -26,6 +29,8 @@ ABSL_FLAG(int, iters, 20, "timed iterations per size");
 ABSL_FLAG(int, warmup, 3, "untimed iterations per size");
 ABSL_FLAG(bool, metric_sync, false, "run the metric-sync pattern instead");
 ABSL_FLAG(bool, in_place, false, "use AllReduceInPlace");
+ABSL_FLAG(int, fused_tensors, 1,
+          "K > 1: each step is one AllReduceMany of K tensors of each size");
 
 namespace {
 
@@ -88,11 +93,17 @@ int main(int argc, char** argv) {
       return Fail(absl::InvalidArgumentError("bad --sizes"));
     }
     std::vector<float> data(size_bytes / sizeof(float), 1.0f + options.rank);
+    const int fused = absl::GetFlag(FLAGS_fused_tensors);
+    const std::vector<reducer::TensorView> many(
+        fused, reducer::TensorView::Of<float>(data));
+    const std::vector<reducer::ReduceOp> ops(fused, reducer::ReduceOp::kSum);
     std::vector<double> latencies;
     for (int i = 0; i < warmup + iters; ++i) {
       auto start = Clock::now();
       absl::Status status;
-      if (absl::GetFlag(FLAGS_in_place)) {
+      if (fused > 1) {
+        status = (*client)->AllReduceMany(many, ops).status();
+      } else if (absl::GetFlag(FLAGS_in_place)) {
         status = (*client)->AllReduceInPlace(
             reducer::MutableTensorView::Of<float>(absl::MakeSpan(data)),
             reducer::ReduceOp::kSum);
@@ -106,7 +117,10 @@ int main(int argc, char** argv) {
       std::chrono::duration<double, std::micro> took = Clock::now() - start;
       if (i >= warmup) latencies.push_back(took.count());
     }
-    if (print) Report(options.world_size, size_bytes, "", latencies);
+    const std::string pattern =
+        fused > 1 ? absl::StrCat("\"pattern\":\"fused\",\"tensors\":", fused, ",")
+                  : std::string();
+    if (print) Report(options.world_size, size_bytes, pattern.c_str(), latencies);
   }
   return 0;
 }

@@ -51,6 +51,11 @@ METRIC_SYNC = "metric_sync"
 METRIC_SYNC_BYTES = 16
 RSS_TENSOR_BYTES = 1 * GiB
 RSS_WORLD_SIZE = 4
+# Fusion: one AllReduceMany of FUSED_TENSORS tensors of FUSED_BYTES each,
+# against one all-reduce of FUSED_BYTES (W = 4, Reducer only).
+FUSED_TENSORS = 100
+FUSED_BYTES = 16
+FUSED_WORLD_SIZE = 4
 
 # mpirun on loopback as root in a container (Open MPI 4.1): ob1 + TCP only,
 # no process binding (the peers are unbound too), oversubscribing 2 cores.
@@ -245,10 +250,13 @@ class ReducerDaemon:
 # Systems: each runner returns rank 0's stdout for one plan entry.
 
 def worker_flags(run):
-    """The --sizes/--iters/--warmup/--metric_sync flags shared by all workers."""
+    """The --sizes/--iters/--warmup/--metric_sync flags shared by all workers
+    (and --fused_tensors, which only the Reducer worker knows)."""
     flags = [f"--iters={run['iters']}", f"--warmup={run['warmup']}"]
     if run["pattern"] == METRIC_SYNC:
         return flags + ["--metric_sync"]
+    if run["pattern"] == "fused":
+        flags.append(f"--fused_tensors={run['tensors']}")
     return [f"--sizes={','.join(map(str, run['sizes']))}"] + flags
 
 
@@ -543,6 +551,25 @@ def reducerd_peak_rss(ctx, timeout_s):
             "workers_wall_s": elapsed}
 
 
+def reducer_fusion(ctx, records, timeout_s):
+    """Median of one AllReduceMany of FUSED_TENSORS x FUSED_BYTES at W=4,
+    against this run's median of one FUSED_BYTES all-reduce."""
+    single = [r for r in records if r["system"] == "reducer" and
+              r["world_size"] == FUSED_WORLD_SIZE and r["pattern"] == "allreduce"
+              and r["size_bytes"] == FUSED_BYTES]
+    if not single:
+        return {"skipped": f"no W={FUSED_WORLD_SIZE} {FUSED_BYTES} B all-reduce in this run"}
+    run = {"pattern": "fused", "tensors": FUSED_TENSORS, "sizes": [FUSED_BYTES],
+           "iters": 500, "warmup": 50}
+    out = run_reducer(ctx, FUSED_WORLD_SIZE, run, ctx.log_dir / "reducer-fused")
+    fused = parse_records(out, "reducer", FUSED_WORLD_SIZE, run)[0]
+    fused_us = percentile(fused["latencies_us"], 50)
+    single_us = percentile(single[0]["latencies_us"], 50)
+    return {"tensors": FUSED_TENSORS, "bytes_each": FUSED_BYTES,
+            "fused_median_us": fused_us, "single_median_us": single_us,
+            "ratio": fused_us / single_us}
+
+
 MIN_MEM_AVAILABLE = 1 * GiB
 
 
@@ -799,7 +826,19 @@ def extras(args, ctx, systems, failures):
     return kernel, rss
 
 
-def write_results(args, ctx, records, kernel, rss, targets, failures, timings):
+def print_fusion(fusion):
+    """Prints the AllReduceMany-against-one-all-reduce figure."""
+    print(f"\nfusion, W={FUSED_WORLD_SIZE}: one AllReduceMany of {FUSED_TENSORS} x "
+          f"{FUSED_BYTES} B against one {FUSED_BYTES} B all-reduce:")
+    if "skipped" in fusion:
+        print(f"  skipped: {fusion['skipped']}")
+    else:
+        print(f"  {fmt_time(fusion['fused_median_us'])} vs "
+              f"{fmt_time(fusion['single_median_us'])} (x{fusion['ratio']:.2f})")
+
+
+def write_results(args, ctx, records, kernel, rss, targets, failures, timings,
+                  fusion):
     """Writes results.json (raw latencies and everything else), results.csv
     and the plot into --out_dir."""
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
@@ -807,7 +846,7 @@ def write_results(args, ctx, records, kernel, rss, targets, failures, timings):
             "quick": args.quick, "argv": sys.argv[1:],
             "worker_env": ctx.worker_env, "reducerd_env": ctx.daemon_env}
     doc = {"meta": meta, "results": records, "kernel_bench": kernel,
-           "reducerd_peak_rss": rss,
+           "reducerd_peak_rss": rss, "fusion": fusion,
            "targets": [dict(figure=l, value=v, target=t, ok=ok)
                        for l, v, t, ok in targets],
            "failures": failures, "wall_s_per_system": timings}
@@ -828,6 +867,13 @@ def main(argv):
             systems = available_systems(args, ctx, tmp)
             records, failures, timings = run_all(ctx, systems, args.world_sizes,
                                                  args.quick, args.sizes)
+            fusion = {"skipped": "reducer not run"}
+            if "reducer" in systems:
+                try:
+                    fusion = reducer_fusion(ctx, records, args.timeout_s)
+                except (RunError, json.JSONDecodeError, OSError) as e:
+                    failures.append(f"fusion: {e}")
+                    fusion = {"skipped": f"failed: {e}"}
         finally:
             if ctx.daemon:
                 ctx.daemon.stop()
@@ -840,7 +886,9 @@ def main(argv):
     print_table(records)
     busy_runs = sum(r.get("cpu_busy_before", 0) > BUSY_LIMIT for r in records)
     print_extras(kernel, rss, targets, timings, busy_runs)
-    write_results(args, ctx, records, kernel, rss, targets, failures, timings)
+    print_fusion(fusion)
+    write_results(args, ctx, records, kernel, rss, targets, failures, timings,
+                  fusion)
     print(f"\nwrote {args.out_dir}/results.json, results.csv, allreduce_latency.png")
     for f in failures:
         print(f"FAILED: {f}", file=sys.stderr)

@@ -1,6 +1,7 @@
 #include "client/client_session.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -118,6 +119,8 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   session->data_channel_ = grpc::CreateCustomChannel(
       options.target, grpc::InsecureChannelCredentials(), data_args);
   session->data_stub_ = std::make_unique<grpc::GenericStub>(session->data_channel_);
+  session->small_calls_ = std::make_unique<SmallCallStream>(
+      session->data_stub_.get(), session->buffers_);
 
   // Wait for the connection within the timeout rather than failing at once
   // while reducerd is still starting.
@@ -215,19 +218,30 @@ absl::Status ClientSession::SessionStatus() {
 
 absl::StatusOr<std::vector<Tensor>> ClientSession::Run(
     const CollectiveRequestSpec& spec, const CallOptions& call) {
-  absl::Status session = SessionStatus();
-  if (!session.ok()) return session;
+  return Start(spec, call)->Wait();
+}
+
+std::unique_ptr<PendingCollective> ClientSession::Start(
+    const CollectiveRequestSpec& spec, const CallOptions& call) {
+  std::unique_ptr<PendingCollective> pending(new PendingCollective(this));
+  pending->invalid_ = SessionStatus();
+  if (!pending->invalid_.ok()) return pending;
   absl::StatusOr<std::vector<int>> normalized =
       NormalizeGroup(call.group, options_.rank, options_.world_size);
-  if (!normalized.ok()) return normalized.status();
+  if (!normalized.ok()) {
+    pending->invalid_ = normalized.status();
+    return pending;
+  }
   const std::vector<int> group = *std::move(normalized);
   if (call.timeout < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("CallOptions.timeout must not be negative");
+    pending->invalid_ =
+        absl::InvalidArgumentError("CallOptions.timeout must not be negative");
+    return pending;
   }
   const absl::Duration timeout =
       call.timeout == absl::ZeroDuration() ? options_.timeout : call.timeout;
 
-  v1::CollectiveHeader header;
+  v1::CollectiveHeader& header = pending->header_;
   header.set_job(options_.job);
   header.set_session_id(session_id_);
   header.set_rank(options_.rank);
@@ -239,34 +253,57 @@ absl::StatusOr<std::vector<Tensor>> ClientSession::Run(
   header.set_root(spec.root);
   header.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   header.set_attempt_id(absl::StrCat(session_id_, "/", next_attempt_.fetch_add(1)));
-  {
-    absl::MutexLock lock(&mu_);
-    header.set_epoch(epoch_);
-    if (call.name.empty()) {
-      header.set_sequence(sequence_[absl::StrJoin(group, ",")]++);
-    } else {
-      header.set_name(call.name);
-    }
+  pending->inputs_ = spec.inputs;
+  pending->send_payload_ = spec.send_payload;
+  absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(spec.tensors);
+  // A layout error goes to the server unchanged, which names it.
+  pending->message_bytes_ =
+      !layout.ok() ? SIZE_MAX : spec.send_payload ? layout->total_bytes : 0;
+  pending->deadline_ = absl::Now() + timeout + kDeadlineSlack;
+  // Taking the sequence number and sending happen under one lock, so that
+  // collectives started concurrently on one group reach every stream in
+  // the order of their sequence numbers.
+  absl::MutexLock lock(&mu_);
+  header.set_epoch(epoch_);
+  if (call.name.empty()) {
+    header.set_sequence(sequence_[absl::StrJoin(group, ",")]++);
+  } else {
+    header.set_name(call.name);
   }
-  const absl::Time deadline = absl::Now() + timeout + kDeadlineSlack;
+  pending->attempt_ = SendAttempt(*pending);
+  return pending;
+}
+
+std::unique_ptr<CollectiveAttempt> ClientSession::SendAttempt(
+    const PendingCollective& pending) {
+  if (pending.message_bytes_ <= kChunkBytes) {
+    return small_calls_->Start(pending.header_, pending.inputs_,
+                               pending.send_payload_, pending.deadline_);
+  }
+  auto call = std::make_unique<CollectiveCall>(
+      data_stub_.get(), pending.header_, pending.inputs_, pending.send_payload_,
+      pending.deadline_, kChunkBytes, buffers_);
+  call->Start().IgnoreError();  // Wait() returns the same error
+  return call;
+}
+
+absl::StatusOr<std::vector<Tensor>> PendingCollective::Wait() {
+  if (!invalid_.ok()) return invalid_;
   absl::StatusOr<std::vector<Tensor>> result;
   for (int attempt = 1;; ++attempt) {
-    CollectiveCall rpc(data_stub_.get(), header, spec.inputs,
-                       spec.send_payload, deadline, kChunkBytes, buffers_);
-    result = rpc.Run();
-    // Retry only where it is safe: the transport failed before any answer
-    // came, and the session (hence the job's epoch) is intact. The retry
-    // carries the same attempt_id, so the server never counts it twice.
+    result = attempt_->Wait();
     if (result.ok() || result.status().code() != absl::StatusCode::kUnavailable ||
-        rpc.received_any() || attempt == kMaxAttempts ||
-        !SessionStatus().ok() || absl::Now() + kRetryBackoff >= deadline) {
+        attempt_->received_any() || attempt == kMaxAttempts ||
+        !session_->SessionStatus().ok() ||
+        absl::Now() + kRetryBackoff >= deadline_) {
       break;
     }
     absl::SleepFor(kRetryBackoff * attempt);
+    attempt_ = session_->SendAttempt(*this);
   }
   if (!result.ok()) {
     // Prefer the session's explanation (a lost rank) to the call's.
-    absl::Status why = SessionStatus();
+    absl::Status why = session_->SessionStatus();
     if (!why.ok() && result.status().code() != absl::StatusCode::kFailedPrecondition &&
         result.status().code() != absl::StatusCode::kInvalidArgument) {
       return why;

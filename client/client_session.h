@@ -19,7 +19,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "client/collective_attempt.h"
 #include "client/reducer_client.h"
+#include "client/small_call_stream.h"
 #include "core/buffer_cache.h"
 #include "core/fingerprint.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -37,6 +39,35 @@ struct CollectiveRequestSpec {
   int root = -1;                    // Broadcast
 };
 
+class ClientSession;
+
+// A collective that was started (its place in the group's call order taken,
+// its first attempt sent) and not yet waited for.
+//
+// Contract: caller memory behind the request's inputs must stay valid and
+// unchanged until Wait() returns; the session must outlive this. Wait() once,
+// from one thread.
+class PendingCollective {
+ public:
+  // Blocks for the result. Retries the attempt where that is safe: the
+  // transport failed before any answer came and the session is intact (the
+  // retry carries the same attempt_id, so the server never counts it twice).
+  absl::StatusOr<std::vector<Tensor>> Wait();
+
+ private:
+  friend class ClientSession;
+  explicit PendingCollective(ClientSession* session) : session_(session) {}
+
+  ClientSession* const session_;
+  absl::Status invalid_;  // the call was refused before anything was sent
+  v1::CollectiveHeader header_;
+  std::vector<const void*> inputs_;
+  bool send_payload_ = true;
+  size_t message_bytes_ = 0;  // payload bytes this rank sends
+  absl::Time deadline_;
+  std::unique_ptr<CollectiveAttempt> attempt_;
+};
+
 class ClientSession {
  public:
   // Opens the channel and the Join stream; returns once the job is ready.
@@ -45,16 +76,25 @@ class ClientSession {
   // Closes the session: the server sees this rank leave.
   ~ClientSession();
 
-  // Runs one collective and returns its result tensors. Checks the call
-  // options (group, timeout) first: INVALID_ARGUMENT naming what is wrong.
+  // Starts one collective: checks the call options (group, timeout; an
+  // error is INVALID_ARGUMENT naming what is wrong, returned by Wait()),
+  // takes the next sequence number of its group, and sends it.
+  std::unique_ptr<PendingCollective> Start(const CollectiveRequestSpec& spec,
+                                           const CallOptions& call);
+
+  // Start(spec, call)->Wait().
   absl::StatusOr<std::vector<Tensor>> Run(const CollectiveRequestSpec& spec,
                                           const CallOptions& call);
 
   const ClientOptions& options() const { return options_; }
 
  private:
+  friend class PendingCollective;
   explicit ClientSession(ClientOptions options);
   void ReadEvents();
+  // Sends one attempt of `pending`'s collective: on the shared Collectives
+  // stream when its payload fits in one message, else on its own stream.
+  std::unique_ptr<CollectiveAttempt> SendAttempt(const PendingCollective& pending);
   // OK while the session is usable; else why not.
   absl::Status SessionStatus();
 
@@ -69,6 +109,7 @@ class ClientSession {
   std::unique_ptr<v1::Reducer::Stub> stub_;
   std::shared_ptr<grpc::Channel> data_channel_;  // collectives
   std::unique_ptr<grpc::GenericStub> data_stub_;
+  std::unique_ptr<SmallCallStream> small_calls_;  // uses data_stub_
   grpc::ClientContext join_context_;
   std::unique_ptr<grpc::ClientReader<v1::JoinEvent>> join_reader_;
   std::thread event_thread_;

@@ -1,16 +1,15 @@
-// CollectiveCall: the client side of one Collective stream. Sends this
-// rank's header and packed payload in chunks straight from caller memory
-// (static slices, no copy), and assembles the result the server streams
-// back into newly allocated tensors.
+// CollectiveCall: one attempt on its own Collective stream (the way large
+// payloads travel). Sends this rank's header and packed payload in chunks
+// straight from caller memory (static slices, no copy), and assembles the
+// result the server streams back into newly allocated tensors. Completions
+// run on gRPC's callback threads.
 //
-//   CollectiveCall call(&stub, request_header, inputs, /*send_payload=*/true,
-//                       deadline, chunk_bytes);
-//   absl::StatusOr<std::vector<Tensor>> result = call.Run();
+//   auto call = std::make_unique<CollectiveCall>(&stub, header, inputs,
+//       /*send_payload=*/true, deadline, chunk_bytes, buffers);
+//   absl::Status started = call->Start();
+//   absl::StatusOr<std::vector<Tensor>> result = call->Wait();
 //
-// Contract: caller memory behind `inputs` is only read, and must stay valid
-// and unchanged until Run() returns. Run() blocks until the server finished
-// the call or the deadline passed; it returns the result only when every
-// byte of it arrived. Not thread-safe: one Run() per object.
+// Contract: see CollectiveAttempt. Start() once, then Wait() once.
 #ifndef REDUCER_CLIENT_COLLECTIVE_CALL_H_
 #define REDUCER_CLIENT_COLLECTIVE_CALL_H_
 
@@ -25,6 +24,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/call_payload.h"
+#include "client/collective_attempt.h"
 #include "core/buffer_cache.h"
 #include "core/tensor.h"
 #include "core/validate.h"
@@ -35,7 +36,8 @@
 namespace reducer {
 
 class CollectiveCall final
-    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+    : public CollectiveAttempt,
+      public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // `header` lists the tensors this rank declares; `inputs[i]` points at the
   // bytes of header.tensors(i) (ignored when `send_payload` is false).
@@ -46,14 +48,13 @@ class CollectiveCall final
                  absl::Time deadline, size_t chunk_bytes,
                  std::shared_ptr<BufferCache> buffers);
 
-  // Runs the call. Errors: the server's status, or DATA_LOSS / INTERNAL if
-  // the server's answer does not add up (bytes past the result, missing
-  // bytes, a result header that does not parse).
-  absl::StatusOr<std::vector<Tensor>> Run();
+  // Sends the call; an error (a header whose tensors do not parse) means
+  // nothing was sent and Wait() returns it.
+  absl::Status Start();
 
-  // After Run(): true if any response message arrived. A call that failed
-  // with UNAVAILABLE before that may be retried with the same header.
-  bool received_any() const { return have_result_header_; }
+  // CollectiveAttempt.
+  absl::StatusOr<std::vector<Tensor>> Wait() override;
+  bool received_any() const override { return result_.started(); }
 
   // grpc::ClientBidiReactor.
   void OnWriteDone(bool ok) override;
@@ -65,7 +66,6 @@ class CollectiveCall final
   grpc::ByteBuffer BuildMessage(size_t index) const;
   size_t NumMessages() const;
   void WriteNext();
-  absl::Status HandleResponse();
   void SetError(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
@@ -84,13 +84,11 @@ class CollectiveCall final
 
   // Reading side: one read outstanding at a time.
   grpc::ByteBuffer incoming_;
-  bool have_result_header_ = false;
-  std::vector<Tensor> result_;
-  PayloadLayout result_layout_;
-  size_t result_received_ = 0;
+  ResultAssembler result_;
 
   absl::Mutex mu_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);  // first client-side error
+  bool started_ = false;  // Start() sent the call
   grpc::Status final_status_;  // written in OnDone, read after done_
   absl::Notification done_;
 };

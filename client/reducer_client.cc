@@ -96,6 +96,52 @@ absl::Status Client::AllReduceInPlace(const MutableTensorView& inout,
   return CopyInto(*result, inout, "AllReduceInPlace");
 }
 
+std::unique_ptr<AllReduceHandle> Client::AllReduceAsync(
+    const TensorView& input, ReduceOp op, const CallOptions& call) {
+  absl::Status valid = CheckView(input, "AllReduceAsync input");
+  if (!valid.ok()) {
+    return std::unique_ptr<AllReduceHandle>(new AllReduceHandle(nullptr, valid));
+  }
+  return std::unique_ptr<AllReduceHandle>(new AllReduceHandle(
+      session_->Start(OneTensor(CollectiveKind::kAllReduce, input, op), call),
+      absl::OkStatus()));
+}
+
+std::unique_ptr<AllReduceInPlaceHandle> Client::AllReduceInPlaceAsync(
+    const MutableTensorView& inout, ReduceOp op, const CallOptions& call) {
+  return std::unique_ptr<AllReduceInPlaceHandle>(new AllReduceInPlaceHandle(
+      AllReduceAsync(inout.view(), op, call), inout));
+}
+
+AllReduceHandle::AllReduceHandle(std::unique_ptr<PendingCollective> pending,
+                                 absl::Status invalid)
+    : pending_(std::move(pending)), invalid_(std::move(invalid)) {}
+
+AllReduceHandle::~AllReduceHandle() {
+  if (pending_ != nullptr) pending_->Wait().IgnoreError();
+}
+
+absl::StatusOr<Tensor> AllReduceHandle::Wait() {
+  if (waited_) {
+    return absl::FailedPreconditionError(
+        "AllReduceHandle::Wait called a second time");
+  }
+  waited_ = true;
+  if (!invalid_.ok()) return invalid_;
+  std::unique_ptr<PendingCollective> pending = std::move(pending_);
+  return Single(pending->Wait());
+}
+
+AllReduceInPlaceHandle::AllReduceInPlaceHandle(
+    std::unique_ptr<AllReduceHandle> handle, MutableTensorView inout)
+    : handle_(std::move(handle)), inout_(inout) {}
+
+absl::Status AllReduceInPlaceHandle::Wait() {
+  absl::StatusOr<Tensor> result = handle_->Wait();
+  if (!result.ok()) return result.status();
+  return CopyInto(*result, inout_, "AllReduceInPlaceAsync");
+}
+
 absl::StatusOr<double> Client::AllReduce(double value, ReduceOp op,
                                          const CallOptions& call) {
   absl::StatusOr<Tensor> result =

@@ -31,6 +31,17 @@
 // process holds this rank; RESOURCE_EXHAUSTED for a server limit; UNAVAILABLE
 // when reducerd cannot be reached or is shutting down.
 //
+// Asynchronous all-reduce (Horovod's allreduce_async + synchronize,
+// torch.distributed's async_op=True + wait()): start several, then wait.
+//
+//   std::unique_ptr<reducer::AllReduceHandle> a = (*client)->AllReduceAsync(
+//       reducer::TensorView::Of<float>(grad_a), reducer::ReduceOp::kSum);
+//   std::unique_ptr<reducer::AllReduceHandle> b = (*client)->AllReduceAsync(
+//       reducer::TensorView::Of<float>(grad_b), reducer::ReduceOp::kSum);
+//   absl::StatusOr<reducer::Tensor> sum_a = a->Wait();   // grad_a, grad_b must
+//   absl::StatusOr<reducer::Tensor> sum_b = b->Wait();   // stay unchanged until
+//                                                        // their Wait() returns
+//
 // Thread safety: a Client is thread-safe. Collectives issued concurrently from
 // several threads must be named (CallOptions::name), since call order is then
 // not defined. MetricSync is not thread-safe.
@@ -66,7 +77,54 @@ struct CallOptions {
   absl::Duration timeout = absl::ZeroDuration();  // zero: ClientOptions::timeout
 };
 
-class ClientSession;  // internal: channels and the job session
+class ClientSession;      // internal: channels and the job session
+class PendingCollective;  // internal: a collective started, not waited for
+
+// An all-reduce started by Client::AllReduceAsync. It took its place in the
+// group's call order, and its contribution was sent, when it started; Wait()
+// blocks for the result. Errors found before anything was sent (a malformed
+// input, a bad group) are returned by Wait().
+//
+// Contract: the input's memory stays valid and unchanged until Wait()
+// returns, and the Client outlives the handle. Destroying a handle that was
+// not waited for waits first (its input is in use until then). One thread
+// waits on a handle; different handles may be waited on from different
+// threads, in any order.
+class AllReduceHandle {
+ public:
+  ~AllReduceHandle();
+  AllReduceHandle(const AllReduceHandle&) = delete;
+  AllReduceHandle& operator=(const AllReduceHandle&) = delete;
+
+  // The result, or the collective's error. Call once; a second call
+  // returns FAILED_PRECONDITION.
+  absl::StatusOr<Tensor> Wait();
+
+ private:
+  friend class Client;
+  AllReduceHandle(std::unique_ptr<PendingCollective> pending, absl::Status invalid);
+  std::unique_ptr<PendingCollective> pending_;  // null once waited for
+  absl::Status invalid_;  // the call was refused before it started
+  bool waited_ = false;
+};
+
+// An in-place all-reduce started by Client::AllReduceInPlaceAsync. Wait()
+// writes the result into the buffer (all-or-nothing, as AllReduceInPlace).
+// Contract as AllReduceHandle; the buffer is read while the collective runs,
+// so it too must stay unchanged until Wait() returns.
+class AllReduceInPlaceHandle {
+ public:
+  // Writes the result into the buffer on success; on error the buffer holds
+  // exactly what it held before. Call once.
+  absl::Status Wait();
+
+ private:
+  friend class Client;
+  AllReduceInPlaceHandle(std::unique_ptr<AllReduceHandle> handle,
+                         MutableTensorView inout);
+  std::unique_ptr<AllReduceHandle> handle_;
+  MutableTensorView inout_;
+};
 
 class Client {
  public:
@@ -86,6 +144,14 @@ class Client {
   // holds exactly what it held before.
   absl::Status AllReduceInPlace(const MutableTensorView& inout, ReduceOp op,
                                 const CallOptions& = {});
+  // Starts an all-reduce and returns at once; see AllReduceHandle. Handles
+  // take their place in the group's call order in the order they are
+  // started, so every rank must start them in the same order (or name them).
+  std::unique_ptr<AllReduceHandle> AllReduceAsync(const TensorView& input,
+                                                  ReduceOp op,
+                                                  const CallOptions& = {});
+  std::unique_ptr<AllReduceInPlaceHandle> AllReduceInPlaceAsync(
+      const MutableTensorView& inout, ReduceOp op, const CallOptions& = {});
   // Scalars: a new value; float64 and int64 on the wire.
   absl::StatusOr<double> AllReduce(double value, ReduceOp op,
                                    const CallOptions& = {});

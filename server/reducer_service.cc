@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "server/multiplexed_stream.h"
 #include "server/rank_stream.h"
 #include "server/session_stream.h"
 
@@ -24,29 +25,50 @@ grpc::ServerUnaryReactor* ReducerService::Leave(
   return reactor;
 }
 
+absl::Status ReducerService::Admit() {
+  const int in_flight = active_calls_.fetch_add(1) + 1;
+  if (in_flight <= max_concurrent_calls_) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "reducerd already serves ", in_flight - 1,
+      " collective calls (--max_concurrent_calls=", max_concurrent_calls_,
+      "); retry later"));
+}
+
+absl::StatusOr<std::shared_ptr<reducer::Collective>> ReducerService::Attach(
+    const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
+  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Find(header.job());
+  if (!job.ok()) return job.status();
+  return (*job)->Attach(header, std::move(stream));
+}
+
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 ReducerService::Collective(grpc::CallbackServerContext* context) {
-  JobRegistry* registry = registry_;
   std::atomic<int>* active = &active_calls_;
-  const int in_flight = active->fetch_add(1) + 1;
   auto on_done = [active] { active->fetch_sub(1); };
-  if (in_flight > max_concurrent_calls_) {
-    return RankStream::CreateFailed(
-        absl::ResourceExhaustedError(absl::StrCat(
-            "reducerd already serves ", in_flight - 1,
-            " collective calls (--max_concurrent_calls=", max_concurrent_calls_,
-            "); retry later")),
-        std::move(on_done));
+  absl::Status admitted = Admit();
+  if (!admitted.ok()) {
+    return RankStream::CreateFailed(admitted, std::move(on_done));
   }
-  return RankStream::Create(
-      context, std::move(on_done),
-      [registry](const v1::CollectiveHeader& header,
-                 std::shared_ptr<RankChannel> stream)
-          -> absl::StatusOr<std::shared_ptr<reducer::Collective>> {
-        absl::StatusOr<std::shared_ptr<Job>> job = registry->Find(header.job());
-        if (!job.ok()) return job.status();
-        return (*job)->Attach(header, std::move(stream));
-      });
+  return RankStream::Create(context, std::move(on_done),
+                            [this](const v1::CollectiveHeader& header,
+                                   std::shared_ptr<RankChannel> stream) {
+                              return Attach(header, std::move(stream));
+                            });
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+ReducerService::Collectives(grpc::CallbackServerContext* context) {
+  std::atomic<int>* active = &active_calls_;
+  auto on_done = [active] { active->fetch_sub(1); };
+  absl::Status admitted = Admit();
+  if (!admitted.ok()) {
+    return RankStream::CreateFailed(admitted, std::move(on_done));
+  }
+  return MultiplexedStream::Create(context, std::move(on_done),
+                                   [this](const v1::CollectiveHeader& header,
+                                          std::shared_ptr<RankChannel> stream) {
+                                     return Attach(header, std::move(stream));
+                                   });
 }
 
 }  // namespace reducer

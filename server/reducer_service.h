@@ -1,25 +1,31 @@
-// ReducerService: the reducer.v1.Reducer gRPC service. Join is a typed
-// callback method; Collective is a raw (ByteBuffer) callback method so that
-// tensor bytes skip protobuf's string copies.
+// ReducerService: the reducer.v1.Reducer gRPC service. Join and Leave are
+// typed callback methods; Collective and Collectives are raw (ByteBuffer)
+// callback methods so that tensor bytes skip protobuf's string copies.
 //
 // Thread-safe; every pointer given to the constructor must outlive it.
 #ifndef REDUCER_SERVER_REDUCER_SERVICE_H_
 #define REDUCER_SERVER_REDUCER_SERVICE_H_
 
 #include <atomic>
+#include <memory>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "proto/reducer/v1/reducer.grpc.pb.h"
+#include "server/collective.h"
 #include "server/job_registry.h"
 
 namespace reducer {
 
 class ReducerService final
     : public v1::Reducer::WithRawCallbackMethod_Collective<
-          v1::Reducer::WithCallbackMethod_Join<
-              v1::Reducer::WithCallbackMethod_Leave<v1::Reducer::Service>>> {
+          v1::Reducer::WithRawCallbackMethod_Collectives<
+              v1::Reducer::WithCallbackMethod_Join<
+                  v1::Reducer::WithCallbackMethod_Leave<
+                      v1::Reducer::Service>>>> {
  public:
-  // At most `max_concurrent_calls` Collective streams are served at once;
-  // more are answered RESOURCE_EXHAUSTED.
+  // At most `max_concurrent_calls` Collective and Collectives streams are
+  // served at once; more are answered RESOURCE_EXHAUSTED.
   ReducerService(JobRegistry* registry, int max_concurrent_calls)
       : registry_(registry), max_concurrent_calls_(max_concurrent_calls) {}
 
@@ -34,10 +40,19 @@ class ReducerService final
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Collective(
       grpc::CallbackServerContext* context) override;
 
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Collectives(
+      grpc::CallbackServerContext* context) override;
+
  private:
+  // Counts a new stream; the error to refuse it with when over the limit.
+  absl::Status Admit();
+  // Finds the header's job and attaches `stream` to its collective.
+  absl::StatusOr<std::shared_ptr<reducer::Collective>> Attach(
+      const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
+
   JobRegistry* const registry_;  // not owned
   const int max_concurrent_calls_;
-  // Collective streams not yet done. Atomic rather than under a lock: it is
+  // Collective and Collectives streams not yet done. Atomic rather than under a lock: it is
   // touched once at the start and once at the end of every call, alone.
   std::atomic<int> active_calls_{0};
 };

@@ -17,11 +17,13 @@ TimerQueue::Id TimerQueue::Schedule(absl::Time when,
                                     std::function<void()> callback) {
   absl::MutexLock lock(&mu_);
   Id id = next_id_++;
-  auto it = pending_.emplace(std::make_pair(when, id), std::move(callback)).first;
+  pending_.emplace(std::make_pair(when, id), std::move(callback));
   time_of_.emplace(id, when);
-  // The thread sleeps until the earliest timer; only a new earliest one
-  // needs to wake it (most timers are cancelled long before they are due).
-  if (it == pending_.begin()) wake_.Signal();
+  // Only a timer due before the thread wakes by itself needs to wake it.
+  if (when < wake_at_) {
+    wake_at_ = when;
+    wake_.Signal();
+  }
   return id;
 }
 
@@ -36,16 +38,15 @@ void TimerQueue::Cancel(Id id) {
 void TimerQueue::Run() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    if (pending_.empty()) {
-      wake_.Wait(&mu_);
-      continue;
-    }
     auto first = pending_.begin();
-    const absl::Time when = first->first.first;
+    const absl::Time when =
+        first == pending_.end() ? absl::InfiniteFuture() : first->first.first;
     if (absl::Now() < when) {
-      // Schedule() and the destructor signal, so a sooner timer or shutdown
-      // is noticed before `when`.
+      // Schedule() signals for a timer due sooner, and the destructor
+      // signals, so either is noticed before `when`.
+      wake_at_ = when;
       wake_.WaitWithDeadline(&mu_, when);
+      wake_at_ = absl::Now();  // awake: Schedule() need not signal
       continue;
     }
     std::function<void()> callback = std::move(first->second);

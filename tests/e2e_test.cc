@@ -249,6 +249,12 @@ TEST_F(E2eTest, SecondProcessForATakenRankIsRejected) {
   WaitAndExpectSuccess(workers);
 }
 
+TEST_F(E2eTest, AsyncAllReducesInFlightTogetherAreExact) {
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  StartJob("async", 3, {"--scenario=async"}, &workers);
+  WaitAndExpectSuccess(workers);
+}
+
 TEST_F(E2eTest, MetricSyncOverFourWorkersMatchesClosedForm) {
   std::vector<std::unique_ptr<ChildProcess>> workers;
   StartJob("metrics", 4, {"--scenario=metric_sync"}, &workers);

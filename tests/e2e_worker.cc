@@ -23,6 +23,12 @@
 //   metric_sync     An Ignite-style Accuracy + loss metric synced with
 //                   MetricSync: Reduce leaves the (read-only) states as they
 //                   are, ReduceInPlace overwrites them with the global values.
+//   async           AllReduceAsync on small inputs and one --big_size input,
+//                   and AllReduceInPlaceAsync, all in flight at once with a
+//                   blocking all-reduce started after them; waited for in
+//                   different orders per rank and from another thread. Then
+//                   a handle dropped unwaited, an idle pause, and the errors
+//                   a handle reports (bad input, a second Wait).
 //   duplicate_rank  --role=member ranks connect and wait until the
 //                   --role=intruder process, claiming a taken rank, has been
 //                   refused with ALREADY_EXISTS; then they check that their
@@ -68,7 +74,7 @@ ABSL_FLAG(std::string, job, "", "job name, shared by the ranks of one job");
 ABSL_FLAG(int, rank, 0, "this process's rank");
 ABSL_FLAG(int, world_size, 1, "ranks in the job");
 ABSL_FLAG(std::string, scenario, "",
-          "all_ops | determinism | metric_sync | duplicate_rank");
+          "all_ops | determinism | metric_sync | async | duplicate_rank");
 ABSL_FLAG(int, timeout_s, 60, "ClientOptions::timeout, seconds");
 ABSL_FLAG(std::vector<std::string>, sizes,
           std::vector<std::string>({"0", "1", "7", "1000"}),
@@ -1012,6 +1018,127 @@ absl::Status RunMetricSync(Context& ctx) {
 }
 
 // ---------------------------------------------------------------------------
+// async
+
+// One all-reduce started with AllReduceAsync on read-only input.
+struct AsyncCase {
+  DataType dtype;
+  int64_t n;
+  uint64_t seed;
+  std::vector<uint8_t> want;
+  absl::StatusOr<ReadOnlyBuffer> input = absl::UnknownError("not made");
+  std::unique_ptr<AllReduceHandle> handle;
+};
+
+absl::Status CheckAsync(AsyncCase& c, absl::string_view label) {
+  const std::string context = absl::StrCat(label, " ", DataTypeName(c.dtype),
+                                           " [", c.n, "]");
+  absl::StatusOr<Tensor> result = c.handle->Wait();
+  if (!result.ok()) return Annotate(result.status(), context);
+  return CheckTensor(*result, c.dtype, {c.n}, c.want.data(), context);
+}
+
+absl::Status RunAsync(Context& ctx) {
+  // Small tensors (shared stream) and one several chunks long (a stream of
+  // its own), all in flight at once.
+  std::vector<AsyncCase> cases;
+  const std::pair<DataType, int64_t> kinds[] = {
+      {DataType::kFloat32, 7}, {DataType::kFloat64, 1000},
+      {DataType::kFloat32, absl::GetFlag(FLAGS_big_size)},
+      {DataType::kInt32, 1}};
+  for (const auto& [dtype, n] : kinds) {
+    if (n <= 0) continue;
+    AsyncCase c;
+    c.dtype = dtype;
+    c.n = n;
+    c.seed = Mix64(ctx.seed ^ (static_cast<uint64_t>(n) << 8) ^
+                   static_cast<uint64_t>(dtype));
+    c.want = ClosedFormExpected(ReduceOp::kSum, dtype, ctx.members, n, c.seed);
+    c.input = ReadOnlyCopy(
+        ClosedFormInput(ReduceOp::kSum, dtype, ctx.rank, n, c.seed));
+    if (!c.input.ok()) return c.input.status();
+    cases.push_back(std::move(c));
+  }
+  for (AsyncCase& c : cases) {
+    c.handle = ctx.client->AllReduceAsync(
+        TensorView(c.input->data(), c.dtype, {c.n}), ReduceOp::kSum, ctx.call);
+  }
+  // In place, in flight with the others.
+  const uint64_t inplace_seed = Mix64(ctx.seed ^ 0xa5);
+  std::vector<uint8_t> inout = ClosedFormInput(
+      ReduceOp::kMax, DataType::kFloat32, ctx.rank, 100, inplace_seed);
+  const std::vector<uint8_t> inout_want = ClosedFormExpected(
+      ReduceOp::kMax, DataType::kFloat32, ctx.members, 100, inplace_seed);
+  std::unique_ptr<AllReduceInPlaceHandle> inplace =
+      ctx.client->AllReduceInPlaceAsync(
+          MutableTensorView(inout.data(), DataType::kFloat32, {100}),
+          ReduceOp::kMax, ctx.call);
+  // A blocking call takes its turn after them and returns while they may
+  // still be in flight.
+  const int64_t group_sum = [&] {
+    int64_t s = 0;
+    for (int r : ctx.members) s += r + 1;
+    return s;
+  }();
+  absl::StatusOr<int64_t> sum =
+      ctx.client->AllReduce(int64_t{ctx.rank + 1}, ReduceOp::kSum, ctx.call);
+  if (!sum.ok()) return Annotate(sum.status(), "allreduce amid async ones");
+  if (*sum != group_sum) {
+    return Fail(absl::StrCat("allreduce amid async ones: got ", *sum,
+                             ", want ", group_sum));
+  }
+  // Waits in different orders on different ranks; the last handle is
+  // waited for on another thread.
+  std::vector<size_t> order;
+  for (size_t i = 0; i + 1 < cases.size(); ++i) order.push_back(i);
+  if (ctx.rank % 2 == 1) std::reverse(order.begin(), order.end());
+  absl::Status from_thread;
+  std::thread waiter([&] {
+    from_thread = CheckAsync(cases.back(), "AllReduceAsync (other thread)");
+  });
+  absl::Status s = inplace->Wait();
+  if (!s.ok()) return Annotate(s, "AllReduceInPlaceAsync");
+  s = CompareElements(DataType::kFloat32, inout.data(), inout_want.data(), 100,
+                      "AllReduceInPlaceAsync");
+  for (size_t i : order) {
+    if (!s.ok()) break;
+    s = CheckAsync(cases[i], "AllReduceAsync");
+  }
+  waiter.join();
+  if (!s.ok()) return s;
+  if (!from_thread.ok()) return from_thread;
+  Log(ctx, absl::StrCat(cases.size(), " async all-reduces in flight at once ok"));
+
+  // A handle dropped unwaited waits in its destructor; the order of calls
+  // stays the same on every rank.
+  std::vector<float> dropped(3, 1.0f);
+  ctx.client->AllReduceAsync(TensorView::Of<float>(dropped), ReduceOp::kSum,
+                             ctx.call);
+  // An idle pause longer than the connection keepalive timeout: the shared
+  // stream must still answer (or be reopened) afterwards.
+  absl::SleepFor(absl::Seconds(3));
+  sum = ctx.client->AllReduce(int64_t{ctx.rank + 1}, ReduceOp::kSum, ctx.call);
+  if (!sum.ok()) return Annotate(sum.status(), "allreduce after an idle pause");
+  if (*sum != group_sum) {
+    return Fail(absl::StrCat("allreduce after an idle pause: got ", *sum,
+                             ", want ", group_sum));
+  }
+  // Input errors come back from Wait(), and a second Wait() is refused.
+  std::unique_ptr<AllReduceHandle> bad = ctx.client->AllReduceAsync(
+      TensorView(nullptr, DataType::kFloat32, {4}), ReduceOp::kSum, ctx.call);
+  absl::StatusOr<Tensor> refused = bad->Wait();
+  if (refused.status().code() != absl::StatusCode::kInvalidArgument) {
+    return Fail(absl::StrCat("AllReduceAsync with null data: want "
+                             "INVALID_ARGUMENT, got ", refused.status().ToString()));
+  }
+  if (bad->Wait().status().code() != absl::StatusCode::kFailedPrecondition) {
+    return Fail("a second AllReduceHandle::Wait was not refused");
+  }
+  Log(ctx, "async handles: unwaited, after idle, errors ok");
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
 // duplicate_rank
 
 absl::Status WaitForFile(const std::string& path) {
@@ -1126,6 +1253,7 @@ absl::Status Main() {
   if (scenario == "all_ops") return RunAllOps(ctx);
   if (scenario == "determinism") return RunDeterminism(ctx);
   if (scenario == "metric_sync") return RunMetricSync(ctx);
+  if (scenario == "async") return RunAsync(ctx);
   if (scenario == "duplicate_rank") {
     if (scratch_dir.empty()) {
       return absl::InvalidArgumentError("duplicate_rank needs --scratch_dir");

@@ -169,13 +169,15 @@ TEST_F(LimitsTest, MaxConcurrentCalls) {
   ASSERT_TRUE(StartServer({"--max_concurrent_calls=3"}));
   // Rank 0 holds three streams open (named collectives rank 1 does not
   // join; 2 s timeout); a fourth call is refused at once. Once those streams
-  // have ended, both ranks run a collective.
+  // have ended, both ranks run a collective. The payloads are over one
+  // message (1.2 MB) so that each collective has a stream of its own; small
+  // ones share the client's one Collectives stream.
   std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
       Job(), 2,
-      {"async_allreduce:name=c0,timeout_ms=2000;"
-       "async_allreduce:name=c1,timeout_ms=2000;"
-       "async_allreduce:name=c2,timeout_ms=2000;sleep:ms=500;"
-       "allreduce:name=c3,timeout_ms=5000;join;touch:path=go;"
+      {"async_allreduce:name=c0,shape=300000,timeout_ms=2000;"
+       "async_allreduce:name=c1,shape=300000,timeout_ms=2000;"
+       "async_allreduce:name=c2,shape=300000,timeout_ms=2000;sleep:ms=500;"
+       "allreduce:name=c3,shape=300000,timeout_ms=5000;join;touch:path=go;"
        "allreduce:name=after,timeout_ms=20000",
        "wait_file:path=go;allreduce:name=after,timeout_ms=20000"});
   std::vector<ProcessResult> results = WaitWorkers(workers);

@@ -106,7 +106,7 @@ v1::CollectiveHeader RawSession::Header(v1::CollectiveKind kind) const {
 
 RawCallResult RawSession::Call(
     const std::vector<v1::CollectiveRequest>& requests, absl::Duration timeout,
-    bool half_close) {
+    bool half_close, bool many_calls) {
   RawCallResult result;
   const absl::Time start = absl::Now();
   // A channel per call: a stream the server kills for an oversized message
@@ -118,7 +118,8 @@ RawCallResult RawSession::Call(
   context.set_deadline(absl::ToChronoTime(start + timeout));
   std::unique_ptr<grpc::ClientReaderWriter<v1::CollectiveRequest,
                                            v1::CollectiveResponse>>
-      stream = stub->Collective(&context);
+      stream = many_calls ? stub->Collectives(&context)
+                          : stub->Collective(&context);
   result.all_written = true;
   for (const v1::CollectiveRequest& request : requests) {
     if (!stream->Write(request)) {

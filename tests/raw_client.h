@@ -66,8 +66,11 @@ class RawSession {
   // in order, half-closes unless `half_close` is false, reads every
   // response, and returns the final status. Writes stop at the first one
   // the transport refuses (the call is over then).
+  // With `many_calls`, the stream is a Collectives stream instead (each
+  // request one whole call, answers tagged with call ids).
   RawCallResult Call(const std::vector<v1::CollectiveRequest>& requests,
-                     absl::Duration timeout, bool half_close = true);
+                     absl::Duration timeout, bool half_close = true,
+                     bool many_calls = false);
 
   // Says this session leaves on purpose (Leave RPC).
   absl::Status Leave();

@@ -1,0 +1,105 @@
+#include "client/call_payload.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "proto/reducer/v1/wire_conversion.h"
+
+namespace reducer {
+namespace {
+
+// Padding between packed tensors is at most kPayloadAlignment - 1 bytes.
+constexpr char kZeros[kPayloadAlignment] = {};
+
+}  // namespace
+
+absl::StatusOr<PayloadLayout> LayoutOfSpecs(
+    const google::protobuf::RepeatedPtrField<v1::TensorSpec>& specs,
+    absl::string_view field, std::vector<TensorSpec>* out) {
+  for (int i = 0; i < specs.size(); ++i) {
+    absl::StatusOr<TensorSpec> spec = TensorSpecFromWire(
+        specs.Get(i), /*with_op=*/false, absl::StrCat(field, "[", i, "]"));
+    if (!spec.ok()) return spec.status();
+    out->push_back(*std::move(spec));
+  }
+  return ComputePayloadLayout(*out);
+}
+
+std::vector<grpc::Slice> PayloadSlices(const PayloadLayout& layout,
+                                       const std::vector<const void*>& inputs,
+                                       size_t begin, size_t end) {
+  std::vector<grpc::Slice> data;
+  size_t pos = begin;
+  for (size_t i = 0; i < layout.offsets.size() && pos < end; ++i) {
+    const size_t t_begin = layout.offsets[i];
+    const size_t t_end = t_begin + layout.sizes[i];
+    if (t_end <= pos) continue;
+    if (pos < t_begin) {  // padding before tensor i
+      const size_t pad = std::min(t_begin, end) - pos;
+      data.emplace_back(kZeros, pad, grpc::Slice::STATIC_SLICE);
+      pos += pad;
+      if (pos == end) break;
+    }
+    const size_t take = std::min(t_end, end) - pos;
+    data.emplace_back(static_cast<const char*>(inputs[i]) + (pos - t_begin),
+                      take, grpc::Slice::STATIC_SLICE);
+    pos += take;
+  }
+  return data;
+}
+
+absl::Status ResultAssembler::Add(const v1::CollectiveResponse& fields,
+                                  const SliceRange& data) {
+  if (!started_) {
+    std::vector<TensorSpec> specs;
+    absl::StatusOr<PayloadLayout> layout =
+        LayoutOfSpecs(fields.result(), "result", &specs);
+    if (!layout.ok()) {
+      return absl::InternalError(absl::StrCat(
+          "reducerd sent a result header that does not parse: ",
+          layout.status().message()));
+    }
+    layout_ = *std::move(layout);
+    // Every byte is overwritten before Finish() hands the tensors out (it
+    // checks that the whole result arrived), so skip zeroing them.
+    for (TensorSpec& spec : specs) {
+      result_.push_back(
+          Tensor::Uninitialized(spec.dtype, std::move(spec.shape), buffers_));
+    }
+    started_ = true;
+  }
+  const size_t begin = fields.offset();
+  const size_t end = begin + data.size();
+  if (end < begin || end > layout_.total_bytes) {
+    return absl::DataLossError(absl::StrCat(
+        "reducerd sent result bytes [", begin, ", ", end,
+        ") outside the result's ", layout_.total_bytes, " bytes"));
+  }
+  for (size_t i = 0; i < result_.size(); ++i) {
+    const size_t t_begin = layout_.offsets[i];
+    const size_t t_end = t_begin + layout_.sizes[i];
+    const size_t lo = std::max(begin, t_begin);
+    const size_t hi = std::min(end, t_end);
+    if (lo >= hi) continue;
+    data.CopyTo(lo - begin, hi - lo,
+                static_cast<char*>(result_[i].mutable_data()) + (lo - t_begin));
+  }
+  received_ += data.size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Tensor>> ResultAssembler::Finish() {
+  if (!started_) {
+    return absl::InternalError(
+        "reducerd ended the collective with OK but sent no result");
+  }
+  if (received_ != layout_.total_bytes) {
+    return absl::DataLossError(absl::StrCat(
+        "reducerd ended the collective after ", received_, " of ",
+        layout_.total_bytes, " result bytes"));
+  }
+  return std::move(result_);
+}
+
+}  // namespace reducer

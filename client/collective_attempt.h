@@ -1,0 +1,35 @@
+// CollectiveAttempt: one attempt at running a collective, whichever way it
+// travels to reducerd (its own Collective stream for large payloads, or the
+// shared Collectives stream for payloads of one message). The attempt is
+// sent when it is created; Wait() blocks for its outcome.
+//
+// Contract: caller memory behind the inputs is only read, and must stay valid
+// and unchanged until Wait() returns. Wait() is called at most once, from
+// one thread.
+#ifndef REDUCER_CLIENT_COLLECTIVE_ATTEMPT_H_
+#define REDUCER_CLIENT_COLLECTIVE_ATTEMPT_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+
+namespace reducer {
+
+class CollectiveAttempt {
+ public:
+  virtual ~CollectiveAttempt() = default;
+
+  // Blocks until the server answered or the attempt's deadline passed.
+  // Returns the result only when every byte of it arrived; else the
+  // server's status, or DATA_LOSS / INTERNAL if its answer does not add up.
+  virtual absl::StatusOr<std::vector<Tensor>> Wait() = 0;
+
+  // After Wait(): true if any answer arrived. An attempt that failed with
+  // UNAVAILABLE before that may be retried with the same header.
+  virtual bool received_any() const = 0;
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_CLIENT_COLLECTIVE_ATTEMPT_H_

@@ -1,0 +1,279 @@
+#include "client/small_call_stream.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/call_payload.h"
+#include "proto/reducer/v1/collective_codec.h"
+#include "proto/reducer/v1/status_conversion.h"
+
+namespace reducer {
+namespace {
+
+constexpr char kCollectivesMethod[] = "/reducer.v1.Reducer/Collectives";
+
+}  // namespace
+
+// One call in flight. Guarded by SmallCallStream::mu_.
+struct SmallCallStream::Call {
+  explicit Call(std::shared_ptr<BufferCache> buffers)
+      : result(std::move(buffers)) {}
+  Opening* opening = nullptr;  // where it was sent
+  ResultAssembler result;
+  bool done = false;
+  absl::Status status;  // once done: how it ended
+};
+
+// One opening of the gRPC stream, and the operations gRPC holds for it.
+// Guarded by SmallCallStream::mu_.
+struct SmallCallStream::Opening {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream;
+  grpc::ByteBuffer incoming;
+  std::deque<grpc::ByteBuffer> outgoing;  // the front one is being written
+  // The write slot is taken (gRPC sends the start of the call through it
+  // too): at most one start or write at a time.
+  bool write_busy = false;
+  grpc::Status final_status;              // filled by Finish
+  absl::Status error;  // a client-side reason to fail its calls, if any
+  int operations = 0;  // started and not yet back from the queue
+  bool retired = false;
+  Tag start_tag{this, Op::kStart};
+  Tag read_tag{this, Op::kRead};
+  Tag write_tag{this, Op::kWrite};
+  Tag finish_tag{this, Op::kFinish};
+};
+
+class SmallCallStream::Attempt final : public CollectiveAttempt {
+ public:
+  Attempt(SmallCallStream* owner, uint64_t call_id, std::shared_ptr<Call> call,
+          absl::Time deadline)
+      : owner_(owner), call_id_(call_id), call_(std::move(call)),
+        deadline_(deadline) {}
+
+  absl::StatusOr<std::vector<Tensor>> Wait() override {
+    return owner_->Wait(call_id_, call_, deadline_);
+  }
+  bool received_any() const override {
+    absl::MutexLock lock(&owner_->mu_);
+    return call_->result.started();
+  }
+
+ private:
+  SmallCallStream* const owner_;
+  const uint64_t call_id_;
+  const std::shared_ptr<Call> call_;
+  const absl::Time deadline_;
+};
+
+SmallCallStream::SmallCallStream(grpc::GenericStub* stub,
+                                 std::shared_ptr<BufferCache> buffers)
+    : stub_(stub), buffers_(std::move(buffers)) {}
+
+SmallCallStream::~SmallCallStream() {
+  mu_.Lock();
+  if (current_ != nullptr) RetireLocked(current_.get());
+  for (const auto& opening : retired_) opening->context.TryCancel();
+  while (!retired_.empty()) {
+    void* tag = nullptr;
+    bool ok = false;
+    mu_.Unlock();
+    const bool got = cq_.Next(&tag, &ok);
+    mu_.Lock();
+    if (!got) break;
+    HandleEventLocked(static_cast<const Tag*>(tag), ok);
+  }
+  mu_.Unlock();
+  cq_.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq_.Next(&tag, &ok)) {
+  }
+}
+
+std::unique_ptr<CollectiveAttempt> SmallCallStream::Start(
+    const v1::CollectiveHeader& header, const std::vector<const void*>& inputs,
+    bool send_payload, absl::Time deadline) {
+  auto call = std::make_shared<Call>(buffers_);
+  std::vector<TensorSpec> specs;
+  absl::StatusOr<PayloadLayout> layout =
+      LayoutOfSpecs(header.tensors(), "tensors", &specs);
+  absl::MutexLock lock(&mu_);
+  const uint64_t call_id = ++last_call_id_;
+  if (!layout.ok()) {
+    call->done = true;
+    call->status = layout.status();
+    return std::make_unique<Attempt>(this, call_id, std::move(call), deadline);
+  }
+  v1::CollectiveRequest fields;
+  *fields.mutable_header() = header;
+  fields.set_call_id(call_id);
+  std::vector<grpc::Slice> data;
+  if (send_payload) data = PayloadSlices(*layout, inputs, 0, layout->total_bytes);
+
+  if (current_ == nullptr) OpenLocked();
+  Opening* opening = current_.get();
+  call->opening = opening;
+  calls_[call_id] = call;
+  opening->outgoing.push_back(EncodeMessage(fields, data));
+  if (!opening->write_busy) WriteFrontLocked(opening);
+  return std::make_unique<Attempt>(this, call_id, std::move(call), deadline);
+}
+
+void SmallCallStream::OpenLocked() {
+  current_ = std::make_unique<Opening>();
+  Opening* opening = current_.get();
+  opening->stream = stub_->PrepareCall(&opening->context, kCollectivesMethod, &cq_);
+  opening->stream->StartCall(&opening->start_tag);
+  opening->write_busy = true;
+  opening->stream->Read(&opening->incoming, &opening->read_tag);
+  opening->operations = 2;
+}
+
+void SmallCallStream::WriteFrontLocked(Opening* opening) {
+  opening->write_busy = true;
+  ++opening->operations;
+  opening->stream->Write(opening->outgoing.front(), &opening->write_tag);
+}
+
+absl::StatusOr<std::vector<Tensor>> SmallCallStream::Wait(
+    uint64_t call_id, const std::shared_ptr<Call>& call, absl::Time deadline) {
+  mu_.Lock();
+  while (!call->done) {
+    if (absl::Now() >= deadline) {
+      // Given up here; reducerd answers the collective at its own timeout
+      // (before this deadline) unless it is unreachable.
+      calls_.erase(call_id);
+      call->done = true;
+      call->status = absl::DeadlineExceededError(
+          "no answer from reducerd on the Collectives stream before the "
+          "call's deadline");
+      break;
+    }
+    if (driving_) {
+      progress_.WaitWithDeadline(&mu_, deadline);
+      continue;
+    }
+    driving_ = true;
+    void* tag = nullptr;
+    bool ok = false;
+    mu_.Unlock();
+    const grpc::CompletionQueue::NextStatus next =
+        cq_.AsyncNext(&tag, &ok, absl::ToChronoTime(deadline));
+    mu_.Lock();
+    driving_ = false;
+    if (next == grpc::CompletionQueue::GOT_EVENT) {
+      HandleEventLocked(static_cast<const Tag*>(tag), ok);
+    }
+    progress_.SignalAll();
+  }
+  absl::StatusOr<std::vector<Tensor>> result =
+      call->status.ok() ? call->result.Finish()
+                        : absl::StatusOr<std::vector<Tensor>>(call->status);
+  mu_.Unlock();
+  return result;
+}
+
+void SmallCallStream::HandleEventLocked(const Tag* tag, bool ok) {
+  Opening* opening = tag->opening;
+  --opening->operations;
+  switch (tag->op) {
+    case Op::kStart:
+      opening->write_busy = false;
+      // A failed start also fails the pending read, which ends the stream.
+      if (ok && !opening->outgoing.empty()) WriteFrontLocked(opening);
+      break;
+    case Op::kWrite:
+      opening->write_busy = false;
+      opening->outgoing.pop_front();
+      if (!ok) {
+        // The stream is over; the pending read fails and brings its status.
+        RetireLocked(opening);
+        opening->outgoing.clear();
+      } else if (!opening->outgoing.empty()) {
+        WriteFrontLocked(opening);
+      }
+      break;
+    case Op::kRead:
+      if (ok) {
+        DispatchLocked(opening);
+        ++opening->operations;
+        opening->stream->Read(&opening->incoming, &opening->read_tag);
+      } else {
+        RetireLocked(opening);
+        ++opening->operations;
+        opening->stream->Finish(&opening->final_status, &opening->finish_tag);
+      }
+      break;
+    case Op::kFinish: {
+      absl::Status why = opening->error;
+      if (why.ok() && !opening->final_status.ok()) {
+        why = FromGrpcStatus(opening->final_status);
+      }
+      if (why.ok()) {
+        why = absl::UnavailableError(
+            "reducerd closed the Collectives stream before answering");
+      }
+      FailCallsLocked(opening, why);
+      break;
+    }
+  }
+  if (opening->retired && opening->operations == 0) {
+    retired_.erase(std::find_if(
+        retired_.begin(), retired_.end(),
+        [opening](const auto& o) { return o.get() == opening; }));
+  }
+}
+
+void SmallCallStream::DispatchLocked(Opening* opening) {
+  DecodedMessage<v1::CollectiveResponse> message;
+  absl::Status decoded = DecodeMessage(&opening->incoming, &message);
+  if (!decoded.ok()) {
+    // Nothing on this stream can be trusted any more.
+    opening->error = absl::InternalError(
+        absl::StrCat("reducerd's answer did not parse: ", decoded.message()));
+    RetireLocked(opening);
+    opening->context.TryCancel();
+    return;
+  }
+  auto it = calls_.find(message.fields.call_id());
+  if (it == calls_.end()) return;  // a call given up at its deadline
+  Call& call = *it->second;
+  absl::Status outcome;
+  bool over = message.fields.has_status();
+  if (over && message.fields.status().code() != 0) {
+    outcome = FromGrpcStatus(grpc::Status(
+        static_cast<grpc::StatusCode>(message.fields.status().code()),
+        message.fields.status().message()));
+  } else {
+    outcome = call.result.Add(message.fields, message.data);
+    if (!outcome.ok()) over = true;
+  }
+  if (!over) return;
+  call.done = true;
+  call.status = outcome;
+  calls_.erase(it);
+}
+
+void SmallCallStream::RetireLocked(Opening* opening) {
+  if (opening->retired) return;
+  opening->retired = true;
+  if (current_.get() == opening) retired_.push_back(std::move(current_));
+}
+
+void SmallCallStream::FailCallsLocked(Opening* opening,
+                                      const absl::Status& status) {
+  for (auto it = calls_.begin(); it != calls_.end();) {
+    Call& call = *it->second;
+    if (call.opening != opening) {
+      ++it;
+      continue;
+    }
+    call.done = true;
+    call.status = status;
+    calls_.erase(it++);
+  }
+}
+
+}  // namespace reducer

@@ -1,0 +1,103 @@
+// SmallCallStream: the client side of the Collectives stream, one long-lived
+// stream to reducerd that carries every collective whose payload fits in one
+// message, so that each costs one message each way and no stream setup
+// (per-call stream setup is most of a small collective's latency; see the
+// README's Performance section).
+//
+// A call is sent when it starts, from any thread. Its answer is read by the
+// thread that waits for it: waiting drives the stream's completion queue on
+// the waiting thread (one waiter at a time drives; it files what belongs to
+// other calls and wakes their waiters), so no thread hop lies between the
+// answer and the caller.
+//
+// The stream opens on first use, and again after it broke. A break fails the
+// calls in flight on it with the stream's status (UNAVAILABLE when reducerd
+// went away: nothing was answered, so a retry is safe).
+//
+// Thread-safe. Destroy it only once no thread waits on one of its calls.
+#ifndef REDUCER_CLIENT_SMALL_CALL_STREAM_H_
+#define REDUCER_CLIENT_SMALL_CALL_STREAM_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/collective_attempt.h"
+#include "core/buffer_cache.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/reducer/v1/reducer.pb.h"
+
+namespace reducer {
+
+class SmallCallStream {
+ public:
+  // `stub` must outlive this. Result tensors take their buffers from
+  // `buffers` (may be null).
+  SmallCallStream(grpc::GenericStub* stub, std::shared_ptr<BufferCache> buffers);
+  // Cancels the stream and waits for gRPC to hand back what it holds.
+  ~SmallCallStream();
+  SmallCallStream(const SmallCallStream&) = delete;
+  SmallCallStream& operator=(const SmallCallStream&) = delete;
+
+  // Sends one call: `header` and, with `send_payload`, the whole packed
+  // payload of `inputs` (inputs[i] holds header.tensors(i); caller memory,
+  // read in place). The attempt's Wait() gives up at `deadline` with
+  // DEADLINE_EXCEEDED. The attempt must not outlive this stream.
+  std::unique_ptr<CollectiveAttempt> Start(const v1::CollectiveHeader& header,
+                                           const std::vector<const void*>& inputs,
+                                           bool send_payload, absl::Time deadline);
+
+ private:
+  struct Call;
+  struct Opening;
+  class Attempt;
+  enum class Op { kStart, kRead, kWrite, kFinish };
+  // What the completion queue hands back: the operation and its opening.
+  struct Tag {
+    Opening* opening;
+    Op op;
+  };
+
+  absl::StatusOr<std::vector<Tensor>> Wait(uint64_t call_id,
+                                           const std::shared_ptr<Call>& call,
+                                           absl::Time deadline);
+  // Opens a new stream as current_.
+  void OpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WriteFrontLocked(Opening* opening) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleEventLocked(const Tag* tag, bool ok)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Files a received message with its call.
+  void DispatchLocked(Opening* opening) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // No new call goes to `opening` any more.
+  void RetireLocked(Opening* opening) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends every call still waiting on `opening` with `status`.
+  void FailCallsLocked(Opening* opening, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  grpc::GenericStub* const stub_;  // not owned
+  const std::shared_ptr<BufferCache> buffers_;
+  grpc::CompletionQueue cq_;
+
+  absl::Mutex mu_;
+  absl::CondVar progress_;  // signalled after each event a driver handled
+  bool driving_ ABSL_GUARDED_BY(mu_) = false;  // a waiter polls cq_
+  std::unique_ptr<Opening> current_ ABSL_GUARDED_BY(mu_);  // takes new calls
+  // Broken openings whose operations gRPC still holds.
+  std::vector<std::unique_ptr<Opening>> retired_ ABSL_GUARDED_BY(mu_);
+  // Calls sent and not yet answered, by call id.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Call>> calls_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t last_call_id_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_CLIENT_SMALL_CALL_STREAM_H_

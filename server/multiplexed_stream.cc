@@ -1,0 +1,259 @@
+#include "server/multiplexed_stream.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "proto/reducer/v1/collective_codec.h"
+#include "proto/reducer/v1/status_conversion.h"
+
+namespace reducer {
+
+// One call's RankChannel: what its Collective sends goes onto the shared
+// stream tagged with the call's id. Called with the Collective's lock held;
+// only queues, never calls back into the Collective.
+class MultiplexedStream::CallChannel final : public RankChannel {
+ public:
+  CallChannel(std::weak_ptr<MultiplexedStream> stream, uint64_t call_id)
+      : stream_(std::move(stream)), call_id_(call_id) {}
+
+  void Send(grpc::ByteBuffer message, bool last) override {
+    std::shared_ptr<MultiplexedStream> stream = stream_.lock();
+    if (stream == nullptr) return;
+    v1::CollectiveResponse tag;
+    tag.set_call_id(call_id_);
+    if (last) tag.mutable_status();  // code 0: OK
+    stream->Enqueue(call_id_, AppendFields(message, tag), last);
+  }
+  void FinishWhenSent() override { End(absl::OkStatus()); }
+  void Fail(const absl::Status& status) override { End(status); }
+  // Each call's payload arrives whole, so there is never more to read.
+  void ResumeReading() override {}
+
+ private:
+  void End(const absl::Status& status) {
+    std::shared_ptr<MultiplexedStream> stream = stream_.lock();
+    if (stream != nullptr) stream->EndCall(call_id_, status);
+  }
+
+  const std::weak_ptr<MultiplexedStream> stream_;
+  const uint64_t call_id_;
+};
+
+MultiplexedStream::MultiplexedStream(grpc::CallbackServerContext* context,
+                                     std::function<void()> on_done,
+                                     RankStream::AttachFn attach)
+    : context_(context),
+      on_done_(std::move(on_done)),
+      attach_(std::move(attach)) {}
+
+MultiplexedStream* MultiplexedStream::Create(
+    grpc::CallbackServerContext* context, std::function<void()> on_done,
+    RankStream::AttachFn attach) {
+  auto stream = std::make_shared<MultiplexedStream>(
+      context, std::move(on_done), std::move(attach));
+  MultiplexedStream* raw = stream.get();
+  {
+    absl::MutexLock lock(&raw->mu_);
+    raw->self_ = std::move(stream);
+  }
+  raw->StartRead(&raw->incoming_);
+  return raw;
+}
+
+void MultiplexedStream::OnReadDone(bool ok) {
+  if (!ok) {
+    // A cancelled stream is handled by OnCancel; a half-close ends the
+    // stream once every call was answered.
+    if (context_->IsCancelled()) return;
+    absl::MutexLock lock(&mu_);
+    input_ended_ = true;
+    MaybeFinishLocked();
+    return;
+  }
+  HandleMessage();
+  absl::MutexLock lock(&mu_);
+  if (!finished_) StartRead(&incoming_);
+}
+
+void MultiplexedStream::HandleMessage() {
+  DecodedMessage<v1::CollectiveRequest> message;
+  absl::Status problem = DecodeMessage(&incoming_, &message);
+  const v1::CollectiveRequest& fields = message.fields;
+  const uint64_t call_id = fields.call_id();
+  if (problem.ok() && call_id == 0) {
+    problem = absl::InvalidArgumentError(
+        "every message of a Collectives stream must carry a nonzero call_id");
+  } else if (problem.ok() && !fields.has_header()) {
+    problem = absl::InvalidArgumentError(absl::StrCat(
+        "Collectives stream call ", call_id,
+        ": each message is one whole call and must carry `header`"));
+  } else if (problem.ok() && fields.offset() != 0) {
+    problem = absl::InvalidArgumentError(absl::StrCat(
+        "Collectives stream call ", call_id, ": the payload must be whole, "
+        "at offset 0 (got offset ", fields.offset(),
+        "); send chunked payloads on the Collective method"));
+  }
+  const int rank = fields.header().rank();
+  auto channel = std::make_shared<CallChannel>(weak_from_this(), call_id);
+  if (problem.ok()) {
+    absl::MutexLock lock(&mu_);
+    auto it = live_.find(call_id);
+    if (it != live_.end() && !it->second.ended) {
+      problem = absl::InvalidArgumentError(absl::StrCat(
+          "Collectives stream call id ", call_id, " is already in flight"));
+    } else {
+      LiveCall& call = live_[call_id];
+      call = LiveCall();
+      call.channel = channel;
+      call.rank = rank;
+      call.serial = ++last_serial_;
+    }
+  }
+  if (!problem.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      FinishLocked(problem);
+    }
+    CancelLiveCalls();
+    return;
+  }
+
+  absl::StatusOr<std::shared_ptr<Collective>> attached =
+      attach_(fields.header(), channel);
+  if (!attached.ok()) {
+    EndCall(call_id, attached.status());
+    return;
+  }
+  std::shared_ptr<Collective> collective = *std::move(attached);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = live_.find(call_id);
+    if (it != live_.end() && it->second.channel == channel) {
+      it->second.collective = collective;
+    }
+  }
+  // The whole payload is here: hand it over and close this rank's input
+  // (which fails the collective if bytes are missing). Reading goes on
+  // whatever OnData says: this call has nothing more to read.
+  collective->OnData(rank, 0, std::move(message.data));
+  collective->OnInputEnd(rank);
+}
+
+void MultiplexedStream::Enqueue(uint64_t call_id, grpc::ByteBuffer message,
+                                bool ends_call) {
+  absl::MutexLock lock(&mu_);
+  if (finished_) return;
+  auto it = live_.find(call_id);
+  if (it == live_.end() || it->second.ended) return;
+  Outgoing out;
+  out.message = std::move(message);
+  out.call_id = call_id;
+  out.serial = it->second.serial;
+  out.ends_call = ends_call;
+  outgoing_.push_back(std::move(out));
+  // The entry (and its references) goes once the last message is written:
+  // this may run inside the Collective, which must not be released here.
+  if (ends_call) it->second.ended = true;
+  if (!write_in_flight_) WriteFrontLocked();
+}
+
+void MultiplexedStream::EndCall(uint64_t call_id, const absl::Status& status) {
+  v1::CollectiveResponse end;
+  end.set_call_id(call_id);
+  const grpc::Status wire = ToGrpcStatus(status);
+  end.mutable_status()->set_code(static_cast<int>(wire.error_code()));
+  end.mutable_status()->set_message(wire.error_message());
+  Enqueue(call_id, EncodeMessage(end, {}), /*ends_call=*/true);
+}
+
+void MultiplexedStream::WriteFrontLocked() {
+  write_in_flight_ = true;
+  StartWrite(&outgoing_.front().message);
+}
+
+void MultiplexedStream::OnWriteDone(bool ok) {
+  std::shared_ptr<Collective> notify;
+  int rank = -1;
+  LiveCall over;  // released after the lock
+  {
+    absl::MutexLock lock(&mu_);
+    write_in_flight_ = false;
+    Outgoing written = std::move(outgoing_.front());
+    outgoing_.pop_front();
+    if (!ok) {
+      // The stream broke; OnCancel or OnDone takes care of the calls.
+      outgoing_.clear();
+      return;
+    }
+    auto it = live_.find(written.call_id);
+    if (it != live_.end() && it->second.serial == written.serial) {
+      if (written.ends_call) {
+        over = std::move(it->second);
+        live_.erase(it);
+      } else {
+        notify = it->second.collective;
+        rank = it->second.rank;
+      }
+    }
+    if (!outgoing_.empty() && !finished_) {
+      WriteFrontLocked();
+    } else {
+      MaybeFinishLocked();
+    }
+  }
+  if (notify != nullptr) notify->OnWriteDone(rank);
+}
+
+void MultiplexedStream::MaybeFinishLocked() {
+  if (finished_ || !input_ended_ || write_in_flight_ || !outgoing_.empty()) {
+    return;
+  }
+  for (const auto& [id, call] : live_) {
+    if (!call.ended) return;
+  }
+  finished_ = true;
+  Finish(grpc::Status::OK);
+}
+
+void MultiplexedStream::FinishLocked(const absl::Status& status) {
+  if (finished_) return;
+  finished_ = true;
+  // Queued messages are dropped; one already handed to gRPC completes or
+  // fails on its own, and gRPC sends the status after it.
+  if (write_in_flight_) {
+    while (outgoing_.size() > 1) outgoing_.pop_back();
+  } else {
+    outgoing_.clear();
+  }
+  Finish(ToGrpcStatus(status));
+}
+
+void MultiplexedStream::CancelLiveCalls() {
+  absl::flat_hash_map<uint64_t, LiveCall> calls;
+  {
+    absl::MutexLock lock(&mu_);
+    calls.swap(live_);
+  }
+  for (auto& [id, call] : calls) {
+    if (!call.ended && call.collective != nullptr) {
+      call.collective->OnRankCancelled(call.rank, call.channel.get());
+    }
+  }
+}
+
+void MultiplexedStream::OnCancel() {
+  CancelLiveCalls();
+  absl::MutexLock lock(&mu_);
+  FinishLocked(absl::CancelledError("call cancelled"));
+}
+
+void MultiplexedStream::OnDone() {
+  on_done_();
+  CancelLiveCalls();
+  std::shared_ptr<MultiplexedStream> self;
+  absl::MutexLock lock(&mu_);
+  self = std::move(self_);
+}
+
+}  // namespace reducer
