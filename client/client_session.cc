@@ -109,6 +109,7 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
     return absl::InvalidArgumentError("ClientOptions.timeout must be positive");
   }
   std::unique_ptr<ClientSession> session(new ClientSession(options));
+  session->driver_ = std::make_unique<CompletionDriver>();
   session->channel_ = grpc::CreateCustomChannel(
       options.target, grpc::InsecureChannelCredentials(), ChannelArgs());
   session->stub_ = v1::Reducer::NewStub(session->channel_);
@@ -120,7 +121,7 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
       options.target, grpc::InsecureChannelCredentials(), data_args);
   session->data_stub_ = std::make_unique<grpc::GenericStub>(session->data_channel_);
   session->small_calls_ = std::make_unique<SmallCallStream>(
-      session->data_stub_.get(), session->buffers_);
+      session->data_stub_.get(), session->driver_.get(), session->buffers_);
 
   // Wait for the connection within the timeout rather than failing at once
   // while reducerd is still starting.
@@ -136,16 +137,22 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   request.set_rank(options.rank);
   request.set_world_size(options.world_size);
   request.set_session_id(session->session_id_);
-  session->join_reader_ =
-      session->stub_->Join(&session->join_context_, request);
   ClientSession* raw = session.get();
-  session->event_thread_ = std::thread([raw] { raw->ReadEvents(); });
-
-  absl::MutexLock lock(&session->mu_);
-  auto ready_or_ended = [raw]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(raw->mu_) {
-    return raw->ready_ || raw->ended_;
-  };
-  session->mu_.AwaitWithDeadline(absl::Condition(&ready_or_ended), deadline);
+  {
+    absl::MutexLock lock(&raw->mu_);
+    raw->join_reader_ = raw->stub_->PrepareAsyncJoin(&raw->join_context_,
+                                                     request, raw->driver_->cq());
+    raw->join_reader_->StartCall(&raw->join_start_tag_);
+    raw->join_reader_->Read(&raw->join_event_, &raw->join_read_tag_);
+    raw->join_operations_ = 2;
+  }
+  raw->driver_->DriveUntil(
+      [raw] {
+        absl::MutexLock lock(&raw->mu_);
+        return raw->ready_ || raw->ended_;
+      },
+      deadline);
+  absl::MutexLock lock(&raw->mu_);
   if (session->ready_) return session;
   if (session->ended_) {
     absl::Status status = session->end_status_;
@@ -178,34 +185,65 @@ ClientSession::~ClientSession() {
     v1::LeaveResponse response;
     stub_->Leave(&context, request, &response);
   }
-  join_context_.TryCancel();
-  if (event_thread_.joinable()) event_thread_.join();
+  // Calls first (they drive the queue until gRPC handed them back), then
+  // the Join stream, then the driver.
+  small_calls_.reset();
+  bool joined;
+  {
+    absl::MutexLock lock(&mu_);
+    joined = join_reader_ != nullptr;
+  }
+  if (joined) {
+    join_context_.TryCancel();
+    driver_->DriveUntil(
+        [this] {
+          absl::MutexLock lock(&mu_);
+          return join_operations_ == 0;
+        },
+        absl::InfiniteFuture());
+  }
+  driver_.reset();
 }
 
-void ClientSession::ReadEvents() {
-  v1::JoinEvent event;
-  while (join_reader_->Read(&event)) {
-    absl::MutexLock lock(&mu_);
-    if (event.has_ready()) {
-      ready_ = true;
-      epoch_ = event.ready().epoch();
-    } else if (event.has_aborted()) {
-      aborted_ = absl::AbortedError(event.aborted().reason());
-    }
-  }
-  grpc::Status status = join_reader_->Finish();
-  absl::MutexLock lock(&mu_);
-  ended_ = true;
-  if (status.ok()) {
-    end_status_ = absl::UnavailableError(
-        absl::StrCat("reducerd at ", options_.target, " closed the session"));
-  } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-             status.error_code() == grpc::StatusCode::CANCELLED) {
-    end_status_ = absl::UnavailableError(absl::StrCat(
-        "lost the session with reducerd at ", options_.target, ": ",
-        status.error_message(), "; Connect again"));
-  } else {
-    end_status_ = FromGrpcStatus(status);
+void ClientSession::JoinTag::OnComplete(bool ok) {
+  absl::MutexLock lock(&session->mu_);
+  session->HandleJoinEventLocked(op, ok);
+}
+
+void ClientSession::HandleJoinEventLocked(JoinOp op, bool ok) {
+  --join_operations_;
+  switch (op) {
+    case JoinOp::kStart:
+      break;  // a failed start fails the read as well
+    case JoinOp::kRead:
+      if (!ok) {
+        ++join_operations_;
+        join_reader_->Finish(&join_status_, &join_finish_tag_);
+        break;
+      }
+      if (join_event_.has_ready()) {
+        ready_ = true;
+        epoch_ = join_event_.ready().epoch();
+      } else if (join_event_.has_aborted()) {
+        aborted_ = absl::AbortedError(join_event_.aborted().reason());
+      }
+      ++join_operations_;
+      join_reader_->Read(&join_event_, &join_read_tag_);
+      break;
+    case JoinOp::kFinish:
+      ended_ = true;
+      if (join_status_.ok()) {
+        end_status_ = absl::UnavailableError(absl::StrCat(
+            "reducerd at ", options_.target, " closed the session"));
+      } else if (join_status_.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                 join_status_.error_code() == grpc::StatusCode::CANCELLED) {
+        end_status_ = absl::UnavailableError(absl::StrCat(
+            "lost the session with reducerd at ", options_.target, ": ",
+            join_status_.error_message(), "; Connect again"));
+      } else {
+        end_status_ = FromGrpcStatus(join_status_);
+      }
+      break;
   }
 }
 
@@ -281,7 +319,7 @@ std::unique_ptr<CollectiveAttempt> ClientSession::SendAttempt(
                                pending.send_payload_, pending.deadline_);
   }
   auto call = std::make_unique<CollectiveCall>(
-      data_stub_.get(), pending.header_, pending.inputs_, pending.send_payload_,
+      data_stub_.get(), driver_.get(), pending.header_, pending.inputs_, pending.send_payload_,
       pending.deadline_, kChunkBytes, buffers_);
   call->Start().IgnoreError();  // Wait() returns the same error
   return call;

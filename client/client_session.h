@@ -1,5 +1,6 @@
-// ClientSession: what a Client holds: the channel to reducerd, this
-// process's session (the Join stream, read on a background thread), the
+// ClientSession: what a Client holds: the channels to reducerd, the one
+// completion queue every call of this client completes on (and who polls
+// it, see CompletionDriver), this process's session (the Join stream), the
 // job's epoch, and the per-group sequence numbers that match collectives
 // across ranks by call order.
 //
@@ -11,7 +12,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/collective_attempt.h"
+#include "client/completion_driver.h"
 #include "client/reducer_client.h"
 #include "client/small_call_stream.h"
 #include "core/buffer_cache.h"
@@ -90,8 +91,17 @@ class ClientSession {
 
  private:
   friend class PendingCollective;
+  // Completions of the Join stream.
+  enum class JoinOp { kStart, kRead, kFinish };
+  struct JoinTag final : CompletionDriver::Handler {
+    JoinTag(ClientSession* session, JoinOp op) : session(session), op(op) {}
+    void OnComplete(bool ok) override;
+    ClientSession* const session;
+    const JoinOp op;
+  };
+
   explicit ClientSession(ClientOptions options);
-  void ReadEvents();
+  void HandleJoinEventLocked(JoinOp op, bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends one attempt of `pending`'s collective: on the shared Collectives
   // stream when its payload fits in one message, else on its own stream.
   std::unique_ptr<CollectiveAttempt> SendAttempt(const PendingCollective& pending);
@@ -105,16 +115,23 @@ class ClientSession {
   // Numbers the collectives this session starts (their attempt ids); atomic
   // so that concurrent calls need no lock for it.
   std::atomic<uint64_t> next_attempt_{0};
+  // Destroyed in reverse: the calls first, the driver last.
+  std::unique_ptr<CompletionDriver> driver_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Reducer::Stub> stub_;
   std::shared_ptr<grpc::Channel> data_channel_;  // collectives
   std::unique_ptr<grpc::GenericStub> data_stub_;
   std::unique_ptr<SmallCallStream> small_calls_;  // uses data_stub_
   grpc::ClientContext join_context_;
-  std::unique_ptr<grpc::ClientReader<v1::JoinEvent>> join_reader_;
-  std::thread event_thread_;
+  std::unique_ptr<grpc::ClientAsyncReader<v1::JoinEvent>> join_reader_;
+  JoinTag join_start_tag_{this, JoinOp::kStart};
+  JoinTag join_read_tag_{this, JoinOp::kRead};
+  JoinTag join_finish_tag_{this, JoinOp::kFinish};
 
   absl::Mutex mu_;
+  v1::JoinEvent join_event_ ABSL_GUARDED_BY(mu_);   // the read in flight
+  grpc::Status join_status_ ABSL_GUARDED_BY(mu_);   // filled by Finish
+  int join_operations_ ABSL_GUARDED_BY(mu_) = 0;    // handed to gRPC
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;   // the Join stream ended

@@ -14,20 +14,39 @@ constexpr char kCollectiveMethod[] = "/reducer.v1.Reducer/Collective";
 
 }  // namespace
 
-CollectiveCall::CollectiveCall(grpc::GenericStub* stub,
+CollectiveCall::CollectiveCall(grpc::GenericStub* stub, CompletionDriver* driver,
                                v1::CollectiveHeader header,
                                std::vector<const void*> inputs,
                                bool send_payload, absl::Time deadline,
                                size_t chunk_bytes,
                                std::shared_ptr<BufferCache> buffers)
     : stub_(stub),
+      driver_(driver),
       header_(std::move(header)),
       inputs_(std::move(inputs)),
       send_payload_(send_payload),
       chunk_bytes_(chunk_bytes),
-      buffers_(std::move(buffers)),
-      result_(buffers_) {
+      result_(std::move(buffers)) {
   context_.set_deadline(absl::ToChronoTime(deadline));
+}
+
+CollectiveCall::~CollectiveCall() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!started_ || OverLocked()) return;
+  }
+  context_.TryCancel();
+  driver_->DriveUntil(
+      [this] {
+        absl::MutexLock lock(&mu_);
+        return OverLocked();
+      },
+      absl::InfiniteFuture());
+}
+
+void CollectiveCall::Tag::OnComplete(bool ok) {
+  absl::MutexLock lock(&call->mu_);
+  call->HandleEventLocked(op, ok);
 }
 
 size_t CollectiveCall::NumMessages() const {
@@ -52,71 +71,95 @@ absl::Status CollectiveCall::Start() {
   std::vector<TensorSpec> specs;
   absl::StatusOr<PayloadLayout> layout =
       LayoutOfSpecs(header_.tensors(), "tensors", &specs);
+  absl::MutexLock lock(&mu_);
   if (!layout.ok()) {
-    absl::MutexLock lock(&mu_);
-    SetError(layout.status());
+    SetErrorLocked(layout.status());
     return layout.status();
   }
   layout_ = *std::move(layout);
   started_ = true;
-  stub_->PrepareBidiStreamingCall(&context_, kCollectiveMethod,
-                                  grpc::StubOptions(), this);
-  StartRead(&incoming_);
-  WriteNext();
-  StartCall();
+  stream_ = stub_->PrepareCall(&context_, kCollectiveMethod, driver_->cq());
+  stream_->StartCall(&start_tag_);
+  write_busy_ = true;
+  stream_->Read(&incoming_, &read_tag_);
+  operations_ = 2;
   return absl::OkStatus();
 }
 
+void CollectiveCall::WriteNextLocked() {
+  if (write_busy_ || finished_ || next_message_ == NumMessages()) return;
+  outgoing_ = BuildMessage(next_message_);
+  write_busy_ = true;
+  ++operations_;
+  if (++next_message_ == NumMessages()) {
+    stream_->WriteLast(outgoing_, grpc::WriteOptions(), &write_tag_);
+  } else {
+    stream_->Write(outgoing_, &write_tag_);
+  }
+}
+
+void CollectiveCall::HandleEventLocked(Op op, bool ok) {
+  --operations_;
+  switch (op) {
+    case Op::kStart:
+    case Op::kWrite:
+      write_busy_ = false;
+      // A failed start or write means the call is over; the pending read
+      // fails too and Finish brings the status.
+      if (ok) WriteNextLocked();
+      break;
+    case Op::kRead: {
+      if (!ok) {
+        ++operations_;
+        stream_->Finish(&final_status_, &finish_tag_);
+        break;
+      }
+      DecodedMessage<v1::CollectiveResponse> message;
+      absl::Status handled = DecodeMessage(&incoming_, &message);
+      if (!handled.ok()) {
+        handled = absl::InternalError(absl::StrCat(
+            "reducerd's answer did not parse: ", handled.message()));
+      } else {
+        handled = result_.Add(message.fields, message.data);
+      }
+      if (!handled.ok()) {
+        SetErrorLocked(std::move(handled));
+        context_.TryCancel();
+      }
+      ++operations_;
+      stream_->Read(&incoming_, &read_tag_);
+      break;
+    }
+    case Op::kFinish:
+      finished_ = true;
+      break;
+  }
+}
+
 absl::StatusOr<std::vector<Tensor>> CollectiveCall::Wait() {
-  if (started_) done_.WaitForNotification();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!started_) return error_;
+  }
+  // The context's deadline ends the call, so this returns.
+  driver_->DriveUntil(
+      [this] {
+        absl::MutexLock lock(&mu_);
+        return OverLocked();
+      },
+      absl::InfiniteFuture());
   absl::MutexLock lock(&mu_);
   if (!error_.ok()) return error_;
   if (!final_status_.ok()) return FromGrpcStatus(final_status_);
   return result_.Finish();
 }
 
-void CollectiveCall::WriteNext() {
-  if (next_message_ == NumMessages()) return;
-  outgoing_ = BuildMessage(next_message_);
-  if (++next_message_ == NumMessages()) {
-    StartWriteLast(&outgoing_, grpc::WriteOptions());
-  } else {
-    StartWrite(&outgoing_);
-  }
+bool CollectiveCall::received_any() const {
+  absl::MutexLock lock(&mu_);
+  return result_.started();
 }
 
-void CollectiveCall::OnWriteDone(bool ok) {
-  // A failed write means the call is over; OnDone brings the status.
-  if (ok) WriteNext();
-}
-
-void CollectiveCall::OnReadDone(bool ok) {
-  if (!ok) return;  // the server finished; OnDone follows
-  DecodedMessage<v1::CollectiveResponse> message;
-  absl::Status handled = DecodeMessage(&incoming_, &message);
-  if (!handled.ok()) {
-    handled = absl::InternalError(
-        absl::StrCat("reducerd's answer did not parse: ", handled.message()));
-  } else {
-    handled = result_.Add(message.fields, message.data);
-  }
-  if (!handled.ok()) {
-    {
-      absl::MutexLock lock(&mu_);
-      SetError(std::move(handled));
-    }
-    context_.TryCancel();
-    return;
-  }
-  StartRead(&incoming_);
-}
-
-void CollectiveCall::OnDone(const grpc::Status& status) {
-  final_status_ = status;
-  done_.Notify();
-}
-
-void CollectiveCall::SetError(absl::Status status) {
+void CollectiveCall::SetErrorLocked(absl::Status status) {
   if (error_.ok()) error_ = std::move(status);
 }
 

@@ -1,13 +1,15 @@
-// CollectiveCall: one attempt on its own Collective stream (the way large
-// payloads travel). Sends this rank's header and packed payload in chunks
-// straight from caller memory (static slices, no copy), and assembles the
+// CollectiveCall: one attempt on its own Collective stream (the way payloads
+// of more than one message travel). Sends this rank's header and packed
+// payload in chunks straight from caller memory (static slices, no copy),
+// one write at a time, the last one half-closing the stream; assembles the
 // result the server streams back into newly allocated tensors. Completions
-// run on gRPC's callback threads.
+// come through the client's CompletionDriver, so Wait() reads the answer
+// on the waiting thread.
 //
-//   auto call = std::make_unique<CollectiveCall>(&stub, header, inputs,
-//       /*send_payload=*/true, deadline, chunk_bytes, buffers);
-//   absl::Status started = call->Start();
-//   absl::StatusOr<std::vector<Tensor>> result = call->Wait();
+//   CollectiveCall call(&stub, &driver, header, inputs, /*send_payload=*/true,
+//                       deadline, chunk_bytes, buffers);
+//   call.Start();
+//   absl::StatusOr<std::vector<Tensor>> result = call.Wait();
 //
 // Contract: see CollectiveAttempt. Start() once, then Wait() once.
 #ifndef REDUCER_CLIENT_COLLECTIVE_CALL_H_
@@ -15,17 +17,17 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "absl/types/span.h"
 #include "client/call_payload.h"
 #include "client/collective_attempt.h"
+#include "client/completion_driver.h"
 #include "core/buffer_cache.h"
 #include "core/tensor.h"
 #include "core/validate.h"
@@ -35,18 +37,18 @@
 
 namespace reducer {
 
-class CollectiveCall final
-    : public CollectiveAttempt,
-      public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class CollectiveCall final : public CollectiveAttempt {
  public:
   // `header` lists the tensors this rank declares; `inputs[i]` points at the
   // bytes of header.tensors(i) (ignored when `send_payload` is false).
-  // `stub` must outlive the call.
-  // Result tensors take their buffers from `buffers` (may be null).
-  CollectiveCall(grpc::GenericStub* stub, v1::CollectiveHeader header,
-                 std::vector<const void*> inputs, bool send_payload,
-                 absl::Time deadline, size_t chunk_bytes,
+  // `stub` and `driver` must outlive the call. Result tensors take their
+  // buffers from `buffers` (may be null).
+  CollectiveCall(grpc::GenericStub* stub, CompletionDriver* driver,
+                 v1::CollectiveHeader header, std::vector<const void*> inputs,
+                 bool send_payload, absl::Time deadline, size_t chunk_bytes,
                  std::shared_ptr<BufferCache> buffers);
+  // Cancels a call still running and waits until gRPC handed it back.
+  ~CollectiveCall() override;
 
   // Sends the call; an error (a header whose tensors do not parse) means
   // nothing was sent and Wait() returns it.
@@ -54,43 +56,56 @@ class CollectiveCall final
 
   // CollectiveAttempt.
   absl::StatusOr<std::vector<Tensor>> Wait() override;
-  bool received_any() const override { return result_.started(); }
-
-  // grpc::ClientBidiReactor.
-  void OnWriteDone(bool ok) override;
-  void OnReadDone(bool ok) override;
-  void OnDone(const grpc::Status& status) override;
+  bool received_any() const override;
 
  private:
+  enum class Op { kStart, kRead, kWrite, kFinish };
+  struct Tag final : CompletionDriver::Handler {
+    Tag(CollectiveCall* call, Op op) : call(call), op(op) {}
+    void OnComplete(bool ok) override;
+    CollectiveCall* const call;
+    const Op op;
+  };
+
+  void HandleEventLocked(Op op, bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds message `index` of the payload (the first carries the header).
   grpc::ByteBuffer BuildMessage(size_t index) const;
   size_t NumMessages() const;
-  void WriteNext();
-  void SetError(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetErrorLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True once the call is over and gRPC holds no operation of it.
+  bool OverLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return finished_ && operations_ == 0;
+  }
 
   // Constant after construction.
-  grpc::GenericStub* const stub_;  // not owned
+  grpc::GenericStub* const stub_;    // not owned
+  CompletionDriver* const driver_;   // not owned
   const v1::CollectiveHeader header_;
   const std::vector<const void*> inputs_;
   const bool send_payload_;
   const size_t chunk_bytes_;
-  const std::shared_ptr<BufferCache> buffers_;
-  PayloadLayout layout_;
+  PayloadLayout layout_;  // set by Start()
   grpc::ClientContext context_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream_;
+  Tag start_tag_{this, Op::kStart};
+  Tag read_tag_{this, Op::kRead};
+  Tag write_tag_{this, Op::kWrite};
+  Tag finish_tag_{this, Op::kFinish};
 
-  // Writing side: one write outstanding at a time.
-  grpc::ByteBuffer outgoing_;
-  size_t next_message_ = 0;
-
+  mutable absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  int operations_ ABSL_GUARDED_BY(mu_) = 0;  // handed to gRPC, not back yet
+  // Writing side: the start and each write take the one write slot.
+  bool write_busy_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ByteBuffer outgoing_ ABSL_GUARDED_BY(mu_);
+  size_t next_message_ ABSL_GUARDED_BY(mu_) = 0;
   // Reading side: one read outstanding at a time.
-  grpc::ByteBuffer incoming_;
-  ResultAssembler result_;
-
-  absl::Mutex mu_;
+  grpc::ByteBuffer incoming_ ABSL_GUARDED_BY(mu_);
+  ResultAssembler result_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish came back
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);  // first client-side error
-  bool started_ = false;  // Start() sent the call
-  grpc::Status final_status_;  // written in OnDone, read after done_
-  absl::Notification done_;
 };
 
 }  // namespace reducer

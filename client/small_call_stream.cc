@@ -28,6 +28,11 @@ struct SmallCallStream::Call {
 // One opening of the gRPC stream, and the operations gRPC holds for it.
 // Guarded by SmallCallStream::mu_.
 struct SmallCallStream::Opening {
+  explicit Opening(SmallCallStream* owner)
+      : start_tag(owner, this, Op::kStart),
+        read_tag(owner, this, Op::kRead),
+        write_tag(owner, this, Op::kWrite),
+        finish_tag(owner, this, Op::kFinish) {}
   grpc::ClientContext context;
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream;
   grpc::ByteBuffer incoming;
@@ -39,11 +44,16 @@ struct SmallCallStream::Opening {
   absl::Status error;  // a client-side reason to fail its calls, if any
   int operations = 0;  // started and not yet back from the queue
   bool retired = false;
-  Tag start_tag{this, Op::kStart};
-  Tag read_tag{this, Op::kRead};
-  Tag write_tag{this, Op::kWrite};
-  Tag finish_tag{this, Op::kFinish};
+  Tag start_tag;
+  Tag read_tag;
+  Tag write_tag;
+  Tag finish_tag;
 };
+
+void SmallCallStream::Tag::OnComplete(bool ok) {
+  absl::MutexLock lock(&owner->mu_);
+  owner->HandleEventLocked(this, ok);
+}
 
 class SmallCallStream::Attempt final : public CollectiveAttempt {
  public:
@@ -68,28 +78,24 @@ class SmallCallStream::Attempt final : public CollectiveAttempt {
 };
 
 SmallCallStream::SmallCallStream(grpc::GenericStub* stub,
+                                 CompletionDriver* driver,
                                  std::shared_ptr<BufferCache> buffers)
-    : stub_(stub), buffers_(std::move(buffers)) {}
+    : stub_(stub), driver_(driver), buffers_(std::move(buffers)) {}
 
 SmallCallStream::~SmallCallStream() {
-  mu_.Lock();
-  if (current_ != nullptr) RetireLocked(current_.get());
-  for (const auto& opening : retired_) opening->context.TryCancel();
-  while (!retired_.empty()) {
-    void* tag = nullptr;
-    bool ok = false;
-    mu_.Unlock();
-    const bool got = cq_.Next(&tag, &ok);
-    mu_.Lock();
-    if (!got) break;
-    HandleEventLocked(static_cast<const Tag*>(tag), ok);
+  {
+    absl::MutexLock lock(&mu_);
+    if (current_ != nullptr) RetireLocked(current_.get());
+    for (const auto& opening : retired_) opening->context.TryCancel();
   }
-  mu_.Unlock();
-  cq_.Shutdown();
-  void* tag = nullptr;
-  bool ok = false;
-  while (cq_.Next(&tag, &ok)) {
-  }
+  // Cancelled operations complete promptly; each opening goes once its
+  // last one is back.
+  driver_->DriveUntil(
+      [this] {
+        absl::MutexLock lock(&mu_);
+        return retired_.empty();
+      },
+      absl::InfiniteFuture());
 }
 
 std::unique_ptr<CollectiveAttempt> SmallCallStream::Start(
@@ -122,9 +128,10 @@ std::unique_ptr<CollectiveAttempt> SmallCallStream::Start(
 }
 
 void SmallCallStream::OpenLocked() {
-  current_ = std::make_unique<Opening>();
+  current_ = std::make_unique<Opening>(this);
   Opening* opening = current_.get();
-  opening->stream = stub_->PrepareCall(&opening->context, kCollectivesMethod, &cq_);
+  opening->stream =
+      stub_->PrepareCall(&opening->context, kCollectivesMethod, driver_->cq());
   opening->stream->StartCall(&opening->start_tag);
   opening->write_busy = true;
   opening->stream->Read(&opening->incoming, &opening->read_tag);
@@ -139,40 +146,24 @@ void SmallCallStream::WriteFrontLocked(Opening* opening) {
 
 absl::StatusOr<std::vector<Tensor>> SmallCallStream::Wait(
     uint64_t call_id, const std::shared_ptr<Call>& call, absl::Time deadline) {
-  mu_.Lock();
-  while (!call->done) {
-    if (absl::Now() >= deadline) {
-      // Given up here; reducerd answers the collective at its own timeout
-      // (before this deadline) unless it is unreachable.
-      calls_.erase(call_id);
-      call->done = true;
-      call->status = absl::DeadlineExceededError(
-          "no answer from reducerd on the Collectives stream before the "
-          "call's deadline");
-      break;
-    }
-    if (driving_) {
-      progress_.WaitWithDeadline(&mu_, deadline);
-      continue;
-    }
-    driving_ = true;
-    void* tag = nullptr;
-    bool ok = false;
-    mu_.Unlock();
-    const grpc::CompletionQueue::NextStatus next =
-        cq_.AsyncNext(&tag, &ok, absl::ToChronoTime(deadline));
-    mu_.Lock();
-    driving_ = false;
-    if (next == grpc::CompletionQueue::GOT_EVENT) {
-      HandleEventLocked(static_cast<const Tag*>(tag), ok);
-    }
-    progress_.SignalAll();
+  driver_->DriveUntil(
+      [this, &call] {
+        absl::MutexLock lock(&mu_);
+        return call->done;
+      },
+      deadline);
+  absl::MutexLock lock(&mu_);
+  if (!call->done) {
+    // Given up here; reducerd answers the collective at its own timeout
+    // (before this deadline) unless it is unreachable.
+    calls_.erase(call_id);
+    call->done = true;
+    call->status = absl::DeadlineExceededError(
+        "no answer from reducerd on the Collectives stream before the "
+        "call's deadline");
   }
-  absl::StatusOr<std::vector<Tensor>> result =
-      call->status.ok() ? call->result.Finish()
-                        : absl::StatusOr<std::vector<Tensor>>(call->status);
-  mu_.Unlock();
-  return result;
+  if (!call->status.ok()) return call->status;
+  return call->result.Finish();
 }
 
 void SmallCallStream::HandleEventLocked(const Tag* tag, bool ok) {

@@ -5,10 +5,9 @@
 // README's Performance section).
 //
 // A call is sent when it starts, from any thread. Its answer is read by the
-// thread that waits for it: waiting drives the stream's completion queue on
-// the waiting thread (one waiter at a time drives; it files what belongs to
-// other calls and wakes their waiters), so no thread hop lies between the
-// answer and the caller.
+// thread that waits for it: waiting polls the client's completion queue on
+// the waiting thread (see CompletionDriver), so no thread hand-off lies
+// between the answer and the caller.
 //
 // The stream opens on first use, and again after it broke. A break fails the
 // calls in flight on it with the stream's status (UNAVAILABLE when reducerd
@@ -29,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/collective_attempt.h"
+#include "client/completion_driver.h"
 #include "core/buffer_cache.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -38,10 +38,11 @@ namespace reducer {
 
 class SmallCallStream {
  public:
-  // `stub` must outlive this. Result tensors take their buffers from
-  // `buffers` (may be null).
-  SmallCallStream(grpc::GenericStub* stub, std::shared_ptr<BufferCache> buffers);
-  // Cancels the stream and waits for gRPC to hand back what it holds.
+  // `stub` and `driver` must outlive this. Result tensors take their
+  // buffers from `buffers` (may be null).
+  SmallCallStream(grpc::GenericStub* stub, CompletionDriver* driver,
+                  std::shared_ptr<BufferCache> buffers);
+  // Cancels the stream and waits until gRPC handed back what it holds.
   ~SmallCallStream();
   SmallCallStream(const SmallCallStream&) = delete;
   SmallCallStream& operator=(const SmallCallStream&) = delete;
@@ -60,9 +61,13 @@ class SmallCallStream {
   class Attempt;
   enum class Op { kStart, kRead, kWrite, kFinish };
   // What the completion queue hands back: the operation and its opening.
-  struct Tag {
-    Opening* opening;
-    Op op;
+  struct Tag final : CompletionDriver::Handler {
+    Tag(SmallCallStream* owner, Opening* opening, Op op)
+        : owner(owner), opening(opening), op(op) {}
+    void OnComplete(bool ok) override;
+    SmallCallStream* const owner;
+    Opening* const opening;
+    const Op op;
   };
 
   absl::StatusOr<std::vector<Tensor>> Wait(uint64_t call_id,
@@ -82,13 +87,11 @@ class SmallCallStream {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
-  grpc::GenericStub* const stub_;  // not owned
+  grpc::GenericStub* const stub_;    // not owned
+  CompletionDriver* const driver_;   // not owned
   const std::shared_ptr<BufferCache> buffers_;
-  grpc::CompletionQueue cq_;
 
   absl::Mutex mu_;
-  absl::CondVar progress_;  // signalled after each event a driver handled
-  bool driving_ ABSL_GUARDED_BY(mu_) = false;  // a waiter polls cq_
   std::unique_ptr<Opening> current_ ABSL_GUARDED_BY(mu_);  // takes new calls
   // Broken openings whose operations gRPC still holds.
   std::vector<std::unique_ptr<Opening>> retired_ ABSL_GUARDED_BY(mu_);
