@@ -41,8 +41,7 @@ TEST_F(LimitsTest, MaxTensorBytes) {
   std::vector<ProcessResult> results = WaitWorkers(workers);
   ASSERT_EQ(results.size(), 2u);
   for (const ProcessResult& r : results) {
-    // TODO(reducer): fails today: the message gives the value but not the
-    // flag, unlike every other limit.
+    // The message names the flag, as for every other limit.
     ExpectStep(r, "1", absl::StatusCode::kResourceExhausted,
                {"payload of 4100 bytes exceeds the limit of 4096 bytes",
                 "--max_tensor_bytes"},

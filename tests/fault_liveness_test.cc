@@ -260,9 +260,8 @@ TEST_F(LivenessTest, RankKilledMidTransferAbortsPeers) {
   ASSERT_EQ(results.size(), 2u);
   for (const ProcessResult& r : results) {
     // In-place: the buffers keep their bytes (check=bad otherwise).
-    // TODO(reducer): fails today with INVALID_ARGUMENT "rank 2 closed its
-    // stream after 2097152 of 16777216 payload bytes": RankStream treats
-    // the failed read of a broken connection as a half-close.
+    // Not INVALID_ARGUMENT "rank 2 closed its stream after ... payload
+    // bytes": a broken connection is not a half-close.
     ExpectStep(r, "1", absl::StatusCode::kAborted, {"rank 2"},
                absl::Seconds(15));
   }
@@ -293,16 +292,12 @@ TEST_F(LivenessTest, DataConnectionCutMidTransferAbortsTheCollective) {
   std::vector<ProcessResult> results = WaitWorkers(workers);
   ASSERT_EQ(results.size(), 3u);
   for (int r = 0; r < 2; ++r) {
-    // TODO(reducer): fails today with INVALID_ARGUMENT "rank 2 closed its
-    // stream after 2097152 of 16777216 payload bytes" (see above).
     ExpectStep(results[r], "1", absl::StatusCode::kAborted, {"rank 2"},
                absl::Seconds(15));
   }
-  // Rank 2's own call fails too, promptly. TODO(reducer): today its client
-  // retries (it had no answer yet), the failed collective has been pruned,
-  // and the retry starts a new collective #0 that waits alone until the
-  // peers give up on "after" and leave (~8 s): a retry of a consumed
-  // contribution must be refused at once.
+  // Rank 2's own call fails too, promptly: its client retries (it had no
+  // answer yet), and the retry of a consumed contribution is refused at
+  // once rather than starting a new collective #0 that waits alone.
   const StepResult cut = Step(results[2], "1");
   EXPECT_NE(cut.code, absl::StatusCode::kOk) << cut.message;
   EXPECT_NE(cut.check, "bad") << cut.message;

@@ -155,9 +155,8 @@ TEST_F(MalformedTest, OneRankWithDisallowedOpFailsTheCollectiveForAll) {
              {"avg is defined for floating-point dtypes only, not int32"},
              kFast);
   for (int r = 0; r < 2; ++r) {
-    // TODO(reducer): fails today: Job::Attach rejects rank 2's header
-    // before it reaches the collective, so ranks 0 and 1 wait for the
-    // timeout and get DEADLINE_EXCEEDED "rank 2 never arrived".
+    // Fast, not DEADLINE_EXCEEDED "rank 2 never arrived": the rejected
+    // header still fails the collective it names.
     ExpectStep(results[r], "2", absl::StatusCode::kInvalidArgument,
                {"rank 2", "avg"}, kFast);
   }
@@ -276,10 +275,8 @@ TEST_P(RawMalformedTest, IsRejectedAndItsCollectiveFailsForAll) {
   std::vector<ProcessResult> results = WaitWorkers(workers);
   ASSERT_EQ(results.size(), 1u);
   if (c.peer_fails) {
-    // TODO(reducer): fails today for every header Job::Attach rejects
-    // (unknown enums, impossible shapes): the rejection never reaches the
-    // collective, so rank 0 waits for the timeout and gets DEADLINE_EXCEEDED
-    // "rank 1 never arrived".
+    // Headers Job::Attach rejects (unknown enums, impossible shapes) still
+    // fail the collective they name, so rank 0 does not wait for its timeout.
     ExpectStep(results[0], "1", c.peer_code, c.peer_want, kFast);
   } else {
     ExpectStep(results[0], "1", absl::StatusCode::kOk);

@@ -177,8 +177,8 @@ TEST_F(MismatchTimingTest, FailsBeforeTheLastRankArrives) {
 // leave; rank 1 arrives only afterwards. It must still learn why its
 // collective failed (the mismatch), as the others did.
 //
-// TODO(reducer): fails today: Job::Attach checks for departed ranks before
-// it looks the collective up, so rank 1 gets "rank 0 has left the job".
+// (Not "rank 0 has left the job": the collective is looked up before the
+// departed ranks are checked.)
 TEST_F(MismatchTimingTest, LateRankLearnsTheMismatchAfterThePeersLeft) {
   ASSERT_TRUE(StartServer());
   const std::string job = Job();

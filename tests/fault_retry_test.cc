@@ -176,10 +176,8 @@ TEST_F(RetryTest, RetryAfterTheServerTookTheContributionNeverDoubleCounts) {
 // the next collective of the same name (ranks 1 and 2 then send 2 e_r, so
 // a mix shows as [1,2,2]), and answered with a clean error, fast.
 //
-// TODO(reducer): fails today with wrong results: Job::Attach finds "step"
-// finished for rank 0 and starts a new "step" with the retried e_0, which
-// ranks 1 and 2 then join with 2 e_1, 2 e_2: rank 0 gets [1,2,2] for its
-// first "step", ranks 1 and 2 get [1,2,2] for their second.
+// (Counting it again would start a second "step" with the retried e_0, which
+// ranks 1 and 2 would join with 2 e_1, 2 e_2: [1,2,2] somewhere.)
 TEST_F(RetryTest, RetryOfAFinishedContributionIsNotCountedAgain) {
   const std::string steps = absl::StrCat(
       kWarm,
@@ -222,8 +220,7 @@ TEST_F(RetryTest, RetryOfAFinishedContributionIsNotCountedAgain) {
 // must fail cleanly and promptly, not wait for its timeout claiming that
 // ranks which did arrive never arrived, and the next collective is exact.
 //
-// TODO(reducer): fails today: the retry starts a new collective #0 that waits
-// alone for its 8 s timeout, then reports "ranks 1,2 never arrived".
+// (Taken as a new collective #0, it would wait alone for its 8 s timeout.)
 TEST_F(RetryTest, RetryOfAFinishedUnnamedContributionFailsPromptly) {
   const std::string steps = absl::StrCat(
       kWarm,
