@@ -1,6 +1,6 @@
 // The floor under Reducer's small-collective latency: round trips of one
 // small message to a gRPC callback server and back, over loopback, measured
-// for the ways a client can drive a call. One process serves (--serve), one
+// for the ways a client can drive a call. One process serves (--listen), one
 // or more measure (--target); nothing Reducer-specific runs, so the figures
 // are what gRPC itself costs on this machine.
 //
@@ -30,7 +30,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 
-ABSL_FLAG(std::string, serve, "", "listen on this address and echo");
+ABSL_FLAG(std::string, listen, "", "serve on this address and echo");
 ABSL_FLAG(std::string, target, "127.0.0.1:50052", "echo server address");
 ABSL_FLAG(std::string, mode, "cq_stream", "callback_per_call|cq_per_call|cq_stream");
 ABSL_FLAG(int, bytes, 4, "message size");
@@ -266,8 +266,8 @@ int Measure() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (!absl::GetFlag(FLAGS_serve).empty()) {
-    return Serve(absl::GetFlag(FLAGS_serve));
+  if (!absl::GetFlag(FLAGS_listen).empty()) {
+    return Serve(absl::GetFlag(FLAGS_listen));
   }
   return Measure();
 }

@@ -7,5 +7,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh --bench
 bazel build //server:reducerd //bench:reducer_allreduce_worker \
-  //bench:reduce_kernel_bench
+  //bench:reduce_kernel_bench //bench:grpc_echo_bench
 exec bench/run_bench.py "$@"

@@ -10,7 +10,10 @@ peer), writes raw and summary numbers to OUT_DIR/results.json and
 OUT_DIR/results.csv and a log-log plot to OUT_DIR/allreduce_latency.png, and
 adds two figures from DESIGN.md: the reduction kernel's float32 sum against
 memcpy bandwidth (bazel-bin/bench/reduce_kernel_bench) and reducerd's peak RSS
-(VmHWM) over one 1 GiB all-reduce with W = 4.
+(VmHWM) over one 1 GiB all-reduce with W = 4; and two of Reducer's own: one
+AllReduceMany of 100 small tensors against one small all-reduce, and gRPC's
+bare round trip on this machine (bazel-bin/bench/grpc_echo_bench), the floor
+under small collectives.
 
 Peers: bench/gloo_allreduce.py (torch.distributed, Debian's python3-torch) and
 bench/mpi_allreduce.c (built here with mpicc into a temporary directory).
@@ -570,6 +573,32 @@ def reducer_fusion(ctx, records, timeout_s):
             "ratio": fused_us / single_us}
 
 
+ECHO_MODES = ("callback_per_call", "cq_stream")
+
+
+def grpc_floor(ctx, binary, timeout_s):
+    """Median round trip of 4 B through gRPC alone (bench/grpc_echo_bench,
+    one client): a new stream per call against one long-lived stream."""
+    if not binary.exists():
+        return {"skipped": f"build {binary} first"}
+    server = ReducerDaemon(binary, ctx.log_dir / "grpc-echo.log", ctx.daemon_env)
+    try:
+        medians = {}
+        for mode in ECHO_MODES:
+            proc = subprocess.run(
+                [str(binary), f"--target={server.address}", f"--mode={mode}",
+                 "--bytes=4", "--iters=2000", "--warmup=100"],
+                capture_output=True, text=True, timeout=timeout_s)
+            if proc.returncode != 0:
+                raise RunError(f"grpc_echo_bench --mode={mode} exited "
+                               f"{proc.returncode}: {proc.stderr[-500:]}")
+            record = json.loads(proc.stdout.strip().splitlines()[-1])
+            medians[mode] = percentile(record["latencies_us"], 50)
+    finally:
+        server.stop()
+    return {"median_us": medians}
+
+
 MIN_MEM_AVAILABLE = 1 * GiB
 
 
@@ -700,6 +729,10 @@ def parse_args(argv):
     p.add_argument("--reducerd", default=str(REPO_ROOT / "bazel-bin/server/reducerd"))
     p.add_argument("--reducer_worker",
                    default=str(REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker"))
+    p.add_argument("--skip_floor", action="store_true",
+                   help="skip the bare gRPC round-trip figure")
+    p.add_argument("--echo_bench",
+                   default=str(REPO_ROOT / "bazel-bin/bench/grpc_echo_bench"))
     p.add_argument("--kernel_bench",
                    default=str(REPO_ROOT / "bazel-bin/bench/reduce_kernel_bench"))
     args = p.parse_args(argv)
@@ -826,6 +859,17 @@ def extras(args, ctx, systems, failures):
     return kernel, rss
 
 
+def print_floor(floor):
+    """Prints gRPC's own round-trip floor."""
+    print("\ngRPC round trip alone, 4 B, one client (bench/grpc_echo_bench):")
+    if "skipped" in floor:
+        print(f"  skipped: {floor['skipped']}")
+        return
+    m = floor["median_us"]
+    print(f"  new stream per call {fmt_time(m['callback_per_call'])}, "
+          f"one long-lived stream {fmt_time(m['cq_stream'])}")
+
+
 def print_fusion(fusion):
     """Prints the AllReduceMany-against-one-all-reduce figure."""
     print(f"\nfusion, W={FUSED_WORLD_SIZE}: one AllReduceMany of {FUSED_TENSORS} x "
@@ -838,7 +882,7 @@ def print_fusion(fusion):
 
 
 def write_results(args, ctx, records, kernel, rss, targets, failures, timings,
-                  fusion):
+                  more):
     """Writes results.json (raw latencies and everything else), results.csv
     and the plot into --out_dir."""
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
@@ -846,7 +890,7 @@ def write_results(args, ctx, records, kernel, rss, targets, failures, timings,
             "quick": args.quick, "argv": sys.argv[1:],
             "worker_env": ctx.worker_env, "reducerd_env": ctx.daemon_env}
     doc = {"meta": meta, "results": records, "kernel_bench": kernel,
-           "reducerd_peak_rss": rss, "fusion": fusion,
+           "reducerd_peak_rss": rss, **more,
            "targets": [dict(figure=l, value=v, target=t, ok=ok)
                        for l, v, t, ok in targets],
            "failures": failures, "wall_s_per_system": timings}
@@ -879,6 +923,13 @@ def main(argv):
                 ctx.daemon.stop()
                 ctx.daemon = None
         kernel, rss = extras(args, ctx, systems, failures)
+        floor = {"skipped": "--skip_floor"}
+        if not args.skip_floor:
+            try:
+                floor = grpc_floor(ctx, Path(args.echo_bench), args.timeout_s)
+            except (RunError, subprocess.TimeoutExpired, json.JSONDecodeError) as e:
+                failures.append(f"gRPC floor: {e}")
+                floor = {"skipped": f"failed: {e}"}
     for r in records:
         summarize(r)
     add_ratios(records)
@@ -887,8 +938,9 @@ def main(argv):
     busy_runs = sum(r.get("cpu_busy_before", 0) > BUSY_LIMIT for r in records)
     print_extras(kernel, rss, targets, timings, busy_runs)
     print_fusion(fusion)
+    print_floor(floor)
     write_results(args, ctx, records, kernel, rss, targets, failures, timings,
-                  fusion)
+                  dict(fusion=fusion, grpc_floor=floor))
     print(f"\nwrote {args.out_dir}/results.json, results.csv, allreduce_latency.png")
     for f in failures:
         print(f"FAILED: {f}", file=sys.stderr)
