@@ -153,9 +153,9 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
       },
       deadline);
   absl::MutexLock lock(&raw->mu_);
-  if (session->ready_) return session;
-  if (session->ended_) {
-    absl::Status status = session->end_status_;
+  if (raw->ready_) return session;
+  if (raw->ended_) {
+    absl::Status status = raw->end_status_;
     return status.ok() ? absl::UnavailableError("reducerd closed the session")
                        : status;
   }
