@@ -23,6 +23,15 @@ struct SmallCallStream::Call {
   ResultAssembler result;
   bool done = false;
   absl::Status status;  // once done: how it ended
+  // Its message, which points into caller memory, is queued or being
+  // written. Wait() does not return before this is false.
+  bool unsent = false;
+};
+
+// A message waiting for (or in) the stream's one write slot.
+struct SmallCallStream::Outgoing {
+  std::shared_ptr<Call> call;
+  grpc::ByteBuffer message;
 };
 
 // One opening of the gRPC stream, and the operations gRPC holds for it.
@@ -36,10 +45,11 @@ struct SmallCallStream::Opening {
   grpc::ClientContext context;
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream;
   grpc::ByteBuffer incoming;
-  std::deque<grpc::ByteBuffer> outgoing;  // the front one is being written
+  std::deque<Outgoing> outgoing;  // in order; the front may be in the slot
   // The write slot is taken (gRPC sends the start of the call through it
   // too): at most one start or write at a time.
   bool write_busy = false;
+  bool front_in_flight = false;  // outgoing.front() is being written
   grpc::Status final_status;              // filled by Finish
   absl::Status error;  // a client-side reason to fail its calls, if any
   int operations = 0;  // started and not yet back from the queue
@@ -122,7 +132,8 @@ std::unique_ptr<CollectiveAttempt> SmallCallStream::Start(
   Opening* opening = current_.get();
   call->opening = opening;
   calls_[call_id] = call;
-  opening->outgoing.push_back(EncodeMessage(fields, data));
+  call->unsent = true;
+  opening->outgoing.push_back(Outgoing{call, EncodeMessage(fields, data)});
   if (!opening->write_busy) WriteFrontLocked(opening);
   return std::make_unique<Attempt>(this, call_id, std::move(call), deadline);
 }
@@ -140,30 +151,54 @@ void SmallCallStream::OpenLocked() {
 
 void SmallCallStream::WriteFrontLocked(Opening* opening) {
   opening->write_busy = true;
+  opening->front_in_flight = true;
   ++opening->operations;
-  opening->stream->Write(opening->outgoing.front(), &opening->write_tag);
+  opening->stream->Write(opening->outgoing.front().message,
+                         &opening->write_tag);
 }
 
 absl::StatusOr<std::vector<Tensor>> SmallCallStream::Wait(
     uint64_t call_id, const std::shared_ptr<Call>& call, absl::Time deadline) {
-  driver_->DriveUntil(
-      [this, &call] {
-        absl::MutexLock lock(&mu_);
-        return call->done;
-      },
-      deadline);
-  absl::MutexLock lock(&mu_);
-  if (!call->done) {
-    // Given up here; reducerd answers the collective at its own timeout
-    // (before this deadline) unless it is unreachable.
-    calls_.erase(call_id);
-    call->done = true;
-    call->status = absl::DeadlineExceededError(
-        "no answer from reducerd on the Collectives stream before the "
-        "call's deadline");
+  auto over = [this, &call] {
+    absl::MutexLock lock(&mu_);
+    return call->done && !call->unsent;
+  };
+  if (!driver_->DriveUntil(over, deadline)) {
+    absl::MutexLock lock(&mu_);
+    if (!call->done) {
+      // Given up here; reducerd answers the collective at its own timeout
+      // (before this deadline) unless it is unreachable.
+      calls_.erase(call_id);
+      call->done = true;
+      call->status = absl::DeadlineExceededError(
+          "no answer from reducerd on the Collectives stream before the "
+          "call's deadline");
+    }
+    if (call->unsent) ForgetMessageLocked(call);
   }
+  // A message being written cannot be taken back: wait for its write to
+  // end (ForgetMessageLocked cancelled the stream, so that is prompt).
+  driver_->DriveUntil(over, absl::InfiniteFuture());
+  absl::MutexLock lock(&mu_);
   if (!call->status.ok()) return call->status;
   return call->result.Finish();
+}
+
+void SmallCallStream::ForgetMessageLocked(const std::shared_ptr<Call>& call) {
+  Opening* opening = call->opening;
+  auto& queue = opening->outgoing;
+  for (auto it = queue.begin(); it != queue.end(); ++it) {
+    if (it->call != call) continue;
+    if (it == queue.begin() && opening->front_in_flight) {
+      // gRPC holds it: end the stream, which ends the write.
+      RetireLocked(opening);
+      opening->context.TryCancel();
+      return;
+    }
+    call->unsent = false;
+    queue.erase(it);
+    return;
+  }
 }
 
 void SmallCallStream::HandleEventLocked(const Tag* tag, bool ok) {
@@ -177,10 +212,13 @@ void SmallCallStream::HandleEventLocked(const Tag* tag, bool ok) {
       break;
     case Op::kWrite:
       opening->write_busy = false;
+      opening->front_in_flight = false;
+      opening->outgoing.front().call->unsent = false;
       opening->outgoing.pop_front();
       if (!ok) {
         // The stream is over; the pending read fails and brings its status.
         RetireLocked(opening);
+        for (Outgoing& out : opening->outgoing) out.call->unsent = false;
         opening->outgoing.clear();
       } else if (!opening->outgoing.empty()) {
         WriteFrontLocked(opening);

@@ -57,6 +57,7 @@ class SmallCallStream {
 
  private:
   struct Call;
+  struct Outgoing;
   struct Opening;
   class Attempt;
   enum class Op { kStart, kRead, kWrite, kFinish };
@@ -73,6 +74,10 @@ class SmallCallStream {
   absl::StatusOr<std::vector<Tensor>> Wait(uint64_t call_id,
                                            const std::shared_ptr<Call>& call,
                                            absl::Time deadline);
+  // Drops `call`'s message from its stream's queue, or, if it is being
+  // written, cancels that stream (the write then ends promptly).
+  void ForgetMessageLocked(const std::shared_ptr<Call>& call)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Opens a new stream as current_.
   void OpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WriteFrontLocked(Opening* opening) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
