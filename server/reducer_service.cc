@@ -41,34 +41,30 @@ absl::StatusOr<std::shared_ptr<reducer::Collective>> ReducerService::Attach(
   return (*job)->Attach(header, std::move(stream));
 }
 
+template <typename Stream>
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-ReducerService::Collective(grpc::CallbackServerContext* context) {
+ReducerService::StartStream(grpc::CallbackServerContext* context) {
   std::atomic<int>* active = &active_calls_;
   auto on_done = [active] { active->fetch_sub(1); };
   absl::Status admitted = Admit();
   if (!admitted.ok()) {
     return RankStream::CreateFailed(admitted, std::move(on_done));
   }
-  return RankStream::Create(context, std::move(on_done),
-                            [this](const v1::CollectiveHeader& header,
-                                   std::shared_ptr<RankChannel> stream) {
-                              return Attach(header, std::move(stream));
-                            });
+  return Stream::Create(context, std::move(on_done),
+                        [this](const v1::CollectiveHeader& header,
+                               std::shared_ptr<RankChannel> stream) {
+                          return Attach(header, std::move(stream));
+                        });
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+ReducerService::Collective(grpc::CallbackServerContext* context) {
+  return StartStream<RankStream>(context);
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 ReducerService::Collectives(grpc::CallbackServerContext* context) {
-  std::atomic<int>* active = &active_calls_;
-  auto on_done = [active] { active->fetch_sub(1); };
-  absl::Status admitted = Admit();
-  if (!admitted.ok()) {
-    return RankStream::CreateFailed(admitted, std::move(on_done));
-  }
-  return MultiplexedStream::Create(context, std::move(on_done),
-                                   [this](const v1::CollectiveHeader& header,
-                                          std::shared_ptr<RankChannel> stream) {
-                                     return Attach(header, std::move(stream));
-                                   });
+  return StartStream<MultiplexedStream>(context);
 }
 
 }  // namespace reducer

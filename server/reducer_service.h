@@ -46,6 +46,11 @@ class ReducerService final
  private:
   // Counts a new stream; the error to refuse it with when over the limit.
   absl::Status Admit();
+  // Admits a stream and starts a `Stream` (RankStream or MultiplexedStream)
+  // on it, or refuses it with RESOURCE_EXHAUSTED.
+  template <typename Stream>
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStream(
+      grpc::CallbackServerContext* context);
   // Finds the header's job and attaches `stream` to its collective.
   absl::StatusOr<std::shared_ptr<reducer::Collective>> Attach(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
