@@ -50,7 +50,10 @@ class SmallCallStream {
   // Sends one call: `header` and, with `send_payload`, the whole packed
   // payload of `inputs` (inputs[i] holds header.tensors(i); caller memory,
   // read in place). The attempt's Wait() gives up at `deadline` with
-  // DEADLINE_EXCEEDED. The attempt must not outlive this stream.
+  // DEADLINE_EXCEEDED, and returns only once gRPC no longer reads the
+  // caller's memory (a message still queued is dropped; one being written
+  // ends with its stream, cancelled). The attempt must not outlive this
+  // stream.
   std::unique_ptr<CollectiveAttempt> Start(const v1::CollectiveHeader& header,
                                            const std::vector<const void*>& inputs,
                                            bool send_payload, absl::Time deadline);
