@@ -325,6 +325,10 @@ std::unique_ptr<CollectiveAttempt> ClientSession::SendAttempt(
   return call;
 }
 
+bool PendingCollective::Ready() {
+  return !invalid_.ok() || attempt_->Ready();
+}
+
 absl::StatusOr<std::vector<Tensor>> PendingCollective::Wait() {
   if (!invalid_.ok()) return invalid_;
   absl::StatusOr<std::vector<Tensor>> result;

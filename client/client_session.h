@@ -55,6 +55,10 @@ class PendingCollective {
   // retry carries the same attempt_id, so the server never counts it twice).
   absl::StatusOr<std::vector<Tensor>> Wait();
 
+  // True once the current attempt's outcome is known (Wait() may still
+  // retry a transport failure). Never blocks.
+  bool Ready();
+
  private:
   friend class ClientSession;
   explicit PendingCollective(ClientSession* session) : session_(session) {}

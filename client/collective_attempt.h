@@ -25,6 +25,10 @@ class CollectiveAttempt {
   // server's status, or DATA_LOSS / INTERNAL if its answer does not add up.
   virtual absl::StatusOr<std::vector<Tensor>> Wait() = 0;
 
+  // True once the attempt's outcome is known, so that Wait() returns
+  // without waiting on reducerd. Never blocks.
+  virtual bool Ready() = 0;
+
   // After Wait(): true if any answer arrived. An attempt that failed with
   // UNAVAILABLE before that may be retried with the same header.
   virtual bool received_any() const = 0;

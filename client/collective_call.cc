@@ -154,6 +154,12 @@ absl::StatusOr<std::vector<Tensor>> CollectiveCall::Wait() {
   return result_.Finish();
 }
 
+bool CollectiveCall::Ready() {
+  driver_->PollReady();
+  absl::MutexLock lock(&mu_);
+  return !started_ || OverLocked();
+}
+
 bool CollectiveCall::received_any() const {
   absl::MutexLock lock(&mu_);
   return result_.started();

@@ -56,6 +56,7 @@ class CollectiveCall final : public CollectiveAttempt {
 
   // CollectiveAttempt.
   absl::StatusOr<std::vector<Tensor>> Wait() override;
+  bool Ready() override;
   bool received_any() const override;
 
  private:

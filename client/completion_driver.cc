@@ -82,6 +82,26 @@ bool CompletionDriver::DriveUntil(const std::function<bool()>& done,
   return result;
 }
 
+void CompletionDriver::PollReady() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (driving_) return;
+    driving_ = true;
+    ++callers_;  // keeps the background thread off meanwhile
+  }
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq_.AsyncNext(&tag, &ok, std::chrono::system_clock::now()) ==
+         grpc::CompletionQueue::GOT_EVENT) {
+    static_cast<Handler*>(tag)->OnComplete(ok);
+  }
+  absl::MutexLock lock(&mu_);
+  driving_ = false;
+  --callers_;
+  last_caller_left_ = absl::Now();
+  if (callers_ > 0) callers_cv_.SignalAll();
+}
+
 void CompletionDriver::RunBackground() {
   mu_.Lock();
   while (!stopping_) {

@@ -57,6 +57,10 @@ class CompletionDriver {
   // call into the driver. Returns done().
   bool DriveUntil(const std::function<bool()>& done, absl::Time deadline);
 
+  // Runs the handlers of whatever has completed already, without waiting,
+  // unless another thread polls right now (which runs them itself).
+  void PollReady();
+
  private:
   // The alarm that asks the background thread to stop polling.
   class Kick final : public Handler {

@@ -121,6 +121,10 @@ AllReduceHandle::~AllReduceHandle() {
   if (pending_ != nullptr) pending_->Wait().IgnoreError();
 }
 
+bool AllReduceHandle::Ready() {
+  return waited_ || !invalid_.ok() || pending_->Ready();
+}
+
 absl::StatusOr<Tensor> AllReduceHandle::Wait() {
   if (waited_) {
     return absl::FailedPreconditionError(

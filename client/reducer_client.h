@@ -100,6 +100,12 @@ class AllReduceHandle {
   // returns FAILED_PRECONDITION.
   absl::StatusOr<Tensor> Wait();
 
+  // Never blocks: true once the outcome is known, so that Wait() returns
+  // without waiting for other ranks (Horovod's poll, torch's
+  // is_completed). A transport failure that Wait() may still retry counts
+  // as known.
+  bool Ready();
+
  private:
   friend class Client;
   AllReduceHandle(std::unique_ptr<PendingCollective> pending, absl::Status invalid);
@@ -117,6 +123,8 @@ class AllReduceInPlaceHandle {
   // Writes the result into the buffer on success; on error the buffer holds
   // exactly what it held before. Call once.
   absl::Status Wait();
+  // As AllReduceHandle::Ready.
+  bool Ready() { return handle_->Ready(); }
 
  private:
   friend class Client;

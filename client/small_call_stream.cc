@@ -75,6 +75,7 @@ class SmallCallStream::Attempt final : public CollectiveAttempt {
   absl::StatusOr<std::vector<Tensor>> Wait() override {
     return owner_->Wait(call_id_, call_, deadline_);
   }
+  bool Ready() override { return owner_->Ready(call_); }
   bool received_any() const override {
     absl::MutexLock lock(&owner_->mu_);
     return call_->result.started();
@@ -155,6 +156,12 @@ void SmallCallStream::WriteFrontLocked(Opening* opening) {
   ++opening->operations;
   opening->stream->Write(opening->outgoing.front().message,
                          &opening->write_tag);
+}
+
+bool SmallCallStream::Ready(const std::shared_ptr<Call>& call) {
+  driver_->PollReady();
+  absl::MutexLock lock(&mu_);
+  return call->done && !call->unsent;
 }
 
 absl::StatusOr<std::vector<Tensor>> SmallCallStream::Wait(

@@ -74,6 +74,7 @@ class SmallCallStream {
     const Op op;
   };
 
+  bool Ready(const std::shared_ptr<Call>& call);
   absl::StatusOr<std::vector<Tensor>> Wait(uint64_t call_id,
                                            const std::shared_ptr<Call>& call,
                                            absl::Time deadline);

@@ -27,8 +27,9 @@
 //                   and AllReduceInPlaceAsync, all in flight at once with a
 //                   blocking all-reduce started after them; waited for in
 //                   different orders per rank and from another thread. Then
-//                   a handle dropped unwaited, an idle pause, and the errors
-//                   a handle reports (bad input, a second Wait).
+//                   Ready() (false while a rank is missing, true without
+//                   Wait), a handle dropped unwaited, an idle pause, and the
+//                   errors a handle reports (bad input, a second Wait).
 //   duplicate_rank  --role=member ranks connect and wait until the
 //                   --role=intruder process, claiming a taken rank, has been
 //                   refused with ALREADY_EXISTS; then they check that their
@@ -1038,6 +1039,8 @@ absl::Status CheckAsync(AsyncCase& c, absl::string_view label) {
   return CheckTensor(*result, c.dtype, {c.n}, c.want.data(), context);
 }
 
+absl::Status WaitForFile(const std::string& path);  // see duplicate_rank
+
 absl::Status RunAsync(Context& ctx) {
   // Small tensors (shared stream) and one several chunks long (a stream of
   // its own), all in flight at once.
@@ -1108,6 +1111,46 @@ absl::Status RunAsync(Context& ctx) {
   if (!s.ok()) return s;
   if (!from_thread.ok()) return from_thread;
   Log(ctx, absl::StrCat(cases.size(), " async all-reduces in flight at once ok"));
+
+  // Ready() is false while a rank is missing and turns true without Wait():
+  // the first member starts only after every other one saw its handle not
+  // ready.
+  {
+    const std::string checked = ctx.scratch_dir + "/async_not_ready.";
+    double mine = ctx.rank + 1;
+    std::unique_ptr<AllReduceHandle> late;
+    if (ctx.member_index() == 0) {
+      for (int r : ctx.members) {
+        if (r == ctx.rank) continue;
+        s = WaitForFile(absl::StrCat(checked, r));
+        if (!s.ok()) return s;
+      }
+      late = ctx.client->AllReduceAsync(
+          TensorView(&mine, DataType::kFloat64, {}), ReduceOp::kSum, ctx.call);
+    } else {
+      late = ctx.client->AllReduceAsync(
+          TensorView(&mine, DataType::kFloat64, {}), ReduceOp::kSum, ctx.call);
+      if (late->Ready()) {
+        return Fail(absl::StrCat("AllReduceHandle::Ready() was true before rank ",
+                                 ctx.members[0], " took part"));
+      }
+      s = TouchFile(absl::StrCat(checked, ctx.rank), "checked");
+      if (!s.ok()) return s;
+    }
+    const absl::Time give_up = absl::Now() + kHandshakeTimeout;
+    while (!late->Ready()) {
+      if (absl::Now() > give_up) {
+        return Fail("AllReduceHandle::Ready() never turned true");
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    absl::StatusOr<Tensor> got = late->Wait();
+    if (!got.ok()) return Annotate(got.status(), "AllReduceAsync after Ready()");
+    if (got->values<double>()[0] != static_cast<double>(group_sum)) {
+      return Fail(absl::StrCat("AllReduceAsync after Ready(): got ",
+                               got->values<double>()[0], ", want ", group_sum));
+    }
+  }
 
   // A handle dropped unwaited waits in its destructor; the order of calls
   // stays the same on every rank.
