@@ -279,7 +279,17 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   const absl::Duration timeout =
       call.timeout == absl::ZeroDuration() ? options_.timeout : call.timeout;
 
-  v1::CollectiveHeader& header = pending->header_;
+  absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(spec.tensors);
+  if (!layout.ok()) {
+    pending->invalid_ = layout.status();
+    return pending;
+  }
+  Contribution& contribution = pending->contribution_;
+  contribution.layout = *std::move(layout);
+  contribution.inputs = spec.inputs;
+  contribution.send_payload = spec.send_payload;
+  contribution.deadline = absl::Now() + timeout + kDeadlineSlack;
+  v1::CollectiveHeader& header = contribution.header;
   header.set_job(options_.job);
   header.set_session_id(session_id_);
   header.set_rank(options_.rank);
@@ -291,13 +301,6 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   header.set_root(spec.root);
   header.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   header.set_attempt_id(absl::StrCat(session_id_, "/", next_attempt_.fetch_add(1)));
-  pending->inputs_ = spec.inputs;
-  pending->send_payload_ = spec.send_payload;
-  absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(spec.tensors);
-  // A layout error goes to the server unchanged, which names it.
-  pending->message_bytes_ =
-      !layout.ok() ? SIZE_MAX : spec.send_payload ? layout->total_bytes : 0;
-  pending->deadline_ = absl::Now() + timeout + kDeadlineSlack;
   // Taking the sequence number and sending happen under one lock, so that
   // collectives started concurrently on one group reach every stream in
   // the order of their sequence numbers.
@@ -314,14 +317,13 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
 
 std::unique_ptr<CollectiveAttempt> ClientSession::SendAttempt(
     const PendingCollective& pending) {
-  if (pending.message_bytes_ <= kChunkBytes) {
-    return small_calls_->Start(pending.header_, pending.inputs_,
-                               pending.send_payload_, pending.deadline_);
+  const Contribution& contribution = pending.contribution_;
+  if (contribution.payload_bytes() <= kChunkBytes) {
+    return small_calls_->Start(contribution);
   }
   auto call = std::make_unique<CollectiveCall>(
-      data_stub_.get(), driver_.get(), pending.header_, pending.inputs_, pending.send_payload_,
-      pending.deadline_, kChunkBytes, buffers_);
-  call->Start().IgnoreError();  // Wait() returns the same error
+      data_stub_.get(), driver_.get(), &contribution, kChunkBytes, buffers_);
+  call->Start();
   return call;
 }
 
@@ -337,7 +339,7 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::Wait() {
     if (result.ok() || result.status().code() != absl::StatusCode::kUnavailable ||
         attempt_->received_any() || attempt == kMaxAttempts ||
         !session_->SessionStatus().ok() ||
-        absl::Now() + kRetryBackoff >= deadline_) {
+        absl::Now() + kRetryBackoff >= contribution_.deadline) {
       break;
     }
     absl::SleepFor(kRetryBackoff * attempt);

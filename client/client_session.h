@@ -65,12 +65,8 @@ class PendingCollective {
 
   ClientSession* const session_;
   absl::Status invalid_;  // the call was refused before anything was sent
-  v1::CollectiveHeader header_;
-  std::vector<const void*> inputs_;
-  bool send_payload_ = true;
-  size_t message_bytes_ = 0;  // payload bytes this rank sends
-  absl::Time deadline_;
-  std::unique_ptr<CollectiveAttempt> attempt_;
+  Contribution contribution_;
+  std::unique_ptr<CollectiveAttempt> attempt_;  // the latest
 };
 
 class ClientSession {

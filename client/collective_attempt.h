@@ -9,12 +9,27 @@
 #ifndef REDUCER_CLIENT_COLLECTIVE_ATTEMPT_H_
 #define REDUCER_CLIENT_COLLECTIVE_ATTEMPT_H_
 
+#include <cstddef>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/tensor.h"
+#include "core/validate.h"
+#include "proto/reducer/v1/reducer.pb.h"
 
 namespace reducer {
+
+// This rank's contribution to one collective: what every attempt sends.
+struct Contribution {
+  v1::CollectiveHeader header;
+  PayloadLayout layout;              // of header.tensors
+  std::vector<const void*> inputs;   // inputs[i]: tensor i's bytes (caller's)
+  bool send_payload = true;          // false: declare shapes, send no bytes
+  absl::Time deadline;               // when the client gives up
+
+  size_t payload_bytes() const { return send_payload ? layout.total_bytes : 0; }
+};
 
 class CollectiveAttempt {
  public:

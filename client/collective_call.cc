@@ -15,19 +15,15 @@ constexpr char kCollectiveMethod[] = "/reducer.v1.Reducer/Collective";
 }  // namespace
 
 CollectiveCall::CollectiveCall(grpc::GenericStub* stub, CompletionDriver* driver,
-                               v1::CollectiveHeader header,
-                               std::vector<const void*> inputs,
-                               bool send_payload, absl::Time deadline,
+                               const Contribution* contribution,
                                size_t chunk_bytes,
                                std::shared_ptr<BufferCache> buffers)
     : stub_(stub),
       driver_(driver),
-      header_(std::move(header)),
-      inputs_(std::move(inputs)),
-      send_payload_(send_payload),
+      contribution_(contribution),
       chunk_bytes_(chunk_bytes),
       result_(std::move(buffers)) {
-  context_.set_deadline(absl::ToChronoTime(deadline));
+  context_.set_deadline(absl::ToChronoTime(contribution->deadline));
 }
 
 CollectiveCall::~CollectiveCall() {
@@ -50,40 +46,32 @@ void CollectiveCall::Tag::OnComplete(bool ok) {
 }
 
 size_t CollectiveCall::NumMessages() const {
-  const size_t payload = send_payload_ ? layout_.total_bytes : 0;
+  const size_t payload = contribution_->payload_bytes();
   return std::max<size_t>(1, (payload + chunk_bytes_ - 1) / chunk_bytes_);
 }
 
 grpc::ByteBuffer CollectiveCall::BuildMessage(size_t index) const {
   v1::CollectiveRequest fields;
-  if (index == 0) *fields.mutable_header() = header_;
+  if (index == 0) *fields.mutable_header() = contribution_->header;
   std::vector<grpc::Slice> data;
-  if (send_payload_) {
+  if (contribution_->send_payload) {
     const size_t begin = index * chunk_bytes_;
-    const size_t end = std::min(begin + chunk_bytes_, layout_.total_bytes);
+    const size_t end =
+        std::min(begin + chunk_bytes_, contribution_->payload_bytes());
     fields.set_offset(begin);
-    data = PayloadSlices(layout_, inputs_, begin, end);
+    data = PayloadSlices(contribution_->layout, contribution_->inputs, begin, end);
   }
   return EncodeMessage(fields, data);
 }
 
-absl::Status CollectiveCall::Start() {
-  std::vector<TensorSpec> specs;
-  absl::StatusOr<PayloadLayout> layout =
-      LayoutOfSpecs(header_.tensors(), "tensors", &specs);
+void CollectiveCall::Start() {
   absl::MutexLock lock(&mu_);
-  if (!layout.ok()) {
-    SetErrorLocked(layout.status());
-    return layout.status();
-  }
-  layout_ = *std::move(layout);
   started_ = true;
   stream_ = stub_->PrepareCall(&context_, kCollectiveMethod, driver_->cq());
   stream_->StartCall(&start_tag_);
   write_busy_ = true;
   stream_->Read(&incoming_, &read_tag_);
   operations_ = 2;
-  return absl::OkStatus();
 }
 
 void CollectiveCall::WriteNextLocked() {
@@ -139,7 +127,7 @@ void CollectiveCall::HandleEventLocked(Op op, bool ok) {
 absl::StatusOr<std::vector<Tensor>> CollectiveCall::Wait() {
   {
     absl::MutexLock lock(&mu_);
-    if (!started_) return error_;
+    if (!started_) return absl::InternalError("collective call never started");
   }
   // The context's deadline ends the call, so this returns.
   driver_->DriveUntil(

@@ -6,8 +6,7 @@
 // come through the client's CompletionDriver, so Wait() reads the answer
 // on the waiting thread.
 //
-//   CollectiveCall call(&stub, &driver, header, inputs, /*send_payload=*/true,
-//                       deadline, chunk_bytes, buffers);
+//   CollectiveCall call(&stub, &driver, &contribution, chunk_bytes, buffers);
 //   call.Start();
 //   absl::StatusOr<std::vector<Tensor>> result = call.Wait();
 //
@@ -39,20 +38,16 @@ namespace reducer {
 
 class CollectiveCall final : public CollectiveAttempt {
  public:
-  // `header` lists the tensors this rank declares; `inputs[i]` points at the
-  // bytes of header.tensors(i) (ignored when `send_payload` is false).
-  // `stub` and `driver` must outlive the call. Result tensors take their
-  // buffers from `buffers` (may be null).
+  // `stub`, `driver` and `contribution` must outlive the call. Result
+  // tensors take their buffers from `buffers` (may be null).
   CollectiveCall(grpc::GenericStub* stub, CompletionDriver* driver,
-                 v1::CollectiveHeader header, std::vector<const void*> inputs,
-                 bool send_payload, absl::Time deadline, size_t chunk_bytes,
+                 const Contribution* contribution, size_t chunk_bytes,
                  std::shared_ptr<BufferCache> buffers);
   // Cancels a call still running and waits until gRPC handed it back.
   ~CollectiveCall() override;
 
-  // Sends the call; an error (a header whose tensors do not parse) means
-  // nothing was sent and Wait() returns it.
-  absl::Status Start();
+  // Sends the call.
+  void Start();
 
   // CollectiveAttempt.
   absl::StatusOr<std::vector<Tensor>> Wait() override;
@@ -82,11 +77,8 @@ class CollectiveCall final : public CollectiveAttempt {
   // Constant after construction.
   grpc::GenericStub* const stub_;    // not owned
   CompletionDriver* const driver_;   // not owned
-  const v1::CollectiveHeader header_;
-  const std::vector<const void*> inputs_;
-  const bool send_payload_;
+  const Contribution* const contribution_;  // not owned
   const size_t chunk_bytes_;
-  PayloadLayout layout_;  // set by Start()
   grpc::ClientContext context_;
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream_;
   Tag start_tag_{this, Op::kStart};

@@ -110,24 +110,16 @@ SmallCallStream::~SmallCallStream() {
 }
 
 std::unique_ptr<CollectiveAttempt> SmallCallStream::Start(
-    const v1::CollectiveHeader& header, const std::vector<const void*>& inputs,
-    bool send_payload, absl::Time deadline) {
+    const Contribution& contribution) {
   auto call = std::make_shared<Call>(buffers_);
-  std::vector<TensorSpec> specs;
-  absl::StatusOr<PayloadLayout> layout =
-      LayoutOfSpecs(header.tensors(), "tensors", &specs);
+  const std::vector<grpc::Slice> data =
+      PayloadSlices(contribution.layout, contribution.inputs, 0,
+                    contribution.payload_bytes());
+  v1::CollectiveRequest fields;
+  *fields.mutable_header() = contribution.header;
   absl::MutexLock lock(&mu_);
   const uint64_t call_id = ++last_call_id_;
-  if (!layout.ok()) {
-    call->done = true;
-    call->status = layout.status();
-    return std::make_unique<Attempt>(this, call_id, std::move(call), deadline);
-  }
-  v1::CollectiveRequest fields;
-  *fields.mutable_header() = header;
   fields.set_call_id(call_id);
-  std::vector<grpc::Slice> data;
-  if (send_payload) data = PayloadSlices(*layout, inputs, 0, layout->total_bytes);
 
   if (current_ == nullptr) OpenLocked();
   Opening* opening = current_.get();
@@ -136,7 +128,8 @@ std::unique_ptr<CollectiveAttempt> SmallCallStream::Start(
   call->unsent = true;
   opening->outgoing.push_back(Outgoing{call, EncodeMessage(fields, data)});
   if (!opening->write_busy) WriteFrontLocked(opening);
-  return std::make_unique<Attempt>(this, call_id, std::move(call), deadline);
+  return std::make_unique<Attempt>(this, call_id, std::move(call),
+                                   contribution.deadline);
 }
 
 void SmallCallStream::OpenLocked() {

@@ -47,16 +47,13 @@ class SmallCallStream {
   SmallCallStream(const SmallCallStream&) = delete;
   SmallCallStream& operator=(const SmallCallStream&) = delete;
 
-  // Sends one call: `header` and, with `send_payload`, the whole packed
-  // payload of `inputs` (inputs[i] holds header.tensors(i); caller memory,
-  // read in place). The attempt's Wait() gives up at `deadline` with
-  // DEADLINE_EXCEEDED, and returns only once gRPC no longer reads the
-  // caller's memory (a message still queued is dropped; one being written
-  // ends with its stream, cancelled). The attempt must not outlive this
-  // stream.
-  std::unique_ptr<CollectiveAttempt> Start(const v1::CollectiveHeader& header,
-                                           const std::vector<const void*>& inputs,
-                                           bool send_payload, absl::Time deadline);
+  // Sends one call: the header and whole payload of `contribution` (caller
+  // memory, read in place). The attempt's Wait() gives up at the
+  // contribution's deadline with DEADLINE_EXCEEDED, and returns only once
+  // gRPC no longer reads the caller's memory (a message still queued is
+  // dropped; one being written ends with its stream, cancelled). The attempt
+  // must not outlive this stream.
+  std::unique_ptr<CollectiveAttempt> Start(const Contribution& contribution);
 
  private:
   struct Call;
