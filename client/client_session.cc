@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/collective_call.h"
+#include "core/process_memory.h"
 #include "proto/reducer/v1/status_conversion.h"
 #include "proto/reducer/v1/wire_conversion.h"
 
@@ -108,6 +109,7 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("ClientOptions.timeout must be positive");
   }
+  if (options.keep_freed_memory) KeepFreedMemory();
   std::unique_ptr<ClientSession> session(new ClientSession(options));
   session->driver_ = std::make_unique<CompletionDriver>();
   session->channel_ = grpc::CreateCustomChannel(
