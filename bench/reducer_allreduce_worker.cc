@@ -6,8 +6,12 @@
 // With --metric_sync it instead all-reduces 2 float64 values --iters times
 // (the metric-sync pattern) and prints "pattern":"metric_sync". With
 // --fused_tensors=K (K > 1) each step is one AllReduceMany of K tensors of
-// the given size ("pattern":"fused","tensors":K).
+// the given size ("pattern":"fused","tensors":K). With --split=K each step
+// is K AllReduceAsync calls on 1/K of the tensor, all in flight at once (a
+// probe of what several chunks in flight would gain).
+#include <algorithm>
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -29,6 +33,9 @@ ABSL_FLAG(int, iters, 20, "timed iterations per size");
 ABSL_FLAG(int, warmup, 3, "untimed iterations per size");
 ABSL_FLAG(bool, metric_sync, false, "run the metric-sync pattern instead");
 ABSL_FLAG(bool, in_place, false, "use AllReduceInPlace");
+ABSL_FLAG(int, split, 1,
+          "K > 1: each step is K AllReduceAsync calls on 1/K of the tensor "
+          "each, all in flight, then K waits");
 ABSL_FLAG(int, fused_tensors, 1,
           "K > 1: each step is one AllReduceMany of K tensors of each size");
 
@@ -101,7 +108,21 @@ int main(int argc, char** argv) {
     for (int i = 0; i < warmup + iters; ++i) {
       auto start = Clock::now();
       absl::Status status;
-      if (fused > 1) {
+      const int split = absl::GetFlag(FLAGS_split);
+      if (split > 1) {
+        const size_t part = (data.size() + split - 1) / split;
+        std::vector<std::unique_ptr<reducer::AllReduceHandle>> handles;
+        for (size_t begin = 0; begin < data.size(); begin += part) {
+          const size_t n = std::min(part, data.size() - begin);
+          handles.push_back((*client)->AllReduceAsync(
+              reducer::TensorView::Of<float>(
+                  absl::MakeConstSpan(data).subspan(begin, n)),
+              reducer::ReduceOp::kSum));
+        }
+        for (auto& h : handles) {
+          if (status.ok()) status = h->Wait().status();
+        }
+      } else if (fused > 1) {
         status = (*client)->AllReduceMany(many, ops).status();
       } else if (absl::GetFlag(FLAGS_in_place)) {
         status = (*client)->AllReduceInPlace(
