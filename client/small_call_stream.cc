@@ -164,21 +164,23 @@ absl::StatusOr<std::vector<Tensor>> SmallCallStream::Wait(
     return call->done && !call->unsent;
   };
   if (!driver_->DriveUntil(over, deadline)) {
-    absl::MutexLock lock(&mu_);
-    if (!call->done) {
-      // Given up here; reducerd answers the collective at its own timeout
-      // (before this deadline) unless it is unreachable.
-      calls_.erase(call_id);
-      call->done = true;
-      call->status = absl::DeadlineExceededError(
-          "no answer from reducerd on the Collectives stream before the "
-          "call's deadline");
+    {
+      absl::MutexLock lock(&mu_);
+      if (!call->done) {
+        // Given up here; reducerd answers the collective at its own timeout
+        // (before this deadline) unless it is unreachable.
+        calls_.erase(call_id);
+        call->done = true;
+        call->status = absl::DeadlineExceededError(
+            "no answer from reducerd on the Collectives stream before the "
+            "call's deadline");
+      }
+      if (call->unsent) ForgetMessageLocked(call);
     }
-    if (call->unsent) ForgetMessageLocked(call);
+    // A message being written cannot be taken back: wait for its write to
+    // end (ForgetMessageLocked cancelled the stream, so that is prompt).
+    driver_->DriveUntil(over, absl::InfiniteFuture());
   }
-  // A message being written cannot be taken back: wait for its write to
-  // end (ForgetMessageLocked cancelled the stream, so that is prompt).
-  driver_->DriveUntil(over, absl::InfiniteFuture());
   absl::MutexLock lock(&mu_);
   if (!call->status.ok()) return call->status;
   return call->result.Finish();
@@ -207,8 +209,14 @@ void SmallCallStream::HandleEventLocked(const Tag* tag, bool ok) {
   switch (tag->op) {
     case Op::kStart:
       opening->write_busy = false;
-      // A failed start also fails the pending read, which ends the stream.
-      if (ok && !opening->outgoing.empty()) WriteFrontLocked(opening);
+      if (!ok) {
+        // Nothing will be written; the pending read fails as well and
+        // brings the status.
+        RetireLocked(opening);
+        DropQueueLocked(opening);
+      } else if (!opening->outgoing.empty()) {
+        WriteFrontLocked(opening);
+      }
       break;
     case Op::kWrite:
       opening->write_busy = false;
@@ -218,8 +226,7 @@ void SmallCallStream::HandleEventLocked(const Tag* tag, bool ok) {
       if (!ok) {
         // The stream is over; the pending read fails and brings its status.
         RetireLocked(opening);
-        for (Outgoing& out : opening->outgoing) out.call->unsent = false;
-        opening->outgoing.clear();
+        DropQueueLocked(opening);
       } else if (!opening->outgoing.empty()) {
         WriteFrontLocked(opening);
       }
@@ -249,6 +256,7 @@ void SmallCallStream::HandleEventLocked(const Tag* tag, bool ok) {
     }
   }
   if (opening->retired && opening->operations == 0) {
+    DropQueueLocked(opening);  // nothing can write it any more
     retired_.erase(std::find_if(
         retired_.begin(), retired_.end(),
         [opening](const auto& o) { return o.get() == opening; }));
@@ -283,6 +291,11 @@ void SmallCallStream::DispatchLocked(Opening* opening) {
   call.done = true;
   call.status = outcome;
   calls_.erase(it);
+}
+
+void SmallCallStream::DropQueueLocked(Opening* opening) {
+  for (Outgoing& out : opening->outgoing) out.call->unsent = false;
+  opening->outgoing.clear();
 }
 
 void SmallCallStream::RetireLocked(Opening* opening) {

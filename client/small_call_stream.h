@@ -86,6 +86,9 @@ class SmallCallStream {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Files a received message with its call.
   void DispatchLocked(Opening* opening) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the messages `opening` will never write (their calls fail with
+  // the stream's status).
+  void DropQueueLocked(Opening* opening) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // No new call goes to `opening` any more.
   void RetireLocked(Opening* opening) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends every call still waiting on `opening` with `status`.

@@ -305,6 +305,36 @@ TEST_F(LivenessTest, DataConnectionCutMidTransferAbortsTheCollective) {
   for (const ProcessResult& r : results) ExpectStep(r, "2", absl::StatusCode::kOk);
 }
 
+// Rank 1's data connection is cut while idle and no new connection gets
+// through (its session connection stays): its next small all-reduce, which
+// has to open a new Collectives stream, must fail promptly with UNAVAILABLE
+// after its retries, not wait for its deadline.
+TEST_F(LivenessTest, UnreachableDataPathFailsSmallCallsPromptly) {
+  ASSERT_TRUE(StartServer());
+  absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
+      TcpProxy::Start(server()->port());
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
+      Job(), 2,
+      {"allreduce:timeout_ms=20000;wait_file:path=done",
+       "allreduce:timeout_ms=20000;wait_file:path=cut;"
+       "allreduce:seed=2,timeout_ms=20000"},
+      {"", (*proxy)->address()});
+  for (auto& w : workers) ASSERT_TRUE(WaitForOutput(*w, "RESULT 1 "));
+  ASSERT_GE((*proxy)->num_connections(), 2);  // session, then data
+  (*proxy)->SetRefuseNew(true);
+  (*proxy)->Drop(1);
+  absl::SleepFor(absl::Milliseconds(200));
+  Touch("cut");
+  ASSERT_TRUE(WaitForOutput(*workers[1], "RESULT 3 ", absl::Seconds(20)));
+  Touch("done");
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), 2u);
+  ExpectStep(results[1], "3", absl::StatusCode::kUnavailable, {},
+             absl::Seconds(5));
+  ExpectStep(results[0], "1", absl::StatusCode::kOk);
+}
+
 // Rank 2 reaches reducerd through a TcpProxy that stops forwarding (no FIN,
 // no RST: a partition). reducerd's keepalive (1 s + 2 s) must find the
 // silent peer, and ranks 0 and 1 get ABORTED naming rank 2 within seconds.

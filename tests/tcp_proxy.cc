@@ -219,12 +219,23 @@ void TcpProxy::CloseLocked(Connection& c) {
   c.down.clear();
 }
 
+void TcpProxy::SetRefuseNew(bool refuse) {
+  absl::MutexLock lock(&mu_);
+  refuse_new_ = refuse;
+}
+
 void TcpProxy::AcceptLocked() {
   for (;;) {
     int client = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (client < 0) return;  // EAGAIN: nothing more to accept
     auto c = std::make_unique<Connection>();
     c->client_fd = client;
+    if (refuse_new_) {
+      close(client);
+      c->client_fd = -1;
+      connections_.push_back(std::move(c));
+      continue;
+    }
     int upstream = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr = Loopback(upstream_port_);
     if (upstream >= 0 &&

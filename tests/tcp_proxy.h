@@ -93,6 +93,11 @@ class TcpProxy {
   void PauseAll();
   void ResumeAll();
 
+  // With `refuse`, every new connection is closed as soon as it is
+  // accepted (as if the server could not be reached any more); open ones
+  // are left alone.
+  void SetRefuseNew(bool refuse);
+
   // Closes both sides of connection `index` (pending bytes are lost).
   void Drop(int index);
   // Closes both sides of every open connection.
@@ -140,6 +145,7 @@ class TcpProxy {
   absl::Duration delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   size_t max_read_ ABSL_GUARDED_BY(mu_) = 64 << 10;
   std::vector<std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
+  bool refuse_new_ ABSL_GUARDED_BY(mu_) = false;
 
   std::thread thread_;  // last: starts once the members above exist
 };
