@@ -941,7 +941,8 @@ def main(argv):
     print_floor(floor)
     write_results(args, ctx, records, kernel, rss, targets, failures, timings,
                   dict(fusion=fusion, grpc_floor=floor))
-    print(f"\nwrote {args.out_dir}/results.json, results.csv, allreduce_latency.png")
+    shown = os.path.relpath(args.out_dir, REPO_ROOT)  # no machine paths in reports
+    print(f"\nwrote {shown}/results.json, results.csv, allreduce_latency.png")
     for f in failures:
         print(f"FAILED: {f}", file=sys.stderr)
     return 1 if failures else 0
