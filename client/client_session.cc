@@ -30,9 +30,17 @@ constexpr absl::Duration kDeadlineSlack = absl::Seconds(5);
 // enough for the gradients of a mid-sized model step after step.
 constexpr size_t kIdleBufferBytes = size_t{256} << 20;
 
-// Attempts per collective when the transport fails before any answer.
-constexpr int kMaxAttempts = 3;
-constexpr absl::Duration kRetryBackoff = absl::Milliseconds(100);
+// How long a collective keeps retrying after the transport failed before
+// any answer (while the session is intact), and the pauses between tries
+// (doubling up to the last). Longer than the channel's longest reconnect
+// backoff, so that a dropped data connection that comes back is found again.
+constexpr absl::Duration kRetryBudget = absl::Seconds(3);
+constexpr absl::Duration kFirstRetryPause = absl::Milliseconds(100);
+constexpr absl::Duration kLastRetryPause = absl::Milliseconds(800);
+// Reconnect backoff of the channels: gRPC's default starts at 1 s and grows
+// to 2 min, which would fail every collective of that time fast.
+constexpr int kMinReconnectBackoffMs = 100;
+constexpr int kMaxReconnectBackoffMs = 1000;
 
 // How long closing a client waits for reducerd to note the departure.
 constexpr absl::Duration kLeaveTimeout = absl::Seconds(1);
@@ -85,6 +93,9 @@ grpc::ChannelArguments ChannelArgs() {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kMinReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kMinReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   return args;
 }
 
@@ -336,15 +347,20 @@ bool PendingCollective::Ready() {
 absl::StatusOr<std::vector<Tensor>> PendingCollective::Wait() {
   if (!invalid_.ok()) return invalid_;
   absl::StatusOr<std::vector<Tensor>> result;
-  for (int attempt = 1;; ++attempt) {
+  absl::Time give_up = absl::InfiniteFuture();  // set at the first failure
+  absl::Duration pause = kFirstRetryPause;
+  for (;;) {
     result = attempt_->Wait();
     if (result.ok() || result.status().code() != absl::StatusCode::kUnavailable ||
-        attempt_->received_any() || attempt == kMaxAttempts ||
-        !session_->SessionStatus().ok() ||
-        absl::Now() + kRetryBackoff >= contribution_.deadline) {
+        attempt_->received_any() || !session_->SessionStatus().ok()) {
       break;
     }
-    absl::SleepFor(kRetryBackoff * attempt);
+    if (give_up == absl::InfiniteFuture()) {
+      give_up = std::min(absl::Now() + kRetryBudget, contribution_.deadline);
+    }
+    if (absl::Now() + pause >= give_up) break;
+    absl::SleepFor(pause);
+    pause = std::min(pause * 2, kLastRetryPause);
     attempt_ = session_->SendAttempt(*this);
   }
   if (!result.ok()) {
