@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/call_payload.h"
+#include "core/fingerprint.h"
 #include "proto/reducer/v1/collective_codec.h"
 #include "proto/reducer/v1/status_conversion.h"
 
@@ -12,6 +13,21 @@ namespace reducer {
 namespace {
 
 constexpr char kCollectivesMethod[] = "/reducer.v1.Reducer/Collectives";
+
+// Why a call gave up without reducerd's answer. reducerd itself answers a
+// collective whose ranks do not all arrive, at its timeout (naming them);
+// this is for when even that answer did not come.
+absl::Status NoAnswerError(const v1::CollectiveHeader& header) {
+  absl::StatusOr<CollectiveKind> kind = CollectiveKindFromWire(header.kind());
+  return absl::DeadlineExceededError(absl::StrCat(
+      kind.ok() ? CollectiveKindName(*kind) : "collective", " ",
+      header.name().empty() ? absl::StrCat("#", header.sequence())
+                            : absl::StrCat("\"", header.name(), "\""),
+      " in job ", header.job(), ": no answer from reducerd within the call's "
+      "timeout (", absl::FormatDuration(absl::Milliseconds(header.timeout_ms())),
+      ") and some slack, not even its own timeout report; reducerd may be "
+      "overloaded or stuck (see its log)"));
+}
 
 }  // namespace
 
@@ -67,13 +83,14 @@ void SmallCallStream::Tag::OnComplete(bool ok) {
 
 class SmallCallStream::Attempt final : public CollectiveAttempt {
  public:
+  // `contribution` outlives the attempt (see CollectiveAttempt).
   Attempt(SmallCallStream* owner, uint64_t call_id, std::shared_ptr<Call> call,
-          absl::Time deadline)
+          const Contribution* contribution)
       : owner_(owner), call_id_(call_id), call_(std::move(call)),
-        deadline_(deadline) {}
+        contribution_(contribution) {}
 
   absl::StatusOr<std::vector<Tensor>> Wait() override {
-    return owner_->Wait(call_id_, call_, deadline_);
+    return owner_->Wait(call_id_, call_, *contribution_);
   }
   bool Ready() override { return owner_->Ready(call_); }
   bool received_any() const override {
@@ -85,7 +102,7 @@ class SmallCallStream::Attempt final : public CollectiveAttempt {
   SmallCallStream* const owner_;
   const uint64_t call_id_;
   const std::shared_ptr<Call> call_;
-  const absl::Time deadline_;
+  const Contribution* const contribution_;
 };
 
 SmallCallStream::SmallCallStream(grpc::GenericStub* stub,
@@ -117,19 +134,20 @@ std::unique_ptr<CollectiveAttempt> SmallCallStream::Start(
                     contribution.payload_bytes());
   v1::CollectiveRequest fields;
   *fields.mutable_header() = contribution.header;
-  absl::MutexLock lock(&mu_);
-  const uint64_t call_id = ++last_call_id_;
+  const uint64_t call_id = last_call_id_.fetch_add(1) + 1;
   fields.set_call_id(call_id);
+  grpc::ByteBuffer message = EncodeMessage(fields, data);
+  absl::MutexLock lock(&mu_);
 
   if (current_ == nullptr) OpenLocked();
   Opening* opening = current_.get();
   call->opening = opening;
   calls_[call_id] = call;
   call->unsent = true;
-  opening->outgoing.push_back(Outgoing{call, EncodeMessage(fields, data)});
+  opening->outgoing.push_back(Outgoing{call, std::move(message)});
   if (!opening->write_busy) WriteFrontLocked(opening);
   return std::make_unique<Attempt>(this, call_id, std::move(call),
-                                   contribution.deadline);
+                                   &contribution);
 }
 
 void SmallCallStream::OpenLocked() {
@@ -158,7 +176,9 @@ bool SmallCallStream::Ready(const std::shared_ptr<Call>& call) {
 }
 
 absl::StatusOr<std::vector<Tensor>> SmallCallStream::Wait(
-    uint64_t call_id, const std::shared_ptr<Call>& call, absl::Time deadline) {
+    uint64_t call_id, const std::shared_ptr<Call>& call,
+    const Contribution& contribution) {
+  const absl::Time deadline = contribution.deadline;
   auto over = [this, &call] {
     absl::MutexLock lock(&mu_);
     return call->done && !call->unsent;
@@ -171,9 +191,7 @@ absl::StatusOr<std::vector<Tensor>> SmallCallStream::Wait(
         // (before this deadline) unless it is unreachable.
         calls_.erase(call_id);
         call->done = true;
-        call->status = absl::DeadlineExceededError(
-            "no answer from reducerd on the Collectives stream before the "
-            "call's deadline");
+        call->status = NoAnswerError(contribution.header);
       }
       if (call->unsent) ForgetMessageLocked(call);
     }

@@ -17,6 +17,7 @@
 #ifndef REDUCER_CLIENT_SMALL_CALL_STREAM_H_
 #define REDUCER_CLIENT_SMALL_CALL_STREAM_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -52,7 +53,7 @@ class SmallCallStream {
   // contribution's deadline with DEADLINE_EXCEEDED, and returns only once
   // gRPC no longer reads the caller's memory (a message still queued is
   // dropped; one being written ends with its stream, cancelled). The attempt
-  // must not outlive this stream.
+  // must outlive neither this stream nor `contribution`.
   std::unique_ptr<CollectiveAttempt> Start(const Contribution& contribution);
 
  private:
@@ -74,7 +75,7 @@ class SmallCallStream {
   bool Ready(const std::shared_ptr<Call>& call);
   absl::StatusOr<std::vector<Tensor>> Wait(uint64_t call_id,
                                            const std::shared_ptr<Call>& call,
-                                           absl::Time deadline);
+                                           const Contribution& contribution);
   // Drops `call`'s message from its stream's queue, or, if it is being
   // written, cancels that stream (the write then ends promptly).
   void ForgetMessageLocked(const std::shared_ptr<Call>& call)
@@ -107,7 +108,8 @@ class SmallCallStream {
   // Calls sent and not yet answered, by call id.
   absl::flat_hash_map<uint64_t, std::shared_ptr<Call>> calls_
       ABSL_GUARDED_BY(mu_);
-  uint64_t last_call_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // Numbers the calls; atomic so that a message is encoded outside mu_.
+  std::atomic<uint64_t> last_call_id_{0};
 };
 
 }  // namespace reducer
