@@ -17,9 +17,10 @@ constexpr char kZeros[kPayloadAlignment] = {};
 absl::StatusOr<PayloadLayout> LayoutOfSpecs(
     const google::protobuf::RepeatedPtrField<v1::TensorSpec>& specs,
     absl::string_view field, std::vector<TensorSpec>* out) {
+  out->reserve(out->size() + specs.size());
   for (int i = 0; i < specs.size(); ++i) {
-    absl::StatusOr<TensorSpec> spec = TensorSpecFromWire(
-        specs.Get(i), /*with_op=*/false, absl::StrCat(field, "[", i, "]"));
+    absl::StatusOr<TensorSpec> spec =
+        TensorSpecFromWire(specs.Get(i), /*with_op=*/false, field, i);
     if (!spec.ok()) return spec.status();
     out->push_back(*std::move(spec));
   }

@@ -308,6 +308,7 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   header.set_rank(options_.rank);
   for (int r : group) header.add_group(r);
   header.set_kind(static_cast<v1::CollectiveKind>(CollectiveKindToWire(spec.kind)));
+  header.mutable_tensors()->Reserve(static_cast<int>(spec.tensors.size()));
   for (const TensorSpec& t : spec.tensors) {
     *header.add_tensors() = TensorSpecToWire(t);
   }

@@ -1,6 +1,7 @@
 #include "client/reducer_client.h"
 
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,18 +15,23 @@ TensorSpec SpecOf(const TensorView& view, ReduceOp op = ReduceOp::kSum) {
 }
 
 // OK when `view` can be sent: a valid shape and memory behind its bytes.
-absl::Status CheckView(const TensorView& view, absl::string_view what) {
+// INVALID_ARGUMENT naming the input as `what`, followed by ` index` when
+// index >= 0 (built only on error: a fused call checks many inputs).
+absl::Status CheckView(const TensorView& view, absl::string_view what,
+                       int index = -1) {
   absl::StatusOr<int64_t> bytes = NumBytes(view.dtype(), view.shape());
+  if (bytes.ok() && (*bytes == 0 || view.data() != nullptr)) {
+    return absl::OkStatus();
+  }
+  const std::string name =
+      index < 0 ? std::string(what) : absl::StrCat(what, " ", index);
   if (!bytes.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", bytes.status().message()));
+        absl::StrCat(name, ": ", bytes.status().message()));
   }
-  if (*bytes > 0 && view.data() == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": data is null but the shape ", ShapeToString(view.shape()),
-        " holds ", *bytes, " bytes"));
-  }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      name, ": data is null but the shape ", ShapeToString(view.shape()),
+      " holds ", *bytes, " bytes"));
 }
 
 // Copies `result` into `inout` once it is known to fit exactly: the
@@ -172,9 +178,11 @@ absl::StatusOr<std::vector<Tensor>> Client::AllReduceMany(
   }
   CollectiveRequestSpec spec;
   spec.kind = CollectiveKind::kAllReduce;
+  spec.tensors.reserve(inputs.size());
+  spec.inputs.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     absl::Status valid =
-        CheckView(inputs[i], absl::StrCat("AllReduceMany input ", i));
+        CheckView(inputs[i], "AllReduceMany input", static_cast<int>(i));
     if (!valid.ok()) return valid;
     spec.tensors.push_back(SpecOf(inputs[i], ops[i]));
     spec.inputs.push_back(inputs[i].data());

@@ -132,11 +132,14 @@ std::unique_ptr<CollectiveAttempt> SmallCallStream::Start(
   const std::vector<grpc::Slice> data =
       PayloadSlices(contribution.layout, contribution.inputs, 0,
                     contribution.payload_bytes());
-  v1::CollectiveRequest fields;
-  *fields.mutable_header() = contribution.header;
+  v1::CollectiveRequest fields;  // call_id here, the header encoded apart
   const uint64_t call_id = last_call_id_.fetch_add(1) + 1;
   fields.set_call_id(call_id);
-  grpc::ByteBuffer message = EncodeMessage(fields, data);
+  grpc::ByteBuffer message = EncodeMessage(
+      fields,
+      EncodeField(v1::CollectiveRequest::kHeaderFieldNumber,
+                  contribution.header),
+      data);
   absl::MutexLock lock(&mu_);
 
   if (current_ == nullptr) OpenLocked();
@@ -282,8 +285,8 @@ void SmallCallStream::HandleEventLocked(const Tag* tag, bool ok) {
 }
 
 void SmallCallStream::DispatchLocked(Opening* opening) {
-  DecodedMessage<v1::CollectiveResponse> message;
-  absl::Status decoded = DecodeMessage(&opening->incoming, &message);
+  SliceRange data;
+  absl::Status decoded = DecodeMessage(&opening->incoming, &response_, &data);
   if (!decoded.ok()) {
     // Nothing on this stream can be trusted any more.
     opening->error = absl::InternalError(
@@ -292,17 +295,17 @@ void SmallCallStream::DispatchLocked(Opening* opening) {
     opening->context.TryCancel();
     return;
   }
-  auto it = calls_.find(message.fields.call_id());
+  auto it = calls_.find(response_.call_id());
   if (it == calls_.end()) return;  // a call given up at its deadline
   Call& call = *it->second;
   absl::Status outcome;
-  bool over = message.fields.has_status();
-  if (over && message.fields.status().code() != 0) {
-    outcome = FromGrpcStatus(grpc::Status(
-        static_cast<grpc::StatusCode>(message.fields.status().code()),
-        message.fields.status().message()));
+  bool over = response_.has_status();
+  if (over && response_.status().code() != 0) {
+    outcome = FromGrpcStatus(
+        grpc::Status(static_cast<grpc::StatusCode>(response_.status().code()),
+                     response_.status().message()));
   } else {
-    outcome = call.result.Add(message.fields, message.data);
+    outcome = call.result.Add(response_, data);
     if (!outcome.ok()) over = true;
   }
   if (!over) return;

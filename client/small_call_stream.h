@@ -108,6 +108,9 @@ class SmallCallStream {
   // Calls sent and not yet answered, by call id.
   absl::flat_hash_map<uint64_t, std::shared_ptr<Call>> calls_
       ABSL_GUARDED_BY(mu_);
+  // The last answer's fields, parsed again in place for each message: a
+  // cleared message keeps its result specs allocated for the next parse.
+  v1::CollectiveResponse response_ ABSL_GUARDED_BY(mu_);
   // Numbers the calls; atomic so that a message is encoded outside mu_.
   std::atomic<uint64_t> last_call_id_{0};
 };

@@ -214,12 +214,13 @@ void Collective::OnAllAttached() {
 void Collective::ComputeResult() {
   const CollectiveKind kind = reference_.kind;
   const size_t n = members_.size();
+  v1::CollectiveResponse result_specs;  // only `result` set
   switch (kind) {
     case CollectiveKind::kAllReduce: {
       plan_ = std::make_shared<const ReductionPlan>(ReductionPlan{
           *ComputePayloadLayout(reference_.tensors), reference_.tensors});
       for (const TensorSpec& t : reference_.tensors) {
-        result_specs_.push_back(TensorSpecToWire(t));
+        *result_specs.add_result() = TensorSpecToWire(t);
       }
       for (Member& m : members_) m.output_bytes = plan_->layout.total_bytes;
       break;
@@ -229,7 +230,7 @@ void Collective::ComputeResult() {
           *ComputePayloadLayout(reference_.tensors), reference_.tensors});
       TensorSpec slice = reference_.tensors[0];
       slice.shape[0] /= static_cast<int64_t>(n);
-      result_specs_.push_back(TensorSpecToWire(slice));
+      *result_specs.add_result() = TensorSpecToWire(slice);
       for (Member& m : members_) m.output_bytes = plan_->layout.total_bytes / n;
       break;
     }
@@ -242,19 +243,20 @@ void Collective::ComputeResult() {
         m.base_offset = offset;
         offset += m.input_bytes;
       }
-      result_specs_.push_back(TensorSpecToWire(gathered));
+      *result_specs.add_result() = TensorSpecToWire(gathered);
       for (Member& m : members_) m.output_bytes = offset;
       break;
     }
     case CollectiveKind::kBroadcast: {
       const Member& root = members_[IndexOf(reference_.root)];
-      result_specs_.push_back(TensorSpecToWire(root.fp.tensors[0]));
+      *result_specs.add_result() = TensorSpecToWire(root.fp.tensors[0]);
       for (Member& m : members_) m.output_bytes = root.input_bytes;
       break;
     }
     case CollectiveKind::kBarrier:
       break;
   }
+  encoded_result_specs_ = grpc::Slice(result_specs.SerializeAsString());
 }
 
 bool Collective::OnData(int rank, uint64_t offset, SliceRange data) {
@@ -408,18 +410,17 @@ void Collective::SendTo(int index, uint64_t offset,
   Member& m = members_[index];
   v1::CollectiveResponse fields;
   fields.set_offset(offset);
-  if (!m.header_sent) {
-    for (const v1::TensorSpec& spec : result_specs_) {
-      *fields.add_result() = spec;
-    }
-    m.header_sent = true;
-  }
+  const bool with_specs = !m.header_sent;
+  m.header_sent = true;
   for (const grpc::Slice& s : data) m.sent += s.size();
   const bool last = IsComplete(m);
   // The last write completes with the stream (no OnWriteDone), so it is
   // not counted as pending.
   if (!last) ++m.pending_writes;
-  m.channel->Send(EncodeMessage(fields, data), last);
+  m.channel->Send(EncodeMessage(fields,
+                                with_specs ? encoded_result_specs_ : grpc::Slice(),
+                                data),
+                  last);
   if (last) MarkFinished(index);
 }
 

@@ -200,7 +200,9 @@ class Collective : public std::enable_shared_from_this<Collective> {
   bool has_reference_ ABSL_GUARDED_BY(mu_) = false;
   // Known once every header is in.
   std::shared_ptr<const ReductionPlan> plan_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::TensorSpec> result_specs_ ABSL_GUARDED_BY(mu_);
+  // The result specs, encoded once as CollectiveResponse.result fields;
+  // every rank's first message references this slice.
+  grpc::Slice encoded_result_specs_ ABSL_GUARDED_BY(mu_);
   // Reduction kinds: blocks staged but not yet reduced, by block index.
   absl::flat_hash_map<size_t, Block> blocks_ ABSL_GUARDED_BY(mu_);
   std::vector<TimerQueue::Id> timer_ids_ ABSL_GUARDED_BY(mu_);

@@ -77,9 +77,9 @@ void MultiplexedStream::OnReadDone(bool ok) {
 }
 
 void MultiplexedStream::HandleMessage() {
-  DecodedMessage<v1::CollectiveRequest> message;
-  absl::Status problem = DecodeMessage(&incoming_, &message);
-  const v1::CollectiveRequest& fields = message.fields;
+  SliceRange payload;
+  absl::Status problem = DecodeMessage(&incoming_, &request_, &payload);
+  const v1::CollectiveRequest& fields = request_;
   const uint64_t call_id = fields.call_id();
   if (problem.ok() && call_id == 0) {
     problem = absl::InvalidArgumentError(
@@ -136,7 +136,7 @@ void MultiplexedStream::HandleMessage() {
   // The whole payload is here: hand it over and close this rank's input
   // (which fails the collective if bytes are missing). Reading goes on
   // whatever OnData says: this call has nothing more to read.
-  collective->OnData(rank, 0, std::move(message.data));
+  collective->OnData(rank, 0, std::move(payload));
   collective->OnInputEnd(rank);
 }
 

@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/reducer/v1/reducer.pb.h"
 #include "server/collective.h"
 #include "server/rank_stream.h"
 
@@ -97,6 +98,11 @@ class MultiplexedStream final
 
   // Only touched by the reading side: one read is outstanding at a time.
   grpc::ByteBuffer incoming_;
+  // The last request's fields, parsed again in place for each message: a
+  // cleared message keeps its tensor specs allocated for the next parse
+  // (a fused call carries one spec per tensor). Nothing keeps a reference
+  // past HandleMessage().
+  v1::CollectiveRequest request_;
 
   absl::Mutex mu_;
   std::shared_ptr<MultiplexedStream> self_ ABSL_GUARDED_BY(mu_);

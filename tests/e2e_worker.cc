@@ -56,6 +56,7 @@
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -426,6 +427,20 @@ absl::Status RunAllReduceMany(Context& ctx) {
         ClosedFormExpected(spec.op, spec.dtype, ctx.members, n, seed));
   }
   const std::string context = absl::StrCat(ctx.label, " allreduce_many");
+  {
+    // A bad input is refused before anything is sent, naming its index.
+    std::vector<TensorView> bad = {inputs[0], inputs[1],
+                                   TensorView(nullptr, DataType::kFloat32, {4})};
+    const std::vector<ReduceOp> bad_ops(bad.size(), ReduceOp::kSum);
+    absl::StatusOr<std::vector<Tensor>> refused =
+        ctx.client->AllReduceMany(bad, bad_ops, ctx.call);
+    if (refused.status().code() != absl::StatusCode::kInvalidArgument ||
+        !absl::StrContains(refused.status().message(),
+                           "AllReduceMany input 2: data is null")) {
+      return Fail(absl::StrCat(context, ": a null input 2 should be refused "
+                               "naming it, got ", refused.status().ToString()));
+    }
+  }
   absl::StatusOr<std::vector<Tensor>> results =
       ctx.client->AllReduceMany(inputs, ops, ctx.call);
   if (!results.ok()) return Annotate(results.status(), context);

@@ -133,22 +133,51 @@ void SliceRange::CopyTo(size_t begin, size_t n, void* dest) const {
 
 grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& fields,
                                absl::Span<const grpc::Slice> data) {
+  return EncodeMessage(fields, grpc::Slice(), data);
+}
+
+grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& fields,
+                               const grpc::Slice& encoded_fields,
+                               absl::Span<const grpc::Slice> data) {
   std::string head = fields.SerializeAsString();
+  std::string data_tag;  // the data field's tag and length
   size_t data_bytes = 0;
   for (const grpc::Slice& s : data) data_bytes += s.size();
   if (data_bytes > 0) {
-    AppendVarint((kDataFieldNumber << 3) | kWireLengthDelimited, &head);
-    AppendVarint(data_bytes, &head);
+    AppendVarint((kDataFieldNumber << 3) | kWireLengthDelimited, &data_tag);
+    AppendVarint(data_bytes, &data_tag);
   }
   std::vector<grpc::Slice> slices;
-  slices.reserve(data.size() + 1);
-  slices.emplace_back(head);  // copies the few header bytes
+  slices.reserve(data.size() + 2);
+  if (encoded_fields.size() == 0) {
+    head += data_tag;
+    slices.emplace_back(head);  // copies the few header bytes
+  } else {
+    slices.emplace_back(head);
+    slices.push_back(encoded_fields);
+    if (!data_tag.empty()) slices.emplace_back(data_tag);
+  }
   if (data_bytes > 0) {
     for (const grpc::Slice& s : data) {
       if (s.size() > 0) slices.push_back(s);
     }
   }
   return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+grpc::Slice EncodeField(int field_number,
+                        const google::protobuf::MessageLite& message) {
+  const size_t size = message.ByteSizeLong();
+  std::string head;  // tag and length
+  AppendVarint((static_cast<uint64_t>(field_number) << 3) | kWireLengthDelimited,
+               &head);
+  AppendVarint(size, &head);
+  grpc::Slice out(head.size() + size);
+  // A fresh slice of our own: its bytes are ours to write.
+  uint8_t* bytes = const_cast<uint8_t*>(out.begin());
+  std::memcpy(bytes, head.data(), head.size());
+  message.SerializeWithCachedSizesToArray(bytes + head.size());
+  return out;
 }
 
 grpc::ByteBuffer AppendFields(const grpc::ByteBuffer& message,

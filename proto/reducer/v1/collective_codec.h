@@ -57,6 +57,20 @@ class SliceRange {
 grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& fields,
                                absl::Span<const grpc::Slice> data);
 
+// The same, with `encoded_fields` (more fields of the same message, already
+// serialized) placed after `fields`' bytes and referenced, not copied:
+// reducerd encodes a collective's result specs once and sends the same
+// slice to every rank.
+grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& fields,
+                               const grpc::Slice& encoded_fields,
+                               absl::Span<const grpc::Slice> data);
+
+// `message` encoded as field `field_number` of an enclosing message (tag,
+// length, bytes), to pass as EncodeMessage's `encoded_fields` without
+// copying `message` into the enclosing one first.
+grpc::Slice EncodeField(int field_number,
+                        const google::protobuf::MessageLite& message);
+
 // Returns `message` followed by the encoding of `extra`. Protobuf merges
 // concatenated encodings, so the result parses as `message` with `extra`'s
 // fields set; the Collectives stream tags a Collective's responses with their

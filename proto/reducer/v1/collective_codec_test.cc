@@ -126,6 +126,68 @@ TEST(CollectiveCodecTest, AppendedFieldsParseAsOneMessage) {
   EXPECT_EQ(copied, payload);
 }
 
+TEST(CollectiveCodecTest, PreEncodedFieldsMatchTheGeneratedSerialization) {
+  std::string payload = "0123456789abcdef";
+  grpc::Slice data[] = {grpc::Slice(payload.data(), payload.size(),
+                                    grpc::Slice::STATIC_SLICE)};
+  // The reference: the whole message built and serialized by protobuf.
+  v1::CollectiveRequest whole = SampleRequest();
+  whole.set_call_id(9);
+  whole.set_data(payload);
+
+  // Ours: call_id and offset as fields, the header encoded apart.
+  v1::CollectiveRequest rest;
+  rest.set_call_id(9);
+  rest.set_offset(whole.offset());
+  grpc::ByteBuffer encoded = EncodeMessage(
+      rest,
+      EncodeField(v1::CollectiveRequest::kHeaderFieldNumber, whole.header()),
+      data);
+  v1::CollectiveRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Flatten(encoded)));
+  EXPECT_EQ(parsed.SerializeAsString(), whole.SerializeAsString());
+
+  // Repeated fields encoded once and shared by several messages.
+  v1::CollectiveResponse specs;
+  for (int i = 0; i < 3; ++i) {
+    v1::TensorSpec* t = specs.add_result();
+    t->set_dtype(v1::DATA_TYPE_INT32);
+    t->add_shape(i + 1);
+  }
+  const grpc::Slice shared(specs.SerializeAsString());
+  for (uint64_t offset : {0u, 8u}) {
+    v1::CollectiveResponse head;
+    head.set_offset(offset);
+    grpc::ByteBuffer message = EncodeMessage(head, shared, data);
+    DecodedMessage<v1::CollectiveResponse> decoded;
+    ASSERT_TRUE(DecodeMessage(&message, &decoded).ok());
+    EXPECT_EQ(decoded.fields.offset(), offset);
+    ASSERT_EQ(decoded.fields.result_size(), 3);
+    EXPECT_EQ(decoded.fields.result(2).shape(0), 3);
+    EXPECT_EQ(decoded.data.size(), payload.size());
+  }
+}
+
+TEST(CollectiveCodecTest, DecodingIntoAReusedMessageKeepsNothingOfTheLast) {
+  v1::CollectiveResponse first;
+  first.set_call_id(1);
+  first.set_offset(64);
+  for (int i = 0; i < 4; ++i) first.add_result()->add_shape(i + 2);
+  v1::CollectiveResponse second;
+  second.set_call_id(2);
+  second.add_result()->add_shape(7);
+
+  v1::CollectiveResponse reused;
+  grpc::ByteBuffer one = EncodeMessage(first, {});
+  SliceRange data;
+  ASSERT_TRUE(DecodeMessage(&one, &reused, &data).ok());
+  EXPECT_EQ(reused.result_size(), 4);
+  grpc::ByteBuffer two = EncodeMessage(second, {});
+  SliceRange more;
+  ASSERT_TRUE(DecodeMessage(&two, &reused, &more).ok());
+  EXPECT_EQ(reused.SerializeAsString(), second.SerializeAsString());
+}
+
 TEST(CollectiveCodecTest, TruncatedMessagesAreInvalidArgument) {
   v1::CollectiveRequest original = SampleRequest();
   original.set_data(std::string(300, 'y'));

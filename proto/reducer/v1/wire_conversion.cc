@@ -16,9 +16,10 @@ absl::StatusOr<Fingerprint> FingerprintFromHeader(
   fp.kind = *kind;
   const bool with_op = fp.kind == CollectiveKind::kAllReduce ||
                        fp.kind == CollectiveKind::kReduceScatter;
+  fp.tensors.reserve(header.tensors_size());
   for (int i = 0; i < header.tensors_size(); ++i) {
-    absl::StatusOr<TensorSpec> spec = TensorSpecFromWire(
-        header.tensors(i), with_op, absl::StrCat("header.tensors[", i, "]"));
+    absl::StatusOr<TensorSpec> spec =
+        TensorSpecFromWire(header.tensors(i), with_op, "header.tensors", i);
     if (!spec.ok()) return spec.status();
     fp.tensors.push_back(*std::move(spec));
   }
@@ -31,22 +32,31 @@ absl::StatusOr<Fingerprint> FingerprintFromHeader(
   return fp;
 }
 
+namespace {
+
+std::string FieldName(absl::string_view field, int index) {
+  return index < 0 ? std::string(field) : absl::StrCat(field, "[", index, "]");
+}
+
+}  // namespace
+
 absl::StatusOr<TensorSpec> TensorSpecFromWire(const v1::TensorSpec& wire,
                                               bool with_op,
-                                              absl::string_view field) {
+                                              absl::string_view field,
+                                              int index) {
   TensorSpec spec;
   absl::StatusOr<DataType> dtype = DataTypeFromWire(wire.dtype());
   if (!dtype.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".dtype: ", dtype.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        FieldName(field, index), ".dtype: ", dtype.status().message()));
   }
   spec.dtype = *dtype;
   spec.shape.assign(wire.shape().begin(), wire.shape().end());
   if (with_op) {
     absl::StatusOr<ReduceOp> op = ReduceOpFromWire(wire.op());
     if (!op.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".op: ", op.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          FieldName(field, index), ".op: ", op.status().message()));
     }
     spec.op = *op;
   }

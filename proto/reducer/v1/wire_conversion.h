@@ -19,11 +19,14 @@ absl::StatusOr<Fingerprint> FingerprintFromHeader(
 
 v1::TensorSpec TensorSpecToWire(const TensorSpec& spec);
 
-// INVALID_ARGUMENT naming `field` for an unknown or unspecified dtype, or
-// (when `with_op`) op. Shapes are copied unchecked (see validate.h).
+// INVALID_ARGUMENT naming the field for an unknown or unspecified dtype, or
+// (when `with_op`) op: `field`, or `field[index]` when index >= 0 (the name
+// is built only on error; fused calls convert many specs). Shapes are copied
+// unchecked (see validate.h).
 absl::StatusOr<TensorSpec> TensorSpecFromWire(const v1::TensorSpec& wire,
                                               bool with_op,
-                                              absl::string_view field);
+                                              absl::string_view field,
+                                              int index = -1);
 
 // How messages name a collective: `allreduce "step7" in job j1`,
 // `broadcast #12 of group [0,2] in job j1`.
