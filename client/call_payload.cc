@@ -1,6 +1,7 @@
 #include "client/call_payload.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -48,6 +49,22 @@ std::vector<grpc::Slice> PayloadSlices(const PayloadLayout& layout,
     pos += take;
   }
   return data;
+}
+
+grpc::Slice PackPayload(const PayloadLayout& layout,
+                        const std::vector<const void*>& inputs) {
+  grpc::Slice packed(layout.total_bytes);
+  // A fresh slice of our own: its bytes are ours to write.
+  char* out = reinterpret_cast<char*>(const_cast<uint8_t*>(packed.begin()));
+  size_t pos = 0;
+  for (size_t i = 0; i < layout.offsets.size(); ++i) {
+    std::memset(out + pos, 0, layout.offsets[i] - pos);  // padding
+    if (layout.sizes[i] > 0) {
+      std::memcpy(out + layout.offsets[i], inputs[i], layout.sizes[i]);
+    }
+    pos = layout.offsets[i] + layout.sizes[i];
+  }
+  return packed;
 }
 
 absl::Status ResultAssembler::Add(const v1::CollectiveResponse& fields,

@@ -36,6 +36,13 @@ std::vector<grpc::Slice> PayloadSlices(const PayloadLayout& layout,
                                        const std::vector<const void*>& inputs,
                                        size_t begin, size_t end);
 
+// The whole packed payload of `inputs` copied into one slice, padding
+// zeroed. For payloads of many small tensors one copy costs far less than a
+// slice per tensor (and per padding gap) through gRPC and the socket, and
+// caller memory is no longer read once this returns.
+grpc::Slice PackPayload(const PayloadLayout& layout,
+                        const std::vector<const void*>& inputs);
+
 class ResultAssembler {
  public:
   // Result tensors take their buffers from `buffers` (may be null).

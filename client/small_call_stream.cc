@@ -14,6 +14,11 @@ namespace {
 
 constexpr char kCollectivesMethod[] = "/reducer.v1.Reducer/Collectives";
 
+// Payloads of several tensors up to this size are copied into one slice
+// (PackPayload); a larger one, or a single tensor, is sent from caller
+// memory without a copy.
+constexpr size_t kPackedPayloadBytes = 64 << 10;
+
 // Why a call gave up without reducerd's answer. reducerd itself answers a
 // collective whose ranks do not all arrive, at its timeout (naming them);
 // this is for when even that answer did not come.
@@ -129,9 +134,13 @@ SmallCallStream::~SmallCallStream() {
 std::unique_ptr<CollectiveAttempt> SmallCallStream::Start(
     const Contribution& contribution) {
   auto call = std::make_shared<Call>(buffers_);
+  const size_t bytes = contribution.payload_bytes();
   const std::vector<grpc::Slice> data =
-      PayloadSlices(contribution.layout, contribution.inputs, 0,
-                    contribution.payload_bytes());
+      bytes > 0 && bytes <= kPackedPayloadBytes &&
+              contribution.layout.offsets.size() > 1
+          ? std::vector<grpc::Slice>{PackPayload(contribution.layout,
+                                                 contribution.inputs)}
+          : PayloadSlices(contribution.layout, contribution.inputs, 0, bytes);
   v1::CollectiveRequest fields;  // call_id here, the header encoded apart
   const uint64_t call_id = last_call_id_.fetch_add(1) + 1;
   fields.set_call_id(call_id);

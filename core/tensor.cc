@@ -117,11 +117,14 @@ Tensor::Tensor(DataType dtype, std::vector<int64_t> shape) : dtype_(dtype) {
   std::memset(data_.get(), 0, num_bytes_);
 }
 
+Tensor::Tensor(NoBuffer, DataType dtype, std::vector<int64_t> shape)
+    : dtype_(dtype) {
+  SetShape(std::move(shape));
+}
+
 Tensor Tensor::Uninitialized(DataType dtype, std::vector<int64_t> shape,
                              const std::shared_ptr<BufferCache>& cache) {
-  Tensor t;
-  t.dtype_ = dtype;
-  t.SetShape(std::move(shape));
+  Tensor t(NoBuffer{}, dtype, std::move(shape));
   t.data_ = cache != nullptr ? cache->Get(t.num_bytes_)
                              : AllocateBuffer(t.num_bytes_);
   return t;

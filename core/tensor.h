@@ -150,6 +150,10 @@ class Tensor {
   }
 
  private:
+  // A tensor without a buffer yet (Uninitialized sets it).
+  struct NoBuffer {};
+  Tensor(NoBuffer, DataType dtype, std::vector<int64_t> shape);
+
   // Checks `shape` (aborting if invalid) and sets the size fields.
   void SetShape(std::vector<int64_t> shape);
 

@@ -40,12 +40,29 @@ class MultiplexedStream::CallChannel final : public RankChannel {
   const uint64_t call_id_;
 };
 
+namespace {
+
+// Holds the fields of a request fusing a few hundred tensors; a larger one
+// spills into blocks that the next reset frees.
+constexpr size_t kArenaBlockBytes = 32 << 10;
+
+google::protobuf::ArenaOptions ArenaOn(char* block) {
+  google::protobuf::ArenaOptions options;
+  options.initial_block = block;
+  options.initial_block_size = kArenaBlockBytes;
+  return options;
+}
+
+}  // namespace
+
 MultiplexedStream::MultiplexedStream(grpc::CallbackServerContext* context,
                                      std::function<void()> on_done,
                                      RankStream::AttachFn attach)
     : context_(context),
       on_done_(std::move(on_done)),
-      attach_(std::move(attach)) {}
+      attach_(std::move(attach)),
+      arena_block_(new char[kArenaBlockBytes]),
+      arena_(ArenaOn(arena_block_.get())) {}
 
 MultiplexedStream* MultiplexedStream::Create(
     grpc::CallbackServerContext* context, std::function<void()> on_done,
@@ -77,9 +94,12 @@ void MultiplexedStream::OnReadDone(bool ok) {
 }
 
 void MultiplexedStream::HandleMessage() {
+  arena_.Reset();  // the previous message's fields are no longer used
+  auto* request =
+      google::protobuf::Arena::CreateMessage<v1::CollectiveRequest>(&arena_);
   SliceRange payload;
-  absl::Status problem = DecodeMessage(&incoming_, &request_, &payload);
-  const v1::CollectiveRequest& fields = request_;
+  absl::Status problem = DecodeMessage(&incoming_, request, &payload);
+  const v1::CollectiveRequest& fields = *request;
   const uint64_t call_id = fields.call_id();
   if (problem.ok() && call_id == 0) {
     problem = absl::InvalidArgumentError(

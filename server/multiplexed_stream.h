@@ -32,6 +32,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "google/protobuf/arena.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/collective.h"
@@ -98,11 +99,12 @@ class MultiplexedStream final
 
   // Only touched by the reading side: one read is outstanding at a time.
   grpc::ByteBuffer incoming_;
-  // The last request's fields, parsed again in place for each message: a
-  // cleared message keeps its tensor specs allocated for the next parse
-  // (a fused call carries one spec per tensor). Nothing keeps a reference
-  // past HandleMessage().
-  v1::CollectiveRequest request_;
+  // Where each request's fields are parsed: an arena reset per message and
+  // backed by a block kept for the stream's life, so that a fused call's
+  // specs (one per tensor) cost no malloc or free each. Nothing keeps a
+  // reference into it past HandleMessage().
+  std::unique_ptr<char[]> arena_block_;
+  google::protobuf::Arena arena_;
 
   absl::Mutex mu_;
   std::shared_ptr<MultiplexedStream> self_ ABSL_GUARDED_BY(mu_);
