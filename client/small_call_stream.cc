@@ -238,28 +238,13 @@ void SmallCallStream::HandleEventLocked(const Tag* tag, bool ok) {
   --opening->operations;
   switch (tag->op) {
     case Op::kStart:
-      opening->write_busy = false;
-      if (!ok) {
-        // Nothing will be written; the pending read fails as well and
-        // brings the status.
-        RetireLocked(opening);
-        DropQueueLocked(opening);
-      } else if (!opening->outgoing.empty()) {
-        WriteFrontLocked(opening);
-      }
+      WriteSideFreeLocked(opening, ok);
       break;
     case Op::kWrite:
-      opening->write_busy = false;
       opening->front_in_flight = false;
       opening->outgoing.front().call->unsent = false;
       opening->outgoing.pop_front();
-      if (!ok) {
-        // The stream is over; the pending read fails and brings its status.
-        RetireLocked(opening);
-        DropQueueLocked(opening);
-      } else if (!opening->outgoing.empty()) {
-        WriteFrontLocked(opening);
-      }
+      WriteSideFreeLocked(opening, ok);
       break;
     case Op::kRead:
       if (ok) {
@@ -290,6 +275,18 @@ void SmallCallStream::HandleEventLocked(const Tag* tag, bool ok) {
     retired_.erase(std::find_if(
         retired_.begin(), retired_.end(),
         [opening](const auto& o) { return o.get() == opening; }));
+  }
+}
+
+void SmallCallStream::WriteSideFreeLocked(Opening* opening, bool ok) {
+  opening->write_busy = false;
+  if (!ok) {
+    // The stream is over: nothing more will be written, and the pending
+    // read fails as well and brings the status.
+    RetireLocked(opening);
+    DropQueueLocked(opening);
+  } else if (!opening->outgoing.empty()) {
+    WriteFrontLocked(opening);
   }
 }
 

@@ -85,6 +85,10 @@ class SmallCallStream {
   void WriteFrontLocked(Opening* opening) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleEventLocked(const Tag* tag, bool ok)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The start or a write of `opening` completed with `ok`: writes the next
+  // queued message, or, when the stream is over, retires it.
+  void WriteSideFreeLocked(Opening* opening, bool ok)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Files a received message with its call.
   void DispatchLocked(Opening* opening) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the messages `opening` will never write (their calls fail with

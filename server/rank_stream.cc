@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "proto/reducer/v1/collective_codec.h"
 #include "proto/reducer/v1/status_conversion.h"
+#include "server/write_queue.h"
 
 namespace reducer {
 
@@ -161,13 +162,7 @@ void RankStream::Fail(const absl::Status& status) {
 void RankStream::FinishLocked(const absl::Status& status) {
   if (finished_) return;
   finished_ = true;
-  // Queued messages are dropped; one already handed to gRPC completes or
-  // fails on its own, and gRPC sends the status after it.
-  if (write_in_flight_) {
-    while (outgoing_.size() > 1) outgoing_.pop_back();
-  } else {
-    outgoing_.clear();
-  }
+  DropUnwritten(outgoing_, write_in_flight_);
   Finish(ToGrpcStatus(status));
 }
 

@@ -140,23 +140,18 @@ grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& fields,
                                const grpc::Slice& encoded_fields,
                                absl::Span<const grpc::Slice> data) {
   std::string head = fields.SerializeAsString();
-  std::string data_tag;  // the data field's tag and length
   size_t data_bytes = 0;
   for (const grpc::Slice& s : data) data_bytes += s.size();
   if (data_bytes > 0) {
-    AppendVarint((kDataFieldNumber << 3) | kWireLengthDelimited, &data_tag);
-    AppendVarint(data_bytes, &data_tag);
+    AppendVarint((kDataFieldNumber << 3) | kWireLengthDelimited, &head);
+    AppendVarint(data_bytes, &head);
   }
   std::vector<grpc::Slice> slices;
   slices.reserve(data.size() + 2);
-  if (encoded_fields.size() == 0) {
-    head += data_tag;
-    slices.emplace_back(head);  // copies the few header bytes
-  } else {
-    slices.emplace_back(head);
-    slices.push_back(encoded_fields);
-    if (!data_tag.empty()) slices.emplace_back(data_tag);
-  }
+  // Protobuf fields may come in any order; the data field's bytes must
+  // follow its tag and length, which end `head`.
+  if (encoded_fields.size() > 0) slices.push_back(encoded_fields);
+  slices.emplace_back(head);  // copies the few header bytes
   if (data_bytes > 0) {
     for (const grpc::Slice& s : data) {
       if (s.size() > 0) slices.push_back(s);

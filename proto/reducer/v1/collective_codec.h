@@ -58,7 +58,7 @@ grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& fields,
                                absl::Span<const grpc::Slice> data);
 
 // The same, with `encoded_fields` (more fields of the same message, already
-// serialized) placed after `fields`' bytes and referenced, not copied:
+// serialized) placed before `fields`' bytes and referenced, not copied:
 // reducerd encodes a collective's result specs once and sends the same
 // slice to every rank.
 grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& fields,
