@@ -8,7 +8,7 @@ systems size group by size group so that they see the same machine state.
 It prints one table (median, p90, algorithm bandwidth, Reducer's ratio to each
 peer), writes raw and summary numbers to OUT_DIR/results.json and
 OUT_DIR/results.csv and a log-log plot to OUT_DIR/allreduce_latency.png, and
-adds two figures from DESIGN.md: the reduction kernel's float32 sum against
+adds two figures the targets name: the reduction kernel's float32 sum against
 memcpy bandwidth (bazel-bin/bench/reduce_kernel_bench) and reducerd's peak RSS
 (VmHWM) over one 1 GiB all-reduce with W = 4; and two of Reducer's own: one
 AllReduceMany of 100 small tensors against one small all-reduce, and gRPC's
@@ -623,7 +623,7 @@ def mem_available():
 
 
 # --------------------------------------------------------------------------
-# Targets from DESIGN.md ("Figures to reach"), checked on this run's numbers.
+# The project's performance targets (README, Performance), checked on this run's numbers.
 
 def check_targets(records, kernel, rss):
     """Returns a list of (figure, value, target, ok) from this run's data."""
@@ -673,7 +673,7 @@ def print_extras(kernel, rss, targets, timings, busy_runs):
               f"{(rss['idle_VmHWM_kib'] or 0) / 1024:.0f} MiB), all-reduce "
               f"{fmt_time(rss['latency_us'])}")
     if targets:
-        print("\ntargets (DESIGN.md, Figures to reach):")
+        print("\nperformance targets:")
         for label, value, target, ok in targets:
             print(f"  {'ok  ' if ok else 'MISS'} {label}: {value:.2f} (target {target})")
     if busy_runs:

@@ -15,7 +15,7 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:50051";
   // The server reduces and answers in blocks of this many bytes (a multiple
   // of 8). About 1 MiB keeps one block per gRPC message, large enough to
-  // amortise per-message costs and small enough to pipeline (PERF_NOTES.md).
+  // amortise per-message costs and small enough to pipeline.
   size_t chunk_bytes = 1 << 20;
   // Blocks a rank may have staged (received, not yet reduced) or queued for
   // sending before the server stops reading from it. With the chunk size
