@@ -105,9 +105,13 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
   const int index = IndexOf(rank);
   if (index < 0) {
     // Only named collectives meet across groups: the groups disagree.
+    // A collective failed before any rank attached has no reference rank.
+    const std::string first =
+        reference_rank_ >= 0 ? absl::StrCat("rank ", reference_rank_, " sent")
+                             : std::string("the collective's group is");
     const absl::Status status = absl::FailedPreconditionError(absl::StrCat(
-        description_, ": mismatched groups: rank ", reference_rank_,
-        " sent [", absl::StrJoin(group_, ","), "], rank ", rank, " sent [",
+        description_, ": mismatched groups: ", first, " [",
+        absl::StrJoin(group_, ","), "], rank ", rank, " sent [",
         absl::StrJoin(fp.group, ","), "]"));
     channel->Fail(status);
     FailLocked(status);

@@ -22,7 +22,8 @@
 //  4. Back-pressure: a rank's stream stops reading while it has `window`
 //     blocks staged or `window` messages queued for it; the collective
 //     resumes it as blocks are reduced and writes complete. Memory is thus
-//     bounded by ranks x window x chunk, whatever the tensor size.
+//     bounded by 2 x ranks x window x chunk (staged in plus queued out),
+//     whatever the tensor size.
 //  5. Timers: at half the timeout a stall warning names the ranks still
 //     missing; at the timeout every rank gets DEADLINE_EXCEEDED naming them.
 //
@@ -56,10 +57,11 @@
 
 namespace reducer {
 
-// How a Collective talks back to one rank's stream. Implemented by
-// RankStream over gRPC. Calls may come from any thread, with the
-// Collective's lock held; implementations must not call back into the
-// Collective from inside them.
+// How a Collective talks back to one rank's call. Implemented over gRPC by
+// RankStream (a call on its own stream) and MultiplexedStream's CallChannel
+// (a call on the shared Collectives stream). Calls may come from any
+// thread, with the Collective's lock held; implementations must not call
+// back into the Collective from inside them.
 class RankChannel {
  public:
   virtual ~RankChannel() = default;

@@ -43,6 +43,13 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     return absl::AlreadyExistsError(absl::StrCat(
         "session ", session_id, " already joined job ", name_));
   }
+  if (running_ && departed_[rank]) {
+    // A rank that closed its client and connects again starts its call
+    // order from the beginning, which the other ranks' sessions cannot
+    // match: like a lost rank, it restarts the job in a new epoch.
+    EndEpoch(absl::StrCat("rank ", rank,
+                          " connected again after closing its client"));
+  }
   if (ended_) {
     // The first Join after a loss starts the next epoch.
     ++epoch_;

@@ -45,6 +45,9 @@ class Job {
   // Adds `session` as `rank`. OK, or FAILED_PRECONDITION when `world_size`
   // differs from the job's, ALREADY_EXISTS when a live session holds the
   // rank in the current epoch or `session_id` already joined.
+  // A rank that departed (closed its client) and joins again ends the
+  // running epoch first, as a lost rank does: its new session's call order
+  // starts over, which the other ranks' sessions cannot match.
   absl::Status Join(int rank, int world_size, const std::string& session_id,
                     std::shared_ptr<SessionChannel> session);
 

@@ -35,7 +35,8 @@ class JobRegistry {
   // The session's client is closing on purpose (see Job::Depart).
   void Depart(const std::string& job, const std::string& session_id);
 
-  // The job named `job`, or NOT_FOUND / UNAVAILABLE while shutting down.
+  // The job named `job`; FAILED_PRECONDITION when no session of it is open
+  // (reducerd restarted, or every rank left), UNAVAILABLE while shutting down.
   absl::StatusOr<std::shared_ptr<Job>> Find(const std::string& job);
 
   // Refuses new work from now on (UNAVAILABLE).

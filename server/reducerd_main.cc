@@ -25,7 +25,7 @@ ABSL_FLAG(int64_t, chunk_bytes, 1 << 20,
           "bytes per reduction block and response message (multiple of 8)");
 ABSL_FLAG(int, window, 4,
           "blocks a rank may have staged or queued before the server stops "
-          "reading from it; memory per collective ~ ranks x window x chunk");
+          "reading from it; memory per collective <= 2 x ranks x window x chunk (staged in, queued out)");
 ABSL_FLAG(absl::Duration, drain_budget, absl::Seconds(10),
           "on SIGTERM, time in-flight collectives get to finish");
 ABSL_FLAG(int64_t, max_tensor_bytes, int64_t{4} << 30,

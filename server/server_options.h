@@ -19,7 +19,8 @@ struct ServerOptions {
   size_t chunk_bytes = 1 << 20;
   // Blocks a rank may have staged (received, not yet reduced) or queued for
   // sending before the server stops reading from it. With the chunk size
-  // this bounds memory per collective to about ranks x window x chunk.
+  // this bounds memory per collective to 2 x ranks x window x chunk (staged
+  // in plus queued out), whatever the tensor size.
   int window = 4;
   // Upper bound on a collective's timeout, whatever the client asks for.
   absl::Duration max_collective_timeout = absl::Minutes(30);
@@ -29,7 +30,7 @@ struct ServerOptions {
   size_t max_tensor_bytes = size_t{4} << 30;   // one contribution's payload
   int max_jobs = 1024;
   int max_pending_collectives_per_job = 1024;
-  int max_concurrent_calls = 4096;  // Collective streams open at once
+  int max_concurrent_calls = 4096;  // Collective and Collectives streams open at once
   size_t memory_budget_bytes = size_t{2} << 30;  // staged and result blocks
   // Reductions of blocks at least this large run on the reduction pool
   // rather than the gRPC thread that received the last contribution.

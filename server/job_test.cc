@@ -1,0 +1,238 @@
+// Job in process, through fake session and rank channels: joining, epochs,
+// departures, and which contributions it attaches or refuses.
+#include "server/job.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/block_pool.h"
+#include "server/memory_budget.h"
+#include "server/server_options.h"
+#include "server/thread_pool.h"
+#include "server/timer_queue.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+// Records what the Job sends to one session. Thread-safe.
+class FakeSession final : public SessionChannel {
+ public:
+  void SendEvent(const v1::JoinEvent& event) override {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(event);
+  }
+  void Fail(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    failure_ = status;
+  }
+  std::vector<v1::JoinEvent> events() {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+  int ready_count() {
+    int n = 0;
+    for (const auto& e : events()) n += e.has_ready() ? 1 : 0;
+    return n;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::JoinEvent> events_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+};
+
+// Records how a Collective ends one rank's call. Thread-safe.
+class FakeRankChannel final : public RankChannel {
+ public:
+  void Send(grpc::ByteBuffer, bool last) override {
+    absl::MutexLock lock(&mu_);
+    ++sent_;
+    if (last) finished_ok_ = true;
+  }
+  void FinishWhenSent() override {
+    absl::MutexLock lock(&mu_);
+    finished_ok_ = true;
+  }
+  void Fail(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    failure_ = status;
+  }
+  void ResumeReading() override {}
+
+  absl::Status failure() {
+    absl::MutexLock lock(&mu_);
+    return failure_;
+  }
+  bool finished_ok() {
+    absl::MutexLock lock(&mu_);
+    return finished_ok_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int sent_ ABSL_GUARDED_BY(mu_) = 0;
+  bool finished_ok_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+};
+
+class JobTest : public ::testing::Test {
+ protected:
+  JobTest()
+      : memory_(options_.memory_budget_bytes),
+        blocks_(options_.chunk_bytes, 4),
+        pool_(1),
+        job_("j1", 2, CollectiveEnv{&options_, &pool_, &timers_, &memory_,
+                                    &blocks_}) {}
+
+  // A Barrier contribution of `rank` in `epoch`, matched by `sequence`.
+  static v1::CollectiveHeader Barrier(int rank, const std::string& session,
+                                      uint64_t epoch, uint64_t sequence) {
+    v1::CollectiveHeader h;
+    h.set_job("j1");
+    h.set_epoch(epoch);
+    h.set_session_id(session);
+    h.set_rank(rank);
+    h.set_sequence(sequence);
+    h.set_kind(v1::COLLECTIVE_KIND_BARRIER);
+    h.set_timeout_ms(10000);
+    return h;
+  }
+
+  ServerOptions options_;
+  MemoryBudget memory_;
+  BlockPool blocks_;
+  TimerQueue timers_;
+  ThreadPool pool_;
+  Job job_;
+};
+
+TEST_F(JobTest, EveryRankGetsReadyOnceAllHaveJoined) {
+  auto s0 = std::make_shared<FakeSession>();
+  auto s1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "a", s0).ok());
+  EXPECT_THAT(s0->events(), IsEmpty());
+  ASSERT_TRUE(job_.Join(1, 2, "b", s1).ok());
+  ASSERT_THAT(s0->events(), SizeIs(1));
+  EXPECT_EQ(s0->events()[0].ready().epoch(), 1u);
+  EXPECT_EQ(s1->events()[0].ready().epoch(), 1u);
+}
+
+TEST_F(JobTest, WorldSizeDisagreementIsRefused) {
+  absl::Status s = job_.Join(0, 3, "a", std::make_shared<FakeSession>());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("has world size 2"));
+  EXPECT_THAT(s.message(), HasSubstr("asked for 3"));
+}
+
+TEST_F(JobTest, SecondSessionForSameRankIsRejected) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  absl::Status s = job_.Join(0, 2, "b", std::make_shared<FakeSession>());
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(s.message(), HasSubstr("rank 0 of job j1"));
+  s = job_.Join(1, 2, "a", std::make_shared<FakeSession>());
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(JobTest, LostSessionAbortsEpochAndNextJoinStartsAnother) {
+  auto s0 = std::make_shared<FakeSession>();
+  auto s1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "a", s0).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", s1).ok());
+
+  auto waiting = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 0), waiting).ok());
+  EXPECT_FALSE(job_.Leave("b", "connection lost"));
+
+  EXPECT_EQ(waiting->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(waiting->failure().message(), HasSubstr("rank 1's session was lost"));
+  ASSERT_THAT(s0->events(), SizeIs(2));
+  EXPECT_TRUE(s0->events()[1].has_aborted());
+
+  // A contribution still made in the old epoch is refused the same way.
+  auto late = std::make_shared<FakeRankChannel>();
+  absl::StatusOr<std::shared_ptr<Collective>> c =
+      job_.Attach(Barrier(0, "a", 1, 1), late);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kAborted);
+
+  auto r0 = std::make_shared<FakeSession>();
+  auto r1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "c", r0).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "d", r1).ok());
+  ASSERT_THAT(r1->events(), SizeIs(1));
+  EXPECT_EQ(r1->events()[0].ready().epoch(), 2u);
+}
+
+TEST_F(JobTest, BarrierCompletesOnceEveryRankAttached) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  auto c0 = std::make_shared<FakeRankChannel>();
+  auto c1 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 0), c0).ok());
+  EXPECT_FALSE(c0->finished_ok());
+  ASSERT_TRUE(job_.Attach(Barrier(1, "b", 1, 0), c1).ok());
+  EXPECT_TRUE(c0->finished_ok());
+  EXPECT_TRUE(c1->finished_ok());
+  EXPECT_TRUE(c0->failure().ok());
+}
+
+TEST_F(JobTest, SessionThatDoesNotHoldTheRankIsRefused) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  absl::StatusOr<std::shared_ptr<Collective>> c =
+      job_.Attach(Barrier(1, "a", 1, 0), std::make_shared<FakeRankChannel>());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(c.status().message(), HasSubstr("does not hold rank 1"));
+}
+
+// A rank that closed its client and connects again starts its call order
+// from the beginning, which the other ranks' sessions cannot match: the job
+// moves to a new epoch, and runs once every rank has connected again.
+TEST_F(JobTest, RankRejoiningAfterLeavingStartsNewEpoch) {
+  auto s0 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "a", s0).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  job_.Depart("b");
+  EXPECT_FALSE(job_.Leave("b", "closed"));
+  // Leaving on purpose does not end the epoch.
+  ASSERT_THAT(s0->events(), SizeIs(1));
+
+  auto again = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(1, 2, "c", again).ok());
+  ASSERT_THAT(s0->events(), SizeIs(2));
+  ASSERT_TRUE(s0->events()[1].has_aborted());
+  EXPECT_THAT(s0->events()[1].aborted().reason(),
+              HasSubstr("rank 1 connected again after closing its client"));
+  EXPECT_EQ(again->ready_count(), 0);
+
+  auto r0 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "d", r0).ok());
+  ASSERT_EQ(again->ready_count(), 1);
+  EXPECT_EQ(again->events().back().ready().epoch(), 2u);
+
+  // Both ranks take part again in the new epoch.
+  auto c0 = std::make_shared<FakeRankChannel>();
+  auto c1 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(Barrier(0, "d", 2, 0), c0).ok());
+  ASSERT_TRUE(job_.Attach(Barrier(1, "c", 2, 0), c1).ok());
+  EXPECT_TRUE(c0->finished_ok());
+  EXPECT_TRUE(c1->finished_ok());
+}
+
+TEST_F(JobTest, LastSessionLeavingFreesTheJob) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  EXPECT_FALSE(job_.Leave("a", "closed"));
+  EXPECT_TRUE(job_.Leave("b", "closed"));
+}
+
+}  // namespace
+}  // namespace reducer
