@@ -12,6 +12,7 @@ class ReducerError(RuntimeError):
     """A failed Reducer call. `code` is the status code's name."""
 
     code = "UNKNOWN"
+    __module__ = "reducer"
 
     def __init__(self, message):
         super().__init__(message)
