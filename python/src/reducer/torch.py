@@ -139,9 +139,16 @@ class ProcessGroupReducer(dist.ProcessGroup):
     reducer.Client; collectives must be issued in the same order on every rank
     of the group (torch's rule)."""
 
-    def __init__(self, client, rank, size):
+    def __init__(self, client, job, rank, size):
         super().__init__(rank, size)
         self._client = client
+        self.job = job  # the Reducer job name agreed through the store
+
+    @property
+    def client(self):
+        """The group's reducer.Client, for Reducer's explicit forms
+        (all_reduce vs all_reduce_, MetricSync) on the same job."""
+        return self._client
 
     def getBackendName(self):
         return BACKEND_NAME
@@ -263,7 +270,7 @@ def _create(backend_options, pg_options):
     client = reducer.Client(target=os.environ.get(TARGET_ENV, reducer.DEFAULT_TARGET),
                             job=job, rank=rank, world_size=size,
                             timeout=backend_options.timeout.total_seconds())
-    return ProcessGroupReducer(client, rank, size)
+    return ProcessGroupReducer(client, job, rank, size)
 
 
 if BACKEND_NAME.upper() not in dist.Backend._plugins:
