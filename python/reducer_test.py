@@ -6,6 +6,8 @@ Expected values come from numpy on the ranks' inputs, computed here.
 """
 
 import faulthandler
+import subprocess
+import sys
 import threading
 import time
 
@@ -161,30 +163,36 @@ def test_all_reduce_many_one_op_each(server):
         np.testing.assert_array_equal(rb, np.sum(np.stack(b), axis=0))
 
 
-def test_all_gather_dim0_may_differ(server):
-    inputs = [read_only(rank_input(r, np.int32, (r + 1, 2))) for r in range(W)]
+@pytest.mark.parametrize("dtype", NUMPY_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_all_gather_dim0_may_differ(server, dtype):
+    inputs = [read_only(rank_input(r, dtype, (r + 1, 2))) for r in range(W)]
     for out in run(server, lambda c: c.all_gather(inputs[c.rank])):
         np.testing.assert_array_equal(out, np.concatenate(inputs))
 
 
-def test_broadcast_none_and_in_place(server):
-    root_value = read_only(rank_input(2, np.float64, (4,)))
+@pytest.mark.parametrize("dtype", NUMPY_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_broadcast_none_and_in_place(server, dtype):
+    root_value = read_only(rank_input(2, dtype, (4,)))
 
     def body(c):
         new = c.broadcast(root_value if c.rank == 2 else None, root=2)
-        buf = root_value.copy() if c.rank == 2 else np.zeros(4)
+        buf = root_value.copy() if c.rank == 2 else np.zeros(4, dtype)
         c.broadcast_(buf, root=2)
         return new, buf
 
     for new, buf in run(server, body):
+        assert new.dtype == root_value.dtype
         np.testing.assert_array_equal(new, root_value)
         np.testing.assert_array_equal(buf, root_value)
 
 
-def test_reduce_scatter_rank_i_gets_slice_i(server):
-    inputs = [read_only(rank_input(r, np.int64, (8, 3))) for r in range(W)]
-    total = np.sum(np.stack(inputs), axis=0)
-    for rank, out in enumerate(run(server, lambda c: c.reduce_scatter(inputs[c.rank]))):
+@pytest.mark.parametrize("dtype", NUMPY_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_reduce_scatter_rank_i_gets_slice_i(server, dtype):
+    inputs = [read_only(rank_input(r, dtype, (8, 3))) for r in range(W)]
+    op = "max" if np.dtype(dtype) == np.bool_ else "sum"
+    total = expected(op, inputs)
+    for rank, out in enumerate(run(server, lambda c: c.reduce_scatter(inputs[c.rank], op=op))):
+        assert out.dtype == total.dtype
         np.testing.assert_array_equal(out, total[2 * rank:2 * rank + 2])
 
 
@@ -294,6 +302,34 @@ def test_timeout_is_deadline_exceeded_naming_the_missing_rank(server):
     message = run(server, body, world_size=2)[0]
     assert isinstance(reducer.DeadlineExceeded("x"), reducer.ReducerError)
     assert "rank 1" in message, message
+
+
+def test_killed_rank_is_aborted_naming_it(server):
+    """Rank 1 is another process, killed with SIGKILL while rank 0 waits."""
+    job = new_job()
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time, reducer\n"
+         "c = reducer.Client(target=sys.argv[1], job=sys.argv[2], rank=1, world_size=2)\n"
+         "print('joined', flush=True)\n"
+         "time.sleep(60)\n", server.target, job],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        c = reducer.Client(target=server.target, job=job, rank=0, world_size=2, timeout=20)
+        assert child.stdout.readline().strip() == "joined"
+        killer = threading.Timer(0.3, child.kill)
+        killer.start()
+        start = time.monotonic()
+        x = np.ones(2, np.float32)
+        with pytest.raises(reducer.Aborted, match="rank 1") as info:
+            c.all_reduce_(x)
+        assert info.value.code == "ABORTED"
+        assert time.monotonic() - start < 10  # seconds, not the 20 s timeout
+        np.testing.assert_array_equal(x, [1, 1])
+        c.close()
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_invalid_op_for_dtype_is_invalid_argument(server):
