@@ -49,6 +49,30 @@ cc_library(
 )
 """.format(name = name, linkopts = repr(linkopts))
 
+# Python's C headers (for extension modules, which do not link libpython):
+# each directory `pkg-config --cflags-only-I python3` names is linked into the
+# repository and exported as an include path of @system//:python3_headers.
+def _python_headers(ctx):
+    result = ctx.execute(["pkg-config", "--cflags-only-I", "python3"])
+    if result.return_code != 0:
+        fail("pkg-config --cflags-only-I python3 failed: %s\nRun tools/setup.sh to install the system packages." %
+             result.stderr)
+    includes = []
+    for i, flag in enumerate(result.stdout.strip().split(" ")):
+        if not flag.startswith("-I"):
+            continue
+        link = "python3_include/%d" % i
+        ctx.symlink(flag[2:], link)
+        includes.append(link)
+    return """
+cc_library(
+    name = "python3_headers",
+    hdrs = glob(["python3_include/**/*.h"]),
+    includes = {includes},
+    visibility = ["//visibility:public"],
+)
+""".format(includes = repr(includes))
+
 def _system_libs_impl(ctx):
     if ctx.which("pkg-config") == None:
         fail("pkg-config not found. Run tools/setup.sh to install the system packages.")
@@ -57,6 +81,7 @@ def _system_libs_impl(ctx):
         content.append(_target(name, _pkg_config_libs(ctx, modules)))
     for name, flags in _EXTRA_LIBS.items():
         content.append(_target(name, flags))
+    content.append(_python_headers(ctx))
     content.append("""
 exports_files(["protoc", "grpc_cpp_plugin"], visibility = ["//visibility:public"])
 """)

@@ -1,0 +1,119 @@
+#include "python/array_view.h"
+
+#include <cmath>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+
+namespace reducer::python {
+
+namespace py = pybind11;
+
+namespace {
+
+// The numpy dtype that carries `dtype`'s bytes.
+py::dtype NumpyDtype(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat32: return py::dtype("float32");
+    case DataType::kFloat64: return py::dtype("float64");
+    case DataType::kFloat16: return py::dtype("float16");
+    case DataType::kBFloat16: return py::dtype("int16");  // raw bits
+    case DataType::kInt8: return py::dtype("int8");
+    case DataType::kUInt8: return py::dtype("uint8");
+    case DataType::kInt32: return py::dtype("int32");
+    case DataType::kInt64: return py::dtype("int64");
+    case DataType::kBool: return py::dtype("bool");
+  }
+  throw py::type_error("unknown reducer dtype");
+}
+
+std::vector<int64_t> ShapeOf(const py::array& array) {
+  std::vector<int64_t> shape(array.ndim());
+  for (py::ssize_t i = 0; i < array.ndim(); ++i) shape[i] = array.shape(i);
+  return shape;
+}
+
+void CheckLayout(const py::array& array, DataType dtype) {
+  if (static_cast<size_t>(array.itemsize()) != DataTypeSize(dtype)) {
+    throw py::type_error(absl::StrCat(
+        "reducer: an array of item size ", array.itemsize(),
+        " cannot carry ", DataTypeName(dtype), " (item size ",
+        DataTypeSize(dtype), ")"));
+  }
+  if (!(array.flags() & py::array::c_style)) {
+    throw py::value_error(
+        "reducer: the array is not C-contiguous; pass a contiguous copy "
+        "(numpy.ascontiguousarray, tensor.contiguous())");
+  }
+}
+
+}  // namespace
+
+DataType ParseDataType(const std::string& name) {
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    DataType dtype = static_cast<DataType>(i);
+    if (DataTypeName(dtype) == name) return dtype;
+  }
+  throw py::type_error(absl::StrCat("reducer: unsupported dtype '", name,
+                                    "'"));
+}
+
+ReduceOp ParseReduceOp(const std::string& name) {
+  std::vector<std::string> names;
+  for (int i = 0; i < kNumReduceOps; ++i) {
+    ReduceOp op = static_cast<ReduceOp>(i);
+    if (ReduceOpName(op) == name) return op;
+    names.emplace_back(ReduceOpName(op));
+  }
+  throw py::value_error(absl::StrCat("reducer: unknown op '", name,
+                                     "'; expected one of ",
+                                     absl::StrJoin(names, ", ")));
+}
+
+TensorView ReadView(const py::array& array, DataType dtype) {
+  CheckLayout(array, dtype);
+  return TensorView(array.data(), dtype, ShapeOf(array));
+}
+
+MutableTensorView WriteView(const py::array& array, DataType dtype) {
+  CheckLayout(array, dtype);
+  if (!array.writeable()) {
+    throw py::value_error(
+        "reducer: an in-place call needs a writeable array; this one is "
+        "read-only (use the out-of-place form)");
+  }
+  return MutableTensorView(const_cast<void*>(array.data()), dtype,
+                           ShapeOf(array));
+}
+
+py::array ToArray(Tensor tensor) {
+  py::dtype dtype = NumpyDtype(tensor.dtype());
+  std::vector<py::ssize_t> shape(tensor.shape().begin(), tensor.shape().end());
+  auto owned = std::make_unique<Tensor>(std::move(tensor));
+  void* data = owned->mutable_data();
+  py::capsule base(owned.get(), [](void* p) { delete static_cast<Tensor*>(p); });
+  owned.release();  // the capsule owns it now
+  return py::array(dtype, shape, data, base);
+}
+
+CallOptions MakeCallOptions(const std::optional<std::vector<int>>& group,
+                            const std::string& name,
+                            std::optional<double> timeout_s) {
+  CallOptions options;
+  if (group.has_value()) options.group = *group;
+  options.name = name;
+  if (timeout_s.has_value()) {
+    if (!(*timeout_s > 0) || std::isinf(*timeout_s)) {
+      throw py::value_error(absl::StrCat(
+          "reducer: timeout must be a positive number of seconds, got ",
+          *timeout_s));
+    }
+    options.timeout = absl::Seconds(*timeout_s);
+  }
+  return options;
+}
+
+}  // namespace reducer::python

@@ -1,0 +1,426 @@
+// `_reducer`: the Reducer client library as a Python extension module. The
+// public face is the `reducer` package (python/reducer/__init__.py), which
+// turns numpy arrays and torch tensors into the (array, dtype name) pairs
+// this module takes and wraps results back into the caller's kind.
+//
+// Every call that talks to reducerd releases the GIL while it waits, so other
+// Python threads (and other ranks' clients in the same process) keep running.
+// Arrays given to a call are referenced until the call (or, for async calls,
+// the handle's wait()) is done, so their memory stays valid.
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "client/reducer_client.h"
+#include "pybind11/numpy.h"
+#include "pybind11/pybind11.h"
+#include "pybind11/stl.h"
+#include "python/array_view.h"
+#include "python/status_error.h"
+
+namespace reducer::python {
+namespace {
+
+namespace py = pybind11;
+using py::arg;
+
+using Group = std::optional<std::vector<int>>;
+using Timeout = std::optional<double>;
+
+// A connected client. Thread-safe (as reducer::Client). close() leaves the
+// job; handles still pending keep the underlying client alive until waited.
+class PyClient {
+ public:
+  PyClient(const std::string& target, const std::string& job, int rank,
+           int world_size, double timeout_s) {
+    ClientOptions options;
+    options.target = target;
+    options.job = job;
+    options.rank = rank;
+    options.world_size = world_size;
+    if (!(timeout_s > 0)) {
+      throw py::value_error("reducer: timeout must be positive seconds");
+    }
+    options.timeout = absl::Seconds(timeout_s);
+    absl::StatusOr<std::unique_ptr<Client>> client;
+    {
+      py::gil_scoped_release release;
+      client = Client::Connect(options);
+    }
+    client_ = std::shared_ptr<Client>(ValueOrThrow(std::move(client)));
+  }
+
+  ~PyClient() { Close(); }
+
+  // Leaves the job (the session closes). Later calls raise ValueError.
+  void Close() {
+    std::shared_ptr<Client> client = std::move(client_);
+    py::gil_scoped_release release;
+    client.reset();
+  }
+
+  const std::shared_ptr<Client>& client() const {
+    if (client_ == nullptr) {
+      throw py::value_error("reducer: the client was closed");
+    }
+    return client_;
+  }
+
+  int rank() const { return client()->rank(); }
+  int world_size() const { return client()->world_size(); }
+
+  py::array AllReduce(const py::array& x, const std::string& dtype,
+                      const std::string& op, const Group& group,
+                      const std::string& name, Timeout timeout) {
+    TensorView view = ReadView(x, ParseDataType(dtype));
+    ReduceOp reduce_op = ParseReduceOp(op);
+    CallOptions options = MakeCallOptions(group, name, timeout);
+    absl::StatusOr<Tensor> result;
+    {
+      py::gil_scoped_release release;
+      result = client()->AllReduce(view, reduce_op, options);
+    }
+    return ToArray(ValueOrThrow(std::move(result)));
+  }
+
+  void AllReduceInPlace(const py::array& x, const std::string& dtype,
+                        const std::string& op, const Group& group,
+                        const std::string& name, Timeout timeout) {
+    MutableTensorView view = WriteView(x, ParseDataType(dtype));
+    ReduceOp reduce_op = ParseReduceOp(op);
+    CallOptions options = MakeCallOptions(group, name, timeout);
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = client()->AllReduceInPlace(view, reduce_op, options);
+    }
+    ThrowIfError(status);
+  }
+
+  double AllReduceFloat(double value, const std::string& op, const Group& group,
+                        const std::string& name, Timeout timeout) {
+    ReduceOp reduce_op = ParseReduceOp(op);
+    CallOptions options = MakeCallOptions(group, name, timeout);
+    absl::StatusOr<double> result;
+    {
+      py::gil_scoped_release release;
+      result = client()->AllReduce(value, reduce_op, options);
+    }
+    return ValueOrThrow(std::move(result));
+  }
+
+  int64_t AllReduceInt(int64_t value, const std::string& op, const Group& group,
+                       const std::string& name, Timeout timeout) {
+    ReduceOp reduce_op = ParseReduceOp(op);
+    CallOptions options = MakeCallOptions(group, name, timeout);
+    absl::StatusOr<int64_t> result;
+    {
+      py::gil_scoped_release release;
+      result = client()->AllReduce(value, reduce_op, options);
+    }
+    return ValueOrThrow(std::move(result));
+  }
+
+  std::vector<py::array> AllReduceMany(const std::vector<py::array>& xs,
+                                       const std::vector<std::string>& dtypes,
+                                       const std::vector<std::string>& ops,
+                                       const Group& group,
+                                       const std::string& name,
+                                       Timeout timeout) {
+    if (xs.size() != dtypes.size() || xs.size() != ops.size()) {
+      throw py::value_error("reducer: all_reduce_many needs one op per tensor");
+    }
+    std::vector<TensorView> views;
+    std::vector<ReduceOp> reduce_ops;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      views.push_back(ReadView(xs[i], ParseDataType(dtypes[i])));
+      reduce_ops.push_back(ParseReduceOp(ops[i]));
+    }
+    CallOptions options = MakeCallOptions(group, name, timeout);
+    absl::StatusOr<std::vector<Tensor>> result;
+    {
+      py::gil_scoped_release release;
+      result = client()->AllReduceMany(views, reduce_ops, options);
+    }
+    std::vector<Tensor> tensors = ValueOrThrow(std::move(result));
+    std::vector<py::array> arrays;
+    for (Tensor& t : tensors) arrays.push_back(ToArray(std::move(t)));
+    return arrays;
+  }
+
+  py::array AllGather(const py::array& x, const std::string& dtype,
+                      const Group& group, const std::string& name,
+                      Timeout timeout) {
+    TensorView view = ReadView(x, ParseDataType(dtype));
+    CallOptions options = MakeCallOptions(group, name, timeout);
+    absl::StatusOr<Tensor> result;
+    {
+      py::gil_scoped_release release;
+      result = client()->AllGather(view, options);
+    }
+    return ToArray(ValueOrThrow(std::move(result)));
+  }
+
+  // `x` None: this rank does not know the root's dtype or shape.
+  py::array Broadcast(const std::optional<py::array>& x,
+                      const std::string& dtype, int root, const Group& group,
+                      const std::string& name, Timeout timeout) {
+    TensorView view;
+    if (x.has_value()) view = ReadView(*x, ParseDataType(dtype));
+    CallOptions options = MakeCallOptions(group, name, timeout);
+    absl::StatusOr<Tensor> result;
+    {
+      py::gil_scoped_release release;
+      result = client()->Broadcast(view, root, options);
+    }
+    return ToArray(ValueOrThrow(std::move(result)));
+  }
+
+  void BroadcastInPlace(const py::array& x, const std::string& dtype, int root,
+                        const Group& group, const std::string& name,
+                        Timeout timeout) {
+    MutableTensorView view = WriteView(x, ParseDataType(dtype));
+    CallOptions options = MakeCallOptions(group, name, timeout);
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = client()->BroadcastInPlace(view, root, options);
+    }
+    ThrowIfError(status);
+  }
+
+  py::array ReduceScatter(const py::array& x, const std::string& dtype,
+                          const std::string& op, const Group& group,
+                          const std::string& name, Timeout timeout) {
+    TensorView view = ReadView(x, ParseDataType(dtype));
+    ReduceOp reduce_op = ParseReduceOp(op);
+    CallOptions options = MakeCallOptions(group, name, timeout);
+    absl::StatusOr<Tensor> result;
+    {
+      py::gil_scoped_release release;
+      result = client()->ReduceScatter(view, reduce_op, options);
+    }
+    return ToArray(ValueOrThrow(std::move(result)));
+  }
+
+  void Barrier(const Group& group, const std::string& name, Timeout timeout) {
+    CallOptions options = MakeCallOptions(group, name, timeout);
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = client()->Barrier(options);
+    }
+    ThrowIfError(status);
+  }
+
+ private:
+  std::shared_ptr<Client> client_;  // null once closed
+};
+
+// An all-reduce started by all_reduce_async (out of place, `in_place` false)
+// or all_reduce_async_ (in place). Holds the input array and the client until
+// waited for. Not thread-safe: one thread waits on a handle.
+class PyHandle {
+ public:
+  PyHandle(std::shared_ptr<Client> client, py::array input,
+           std::unique_ptr<AllReduceHandle> out_of_place,
+           std::unique_ptr<AllReduceInPlaceHandle> in_place)
+      : client_(std::move(client)),
+        input_(std::move(input)),
+        out_of_place_(std::move(out_of_place)),
+        in_place_(std::move(in_place)) {}
+
+  // A handle dropped without wait() waits first (its input is in use until
+  // then), with the GIL released.
+  ~PyHandle() {
+    py::gil_scoped_release release;
+    out_of_place_.reset();
+    in_place_.reset();
+  }
+
+  // The result array (out of place) or None (in place, the input written).
+  // A second call raises ValueError.
+  py::object Wait() {
+    if (waited_) throw py::value_error("reducer: wait() was already called");
+    waited_ = true;
+    if (out_of_place_ != nullptr) {
+      absl::StatusOr<Tensor> result;
+      {
+        py::gil_scoped_release release;
+        result = out_of_place_->Wait();
+      }
+      return ToArray(ValueOrThrow(std::move(result)));
+    }
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = in_place_->Wait();
+    }
+    ThrowIfError(status);
+    return py::none();
+  }
+
+  // Never blocks: true once wait() would return without waiting for peers.
+  bool IsCompleted() {
+    if (waited_) return true;
+    return out_of_place_ != nullptr ? out_of_place_->Ready()
+                                    : in_place_->Ready();
+  }
+
+ private:
+  std::shared_ptr<Client> client_;
+  py::array input_;
+  std::unique_ptr<AllReduceHandle> out_of_place_;
+  std::unique_ptr<AllReduceInPlaceHandle> in_place_;
+  bool waited_ = false;
+};
+
+std::unique_ptr<PyHandle> AllReduceAsync(PyClient& self, const py::array& x,
+                                         const std::string& dtype,
+                                         const std::string& op, bool in_place,
+                                         const Group& group,
+                                         const std::string& name,
+                                         Timeout timeout) {
+  DataType data_type = ParseDataType(dtype);
+  ReduceOp reduce_op = ParseReduceOp(op);
+  CallOptions options = MakeCallOptions(group, name, timeout);
+  std::shared_ptr<Client> client = self.client();
+  if (in_place) {
+    MutableTensorView view = WriteView(x, data_type);
+    std::unique_ptr<AllReduceInPlaceHandle> handle;
+    {
+      py::gil_scoped_release release;
+      handle = client->AllReduceInPlaceAsync(view, reduce_op, options);
+    }
+    return std::make_unique<PyHandle>(client, x, nullptr, std::move(handle));
+  }
+  TensorView view = ReadView(x, data_type);
+  std::unique_ptr<AllReduceHandle> handle;
+  {
+    py::gil_scoped_release release;
+    handle = client->AllReduceAsync(view, reduce_op, options);
+  }
+  return std::make_unique<PyHandle>(client, x, std::move(handle), nullptr);
+}
+
+// reducer::MetricSync over arrays the caller keeps. Not thread-safe.
+class PyMetricSync {
+ public:
+  explicit PyMetricSync(const PyClient& client)
+      : client_(client.client()), sync_(client_.get()) {}
+
+  // Registers `state` (referenced, not copied) under `name`; a repeated name
+  // replaces the earlier state. A read-only state may be reduced out of place
+  // only.
+  void Add(const std::string& name, const py::array& state,
+           const std::string& dtype, const std::string& op) {
+    DataType data_type = ParseDataType(dtype);
+    ReduceOp reduce_op = ParseReduceOp(op);
+    (void)ReadView(state, data_type);  // layout checks
+    // The out-of-place Reduce only reads the state; reduce_() checks that
+    // every state is writeable before it starts.
+    MutableTensorView view(const_cast<void*>(state.data()), data_type,
+                           ReadView(state, data_type).shape());
+    sync_.Add(name, view, reduce_op);
+    states_[name] = state;
+  }
+
+  py::dict Reduce(const Group& group, const std::string& name,
+                  Timeout timeout) {
+    CallOptions options = MakeCallOptions(group, name, timeout);
+    absl::StatusOr<absl::flat_hash_map<std::string, Tensor>> result;
+    {
+      py::gil_scoped_release release;
+      result = sync_.Reduce(options);
+    }
+    py::dict out;
+    for (auto& [key, tensor] : ValueOrThrow(std::move(result))) {
+      out[py::str(key)] = ToArray(std::move(tensor));
+    }
+    return out;
+  }
+
+  void ReduceInPlace(const Group& group, const std::string& name,
+                     Timeout timeout) {
+    for (const auto& [key, state] : states_) {
+      if (!state.writeable()) {
+        throw py::value_error("reducer: MetricSync.reduce_() needs writeable "
+                              "states; '" + key + "' is read-only");
+      }
+    }
+    CallOptions options = MakeCallOptions(group, name, timeout);
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = sync_.ReduceInPlace(options);
+    }
+    ThrowIfError(status);
+  }
+
+ private:
+  std::shared_ptr<Client> client_;  // keeps the client alive for sync_
+  MetricSync sync_;
+  absl::flat_hash_map<std::string, py::array> states_;
+};
+
+// Defines method `name` of `cls` with the positional `args` followed by the
+// keyword-only CallOptions every collective takes: group, name, timeout.
+template <typename Class, typename F, typename... Args>
+void DefCall(Class& cls, const char* name, F&& f, Args&&... args) {
+  cls.def(name, std::forward<F>(f), std::forward<Args>(args)..., py::kw_only(),
+          arg("group") = py::none(), arg("name") = "",
+          arg("timeout") = py::none());
+}
+
+void DefineModule(py::module_& m) {
+  m.doc() = "Reducer client (use the `reducer` package, not this module)";
+  RegisterStatusErrorTranslator();
+
+  py::class_<PyClient> client(m, "Client");
+  client
+      .def(py::init<const std::string&, const std::string&, int, int, double>(),
+           arg("target"), arg("job"), arg("rank"), arg("world_size"),
+           arg("timeout"))
+      .def("close", &PyClient::Close)
+      .def_property_readonly("rank", &PyClient::rank)
+      .def_property_readonly("world_size", &PyClient::world_size);
+  DefCall(client, "all_reduce", &PyClient::AllReduce, arg("x"), arg("dtype"),
+          arg("op"));
+  DefCall(client, "all_reduce_", &PyClient::AllReduceInPlace, arg("x"),
+          arg("dtype"), arg("op"));
+  DefCall(client, "all_reduce_float", &PyClient::AllReduceFloat, arg("value"),
+          arg("op"));
+  DefCall(client, "all_reduce_int", &PyClient::AllReduceInt, arg("value"),
+          arg("op"));
+  DefCall(client, "all_reduce_many", &PyClient::AllReduceMany, arg("xs"),
+          arg("dtypes"), arg("ops"));
+  DefCall(client, "all_gather", &PyClient::AllGather, arg("x"), arg("dtype"));
+  DefCall(client, "broadcast", &PyClient::Broadcast, arg("x").none(true),
+          arg("dtype"), arg("root"));
+  DefCall(client, "broadcast_", &PyClient::BroadcastInPlace, arg("x"),
+          arg("dtype"), arg("root"));
+  DefCall(client, "reduce_scatter", &PyClient::ReduceScatter, arg("x"),
+          arg("dtype"), arg("op"));
+  DefCall(client, "barrier", &PyClient::Barrier);
+  DefCall(client, "all_reduce_async", &AllReduceAsync, arg("x"), arg("dtype"),
+          arg("op"), arg("in_place"));
+
+  py::class_<PyHandle>(m, "Handle")
+      .def("wait", &PyHandle::Wait)
+      .def("is_completed", &PyHandle::IsCompleted);
+
+  py::class_<PyMetricSync> sync(m, "MetricSync");
+  sync.def(py::init<const PyClient&>(), arg("client"))
+      .def("add", &PyMetricSync::Add, arg("name"), arg("state"), arg("dtype"),
+           arg("op"));
+  DefCall(sync, "reduce", &PyMetricSync::Reduce);
+  DefCall(sync, "reduce_", &PyMetricSync::ReduceInPlace);
+}
+
+}  // namespace
+}  // namespace reducer::python
+
+PYBIND11_MODULE(_reducer, m) { reducer::python::DefineModule(m); }
