@@ -7,4 +7,7 @@ export PYTHONPATH="${root}/python:${root}/python/testing"
 export REDUCERD="${root}/server/reducerd"
 export PYTHONDONTWRITEBYTECODE=1
 cd "${TEST_TMPDIR}"
-exec /usr/bin/python3 -m pytest -p no:cacheprovider -q -ra "${root}/$1"
+# Each pytest case lands in Bazel's test.xml, so CI counts cases, not files.
+junit=()
+if [[ -n "${XML_OUTPUT_FILE:-}" ]]; then junit=(--junitxml="${XML_OUTPUT_FILE}"); fi
+exec /usr/bin/python3 -m pytest -p no:cacheprovider -q -ra "${junit[@]}" "${root}/$1"
