@@ -64,9 +64,12 @@ def _reducer_shared_library_impl(ctx):
                 additional_inputs = depset(linker_input.additional_inputs),
             ))
 
+    # "libreducer_client.so.0" -> "reducer_client": cc_common.link names
+    # its output lib<name>.so.
+    base = ctx.attr.soname.split(".so")[0]
     linking_outputs = cc_common.link(
         actions = ctx.actions,
-        name = ctx.label.name,
+        name = base[3:] if base.startswith("lib") else base,
         feature_configuration = feature_configuration,
         cc_toolchain = cc_toolchain,
         linking_contexts = [cc_common.create_linking_context(
@@ -77,7 +80,7 @@ def _reducer_shared_library_impl(ctx):
             "-Wl,-soname," + ctx.attr.soname,
             "-Wl,--version-script," + ctx.file.version_script.path,
             "-Wl,--no-undefined",
-        ] + ctx.fragments.cpp.linkopts,
+        ],
         additional_inputs = [ctx.file.version_script],
     )
     library = linking_outputs.library_to_link
