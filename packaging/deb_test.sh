@@ -153,7 +153,7 @@ make_root() {
 
 install_package() {
   cp "$deb" "$rootfs/root/"
-  chroot "$rootfs" apt-get update -q || return 1
+  timeout "$kInstallLimit" chroot "$rootfs" apt-get update -q || return 1
   timeout "$kInstallLimit" chroot "$rootfs" /bin/sh -c \
     "cd /root && DEBIAN_FRONTEND=noninteractive apt-get install -y ./$(basename "$deb")" |
     tee "$work/apt.log"
@@ -164,6 +164,15 @@ install_package() {
   for path in /usr/bin/reducerd /lib/systemd/system/reducerd.service /etc/reducer/reducerd.flags; do
     [[ -e "$rootfs$path" ]] || { echo "the package did not install $path" >&2; return 1; }
   done
+  # postinst enables the unit as dh_installsystemd does (systemd itself does
+  # not run in the root, so nothing starts).
+  if chroot "$rootfs" sh -c 'command -v deb-systemd-helper' >/dev/null; then
+    [[ -L "$rootfs/etc/systemd/system/multi-user.target.wants/reducerd.service" ]] ||
+      { echo "postinst did not enable reducerd.service" >&2; return 1; }
+    echo "==> reducerd.service enabled (multi-user.target.wants)"
+  else
+    echo "==> no deb-systemd-helper in the root: reducerd.service not enabled"
+  fi
   # Every shared library reducerd needs came with the package's Depends.
   if chroot "$rootfs" ldd /usr/bin/reducerd | grep "not found"; then
     echo "libraries missing in the root" >&2
@@ -228,7 +237,7 @@ stop() {
 }
 
 step build build
-deb=$(ls bazel-bin/packaging/debian/reducer_*_amd64.deb)
+deb=$(ls -t bazel-bin/packaging/debian/reducer_*_amd64.deb | head -1)
 step debootstrap make_root
 step apt_install install_package
 step serve_from_flag_file serve

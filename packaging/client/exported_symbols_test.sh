@@ -3,7 +3,8 @@
 # only the public API of client/reducer_client.h and the core/ headers it
 # includes, every symbol under the version node REDUCER_<soversion>; no
 # gRPC, protobuf, Abseil or internal reducer symbol; the public entry points
-# present; and the soname.
+# present; the soname; and gRPC, protobuf and Abseil loaded as Debian's
+# shared libraries.
 #
 #   exported_symbols_test.sh LIBRARY SONAME
 set -uo pipefail
@@ -17,6 +18,12 @@ soname=$(objdump -p "$library" | awk '$1 == "SONAME" { print $2 }')
 [[ "$soname" == "$want_soname" ]] ||
   fail "soname of $library is '$soname', want '$want_soname'"
 version_node="REDUCER_${want_soname##*.so.}"
+
+# gRPC, protobuf and Abseil are Debian's shared libraries, not copies.
+needed=$(objdump -p "$library" | awk '$1 == "NEEDED" { print $2 }')
+for lib in 'libgrpc++.so.1.51' 'libgrpc.so.29' 'libprotobuf.so.32' 'libabsl_status.so.20220623'; do
+  grep -qxF "$lib" <<<"$needed" || fail "$library does not load $lib (NEEDED: $(echo $needed))"
+done
 
 # Public classes (every member) and free functions, as declared in the
 # installed headers.
