@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -52,6 +53,25 @@ std::vector<std::string> SanitizerFlags() {
 #else
   return {};
 #endif
+}
+
+// The release under test ("0.1.0"), from packaging/version.bzl through the
+// test's environment; its major number is the library's soversion.
+struct Version {
+  std::string full;
+  std::string major;
+  std::string major_minor;
+};
+Version ReleaseVersion() {
+  const char* env = std::getenv("REDUCER_VERSION");
+  Version v;
+  v.full = env != nullptr ? env : "";
+  std::vector<std::string> parts = absl::StrSplit(v.full, '.');
+  if (parts.size() == 3) {
+    v.major = parts[0];
+    v.major_minor = absl::StrCat(parts[0], ".", parts[1]);
+  }
+  return v;
 }
 
 // Runs `argv` (argv[0] a path) to completion; the result says how it ended.
@@ -108,6 +128,22 @@ class ClientPackageTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_NE(root_, nullptr) << "the suite's setup failed";
     ASSERT_TRUE(fs::exists(*prefix_ + "/lib")) << "the suite's setup failed";
+    version_ = ReleaseVersion();
+    ASSERT_FALSE(version_.major.empty())
+        << "REDUCER_VERSION \"" << version_.full << "\" is not MAJOR.MINOR.PATCH";
+  }
+
+  // cmake configures the worker's project into `build`, asking
+  // find_package for release `wanted`.
+  ProcessResult ConfigureCMake(const std::string& build, const std::string& wanted,
+                               const std::string& name) {
+    std::string flags;
+    for (const std::string& flag : SanitizerFlags()) absl::StrAppend(&flags, flag, " ");
+    return RunTool({"/usr/bin/cmake", "-S", *source_, "-B", build,
+                    "-DCMAKE_PREFIX_PATH=" + *prefix_, "-DCMAKE_BUILD_TYPE=Release",
+                    "-DREDUCER_VERSION_WANTED=" + wanted,
+                    "-DCMAKE_CXX_FLAGS=" + flags, "-DCMAKE_EXE_LINKER_FLAGS=" + flags},
+                   name);
   }
 
   // Starts reducerd, runs ranks 0 and 1 of `worker` in one job, and checks
@@ -135,6 +171,7 @@ class ClientPackageTest : public ::testing::Test {
     EXPECT_TRUE(stopped.Succeeded()) << stopped.Describe();
   }
 
+  Version version_;
   static std::string* root_;    // the temporary directory, removed at the end
   static std::string* prefix_;  // the extracted install tree
   static std::string* source_;  // the worker's CMake project
@@ -146,12 +183,13 @@ std::string* ClientPackageTest::source_ = nullptr;
 
 TEST_F(ClientPackageTest, InstallTreeHoldsLibraryLinksAndMetadata) {
   const std::string lib = *prefix_ + "/lib/";
-  EXPECT_TRUE(fs::is_regular_file(lib + "libreducer_client.so.0.1.0"));
+  const std::string real = "libreducer_client.so." + version_.full;
+  const std::string soname = "libreducer_client.so." + version_.major;
+  EXPECT_TRUE(fs::is_regular_file(lib + real));
   ASSERT_TRUE(fs::is_symlink(lib + "libreducer_client.so"));
-  ASSERT_TRUE(fs::is_symlink(lib + "libreducer_client.so.0"));
-  EXPECT_EQ(fs::read_symlink(lib + "libreducer_client.so"), "libreducer_client.so.0");
-  EXPECT_EQ(fs::read_symlink(lib + "libreducer_client.so.0"),
-            "libreducer_client.so.0.1.0");
+  ASSERT_TRUE(fs::is_symlink(lib + soname));
+  EXPECT_EQ(fs::read_symlink(lib + "libreducer_client.so"), soname);
+  EXPECT_EQ(fs::read_symlink(lib + soname), real);
   EXPECT_TRUE(fs::is_regular_file(lib + "pkgconfig/reducer.pc"));
   EXPECT_TRUE(fs::is_regular_file(lib + "cmake/Reducer/ReducerConfig.cmake"));
   EXPECT_TRUE(fs::is_regular_file(lib + "cmake/Reducer/ReducerConfigVersion.cmake"));
@@ -162,7 +200,7 @@ TEST_F(ClientPackageTest, InstallTreeHoldsLibraryLinksAndMetadata) {
            "/usr/bin/pkg-config", "--modversion", "reducer"},
           "pkg_config_modversion");
   ASSERT_TRUE(modversion.Succeeded()) << modversion.Describe();
-  EXPECT_EQ(modversion.stdout_text, "0.1.0\n");
+  EXPECT_EQ(modversion.stdout_text, version_.full + "\n");
 }
 
 // Each installed header compiles alone, with only the prefix and the system's
@@ -199,13 +237,8 @@ TEST_F(ClientPackageTest, EveryHeaderCompilesAloneWithoutGrpcOrProtobuf) {
 TEST_F(ClientPackageTest, CMakeWorkerReducesAgainstReducerd) {
   Watchdog watchdog("CMakeWorkerReducesAgainstReducerd", kTestLimit);
   const std::string build = *root_ + "/build_cmake";
-  std::string flags;
-  for (const std::string& flag : SanitizerFlags()) absl::StrAppend(&flags, flag, " ");
   ProcessResult configured =
-      RunTool({"/usr/bin/cmake", "-S", *source_, "-B", build,
-           "-DCMAKE_PREFIX_PATH=" + *prefix_, "-DCMAKE_BUILD_TYPE=Release",
-           "-DCMAKE_CXX_FLAGS=" + flags, "-DCMAKE_EXE_LINKER_FLAGS=" + flags},
-          "cmake_configure");
+      ConfigureCMake(build, version_.major_minor, "cmake_configure");
   ASSERT_TRUE(configured.Succeeded()) << configured.Describe();
   ProcessResult built = RunTool({"/usr/bin/cmake", "--build", build}, "cmake_build");
   ASSERT_TRUE(built.Succeeded()) << built.Describe();
@@ -240,13 +273,14 @@ TEST_F(ClientPackageTest, PkgConfigWorkerReducesAgainstReducerd) {
 // ReducerConfigVersion.cmake refuses a release it is not compatible with.
 TEST_F(ClientPackageTest, CMakeRefusesAnotherMajorVersion) {
   Watchdog watchdog("CMakeRefusesAnotherMajorVersion", kTestLimit);
+  const std::string next_major = absl::StrCat(std::stoi(version_.major) + 1, ".0");
   ProcessResult configured =
-      RunTool({"/usr/bin/cmake", "-S", *source_, "-B", *root_ + "/build_v1",
-           "-DCMAKE_PREFIX_PATH=" + *prefix_, "-DREDUCER_VERSION_WANTED=1.0"},
-          "cmake_configure_v1");
+      ConfigureCMake(*root_ + "/build_next_major", next_major, "cmake_configure_next");
   EXPECT_TRUE(configured.exited && configured.exit_code != 0)
       << configured.Describe();
-  EXPECT_THAT(configured.stderr_text, ::testing::HasSubstr("0.1.0"));
+  // CMake names the version it found and the one asked for.
+  EXPECT_THAT(configured.stderr_text, ::testing::HasSubstr(version_.full));
+  EXPECT_THAT(configured.stderr_text, ::testing::HasSubstr(next_major));
 }
 
 }  // namespace
