@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "core/process_memory.h"
 #include "server/log.h"
+#include "server/sd_notify.h"
 #include "server/server.h"
 #include "server/server_options.h"
 
@@ -91,10 +92,23 @@ int main(int argc, char** argv) {
   std::printf("reducerd listening on %s\n", (*server)->address().c_str());
   std::fflush(stdout);
 
+  // Under systemd (Type=notify) $NOTIFY_SOCKET names the manager's socket:
+  // READY=1 once serving, STOPPING=1 when draining begins. A failure to
+  // notify is logged; reducerd serves either way.
+  const char* notify_socket = std::getenv("NOTIFY_SOCKET");
+  absl::StatusOr<reducer::SystemdNotifier> notifier =
+      reducer::SystemdNotifier::Create(notify_socket != nullptr ? notify_socket : "");
+  auto notify = [&notifier](const std::string& state) {
+    absl::Status sent = notifier.ok() ? notifier->Notify(state) : notifier.status();
+    if (!sent.ok()) reducer::Log(reducer::LogSeverity::kWarning, sent.ToString());
+  };
+  notify(absl::StrCat("READY=1\nSTATUS=serving on ", (*server)->address()));
+
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   reducer::Log(reducer::LogSeverity::kInfo,
                absl::StrCat("received signal ", signal_number, "; draining"));
+  notify("STOPPING=1\nSTATUS=draining");
   (*server)->Shutdown();
   server->reset();
   return 0;

@@ -21,6 +21,9 @@ bench_packages=(
 )
 
 packages=("${build_packages[@]}")
+# Packaging (packaging/, tests/client_package_test, packaging/deb_test.sh):
+# the CMake consumer build, dpkg-shlibdeps, systemd-analyze, debootstrap.
+packages+=(cmake make dpkg-dev systemd debootstrap debian-archive-keyring)
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=("${bench_packages[@]}")
 fi

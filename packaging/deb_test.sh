@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# The reducer Debian package, installed for real: a bare Debian 12 root made
+# with `debootstrap --variant=minbase bookworm` from this machine's
+# configured Debian mirror, `apt-get install ./reducer_VERSION_amd64.deb` in
+# it (apt pulls gRPC, protobuf and Abseil through the package's Depends),
+# reducerd started there as an unprivileged user from the installed flag
+# file (edited to a free loopback port, as an operator would), two ranks of
+# tests/e2e_worker on the host reducing through it (all-reduces of every
+# dtype against their closed forms, and a metric sync), then SIGTERM and
+# exit 0. The chroot shares the host's network, so its loopback is the
+# host's.
+#
+#   packaging/deb_test.sh [--junit=FILE]
+#
+# Run as root (debootstrap, chroot, mount). Everything it downloads stays
+# in one temporary directory, removed at the end (after unmounting), even
+# on failure. --junit writes one test case per step, for .ci/run's count.
+# Prints how long each step took. Exits 0 when every step passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+junit=""
+for arg in "$@"; do
+  case $arg in
+    --junit=*) junit=${arg#--junit=} ;;
+    *) echo "usage: $0 [--junit=FILE]" >&2; exit 2 ;;
+  esac
+done
+
+# Hard limits of the steps, in seconds: debootstrap and apt download about
+# 60 MB from the mirror.
+readonly kDebootstrapLimit=900
+readonly kInstallLimit=600
+readonly kServeLimit=30
+readonly kWorkerLimit=120
+readonly kStopLimit=30
+
+work=$(mktemp -d /tmp/reducer-deb-test.XXXXXX)
+rootfs="$work/root"
+daemon_pid=""
+cases=()  # junit <testcase> elements
+failed=0
+started=$(date +%s)
+
+cleanup() {
+  if [[ -n "$daemon_pid" ]]; then
+    kill -KILL "$daemon_pid" 2>/dev/null
+    wait "$daemon_pid" 2>/dev/null
+  fi
+  # Unmount everything under the root (deepest first) before removing it;
+  # --one-file-system keeps rm out of anything still mounted.
+  if [[ -d "$rootfs" ]]; then
+    findmnt -rn -o TARGET | grep -F "$rootfs" | sort -r |
+      while read -r target; do umount -l "$target"; done
+  fi
+  rm -rf --one-file-system "$work"
+}
+trap cleanup EXIT
+
+xml_escape() { sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' -e 's/"/\&quot;/g'; }
+
+# step NAME COMMAND...: runs one step, timing it; on success prints the
+# lines of its log that start with "==> ", on failure the end of its log,
+# and stops the test (later steps need this one).
+step() {
+  local name=$1; shift
+  local log="$work/$name.log" t0 t1 rc
+  t0=$(date +%s)
+  echo "--- $name"
+  "$@" >"$log" 2>&1
+  rc=$?
+  t1=$(date +%s)
+  if [[ $rc -eq 0 ]]; then
+    echo "    ok in $((t1 - t0)) s"
+    sed -n 's/^==> /    /p' "$log"
+    cases+=("<testcase classname=\"packaging.deb_test\" name=\"$name\" time=\"$((t1 - t0))\"/>")
+  else
+    echo "    FAILED (exit $rc) after $((t1 - t0)) s; its log ends:"
+    tail -40 "$log" | sed 's/^/    | /'
+    local message
+    message=$(tail -40 "$log" | xml_escape)
+    cases+=("<testcase classname=\"packaging.deb_test\" name=\"$name\" time=\"$((t1 - t0))\"><failure message=\"$name failed (exit $rc)\">$message</failure></testcase>")
+    failed=1
+    finish
+  fi
+}
+
+finish() {
+  local total=$(($(date +%s) - started))
+  if [[ -n "$junit" ]]; then
+    mkdir -p "$(dirname "$junit")"
+    {
+      echo "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
+      echo "<testsuites><testsuite name=\"packaging/deb_test\" tests=\"${#cases[@]}\" time=\"$total\">"
+      printf '%s\n' "${cases[@]}"
+      echo "</testsuite></testsuites>"
+    } >"$junit"
+  fi
+  if [[ $failed -eq 0 ]]; then
+    echo "deb_test: passed in $total s"
+  else
+    echo "deb_test: FAILED after $total s"
+  fi
+  exit $failed
+}
+
+# The Debian mirror apt uses here: the first URI serving the bookworm suite
+# in /etc/apt/sources.list or /etc/apt/sources.list.d (one-line and deb822
+# formats). Prints "URI FILE".
+find_mirror() {
+  local file
+  for file in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [[ -f "$file" ]] || continue
+    awk -v f="$file" '$1 == "deb" {
+        i = 2; if ($i ~ /^\[/) { while ($i !~ /\]$/) i++; i++ }
+        if ($(i + 1) == "bookworm") { print $i, f; exit } }' "$file"
+  done
+  for file in /etc/apt/sources.list.d/*.sources; do
+    [[ -f "$file" ]] || continue
+    # deb822: stanzas separated by blank lines.
+    awk -v f="$file" 'BEGIN { RS = ""; FS = "\n" }
+      { uri = ""; bookworm = 0; deb = 0
+        for (i = 1; i <= NF; i++) {
+          if ($i ~ /^URIs:/) { split(substr($i, 6), u, " "); uri = u[1] }
+          if ($i ~ /^Suites:/) { n = split(substr($i, 8), s, " ")
+            for (j = 1; j <= n; j++) if (s[j] == "bookworm") bookworm = 1 }
+          if ($i ~ /^Types:/ && (substr($i, 7) " ") ~ /[ \t]deb[ \t]/) deb = 1
+        }
+        if (uri != "" && bookworm && deb) { print uri, f; exit } }' "$file"
+  done | head -1
+}
+
+build() {
+  bazel build //packaging/debian:deb //tests:e2e_worker
+}
+
+make_root() {
+  read -r mirror mirror_file < <(find_mirror)
+  if [[ -z "${mirror:-}" ]]; then
+    echo "no Debian mirror serving bookworm in /etc/apt/sources.list{,.d}" >&2
+    return 1
+  fi
+  echo "==> mirror $mirror (from $mirror_file)"
+  timeout "$kDebootstrapLimit" debootstrap --variant=minbase bookworm "$rootfs" "$mirror" || return 1
+  echo "==> $(du -sm "$rootfs" | cut -f1) MB root, $(chroot "$rootfs" dpkg-query -f '.\n' -W | wc -l) packages"
+  # apt in the root uses this machine's sources (bookworm, its updates and
+  # security suites) and name server.
+  rm -f "$rootfs/etc/apt/sources.list"
+  cp "$mirror_file" "$rootfs/etc/apt/$( [[ $mirror_file == *.sources ]] && echo sources.list.d/debian.sources || echo sources.list)"
+  cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
+  mount -t proc proc "$rootfs/proc"
+}
+
+install_package() {
+  cp "$deb" "$rootfs/root/"
+  timeout "$kInstallLimit" chroot "$rootfs" apt-get update -q || return 1
+  timeout "$kInstallLimit" chroot "$rootfs" /bin/sh -c \
+    "cd /root && DEBIAN_FRONTEND=noninteractive apt-get install -y ./$(basename "$deb")" |
+    tee "$work/apt.log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || return 1
+  echo "==> $(grep -E '^[0-9]+ upgraded, [0-9]+ newly installed' "$work/apt.log")"
+  chroot "$rootfs" dpkg-query -W -f='${Package} ${Version} ${Status}\n' reducer |
+    grep -q "install ok installed" || { echo "reducer is not installed" >&2; return 1; }
+  for path in /usr/bin/reducerd /lib/systemd/system/reducerd.service /etc/reducer/reducerd.flags; do
+    [[ -e "$rootfs$path" ]] || { echo "the package did not install $path" >&2; return 1; }
+  done
+  # postinst enables the unit as dh_installsystemd does (systemd itself does
+  # not run in the root, so nothing starts).
+  if chroot "$rootfs" sh -c 'command -v deb-systemd-helper' >/dev/null; then
+    [[ -L "$rootfs/etc/systemd/system/multi-user.target.wants/reducerd.service" ]] ||
+      { echo "postinst did not enable reducerd.service" >&2; return 1; }
+    echo "==> reducerd.service enabled (multi-user.target.wants)"
+  else
+    echo "==> no deb-systemd-helper in the root: reducerd.service not enabled"
+  fi
+  # Every shared library reducerd needs came with the package's Depends.
+  if chroot "$rootfs" ldd /usr/bin/reducerd | grep "not found"; then
+    echo "libraries missing in the root" >&2
+    return 1
+  fi
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+serve() {
+  port=$(free_port)
+  flags="$rootfs/etc/reducer/reducerd.flags"
+  sed -i "s/^--listen=.*/--listen=127.0.0.1:$port/" "$flags"
+  grep -qx -- "--listen=127.0.0.1:$port" "$flags" || { echo "no --listen line in $flags" >&2; return 1; }
+  # nobody:nogroup, as unprivileged as the unit's dynamic user.
+  chroot --userspec=65534:65534 "$rootfs" /usr/bin/reducerd \
+    --flagfile=/etc/reducer/reducerd.flags >"$work/reducerd.log" 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq $((kServeLimit * 10))); do
+    if grep -q "reducerd listening on 127.0.0.1:$port" "$work/reducerd.log"; then
+      echo "==> $(grep "listening on" "$work/reducerd.log") (uid 65534, in the root)"
+      return 0
+    fi
+    kill -0 "$daemon_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "reducerd did not serve on 127.0.0.1:$port:" >&2
+  cat "$work/reducerd.log" >&2
+  return 1
+}
+
+# run_ranks SCENARIO [FLAGS...]: two e2e_worker ranks on the host against
+# the chroot's reducerd; both must exit 0 (every result matched).
+run_ranks() {
+  local scenario=$1; shift
+  local pids=() rank rc=0
+  for rank in 0 1; do
+    timeout "$kWorkerLimit" bazel-bin/tests/e2e_worker --target="127.0.0.1:$port" \
+      --job="deb-$scenario" --rank=$rank --world_size=2 --scenario="$scenario" "$@" &
+    pids+=($!)
+  done
+  for rank in 0 1; do
+    wait "${pids[$rank]}" || { echo "rank $rank of $scenario failed" >&2; rc=1; }
+  done
+  return $rc
+}
+
+stop() {
+  kill -TERM "$daemon_pid"
+  local rc
+  for _ in $(seq $((kStopLimit * 10))); do
+    kill -0 "$daemon_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  wait "$daemon_pid"
+  rc=$?
+  daemon_pid=""
+  cat "$work/reducerd.log"
+  [[ $rc -eq 0 ]] || { echo "reducerd exited $rc after SIGTERM" >&2; return 1; }
+}
+
+step build build
+deb=$(ls -t bazel-bin/packaging/debian/reducer_*_amd64.deb | head -1)
+step debootstrap make_root
+step apt_install install_package
+step serve_from_flag_file serve
+step all_reduce run_ranks all_ops --sizes=1,1000 --big_size=786437 --big_all_pairs=false
+step metric_sync run_ranks metric_sync
+step sigterm_exit_0 stop
+finish
