@@ -28,6 +28,8 @@ grpc::ServerUnaryReactor* ReducerService::Leave(
 absl::Status ReducerService::Admit() {
   const int in_flight = active_calls_.fetch_add(1) + 1;
   if (in_flight <= max_concurrent_calls_) return absl::OkStatus();
+  metrics_->RequestRefused(absl::StatusCode::kResourceExhausted,
+                           RefusedLimit::kMaxConcurrentCalls);
   return absl::ResourceExhaustedError(absl::StrCat(
       "reducerd already serves ", in_flight - 1,
       " collective calls (--max_concurrent_calls=", max_concurrent_calls_,
@@ -37,8 +39,14 @@ absl::Status ReducerService::Admit() {
 absl::StatusOr<std::shared_ptr<reducer::Collective>> ReducerService::Attach(
     const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Find(header.job());
-  if (!job.ok()) return job.status();
-  return (*job)->Attach(header, std::move(stream));
+  absl::StatusOr<std::shared_ptr<reducer::Collective>> attached =
+      job.ok() ? (*job)->Attach(header, std::move(stream)) : job.status();
+  // Refusals over a limit are counted where the limit is known.
+  if (!attached.ok() &&
+      attached.status().code() != absl::StatusCode::kResourceExhausted) {
+    metrics_->RequestRefused(attached.status().code(), RefusedLimit::kNone);
+  }
+  return attached;
 }
 
 template <typename Stream>

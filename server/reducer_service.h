@@ -14,6 +14,7 @@
 #include "proto/reducer/v1/reducer.grpc.pb.h"
 #include "server/collective.h"
 #include "server/job_registry.h"
+#include "server/metrics_sink.h"
 
 namespace reducer {
 
@@ -26,8 +27,12 @@ class ReducerService final
  public:
   // At most `max_concurrent_calls` Collective and Collectives streams are
   // served at once; more are answered RESOURCE_EXHAUSTED.
-  ReducerService(JobRegistry* registry, int max_concurrent_calls)
-      : registry_(registry), max_concurrent_calls_(max_concurrent_calls) {}
+  // `metrics` counts the calls refused.
+  ReducerService(JobRegistry* registry, int max_concurrent_calls,
+                 MetricsSink* metrics)
+      : registry_(registry),
+        max_concurrent_calls_(max_concurrent_calls),
+        metrics_(metrics) {}
 
   grpc::ServerWriteReactor<v1::JoinEvent>* Join(
       grpc::CallbackServerContext* context,
@@ -57,6 +62,7 @@ class ReducerService final
 
   JobRegistry* const registry_;  // not owned
   const int max_concurrent_calls_;
+  MetricsSink* const metrics_;  // not owned
   // Collective and Collectives streams not yet done. Atomic rather than under a lock: it is
   // touched once at the start and once at the end of every call, alone.
   std::atomic<int> active_calls_{0};

@@ -58,25 +58,26 @@ void SessionStream::Fail(const absl::Status& status) {
   Finish(ToGrpcStatus(status));
 }
 
-void SessionStream::LeaveJob(const std::string& why) {
+void SessionStream::LeaveJob(const std::string& why, EpochEndReason reason) {
   {
     absl::MutexLock lock(&mu_);
     if (!joined_ || left_) return;
     left_ = true;
   }
-  registry_->Leave(request_.job(), request_.session_id(), why);
+  registry_->Leave(request_.job(), request_.session_id(), why, reason);
 }
 
 void SessionStream::OnCancel() {
   LeaveJob(
       "its session stream was closed: the process exited, was killed, or "
-      "lost its connection");
+      "lost its connection",
+      EpochEndReason::kSessionCancelled);
   Fail(absl::CancelledError("session cancelled"));
 }
 
 void SessionStream::OnDone() {
   // A stream the server finished (shutdown) also leaves its job.
-  LeaveJob("its session ended");
+  LeaveJob("its session ended", EpochEndReason::kSessionEnded);
   std::shared_ptr<SessionStream> self;
   absl::MutexLock lock(&mu_);
   self = std::move(self_);

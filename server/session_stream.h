@@ -42,7 +42,7 @@ class SessionStream final : public grpc::ServerWriteReactor<v1::JoinEvent>,
   SessionStream(JobRegistry* registry, v1::JoinRequest request);  // Create()
 
  private:
-  void LeaveJob(const std::string& why);
+  void LeaveJob(const std::string& why, EpochEndReason reason);
 
   // Constant after construction.
   JobRegistry* const registry_;  // not owned
