@@ -13,6 +13,7 @@ build_packages=(
   bazel-bootstrap g++ clang libclang-rt-14-dev pkg-config python3
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev iproute2 procps
+  prometheus-cpp-dev prometheus
 )
 bench_packages=(
   python3-torch python3-numpy python3-matplotlib openmpi-bin libopenmpi-dev
