@@ -3,6 +3,7 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
 #include "prometheus/family.h"
@@ -88,16 +89,23 @@ class GrpcServerMetrics::Interceptor final
 class GrpcServerMetrics::Factory final
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit Factory(const GrpcServerMetrics* owner) : owner_(owner) {}
+  Factory(const GrpcServerMetrics* owner, std::vector<std::string> skip_prefixes)
+      : owner_(owner), skip_prefixes_(std::move(skip_prefixes)) {}
 
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    const MethodMetrics* metrics = owner_->Find(info->method());
+    const char* path = info->method();
+    if (path == nullptr) return nullptr;
+    for (const std::string& prefix : skip_prefixes_) {
+      if (absl::StartsWith(path, prefix)) return nullptr;
+    }
+    const MethodMetrics* metrics = owner_->Find(path);
     return metrics == nullptr ? nullptr : new Interceptor(metrics);
   }
 
  private:
   const GrpcServerMetrics* const owner_;  // outlives the gRPC server
+  const std::vector<std::string> skip_prefixes_;  // "/reducer.v1.Reducer/"
 };
 
 GrpcServerMetrics::GrpcServerMetrics(prometheus::Registry* registry,
@@ -147,15 +155,42 @@ GrpcServerMetrics::GrpcServerMetrics(prometheus::Registry* registry,
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-GrpcServerMetrics::MakeInterceptorFactory() {
-  return std::make_unique<Factory>(this);
+GrpcServerMetrics::MakeInterceptorFactory(std::vector<std::string> skip_services) {
+  std::vector<std::string> prefixes;
+  for (const std::string& s : skip_services) {
+    prefixes.push_back(absl::StrCat("/", s, "/"));
+  }
+  return std::make_unique<Factory>(this, std::move(prefixes));
 }
 
 const GrpcServerMetrics::MethodMetrics* GrpcServerMetrics::Find(
-    const char* path) const {
-  if (path == nullptr) return nullptr;
-  auto it = by_path_.find(absl::string_view(path));
+    absl::string_view path) const {
+  auto it = by_path_.find(path);
   return it == by_path_.end() ? nullptr : &it->second;
+}
+
+namespace {
+
+void CountHandled(const GrpcServerMetrics::MethodMetrics& m, int code,
+                  std::chrono::steady_clock::time_point start) {
+  const int index = code >= 0 && code < kNumStatusCodes
+                        ? code
+                        : static_cast<int>(absl::StatusCode::kUnknown);
+  m.handled[index]->Increment();
+  m.handling_seconds->Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count());
+}
+
+}  // namespace
+
+CallMetrics::CallMetrics(const GrpcServerMetrics::MethodMetrics* metrics)
+    : metrics_(metrics), start_(std::chrono::steady_clock::now()) {
+  if (metrics_ != nullptr) metrics_->started->Increment();
+}
+
+void CallMetrics::Handled(grpc::StatusCode code) const {
+  if (metrics_ != nullptr) CountHandled(*metrics_, static_cast<int>(code), start_);
 }
 
 }  // namespace reducer

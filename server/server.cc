@@ -44,13 +44,13 @@ Server::Server(ServerOptions options)
       reduction_pool_(options_.reduction_threads),
       registry_(CollectiveEnv{&options_, &reduction_pool_, &timers_, &memory_,
                               &blocks_, metrics_, &log_}),
-      service_(&registry_, options_.max_concurrent_calls, metrics_),
-      admin_(&registry_, &memory_, kReducerVersion, &serving_) {
-  if (prometheus_ != nullptr) {
-    grpc_metrics_ = std::make_unique<GrpcServerMetrics>(
-        &prometheus_->registry(), ServedMethods());
-  }
-}
+      grpc_metrics_(prometheus_ == nullptr
+                        ? nullptr
+                        : std::make_unique<GrpcServerMetrics>(
+                              &prometheus_->registry(), ServedMethods())),
+      service_(&registry_, options_.max_concurrent_calls, metrics_,
+               grpc_metrics_.get()),
+      admin_(&registry_, &memory_, kReducerVersion, &serving_) {}
 
 void Server::RegisterServices(grpc::ServerBuilder& builder) {
   grpc::EnableDefaultHealthCheckService(true);
@@ -61,7 +61,10 @@ void Server::RegisterServices(grpc::ServerBuilder& builder) {
     std::vector<
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
         interceptors;
-    interceptors.push_back(grpc_metrics_->MakeInterceptorFactory());
+    // The Reducer service's reactors count their own calls (see
+    // server/grpc_server_metrics.h for why).
+    interceptors.push_back(grpc_metrics_->MakeInterceptorFactory(
+        {v1::Reducer::service_full_name()}));
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
 }

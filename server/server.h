@@ -78,12 +78,12 @@ class Server {
   TimerQueue timers_;
   ThreadPool reduction_pool_;
   JobRegistry registry_;
+  // Null when metrics are off; outlives the gRPC server and its reactors.
+  const std::unique_ptr<GrpcServerMetrics> grpc_metrics_;
   ReducerService service_;
   // False once Shutdown began. Atomic: read by Admin calls without mu_.
   std::atomic<bool> serving_{true};
   AdminService admin_;
-  // Null when metrics are off; outlives the gRPC server's interceptors.
-  std::unique_ptr<GrpcServerMetrics> grpc_metrics_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::string address_;
   // What the exposer serves (it holds only a weak reference).
