@@ -11,7 +11,7 @@ ratio (on / off). The target: within 5 % at W = 4. Exit 1 when a figure is
 missed, 2 when a run fails. Not run in CI (it takes about a minute).
 
 Usage: bazel build //server:reducerd //bench:reducer_allreduce_worker
-       bench/metrics_overhead.py [--world_size=4] [--rounds=6]
+       bench/metrics_overhead.py [--world_size=4] [--rounds=12]
 """
 
 import argparse
@@ -87,9 +87,9 @@ def run_workers(worker, address, world, size, iters, timeout_s=300):
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--world_size", type=int, default=4)
-    p.add_argument("--rounds", type=int, default=6)
-    p.add_argument("--small_iters", type=int, default=1000)
-    p.add_argument("--large_iters", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--small_iters", type=int, default=500)
+    p.add_argument("--large_iters", type=int, default=4)
     p.add_argument("--reducerd", default=str(REPO_ROOT / "bazel-bin/server/reducerd"))
     p.add_argument("--worker", default=str(
         REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker"))
