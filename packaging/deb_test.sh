@@ -161,7 +161,7 @@ install_package() {
   echo "==> $(grep -E '^[0-9]+ upgraded, [0-9]+ newly installed' "$work/apt.log")"
   chroot "$rootfs" dpkg-query -W -f='${Package} ${Version} ${Status}\n' reducer |
     grep -q "install ok installed" || { echo "reducer is not installed" >&2; return 1; }
-  for path in /usr/bin/reducerd /lib/systemd/system/reducerd.service /etc/reducer/reducerd.flags; do
+  for path in /usr/bin/reducerd /usr/bin/reducerctl /lib/systemd/system/reducerd.service /etc/reducer/reducerd.flags; do
     [[ -e "$rootfs$path" ]] || { echo "the package did not install $path" >&2; return 1; }
   done
   # postinst enables the unit as dh_installsystemd does (systemd itself does
@@ -174,7 +174,7 @@ install_package() {
     echo "==> no deb-systemd-helper in the root: reducerd.service not enabled"
   fi
   # Every shared library reducerd needs came with the package's Depends.
-  if chroot "$rootfs" ldd /usr/bin/reducerd | grep "not found"; then
+  if chroot "$rootfs" ldd /usr/bin/reducerd /usr/bin/reducerctl | grep "not found"; then
     echo "libraries missing in the root" >&2
     return 1
   fi
@@ -243,5 +243,6 @@ step apt_install install_package
 step serve_from_flag_file serve
 step all_reduce run_ranks all_ops --sizes=1,1000 --big_size=786437 --big_all_pairs=false
 step metric_sync run_ranks metric_sync
+step reducerctl_health chroot "$rootfs" /usr/bin/reducerctl --target="127.0.0.1:$port" health
 step sigterm_exit_0 stop
 finish

@@ -56,9 +56,11 @@ struct Collective::Block {
   int complete = 0;
 };
 
-Collective::Collective(CollectiveEnv env, std::string description,
-                       std::vector<int> group, absl::Duration timeout)
+Collective::Collective(CollectiveEnv env, CollectiveLabel label,
+                       std::string description, std::vector<int> group,
+                       absl::Duration timeout)
     : env_(env),
+      label_(std::move(label)),
       description_(std::move(description)),
       group_(std::move(group)),
       timeout_(timeout),
@@ -114,7 +116,7 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
         absl::StrJoin(group_, ","), "], rank ", rank, " sent [",
         absl::StrJoin(fp.group, ","), "]"));
     channel->Fail(status);
-    FailLocked(status);
+    FailLocked(status, {reference_rank_, rank});
     return;
   }
   Member& m = members_[index];
@@ -158,7 +160,8 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
     absl::Status agree = CheckAgreement(reference_rank_, reference_, rank, fp);
     if (!agree.ok()) {
       FailLocked(absl::FailedPreconditionError(
-          absl::StrCat(description_, ": ", agree.message())));
+                     absl::StrCat(description_, ": ", agree.message())),
+                 {reference_rank_, rank});
       return;
     }
     if (reference_.tensors.empty() && !fp.tensors.empty()) {
@@ -187,7 +190,9 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
         description_, ": the server's memory budget of ",
         env_.memory->limit(), " bytes (--memory_budget_bytes) is exhausted: ",
         env_.memory->used(), " bytes in use, rank ", rank, " needs ", reserve,
-        " more; retry later or raise the limit")));
+        " more; retry later or raise the limit")), {rank});
+    env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                 RefusedLimit::kMemoryBudgetBytes);
     return;
   }
   m.reserved = reserve;
@@ -440,6 +445,7 @@ void Collective::MarkFinished(int index) {
   ReleaseMemory(index);
   if (++finished_ == static_cast<int>(members_.size())) {
     done_ = true;
+    ReportEnd(absl::StatusCode::kOk);
     for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
     timer_ids_.clear();
   }
@@ -526,7 +532,7 @@ void Collective::OnRankCancelled(int rank, const RankChannel* channel) {
   FailLocked(absl::AbortedError(absl::StrCat(
       description_, ": rank ", rank,
       "'s call was cancelled (it timed out, gave up, or lost its "
-      "connection)")));
+      "connection)")), {rank});
 }
 
 void Collective::Fail(const absl::Status& status) {
@@ -534,11 +540,27 @@ void Collective::Fail(const absl::Status& status) {
   FailLocked(status);
 }
 
-void Collective::FailLocked(const absl::Status& status) {
+void Collective::ReportEnd(absl::StatusCode outcome) {
+  uint64_t bytes_in = 0, bytes_out = 0;
+  for (const Member& m : members_) {
+    bytes_in += m.received;
+    bytes_out += m.sent;
+  }
+  env_.metrics->CollectiveEnded(label_.kind, outcome, absl::Now() - created_,
+                                bytes_in, bytes_out);
+}
+
+void Collective::FailLocked(const absl::Status& status,
+                            std::vector<int> ranks) {
   if (done_) return;
   done_ = true;
   failure_ = status;
-  Log(LogSeverity::kWarning, status.ToString());
+  ReportEnd(status.code());
+  const std::string message = status.ToString();
+  env_.log->Log({LogSeverity::kWarning, "collective_failed", message,
+                 label_.job, label_.epoch, label_.name,
+                 ranks.empty() ? absl::Span<const int>(group_)
+                               : absl::Span<const int>(ranks)});
   for (size_t i = 0; i < members_.size(); ++i) {
     Member& m = members_[i];
     if (m.attached && !m.finished) m.channel->Fail(status);
@@ -548,6 +570,27 @@ void Collective::FailLocked(const absl::Status& status) {
   blocks_.clear();
   for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
   timer_ids_.clear();
+}
+
+std::vector<int> Collective::AbsentRanks() const {
+  std::vector<int> absent;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (!members_[i].attached) absent.push_back(group_[i]);
+  }
+  return absent;
+}
+
+std::optional<CollectiveSnapshot> Collective::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  if (done_) return std::nullopt;
+  CollectiveSnapshot s;
+  s.name = label_.name;
+  s.kind = label_.kind;
+  s.group = group_;
+  s.missing_ranks = AbsentRanks();
+  s.age = absl::Now() - created_;
+  s.stalled = stalled_;
+  return s;
 }
 
 std::string Collective::MissingRanks() const {
@@ -582,19 +625,25 @@ std::string Collective::MissingRanks() const {
 void Collective::OnStallTimer() {
   absl::MutexLock lock(&mu_);
   if (done_) return;
-  Log(LogSeverity::kWarning,
-      absl::StrCat(description_, " stalled for ",
-                   absl::FormatDuration(absl::Now() - created_), ": ",
-                   MissingRanks(), "; it fails at the timeout of ",
-                   absl::FormatDuration(timeout_)));
+  stalled_ = true;
+  if (label_.kind.has_value()) env_.metrics->CollectiveStalled(*label_.kind);
+  const std::string message = absl::StrCat(
+      description_, " stalled for ", absl::FormatDuration(absl::Now() - created_),
+      ": ", MissingRanks(), "; it fails at the timeout of ",
+      absl::FormatDuration(timeout_));
+  const std::vector<int> absent = AbsentRanks();
+  env_.log->Log({LogSeverity::kWarning, "collective_stalled", message,
+                 label_.job, label_.epoch, label_.name, absent});
 }
 
 void Collective::OnDeadline() {
   absl::MutexLock lock(&mu_);
   if (done_) return;
   FailLocked(absl::DeadlineExceededError(
-      absl::StrCat(description_, " timed out after ",
-                   absl::FormatDuration(timeout_), ": ", MissingRanks())));
+                 absl::StrCat(description_, " timed out after ",
+                              absl::FormatDuration(timeout_), ": ",
+                              MissingRanks())),
+             AbsentRanks());
 }
 
 }  // namespace reducer

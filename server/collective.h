@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,9 @@
 #include "grpcpp/support/slice.h"
 #include "proto/reducer/v1/collective_codec.h"
 #include "server/block_pool.h"
+#include "server/log.h"
 #include "server/memory_budget.h"
+#include "server/metrics_sink.h"
 #include "server/server_options.h"
 #include "server/thread_pool.h"
 #include "server/timer_queue.h"
@@ -83,13 +86,34 @@ struct CollectiveEnv {
   TimerQueue* timers;
   MemoryBudget* memory;
   BlockPool* blocks;  // block_bytes() == options->chunk_bytes
+  MetricsSink* metrics;  // the null sink when metrics are off
+  const Logger* log;
+};
+
+// Who a collective is, for logs, metrics and status reports.
+struct CollectiveLabel {
+  std::string job;
+  uint64_t epoch = 0;
+  std::string name;  // `allreduce "step7"`, `allreduce #12`
+  // Unknown for a collective failed before a well-formed header named it.
+  std::optional<CollectiveKind> kind;
+};
+
+// A collective not yet done, as a status report shows it.
+struct CollectiveSnapshot {
+  std::string name;                   // as CollectiveLabel::name
+  std::optional<CollectiveKind> kind;
+  std::vector<int> group;             // global ranks taking part
+  std::vector<int> missing_ranks;     // in the group, not yet arrived
+  absl::Duration age;                 // since the first rank arrived
+  bool stalled = false;               // past its stall warning
 };
 
 class Collective : public std::enable_shared_from_this<Collective> {
  public:
   // `description` names it in messages: `allreduce "step7" in job j1`.
   // `group` holds the sorted global ranks taking part.
-  Collective(CollectiveEnv env, std::string description,
+  Collective(CollectiveEnv env, CollectiveLabel label, std::string description,
              std::vector<int> group, absl::Duration timeout);
   ~Collective();
   Collective(const Collective&) = delete;
@@ -143,6 +167,9 @@ class Collective : public std::enable_shared_from_this<Collective> {
   bool done() const;
   const std::string& description() const { return description_; }
 
+  // Its state now, for status reports; nullopt once done.
+  std::optional<CollectiveSnapshot> Snapshot() const;
+
  private:
   struct Member;
   struct Block;
@@ -154,7 +181,13 @@ class Collective : public std::enable_shared_from_this<Collective> {
   using BlockParts = std::vector<BlockPool::Block>;
 
   int IndexOf(int rank) const;
-  void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the collective for everyone; `ranks` are those the failure is
+  // about (for the log), default: the whole group.
+  void FailLocked(const absl::Status& status, std::vector<int> ranks = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reports the collective's end (done_ was just set) to the metrics.
+  void ReportEnd(absl::StatusCode outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<int> AbsentRanks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnAllAttached() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ComputeResult() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reduces a block whose every part has arrived: inline when small, else
@@ -183,6 +216,7 @@ class Collective : public std::enable_shared_from_this<Collective> {
 
   // Constant after construction.
   const CollectiveEnv env_;
+  const CollectiveLabel label_;
   const std::string description_;
   const std::vector<int> group_;
   const absl::Duration timeout_;
@@ -195,6 +229,7 @@ class Collective : public std::enable_shared_from_this<Collective> {
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
   bool all_headers_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool stalled_ ABSL_GUARDED_BY(mu_) = false;  // the stall warning fired
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   // The fingerprint later ranks are checked against, and who sent it.
   Fingerprint reference_ ABSL_GUARDED_BY(mu_);

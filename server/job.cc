@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "core/validate.h"
 #include "server/log.h"
 #include "proto/reducer/v1/wire_conversion.h"
@@ -48,7 +49,8 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     // order from the beginning, which the other ranks' sessions cannot
     // match: like a lost rank, it restarts the job in a new epoch.
     EndEpoch(absl::StrCat("rank ", rank,
-                          " connected again after closing its client"));
+                          " connected again after closing its client"),
+             rank, EpochEndReason::kRankRejoined);
   }
   if (ended_) {
     // The first Join after a loss starts the next epoch.
@@ -77,14 +79,15 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     v1::JoinEvent event;
     event.mutable_ready()->set_epoch(epoch_);
     for (auto& m : members_) m->session->SendEvent(event);
-    Log(LogSeverity::kInfo, absl::StrCat("job ", name_, " epoch ", epoch_,
-                                         ": all ", world_size_,
-                                         " ranks joined"));
+    const std::string message = absl::StrCat(
+        "job ", name_, " epoch ", epoch_, ": all ", world_size_, " ranks joined");
+    env_.log->Log({LogSeverity::kInfo, "job_ready", message, name_, epoch_});
   }
   return absl::OkStatus();
 }
 
-bool Job::Leave(const std::string& session_id, const std::string& why) {
+bool Job::Leave(const std::string& session_id, const std::string& why,
+                EpochEndReason reason) {
   absl::MutexLock lock(&mu_);
   auto it = open_sessions_.find(session_id);
   if (it == open_sessions_.end()) return open_sessions_.empty();
@@ -93,7 +96,8 @@ bool Job::Leave(const std::string& session_id, const std::string& why) {
   if (members_[rank].has_value() && members_[rank]->session_id == session_id) {
     members_[rank].reset();
     if (running_ && !ended_ && !departed_[rank]) {
-      EndEpoch(absl::StrCat("rank ", rank, "'s session was lost (", why, ")"));
+      EndEpoch(absl::StrCat("rank ", rank, "'s session was lost (", why, ")"),
+               rank, reason);
     }
   }
   return open_sessions_.empty();
@@ -109,8 +113,11 @@ void Job::Depart(const std::string& session_id) {
     return;
   }
   departed_[rank] = true;
-  Log(LogSeverity::kInfo, absl::StrCat("job ", name_, " epoch ", epoch_,
-                                       ": rank ", rank, " left"));
+  const std::string message =
+      absl::StrCat("job ", name_, " epoch ", epoch_, ": rank ", rank, " left");
+  const int ranks[] = {rank};
+  env_.log->Log(
+      {LogSeverity::kInfo, "rank_left", message, name_, epoch_, "", ranks});
   auto fail_if_waiting = [&](const std::shared_ptr<Collective>& c) {
     if (c->Includes(rank) && !c->HasFinished(rank)) {
       c->Fail(absl::FailedPreconditionError(absl::StrCat(
@@ -124,14 +131,23 @@ void Job::Depart(const std::string& session_id) {
   }
 }
 
-void Job::EndEpoch(const std::string& reason) {
+std::string Job::ShortName(const std::string& description) const {
+  return std::string(
+      absl::StripSuffix(description, absl::StrCat(" in job ", name_)));
+}
+
+void Job::EndEpoch(const std::string& reason, int lost_rank,
+                   EpochEndReason kind) {
   ended_ = true;
   running_ = false;
   end_reason_ = reason;
   const absl::Status status = absl::AbortedError(
       absl::StrCat("job ", name_, " epoch ", epoch_, " aborted: ", reason,
                    "; Connect again to go on"));
-  Log(LogSeverity::kWarning, status.message());
+  const int ranks[] = {lost_rank};
+  env_.log->Log({LogSeverity::kWarning, "epoch_aborted", status.message(),
+                 name_, epoch_, "", ranks});
+  env_.metrics->EpochAborted(kind);
   for (auto& [key, collective] : matching_) collective->Fail(status);
   matching_.clear();
   for (auto& weak : active_) {
@@ -164,6 +180,9 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
                      over_limit ? absl::StrCat(" (--max_tensor_bytes=",
                                                env_.options->max_tensor_bytes, ")")
                                 : ""));
+    if (over_limit) {
+      env_.metrics->RequestRefused(status.code(), RefusedLimit::kMaxTensorBytes);
+    }
     FailNamedCollective(header, status);
     return status;
   }
@@ -225,6 +244,8 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
     PruneFinished();
     const int limit = env_.options->max_pending_collectives_per_job;
     if (static_cast<int>(matching_.size()) >= limit) {
+      env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                   RefusedLimit::kMaxPendingCollectivesPerJob);
       return absl::ResourceExhaustedError(absl::StrCat(
           description, ": job ", name_, " already has ", matching_.size(),
           " collectives waiting for ranks (--max_pending_collectives_per_job=",
@@ -235,8 +256,9 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
         timeout > env_.options->max_collective_timeout) {
       timeout = env_.options->max_collective_timeout;
     }
-    collective =
-        std::make_shared<Collective>(env_, description, fp->group, timeout);
+    collective = std::make_shared<Collective>(
+        env_, CollectiveLabel{name_, epoch_, ShortName(description), fp->kind},
+        description, fp->group, timeout);
     collective->StartTimers();
     matching_[key] = collective;
     active_.push_back(collective);
@@ -287,7 +309,8 @@ void Job::FailNamedCollective(const v1::CollectiveHeader& header,
             ? absl::StrCat("collective #", header.sequence(), " in job ", name_)
             : absl::StrCat("collective \"", header.name(), "\" in job ", name_);
     collective = std::make_shared<Collective>(
-        env_, description, key_fp.group, env_.options->max_collective_timeout);
+        env_, CollectiveLabel{name_, epoch_, ShortName(description), std::nullopt},
+        description, key_fp.group, env_.options->max_collective_timeout);
     active_.push_back(collective);
   }
   // Peers waiting now get the error, and so do peers arriving later.
@@ -317,6 +340,26 @@ void Job::Shutdown(const absl::Status& status) {
   for (auto& m : members_) {
     if (m.has_value()) m->session->Fail(status);
   }
+}
+
+JobSnapshot Job::Snapshot() {
+  absl::MutexLock lock(&mu_);
+  JobSnapshot s;
+  s.name = name_;
+  s.world_size = world_size_;
+  s.epoch = epoch_;
+  s.state = ended_ ? "aborted" : running_ ? "running" : "joining";
+  s.end_reason = end_reason_;
+  for (int r = 0; r < world_size_; ++r) {
+    if (members_[r].has_value()) s.joined_ranks.push_back(r);
+  }
+  for (auto& weak : active_) {
+    std::shared_ptr<Collective> collective = weak.lock();
+    if (collective == nullptr) continue;
+    std::optional<CollectiveSnapshot> c = collective->Snapshot();
+    if (c.has_value()) s.pending.push_back(*std::move(c));
+  }
+  return s;
 }
 
 bool Job::HasActiveCollectives() {

@@ -30,6 +30,20 @@
 
 namespace reducer {
 
+// A job as a status report shows it.
+struct JobSnapshot {
+  std::string name;
+  int world_size = 0;
+  uint64_t epoch = 0;
+  // "running" (every rank joined this epoch), "joining" (waiting for ranks
+  // to join), or "aborted" (the epoch lost a rank; the next Join starts a
+  // new one).
+  std::string state;
+  std::string end_reason;         // why the epoch was aborted
+  std::vector<int> joined_ranks;  // ranks holding a session this epoch
+  std::vector<CollectiveSnapshot> pending;  // collectives not yet done
+};
+
 // How a Job talks to one session stream (SessionStream over gRPC).
 class SessionChannel {
  public:
@@ -54,7 +68,9 @@ class Job {
   // Removes a session whose stream ended (`why` says how). Returns true when
   // the job has no open session left and can be freed. Ends the epoch if the
   // session held a rank of the running epoch and had not departed.
-  bool Leave(const std::string& session_id, const std::string& why);
+  // `reason` classifies `why` for the metrics.
+  bool Leave(const std::string& session_id, const std::string& why,
+             EpochEndReason reason);
 
   // The session's client is closing on purpose: its rank departs without
   // ending the epoch. Collectives that include the rank and are not done
@@ -75,6 +91,9 @@ class Job {
   // True while some collective of the job has not finished.
   bool HasActiveCollectives();
 
+  // Its state now, for status reports and metrics.
+  JobSnapshot Snapshot();
+
   const std::string& name() const { return name_; }
 
  private:
@@ -83,7 +102,10 @@ class Job {
     std::shared_ptr<SessionChannel> session;
   };
 
-  void EndEpoch(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndEpoch(const std::string& reason, int lost_rank,
+                EpochEndReason kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `allreduce #3` for a collective `description` of this job names.
+  std::string ShortName(const std::string& description) const;
   // Fails, for every rank, the collective a malformed `header` names (so
   // that its well-formed peers do not wait for the timeout).
   void FailNamedCollective(const v1::CollectiveHeader& header,

@@ -1,5 +1,6 @@
 #include "server/job_registry.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,16 @@ constexpr absl::string_view kShuttingDown =
 
 absl::Status JobRegistry::Join(const v1::JoinRequest& request,
                                std::shared_ptr<SessionChannel> session) {
+  absl::Status joined = JoinOrRefuse(request, std::move(session));
+  // Refusals over a limit are counted where the limit is known.
+  if (!joined.ok() && joined.code() != absl::StatusCode::kResourceExhausted) {
+    env_.metrics->RequestRefused(joined.code(), RefusedLimit::kNone);
+  }
+  return joined;
+}
+
+absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
+                                       std::shared_ptr<SessionChannel> session) {
   if (request.job().empty()) {
     return absl::InvalidArgumentError("JoinRequest.job must not be empty");
   }
@@ -37,6 +48,8 @@ absl::Status JobRegistry::Join(const v1::JoinRequest& request,
   auto it = jobs_.find(request.job());
   if (it == jobs_.end()) {
     if (static_cast<int>(jobs_.size()) >= env_.options->max_jobs) {
+      env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                   RefusedLimit::kMaxJobs);
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot create job ", request.job(), ": reducerd already serves ",
           jobs_.size(), " jobs (--max_jobs=", env_.options->max_jobs, ")"));
@@ -50,18 +63,19 @@ absl::Status JobRegistry::Join(const v1::JoinRequest& request,
   std::shared_ptr<Job> job = it->second;
   absl::Status joined = job->Join(request.rank(), request.world_size(),
                                   request.session_id(), std::move(session));
-  if (!joined.ok() && job->Leave(request.session_id(), "join rejected")) {
+  if (!joined.ok() && job->Leave(request.session_id(), "join rejected",
+                                 EpochEndReason::kSessionEnded)) {
     jobs_.erase(request.job());  // a job created by a rejected Join
   }
   return joined;
 }
 
 void JobRegistry::Leave(const std::string& job, const std::string& session_id,
-                        const std::string& why) {
+                        const std::string& why, EpochEndReason reason) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return;
-  if (it->second->Leave(session_id, why)) jobs_.erase(it);
+  if (it->second->Leave(session_id, why, reason)) jobs_.erase(it);
 }
 
 void JobRegistry::Depart(const std::string& job,
@@ -103,6 +117,22 @@ bool JobRegistry::HasActiveCollectives() {
     if (job->HasActiveCollectives()) return true;
   }
   return false;
+}
+
+std::vector<JobSnapshot> JobRegistry::Snapshot() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [name, job] : jobs_) jobs.push_back(job);
+  }
+  std::vector<JobSnapshot> out;
+  out.reserve(jobs.size());
+  for (auto& job : jobs) out.push_back(job->Snapshot());
+  std::sort(out.begin(), out.end(),
+            [](const JobSnapshot& a, const JobSnapshot& b) {
+              return a.name < b.name;
+            });
+  return out;
 }
 
 void JobRegistry::ShutdownAll(const absl::Status& status) {

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -30,7 +31,7 @@ class JobRegistry {
 
   // A session stream ended; frees the job when it was the last session.
   void Leave(const std::string& job, const std::string& session_id,
-             const std::string& why);
+             const std::string& why, EpochEndReason reason);
 
   // The session's client is closing on purpose (see Job::Depart).
   void Depart(const std::string& job, const std::string& session_id);
@@ -46,8 +47,15 @@ class JobRegistry {
   // Fails every collective and session with `status`.
   void ShutdownAll(const absl::Status& status);
 
+  // Every job's state now, sorted by name (status reports, metrics).
+  std::vector<JobSnapshot> Snapshot();
+
 
  private:
+  // Join, without counting a refusal.
+  absl::Status JoinOrRefuse(const v1::JoinRequest& request,
+                            std::shared_ptr<SessionChannel> session);
+
   const CollectiveEnv env_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_

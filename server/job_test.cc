@@ -11,7 +11,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/block_pool.h"
+#include "server/log.h"
 #include "server/memory_budget.h"
+#include "server/metrics_sink.h"
 #include "server/server_options.h"
 #include "server/thread_pool.h"
 #include "server/timer_queue.h"
@@ -91,7 +93,7 @@ class JobTest : public ::testing::Test {
         blocks_(options_.chunk_bytes, 4),
         pool_(1),
         job_("j1", 2, CollectiveEnv{&options_, &pool_, &timers_, &memory_,
-                                    &blocks_}) {}
+                                    &blocks_, &metrics_, &log_}) {}
 
   // A Barrier contribution of `rank` in `epoch`, matched by `sequence`.
   static v1::CollectiveHeader Barrier(int rank, const std::string& session,
@@ -112,6 +114,8 @@ class JobTest : public ::testing::Test {
   BlockPool blocks_;
   TimerQueue timers_;
   ThreadPool pool_;
+  MetricsSink metrics_;  // counts nothing
+  Logger log_;
   Job job_;
 };
 
@@ -150,7 +154,7 @@ TEST_F(JobTest, LostSessionAbortsEpochAndNextJoinStartsAnother) {
 
   auto waiting = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 0), waiting).ok());
-  EXPECT_FALSE(job_.Leave("b", "connection lost"));
+  EXPECT_FALSE(job_.Leave("b", "connection lost", EpochEndReason::kSessionCancelled));
 
   EXPECT_EQ(waiting->failure().code(), absl::StatusCode::kAborted);
   EXPECT_THAT(waiting->failure().message(), HasSubstr("rank 1's session was lost"));
@@ -201,7 +205,7 @@ TEST_F(JobTest, RankRejoiningAfterLeavingStartsNewEpoch) {
   ASSERT_TRUE(job_.Join(0, 2, "a", s0).ok());
   ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
   job_.Depart("b");
-  EXPECT_FALSE(job_.Leave("b", "closed"));
+  EXPECT_FALSE(job_.Leave("b", "closed", EpochEndReason::kSessionEnded));
   // Leaving on purpose does not end the epoch.
   ASSERT_THAT(s0->events(), SizeIs(1));
 
@@ -230,8 +234,8 @@ TEST_F(JobTest, RankRejoiningAfterLeavingStartsNewEpoch) {
 TEST_F(JobTest, LastSessionLeavingFreesTheJob) {
   ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
   ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
-  EXPECT_FALSE(job_.Leave("a", "closed"));
-  EXPECT_TRUE(job_.Leave("b", "closed"));
+  EXPECT_FALSE(job_.Leave("a", "closed", EpochEndReason::kSessionEnded));
+  EXPECT_TRUE(job_.Leave("b", "closed", EpochEndReason::kSessionEnded));
 }
 
 }  // namespace

@@ -5,21 +5,100 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "absl/time/time.h"
 
 namespace reducer {
+namespace {
 
-void Log(LogSeverity severity, absl::string_view message) {
-  absl::string_view level = severity == LogSeverity::kInfo      ? "INFO"
-                            : severity == LogSeverity::kWarning ? "WARN"
-                                                                : "ERROR";
-  std::string line = absl::StrCat(
-      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()),
-      " ", level, " ", message, "\n");
+absl::string_view LevelName(LogSeverity severity) {
+  return severity == LogSeverity::kInfo      ? "INFO"
+         : severity == LogSeverity::kWarning ? "WARN"
+                                             : "ERROR";
+}
+
+// `s` as a JSON string literal. Bytes from 0x80 up pass through as they are
+// (job names are UTF-8 in practice); control characters are escaped.
+void AppendJsonString(std::string* out, absl::string_view s) {
+  out->push_back('"');
+  for (char c : s) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '"': out->append("\\\""); break;
+      case '\\': out->append("\\\\"); break;
+      case '\n': out->append("\\n"); break;
+      case '\r': out->append("\\r"); break;
+      case '\t': out->append("\\t"); break;
+      default:
+        if (u < 0x20 || u == 0x7f) {
+          static constexpr char kHex[] = "0123456789abcdef";
+          out->append("\\u00");
+          out->push_back(kHex[u >> 4]);
+          out->push_back(kHex[u & 0xf]);
+        } else {
+          out->push_back(c);
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+void AppendField(std::string* out, absl::string_view key,
+                 absl::string_view value) {
+  out->push_back(',');
+  AppendJsonString(out, key);
+  out->push_back(':');
+  AppendJsonString(out, value);
+}
+
+void WriteLine(const std::string& line) {
   // A single write keeps lines from different threads whole.
   ssize_t unused = write(STDERR_FILENO, line.data(), line.size());
   (void)unused;
+}
+
+}  // namespace
+
+absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view name) {
+  if (name == "text") return LogFormat::kText;
+  if (name == "json") return LogFormat::kJson;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--log_format must be text or json, got '", name, "'"));
+}
+
+std::string Logger::FormatLine(const LogEvent& event, absl::Time time) const {
+  const std::string when =
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", time, absl::UTCTimeZone());
+  if (format_ == LogFormat::kText) {
+    return absl::StrCat(when, " ", LevelName(event.severity), " ",
+                        event.message, "\n");
+  }
+  std::string out = "{\"time\":";
+  AppendJsonString(&out, when);
+  AppendField(&out, "level", LevelName(event.severity));
+  AppendField(&out, "event", event.event.empty() ? "message" : event.event);
+  AppendField(&out, "message", event.message);
+  if (!event.job.empty()) AppendField(&out, "job", event.job);
+  if (event.epoch.has_value()) absl::StrAppend(&out, ",\"epoch\":", *event.epoch);
+  if (!event.collective.empty()) {
+    AppendField(&out, "collective", event.collective);
+  }
+  if (!event.ranks.empty()) {
+    absl::StrAppend(&out, ",\"ranks\":[", absl::StrJoin(event.ranks, ","), "]");
+  }
+  out.append("}\n");
+  return out;
+}
+
+void Logger::Log(const LogEvent& event) const {
+  WriteLine(FormatLine(event, absl::Now()));
+}
+
+void Log(LogSeverity severity, absl::string_view message) {
+  LogEvent event;
+  event.severity = severity;
+  event.message = message;
+  Logger().Log(event);
 }
 
 }  // namespace reducer

@@ -1,15 +1,68 @@
-// Minimal server logging to stderr, one line per call, with a UTC timestamp
-// and a severity: "2026-11-30T08:00:00.123Z WARN allreduce #5 in job j1 ...".
-// Thread-safe (one write(2) per line).
+// Server logging to stderr, one line per event.
+//
+// Text (the default) is "TIME LEVEL MESSAGE", with a UTC timestamp:
+//   2026-11-30T08:00:00.123Z WARN allreduce #5 in job j1 timed out ...
+// JSON (--log_format=json) is one object per line with the same time, level
+// and message, plus the event's name and what it is about:
+//   {"time":"2026-11-30T08:00:00.123Z","level":"WARN",
+//    "event":"collective_failed","message":"...","job":"j1","epoch":1,
+//    "collective":"allreduce #5","ranks":[1]}
+// Fields that do not apply to an event (no job, no epoch) are left out.
+//
+//   Logger log(LogFormat::kJson);
+//   log.Log({LogSeverity::kWarning, "epoch_aborted", message, job, epoch});
+//
+// Thread-safe (one write(2) per line keeps lines whole).
 #ifndef REDUCER_SERVER_LOG_H_
 #define REDUCER_SERVER_LOG_H_
 
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace reducer {
 
 enum class LogSeverity { kInfo, kWarning, kError };
 
+enum class LogFormat { kText, kJson };
+
+// "text" or "json"; INVALID_ARGUMENT naming the flag for anything else.
+absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view name);
+
+// One event. The views must stay valid for the Log call only.
+struct LogEvent {
+  LogSeverity severity = LogSeverity::kInfo;
+  // A stable, machine-readable name: "job_ready", "collective_failed", ...
+  absl::string_view event;
+  // The human-readable line, exactly as the text format prints it.
+  absl::string_view message;
+  absl::string_view job;                   // empty: not about a job
+  std::optional<uint64_t> epoch;           // the job's epoch, when known
+  absl::string_view collective;            // e.g. `allreduce "step7"`
+  absl::Span<const int> ranks;             // the ranks the event names
+};
+
+class Logger {
+ public:
+  explicit Logger(LogFormat format = LogFormat::kText) : format_(format) {}
+
+  void Log(const LogEvent& event) const;
+
+  // The line (with its newline) that Log writes for `event` at `time`.
+  std::string FormatLine(const LogEvent& event, absl::Time time) const;
+
+  LogFormat format() const { return format_; }
+
+ private:
+  const LogFormat format_;
+};
+
+// A text-format line with no event fields, for code that has no Logger.
 void Log(LogSeverity severity, absl::string_view message);
 
 }  // namespace reducer

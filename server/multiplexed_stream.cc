@@ -67,10 +67,11 @@ MultiplexedStream::MultiplexedStream(grpc::CallbackServerContext* context,
 
 MultiplexedStream* MultiplexedStream::Create(
     grpc::CallbackServerContext* context, std::function<void()> on_done,
-    RankStream::AttachFn attach) {
+    RankStream::AttachFn attach, CallMetrics metrics) {
   auto stream = std::make_shared<MultiplexedStream>(
       context, std::move(on_done), std::move(attach));
   MultiplexedStream* raw = stream.get();
+  raw->metrics_ = metrics;
   {
     absl::MutexLock lock(&raw->mu_);
     raw->self_ = std::move(stream);
@@ -89,6 +90,7 @@ void MultiplexedStream::OnReadDone(bool ok) {
     MaybeFinishLocked();
     return;
   }
+  metrics_.Received();
   HandleMessage();
   absl::MutexLock lock(&mu_);
   if (!finished_) StartRead(&incoming_);
@@ -190,6 +192,7 @@ void MultiplexedStream::EndCall(uint64_t call_id, const absl::Status& status) {
 
 void MultiplexedStream::WriteFrontLocked() {
   write_in_flight_ = true;
+  metrics_.Sent();
   StartWrite(&outgoing_.front().message);
 }
 
@@ -234,14 +237,19 @@ void MultiplexedStream::MaybeFinishLocked() {
     if (!call.ended) return;
   }
   finished_ = true;
-  Finish(grpc::Status::OK);
+  FinishCounted(grpc::Status::OK);
 }
 
 void MultiplexedStream::FinishLocked(const absl::Status& status) {
   if (finished_) return;
   finished_ = true;
   DropUnwritten(outgoing_, write_in_flight_);
-  Finish(ToGrpcStatus(status));
+  FinishCounted(ToGrpcStatus(status));
+}
+
+void MultiplexedStream::FinishCounted(const grpc::Status& status) {
+  metrics_.Handled(status.error_code());
+  Finish(status);
 }
 
 void MultiplexedStream::CancelLiveCalls() {

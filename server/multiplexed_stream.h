@@ -36,6 +36,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/collective.h"
+#include "server/grpc_server_metrics.h"
 #include "server/rank_stream.h"
 
 namespace reducer {
@@ -45,10 +46,11 @@ class MultiplexedStream final
       public std::enable_shared_from_this<MultiplexedStream> {
  public:
   // Starts reading. The returned pointer is what the service hands to gRPC.
-  // `on_done` runs once the stream is over.
+  // `on_done` runs once the stream is over; `metrics` counts its messages.
   static MultiplexedStream* Create(grpc::CallbackServerContext* context,
                                    std::function<void()> on_done,
-                                   RankStream::AttachFn attach);
+                                   RankStream::AttachFn attach,
+                                   CallMetrics metrics);
 
   // grpc::ServerBidiReactor.
   void OnReadDone(bool ok) override;
@@ -89,6 +91,9 @@ class MultiplexedStream final
   void WriteFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finish(status), counted.
+  void FinishCounted(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every live call counts as cancelled; called once the stream is broken.
   void CancelLiveCalls();
 
@@ -96,6 +101,7 @@ class MultiplexedStream final
   grpc::CallbackServerContext* const context_;  // owned by gRPC
   const std::function<void()> on_done_;
   const RankStream::AttachFn attach_;
+  CallMetrics metrics_;  // set once, in Create, before the call starts
 
   // Only touched by the reading side: one read is outstanding at a time.
   grpc::ByteBuffer incoming_;

@@ -13,9 +13,11 @@ RankStream::RankStream(std::function<void()> on_done, AttachFn attach)
     : on_done_(std::move(on_done)), attach_(std::move(attach)) {}
 
 RankStream* RankStream::CreateFailed(const absl::Status& status,
-                                     std::function<void()> on_done) {
+                                     std::function<void()> on_done,
+                                     CallMetrics metrics) {
   auto stream = std::make_shared<RankStream>(std::move(on_done), nullptr);
   RankStream* raw = stream.get();
+  raw->metrics_ = metrics;
   absl::MutexLock lock(&raw->mu_);
   raw->self_ = std::move(stream);
   raw->FinishLocked(status);
@@ -23,11 +25,13 @@ RankStream* RankStream::CreateFailed(const absl::Status& status,
 }
 
 RankStream* RankStream::Create(grpc::CallbackServerContext* context,
-                               std::function<void()> on_done, AttachFn attach) {
+                               std::function<void()> on_done, AttachFn attach,
+                               CallMetrics metrics) {
   auto stream =
       std::make_shared<RankStream>(std::move(on_done), std::move(attach));
   RankStream* raw = stream.get();
   raw->context_ = context;
+  raw->metrics_ = metrics;
   {
     absl::MutexLock lock(&raw->mu_);
     raw->self_ = std::move(stream);
@@ -51,6 +55,7 @@ void RankStream::OnReadDone(bool ok) {
     }
     return;
   }
+  metrics_.Received();
   HandleMessage();
 }
 
@@ -115,11 +120,19 @@ void RankStream::WriteFrontLocked() {
   write_in_flight_ = true;
   if (last_queued_ && outgoing_.size() == 1) {
     finished_ = true;
+    metrics_.Sent();
+    metrics_.Handled(grpc::StatusCode::OK);
     StartWriteAndFinish(&outgoing_.front(), grpc::WriteOptions(),
                         grpc::Status::OK);
   } else {
+    metrics_.Sent();
     StartWrite(&outgoing_.front());
   }
+}
+
+void RankStream::FinishCounted(const grpc::Status& status) {
+  metrics_.Handled(status.error_code());
+  Finish(status);
 }
 
 void RankStream::OnWriteDone(bool ok) {
@@ -136,7 +149,7 @@ void RankStream::OnWriteDone(bool ok) {
       WriteFrontLocked();
     } else if (finish_when_sent_ && !finished_ && outgoing_.empty()) {
       finished_ = true;
-      Finish(grpc::Status::OK);
+      FinishCounted(grpc::Status::OK);
     }
     collective = collective_;
   }
@@ -151,7 +164,7 @@ void RankStream::FinishWhenSent() {
     return;
   }
   finished_ = true;
-  Finish(grpc::Status::OK);
+  FinishCounted(grpc::Status::OK);
 }
 
 void RankStream::Fail(const absl::Status& status) {
@@ -163,7 +176,7 @@ void RankStream::FinishLocked(const absl::Status& status) {
   if (finished_) return;
   finished_ = true;
   DropUnwritten(outgoing_, write_in_flight_);
-  Finish(ToGrpcStatus(status));
+  FinishCounted(ToGrpcStatus(status));
 }
 
 void RankStream::OnCancel() {

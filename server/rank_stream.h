@@ -22,6 +22,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/collective.h"
+#include "server/grpc_server_metrics.h"
 
 namespace reducer {
 
@@ -37,12 +38,14 @@ class RankStream final
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream)>;
 
   // Starts reading. The returned pointer is what the service hands to gRPC.
-  // `on_done` runs once the call is over.
+  // `on_done` runs once the call is over; `metrics` counts its messages.
   static RankStream* Create(grpc::CallbackServerContext* context,
-                            std::function<void()> on_done, AttachFn attach);
+                            std::function<void()> on_done, AttachFn attach,
+                            CallMetrics metrics);
   // A stream that ends at once with `status`.
   static RankStream* CreateFailed(const absl::Status& status,
-                                  std::function<void()> on_done);
+                                  std::function<void()> on_done,
+                                  CallMetrics metrics);
 
   // RankChannel, called by the Collective.
   void Send(grpc::ByteBuffer message, bool last) override;
@@ -64,11 +67,15 @@ class RankStream final
   // Starts writing outgoing_.front(), ending the stream with it if it is
   // the last message.
   void WriteFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finish(status), counted.
+  void FinishCounted(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   grpc::CallbackServerContext* context_ = nullptr;  // owned by gRPC; set once
   const std::function<void()> on_done_;
   const AttachFn attach_;
+  CallMetrics metrics_;  // set once, in Create, before the call starts
 
   // Only touched by the reading side: one read is outstanding at a time.
   grpc::ByteBuffer incoming_;

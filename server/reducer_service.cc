@@ -10,17 +10,42 @@
 #include "server/session_stream.h"
 
 namespace reducer {
+namespace {
+
+const GrpcServerMetrics::MethodMetrics* MethodOf(
+    const GrpcServerMetrics* metrics, absl::string_view method) {
+  if (metrics == nullptr) return nullptr;
+  return metrics->Find(absl::StrCat("/", v1::Reducer::service_full_name(), "/",
+                                    method));
+}
+
+}  // namespace
+
+ReducerService::ReducerService(JobRegistry* registry, int max_concurrent_calls,
+                               MetricsSink* metrics,
+                               const GrpcServerMetrics* grpc_metrics)
+    : registry_(registry),
+      max_concurrent_calls_(max_concurrent_calls),
+      metrics_(metrics),
+      join_metrics_(MethodOf(grpc_metrics, "Join")),
+      leave_metrics_(MethodOf(grpc_metrics, "Leave")),
+      collective_metrics_(MethodOf(grpc_metrics, "Collective")),
+      collectives_metrics_(MethodOf(grpc_metrics, "Collectives")) {}
 
 grpc::ServerWriteReactor<v1::JoinEvent>* ReducerService::Join(
     grpc::CallbackServerContext* /*context*/, const v1::JoinRequest* request) {
-  return SessionStream::Create(registry_, *request);
+  return SessionStream::Create(registry_, *request, CallMetrics(join_metrics_));
 }
 
 grpc::ServerUnaryReactor* ReducerService::Leave(
     grpc::CallbackServerContext* context, const v1::LeaveRequest* request,
     v1::LeaveResponse* /*response*/) {
+  const CallMetrics metrics(leave_metrics_);
+  metrics.Received();
   registry_->Depart(request->job(), request->session_id());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  metrics.Sent();
+  metrics.Handled(grpc::StatusCode::OK);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -28,6 +53,8 @@ grpc::ServerUnaryReactor* ReducerService::Leave(
 absl::Status ReducerService::Admit() {
   const int in_flight = active_calls_.fetch_add(1) + 1;
   if (in_flight <= max_concurrent_calls_) return absl::OkStatus();
+  metrics_->RequestRefused(absl::StatusCode::kResourceExhausted,
+                           RefusedLimit::kMaxConcurrentCalls);
   return absl::ResourceExhaustedError(absl::StrCat(
       "reducerd already serves ", in_flight - 1,
       " collective calls (--max_concurrent_calls=", max_concurrent_calls_,
@@ -37,34 +64,44 @@ absl::Status ReducerService::Admit() {
 absl::StatusOr<std::shared_ptr<reducer::Collective>> ReducerService::Attach(
     const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Find(header.job());
-  if (!job.ok()) return job.status();
-  return (*job)->Attach(header, std::move(stream));
+  absl::StatusOr<std::shared_ptr<reducer::Collective>> attached =
+      job.ok() ? (*job)->Attach(header, std::move(stream)) : job.status();
+  // Refusals over a limit are counted where the limit is known.
+  if (!attached.ok() &&
+      attached.status().code() != absl::StatusCode::kResourceExhausted) {
+    metrics_->RequestRefused(attached.status().code(), RefusedLimit::kNone);
+  }
+  return attached;
 }
 
 template <typename Stream>
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-ReducerService::StartStream(grpc::CallbackServerContext* context) {
+ReducerService::StartStream(
+    grpc::CallbackServerContext* context,
+    const GrpcServerMetrics::MethodMetrics* method_metrics) {
+  const CallMetrics metrics(method_metrics);
   std::atomic<int>* active = &active_calls_;
   auto on_done = [active] { active->fetch_sub(1); };
   absl::Status admitted = Admit();
   if (!admitted.ok()) {
-    return RankStream::CreateFailed(admitted, std::move(on_done));
+    return RankStream::CreateFailed(admitted, std::move(on_done), metrics);
   }
   return Stream::Create(context, std::move(on_done),
                         [this](const v1::CollectiveHeader& header,
                                std::shared_ptr<RankChannel> stream) {
                           return Attach(header, std::move(stream));
-                        });
+                        },
+                        metrics);
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 ReducerService::Collective(grpc::CallbackServerContext* context) {
-  return StartStream<RankStream>(context);
+  return StartStream<RankStream>(context, collective_metrics_);
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 ReducerService::Collectives(grpc::CallbackServerContext* context) {
-  return StartStream<MultiplexedStream>(context);
+  return StartStream<MultiplexedStream>(context, collectives_metrics_);
 }
 
 }  // namespace reducer

@@ -13,7 +13,9 @@
 #include "absl/status/statusor.h"
 #include "proto/reducer/v1/reducer.grpc.pb.h"
 #include "server/collective.h"
+#include "server/grpc_server_metrics.h"
 #include "server/job_registry.h"
+#include "server/metrics_sink.h"
 
 namespace reducer {
 
@@ -26,8 +28,10 @@ class ReducerService final
  public:
   // At most `max_concurrent_calls` Collective and Collectives streams are
   // served at once; more are answered RESOURCE_EXHAUSTED.
-  ReducerService(JobRegistry* registry, int max_concurrent_calls)
-      : registry_(registry), max_concurrent_calls_(max_concurrent_calls) {}
+  // `metrics` counts the calls refused; `grpc_metrics` (null: metrics off)
+  // this service's calls, which its reactors count themselves.
+  ReducerService(JobRegistry* registry, int max_concurrent_calls,
+                 MetricsSink* metrics, const GrpcServerMetrics* grpc_metrics);
 
   grpc::ServerWriteReactor<v1::JoinEvent>* Join(
       grpc::CallbackServerContext* context,
@@ -50,13 +54,20 @@ class ReducerService final
   // on it, or refuses it with RESOURCE_EXHAUSTED.
   template <typename Stream>
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStream(
-      grpc::CallbackServerContext* context);
+      grpc::CallbackServerContext* context,
+      const GrpcServerMetrics::MethodMetrics* method_metrics);
   // Finds the header's job and attaches `stream` to its collective.
   absl::StatusOr<std::shared_ptr<reducer::Collective>> Attach(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
 
   JobRegistry* const registry_;  // not owned
   const int max_concurrent_calls_;
+  MetricsSink* const metrics_;  // not owned
+  // Each method's gRPC series; null when metrics are off. Not owned.
+  const GrpcServerMetrics::MethodMetrics* const join_metrics_;
+  const GrpcServerMetrics::MethodMetrics* const leave_metrics_;
+  const GrpcServerMetrics::MethodMetrics* const collective_metrics_;
+  const GrpcServerMetrics::MethodMetrics* const collectives_metrics_;
   // Collective and Collectives streams not yet done. Atomic rather than under a lock: it is
   // touched once at the start and once at the end of every call, alone.
   std::atomic<int> active_calls_{0};

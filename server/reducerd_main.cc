@@ -43,6 +43,12 @@ ABSL_FLAG(absl::Duration, keepalive_time, absl::Seconds(1),
           "ping idle connections this often to find vanished peers");
 ABSL_FLAG(absl::Duration, keepalive_timeout, absl::Seconds(2),
           "drop a connection whose ping is unanswered this long");
+// Observability.
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port serving Prometheus metrics at /metrics (port 0: any "
+          "free port); empty: no metrics");
+ABSL_FLAG(std::string, log_format, "text",
+          "stderr log lines: text, or json (one object per line)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -74,6 +80,14 @@ int main(int argc, char** argv) {
   options.reduction_threads = absl::GetFlag(FLAGS_reduction_threads);
   options.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
   options.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  absl::StatusOr<reducer::LogFormat> log_format =
+      reducer::ParseLogFormat(absl::GetFlag(FLAGS_log_format));
+  if (!log_format.ok()) {
+    std::fprintf(stderr, "reducerd: %s\n", log_format.status().ToString().c_str());
+    return 1;
+  }
+  options.log_format = *log_format;
 
   // Block the stop signals in every thread (threads inherit the mask), so
   // that only sigwait below receives them.
@@ -89,6 +103,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "reducerd: %s\n", server.status().ToString().c_str());
     return 1;
   }
+  if (!(*server)->metrics_address().empty()) {
+    std::printf("reducerd metrics on http://%s/metrics\n",
+                (*server)->metrics_address().c_str());
+  }
   std::printf("reducerd listening on %s\n", (*server)->address().c_str());
   std::fflush(stdout);
 
@@ -100,14 +118,19 @@ int main(int argc, char** argv) {
       reducer::SystemdNotifier::Create(notify_socket != nullptr ? notify_socket : "");
   auto notify = [&notifier](const std::string& state) {
     absl::Status sent = notifier.ok() ? notifier->Notify(state) : notifier.status();
-    if (!sent.ok()) reducer::Log(reducer::LogSeverity::kWarning, sent.ToString());
+    if (!sent.ok()) {
+      (*server)->logger().Log(
+          {reducer::LogSeverity::kWarning, "notify_failed", sent.ToString()});
+    }
   };
   notify(absl::StrCat("READY=1\nSTATUS=serving on ", (*server)->address()));
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
-  reducer::Log(reducer::LogSeverity::kInfo,
-               absl::StrCat("received signal ", signal_number, "; draining"));
+  const std::string message =
+      absl::StrCat("received signal ", signal_number, "; draining");
+  (*server)->logger().Log(
+      {reducer::LogSeverity::kInfo, "draining", message});
   notify("STOPPING=1\nSTATUS=draining");
   (*server)->Shutdown();
   server->reset();

@@ -1,11 +1,15 @@
 #include "server/server.h"
 
+#include <exception>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/log.h"
+#include "server/version.h"
 
 namespace reducer {
 namespace {
@@ -14,16 +18,91 @@ namespace {
 // header lists every tensor's dtype and shape).
 constexpr int kMessageHeadroomBytes = 1 << 20;
 
+// Every method reducerd serves, for the gRPC server metrics. gRPC's own
+// health service has no protobuf descriptor linked in, so it is listed by
+// hand.
+std::vector<GrpcMethod> ServedMethods() {
+  std::vector<GrpcMethod> methods = MethodsOfServices(
+      {"reducer.v1.Reducer", "reducer.v1.Admin",
+       "grpc.reflection.v1alpha.ServerReflection"});
+  methods.push_back({"grpc.health.v1.Health", "Check", false, false});
+  methods.push_back({"grpc.health.v1.Health", "Watch", false, true});
+  return methods;
+}
+
 }  // namespace
 
 Server::Server(ServerOptions options)
     : options_(std::move(options)),
+      log_(options_.log_format),
+      prometheus_(options_.metrics_listen.empty()
+                      ? nullptr
+                      : std::make_unique<PrometheusMetrics>(kReducerVersion)),
+      metrics_(prometheus_ != nullptr ? prometheus_.get() : &null_metrics_),
       memory_(options_.memory_budget_bytes),
       blocks_(options_.chunk_bytes, options_.idle_blocks),
       reduction_pool_(options_.reduction_threads),
       registry_(CollectiveEnv{&options_, &reduction_pool_, &timers_, &memory_,
-                              &blocks_}),
-      service_(&registry_, options_.max_concurrent_calls) {}
+                              &blocks_, metrics_, &log_}),
+      grpc_metrics_(prometheus_ == nullptr
+                        ? nullptr
+                        : std::make_unique<GrpcServerMetrics>(
+                              &prometheus_->registry(), ServedMethods())),
+      service_(&registry_, options_.max_concurrent_calls, metrics_,
+               grpc_metrics_.get()),
+      admin_(&registry_, &memory_, kReducerVersion, &serving_) {}
+
+void Server::RegisterServices(grpc::ServerBuilder& builder) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  builder.RegisterService(&service_);
+  builder.RegisterService(&admin_);
+  if (grpc_metrics_ != nullptr) {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    // The Reducer service's reactors count their own calls (see
+    // server/grpc_server_metrics.h for why).
+    interceptors.push_back(grpc_metrics_->MakeInterceptorFactory(
+        {v1::Reducer::service_full_name()}));
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
+}
+
+ServerState Server::State() {
+  ServerState s;
+  for (const JobSnapshot& job : registry_.Snapshot()) {
+    ++s.jobs;
+    s.ranks_connected += static_cast<int64_t>(job.joined_ranks.size());
+    s.collectives_pending += static_cast<int64_t>(job.pending.size());
+    for (const CollectiveSnapshot& c : job.pending) s.collectives_stalled += c.stalled;
+  }
+  s.memory_reserved_bytes = memory_.used();
+  s.memory_budget_bytes = memory_.limit();
+  return s;
+}
+
+absl::Status Server::StartMetricsEndpoint() {
+  const std::string& listen = options_.metrics_listen;
+  try {
+    // civetweb reports a port it cannot bind by throwing; nothing else here
+    // throws.
+    exposer_ = std::make_unique<prometheus::Exposer>(listen, /*num_threads=*/1);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve metrics on --metrics_listen=", listen, ": ", e.what()));
+  }
+  scrape_target_ = prometheus_->MakeScrapeTarget([this] { return State(); });
+  exposer_->RegisterCollectable(scrape_target_);
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  if (ports.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on --metrics_listen=", listen));
+  }
+  metrics_address_ =
+      absl::StrCat(listen.substr(0, listen.rfind(':')), ":", ports[0]);
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   if (options.chunk_bytes == 0 || options.chunk_bytes % 8 != 0) {
@@ -33,11 +112,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   }
   std::unique_ptr<Server> server(new Server(std::move(options)));
   const ServerOptions& o = server->options_;
-  grpc::EnableDefaultHealthCheckService(true);
+  if (server->prometheus_ != nullptr) {
+    absl::Status metrics = server->StartMetricsEndpoint();
+    if (!metrics.ok()) return metrics;
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(o.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&server->service_);
+  server->RegisterServices(builder);
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(o.chunk_bytes) + kMessageHeadroomBytes);
   builder.SetMaxSendMessageSize(
@@ -75,6 +157,8 @@ void Server::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
+  serving_.store(false, std::memory_order_relaxed);
+  if (grpc_server_ == nullptr) return;  // Start failed before serving
   grpc::HealthCheckServiceInterface* health =
       grpc_server_->GetHealthCheckService();
   if (health != nullptr) health->SetServingStatus(false);
@@ -84,14 +168,16 @@ void Server::Shutdown() {
     absl::SleepFor(absl::Milliseconds(20));
   }
   if (registry_.HasActiveCollectives()) {
-    Log(LogSeverity::kWarning,
-        "drain budget spent; failing the collectives still in flight");
+    log_.Log({LogSeverity::kWarning, "drain_budget_spent",
+              "drain budget spent; failing the collectives still in flight"});
   }
   registry_.ShutdownAll(absl::UnavailableError(
       "reducerd is shutting down; Connect again once it is back"));
   grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
 }
 
-void Server::Wait() { grpc_server_->Wait(); }
+void Server::Wait() {
+  if (grpc_server_ != nullptr) grpc_server_->Wait();
+}
 
 }  // namespace reducer

@@ -10,14 +10,21 @@
 #ifndef REDUCER_SERVER_SERVER_H_
 #define REDUCER_SERVER_SERVER_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "prometheus/exposer.h"
+#include "server/admin_service.h"
 #include "server/block_pool.h"
+#include "server/grpc_server_metrics.h"
 #include "server/job_registry.h"
+#include "server/log.h"
 #include "server/memory_budget.h"
+#include "server/metrics_sink.h"
+#include "server/prometheus_metrics.h"
 #include "server/reducer_service.h"
 #include "server/server_options.h"
 #include "server/thread_pool.h"
@@ -27,13 +34,17 @@ namespace reducer {
 
 class Server {
  public:
-  // Binds options.listen and starts serving. UNAVAILABLE when the address
-  // cannot be bound.
+  // Binds options.listen (and options.metrics_listen when set) and starts
+  // serving. UNAVAILABLE when an address cannot be bound.
   static absl::StatusOr<std::unique_ptr<Server>> Start(ServerOptions options);
   ~Server();
 
   // The address actually bound (the port resolved if 0 was asked for).
   const std::string& address() const { return address_; }
+  // Where /metrics is served ("127.0.0.1:9464"); empty when metrics are off.
+  const std::string& metrics_address() const { return metrics_address_; }
+  // The server's logger (options.log_format).
+  const Logger& logger() const { return log_; }
 
   // Health goes NOT_SERVING and new calls get UNAVAILABLE; collectives in
   // flight get up to options.drain_budget to finish; the rest fail with
@@ -46,17 +57,40 @@ class Server {
  private:
   explicit Server(ServerOptions options);
 
+  // Every service reducerd serves, registered here and only here, so that
+  // each gets the same port and credentials.
+  void RegisterServices(grpc::ServerBuilder& builder);
+  // The gauges' values now (read at each scrape).
+  ServerState State();
+  // Starts the /metrics endpoint on options_.metrics_listen.
+  absl::Status StartMetricsEndpoint();
+
   // Constant after construction; members are declared in the order they
   // must be built (and destroyed in reverse).
   const ServerOptions options_;
+  const Logger log_;
+  // Null when metrics are off; then metrics_ is the null sink.
+  const std::unique_ptr<PrometheusMetrics> prometheus_;
+  MetricsSink null_metrics_;
+  MetricsSink* const metrics_;
   MemoryBudget memory_;
   BlockPool blocks_;  // outlives the gRPC server, which may hold its slices
   TimerQueue timers_;
   ThreadPool reduction_pool_;
   JobRegistry registry_;
+  // Null when metrics are off; outlives the gRPC server and its reactors.
+  const std::unique_ptr<GrpcServerMetrics> grpc_metrics_;
   ReducerService service_;
+  // False once Shutdown began. Atomic: read by Admin calls without mu_.
+  std::atomic<bool> serving_{true};
+  AdminService admin_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::string address_;
+  // What the exposer serves (it holds only a weak reference).
+  std::shared_ptr<prometheus::Collectable> scrape_target_;
+  // Destroyed first: its scrapes read the members above.
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string metrics_address_;
 
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "server/log.h"
 
 namespace reducer {
 
@@ -43,6 +44,10 @@ struct ServerOptions {
   // about keepalive_time + keepalive_timeout.
   absl::Duration keepalive_time = absl::Seconds(1);
   absl::Duration keepalive_timeout = absl::Seconds(2);
+  // host:port serving Prometheus metrics at /metrics (port 0: any free
+  // port); empty: no metrics, and every metric call is a no-op.
+  std::string metrics_listen;
+  LogFormat log_format = LogFormat::kText;
 };
 
 }  // namespace reducer

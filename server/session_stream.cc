@@ -11,9 +11,12 @@ SessionStream::SessionStream(JobRegistry* registry, v1::JoinRequest request)
     : registry_(registry), request_(std::move(request)) {}
 
 SessionStream* SessionStream::Create(JobRegistry* registry,
-                                     const v1::JoinRequest& request) {
+                                     const v1::JoinRequest& request,
+                                     CallMetrics metrics) {
   auto stream = std::make_shared<SessionStream>(registry, request);
   SessionStream* raw = stream.get();
+  raw->metrics_ = metrics;
+  raw->metrics_.Received();
   {
     absl::MutexLock lock(&raw->mu_);
     raw->self_ = stream;
@@ -25,7 +28,7 @@ SessionStream* SessionStream::Create(JobRegistry* registry,
   absl::MutexLock lock(&raw->mu_);
   if (!joined.ok() && !raw->finished_) {
     raw->finished_ = true;
-    raw->Finish(ToGrpcStatus(joined));
+    raw->FinishCounted(ToGrpcStatus(joined));
   }
   return raw;
 }
@@ -36,6 +39,7 @@ void SessionStream::SendEvent(const v1::JoinEvent& event) {
   outgoing_.push_back(event);
   if (!write_in_flight_) {
     write_in_flight_ = true;
+    metrics_.Sent();
     StartWrite(&outgoing_.front());
   }
 }
@@ -47,6 +51,7 @@ void SessionStream::OnWriteDone(bool ok) {
   if (!ok || finished_) return;  // OnCancel follows a failed write
   if (!outgoing_.empty()) {
     write_in_flight_ = true;
+    metrics_.Sent();
     StartWrite(&outgoing_.front());
   }
 }
@@ -55,28 +60,34 @@ void SessionStream::Fail(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   if (finished_) return;
   finished_ = true;
-  Finish(ToGrpcStatus(status));
+  FinishCounted(ToGrpcStatus(status));
 }
 
-void SessionStream::LeaveJob(const std::string& why) {
+void SessionStream::FinishCounted(const grpc::Status& status) {
+  metrics_.Handled(status.error_code());
+  Finish(status);
+}
+
+void SessionStream::LeaveJob(const std::string& why, EpochEndReason reason) {
   {
     absl::MutexLock lock(&mu_);
     if (!joined_ || left_) return;
     left_ = true;
   }
-  registry_->Leave(request_.job(), request_.session_id(), why);
+  registry_->Leave(request_.job(), request_.session_id(), why, reason);
 }
 
 void SessionStream::OnCancel() {
   LeaveJob(
       "its session stream was closed: the process exited, was killed, or "
-      "lost its connection");
+      "lost its connection",
+      EpochEndReason::kSessionCancelled);
   Fail(absl::CancelledError("session cancelled"));
 }
 
 void SessionStream::OnDone() {
   // A stream the server finished (shutdown) also leaves its job.
-  LeaveJob("its session ended");
+  LeaveJob("its session ended", EpochEndReason::kSessionEnded);
   std::shared_ptr<SessionStream> self;
   absl::MutexLock lock(&mu_);
   self = std::move(self_);

@@ -17,6 +17,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/job.h"
+#include "server/grpc_server_metrics.h"
 #include "server/job_registry.h"
 
 namespace reducer {
@@ -26,9 +27,11 @@ class SessionStream final : public grpc::ServerWriteReactor<v1::JoinEvent>,
                             public std::enable_shared_from_this<SessionStream> {
  public:
   // Joins `request`'s job; the stream ends at once with the error if the
-  // Join is refused. `registry` must outlive the stream.
+  // Join is refused. `registry` must outlive the stream; `metrics` counts
+  // its messages (the request was received).
   static SessionStream* Create(JobRegistry* registry,
-                               const v1::JoinRequest& request);
+                               const v1::JoinRequest& request,
+                               CallMetrics metrics);
 
   // SessionChannel.
   void SendEvent(const v1::JoinEvent& event) override;
@@ -42,11 +45,15 @@ class SessionStream final : public grpc::ServerWriteReactor<v1::JoinEvent>,
   SessionStream(JobRegistry* registry, v1::JoinRequest request);  // Create()
 
  private:
-  void LeaveJob(const std::string& why);
+  void LeaveJob(const std::string& why, EpochEndReason reason);
+  // Finish(status), counted.
+  void FinishCounted(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   JobRegistry* const registry_;  // not owned
   const v1::JoinRequest request_;
+  CallMetrics metrics_;  // set once, in Create, before the call starts
 
   absl::Mutex mu_;
   std::shared_ptr<SessionStream> self_ ABSL_GUARDED_BY(mu_);

@@ -9,7 +9,8 @@ searches, so the targets carry no include paths.
 # Bazel target name -> the pkg-config modules it links, or raw linker flags.
 _PKG_CONFIG_LIBS = {
     "grpc++": ["grpc++"],
-    "grpc++_reflection": ["grpc++"],
+    "prometheus_core": ["prometheus-cpp-core"],
+    "prometheus_pull": ["prometheus-cpp-pull", "prometheus-cpp-core"],
     "protobuf": ["protobuf"],
     "absl_base": ["absl_base"],
     "absl_flags": ["absl_flags", "absl_flags_parse", "absl_flags_usage"],
@@ -28,6 +29,8 @@ _PKG_CONFIG_LIBS = {
 }
 
 _EXTRA_LIBS = {
+    # Debian ships no pkg-config file for gRPC's reflection service.
+    "grpc++_reflection": ["-lgrpc++_reflection"],
     "gtest_main": ["-lgtest_main", "-lgtest", "-lpthread"],
     "gmock_main": ["-lgmock_main", "-lgmock", "-lgtest", "-lpthread"],
     "benchmark_main": ["-lbenchmark_main", "-lbenchmark", "-lpthread"],

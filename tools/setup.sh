@@ -15,6 +15,8 @@ build_packages=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev iproute2 procps
   # python/: the extension module, its torch backend, and their tests
   pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
+  # server/ metrics (prometheus-cpp) and the Prometheus server its test scrapes with
+  prometheus-cpp-dev prometheus
 )
 bench_packages=(
   python3-torch python3-numpy python3-matplotlib openmpi-bin libopenmpi-dev

@@ -46,7 +46,7 @@ conffiles=$(dpkg-deb --ctrl-tarfile "$deb" | tar -xOf - ./conffiles)
 dpkg-deb -x "$deb" "$root" || fail "dpkg-deb -x $deb"
 unit="$root/lib/systemd/system/reducerd.service"
 flags="$root/etc/reducer/reducerd.flags"
-for f in usr/bin/reducerd lib/systemd/system/reducerd.service etc/reducer/reducerd.flags; do
+for f in usr/bin/reducerd usr/bin/reducerctl lib/systemd/system/reducerd.service etc/reducer/reducerd.flags; do
   [[ -f "$root/$f" ]] || fail "the package lacks /$f"
 done
 [[ -x "$root/usr/bin/reducerd" ]] || fail "/usr/bin/reducerd is not executable"

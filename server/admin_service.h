@@ -1,0 +1,47 @@
+// AdminService: the reducer.v1.Admin gRPC service, what reducerctl asks:
+// every job, its ranks and epoch, and each collective not yet done with the
+// ranks it still waits for and for how long.
+//
+// Thread-safe; every pointer given to the constructor must outlive it.
+#ifndef REDUCER_SERVER_ADMIN_SERVICE_H_
+#define REDUCER_SERVER_ADMIN_SERVICE_H_
+
+#include <atomic>
+#include <string>
+
+#include "proto/reducer/v1/admin.grpc.pb.h"
+#include "server/job_registry.h"
+#include "server/memory_budget.h"
+
+namespace reducer {
+
+// The Status answer for the state `registry` and `memory` are in now.
+v1::StatusResponse BuildStatusResponse(JobRegistry* registry,
+                                       const MemoryBudget& memory,
+                                       const std::string& version,
+                                       bool serving);
+
+class AdminService final : public v1::Admin::CallbackService {
+ public:
+  // `serving` is false once the server drains.
+  AdminService(JobRegistry* registry, const MemoryBudget* memory,
+               std::string version, const std::atomic<bool>* serving)
+      : registry_(registry),
+        memory_(memory),
+        version_(std::move(version)),
+        serving_(serving) {}
+
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context,
+                                   const v1::StatusRequest* request,
+                                   v1::StatusResponse* response) override;
+
+ private:
+  JobRegistry* const registry_;        // not owned
+  const MemoryBudget* const memory_;   // not owned
+  const std::string version_;
+  const std::atomic<bool>* const serving_;  // not owned
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_ADMIN_SERVICE_H_

@@ -1,0 +1,66 @@
+#include "server/log.h"
+
+#include <string>
+
+#include "absl/time/civil_time.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace reducer {
+namespace {
+
+absl::Time Noon() {
+  return absl::FromCivil(absl::CivilSecond(2026, 11, 30, 8, 0, 0),
+                         absl::UTCTimeZone()) +
+         absl::Milliseconds(123);
+}
+
+TEST(LoggerTest, TextLineIsTimeLevelMessage) {
+  const int ranks[] = {1};
+  const LogEvent event{LogSeverity::kWarning, "collective_failed",
+                       "allreduce #5 in job j1 timed out", "j1", 3,
+                       "allreduce #5", ranks};
+  EXPECT_EQ(Logger(LogFormat::kText).FormatLine(event, Noon()),
+            "2026-11-30T08:00:00.123Z WARN allreduce #5 in job j1 timed out\n");
+}
+
+TEST(LoggerTest, JsonLineCarriesEveryField) {
+  const int ranks[] = {1, 3};
+  const LogEvent event{LogSeverity::kWarning, "collective_stalled",
+                       "allreduce #5 stalled", "j1", 3, "allreduce #5", ranks};
+  EXPECT_EQ(Logger(LogFormat::kJson).FormatLine(event, Noon()),
+            "{\"time\":\"2026-11-30T08:00:00.123Z\",\"level\":\"WARN\","
+            "\"event\":\"collective_stalled\",\"message\":\"allreduce #5 "
+            "stalled\",\"job\":\"j1\",\"epoch\":3,\"collective\":\"allreduce "
+            "#5\",\"ranks\":[1,3]}\n");
+}
+
+TEST(LoggerTest, JsonLeavesOutFieldsThatDoNotApply) {
+  const LogEvent event{LogSeverity::kInfo, "draining", "received signal 15"};
+  EXPECT_EQ(Logger(LogFormat::kJson).FormatLine(event, Noon()),
+            "{\"time\":\"2026-11-30T08:00:00.123Z\",\"level\":\"INFO\","
+            "\"event\":\"draining\",\"message\":\"received signal 15\"}\n");
+}
+
+TEST(LoggerTest, JsonEscapesQuotesBackslashesAndControlCharacters) {
+  const LogEvent event{LogSeverity::kError, "collective_failed",
+                       "allreduce \"a\\b\"\n\x01", "j\"1"};
+  EXPECT_EQ(Logger(LogFormat::kJson).FormatLine(event, Noon()),
+            "{\"time\":\"2026-11-30T08:00:00.123Z\",\"level\":\"ERROR\","
+            "\"event\":\"collective_failed\",\"message\":\"allreduce "
+            "\\\"a\\\\b\\\"\\n\\u0001\",\"job\":\"j\\\"1\"}\n");
+}
+
+TEST(LoggerTest, ParseLogFormatAcceptsTextAndJsonOnly) {
+  EXPECT_EQ(ParseLogFormat("text").value(), LogFormat::kText);
+  EXPECT_EQ(ParseLogFormat("json").value(), LogFormat::kJson);
+  absl::StatusOr<LogFormat> bad = ParseLogFormat("yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()),
+              ::testing::HasSubstr("--log_format must be text or json, got 'yaml'"));
+}
+
+}  // namespace
+}  // namespace reducer
