@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
   const char* notify_socket = std::getenv("NOTIFY_SOCKET");
   absl::StatusOr<reducer::SystemdNotifier> notifier =
       reducer::SystemdNotifier::Create(notify_socket != nullptr ? notify_socket : "");
-  auto notify = [&notifier](const std::string& state) {
+  auto notify = [&notifier, &server](const std::string& state) {
     absl::Status sent = notifier.ok() ? notifier->Notify(state) : notifier.status();
     if (!sent.ok()) {
       (*server)->logger().Log(
