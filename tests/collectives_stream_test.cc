@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -240,6 +241,12 @@ TEST_F(CollectivesStreamTest, ABrokenStreamCancelsItsCallForThePeers) {
                  absl::Seconds(1), /*half_close=*/false, /*many_calls=*/true);
   EXPECT_EQ(gave_up.status.code(), absl::StatusCode::kDeadlineExceeded)
       << gave_up.status;
+  // The client's deadline ends the call on its side at once; reducerd learns
+  // of the cancellation when the stream's reset arrives. A peer arriving
+  // before that would complete the collective with rank 1's contribution,
+  // so give the reset time to land (it takes well under a millisecond on
+  // loopback; 300 ms covers a loaded machine).
+  absl::SleepFor(absl::Milliseconds(300));
   // Rank 0 then arrives at the same collective: its contribution was used
   // by nobody, but rank 1's was taken and cancelled, so the collective
   // fails fast for rank 0 naming rank 1.
