@@ -5,22 +5,59 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "proto/reducer/v1/status_conversion.h"
 #include "server/multiplexed_stream.h"
 #include "server/rank_stream.h"
 #include "server/session_stream.h"
 
 namespace reducer {
+namespace {
+
+// A Join refused before it joined anything: finishes at once with the
+// error. Deletes itself in OnDone().
+class RefusedJoin final : public grpc::ServerWriteReactor<v1::JoinEvent> {
+ public:
+  explicit RefusedJoin(const absl::Status& status) {
+    Finish(ToGrpcStatus(status));
+  }
+  void OnDone() override { delete this; }
+};
+
+// The call's `authorization` metadata, hashed (the token itself is not
+// kept).
+PresentedToken TokenOf(const grpc::CallbackServerContext* context) {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return PresentToken(nullptr);
+  const std::string value(it->second.data(), it->second.size());
+  return PresentToken(&value);
+}
+
+}  // namespace
+
+absl::Status ReducerService::Authorize(absl::string_view job,
+                                       const PresentedToken& token) {
+  if (tokens_ == nullptr) return absl::OkStatus();
+  return tokens_->Check(job, token);
+}
 
 grpc::ServerWriteReactor<v1::JoinEvent>* ReducerService::Join(
-    grpc::CallbackServerContext* /*context*/, const v1::JoinRequest* request) {
+    grpc::CallbackServerContext* context, const v1::JoinRequest* request) {
+  absl::Status allowed = Authorize(request->job(), TokenOf(context));
+  if (!allowed.ok()) return new RefusedJoin(allowed);
   return SessionStream::Create(registry_, *request);
 }
 
 grpc::ServerUnaryReactor* ReducerService::Leave(
     grpc::CallbackServerContext* context, const v1::LeaveRequest* request,
     v1::LeaveResponse* /*response*/) {
-  registry_->Depart(request->job(), request->session_id());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status allowed = Authorize(request->job(), TokenOf(context));
+  if (!allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
+  registry_->Depart(request->job(), request->session_id());
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -35,7 +72,10 @@ absl::Status ReducerService::Admit() {
 }
 
 absl::StatusOr<std::shared_ptr<reducer::Collective>> ReducerService::Attach(
-    const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
+    const v1::CollectiveHeader& header, const PresentedToken& token,
+    std::shared_ptr<RankChannel> stream) {
+  absl::Status allowed = Authorize(header.job(), token);
+  if (!allowed.ok()) return allowed;
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Find(header.job());
   if (!job.ok()) return job.status();
   return (*job)->Attach(header, std::move(stream));
@@ -50,10 +90,23 @@ ReducerService::StartStream(grpc::CallbackServerContext* context) {
   if (!admitted.ok()) {
     return RankStream::CreateFailed(admitted, std::move(on_done));
   }
+  // A stream without any token is refused at once; a token is checked
+  // against each collective's job as it attaches (a Collectives stream
+  // carries many).
+  const PresentedToken token =
+      tokens_ == nullptr ? PresentedToken{} : TokenOf(context);
+  if (tokens_ != nullptr && !token.present) {
+    return RankStream::CreateFailed(
+        absl::UnauthenticatedError(
+            "the collective stream carries no `authorization: Bearer TOKEN` "
+            "metadata, and reducerd requires each job's token (set "
+            "ClientOptions::token)"),
+        std::move(on_done));
+  }
   return Stream::Create(context, std::move(on_done),
-                        [this](const v1::CollectiveHeader& header,
-                               std::shared_ptr<RankChannel> stream) {
-                          return Attach(header, std::move(stream));
+                        [this, token](const v1::CollectiveHeader& header,
+                                      std::shared_ptr<RankChannel> stream) {
+                          return Attach(header, token, std::move(stream));
                         });
 }
 

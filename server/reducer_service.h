@@ -14,6 +14,7 @@
 #include "proto/reducer/v1/reducer.grpc.pb.h"
 #include "server/collective.h"
 #include "server/job_registry.h"
+#include "server/job_tokens.h"
 
 namespace reducer {
 
@@ -25,9 +26,15 @@ class ReducerService final
                       v1::Reducer::Service>>>> {
  public:
   // At most `max_concurrent_calls` Collective and Collectives streams are
-  // served at once; more are answered RESOURCE_EXHAUSTED.
-  ReducerService(JobRegistry* registry, int max_concurrent_calls)
-      : registry_(registry), max_concurrent_calls_(max_concurrent_calls) {}
+  // served at once; more are answered RESOURCE_EXHAUSTED. With `tokens`
+  // (may be null: no tokens required; else it must outlive the service),
+  // Join, Leave and every collective must carry the job's token
+  // (`authorization: Bearer TOKEN`), or get JobTokens::Check's error.
+  ReducerService(JobRegistry* registry, int max_concurrent_calls,
+                 JobTokens* tokens = nullptr)
+      : registry_(registry),
+        max_concurrent_calls_(max_concurrent_calls),
+        tokens_(tokens) {}
 
   grpc::ServerWriteReactor<v1::JoinEvent>* Join(
       grpc::CallbackServerContext* context,
@@ -52,11 +59,17 @@ class ReducerService final
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStream(
       grpc::CallbackServerContext* context);
   // Finds the header's job and attaches `stream` to its collective.
+  // When tokens are required, checks `token` against the header's job
+  // first.
   absl::StatusOr<std::shared_ptr<reducer::Collective>> Attach(
-      const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
+      const v1::CollectiveHeader& header, const PresentedToken& token,
+      std::shared_ptr<RankChannel> stream);
+  // OK when tokens are off or `token` is `job`'s; else why not.
+  absl::Status Authorize(absl::string_view job, const PresentedToken& token);
 
   JobRegistry* const registry_;  // not owned
   const int max_concurrent_calls_;
+  JobTokens* const tokens_;  // not owned; null: no tokens required
   // Collective and Collectives streams not yet done. Atomic rather than under a lock: it is
   // touched once at the start and once at the end of every call, alone.
   std::atomic<int> active_calls_{0};

@@ -43,6 +43,22 @@ ABSL_FLAG(absl::Duration, keepalive_time, absl::Seconds(1),
 ABSL_FLAG(absl::Duration, keepalive_timeout, absl::Seconds(2),
           "drop a connection whose ping is unanswered this long");
 
+// Transport security (README: "Securing reducerd").
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM certificate (chain) to serve TLS with; empty: plaintext");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "PEM CA certificates; when set, clients must present a certificate "
+          "they signed (mutual TLS)");
+ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(10),
+          "how often the TLS files are re-read for a new version");
+ABSL_FLAG(std::string, job_tokens_file, "",
+          "lines `JOB SHA256_HEX_OF_TOKEN`; when set, every call must carry "
+          "`authorization: Bearer TOKEN` of its job; re-read on change");
+ABSL_FLAG(std::string, health_listen, "",
+          "host:port of a second, plaintext port serving only "
+          "grpc.health.v1 (for kubelet probes); empty: none");
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "reducerd: the Reducer tensor reduction daemon.\n"
@@ -73,6 +89,12 @@ int main(int argc, char** argv) {
   options.reduction_threads = absl::GetFlag(FLAGS_reduction_threads);
   options.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
   options.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  options.tls_refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval);
+  options.job_tokens_file = absl::GetFlag(FLAGS_job_tokens_file);
+  options.health_listen = absl::GetFlag(FLAGS_health_listen);
 
   // Block the stop signals in every thread (threads inherit the mask), so
   // that only sigwait below receives them.
@@ -89,6 +111,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("reducerd listening on %s\n", (*server)->address().c_str());
+  if (!(*server)->health_address().empty()) {
+    std::printf("reducerd health checks on %s\n",
+                (*server)->health_address().c_str());
+  }
   std::fflush(stdout);
 
   int signal_number = 0;

@@ -6,6 +6,7 @@
 #include "absl/time/clock.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/log.h"
+#include "server/server_credentials.h"
 
 namespace reducer {
 namespace {
@@ -14,16 +15,22 @@ namespace {
 // header lists every tensor's dtype and shape).
 constexpr int kMessageHeadroomBytes = 1 << 20;
 
+// "HOST:PORT" of `listen` with the port actually bound.
+std::string BoundAddress(const std::string& listen, int port) {
+  return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+}
+
 }  // namespace
 
-Server::Server(ServerOptions options)
+Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
     : options_(std::move(options)),
       memory_(options_.memory_budget_bytes),
       blocks_(options_.chunk_bytes, options_.idle_blocks),
       reduction_pool_(options_.reduction_threads),
       registry_(CollectiveEnv{&options_, &reduction_pool_, &timers_, &memory_,
                               &blocks_}),
-      service_(&registry_, options_.max_concurrent_calls) {}
+      tokens_(std::move(tokens)),
+      service_(&registry_, options_.max_concurrent_calls, tokens_.get()) {}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   if (options.chunk_bytes == 0 || options.chunk_bytes % 8 != 0) {
@@ -31,12 +38,23 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
         "--chunk_bytes must be a positive multiple of 8, got ",
         options.chunk_bytes));
   }
-  std::unique_ptr<Server> server(new Server(std::move(options)));
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options);
+  if (!credentials.ok()) return credentials.status();
+  std::unique_ptr<JobTokens> tokens;
+  if (!options.job_tokens_file.empty()) {
+    absl::StatusOr<std::unique_ptr<JobTokens>> loaded = JobTokens::Load(
+        options.job_tokens_file, options.job_tokens_refresh_interval);
+    if (!loaded.ok()) return loaded.status();
+    tokens = std::move(*loaded);
+  }
+  std::unique_ptr<Server> server(
+      new Server(std::move(options), std::move(tokens)));
   const ServerOptions& o = server->options_;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(o.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(o.listen, *credentials, &port);
   builder.RegisterService(&server->service_);
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(o.chunk_bytes) + kMessageHeadroomBytes);
@@ -61,9 +79,26 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
         absl::StrCat("cannot listen on ", o.listen,
                      " (address in use, or not a host:port this machine has)"));
   }
-  const std::string& listen = o.listen;
-  server->address_ =
-      absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  server->address_ = BoundAddress(o.listen, port);
+  if (!o.health_listen.empty()) {
+    // The default health service is the only service of this server; the
+    // main server's serving state is mirrored onto it in Shutdown().
+    grpc::ServerBuilder health_builder;
+    // Any other method is answered UNIMPLEMENTED by this generic service,
+    // which also gives the server the callback queue the health service
+    // runs on.
+    health_builder.RegisterCallbackGenericService(&server->health_fallback_);
+    int health_port = 0;
+    health_builder.AddListeningPort(
+        o.health_listen, grpc::InsecureServerCredentials(), &health_port);
+    server->health_server_ = health_builder.BuildAndStart();
+    if (server->health_server_ == nullptr || health_port == 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "--health_listen: cannot listen on ", o.health_listen,
+          " (address in use, or not a host:port this machine has)"));
+    }
+    server->health_address_ = BoundAddress(o.health_listen, health_port);
+  }
   return server;
 }
 
@@ -75,9 +110,11 @@ void Server::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  grpc::HealthCheckServiceInterface* health =
-      grpc_server_->GetHealthCheckService();
-  if (health != nullptr) health->SetServingStatus(false);
+  for (grpc::Server* serving : {grpc_server_.get(), health_server_.get()}) {
+    if (serving == nullptr) continue;
+    grpc::HealthCheckServiceInterface* health = serving->GetHealthCheckService();
+    if (health != nullptr) health->SetServingStatus(false);
+  }
   registry_.StopAccepting();
   const absl::Time deadline = absl::Now() + options_.drain_budget;
   while (registry_.HasActiveCollectives() && absl::Now() < deadline) {
@@ -89,7 +126,13 @@ void Server::Shutdown() {
   }
   registry_.ShutdownAll(absl::UnavailableError(
       "reducerd is shutting down; Connect again once it is back"));
-  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  if (grpc_server_ != nullptr) {
+    grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  }
+  // Probes keep seeing NOT_SERVING until the main port is gone.
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  }
 }
 
 void Server::Wait() { grpc_server_->Wait(); }

@@ -14,9 +14,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "server/block_pool.h"
 #include "server/job_registry.h"
+#include "server/job_tokens.h"
 #include "server/memory_budget.h"
 #include "server/reducer_service.h"
 #include "server/server_options.h"
@@ -27,13 +29,17 @@ namespace reducer {
 
 class Server {
  public:
-  // Binds options.listen and starts serving. UNAVAILABLE when the address
-  // cannot be bound.
+  // Binds options.listen (and options.health_listen, when set) and starts
+  // serving. UNAVAILABLE when an address cannot be bound; INVALID_ARGUMENT
+  // or NOT_FOUND for TLS or token files that are unusable (see
+  // MakeServerCredentials and JobTokens::Load).
   static absl::StatusOr<std::unique_ptr<Server>> Start(ServerOptions options);
   ~Server();
 
   // The address actually bound (the port resolved if 0 was asked for).
   const std::string& address() const { return address_; }
+  // The health port's address as bound; empty without --health_listen.
+  const std::string& health_address() const { return health_address_; }
 
   // Health goes NOT_SERVING and new calls get UNAVAILABLE; collectives in
   // flight get up to options.drain_budget to finish; the rest fail with
@@ -44,7 +50,7 @@ class Server {
   void Wait();
 
  private:
-  explicit Server(ServerOptions options);
+  Server(ServerOptions options, std::unique_ptr<JobTokens> tokens);
 
   // Constant after construction; members are declared in the order they
   // must be built (and destroyed in reverse).
@@ -54,9 +60,14 @@ class Server {
   TimerQueue timers_;
   ThreadPool reduction_pool_;
   JobRegistry registry_;
+  const std::unique_ptr<JobTokens> tokens_;  // null: no tokens required
   ReducerService service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::string address_;
+  // Plaintext, grpc.health.v1 only; null without options.health_listen.
+  grpc::CallbackGenericService health_fallback_;
+  std::unique_ptr<grpc::Server> health_server_;
+  std::string health_address_;
 
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -92,6 +92,12 @@ ABSL_FLAG(int, timeout_s, 30,
 ABSL_FLAG(std::string, steps, "", "the script; see the file comment");
 ABSL_FLAG(std::string, scratch_dir, "",
           "a directory shared with the test, for file handshakes");
+ABSL_FLAG(std::string, tls_ca_file, "",
+          "ClientOptions::tls.ca_file; any --tls_* flag set turns TLS on");
+ABSL_FLAG(std::string, tls_cert_file, "", "ClientOptions::tls.cert_file");
+ABSL_FLAG(std::string, tls_key_file, "", "ClientOptions::tls.key_file");
+ABSL_FLAG(std::string, tls_server_name, "", "ClientOptions::tls.server_name");
+ABSL_FLAG(std::string, token, "", "ClientOptions::token");
 
 namespace reducer {
 namespace testing {
@@ -806,6 +812,16 @@ int main(int argc, char** argv) {
   options.rank = absl::GetFlag(FLAGS_rank);
   options.world_size = absl::GetFlag(FLAGS_world_size);
   options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  reducer::TlsOptions tls;
+  tls.ca_file = absl::GetFlag(FLAGS_tls_ca_file);
+  tls.cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  tls.key_file = absl::GetFlag(FLAGS_tls_key_file);
+  tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
+  if (!tls.ca_file.empty() || !tls.cert_file.empty() ||
+      !tls.server_name.empty()) {
+    options.tls = tls;
+  }
+  options.token = absl::GetFlag(FLAGS_token);
   if (options.job.empty()) {
     std::fprintf(stderr, "fault_worker: --job is required\n");
     return 2;
