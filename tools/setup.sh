@@ -13,6 +13,7 @@ build_packages=(
   bazel-bootstrap g++ clang libclang-rt-14-dev pkg-config python3
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev iproute2 procps
+  libssl-dev openssl  # TLS: SHA-256 of tokens, the client's TLS probe, test certificates
 )
 bench_packages=(
   python3-torch python3-numpy python3-matplotlib openmpi-bin libopenmpi-dev
