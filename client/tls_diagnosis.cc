@@ -130,7 +130,8 @@ std::string NameOf(X509_NAME* name) {
   return text;
 }
 
-// The alert reducerd sent, recorded by the info callback; "" if none.
+// The SSL ex_data slot where RecordAlert finds the std::string to fill
+// with the first alert reducerd sends.
 int AlertIndex() {
   static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
   return index;

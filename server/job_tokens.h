@@ -4,7 +4,8 @@
 //
 //   absl::StatusOr<std::unique_ptr<JobTokens>> tokens =
 //       JobTokens::Load("/etc/reducer/tokens");
-//   absl::Status s = (*tokens)->Check("train-42", TokenFromMetadata(...));
+//   const std::string* header = ...;  // the call's `authorization` value
+//   absl::Status s = (*tokens)->Check("train-42", PresentToken(header));
 //
 // The file has one line per job, `JOB SHA256_HEX_OF_TOKEN` (what
 // `printf %s "$TOKEN" | sha256sum` prints); blank lines and lines starting
@@ -81,7 +82,7 @@ class JobTokens {
   using HashMap = absl::flat_hash_map<std::string, TokenHash>;
 
   JobTokens(std::string path, absl::Duration refresh_interval);
-  // Parses the file now. Returns its tokens and stamp.
+  // Parses the file now into `tokens` and `stamp`; Load's errors.
   absl::Status Read(HashMap* tokens, FileStamp* stamp) const;
   void RefreshIfChanged() ABSL_LOCKS_EXCLUDED(mu_);
 

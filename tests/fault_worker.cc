@@ -17,6 +17,8 @@
 // the worker with SIGSEGV. Lines are flushed as they are written. The
 // worker exits 0 once the script ran (whatever the results), 2 for a
 // script it cannot parse, and stops early (exit 0) if Connect fails.
+// --tls_ca_file, --tls_cert_file, --tls_key_file, --tls_server_name (any of
+// them turns ClientOptions::tls on) and --token set the security options.
 //
 // A script is steps separated by ';', each `verb` or `verb:key=value,...`:
 //
