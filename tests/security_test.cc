@@ -26,6 +26,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/reducer/v1/reducer.grpc.pb.h"
 #include "tests/fault_test_base.h"
 #include "tests/process_harness.h"
 
@@ -343,6 +344,80 @@ TEST_F(SecurityTest, TokensGuardEachJobAndRotate) {
     EXPECT_THAT(logs, Not(HasSubstr(token)));
   }
   EXPECT_THAT(logs, HasSubstr("re-read --job_tokens_file"));
+}
+
+// How one Collective (or, with `many`, Collectives) stream that sends
+// `requests` with `token` (empty: no authorization metadata) ended: its
+// final status, or, on a Collectives stream that ended OK, the status of
+// the first call answered with an error.
+grpc::Status RunStream(v1::Reducer::Stub* stub, const std::string& token,
+                       const std::vector<v1::CollectiveRequest>& requests,
+                       bool many) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+  auto stream = many ? stub->Collectives(&context) : stub->Collective(&context);
+  for (const v1::CollectiveRequest& r : requests) {
+    if (!stream->Write(r)) break;
+  }
+  stream->WritesDone();
+  v1::CollectiveResponse response;
+  grpc::Status call_status;
+  while (stream->Read(&response)) {
+    if (response.has_status() && response.status().code() != 0 && call_status.ok()) {
+      call_status = grpc::Status(
+          static_cast<grpc::StatusCode>(response.status().code()),
+          response.status().message());
+    }
+  }
+  grpc::Status final_status = stream->Finish();
+  return final_status.ok() ? call_status : final_status;
+}
+
+// Hand-made calls, as a client that skips the library would send them:
+// collective streams and Leave are checked as Join is.
+TEST_F(SecurityTest, CollectiveStreamsAndLeaveCheckTheToken) {
+  const std::string tokens = WriteTokens("tokens", kTokenA);
+  ASSERT_TRUE(StartServer({"--job_tokens_file=" + tokens}));
+  auto stub = v1::Reducer::NewStub(
+      grpc::CreateChannel(server()->address(), grpc::InsecureChannelCredentials()));
+  v1::CollectiveRequest request;
+  v1::CollectiveHeader* header = request.mutable_header();
+  header->set_job(Job("b"));
+  header->set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
+  header->set_timeout_ms(5000);
+  header->set_attempt_id("a1");
+  request.set_call_id(1);
+  for (bool many : {false, true}) {
+    SCOPED_TRACE(many ? "Collectives" : "Collective");
+    grpc::Status none = RunStream(stub.get(), "", {request}, many);
+    EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_THAT(none.error_message(), HasSubstr("no `authorization: Bearer TOKEN`"));
+    grpc::Status other = RunStream(stub.get(), kTokenA, {request}, many);
+    EXPECT_EQ(other.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << other.error_message();
+    EXPECT_THAT(other.error_message(), HasSubstr("another job"));
+  }
+  v1::LeaveRequest leave;
+  leave.set_job(Job("b"));
+  leave.set_session_id("not-a-session");
+  v1::LeaveResponse response;
+  {
+    grpc::ClientContext context;
+    EXPECT_EQ(stub->Leave(&context, leave, &response).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", kTokenA));
+    EXPECT_EQ(stub->Leave(&context, leave, &response).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", kTokenB));
+    EXPECT_TRUE(stub->Leave(&context, leave, &response).ok());
+  }
 }
 
 // Garbage bytes and a connection that never sends its ClientHello, held
