@@ -38,6 +38,9 @@ ABSL_FLAG(int, split, 1,
           "each, all in flight, then K waits");
 ABSL_FLAG(int, fused_tensors, 1,
           "K > 1: each step is one AllReduceMany of K tensors of each size");
+ABSL_FLAG(std::string, tls_ca_file, "",
+          "connect over TLS, trusting this PEM CA (ClientOptions::tls); "
+          "empty: plaintext");
 
 namespace {
 
@@ -71,6 +74,9 @@ int main(int argc, char** argv) {
   options.rank = absl::GetFlag(FLAGS_rank);
   options.world_size = absl::GetFlag(FLAGS_world_size);
   options.timeout = absl::Minutes(2);
+  if (!absl::GetFlag(FLAGS_tls_ca_file).empty()) {
+    options.tls = reducer::TlsOptions{absl::GetFlag(FLAGS_tls_ca_file)};
+  }
   auto client = reducer::Client::Connect(options);
   if (!client.ok()) return Fail(client.status());
   const int iters = absl::GetFlag(FLAGS_iters);

@@ -13,7 +13,9 @@ memcpy bandwidth (bazel-bin/bench/reduce_kernel_bench) and reducerd's peak RSS
 (VmHWM) over one 1 GiB all-reduce with W = 4; and two of Reducer's own: one
 AllReduceMany of 100 small tensors against one small all-reduce, and gRPC's
 bare round trip on this machine (bazel-bin/bench/grpc_echo_bench), the floor
-under small collectives.
+under small collectives; and 4 B, 4 MiB, 64 MiB all-reduces at W = 4 with TLS
+against plaintext, with the AES-GCM throughput of `openssl speed` that
+accounts for the difference (--skip_tls leaves them out).
 
 Peers: bench/gloo_allreduce.py (torch.distributed, Debian's python3-torch) and
 bench/mpi_allreduce.c (built here with mpicc into a temporary directory).
@@ -195,13 +197,14 @@ def wait_all(procs, logs, deadline, timeout_s, watch=None):
 class ReducerDaemon:
     """Runs bazel-bin/server/reducerd on a free 127.0.0.1 port until stop()."""
 
-    def __init__(self, binary, log_path, env=None, start_timeout_s=60.0):
+    def __init__(self, binary, log_path, env=None, start_timeout_s=60.0,
+                 extra_flags=()):
         self.address = f"127.0.0.1:{free_port()}"
         self.log_path = Path(log_path)
         self._ready = threading.Event()
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [str(binary), f"--listen={self.address}"], cwd=REPO_ROOT,
+            [str(binary), f"--listen={self.address}", *extra_flags], cwd=REPO_ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, text=True, start_new_session=True,
             env=dict(os.environ, **(env or {})))
@@ -573,6 +576,112 @@ def reducer_fusion(ctx, records, timeout_s):
             "ratio": fused_us / single_us}
 
 
+# TLS against plaintext: the same W=4 all-reduces against two reducerds,
+# one serving TLS (certificates from tests/make_test_certs.sh), alternating
+# plaintext and TLS rounds so that both see the same machine state.
+TLS_SIZES = [4, 4 * MiB, 64 * MiB]
+TLS_WORLD_SIZE = 4
+TLS_ROUNDS = 3
+
+
+def tls_iterations(size):
+    """Timed iterations per round: enough for a stable median, little time."""
+    return 200 if size < 64 * KiB else (20 if size <= 4 * MiB else 5)
+
+
+def openssl_aead_speed(timeout_s):
+    """`openssl speed -evp` GB/s for 16 KiB blocks (a TLS record) of the two
+    AES-GCM ciphers TLS 1.3 negotiates; {} when openssl is missing."""
+    speeds = {}
+    for cipher in ("aes-128-gcm", "aes-256-gcm"):
+        try:
+            out = subprocess.run(
+                ["openssl", "speed", "-evp", cipher, "-bytes", "16384",
+                 "-seconds", "1"], capture_output=True, text=True,
+                timeout=timeout_s).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        m = re.search(rf"^{cipher.upper()}\s+([\d.]+)k", out, re.M | re.I)
+        if m:
+            speeds[cipher] = float(m.group(1)) * 1000 / 1e9  # kB/s -> GB/s
+    return speeds
+
+
+def negotiated_cipher(address):
+    """The TLS version and cipher reducerd at `address` negotiates with
+    OpenSSL's client (what gRPC's OpenSSL-based handshaker picks too)."""
+    out = subprocess.run(["openssl", "s_client", "-connect", address],
+                         input="", capture_output=True, text=True, timeout=10).stdout
+    m = re.search(r"New, (\S+), Cipher is (\S+)", out)
+    return f"{m.group(1)} {m.group(2)}" if m else "unknown"
+
+
+def reducer_tls(ctx, tmp, timeout_s):
+    """Median all-reduce time with TLS and in plaintext, W=4, per size, and
+    what AES-GCM throughput predicts the difference to be."""
+    certs = Path(tmp) / "certs"
+    subprocess.run(["bash", str(REPO_ROOT / "tests/make_test_certs.sh"), str(certs)],
+                   check=True, timeout=60)
+    plain = ReducerDaemon(ctx.reducerd, ctx.log_dir / "reducerd-plain.log",
+                          ctx.daemon_env)
+    tls = ReducerDaemon(ctx.reducerd, ctx.log_dir / "reducerd-tls.log",
+                        ctx.daemon_env, extra_flags=[
+                            f"--tls_cert_file={certs / 'server.pem'}",
+                            f"--tls_key_file={certs / 'server.key'}"])
+    latencies = {(m, s): [] for m in ("plain", "tls") for s in TLS_SIZES}
+    try:
+        cipher = negotiated_cipher(tls.address)
+        for _ in range(TLS_ROUNDS):
+            for size in TLS_SIZES:
+                run = {"pattern": "allreduce", "sizes": [size],
+                       "iters": tls_iterations(size), "warmup": 2}
+                for mode, daemon in (("plain", plain), ("tls", tls)):
+                    cmds = reducer_cmds(ctx.reducer_worker, daemon.address,
+                                        TLS_WORLD_SIZE, run)
+                    if mode == "tls":
+                        cmds = [c + [f"--tls_ca_file={certs / 'ca.pem'}"] for c in cmds]
+                    out = run_processes(cmds, ctx.log_dir / f"reducer-{mode}-{size}",
+                                        timeout_s, dict(os.environ, **ctx.worker_env))
+                    record = parse_records(out, "reducer", TLS_WORLD_SIZE, run)[0]
+                    latencies[(mode, size)] += record["latencies_us"]
+    finally:
+        plain.stop()
+        tls.stop()
+    aead = openssl_aead_speed(timeout_s)
+    rows = []
+    for size in TLS_SIZES:
+        p50 = percentile(latencies[("plain", size)], 50)
+        t50 = percentile(latencies[("tls", size)], 50)
+        # Each of W ranks sends and receives `size` bytes: reducerd decrypts
+        # W x size and encrypts W x size, each client encrypts and decrypts
+        # size. On reducerd's side that is 2 W x size through AES-GCM.
+        crypt_bytes = 2 * TLS_WORLD_SIZE * size
+        gbps = aead.get("aes-256-gcm") or aead.get("aes-128-gcm")
+        rows.append({"size_bytes": size, "plain_median_us": p50,
+                     "tls_median_us": t50, "ratio": t50 / p50,
+                     "extra_us": t50 - p50,
+                     "model_reducerd_aead_us": crypt_bytes / (gbps * 1e3) if gbps else None})
+    return {"world_size": TLS_WORLD_SIZE, "cipher": cipher,
+            "openssl_speed_GBps_16KiB": aead, "rows": rows}
+
+
+def print_tls(tls):
+    """Prints the TLS-against-plaintext rows."""
+    print(f"\nTLS against plaintext, W={TLS_WORLD_SIZE} all-reduce "
+          f"(same run, alternating rounds):")
+    if "skipped" in tls:
+        print(f"  skipped: {tls['skipped']}")
+        return
+    print(f"  negotiated: {tls['cipher']}; openssl speed (16 KiB blocks): " +
+          ", ".join(f"{c} {v:.2f} GB/s" for c, v in tls["openssl_speed_GBps_16KiB"].items()))
+    for r in tls["rows"]:
+        model = r["model_reducerd_aead_us"]
+        print(f"  {fmt_size(r['size_bytes']):>8}: plaintext {fmt_time(r['plain_median_us'])}, "
+              f"TLS {fmt_time(r['tls_median_us'])} (x{r['ratio']:.2f}, "
+              f"+{fmt_time(r['extra_us'])}; reducerd's AES-GCM alone at that "
+              f"speed: {fmt_time(model) if model is not None else 'n/a'})")
+
+
 ECHO_MODES = ("callback_per_call", "cq_stream")
 
 
@@ -729,6 +838,8 @@ def parse_args(argv):
     p.add_argument("--reducerd", default=str(REPO_ROOT / "bazel-bin/server/reducerd"))
     p.add_argument("--reducer_worker",
                    default=str(REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker"))
+    p.add_argument("--skip_tls", action="store_true",
+                   help="skip the TLS-against-plaintext all-reduce rows")
     p.add_argument("--skip_floor", action="store_true",
                    help="skip the bare gRPC round-trip figure")
     p.add_argument("--echo_bench",
@@ -923,6 +1034,14 @@ def main(argv):
                 ctx.daemon.stop()
                 ctx.daemon = None
         kernel, rss = extras(args, ctx, systems, failures)
+        tls = {"skipped": "--skip_tls, or reducer not run"}
+        if "reducer" in systems and not args.skip_tls:
+            try:
+                tls = reducer_tls(ctx, tmp, args.timeout_s)
+            except (RunError, subprocess.SubprocessError, json.JSONDecodeError,
+                    OSError, IndexError) as e:
+                failures.append(f"TLS rows: {e}")
+                tls = {"skipped": f"failed: {e}"}
         floor = {"skipped": "--skip_floor"}
         if not args.skip_floor:
             try:
@@ -939,8 +1058,9 @@ def main(argv):
     print_extras(kernel, rss, targets, timings, busy_runs)
     print_fusion(fusion)
     print_floor(floor)
+    print_tls(tls)
     write_results(args, ctx, records, kernel, rss, targets, failures, timings,
-                  dict(fusion=fusion, grpc_floor=floor))
+                  dict(fusion=fusion, grpc_floor=floor, tls=tls))
     shown = os.path.relpath(args.out_dir, REPO_ROOT)  # no machine paths in reports
     print(f"\nwrote {shown}/results.json, results.csv, allreduce_latency.png")
     for f in failures:

@@ -8,7 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/channel_security.h"
 #include "client/collective_call.h"
+#include "client/tls_diagnosis.h"
 #include "core/process_memory.h"
 #include "proto/reducer/v1/status_conversion.h"
 #include "proto/reducer/v1/wire_conversion.h"
@@ -41,6 +43,13 @@ constexpr absl::Duration kLastRetryPause = absl::Milliseconds(800);
 // to 2 min, which would fail every collective of that time fast.
 constexpr int kMinReconnectBackoffMs = 100;
 constexpr int kMaxReconnectBackoffMs = 1000;
+
+// While Connect waits for the channel, a failed connection is diagnosed
+// (client/tls_diagnosis.h) at most this often, each probe bounded by
+// kProbeTimeout: a TLS mismatch fails Connect in about a second instead of
+// after the whole timeout.
+constexpr absl::Duration kProbeEvery = absl::Seconds(1);
+constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
 
 // How long closing a client waits for reducerd to note the departure.
 constexpr absl::Duration kLeaveTimeout = absl::Seconds(1);
@@ -121,17 +130,17 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
     return absl::InvalidArgumentError("ClientOptions.timeout must be positive");
   }
   if (options.keep_freed_memory) KeepFreedMemory();
+  absl::StatusOr<ChannelSecurity> security = ChannelSecurity::Create(options);
+  if (!security.ok()) return security.status();
   std::unique_ptr<ClientSession> session(new ClientSession(options));
   session->driver_ = std::make_unique<CompletionDriver>();
-  session->channel_ = grpc::CreateCustomChannel(
-      options.target, grpc::InsecureChannelCredentials(), ChannelArgs());
+  session->channel_ = security->NewChannel(options.target, ChannelArgs());
   session->stub_ = v1::Reducer::NewStub(session->channel_);
   // Collectives get their own connection, so bulk transfers never queue
   // behind (or starve) the session's keepalive traffic.
   grpc::ChannelArguments data_args = ChannelArgs();
   data_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  session->data_channel_ = grpc::CreateCustomChannel(
-      options.target, grpc::InsecureChannelCredentials(), data_args);
+  session->data_channel_ = security->NewChannel(options.target, data_args);
   session->data_stub_ = std::make_unique<grpc::GenericStub>(session->data_channel_);
   session->small_calls_ = std::make_unique<SmallCallStream>(
       session->data_stub_.get(), session->driver_.get(), session->buffers_);
@@ -139,7 +148,9 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   // Wait for the connection within the timeout rather than failing at once
   // while reducerd is still starting.
   const absl::Time deadline = absl::Now() + options.timeout;
-  if (!session->channel_->WaitForConnected(absl::ToChronoTime(deadline))) {
+  absl::Status connected = session->WaitForChannel(deadline);
+  if (!connected.ok()) return connected;
+  if (session->channel_->GetState(false) != GRPC_CHANNEL_READY) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach reducerd at ", options.target, " within ",
         absl::FormatDuration(options.timeout),
@@ -179,6 +190,25 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
       "); check that every rank started with the same job name, world size "
       "and reducerd address"));
   // ~ClientSession cancels the Join stream.
+}
+
+absl::Status ClientSession::WaitForChannel(absl::Time deadline) {
+  absl::Time next_probe = absl::InfinitePast();
+  for (;;) {
+    const grpc_connectivity_state state = channel_->GetState(true);
+    if (state == GRPC_CHANNEL_READY) return absl::OkStatus();
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return absl::OkStatus();
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE && now >= next_probe) {
+      absl::Status diagnosis =
+          DiagnoseTls(options_.target, options_.tls,
+                      std::min(kProbeTimeout, deadline - now));
+      if (!diagnosis.ok()) return diagnosis;
+      next_probe = absl::Now() + kProbeEvery;
+    }
+    channel_->WaitForStateChange(
+        state, absl::ToChronoTime(std::min(deadline, absl::Now() + kProbeEvery)));
+  }
 }
 
 ClientSession::~ClientSession() {

@@ -101,6 +101,10 @@ class ClientSession {
   };
 
   explicit ClientSession(ClientOptions options);
+  // Waits until the session channel is ready or `deadline`; OK either way,
+  // unless a failed connection is diagnosed as a TLS mismatch (DiagnoseTls's
+  // FAILED_PRECONDITION, returned at once).
+  absl::Status WaitForChannel(absl::Time deadline);
   void HandleJoinEventLocked(JoinOp op, bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends one attempt of `pending`'s collective: on the shared Collectives
   // stream when its payload fits in one message, else on its own stream.

@@ -29,7 +29,12 @@
 // group); DEADLINE_EXCEEDED naming the ranks that never arrived; ABORTED when
 // a rank of the job was lost (Connect again); ALREADY_EXISTS when another
 // process holds this rank; RESOURCE_EXHAUSTED for a server limit; UNAVAILABLE
-// when reducerd cannot be reached or is shutting down.
+// when reducerd cannot be reached or is shutting down. Security (TlsOptions,
+// ClientOptions::token): UNAUTHENTICATED when reducerd wants a token and got
+// none or an unknown one; PERMISSION_DENIED for another job's token;
+// FAILED_PRECONDITION from Connect when TLS settings and reducerd disagree
+// (plaintext against TLS, TLS against plaintext, an untrusted or misnamed
+// server certificate, a client certificate refused), the message saying which.
 //
 // Asynchronous all-reduce (Horovod's allreduce_async + synchronize,
 // torch.distributed's async_op=True + wait()): start several, then wait.
@@ -50,6 +55,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +69,15 @@
 
 namespace reducer {
 
+// TLS to reducerd (README: "Securing reducerd"). Files are PEM, re-read
+// when they change (a rotated Kubernetes Secret), by new connections.
+struct TlsOptions {               // paths to PEM files
+  std::string ca_file;            // roots that sign reducerd's certificate
+  std::string cert_file;          // this worker's certificate (mutual TLS); empty: none
+  std::string key_file;
+  std::string server_name;        // name to check in reducerd's certificate; empty: the target's host
+};
+
 struct ClientOptions {
   std::string target = "127.0.0.1:50051";
   std::string job;  // shared by all ranks of one job
@@ -75,6 +90,8 @@ struct ClientOptions {
   // collectives up to 3x slower. Process-wide; false if the application
   // tunes malloc itself.
   bool keep_freed_memory = true;
+  std::optional<TlsOptions> tls;  // unset: plaintext
+  std::string token;              // the job's bearer token; empty: none sent
 };
 
 struct CallOptions {

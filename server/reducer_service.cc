@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "proto/reducer/v1/status_conversion.h"
 #include "server/multiplexed_stream.h"
 #include "server/rank_stream.h"
 #include "server/session_stream.h"
@@ -19,22 +20,58 @@ const GrpcServerMetrics::MethodMetrics* MethodOf(
                                     method));
 }
 
+// A Join refused before it joined anything: finishes at once with the
+// error. Deletes itself in OnDone().
+class RefusedJoin final : public grpc::ServerWriteReactor<v1::JoinEvent> {
+ public:
+  RefusedJoin(const absl::Status& status, const CallMetrics& metrics) {
+    metrics.Received();
+    const grpc::Status refused = ToGrpcStatus(status);
+    metrics.Handled(refused.error_code());
+    Finish(refused);
+  }
+  void OnDone() override { delete this; }
+};
+
+// The call's `authorization` metadata, hashed (the token itself is not
+// kept).
+PresentedToken TokenOf(const grpc::CallbackServerContext* context) {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return PresentToken(nullptr);
+  const std::string value(it->second.data(), it->second.size());
+  return PresentToken(&value);
+}
+
 }  // namespace
 
 ReducerService::ReducerService(JobRegistry* registry, int max_concurrent_calls,
                                MetricsSink* metrics,
-                               const GrpcServerMetrics* grpc_metrics)
+                               const GrpcServerMetrics* grpc_metrics,
+                               JobTokens* tokens)
     : registry_(registry),
       max_concurrent_calls_(max_concurrent_calls),
       metrics_(metrics),
       join_metrics_(MethodOf(grpc_metrics, "Join")),
       leave_metrics_(MethodOf(grpc_metrics, "Leave")),
       collective_metrics_(MethodOf(grpc_metrics, "Collective")),
-      collectives_metrics_(MethodOf(grpc_metrics, "Collectives")) {}
+      collectives_metrics_(MethodOf(grpc_metrics, "Collectives")),
+      tokens_(tokens) {}
+
+absl::Status ReducerService::Authorize(absl::string_view job,
+                                       const PresentedToken& token) {
+  if (tokens_ == nullptr) return absl::OkStatus();
+  absl::Status allowed = tokens_->Check(job, token);
+  if (!allowed.ok()) metrics_->RequestRefused(allowed.code(), RefusedLimit::kNone);
+  return allowed;
+}
 
 grpc::ServerWriteReactor<v1::JoinEvent>* ReducerService::Join(
-    grpc::CallbackServerContext* /*context*/, const v1::JoinRequest* request) {
-  return SessionStream::Create(registry_, *request, CallMetrics(join_metrics_));
+    grpc::CallbackServerContext* context, const v1::JoinRequest* request) {
+  const CallMetrics metrics(join_metrics_);
+  absl::Status allowed = Authorize(request->job(), TokenOf(context));
+  if (!allowed.ok()) return new RefusedJoin(allowed, metrics);
+  return SessionStream::Create(registry_, *request, metrics);
 }
 
 grpc::ServerUnaryReactor* ReducerService::Leave(
@@ -42,8 +79,15 @@ grpc::ServerUnaryReactor* ReducerService::Leave(
     v1::LeaveResponse* /*response*/) {
   const CallMetrics metrics(leave_metrics_);
   metrics.Received();
-  registry_->Depart(request->job(), request->session_id());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status allowed = Authorize(request->job(), TokenOf(context));
+  if (!allowed.ok()) {
+    const grpc::Status refused = ToGrpcStatus(allowed);
+    metrics.Handled(refused.error_code());
+    reactor->Finish(refused);
+    return reactor;
+  }
+  registry_->Depart(request->job(), request->session_id());
   metrics.Sent();
   metrics.Handled(grpc::StatusCode::OK);
   reactor->Finish(grpc::Status::OK);
@@ -62,7 +106,10 @@ absl::Status ReducerService::Admit() {
 }
 
 absl::StatusOr<std::shared_ptr<reducer::Collective>> ReducerService::Attach(
-    const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
+    const v1::CollectiveHeader& header, const PresentedToken& token,
+    std::shared_ptr<RankChannel> stream) {
+  absl::Status allowed = Authorize(header.job(), token);
+  if (!allowed.ok()) return allowed;
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Find(header.job());
   absl::StatusOr<std::shared_ptr<reducer::Collective>> attached =
       job.ok() ? (*job)->Attach(header, std::move(stream)) : job.status();
@@ -86,10 +133,25 @@ ReducerService::StartStream(
   if (!admitted.ok()) {
     return RankStream::CreateFailed(admitted, std::move(on_done), metrics);
   }
+  // A stream without any token is refused at once; a token is checked
+  // against each collective's job as it attaches (a Collectives stream
+  // carries many).
+  const PresentedToken token =
+      tokens_ == nullptr ? PresentedToken{} : TokenOf(context);
+  if (tokens_ != nullptr && !token.present) {
+    metrics_->RequestRefused(absl::StatusCode::kUnauthenticated,
+                             RefusedLimit::kNone);
+    return RankStream::CreateFailed(
+        absl::UnauthenticatedError(
+            "the collective stream carries no `authorization: Bearer TOKEN` "
+            "metadata, and reducerd requires each job's token (set "
+            "ClientOptions::token)"),
+        std::move(on_done), metrics);
+  }
   return Stream::Create(context, std::move(on_done),
-                        [this](const v1::CollectiveHeader& header,
-                               std::shared_ptr<RankChannel> stream) {
-                          return Attach(header, std::move(stream));
+                        [this, token](const v1::CollectiveHeader& header,
+                                      std::shared_ptr<RankChannel> stream) {
+                          return Attach(header, token, std::move(stream));
                         },
                         metrics);
 }

@@ -15,6 +15,7 @@
 #include "server/collective.h"
 #include "server/grpc_server_metrics.h"
 #include "server/job_registry.h"
+#include "server/job_tokens.h"
 #include "server/metrics_sink.h"
 
 namespace reducer {
@@ -29,9 +30,13 @@ class ReducerService final
   // At most `max_concurrent_calls` Collective and Collectives streams are
   // served at once; more are answered RESOURCE_EXHAUSTED.
   // `metrics` counts the calls refused; `grpc_metrics` (null: metrics off)
-  // this service's calls, which its reactors count themselves.
+  // this service's calls, which its reactors count themselves. With
+  // `tokens` (may be null: no tokens required), Join, Leave and every
+  // collective must carry the job's token (`authorization: Bearer TOKEN`),
+  // or get JobTokens::Check's error.
   ReducerService(JobRegistry* registry, int max_concurrent_calls,
-                 MetricsSink* metrics, const GrpcServerMetrics* grpc_metrics);
+                 MetricsSink* metrics, const GrpcServerMetrics* grpc_metrics,
+                 JobTokens* tokens);
 
   grpc::ServerWriteReactor<v1::JoinEvent>* Join(
       grpc::CallbackServerContext* context,
@@ -57,8 +62,13 @@ class ReducerService final
       grpc::CallbackServerContext* context,
       const GrpcServerMetrics::MethodMetrics* method_metrics);
   // Finds the header's job and attaches `stream` to its collective.
+  // When tokens are required, checks `token` against the header's job
+  // first.
   absl::StatusOr<std::shared_ptr<reducer::Collective>> Attach(
-      const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
+      const v1::CollectiveHeader& header, const PresentedToken& token,
+      std::shared_ptr<RankChannel> stream);
+  // OK when tokens are off or `token` is `job`'s; else why not.
+  absl::Status Authorize(absl::string_view job, const PresentedToken& token);
 
   JobRegistry* const registry_;  // not owned
   const int max_concurrent_calls_;
@@ -68,6 +78,7 @@ class ReducerService final
   const GrpcServerMetrics::MethodMetrics* const leave_metrics_;
   const GrpcServerMetrics::MethodMetrics* const collective_metrics_;
   const GrpcServerMetrics::MethodMetrics* const collectives_metrics_;
+  JobTokens* const tokens_;  // not owned; null: no tokens required
   // Collective and Collectives streams not yet done. Atomic rather than under a lock: it is
   // touched once at the start and once at the end of every call, alone.
   std::atomic<int> active_calls_{0};

@@ -50,6 +50,22 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, log_format, "text",
           "stderr log lines: text, or json (one object per line)");
 
+// Transport security (README: "Securing reducerd").
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM certificate (chain) to serve TLS with; empty: plaintext");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "PEM CA certificates; when set, clients must present a certificate "
+          "they signed (mutual TLS)");
+ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(10),
+          "how often the TLS files are re-read for a new version");
+ABSL_FLAG(std::string, job_tokens_file, "",
+          "lines `JOB SHA256_HEX_OF_TOKEN`; when set, every call must carry "
+          "`authorization: Bearer TOKEN` of its job; re-read on change");
+ABSL_FLAG(std::string, health_listen, "",
+          "host:port of a second, plaintext port serving only "
+          "grpc.health.v1 (for kubelet probes); empty: none");
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "reducerd: the Reducer tensor reduction daemon.\n"
@@ -88,6 +104,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   options.log_format = *log_format;
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  options.tls_refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval);
+  options.job_tokens_file = absl::GetFlag(FLAGS_job_tokens_file);
+  options.health_listen = absl::GetFlag(FLAGS_health_listen);
 
   // Block the stop signals in every thread (threads inherit the mask), so
   // that only sigwait below receives them.
@@ -108,6 +130,10 @@ int main(int argc, char** argv) {
                 (*server)->metrics_address().c_str());
   }
   std::printf("reducerd listening on %s\n", (*server)->address().c_str());
+  if (!(*server)->health_address().empty()) {
+    std::printf("reducerd health checks on %s\n",
+                (*server)->health_address().c_str());
+  }
   std::fflush(stdout);
 
   // Under systemd (Type=notify) $NOTIFY_SOCKET names the manager's socket:

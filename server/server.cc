@@ -9,6 +9,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/log.h"
+#include "server/server_credentials.h"
 #include "server/version.h"
 
 namespace reducer {
@@ -30,9 +31,14 @@ std::vector<GrpcMethod> ServedMethods() {
   return methods;
 }
 
+// "HOST:PORT" of `listen` with the port actually bound.
+std::string BoundAddress(const std::string& listen, int port) {
+  return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+}
+
 }  // namespace
 
-Server::Server(ServerOptions options)
+Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
     : options_(std::move(options)),
       log_(options_.log_format),
       prometheus_(options_.metrics_listen.empty()
@@ -48,8 +54,9 @@ Server::Server(ServerOptions options)
                         ? nullptr
                         : std::make_unique<GrpcServerMetrics>(
                               &prometheus_->registry(), ServedMethods())),
+      tokens_(std::move(tokens)),
       service_(&registry_, options_.max_concurrent_calls, metrics_,
-               grpc_metrics_.get()),
+               grpc_metrics_.get(), tokens_.get()),
       admin_(&registry_, &memory_, kReducerVersion, &serving_) {}
 
 void Server::RegisterServices(grpc::ServerBuilder& builder) {
@@ -99,8 +106,7 @@ absl::Status Server::StartMetricsEndpoint() {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on --metrics_listen=", listen));
   }
-  metrics_address_ =
-      absl::StrCat(listen.substr(0, listen.rfind(':')), ":", ports[0]);
+  metrics_address_ = BoundAddress(listen, ports[0]);
   return absl::OkStatus();
 }
 
@@ -110,7 +116,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
         "--chunk_bytes must be a positive multiple of 8, got ",
         options.chunk_bytes));
   }
-  std::unique_ptr<Server> server(new Server(std::move(options)));
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options);
+  if (!credentials.ok()) return credentials.status();
+  std::unique_ptr<JobTokens> tokens;
+  if (!options.job_tokens_file.empty()) {
+    absl::StatusOr<std::unique_ptr<JobTokens>> loaded = JobTokens::Load(
+        options.job_tokens_file, options.job_tokens_refresh_interval);
+    if (!loaded.ok()) return loaded.status();
+    tokens = std::move(*loaded);
+  }
+  std::unique_ptr<Server> server(
+      new Server(std::move(options), std::move(tokens)));
   const ServerOptions& o = server->options_;
   if (server->prometheus_ != nullptr) {
     absl::Status metrics = server->StartMetricsEndpoint();
@@ -118,7 +135,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(o.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(o.listen, *credentials, &port);
   server->RegisterServices(builder);
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(o.chunk_bytes) + kMessageHeadroomBytes);
@@ -143,9 +160,26 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
         absl::StrCat("cannot listen on ", o.listen,
                      " (address in use, or not a host:port this machine has)"));
   }
-  const std::string& listen = o.listen;
-  server->address_ =
-      absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  server->address_ = BoundAddress(o.listen, port);
+  if (!o.health_listen.empty()) {
+    // The default health service is the only service of this server; the
+    // main server's serving state is mirrored onto it in Shutdown().
+    grpc::ServerBuilder health_builder;
+    // Any other method is answered UNIMPLEMENTED by this generic service,
+    // which also gives the server the callback queue the health service
+    // runs on.
+    health_builder.RegisterCallbackGenericService(&server->health_fallback_);
+    int health_port = 0;
+    health_builder.AddListeningPort(
+        o.health_listen, grpc::InsecureServerCredentials(), &health_port);
+    server->health_server_ = health_builder.BuildAndStart();
+    if (server->health_server_ == nullptr || health_port == 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "--health_listen: cannot listen on ", o.health_listen,
+          " (address in use, or not a host:port this machine has)"));
+    }
+    server->health_address_ = BoundAddress(o.health_listen, health_port);
+  }
   return server;
 }
 
@@ -159,9 +193,11 @@ void Server::Shutdown() {
   }
   serving_.store(false, std::memory_order_relaxed);
   if (grpc_server_ == nullptr) return;  // Start failed before serving
-  grpc::HealthCheckServiceInterface* health =
-      grpc_server_->GetHealthCheckService();
-  if (health != nullptr) health->SetServingStatus(false);
+  for (grpc::Server* serving : {grpc_server_.get(), health_server_.get()}) {
+    if (serving == nullptr) continue;
+    grpc::HealthCheckServiceInterface* health = serving->GetHealthCheckService();
+    if (health != nullptr) health->SetServingStatus(false);
+  }
   registry_.StopAccepting();
   const absl::Time deadline = absl::Now() + options_.drain_budget;
   while (registry_.HasActiveCollectives() && absl::Now() < deadline) {
@@ -174,6 +210,10 @@ void Server::Shutdown() {
   registry_.ShutdownAll(absl::UnavailableError(
       "reducerd is shutting down; Connect again once it is back"));
   grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  // Probes keep seeing NOT_SERVING until the main port is gone.
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  }
 }
 
 void Server::Wait() {

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
 #include "server/admin_service.h"
@@ -22,6 +23,7 @@
 #include "server/grpc_server_metrics.h"
 #include "server/job_registry.h"
 #include "server/log.h"
+#include "server/job_tokens.h"
 #include "server/memory_budget.h"
 #include "server/metrics_sink.h"
 #include "server/prometheus_metrics.h"
@@ -34,8 +36,10 @@ namespace reducer {
 
 class Server {
  public:
-  // Binds options.listen (and options.metrics_listen when set) and starts
-  // serving. UNAVAILABLE when an address cannot be bound.
+  // Binds options.listen (and options.metrics_listen and
+  // options.health_listen, when set) and starts serving. UNAVAILABLE when an
+  // address cannot be bound; INVALID_ARGUMENT or NOT_FOUND for TLS or token
+  // files that are unusable (see MakeServerCredentials and JobTokens::Load).
   static absl::StatusOr<std::unique_ptr<Server>> Start(ServerOptions options);
   ~Server();
 
@@ -45,6 +49,8 @@ class Server {
   const std::string& metrics_address() const { return metrics_address_; }
   // The server's logger (options.log_format).
   const Logger& logger() const { return log_; }
+  // The health port's address as bound; empty without --health_listen.
+  const std::string& health_address() const { return health_address_; }
 
   // Health goes NOT_SERVING and new calls get UNAVAILABLE; collectives in
   // flight get up to options.drain_budget to finish; the rest fail with
@@ -55,7 +61,7 @@ class Server {
   void Wait();
 
  private:
-  explicit Server(ServerOptions options);
+  Server(ServerOptions options, std::unique_ptr<JobTokens> tokens);
 
   // Every service reducerd serves, registered here and only here, so that
   // each gets the same port and credentials.
@@ -80,12 +86,17 @@ class Server {
   JobRegistry registry_;
   // Null when metrics are off; outlives the gRPC server and its reactors.
   const std::unique_ptr<GrpcServerMetrics> grpc_metrics_;
+  const std::unique_ptr<JobTokens> tokens_;  // null: no tokens required
   ReducerService service_;
   // False once Shutdown began. Atomic: read by Admin calls without mu_.
   std::atomic<bool> serving_{true};
   AdminService admin_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::string address_;
+  // Plaintext, grpc.health.v1 only; null without options.health_listen.
+  grpc::CallbackGenericService health_fallback_;
+  std::unique_ptr<grpc::Server> health_server_;
+  std::string health_address_;
   // What the exposer serves (it holds only a weak reference).
   std::shared_ptr<prometheus::Collectable> scrape_target_;
   // Destroyed first: its scrapes read the members above.

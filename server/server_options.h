@@ -48,6 +48,22 @@ struct ServerOptions {
   // port); empty: no metrics, and every metric call is a no-op.
   std::string metrics_listen;
   LogFormat log_format = LogFormat::kText;
+
+  // Transport security (see server_credentials.h and job_tokens.h). Empty
+  // strings: off. TLS needs both the certificate and its key; a client CA
+  // makes it mutual TLS.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  // How often certificate files are looked at for a new version. Seconds:
+  // a rotated Secret reaches the pod within a minute anyway.
+  absl::Duration tls_refresh_interval = absl::Seconds(10);
+  std::string job_tokens_file;  // `JOB SHA256_HEX` per line
+  // How often, at most, the tokens file is looked at for a new version.
+  absl::Duration job_tokens_refresh_interval = absl::Seconds(1);
+  // A second, plaintext port serving only grpc.health.v1 (for kubelet
+  // probes, which cannot speak TLS); empty: none.
+  std::string health_listen;
 };
 
 }  // namespace reducer

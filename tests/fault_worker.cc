@@ -17,6 +17,8 @@
 // the worker with SIGSEGV. Lines are flushed as they are written. The
 // worker exits 0 once the script ran (whatever the results), 2 for a
 // script it cannot parse, and stops early (exit 0) if Connect fails.
+// --tls_ca_file, --tls_cert_file, --tls_key_file, --tls_server_name (any of
+// them turns ClientOptions::tls on) and --token set the security options.
 //
 // A script is steps separated by ';', each `verb` or `verb:key=value,...`:
 //
@@ -92,6 +94,12 @@ ABSL_FLAG(int, timeout_s, 30,
 ABSL_FLAG(std::string, steps, "", "the script; see the file comment");
 ABSL_FLAG(std::string, scratch_dir, "",
           "a directory shared with the test, for file handshakes");
+ABSL_FLAG(std::string, tls_ca_file, "",
+          "ClientOptions::tls.ca_file; any --tls_* flag set turns TLS on");
+ABSL_FLAG(std::string, tls_cert_file, "", "ClientOptions::tls.cert_file");
+ABSL_FLAG(std::string, tls_key_file, "", "ClientOptions::tls.key_file");
+ABSL_FLAG(std::string, tls_server_name, "", "ClientOptions::tls.server_name");
+ABSL_FLAG(std::string, token, "", "ClientOptions::token");
 
 namespace reducer {
 namespace testing {
@@ -806,6 +814,16 @@ int main(int argc, char** argv) {
   options.rank = absl::GetFlag(FLAGS_rank);
   options.world_size = absl::GetFlag(FLAGS_world_size);
   options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  reducer::TlsOptions tls;
+  tls.ca_file = absl::GetFlag(FLAGS_tls_ca_file);
+  tls.cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  tls.key_file = absl::GetFlag(FLAGS_tls_key_file);
+  tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
+  if (!tls.ca_file.empty() || !tls.cert_file.empty() ||
+      !tls.server_name.empty()) {
+    options.tls = tls;
+  }
+  options.token = absl::GetFlag(FLAGS_token);
   if (options.job.empty()) {
     std::fprintf(stderr, "fault_worker: --job is required\n");
     return 2;

@@ -26,6 +26,7 @@ _PKG_CONFIG_LIBS = {
     "gtest": ["gtest"],
     "gmock": ["gmock", "gtest"],
     "benchmark": ["benchmark"],
+    "openssl": ["libssl", "libcrypto"],
 }
 
 _EXTRA_LIBS = {

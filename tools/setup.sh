@@ -17,6 +17,7 @@ build_packages=(
   pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
   # server/ metrics (prometheus-cpp) and the Prometheus server its test scrapes with
   prometheus-cpp-dev prometheus
+  libssl-dev openssl  # TLS: SHA-256 of tokens, the client's TLS probe, test certificates
 )
 bench_packages=(
   python3-torch python3-numpy python3-matplotlib openmpi-bin libopenmpi-dev

@@ -1,0 +1,141 @@
+#include "server/job_tokens.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A well-formed hash (64 hex digits) for the file-format tests.
+constexpr char kHashA[] =
+    "e0a9b1a8ee2a0f1ac5fa16e5ac2e8b1ee0fe2d4dbbb4cc5f9ad2b5bcc34a4fa3";
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+}
+
+PresentedToken Present(const std::string& token) {
+  const std::string header = "Bearer " + token;
+  return PresentToken(&header);
+}
+
+std::string Hex(const TokenHash& hash) {
+  std::string hex;
+  for (uint8_t b : hash) absl::StrAppend(&hex, absl::Hex(b, absl::kZeroPad2));
+  return hex;
+}
+
+TEST(HashTokenTest, MatchesSha256sum) {
+  // Independent reference: coreutils' sha256sum of the same bytes.
+  const std::string path = TempPath("sum.txt");
+  ASSERT_EQ(std::system(("printf %s secret-a | sha256sum > " + path).c_str()), 0);
+  std::ifstream in(path);
+  std::string expected;
+  in >> expected;
+  EXPECT_EQ(Hex(HashToken("secret-a")), expected);
+}
+
+TEST(BearerTokenTest, ParsesSchemeCaseInsensitively) {
+  EXPECT_EQ(BearerToken("Bearer abc"), "abc");
+  EXPECT_EQ(BearerToken("bearer abc"), "abc");
+  EXPECT_EQ(BearerToken("Basic abc"), "");
+  EXPECT_EQ(BearerToken("Bearer "), "");
+  EXPECT_FALSE(PresentToken(nullptr).present);
+}
+
+class JobTokensTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = TempPath(absl::StrCat("tokens_", ::testing::UnitTest::GetInstance()
+                                               ->current_test_info()
+                                               ->name()));
+    WriteFile(path_, absl::StrCat("# comment\n\njob-a ", Hex(HashToken("secret-a")),
+                                  "\njob-b ", Hex(HashToken("secret-b")), "\n"));
+  }
+  std::string path_;
+};
+
+TEST_F(JobTokensTest, ChecksEachCase) {
+  auto tokens = JobTokens::Load(path_, absl::Milliseconds(1));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_TRUE((*tokens)->Check("job-a", Present("secret-a")).ok());
+  EXPECT_TRUE((*tokens)->Check("job-b", Present("secret-b")).ok());
+  absl::Status missing = (*tokens)->Check("job-a", PresentedToken{});
+  EXPECT_EQ(missing.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(missing.message(), HasSubstr("job-a"));
+  absl::Status other = (*tokens)->Check("job-b", Present("secret-a"));
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(other.message(), HasSubstr("another job"));
+  EXPECT_THAT(other.message(), Not(HasSubstr("secret-a")));
+  absl::Status unknown = (*tokens)->Check("job-a", Present("wrong"));
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kUnauthenticated);
+  absl::Status unlisted = (*tokens)->Check("job-c", Present("secret-a"));
+  EXPECT_EQ(unlisted.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(unlisted.message(), HasSubstr("job-c has no token"));
+}
+
+TEST_F(JobTokensTest, ReadsTheFileAgainWhenASymlinkIsSwapped) {
+  const std::string v1 = path_ + ".v1";
+  const std::string v2 = path_ + ".v2";
+  const std::string link = path_ + ".link";
+  WriteFile(v1, absl::StrCat("job-a ", Hex(HashToken("secret-a")), "\n"));
+  WriteFile(v2, absl::StrCat("job-a ", Hex(HashToken("rotated")), "\n"));
+  std::remove(link.c_str());
+  ASSERT_EQ(symlink(v1.c_str(), link.c_str()), 0);
+  auto tokens = JobTokens::Load(link, absl::Milliseconds(1));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_TRUE((*tokens)->Check("job-a", Present("secret-a")).ok());
+  // Swap as Kubernetes does: a new link renamed over the old one.
+  const std::string tmp = link + ".tmp";
+  ASSERT_EQ(symlink(v2.c_str(), tmp.c_str()), 0);
+  ASSERT_EQ(std::rename(tmp.c_str(), link.c_str()), 0);
+  absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE((*tokens)->Check("job-a", Present("rotated")).ok());
+  EXPECT_EQ((*tokens)->Check("job-a", Present("secret-a")).code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+TEST_F(JobTokensTest, AMalformedNewVersionKeepsTheOldTokens) {
+  auto tokens = JobTokens::Load(path_, absl::Milliseconds(1));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  WriteFile(path_, "job-a not-a-hash-and-longer-than-before\n");
+  absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE((*tokens)->Check("job-a", Present("secret-a")).ok());
+}
+
+TEST(JobTokensLoadTest, NamesTheFileAndLineOfAMalformedLine) {
+  const std::string path = TempPath("bad_tokens");
+  WriteFile(path, absl::StrCat("job-a ", kHashA, "\njob-b 1234\n"));
+  auto tokens = JobTokens::Load(path);
+  ASSERT_FALSE(tokens.ok());
+  EXPECT_EQ(tokens.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(tokens.status().message(), HasSubstr(path + " line 2"));
+  WriteFile(path, absl::StrCat("job-a ", kHashA, "\njob-a ", kHashA, "\n"));
+  EXPECT_THAT(JobTokens::Load(path).status().message(),
+              HasSubstr("listed twice"));
+  EXPECT_EQ(JobTokens::Load(path + ".absent").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace reducer
