@@ -12,7 +12,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/reducer/v1/admin.grpc.pb.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "tests/fault_test_base.h"
 #include "tests/raw_client.h"
@@ -26,6 +28,34 @@ using ::testing::HasSubstr;
 
 // A limit must be reported at once, not after some wait.
 constexpr absl::Duration kFast = absl::Seconds(3);
+
+// True once reducerd's Admin.Status shows a collective of `job` that waits
+// for `rank` alone (every other rank of its group has arrived); false after
+// `limit`.
+bool WaitUntilOnlyRankMissing(const std::string& address,
+                              const std::string& job, int rank,
+                              absl::Duration limit) {
+  std::unique_ptr<v1::Admin::Stub> admin = v1::Admin::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  const absl::Time deadline = absl::Now() + limit;
+  while (absl::Now() < deadline) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    v1::StatusResponse status;
+    if (admin->Status(&context, v1::StatusRequest(), &status).ok()) {
+      for (const v1::JobStatus& j : status.jobs()) {
+        if (j.name() != job) continue;
+        for (const v1::PendingCollective& c : j.pending()) {
+          if (c.missing_ranks_size() == 1 && c.missing_ranks(0) == rank) {
+            return true;
+          }
+        }
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
 
 class LimitsTest : public FaultTest {};
 
@@ -208,6 +238,11 @@ TEST_F(LimitsTest, MessageOverTheReceiveLimit) {
   absl::StatusOr<std::unique_ptr<RawSession>> raw =
       RawSession::Join(server()->address(), job, 1, 2, absl::Seconds(30));
   ASSERT_TRUE(raw.ok()) << raw.status();
+  // Rank 0's contribution must be in first: a stream cut before every rank
+  // arrived only detaches its rank (a retry may attach again), so rank 0
+  // arriving after the cut would wait for its timeout instead.
+  ASSERT_TRUE(WaitUntilOnlyRankMissing(server()->address(), job, 1,
+                                       absl::Seconds(20)));
 
   v1::CollectiveRequest header;
   *header.mutable_header() = (*raw)->Header(v1::COLLECTIVE_KIND_ALL_REDUCE);
