@@ -31,8 +31,8 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "client/channel_security.h"
@@ -130,12 +130,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ChannelFromFlags() {
       return absl::InvalidArgumentError("give --token or --token_file, not both");
     }
     std::ifstream in(token_file);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) {
+    if (!in.is_open()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--token_file=", token_file, ": cannot read the file"));
     }
+    std::stringstream text;
+    text << in.rdbuf();
     options.token = std::string(absl::StripAsciiWhitespace(text.str()));
     if (options.token.empty()) {
       return absl::InvalidArgumentError(
