@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "proto/reducer/v1/status_conversion.h"
+#include "server/call_token.h"
 #include "server/metric_labels.h"
 
 namespace reducer {
@@ -44,9 +47,32 @@ v1::StatusResponse BuildStatusResponse(JobRegistry* registry,
 grpc::ServerUnaryReactor* AdminService::Status(
     grpc::CallbackServerContext* context, const v1::StatusRequest* /*request*/,
     v1::StatusResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   *response = BuildStatusResponse(registry_, *memory_, version_,
                                   serving_->load(std::memory_order_relaxed));
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (tokens_ == nullptr) {
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  const PresentedToken token = TokenOf(context);
+  absl::Status known = tokens_->CheckAnyJob(token);
+  if (!known.ok()) {
+    response->Clear();
+    reactor->Finish(ToGrpcStatus(absl::Status(
+        known.code(),
+        absl::StrCat("Admin.Status: ", known.message(),
+                     "; reducerd lists a job only to the holder of its "
+                     "token (pass reducerctl --token or --token_file)"))));
+    return reactor;
+  }
+  // Per-job view: keep the jobs this token is the token of.
+  google::protobuf::RepeatedPtrField<v1::JobStatus> all;
+  all.Swap(response->mutable_jobs());
+  for (v1::JobStatus& job : all) {
+    if (tokens_->Check(job.name(), token).ok()) {
+      *response->add_jobs() = std::move(job);
+    }
+  }
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -1,6 +1,8 @@
 // AdminService: the reducer.v1.Admin gRPC service, what reducerctl asks:
 // every job, its ranks and epoch, and each collective not yet done with the
-// ranks it still waits for and for how long.
+// ranks it still waits for and for how long. With job tokens configured a
+// Status call must carry a job's token and sees only the jobs of that
+// token: a tenant never learns another job's name or collectives.
 //
 // Thread-safe; every pointer given to the constructor must outlive it.
 #ifndef REDUCER_SERVER_ADMIN_SERVICE_H_
@@ -11,6 +13,7 @@
 
 #include "proto/reducer/v1/admin.grpc.pb.h"
 #include "server/job_registry.h"
+#include "server/job_tokens.h"
 #include "server/memory_budget.h"
 
 namespace reducer {
@@ -23,14 +26,19 @@ v1::StatusResponse BuildStatusResponse(JobRegistry* registry,
 
 class AdminService final : public v1::Admin::CallbackService {
  public:
-  // `serving` is false once the server drains.
+  // `serving` is false once the server drains. `tokens` null: no tokens
+  // required, every job is listed.
   AdminService(JobRegistry* registry, const MemoryBudget* memory,
-               std::string version, const std::atomic<bool>* serving)
+               std::string version, const std::atomic<bool>* serving,
+               JobTokens* tokens)
       : registry_(registry),
         memory_(memory),
         version_(std::move(version)),
-        serving_(serving) {}
+        serving_(serving),
+        tokens_(tokens) {}
 
+  // With tokens: UNAUTHENTICATED when the call carries no token or one no
+  // job has; otherwise only the jobs whose token it carries are listed.
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context,
                                    const v1::StatusRequest* request,
                                    v1::StatusResponse* response) override;
@@ -40,6 +48,7 @@ class AdminService final : public v1::Admin::CallbackService {
   const MemoryBudget* const memory_;   // not owned
   const std::string version_;
   const std::atomic<bool>* const serving_;  // not owned
+  JobTokens* const tokens_;                 // not owned; null: none
 };
 
 }  // namespace reducer

@@ -201,4 +201,22 @@ absl::Status JobTokens::Check(absl::string_view job,
       "(wrong or revoked token; check ClientOptions::token)"));
 }
 
+absl::Status JobTokens::CheckAnyJob(const PresentedToken& token) {
+  RefreshIfChanged();
+  if (!token.present) {
+    return absl::UnauthenticatedError(
+        "the call carries no `authorization: Bearer TOKEN` metadata, and "
+        "reducerd requires a job's token");
+  }
+  absl::MutexLock lock(&mu_);
+  // Every hash is compared, as in Check, so the time does not depend on
+  // which job (if any) the token belongs to.
+  bool known = false;
+  for (const auto& [name, hash] : tokens_) known |= SameHash(hash, token.hash);
+  if (known) return absl::OkStatus();
+  return absl::UnauthenticatedError(
+      "the token presented is not one reducerd knows (wrong or revoked "
+      "token)");
+}
+
 }  // namespace reducer

@@ -67,6 +67,11 @@ class JobTokens {
   // malformed new version is logged and the old tokens stay).
   absl::Status Check(absl::string_view job, const PresentedToken& token);
 
+  // OK when `token` is the token of some job in the file (which one is not
+  // said); UNAUTHENTICATED when the call carried no token or one no job
+  // has. Never names the token. Re-reads the file first as Check does.
+  absl::Status CheckAnyJob(const PresentedToken& token);
+
  private:
   // A file's identity: a swap or rewrite changes at least one of these.
   struct FileStamp {

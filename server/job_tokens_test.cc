@@ -94,6 +94,19 @@ TEST_F(JobTokensTest, ChecksEachCase) {
   EXPECT_THAT(unlisted.message(), HasSubstr("job-c has no token"));
 }
 
+TEST_F(JobTokensTest, CheckAnyJobKnowsEveryJobsTokenAndNoOther) {
+  auto tokens = JobTokens::Load(path_, absl::Milliseconds(1));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_TRUE((*tokens)->CheckAnyJob(Present("secret-a")).ok());
+  EXPECT_TRUE((*tokens)->CheckAnyJob(Present("secret-b")).ok());
+  EXPECT_EQ((*tokens)->CheckAnyJob(PresentedToken{}).code(),
+            absl::StatusCode::kUnauthenticated);
+  absl::Status unknown = (*tokens)->CheckAnyJob(Present("bogus-token-9"));
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(unknown.message(), HasSubstr("not one reducerd knows"));
+  EXPECT_THAT(unknown.message(), Not(HasSubstr("bogus-token-9")));
+}
+
 TEST_F(JobTokensTest, ReadsTheFileAgainWhenASymlinkIsSwapped) {
   const std::string v1 = path_ + ".v1";
   const std::string v2 = path_ + ".v2";

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "proto/reducer/v1/status_conversion.h"
+#include "server/call_token.h"
 #include "server/multiplexed_stream.h"
 #include "server/rank_stream.h"
 #include "server/session_stream.h"
@@ -32,16 +33,6 @@ class RefusedJoin final : public grpc::ServerWriteReactor<v1::JoinEvent> {
   }
   void OnDone() override { delete this; }
 };
-
-// The call's `authorization` metadata, hashed (the token itself is not
-// kept).
-PresentedToken TokenOf(const grpc::CallbackServerContext* context) {
-  const auto& metadata = context->client_metadata();
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) return PresentToken(nullptr);
-  const std::string value(it->second.data(), it->second.size());
-  return PresentToken(&value);
-}
 
 }  // namespace
 

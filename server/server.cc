@@ -57,7 +57,8 @@ Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
       tokens_(std::move(tokens)),
       service_(&registry_, options_.max_concurrent_calls, metrics_,
                grpc_metrics_.get(), tokens_.get()),
-      admin_(&registry_, &memory_, kReducerVersion, &serving_) {}
+      admin_(&registry_, &memory_, kReducerVersion, &serving_,
+             tokens_.get()) {}
 
 void Server::RegisterServices(grpc::ServerBuilder& builder) {
   grpc::EnableDefaultHealthCheckService(true);

@@ -3,7 +3,8 @@
 // openssl command (tests/make_test_certs.sh), certificates rotated by
 // symlink swap under a live session, per-job tokens (missing, another
 // job's, rotated), garbage and stalled handshakes on the TLS port, the
-// plaintext health port, and the client's message for each TLS mismatch.
+// plaintext health port, the client's message for each TLS mismatch, and
+// reducerctl over TLS with a job's token seeing only that job.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -199,6 +200,15 @@ class SecurityTest : public FaultTest {
                                  Sha256Hex(token_a), "\n", Job("b"), " ",
                                  Sha256Hex(kTokenB), "\n"));
     return path;
+  }
+
+  // Runs `argv` to completion (at most 30 s).
+  ProcessResult Run(std::vector<std::string> argv, const std::string& name) {
+    absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+        ChildProcess::Start(std::move(argv), name);
+    EXPECT_TRUE(child.ok()) << child.status();
+    if (!child.ok()) return ProcessResult();
+    return (*child)->Wait(absl::Seconds(30));
   }
 
   std::string certs_;
@@ -517,6 +527,86 @@ TEST_F(SecurityTest, ClientNamesEachTlsMismatch) {
       Job("r"), {"--tls_ca_file=" + Cert("ca.pem"), "--tls_server_name=localhost"});
   ExpectStep(renamed, "1", absl::StatusCode::kOk);
   EXPECT_TRUE((*plain)->Stop(absl::Seconds(10)).Succeeded());
+}
+
+// reducerctl against a TLS reducerd with tokens, jobs A and B running: no
+// token or an unknown one is UNAUTHENTICATED, A's token (from a file) shows
+// job A and nothing of B, B's the other way round; health and services work
+// over TLS, health on the plaintext health port too; a plaintext reducerctl
+// is told the port serves TLS. No token reaches reducerd's log.
+TEST_F(SecurityTest, ReducerctlObeysTlsAndShowsOnlyTheTokensJob) {
+  absl::StatusOr<std::string> ctl = RunfilePath("tools/reducerctl");
+  ASSERT_TRUE(ctl.ok()) << ctl.status();
+  absl::StatusOr<int> port = PickFreeLoopbackPort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string health = absl::StrCat("127.0.0.1:", *port);
+  std::vector<std::string> flags = TlsServerFlags();
+  flags.push_back("--job_tokens_file=" + WriteTokens("tokens", kTokenA));
+  flags.push_back("--health_listen=" + health);
+  ASSERT_TRUE(StartServer(flags));
+  std::vector<std::string> tls_a = TlsWorkerFlags();
+  tls_a.push_back(absl::StrCat("--token=", kTokenA));
+  std::vector<std::string> tls_b = TlsWorkerFlags();
+  tls_b.push_back(absl::StrCat("--token=", kTokenB));
+  auto job_a = StartJobWith(Job("a"), 1, "allreduce;wait_file:path=seen;barrier", tls_a);
+  auto job_b = StartJobWith(Job("b"), 1, "allreduce;wait_file:path=seen;barrier", tls_b);
+  ASSERT_TRUE(WaitForOutput(*job_a[0], "RESULT 1 "));
+  ASSERT_TRUE(WaitForOutput(*job_b[0], "RESULT 1 "));
+
+  const std::string target = "--target=" + server()->address();
+  const std::string ca = "--tls_ca_file=" + Cert("ca.pem");
+  const std::string token_file = absl::StrCat(scratch_dir_, "/token_a");
+  WriteFile(token_file, absl::StrCat("  ", kTokenA, "\n\n"));
+  const std::string line_a = absl::StrCat("job ", Job("a"), ": ");
+
+  ProcessResult none = Run({*ctl, target, ca, "status"}, "ctl_no_token");
+  EXPECT_EQ(none.exit_code, 1) << none.Describe();
+  EXPECT_THAT(none.stderr_text, HasSubstr("UNAUTHENTICATED"));
+  EXPECT_THAT(none.stderr_text, HasSubstr("--token_file"));
+  EXPECT_THAT(none.stderr_text, HasSubstr(server()->address()));
+  ProcessResult unknown =
+      Run({*ctl, target, ca, "--token=not-a-token", "status"}, "ctl_unknown");
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.Describe();
+  EXPECT_THAT(unknown.stderr_text, HasSubstr("UNAUTHENTICATED"));
+  EXPECT_THAT(unknown.stderr_text, HasSubstr("not one reducerd knows"));
+
+  ProcessResult as_a =
+      Run({*ctl, target, ca, "--token_file=" + token_file, "status"}, "ctl_a");
+  ASSERT_TRUE(as_a.Succeeded()) << as_a.Describe();
+  EXPECT_THAT(as_a.stdout_text, HasSubstr(line_a));
+  EXPECT_THAT(as_a.stdout_text, Not(HasSubstr(Job("b"))));
+  ProcessResult as_b = Run(
+      {*ctl, target, ca, absl::StrCat("--token=", kTokenB), "status"}, "ctl_b");
+  ASSERT_TRUE(as_b.Succeeded()) << as_b.Describe();
+  EXPECT_THAT(as_b.stdout_text, HasSubstr(absl::StrCat("job ", Job("b"), ": ")));
+  EXPECT_THAT(as_b.stdout_text, Not(HasSubstr(Job("a"))));
+
+  ProcessResult plaintext = Run(
+      {*ctl, target, absl::StrCat("--token=", kTokenA), "--timeout=2s", "status"},
+      "ctl_plaintext");
+  EXPECT_EQ(plaintext.exit_code, 1) << plaintext.Describe();
+  EXPECT_THAT(plaintext.stderr_text, HasSubstr(server()->address()));
+  EXPECT_THAT(plaintext.stderr_text, HasSubstr("serves TLS"));
+  EXPECT_THAT(plaintext.stderr_text, HasSubstr("--tls_ca_file"));
+
+  ProcessResult tls_health = Run({*ctl, target, ca, "health"}, "ctl_health_tls");
+  EXPECT_TRUE(tls_health.Succeeded()) << tls_health.Describe();
+  EXPECT_EQ(tls_health.stdout_text, "SERVING\n");
+  ProcessResult plain_health =
+      Run({*ctl, "--target=" + health, "health"}, "ctl_health_port");
+  EXPECT_TRUE(plain_health.Succeeded()) << plain_health.Describe();
+  EXPECT_EQ(plain_health.stdout_text, "SERVING\n");
+  ProcessResult services = Run({*ctl, target, ca, "services"}, "ctl_services");
+  EXPECT_TRUE(services.Succeeded()) << services.Describe();
+  EXPECT_THAT(services.stdout_text, HasSubstr("reducer.v1.Admin\n"));
+
+  Touch("seen");
+  for (const ProcessResult& w : WaitWorkers(job_a)) ExpectStep(w, "3", absl::StatusCode::kOk);
+  for (const ProcessResult& w : WaitWorkers(job_b)) ExpectStep(w, "3", absl::StatusCode::kOk);
+  const std::string logs = server()->Logs();
+  for (const char* token : {kTokenA, kTokenB, "not-a-token"}) {
+    EXPECT_THAT(logs, Not(HasSubstr(token)));
+  }
 }
 
 }  // namespace
