@@ -187,7 +187,8 @@ std::unique_ptr<ChildProcess> FaultTest::StartWorker(const WorkerSpec& spec) {
 std::vector<std::unique_ptr<ChildProcess>> FaultTest::StartJob(
     const std::string& job, int world_size,
     const std::vector<std::string>& steps,
-    const std::vector<std::string>& targets) {
+    const std::vector<std::string>& targets,
+    const std::vector<std::string>& extra_flags) {
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int r = 0; r < world_size; ++r) {
     WorkerSpec spec;
@@ -196,9 +197,19 @@ std::vector<std::unique_ptr<ChildProcess>> FaultTest::StartJob(
     spec.world_size = world_size;
     spec.steps = steps.size() == 1 ? steps[0] : steps.at(r);
     if (!targets.empty()) spec.target = targets.at(r);
+    spec.extra_flags = extra_flags;
     workers.push_back(StartWorker(spec));
   }
   return workers;
+}
+
+ProcessResult FaultTest::RunToCompletion(std::vector<std::string> argv,
+                                         const std::string& name) {
+  absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+      ChildProcess::Start(std::move(argv), name);
+  EXPECT_TRUE(child.ok()) << child.status();
+  if (!child.ok()) return ProcessResult();
+  return (*child)->Wait(absl::Seconds(30));
 }
 
 std::vector<ProcessResult> FaultTest::WaitWorkers(

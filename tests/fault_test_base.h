@@ -102,11 +102,18 @@ class FaultTest : public ::testing::Test {
   // Starts a fault_worker; null (with a failure recorded) if it cannot.
   std::unique_ptr<ChildProcess> StartWorker(const WorkerSpec& spec);
   // Starts ranks 0..world_size-1 of `job`, rank r running steps[r] (or
-  // steps[0] for every rank when only one script is given).
+  // steps[0] for every rank when only one script is given), each with
+  // `extra_flags` added to its command line.
   std::vector<std::unique_ptr<ChildProcess>> StartJob(
       const std::string& job, int world_size,
       const std::vector<std::string>& steps,
-      const std::vector<std::string>& targets = {});
+      const std::vector<std::string>& targets = {},
+      const std::vector<std::string>& extra_flags = {});
+
+  // Runs any other program (`argv[0]` a path) to completion, at most 30 s;
+  // records a failure and returns an empty result if it cannot start.
+  ProcessResult RunToCompletion(std::vector<std::string> argv,
+                                const std::string& name);
 
   // Waits for every worker (until `timeout`, or a little before the test's
   // limit) and expects each to exit 0. Returns their results in order.

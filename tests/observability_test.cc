@@ -164,15 +164,6 @@ class ObservabilityTest : public FaultTest {
                {"rank 1 never arrived"});
   }
 
-  // Runs `argv` to completion (at most 30 s).
-  ProcessResult Run(std::vector<std::string> argv, const std::string& name) {
-    absl::StatusOr<std::unique_ptr<ChildProcess>> child =
-        ChildProcess::Start(std::move(argv), name);
-    EXPECT_TRUE(child.ok()) << child.status();
-    if (!child.ok()) return ProcessResult();
-    return (*child)->Wait(absl::Seconds(30));
-  }
-
   int metrics_port_ = 0;
 };
 
@@ -200,7 +191,7 @@ TEST_F(ObservabilityTest, KnownWorkloadGivesExactCountersWithBoundedLabels) {
   // promtool accepts a scrape.
   const std::string scrape_file = absl::StrCat(scratch_dir_, "/scrape.txt");
   std::ofstream(scrape_file) << scrape_text;
-  ProcessResult promtool = Run(
+  ProcessResult promtool = RunToCompletion(
       {"/bin/sh", "-c", absl::StrCat(kPromtool, " check metrics < ", scrape_file)},
       "promtool");
   EXPECT_TRUE(promtool.Succeeded()) << promtool.Describe();
@@ -244,7 +235,7 @@ TEST_F(ObservabilityTest, KnownWorkloadGivesExactCountersWithBoundedLabels) {
   std::ofstream(log_file) << server()->Stderr();
   absl::StatusOr<std::string> checker = RunfilePath("tests/check_json_log.py");
   ASSERT_TRUE(checker.ok()) << checker.status();
-  ProcessResult checked = Run({kPython, *checker, log_file}, "check_json_log");
+  ProcessResult checked = RunToCompletion({kPython, *checker, log_file}, "check_json_log");
   ASSERT_TRUE(checked.Succeeded()) << checked.Describe();
   for (const std::string& job : {first, second}) {
     EXPECT_THAT(checked.stdout_text,
@@ -351,7 +342,7 @@ TEST_F(ObservabilityTest, ReducerctlNamesTheRankAPendingCollectiveWaitsFor) {
   ProcessResult status;
   const absl::Time deadline = absl::Now() + absl::Seconds(3);
   do {
-    status = Run({*ctl, target, "status"}, "reducerctl_status");
+    status = RunToCompletion({*ctl, target, "status"}, "reducerctl_status");
     if (absl::StrContains(status.stdout_text, "waiting")) break;
     absl::SleepFor(absl::Milliseconds(100));
   } while (absl::Now() < deadline);
@@ -365,10 +356,10 @@ TEST_F(ObservabilityTest, ReducerctlNamesTheRankAPendingCollectiveWaitsFor) {
                   "  allreduce \"step7\" \\(ranks 0,1,2\\): waiting "
                   "[0-9.]+s for rank 2\n"));
 
-  ProcessResult health = Run({*ctl, target, "health"}, "reducerctl_health");
+  ProcessResult health = RunToCompletion({*ctl, target, "health"}, "reducerctl_health");
   EXPECT_TRUE(health.Succeeded()) << health.Describe();
   EXPECT_EQ(health.stdout_text, "SERVING\n");
-  ProcessResult services = Run({*ctl, target, "services"}, "reducerctl_services");
+  ProcessResult services = RunToCompletion({*ctl, target, "services"}, "reducerctl_services");
   EXPECT_TRUE(services.Succeeded()) << services.Describe();
   for (const char* s : {"reducer.v1.Reducer\n", "reducer.v1.Admin\n",
                         "grpc.health.v1.Health\n",
@@ -381,7 +372,7 @@ TEST_F(ObservabilityTest, ReducerctlNamesTheRankAPendingCollectiveWaitsFor) {
              {"rank 2 never arrived"});
   // An unreachable target is an error naming it, not a hang.
   ProcessResult unreachable =
-      Run({*ctl, "--target=127.0.0.1:1", "--timeout=1s", "status"},
+      RunToCompletion({*ctl, "--target=127.0.0.1:1", "--timeout=1s", "status"},
           "reducerctl_unreachable");
   EXPECT_EQ(unreachable.exit_code, 1) << unreachable.Describe();
   EXPECT_THAT(unreachable.stderr_text, HasSubstr("127.0.0.1:1"));

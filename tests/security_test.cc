@@ -161,22 +161,12 @@ class SecurityTest : public FaultTest {
     return flags;
   }
   // Starts ranks 0..world_size-1 of `job`, each running `steps` with
-  // `flags` added.
+  // `flags` added and a 10 s timeout.
   std::vector<std::unique_ptr<ChildProcess>> StartJobWith(
       const std::string& job, int world_size, const std::string& steps,
-      const std::vector<std::string>& flags) {
-    std::vector<std::unique_ptr<ChildProcess>> workers;
-    for (int r = 0; r < world_size; ++r) {
-      WorkerSpec spec;
-      spec.job = job;
-      spec.rank = r;
-      spec.world_size = world_size;
-      spec.steps = steps;
-      spec.extra_flags = flags;
-      spec.extra_flags.push_back("--timeout_s=10");
-      workers.push_back(StartWorker(spec));
-    }
-    return workers;
+      std::vector<std::string> flags) {
+    flags.push_back("--timeout_s=10");
+    return StartJob(job, world_size, {steps}, {}, flags);
   }
   // One rank-0-of-1 worker of `job` that only connects; its result.
   ProcessResult ConnectOnce(const std::string& job,
@@ -200,15 +190,6 @@ class SecurityTest : public FaultTest {
                                  Sha256Hex(token_a), "\n", Job("b"), " ",
                                  Sha256Hex(kTokenB), "\n"));
     return path;
-  }
-
-  // Runs `argv` to completion (at most 30 s).
-  ProcessResult Run(std::vector<std::string> argv, const std::string& name) {
-    absl::StatusOr<std::unique_ptr<ChildProcess>> child =
-        ChildProcess::Start(std::move(argv), name);
-    EXPECT_TRUE(child.ok()) << child.status();
-    if (!child.ok()) return ProcessResult();
-    return (*child)->Wait(absl::Seconds(30));
   }
 
   std::string certs_;
@@ -559,29 +540,29 @@ TEST_F(SecurityTest, ReducerctlObeysTlsAndShowsOnlyTheTokensJob) {
   WriteFile(token_file, absl::StrCat("  ", kTokenA, "\n\n"));
   const std::string line_a = absl::StrCat("job ", Job("a"), ": ");
 
-  ProcessResult none = Run({*ctl, target, ca, "status"}, "ctl_no_token");
+  ProcessResult none = RunToCompletion({*ctl, target, ca, "status"}, "ctl_no_token");
   EXPECT_EQ(none.exit_code, 1) << none.Describe();
   EXPECT_THAT(none.stderr_text, HasSubstr("UNAUTHENTICATED"));
   EXPECT_THAT(none.stderr_text, HasSubstr("--token_file"));
   EXPECT_THAT(none.stderr_text, HasSubstr(server()->address()));
   ProcessResult unknown =
-      Run({*ctl, target, ca, "--token=not-a-token", "status"}, "ctl_unknown");
+      RunToCompletion({*ctl, target, ca, "--token=not-a-token", "status"}, "ctl_unknown");
   EXPECT_EQ(unknown.exit_code, 1) << unknown.Describe();
   EXPECT_THAT(unknown.stderr_text, HasSubstr("UNAUTHENTICATED"));
   EXPECT_THAT(unknown.stderr_text, HasSubstr("not one reducerd knows"));
 
   ProcessResult as_a =
-      Run({*ctl, target, ca, "--token_file=" + token_file, "status"}, "ctl_a");
+      RunToCompletion({*ctl, target, ca, "--token_file=" + token_file, "status"}, "ctl_a");
   ASSERT_TRUE(as_a.Succeeded()) << as_a.Describe();
   EXPECT_THAT(as_a.stdout_text, HasSubstr(line_a));
   EXPECT_THAT(as_a.stdout_text, Not(HasSubstr(Job("b"))));
-  ProcessResult as_b = Run(
+  ProcessResult as_b = RunToCompletion(
       {*ctl, target, ca, absl::StrCat("--token=", kTokenB), "status"}, "ctl_b");
   ASSERT_TRUE(as_b.Succeeded()) << as_b.Describe();
   EXPECT_THAT(as_b.stdout_text, HasSubstr(absl::StrCat("job ", Job("b"), ": ")));
   EXPECT_THAT(as_b.stdout_text, Not(HasSubstr(Job("a"))));
 
-  ProcessResult plaintext = Run(
+  ProcessResult plaintext = RunToCompletion(
       {*ctl, target, absl::StrCat("--token=", kTokenA), "--timeout=2s", "status"},
       "ctl_plaintext");
   EXPECT_EQ(plaintext.exit_code, 1) << plaintext.Describe();
@@ -589,14 +570,14 @@ TEST_F(SecurityTest, ReducerctlObeysTlsAndShowsOnlyTheTokensJob) {
   EXPECT_THAT(plaintext.stderr_text, HasSubstr("serves TLS"));
   EXPECT_THAT(plaintext.stderr_text, HasSubstr("--tls_ca_file"));
 
-  ProcessResult tls_health = Run({*ctl, target, ca, "health"}, "ctl_health_tls");
+  ProcessResult tls_health = RunToCompletion({*ctl, target, ca, "health"}, "ctl_health_tls");
   EXPECT_TRUE(tls_health.Succeeded()) << tls_health.Describe();
   EXPECT_EQ(tls_health.stdout_text, "SERVING\n");
   ProcessResult plain_health =
-      Run({*ctl, "--target=" + health, "health"}, "ctl_health_port");
+      RunToCompletion({*ctl, "--target=" + health, "health"}, "ctl_health_port");
   EXPECT_TRUE(plain_health.Succeeded()) << plain_health.Describe();
   EXPECT_EQ(plain_health.stdout_text, "SERVING\n");
-  ProcessResult services = Run({*ctl, target, ca, "services"}, "ctl_services");
+  ProcessResult services = RunToCompletion({*ctl, target, ca, "services"}, "ctl_services");
   EXPECT_TRUE(services.Succeeded()) << services.Describe();
   EXPECT_THAT(services.stdout_text, HasSubstr("reducer.v1.Admin\n"));
 
