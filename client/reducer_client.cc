@@ -36,15 +36,24 @@ absl::Status CheckView(const TensorView& view, absl::string_view what,
 
 // Copies `result` into `inout` once it is known to fit exactly: the
 // all-or-nothing step of every in-place call.
+// OK when `result` can be written into `inout` (same dtype and shape);
+// else FAILED_PRECONDITION naming both, from `what`.
+absl::Status CheckFits(const Tensor& result, const MutableTensorView& inout,
+                       absl::string_view what) {
+  if (result.dtype() == inout.dtype() && result.shape() == inout.shape()) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, ": the result is ", ShapeToString(result.shape()), " ",
+      DataTypeName(result.dtype()), " but the buffer is ",
+      ShapeToString(inout.shape()), " ", DataTypeName(inout.dtype()),
+      "; the buffer was left unchanged"));
+}
+
 absl::Status CopyInto(const Tensor& result, const MutableTensorView& inout,
                       absl::string_view what) {
-  if (result.dtype() != inout.dtype() || result.shape() != inout.shape()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, ": the result is ", ShapeToString(result.shape()), " ",
-        DataTypeName(result.dtype()), " but the buffer is ",
-        ShapeToString(inout.shape()), " ", DataTypeName(inout.dtype()),
-        "; the buffer was left unchanged"));
-  }
+  absl::Status fits = CheckFits(result, inout, what);
+  if (!fits.ok()) return fits;
   if (result.num_bytes() > 0) {
     std::memcpy(inout.data(), result.data(), result.num_bytes());
   }
@@ -281,12 +290,11 @@ absl::Status MetricSync::ReduceInPlace(const CallOptions& call) {
   if (!reduced.ok()) return reduced.status();
   // Check every state first so that either all are written or none.
   for (const Entry& e : entries_) {
-    const Tensor& r = reduced->at(e.name);
-    if (r.dtype() != e.state.dtype() || r.shape() != e.state.shape()) {
-      return absl::InternalError(absl::StrCat(
-          "MetricSync::ReduceInPlace: reduced \"", e.name,
-          "\" does not match its state; no state was written"));
-    }
+    absl::Status fits =
+        CheckFits(reduced->at(e.name), e.state,
+                  absl::StrCat("MetricSync::ReduceInPlace: state \"", e.name,
+                               "\" (no state was written)"));
+    if (!fits.ok()) return fits;
   }
   for (const Entry& e : entries_) {
     absl::Status copied = CopyInto(reduced->at(e.name), e.state,
