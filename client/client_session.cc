@@ -18,10 +18,9 @@
 namespace reducer {
 namespace {
 
-// Payload bytes per message. About 1 MiB amortises per-message costs while
-// keeping chunks small enough to pipeline; a multiple of 8
-// so chunk boundaries never split an element.
-constexpr size_t kChunkBytes = 1 << 20;
+// Payload bytes per message when reducerd does not say (JobReady carries
+// its --chunk_bytes, which the session uses instead).
+constexpr size_t kDefaultChunkBytes = 1 << 20;
 
 // The server answers a stalled collective with DEADLINE_EXCEEDED naming the
 // missing ranks at the collective's timeout; the client's own deadline
@@ -113,7 +112,8 @@ grpc::ChannelArguments ChannelArgs() {
 ClientSession::ClientSession(ClientOptions options)
     : options_(std::move(options)),
       session_id_(RandomId()),
-      buffers_(std::make_shared<BufferCache>(kIdleBufferBytes)) {}
+      buffers_(std::make_shared<BufferCache>(kIdleBufferBytes)),
+      chunk_bytes_(kDefaultChunkBytes) {}
 
 absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
     const ClientOptions& options) {
@@ -267,6 +267,9 @@ void ClientSession::HandleJoinEventLocked(JoinOp op, bool ok) {
       if (join_event_.has_ready()) {
         ready_ = true;
         epoch_ = join_event_.ready().epoch();
+        const uint64_t chunk = join_event_.ready().chunk_bytes();
+        chunk_bytes_.store(chunk > 0 ? chunk : kDefaultChunkBytes,
+                           std::memory_order_relaxed);
       } else if (join_event_.has_aborted()) {
         aborted_ = absl::AbortedError(join_event_.aborted().reason());
       }
@@ -362,11 +365,12 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
 std::unique_ptr<CollectiveAttempt> ClientSession::SendAttempt(
     const PendingCollective& pending) {
   const Contribution& contribution = pending.contribution_;
-  if (contribution.payload_bytes() <= kChunkBytes) {
+  const size_t chunk_bytes = chunk_bytes_.load(std::memory_order_relaxed);
+  if (contribution.payload_bytes() <= chunk_bytes) {
     return small_calls_->Start(contribution);
   }
   auto call = std::make_unique<CollectiveCall>(
-      data_stub_.get(), driver_.get(), &contribution, kChunkBytes, buffers_);
+      data_stub_.get(), driver_.get(), &contribution, chunk_bytes, buffers_);
   call->Start();
   return call;
 }

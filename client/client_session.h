@@ -119,6 +119,10 @@ class ClientSession {
   // Numbers the collectives this session starts (their attempt ids); atomic
   // so that concurrent calls need no lock for it.
   std::atomic<uint64_t> next_attempt_{0};
+  // Payload bytes per message, reducerd's --chunk_bytes from JobReady; set
+  // before Open returns and read by every attempt after. Atomic so that
+  // sending needs no lock for it.
+  std::atomic<size_t> chunk_bytes_;
   // Destroyed in reverse: the calls first, the driver last.
   std::unique_ptr<CompletionDriver> driver_;
   std::shared_ptr<grpc::Channel> channel_;

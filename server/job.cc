@@ -78,6 +78,7 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     running_ = true;
     v1::JoinEvent event;
     event.mutable_ready()->set_epoch(epoch_);
+    event.mutable_ready()->set_chunk_bytes(env_.options->chunk_bytes);
     for (auto& m : members_) m->session->SendEvent(event);
     const std::string message = absl::StrCat(
         "job ", name_, " epoch ", epoch_, ": all ", world_size_, " ranks joined");

@@ -106,11 +106,12 @@ class ObservabilityTest : public FaultTest {
  protected:
   absl::Duration TimeLimit() const override { return absl::Seconds(90); }
 
-  // Starts reducerd with metrics on a free port and json logs.
-  bool StartObservedServer() {
-    if (!StartServer({"--metrics_listen=127.0.0.1:0", "--log_format=json"})) {
-      return false;
-    }
+  // Starts reducerd with metrics on a free port and json logs, and
+  // `flags`.
+  bool StartObservedServer(std::vector<std::string> flags = {}) {
+    flags.push_back("--metrics_listen=127.0.0.1:0");
+    flags.push_back("--log_format=json");
+    if (!StartServer(std::move(flags))) return false;
     metrics_port_ = MetricsPort(server()->Logs());
     EXPECT_NE(metrics_port_, 0) << server()->Logs();
     return metrics_port_ != 0;
@@ -376,6 +377,26 @@ TEST_F(ObservabilityTest, ReducerctlNamesTheRankAPendingCollectiveWaitsFor) {
           "reducerctl_unreachable");
   EXPECT_EQ(unreachable.exit_code, 1) << unreachable.Describe();
   EXPECT_THAT(unreachable.stderr_text, HasSubstr("127.0.0.1:1"));
+}
+
+// Clients cut payloads at reducerd's --chunk_bytes, which JobReady carries:
+// against 64 KiB chunks a 1 MiB all-reduce is no small call but travels on
+// a Collective stream of its own per rank, in 16 messages each.
+TEST_F(ObservabilityTest, ClientsCutPayloadsAtReducerdsChunkSize) {
+  ASSERT_TRUE(StartObservedServer({"--chunk_bytes=65536"}));
+  std::vector<std::unique_ptr<ChildProcess>> workers =
+      StartJob(Job(), 2, {"allreduce:shape=262144,timeout_ms=20000"});
+  std::vector<ProcessResult> done = WaitWorkers(workers);
+  ASSERT_EQ(done.size(), 2u);
+  for (const ProcessResult& r : done) {
+    ExpectStep(r, "1", absl::StatusCode::kOk);
+  }
+  std::map<std::string, double> m = ScrapeOnceIdle();
+  const std::string labels =
+      "grpc_method=Collective,grpc_service=reducer.v1.Reducer,"
+      "grpc_type=bidi_stream}";
+  EXPECT_EQ(m["grpc_server_started_total{" + labels], 2);
+  EXPECT_EQ(m["grpc_server_msg_received_total{" + labels], 2 * 16);
 }
 
 }  // namespace
