@@ -227,8 +227,15 @@ void ExpectSpecsOnlyFirst(FakeRankChannel& ch) {
   }
 }
 
+// `n` fresh channels, index r for rank r.
+std::vector<std::shared_ptr<FakeRankChannel>> Channels(int n) {
+  std::vector<std::shared_ptr<FakeRankChannel>> ch(n);
+  for (auto& p : ch) p = std::make_shared<FakeRankChannel>();
+  return ch;
+}
+
 class CollectiveTest : public ::testing::Test {
- public:
+ protected:
   CollectiveTest() {
     options_.chunk_bytes = 64;  // several blocks from tensors of a few floats
   }
@@ -271,6 +278,26 @@ class CollectiveTest : public ::testing::Test {
     for (int n = ch.TakeUnacknowledged(); n > 0; --n) c.OnWriteDone(rank);
   }
 
+  // Runs a float32 [n] AllReduce sum over ranks 0..2 on `c`, attaching and
+  // feeding whole contributions in `order`; returns the channels, indexed
+  // by rank, once every stream has ended.
+  static std::vector<std::shared_ptr<FakeRankChannel>> RunAllReduce(
+      Collective& c, const std::vector<int>& order, int n) {
+    auto ch = Channels(3);
+    for (int r : order) {
+      c.Attach(ch[r], r,
+               Fp(CollectiveKind::kAllReduce, {Spec(DataType::kFloat32, {n})},
+                  {0, 1, 2}),
+               absl::StrCat("attempt-", r));
+      // Three blocks stay within the default window: no pause.
+      EXPECT_TRUE(Feed(c, r, Bytes(Ramp(r, n))));
+    }
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_TRUE(ch[r]->WaitEnded()) << "rank " << r;
+    }
+    return ch;
+  }
+
   // Declared in destruction order's reverse: the pool joins first, running
   // reductions that still reference everything above it.
   ServerOptions options_;
@@ -283,31 +310,6 @@ class CollectiveTest : public ::testing::Test {
   int made_ = 0;
 };
 
-// Runs a float32 [n] AllReduce sum over ranks 0..2, attaching and feeding
-// whole contributions in `order`; returns each rank's assembled result.
-std::vector<std::string> RunAllReduce(
-    const std::shared_ptr<Collective>& c, const std::vector<int>& order, int n,
-    std::vector<std::shared_ptr<FakeRankChannel>>* out) {
-  std::vector<std::shared_ptr<FakeRankChannel>> ch(3);
-  for (auto& p : ch) p = std::make_shared<FakeRankChannel>();
-  for (int r : order) {
-    c->Attach(ch[r], r,
-              Fp(CollectiveKind::kAllReduce,
-                 {Spec(DataType::kFloat32, {n})}, {0, 1, 2}),
-              absl::StrCat("attempt-", r));
-    // Three blocks stay within the default window: no pause.
-    EXPECT_TRUE(CollectiveTest::Feed(*c, r, Bytes(Ramp(r, n))));
-  }
-  std::vector<std::string> results;
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_TRUE(ch[r]->WaitEnded()) << "rank " << r;
-    EXPECT_TRUE(ch[r]->finished_ok()) << "rank " << r << ": " << ch[r]->failure();
-    results.push_back(ch[r]->Result());
-  }
-  *out = ch;
-  return results;
-}
-
 TEST_F(CollectiveTest, AllReduceSumIsExactWhateverTheArrivalOrder) {
   // 40 floats = 160 bytes: blocks of 64, 64 and 32 bytes, fed in messages
   // of 48 bytes that straddle block boundaries. The two full blocks are
@@ -318,12 +320,13 @@ TEST_F(CollectiveTest, AllReduceSumIsExactWhateverTheArrivalOrder) {
   for (const std::vector<int>& order :
        {std::vector<int>{2, 1, 0}, std::vector<int>{0, 1, 2}}) {
     SCOPED_TRACE(absl::StrCat("rank ", order[0], " first"));
-    std::vector<std::shared_ptr<FakeRankChannel>> ch;
     std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
-    std::vector<std::string> results = RunAllReduce(c, order, kN, &ch);
+    std::vector<std::shared_ptr<FakeRankChannel>> ch =
+        RunAllReduce(*c, order, kN);
     for (int r = 0; r < 3; ++r) {
       SCOPED_TRACE(absl::StrCat("rank ", r));
-      EXPECT_EQ(results[r], expected);
+      EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+      EXPECT_EQ(ch[r]->Result(), expected);
       EXPECT_TRUE(ch[r]->decode_error().ok()) << ch[r]->decode_error();
       std::vector<SentMessage> messages = ch[r]->messages();
       // One message per block, the last one ending the stream.
@@ -336,12 +339,6 @@ TEST_F(CollectiveTest, AllReduceSumIsExactWhateverTheArrivalOrder) {
     EXPECT_TRUE(c->done());
     EXPECT_EQ(memory_->used(), 0u);
   }
-}
-
-std::vector<std::shared_ptr<FakeRankChannel>> Channels(int n) {
-  std::vector<std::shared_ptr<FakeRankChannel>> ch(n);
-  for (auto& p : ch) p = std::make_shared<FakeRankChannel>();
-  return ch;
 }
 
 TEST_F(CollectiveTest, ReduceScatterGivesEachRankItsSliceOfTheSum) {
