@@ -560,6 +560,9 @@ TEST_F(CollectiveTest, RankCancelledBeforeAllArrivedIsDetachedAndMayRetry) {
   auto retry = std::make_shared<FakeRankChannel>();
   c->Attach(retry, 1, fp, "a1");
   Feed(*c, 1, Bytes(Ramp(1, kN)));
+  // A second cancellation of the old call (it raced the retry) is ignored.
+  c->OnRankCancelled(1, ch[1].get());
+  EXPECT_FALSE(c->done());
   c->Attach(ch[2], 2, fp, "a2");
   EXPECT_TRUE(c->all_attached());
   Feed(*c, 2, Bytes(Ramp(2, kN)));
@@ -697,6 +700,83 @@ TEST_F(CollectiveTest, MemoryBudgetForOneRankOnlyRefusesTheSecondAndFreesTheFirs
                 HasSubstr("512 bytes in use, rank 1 needs 512 more"));
     EXPECT_THAT(ch[r]->failure().message(), HasSubstr("--memory_budget_bytes"));
   }
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveTest, RankCancelledAfterSendingDataAbortsEveryoneEvenBeforeAllArrived) {
+  // Its bytes are staged in a block: detaching it would lose them, so the
+  // collective cannot go on without counting it twice or not at all.
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
+  auto ch = Channels(3);
+  auto fp = Fp(CollectiveKind::kAllReduce, {Spec(DataType::kFloat32, {4})},
+               {0, 1, 2});
+  c->Attach(ch[0], 0, fp, "a0");
+  c->Attach(ch[1], 1, fp, "a1");
+  c->OnData(1, 0, Range(Bytes(Ramp(1, 4))));
+  c->OnRankCancelled(1, ch[1].get());
+  for (int r : {0, 1}) {
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kAborted);
+    EXPECT_THAT(ch[r]->failure().message(),
+                HasSubstr("rank 1's call was cancelled"));
+  }
+  c->Attach(ch[2], 2, fp, "a2");
+  EXPECT_EQ(ch[2]->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveTest, TimeoutWithEveryRankArrivedNamesTheMissingPayload) {
+  std::shared_ptr<Collective> c =
+      Make(CollectiveKind::kAllReduce, {0, 1}, absl::Milliseconds(200));
+  auto ch = Channels(2);
+  auto fp = Fp(CollectiveKind::kAllReduce, {Spec(DataType::kFloat32, {20})},
+               {0, 1});
+  c->Attach(ch[0], 0, fp, "");
+  c->Attach(ch[1], 1, fp, "");
+  Feed(*c, 0, Bytes(Ramp(0, 20)));
+  c->OnData(1, 0, Range(Bytes(Ramp(1, 20)).substr(0, 16)));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(ch[r]->failure().message(),
+                HasSubstr("every rank arrived but payload is missing: rank 0 "
+                          "has received 0 of 80 result bytes; rank 1 sent 16 "
+                          "of 80 bytes"));
+  }
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+// DISABLED: the memory budget forgets a ReduceScatter rank's staged blocks
+// once that rank is finished. A rank finishes when it has its own slice and
+// has sent its whole input (IsComplete), and MarkFinished then releases its
+// whole reservation (ReleaseMemory), although its parts of blocks beyond its
+// slice still wait in blocks_ for slower ranks. Here ranks 0 and 1 finish
+// after block 0 while their 64-byte parts of block 1 stay staged, and the
+// budget then counts rank 2's 328 bytes only: up to (ranks - 1) x window x
+// chunk per collective held outside the budget.
+TEST_F(CollectiveTest, DISABLED_FinishedReduceScatterRankStagedBlocksStayInTheBudget) {
+  constexpr int kN = 18;  // [9,2] float32: blocks [0,64) and [64,72)
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kReduceScatter, {0, 1, 2});
+  auto ch = Channels(3);
+  for (int r = 0; r < 3; ++r) {
+    c->Attach(ch[r], r,
+              Fp(CollectiveKind::kReduceScatter,
+                 {Spec(DataType::kFloat32, {9, 2})}, {0, 1, 2}),
+              "");
+  }
+  // Each rank reserves min(72, window x chunk) in + window x chunk out.
+  EXPECT_EQ(memory_->used(), 3u * (72 + 4 * 64));
+  Feed(*c, 0, Bytes(Ramp(0, kN)), 64);
+  Feed(*c, 1, Bytes(Ramp(1, kN)), 64);
+  c->OnData(2, 0, Range(Bytes(Ramp(2, kN)).substr(0, 64)));  // block 0 only
+  ASSERT_TRUE(ch[0]->WaitEnded());
+  ASSERT_TRUE(ch[1]->WaitEnded());
+  ASSERT_TRUE(ch[0]->finished_ok());
+  // Held now: rank 2's reservation plus ranks 0 and 1's staged parts of
+  // block 1, 64 bytes each.
+  EXPECT_GE(memory_->used(), (72u + 4 * 64) + 2 * 64);
+  c->OnData(2, 64, Range(Bytes(Ramp(2, kN)).substr(64)));
+  ASSERT_TRUE(ch[2]->WaitEnded());
+  EXPECT_TRUE(ch[2]->finished_ok()) << ch[2]->failure();
   EXPECT_EQ(memory_->used(), 0u);
 }
 
