@@ -80,6 +80,22 @@ def _timeout(opts):
     return timeout.total_seconds()
 
 
+def _reduce_op(opts):
+    """The Reducer op of torch's options (SUM when none are given)."""
+    return _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+
+
+def _check_parts(parts, count, like, what, role):
+    """Checks that `parts` holds `count` tensors of `like`'s dtype and size."""
+    if len(parts) != count:
+        raise ValueError(f"{what} needs {count} {role} tensors, got {len(parts)}")
+    n = like.numel()
+    for i, x in enumerate(parts):
+        if x.numel() != n or x.dtype != like.dtype:
+            raise ValueError(f"{what} {role} {i} is {x.dtype} {list(x.shape)}; "
+                             f"expected {like.dtype} with {n} elements")
+
+
 def _one(tensors, what):
     if len(tensors) != 1:
         raise ValueError(f"the reducer backend takes one tensor per {what}, "
@@ -165,7 +181,7 @@ class ProcessGroupReducer(dist.ProcessGroup):
         return _Work(work.wait, work.is_completed, [tensor])
 
     def allreduce_coalesced(self, tensors, opts=None):
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op = _reduce_op(opts)
         results = self._client.all_reduce_many(tensors, op, **self._call_options(opts))
         for tensor, result in zip(tensors, results):
             tensor.copy_(result)
@@ -174,14 +190,8 @@ class ProcessGroupReducer(dist.ProcessGroup):
     def allgather(self, output_tensors, input_tensors, opts=None):
         tensor = _one(input_tensors, "all_gather")
         outputs = _one(output_tensors, "all_gather")
-        if len(outputs) != self.size():
-            raise ValueError(f"all_gather needs {self.size()} output tensors, "
-                             f"got {len(outputs)}")
+        _check_parts(outputs, self.size(), tensor, "all_gather", "output")
         n = tensor.numel()
-        for i, out in enumerate(outputs):
-            if out.numel() != n or out.dtype != tensor.dtype:
-                raise ValueError(f"all_gather output {i} is {out.dtype} {list(out.shape)}; "
-                                 f"expected {tensor.dtype} with {n} elements")
         gathered = self._client.all_gather(tensor.reshape(-1), **self._call_options(opts))
         for i, out in enumerate(outputs):
             out.copy_(gathered[i * n:(i + 1) * n].view(out.shape))
@@ -205,15 +215,8 @@ class ProcessGroupReducer(dist.ProcessGroup):
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         output = _one(output_tensors, "reduce_scatter")
         inputs = _one(input_tensors, "reduce_scatter")
-        if len(inputs) != self.size():
-            raise ValueError(f"reduce_scatter needs {self.size()} input tensors, "
-                             f"got {len(inputs)}")
-        n = output.numel()
-        for i, x in enumerate(inputs):
-            if x.numel() != n or x.dtype != output.dtype:
-                raise ValueError(f"reduce_scatter input {i} is {x.dtype} {list(x.shape)}; "
-                                 f"expected {output.dtype} with {n} elements")
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        _check_parts(inputs, self.size(), output, "reduce_scatter", "input")
+        op = _reduce_op(opts)
         stacked = torch.cat([x.reshape(-1) for x in inputs])
         result = self._client.reduce_scatter(stacked, op, **self._call_options(opts))
         output.copy_(result.view(output.shape))
@@ -224,7 +227,7 @@ class ProcessGroupReducer(dist.ProcessGroup):
             raise ValueError(f"reduce_scatter_tensor input is {input.dtype} "
                              f"{list(input.shape)}; expected {output.dtype} with "
                              f"{self.size()} x {output.numel()} elements")
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op = _reduce_op(opts)
         result = self._client.reduce_scatter(input.reshape(-1), op,
                                              **self._call_options(opts))
         output.copy_(result.view(output.shape))
