@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -362,11 +364,25 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   return pending;
 }
 
+// REDUCER_CLIENT_TRANSPORT=per_call sends every collective on a stream of
+// its own, as large ones always go; unset or `auto`, a collective whose
+// payload fits one chunk shares the long-lived Collectives stream. For
+// tests that hold both paths to one contract, and for diagnosis.
+namespace {
+bool PerCallStreamsOnly() {
+  static const bool per_call = [] {
+    const char* value = std::getenv("REDUCER_CLIENT_TRANSPORT");
+    return value != nullptr && std::string(value) == "per_call";
+  }();
+  return per_call;
+}
+}  // namespace
+
 std::unique_ptr<CollectiveAttempt> ClientSession::SendAttempt(
     const PendingCollective& pending) {
   const Contribution& contribution = pending.contribution_;
   const size_t chunk_bytes = chunk_bytes_.load(std::memory_order_relaxed);
-  if (contribution.payload_bytes() <= chunk_bytes) {
+  if (contribution.payload_bytes() <= chunk_bytes && !PerCallStreamsOnly()) {
     return small_calls_->Start(contribution);
   }
   auto call = std::make_unique<CollectiveCall>(

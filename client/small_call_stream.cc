@@ -1,6 +1,7 @@
 #include "client/small_call_stream.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,7 @@
 #include "core/fingerprint.h"
 #include "proto/reducer/v1/collective_codec.h"
 #include "proto/reducer/v1/status_conversion.h"
+#include "proto/reducer/v1/wire_conversion.h"
 
 namespace reducer {
 namespace {
@@ -25,10 +27,9 @@ constexpr size_t kPackedPayloadBytes = 64 << 10;
 absl::Status NoAnswerError(const v1::CollectiveHeader& header) {
   absl::StatusOr<CollectiveKind> kind = CollectiveKindFromWire(header.kind());
   return absl::DeadlineExceededError(absl::StrCat(
-      kind.ok() ? CollectiveKindName(*kind) : "collective", " ",
-      header.name().empty() ? absl::StrCat("#", header.sequence())
-                            : absl::StrCat("\"", header.name(), "\""),
-      " in job ", header.job(), ": no answer from reducerd within the call's "
+      DescribeCollective(header,
+                         kind.ok() ? std::optional(*kind) : std::nullopt),
+      ": no answer from reducerd within the call's "
       "timeout (", absl::FormatDuration(absl::Milliseconds(header.timeout_ms())),
       ") and some slack, not even its own timeout report; reducerd may be "
       "overloaded or stuck (see its log)"));
@@ -307,9 +308,7 @@ void SmallCallStream::DispatchLocked(Opening* opening) {
   absl::Status outcome;
   bool over = response_.has_status();
   if (over && response_.status().code() != 0) {
-    outcome = FromGrpcStatus(
-        grpc::Status(static_cast<grpc::StatusCode>(response_.status().code()),
-                     response_.status().message()));
+    outcome = FromCallStatus(response_.status());
   } else {
     outcome = call.result.Add(response_, data);
     if (!outcome.ok()) over = true;

@@ -305,10 +305,7 @@ void Job::FailNamedCollective(const v1::CollectiveHeader& header,
   const std::string key = MatchingKey(header, key_fp);
   std::shared_ptr<Collective>& collective = matching_[key];
   if (collective == nullptr) {
-    const std::string description =
-        header.name().empty()
-            ? absl::StrCat("collective #", header.sequence(), " in job ", name_)
-            : absl::StrCat("collective \"", header.name(), "\" in job ", name_);
+    const std::string description = DescribeCollective(header, std::nullopt);
     collective = std::make_shared<Collective>(
         env_, CollectiveLabel{name_, epoch_, ShortName(description), std::nullopt},
         description, key_fp.group, env_.options->max_collective_timeout);

@@ -184,9 +184,7 @@ void MultiplexedStream::Enqueue(uint64_t call_id, grpc::ByteBuffer message,
 void MultiplexedStream::EndCall(uint64_t call_id, const absl::Status& status) {
   v1::CollectiveResponse end;
   end.set_call_id(call_id);
-  const grpc::Status wire = ToGrpcStatus(status);
-  end.mutable_status()->set_code(static_cast<int>(wire.error_code()));
-  end.mutable_status()->set_message(wire.error_message());
+  *end.mutable_status() = ToCallStatus(status);
   Enqueue(call_id, EncodeMessage(end, {}), /*ends_call=*/true);
 }
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
 
 namespace reducer {
 
@@ -71,19 +72,38 @@ v1::TensorSpec TensorSpecToWire(const TensorSpec& spec) {
   return out;
 }
 
+namespace {
+
 std::string DescribeCollective(const v1::CollectiveHeader& header,
-                               const Fingerprint& fp, int world_size) {
-  std::string out(CollectiveKindName(fp.kind));
+                               std::optional<CollectiveKind> kind,
+                               absl::Span<const int> group_if_partial) {
+  std::string out(kind.has_value() ? CollectiveKindName(*kind) : "collective");
   if (!header.name().empty()) {
     absl::StrAppend(&out, " \"", header.name(), "\"");
   } else {
     absl::StrAppend(&out, " #", header.sequence());
   }
-  if (static_cast<int>(fp.group.size()) != world_size) {
-    absl::StrAppend(&out, " of group [", absl::StrJoin(fp.group, ","), "]");
+  if (!group_if_partial.empty()) {
+    absl::StrAppend(&out, " of group [", absl::StrJoin(group_if_partial, ","),
+                    "]");
   }
   absl::StrAppend(&out, " in job ", header.job());
   return out;
+}
+
+}  // namespace
+
+std::string DescribeCollective(const v1::CollectiveHeader& header,
+                               const Fingerprint& fp, int world_size) {
+  const bool partial = static_cast<int>(fp.group.size()) != world_size;
+  return DescribeCollective(header, fp.kind,
+                            partial ? absl::Span<const int>(fp.group)
+                                    : absl::Span<const int>());
+}
+
+std::string DescribeCollective(const v1::CollectiveHeader& header,
+                               std::optional<CollectiveKind> kind) {
+  return DescribeCollective(header, kind, absl::Span<const int>());
 }
 
 }  // namespace reducer

@@ -3,6 +3,7 @@
 #ifndef REDUCER_PROTO_REDUCER_V1_WIRE_CONVERSION_H_
 #define REDUCER_PROTO_REDUCER_V1_WIRE_CONVERSION_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -28,10 +29,16 @@ absl::StatusOr<TensorSpec> TensorSpecFromWire(const v1::TensorSpec& wire,
                                               absl::string_view field,
                                               int index = -1);
 
-// How messages name a collective: `allreduce "step7" in job j1`,
-// `broadcast #12 of group [0,2] in job j1`.
+// How every message names a collective, reducerd's and the client's alike:
+// `allreduce "step7" in job j1`, `broadcast #12 of group [0,2] in job j1`.
+// The group is named when it is not the whole job of `world_size` ranks.
 std::string DescribeCollective(const v1::CollectiveHeader& header,
                                const Fingerprint& fp, int world_size);
+
+// The same for a header not (or not yet) checked: an unknown kind reads
+// `collective`, and the group is left out.
+std::string DescribeCollective(const v1::CollectiveHeader& header,
+                               std::optional<CollectiveKind> kind);
 
 }  // namespace reducer
 
