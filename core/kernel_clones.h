@@ -4,7 +4,7 @@
 // Internal to the reduction kernels.
 //
 //   template <class Op>
-//   REDUCER_KERNEL_CLONES void ReduceBlock(float* out, ...);
+//   REDUCER_KERNEL_CLONES void ReduceTile(float* out, ...);
 //
 // The clones add AVX2 only: no FMA, so no clone can contract a multiply and
 // an add into one rounding, and every clone gives the same bits.

@@ -4,21 +4,21 @@
 //  1. Reduce() validates the op x dtype pair and the pointers, then picks one
 //     instantiation of Kernel<Conv, Op> with a switch on dtype and op. That
 //     switch runs once per call, never per element.
-//  2. The elements are processed in blocks of kBlockBytes of accumulator. For
-//     each block the inputs are folded into the accumulator in input order,
+//  2. The elements are processed in tiles of kTileBytes of accumulator. For
+//     each tile the inputs are folded into the accumulator in input order,
 //     up to four inputs per pass (FoldFirst, then FoldMore), so W <= 4 is a
-//     single streaming pass and larger W re-reads only a block that is still
+//     single streaming pass and larger W re-reads only a tile that is still
 //     in L1.
 //  3. Each pass is a plain indexed loop over __restrict pointers calling an
 //     inlined element function, run on spans of the constant kStep elements
-//     so that gcc -O2 vectorises it. ReduceBlock, which holds all the passes
-//     for one block, is compiled for SSE2 and AVX2 and the CPU picks one at
+//     so that gcc -O2 vectorises it. ReduceTile, which holds all the passes
+//     for one tile, is compiled for SSE2 and AVX2 and the CPU picks one at
 //     load time (kernel_clones.h); both give the same bits.
 //  4. Signed integer sum, product and bitwise ops run on the unsigned type of
 //     the same width (same bits, no undefined overflow); only min and max need
 //     the signed type.
-//  5. float16 and bfloat16 accumulate in a float32 block on the stack and are
-//     rounded once, to nearest even, when the block is stored. kAvg divides
+//  5. float16 and bfloat16 accumulate in a float32 tile on the stack and are
+//     rounded once, to nearest even, when the tile is stored. kAvg divides
 //     the accumulated sum by the number of inputs before that store.
 //  6. `out` may be inputs[0]. When the accumulator is `out` itself, the first
 //     pass then folds into `out` in place instead of reading inputs[0] through
@@ -38,16 +38,16 @@
 namespace reducer {
 namespace {
 
-// Accumulator bytes per block: 16 KiB stays in L1 (32 KiB or more on every
+// Accumulator bytes per tile: 16 KiB stays in L1 (32 KiB or more on every
 // x86-64 and Arm server core) next to the streaming inputs, and is large
-// enough that the per-block loop overhead is noise.
-constexpr size_t kBlockBytes = 16 * 1024;
+// enough that the per-tile loop overhead is noise.
+constexpr size_t kTileBytes = 16 * 1024;
 
 // Input pointers kept on the stack; more inputs than this (ranks in one
 // group) use the heap, one allocation per call.
 constexpr size_t kInlineInputs = 64;
 
-// Inputs folded per pass over a block. Four streams plus the output keep
+// Inputs folded per pass over a tile. Four streams plus the output keep
 // every hardware prefetcher busy without thrashing L1.
 constexpr size_t kMaxFanIn = 4;
 
@@ -220,7 +220,7 @@ struct XorOp {
 // Each pass is a plain loop over __restrict pointers (the *Span functions),
 // run on spans of the constant kStep elements and then on the shorter rest:
 // gcc's -O2 cost model vectorises only loops that need no scalar remainder,
-// and a span of kStep elements needs none. Everything below ReduceBlock is
+// and a span of kStep elements needs none. Everything below ReduceTile is
 // forced inline into it, so its clones (kernel_clones.h) vectorise all of it
 // for their instruction set.
 
@@ -320,10 +320,10 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void FoldMore(
   FoldMoreSpan<Conv, Op, N>(acc + i, b + i, c + i, d + i, n - i);
 }
 
-// Folds all inputs, already offset to the block, into acc[0, n). When
+// Folds all inputs, already offset to the tile, into acc[0, n). When
 // `acc_holds_input0` the accumulator already holds inputs[0] there.
 template <class Conv, class Op>
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline void FoldBlock(
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void FoldTile(
     typename Conv::Acc* acc, const typename Conv::In* const* in,
     size_t num_inputs, bool acc_holds_input0, size_t n) {
   using In = typename Conv::In;
@@ -377,11 +377,11 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void FoldBlock(
   }
 }
 
-// Reduces one block of at most kBlockBytes of accumulator: elements [0, n) of
-// the inputs `in` (already offset to the block) into `out`. `in_place` when
+// Reduces one tile of at most kTileBytes of accumulator: elements [0, n) of
+// the inputs `in` (already offset to the tile) into `out`. `in_place` when
 // `out` is in[0].
 template <class Conv, class Op, bool kDivide>
-REDUCER_KERNEL_CLONES void ReduceBlock(typename Conv::In* out,
+REDUCER_KERNEL_CLONES void ReduceTile(typename Conv::In* out,
                                        const typename Conv::In* const* in,
                                        size_t num_inputs, bool in_place,
                                        size_t n) {
@@ -389,8 +389,8 @@ REDUCER_KERNEL_CLONES void ReduceBlock(typename Conv::In* out,
   using Acc = typename Conv::Acc;
   const Acc divisor = static_cast<Acc>(num_inputs);
   if constexpr (std::is_same_v<In, Acc>) {
-    // The output block is the accumulator.
-    FoldBlock<Conv, Op>(out, in, num_inputs, in_place, n);
+    // The output tile is the accumulator.
+    FoldTile<Conv, Op>(out, in, num_inputs, in_place, n);
     if constexpr (kDivide) {
       size_t i = 0;
       for (; i + kStep <= n; i += kStep) {
@@ -399,8 +399,8 @@ REDUCER_KERNEL_CLONES void ReduceBlock(typename Conv::In* out,
       DivideInPlaceSpan(out + i, divisor, n - i);
     }
   } else {
-    alignas(64) Acc acc[kBlockBytes / sizeof(Acc)];
-    FoldBlock<Conv, Op>(acc, in, num_inputs, false, n);
+    alignas(64) Acc acc[kTileBytes / sizeof(Acc)];
+    FoldTile<Conv, Op>(acc, in, num_inputs, false, n);
     size_t i = 0;
     for (; i + kStep <= n; i += kStep) {
       StoreSpan<Conv, kDivide>(out + i, acc + i, divisor, kStep);
@@ -414,11 +414,11 @@ template <class Conv, class Op, bool kDivide = false>
 void Kernel(const void* const* inputs, size_t num_inputs, size_t num_elements,
             void* out_bytes) {
   using In = typename Conv::In;
-  constexpr size_t kBlock = kBlockBytes / sizeof(typename Conv::Acc);
-  static_assert(kBlock % kStep == 0, "blocks must hold whole spans");
+  constexpr size_t kTile = kTileBytes / sizeof(typename Conv::Acc);
+  static_assert(kTile % kStep == 0, "tiles must hold whole spans");
   In* out = static_cast<In*>(out_bytes);
   const bool in_place = out_bytes == inputs[0];
-  // The inputs offset to the current block; on the stack for any usual W.
+  // The inputs offset to the current tile; on the stack for any usual W.
   const In* inline_in[kInlineInputs];
   std::vector<const In*> heap_in;
   const In** in = inline_in;
@@ -426,13 +426,13 @@ void Kernel(const void* const* inputs, size_t num_inputs, size_t num_elements,
     heap_in.resize(num_inputs);
     in = heap_in.data();
   }
-  for (size_t offset = 0; offset < num_elements; offset += kBlock) {
+  for (size_t offset = 0; offset < num_elements; offset += kTile) {
     const size_t n =
-        num_elements - offset < kBlock ? num_elements - offset : kBlock;
+        num_elements - offset < kTile ? num_elements - offset : kTile;
     for (size_t k = 0; k < num_inputs; ++k) {
       in[k] = static_cast<const In*>(inputs[k]) + offset;
     }
-    ReduceBlock<Conv, Op, kDivide>(out + offset, in, num_inputs, in_place, n);
+    ReduceTile<Conv, Op, kDivide>(out + offset, in, num_inputs, in_place, n);
   }
 }
 

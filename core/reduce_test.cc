@@ -423,8 +423,8 @@ std::string SweepName(const ::testing::TestParamInfo<SweepParam>& info) {
                       in_place ? "_inplace" : "");
 }
 
-// 17000 elements cross the 16 KiB block boundary of every accumulator type
-// with a partial last block; 5 and 9 inputs need more than one fold pass.
+// 17000 elements cross the 16 KiB tile boundary of every accumulator type
+// with a partial last tile; 5 and 9 inputs need more than one fold pass.
 INSTANTIATE_TEST_SUITE_P(AllPairs, ReduceSweepTest,
                          ::testing::Combine(::testing::Range(0, kNumDataTypes),
                                             ::testing::Range(0, kNumReduceOps),
@@ -434,7 +434,7 @@ INSTANTIATE_TEST_SUITE_P(AllPairs, ReduceSweepTest,
                                             ::testing::Bool()),
                          SweepName);
 
-// Results of several MiB: many blocks, at unaligned output addresses.
+// Results of several MiB: many tiles, at unaligned output addresses.
 TEST(ReduceLargeTest, Float32SumOfFiveMatchesReference) {
   ExpectReduceMatchesReference(DataType::kFloat32, ReduceOp::kSum, 5,
                                (size_t{5} << 20) / 4 + 1001, false, 4);

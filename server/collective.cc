@@ -1,27 +1,15 @@
 #include "server/collective.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/reduce.h"
+#include "core/validate.h"
 #include "server/log.h"
-#include "proto/reducer/v1/wire_conversion.h"
 
 namespace reducer {
 namespace {
-
-bool IsReduction(CollectiveKind kind) {
-  return kind == CollectiveKind::kAllReduce ||
-         kind == CollectiveKind::kReduceScatter;
-}
-
-bool IsForward(CollectiveKind kind) {
-  return kind == CollectiveKind::kAllGather ||
-         kind == CollectiveKind::kBroadcast;
-}
 
 size_t TotalBytes(const std::vector<TensorSpec>& tensors) {
   absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(tensors);
@@ -29,32 +17,6 @@ size_t TotalBytes(const std::vector<TensorSpec>& tensors) {
 }
 
 }  // namespace
-
-struct Collective::Member {
-  std::shared_ptr<RankChannel> channel;
-  bool attached = false;
-  Fingerprint fp;
-  std::string attempt_id;
-  size_t input_bytes = 0;   // payload this rank sends
-  size_t received = 0;
-  size_t output_bytes = 0;  // result bytes it gets; known once all attached
-  size_t base_offset = 0;   // forward kinds: where its input lands
-  size_t sent = 0;
-  int staged_blocks = 0;
-  int pending_writes = 0;
-  bool read_paused = false;
-  bool header_sent = false;
-  bool finished = false;
-  size_t reserved = 0;  // bytes held in the memory budget
-  // Forward kinds: payload that arrived before every header was in.
-  std::vector<std::pair<uint64_t, SliceRange>> early;
-};
-
-struct Collective::Block {
-  BlockParts parts;  // one per member, in group order
-  std::vector<size_t> filled;
-  int complete = 0;
-};
 
 Collective::Collective(CollectiveEnv env, CollectiveLabel label,
                        std::string description, std::vector<int> group,
@@ -64,13 +26,12 @@ Collective::Collective(CollectiveEnv env, CollectiveLabel label,
       description_(std::move(description)),
       group_(std::move(group)),
       timeout_(timeout),
-      block_bytes_(env.options->chunk_bytes),
       created_(absl::Now()),
-      members_(group_.size()) {}
+      ranks_(group_.size()) {}
 
 Collective::~Collective() {
   absl::MutexLock lock(&mu_);
-  for (size_t i = 0; i < members_.size(); ++i) ReleaseMemory(i);
+  for (size_t i = 0; i < ranks_.size(); ++i) ReleaseMemory(i);
   for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
 }
 
@@ -119,12 +80,12 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
     FailLocked(status, {reference_rank_, rank});
     return;
   }
-  Member& m = members_[index];
+  RankState& m = ranks_[index];
   if (m.attached) {
     if (!attempt_id.empty() && attempt_id == m.attempt_id && !done_ &&
         m.received == 0 && !m.header_sent) {
-      // A retry of a contribution whose first stream moved no data: the new
-      // stream takes its place and nothing is counted twice.
+      // A retry of a contribution whose first call moved no data: the new
+      // call takes its place and nothing is counted twice.
       m.channel->Fail(absl::AbortedError(
           absl::StrCat(description_, ": rank ", rank,
                        "'s contribution was replaced by its retry")));
@@ -152,39 +113,15 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
     m.channel->Fail(failure_);
     return;
   }
-  if (!has_reference_ || attached_ == 1) {
-    reference_ = fp;
-    reference_rank_ = rank;
-    has_reference_ = true;
-  } else {
-    absl::Status agree = CheckAgreement(reference_rank_, reference_, rank, fp);
-    if (!agree.ok()) {
-      FailLocked(absl::FailedPreconditionError(
-                     absl::StrCat(description_, ": ", agree.message())),
-                 {reference_rank_, rank});
-      return;
-    }
-    if (reference_.tensors.empty() && !fp.tensors.empty()) {
-      reference_ = fp;  // Broadcast: the first rank that names a tensor
-      reference_rank_ = rank;
-    }
-  }
-  const CollectiveKind kind = fp.kind;
+  if (!Agree(rank, fp)) return;
   const bool sends_data =
-      kind != CollectiveKind::kBroadcast || rank == fp.root;
+      fp.kind != CollectiveKind::kBroadcast || rank == fp.root;
   m.input_bytes = sends_data ? TotalBytes(fp.tensors) : 0;
   m.fp = std::move(fp);
 
   // Reserve the worst case this rank can make the server hold before
-  // accepting any of its payload: `window` blocks in and `window` out.
-  const size_t window_bytes =
-      static_cast<size_t>(env_.options->window) * block_bytes_;
-  size_t reserve = std::min(m.input_bytes, window_bytes);
-  if (kind == CollectiveKind::kAllReduce) {
-    reserve += std::min(m.input_bytes, window_bytes);
-  } else if (kind != CollectiveKind::kBarrier) {
-    reserve += window_bytes;
-  }
+  // accepting any of its payload.
+  const size_t reserve = strategy_->Reservation(m.input_bytes);
   if (!env_.memory->TryReserve(reserve)) {
     FailLocked(absl::ResourceExhaustedError(absl::StrCat(
         description_, ": the server's memory budget of ",
@@ -199,83 +136,54 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
   if (attached_ == static_cast<int>(group_.size())) OnAllAttached();
 }
 
+bool Collective::Agree(int rank, const Fingerprint& fp) {
+  if (!has_reference_ || attached_ == 1) {
+    reference_ = fp;
+    reference_rank_ = rank;
+    has_reference_ = true;
+    if (strategy_ == nullptr || attached_ == 1) {
+      strategy_ = MakeKindStrategy(fp.kind, static_cast<int>(group_.size()),
+                                   env_.options->chunk_bytes,
+                                   env_.options->window, env_.chunks);
+    }
+    return true;
+  }
+  absl::Status agree = CheckAgreement(reference_rank_, reference_, rank, fp);
+  if (!agree.ok()) {
+    FailLocked(absl::FailedPreconditionError(
+                   absl::StrCat(description_, ": ", agree.message())),
+               {reference_rank_, rank});
+    return false;
+  }
+  if (reference_.tensors.empty() && !fp.tensors.empty()) {
+    reference_ = fp;  // Broadcast: the first rank that names a tensor
+    reference_rank_ = rank;
+  }
+  return true;
+}
+
 void Collective::OnAllAttached() {
   all_headers_ = true;
-  ComputeResult();
-  const CollectiveKind kind = reference_.kind;
-  for (size_t i = 0; i < members_.size(); ++i) {
-    if (members_[i].output_bytes == 0) {
+  result_specs_ = std::make_shared<const std::vector<TensorSpec>>(
+      strategy_->PlanResult(reference_, ranks_));
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (ranks_[i].output_bytes == 0) {
       SendTo(i, 0, {});
       MaybeFinish(i);
     }
   }
-  if (IsForward(kind)) {
-    for (size_t i = 0; i < members_.size(); ++i) {
-      std::vector<std::pair<uint64_t, SliceRange>> early =
-          std::move(members_[i].early);
-      members_[i].early.clear();
-      for (auto& [offset, data] : early) Forward(i, offset, data);
-    }
-  }
+  strategy_->OnAllAttached(*this);
   ResumeReaders();
 }
 
-void Collective::ComputeResult() {
-  const CollectiveKind kind = reference_.kind;
-  const size_t n = members_.size();
-  v1::CollectiveResponse result_specs;  // only `result` set
-  switch (kind) {
-    case CollectiveKind::kAllReduce: {
-      plan_ = std::make_shared<const ReductionPlan>(ReductionPlan{
-          *ComputePayloadLayout(reference_.tensors), reference_.tensors});
-      for (const TensorSpec& t : reference_.tensors) {
-        *result_specs.add_result() = TensorSpecToWire(t);
-      }
-      for (Member& m : members_) m.output_bytes = plan_->layout.total_bytes;
-      break;
-    }
-    case CollectiveKind::kReduceScatter: {
-      plan_ = std::make_shared<const ReductionPlan>(ReductionPlan{
-          *ComputePayloadLayout(reference_.tensors), reference_.tensors});
-      TensorSpec slice = reference_.tensors[0];
-      slice.shape[0] /= static_cast<int64_t>(n);
-      *result_specs.add_result() = TensorSpecToWire(slice);
-      for (Member& m : members_) m.output_bytes = plan_->layout.total_bytes / n;
-      break;
-    }
-    case CollectiveKind::kAllGather: {
-      TensorSpec gathered = reference_.tensors[0];
-      gathered.shape[0] = 0;
-      size_t offset = 0;
-      for (Member& m : members_) {
-        gathered.shape[0] += m.fp.tensors[0].shape[0];
-        m.base_offset = offset;
-        offset += m.input_bytes;
-      }
-      *result_specs.add_result() = TensorSpecToWire(gathered);
-      for (Member& m : members_) m.output_bytes = offset;
-      break;
-    }
-    case CollectiveKind::kBroadcast: {
-      const Member& root = members_[IndexOf(reference_.root)];
-      *result_specs.add_result() = TensorSpecToWire(root.fp.tensors[0]);
-      for (Member& m : members_) m.output_bytes = root.input_bytes;
-      break;
-    }
-    case CollectiveKind::kBarrier:
-      break;
-  }
-  encoded_result_specs_ = grpc::Slice(result_specs.SerializeAsString());
-}
-
-bool Collective::OnData(int rank, uint64_t offset, SliceRange data) {
-  std::vector<std::pair<size_t, BlockParts>> ready;
-  std::shared_ptr<const ReductionPlan> plan;
+bool Collective::OnData(int rank, uint64_t offset, Payload data) {
+  std::vector<StagedChunk> ready;
+  std::shared_ptr<KindStrategy> strategy;
   bool may_read;
   {
     absl::MutexLock lock(&mu_);
     const int index = IndexOf(rank);
-    Member& m = members_[index];
+    RankState& m = ranks_[index];
     if (done_) return false;
     if (offset != m.received) {
       FailLocked(absl::InvalidArgumentError(absl::StrCat(
@@ -296,144 +204,70 @@ bool Collective::OnData(int rank, uint64_t offset, SliceRange data) {
       return false;
     }
     if (data.size() > 0) {
-      const CollectiveKind kind = m.fp.kind;
-      if (IsReduction(kind)) {
-        size_t pos = offset, consumed = 0;
-        while (consumed < data.size()) {
-          const size_t b = pos / block_bytes_;
-          const size_t block_begin = b * block_bytes_;
-          const size_t block_len =
-              std::min(block_bytes_, m.input_bytes - block_begin);
-          const size_t in_block = pos - block_begin;
-          const size_t n = std::min(block_len - in_block, data.size() - consumed);
-          Block& block = blocks_[b];
-          if (block.parts.empty()) {
-            block.parts.resize(members_.size());
-            block.filled.resize(members_.size());
-          }
-          if (!block.parts[index]) {
-            block.parts[index] = env_.blocks->Get();
-            ++m.staged_blocks;
-          }
-          data.CopyTo(consumed, n, block.parts[index].get() + in_block);
-          block.filled[index] += n;
-          if (block.filled[index] == block_len &&
-              ++block.complete == static_cast<int>(members_.size())) {
-            ready.emplace_back(b, std::move(block.parts));
-            blocks_.erase(b);
-          }
-          pos += n;
-          consumed += n;
-        }
-        m.received += data.size();
-      } else if (IsForward(kind) && !all_headers_) {
-        m.received += data.size();
-        m.early.emplace_back(offset, std::move(data));
-      } else {
-        m.received += data.size();
-        Forward(index, offset, data);
-      }
+      m.received += data.size();
+      strategy_->Accept(index, m, offset, std::move(data), all_headers_, *this,
+                        &ready);
     }
     MaybeFinish(index);
     may_read = MayRead(index);
     if (!may_read) m.read_paused = true;
-    plan = plan_;
+    strategy = strategy_;
   }
-  for (auto& [b, parts] : ready) ScheduleReduction(plan, b, std::move(parts));
+  for (StagedChunk& chunk : ready) {
+    ScheduleReduction(strategy, std::move(chunk));
+  }
   return may_read;
 }
 
-void Collective::ScheduleReduction(std::shared_ptr<const ReductionPlan> plan,
-                                   size_t block_index, BlockParts parts) {
-  const size_t begin = block_index * block_bytes_;
-  const size_t end = std::min(begin + block_bytes_, plan->layout.total_bytes);
-  if (end - begin < env_.options->offload_bytes) {
-    ReduceBlock(*plan, block_index, std::move(parts));
+void Collective::ScheduleReduction(std::shared_ptr<KindStrategy> strategy,
+                                   StagedChunk chunk) {
+  if (chunk.bytes < env_.options->offload_bytes) {
+    ReduceChunk(*strategy, std::move(chunk));
     return;
   }
-  auto shared_parts = std::make_shared<BlockParts>(std::move(parts));
+  auto shared_chunk = std::make_shared<StagedChunk>(std::move(chunk));
   env_.reduction_pool->Schedule(
-      [self = shared_from_this(), plan, block_index, shared_parts] {
-        self->ReduceBlock(*plan, block_index, std::move(*shared_parts));
+      [self = shared_from_this(), strategy, shared_chunk] {
+        self->ReduceChunk(*strategy, std::move(*shared_chunk));
       });
 }
 
-void Collective::ReduceBlock(const ReductionPlan& plan, size_t block_index,
-                             BlockParts parts) {
-  const size_t begin = block_index * block_bytes_;
-  const size_t end = std::min(begin + block_bytes_, plan.layout.total_bytes);
-  const size_t len = end - begin;
-  std::vector<const void*> inputs;
-  inputs.reserve(parts.size());
-  for (const auto& p : parts) inputs.push_back(p.get());
-  BlockPool::Block out = env_.blocks->Get();
-  absl::Status status = ReducePackedRange(plan.layout, plan.tensors, inputs,
-                                          begin, end, out.get());
-  parts.clear();  // the staged copies go back to the pool
-  grpc::Slice result;
-  if (status.ok()) result = env_.blocks->ToSlice(std::move(out), len);
+void Collective::ReduceChunk(const KindStrategy& strategy, StagedChunk chunk) {
+  const size_t index = chunk.index;
+  absl::StatusOr<SharedBytes> result = strategy.Reduce(std::move(chunk));
 
   absl::MutexLock lock(&mu_);
-  for (Member& m : members_) --m.staged_blocks;
+  strategy_->OnChunkReduced();
+  for (size_t i = 0; i < ranks_.size(); ++i) ReleaseIfDone(i);
   if (done_) return;
-  if (!status.ok()) {
-    FailLocked(absl::Status(status.code(),
-                            absl::StrCat(description_, ": ", status.message())));
+  if (!result.ok()) {
+    FailLocked(absl::Status(result.status().code(),
+                            absl::StrCat(description_, ": ",
+                                         result.status().message())));
     return;
   }
-  DeliverReduced(block_index, std::move(result));
+  strategy_->Deliver(index, *std::move(result), *this);
   ResumeReaders();
 }
 
-void Collective::DeliverReduced(size_t block_index, grpc::Slice result) {
-  const size_t begin = block_index * block_bytes_;
-  const size_t end = begin + result.size();
-  if (reference_.kind == CollectiveKind::kAllReduce) {
-    for (size_t i = 0; i < members_.size(); ++i) {
-      SendTo(i, begin, {result});
-      MaybeFinish(i);
-    }
-    return;
-  }
-  // ReduceScatter: member i owns bytes [i * share, (i + 1) * share).
-  const size_t share = plan_->layout.total_bytes / members_.size();
-  for (size_t i = 0; i < members_.size(); ++i) {
-    const size_t lo = std::max(begin, i * share);
-    const size_t hi = std::min(end, (i + 1) * share);
-    if (lo >= hi) continue;
-    SendTo(i, lo - i * share, {result.sub(lo - begin, hi - begin)});
-    MaybeFinish(i);
-  }
-}
-
-void Collective::Forward(int index, uint64_t offset, const SliceRange& data) {
-  const uint64_t out_offset = members_[index].base_offset + offset;
-  for (size_t j = 0; j < members_.size(); ++j) {
-    SendTo(j, out_offset, data.slices());
-    MaybeFinish(j);
-  }
-}
-
 void Collective::SendTo(int index, uint64_t offset,
-                        absl::Span<const grpc::Slice> data) {
-  Member& m = members_[index];
-  v1::CollectiveResponse fields;
-  fields.set_offset(offset);
-  const bool with_specs = !m.header_sent;
+                        std::vector<SharedBytes> data) {
+  RankState& m = ranks_[index];
+  ResultMessage message;
+  message.offset = offset;
+  if (!m.header_sent) message.result_specs = result_specs_;
   m.header_sent = true;
-  for (const grpc::Slice& s : data) m.sent += s.size();
+  for (const SharedBytes& s : data) m.sent += s.size();
+  message.data = std::move(data);
   const bool last = IsComplete(m);
-  // The last write completes with the stream (no OnWriteDone), so it is
-  // not counted as pending.
+  // The last write completes with the call (no OnWriteDone), so it is not
+  // counted as pending.
   if (!last) ++m.pending_writes;
-  m.channel->Send(EncodeMessage(fields,
-                                with_specs ? encoded_result_specs_ : grpc::Slice(),
-                                data),
-                  last);
+  m.channel->Send(std::move(message), last);
   if (last) MarkFinished(index);
 }
 
-bool Collective::IsComplete(const Member& m) const {
+bool Collective::IsComplete(const RankState& m) const {
   // A rank is done once it has its whole result and has sent its whole
   // payload (a ReduceScatter rank may get its slice before it sent all).
   return !m.finished && all_headers_ && m.header_sent &&
@@ -441,9 +275,9 @@ bool Collective::IsComplete(const Member& m) const {
 }
 
 void Collective::MarkFinished(int index) {
-  members_[index].finished = true;
-  ReleaseMemory(index);
-  if (++finished_ == static_cast<int>(members_.size())) {
+  ranks_[index].finished = true;
+  ReleaseIfDone(index);
+  if (++finished_ == static_cast<int>(ranks_.size())) {
     done_ = true;
     ReportEnd(absl::StatusCode::kOk);
     for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
@@ -451,30 +285,21 @@ void Collective::MarkFinished(int index) {
   }
 }
 
-bool Collective::MayRead(int index) const {
-  if (done_) return false;
-  const Member& m = members_[index];
-  const int window = env_.options->window;
-  switch (m.fp.kind) {
-    case CollectiveKind::kAllReduce:
-    case CollectiveKind::kReduceScatter:
-      return m.staged_blocks < window && m.pending_writes < window;
-    case CollectiveKind::kAllGather:
-    case CollectiveKind::kBroadcast: {
-      if (!all_headers_) return m.early.empty();
-      int queued = 0;
-      for (const Member& other : members_) queued += other.pending_writes;
-      return queued < window * static_cast<int>(members_.size());
-    }
-    case CollectiveKind::kBarrier:
-      return true;
+void Collective::ReleaseIfDone(int index) {
+  const RankState& m = ranks_[index];
+  if (m.finished && m.reserved > 0 && !strategy_->HoldsBytesOf(index)) {
+    ReleaseMemory(index);
   }
-  return true;
+}
+
+bool Collective::MayRead(int index) const {
+  if (done_ || strategy_ == nullptr) return false;
+  return strategy_->MayRead(index, ranks_, all_headers_);
 }
 
 void Collective::ResumeReaders() {
-  for (size_t i = 0; i < members_.size(); ++i) {
-    Member& m = members_[i];
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    RankState& m = ranks_[i];
     if (m.read_paused && MayRead(i)) {
       m.read_paused = false;
       m.channel->ResumeReading();
@@ -483,28 +308,28 @@ void Collective::ResumeReaders() {
 }
 
 void Collective::MaybeFinish(int index) {
-  Member& m = members_[index];
+  RankState& m = ranks_[index];
   if (!IsComplete(m)) return;
   m.channel->FinishWhenSent();
   MarkFinished(index);
 }
 
 void Collective::ReleaseMemory(int index) {
-  Member& m = members_[index];
+  RankState& m = ranks_[index];
   env_.memory->Release(m.reserved);
   m.reserved = 0;
 }
 
 void Collective::OnWriteDone(int rank) {
   absl::MutexLock lock(&mu_);
-  Member& m = members_[IndexOf(rank)];
+  RankState& m = ranks_[IndexOf(rank)];
   --m.pending_writes;
   ResumeReaders();
 }
 
 void Collective::OnInputEnd(int rank) {
   absl::MutexLock lock(&mu_);
-  const Member& m = members_[IndexOf(rank)];
+  const RankState& m = ranks_[IndexOf(rank)];
   if (done_ || m.received == m.input_bytes) return;
   FailLocked(absl::InvalidArgumentError(absl::StrCat(
       description_, ": rank ", rank, " closed its stream after ", m.received,
@@ -514,18 +339,18 @@ void Collective::OnInputEnd(int rank) {
 bool Collective::HasFinished(int rank) const {
   absl::MutexLock lock(&mu_);
   const int index = IndexOf(rank);
-  return index >= 0 && members_[index].finished;
+  return index >= 0 && ranks_[index].finished;
 }
 
 void Collective::OnRankCancelled(int rank, const RankChannel* channel) {
   absl::MutexLock lock(&mu_);
   if (done_) return;
-  Member& m = members_[IndexOf(rank)];
+  RankState& m = ranks_[IndexOf(rank)];
   if (m.channel.get() != channel) return;  // a retry already replaced it
   if (!all_headers_ && m.received == 0) {
     // Nothing of this rank's was used yet: forget the contribution.
     ReleaseMemory(IndexOf(rank));
-    m = Member();
+    m = RankState();
     --attached_;
     return;
   }
@@ -542,7 +367,7 @@ void Collective::Fail(const absl::Status& status) {
 
 void Collective::ReportEnd(absl::StatusCode outcome) {
   uint64_t bytes_in = 0, bytes_out = 0;
-  for (const Member& m : members_) {
+  for (const RankState& m : ranks_) {
     bytes_in += m.received;
     bytes_out += m.sent;
   }
@@ -561,21 +386,20 @@ void Collective::FailLocked(const absl::Status& status,
                  label_.job, label_.epoch, label_.name,
                  ranks.empty() ? absl::Span<const int>(group_)
                                : absl::Span<const int>(ranks)});
-  for (size_t i = 0; i < members_.size(); ++i) {
-    Member& m = members_[i];
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    RankState& m = ranks_[i];
     if (m.attached && !m.finished) m.channel->Fail(status);
-    m.early.clear();
     ReleaseMemory(i);
   }
-  blocks_.clear();
+  if (strategy_ != nullptr) strategy_->Clear();
   for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
   timer_ids_.clear();
 }
 
 std::vector<int> Collective::AbsentRanks() const {
   std::vector<int> absent;
-  for (size_t i = 0; i < members_.size(); ++i) {
-    if (!members_[i].attached) absent.push_back(group_[i]);
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (!ranks_[i].attached) absent.push_back(group_[i]);
   }
   return absent;
 }
@@ -595,8 +419,8 @@ std::optional<CollectiveSnapshot> Collective::Snapshot() const {
 
 std::string Collective::MissingRanks() const {
   std::vector<int> absent, present;
-  for (size_t i = 0; i < members_.size(); ++i) {
-    (members_[i].attached ? present : absent).push_back(group_[i]);
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    (ranks_[i].attached ? present : absent).push_back(group_[i]);
   }
   if (!absent.empty()) {
     return absl::StrCat(absent.size() == 1 ? "rank " : "ranks ",
@@ -607,8 +431,8 @@ std::string Collective::MissingRanks() const {
                         " waited)");
   }
   std::vector<std::string> slow;
-  for (size_t i = 0; i < members_.size(); ++i) {
-    const Member& m = members_[i];
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    const RankState& m = ranks_[i];
     if (m.received < m.input_bytes) {
       slow.push_back(absl::StrCat("rank ", group_[i], " sent ", m.received,
                                   " of ", m.input_bytes, " bytes"));

@@ -1,30 +1,32 @@
 // Collective: one matched collective of a job, the rendezvous of its group's
 // contributions and the engine that turns them into each rank's result.
+// Transport-free: bytes come in as a Payload and go out as SharedBytes
+// through each rank's RankChannel; what differs by kind is a KindStrategy
+// (server/kind_strategy.h) chosen once, when the first rank attaches.
 //
 // Protocol, step by step:
-//  1. Each rank's stream attaches with its fingerprint. The first attach
+//  1. Each rank's call attaches with its fingerprint. The first attach
 //     creates the Collective and starts its timers; every later attach is
 //     checked against the reference fingerprint (the first, or for
 //     Broadcast the first that carries a tensor). A disagreement fails the
 //     collective for every rank at once.
-//  2. Payload bytes arrive per rank in order (OnData).
-//     - AllReduce and ReduceScatter: bytes are staged per block of
-//       options.chunk_bytes. When every rank has delivered block k, the block
-//       is reduced in group-rank order (on the reduction pool when large) and
-//       its result slice is sent to every rank that needs it (all ranks for
-//       AllReduce; the owners of the overlapping slices for ReduceScatter).
-//     - AllGather and Broadcast: once every header is in, each received
-//       message is forwarded as is (zero-copy slices) to every rank at its
-//       offset in the result.
-//     - Barrier: once every header is in, every rank gets an empty result.
-//  3. A rank's stream finishes OK once all of its result bytes are queued
-//     and written. The first response message carries the result specs.
-//  4. Back-pressure: a rank's stream stops reading while it has `window`
-//     blocks staged or `window` messages queued for it; the collective
-//     resumes it as blocks are reduced and writes complete. Memory is thus
+//  2. Before accepting any payload of a rank, the Collective reserves the
+//     most its kind can make reducerd hold for it in the memory budget;
+//     without room, the collective fails with RESOURCE_EXHAUSTED.
+//  3. Payload bytes arrive per rank in order (OnData) and go to the kind's
+//     strategy: staged per chunk and reduced once every rank's part is in
+//     (AllReduce, ReduceScatter; large chunks on the reduction pool), or
+//     forwarded as received once every header is in (AllGather, Broadcast),
+//     or none at all (Barrier).
+//  4. A rank's call finishes OK once all of its result bytes are queued
+//     and written, and its reservation is released once nothing of it is
+//     held any more. The first message carries the result specs.
+//  5. Back-pressure: a rank's call stops reading when the strategy says so
+//     (chunks staged or messages queued reach `window`); the Collective
+//     resumes it as chunks are reduced and writes complete. Memory is thus
 //     bounded by 2 x ranks x window x chunk (staged in plus queued out),
 //     whatever the tensor size.
-//  5. Timers: at half the timeout a stall warning names the ranks still
+//  6. Timers: at half the timeout a stall warning names the ranks still
 //     missing; at the timeout every rank gets DEADLINE_EXCEEDED naming them.
 //
 // Thread-safe: all state is under mu_. Lock order: Collective::mu_ before a
@@ -46,38 +48,18 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/fingerprint.h"
-#include "core/validate.h"
-#include "grpcpp/support/byte_buffer.h"
-#include "grpcpp/support/slice.h"
-#include "proto/reducer/v1/collective_codec.h"
-#include "server/block_pool.h"
+#include "server/chunk_pool.h"
+#include "server/kind_strategy.h"
 #include "server/log.h"
 #include "server/memory_budget.h"
 #include "server/metrics_sink.h"
+#include "server/rank_channel.h"
 #include "server/server_options.h"
+#include "server/shared_bytes.h"
 #include "server/thread_pool.h"
 #include "server/timer_queue.h"
 
 namespace reducer {
-
-// How a Collective talks back to one rank's call. Implemented over gRPC by
-// RankStream (a call on its own stream) and MultiplexedStream's CallChannel
-// (a call on the shared Collectives stream). Calls may come from any
-// thread, with the Collective's lock held; implementations must not call
-// back into the Collective from inside them.
-class RankChannel {
- public:
-  virtual ~RankChannel() = default;
-  // Queues one response message. With `last`, the stream then ends with OK
-  // (in the same write, saving the client a wakeup); nothing may follow.
-  virtual void Send(grpc::ByteBuffer message, bool last) = 0;
-  // Ends the stream with OK once every queued message is written.
-  virtual void FinishWhenSent() = 0;
-  // Ends the stream with `status` now; queued messages are dropped.
-  virtual void Fail(const absl::Status& status) = 0;
-  // Reading was paused (OnData returned false); read the next message.
-  virtual void ResumeReading() = 0;
-};
 
 // What a Collective needs from the server; every pointer outlives it.
 struct CollectiveEnv {
@@ -85,7 +67,7 @@ struct CollectiveEnv {
   ThreadPool* reduction_pool;
   TimerQueue* timers;
   MemoryBudget* memory;
-  BlockPool* blocks;  // block_bytes() == options->chunk_bytes
+  ChunkPool* chunks;  // chunk_bytes() == options->chunk_bytes
   MetricsSink* metrics;  // the null sink when metrics are off
   const Logger* log;
 };
@@ -109,7 +91,8 @@ struct CollectiveSnapshot {
   bool stalled = false;               // past its stall warning
 };
 
-class Collective : public std::enable_shared_from_this<Collective> {
+class Collective : public std::enable_shared_from_this<Collective>,
+                   private KindStrategy::Output {
  public:
   // `description` names it in messages: `allreduce "step7" in job j1`.
   // `group` holds the sorted global ranks taking part.
@@ -134,7 +117,7 @@ class Collective : public std::enable_shared_from_this<Collective> {
   // `rank`'s payload bytes [offset, offset + data.size()). Returns true if
   // the channel may read its next message now, false if it must wait for
   // ResumeReading(). Out-of-order or excess bytes fail the collective.
-  bool OnData(int rank, uint64_t offset, SliceRange data);
+  bool OnData(int rank, uint64_t offset, Payload data);
 
   // `rank`'s client closed its side. Fails the collective with
   // INVALID_ARGUMENT if payload bytes are missing.
@@ -171,15 +154,6 @@ class Collective : public std::enable_shared_from_this<Collective> {
   std::optional<CollectiveSnapshot> Snapshot() const;
 
  private:
-  struct Member;
-  struct Block;
-  // What reducing a block needs; fixed once every header is in.
-  struct ReductionPlan {
-    PayloadLayout layout;
-    std::vector<TensorSpec> tensors;
-  };
-  using BlockParts = std::vector<BlockPool::Block>;
-
   int IndexOf(int rank) const;
   // Fails the collective for everyone; `ranks` are those the failure is
   // about (for the log), default: the whole group.
@@ -188,27 +162,27 @@ class Collective : public std::enable_shared_from_this<Collective> {
   // Reports the collective's end (done_ was just set) to the metrics.
   void ReportEnd(absl::StatusCode outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<int> AbsentRanks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks `fp` against the reference (or makes it the reference) and picks
+  // the strategy; false if the collective failed.
+  bool Agree(int rank, const Fingerprint& fp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnAllAttached() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ComputeResult() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reduces a block whose every part has arrived: inline when small, else
+  // Reduces a chunk whose every part has arrived: inline when small, else
   // on the reduction pool. Called without mu_.
-  void ScheduleReduction(std::shared_ptr<const ReductionPlan> plan,
-                         size_t block_index, BlockParts parts);
-  void ReduceBlock(const ReductionPlan& plan, size_t block_index,
-                   BlockParts parts);
-  void DeliverReduced(size_t block_index, grpc::Slice result)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Forward(int index, uint64_t offset, const SliceRange& data)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SendTo(int index, uint64_t offset, absl::Span<const grpc::Slice> data)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleReduction(std::shared_ptr<KindStrategy> strategy,
+                         StagedChunk chunk);
+  void ReduceChunk(const KindStrategy& strategy, StagedChunk chunk);
+  // KindStrategy::Output: queues `data` for ranks_[index] at `offset`.
+  void SendTo(int index, uint64_t offset, std::vector<SharedBytes> data)
+      override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool MayRead(int index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ResumeReaders() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Finishes `index`'s stream if IsComplete (used when its last payload
+  // Finishes `index`'s call if IsComplete (used when its last payload
   // arrives after its last result byte was sent).
   void MaybeFinish(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool IsComplete(const Member& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IsComplete(const RankState& r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkFinished(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases the reservation of a finished rank that holds nothing staged.
+  void ReleaseIfDone(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseMemory(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string MissingRanks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnStallTimer();
@@ -220,11 +194,10 @@ class Collective : public std::enable_shared_from_this<Collective> {
   const std::string description_;
   const std::vector<int> group_;
   const absl::Duration timeout_;
-  const size_t block_bytes_;
   const absl::Time created_;
 
   mutable absl::Mutex mu_;
-  std::vector<Member> members_ ABSL_GUARDED_BY(mu_);  // in group order
+  std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);  // in group order
   int attached_ ABSL_GUARDED_BY(mu_) = 0;
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
   bool all_headers_ ABSL_GUARDED_BY(mu_) = false;
@@ -235,13 +208,12 @@ class Collective : public std::enable_shared_from_this<Collective> {
   Fingerprint reference_ ABSL_GUARDED_BY(mu_);
   int reference_rank_ ABSL_GUARDED_BY(mu_) = -1;
   bool has_reference_ ABSL_GUARDED_BY(mu_) = false;
-  // Known once every header is in.
-  std::shared_ptr<const ReductionPlan> plan_ ABSL_GUARDED_BY(mu_);
-  // The result specs, encoded once as CollectiveResponse.result fields;
-  // every rank's first message references this slice.
-  grpc::Slice encoded_result_specs_ ABSL_GUARDED_BY(mu_);
-  // Reduction kinds: blocks staged but not yet reduced, by block index.
-  absl::flat_hash_map<size_t, Block> blocks_ ABSL_GUARDED_BY(mu_);
+  // The kind's part; set with the reference. Shared with reductions running
+  // on the pool, which use only its immutable plan.
+  std::shared_ptr<KindStrategy> strategy_ ABSL_GUARDED_BY(mu_);
+  // Known once every header is in; every rank's first message carries it.
+  std::shared_ptr<const std::vector<TensorSpec>> result_specs_
+      ABSL_GUARDED_BY(mu_);
   std::vector<TimerQueue::Id> timer_ids_ ABSL_GUARDED_BY(mu_);
 };
 

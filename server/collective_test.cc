@@ -17,16 +17,14 @@
 #include "core/data_type.h"
 #include "core/fingerprint.h"
 #include "gmock/gmock.h"
-#include "grpcpp/support/byte_buffer.h"
-#include "grpcpp/support/slice.h"
 #include "gtest/gtest.h"
-#include "proto/reducer/v1/collective_codec.h"
-#include "proto/reducer/v1/reducer.pb.h"
-#include "server/block_pool.h"
+#include "server/chunk_pool.h"
 #include "server/log.h"
 #include "server/memory_budget.h"
 #include "server/metrics_sink.h"
+#include "server/rank_channel.h"
 #include "server/server_options.h"
+#include "server/shared_bytes.h"
 #include "server/thread_pool.h"
 #include "server/timer_queue.h"
 
@@ -44,10 +42,10 @@ using ::testing::SizeIs;
 // take, so only a hang fails it.
 constexpr absl::Duration kWait = absl::Seconds(20);
 
-// One response message as a rank's stream would have put it on the wire.
+// One result message as the engine handed it to a rank's channel.
 struct SentMessage {
   uint64_t offset = 0;
-  std::vector<v1::TensorSpec> result;  // the result specs (first message)
+  std::vector<TensorSpec> result;  // the result specs (first message)
   std::string data;
   bool last = false;
 };
@@ -57,18 +55,15 @@ struct SentMessage {
 // Thread-safe: reductions on the pool and timers call in from their threads.
 class FakeRankChannel final : public RankChannel {
  public:
-  void Send(grpc::ByteBuffer message, bool last) override {
-    DecodedMessage<v1::CollectiveResponse> decoded;
-    const absl::Status status = DecodeMessage(&message, &decoded);
+  void Send(ResultMessage message, bool last) override {
     SentMessage sent;
-    sent.offset = decoded.fields.offset();
-    sent.result.assign(decoded.fields.result().begin(),
-                       decoded.fields.result().end());
-    sent.data.resize(decoded.data.size());
-    decoded.data.CopyTo(sent.data.data());
+    sent.offset = message.offset;
+    if (message.result_specs != nullptr) sent.result = *message.result_specs;
+    for (const SharedBytes& piece : message.data) {
+      sent.data.append(piece.data(), piece.size());
+    }
     sent.last = last;
     absl::MutexLock lock(&mu_);
-    if (!status.ok()) decode_error_ = status;
     if (!last) ++unacknowledged_;
     messages_.push_back(std::move(sent));
     if (last) finished_ok_ = true;
@@ -143,10 +138,6 @@ class FakeRankChannel final : public RankChannel {
     absl::MutexLock lock(&mu_);
     return resumes_;
   }
-  absl::Status decode_error() {
-    absl::MutexLock lock(&mu_);
-    return decode_error_;
-  }
 
  private:
   bool Ended() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -160,7 +151,6 @@ class FakeRankChannel final : public RankChannel {
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   int fail_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int resumes_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status decode_error_ ABSL_GUARDED_BY(mu_);
 };
 
 template <typename T>
@@ -201,21 +191,32 @@ Fingerprint Fp(CollectiveKind kind, std::vector<TensorSpec> tensors,
   return fp;
 }
 
-// A payload message of `bytes`, split in two slices (as a received buffer
-// may be) so that copies across slice boundaries are exercised.
-SliceRange Range(const std::string& bytes) {
-  SliceRange range;
+// Owns a copy of a test's bytes for the SharedBytes made from it.
+class StringOwner final : public ByteOwner {
+ public:
+  explicit StringOwner(std::string bytes) : bytes_(std::move(bytes)) {}
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  const std::string bytes_;
+};
+
+// A payload message of `bytes`, split in two pieces (as a received buffer
+// may be) so that copies across piece boundaries are exercised.
+Payload Range(const std::string& bytes) {
+  auto owner = std::make_shared<const StringOwner>(bytes);
+  const char* data = owner->bytes().data();
   const size_t half = bytes.size() / 2;
-  range.Append(grpc::Slice(bytes.data(), half));
-  range.Append(grpc::Slice(bytes.data() + half, bytes.size() - half));
+  Payload range;
+  range.Append(SharedBytes(owner, data, half));
+  range.Append(SharedBytes(owner, data + half, bytes.size() - half));
   return range;
 }
 
-void ExpectSpec(const v1::TensorSpec& wire, v1::DataType dtype,
+void ExpectSpec(const TensorSpec& spec, DataType dtype,
                 std::vector<int64_t> shape) {
-  EXPECT_EQ(wire.dtype(), dtype);
-  EXPECT_EQ(std::vector<int64_t>(wire.shape().begin(), wire.shape().end()),
-            shape);
+  EXPECT_EQ(spec.dtype, dtype);
+  EXPECT_EQ(spec.shape, shape);
 }
 
 // The specs are in the first message and in no other.
@@ -237,7 +238,7 @@ std::vector<std::shared_ptr<FakeRankChannel>> Channels(int n) {
 class CollectiveTest : public ::testing::Test {
  protected:
   CollectiveTest() {
-    options_.chunk_bytes = 64;  // several blocks from tensors of a few floats
+    options_.chunk_bytes = 64;  // several chunks from tensors of a few floats
   }
 
   // A collective of `kind` over `group`, with options_ as set by then.
@@ -246,14 +247,14 @@ class CollectiveTest : public ::testing::Test {
     if (memory_ == nullptr) {
       memory_ = std::make_unique<MemoryBudget>(options_.memory_budget_bytes);
     }
-    if (blocks_ == nullptr) {
-      blocks_ = std::make_unique<BlockPool>(options_.chunk_bytes, 16);
+    if (chunks_ == nullptr) {
+      chunks_ = std::make_unique<ChunkPool>(options_.chunk_bytes, 16);
     }
     const std::string name =
         absl::StrCat(CollectiveKindName(kind), " \"t", ++made_, "\"");
     auto c = std::make_shared<Collective>(
         CollectiveEnv{&options_, &pool_, &timers_, memory_.get(),
-                      blocks_.get(), &metrics_, &log_},
+                      chunks_.get(), &metrics_, &log_},
         CollectiveLabel{"j1", 1, name, kind}, absl::StrCat(name, " in job j1"),
         std::move(group), timeout);
     c->StartTimers();
@@ -289,7 +290,7 @@ class CollectiveTest : public ::testing::Test {
                Fp(CollectiveKind::kAllReduce, {Spec(DataType::kFloat32, {n})},
                   {0, 1, 2}),
                absl::StrCat("attempt-", r));
-      // Three blocks stay within the default window: no pause.
+      // Three chunks stay within the default window: no pause.
       EXPECT_TRUE(Feed(c, r, Bytes(Ramp(r, n))));
     }
     for (int r = 0; r < 3; ++r) {
@@ -304,15 +305,15 @@ class CollectiveTest : public ::testing::Test {
   MetricsSink metrics_;  // counts nothing
   Logger log_;
   std::unique_ptr<MemoryBudget> memory_;
-  std::unique_ptr<BlockPool> blocks_;
+  std::unique_ptr<ChunkPool> chunks_;
   TimerQueue timers_;
   ThreadPool pool_{2};
   int made_ = 0;
 };
 
 TEST_F(CollectiveTest, AllReduceSumIsExactWhateverTheArrivalOrder) {
-  // 40 floats = 160 bytes: blocks of 64, 64 and 32 bytes, fed in messages
-  // of 48 bytes that straddle block boundaries. The two full blocks are
+  // 40 floats = 160 bytes: chunks of 64, 64 and 32 bytes, fed in messages
+  // of 48 bytes that straddle chunk boundaries. The two full chunks are
   // reduced on the pool, the short one inline.
   options_.offload_bytes = 64;
   constexpr int kN = 40;
@@ -327,13 +328,12 @@ TEST_F(CollectiveTest, AllReduceSumIsExactWhateverTheArrivalOrder) {
       SCOPED_TRACE(absl::StrCat("rank ", r));
       EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
       EXPECT_EQ(ch[r]->Result(), expected);
-      EXPECT_TRUE(ch[r]->decode_error().ok()) << ch[r]->decode_error();
       std::vector<SentMessage> messages = ch[r]->messages();
-      // One message per block, the last one ending the stream.
+      // One message per chunk, the last one ending the stream.
       ASSERT_THAT(messages, SizeIs(3));
       EXPECT_TRUE(messages.back().last);
       ASSERT_THAT(messages[0].result, SizeIs(1));
-      ExpectSpec(messages[0].result[0], v1::DATA_TYPE_FLOAT32, {kN});
+      ExpectSpec(messages[0].result[0], DataType::kFloat32, {kN});
       ExpectSpecsOnlyFirst(*ch[r]);
     }
     EXPECT_TRUE(c->done());
@@ -342,8 +342,8 @@ TEST_F(CollectiveTest, AllReduceSumIsExactWhateverTheArrivalOrder) {
 }
 
 TEST_F(CollectiveTest, ReduceScatterGivesEachRankItsSliceOfTheSum) {
-  // [9,2] float32 = 72 bytes, 24 per rank; blocks [0,64) and [64,72), so
-  // block 0 feeds all three slices and block 1 the end of rank 2's.
+  // [9,2] float32 = 72 bytes, 24 per rank; chunks [0,64) and [64,72), so
+  // chunk 0 feeds all three slices and chunk 1 the end of rank 2's.
   constexpr int kN = 18;
   std::shared_ptr<Collective> c = Make(CollectiveKind::kReduceScatter, {0, 1, 2});
   auto ch = Channels(3);
@@ -365,10 +365,10 @@ TEST_F(CollectiveTest, ReduceScatterGivesEachRankItsSliceOfTheSum) {
     std::vector<SentMessage> messages = ch[r]->messages();
     ASSERT_THAT(messages, Not(IsEmpty()));
     ASSERT_THAT(messages[0].result, SizeIs(1));
-    ExpectSpec(messages[0].result[0], v1::DATA_TYPE_FLOAT32, {3, 2});
+    ExpectSpec(messages[0].result[0], DataType::kFloat32, {3, 2});
     ExpectSpecsOnlyFirst(*ch[r]);
   }
-  // Rank 2's slice spans both blocks: two messages; the others one each.
+  // Rank 2's slice spans both chunks: two messages; the others one each.
   EXPECT_THAT(ch[0]->messages(), SizeIs(1));
   EXPECT_THAT(ch[1]->messages(), SizeIs(1));
   EXPECT_THAT(ch[2]->messages(), SizeIs(2));
@@ -412,7 +412,7 @@ TEST_F(CollectiveTest, AllGatherConcatenatesUnevenContributionsInRankOrder) {
     std::vector<SentMessage> messages = ch[r]->messages();
     ASSERT_THAT(messages, SizeIs(4));
     ASSERT_THAT(messages[0].result, SizeIs(1));
-    ExpectSpec(messages[0].result[0], v1::DATA_TYPE_INT32, {6, 2});
+    ExpectSpec(messages[0].result[0], DataType::kInt32, {6, 2});
     ExpectSpecsOnlyFirst(*ch[r]);
     // Rank 1's bytes land after rank 0's 8, rank 2's after 8 + 16.
     EXPECT_EQ(messages[0].offset, 8u);
@@ -445,7 +445,7 @@ TEST_F(CollectiveTest, BroadcastSendsTheRootsTensorToEveryRank) {
     std::vector<SentMessage> messages = ch[r]->messages();
     ASSERT_THAT(messages, SizeIs(1));
     ASSERT_THAT(messages[0].result, SizeIs(1));
-    ExpectSpec(messages[0].result[0], v1::DATA_TYPE_FLOAT64, {5});
+    ExpectSpec(messages[0].result[0], DataType::kFloat64, {5});
     EXPECT_TRUE(messages[0].last);
   }
   EXPECT_EQ(memory_->used(), 0u);
@@ -620,12 +620,12 @@ TEST_F(CollectiveTest, RankCancelledAfterAllArrivedAbortsEveryone) {
   EXPECT_FALSE(c->OnData(2, 0, Range(Bytes(Ramp(2, kN)))));
 }
 
-TEST_F(CollectiveTest, WindowOfOneStopsReadingUntilBlocksAreReducedAndWritten) {
-  // Two ranks, 64 floats = 4 blocks of 64 bytes, window 1: each rank may
-  // hold one staged block and one unwritten message.
+TEST_F(CollectiveTest, WindowOfOneStopsReadingUntilChunksAreReducedAndWritten) {
+  // Two ranks, 64 floats = 4 chunks of 64 bytes, window 1: each rank may
+  // hold one staged chunk and one unwritten message.
   options_.window = 1;
   constexpr int kN = 64;
-  constexpr int kBlocks = 4;
+  constexpr int kChunks = 4;
   std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1});
   auto ch = Channels(2);
   auto fp = Fp(CollectiveKind::kAllReduce, {Spec(DataType::kFloat32, {kN})},
@@ -633,19 +633,19 @@ TEST_F(CollectiveTest, WindowOfOneStopsReadingUntilBlocksAreReducedAndWritten) {
   c->Attach(ch[0], 0, fp, "");
   c->Attach(ch[1], 1, fp, "");
   const std::string in0 = Bytes(Ramp(0, kN)), in1 = Bytes(Ramp(1, kN));
-  for (int b = 0; b < kBlocks; ++b) {
-    SCOPED_TRACE(absl::StrCat("block ", b));
-    // Rank 0's block is staged, waiting for rank 1's: the window is full.
+  for (int b = 0; b < kChunks; ++b) {
+    SCOPED_TRACE(absl::StrCat("chunk ", b));
+    // Rank 0's chunk is staged, waiting for rank 1's: the window is full.
     EXPECT_FALSE(c->OnData(0, 64 * b, Range(in0.substr(64 * b, 64))));
     EXPECT_EQ(ch[0]->resumes(), b);
-    // Rank 1 completes the block; it is reduced (inline, being small) and
+    // Rank 1 completes the chunk; it is reduced (inline, being small) and
     // sent to both, whose unwritten message now fills the window.
     EXPECT_FALSE(c->OnData(1, 64 * b, Range(in1.substr(64 * b, 64))));
     ASSERT_THAT(ch[0]->messages(), SizeIs(b + 1));
     ASSERT_THAT(ch[1]->messages(), SizeIs(b + 1));
     EXPECT_EQ(ch[0]->resumes(), b);
     EXPECT_EQ(ch[1]->resumes(), b);
-    if (b + 1 == kBlocks) break;  // the last message ends the stream
+    if (b + 1 == kChunks) break;  // the last message ends the stream
     // Writing rank 0's message resumes rank 0 only.
     EXPECT_EQ(ch[0]->TakeUnacknowledged(), 1);
     c->OnWriteDone(0);
@@ -704,7 +704,7 @@ TEST_F(CollectiveTest, MemoryBudgetForOneRankOnlyRefusesTheSecondAndFreesTheFirs
 }
 
 TEST_F(CollectiveTest, RankCancelledAfterSendingDataAbortsEveryoneEvenBeforeAllArrived) {
-  // Its bytes are staged in a block: detaching it would lose them, so the
+  // Its bytes are staged in a chunk: detaching it would lose them, so the
   // collective cannot go on without counting it twice or not at all.
   std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
   auto ch = Channels(3);
@@ -745,16 +745,13 @@ TEST_F(CollectiveTest, TimeoutWithEveryRankArrivedNamesTheMissingPayload) {
   EXPECT_EQ(memory_->used(), 0u);
 }
 
-// DISABLED: the memory budget forgets a ReduceScatter rank's staged blocks
-// once that rank is finished. A rank finishes when it has its own slice and
-// has sent its whole input (IsComplete), and MarkFinished then releases its
-// whole reservation (ReleaseMemory), although its parts of blocks beyond its
-// slice still wait in blocks_ for slower ranks. Here ranks 0 and 1 finish
-// after block 0 while their 64-byte parts of block 1 stay staged, and the
-// budget then counts rank 2's 328 bytes only: up to (ranks - 1) x window x
-// chunk per collective held outside the budget.
-TEST_F(CollectiveTest, DISABLED_FinishedReduceScatterRankStagedBlocksStayInTheBudget) {
-  constexpr int kN = 18;  // [9,2] float32: blocks [0,64) and [64,72)
+// A ReduceScatter rank finishes when it has its own slice and has sent its
+// whole input, while its parts of chunks beyond its slice may still wait
+// for slower ranks: its reservation stays until those are reduced. Here
+// ranks 0 and 1 finish after chunk 0 while their 64-byte parts of chunk 1
+// stay staged.
+TEST_F(CollectiveTest, FinishedReduceScatterRankStagedChunksStayInTheBudget) {
+  constexpr int kN = 18;  // [9,2] float32: chunks [0,64) and [64,72)
   std::shared_ptr<Collective> c = Make(CollectiveKind::kReduceScatter, {0, 1, 2});
   auto ch = Channels(3);
   for (int r = 0; r < 3; ++r) {
@@ -767,12 +764,12 @@ TEST_F(CollectiveTest, DISABLED_FinishedReduceScatterRankStagedBlocksStayInTheBu
   EXPECT_EQ(memory_->used(), 3u * (72 + 4 * 64));
   Feed(*c, 0, Bytes(Ramp(0, kN)), 64);
   Feed(*c, 1, Bytes(Ramp(1, kN)), 64);
-  c->OnData(2, 0, Range(Bytes(Ramp(2, kN)).substr(0, 64)));  // block 0 only
+  c->OnData(2, 0, Range(Bytes(Ramp(2, kN)).substr(0, 64)));  // chunk 0 only
   ASSERT_TRUE(ch[0]->WaitEnded());
   ASSERT_TRUE(ch[1]->WaitEnded());
   ASSERT_TRUE(ch[0]->finished_ok());
   // Held now: rank 2's reservation plus ranks 0 and 1's staged parts of
-  // block 1, 64 bytes each.
+  // chunk 1, 64 bytes each.
   EXPECT_GE(memory_->used(), (72u + 4 * 64) + 2 * 64);
   c->OnData(2, 64, Range(Bytes(Ramp(2, kN)).substr(64)));
   ASSERT_TRUE(ch[2]->WaitEnded());

@@ -61,8 +61,7 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     members_.assign(world_size_, std::nullopt);
     departed_.assign(world_size_, false);
     matching_.clear();
-    attempts_.clear();
-    attempt_order_.clear();
+    attempts_.Clear();
     active_.clear();
   }
   if (members_[rank].has_value()) {
@@ -165,31 +164,48 @@ void Job::EndEpoch(const std::string& reason, int lost_rank,
 
 absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
     const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
-  const int rank = header.rank();
-  absl::StatusOr<Fingerprint> fp =
-      FingerprintFromHeader(header, world_size_);
-  absl::Status valid = fp.ok() ? ValidateContribution(*fp, rank, world_size_,
-                                                      env_.options->max_tensor_bytes)
-                               : fp.status();
-  if (!valid.ok()) {
-    const bool over_limit = valid.code() == absl::StatusCode::kResourceExhausted;
-    const absl::Status status(
-        valid.code(),
-        absl::StrCat("job ", name_, ": rank ", rank,
-                     over_limit ? " is over a limit: " : " sent a bad request: ",
-                     valid.message(),
-                     over_limit ? absl::StrCat(" (--max_tensor_bytes=",
-                                               env_.options->max_tensor_bytes, ")")
-                                : ""));
-    if (over_limit) {
-      env_.metrics->RequestRefused(status.code(), RefusedLimit::kMaxTensorBytes);
-    }
-    FailNamedCollective(header, status);
-    return status;
-  }
+  absl::StatusOr<Fingerprint> fp = CheckedFingerprint(header);
+  if (!fp.ok()) return fp.status();
   const std::string description = DescribeCollective(header, *fp, world_size_);
 
   absl::MutexLock lock(&mu_);
+  absl::Status holds = CheckSessionLocked(header, description);
+  if (!holds.ok()) return holds;
+  absl::StatusOr<std::shared_ptr<Collective>> collective =
+      CollectiveForLocked(header, *fp, description);
+  if (!collective.ok()) return collective.status();
+  (*collective)->Attach(std::move(stream), header.rank(), *std::move(fp),
+                        header.attempt_id());
+  return collective;
+}
+
+absl::StatusOr<Fingerprint> Job::CheckedFingerprint(
+    const v1::CollectiveHeader& header) {
+  const int rank = header.rank();
+  absl::StatusOr<Fingerprint> fp = FingerprintFromHeader(header, world_size_);
+  absl::Status valid = fp.ok() ? ValidateContribution(*fp, rank, world_size_,
+                                                      env_.options->max_tensor_bytes)
+                               : fp.status();
+  if (valid.ok()) return fp;
+  const bool over_limit = valid.code() == absl::StatusCode::kResourceExhausted;
+  const absl::Status status(
+      valid.code(),
+      absl::StrCat("job ", name_, ": rank ", rank,
+                   over_limit ? " is over a limit: " : " sent a bad request: ",
+                   valid.message(),
+                   over_limit ? absl::StrCat(" (--max_tensor_bytes=",
+                                             env_.options->max_tensor_bytes, ")")
+                              : ""));
+  if (over_limit) {
+    env_.metrics->RequestRefused(status.code(), RefusedLimit::kMaxTensorBytes);
+  }
+  FailNamedCollective(header, status);
+  return status;
+}
+
+absl::Status Job::CheckSessionLocked(const v1::CollectiveHeader& header,
+                                     const std::string& description) {
+  const int rank = header.rank();
   if (header.epoch() != epoch_ || ended_) {
     if (header.epoch() < epoch_ || ended_) {
       return absl::AbortedError(absl::StrCat(
@@ -209,25 +225,30 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
         " does not hold rank ", rank, " of job ", name_, " in epoch ", epoch_,
         "; Connect first"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
+    const v1::CollectiveHeader& header, const Fingerprint& fp,
+    const std::string& description) {
+  const int rank = header.rank();
   // A retry (same attempt id) goes to the collective its first attempt
   // joined, if that one can still take it; a contribution already used is
   // never counted again.
   const std::string& attempt = header.attempt_id();
   if (!attempt.empty()) {
-    auto seen = attempts_.find(attempt);
-    if (seen != attempts_.end()) {
-      std::shared_ptr<Collective> first = seen->second.lock();
+    if (std::optional<std::weak_ptr<Collective>> seen = attempts_.Find(attempt)) {
+      std::shared_ptr<Collective> first = seen->lock();
       if (first == nullptr || first->done() || first->HasFinished(rank)) {
         return absl::AbortedError(absl::StrCat(
             description, ": rank ", rank, " retried a contribution (attempt ",
             attempt, ") that was already used; its result cannot be sent "
             "again, and counting it twice would be wrong"));
       }
-      first->Attach(std::move(stream), rank, *std::move(fp), attempt);
       return first;
     }
   }
-  const std::string key = MatchingKey(header, *fp);
+  const std::string key = MatchingKey(header, fp);
   std::shared_ptr<Collective> collective;
   auto it = matching_.find(key);
   // A rank that already has its result from a collective of this name is
@@ -235,44 +256,46 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
   if (it != matching_.end() && !it->second->HasFinished(rank)) {
     collective = it->second;
   } else {
-    for (int r : fp->group) {
-      if (departed_[r]) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            description, ": rank ", r,
-            " has left the job (its client was closed)"));
-      }
-    }
-    PruneFinished();
-    const int limit = env_.options->max_pending_collectives_per_job;
-    if (static_cast<int>(matching_.size()) >= limit) {
-      env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
-                                   RefusedLimit::kMaxPendingCollectivesPerJob);
-      return absl::ResourceExhaustedError(absl::StrCat(
-          description, ": job ", name_, " already has ", matching_.size(),
-          " collectives waiting for ranks (--max_pending_collectives_per_job=",
-          limit, ")"));
-    }
-    absl::Duration timeout = absl::Milliseconds(header.timeout_ms());
-    if (timeout <= absl::ZeroDuration() ||
-        timeout > env_.options->max_collective_timeout) {
-      timeout = env_.options->max_collective_timeout;
-    }
-    collective = std::make_shared<Collective>(
-        env_, CollectiveLabel{name_, epoch_, ShortName(description), fp->kind},
-        description, fp->group, timeout);
-    collective->StartTimers();
+    absl::StatusOr<std::shared_ptr<Collective>> created =
+        NewCollectiveLocked(header, fp, description);
+    if (!created.ok()) return created.status();
+    collective = *std::move(created);
     matching_[key] = collective;
-    active_.push_back(collective);
   }
-  if (!attempt.empty()) {
-    attempts_[attempt] = collective;
-    attempt_order_.push_back(attempt);
-    if (attempt_order_.size() > kRememberedAttempts) {
-      attempts_.erase(attempt_order_.front());
-      attempt_order_.pop_front();
+  if (!attempt.empty()) attempts_.Remember(attempt, collective);
+  return collective;
+}
+
+absl::StatusOr<std::shared_ptr<Collective>> Job::NewCollectiveLocked(
+    const v1::CollectiveHeader& header, const Fingerprint& fp,
+    const std::string& description) {
+  for (int r : fp.group) {
+    if (departed_[r]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          description, ": rank ", r,
+          " has left the job (its client was closed)"));
     }
   }
-  collective->Attach(std::move(stream), rank, *std::move(fp), attempt);
+  PruneFinished();
+  const int limit = env_.options->max_pending_collectives_per_job;
+  if (static_cast<int>(matching_.size()) >= limit) {
+    env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                 RefusedLimit::kMaxPendingCollectivesPerJob);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        description, ": job ", name_, " already has ", matching_.size(),
+        " collectives waiting for ranks (--max_pending_collectives_per_job=",
+        limit, ")"));
+  }
+  absl::Duration timeout = absl::Milliseconds(header.timeout_ms());
+  if (timeout <= absl::ZeroDuration() ||
+      timeout > env_.options->max_collective_timeout) {
+    timeout = env_.options->max_collective_timeout;
+  }
+  auto collective = std::make_shared<Collective>(
+      env_, CollectiveLabel{name_, epoch_, ShortName(description), fp.kind},
+      description, fp.group, timeout);
+  collective->StartTimers();
+  active_.push_back(collective);
   return collective;
 }
 

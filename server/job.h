@@ -14,7 +14,6 @@
 #define REDUCER_SERVER_JOB_H_
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/reducer/v1/reducer.pb.h"
+#include "server/attempt_cache.h"
 #include "server/collective.h"
 
 namespace reducer {
@@ -104,6 +104,24 @@ class Job {
 
   void EndEpoch(const std::string& reason, int lost_rank,
                 EpochEndReason kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `header`'s fingerprint, if well formed and within the limits; else the
+  // error, also sent to the peers waiting in the collective it names.
+  absl::StatusOr<Fingerprint> CheckedFingerprint(
+      const v1::CollectiveHeader& header) ABSL_LOCKS_EXCLUDED(mu_);
+  // OK when `header` is of the running epoch and its session holds its rank.
+  absl::Status CheckSessionLocked(const v1::CollectiveHeader& header,
+                                  const std::string& description)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The collective `header` joins: the one a retried attempt joined, the
+  // one waiting under its matching key, or a new one.
+  absl::StatusOr<std::shared_ptr<Collective>> CollectiveForLocked(
+      const v1::CollectiveHeader& header, const Fingerprint& fp,
+      const std::string& description) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new collective with its timers started, unless a rank of its group
+  // departed or the job is at its pending-collectives limit.
+  absl::StatusOr<std::shared_ptr<Collective>> NewCollectiveLocked(
+      const v1::CollectiveHeader& header, const Fingerprint& fp,
+      const std::string& description) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `allreduce #3` for a collective `description` of this job names.
   std::string ShortName(const std::string& description) const;
   // Fails, for every rank, the collective a malformed `header` names (so
@@ -135,11 +153,9 @@ class Job {
   absl::flat_hash_map<std::string, std::shared_ptr<Collective>> matching_
       ABSL_GUARDED_BY(mu_);
   // The collective each recent contribution (by attempt id) joined, so
-  // that retries are recognised; the oldest are forgotten first.
+  // that retries are recognised.
   static constexpr size_t kRememberedAttempts = 4096;
-  absl::flat_hash_map<std::string, std::weak_ptr<Collective>> attempts_
-      ABSL_GUARDED_BY(mu_);
-  std::deque<std::string> attempt_order_ ABSL_GUARDED_BY(mu_);
+  AttemptCache attempts_ ABSL_GUARDED_BY(mu_){kRememberedAttempts};
   // Every collective of this epoch not yet destroyed.
   std::vector<std::weak_ptr<Collective>> active_ ABSL_GUARDED_BY(mu_);
 };

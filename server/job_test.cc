@@ -10,7 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/block_pool.h"
+#include "server/chunk_pool.h"
 #include "server/log.h"
 #include "server/memory_budget.h"
 #include "server/metrics_sink.h"
@@ -55,7 +55,7 @@ class FakeSession final : public SessionChannel {
 // Records how a Collective ends one rank's call. Thread-safe.
 class FakeRankChannel final : public RankChannel {
  public:
-  void Send(grpc::ByteBuffer, bool last) override {
+  void Send(ResultMessage, bool last) override {
     absl::MutexLock lock(&mu_);
     ++sent_;
     if (last) finished_ok_ = true;
@@ -90,10 +90,10 @@ class JobTest : public ::testing::Test {
  protected:
   JobTest()
       : memory_(options_.memory_budget_bytes),
-        blocks_(options_.chunk_bytes, 4),
+        chunks_(options_.chunk_bytes, 4),
         pool_(1),
         job_("j1", 2, CollectiveEnv{&options_, &pool_, &timers_, &memory_,
-                                    &blocks_, &metrics_, &log_}) {}
+                                    &chunks_, &metrics_, &log_}) {}
 
   // A Barrier contribution of `rank` in `epoch`, matched by `sequence`.
   static v1::CollectiveHeader Barrier(int rank, const std::string& session,
@@ -111,7 +111,7 @@ class JobTest : public ::testing::Test {
 
   ServerOptions options_;
   MemoryBudget memory_;
-  BlockPool blocks_;
+  ChunkPool chunks_;
   TimerQueue timers_;
   ThreadPool pool_;
   MetricsSink metrics_;  // counts nothing

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "proto/reducer/v1/collective_codec.h"
 #include "proto/reducer/v1/status_conversion.h"
+#include "server/wire_bytes.h"
 #include "server/write_queue.h"
 
 namespace reducer {
@@ -18,13 +19,13 @@ class MultiplexedStream::CallChannel final : public RankChannel {
   CallChannel(std::weak_ptr<MultiplexedStream> stream, uint64_t call_id)
       : stream_(std::move(stream)), call_id_(call_id) {}
 
-  void Send(grpc::ByteBuffer message, bool last) override {
+  void Send(ResultMessage message, bool last) override {
     std::shared_ptr<MultiplexedStream> stream = stream_.lock();
     if (stream == nullptr) return;
     v1::CollectiveResponse tag;
     tag.set_call_id(call_id_);
     if (last) tag.mutable_status();  // code 0: OK
-    stream->Enqueue(call_id_, AppendFields(message, tag), last);
+    stream->Enqueue(call_id_, EncodeResult(message, std::move(tag)), last);
   }
   void FinishWhenSent() override { End(absl::OkStatus()); }
   void Fail(const absl::Status& status) override { End(status); }
@@ -159,7 +160,7 @@ void MultiplexedStream::HandleMessage() {
   // The whole payload is here: hand it over and close this rank's input
   // (which fails the collective if bytes are missing). Reading goes on
   // whatever OnData says: this call has nothing more to read.
-  collective->OnData(rank, 0, std::move(payload));
+  collective->OnData(rank, 0, ToPayload(std::move(payload)));
   collective->OnInputEnd(rank);
 }
 
@@ -174,11 +175,10 @@ void MultiplexedStream::Enqueue(uint64_t call_id, grpc::ByteBuffer message,
   out.call_id = call_id;
   out.serial = it->second.serial;
   out.ends_call = ends_call;
-  outgoing_.push_back(std::move(out));
   // The entry (and its references) goes once the last message is written:
   // this may run inside the Collective, which must not be released here.
   if (ends_call) it->second.ended = true;
-  if (!write_in_flight_) WriteFrontLocked();
+  if (outgoing_.Push(std::move(out))) WriteFrontLocked();
 }
 
 void MultiplexedStream::EndCall(uint64_t call_id, const absl::Status& status) {
@@ -189,7 +189,6 @@ void MultiplexedStream::EndCall(uint64_t call_id, const absl::Status& status) {
 }
 
 void MultiplexedStream::WriteFrontLocked() {
-  write_in_flight_ = true;
   metrics_.Sent();
   StartWrite(&outgoing_.front().message);
 }
@@ -200,12 +199,10 @@ void MultiplexedStream::OnWriteDone(bool ok) {
   LiveCall over;  // released after the lock
   {
     absl::MutexLock lock(&mu_);
-    write_in_flight_ = false;
-    Outgoing written = std::move(outgoing_.front());
-    outgoing_.pop_front();
+    Outgoing written = outgoing_.PopWritten();
     if (!ok) {
       // The stream broke; OnCancel or OnDone takes care of the calls.
-      outgoing_.clear();
+      outgoing_.Clear();
       return;
     }
     auto it = live_.find(written.call_id);
@@ -218,7 +215,7 @@ void MultiplexedStream::OnWriteDone(bool ok) {
         rank = it->second.rank;
       }
     }
-    if (!outgoing_.empty() && !finished_) {
+    if (!finished_ && outgoing_.TakeNext()) {
       WriteFrontLocked();
     } else {
       MaybeFinishLocked();
@@ -228,7 +225,7 @@ void MultiplexedStream::OnWriteDone(bool ok) {
 }
 
 void MultiplexedStream::MaybeFinishLocked() {
-  if (finished_ || !input_ended_ || write_in_flight_ || !outgoing_.empty()) {
+  if (finished_ || !input_ended_ || !outgoing_.idle()) {
     return;
   }
   for (const auto& [id, call] : live_) {
@@ -241,7 +238,7 @@ void MultiplexedStream::MaybeFinishLocked() {
 void MultiplexedStream::FinishLocked(const absl::Status& status) {
   if (finished_) return;
   finished_ = true;
-  DropUnwritten(outgoing_, write_in_flight_);
+  outgoing_.DropUnwritten();
   FinishCounted(ToGrpcStatus(status));
 }
 

@@ -24,7 +24,6 @@
 #define REDUCER_SERVER_MULTIPLEXED_STREAM_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 
@@ -38,6 +37,7 @@
 #include "server/collective.h"
 #include "server/grpc_server_metrics.h"
 #include "server/rank_stream.h"
+#include "server/write_queue.h"
 
 namespace reducer {
 
@@ -88,6 +88,7 @@ class MultiplexedStream final
   void Enqueue(uint64_t call_id, grpc::ByteBuffer message, bool ends_call);
   // Ends `call_id` with `status` (a status-only message).
   void EndCall(uint64_t call_id, const absl::Status& status);
+  // Writes outgoing_.front() (TakeNext said so).
   void WriteFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -116,8 +117,7 @@ class MultiplexedStream final
   std::shared_ptr<MultiplexedStream> self_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, LiveCall> live_ ABSL_GUARDED_BY(mu_);
   uint64_t last_serial_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<Outgoing> outgoing_ ABSL_GUARDED_BY(mu_);
-  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  WriteQueue<Outgoing> outgoing_ ABSL_GUARDED_BY(mu_);
   bool input_ended_ ABSL_GUARDED_BY(mu_) = false;  // client closed its side
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "proto/reducer/v1/collective_codec.h"
 #include "proto/reducer/v1/status_conversion.h"
+#include "server/wire_bytes.h"
 #include "server/write_queue.h"
 
 namespace reducer {
@@ -97,7 +98,7 @@ void RankStream::HandleMessage() {
     return;
   }
   if (collective_->OnData(rank_, message.fields.offset(),
-                          std::move(message.data))) {
+                          ToPayload(std::move(message.data)))) {
     ResumeReading();
   }
 }
@@ -108,16 +109,15 @@ void RankStream::ResumeReading() {
   StartRead(&incoming_);
 }
 
-void RankStream::Send(grpc::ByteBuffer message, bool last) {
+void RankStream::Send(ResultMessage message, bool last) {
+  grpc::ByteBuffer encoded = EncodeResult(message);
   absl::MutexLock lock(&mu_);
   if (finished_ || last_queued_) return;
-  outgoing_.push_back(std::move(message));
   last_queued_ = last;
-  if (!write_in_flight_) WriteFrontLocked();
+  if (outgoing_.Push(std::move(encoded))) WriteFrontLocked();
 }
 
 void RankStream::WriteFrontLocked() {
-  write_in_flight_ = true;
   if (last_queued_ && outgoing_.size() == 1) {
     finished_ = true;
     metrics_.Sent();
@@ -139,13 +139,12 @@ void RankStream::OnWriteDone(bool ok) {
   std::shared_ptr<Collective> collective;
   {
     absl::MutexLock lock(&mu_);
-    write_in_flight_ = false;
-    outgoing_.pop_front();
+    outgoing_.PopWritten();
     if (!ok) {
       // The client went away; the Collective learns it through OnCancel.
-      outgoing_.clear();
+      outgoing_.Clear();
     }
-    if (!outgoing_.empty() && !finished_) {
+    if (!finished_ && outgoing_.TakeNext()) {
       WriteFrontLocked();
     } else if (finish_when_sent_ && !finished_ && outgoing_.empty()) {
       finished_ = true;
@@ -159,7 +158,7 @@ void RankStream::OnWriteDone(bool ok) {
 void RankStream::FinishWhenSent() {
   absl::MutexLock lock(&mu_);
   if (finished_ || last_queued_) return;
-  if (write_in_flight_ || !outgoing_.empty()) {
+  if (!outgoing_.idle()) {
     finish_when_sent_ = true;
     return;
   }
@@ -175,7 +174,7 @@ void RankStream::Fail(const absl::Status& status) {
 void RankStream::FinishLocked(const absl::Status& status) {
   if (finished_) return;
   finished_ = true;
-  DropUnwritten(outgoing_, write_in_flight_);
+  outgoing_.DropUnwritten();
   FinishCounted(ToGrpcStatus(status));
 }
 

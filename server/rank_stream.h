@@ -11,7 +11,6 @@
 #ifndef REDUCER_SERVER_RANK_STREAM_H_
 #define REDUCER_SERVER_RANK_STREAM_H_
 
-#include <deque>
 #include <functional>
 #include <memory>
 
@@ -22,7 +21,9 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/collective.h"
+#include "server/rank_channel.h"
 #include "server/grpc_server_metrics.h"
+#include "server/write_queue.h"
 
 namespace reducer {
 
@@ -48,7 +49,7 @@ class RankStream final
                                   CallMetrics metrics);
 
   // RankChannel, called by the Collective.
-  void Send(grpc::ByteBuffer message, bool last) override;
+  void Send(ResultMessage message, bool last) override;
   void FinishWhenSent() override;
   void Fail(const absl::Status& status) override;
   void ResumeReading() override;
@@ -64,8 +65,8 @@ class RankStream final
  private:
   void HandleMessage();
   void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts writing outgoing_.front(), ending the stream with it if it is
-  // the last message.
+  // Writes outgoing_.front() (TakeNext said so), ending the stream with it
+  // if it is the last message.
   void WriteFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finish(status), counted.
   void FinishCounted(const grpc::Status& status)
@@ -86,9 +87,8 @@ class RankStream final
 
   absl::Mutex mu_;
   std::shared_ptr<RankStream> self_ ABSL_GUARDED_BY(mu_);  // dropped in OnDone
-  std::deque<grpc::ByteBuffer> outgoing_ ABSL_GUARDED_BY(mu_);
+  WriteQueue<grpc::ByteBuffer> outgoing_ ABSL_GUARDED_BY(mu_);
   bool last_queued_ ABSL_GUARDED_BY(mu_) = false;  // outgoing_.back() ends it
-  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_when_sent_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -23,9 +23,9 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
 ABSL_FLAG(absl::Duration, max_collective_timeout, absl::Minutes(30),
           "cap on any collective's timeout, whatever clients ask for");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20,
-          "bytes per reduction block and response message (multiple of 8)");
+          "bytes per chunk: the unit of transfer, staging and reduction (multiple of 8)");
 ABSL_FLAG(int, window, 4,
-          "blocks a rank may have staged or queued before the server stops "
+          "chunks a rank may have staged or queued before the server stops "
           "reading from it; memory per collective <= 2 x ranks x window x chunk (staged in, queued out)");
 ABSL_FLAG(absl::Duration, drain_budget, absl::Seconds(10),
           "on SIGTERM, time in-flight collectives get to finish");
@@ -38,7 +38,7 @@ ABSL_FLAG(int, max_concurrent_calls, 4096,
           "collective calls (streams) served at once");
 ABSL_FLAG(int64_t, memory_budget_bytes, int64_t{2} << 30,
           "payload bytes the server may hold in all (reserved up front)");
-ABSL_FLAG(int, reduction_threads, 2, "threads reducing large blocks");
+ABSL_FLAG(int, reduction_threads, 2, "threads reducing large chunks");
 ABSL_FLAG(absl::Duration, keepalive_time, absl::Seconds(1),
           "ping idle connections this often to find vanished peers");
 ABSL_FLAG(absl::Duration, keepalive_timeout, absl::Seconds(2),
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
       "Usage: reducerd [--listen=127.0.0.1:50051] [flags]");
   absl::ParseCommandLine(argc, argv);
 
-  // Memory in use stays bounded by the window and the block pool; what is
+  // Memory in use stays bounded by the window and the chunk pool; what is
   // freed is kept for the next message rather than faulted in again.
   reducer::KeepFreedMemory();
   // Lock-order checking is for tests (the clang build checks lock

@@ -46,10 +46,10 @@ Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
                       : std::make_unique<PrometheusMetrics>(kReducerVersion)),
       metrics_(prometheus_ != nullptr ? prometheus_.get() : &null_metrics_),
       memory_(options_.memory_budget_bytes),
-      blocks_(options_.chunk_bytes, options_.idle_blocks),
+      chunks_(options_.chunk_bytes, options_.idle_chunks),
       reduction_pool_(options_.reduction_threads),
       registry_(CollectiveEnv{&options_, &reduction_pool_, &timers_, &memory_,
-                              &blocks_, metrics_, &log_}),
+                              &chunks_, metrics_, &log_}),
       grpc_metrics_(prometheus_ == nullptr
                         ? nullptr
                         : std::make_unique<GrpcServerMetrics>(

@@ -19,7 +19,7 @@
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
 #include "server/admin_service.h"
-#include "server/block_pool.h"
+#include "server/chunk_pool.h"
 #include "server/grpc_server_metrics.h"
 #include "server/job_registry.h"
 #include "server/log.h"
@@ -80,7 +80,7 @@ class Server {
   MetricsSink null_metrics_;
   MetricsSink* const metrics_;
   MemoryBudget memory_;
-  BlockPool blocks_;  // outlives the gRPC server, which may hold its slices
+  ChunkPool chunks_;  // outlives the gRPC server, which may hold its slices
   TimerQueue timers_;
   ThreadPool reduction_pool_;
   JobRegistry registry_;

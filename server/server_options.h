@@ -14,11 +14,13 @@ namespace reducer {
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";
-  // The server reduces and answers in blocks of this many bytes (a multiple
-  // of 8). About 1 MiB keeps one block per gRPC message, large enough to
-  // amortise per-message costs and small enough to pipeline.
+  // The unit of transfer and staging: the server reduces and answers in
+  // chunks of this many bytes (a multiple of 8), and clients cut payloads at
+  // it (they learn it at Connect). About 1 MiB keeps one chunk per gRPC
+  // message, large enough to amortise per-message costs and small enough to
+  // pipeline.
   size_t chunk_bytes = 1 << 20;
-  // Blocks a rank may have staged (received, not yet reduced) or queued for
+  // Chunks a rank may have staged (received, not yet reduced) or queued for
   // sending before the server stops reading from it. With the chunk size
   // this bounds memory per collective to 2 x ranks x window x chunk (staged
   // in plus queued out), whatever the tensor size.
@@ -32,14 +34,14 @@ struct ServerOptions {
   int max_jobs = 1024;
   int max_pending_collectives_per_job = 1024;
   int max_concurrent_calls = 4096;  // Collective and Collectives streams open at once
-  size_t memory_budget_bytes = size_t{2} << 30;  // staged and result blocks
-  // Reductions of blocks at least this large run on the reduction pool
+  size_t memory_budget_bytes = size_t{2} << 30;  // staged and result chunks
+  // Reductions of chunks at least this large run on the reduction pool
   // rather than the gRPC thread that received the last contribution.
   size_t offload_bytes = 64 << 10;
   int reduction_threads = 2;
-  // Idle chunk buffers kept for reuse (see BlockPool): enough for a few
+  // Idle chunk buffers kept for reuse (see ChunkPool): enough for a few
   // large collectives in flight without returning pages to the kernel.
-  size_t idle_blocks = 64;
+  size_t idle_chunks = 64;
   // Session keepalive: a peer that stops answering pings is dropped after
   // about keepalive_time + keepalive_timeout.
   absl::Duration keepalive_time = absl::Seconds(1);

@@ -36,9 +36,7 @@ SessionStream* SessionStream::Create(JobRegistry* registry,
 void SessionStream::SendEvent(const v1::JoinEvent& event) {
   absl::MutexLock lock(&mu_);
   if (finished_) return;
-  outgoing_.push_back(event);
-  if (!write_in_flight_) {
-    write_in_flight_ = true;
+  if (outgoing_.Push(event)) {
     metrics_.Sent();
     StartWrite(&outgoing_.front());
   }
@@ -46,11 +44,9 @@ void SessionStream::SendEvent(const v1::JoinEvent& event) {
 
 void SessionStream::OnWriteDone(bool ok) {
   absl::MutexLock lock(&mu_);
-  write_in_flight_ = false;
-  outgoing_.pop_front();
+  outgoing_.PopWritten();
   if (!ok || finished_) return;  // OnCancel follows a failed write
-  if (!outgoing_.empty()) {
-    write_in_flight_ = true;
+  if (outgoing_.TakeNext()) {
     metrics_.Sent();
     StartWrite(&outgoing_.front());
   }

@@ -9,7 +9,6 @@
 #ifndef REDUCER_SERVER_SESSION_STREAM_H_
 #define REDUCER_SERVER_SESSION_STREAM_H_
 
-#include <deque>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -19,6 +18,7 @@
 #include "server/job.h"
 #include "server/grpc_server_metrics.h"
 #include "server/job_registry.h"
+#include "server/write_queue.h"
 
 namespace reducer {
 
@@ -57,8 +57,7 @@ class SessionStream final : public grpc::ServerWriteReactor<v1::JoinEvent>,
 
   absl::Mutex mu_;
   std::shared_ptr<SessionStream> self_ ABSL_GUARDED_BY(mu_);
-  std::deque<v1::JoinEvent> outgoing_ ABSL_GUARDED_BY(mu_);
-  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  WriteQueue<v1::JoinEvent> outgoing_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool joined_ ABSL_GUARDED_BY(mu_) = false;
   bool left_ ABSL_GUARDED_BY(mu_) = false;

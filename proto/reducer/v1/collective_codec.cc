@@ -175,16 +175,6 @@ grpc::Slice EncodeField(int field_number,
   return out;
 }
 
-grpc::ByteBuffer AppendFields(const grpc::ByteBuffer& message,
-                              const google::protobuf::MessageLite& extra) {
-  std::vector<grpc::Slice> slices;
-  // Dump only fails for a compressed buffer, which ours never are; the
-  // extra fields then stand alone.
-  if (!message.Dump(&slices).ok()) slices.clear();
-  slices.emplace_back(extra.SerializeAsString());
-  return grpc::ByteBuffer(slices.data(), slices.size());
-}
-
 absl::Status DecodeMessage(grpc::ByteBuffer* buffer,
                            google::protobuf::MessageLite* fields,
                            SliceRange* data) {

@@ -71,13 +71,6 @@ grpc::ByteBuffer EncodeMessage(const google::protobuf::MessageLite& fields,
 grpc::Slice EncodeField(int field_number,
                         const google::protobuf::MessageLite& message);
 
-// Returns `message` followed by the encoding of `extra`. Protobuf merges
-// concatenated encodings, so the result parses as `message` with `extra`'s
-// fields set; the Collectives stream tags a Collective's responses with their
-// call this way, without re-encoding their data.
-grpc::ByteBuffer AppendFields(const grpc::ByteBuffer& message,
-                              const google::protobuf::MessageLite& extra);
-
 // A decoded message: every field but `data` parsed into `fields`, and
 // `data` kept as slices of the received buffer.
 template <typename Message>

@@ -95,37 +95,6 @@ TEST(CollectiveCodecTest, EmptyDataIsOmitted) {
   EXPECT_EQ(decoded.fields.header().job(), "j1");
 }
 
-TEST(CollectiveCodecTest, AppendedFieldsParseAsOneMessage) {
-  std::string payload = "result bytes";
-  grpc::Slice data[] = {grpc::Slice(payload.data(), payload.size(),
-                                    grpc::Slice::STATIC_SLICE)};
-  v1::CollectiveResponse fields;
-  fields.set_offset(24);
-  fields.add_result()->set_dtype(v1::DATA_TYPE_INT64);
-  v1::CollectiveResponse tag;
-  tag.set_call_id(77);
-  tag.mutable_status()->set_code(5);
-  tag.mutable_status()->set_message("gone");
-  grpc::ByteBuffer tagged = AppendFields(EncodeMessage(fields, data), tag);
-
-  // The generated parser (what clients in other languages use) and ours agree.
-  v1::CollectiveResponse parsed;
-  ASSERT_TRUE(parsed.ParseFromString(Flatten(tagged)));
-  EXPECT_EQ(parsed.call_id(), 77u);
-  EXPECT_EQ(parsed.offset(), 24u);
-  EXPECT_EQ(parsed.data(), payload);
-  EXPECT_EQ(parsed.status().message(), "gone");
-  DecodedMessage<v1::CollectiveResponse> decoded;
-  ASSERT_TRUE(DecodeMessage(&tagged, &decoded).ok());
-  EXPECT_EQ(decoded.fields.call_id(), 77u);
-  EXPECT_EQ(decoded.fields.status().code(), 5);
-  EXPECT_EQ(decoded.fields.result_size(), 1);
-  ASSERT_EQ(decoded.data.size(), payload.size());
-  std::string copied(payload.size(), '\0');
-  decoded.data.CopyTo(copied.data());
-  EXPECT_EQ(copied, payload);
-}
-
 TEST(CollectiveCodecTest, PreEncodedFieldsMatchTheGeneratedSerialization) {
   std::string payload = "0123456789abcdef";
   grpc::Slice data[] = {grpc::Slice(payload.data(), payload.size(),

@@ -1,0 +1,31 @@
+#include "server/shared_bytes.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace reducer {
+
+void Payload::Append(SharedBytes piece) {
+  if (piece.empty()) return;
+  size_ += piece.size();
+  pieces_.push_back(std::move(piece));
+}
+
+void Payload::CopyTo(size_t begin, size_t n, void* dest) const {
+  char* out = static_cast<char*>(dest);
+  size_t skip = begin;
+  for (const SharedBytes& piece : pieces_) {
+    if (n == 0) return;
+    if (skip >= piece.size()) {
+      skip -= piece.size();
+      continue;
+    }
+    const size_t here = std::min(piece.size() - skip, n);
+    std::memcpy(out, piece.data() + skip, here);
+    out += here;
+    n -= here;
+    skip = 0;
+  }
+}
+
+}  // namespace reducer
