@@ -424,6 +424,39 @@ TEST_F(CollectiveTest, AllGatherConcatenatesUnevenContributionsInRankOrder) {
   EXPECT_EQ(memory_->used(), 0u);
 }
 
+TEST_F(CollectiveTest, ForwardingPausesReadersWhileAWindowOfWritesIsQueued) {
+  // Window 1, two ranks: one forwarded message queues a write for each
+  // rank, which fills the group's window of 1 x 2 queued messages; one of
+  // them written, reading resumes.
+  options_.window = 1;
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllGather, {0, 1});
+  auto ch = Channels(2);
+  const std::string in0 = Bytes(std::vector<int32_t>{1, 2, 3, 4});
+  const std::string in1 = Bytes(std::vector<int32_t>{5, 6, 7, 8});
+  for (int r = 0; r < 2; ++r) {
+    c->Attach(ch[r], r,
+              Fp(CollectiveKind::kAllGather, {Spec(DataType::kInt32, {2, 2})},
+                 {0, 1}),
+              "");
+  }
+  EXPECT_FALSE(c->OnData(0, 0, Range(in0.substr(0, 8))));
+  EXPECT_EQ(ch[0]->resumes(), 0);
+  AcknowledgeWrites(*c, 1, *ch[1]);
+  EXPECT_EQ(ch[0]->resumes(), 1);
+  AcknowledgeWrites(*c, 0, *ch[0]);
+  c->OnData(0, 8, Range(in0.substr(8)));
+  AcknowledgeWrites(*c, 0, *ch[0]);
+  AcknowledgeWrites(*c, 1, *ch[1]);
+  c->OnData(1, 0, Range(in1));
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+    EXPECT_EQ(ch[r]->Result(), in0 + in1);
+  }
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
 TEST_F(CollectiveTest, BroadcastSendsTheRootsTensorToEveryRank) {
   // Root 1 sends [5] float64; ranks 0 and 2 name no tensor and send nothing.
   std::shared_ptr<Collective> c = Make(CollectiveKind::kBroadcast, {0, 1, 2});

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/chunk_pool.h"
+#include "server/job_registry.h"
 #include "server/log.h"
 #include "server/memory_budget.h"
 #include "server/metrics_sink.h"
@@ -236,6 +237,122 @@ TEST_F(JobTest, LastSessionLeavingFreesTheJob) {
   ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
   EXPECT_FALSE(job_.Leave("a", "closed", EpochEndReason::kSessionEnded));
   EXPECT_TRUE(job_.Leave("b", "closed", EpochEndReason::kSessionEnded));
+}
+
+TEST_F(JobTest, RetryOfAnUnusedAttemptReplacesItsFirstCall) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  v1::CollectiveHeader first = Barrier(0, "a", 1, 0);
+  first.set_attempt_id("a/1");
+  auto lost = std::make_shared<FakeRankChannel>();
+  auto retry = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(first, lost).ok());
+  ASSERT_TRUE(job_.Attach(first, retry).ok());  // same attempt id
+  EXPECT_EQ(lost->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(lost->failure().message(), HasSubstr("replaced by its retry"));
+  auto c1 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(Barrier(1, "b", 1, 0), c1).ok());
+  EXPECT_TRUE(retry->finished_ok());
+  EXPECT_TRUE(c1->finished_ok());
+}
+
+TEST_F(JobTest, RetryOfAnAttemptAlreadyUsedIsAbortedNotCountedAgain) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  v1::CollectiveHeader first = Barrier(0, "a", 1, 0);
+  first.set_attempt_id("a/1");
+  ASSERT_TRUE(job_.Attach(first, std::make_shared<FakeRankChannel>()).ok());
+  ASSERT_TRUE(
+      job_.Attach(Barrier(1, "b", 1, 0), std::make_shared<FakeRankChannel>())
+          .ok());
+  absl::StatusOr<std::shared_ptr<Collective>> again =
+      job_.Attach(first, std::make_shared<FakeRankChannel>());
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(again.status().message(),
+              HasSubstr("retried a contribution (attempt a/1) that was "
+                        "already used"));
+}
+
+TEST_F(JobTest, AttemptsOfAnEndedEpochAreForgotten) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  v1::CollectiveHeader used = Barrier(0, "a", 1, 0);
+  used.set_attempt_id("x/1");
+  ASSERT_TRUE(job_.Attach(used, std::make_shared<FakeRankChannel>()).ok());
+  ASSERT_TRUE(
+      job_.Attach(Barrier(1, "b", 1, 0), std::make_shared<FakeRankChannel>())
+          .ok());
+  job_.Leave("b", "killed", EpochEndReason::kSessionCancelled);
+  job_.Leave("a", "killed", EpochEndReason::kSessionCancelled);
+  ASSERT_TRUE(job_.Join(0, 2, "c", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "d", std::make_shared<FakeSession>()).ok());
+  // The same id in epoch 2 is a new contribution, not a retry.
+  v1::CollectiveHeader fresh = Barrier(0, "c", 2, 0);
+  fresh.set_attempt_id("x/1");
+  auto c0 = std::make_shared<FakeRankChannel>();
+  auto c1 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(fresh, c0).ok());
+  ASSERT_TRUE(job_.Attach(Barrier(1, "d", 2, 0), c1).ok());
+  EXPECT_TRUE(c0->finished_ok()) << c0->failure();
+  EXPECT_TRUE(c1->finished_ok()) << c1->failure();
+}
+
+// JobRegistry: jobs by name, the job limit, refusing work when stopping.
+class JobRegistryTest : public JobTest {
+ protected:
+  static v1::JoinRequest Join(const std::string& job, int rank, int world,
+                              const std::string& session) {
+    v1::JoinRequest r;
+    r.set_job(job);
+    r.set_rank(rank);
+    r.set_world_size(world);
+    r.set_session_id(session);
+    return r;
+  }
+  CollectiveEnv Env() {
+    return CollectiveEnv{&options_, &pool_,    &timers_, &memory_,
+                         &chunks_,  &metrics_, &log_};
+  }
+};
+
+TEST_F(JobRegistryTest, FindsAJoinedJobAndNotAnUnknownOne) {
+  JobRegistry registry(Env());
+  ASSERT_TRUE(registry.Join(Join("j1", 0, 1, "a"), std::make_shared<FakeSession>()).ok());
+  EXPECT_TRUE(registry.Find("j1").ok());
+  absl::StatusOr<std::shared_ptr<Job>> unknown = registry.Find("nope");
+  EXPECT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.status().message(), HasSubstr("nope"));
+}
+
+TEST_F(JobRegistryTest, JobsBeyondTheLimitAreRefusedNamingIt) {
+  options_.max_jobs = 2;
+  JobRegistry registry(Env());
+  ASSERT_TRUE(registry.Join(Join("j1", 0, 1, "a"), std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(registry.Join(Join("j2", 0, 1, "b"), std::make_shared<FakeSession>()).ok());
+  absl::Status third =
+      registry.Join(Join("j3", 0, 1, "c"), std::make_shared<FakeSession>());
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(third.message(), HasSubstr("--max_jobs=2"));
+  // A job freed by its last session makes room again.
+  registry.Leave("j1", "a", "closed", EpochEndReason::kSessionEnded);
+  EXPECT_TRUE(registry.Join(Join("j3", 0, 1, "c"), std::make_shared<FakeSession>()).ok());
+}
+
+TEST_F(JobRegistryTest, ARejectedJoinDoesNotLeaveAJobBehind) {
+  options_.max_jobs = 1;
+  JobRegistry registry(Env());
+  // Rank 2 of a world of 2 is refused; the job it created must go again.
+  EXPECT_FALSE(registry.Join(Join("j1", 2, 2, "a"), std::make_shared<FakeSession>()).ok());
+  EXPECT_FALSE(registry.Find("j1").ok());
+  EXPECT_TRUE(registry.Join(Join("j2", 0, 1, "b"), std::make_shared<FakeSession>()).ok());
+}
+
+TEST_F(JobRegistryTest, StoppedRegistryRefusesJoinsAsUnavailable) {
+  JobRegistry registry(Env());
+  registry.StopAccepting();
+  absl::Status joined =
+      registry.Join(Join("j1", 0, 1, "a"), std::make_shared<FakeSession>());
+  EXPECT_EQ(joined.code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace
