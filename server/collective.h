@@ -91,8 +91,8 @@ struct CollectiveSnapshot {
   bool stalled = false;               // past its stall warning
 };
 
-class Collective : public std::enable_shared_from_this<Collective>,
-                   private KindStrategy::Output {
+class Collective final : public std::enable_shared_from_this<Collective>,
+                         private KindStrategy::Output {
  public:
   // `description` names it in messages: `allreduce "step7" in job j1`.
   // `group` holds the sorted global ranks taking part.
