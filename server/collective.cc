@@ -141,11 +141,10 @@ bool Collective::Agree(int rank, const Fingerprint& fp) {
     reference_ = fp;
     reference_rank_ = rank;
     has_reference_ = true;
-    if (strategy_ == nullptr || attached_ == 1) {
-      strategy_ = MakeKindStrategy(fp.kind, static_cast<int>(group_.size()),
-                                   env_.options->chunk_bytes,
-                                   env_.options->window, env_.chunks);
-    }
+    // No other rank is attached, so nothing is staged yet.
+    strategy_ = MakeKindStrategy(fp.kind, static_cast<int>(group_.size()),
+                                 env_.options->chunk_bytes,
+                                 env_.options->window, env_.chunks);
     return true;
   }
   absl::Status agree = CheckAgreement(reference_rank_, reference_, rank, fp);
