@@ -1,0 +1,431 @@
+// The conformance suite: one set of contract checks, written once and run
+// against every way a collective can travel, as tensorstore's
+// TestKeyValueReadWriteOps holds every key-value driver to one contract.
+//
+// Today there are two client transports, the suite's parameter:
+//   default   a collective whose payload fits one chunk goes on the shared
+//             Collectives stream (reducerd's MultiplexedStream), a larger
+//             one on a Collective stream of its own (RankStream);
+//   per_call  REDUCER_CLIENT_TRANSPORT=per_call in the ranks' environment:
+//             every collective on a stream of its own.
+// so both server stream kinds are held to the same contract. Every case
+// starts one reducerd (--chunk_bytes=64 KiB, so that several chunks stay
+// cheap) and four real rank processes with the parameter's environment, and
+// ends by reading reducerd's gRPC metrics to prove which stream kinds
+// carried the case (per_call: never the Collectives stream).
+//
+// The checks: every collective kind out of place and in place at 0 bytes,
+// one element, exactly one chunk, one chunk + 1 byte and several chunks,
+// bit-identical to the closed form (conformance_worker); a mismatch of
+// shape, dtype or op fails every rank with FAILED_PRECONDITION naming both
+// ranks and leaves in-place buffers as they were; a missing rank gives
+// DEADLINE_EXCEEDED naming it; a rank SIGKILLed mid-call gives ABORTED on
+// the others; named collectives match whatever order ranks call them in
+// (fault_worker scripts).
+#include <stdlib.h>
+
+#include <csignal>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/fault_test_base.h"
+#include "tests/http_get.h"
+#include "tests/process_harness.h"
+
+namespace reducer {
+namespace testing {
+namespace {
+
+constexpr int kWorldSize = 4;
+
+// reducerd's --chunk_bytes here: small, so that "several chunks" is cheap.
+constexpr int64_t kChunk = 64 * 1024;
+
+// The payload sizes every result check runs at (bytes per rank, rounded up
+// to whole elements): empty, one element, exactly one chunk (the largest
+// payload the shared stream carries), one byte more, and several chunks
+// with a partial last one.
+struct Size {
+  const char* label;
+  int64_t bytes;
+};
+constexpr Size kSizes[] = {{"empty", 0},
+                           {"one element", 1},
+                           {"one chunk", kChunk},
+                           {"one chunk + 1 byte", kChunk + 1},
+                           {"several chunks", 3 * kChunk + 5}};
+
+// Float32 elements in exactly one chunk, and one element more.
+constexpr int64_t kChunkFloats = kChunk / 4;
+
+// A failure that must come long before the collective's timeout.
+constexpr absl::Duration kFast = absl::Seconds(10);
+
+enum class Transport { kDefault, kPerCall };
+
+std::string TransportName(Transport t) {
+  return t == Transport::kPerCall ? "per_call" : "default";
+}
+
+void PrintTo(Transport t, std::ostream* os) { *os << TransportName(t); }
+
+// The port in reducerd's "reducerd metrics on http://127.0.0.1:PORT/metrics".
+int MetricsPort(const std::string& logs) {
+  const std::string marker = "metrics on http://127.0.0.1:";
+  const size_t at = logs.find(marker);
+  if (at == std::string::npos) return 0;
+  const size_t end = logs.find('/', at + marker.size());
+  int port = 0;
+  if (!absl::SimpleAtoi(logs.substr(at + marker.size(), end - at - marker.size()),
+                        &port)) {
+    return 0;
+  }
+  return port;
+}
+
+// "rank 0 sent X || rank 1 sent X || ...": the agreeing rank the server
+// compared with may be any of ranks 0..2, whichever arrived first.
+std::string AnyAgreeingRankSent(const std::string& what) {
+  std::vector<std::string> alternatives;
+  for (int r = 0; r + 1 < kWorldSize; ++r) {
+    alternatives.push_back(absl::StrCat("rank ", r, " sent ", what));
+  }
+  return absl::StrJoin(alternatives, " || ");
+}
+
+class ConformanceTest : public FaultTest,
+                        public ::testing::WithParamInterface<Transport> {
+ protected:
+  absl::Duration TimeLimit() const override { return absl::Seconds(90); }
+
+  void SetUp() override {
+    // The rank processes inherit the test's environment (ChildProcess
+    // execs with it); set before FaultTest starts its watchdog thread.
+    if (GetParam() == Transport::kPerCall) {
+      setenv("REDUCER_CLIENT_TRANSPORT", "per_call", 1);
+    } else {
+      unsetenv("REDUCER_CLIENT_TRANSPORT");
+    }
+    FaultTest::SetUp();
+    if (HasFatalFailure()) return;
+    fault_worker_ = worker_binary_;
+    absl::StatusOr<std::string> worker = RunfilePath("tests/conformance_worker");
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    conformance_worker_ = *worker;
+    ASSERT_TRUE(StartServer({absl::StrCat("--chunk_bytes=", kChunk),
+                             "--metrics_listen=127.0.0.1:0"}));
+    metrics_port_ = MetricsPort(server()->Logs());
+    ASSERT_NE(metrics_port_, 0) << server()->Logs();
+  }
+
+  void TearDown() override {
+    FaultTest::TearDown();
+    unsetenv("REDUCER_CLIENT_TRANSPORT");
+  }
+
+  // Runs conformance_worker `verb` at every size of kSizes on all ranks and
+  // expects every step exact.
+  void RunAtEverySize(const std::string& verb) {
+    std::vector<std::string> steps;
+    for (const Size& size : kSizes) {
+      steps.push_back(absl::StrCat(verb, ":bytes=", size.bytes));
+    }
+    RunChecks(absl::StrJoin(steps, ";"), steps.size(), [&](size_t i) {
+      return absl::StrCat(verb, " at ", kSizes[i].label, " (", kSizes[i].bytes,
+                          " bytes)");
+    });
+    ExpectStreamsUsed(/*small=*/true, /*large=*/true);
+  }
+
+  // Runs `script` (of `count` conformance_worker steps) on every rank and
+  // expects each step OK and exact; `label(i)` names step i + 1.
+  template <typename Label>
+  void RunChecks(const std::string& script, size_t count, Label label) {
+    worker_binary_ = conformance_worker_;
+    std::vector<std::unique_ptr<ChildProcess>> workers =
+        StartJob(Job(), kWorldSize, {script});
+    std::vector<ProcessResult> results = WaitWorkers(workers);
+    ASSERT_EQ(results.size(), static_cast<size_t>(kWorldSize));
+    for (int r = 0; r < kWorldSize; ++r) {
+      ExpectStep(results[r], "0", absl::StatusCode::kOk);
+      for (size_t i = 0; i < count; ++i) {
+        SCOPED_TRACE(absl::StrCat(label(i), ", rank ", r));
+        ExpectStep(results[r], absl::StrCat(i + 1), absl::StatusCode::kOk);
+      }
+    }
+  }
+
+  // Starts ranks running fault_worker scripts (one per rank).
+  std::vector<std::unique_ptr<ChildProcess>> StartScripts(
+      const std::vector<std::string>& scripts) {
+    worker_binary_ = fault_worker_;
+    return StartJob(Job(), kWorldSize, scripts);
+  }
+
+  // The value of the gRPC server metric `name` for Reducer method `method`.
+  double MethodMetric(const std::string& name, const std::string& method) {
+    absl::StatusOr<std::string> body = HttpGet(metrics_port_, "/metrics");
+    EXPECT_TRUE(body.ok()) << body.status();
+    if (!body.ok()) return -1;
+    absl::StatusOr<std::vector<Sample>> samples = ParseExposition(*body);
+    EXPECT_TRUE(samples.ok()) << samples.status();
+    if (!samples.ok()) return -1;
+    double total = 0;
+    for (const Sample& s : *samples) {
+      auto it = s.labels.find("grpc_method");
+      if (s.name == name && it != s.labels.end() && it->second == method) {
+        total += s.value;
+      }
+    }
+    return total;
+  }
+
+  // Proves the parameter reached the ranks: per_call never opens the shared
+  // Collectives stream and opens Collective streams; default opens the
+  // shared stream when the case had `small` payloads (one chunk or less)
+  // and Collective streams exactly when it had `large` ones.
+  void ExpectStreamsUsed(bool small, bool large) {
+    const double shared =
+        MethodMetric("grpc_server_started_total", "Collectives");
+    const double per_call =
+        MethodMetric("grpc_server_started_total", "Collective");
+    SCOPED_TRACE(absl::StrCat("transport ", TransportName(GetParam()),
+                              ": Collectives streams ", shared,
+                              ", Collective streams ", per_call));
+    if (GetParam() == Transport::kPerCall) {
+      EXPECT_EQ(shared, 0) << "a per_call rank used the shared stream";
+      EXPECT_GT(per_call, 0);
+      return;
+    }
+    if (small) {
+      EXPECT_GT(shared, 0);
+    }
+    if (large) {
+      EXPECT_GT(per_call, 0);
+    } else {
+      EXPECT_EQ(per_call, 0) << "a small payload went on a stream of its own";
+    }
+  }
+
+  std::string fault_worker_;
+  std::string conformance_worker_;
+  int metrics_port_ = 0;
+};
+
+// -------------------------------------------------------------------------
+// Results: every kind, out of place and in place, at every size.
+
+TEST_P(ConformanceTest, AllReduceEveryOpAndDtypeIsExactInBothForms) {
+  RunAtEverySize("allreduce");
+}
+
+TEST_P(ConformanceTest, AllReduceManyIsExact) { RunAtEverySize("many"); }
+
+TEST_P(ConformanceTest, AllGatherConcatenatesUnevenDim0) {
+  RunAtEverySize("allgather");
+}
+
+TEST_P(ConformanceTest, BroadcastFromEveryRootWithAndWithoutViews) {
+  RunAtEverySize("broadcast");
+}
+
+TEST_P(ConformanceTest, ReduceScatterGivesEachRankItsSlice) {
+  RunAtEverySize("reducescatter");
+}
+
+TEST_P(ConformanceTest, MetricSyncReducesOutOfPlaceAndInPlace) {
+  RunAtEverySize("metricsync");
+}
+
+TEST_P(ConformanceTest, BarrierWaitsForEveryRank) {
+  RunChecks("barrier;barrier;barrier", 3,
+            [](size_t i) { return absl::StrCat("barrier ", i + 1); });
+  ExpectStreamsUsed(/*small=*/true, /*large=*/false);
+}
+
+// -------------------------------------------------------------------------
+// Errors.
+
+// Rank 3 disagrees in one field per step; steps are named, so that each
+// matches across ranks whatever the failures did to call order. In-place
+// steps also check (fault_worker's check=bad) that the buffer kept its
+// bytes. The first step's payloads straddle the chunk boundary: on the
+// default transport ranks 0-2 use the shared stream and rank 3 its own.
+TEST_P(ConformanceTest, MismatchFailsEveryRankNamingBothAndKeepsBuffers) {
+  const std::string tail = ",timeout_ms=30000";
+  const std::string agree = absl::StrCat(
+      "allreduce_inplace:name=m_shape,shape=", kChunkFloats, tail,
+      ";allreduce_inplace:name=m_dtype,shape=4x3", tail,
+      ";allreduce:name=m_op,shape=50000,op=sum", tail,
+      ";broadcast_inplace:name=m_bshape,shape=7,root=0", tail,
+      ";allreduce:name=after,shape=5,seed=7", tail);
+  const std::string differ = absl::StrCat(
+      "allreduce_inplace:name=m_shape,shape=", kChunkFloats + 1, tail,
+      ";allreduce_inplace:name=m_dtype,shape=4x3,dtype=float64", tail,
+      ";allreduce:name=m_op,shape=50000,op=max", tail,
+      ";broadcast_inplace:name=m_bshape,shape=8,root=0", tail,
+      ";allreduce:name=after,shape=5,seed=7", tail);
+  std::vector<std::unique_ptr<ChildProcess>> workers =
+      StartScripts({agree, agree, agree, differ});
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kWorldSize));
+  const std::string job = Job();
+  const std::string one_chunk = absl::StrCat("[", kChunkFloats, "] float32");
+  const std::map<std::string, std::vector<std::string>> want = {
+      {"1",
+       {absl::StrCat("allreduce \"m_shape\" in job ", job), "mismatched shapes",
+        absl::StrCat("rank 3 sent [", kChunkFloats + 1, "] float32"),
+        AnyAgreeingRankSent(one_chunk)}},
+      {"2",
+       {absl::StrCat("allreduce \"m_dtype\" in job ", job), "mismatched dtypes",
+        "rank 3 sent [4,3] float64", AnyAgreeingRankSent("[4,3] float32")}},
+      {"3",
+       {absl::StrCat("allreduce \"m_op\" in job ", job), "mismatched ops",
+        "rank 3 sent max", AnyAgreeingRankSent("sum")}},
+      {"4",
+       {absl::StrCat("broadcast \"m_bshape\" in job ", job), "mismatched shapes",
+        "rank 3 sent [8] float32", AnyAgreeingRankSent("[7] float32")}},
+  };
+  for (const auto& [step, substrings] : want) {
+    for (int r = 0; r < kWorldSize; ++r) {
+      SCOPED_TRACE(absl::StrCat("step ", step, ", rank ", r));
+      ExpectStep(results[r], step, absl::StatusCode::kFailedPrecondition,
+                 substrings, kFast);
+    }
+    // One failure, the same message for every rank.
+    for (int r = 1; r < kWorldSize; ++r) {
+      EXPECT_EQ(Step(results[r], step).message, Step(results[0], step).message)
+          << "step " << step << ": rank " << r << " against rank 0";
+    }
+  }
+  // The job goes on.
+  for (const ProcessResult& r : results) ExpectStep(r, "5", absl::StatusCode::kOk);
+  ExpectStreamsUsed(/*small=*/true, /*large=*/true);
+}
+
+// Rank 3 is connected but calls neither collective: after its timeout every
+// waiting rank gets DEADLINE_EXCEEDED naming rank 3, not before, and its
+// in-place buffer as it was. Then the whole job goes on.
+TEST_P(ConformanceTest, MissingRankTimesOutNamingIt) {
+  const std::string after = "allreduce:name=after,shape=5,seed=3,timeout_ms=30000";
+  const std::string waiting = absl::StrCat(
+      "allreduce_inplace:name=d_small,shape=16,timeout_ms=1500;"
+      "allreduce_inplace:name=d_large,shape=50000,timeout_ms=1500;",
+      after);
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartScripts(
+      {waiting, waiting, waiting, absl::StrCat("sleep:ms=3500;", after)});
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kWorldSize));
+  const std::string job = Job();
+  for (int r = 0; r + 1 < kWorldSize; ++r) {
+    for (const char* step : {"1", "2"}) {
+      SCOPED_TRACE(absl::StrCat("step ", step, ", rank ", r));
+      ExpectStep(results[r], step, absl::StatusCode::kDeadlineExceeded,
+                 {absl::StrCat("in job ", job), "rank 3 never arrived"}, kFast);
+      EXPECT_GE(Step(results[r], step).elapsed, absl::Milliseconds(1400))
+          << "gave up before the 1.5 s timeout";
+    }
+    ExpectStep(results[r], "3", absl::StatusCode::kOk);
+  }
+  ExpectStep(results[3], "2", absl::StatusCode::kOk);
+  ExpectStreamsUsed(/*small=*/true, /*large=*/true);
+}
+
+// Ranks 0-2 wait in a small and a large collective (both in flight at once)
+// when rank 3's process is SIGKILLed: both fail with ABORTED naming rank 3
+// within seconds, long before their 60 s timeout.
+TEST_P(ConformanceTest, KilledRankAbortsThePendingCallsOfTheOthers) {
+  const std::string waiting =
+      "async_allreduce:name=k_small,shape=16,timeout_ms=60000;"
+      "async_allreduce_inplace:name=k_large,shape=50000,timeout_ms=60000;join";
+  std::vector<std::unique_ptr<ChildProcess>> workers =
+      StartScripts({waiting, waiting, waiting, "hang"});
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorldSize));
+  for (int r = 0; r + 1 < kWorldSize; ++r) {
+    ASSERT_NE(workers[r], nullptr);
+    ASSERT_TRUE(WaitForOutput(*workers[r], "BEGIN 1 "));
+    ASSERT_TRUE(WaitForOutput(*workers[r], "BEGIN 2 "));
+  }
+  ASSERT_NE(workers[3], nullptr);
+  ASSERT_TRUE(WaitForOutput(*workers[3], "BEGIN 1 hang"));
+  absl::SleepFor(absl::Milliseconds(500));  // their contributions reach reducerd
+  const absl::Time killed_at = absl::Now();
+  ASSERT_TRUE(workers[3]->Signal(SIGKILL));
+  const ProcessResult killed = workers[3]->Wait(absl::Seconds(10));
+  EXPECT_EQ(killed.term_signal, SIGKILL) << killed.Describe();
+  for (int r = 0; r + 1 < kWorldSize; ++r) {
+    ASSERT_TRUE(WaitForOutput(*workers[r], "RESULT 1 ", kFast));
+    ASSERT_TRUE(WaitForOutput(*workers[r], "RESULT 2 ", kFast));
+  }
+  EXPECT_LT(absl::Now() - killed_at, kFast);
+  workers.pop_back();
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  for (const ProcessResult& r : results) {
+    for (const char* step : {"1", "2"}) {
+      SCOPED_TRACE(absl::StrCat(r.name, " step ", step));
+      ExpectStep(r, step, absl::StatusCode::kAborted, {"rank 3"});
+    }
+  }
+  ExpectStreamsUsed(/*small=*/true, /*large=*/true);
+}
+
+// Named collectives of every kind, started concurrently in a different
+// order on every rank, each match their namesakes; a collective matched by
+// call order afterwards is unaffected by them.
+TEST_P(ConformanceTest, NamedCollectivesMatchInAnyOrder) {
+  const std::vector<std::string> named = {
+      "allreduce:name=n_a,shape=9,seed=2",
+      "allgather:name=n_b,shape=3x2,seed=3",
+      "broadcast:name=n_c,shape=6,root=2,noinput=1,seed=4",
+      "reducescatter:name=n_d,shape=8x3,seed=5",
+      absl::StrCat("allreduce:name=n_e,shape=", 3 * kChunkFloats, ",seed=6"),
+      "many:name=n_f,shape=5,count=3,seed=7",
+      "barrier:name=n_g",
+  };
+  std::vector<std::string> scripts;
+  for (int r = 0; r < kWorldSize; ++r) {
+    std::vector<std::string> steps;
+    for (size_t i = 0; i < named.size(); ++i) {
+      // Rank r starts them rotated by 2r, odd ranks in reverse.
+      const size_t k = (i + 2 * r) % named.size();
+      const size_t j = r % 2 == 1 ? named.size() - 1 - k : k;
+      steps.push_back(absl::StrCat("async_", named[j], ",timeout_ms=30000"));
+    }
+    steps.push_back("join");
+    steps.push_back("allreduce:shape=4,seed=9,timeout_ms=30000");
+    scripts.push_back(absl::StrJoin(steps, ";"));
+  }
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartScripts(scripts);
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kWorldSize));
+  for (const ProcessResult& r : results) {
+    for (size_t i = 1; i <= named.size(); ++i) {
+      ExpectStep(r, absl::StrCat(i), absl::StatusCode::kOk);
+    }
+    // Step named.size() + 1 is the join; then the by-order all-reduce.
+    ExpectStep(r, absl::StrCat(named.size() + 2), absl::StatusCode::kOk);
+  }
+  ExpectStreamsUsed(/*small=*/true, /*large=*/true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ConformanceTest,
+                         ::testing::Values(Transport::kDefault,
+                                           Transport::kPerCall),
+                         [](const ::testing::TestParamInfo<Transport>& info) {
+                           return TransportName(info.param);
+                         });
+
+}  // namespace
+}  // namespace testing
+}  // namespace reducer

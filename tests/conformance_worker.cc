@@ -1,0 +1,606 @@
+// conformance_worker: one rank of the conformance suite's result checks
+// (tests/conformance_test.cc). It takes fault_worker's command line
+// (--target, --job, --rank, --world_size, --scratch_dir, --steps) and
+// reports in its format, so that FaultTest drives and judges both:
+//
+//   BEGIN <i> <verb>
+//   RESULT <i> <verb> code=<CODE> ms=<elapsed> check=<ok|none|bad> msg=<text>
+//
+// Each step is one contract check made of many collectives of one kind at
+// one payload size (`bytes`, per rank, before rounding up to whole
+// elements): code=OK check=ok when every result was bit-identical to the
+// closed form (tests/closed_form.h) on every call; check=bad with the first
+// difference named (call, dtype, op, element); a collective that failed
+// reports its status, prefixed by the call it was. Out-of-place inputs sit
+// on read-only pages (a write kills the worker with SIGSEGV).
+//
+//   allreduce:bytes=B      every allowed op x dtype pair, out of place and
+//                          in place, plus the scalar forms
+//   many:bytes=B           AllReduceMany of five tensors (mixed dtypes and
+//                          ops), B bytes in all
+//   allgather:bytes=B      rank r sends rows0 + r rows (rank 0: B bytes):
+//                          uneven dim 0, several dtypes
+//   broadcast:bytes=B      from every root: non-roots pass TensorView(),
+//                          then views of the right shape, then in place
+//   reducescatter:bytes=B  dim 0 a multiple of the world size, several
+//                          op x dtype pairs
+//   metricsync:bytes=B     MetricSync::Reduce on read-only states, then
+//                          ReduceInPlace
+//   barrier                rank r creates a file r x 40 ms late, then
+//                          Barrier; every rank's file must exist after it
+//
+// Exits 0 once the script ran (whatever the results), 2 for a script it
+// cannot parse; stops early (exit 0) when Connect fails.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/reducer_client.h"
+#include "core/data_type.h"
+#include "core/tensor.h"
+#include "tests/closed_form.h"
+#include "tests/process_harness.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "reducerd address");
+ABSL_FLAG(std::string, job, "", "job name, shared by the ranks of one job");
+ABSL_FLAG(int, rank, 0, "this process's rank");
+ABSL_FLAG(int, world_size, 1, "ranks in the job");
+ABSL_FLAG(int, timeout_s, 30, "ClientOptions::timeout in seconds");
+ABSL_FLAG(std::string, steps, "", "the script; see the file comment");
+ABSL_FLAG(std::string, scratch_dir, "", "a directory the ranks share");
+
+namespace reducer {
+namespace testing {
+namespace {
+
+// How much later rank r creates its barrier file than rank r - 1, so that a
+// Barrier that returns before the last rank called it is caught.
+constexpr absl::Duration kBarrierStagger = absl::Milliseconds(40);
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return ShapeToString(shape);
+}
+
+int64_t Elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Elements of `dtype` that hold `bytes` bytes, rounded up to a whole element.
+int64_t ElementsFor(int64_t bytes, DataType dtype) {
+  const int64_t size = static_cast<int64_t>(ElementSize(dtype));
+  return (bytes + size - 1) / size;
+}
+
+// A shape of n elements: 2-D where n is even (and at least 4), [3,0] for
+// none, else 1-D.
+std::vector<int64_t> ShapeFor(int64_t n) {
+  if (n == 0) return {3, 0};
+  if (n >= 4 && n % 2 == 0) return {2, n / 2};
+  return {n};
+}
+
+// Closed-form bytes for a tensor that is only moved (gathered, broadcast),
+// different for every rank and seed (bool: 0 or 1).
+std::vector<uint8_t> MovedBytes(DataType dtype, int rank, int64_t n,
+                                uint64_t seed) {
+  return ClosedFormInput(ReduceOp::kSum, dtype, rank, n, seed);
+}
+
+absl::Status Annotate(const absl::Status& status, absl::string_view context) {
+  return absl::Status(status.code(),
+                      absl::StrCat(context, ": ", status.message()));
+}
+
+// OK when `got` has `dtype`, `shape` and the bytes at `want`.
+absl::Status CheckTensor(const Tensor& got, DataType dtype,
+                         const std::vector<int64_t>& shape, const void* want,
+                         absl::string_view context) {
+  if (got.dtype() != dtype || got.shape() != shape) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        context, ": got ", DataTypeName(got.dtype()), " ",
+        ShapeText(got.shape()), ", want ", DataTypeName(dtype), " ",
+        ShapeText(shape)));
+  }
+  return CompareElements(dtype, got.data(), want, Elements(shape), context);
+}
+
+struct Step {
+  std::string verb;
+  absl::flat_hash_map<std::string, std::string> args;
+};
+
+absl::StatusOr<std::vector<Step>> ParseScript(const std::string& script) {
+  std::vector<Step> steps;
+  for (absl::string_view text : absl::StrSplit(script, ';', absl::SkipEmpty())) {
+    Step step;
+    std::pair<std::string, std::string> verb_args =
+        absl::StrSplit(text, absl::MaxSplits(':', 1));
+    step.verb = verb_args.first;
+    for (absl::string_view kv :
+         absl::StrSplit(verb_args.second, ',', absl::SkipEmpty())) {
+      std::pair<std::string, std::string> p =
+          absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      if (p.first.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bad argument '", kv, "' in step '", text, "'"));
+      }
+      step.args[p.first] = p.second;
+    }
+    steps.push_back(std::move(step));
+  }
+  return steps;
+}
+
+// How one check went: a failed collective (status), or a wrong result
+// (mismatch, with status OK).
+struct Outcome {
+  absl::Status status;
+  std::string mismatch;
+};
+
+class Checks {
+ public:
+  Checks(Client* client, int rank, int world_size, std::string scratch_dir)
+      : client_(client),
+        rank_(rank),
+        world_size_(world_size),
+        scratch_dir_(std::move(scratch_dir)) {
+    for (int r = 0; r < world_size; ++r) all_.push_back(r);
+  }
+
+  // Runs check `verb` with payload `bytes`; `seed` varies its values.
+  Outcome Run(const std::string& verb, int64_t bytes, uint64_t seed) {
+    absl::Status s;
+    if (verb == "allreduce") {
+      s = AllReduce(bytes, seed);
+    } else if (verb == "many") {
+      s = Many(bytes, seed);
+    } else if (verb == "allgather") {
+      s = AllGather(bytes, seed);
+    } else if (verb == "broadcast") {
+      s = Broadcast(bytes, seed);
+    } else if (verb == "reducescatter") {
+      s = ReduceScatter(bytes, seed);
+    } else if (verb == "metricsync") {
+      s = MetricSyncCheck(bytes, seed);
+    } else if (verb == "barrier") {
+      s = BarrierCheck(seed);
+    } else {
+      s = absl::InvalidArgumentError(
+          absl::StrCat("conformance_worker: unknown verb ", verb));
+    }
+    Outcome out;
+    if (s.ok()) return out;
+    // A wrong result (marked by Wrong) is reported as check=bad; a failed
+    // call as its status.
+    if (wrong_result_) {
+      out.mismatch = std::string(s.message());
+    } else {
+      out.status = s;
+    }
+    return out;
+  }
+
+ private:
+  // A wrong result: remembered so that Run reports it as check=bad.
+  absl::Status Wrong(absl::Status s) {
+    if (!s.ok()) wrong_result_ = true;
+    return s;
+  }
+
+  absl::StatusOr<ReadOnlyBuffer> ReadOnly(const std::vector<uint8_t>& bytes) {
+    return ReadOnlyBuffer::Create(bytes.data(), bytes.size());
+  }
+
+  absl::Status AllReduce(int64_t bytes, uint64_t seed) {
+    for (DataType dtype : kAllDataTypes) {
+      for (ReduceOp op : kAllReduceOps) {
+        if (!OpAllowed(op, dtype)) continue;
+        const int64_t n = ElementsFor(bytes, dtype);
+        const std::vector<int64_t> shape = ShapeFor(n);
+        const uint64_t s = Mix64(seed * 131 + static_cast<uint64_t>(dtype) * 17 +
+                                 static_cast<uint64_t>(op));
+        const std::string what =
+            absl::StrCat("allreduce ", ReduceOpName(op), " ",
+                         DataTypeName(dtype), " ", ShapeText(shape));
+        const std::vector<uint8_t> input = ClosedFormInput(op, dtype, rank_, n, s);
+        const std::vector<uint8_t> want = ClosedFormExpected(op, dtype, all_, n, s);
+        absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(input);
+        if (!in.ok()) return in.status();
+        absl::StatusOr<Tensor> got =
+            client_->AllReduce(TensorView(in->data(), dtype, shape), op);
+        if (!got.ok()) return Annotate(got.status(), what + " out of place");
+        absl::Status c = CheckTensor(*got, dtype, shape, want.data(),
+                                     what + " out of place");
+        if (!c.ok()) return Wrong(c);
+        std::vector<uint8_t> inout = input;
+        absl::Status ip = client_->AllReduceInPlace(
+            MutableTensorView(inout.data(), dtype, shape), op);
+        if (!ip.ok()) return Annotate(ip, what + " in place");
+        c = CompareElements(dtype, inout.data(), want.data(), n, what + " in place");
+        if (!c.ok()) return Wrong(c);
+      }
+    }
+    return Scalars(seed);
+  }
+
+  absl::Status Scalars(uint64_t seed) {
+    const double d = static_cast<double>(rank_ + 1) * 0.25 + (seed % 8);
+    double want_sum = 0, want_max = 0;
+    for (int r : all_) {
+      const double v = static_cast<double>(r + 1) * 0.25 + (seed % 8);
+      want_sum += v;
+      want_max = r == 0 ? v : std::max(want_max, v);
+    }
+    absl::StatusOr<double> sum = client_->AllReduce(d, ReduceOp::kSum);
+    if (!sum.ok()) return Annotate(sum.status(), "scalar float64 sum");
+    if (*sum != want_sum) {
+      return Wrong(absl::FailedPreconditionError(
+          absl::StrCat("scalar float64 sum: got ", *sum, ", want ", want_sum)));
+    }
+    absl::StatusOr<double> max = client_->AllReduce(d, ReduceOp::kMax);
+    if (!max.ok()) return Annotate(max.status(), "scalar float64 max");
+    if (*max != want_max) {
+      return Wrong(absl::FailedPreconditionError(
+          absl::StrCat("scalar float64 max: got ", *max, ", want ", want_max)));
+    }
+    // One-hot bits: a contribution counted twice or missed shows.
+    const int64_t bit = int64_t{1} << (rank_ % 63);
+    int64_t want_bits = 0;
+    for (int r : all_) want_bits += int64_t{1} << (r % 63);
+    absl::StatusOr<int64_t> bits = client_->AllReduce(bit, ReduceOp::kSum);
+    if (!bits.ok()) return Annotate(bits.status(), "scalar int64 sum");
+    if (*bits != want_bits) {
+      return Wrong(absl::FailedPreconditionError(
+          absl::StrCat("scalar int64 sum: got ", *bits, ", want ", want_bits)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Many(int64_t bytes, uint64_t seed) {
+    struct Spec {
+      ReduceOp op;
+      DataType dtype;
+    };
+    const Spec specs[] = {{ReduceOp::kSum, DataType::kFloat32},
+                          {ReduceOp::kMax, DataType::kInt64},
+                          {ReduceOp::kBitOr, DataType::kBool},
+                          {ReduceOp::kAvg, DataType::kBFloat16},
+                          {ReduceOp::kProduct, DataType::kInt8}};
+    const int64_t per_tensor = bytes / 5 + (bytes % 5 != 0 ? 1 : 0);
+    std::vector<ReadOnlyBuffer> buffers;
+    std::vector<TensorView> views;
+    std::vector<ReduceOp> ops;
+    std::vector<std::vector<uint8_t>> wants;
+    std::vector<std::vector<int64_t>> shapes;
+    for (size_t k = 0; k < 5; ++k) {
+      const Spec& spec = specs[k];
+      const int64_t n = ElementsFor(per_tensor, spec.dtype);
+      const uint64_t s = Mix64(seed * 7 + k);
+      absl::StatusOr<ReadOnlyBuffer> b =
+          ReadOnly(ClosedFormInput(spec.op, spec.dtype, rank_, n, s));
+      if (!b.ok()) return b.status();
+      buffers.push_back(*std::move(b));
+      shapes.push_back(ShapeFor(n));
+      views.emplace_back(buffers.back().data(), spec.dtype, shapes.back());
+      ops.push_back(spec.op);
+      wants.push_back(ClosedFormExpected(spec.op, spec.dtype, all_, n, s));
+    }
+    absl::StatusOr<std::vector<Tensor>> got = client_->AllReduceMany(views, ops);
+    if (!got.ok()) return Annotate(got.status(), "allreduce_many");
+    if (got->size() != 5) {
+      return Wrong(absl::FailedPreconditionError(
+          absl::StrCat("allreduce_many: got ", got->size(), " tensors, want 5")));
+    }
+    for (size_t k = 0; k < 5; ++k) {
+      absl::Status c =
+          CheckTensor((*got)[k], specs[k].dtype, shapes[k], wants[k].data(),
+                      absl::StrCat("allreduce_many tensor ", k, " ",
+                                   ReduceOpName(specs[k].op), " ",
+                                   DataTypeName(specs[k].dtype)));
+      if (!c.ok()) return Wrong(c);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status AllGather(int64_t bytes, uint64_t seed) {
+    for (DataType dtype : {DataType::kFloat32, DataType::kInt8,
+                           DataType::kFloat64, DataType::kBool}) {
+      constexpr int64_t kCols = 3;
+      const int64_t row_bytes = kCols * static_cast<int64_t>(ElementSize(dtype));
+      const int64_t rows0 = (bytes + row_bytes - 1) / row_bytes;
+      const uint64_t s = Mix64(seed * 31 + static_cast<uint64_t>(dtype));
+      auto rows_of = [&](int r) { return rows0 + r; };
+      const std::vector<int64_t> shape = {rows_of(rank_), kCols};
+      absl::StatusOr<ReadOnlyBuffer> in =
+          ReadOnly(MovedBytes(dtype, rank_, Elements(shape), s));
+      if (!in.ok()) return in.status();
+      std::vector<uint8_t> want;
+      int64_t total_rows = 0;
+      for (int r : all_) {
+        std::vector<uint8_t> part = MovedBytes(dtype, r, rows_of(r) * kCols, s);
+        want.insert(want.end(), part.begin(), part.end());
+        total_rows += rows_of(r);
+      }
+      const std::string what =
+          absl::StrCat("allgather ", DataTypeName(dtype), " ", ShapeText(shape));
+      absl::StatusOr<Tensor> got =
+          client_->AllGather(TensorView(in->data(), dtype, shape));
+      if (!got.ok()) return Annotate(got.status(), what);
+      absl::Status c =
+          CheckTensor(*got, dtype, {total_rows, kCols}, want.data(), what);
+      if (!c.ok()) return Wrong(c);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Broadcast(int64_t bytes, uint64_t seed) {
+    for (DataType dtype :
+         {DataType::kFloat32, DataType::kInt64, DataType::kBFloat16,
+          DataType::kBool}) {
+      const int64_t n = ElementsFor(bytes, dtype);
+      const std::vector<int64_t> shape = ShapeFor(n);
+      for (int root = 0; root < world_size_; ++root) {
+        const uint64_t s =
+            Mix64(seed * 53 + static_cast<uint64_t>(dtype) * 7 + root);
+        const std::vector<uint8_t> want = MovedBytes(dtype, root, n, s);
+        // What a non-root holds before: other bytes of the same shape.
+        const std::vector<uint8_t> mine =
+            rank_ == root ? want : MovedBytes(dtype, rank_ + 100, n, s);
+        absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(mine);
+        if (!in.ok()) return in.status();
+        const std::string what = absl::StrCat(
+            "broadcast ", DataTypeName(dtype), " ", ShapeText(shape), " root ", root);
+        // Non-roots without a view, then with one.
+        for (bool with_view : {false, true}) {
+          const TensorView view = rank_ == root || with_view
+                                      ? TensorView(in->data(), dtype, shape)
+                                      : TensorView();
+          const std::string form = with_view ? " (views everywhere)"
+                                             : " (empty views on non-roots)";
+          absl::StatusOr<Tensor> got = client_->Broadcast(view, root);
+          if (!got.ok()) return Annotate(got.status(), what + form);
+          absl::Status c = CheckTensor(*got, dtype, shape, want.data(), what + form);
+          if (!c.ok()) return Wrong(c);
+        }
+        std::vector<uint8_t> inout = mine;
+        absl::Status ip = client_->BroadcastInPlace(
+            MutableTensorView(inout.data(), dtype, shape), root);
+        if (!ip.ok()) return Annotate(ip, what + " in place");
+        absl::Status c =
+            CompareElements(dtype, inout.data(), want.data(), n, what + " in place");
+        if (!c.ok()) return Wrong(c);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReduceScatter(int64_t bytes, uint64_t seed) {
+    struct Pair {
+      ReduceOp op;
+      DataType dtype;
+    };
+    for (Pair p : {Pair{ReduceOp::kSum, DataType::kFloat32},
+                   Pair{ReduceOp::kMax, DataType::kInt32},
+                   Pair{ReduceOp::kAvg, DataType::kFloat16},
+                   Pair{ReduceOp::kBitXor, DataType::kUInt8}}) {
+      constexpr int64_t kCols = 2;
+      const int64_t row_bytes = kCols * static_cast<int64_t>(ElementSize(p.dtype));
+      int64_t rows = (bytes + row_bytes - 1) / row_bytes;
+      rows = (rows + world_size_ - 1) / world_size_ * world_size_;
+      const int64_t n = rows * kCols;
+      const uint64_t s = Mix64(seed * 71 + static_cast<uint64_t>(p.op) * 11 +
+                               static_cast<uint64_t>(p.dtype));
+      const std::vector<int64_t> shape = {rows, kCols};
+      const std::vector<int64_t> slice_shape = {rows / world_size_, kCols};
+      const std::string what =
+          absl::StrCat("reducescatter ", ReduceOpName(p.op), " ",
+                       DataTypeName(p.dtype), " ", ShapeText(shape));
+      absl::StatusOr<ReadOnlyBuffer> in =
+          ReadOnly(ClosedFormInput(p.op, p.dtype, rank_, n, s));
+      if (!in.ok()) return in.status();
+      const std::vector<uint8_t> all = ClosedFormExpected(p.op, p.dtype, all_, n, s);
+      const size_t slice = all.size() / static_cast<size_t>(world_size_);
+      const std::vector<uint8_t> want(all.begin() + rank_ * slice,
+                                      all.begin() + (rank_ + 1) * slice);
+      absl::StatusOr<Tensor> got =
+          client_->ReduceScatter(TensorView(in->data(), p.dtype, shape), p.op);
+      if (!got.ok()) return Annotate(got.status(), what);
+      absl::Status c = CheckTensor(*got, p.dtype, slice_shape, want.data(), what);
+      if (!c.ok()) return Wrong(c);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status MetricSyncCheck(int64_t bytes, uint64_t seed) {
+    struct State {
+      std::string name;
+      ReduceOp op;
+      DataType dtype;
+    };
+    const std::vector<State> states = {
+        {"correct", ReduceOp::kSum, DataType::kInt64},
+        {"loss", ReduceOp::kAvg, DataType::kFloat64},
+        {"worst", ReduceOp::kMax, DataType::kFloat32},
+        {"seen", ReduceOp::kBitOr, DataType::kBool}};
+    const int64_t per_state = bytes / 4 + (bytes % 4 != 0 ? 1 : 0);
+    std::vector<ReadOnlyBuffer> readonly;
+    std::vector<std::vector<uint8_t>> writable, wants, inputs;
+    std::vector<std::vector<int64_t>> shapes;
+    for (size_t k = 0; k < states.size(); ++k) {
+      const int64_t n = ElementsFor(per_state, states[k].dtype);
+      const uint64_t s = Mix64(seed * 13 + k);
+      inputs.push_back(ClosedFormInput(states[k].op, states[k].dtype, rank_, n, s));
+      wants.push_back(
+          ClosedFormExpected(states[k].op, states[k].dtype, all_, n, s));
+      shapes.push_back(ShapeFor(n));
+      absl::StatusOr<ReadOnlyBuffer> b = ReadOnly(inputs.back());
+      if (!b.ok()) return b.status();
+      readonly.push_back(*std::move(b));
+      writable.push_back(inputs.back());
+    }
+    // Out of place, states on read-only pages.
+    MetricSync sync(client_);
+    for (size_t k = 0; k < states.size(); ++k) {
+      sync.Add(states[k].name,
+               MutableTensorView(readonly[k].mutable_data(), states[k].dtype,
+                                 shapes[k]),
+               states[k].op);
+    }
+    absl::StatusOr<absl::flat_hash_map<std::string, Tensor>> got = sync.Reduce();
+    if (!got.ok()) return Annotate(got.status(), "metricsync Reduce");
+    for (size_t k = 0; k < states.size(); ++k) {
+      auto it = got->find(states[k].name);
+      const std::string what = absl::StrCat("metricsync Reduce state ",
+                                            states[k].name);
+      if (it == got->end()) {
+        return Wrong(absl::FailedPreconditionError(what + ": missing"));
+      }
+      absl::Status c = CheckTensor(it->second, states[k].dtype, shapes[k],
+                                   wants[k].data(), what);
+      if (!c.ok()) return Wrong(c);
+    }
+    // In place.
+    MetricSync in_place(client_);
+    for (size_t k = 0; k < states.size(); ++k) {
+      in_place.Add(states[k].name,
+                   MutableTensorView(writable[k].data(), states[k].dtype, shapes[k]),
+                   states[k].op);
+    }
+    absl::Status ip = in_place.ReduceInPlace();
+    if (!ip.ok()) return Annotate(ip, "metricsync ReduceInPlace");
+    for (size_t k = 0; k < states.size(); ++k) {
+      absl::Status c = CompareElements(
+          states[k].dtype, writable[k].data(), wants[k].data(),
+          Elements(shapes[k]),
+          absl::StrCat("metricsync ReduceInPlace state ", states[k].name));
+      if (!c.ok()) return Wrong(c);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status BarrierCheck(uint64_t seed) {
+    auto file = [&](int r) {
+      return absl::StrCat(scratch_dir_, "/barrier.", seed, ".", r);
+    };
+    absl::SleepFor(kBarrierStagger * rank_);
+    std::ofstream(file(rank_)) << rank_;
+    absl::Status s = client_->Barrier();
+    if (!s.ok()) return Annotate(s, "barrier");
+    for (int r : all_) {
+      if (access(file(r).c_str(), F_OK) != 0) {
+        return Wrong(absl::FailedPreconditionError(absl::StrCat(
+            "barrier returned before rank ", r, " called it (no ", file(r), ")")));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  Client* const client_;  // not owned
+  const int rank_;
+  const int world_size_;
+  const std::string scratch_dir_;
+  std::vector<int> all_;
+  bool wrong_result_ = false;
+};
+
+void Emit(const std::string& line) {
+  std::fprintf(stdout, "%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void Report(const std::string& index, const std::string& verb,
+            absl::Time start, const absl::Status& status,
+            const std::string& check, const std::string& detail) {
+  std::string msg = check == "bad"
+                        ? absl::StrCat(status.message(), " | CHECK: ", detail)
+                        : std::string(status.message());
+  absl::StrReplaceAll({{"\n", " "}}, &msg);
+  Emit(absl::StrCat("RESULT ", index, " ", verb,
+                    " code=", absl::StatusCodeToString(status.code()),
+                    " ms=", absl::ToInt64Milliseconds(absl::Now() - start),
+                    " check=", check, " msg=", msg));
+  if (check == "bad") {
+    std::fprintf(stderr, "step %s %s: CHECK FAILED: %s\n", index.c_str(),
+                 verb.c_str(), detail.c_str());
+  }
+}
+
+int Run(const ClientOptions& options, const std::string& scratch_dir,
+        const std::vector<Step>& steps) {
+  Emit("BEGIN 0 connect");
+  absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  Report("0", "connect", start, client.status(), "none", "");
+  if (!client.ok()) return 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& step = steps[i];
+    const std::string index = absl::StrCat(i + 1);
+    int64_t bytes = 0;
+    auto it = step.args.find("bytes");
+    if (it != step.args.end() && !absl::SimpleAtoi(it->second, &bytes)) {
+      std::fprintf(stderr, "conformance_worker: bytes=%s is not an integer\n",
+                   it->second.c_str());
+      return 2;
+    }
+    Emit(absl::StrCat("BEGIN ", index, " ", step.verb));
+    start = absl::Now();
+    Checks checks(client->get(), options.rank, options.world_size, scratch_dir);
+    const Outcome out = checks.Run(step.verb, bytes, i + 1);
+    if (!out.mismatch.empty()) {
+      Report(index, step.verb, start, absl::OkStatus(), "bad", out.mismatch);
+    } else {
+      Report(index, step.verb, start, out.status, out.status.ok() ? "ok" : "none",
+             "");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace reducer
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  reducer::ClientOptions options;
+  options.target = absl::GetFlag(FLAGS_target);
+  options.job = absl::GetFlag(FLAGS_job);
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.world_size = absl::GetFlag(FLAGS_world_size);
+  options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  if (options.job.empty()) {
+    std::fprintf(stderr, "conformance_worker: --job is required\n");
+    return 2;
+  }
+  absl::StatusOr<std::vector<reducer::testing::Step>> steps =
+      reducer::testing::ParseScript(absl::GetFlag(FLAGS_steps));
+  if (!steps.ok()) {
+    std::fprintf(stderr, "conformance_worker: %s\n",
+                 steps.status().ToString().c_str());
+    return 2;
+  }
+  return reducer::testing::Run(options, absl::GetFlag(FLAGS_scratch_dir),
+                               *steps);
+}
