@@ -32,7 +32,8 @@ Job::Job(std::string name, int world_size, CollectiveEnv env)
       departed_(world_size, false) {}
 
 absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
-                       std::shared_ptr<SessionChannel> session) {
+                       std::shared_ptr<SessionChannel> session,
+                       std::vector<std::string> shards) {
   absl::MutexLock lock(&mu_);
   if (world_size != world_size_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -40,6 +41,14 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
         " (set by the ranks already joined), but rank ", rank, " asked for ",
         world_size));
   }
+  if (!shards.empty() && !shards_.empty() && shards != shards_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", name_, ": rank ", rank, " names the shards [",
+        absl::StrJoin(shards, ","), "], but the ranks already joined named [",
+        absl::StrJoin(shards_, ","),
+        "]; every rank must give the same shards in the same order"));
+  }
+  if (shards_.empty()) shards_ = std::move(shards);
   if (open_sessions_.contains(session_id)) {
     return absl::AlreadyExistsError(absl::StrCat(
         "session ", session_id, " already joined job ", name_));

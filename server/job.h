@@ -62,8 +62,12 @@ class Job {
   // A rank that departed (closed its client) and joins again ends the
   // running epoch first, as a lost rank does: its new session's call order
   // starts over, which the other ranks' sessions cannot match.
+  // `shards`, when not empty, must equal the list the job's earlier ranks
+  // stated (FAILED_PRECONDITION naming both otherwise); the first stated
+  // list is the job's for as long as it lives.
   absl::Status Join(int rank, int world_size, const std::string& session_id,
-                    std::shared_ptr<SessionChannel> session);
+                    std::shared_ptr<SessionChannel> session,
+                    std::vector<std::string> shards = {});
 
   // Removes a session whose stream ended (`why` says how). Returns true when
   // the job has no open session left and can be freed. Ends the epoch if the
@@ -143,6 +147,8 @@ class Job {
   bool ended_ ABSL_GUARDED_BY(mu_) = false;    // this epoch lost a rank
   std::string end_reason_ ABSL_GUARDED_BY(mu_);
   std::vector<std::optional<Member>> members_ ABSL_GUARDED_BY(mu_);
+  // The shard list the job's ranks give; empty until one states it.
+  std::vector<std::string> shards_ ABSL_GUARDED_BY(mu_);
   // Ranks of this epoch whose client closed on purpose.
   std::vector<bool> departed_ ABSL_GUARDED_BY(mu_);
   // Every open session, of any epoch: session id -> rank.

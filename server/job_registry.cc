@@ -61,8 +61,10 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
              .first;
   }
   std::shared_ptr<Job> job = it->second;
-  absl::Status joined = job->Join(request.rank(), request.world_size(),
-                                  request.session_id(), std::move(session));
+  absl::Status joined = job->Join(
+      request.rank(), request.world_size(), request.session_id(),
+      std::move(session),
+      std::vector<std::string>(request.shards().begin(), request.shards().end()));
   if (!joined.ok() && job->Leave(request.session_id(), "join rejected",
                                  EpochEndReason::kSessionEnded)) {
     jobs_.erase(request.job());  // a job created by a rejected Join
