@@ -29,7 +29,7 @@
 #include "client/completion_driver.h"
 #include "core/buffer_cache.h"
 #include "core/tensor.h"
-#include "core/validate.h"
+#include "core/payload_layout.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/reducer/v1/reducer.pb.h"

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/packed_reduce.h"
 #include "core/reduce.h"
 #include "server/log.h"
 #include "proto/reducer/v1/wire_conversion.h"

@@ -46,7 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/fingerprint.h"
-#include "core/validate.h"
+#include "core/payload_layout.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 #include "proto/reducer/v1/collective_codec.h"
