@@ -19,12 +19,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "client/async_stream.h"
+#include "client/client_options.h"
 #include "client/collective_attempt.h"
 #include "client/collective_router.h"
 #include "client/completion_driver.h"
 #include "client/per_call_backend.h"
-#include "client/async_stream.h"
-#include "client/client_options.h"
 #include "client/small_call_stream.h"
 #include "core/buffer_cache.h"
 #include "core/fingerprint.h"
@@ -126,8 +126,9 @@ class ClientSession final : private AsyncStream::Observer {
   std::unique_ptr<v1::Reducer::Stub> stub_;
   std::shared_ptr<grpc::Channel> data_channel_;  // collectives
   std::unique_ptr<grpc::GenericStub> data_stub_;
-  // The transports (both use data_stub_) and the one that picks between
-  // them; destroyed before the streams below them.
+  // The transports (both use data_stub_) and the router that picks one per
+  // collective; ~ClientSession destroys them first, the Join stream next,
+  // the driver last.
   std::unique_ptr<SmallCallStream> small_calls_;
   std::unique_ptr<PerCallBackend> per_call_;
   std::unique_ptr<CollectiveRouter> router_;
