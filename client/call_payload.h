@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "core/buffer_cache.h"
 #include "core/tensor.h"
-#include "core/validate.h"
+#include "core/payload_layout.h"
 #include "grpcpp/support/slice.h"
 #include "proto/reducer/v1/collective_codec.h"
 #include "proto/reducer/v1/reducer.pb.h"

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "client/reducer_client.h"
+#include "client/client_options.h"
 #include "grpcpp/grpcpp.h"
 
 namespace reducer {

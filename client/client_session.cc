@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -11,7 +10,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/channel_security.h"
-#include "client/collective_call.h"
 #include "client/tls_diagnosis.h"
 #include "core/process_memory.h"
 #include "proto/reducer/v1/status_conversion.h"
@@ -51,6 +49,8 @@ constexpr int kMaxReconnectBackoffMs = 1000;
 // after the whole timeout.
 constexpr absl::Duration kProbeEvery = absl::Seconds(1);
 constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
+
+constexpr char kJoinMethod[] = "/reducer.v1.Reducer/Join";
 
 // How long closing a client waits for reducerd to note the departure.
 constexpr absl::Duration kLeaveTimeout = absl::Seconds(1);
@@ -138,6 +138,10 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   session->driver_ = std::make_unique<CompletionDriver>();
   session->channel_ = security->NewChannel(options.target, ChannelArgs());
   session->stub_ = v1::Reducer::NewStub(session->channel_);
+  session->session_stub_ = std::make_unique<grpc::GenericStub>(session->channel_);
+  session->join_ = std::make_unique<AsyncStream>(
+      session->driver_.get(), &session->mu_,
+      static_cast<AsyncStream::Observer*>(session.get()));
   // Collectives get their own connection, so bulk transfers never queue
   // behind (or starve) the session's keepalive traffic.
   grpc::ChannelArguments data_args = ChannelArgs();
@@ -146,6 +150,12 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   session->data_stub_ = std::make_unique<grpc::GenericStub>(session->data_channel_);
   session->small_calls_ = std::make_unique<SmallCallStream>(
       session->data_stub_.get(), session->driver_.get(), session->buffers_);
+  session->per_call_ = std::make_unique<PerCallBackend>(
+      session->data_stub_.get(), session->driver_.get(), &session->chunk_bytes_,
+      session->buffers_);
+  session->router_ = std::make_unique<CollectiveRouter>(
+      session->small_calls_.get(), session->per_call_.get(),
+      &session->chunk_bytes_, CollectiveRouter::TransportFromEnvironment());
 
   // Wait for the connection within the timeout rather than failing at once
   // while reducerd is still starting.
@@ -163,14 +173,17 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   request.set_rank(options.rank);
   request.set_world_size(options.world_size);
   request.set_session_id(session->session_id_);
+  grpc::ByteBuffer request_message;
+  bool own_buffer = false;
+  grpc::Status serialized = grpc::SerializationTraits<v1::JoinRequest>::Serialize(
+      request, &request_message, &own_buffer);
+  if (!serialized.ok()) return FromGrpcStatus(serialized);
   ClientSession* raw = session.get();
   {
     absl::MutexLock lock(&raw->mu_);
-    raw->join_reader_ = raw->stub_->PrepareAsyncJoin(&raw->join_context_,
-                                                     request, raw->driver_->cq());
-    raw->join_reader_->StartCall(&raw->join_start_tag_);
-    raw->join_reader_->Read(&raw->join_event_, &raw->join_read_tag_);
-    raw->join_operations_ = 2;
+    // Join is server-streaming: the one request, then the half-close.
+    raw->join_->Start(raw->session_stub_.get(), kJoinMethod);
+    raw->join_->Write(0, std::move(request_message), /*last=*/true);
   }
   raw->driver_->DriveUntil(
       [raw] {
@@ -232,66 +245,60 @@ ClientSession::~ClientSession() {
   }
   // Calls first (they drive the queue until gRPC handed them back), then
   // the Join stream, then the driver.
+  router_.reset();
+  per_call_.reset();
   small_calls_.reset();
-  bool joined;
-  {
+  bool joined = false;
+  if (join_ != nullptr) {
     absl::MutexLock lock(&mu_);
-    joined = join_reader_ != nullptr;
+    joined = join_->started();
+    if (joined) join_->Cancel();
   }
   if (joined) {
-    join_context_.TryCancel();
     driver_->DriveUntil(
         [this] {
           absl::MutexLock lock(&mu_);
-          return join_operations_ == 0;
+          return join_->done();
         },
         absl::InfiniteFuture());
   }
+  join_.reset();
   driver_.reset();
 }
 
-void ClientSession::JoinTag::OnComplete(bool ok) {
-  absl::MutexLock lock(&session->mu_);
-  session->HandleJoinEventLocked(op, ok);
+void ClientSession::OnRead(grpc::ByteBuffer* message) {
+  mu_.AssertHeld();
+  if (!grpc::SerializationTraits<v1::JoinEvent>::Deserialize(message,
+                                                               &join_event_)
+           .ok()) {
+    // A session event that does not parse ends the session.
+    join_->Cancel();
+    return;
+  }
+  if (join_event_.has_ready()) {
+    ready_ = true;
+    epoch_ = join_event_.ready().epoch();
+    const uint64_t chunk = join_event_.ready().chunk_bytes();
+    chunk_bytes_.store(chunk > 0 ? chunk : kDefaultChunkBytes,
+                       std::memory_order_relaxed);
+  } else if (join_event_.has_aborted()) {
+    aborted_ = absl::AbortedError(join_event_.aborted().reason());
+  }
 }
 
-void ClientSession::HandleJoinEventLocked(JoinOp op, bool ok) {
-  --join_operations_;
-  switch (op) {
-    case JoinOp::kStart:
-      break;  // a failed start fails the read as well
-    case JoinOp::kRead:
-      if (!ok) {
-        ++join_operations_;
-        join_reader_->Finish(&join_status_, &join_finish_tag_);
-        break;
-      }
-      if (join_event_.has_ready()) {
-        ready_ = true;
-        epoch_ = join_event_.ready().epoch();
-        const uint64_t chunk = join_event_.ready().chunk_bytes();
-        chunk_bytes_.store(chunk > 0 ? chunk : kDefaultChunkBytes,
-                           std::memory_order_relaxed);
-      } else if (join_event_.has_aborted()) {
-        aborted_ = absl::AbortedError(join_event_.aborted().reason());
-      }
-      ++join_operations_;
-      join_reader_->Read(&join_event_, &join_read_tag_);
-      break;
-    case JoinOp::kFinish:
-      ended_ = true;
-      if (join_status_.ok()) {
-        end_status_ = absl::UnavailableError(absl::StrCat(
-            "reducerd at ", options_.target, " closed the session"));
-      } else if (join_status_.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                 join_status_.error_code() == grpc::StatusCode::CANCELLED) {
-        end_status_ = absl::UnavailableError(absl::StrCat(
-            "lost the session with reducerd at ", options_.target, ": ",
-            join_status_.error_message(), "; Connect again"));
-      } else {
-        end_status_ = FromGrpcStatus(join_status_);
-      }
-      break;
+void ClientSession::OnFinished(const grpc::Status& status) {
+  mu_.AssertHeld();
+  ended_ = true;
+  if (status.ok()) {
+    end_status_ = absl::UnavailableError(absl::StrCat(
+        "reducerd at ", options_.target, " closed the session"));
+  } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+             status.error_code() == grpc::StatusCode::CANCELLED) {
+    end_status_ = absl::UnavailableError(absl::StrCat(
+        "lost the session with reducerd at ", options_.target, ": ",
+        status.error_message(), "; Connect again"));
+  } else {
+    end_status_ = FromGrpcStatus(status);
   }
 }
 
@@ -364,31 +371,9 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   return pending;
 }
 
-// REDUCER_CLIENT_TRANSPORT=per_call sends every collective on a stream of
-// its own, as large ones always go; unset or `auto`, a collective whose
-// payload fits one chunk shares the long-lived Collectives stream. For
-// tests that hold both paths to one contract, and for diagnosis.
-namespace {
-bool PerCallStreamsOnly() {
-  static const bool per_call = [] {
-    const char* value = std::getenv("REDUCER_CLIENT_TRANSPORT");
-    return value != nullptr && std::string(value) == "per_call";
-  }();
-  return per_call;
-}
-}  // namespace
-
 std::unique_ptr<CollectiveAttempt> ClientSession::SendAttempt(
     const PendingCollective& pending) {
-  const Contribution& contribution = pending.contribution_;
-  const size_t chunk_bytes = chunk_bytes_.load(std::memory_order_relaxed);
-  if (contribution.payload_bytes() <= chunk_bytes && !PerCallStreamsOnly()) {
-    return small_calls_->Start(contribution);
-  }
-  auto call = std::make_unique<CollectiveCall>(
-      data_stub_.get(), driver_.get(), &contribution, chunk_bytes, buffers_);
-  call->Start();
-  return call;
+  return router_->Start(pending.contribution_);
 }
 
 bool PendingCollective::Ready() {

@@ -19,12 +19,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "client/async_stream.h"
+#include "client/client_options.h"
 #include "client/collective_attempt.h"
+#include "client/collective_router.h"
 #include "client/completion_driver.h"
-#include "client/reducer_client.h"
+#include "client/per_call_backend.h"
 #include "client/small_call_stream.h"
 #include "core/buffer_cache.h"
 #include "core/fingerprint.h"
+#include "core/tensor.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/reducer/v1/reducer.grpc.pb.h"
@@ -69,13 +73,13 @@ class PendingCollective {
   std::unique_ptr<CollectiveAttempt> attempt_;  // the latest
 };
 
-class ClientSession {
+class ClientSession final : private AsyncStream::Observer {
  public:
   // Opens the channel and the Join stream; returns once the job is ready.
   static absl::StatusOr<std::unique_ptr<ClientSession>> Open(
       const ClientOptions& options);
   // Closes the session: the server sees this rank leave.
-  ~ClientSession();
+  ~ClientSession() override;
 
   // Starts one collective: checks the call options (group, timeout; an
   // error is INVALID_ARGUMENT naming what is wrong, returned by Wait()),
@@ -91,23 +95,16 @@ class ClientSession {
 
  private:
   friend class PendingCollective;
-  // Completions of the Join stream.
-  enum class JoinOp { kStart, kRead, kFinish };
-  struct JoinTag final : CompletionDriver::Handler {
-    JoinTag(ClientSession* session, JoinOp op) : session(session), op(op) {}
-    void OnComplete(bool ok) override;
-    ClientSession* const session;
-    const JoinOp op;
-  };
-
   explicit ClientSession(ClientOptions options);
   // Waits until the session channel is ready or `deadline`; OK either way,
   // unless a failed connection is diagnosed as a TLS mismatch (DiagnoseTls's
   // FAILED_PRECONDITION, returned at once).
   absl::Status WaitForChannel(absl::Time deadline);
-  void HandleJoinEventLocked(JoinOp op, bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends one attempt of `pending`'s collective: on the shared Collectives
-  // stream when its payload fits in one message, else on its own stream.
+  // AsyncStream::Observer of the Join stream, with mu_ held: session
+  // events, and how the session ended.
+  void OnRead(grpc::ByteBuffer* message) override;
+  void OnFinished(const grpc::Status& status) override;
+  // Sends one attempt of `pending`'s collective where router_ says.
   std::unique_ptr<CollectiveAttempt> SendAttempt(const PendingCollective& pending);
   // OK while the session is usable; else why not.
   absl::Status SessionStatus();
@@ -129,17 +126,18 @@ class ClientSession {
   std::unique_ptr<v1::Reducer::Stub> stub_;
   std::shared_ptr<grpc::Channel> data_channel_;  // collectives
   std::unique_ptr<grpc::GenericStub> data_stub_;
-  std::unique_ptr<SmallCallStream> small_calls_;  // uses data_stub_
-  grpc::ClientContext join_context_;
-  std::unique_ptr<grpc::ClientAsyncReader<v1::JoinEvent>> join_reader_;
-  JoinTag join_start_tag_{this, JoinOp::kStart};
-  JoinTag join_read_tag_{this, JoinOp::kRead};
-  JoinTag join_finish_tag_{this, JoinOp::kFinish};
+  // The transports (both use data_stub_) and the router that picks one per
+  // collective; ~ClientSession destroys them first, the Join stream next,
+  // the driver last.
+  std::unique_ptr<SmallCallStream> small_calls_;
+  std::unique_ptr<PerCallBackend> per_call_;
+  std::unique_ptr<CollectiveRouter> router_;
+  std::unique_ptr<grpc::GenericStub> session_stub_;  // the Join stream's
+  // The Join stream (guarded by mu_, see AsyncStream); set in Open.
+  std::unique_ptr<AsyncStream> join_;
 
   absl::Mutex mu_;
-  v1::JoinEvent join_event_ ABSL_GUARDED_BY(mu_);   // the read in flight
-  grpc::Status join_status_ ABSL_GUARDED_BY(mu_);   // filled by Finish
-  int join_operations_ ABSL_GUARDED_BY(mu_) = 0;    // handed to gRPC
+  v1::JoinEvent join_event_ ABSL_GUARDED_BY(mu_);   // the last one read
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;   // the Join stream ended

@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/tensor.h"
-#include "core/validate.h"
+#include "core/payload_layout.h"
 #include "proto/reducer/v1/reducer.pb.h"
 
 namespace reducer {

@@ -23,26 +23,21 @@ CollectiveCall::CollectiveCall(grpc::GenericStub* stub, CompletionDriver* driver
       contribution_(contribution),
       chunk_bytes_(chunk_bytes),
       result_(std::move(buffers)) {
-  context_.set_deadline(absl::ToChronoTime(contribution->deadline));
+  stream_.context()->set_deadline(absl::ToChronoTime(contribution->deadline));
 }
 
 CollectiveCall::~CollectiveCall() {
   {
     absl::MutexLock lock(&mu_);
-    if (!started_ || OverLocked()) return;
+    if (!stream_.started() || OverLocked()) return;
+    stream_.Cancel();
   }
-  context_.TryCancel();
   driver_->DriveUntil(
       [this] {
         absl::MutexLock lock(&mu_);
         return OverLocked();
       },
       absl::InfiniteFuture());
-}
-
-void CollectiveCall::Tag::OnComplete(bool ok) {
-  absl::MutexLock lock(&call->mu_);
-  call->HandleEventLocked(op, ok);
 }
 
 size_t CollectiveCall::NumMessages() const {
@@ -66,68 +61,43 @@ grpc::ByteBuffer CollectiveCall::BuildMessage(size_t index) const {
 
 void CollectiveCall::Start() {
   absl::MutexLock lock(&mu_);
-  started_ = true;
-  stream_ = stub_->PrepareCall(&context_, kCollectiveMethod, driver_->cq());
-  stream_->StartCall(&start_tag_);
-  write_busy_ = true;
-  stream_->Read(&incoming_, &read_tag_);
-  operations_ = 2;
+  stream_.Start(stub_, kCollectiveMethod);
+  WriteMessageLocked(0);
 }
 
-void CollectiveCall::WriteNextLocked() {
-  if (write_busy_ || finished_ || next_message_ == NumMessages()) return;
-  outgoing_ = BuildMessage(next_message_);
-  write_busy_ = true;
-  ++operations_;
-  if (++next_message_ == NumMessages()) {
-    stream_->WriteLast(outgoing_, grpc::WriteOptions(), &write_tag_);
+void CollectiveCall::WriteMessageLocked(size_t index) {
+  stream_.Write(index, BuildMessage(index), index + 1 == NumMessages());
+}
+
+void CollectiveCall::OnWritten(uint64_t index, bool ok) {
+  mu_.AssertHeld();
+  // A failed start or write means the call is over; the pending read
+  // fails too and Finish brings the status.
+  if (ok && index + 1 < NumMessages()) WriteMessageLocked(index + 1);
+}
+
+void CollectiveCall::OnRead(grpc::ByteBuffer* message) {
+  mu_.AssertHeld();
+  DecodedMessage<v1::CollectiveResponse> decoded;
+  absl::Status handled = DecodeMessage(message, &decoded);
+  if (!handled.ok()) {
+    handled = absl::InternalError(absl::StrCat(
+        "reducerd's answer did not parse: ", handled.message()));
   } else {
-    stream_->Write(outgoing_, &write_tag_);
+    handled = result_.Add(decoded.fields, decoded.data);
   }
-}
-
-void CollectiveCall::HandleEventLocked(Op op, bool ok) {
-  --operations_;
-  switch (op) {
-    case Op::kStart:
-    case Op::kWrite:
-      write_busy_ = false;
-      // A failed start or write means the call is over; the pending read
-      // fails too and Finish brings the status.
-      if (ok) WriteNextLocked();
-      break;
-    case Op::kRead: {
-      if (!ok) {
-        ++operations_;
-        stream_->Finish(&final_status_, &finish_tag_);
-        break;
-      }
-      DecodedMessage<v1::CollectiveResponse> message;
-      absl::Status handled = DecodeMessage(&incoming_, &message);
-      if (!handled.ok()) {
-        handled = absl::InternalError(absl::StrCat(
-            "reducerd's answer did not parse: ", handled.message()));
-      } else {
-        handled = result_.Add(message.fields, message.data);
-      }
-      if (!handled.ok()) {
-        SetErrorLocked(std::move(handled));
-        context_.TryCancel();
-      }
-      ++operations_;
-      stream_->Read(&incoming_, &read_tag_);
-      break;
-    }
-    case Op::kFinish:
-      finished_ = true;
-      break;
+  if (!handled.ok()) {
+    SetErrorLocked(std::move(handled));
+    stream_.Cancel();
   }
 }
 
 absl::StatusOr<std::vector<Tensor>> CollectiveCall::Wait() {
   {
     absl::MutexLock lock(&mu_);
-    if (!started_) return absl::InternalError("collective call never started");
+    if (!stream_.started()) {
+      return absl::InternalError("collective call never started");
+    }
   }
   // The context's deadline ends the call, so this returns.
   driver_->DriveUntil(
@@ -138,14 +108,14 @@ absl::StatusOr<std::vector<Tensor>> CollectiveCall::Wait() {
       absl::InfiniteFuture());
   absl::MutexLock lock(&mu_);
   if (!error_.ok()) return error_;
-  if (!final_status_.ok()) return FromGrpcStatus(final_status_);
+  if (!stream_.status().ok()) return FromGrpcStatus(stream_.status());
   return result_.Finish();
 }
 
 bool CollectiveCall::Ready() {
   driver_->PollReady();
   absl::MutexLock lock(&mu_);
-  return !started_ || OverLocked();
+  return !stream_.started() || OverLocked();
 }
 
 bool CollectiveCall::received_any() const {

@@ -24,19 +24,21 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/async_stream.h"
 #include "client/call_payload.h"
 #include "client/collective_attempt.h"
 #include "client/completion_driver.h"
 #include "core/buffer_cache.h"
+#include "core/payload_layout.h"
 #include "core/tensor.h"
-#include "core/validate.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/reducer/v1/reducer.pb.h"
 
 namespace reducer {
 
-class CollectiveCall final : public CollectiveAttempt {
+class CollectiveCall final : public CollectiveAttempt,
+                             private AsyncStream::Observer {
  public:
   // `stub`, `driver` and `contribution` must outlive the call. Result
   // tensors take their buffers from `buffers` (may be null).
@@ -55,23 +57,20 @@ class CollectiveCall final : public CollectiveAttempt {
   bool received_any() const override;
 
  private:
-  enum class Op { kStart, kRead, kWrite, kFinish };
-  struct Tag final : CompletionDriver::Handler {
-    Tag(CollectiveCall* call, Op op) : call(call), op(op) {}
-    void OnComplete(bool ok) override;
-    CollectiveCall* const call;
-    const Op op;
-  };
+  // AsyncStream::Observer: with mu_ held.
+  void OnRead(grpc::ByteBuffer* message) override;
+  void OnWritten(uint64_t index, bool ok) override;
+  void OnFinished(const grpc::Status& /*status*/) override {}
 
-  void HandleEventLocked(Op op, bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds message `index` of the payload (the first carries the header).
   grpc::ByteBuffer BuildMessage(size_t index) const;
   size_t NumMessages() const;
-  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues message `index` (the last one half-closes the stream).
+  void WriteMessageLocked(size_t index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetErrorLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True once the call is over and gRPC holds no operation of it.
   bool OverLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return finished_ && operations_ == 0;
+    return stream_.done();
   }
 
   // Constant after construction.
@@ -79,25 +78,12 @@ class CollectiveCall final : public CollectiveAttempt {
   CompletionDriver* const driver_;   // not owned
   const Contribution* const contribution_;  // not owned
   const size_t chunk_bytes_;
-  grpc::ClientContext context_;
-  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream_;
-  Tag start_tag_{this, Op::kStart};
-  Tag read_tag_{this, Op::kRead};
-  Tag write_tag_{this, Op::kWrite};
-  Tag finish_tag_{this, Op::kFinish};
 
   mutable absl::Mutex mu_;
-  bool started_ ABSL_GUARDED_BY(mu_) = false;
-  int operations_ ABSL_GUARDED_BY(mu_) = 0;  // handed to gRPC, not back yet
-  // Writing side: the start and each write take the one write slot.
-  bool write_busy_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::ByteBuffer outgoing_ ABSL_GUARDED_BY(mu_);
-  size_t next_message_ ABSL_GUARDED_BY(mu_) = 0;
-  // Reading side: one read outstanding at a time.
-  grpc::ByteBuffer incoming_ ABSL_GUARDED_BY(mu_);
+  // Guarded by mu_ (see AsyncStream). Its messages go one at a time: the
+  // next is built when the one before was written.
+  AsyncStream stream_{driver_, &mu_, this};
   ResultAssembler result_ ABSL_GUARDED_BY(mu_);
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish came back
-  grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);  // first client-side error
 };
 

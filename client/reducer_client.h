@@ -55,7 +55,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,41 +63,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/client_options.h"
 #include "core/data_type.h"
 #include "core/tensor.h"
 
 namespace reducer {
-
-// TLS to reducerd (README: "Securing reducerd"). Files are PEM, re-read
-// when they change (a rotated Kubernetes Secret), by new connections.
-struct TlsOptions {               // paths to PEM files
-  std::string ca_file;            // roots that sign reducerd's certificate
-  std::string cert_file;          // this worker's certificate (mutual TLS); empty: none
-  std::string key_file;
-  std::string server_name;        // name to check in reducerd's certificate; empty: the target's host
-};
-
-struct ClientOptions {
-  std::string target = "127.0.0.1:50051";
-  std::string job;  // shared by all ranks of one job
-  int rank = 0;
-  int world_size = 1;
-  absl::Duration timeout = absl::Minutes(5);  // Connect and each collective
-  // At the first Connect, tell glibc's malloc to keep freed buffers in the
-  // process (see core/process_memory.h): gRPC receives every message into
-  // fresh buffers, and handing them back to the kernel makes large
-  // collectives up to 3x slower. Process-wide; false if the application
-  // tunes malloc itself.
-  bool keep_freed_memory = true;
-  std::optional<TlsOptions> tls;  // unset: plaintext
-  std::string token;              // the job's bearer token; empty: none sent
-};
-
-struct CallOptions {
-  std::vector<int> group;  // ranks taking part, empty = all
-  std::string name;        // optional: match by name, not call order
-  absl::Duration timeout = absl::ZeroDuration();  // zero: ClientOptions::timeout
-};
 
 class ClientSession;      // internal: channels and the job session
 class PendingCollective;  // internal: a collective started, not waited for

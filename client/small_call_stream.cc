@@ -1,6 +1,7 @@
 #include "client/small_call_stream.h"
 
 #include <algorithm>
+#include <cassert>
 #include <optional>
 #include <utility>
 
@@ -39,8 +40,9 @@ absl::Status NoAnswerError(const v1::CollectiveHeader& header) {
 
 // One call in flight. Guarded by SmallCallStream::mu_.
 struct SmallCallStream::Call {
-  explicit Call(std::shared_ptr<BufferCache> buffers)
-      : result(std::move(buffers)) {}
+  Call(uint64_t id, std::shared_ptr<BufferCache> buffers)
+      : id(id), result(std::move(buffers)) {}
+  const uint64_t id;  // its message's id on the stream, too
   Opening* opening = nullptr;  // where it was sent
   ResultAssembler result;
   bool done = false;
@@ -50,42 +52,57 @@ struct SmallCallStream::Call {
   bool unsent = false;
 };
 
-// A message waiting for (or in) the stream's one write slot.
-struct SmallCallStream::Outgoing {
-  std::shared_ptr<Call> call;
-  grpc::ByteBuffer message;
-};
-
-// One opening of the gRPC stream, and the operations gRPC holds for it.
-// Guarded by SmallCallStream::mu_.
-struct SmallCallStream::Opening {
+// One opening of the gRPC stream, and the calls whose messages it holds.
+// Guarded by SmallCallStream::mu_ (its callbacks run with it held).
+struct SmallCallStream::Opening final : AsyncStream::Observer {
   explicit Opening(SmallCallStream* owner)
-      : start_tag(owner, this, Op::kStart),
-        read_tag(owner, this, Op::kRead),
-        write_tag(owner, this, Op::kWrite),
-        finish_tag(owner, this, Op::kFinish) {}
-  grpc::ClientContext context;
-  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream;
-  grpc::ByteBuffer incoming;
-  std::deque<Outgoing> outgoing;  // in order; the front may be in the slot
-  // The write slot is taken (gRPC sends the start of the call through it
-  // too): at most one start or write at a time.
-  bool write_busy = false;
-  bool front_in_flight = false;  // outgoing.front() is being written
-  grpc::Status final_status;              // filled by Finish
-  absl::Status error;  // a client-side reason to fail its calls, if any
-  int operations = 0;  // started and not yet back from the queue
-  bool retired = false;
-  Tag start_tag;
-  Tag read_tag;
-  Tag write_tag;
-  Tag finish_tag;
-};
+      : owner(owner), stream(owner->driver_, &owner->mu_, this) {}
 
-void SmallCallStream::Tag::OnComplete(bool ok) {
-  absl::MutexLock lock(&owner->mu_);
-  owner->HandleEventLocked(this, ok);
-}
+  // AsyncStream::Observer. A failed start or write, or the end of the
+  // reads, means the stream is over: no new call goes to it.
+  void OnStarted(bool ok) override {
+    owner->mu_.AssertHeld();
+    if (!ok) owner->RetireLocked(this);
+  }
+  void OnRead(grpc::ByteBuffer* message) override {
+    owner->mu_.AssertHeld();
+    owner->DispatchLocked(this, message);
+  }
+  void OnReadsEnded() override {
+    owner->mu_.AssertHeld();
+    owner->RetireLocked(this);
+  }
+  void OnWritten(uint64_t call_id, bool ok) override {
+    owner->mu_.AssertHeld();
+    auto it = unsent.find(call_id);
+    if (it != unsent.end()) {
+      it->second->unsent = false;
+      unsent.erase(it);
+    }
+    if (!ok) owner->RetireLocked(this);
+  }
+  void OnFinished(const grpc::Status& status) override {
+    owner->mu_.AssertHeld();
+    absl::Status why = error;
+    if (why.ok() && !status.ok()) why = FromGrpcStatus(status);
+    if (why.ok()) {
+      why = absl::UnavailableError(
+          "reducerd closed the Collectives stream before answering");
+    }
+    owner->FailCallsLocked(this, why);
+  }
+  void OnDone() override {
+    owner->mu_.AssertHeld();
+    owner->ForgetOpeningLocked(this);  // destroys this
+  }
+
+  SmallCallStream* const owner;
+  AsyncStream stream;
+  // Calls whose messages are queued or being written, by call id.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Call>> unsent;
+  absl::Status error;  // a client-side reason to fail its calls, if any
+  bool retired = false;
+};
 
 class SmallCallStream::Attempt final : public CollectiveAttempt {
  public:
@@ -120,7 +137,7 @@ SmallCallStream::~SmallCallStream() {
   {
     absl::MutexLock lock(&mu_);
     if (current_ != nullptr) RetireLocked(current_.get());
-    for (const auto& opening : retired_) opening->context.TryCancel();
+    for (const auto& opening : retired_) opening->stream.Cancel();
   }
   // Cancelled operations complete promptly; each opening goes once its
   // last one is back.
@@ -134,7 +151,6 @@ SmallCallStream::~SmallCallStream() {
 
 std::unique_ptr<CollectiveAttempt> SmallCallStream::Start(
     const Contribution& contribution) {
-  auto call = std::make_shared<Call>(buffers_);
   const size_t bytes = contribution.payload_bytes();
   const std::vector<grpc::Slice> data =
       bytes > 0 && bytes <= kPackedPayloadBytes &&
@@ -150,6 +166,7 @@ std::unique_ptr<CollectiveAttempt> SmallCallStream::Start(
       EncodeField(v1::CollectiveRequest::kHeaderFieldNumber,
                   contribution.header),
       data);
+  auto call = std::make_shared<Call>(call_id, buffers_);
   absl::MutexLock lock(&mu_);
 
   if (current_ == nullptr) OpenLocked();
@@ -157,29 +174,20 @@ std::unique_ptr<CollectiveAttempt> SmallCallStream::Start(
   call->opening = opening;
   calls_[call_id] = call;
   call->unsent = true;
-  opening->outgoing.push_back(Outgoing{call, std::move(message)});
-  if (!opening->write_busy) WriteFrontLocked(opening);
+  opening->unsent[call_id] = call;
+  // The current opening takes writes: one that cannot any more was
+  // retired in the same callback that found out.
+  const bool queued =
+      opening->stream.Write(call_id, std::move(message), /*last=*/false);
+  assert(queued);
+  (void)queued;
   return std::make_unique<Attempt>(this, call_id, std::move(call),
                                    &contribution);
 }
 
 void SmallCallStream::OpenLocked() {
   current_ = std::make_unique<Opening>(this);
-  Opening* opening = current_.get();
-  opening->stream =
-      stub_->PrepareCall(&opening->context, kCollectivesMethod, driver_->cq());
-  opening->stream->StartCall(&opening->start_tag);
-  opening->write_busy = true;
-  opening->stream->Read(&opening->incoming, &opening->read_tag);
-  opening->operations = 2;
-}
-
-void SmallCallStream::WriteFrontLocked(Opening* opening) {
-  opening->write_busy = true;
-  opening->front_in_flight = true;
-  ++opening->operations;
-  opening->stream->Write(opening->outgoing.front().message,
-                         &opening->write_tag);
+  current_->stream.Start(stub_, kCollectivesMethod);
 }
 
 bool SmallCallStream::Ready(const std::shared_ptr<Call>& call) {
@@ -219,87 +227,31 @@ absl::StatusOr<std::vector<Tensor>> SmallCallStream::Wait(
 
 void SmallCallStream::ForgetMessageLocked(const std::shared_ptr<Call>& call) {
   Opening* opening = call->opening;
-  auto& queue = opening->outgoing;
-  for (auto it = queue.begin(); it != queue.end(); ++it) {
-    if (it->call != call) continue;
-    if (it == queue.begin() && opening->front_in_flight) {
+  switch (opening->stream.Unqueue(call->id)) {
+    case AsyncStream::Unqueued::kInFlight:
       // gRPC holds it: end the stream, which ends the write.
       RetireLocked(opening);
-      opening->context.TryCancel();
+      opening->stream.Cancel();
       return;
-    }
-    call->unsent = false;
-    queue.erase(it);
-    return;
+    case AsyncStream::Unqueued::kRemoved:
+      call->unsent = false;
+      opening->unsent.erase(call->id);
+      return;
+    case AsyncStream::Unqueued::kAbsent:
+      return;
   }
 }
 
-void SmallCallStream::HandleEventLocked(const Tag* tag, bool ok) {
-  Opening* opening = tag->opening;
-  --opening->operations;
-  switch (tag->op) {
-    case Op::kStart:
-      WriteSideFreeLocked(opening, ok);
-      break;
-    case Op::kWrite:
-      opening->front_in_flight = false;
-      opening->outgoing.front().call->unsent = false;
-      opening->outgoing.pop_front();
-      WriteSideFreeLocked(opening, ok);
-      break;
-    case Op::kRead:
-      if (ok) {
-        DispatchLocked(opening);
-        ++opening->operations;
-        opening->stream->Read(&opening->incoming, &opening->read_tag);
-      } else {
-        RetireLocked(opening);
-        ++opening->operations;
-        opening->stream->Finish(&opening->final_status, &opening->finish_tag);
-      }
-      break;
-    case Op::kFinish: {
-      absl::Status why = opening->error;
-      if (why.ok() && !opening->final_status.ok()) {
-        why = FromGrpcStatus(opening->final_status);
-      }
-      if (why.ok()) {
-        why = absl::UnavailableError(
-            "reducerd closed the Collectives stream before answering");
-      }
-      FailCallsLocked(opening, why);
-      break;
-    }
-  }
-  if (opening->retired && opening->operations == 0) {
-    DropQueueLocked(opening);  // nothing can write it any more
-    retired_.erase(std::find_if(
-        retired_.begin(), retired_.end(),
-        [opening](const auto& o) { return o.get() == opening; }));
-  }
-}
-
-void SmallCallStream::WriteSideFreeLocked(Opening* opening, bool ok) {
-  opening->write_busy = false;
-  if (!ok) {
-    // The stream is over: nothing more will be written, and the pending
-    // read fails as well and brings the status.
-    RetireLocked(opening);
-    DropQueueLocked(opening);
-  } else if (!opening->outgoing.empty()) {
-    WriteFrontLocked(opening);
-  }
-}
-
-void SmallCallStream::DispatchLocked(Opening* opening) {
+void SmallCallStream::DispatchLocked(Opening* opening,
+                                     grpc::ByteBuffer* message) {
   SliceRange data;
-  absl::Status decoded = DecodeMessage(&opening->incoming, &response_, &data);
+  absl::Status decoded = DecodeMessage(message, &response_, &data);
   if (!decoded.ok()) {
     // Nothing on this stream can be trusted any more.
     opening->error = absl::InternalError(
         absl::StrCat("reducerd's answer did not parse: ", decoded.message()));
     RetireLocked(opening);
-    opening->context.TryCancel();
+    opening->stream.Cancel();
     return;
   }
   auto it = calls_.find(response_.call_id());
@@ -319,15 +271,17 @@ void SmallCallStream::DispatchLocked(Opening* opening) {
   calls_.erase(it);
 }
 
-void SmallCallStream::DropQueueLocked(Opening* opening) {
-  for (Outgoing& out : opening->outgoing) out.call->unsent = false;
-  opening->outgoing.clear();
-}
-
 void SmallCallStream::RetireLocked(Opening* opening) {
   if (opening->retired) return;
   opening->retired = true;
   if (current_.get() == opening) retired_.push_back(std::move(current_));
+}
+
+void SmallCallStream::ForgetOpeningLocked(Opening* opening) {
+  RetireLocked(opening);  // already, but for a stream that never read
+  retired_.erase(std::find_if(
+      retired_.begin(), retired_.end(),
+      [opening](const auto& o) { return o.get() == opening; }));
 }
 
 void SmallCallStream::FailCallsLocked(Opening* opening,

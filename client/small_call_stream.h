@@ -1,4 +1,4 @@
-// SmallCallStream: the client side of the Collectives stream, one long-lived
+// SmallCallStream: the CollectiveBackend of the Collectives stream, one long-lived
 // stream to reducerd that carries every collective whose payload fits in one
 // message, so that each costs one message each way and no stream setup
 // (per-call stream setup is most of a small collective's latency; see the
@@ -19,7 +19,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <vector>
 
@@ -28,7 +27,9 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/async_stream.h"
 #include "client/collective_attempt.h"
+#include "client/collective_backend.h"
 #include "client/completion_driver.h"
 #include "core/buffer_cache.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -37,14 +38,14 @@
 
 namespace reducer {
 
-class SmallCallStream {
+class SmallCallStream final : public CollectiveBackend {
  public:
   // `stub` and `driver` must outlive this. Result tensors take their
   // buffers from `buffers` (may be null).
   SmallCallStream(grpc::GenericStub* stub, CompletionDriver* driver,
                   std::shared_ptr<BufferCache> buffers);
   // Cancels the stream and waits until gRPC handed back what it holds.
-  ~SmallCallStream();
+  ~SmallCallStream() override;
   SmallCallStream(const SmallCallStream&) = delete;
   SmallCallStream& operator=(const SmallCallStream&) = delete;
 
@@ -54,23 +55,13 @@ class SmallCallStream {
   // gRPC no longer reads the caller's memory (a message still queued is
   // dropped; one being written ends with its stream, cancelled). The attempt
   // must outlive neither this stream nor `contribution`.
-  std::unique_ptr<CollectiveAttempt> Start(const Contribution& contribution);
+  std::unique_ptr<CollectiveAttempt> Start(
+      const Contribution& contribution) override;
 
  private:
   struct Call;
-  struct Outgoing;
   struct Opening;
   class Attempt;
-  enum class Op { kStart, kRead, kWrite, kFinish };
-  // What the completion queue hands back: the operation and its opening.
-  struct Tag final : CompletionDriver::Handler {
-    Tag(SmallCallStream* owner, Opening* opening, Op op)
-        : owner(owner), opening(opening), op(op) {}
-    void OnComplete(bool ok) override;
-    SmallCallStream* const owner;
-    Opening* const opening;
-    const Op op;
-  };
 
   bool Ready(const std::shared_ptr<Call>& call);
   absl::StatusOr<std::vector<Tensor>> Wait(uint64_t call_id,
@@ -82,23 +73,16 @@ class SmallCallStream {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Opens a new stream as current_.
   void OpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void WriteFrontLocked(Opening* opening) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void HandleEventLocked(const Tag* tag, bool ok)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The start or a write of `opening` completed with `ok`: writes the next
-  // queued message, or, when the stream is over, retires it.
-  void WriteSideFreeLocked(Opening* opening, bool ok)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Files a received message with its call.
-  void DispatchLocked(Opening* opening) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops the messages `opening` will never write (their calls fail with
-  // the stream's status).
-  void DropQueueLocked(Opening* opening) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DispatchLocked(Opening* opening, grpc::ByteBuffer* message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // No new call goes to `opening` any more.
   void RetireLocked(Opening* opening) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends every call still waiting on `opening` with `status`.
   void FailCallsLocked(Opening* opening, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // gRPC holds nothing of `opening` any more: it goes.
+  void ForgetOpeningLocked(Opening* opening) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   grpc::GenericStub* const stub_;    // not owned

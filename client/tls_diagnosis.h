@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "client/reducer_client.h"
+#include "client/client_options.h"
 
 namespace reducer {
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/validate.h"
+#include "core/payload_layout.h"
 #include "server/log.h"
 
 namespace reducer {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/packed_reduce.h"
+
 namespace reducer {
 
 ReduceStrategy::ReduceStrategy(bool scatter, int group_size,

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "core/validate.h"
+#include "core/payload_layout.h"
 #include "server/kind_strategy.h"
 
 namespace reducer {

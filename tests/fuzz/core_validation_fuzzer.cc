@@ -18,6 +18,8 @@
 
 #include "core/data_type.h"
 #include "core/fingerprint.h"
+#include "core/packed_reduce.h"
+#include "core/payload_layout.h"
 #include "core/validate.h"
 
 namespace {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/payload_layout.h"
 #include "core/validate.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"

@@ -1,0 +1,58 @@
+// The options of the Reducer client: how a Client connects (ClientOptions,
+// TlsOptions) and how one collective runs (CallOptions). Part of the public
+// API; client/reducer_client.h includes it.
+//
+//   reducer::ClientOptions options;
+//   options.target = "127.0.0.1:50051";
+//   options.job = "train-42";
+//   options.rank = 1;
+//   options.world_size = 4;
+//   reducer::CallOptions call;
+//   call.name = "step7";   // match by name rather than call order
+//
+// Plain structs: thread-compatible.
+#ifndef REDUCER_CLIENT_CLIENT_OPTIONS_H_
+#define REDUCER_CLIENT_CLIENT_OPTIONS_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace reducer {
+
+// TLS to reducerd (README: "Securing reducerd"). Files are PEM, re-read
+// when they change (a rotated Kubernetes Secret), by new connections.
+struct TlsOptions {               // paths to PEM files
+  std::string ca_file;            // roots that sign reducerd's certificate
+  std::string cert_file;          // this worker's certificate (mutual TLS); empty: none
+  std::string key_file;
+  std::string server_name;        // name to check in reducerd's certificate; empty: the target's host
+};
+
+struct ClientOptions {
+  std::string target = "127.0.0.1:50051";
+  std::string job;  // shared by all ranks of one job
+  int rank = 0;
+  int world_size = 1;
+  absl::Duration timeout = absl::Minutes(5);  // Connect and each collective
+  // At the first Connect, tell glibc's malloc to keep freed buffers in the
+  // process (see core/process_memory.h): gRPC receives every message into
+  // fresh buffers, and handing them back to the kernel makes large
+  // collectives up to 3x slower. Process-wide; false if the application
+  // tunes malloc itself.
+  bool keep_freed_memory = true;
+  std::optional<TlsOptions> tls;  // unset: plaintext
+  std::string token;              // the job's bearer token; empty: none sent
+};
+
+struct CallOptions {
+  std::vector<int> group;  // ranks taking part, empty = all
+  std::string name;        // optional: match by name, not call order
+  absl::Duration timeout = absl::ZeroDuration();  // zero: ClientOptions::timeout
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_CLIENT_CLIENT_OPTIONS_H_

@@ -1,0 +1,32 @@
+// CollectiveBackend: one way a collective's attempts travel to reducerd (the
+// shared Collectives stream, a Collective stream per call; later a shard
+// set, shared memory). CollectiveRouter picks one per contribution; nothing
+// above the router knows which.
+//
+//   std::unique_ptr<CollectiveAttempt> attempt = backend->Start(contribution);
+//   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
+//
+// Implementations are thread-safe: Start is called from any thread.
+#ifndef REDUCER_CLIENT_COLLECTIVE_BACKEND_H_
+#define REDUCER_CLIENT_COLLECTIVE_BACKEND_H_
+
+#include <memory>
+
+#include "client/collective_attempt.h"
+
+namespace reducer {
+
+class CollectiveBackend {
+ public:
+  virtual ~CollectiveBackend() = default;
+
+  // Sends one attempt of `contribution` and returns it (its outcome comes
+  // through CollectiveAttempt::Wait; see there for errors). `contribution`
+  // must outlive the attempt, and the attempt must not outlive the backend.
+  virtual std::unique_ptr<CollectiveAttempt> Start(
+      const Contribution& contribution) = 0;
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_CLIENT_COLLECTIVE_BACKEND_H_

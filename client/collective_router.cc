@@ -1,0 +1,28 @@
+#include "client/collective_router.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace reducer {
+
+CollectiveRouter::Transport CollectiveRouter::ParseTransport(const char* value) {
+  return value != nullptr && std::strcmp(value, "per_call") == 0
+             ? Transport::kPerCall
+             : Transport::kAuto;
+}
+
+CollectiveRouter::Transport CollectiveRouter::TransportFromEnvironment() {
+  static const Transport transport =
+      ParseTransport(std::getenv("REDUCER_CLIENT_TRANSPORT"));
+  return transport;
+}
+
+CollectiveBackend* CollectiveRouter::Route(
+    const Contribution& contribution) const {
+  if (transport_ == Transport::kPerCall) return per_call_;
+  const size_t chunk_bytes = chunk_bytes_->load(std::memory_order_relaxed);
+  return contribution.payload_bytes() <= chunk_bytes ? shared_stream_
+                                                     : per_call_;
+}
+
+}  // namespace reducer

@@ -1,0 +1,131 @@
+#include "client/collective_router.h"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/data_type.h"
+#include "core/fingerprint.h"
+#include "core/payload_layout.h"
+#include "gtest/gtest.h"
+
+namespace reducer {
+namespace {
+
+// An attempt that is never sent: it only remembers its backend.
+class FakeAttempt final : public CollectiveAttempt {
+ public:
+  absl::StatusOr<std::vector<Tensor>> Wait() override {
+    return std::vector<Tensor>{};
+  }
+  bool Ready() override { return true; }
+  bool received_any() const override { return false; }
+};
+
+// Records the contributions it was asked to start.
+class RecordingBackend final : public CollectiveBackend {
+ public:
+  std::unique_ptr<CollectiveAttempt> Start(
+      const Contribution& contribution) override {
+    started.push_back(&contribution);
+    return std::make_unique<FakeAttempt>();
+  }
+  std::vector<const Contribution*> started;
+};
+
+// A contribution of `elements` float32 values (4 bytes each).
+Contribution FloatsOf(int64_t elements, bool send_payload = true) {
+  Contribution c;
+  const TensorSpec spec{DataType::kFloat32, {elements}, ReduceOp::kSum};
+  c.layout = *ComputePayloadLayout({spec});
+  c.inputs.push_back(nullptr);  // never read: the fakes send nothing
+  c.send_payload = send_payload;
+  return c;
+}
+
+class CollectiveRouterTest : public ::testing::Test {
+ protected:
+  CollectiveRouter Router(CollectiveRouter::Transport transport) {
+    return CollectiveRouter(&shared_, &per_call_, &chunk_bytes_, transport);
+  }
+
+  RecordingBackend shared_;
+  RecordingBackend per_call_;
+  std::atomic<size_t> chunk_bytes_{1024};
+};
+
+TEST_F(CollectiveRouterTest, PayloadUpToOneChunkGoesOnTheSharedStream) {
+  const CollectiveRouter router = Router(CollectiveRouter::Transport::kAuto);
+  const Contribution one_element = FloatsOf(1);
+  const Contribution exactly_one_chunk = FloatsOf(256);  // 1024 bytes
+  const Contribution empty = FloatsOf(0);
+  EXPECT_EQ(router.Route(one_element), &shared_);
+  EXPECT_EQ(router.Route(exactly_one_chunk), &shared_);
+  EXPECT_EQ(router.Route(empty), &shared_);
+}
+
+TEST_F(CollectiveRouterTest, PayloadAboveOneChunkGetsAStreamOfItsOwn) {
+  const CollectiveRouter router = Router(CollectiveRouter::Transport::kAuto);
+  const Contribution one_element_over = FloatsOf(257);  // 1028 bytes
+  const Contribution large = FloatsOf(1 << 20);
+  EXPECT_EQ(router.Route(one_element_over), &per_call_);
+  EXPECT_EQ(router.Route(large), &per_call_);
+}
+
+TEST_F(CollectiveRouterTest, DeclaredShapesWithoutPayloadCountAsNoBytes) {
+  // A Broadcast non-root declares a large shape but sends nothing.
+  const CollectiveRouter router = Router(CollectiveRouter::Transport::kAuto);
+  const Contribution declared = FloatsOf(1 << 20, /*send_payload=*/false);
+  EXPECT_EQ(router.Route(declared), &shared_);
+}
+
+TEST_F(CollectiveRouterTest, TheChunkSizeIsReadAtEveryRoute) {
+  // The chunk size agreed at Connect arrives after the router was built.
+  const CollectiveRouter router = Router(CollectiveRouter::Transport::kAuto);
+  const Contribution c = FloatsOf(1000);  // 4000 bytes
+  EXPECT_EQ(router.Route(c), &per_call_);
+  chunk_bytes_.store(4000);
+  EXPECT_EQ(router.Route(c), &shared_);
+  chunk_bytes_.store(3999);
+  EXPECT_EQ(router.Route(c), &per_call_);
+}
+
+TEST_F(CollectiveRouterTest, PerCallTransportSendsEveryCollectiveOnItsOwnStream) {
+  const CollectiveRouter router = Router(CollectiveRouter::Transport::kPerCall);
+  const Contribution tiny = FloatsOf(1);
+  const Contribution empty = FloatsOf(0);
+  const Contribution large = FloatsOf(1 << 20);
+  EXPECT_EQ(router.Route(tiny), &per_call_);
+  EXPECT_EQ(router.Route(empty), &per_call_);
+  EXPECT_EQ(router.Route(large), &per_call_);
+}
+
+TEST_F(CollectiveRouterTest, StartHandsTheSameContributionToTheChosenBackend) {
+  const CollectiveRouter router = Router(CollectiveRouter::Transport::kAuto);
+  const Contribution small = FloatsOf(2);
+  const Contribution large = FloatsOf(4096);
+  EXPECT_NE(router.Start(small), nullptr);
+  EXPECT_NE(router.Start(large), nullptr);
+  EXPECT_NE(router.Start(small), nullptr);
+  ASSERT_EQ(shared_.started.size(), 2u);
+  EXPECT_EQ(shared_.started[0], &small);
+  EXPECT_EQ(shared_.started[1], &small);
+  ASSERT_EQ(per_call_.started.size(), 1u);
+  EXPECT_EQ(per_call_.started[0], &large);
+}
+
+TEST(CollectiveRouterTransportTest, OnlyPerCallSelectsPerCallStreams) {
+  using Transport = CollectiveRouter::Transport;
+  EXPECT_EQ(CollectiveRouter::ParseTransport("per_call"), Transport::kPerCall);
+  EXPECT_EQ(CollectiveRouter::ParseTransport(nullptr), Transport::kAuto);
+  EXPECT_EQ(CollectiveRouter::ParseTransport("auto"), Transport::kAuto);
+  EXPECT_EQ(CollectiveRouter::ParseTransport(""), Transport::kAuto);
+  EXPECT_EQ(CollectiveRouter::ParseTransport("PER_CALL"), Transport::kAuto);
+  EXPECT_EQ(CollectiveRouter::ParseTransport("per_call "), Transport::kAuto);
+}
+
+}  // namespace
+}  // namespace reducer

@@ -1,0 +1,40 @@
+// The packed payload layout shared by client and server: one rank's tensors
+// back to back, each starting at a multiple of kPayloadAlignment bytes (zero
+// padding in between), so that any chunk boundary at a multiple of
+// kPayloadAlignment falls between elements.
+//
+//   absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(fp.tensors);
+//   // tensor i occupies [layout->offsets[i], layout->offsets[i] + sizes[i])
+//
+// Pure functions; thread-safe.
+#ifndef REDUCER_CORE_PAYLOAD_LAYOUT_H_
+#define REDUCER_CORE_PAYLOAD_LAYOUT_H_
+
+#include <cstddef>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/fingerprint.h"
+
+namespace reducer {
+
+// Every tensor in a packed payload starts at a multiple of this. 8 is the
+// largest element size, so chunk boundaries at multiples of 8 never split an
+// element.
+inline constexpr size_t kPayloadAlignment = 8;
+
+struct PayloadLayout {
+  std::vector<size_t> offsets;  // byte offset of each tensor
+  std::vector<size_t> sizes;    // byte size of each tensor
+  size_t total_bytes = 0;       // end of the last tensor (no trailing pad)
+};
+
+// INVALID_ARGUMENT naming the tensor index for an unknown dtype, a negative
+// dimension, or an element count or byte size that overflows int64.
+absl::StatusOr<PayloadLayout> ComputePayloadLayout(
+    absl::Span<const TensorSpec> tensors);
+
+}  // namespace reducer
+
+#endif  // REDUCER_CORE_PAYLOAD_LAYOUT_H_

@@ -1,0 +1,95 @@
+#include "core/payload_layout.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/data_type.h"
+#include "core/fingerprint.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+TensorSpec Spec(DataType dtype, std::vector<int64_t> shape,
+                ReduceOp op = ReduceOp::kSum) {
+  TensorSpec t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.op = op;
+  return t;
+}
+
+void ExpectInvalid(const absl::Status& s, const std::string& message) {
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr(message));
+}
+
+// ComputePayloadLayout --------------------------------------------------------
+
+TEST(ComputePayloadLayoutTest, AlignsEveryTensorToEightBytes) {
+  absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(
+      {Spec(DataType::kInt8, {3}), Spec(DataType::kFloat64, {2}),
+       Spec(DataType::kBool, {0}), Spec(DataType::kFloat16, {5}),
+       Spec(DataType::kInt32, {})});
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_THAT(layout->offsets, ElementsAre(0, 8, 24, 24, 40));
+  EXPECT_THAT(layout->sizes, ElementsAre(3, 16, 0, 10, 4));
+  EXPECT_EQ(layout->total_bytes, 44u);
+}
+
+TEST(ComputePayloadLayoutTest, NoTensorsIsAnEmptyPayload) {
+  absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout({});
+  ASSERT_TRUE(layout.ok());
+  EXPECT_TRUE(layout->offsets.empty());
+  EXPECT_EQ(layout->total_bytes, 0u);
+}
+
+TEST(ComputePayloadLayoutTest, NegativeDimensionNamesTheTensor) {
+  ExpectInvalid(ComputePayloadLayout({Spec(DataType::kInt8, {1}),
+                                      Spec(DataType::kFloat32, {2, -3})})
+                    .status(),
+                "tensor 1: negative dimension -3 in shape [2,-3]");
+}
+
+TEST(ComputePayloadLayoutTest, ElementCountOverflowNamesTheTensor) {
+  ExpectInvalid(
+      ComputePayloadLayout(
+          {Spec(DataType::kInt8, {int64_t{1} << 40, int64_t{1} << 40})})
+          .status(),
+      "tensor 0: element count of shape [1099511627776,1099511627776] "
+      "overflows int64");
+}
+
+TEST(ComputePayloadLayoutTest, ByteSizeOverflowNamesTheTensor) {
+  ExpectInvalid(
+      ComputePayloadLayout({Spec(DataType::kFloat64, {kInt64Max / 4})})
+          .status(),
+      "tensor 0: byte size of shape");
+}
+
+TEST(ComputePayloadLayoutTest, TotalPayloadOverflowIsInvalid) {
+  const int64_t half = kInt64Max / 2 + 1;
+  ExpectInvalid(ComputePayloadLayout({Spec(DataType::kInt8, {half}),
+                                      Spec(DataType::kInt8, {half})})
+                    .status(),
+                "tensor 1: payload size overflows int64");
+}
+
+TEST(ComputePayloadLayoutTest, UnknownDtypeIsInvalid) {
+  ExpectInvalid(
+      ComputePayloadLayout({Spec(static_cast<DataType>(9), {1})}).status(),
+      "tensor 0: unknown dtype 9");
+}
+
+}  // namespace
+}  // namespace reducer
