@@ -265,7 +265,9 @@ TEST_F(NetnsHarnessTest, TbfCapBoundsTheTransferTime) {
       << "2 MB over an 8 Mbit/s link cannot arrive in under 1.5 s";
 }
 
-TEST_F(NetnsHarnessTest, BadHostNamesAreRefused) {
+// Names are checked before anything is made, so this runs without
+// privileges too.
+TEST(NetnsHarnessOptionsTest, BadHostNamesAreRefused) {
   VirtualNetwork::Options options;
   options.hosts = {"w0", "toolong"};
   absl::StatusOr<std::unique_ptr<VirtualNetwork>> net =
