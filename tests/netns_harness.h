@@ -17,7 +17,8 @@
 //       VirtualNetwork::Create(options);
 //   ReducerdPlacement placement = (*net)->Placement("s0");
 //   ... ReducerdProcess::StartPlaced(placement) ...
-//   ... ChildProcess::Start(Concat((*net)->CommandPrefix("w0"), argv), ...)
+//   WorkerSpec spec;                     // tests/fault_test_base.h
+//   spec.command_prefix = (*net)->CommandPrefix("w0");
 //   (*net)->SetLinkUp("w1", false);      // cut w1 off
 //
 // Names: every namespace and interface starts with "rd<pid>-" (the pid of
