@@ -166,7 +166,8 @@ bool FaultTest::RestartServerOnSamePort() {
 std::unique_ptr<ChildProcess> FaultTest::StartWorker(const WorkerSpec& spec) {
   std::string target = spec.target;
   if (target.empty() && server_ != nullptr) target = server_->address();
-  std::vector<std::string> argv = {
+  std::vector<std::string> argv = spec.command_prefix;
+  argv.insert(argv.end(), {
       worker_binary_,
       absl::StrCat("--target=", target),
       absl::StrCat("--job=", spec.job),
@@ -174,7 +175,7 @@ std::unique_ptr<ChildProcess> FaultTest::StartWorker(const WorkerSpec& spec) {
       absl::StrCat("--world_size=", spec.world_size),
       absl::StrCat("--scratch_dir=", scratch_dir_),
       absl::StrCat("--steps=", spec.steps),
-  };
+  });
   argv.insert(argv.end(), spec.extra_flags.begin(), spec.extra_flags.end());
   const std::string name =
       spec.name.empty() ? absl::StrCat(spec.job, ".rank", spec.rank) : spec.name;

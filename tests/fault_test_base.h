@@ -80,6 +80,8 @@ struct WorkerSpec {
   std::string target;  // default: the server's address
   std::vector<std::string> extra_flags;
   std::string name;    // default: "<job>.rank<r>"
+  // Put before the worker's argv (e.g. `ip netns exec NS`: another host).
+  std::vector<std::string> command_prefix;
 };
 
 class FaultTest : public ::testing::Test {

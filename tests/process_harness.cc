@@ -52,15 +52,18 @@ bool FileExists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
-// True when a TCP connection to 127.0.0.1:port succeeds.
-bool CanConnect(int port) {
+// True when a TCP connection to host:port (an IPv4 literal) succeeds.
+bool CanConnect(const std::string& host, int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   sockaddr_in addr;
   std::memset(&addr, 0, sizeof(addr));
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    close(fd);
+    return false;
+  }
   bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
   return ok;
@@ -294,11 +297,13 @@ std::vector<ProcessResult> WaitAll(
 // ReducerdProcess
 
 absl::StatusOr<std::unique_ptr<ReducerdProcess>> ReducerdProcess::StartAttempt(
-    const std::string& binary, int port,
+    const std::string& binary, const ReducerdPlacement& placement, int port,
     const std::vector<std::string>& extra_flags, absl::Time deadline,
     absl::Duration ready_timeout) {
-  const std::string address = absl::StrCat("127.0.0.1:", port);
-  std::vector<std::string> argv = {binary, absl::StrCat("--listen=", address)};
+  const std::string address = absl::StrCat(placement.host, ":", port);
+  std::vector<std::string> argv = placement.command_prefix;
+  argv.push_back(binary);
+  argv.push_back(absl::StrCat("--listen=", address));
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   // A name of its own per start, so that a daemon restarted on the same
   // port does not overwrite its predecessor's logs.
@@ -316,7 +321,10 @@ absl::StatusOr<std::unique_ptr<ReducerdProcess>> ReducerdProcess::StartAttempt(
   while (absl::Now() < deadline) {
     if (!(*process)->IsRunning()) break;
     const std::string logs = (*process)->ReadStdout() + (*process)->ReadStderr();
-    if (logs.find(address) != std::string::npos && CanConnect(port)) {
+    const bool accepts = placement.can_connect
+                             ? placement.can_connect(port)
+                             : CanConnect(placement.host, port);
+    if (logs.find(address) != std::string::npos && accepts) {
       return std::unique_ptr<ReducerdProcess>(
           new ReducerdProcess(*std::move(process), address, port));
     }
@@ -335,6 +343,12 @@ absl::StatusOr<std::unique_ptr<ReducerdProcess>> ReducerdProcess::StartAttempt(
 
 absl::StatusOr<std::unique_ptr<ReducerdProcess>> ReducerdProcess::Start(
     std::vector<std::string> extra_flags, absl::Duration ready_timeout) {
+  return StartPlaced(ReducerdPlacement(), std::move(extra_flags), ready_timeout);
+}
+
+absl::StatusOr<std::unique_ptr<ReducerdProcess>> ReducerdProcess::StartPlaced(
+    const ReducerdPlacement& placement, std::vector<std::string> extra_flags,
+    absl::Duration ready_timeout) {
   absl::StatusOr<std::string> binary = RunfilePath("server/reducerd");
   if (!binary.ok()) return binary.status();
 
@@ -344,7 +358,8 @@ absl::StatusOr<std::unique_ptr<ReducerdProcess>> ReducerdProcess::Start(
     absl::StatusOr<int> port = PickFreeLoopbackPort();
     if (!port.ok()) return port.status();
     absl::StatusOr<std::unique_ptr<ReducerdProcess>> started =
-        StartAttempt(*binary, *port, extra_flags, deadline, ready_timeout);
+        StartAttempt(*binary, placement, *port, extra_flags, deadline,
+                     ready_timeout);
     if (started.ok() || !absl::IsNotFound(started.status())) return started;
     // It exited early (perhaps the port was taken): try another port.
     last_failure = std::string(started.status().message());
@@ -363,7 +378,8 @@ absl::StatusOr<std::unique_ptr<ReducerdProcess>> ReducerdProcess::StartOnPort(
   std::string last_failure;
   while (absl::Now() < deadline) {
     absl::StatusOr<std::unique_ptr<ReducerdProcess>> started =
-        StartAttempt(*binary, port, extra_flags, deadline, ready_timeout);
+        StartAttempt(*binary, ReducerdPlacement(), port, extra_flags, deadline,
+                     ready_timeout);
     if (started.ok() || !absl::IsNotFound(started.status())) return started;
     last_failure = std::string(started.status().message());
     absl::SleepFor(absl::Milliseconds(200));  // the port may free up soon

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -127,6 +128,18 @@ std::vector<ProcessResult> WaitAll(
     const std::vector<std::unique_ptr<ChildProcess>>& children,
     absl::Duration timeout);
 
+// Where a ReducerdProcess runs, for daemons outside this process's network
+// namespace (tests/netns_harness.h). The defaults are the loopback case.
+struct ReducerdPlacement {
+  // The address of --listen=HOST:PORT.
+  std::string host = "127.0.0.1";
+  // Put before reducerd's argv, e.g. {"/usr/sbin/ip", "netns", "exec", NS}.
+  std::vector<std::string> command_prefix;
+  // True when HOST:`port` accepts TCP connections, asked from where the
+  // daemon can be reached; empty: a connection from this thread.
+  std::function<bool(int port)> can_connect;
+};
+
 // A reducerd daemon on a free loopback port.
 class ReducerdProcess {
  public:
@@ -148,12 +161,19 @@ class ReducerdProcess {
       int port, std::vector<std::string> extra_flags = {},
       absl::Duration ready_timeout = absl::Seconds(30));
 
+  // As Start, placed as `placement` says (a port is picked as for Start;
+  // any port free here is free in a namespace of its own, too).
+  static absl::StatusOr<std::unique_ptr<ReducerdProcess>> StartPlaced(
+      const ReducerdPlacement& placement,
+      std::vector<std::string> extra_flags = {},
+      absl::Duration ready_timeout = absl::Seconds(30));
+
   // Stop(absl::Seconds(10)) unless already stopped.
   ~ReducerdProcess();
   ReducerdProcess(const ReducerdProcess&) = delete;
   ReducerdProcess& operator=(const ReducerdProcess&) = delete;
 
-  // "127.0.0.1:PORT", for ClientOptions::target / --target.
+  // "HOST:PORT" ("127.0.0.1:PORT" unless placed), for --target.
   const std::string& address() const { return address_; }
   int port() const { return port_; }
   pid_t pid() const { return process_->pid(); }
@@ -175,7 +195,7 @@ class ReducerdProcess {
   // output if it exited before serving; DEADLINE_EXCEEDED if it still runs
   // but did not become ready by `deadline`.
   static absl::StatusOr<std::unique_ptr<ReducerdProcess>> StartAttempt(
-      const std::string& binary, int port,
+      const std::string& binary, const ReducerdPlacement& placement, int port,
       const std::vector<std::string>& extra_flags, absl::Time deadline,
       absl::Duration ready_timeout);
 
