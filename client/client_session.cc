@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/random/random.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -380,6 +382,30 @@ bool PendingCollective::Ready() {
   return !invalid_.ok() || attempt_->Ready();
 }
 
+namespace {
+
+// A failure whose message does not name the job (a transport error, such as
+// gRPC's bare "Connection reset by peer", or a lost session) is prefixed
+// with the collective and reducerd's address; reducerd's own messages name
+// the job and the collective already and are returned as they are.
+absl::Status NameWhereItFailed(const absl::Status& status,
+                               const v1::CollectiveHeader& header,
+                               const std::string& target) {
+  const absl::string_view message = status.message();
+  if (absl::StrContains(message, absl::StrCat("job ", header.job()))) {
+    return status;
+  }
+  absl::StatusOr<CollectiveKind> kind = CollectiveKindFromWire(header.kind());
+  std::string prefix = DescribeCollective(
+      header, kind.ok() ? std::optional(*kind) : std::nullopt);
+  if (!absl::StrContains(message, target)) {
+    absl::StrAppend(&prefix, ": reducerd at ", target);
+  }
+  return absl::Status(status.code(), absl::StrCat(prefix, ": ", message));
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<Tensor>> PendingCollective::Wait() {
   if (!invalid_.ok()) return invalid_;
   absl::StatusOr<std::vector<Tensor>> result;
@@ -404,8 +430,11 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::Wait() {
     absl::Status why = session_->SessionStatus();
     if (!why.ok() && result.status().code() != absl::StatusCode::kFailedPrecondition &&
         result.status().code() != absl::StatusCode::kInvalidArgument) {
-      return why;
+      return NameWhereItFailed(why, contribution_.header,
+                               session_->options().target);
     }
+    return NameWhereItFailed(result.status(), contribution_.header,
+                             session_->options().target);
   }
   return result;
 }

@@ -21,6 +21,7 @@ namespace testing {
 namespace {
 
 using ::testing::AnyOf;
+using ::testing::HasSubstr;
 
 class RestartTest : public FaultTest {
  protected:
@@ -70,6 +71,11 @@ TEST_F(RestartTest, KilledMidAllReduceThenRanksConnectAgain) {
                               absl::StatusCode::kAborted))
         << r.name << ": " << s.message;
     EXPECT_NE(s.check, "bad") << r.name << ": " << s.message;
+    // The transport's bare error is named: the collective, its job and the
+    // reducerd that was lost.
+    EXPECT_THAT(s.message, HasSubstr(absl::StrCat("allreduce #0 in job ", Job())))
+        << r.name;
+    EXPECT_THAT(s.message, HasSubstr("reducerd at 127.0.0.1:")) << r.name;
     ExpectStep(r, "3", absl::StatusCode::kOk);  // Connect again
     ExpectStep(r, "4", absl::StatusCode::kOk);
     ExpectStep(r, "5", absl::StatusCode::kOk);
