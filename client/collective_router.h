@@ -37,7 +37,7 @@
 
 namespace reducer {
 
-class CollectiveRouter {
+class CollectiveRouter final : public CollectiveBackend {
  public:
   // Which transports the router may pick.
   enum class Transport {
@@ -63,7 +63,8 @@ class CollectiveRouter {
 
   // Route(contribution)->Start(contribution); the contract of
   // CollectiveBackend::Start.
-  std::unique_ptr<CollectiveAttempt> Start(const Contribution& contribution) const {
+  std::unique_ptr<CollectiveAttempt> Start(
+      const Contribution& contribution) override {
     return Route(contribution)->Start(contribution);
   }
 
