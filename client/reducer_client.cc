@@ -224,17 +224,17 @@ absl::StatusOr<std::vector<Tensor>> Client::AllReduceMany(
   for (size_t i = 0; i < inputs.size(); ++i) {
     absl::Status valid =
         CheckView(inputs[i], "AllReduceMany input", static_cast<int>(i));
+    if (valid.ok() && inputs[i].device() != inputs[0].device()) {
+      valid = absl::InvalidArgumentError(absl::StrCat(
+          "AllReduceMany input ", i, " is on ", inputs[i].device().ToString(),
+          " but input 0 is on ", inputs[0].device().ToString(),
+          "; one call reduces tensors of one device"));
+    }
     if (valid.ok()) {
       valid = CheckPlacement(staging(), inputs[i], "AllReduceMany input",
                              static_cast<int>(i));
     }
     if (!valid.ok()) return valid;
-    if (inputs[i].device() != inputs[0].device()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "AllReduceMany input ", i, " is on ", inputs[i].device().ToString(),
-          " but input 0 is on ", inputs[0].device().ToString(),
-          "; one call reduces tensors of one device"));
-    }
     spec.device = inputs[i].device();
     spec.tensors.push_back(SpecOf(inputs[i], ops[i]));
     spec.inputs.push_back(inputs[i].data());

@@ -5,9 +5,9 @@
   (libcudart_static.a, which loads the driver, libcuda.so.1, when first
   used), so that nothing linked against it needs the toolkit at run time;
   without a toolkit, an empty library.
-- `@cuda//:nvcc`: the toolkit's compiler (a file; absent without a toolkit).
 - `@cuda//:defs.bzl`, exporting `HAVE_CUDA` (True when the toolkit was found)
-  and `CUDA_PATH`, for BUILD files that choose sources by it.
+  and `CUDA_PATH` (the toolkit's directory, whose bin/nvcc a genrule may
+  run; empty without one), for BUILD files that choose sources by them.
 
 The toolkit is looked for at $CUDA_PATH when that is set (and only there, so
 `--repo_env=CUDA_PATH=/nonexistent` builds without CUDA), else at
@@ -25,7 +25,6 @@ def _cuda_toolkit_impl(ctx):
     if found:
         ctx.symlink(root + "/include", "include")
         ctx.symlink(root + "/lib64/libcudart_static.a", "lib/libcudart_static.a")
-        ctx.symlink(root + "/bin/nvcc", "nvcc")
         content.append("""
 cc_library(
     name = "cudart",
@@ -36,8 +35,6 @@ cc_library(
     linkopts = ["-ldl", "-lpthread", "-lrt"],
     visibility = ["//visibility:public"],
 )
-
-exports_files(["nvcc"], visibility = ["//visibility:public"])
 """)
     else:
         content.append("""
