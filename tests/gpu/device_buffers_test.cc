@@ -240,7 +240,11 @@ class GpuCollectiveTest : public DeviceBuffersTest,
 };
 
 TEST_P(GpuCollectiveTest, MatchesTheClosedForm) {
-  const auto [call, dtype, n, staging_bytes] = GetParam();
+  // Named copies, not structured bindings: the rank lambdas capture them.
+  const Call call = std::get<0>(GetParam());
+  const DataType dtype = std::get<1>(GetParam());
+  const int64_t n = std::get<2>(GetParam());
+  const size_t staging_bytes = std::get<3>(GetParam());
   const ReduceOp op = OpFor(dtype);
   const uint64_t seed = static_cast<uint64_t>(n) * 31 + static_cast<int>(dtype);
   std::vector<std::unique_ptr<Client>> clients =
