@@ -43,6 +43,10 @@ absl::Status SyncStream(void* stream);
 absl::Status LaunchLateCopy(void* to, const void* from, size_t bytes,
                             int spin_ms, void* stream);
 
+// cudaMemcpy's bandwidth in GB/s between pinned host memory and the
+// current device, device to host, over `bytes` (best of a few copies).
+absl::StatusOr<double> PinnedCopyGBps(size_t bytes);
+
 }  // namespace testing
 }  // namespace reducer
 

@@ -1,6 +1,10 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "tests/gpu/gpu_support.h"
 
 namespace reducer {
@@ -88,6 +92,28 @@ absl::Status LaunchLateCopy(void* to, const void* from, size_t bytes, int spin_m
   return Check(LaunchLateCopyKernel(to, from, bytes, cycles,
                                     static_cast<cudaStream_t>(stream)),
                "the late-copy kernel launch");
+}
+
+absl::StatusOr<double> PinnedCopyGBps(size_t bytes) {
+  void* host = nullptr;
+  absl::Status s = Check(cudaMallocHost(&host, bytes), "cudaMallocHost");
+  if (!s.ok()) return s;
+  absl::StatusOr<void*> device = DeviceAlloc(bytes);
+  if (!device.ok()) {
+    cudaFreeHost(host);
+    return device.status();
+  }
+  double best = 0;
+  for (int i = 0; i < 5 && s.ok(); ++i) {
+    const absl::Time start = absl::Now();
+    s = Check(cudaMemcpy(host, *device, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    if (s.ok() && seconds > 0) best = std::max(best, bytes / seconds / 1e9);
+  }
+  DeviceFree(*device);
+  cudaFreeHost(host);
+  if (!s.ok()) return s;
+  return best;
 }
 
 }  // namespace testing

@@ -22,6 +22,7 @@ absl::StatusOr<void*> NewStream() { return NoCuda(); }
 void DestroyStream(void*) {}
 absl::Status SyncStream(void*) { return NoCuda(); }
 absl::Status LaunchLateCopy(void*, const void*, size_t, int, void*) { return NoCuda(); }
+absl::StatusOr<double> PinnedCopyGBps(size_t) { return NoCuda(); }
 
 }  // namespace testing
 }  // namespace reducer

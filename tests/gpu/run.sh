@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs the GPU tests (//tests/gpu:device_buffers_test) on a
 # machine with a CUDA GPU, its driver and the CUDA Toolkit ($CUDA_PATH or
-# /usr/local/cuda). Extra flags go to Bazel (tests/gpu/run.sh --config=asan).
+# /usr/local/cuda), then prints the staging figures (//tests/gpu:staging_bench:
+# cudaMemcpy's peak, a 64 MiB all-reduce from device and from host memory).
+# Extra flags go to Bazel (tests/gpu/run.sh --config=asan).
 # Fails when the tests would skip (no toolkit at build time, no usable GPU),
 # so that a green run means they ran on the device.
 set -euo pipefail
@@ -20,3 +22,6 @@ if [[ "$skipped" -gt 0 ]]; then
   echo "tests/gpu/run.sh: the GPU tests skipped: $(grep -m1 -o 'no GPU.*\|built without the CUDA Toolkit' "$log")" >&2
   exit 1
 fi
+
+bazel build "${flags[@]:2}" "$@" //tests/gpu:staging_bench
+RUNFILES_DIR="$PWD/bazel-bin/tests/gpu/staging_bench.runfiles" bazel-bin/tests/gpu/staging_bench
