@@ -14,6 +14,7 @@
 #ifndef REDUCER_CLIENT_CLIENT_OPTIONS_H_
 #define REDUCER_CLIENT_CLIENT_OPTIONS_H_
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,12 +46,22 @@ struct ClientOptions {
   bool keep_freed_memory = true;
   std::optional<TlsOptions> tls;  // unset: plaintext
   std::string token;              // the job's bearer token; empty: none sent
+  // Pinned (page-locked) host memory this client allocates once, at its
+  // first collective on a CUDA device, and reuses to stage device tensors
+  // (README: "CUDA device buffers"). A call whose payload does not fit (or
+  // while another call holds it) stages through ordinary host memory,
+  // which copies more slowly. 0: never pin.
+  size_t cuda_staging_bytes = size_t{64} << 20;
 };
 
 struct CallOptions {
   std::vector<int> group;  // ranks taking part, empty = all
   std::string name;        // optional: match by name, not call order
   absl::Duration timeout = absl::ZeroDuration();  // zero: ClientOptions::timeout
+  // For tensors on a CUDA device: the cudaStream_t (as void*) whose queued
+  // work the collective waits for before it reads the input; null: the
+  // default stream. The result is complete when the call returns.
+  void* cuda_stream = nullptr;
 };
 
 }  // namespace reducer

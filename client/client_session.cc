@@ -158,6 +158,9 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   session->router_ = std::make_unique<CollectiveRouter>(
       session->small_calls_.get(), session->per_call_.get(),
       &session->chunk_bytes_, CollectiveRouter::TransportFromEnvironment());
+  session->device_staging_ = NewDeviceStaging(options.cuda_staging_bytes);
+  session->staging_backend_ = std::make_unique<StagingBackend>(
+      session->router_.get(), session->device_staging_.get());
 
   // Wait for the connection within the timeout rather than failing at once
   // while reducerd is still starting.
@@ -247,6 +250,7 @@ ClientSession::~ClientSession() {
   }
   // Calls first (they drive the queue until gRPC handed them back), then
   // the Join stream, then the driver.
+  staging_backend_.reset();
   router_.reset();
   per_call_.reset();
   small_calls_.reset();
@@ -345,6 +349,8 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   contribution.layout = *std::move(layout);
   contribution.inputs = spec.inputs;
   contribution.send_payload = spec.send_payload;
+  contribution.device = spec.device;
+  contribution.cuda_stream = call.cuda_stream;
   contribution.deadline = absl::Now() + timeout + kDeadlineSlack;
   v1::CollectiveHeader& header = contribution.header;
   header.set_job(options_.job);
@@ -375,7 +381,7 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
 
 std::unique_ptr<CollectiveAttempt> ClientSession::SendAttempt(
     const PendingCollective& pending) {
-  return router_->Start(pending.contribution_);
+  return staging_backend_->Start(pending.contribution_);
 }
 
 bool PendingCollective::Ready() {

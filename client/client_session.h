@@ -24,9 +24,12 @@
 #include "client/collective_attempt.h"
 #include "client/collective_router.h"
 #include "client/completion_driver.h"
+#include "client/device_staging.h"
 #include "client/per_call_backend.h"
 #include "client/small_call_stream.h"
+#include "client/staging_backend.h"
 #include "core/buffer_cache.h"
+#include "core/device.h"
 #include "core/fingerprint.h"
 #include "core/tensor.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -42,6 +45,7 @@ struct CollectiveRequestSpec {
   std::vector<const void*> inputs;  // bytes of each tensor (caller memory)
   bool send_payload = true;         // false: declare shapes, send no bytes
   int root = -1;                    // Broadcast
+  Device device;                    // of every input, and of the results
 };
 
 class ClientSession;
@@ -92,6 +96,8 @@ class ClientSession final : private AsyncStream::Observer {
                                           const CallOptions& call);
 
   const ClientOptions& options() const { return options_; }
+  // Moves tensors between GPUs and the host; lives as long as the session.
+  DeviceStaging* staging() const { return device_staging_.get(); }
 
  private:
   friend class PendingCollective;
@@ -132,6 +138,11 @@ class ClientSession final : private AsyncStream::Observer {
   std::unique_ptr<SmallCallStream> small_calls_;
   std::unique_ptr<PerCallBackend> per_call_;
   std::unique_ptr<CollectiveRouter> router_;
+  // Device contributions staged around the router (every attempt is
+  // started here); destroyed before the router, and device_staging_ last
+  // of the calls' parts.
+  std::unique_ptr<DeviceStaging> device_staging_;
+  std::unique_ptr<StagingBackend> staging_backend_;
   std::unique_ptr<grpc::GenericStub> session_stub_;  // the Join stream's
   // The Join stream (guarded by mu_, see AsyncStream); set in Open.
   std::unique_ptr<AsyncStream> join_;

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/device.h"
 #include "core/tensor.h"
 #include "core/payload_layout.h"
 #include "proto/reducer/v1/reducer.pb.h"
@@ -27,6 +28,11 @@ struct Contribution {
   std::vector<const void*> inputs;   // inputs[i]: tensor i's bytes (caller's)
   bool send_payload = true;          // false: declare shapes, send no bytes
   absl::Time deadline;               // when the client gives up
+  // Where inputs live and results go (StagingBackend moves them between a
+  // GPU and the host; the transports see only the CPU), and the
+  // cudaStream_t the inputs are ordered after (null: the default stream).
+  Device device;
+  void* cuda_stream = nullptr;
 
   size_t payload_bytes() const { return send_payload ? layout.total_bytes : 0; }
 };

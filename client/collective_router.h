@@ -20,9 +20,10 @@
 //   partition did. One address is exactly today's router.
 // - Same host: a SharedMemoryBackend, chosen here (a rule of Route) when
 //   Connect found reducerd on this host and agreed a segment with it.
-// - CUDA device staging: a wrapper backend around the one chosen here,
-//   copying device inputs to pinned host memory before Start and results
-//   back after Wait; the transports below never see device memory.
+// - CUDA device staging (built): StagingBackend (client/staging_backend.h)
+//   wraps the router, copying device inputs to host memory before Start
+//   and results back after Wait; the transports below never see device
+//   memory.
 //
 // Thread-safe (holds no mutable state).
 #ifndef REDUCER_CLIENT_COLLECTIVE_ROUTER_H_
@@ -37,7 +38,7 @@
 
 namespace reducer {
 
-class CollectiveRouter {
+class CollectiveRouter final : public CollectiveBackend {
  public:
   // Which transports the router may pick.
   enum class Transport {
@@ -63,7 +64,8 @@ class CollectiveRouter {
 
   // Route(contribution)->Start(contribution); the contract of
   // CollectiveBackend::Start.
-  std::unique_ptr<CollectiveAttempt> Start(const Contribution& contribution) const {
+  std::unique_ptr<CollectiveAttempt> Start(
+      const Contribution& contribution) override {
     return Route(contribution)->Start(contribution);
   }
 

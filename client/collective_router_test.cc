@@ -104,7 +104,7 @@ TEST_F(CollectiveRouterTest, PerCallTransportSendsEveryCollectiveOnItsOwnStream)
 }
 
 TEST_F(CollectiveRouterTest, StartHandsTheSameContributionToTheChosenBackend) {
-  const CollectiveRouter router = Router(CollectiveRouter::Transport::kAuto);
+  CollectiveRouter router = Router(CollectiveRouter::Transport::kAuto);
   const Contribution small = FloatsOf(2);
   const Contribution large = FloatsOf(4096);
   EXPECT_NE(router.Start(small), nullptr);

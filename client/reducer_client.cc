@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client_session.h"
+#include "client/device_staging.h"
 
 namespace reducer {
 namespace {
@@ -34,26 +35,45 @@ absl::Status CheckView(const TensorView& view, absl::string_view what,
       " holds ", *bytes, " bytes"));
 }
 
-// Copies `result` into `inout` once it is known to fit exactly: the
-// all-or-nothing step of every in-place call.
-// OK when `result` can be written into `inout` (same dtype and shape);
-// else FAILED_PRECONDITION naming both, from `what`.
+// OK when `view`'s memory is on the device it names (and that device is
+// usable); DeviceStaging::CheckMemory's errors otherwise, naming `what`
+// (and ` index` when index >= 0).
+absl::Status CheckPlacement(DeviceStaging* staging, const TensorView& view,
+                            absl::string_view what, int index = -1) {
+  const void* data = view.data();
+  if (view.device().is_cpu() && data == nullptr) return absl::OkStatus();
+  return staging->CheckMemory(
+      view.device(), absl::MakeConstSpan(&data, 1),
+      index < 0 ? std::string(what) : absl::StrCat(what, " ", index));
+}
+
+// OK when `result` can be written into `inout` (same dtype, shape and
+// device); else FAILED_PRECONDITION naming both, from `what`.
 absl::Status CheckFits(const Tensor& result, const MutableTensorView& inout,
                        absl::string_view what) {
-  if (result.dtype() == inout.dtype() && result.shape() == inout.shape()) {
+  if (result.dtype() == inout.dtype() && result.shape() == inout.shape() &&
+      result.device() == inout.device()) {
     return absl::OkStatus();
   }
   return absl::FailedPreconditionError(absl::StrCat(
       what, ": the result is ", ShapeToString(result.shape()), " ",
-      DataTypeName(result.dtype()), " but the buffer is ",
-      ShapeToString(inout.shape()), " ", DataTypeName(inout.dtype()),
+      DataTypeName(result.dtype()), " on ", result.device().ToString(),
+      " but the buffer is ", ShapeToString(inout.shape()), " ",
+      DataTypeName(inout.dtype()), " on ", inout.device().ToString(),
       "; the buffer was left unchanged"));
 }
 
+// Copies `result` into `inout` once it is known to fit exactly: the
+// all-or-nothing step of every in-place call. On a GPU through `staging`,
+// ordered after the work queued on `cuda_stream`.
 absl::Status CopyInto(const Tensor& result, const MutableTensorView& inout,
-                      absl::string_view what) {
+                      absl::string_view what, DeviceStaging* staging,
+                      void* cuda_stream) {
   absl::Status fits = CheckFits(result, inout, what);
   if (!fits.ok()) return fits;
+  if (inout.device().is_cuda()) {
+    return staging->CopyInto(result, inout, cuda_stream);
+  }
   if (result.num_bytes() > 0) {
     std::memcpy(inout.data(), result.data(), result.num_bytes());
   }
@@ -75,6 +95,7 @@ CollectiveRequestSpec OneTensor(CollectiveKind kind, const TensorView& input,
   spec.kind = kind;
   spec.tensors.push_back(SpecOf(input, op));
   spec.inputs.push_back(input.data());
+  spec.device = input.device();
   return spec;
 }
 
@@ -93,12 +114,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   return std::unique_ptr<Client>(new Client(*std::move(session)));
 }
 
+DeviceStaging* Client::staging() const { return session_->staging(); }
+
 int Client::rank() const { return session_->options().rank; }
 int Client::world_size() const { return session_->options().world_size; }
 
 absl::StatusOr<Tensor> Client::AllReduce(const TensorView& input, ReduceOp op,
                                          const CallOptions& call) {
   absl::Status valid = CheckView(input, "AllReduce input");
+  if (valid.ok()) valid = CheckPlacement(staging(), input, "AllReduce input");
   if (!valid.ok()) return valid;
   return Single(
       session_->Run(OneTensor(CollectiveKind::kAllReduce, input, op), call));
@@ -108,12 +132,16 @@ absl::Status Client::AllReduceInPlace(const MutableTensorView& inout,
                                       ReduceOp op, const CallOptions& call) {
   absl::StatusOr<Tensor> result = AllReduce(inout.view(), op, call);
   if (!result.ok()) return result.status();
-  return CopyInto(*result, inout, "AllReduceInPlace");
+  return CopyInto(*result, inout, "AllReduceInPlace", staging(),
+                  call.cuda_stream);
 }
 
 std::unique_ptr<AllReduceHandle> Client::AllReduceAsync(
     const TensorView& input, ReduceOp op, const CallOptions& call) {
   absl::Status valid = CheckView(input, "AllReduceAsync input");
+  if (valid.ok()) {
+    valid = CheckPlacement(staging(), input, "AllReduceAsync input");
+  }
   if (!valid.ok()) {
     return std::unique_ptr<AllReduceHandle>(new AllReduceHandle(nullptr, valid));
   }
@@ -125,7 +153,8 @@ std::unique_ptr<AllReduceHandle> Client::AllReduceAsync(
 std::unique_ptr<AllReduceInPlaceHandle> Client::AllReduceInPlaceAsync(
     const MutableTensorView& inout, ReduceOp op, const CallOptions& call) {
   return std::unique_ptr<AllReduceInPlaceHandle>(new AllReduceInPlaceHandle(
-      AllReduceAsync(inout.view(), op, call), inout));
+      AllReduceAsync(inout.view(), op, call), inout, staging(),
+      call.cuda_stream));
 }
 
 AllReduceHandle::AllReduceHandle(std::unique_ptr<PendingCollective> pending,
@@ -152,13 +181,16 @@ absl::StatusOr<Tensor> AllReduceHandle::Wait() {
 }
 
 AllReduceInPlaceHandle::AllReduceInPlaceHandle(
-    std::unique_ptr<AllReduceHandle> handle, MutableTensorView inout)
-    : handle_(std::move(handle)), inout_(inout) {}
+    std::unique_ptr<AllReduceHandle> handle, MutableTensorView inout,
+    DeviceStaging* staging, void* cuda_stream)
+    : handle_(std::move(handle)), inout_(inout), staging_(staging),
+      cuda_stream_(cuda_stream) {}
 
 absl::Status AllReduceInPlaceHandle::Wait() {
   absl::StatusOr<Tensor> result = handle_->Wait();
   if (!result.ok()) return result.status();
-  return CopyInto(*result, inout_, "AllReduceInPlaceAsync");
+  return CopyInto(*result, inout_, "AllReduceInPlaceAsync", staging_,
+                  cuda_stream_);
 }
 
 absl::StatusOr<double> Client::AllReduce(double value, ReduceOp op,
@@ -192,7 +224,18 @@ absl::StatusOr<std::vector<Tensor>> Client::AllReduceMany(
   for (size_t i = 0; i < inputs.size(); ++i) {
     absl::Status valid =
         CheckView(inputs[i], "AllReduceMany input", static_cast<int>(i));
+    if (valid.ok() && inputs[i].device() != inputs[0].device()) {
+      valid = absl::InvalidArgumentError(absl::StrCat(
+          "AllReduceMany input ", i, " is on ", inputs[i].device().ToString(),
+          " but input 0 is on ", inputs[0].device().ToString(),
+          "; one call reduces tensors of one device"));
+    }
+    if (valid.ok()) {
+      valid = CheckPlacement(staging(), inputs[i], "AllReduceMany input",
+                             static_cast<int>(i));
+    }
     if (!valid.ok()) return valid;
+    spec.device = inputs[i].device();
     spec.tensors.push_back(SpecOf(inputs[i], ops[i]));
     spec.inputs.push_back(inputs[i].data());
   }
@@ -202,6 +245,7 @@ absl::StatusOr<std::vector<Tensor>> Client::AllReduceMany(
 absl::StatusOr<Tensor> Client::AllGather(const TensorView& input,
                                          const CallOptions& call) {
   absl::Status valid = CheckView(input, "AllGather input");
+  if (valid.ok()) valid = CheckPlacement(staging(), input, "AllGather input");
   if (!valid.ok()) return valid;
   return Single(session_->Run(
       OneTensor(CollectiveKind::kAllGather, input, ReduceOp::kSum), call));
@@ -219,9 +263,11 @@ absl::StatusOr<Tensor> Client::Broadcast(const TensorView& input, int root,
   }
   if (!input.is_empty_input()) {
     absl::Status valid = CheckView(input, "Broadcast input");
+    if (valid.ok()) valid = CheckPlacement(staging(), input, "Broadcast input");
     if (!valid.ok()) return valid;
     spec.tensors.push_back(SpecOf(input));
     spec.inputs.push_back(input.data());
+    spec.device = input.device();
   }
   spec.send_payload = is_root;
   return Single(session_->Run(spec, call));
@@ -231,13 +277,17 @@ absl::Status Client::BroadcastInPlace(const MutableTensorView& inout, int root,
                                       const CallOptions& call) {
   absl::StatusOr<Tensor> result = Broadcast(inout.view(), root, call);
   if (!result.ok()) return result.status();
-  return CopyInto(*result, inout, "BroadcastInPlace");
+  return CopyInto(*result, inout, "BroadcastInPlace", staging(),
+                  call.cuda_stream);
 }
 
 absl::StatusOr<Tensor> Client::ReduceScatter(const TensorView& input,
                                              ReduceOp op,
                                              const CallOptions& call) {
   absl::Status valid = CheckView(input, "ReduceScatter input");
+  if (valid.ok()) {
+    valid = CheckPlacement(staging(), input, "ReduceScatter input");
+  }
   if (!valid.ok()) return valid;
   return Single(session_->Run(
       OneTensor(CollectiveKind::kReduceScatter, input, op), call));
@@ -297,8 +347,9 @@ absl::Status MetricSync::ReduceInPlace(const CallOptions& call) {
     if (!fits.ok()) return fits;
   }
   for (const Entry& e : entries_) {
-    absl::Status copied = CopyInto(reduced->at(e.name), e.state,
-                                   "MetricSync::ReduceInPlace");
+    absl::Status copied =
+        CopyInto(reduced->at(e.name), e.state, "MetricSync::ReduceInPlace",
+                 client_->staging(), call.cuda_stream);
     if (!copied.ok()) return copied;
   }
   return absl::OkStatus();

@@ -47,6 +47,15 @@
 //   absl::StatusOr<reducer::Tensor> sum_b = b->Wait();   // stay unchanged until
 //                                                        // their Wait() returns
 //
+// CUDA device buffers (README: "CUDA device buffers"): a view made with
+// OnDevice(Device::Cuda(i), ...) runs the collective on GPU memory. The
+// input is read after the work queued on CallOptions::cuda_stream; an
+// out-of-place result is a new Tensor on the same device; in place writes
+// the buffer only once the whole result arrived. All inputs of one call are
+// on one device. A device pointer in a CPU view (or the reverse) is
+// INVALID_ARGUMENT; a CUDA view in a library built without CUDA, or on a
+// machine without a usable GPU, is FAILED_PRECONDITION saying which.
+//
 // Thread safety: a Client is thread-safe. Collectives issued concurrently from
 // several threads must be named (CallOptions::name), since call order is then
 // not defined. MetricSync is not thread-safe.
@@ -70,6 +79,7 @@
 namespace reducer {
 
 class ClientSession;      // internal: channels and the job session
+class DeviceStaging;      // internal: copies between GPUs and the host
 class PendingCollective;  // internal: a collective started, not waited for
 
 // An all-reduce started by Client::AllReduceAsync. It took its place in the
@@ -121,9 +131,12 @@ class AllReduceInPlaceHandle {
  private:
   friend class Client;
   AllReduceInPlaceHandle(std::unique_ptr<AllReduceHandle> handle,
-                         MutableTensorView inout);
+                         MutableTensorView inout, DeviceStaging* staging,
+                         void* cuda_stream);
   std::unique_ptr<AllReduceHandle> handle_;
   MutableTensorView inout_;
+  DeviceStaging* staging_;  // the Client's
+  void* cuda_stream_;
 };
 
 class Client {
@@ -187,7 +200,9 @@ class Client {
   int world_size() const;
 
  private:
+  friend class MetricSync;
   explicit Client(std::unique_ptr<ClientSession> session);
+  DeviceStaging* staging() const;
   std::unique_ptr<ClientSession> session_;
 };
 

@@ -18,7 +18,9 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 void BufferDeleter::operator()(void* p) const {
   if (p == nullptr) return;
-  if (cache != nullptr) {
+  if (foreign != nullptr) {
+    foreign->free(p);
+  } else if (cache != nullptr) {
     cache->Put(p, capacity);
   } else {
     std::free(p);

@@ -27,10 +27,23 @@ namespace reducer {
 
 class BufferCache;
 
-// Frees a tensor buffer: back to its cache if it has one, else to malloc.
+// Memory the host cannot address directly (a GPU's): how a buffer of it is
+// freed and copied. Implemented outside core/ (the client's CUDA staging);
+// an instance has static storage duration.
+struct ForeignMemory {
+  // Frees `p`.
+  void (*free)(void* p);
+  // New memory of the same kind (on the same device) holding a copy of the
+  // `bytes` bytes at `p`; aborts when that fails, as allocation does.
+  void* (*clone)(const void* p, size_t bytes);
+};
+
+// Frees a tensor buffer: through `foreign` if set, else back to its cache if
+// it has one, else to malloc.
 struct BufferDeleter {
   std::shared_ptr<BufferCache> cache;
   size_t capacity = 0;  // bytes the buffer holds (for the cache)
+  const ForeignMemory* foreign = nullptr;  // not owned; static
   void operator()(void* p) const;
 };
 

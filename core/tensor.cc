@@ -75,6 +75,13 @@ TensorView::TensorView(const void* data, DataType dtype,
                        std::vector<int64_t> shape)
     : data_(data), dtype_(dtype), shape_(std::move(shape)), has_value_(true) {}
 
+TensorView TensorView::OnDevice(Device device, const void* data, DataType dtype,
+                                std::vector<int64_t> shape) {
+  TensorView view(data, dtype, std::move(shape));
+  view.device_ = device;
+  return view;
+}
+
 int64_t TensorView::num_elements() const { return ElementsOrZero(shape_); }
 
 size_t TensorView::num_bytes() const { return BytesOrZero(dtype_, shape_); }
@@ -84,6 +91,14 @@ size_t TensorView::num_bytes() const { return BytesOrZero(dtype_, shape_); }
 MutableTensorView::MutableTensorView(void* data, DataType dtype,
                                      std::vector<int64_t> shape)
     : data_(data), dtype_(dtype), shape_(std::move(shape)) {}
+
+MutableTensorView MutableTensorView::OnDevice(Device device, void* data,
+                                              DataType dtype,
+                                              std::vector<int64_t> shape) {
+  MutableTensorView view(data, dtype, std::move(shape));
+  view.device_ = device;
+  return view;
+}
 
 int64_t MutableTensorView::num_elements() const {
   return ElementsOrZero(shape_);
@@ -130,13 +145,31 @@ Tensor Tensor::Uninitialized(DataType dtype, std::vector<int64_t> shape,
   return t;
 }
 
+Tensor Tensor::OnDevice(Device device, DataType dtype,
+                        std::vector<int64_t> shape, Buffer buffer) {
+  Tensor t(NoBuffer{}, dtype, std::move(shape));
+  t.device_ = device;
+  t.data_ = std::move(buffer);
+  return t;
+}
+
 Tensor::Tensor(const Tensor& other)
     : dtype_(other.dtype_),
       shape_(other.shape_),
       num_elements_(other.num_elements_),
       num_bytes_(other.num_bytes_),
-      data_(AllocateBuffer(other.num_bytes_)) {
-  // A moved-from tensor has no buffer; its copy gets a zeroed one.
+      device_(other.device_) {
+  const ForeignMemory* foreign = other.data_.get_deleter().foreign;
+  if (foreign != nullptr && other.data_ != nullptr) {
+    // Memory of a device: copied there, by whoever allocated it.
+    data_ = Buffer(foreign->clone(other.data_.get(), num_bytes_),
+                   BufferDeleter{nullptr, num_bytes_, foreign});
+    return;
+  }
+  data_ = AllocateBuffer(num_bytes_);
+  // A moved-from tensor has no buffer; its copy gets a zeroed one (on the
+  // CPU: a moved-from device tensor's copy no longer knows its allocator).
+  if (other.data_ == nullptr) device_ = Device::Cpu();
   if (other.data_ != nullptr) {
     std::memcpy(data_.get(), other.data_.get(), num_bytes_);
   } else {

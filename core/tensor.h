@@ -6,6 +6,11 @@
 //   Tensor t(DataType::kFloat32, {4, 3});                     // owns 48 bytes
 //   absl::Span<const float> v = t.values<float>();
 //
+// Each carries a Device (core/device.h): the constructors above mean the CPU;
+// OnDevice names another one (memory of a CUDA GPU):
+//
+//   TensorView d = TensorView::OnDevice(Device::Cuda(0), d_ptr, DataType::kFloat32, {n});
+//
 // All three are contiguous, row-major, little-endian. TensorView and
 // MutableTensorView never own memory: the caller keeps it alive while the view
 // is used. Tensor owns its bytes. None of them is thread-safe for concurrent
@@ -24,6 +29,7 @@
 #include "absl/types/span.h"
 #include "core/buffer_cache.h"
 #include "core/data_type.h"
+#include "core/device.h"
 
 namespace reducer {
 
@@ -62,7 +68,11 @@ class TensorView {
     return TensorView(values.data(), DataTypeOf<T>::value,
                       {static_cast<int64_t>(values.size())});
   }
+  // A view of memory on `device` (the constructor's rules otherwise).
+  static TensorView OnDevice(Device device, const void* data, DataType dtype,
+                             std::vector<int64_t> shape);
 
+  Device device() const { return device_; }
   DataType dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t num_elements() const;
@@ -76,6 +86,7 @@ class TensorView {
   DataType dtype_ = DataType::kFloat32;
   std::vector<int64_t> shape_;
   bool has_value_ = false;
+  Device device_;
 };
 
 // A writable view of caller memory.
@@ -88,22 +99,31 @@ class MutableTensorView {
     return MutableTensorView(values.data(), DataTypeOf<T>::value,
                              {static_cast<int64_t>(values.size())});
   }
+  // A view of memory on `device`.
+  static MutableTensorView OnDevice(Device device, void* data, DataType dtype,
+                                    std::vector<int64_t> shape);
 
+  Device device() const { return device_; }
   DataType dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t num_elements() const;
   size_t num_bytes() const;
   void* data() const { return data_; }
-  TensorView view() const { return TensorView(data_, dtype_, shape_); }
+  TensorView view() const {
+    return TensorView::OnDevice(device_, data_, dtype_, shape_);
+  }
 
  private:
   void* data_;
   DataType dtype_;
   std::vector<int64_t> shape_;
+  Device device_;
 };
 
-// An owning tensor. Copyable (deep copy) and movable. The buffer is aligned
-// to 64 bytes and zero-initialised.
+// An owning tensor. Copyable (deep copy, on the same device) and movable.
+// The constructors make CPU tensors, whose buffer is aligned to 64 bytes and
+// zero-initialised; OnDevice adopts memory of another device. values() and
+// CopyOf read the bytes on the host, so they are for CPU tensors only.
 class Tensor {
  public:
   Tensor();  // float32, shape [0]
@@ -124,6 +144,14 @@ class Tensor {
   static Tensor Uninitialized(DataType dtype, std::vector<int64_t> shape,
                               const std::shared_ptr<BufferCache>& cache);
 
+  // A tensor on `device` (not the CPU) owning `buffer`, which holds at least
+  // NumBytes(dtype, shape) bytes of that device's memory and whose deleter
+  // has `foreign` set (it frees and copies the buffer). `shape` must be
+  // valid, as for the constructor.
+  static Tensor OnDevice(Device device, DataType dtype,
+                         std::vector<int64_t> shape, Buffer buffer);
+
+  Device device() const { return device_; }
   DataType dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t num_elements() const { return num_elements_; }
@@ -144,9 +172,11 @@ class Tensor {
     return absl::Span<T>(static_cast<T*>(mutable_data()),
                          static_cast<size_t>(num_elements_));
   }
-  TensorView view() const { return TensorView(data(), dtype_, shape_); }
+  TensorView view() const {
+    return TensorView::OnDevice(device_, data(), dtype_, shape_);
+  }
   MutableTensorView mutable_view() {
-    return MutableTensorView(mutable_data(), dtype_, shape_);
+    return MutableTensorView::OnDevice(device_, mutable_data(), dtype_, shape_);
   }
 
  private:
@@ -162,6 +192,7 @@ class Tensor {
   int64_t num_elements_;
   size_t num_bytes_;
   Buffer data_;
+  Device device_;
 };
 
 }  // namespace reducer

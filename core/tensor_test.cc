@@ -1,6 +1,7 @@
 #include "core/tensor.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -235,6 +236,74 @@ TEST(TensorTest, ViewsSeeTheTensorBytes) {
   MutableTensorView m = t.mutable_view();
   static_cast<int64_t*>(m.data())[0] = 8;
   EXPECT_THAT(t.values<int64_t>(), ElementsAre(8, -5));
+}
+
+TEST(TensorDeviceTest, ConstructorsAndOfMeanTheCpu) {
+  std::vector<float> v = {1, 2};
+  EXPECT_EQ(TensorView().device(), Device::Cpu());
+  EXPECT_EQ(TensorView::Of<float>(v).device(), Device::Cpu());
+  EXPECT_EQ(MutableTensorView::Of<float>(absl::MakeSpan(v)).device(),
+            Device::Cpu());
+  Tensor t(DataType::kFloat32, {2});
+  EXPECT_EQ(t.device(), Device::Cpu());
+  EXPECT_EQ(t.view().device(), Device::Cpu());
+  EXPECT_EQ(Tensor::CopyOf(TensorView::Of<float>(v)).device(), Device::Cpu());
+}
+
+TEST(TensorDeviceTest, OnDeviceViewsCarryTheirDeviceThroughView) {
+  int32_t x[3] = {0, 0, 0};
+  TensorView in = TensorView::OnDevice(Device::Cuda(1), x, DataType::kInt32, {3});
+  EXPECT_EQ(in.device(), Device::Cuda(1));
+  EXPECT_EQ(in.data(), x);
+  EXPECT_EQ(in.num_bytes(), 12u);
+  EXPECT_FALSE(in.is_empty_input());
+  MutableTensorView io =
+      MutableTensorView::OnDevice(Device::Cuda(2), x, DataType::kInt32, {1, 3});
+  EXPECT_EQ(io.device(), Device::Cuda(2));
+  EXPECT_EQ(io.view().device(), Device::Cuda(2));
+  EXPECT_THAT(io.view().shape(), ElementsAre(1, 3));
+}
+
+// A stand-in for device memory: host memory whose frees and copies are
+// counted, so that the test sees Tensor go through ForeignMemory.
+int g_frees = 0;
+int g_clones = 0;
+void CountingFree(void* p) {
+  ++g_frees;
+  std::free(p);
+}
+void* CountingClone(const void* p, size_t bytes) {
+  ++g_clones;
+  void* q = std::malloc(bytes == 0 ? 1 : bytes);
+  std::memcpy(q, p, bytes);
+  return q;
+}
+constexpr ForeignMemory kCountingMemory = {&CountingFree, &CountingClone};
+
+TEST(TensorDeviceTest, OnDeviceTensorCopiesAndFreesThroughItsForeignMemory) {
+  g_frees = 0;
+  g_clones = 0;
+  {
+    void* p = std::malloc(8);
+    const int32_t values[2] = {7, -9};
+    std::memcpy(p, values, 8);
+    Tensor t = Tensor::OnDevice(Device::Cuda(0), DataType::kInt32, {2},
+                                Buffer(p, BufferDeleter{nullptr, 8, &kCountingMemory}));
+    EXPECT_EQ(t.device(), Device::Cuda(0));
+    EXPECT_EQ(t.data(), p);
+    EXPECT_EQ(t.num_bytes(), 8u);
+    EXPECT_EQ(t.view().device(), Device::Cuda(0));
+    EXPECT_EQ(t.mutable_view().device(), Device::Cuda(0));
+    Tensor copy = t;
+    EXPECT_EQ(g_clones, 1);
+    EXPECT_EQ(copy.device(), Device::Cuda(0));
+    EXPECT_NE(copy.data(), t.data());
+    EXPECT_EQ(std::memcmp(copy.data(), values, 8), 0);
+    Tensor moved = std::move(t);
+    EXPECT_EQ(moved.data(), p);
+    EXPECT_EQ(g_frees, 0);
+  }
+  EXPECT_EQ(g_frees, 2);  // the original (moved) and its copy
 }
 
 }  // namespace

@@ -27,8 +27,8 @@ done
 
 # Public classes (every member) and free functions, as declared in the
 # installed headers.
-classes='Client|MetricSync|AllReduceHandle|AllReduceInPlaceHandle|TensorView|MutableTensorView|Tensor|BufferCache|BufferDeleter'
-functions='NumElements|NumBytes|ShapeToString|DataTypeSize|DataTypeName|ReduceOpName|IsFloatingPoint|CheckOpSupported|DataTypeFromWire|ReduceOpFromWire|DataTypeToWire|ReduceOpToWire|AllocateBuffer'
+classes='Client|MetricSync|AllReduceHandle|AllReduceInPlaceHandle|TensorView|MutableTensorView|Tensor|Device|BufferCache|BufferDeleter'
+functions='operator<<|NumElements|NumBytes|ShapeToString|DataTypeSize|DataTypeName|ReduceOpName|IsFloatingPoint|CheckOpSupported|DataTypeFromWire|ReduceOpFromWire|DataTypeToWire|ReduceOpToWire|AllocateBuffer'
 public="^reducer::(($classes)::|($functions)(\\(|\\[abi))"
 internal='^(grpc|grpc_|gpr_|google::|absl::|std::|reducer::v1::|reducer::ClientSession|reducer::CollectiveCall|reducer::SmallCallStream|reducer::CompletionDriver|reducer::Fingerprint)'
 
@@ -69,7 +69,9 @@ for required in \
     'reducer::MutableTensorView::MutableTensorView(void*, reducer::DataType' \
     'reducer::Tensor::Tensor(reducer::Tensor const&)' \
     'reducer::BufferDeleter::operator()(void*) const' \
-    'reducer::DataTypeSize(reducer::DataType)'; do
+    'reducer::DataTypeSize(reducer::DataType)' \
+    'reducer::Device::ToString' \
+    'reducer::TensorView::OnDevice(reducer::Device'; do
   grep -qF -- " $required" <<<"$symbols" || fail "public symbol not exported: $required"
 done
 

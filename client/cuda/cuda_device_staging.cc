@@ -1,0 +1,399 @@
+// DeviceStaging through the CUDA runtime.
+//
+// Device to host (ToHost), for one contribution:
+//   1. an event is recorded on the caller's stream (CallOptions::cuda_stream,
+//      null: the legacy default stream), and the client's copy stream for
+//      that device (non-blocking, created once) waits on it, so the copies
+//      read the input only after the work queued before the call;
+//   2. every input is copied with cudaMemcpyAsync on the copy stream into
+//      host memory laid out as the payload: the client's pinned block when
+//      it is free and large enough (allocated once, at the first staged
+//      call, ClientOptions::cuda_staging_bytes), else ordinary memory;
+//   3. the copy stream is synchronised: the host bytes are complete before
+//      the host collective starts.
+// Host to device (ToDevice): a new cudaMalloc allocation on the input's
+// device, filled by cudaMemcpyAsync on the copy stream and synchronised
+// before it is returned. In place (CopyInto): the complete result is copied
+// device to device on the caller's stream, and that stream synchronised.
+// Every call restores the calling thread's current device.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/device_staging.h"
+#include "core/buffer_cache.h"
+
+namespace reducer {
+namespace {
+
+// INTERNAL: "`call` (`context`) failed: cudaErrorX: its description".
+absl::Status CudaError(absl::string_view call, absl::string_view context,
+                       cudaError_t error) {
+  return absl::InternalError(absl::StrCat(
+      call, " (", context, ") failed: ", cudaGetErrorName(error), ": ",
+      cudaGetErrorString(error)));
+}
+
+// Makes `index` the calling thread's current device for its lifetime, and
+// restores the one before.
+class ScopedDevice {
+ public:
+  ScopedDevice() = default;
+  ~ScopedDevice() {
+    if (previous_ >= 0 && previous_ != current_) cudaSetDevice(previous_);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+  absl::Status Set(int index) {
+    cudaError_t error = cudaGetDevice(&previous_);
+    if (error != cudaSuccess) return CudaError("cudaGetDevice", "", error);
+    current_ = index;
+    if (index == previous_) return absl::OkStatus();
+    error = cudaSetDevice(index);
+    if (error != cudaSuccess) {
+      return CudaError("cudaSetDevice", absl::StrCat("device ", index), error);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  int previous_ = -1;
+  int current_ = -1;
+};
+
+void FreeDeviceMemory(void* p) { cudaFree(p); }
+
+// Tensor's copy constructor for a device tensor: aborts on failure, as
+// host allocation does.
+void* CloneDeviceMemory(const void* p, size_t bytes) {
+  cudaPointerAttributes attributes;
+  cudaError_t error = cudaPointerGetAttributes(&attributes, p);
+  ScopedDevice device;
+  void* copy = nullptr;
+  if (error == cudaSuccess && device.Set(attributes.device).ok()) {
+    error = cudaMalloc(&copy, std::max<size_t>(bytes, 1));
+    if (error == cudaSuccess && bytes > 0) {
+      error = cudaMemcpy(copy, p, bytes, cudaMemcpyDeviceToDevice);
+    }
+  }
+  if (error != cudaSuccess) {
+    std::fprintf(stderr, "reducer::Tensor: copying %zu bytes of device memory failed: %s: %s\n",
+                 bytes, cudaGetErrorName(error), cudaGetErrorString(error));
+    std::abort();
+  }
+  return copy;
+}
+
+constexpr ForeignMemory kCudaMemory = {&FreeDeviceMemory, &CloneDeviceMemory};
+
+// Rounds staged tensors' offsets up to this, so every copy starts aligned.
+constexpr size_t kStagingAlignment = 256;
+
+size_t RoundUp(size_t n) {
+  return (n + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment;
+}
+
+class CudaDeviceStaging;
+
+// Host copies of one contribution's inputs: in the pinned block (returned to
+// the pool on destruction) or in ordinary memory.
+class CudaStagedInputs final : public StagedInputs {
+ public:
+  CudaStagedInputs(CudaDeviceStaging* pool, void* pinned, Buffer pageable)
+      : pool_(pool), pinned_(pinned), pageable_(std::move(pageable)) {}
+  ~CudaStagedInputs() override;
+
+  const std::vector<const void*>& inputs() const override { return inputs_; }
+  char* memory() {
+    return static_cast<char*>(pinned_ != nullptr ? pinned_ : pageable_.get());
+  }
+  std::vector<const void*>& mutable_inputs() { return inputs_; }
+
+ private:
+  CudaDeviceStaging* const pool_;  // not owned; outlives this
+  void* const pinned_;             // the pool's block, or null
+  Buffer pageable_;
+  std::vector<const void*> inputs_;
+};
+
+class CudaDeviceStaging final : public DeviceStaging {
+ public:
+  explicit CudaDeviceStaging(size_t pinned_bytes) : pinned_bytes_(pinned_bytes) {}
+
+  ~CudaDeviceStaging() override {
+    absl::MutexLock lock(&mu_);
+    if (pinned_ != nullptr) cudaFreeHost(pinned_);
+    for (cudaStream_t stream : copy_streams_) {
+      if (stream != nullptr) cudaStreamDestroy(stream);
+    }
+  }
+
+  absl::Status CheckMemory(Device device, absl::Span<const void* const> data,
+                           absl::string_view what) override {
+    int devices = 0;
+    if (device.is_cpu()) {
+      // Without a GPU in use no pointer can be device memory; probing for
+      // one would start the CUDA runtime in every host-only client.
+      absl::MutexLock lock(&mu_);
+      if (!probed_ || !probe_.ok()) return absl::OkStatus();
+      devices = device_count_;
+    } else {
+      absl::Status usable = Probe(&devices);
+      if (!usable.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            what, " is on ", device.ToString(), ", but ", usable.message()));
+      }
+      if (device.index() < 0 || device.index() >= devices) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " is on ", device.ToString(), ", but this machine has ",
+            devices, " CUDA device", devices == 1 ? "" : "s", " (0..",
+            devices - 1, ")"));
+      }
+    }
+    for (size_t i = 0; i < data.size(); ++i) {
+      if (data[i] == nullptr) continue;
+      cudaPointerAttributes attributes;
+      const cudaError_t error = cudaPointerGetAttributes(&attributes, data[i]);
+      if (error != cudaSuccess) {
+        cudaGetLastError();  // not sticky: clear it for the caller
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": cudaPointerGetAttributes failed: ", cudaGetErrorName(error),
+            ": ", cudaGetErrorString(error)));
+      }
+      const bool on_device = attributes.type == cudaMemoryTypeDevice;
+      const bool managed = attributes.type == cudaMemoryTypeManaged;
+      if (device.is_cpu() && on_device) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": the data is memory of CUDA device ", attributes.device,
+            " but the view says cpu; make the view with OnDevice(Device::Cuda(",
+            attributes.device, "), ...)"));
+      }
+      if (device.is_cuda() && !on_device && !managed) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": the view says ", device.ToString(),
+            " but the data is host memory; make the view without OnDevice "
+            "(Device::Cpu())"));
+      }
+      if (device.is_cuda() && on_device && attributes.device != device.index()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": the view says ", device.ToString(),
+            " but the data is memory of cuda:", attributes.device));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<StagedInputs>> ToHost(
+      const Contribution& contribution) override {
+    const size_t n = contribution.inputs.size();
+    if (!contribution.send_payload) {
+      // Shapes only (a Broadcast's non-root): nothing is read.
+      auto staged = std::make_unique<CudaStagedInputs>(this, nullptr, Buffer());
+      staged->mutable_inputs().assign(n, nullptr);
+      return staged;
+    }
+    std::vector<size_t> offsets(n);
+    size_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      offsets[i] = total;
+      total = RoundUp(total + contribution.layout.sizes[i]);
+    }
+    ScopedDevice scoped;
+    absl::Status set = scoped.Set(contribution.device.index());
+    if (!set.ok()) return set;
+    absl::StatusOr<cudaStream_t> copy = CopyStream(contribution.device.index());
+    if (!copy.ok()) return copy.status();
+    void* pinned = AcquirePinned(total);
+    std::unique_ptr<CudaStagedInputs> staged = std::make_unique<CudaStagedInputs>(
+        this, pinned, pinned != nullptr ? Buffer() : AllocateBuffer(total));
+    char* memory = staged->memory();
+
+    cudaStream_t caller = static_cast<cudaStream_t>(contribution.cuda_stream);
+    cudaEvent_t queued;
+    cudaError_t error = cudaEventCreateWithFlags(&queued, cudaEventDisableTiming);
+    if (error != cudaSuccess) return CudaError("cudaEventCreateWithFlags", "staging inputs", error);
+    error = cudaEventRecord(queued, caller);
+    if (error == cudaSuccess) error = cudaStreamWaitEvent(*copy, queued, 0);
+    cudaEventDestroy(queued);  // released once the wait is done
+    if (error != cudaSuccess) {
+      return CudaError("cudaEventRecord/cudaStreamWaitEvent",
+                       "ordering the copies after the caller's stream", error);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const size_t bytes = contribution.layout.sizes[i];
+      staged->mutable_inputs().push_back(memory + offsets[i]);
+      if (bytes == 0) continue;
+      error = cudaMemcpyAsync(memory + offsets[i], contribution.inputs[i], bytes,
+                              cudaMemcpyDeviceToHost, *copy);
+      if (error != cudaSuccess) {
+        cudaStreamSynchronize(*copy);
+        return CudaError("cudaMemcpyAsync",
+                         absl::StrCat("device to host, tensor ", i, ", ", bytes,
+                                      " bytes from ", contribution.device.ToString()),
+                         error);
+      }
+    }
+    error = cudaStreamSynchronize(*copy);
+    if (error != cudaSuccess) {
+      return CudaError("cudaStreamSynchronize",
+                       absl::StrCat("device to host copies of ", n, " tensors"),
+                       error);
+    }
+    return staged;
+  }
+
+  absl::StatusOr<Tensor> ToDevice(const Tensor& host, Device device,
+                                  void* /*cuda_stream*/) override {
+    ScopedDevice scoped;
+    absl::Status set = scoped.Set(device.index());
+    if (!set.ok()) return set;
+    absl::StatusOr<cudaStream_t> copy = CopyStream(device.index());
+    if (!copy.ok()) return copy.status();
+    const size_t bytes = host.num_bytes();
+    void* p = nullptr;
+    cudaError_t error = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+    if (error != cudaSuccess) {
+      return CudaError("cudaMalloc",
+                       absl::StrCat(bytes, " bytes for the result on ", device.ToString()),
+                       error);
+    }
+    Buffer buffer(p, BufferDeleter{nullptr, bytes, &kCudaMemory});
+    if (bytes > 0) {
+      error = cudaMemcpyAsync(p, host.data(), bytes, cudaMemcpyHostToDevice, *copy);
+      const cudaError_t synced = cudaStreamSynchronize(*copy);
+      if (error == cudaSuccess) error = synced;
+      if (error != cudaSuccess) {
+        return CudaError("cudaMemcpyAsync",
+                         absl::StrCat("host to device, ", bytes, " bytes to ",
+                                      device.ToString()),
+                         error);
+      }
+    }
+    return Tensor::OnDevice(device, host.dtype(), host.shape(), std::move(buffer));
+  }
+
+  absl::Status CopyInto(const Tensor& result, const MutableTensorView& inout,
+                        void* cuda_stream) override {
+    ScopedDevice scoped;
+    absl::Status set = scoped.Set(inout.device().index());
+    if (!set.ok()) return set;
+    cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
+    const size_t bytes = result.num_bytes();
+    if (bytes == 0) return absl::OkStatus();
+    cudaError_t error = cudaMemcpyAsync(inout.data(), result.data(), bytes,
+                                        cudaMemcpyDeviceToDevice, stream);
+    const cudaError_t synced = cudaStreamSynchronize(stream);
+    if (error == cudaSuccess) error = synced;
+    if (error != cudaSuccess) {
+      return CudaError("cudaMemcpyAsync",
+                       absl::StrCat("device to device, ", bytes,
+                                    " bytes of the result into the in-place buffer on ",
+                                    inout.device().ToString()),
+                       error);
+    }
+    return absl::OkStatus();
+  }
+
+  // Hands the pinned block back (CudaStagedInputs' destructor).
+  void ReleasePinned() {
+    absl::MutexLock lock(&mu_);
+    pinned_busy_ = false;
+  }
+
+ private:
+  // OK with the number of devices once cudaGetDeviceCount found at least
+  // one; else FAILED_PRECONDITION's reason. Probes once.
+  absl::Status Probe(int* devices) {
+    absl::MutexLock lock(&mu_);
+    if (!probed_) {
+      probed_ = true;
+      const cudaError_t error = cudaGetDeviceCount(&device_count_);
+      if (error != cudaSuccess) {
+        cudaGetLastError();
+        probe_ = absl::FailedPreconditionError(absl::StrCat(
+            "the CUDA runtime has no usable device: cudaGetDeviceCount failed: ",
+            cudaGetErrorName(error), ": ", cudaGetErrorString(error)));
+        device_count_ = 0;
+      } else if (device_count_ == 0) {
+        probe_ = absl::FailedPreconditionError(
+            "the CUDA runtime has no usable device: cudaGetDeviceCount found 0");
+      } else {
+        copy_streams_.assign(device_count_, nullptr);
+      }
+    }
+    *devices = device_count_;
+    return probe_;
+  }
+
+  // The copy stream of `index` (the current device), created at first use.
+  absl::StatusOr<cudaStream_t> CopyStream(int index) {
+    int devices = 0;
+    absl::Status usable = Probe(&devices);
+    if (!usable.ok()) return usable;
+    absl::MutexLock lock(&mu_);
+    if (index < 0 || static_cast<size_t>(index) >= copy_streams_.size()) {
+      return absl::InternalError(absl::StrCat("no copy stream for device ", index));
+    }
+    if (copy_streams_[index] == nullptr) {
+      const cudaError_t error =
+          cudaStreamCreateWithFlags(&copy_streams_[index], cudaStreamNonBlocking);
+      if (error != cudaSuccess) {
+        copy_streams_[index] = nullptr;
+        return CudaError("cudaStreamCreateWithFlags",
+                         absl::StrCat("the copy stream of cuda:", index), error);
+      }
+    }
+    return copy_streams_[index];
+  }
+
+  // The pinned block when it is free and holds `bytes`, else null (the
+  // caller stages through ordinary memory). Allocates it at first use.
+  void* AcquirePinned(size_t bytes) {
+    absl::MutexLock lock(&mu_);
+    if (bytes == 0 || bytes > pinned_bytes_ || pinned_busy_ || pinned_failed_) {
+      return nullptr;
+    }
+    if (pinned_ == nullptr &&
+        cudaMallocHost(&pinned_, pinned_bytes_) != cudaSuccess) {
+      // Pinned memory is a speed-up, not a need: go on without it.
+      cudaGetLastError();
+      pinned_ = nullptr;
+      pinned_failed_ = true;
+      return nullptr;
+    }
+    pinned_busy_ = true;
+    return pinned_;
+  }
+
+  const size_t pinned_bytes_;
+
+  absl::Mutex mu_;
+  bool probed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status probe_ ABSL_GUARDED_BY(mu_);
+  int device_count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<cudaStream_t> copy_streams_ ABSL_GUARDED_BY(mu_);  // by device
+  void* pinned_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool pinned_busy_ ABSL_GUARDED_BY(mu_) = false;
+  bool pinned_failed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+CudaStagedInputs::~CudaStagedInputs() {
+  if (pinned_ != nullptr) pool_->ReleasePinned();
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceStaging> NewDeviceStaging(size_t pinned_bytes) {
+  return std::make_unique<CudaDeviceStaging>(pinned_bytes);
+}
+
+}  // namespace reducer

@@ -1,0 +1,72 @@
+#include "client/staging_backend.h"
+
+#include <utility>
+#include <vector>
+
+namespace reducer {
+namespace {
+
+// One attempt of a device contribution: staged to the host when created,
+// its results staged back to the device in Wait().
+class StagedAttempt final : public CollectiveAttempt {
+ public:
+  StagedAttempt(const Contribution& contribution, CollectiveBackend* host,
+                DeviceStaging* staging)
+      : device_(contribution.device),
+        cuda_stream_(contribution.cuda_stream),
+        staging_(staging) {
+    absl::StatusOr<std::unique_ptr<StagedInputs>> staged =
+        staging->ToHost(contribution);
+    if (!staged.ok()) {
+      error_ = staged.status();
+      return;
+    }
+    staged_ = *std::move(staged);
+    host_contribution_ = contribution;
+    host_contribution_.inputs = staged_->inputs();
+    host_contribution_.device = Device::Cpu();
+    host_contribution_.cuda_stream = nullptr;
+    attempt_ = host->Start(host_contribution_);
+  }
+
+  absl::StatusOr<std::vector<Tensor>> Wait() override {
+    if (!error_.ok()) return error_;
+    absl::StatusOr<std::vector<Tensor>> result = attempt_->Wait();
+    // The host copies of the inputs are no longer read.
+    staged_.reset();
+    if (!result.ok()) return result.status();
+    std::vector<Tensor> on_device;
+    on_device.reserve(result->size());
+    for (const Tensor& t : *result) {
+      absl::StatusOr<Tensor> moved = staging_->ToDevice(t, device_, cuda_stream_);
+      if (!moved.ok()) return moved.status();
+      on_device.push_back(*std::move(moved));
+    }
+    return on_device;
+  }
+
+  bool Ready() override { return !error_.ok() || attempt_->Ready(); }
+
+  bool received_any() const override {
+    return attempt_ != nullptr && attempt_->received_any();
+  }
+
+ private:
+  const Device device_;
+  void* const cuda_stream_;
+  DeviceStaging* const staging_;  // not owned
+  absl::Status error_;            // staging the inputs failed
+  std::unique_ptr<StagedInputs> staged_;
+  Contribution host_contribution_;  // read by attempt_ until it is done
+  std::unique_ptr<CollectiveAttempt> attempt_;
+};
+
+}  // namespace
+
+std::unique_ptr<CollectiveAttempt> StagingBackend::Start(
+    const Contribution& contribution) {
+  if (contribution.device.is_cpu()) return host_->Start(contribution);
+  return std::make_unique<StagedAttempt>(contribution, host_, staging_);
+}
+
+}  // namespace reducer
