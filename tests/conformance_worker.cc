@@ -58,6 +58,7 @@
 #include "core/data_type.h"
 #include "core/tensor.h"
 #include "tests/closed_form.h"
+#include "tests/worker_script.h"
 #include "tests/process_harness.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "reducerd address");
@@ -125,32 +126,6 @@ absl::Status CheckTensor(const Tensor& got, DataType dtype,
   return CompareElements(dtype, got.data(), want, Elements(shape), context);
 }
 
-struct Step {
-  std::string verb;
-  absl::flat_hash_map<std::string, std::string> args;
-};
-
-absl::StatusOr<std::vector<Step>> ParseScript(const std::string& script) {
-  std::vector<Step> steps;
-  for (absl::string_view text : absl::StrSplit(script, ';', absl::SkipEmpty())) {
-    Step step;
-    std::pair<std::string, std::string> verb_args =
-        absl::StrSplit(text, absl::MaxSplits(':', 1));
-    step.verb = verb_args.first;
-    for (absl::string_view kv :
-         absl::StrSplit(verb_args.second, ',', absl::SkipEmpty())) {
-      std::pair<std::string, std::string> p =
-          absl::StrSplit(kv, absl::MaxSplits('=', 1));
-      if (p.first.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("bad argument '", kv, "' in step '", text, "'"));
-      }
-      step.args[p.first] = p.second;
-    }
-    steps.push_back(std::move(step));
-  }
-  return steps;
-}
 
 // How one check went: a failed collective (status), or a wrong result
 // (mismatch, with status OK).

@@ -83,6 +83,7 @@
 #include "core/data_type.h"
 #include "core/tensor.h"
 #include "tests/closed_form.h"
+#include "tests/worker_script.h"
 #include "tests/process_harness.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "reducerd address");
@@ -110,49 +111,6 @@ constexpr absl::Duration kDefaultWaitFileTimeout = absl::Seconds(30);
 
 // Pause between Connect attempts while reducerd restarts.
 constexpr absl::Duration kReconnectBackoff = absl::Milliseconds(200);
-
-struct Step {
-  std::string verb;
-  absl::flat_hash_map<std::string, std::string> args;
-
-  bool Has(const std::string& key) const { return args.contains(key); }
-  std::string Get(const std::string& key, const std::string& fallback) const {
-    auto it = args.find(key);
-    return it == args.end() ? fallback : it->second;
-  }
-  int64_t GetInt(const std::string& key, int64_t fallback) const {
-    auto it = args.find(key);
-    int64_t v = fallback;
-    if (it != args.end() && !absl::SimpleAtoi(it->second, &v)) {
-      std::fprintf(stderr, "fault_worker: %s=%s is not an integer\n",
-                   key.c_str(), it->second.c_str());
-      std::exit(2);
-    }
-    return v;
-  }
-};
-
-absl::StatusOr<std::vector<Step>> ParseScript(const std::string& script) {
-  std::vector<Step> steps;
-  for (absl::string_view text : absl::StrSplit(script, ';', absl::SkipEmpty())) {
-    Step step;
-    std::pair<std::string, std::string> verb_args =
-        absl::StrSplit(text, absl::MaxSplits(':', 1));
-    step.verb = verb_args.first;
-    for (absl::string_view kv :
-         absl::StrSplit(verb_args.second, ',', absl::SkipEmpty())) {
-      std::pair<std::string, std::string> p =
-          absl::StrSplit(kv, absl::MaxSplits('=', 1));
-      if (p.first.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("bad argument '", kv,
-                                                       "' in step '", text, "'"));
-      }
-      step.args[p.first] = p.second;
-    }
-    steps.push_back(std::move(step));
-  }
-  return steps;
-}
 
 absl::StatusOr<DataType> ParseDataType(const std::string& name) {
   for (DataType d : kAllDataTypes) {
