@@ -13,6 +13,7 @@ build_packages=(
   bazel-bootstrap g++ clang libclang-rt-14-dev pkg-config python3
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev iproute2 procps
+  nftables  # tests/campaign: blackholed hosts
   # python/: the extension module, its torch backend, and their tests
   pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
   # server/ metrics (prometheus-cpp) and the Prometheus server its test scrapes with
