@@ -20,7 +20,9 @@
 // never sent again, so the attempt itself is not to be retried by its
 // caller (received_any() is always true).
 //
-// Thread-safe; its attempts follow CollectiveAttempt's contract.
+// Thread-safe; its attempts follow CollectiveAttempt's contract, except
+// that Ready() or Cancel() called while another thread is in Wait() waits
+// for Wait() to return.
 #ifndef REDUCER_CLIENT_SHARDED_BACKEND_H_
 #define REDUCER_CLIENT_SHARDED_BACKEND_H_
 
