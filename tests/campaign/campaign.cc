@@ -322,9 +322,10 @@ std::string CampaignReport::Summary() const {
     total += n;
   }
   return absl::StrFormat(
-      "seed %d: %d operations (%d collectives, %d succeeded), %d faults (%s), %d violations",
+      "seed %d: %d operations (%d collectives, %d succeeded), %d faults (%s), %d violations, "
+      "%d results lost in delivery",
       seed, operations, collectives, succeeded, total, absl::StrJoin(kinds, ", "),
-      violations.size());
+      violations.size(), delivery_lost.size());
 }
 
 std::string CampaignReport::Details() const {
@@ -338,6 +339,9 @@ std::string CampaignReport::Details() const {
                           absl::ToDoubleSeconds(w.end - origin));
   }
   for (const std::string& v : violations) absl::StrAppend(&out, "VIOLATION ", v, "\n");
+  for (const std::string& v : delivery_lost) {
+    absl::StrAppend(&out, "RESULT LOST IN DELIVERY (known, open) ", v, "\n");
+  }
   return out;
 }
 
@@ -387,7 +391,8 @@ absl::StatusOr<CampaignReport> RunCampaign(const CampaignOptions& options) {
         absl::StrAppend(&context, "\n    ", op.Describe(origin));
       }
     }
-    report.violations.push_back(absl::StrCat(v.what, "\n  history:", context));
+    (v.delivery_lost ? report.delivery_lost : report.violations)
+        .push_back(absl::StrCat(v.what, "\n  history:", context));
   }
   report.operations = static_cast<int64_t>(report.history.size());
   for (const Operation& op : report.history) {

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   using reducer::testing::CampaignReport;
   const absl::Time end = absl::Now() + absl::Minutes(absl::GetFlag(FLAGS_minutes));
   std::map<std::string, int> faults;
-  int64_t operations = 0, collectives = 0, succeeded = 0, violations = 0, campaigns = 0;
+  int64_t operations = 0, collectives = 0, succeeded = 0, violations = 0, lost = 0,
+          campaigns = 0;
   for (uint64_t seed = absl::GetFlag(FLAGS_first_seed); absl::Now() < end; ++seed) {
     CampaignOptions options;
     options.seed = seed;
@@ -37,13 +38,16 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::printf("%s\n", report->Summary().c_str());
-    if (!report->violations.empty()) std::printf("%s\n", report->Details().c_str());
+    if (!report->violations.empty() || !report->delivery_lost.empty()) {
+      std::printf("%s\n", report->Details().c_str());
+    }
     std::fflush(stdout);
     ++campaigns;
     operations += report->operations;
     collectives += report->collectives;
     succeeded += report->succeeded;
     violations += static_cast<int64_t>(report->violations.size());
+    lost += static_cast<int64_t>(report->delivery_lost.size());
     for (const auto& [kind, n] : report->faults_by_kind) faults[kind] += n;
   }
   std::string by_kind;
@@ -54,9 +58,9 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "TOTAL %ld campaigns: %ld operations checked (%ld collectives, %ld succeeded), "
-      "%d faults injected (%s), %ld violations\n",
+      "%d faults injected (%s), %ld violations, %ld results lost in delivery\n",
       static_cast<long>(campaigns), static_cast<long>(operations),
       static_cast<long>(collectives), static_cast<long>(succeeded), total, by_kind.c_str(),
-      static_cast<long>(violations));
+      static_cast<long>(violations), static_cast<long>(lost));
   return violations == 0 ? 0 : 1;
 }

@@ -81,6 +81,14 @@ std::optional<Operation> ParseLine(absl::string_view line) {
   return op;
 }
 
+// The failure ended (or came from the end of) a session: the rank lost its
+// transport or its session, saw the epoch end, or had its retry refused as
+// already answered. See Violation::delivery_lost.
+bool SessionEnded(const Operation& failed) {
+  return failed.code == "UNAVAILABLE" || failed.code == "ABORTED" ||
+         failed.code == "FAILED_PRECONDITION" || failed.code == "CANCELLED";
+}
+
 bool NamesACause(absl::string_view message) {
   const std::string m = absl::AsciiStrToLower(message);
   for (absl::string_view cause :
@@ -171,7 +179,8 @@ std::vector<Violation> CheckHistory(const std::vector<Operation>& ops,
     if (succeeded != nullptr && failed != nullptr) {
       violations.push_back({absl::StrCat("ranks disagree: ", succeeded->Describe(origin),
                                          " but ", failed->Describe(origin)),
-                            succeeded->job, std::min(succeeded->start, failed->start)});
+                            succeeded->job, std::min(succeeded->start, failed->start),
+                            SessionEnded(*failed)});
     }
   }
   return violations;

@@ -70,11 +70,23 @@ TEST(HistoryTest, AWrongResultIsAViolation) {
 
 TEST(HistoryTest, RanksThatDisagreeAreAViolation) {
   std::vector<Violation> v = Check(Line("j0", 0, 3, "allreduce", 1, 1.1, "OK") +
-                                       Line("j0", 1, 3, "allreduce", 1, 1.2, "ABORTED",
-                                            "rank 2 lost"),
+                                       Line("j0", 1, 3, "allreduce", 1, 7.2,
+                                            "DEADLINE_EXCEEDED", "timed out: rank 2 never arrived"),
                                    {Fault("j0", 0.5, 1.5)});
   ASSERT_THAT(v, SizeIs(1));
   EXPECT_THAT(v[0].what, HasSubstr("ranks disagree"));
+  EXPECT_FALSE(v[0].delivery_lost);
+}
+
+TEST(HistoryTest, ARankThatLostItsResultInDeliveryIsTheKnownOpenKind) {
+  std::vector<Violation> v = Check(
+      Line("j0", 0, 3, "allreduce", 1, 1.1, "OK") +
+          Line("j0", 1, 3, "allreduce", 1, 3.2, "UNAVAILABLE",
+               "reducerd shard 1 of 2: lost the session with reducerd at 10.77.0.3:50051: "
+               "keepalive watchdog timeout; Connect again"),
+      {Fault("j0", 0.5, 1.5)});
+  ASSERT_THAT(v, SizeIs(1));
+  EXPECT_TRUE(v[0].delivery_lost);
 }
 
 TEST(HistoryTest, TheSameStepInAnotherRoundIsAnotherCollective) {
