@@ -20,9 +20,11 @@
 //   collective aborts both on every other rank, naming it.
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -146,12 +148,21 @@ class ShardsTest : public FaultTest {
   }
 
   void TearDown() override {
+    // Every shard drains at once (each takes a while), one thread each.
+    std::vector<ProcessResult> stopped(shards_.size());
+    std::vector<std::thread> stopping;
     for (size_t s = 0; s < shards_.size(); ++s) {
       if (shards_[s] == nullptr || killed_[s]) continue;
-      const ProcessResult stopped = shards_[s]->Stop(absl::Seconds(10));
-      EXPECT_TRUE(stopped.Succeeded())
+      stopping.emplace_back([this, s, &stopped] {
+        stopped[s] = shards_[s]->Stop(absl::Seconds(10));
+      });
+    }
+    for (std::thread& t : stopping) t.join();
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      if (shards_[s] == nullptr || killed_[s]) continue;
+      EXPECT_TRUE(stopped[s].Succeeded())
           << "shard " << s << " must drain and exit 0 on SIGTERM\n"
-          << stopped.Describe();
+          << stopped[s].Describe();
     }
     shards_.clear();
     old_shards_.clear();
@@ -300,6 +311,8 @@ TEST_F(ShardsTest, RankWithAnotherShardListFailsToConnectNamingBoth) {
   ASSERT_NE(refused, nullptr);
   const ProcessResult refused_result = refused->Wait(absl::Seconds(30));
   ASSERT_TRUE(refused_result.Succeeded()) << refused_result.Describe();
+  std::printf("SHARDS %s: %s\n", refused_result.name.c_str(),
+              refused_result.stdout_text.c_str());
   ExpectStep(refused_result, "0", absl::StatusCode::kFailedPrecondition,
              {absl::StrCat("[", wrong, "]"), absl::StrCat("[", right, "]")},
              kPromptly);
