@@ -10,8 +10,9 @@
 //   two runs are equal step by step, and with three shards every shard
 //   carried payload.
 // - A rank whose shard list differs from the others' (same shards, another
-//   order) fails Connect with FAILED_PRECONDITION naming both lists; a rank
-//   with the right list then joins and the job runs.
+//   order, or one of them alone) fails Connect with FAILED_PRECONDITION
+//   naming both lists; a rank with the right list then joins and the job
+//   runs.
 // - A shard SIGKILLed in the middle of a 64 MiB in-place all-reduce fails
 //   that call and the next on every rank within seconds, naming the shard,
 //   with every buffer as it was; once the shard is back on its port, a new
@@ -276,9 +277,9 @@ TEST_F(ShardsTest, EveryCollectiveIsBitIdenticalOverOneAndThreeShards) {
   }
 }
 
-// Ranks 0-2 name the shards A,B,C; rank 3 names B,A,C. Once ranks 0-2 have
-// joined every shard, rank 3's Connect fails naming both lists; then rank 3
-// with A,B,C joins, and the job reduces.
+// Ranks 0-2 name the shards A,B,C; rank 3 names B,A,C, then A alone. Once
+// ranks 0-2 have joined every shard, each of rank 3's Connects fails naming
+// both lists; then rank 3 with A,B,C joins, and the job reduces.
 TEST_F(ShardsTest, RankWithAnotherShardListFailsToConnectNamingBoth) {
   const std::string right = Target(kShards);
   const std::string wrong = absl::StrJoin(
@@ -306,19 +307,26 @@ TEST_F(ShardsTest, RankWithAnotherShardListFailsToConnectNamingBoth) {
   odd.world_size = kWorld;
   odd.steps = steps;
   odd.target = wrong;
-  odd.name = absl::StrCat(job, ".rank3.wrong_list");
-  std::unique_ptr<ChildProcess> refused = StartWorker(odd);
-  ASSERT_NE(refused, nullptr);
-  const ProcessResult refused_result = refused->Wait(absl::Seconds(30));
-  ASSERT_TRUE(refused_result.Succeeded()) << refused_result.Describe();
-  std::printf("SHARDS %s: %s\n", refused_result.name.c_str(),
-              refused_result.stdout_text.c_str());
-  ExpectStep(refused_result, "0", absl::StatusCode::kFailedPrecondition,
-             {absl::StrCat("[", wrong, "]"), absl::StrCat("[", right, "]")},
-             kPromptly);
+  // Another order of the same shards, then shard 0 alone (one shard never
+  // meets a list of several).
+  const std::string alone = shards_[0]->address();
+  for (const std::string& list : {wrong, alone}) {
+    odd.target = list;
+    odd.name = absl::StrCat(job, ".rank3.", list == alone ? "one" : "other_order");
+    std::unique_ptr<ChildProcess> refused = StartWorker(odd);
+    ASSERT_NE(refused, nullptr);
+    const ProcessResult refused_result = refused->Wait(absl::Seconds(30));
+    ASSERT_TRUE(refused_result.Succeeded()) << refused_result.Describe();
+    std::printf("SHARDS %s: %s\n", refused_result.name.c_str(),
+                refused_result.stdout_text.c_str());
+    SCOPED_TRACE(refused_result.name);
+    ExpectStep(refused_result, "0", absl::StatusCode::kFailedPrecondition,
+               {absl::StrCat("[", list, "]"), absl::StrCat("[", right, "]")},
+               kPromptly);
+  }
 
   odd.target = right;
-  odd.name = absl::StrCat(job, ".rank3.right_list");
+  odd.name = absl::StrCat(job, ".rank3.same_list");
   workers.push_back(StartWorker(odd));
   std::vector<ProcessResult> results = WaitWorkers(workers);
   ASSERT_EQ(results.size(), static_cast<size_t>(kWorld));
