@@ -207,7 +207,8 @@ class ShardedAttempt final : public CollectiveAttempt {
       absl::StrAppend(&where, " at ", shard->target());
     }
     if (!split_.whole) {
-      absl::StrAppend(&where, " (partition ", k + 1, " of ", parts_.size(), ")");
+      absl::StrAppend(&where, " (partition ", k + 1, " of ",
+                      split_.parts.size(), ")");
     }
     return absl::Status(status.code(),
                         absl::StrCat(where, ": ", status.message()));
