@@ -12,7 +12,8 @@
 # probes pass on the ports they declare; every rank of the worker Job, with
 # its container's command, args and env, REDUCER_TARGET pointed at the
 # shard's gRPC port on loopback and the rank as its completion index,
-# reduces through it; SIGTERM with the template's grace period ends the
+# reduces through it; the declared metrics port serves the flagfile's memory
+# budget and counts the job; SIGTERM with the template's grace period ends the
 # shard with exit code 0; and the same command with one flag reducerd does
 # not know fails. Prints "==> " per check; exits 0 when all passed. Needs
 # root (ip netns), the image (deploy/image/build.sh) and bazel-bin/tools/reducerctl.
@@ -95,6 +96,20 @@ expected=$((completions * 20 * 32))
 epochs=$(grep -c "global accuracy .* over $expected examples" "$work/rank0.log" || true)
 [[ $epochs -eq 3 ]] || { cat "$work/rank0.log" >&2; fail "rank 0 reported $epochs epochs over $expected examples, not 3"; }
 echo "==> the worker Job's $completions ranks reduced through the shard: $expected examples per epoch"
+
+# The declared metrics port, as Prometheus scrapes it: the memory budget is
+# the flagfile's, and the job's all-reduces are counted.
+metrics_port=$(tr ',' '\n' <<<"$(fact "$shard_facts" ports)" | sed -n 's/^metrics=//p')
+budget=$(grep -ho -- '--memory_budget_bytes=[0-9]*' "$work/volumes/"*/* | cut -d= -f2)
+if [[ -n "$metrics_port" ]]; then
+  in_ns curl -sf "http://127.0.0.1:$metrics_port/metrics" >"$work/metrics.txt" ||
+    fail "no metrics on the declared port $metrics_port"
+  grep -qx "reducer_memory_budget_bytes $budget" "$work/metrics.txt" ||
+    fail "reducer_memory_budget_bytes is not the flagfile's $budget"
+  grep -Eq '^reducer_collectives_total\{.*kind="allreduce".*outcome="OK".*\} [1-9]' "$work/metrics.txt" ||
+    fail "no successful all-reduce counted"
+  echo "==> metrics on port $metrics_port: memory budget $budget, the job's all-reduces counted"
+fi
 
 t0=$(date +%s%N)
 podman stop -t "$grace" "$shard" >/dev/null
