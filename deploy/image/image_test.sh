@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the Reducer image as Kubernetes runs a restricted pod and checks it
-# serves:
+# Checks the Reducer image holds exactly the files build.sh put there, then
+# runs it as Kubernetes runs a restricted pod and checks it serves:
 #
 #   deploy/image/image_test.sh [IMAGE]      default reducer:latest (build.sh)
 #
@@ -33,6 +33,24 @@ fail() {
   podman logs "$name" 2>&1 | tail -20 | sed 's/^/  | /' >&2
   exit 1
 }
+
+# The root filesystem holds exactly the files contents.txt lists (binaries,
+# libraries, CA certificates) and the four the image makes itself; no shell.
+podman create --name "$name" "$image" >/dev/null
+podman export --output "$log.tar" "$name"
+podman rm "$name" >/dev/null
+tar -tf "$log.tar" | grep -v '/$' | sort >"$log.files"
+tar -xOf "$log.tar" usr/share/reducer/contents.txt | awk '{print substr($1, 2)}' |
+  cat - <(printf '%s\n' etc/passwd etc/group etc/nsswitch.conf usr/share/reducer/contents.txt) |
+  sort >"$log.expected"
+extra=$(comm -23 "$log.files" "$log.expected")
+missing=$(comm -13 "$log.files" "$log.expected")
+files=$(wc -l <"$log.files")
+passwd=$(tar -xOf "$log.tar" etc/passwd)
+rm -f "$log.tar" "$log.files" "$log.expected"
+[[ -z "$extra" && -z "$missing" ]] || fail "files not in contents.txt: ${extra:-none}; listed but absent: ${missing:-none}"
+grep -q '^reducer:x:65532:65532:' <<<"$passwd" || fail "/etc/passwd names no user reducer of uid 65532"
+echo "==> the image holds exactly the $files files contents.txt and build.sh name (no shell)"
 
 mapfile -t ports < <(python3 deploy/lib/free_port.py 3)
 grpc_port=${ports[0]} health_port=${ports[1]} metrics_port=${ports[2]}
