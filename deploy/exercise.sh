@@ -2,6 +2,7 @@
 # Starts what the rendered manifests declare, for real, with the image:
 #
 #   deploy/exercise.sh SHARDS.yaml WORKERS.yaml
+#   deploy/exercise.sh --tls TLS.yaml
 #
 # SHARDS.yaml is a rendered shard overlay (its StatefulSet's pod template),
 # WORKERS.yaml the rendered worker-job overlay. In a network namespace of
@@ -15,14 +16,30 @@
 # reduces through it; the declared metrics port serves the flagfile's memory
 # budget and counts the job; SIGTERM with the template's grace period ends the
 # shard with exit code 0; and the same command with one flag reducerd does
-# not know fails. Prints "==> " per check; exits 0 when all passed. Needs
-# root (ip netns), the image (deploy/image/build.sh) and bazel-bin/tools/reducerctl.
+# not know fails.
+#
+# With --tls, TLS.yaml is the rendered tls overlay: its Secrets are made
+# here (tests/make_test_certs.sh's CA, server and client certificates, one
+# job token) and mounted as kubelet would; instead of the worker Job,
+# reducerctl checks that the gRPC port serves mutual TLS with tokens only
+# (status with the client certificate and token works; plaintext, no client
+# certificate, or no token is refused) while the probes stay plaintext.
+#
+# Prints "==> " per check; exits 0 when all passed. Needs root (ip netns),
+# the image (deploy/image/build.sh) and bazel-bin/tools/reducerctl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source deploy/image/podman.sh
 
-[[ $# -eq 2 ]] || { echo "usage: $0 SHARDS.yaml WORKERS.yaml" >&2; exit 2; }
-shards=$1 workers=$2
+usage() { echo "usage: $0 SHARDS.yaml WORKERS.yaml | $0 --tls TLS.yaml" >&2; exit 2; }
+tls=0
+if [[ "${1:-}" == --tls ]]; then
+  [[ $# -eq 2 ]] || usage
+  tls=1 shards=$2
+else
+  [[ $# -eq 2 ]] || usage
+  shards=$1 workers=$2
+fi
 pod_run=(node deploy/validate/pod_run.mjs)
 
 ns="reducer-exercise-$$"
@@ -59,8 +76,20 @@ grpc_port=$(tr ',' '\n' <<<"$(fact "$shard_facts" ports)" | sed -n 's/^grpc=//p'
 [[ -n "$grpc_port" && "$readiness" != none && "$liveness" != none ]] ||
   fail "the template declares no grpc port or no gRPC probes: $shard_facts"
 
+secret_args=()
+if [[ $tls -eq 1 ]]; then
+  # The two Secrets the README has operators create, from test certificates.
+  tests/make_test_certs.sh "$work/certs" >/dev/null
+  mkdir -p "$work/secrets/tls" "$work/secrets/tokens"
+  cp "$work/certs/server.pem" "$work/secrets/tls/tls.crt"
+  cp "$work/certs/server.key" "$work/secrets/tls/tls.key"
+  cp "$work/certs/ca.pem" "$work/secrets/tls/ca.crt"
+  token=$(openssl rand -hex 32)
+  printf 'exercise %s\n' "$(printf %s "$token" | sha256sum | cut -d' ' -f1)" >"$work/secrets/tokens/tokens"
+  secret_args=(--secret=reducer-tls="$work/secrets/tls" --secret=reducer-job-tokens="$work/secrets/tokens")
+fi
 mapfile -t run_args < <("${pod_run[@]}" run "$shards" StatefulSet \
-  --network="ns:/run/netns/$ns" --name="$shard" --volumes_dir="$work/volumes")
+  --network="ns:/run/netns/$ns" --name="$shard" --volumes_dir="$work/volumes" "${secret_args[@]}")
 echo "    podman run ${run_args[*]}"
 podman run -d "${run_args[@]}" >/dev/null
 
@@ -76,6 +105,18 @@ done
 probe "$liveness" || fail "liveness probe (gRPC, port $liveness) fails"
 echo "==> readiness (port $readiness) and liveness (port $liveness) gRPC probes pass"
 
+if [[ $tls -eq 1 ]]; then
+  ctl() { in_ns bazel-bin/tools/reducerctl --target="127.0.0.1:$grpc_port" --timeout=3s "$@" status >/dev/null 2>&1; }
+  certs=$work/certs
+  ctl --tls_ca_file="$certs/ca.pem" --tls_cert_file="$certs/client.pem" \
+    --tls_key_file="$certs/client.key" --token="$token" ||
+    fail "status over mutual TLS with the job's token fails"
+  ! ctl || fail "the gRPC port answers plaintext"
+  ! ctl --tls_ca_file="$certs/ca.pem" --token="$token" || fail "the gRPC port takes a client without a certificate"
+  ! ctl --tls_ca_file="$certs/ca.pem" --tls_cert_file="$certs/client.pem" --tls_key_file="$certs/client.key" ||
+    fail "the gRPC port takes a call without a token"
+  echo "==> gRPC port $grpc_port: mutual TLS and tokens from the mounted Secrets (plaintext, no certificate, no token refused)"
+else
 # The worker Job, one container per completion index, all at once.
 worker_facts=$("${pod_run[@]}" facts "$workers" Job)
 completions=$(fact "$worker_facts" completions)
@@ -110,6 +151,7 @@ if [[ -n "$metrics_port" ]]; then
     fail "no successful all-reduce counted"
   echo "==> metrics on port $metrics_port: memory budget $budget, the job's all-reduces counted"
 fi
+fi  # tls
 
 t0=$(date +%s%N)
 podman stop -t "$grace" "$shard" >/dev/null

@@ -11,6 +11,7 @@
 #   validate         schemas, client-node round trip, policy, flags, shards
 #   checks-test      node --test of deploy/validate/checks_test.mjs
 #   exercise         deploy/exercise.sh of one-shard and worker-job
+#   exercise-tls     deploy/exercise.sh --tls of tls, with Secrets made for it
 #
 # Run as root (podman, ip netns) after tools/setup.sh --deploy. --junit
 # writes one test case per step (a failed step and the steps it stopped, as
@@ -32,7 +33,7 @@ readonly kStepLimit=300   # seconds, any one step
 overlays=(one-shard four-shards tls worker-job)
 steps=(image-build image-test)
 for o in "${overlays[@]}"; do steps+=("render-$o"); done
-steps+=(flag-help npm-ci validate checks-test exercise)
+steps+=(flag-help npm-ci validate checks-test exercise exercise-tls)
 
 work=$(mktemp -d /tmp/reducer-deploy-test.XXXXXX)
 rendered="$work/rendered"
@@ -126,4 +127,5 @@ step npm-ci bash -c 'cd deploy/validate && npm ci --no-audit --no-fund'
 step validate validate
 step checks-test checks_test
 step exercise deploy/exercise.sh "$rendered/one-shard.yaml" "$rendered/worker-job.yaml"
+step exercise-tls deploy/exercise.sh --tls "$rendered/tls.yaml"
 finish

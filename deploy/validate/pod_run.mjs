@@ -2,12 +2,13 @@
 // arguments that start its first container as kubelet would: the same
 // image, command, args and env (with kubelet's $(VAR) expansion), user and
 // group, read-only root, capabilities dropped, no new privileges, and each
-// ConfigMap volume written to a folder mounted read-only at its mountPath.
+// ConfigMap or Secret volume written to a folder mounted read-only at its
+// mountPath.
 // Ports are not mapped: the container shares the network given, where it
 // listens on exactly the ports its flags name.
 //
 //   node pod_run.mjs run RENDERED.yaml KIND --network=NET --name=NAME \
-//       [--volumes_dir=DIR] [--rank=I] [--env=NAME=VALUE ...]
+//       [--volumes_dir=DIR] [--secret=NAME=DIR ...] [--rank=I] [--env=NAME=VALUE ...]
 //       prints the arguments after `podman run`, one per line (NUL-free
 //       text; no argument holds a newline)
 //   node pod_run.mjs facts RENDERED.yaml KIND
@@ -16,10 +17,13 @@
 //
 // KIND is StatefulSet or Job. --rank=I stands for the completion index
 // kubelet's downward API gives an Indexed Job's pod; --env overrides a
-// variable's value (REDUCER_TARGET pointed at a local address). Volumes of
-// another kind than ConfigMap, and valueFrom other than the completion
-// index, are refused: such a template cannot be started faithfully here.
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+// variable's value (REDUCER_TARGET pointed at a local address). --secret
+// gives the files of Secret NAME (one file per key, in DIR); they are copied
+// into the volume's folder with the volume's defaultMode, owned by group
+// fsGroup as kubelet does. Volumes of another kind than ConfigMap or
+// Secret, and valueFrom other than the completion index, are refused: such
+// a template cannot be started faithfully here.
+import { chmodSync, chownSync, copyFileSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
 
@@ -31,11 +35,11 @@ function die(message) {
 }
 
 const [mode, file, kind, ...rest] = process.argv.slice(2);
-const options = { env: [] };
+const options = { env: [], secret: [] };
 for (const arg of rest) {
   const m = /^--([a-z_]+)=(.*)$/s.exec(arg);
   if (!m) die(`unexpected argument ${arg}`);
-  if (m[1] === "env") options.env.push(m[2]);
+  if (m[1] === "env" || m[1] === "secret") options[m[1]].push(m[2]);
   else options[m[1]] = m[2];
 }
 if (!file || !kind) die("usage: pod_run.mjs run|facts RENDERED.yaml KIND [options]");
@@ -97,18 +101,30 @@ for (const cap of sc.capabilities?.add ?? []) args.push(`--cap-add=${cap}`);
 if (sc.allowPrivilegeEscalation === false) args.push("--security-opt=no-new-privileges");
 if (sc.seccompProfile && sc.seccompProfile.type !== "RuntimeDefault") die("seccomp other than RuntimeDefault");
 
+const secrets = new Map(options.secret.map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
 for (const mount of container.volumeMounts ?? []) {
   const volume = (pod.volumes ?? []).find((v) => v.name === mount.name);
-  if (!volume?.configMap) die(`volume ${mount.name} is not a ConfigMap`);
-  if (!options.volumes_dir) die("ConfigMap volumes need --volumes_dir");
-  const cm = objs.find((o) => o.kind === "ConfigMap" && o.metadata.name === volume.configMap.name);
-  if (!cm) die(`ConfigMap ${volume.configMap.name} is not rendered`);
+  if (!options.volumes_dir) die("volumes need --volumes_dir");
   const dir = join(options.volumes_dir, mount.name);
   mkdirSync(dir, { recursive: true });
   chmodSync(dir, 0o755);
-  for (const [key, value] of Object.entries(cm.data ?? {})) {
-    writeFileSync(join(dir, key), value);
-    chmodSync(join(dir, key), 0o644);
+  if (volume?.configMap) {
+    const cm = objs.find((o) => o.kind === "ConfigMap" && o.metadata.name === volume.configMap.name);
+    if (!cm) die(`ConfigMap ${volume.configMap.name} is not rendered`);
+    for (const [key, value] of Object.entries(cm.data ?? {})) {
+      writeFileSync(join(dir, key), value);
+      chmodSync(join(dir, key), volume.configMap.defaultMode ?? 0o644);
+    }
+  } else if (volume?.secret) {
+    const from = secrets.get(volume.secret.secretName);
+    if (!from) die(`Secret ${volume.secret.secretName}: give --secret=${volume.secret.secretName}=DIR`);
+    for (const key of readdirSync(from)) {
+      copyFileSync(join(from, key), join(dir, key));
+      chmodSync(join(dir, key), volume.secret.defaultMode ?? 0o644);
+      if (pod.securityContext?.fsGroup !== undefined) chownSync(join(dir, key), 0, pod.securityContext.fsGroup);
+    }
+  } else {
+    die(`volume ${mount.name} is neither a ConfigMap nor a Secret`);
   }
   args.push(`--volume=${dir}:${mount.mountPath}:ro`);
 }
