@@ -12,17 +12,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/channel_security.h"
-#include "client/tls_diagnosis.h"
+#include "client/retry_policy.h"
+#include "client/shard_targets.h"
 #include "core/process_memory.h"
 #include "proto/reducer/v1/status_conversion.h"
 #include "proto/reducer/v1/wire_conversion.h"
 
 namespace reducer {
 namespace {
-
-// Payload bytes per message when reducerd does not say (JobReady carries
-// its --chunk_bytes, which the session uses instead).
-constexpr size_t kDefaultChunkBytes = 1 << 20;
 
 // The server answers a stalled collective with DEADLINE_EXCEEDED naming the
 // missing ranks at the collective's timeout; the client's own deadline
@@ -32,30 +29,6 @@ constexpr absl::Duration kDeadlineSlack = absl::Seconds(5);
 // Idle result buffers a client keeps for reuse (see core/buffer_cache.h):
 // enough for the gradients of a mid-sized model step after step.
 constexpr size_t kIdleBufferBytes = size_t{256} << 20;
-
-// How long a collective keeps retrying after the transport failed before
-// any answer (while the session is intact), and the pauses between tries
-// (doubling up to the last). Longer than the channel's longest reconnect
-// backoff, so that a dropped data connection that comes back is found again.
-constexpr absl::Duration kRetryBudget = absl::Seconds(3);
-constexpr absl::Duration kFirstRetryPause = absl::Milliseconds(100);
-constexpr absl::Duration kLastRetryPause = absl::Milliseconds(800);
-// Reconnect backoff of the channels: gRPC's default starts at 1 s and grows
-// to 2 min, which would fail every collective of that time fast.
-constexpr int kMinReconnectBackoffMs = 100;
-constexpr int kMaxReconnectBackoffMs = 1000;
-
-// While Connect waits for the channel, a failed connection is diagnosed
-// (client/tls_diagnosis.h) at most this often, each probe bounded by
-// kProbeTimeout: a TLS mismatch fails Connect in about a second instead of
-// after the whole timeout.
-constexpr absl::Duration kProbeEvery = absl::Seconds(1);
-constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
-
-constexpr char kJoinMethod[] = "/reducer.v1.Reducer/Join";
-
-// How long closing a client waits for reducerd to note the departure.
-constexpr absl::Duration kLeaveTimeout = absl::Seconds(1);
 
 std::string RandomId() {
   absl::BitGen gen;
@@ -94,30 +67,14 @@ absl::StatusOr<std::vector<int>> NormalizeGroup(const std::vector<int>& requeste
   return group;
 }
 
-grpc::ChannelArguments ChannelArgs() {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
-  // BDP probing cost 12 % time and 30 % CPU at 64 MiB, measured with bench/run.sh.
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  // Pings find a reducerd that vanished without closing the connection.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kMinReconnectBackoffMs);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kMinReconnectBackoffMs);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
-  return args;
-}
-
 }  // namespace
 
-ClientSession::ClientSession(ClientOptions options)
+ClientSession::ClientSession(ClientOptions options,
+                             std::vector<std::string> targets)
     : options_(std::move(options)),
+      targets_(std::move(targets)),
       session_id_(RandomId()),
-      buffers_(std::make_shared<BufferCache>(kIdleBufferBytes)),
-      chunk_bytes_(kDefaultChunkBytes) {}
+      buffers_(std::make_shared<BufferCache>(kIdleBufferBytes)) {}
 
 absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
     const ClientOptions& options) {
@@ -133,185 +90,126 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("ClientOptions.timeout must be positive");
   }
+  absl::StatusOr<std::vector<std::string>> targets = ExpandTargets(options.target);
+  if (!targets.ok()) return targets.status();
   if (options.keep_freed_memory) KeepFreedMemory();
   absl::StatusOr<ChannelSecurity> security = ChannelSecurity::Create(options);
   if (!security.ok()) return security.status();
-  std::unique_ptr<ClientSession> session(new ClientSession(options));
-  session->driver_ = std::make_unique<CompletionDriver>();
-  session->channel_ = security->NewChannel(options.target, ChannelArgs());
-  session->stub_ = v1::Reducer::NewStub(session->channel_);
-  session->session_stub_ = std::make_unique<grpc::GenericStub>(session->channel_);
-  session->join_ = std::make_unique<AsyncStream>(
-      session->driver_.get(), &session->mu_,
-      static_cast<AsyncStream::Observer*>(session.get()));
-  // Collectives get their own connection, so bulk transfers never queue
-  // behind (or starve) the session's keepalive traffic.
-  grpc::ChannelArguments data_args = ChannelArgs();
-  data_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  session->data_channel_ = security->NewChannel(options.target, data_args);
-  session->data_stub_ = std::make_unique<grpc::GenericStub>(session->data_channel_);
-  session->small_calls_ = std::make_unique<SmallCallStream>(
-      session->data_stub_.get(), session->driver_.get(), session->buffers_);
-  session->per_call_ = std::make_unique<PerCallBackend>(
-      session->data_stub_.get(), session->driver_.get(), &session->chunk_bytes_,
-      session->buffers_);
-  session->router_ = std::make_unique<CollectiveRouter>(
-      session->small_calls_.get(), session->per_call_.get(),
-      &session->chunk_bytes_, CollectiveRouter::TransportFromEnvironment());
-  session->device_staging_ = NewDeviceStaging(options.cuda_staging_bytes);
-  session->staging_backend_ = std::make_unique<StagingBackend>(
-      session->router_.get(), session->device_staging_.get());
+  std::unique_ptr<ClientSession> session(
+      new ClientSession(options, *std::move(targets)));
+  ClientSession* raw = session.get();
+  raw->driver_ = std::make_unique<CompletionDriver>();
+  std::vector<ShardEndpoint*> endpoints;
+  for (const std::string& target : raw->targets_) {
+    raw->links_.push_back(std::make_unique<ShardLink>(
+        raw->options_, target, raw->driver_.get(), raw->buffers_));
+    raw->links_.back()->Open(*security);
+    endpoints.push_back(raw->links_.back().get());
+  }
+  if (raw->links_.size() == 1) {
+    raw->transport_ = raw->links_[0]->backend();
+  } else {
+    raw->sharded_ = std::make_unique<ShardedBackend>(
+        std::move(endpoints), raw->driver_.get(),
+        [raw] { return raw->SessionStatus(); }, raw->buffers_);
+    raw->transport_ = raw->sharded_.get();
+  }
+  raw->device_staging_ = NewDeviceStaging(options.cuda_staging_bytes);
+  raw->staging_backend_ = std::make_unique<StagingBackend>(
+      raw->transport_, raw->device_staging_.get());
 
-  // Wait for the connection within the timeout rather than failing at once
+  // Wait for the connections within the timeout rather than failing at once
   // while reducerd is still starting.
   const absl::Time deadline = absl::Now() + options.timeout;
-  absl::Status connected = session->WaitForChannel(deadline);
-  if (!connected.ok()) return connected;
-  if (session->channel_->GetState(false) != GRPC_CHANNEL_READY) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot reach reducerd at ", options.target, " within ",
-        absl::FormatDuration(options.timeout),
-        " (is it running, and is the address right?)"));
+  for (size_t i = 0; i < raw->links_.size(); ++i) {
+    absl::Status connected = raw->links_[i]->WaitForChannel(deadline);
+    if (!connected.ok()) return raw->NameShard(i, connected);
   }
-  v1::JoinRequest request;
-  request.set_job(options.job);
-  request.set_rank(options.rank);
-  request.set_world_size(options.world_size);
-  request.set_session_id(session->session_id_);
-  grpc::ByteBuffer request_message;
-  bool own_buffer = false;
-  grpc::Status serialized = grpc::SerializationTraits<v1::JoinRequest>::Serialize(
-      request, &request_message, &own_buffer);
-  if (!serialized.ok()) return FromGrpcStatus(serialized);
-  ClientSession* raw = session.get();
-  {
-    absl::MutexLock lock(&raw->mu_);
-    // Join is server-streaming: the one request, then the half-close.
-    raw->join_->Start(raw->session_stub_.get(), kJoinMethod);
-    raw->join_->Write(0, std::move(request_message), /*last=*/true);
-  }
-  raw->driver_->DriveUntil(
-      [raw] {
-        absl::MutexLock lock(&raw->mu_);
-        return raw->ready_ || raw->ended_;
-      },
-      deadline);
-  absl::MutexLock lock(&raw->mu_);
-  if (raw->ready_) return session;
-  if (raw->ended_) {
-    absl::Status status = raw->end_status_;
-    return status.ok() ? absl::UnavailableError("reducerd closed the session")
-                       : status;
-  }
-  return absl::DeadlineExceededError(absl::StrCat(
-      "Connect: job ", options.job, " did not gather all ",
-      options.world_size, " ranks within ",
-      absl::FormatDuration(options.timeout), " (this is rank ", options.rank,
-      "); check that every rank started with the same job name, world size "
-      "and reducerd address"));
-  // ~ClientSession cancels the Join stream.
+  absl::Status joined = raw->JoinAll(deadline);
+  if (!joined.ok()) return joined;
+  return session;
+  // On error, ~ClientSession cancels the Join streams.
 }
 
-absl::Status ClientSession::WaitForChannel(absl::Time deadline) {
-  absl::Time next_probe = absl::InfinitePast();
-  for (;;) {
-    const grpc_connectivity_state state = channel_->GetState(true);
-    if (state == GRPC_CHANNEL_READY) return absl::OkStatus();
-    const absl::Time now = absl::Now();
-    if (now >= deadline) return absl::OkStatus();
-    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE && now >= next_probe) {
-      absl::Status diagnosis =
-          DiagnoseTls(options_.target, options_.tls,
-                      std::min(kProbeTimeout, deadline - now));
-      if (!diagnosis.ok()) return diagnosis;
-      next_probe = absl::Now() + kProbeEvery;
-    }
-    channel_->WaitForStateChange(
-        state, absl::ToChronoTime(std::min(deadline, absl::Now() + kProbeEvery)));
+absl::Status ClientSession::JoinAll(absl::Time deadline) {
+  v1::JoinRequest request;
+  request.set_job(options_.job);
+  request.set_rank(options_.rank);
+  request.set_world_size(options_.world_size);
+  request.set_session_id(session_id_);
+  // Every rank states the shards, so that each shard can check that all
+  // ranks name the same ones in the same order.
+  for (const std::string& target : targets_) request.add_shards(target);
+  for (const std::unique_ptr<ShardLink>& link : links_) {
+    absl::Status started = link->StartJoin(request);
+    if (!started.ok()) return started;
   }
+  // Until every shard is ready, or one refused.
+  auto settled = [this] {
+    bool all = true;
+    for (const std::unique_ptr<ShardLink>& link : links_) {
+      if (!link->JoinSettled()) {
+        all = false;
+      } else if (!link->JoinOutcome().ok()) {
+        return true;
+      }
+    }
+    return all;
+  };
+  driver_->DriveUntil(settled, deadline);
+  std::vector<std::string> waiting;
+  for (size_t i = 0; i < links_.size(); ++i) {
+    if (!links_[i]->JoinSettled()) {
+      waiting.push_back(targets_[i]);
+      continue;
+    }
+    absl::Status outcome = links_[i]->JoinOutcome();
+    if (!outcome.ok()) return NameShard(i, outcome);
+  }
+  if (waiting.empty()) return absl::OkStatus();
+  std::string where;
+  if (links_.size() > 1) {
+    where = absl::StrCat(" on reducerd shard(s) ", absl::StrJoin(waiting, ","));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "Connect: job ", options_.job, " did not gather all ",
+      options_.world_size, " ranks", where, " within ",
+      absl::FormatDuration(options_.timeout), " (this is rank ", options_.rank,
+      "); check that every rank started with the same job name, world size "
+      "and reducerd address"));
 }
 
 ClientSession::~ClientSession() {
-  bool leave;
-  {
-    absl::MutexLock lock(&mu_);
-    closing_ = true;
-    leave = ready_ && !ended_;
-  }
-  if (leave) {
-    // Best effort: without it the server treats this rank as lost.
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + kLeaveTimeout));
-    v1::LeaveRequest request;
-    request.set_job(options_.job);
-    request.set_session_id(session_id_);
-    v1::LeaveResponse response;
-    stub_->Leave(&context, request, &response);
-  }
-  // Calls first (they drive the queue until gRPC handed them back), then
-  // the Join stream, then the driver.
+  // Every shard sees this rank depart, then the calls' parts go, then the
+  // links (their transports, then their Join streams), then the driver.
+  for (const std::unique_ptr<ShardLink>& link : links_) link->Close();
   staging_backend_.reset();
-  router_.reset();
-  per_call_.reset();
-  small_calls_.reset();
-  bool joined = false;
-  if (join_ != nullptr) {
-    absl::MutexLock lock(&mu_);
-    joined = join_->started();
-    if (joined) join_->Cancel();
-  }
-  if (joined) {
-    driver_->DriveUntil(
-        [this] {
-          absl::MutexLock lock(&mu_);
-          return join_->done();
-        },
-        absl::InfiniteFuture());
-  }
-  join_.reset();
+  sharded_.reset();
+  links_.clear();
   driver_.reset();
 }
 
-void ClientSession::OnRead(grpc::ByteBuffer* message) {
-  mu_.AssertHeld();
-  if (!grpc::SerializationTraits<v1::JoinEvent>::Deserialize(message,
-                                                               &join_event_)
-           .ok()) {
-    // A session event that does not parse ends the session.
-    join_->Cancel();
-    return;
+absl::Status ClientSession::NameShard(size_t index,
+                                      const absl::Status& status) const {
+  if (links_.size() <= 1 || status.ok()) return status;
+  std::string where = absl::StrCat("reducerd shard ", index, " of ", links_.size());
+  if (!absl::StrContains(status.message(), targets_[index])) {
+    absl::StrAppend(&where, " at ", targets_[index]);
   }
-  if (join_event_.has_ready()) {
-    ready_ = true;
-    epoch_ = join_event_.ready().epoch();
-    const uint64_t chunk = join_event_.ready().chunk_bytes();
-    chunk_bytes_.store(chunk > 0 ? chunk : kDefaultChunkBytes,
-                       std::memory_order_relaxed);
-  } else if (join_event_.has_aborted()) {
-    aborted_ = absl::AbortedError(join_event_.aborted().reason());
-  }
-}
-
-void ClientSession::OnFinished(const grpc::Status& status) {
-  mu_.AssertHeld();
-  ended_ = true;
-  if (status.ok()) {
-    end_status_ = absl::UnavailableError(absl::StrCat(
-        "reducerd at ", options_.target, " closed the session"));
-  } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-             status.error_code() == grpc::StatusCode::CANCELLED) {
-    end_status_ = absl::UnavailableError(absl::StrCat(
-        "lost the session with reducerd at ", options_.target, ": ",
-        status.error_message(), "; Connect again"));
-  } else {
-    end_status_ = FromGrpcStatus(status);
-  }
+  return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
 }
 
 absl::Status ClientSession::SessionStatus() {
-  absl::MutexLock lock(&mu_);
-  if (!aborted_.ok()) return aborted_;
-  if (ended_) return end_status_;
+  for (size_t i = 0; i < links_.size(); ++i) {
+    absl::Status status = links_[i]->SessionStatus();
+    if (status.ok()) continue;
+    if (links_.size() > 1 && !failure_passed_on_.exchange(true)) {
+      for (size_t j = 0; j < links_.size(); ++j) {
+        if (j != i) links_[j]->Abandon();
+      }
+    }
+    return NameShard(i, status);
+  }
   return absl::OkStatus();
 }
 
@@ -369,7 +267,8 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   // collectives started concurrently on one group reach every stream in
   // the order of their sequence numbers.
   absl::MutexLock lock(&mu_);
-  header.set_epoch(epoch_);
+  // With several shards, each partition carries its own shard's epoch.
+  header.set_epoch(links_[0]->epoch());
   if (call.name.empty()) {
     header.set_sequence(sequence_[absl::StrJoin(group, ",")]++);
   } else {
@@ -392,11 +291,12 @@ namespace {
 
 // A failure whose message does not name the job (a transport error, such as
 // gRPC's bare "Connection reset by peer", or a lost session) is prefixed
-// with the collective and reducerd's address; reducerd's own messages name
+// with the collective and reducerd's address (unless the message names a
+// shard's address already); reducerd's own messages name
 // the job and the collective already and are returned as they are.
 absl::Status NameWhereItFailed(const absl::Status& status,
                                const v1::CollectiveHeader& header,
-                               const std::string& target) {
+                               const std::vector<std::string>& targets) {
   const absl::string_view message = status.message();
   if (absl::StrContains(message, absl::StrCat("job ", header.job()))) {
     return status;
@@ -404,8 +304,12 @@ absl::Status NameWhereItFailed(const absl::Status& status,
   absl::StatusOr<CollectiveKind> kind = CollectiveKindFromWire(header.kind());
   std::string prefix = DescribeCollective(
       header, kind.ok() ? std::optional(*kind) : std::nullopt);
-  if (!absl::StrContains(message, target)) {
-    absl::StrAppend(&prefix, ": reducerd at ", target);
+  bool named = false;
+  for (const std::string& target : targets) {
+    named = named || absl::StrContains(message, target);
+  }
+  if (!named) {
+    absl::StrAppend(&prefix, ": reducerd at ", absl::StrJoin(targets, ","));
   }
   return absl::Status(status.code(), absl::StrCat(prefix, ": ", message));
 }
@@ -419,8 +323,8 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::Wait() {
   absl::Duration pause = kFirstRetryPause;
   for (;;) {
     result = attempt_->Wait();
-    if (result.ok() || result.status().code() != absl::StatusCode::kUnavailable ||
-        attempt_->received_any() || !session_->SessionStatus().ok()) {
+    if (result.ok() || !MayRetry(result.status(), attempt_->received_any(),
+                                 session_->SessionStatus())) {
       break;
     }
     if (give_up == absl::InfiniteFuture()) {
@@ -428,7 +332,7 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::Wait() {
     }
     if (absl::Now() + pause >= give_up) break;
     absl::SleepFor(pause);
-    pause = std::min(pause * 2, kLastRetryPause);
+    pause = NextRetryPause(pause);
     attempt_ = session_->SendAttempt(*this);
   }
   if (!result.ok()) {
@@ -437,10 +341,10 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::Wait() {
     if (!why.ok() && result.status().code() != absl::StatusCode::kFailedPrecondition &&
         result.status().code() != absl::StatusCode::kInvalidArgument) {
       return NameWhereItFailed(why, contribution_.header,
-                               session_->options().target);
+                               session_->targets_);
     }
     return NameWhereItFailed(result.status(), contribution_.header,
-                             session_->options().target);
+                             session_->targets_);
   }
   return result;
 }

@@ -1,8 +1,15 @@
-// ClientSession: what a Client holds: the channels to reducerd, the one
-// completion queue every call of this client completes on (and who polls
-// it, see CompletionDriver), this process's session (the Join stream), the
-// job's epoch, and the per-group sequence numbers that match collectives
-// across ranks by call order.
+// ClientSession: what a Client holds: one ShardLink per reducerd shard
+// named by ClientOptions::target (channels, the session there, its epoch),
+// the one completion queue every call of this client completes on (and who
+// polls it, see CompletionDriver), the transport every collective starts
+// on (one shard's router, or the ShardedBackend over several), and the
+// per-group sequence numbers that match collectives across ranks by call
+// order, shared by all shards.
+//
+// With several shards the session is one: a failure of any shard's session
+// (JobAborted, the shard lost) fails every later call, naming the shard, and
+// is passed on to the other shards by abandoning their sessions, so that
+// each of them ends the job's epoch too.
 //
 // Thread-safe. Internal to the client library.
 #ifndef REDUCER_CLIENT_CLIENT_SESSION_H_
@@ -19,22 +26,19 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "client/async_stream.h"
 #include "client/client_options.h"
 #include "client/collective_attempt.h"
-#include "client/collective_router.h"
+#include "client/collective_backend.h"
 #include "client/completion_driver.h"
 #include "client/device_staging.h"
-#include "client/per_call_backend.h"
-#include "client/small_call_stream.h"
+#include "client/shard_link.h"
+#include "client/sharded_backend.h"
 #include "client/staging_backend.h"
 #include "core/buffer_cache.h"
 #include "core/device.h"
 #include "core/fingerprint.h"
 #include "core/tensor.h"
-#include "grpcpp/generic/generic_stub.h"
-#include "grpcpp/grpcpp.h"
-#include "proto/reducer/v1/reducer.grpc.pb.h"
+#include "proto/reducer/v1/reducer.pb.h"
 
 namespace reducer {
 
@@ -77,13 +81,15 @@ class PendingCollective {
   std::unique_ptr<CollectiveAttempt> attempt_;  // the latest
 };
 
-class ClientSession final : private AsyncStream::Observer {
+class ClientSession final {
  public:
-  // Opens the channel and the Join stream; returns once the job is ready.
+  // Opens the channels and the Join stream of every shard; returns once the
+  // job is ready on all of them. INVALID_ARGUMENT for a malformed target
+  // (client/shard_targets.h); a shard's failure names its address.
   static absl::StatusOr<std::unique_ptr<ClientSession>> Open(
       const ClientOptions& options);
   // Closes the session: the server sees this rank leave.
-  ~ClientSession() override;
+  ~ClientSession();
 
   // Starts one collective: checks the call options (group, timeout; an
   // error is INVALID_ARGUMENT naming what is wrong, returned by Wait()),
@@ -101,60 +107,43 @@ class ClientSession final : private AsyncStream::Observer {
 
  private:
   friend class PendingCollective;
-  explicit ClientSession(ClientOptions options);
-  // Waits until the session channel is ready or `deadline`; OK either way,
-  // unless a failed connection is diagnosed as a TLS mismatch (DiagnoseTls's
-  // FAILED_PRECONDITION, returned at once).
-  absl::Status WaitForChannel(absl::Time deadline);
-  // AsyncStream::Observer of the Join stream, with mu_ held: session
-  // events, and how the session ended.
-  void OnRead(grpc::ByteBuffer* message) override;
-  void OnFinished(const grpc::Status& status) override;
-  // Sends one attempt of `pending`'s collective where router_ says.
+  ClientSession(ClientOptions options, std::vector<std::string> targets);
+  // Joins every shard; OK once all are ready.
+  absl::Status JoinAll(absl::Time deadline);
+  // Sends one attempt of `pending`'s collective.
   std::unique_ptr<CollectiveAttempt> SendAttempt(const PendingCollective& pending);
-  // OK while the session is usable; else why not.
+  // OK while the session is usable on every shard; else why not, naming
+  // the shard when there are several (and then abandoning the others'
+  // sessions, once).
   absl::Status SessionStatus();
+  // `status` of shard `index`, its address named when there are several
+  // shards and the message does not name it yet.
+  absl::Status NameShard(size_t index, const absl::Status& status) const;
 
   // Constant after construction.
   const ClientOptions options_;
+  const std::vector<std::string> targets_;  // the shards, in order
   const std::string session_id_;
   const std::shared_ptr<BufferCache> buffers_;  // shared with result tensors
   // Numbers the collectives this session starts (their attempt ids); atomic
   // so that concurrent calls need no lock for it.
   std::atomic<uint64_t> next_attempt_{0};
-  // Payload bytes per message, reducerd's --chunk_bytes from JobReady; set
-  // before Open returns and read by every attempt after. Atomic so that
-  // sending needs no lock for it.
-  std::atomic<size_t> chunk_bytes_;
   // Destroyed in reverse: the calls first, the driver last.
   std::unique_ptr<CompletionDriver> driver_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Reducer::Stub> stub_;
-  std::shared_ptr<grpc::Channel> data_channel_;  // collectives
-  std::unique_ptr<grpc::GenericStub> data_stub_;
-  // The transports (both use data_stub_) and the router that picks one per
-  // collective; ~ClientSession destroys them first, the Join stream next,
-  // the driver last.
-  std::unique_ptr<SmallCallStream> small_calls_;
-  std::unique_ptr<PerCallBackend> per_call_;
-  std::unique_ptr<CollectiveRouter> router_;
-  // Device contributions staged around the router (every attempt is
-  // started here); destroyed before the router, and device_staging_ last
-  // of the calls' parts.
+  std::vector<std::unique_ptr<ShardLink>> links_;  // links_[i]: targets_[i]
+  // With several shards: the backend that cuts collectives over them.
+  std::unique_ptr<ShardedBackend> sharded_;
+  // Where collectives go: links_[0]'s router, or sharded_.
+  CollectiveBackend* transport_ = nullptr;
+  // Device contributions staged around the transport (every attempt is
+  // started here); destroyed before it, and device_staging_ last of the
+  // calls' parts.
   std::unique_ptr<DeviceStaging> device_staging_;
   std::unique_ptr<StagingBackend> staging_backend_;
-  std::unique_ptr<grpc::GenericStub> session_stub_;  // the Join stream's
-  // The Join stream (guarded by mu_, see AsyncStream); set in Open.
-  std::unique_ptr<AsyncStream> join_;
+  // Set once a shard's failure was passed on to the other shards.
+  std::atomic<bool> failure_passed_on_{false};
 
   absl::Mutex mu_;
-  v1::JoinEvent join_event_ ABSL_GUARDED_BY(mu_);   // the last one read
-  bool ready_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;   // the Join stream ended
-  absl::Status end_status_ ABSL_GUARDED_BY(mu_);
-  absl::Status aborted_ ABSL_GUARDED_BY(mu_);  // JobAborted received
-  bool closing_ ABSL_GUARDED_BY(mu_) = false;
   // Next sequence number per group (key: the group's ranks).
   absl::flat_hash_map<std::string, uint64_t> sequence_ ABSL_GUARDED_BY(mu_);
 };

@@ -50,6 +50,17 @@ class CollectiveAttempt {
   // without waiting on reducerd. Never blocks.
   virtual bool Ready() = 0;
 
+  // True once the attempt's outcome is known, judged from what has been
+  // received so far: unlike Ready(), it neither polls nor blocks, so it may
+  // be called inside CompletionDriver::DriveUntil's condition (to wait for
+  // the first of several attempts).
+  virtual bool Settled() = 0;
+
+  // Gives the attempt up: Wait() then returns promptly, CANCELLED unless
+  // the outcome came first, and still only once gRPC no longer reads the
+  // caller's memory. May be called from any thread, before Wait().
+  virtual void Cancel() = 0;
+
   // After Wait(): true if any answer arrived. An attempt that failed with
   // UNAVAILABLE before that may be retried with the same header.
   virtual bool received_any() const = 0;

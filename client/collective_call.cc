@@ -118,6 +118,18 @@ bool CollectiveCall::Ready() {
   return !stream_.started() || OverLocked();
 }
 
+bool CollectiveCall::Settled() {
+  absl::MutexLock lock(&mu_);
+  return !stream_.started() || OverLocked();
+}
+
+void CollectiveCall::Cancel() {
+  absl::MutexLock lock(&mu_);
+  if (!stream_.started() || OverLocked()) return;
+  SetErrorLocked(absl::CancelledError("the collective call was given up"));
+  stream_.Cancel();
+}
+
 bool CollectiveCall::received_any() const {
   absl::MutexLock lock(&mu_);
   return result_.started();

@@ -54,6 +54,8 @@ class CollectiveCall final : public CollectiveAttempt,
   // CollectiveAttempt.
   absl::StatusOr<std::vector<Tensor>> Wait() override;
   bool Ready() override;
+  bool Settled() override;
+  void Cancel() override;
   bool received_any() const override;
 
  private:

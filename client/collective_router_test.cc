@@ -22,6 +22,8 @@ class FakeAttempt final : public CollectiveAttempt {
     return std::vector<Tensor>{};
   }
   bool Ready() override { return true; }
+  bool Settled() override { return true; }
+  void Cancel() override {}
   bool received_any() const override { return false; }
 };
 

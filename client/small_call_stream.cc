@@ -116,6 +116,15 @@ class SmallCallStream::Attempt final : public CollectiveAttempt {
     return owner_->Wait(call_id_, call_, *contribution_);
   }
   bool Ready() override { return owner_->Ready(call_); }
+  bool Settled() override {
+    absl::MutexLock lock(&owner_->mu_);
+    return call_->done && !call_->unsent;
+  }
+  void Cancel() override {
+    absl::MutexLock lock(&owner_->mu_);
+    owner_->GiveUpLocked(call_id_, call_,
+                         absl::CancelledError("the collective call was given up"));
+  }
   bool received_any() const override {
     absl::MutexLock lock(&owner_->mu_);
     return call_->result.started();
@@ -206,15 +215,10 @@ absl::StatusOr<std::vector<Tensor>> SmallCallStream::Wait(
   };
   if (!driver_->DriveUntil(over, deadline)) {
     {
+      // Given up here; reducerd answers the collective at its own timeout
+      // (before this deadline) unless it is unreachable.
       absl::MutexLock lock(&mu_);
-      if (!call->done) {
-        // Given up here; reducerd answers the collective at its own timeout
-        // (before this deadline) unless it is unreachable.
-        calls_.erase(call_id);
-        call->done = true;
-        call->status = NoAnswerError(contribution.header);
-      }
-      if (call->unsent) ForgetMessageLocked(call);
+      GiveUpLocked(call_id, call, NoAnswerError(contribution.header));
     }
     // A message being written cannot be taken back: wait for its write to
     // end (ForgetMessageLocked cancelled the stream, so that is prompt).
@@ -223,6 +227,17 @@ absl::StatusOr<std::vector<Tensor>> SmallCallStream::Wait(
   absl::MutexLock lock(&mu_);
   if (!call->status.ok()) return call->status;
   return call->result.Finish();
+}
+
+void SmallCallStream::GiveUpLocked(uint64_t call_id,
+                                   const std::shared_ptr<Call>& call,
+                                   absl::Status why) {
+  if (!call->done) {
+    calls_.erase(call_id);
+    call->done = true;
+    call->status = std::move(why);
+  }
+  if (call->unsent) ForgetMessageLocked(call);
 }
 
 void SmallCallStream::ForgetMessageLocked(const std::shared_ptr<Call>& call) {

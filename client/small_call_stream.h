@@ -67,6 +67,10 @@ class SmallCallStream final : public CollectiveBackend {
   absl::StatusOr<std::vector<Tensor>> Wait(uint64_t call_id,
                                            const std::shared_ptr<Call>& call,
                                            const Contribution& contribution);
+  // Ends `call` with `why` unless its outcome came first, and forgets its
+  // message (its Wait then returns once no write reads caller memory).
+  void GiveUpLocked(uint64_t call_id, const std::shared_ptr<Call>& call,
+                    absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops `call`'s message from its stream's queue, or, if it is being
   // written, cancels that stream (the write then ends promptly).
   void ForgetMessageLocked(const std::shared_ptr<Call>& call)

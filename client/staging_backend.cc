@@ -46,6 +46,10 @@ class StagedAttempt final : public CollectiveAttempt {
   }
 
   bool Ready() override { return !error_.ok() || attempt_->Ready(); }
+  bool Settled() override { return !error_.ok() || attempt_->Settled(); }
+  void Cancel() override {
+    if (attempt_ != nullptr) attempt_->Cancel();
+  }
 
   bool received_any() const override {
     return attempt_ != nullptr && attempt_->received_any();

@@ -87,6 +87,8 @@ class FakeAttempt final : public CollectiveAttempt {
       : result_(std::move(result)) {}
   absl::StatusOr<std::vector<Tensor>> Wait() override { return result_; }
   bool Ready() override { return true; }
+  bool Settled() override { return true; }
+  void Cancel() override {}
   bool received_any() const override { return true; }
 
  private:

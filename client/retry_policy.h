@@ -1,0 +1,39 @@
+// When a collective's attempt is sent again. An attempt that failed with
+// UNAVAILABLE before any answer arrived (the transport broke, reducerd was
+// not reached) is retried with the same header, attempt id included, so
+// reducerd never counts it twice, while the session it belongs to is
+// intact; for at most kRetryBudget after the first failure (and never past
+// the collective's deadline), pausing between tries from kFirstRetryPause
+// doubling up to kLastRetryPause. The budget is longer than the channels'
+// longest reconnect backoff, so that a dropped data connection that comes
+// back is found again.
+#ifndef REDUCER_CLIENT_RETRY_POLICY_H_
+#define REDUCER_CLIENT_RETRY_POLICY_H_
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace reducer {
+
+inline constexpr absl::Duration kRetryBudget = absl::Seconds(3);
+inline constexpr absl::Duration kFirstRetryPause = absl::Milliseconds(100);
+inline constexpr absl::Duration kLastRetryPause = absl::Milliseconds(800);
+
+// True when an attempt that ended with `outcome` may be sent again:
+// UNAVAILABLE, nothing received, and `session` (its session's state) OK.
+inline bool MayRetry(const absl::Status& outcome, bool received_any,
+                     const absl::Status& session) {
+  return outcome.code() == absl::StatusCode::kUnavailable && !received_any &&
+         session.ok();
+}
+
+// The pause after `pause`.
+inline absl::Duration NextRetryPause(absl::Duration pause) {
+  return std::min(pause * 2, kLastRetryPause);
+}
+
+}  // namespace reducer
+
+#endif  // REDUCER_CLIENT_RETRY_POLICY_H_

@@ -1,0 +1,229 @@
+#include "client/sharded_backend.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/partition_split.h"
+#include "client/retry_policy.h"
+
+namespace reducer {
+
+// The attempt of one collective over its shards.
+class ShardedAttempt final : public CollectiveAttempt {
+ public:
+  ShardedAttempt(const ShardedBackend* owner, const Contribution& whole)
+      : owner_(owner), whole_(whole),
+        split_(SplitContribution(whole, static_cast<int>(owner->shards_.size()),
+                                 owner->min_partition_bytes_)),
+        parts_(split_.parts.size()) {
+    for (size_t k = 0; k < parts_.size(); ++k) {
+      PartitionContribution& part = split_.parts[k];
+      part.contribution.header.set_epoch(owner_->shards_[part.shard]->epoch());
+      parts_[k].attempt = ShardOf(k)->backend()->Start(part.contribution);
+    }
+  }
+
+  ~ShardedAttempt() override {
+    // Nothing may still read caller memory (or split_'s) once this is gone.
+    absl::MutexLock lock(&mu_);
+    for (Part& part : parts_) {
+      if (part.attempt != nullptr) part.attempt->Cancel();
+    }
+    for (Part& part : parts_) {
+      if (part.attempt != nullptr) part.attempt->Wait().IgnoreError();
+    }
+  }
+
+  absl::StatusOr<std::vector<Tensor>> Wait() override {
+    absl::MutexLock lock(&mu_);
+    for (;;) {
+      HarvestLocked();
+      if (!failure_.ok()) {
+        GiveUpRestLocked();
+        return failure_;
+      }
+      if (AllDoneLocked()) break;
+      absl::Time wake = whole_.deadline;
+      for (const Part& part : parts_) {
+        if (part.attempt == nullptr && !part.result.has_value()) {
+          wake = std::min(wake, part.retry_at);
+        }
+      }
+      if (absl::Now() >= whole_.deadline) {
+        // Every part gives up by its deadline; take what they say.
+        for (Part& part : parts_) {
+          if (part.attempt != nullptr) TakeOutcomeLocked(&part);
+        }
+        if (failure_.ok() && !AllDoneLocked()) {
+          failure_ = absl::DeadlineExceededError(
+              "the collective's deadline passed while a partition was to be "
+              "retried");
+        }
+        continue;
+      }
+      owner_->driver_->DriveUntil([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return AnySettledLocked();
+      }, wake);
+    }
+    std::vector<std::vector<Tensor>> results;
+    results.reserve(parts_.size());
+    for (Part& part : parts_) results.push_back(std::move(*part.result));
+    return JoinPartitionResults(whole_, split_, &results, owner_->buffers_);
+  }
+
+  bool Ready() override {
+    owner_->driver_->PollReady();
+    absl::MutexLock lock(&mu_);
+    HarvestLocked();
+    return !failure_.ok() || AllDoneLocked();
+  }
+
+  bool Settled() override {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) return true;
+    for (const Part& part : parts_) {
+      if (part.result.has_value()) continue;
+      if (part.attempt == nullptr || !part.attempt->Settled()) return false;
+    }
+    return true;
+  }
+
+  void Cancel() override {
+    absl::MutexLock lock(&mu_);
+    if (failure_.ok()) {
+      failure_ = absl::CancelledError("the collective call was given up");
+    }
+    for (Part& part : parts_) {
+      if (part.attempt != nullptr) part.attempt->Cancel();
+    }
+  }
+
+  // Partitions retry on their own; see ShardedBackend.
+  bool received_any() const override { return true; }
+
+ private:
+  struct Part {
+    std::unique_ptr<CollectiveAttempt> attempt;  // null: done, or to retry
+    std::optional<std::vector<Tensor>> result;   // once it succeeded
+    absl::Time give_up = absl::InfiniteFuture();  // set at the first failure
+    absl::Duration pause = kFirstRetryPause;
+    absl::Time retry_at = absl::InfiniteFuture();  // when attempt is null
+  };
+
+  ShardEndpoint* ShardOf(size_t k) const {
+    return owner_->shards_[split_.parts[k].shard];
+  }
+
+  bool AllDoneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const Part& part : parts_) {
+      if (!part.result.has_value()) return false;
+    }
+    return true;
+  }
+
+  // True when a part's outcome came in or a retry is due. Never polls.
+  bool AnySettledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const absl::Time now = absl::Now();
+    for (const Part& part : parts_) {
+      if (part.result.has_value()) continue;
+      if (part.attempt == nullptr ? part.retry_at <= now
+                                  : part.attempt->Settled()) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Takes the outcome of every settled part and resends the parts whose
+  // retry is due; sets failure_ at the first part that failed for good.
+  void HarvestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const absl::Time now = absl::Now();
+    for (size_t k = 0; k < parts_.size() && failure_.ok(); ++k) {
+      Part& part = parts_[k];
+      if (part.result.has_value()) continue;
+      if (part.attempt == nullptr) {
+        if (part.retry_at <= now) {
+          part.retry_at = absl::InfiniteFuture();
+          part.attempt = ShardOf(k)->backend()->Start(split_.parts[k].contribution);
+        }
+        continue;
+      }
+      if (part.attempt->Settled()) TakeOutcomeLocked(&part);
+    }
+  }
+
+  // Waits for `part`'s attempt (settled, or past its deadline) and files
+  // its outcome: a result, a retry, or failure_.
+  void TakeOutcomeLocked(Part* part) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const size_t k = static_cast<size_t>(part - parts_.data());
+    absl::StatusOr<std::vector<Tensor>> outcome = part->attempt->Wait();
+    const bool received_any = part->attempt->received_any();
+    part->attempt.reset();
+    if (outcome.ok()) {
+      part->result = *std::move(outcome);
+      return;
+    }
+    if (MayRetry(outcome.status(), received_any, owner_->session_status_())) {
+      const absl::Time now = absl::Now();
+      if (part->give_up == absl::InfiniteFuture()) {
+        part->give_up = std::min(now + kRetryBudget, whole_.deadline);
+      }
+      if (now + part->pause < part->give_up) {
+        part->retry_at = now + part->pause;
+        part->pause = NextRetryPause(part->pause);
+        return;
+      }
+    }
+    if (failure_.ok()) failure_ = NameShard(k, outcome.status());
+  }
+
+  // Cancels the parts still running and waits until they let go of memory.
+  void GiveUpRestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (Part& part : parts_) {
+      if (part.attempt != nullptr) part.attempt->Cancel();
+    }
+    for (Part& part : parts_) {
+      if (part.attempt == nullptr) continue;
+      part.attempt->Wait().IgnoreError();
+      part.attempt.reset();
+    }
+  }
+
+  // `status` of part k, prefixed with its shard (and partition, when the
+  // collective was cut).
+  absl::Status NameShard(size_t k, const absl::Status& status) const {
+    const ShardEndpoint* shard = ShardOf(k);
+    std::string where = absl::StrCat("reducerd shard ", split_.parts[k].shard,
+                                     " of ", owner_->shards_.size());
+    if (!absl::StrContains(status.message(), shard->target())) {
+      absl::StrAppend(&where, " at ", shard->target());
+    }
+    if (!split_.whole) {
+      absl::StrAppend(&where, " (partition ", k + 1, " of ", parts_.size(), ")");
+    }
+    return absl::Status(status.code(),
+                        absl::StrCat(where, ": ", status.message()));
+  }
+
+  const ShardedBackend* const owner_;
+  const Contribution& whole_;  // the caller's; outlives the attempt
+  SplitCollective split_;       // read by the parts' attempts
+  absl::Mutex mu_;
+  std::vector<Part> parts_ ABSL_GUARDED_BY(mu_);  // parts_[k]: split_.parts[k]'s
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+};
+
+std::unique_ptr<CollectiveAttempt> ShardedBackend::Start(
+    const Contribution& contribution) {
+  return std::make_unique<ShardedAttempt>(this, contribution);
+}
+
+}  // namespace reducer
