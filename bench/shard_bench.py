@@ -573,7 +573,7 @@ def check_machine(args):
     """Drops systems that cannot run here (with a warning); raises Skip when
     the smoke form cannot run at all."""
     if not os.path.exists(args.virtual_network):
-        raise Skip(f"build {args.virtual_network} first")
+        raise rb.RunError(f"build {args.virtual_network} first")
     if "gloo" in args.systems and importlib.util.find_spec("torch") is None:
         if args.smoke:
             raise Skip("torch is not installed (python3-torch)")
@@ -617,14 +617,23 @@ def report(args, records, failures, targets, net_info, wall_s):
     print(f"wrote {shown}/results.json, results.csv, shard_bench.png")
 
 
+def skip_or_fail(args, why):
+    """The smoke form skips (exit 0) where the machine cannot run it; a full
+    run fails (exit 1)."""
+    if args.smoke:
+        print(f"SKIP: {why}")
+        return 0
+    print(f"error: {why}", file=sys.stderr)
+    return 1
+
+
 def main(argv):
     rb.reexec_with_system_python(argv)
     args = parse_args(argv)
     try:
         check_machine(args)
     except Skip as e:
-        print(f"SKIP: {e}")
-        return 0
+        return skip_or_fail(args, e)
     shutil.rmtree(args.out_dir / "logs", ignore_errors=True)
     (args.out_dir / "logs").mkdir(parents=True)
     hosts = WORKERS + SHARD_HOSTS[:max(args.shards)]
@@ -635,10 +644,7 @@ def main(argv):
             net = Network(args.virtual_network, hosts, args.rate,
                           args.out_dir / "logs" / "virtual_network.err")
         except Skip as e:
-            if args.smoke:
-                print(f"SKIP: {e}")
-                return 0
-            raise
+            return skip_or_fail(args, e)
         bench = Bench(args, net, tmp)
         try:
             if "mpi" in args.systems:
