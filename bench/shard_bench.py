@@ -17,7 +17,8 @@ other so that they see the same machine state:
 It prints, per size and system, the median time, the bus bandwidth
 2(W-1)/W * N / t, the ratio to Gloo, and the bandwidth model's time beside
 it (see model_us), with the CPU use of the whole machine during the run;
-writes results.json, results.csv and shard_bench.png into --out_dir; and
+writes results.json, results.csv, results.md (the table) and shard_bench.png
+into --out_dir; and
 checks the two targets (S = 4 at 64 MiB at most 0.75x Gloo's time; S = 1 at
 64 MiB within 20 % of the model).
 
@@ -455,6 +456,15 @@ def print_table(records):
             print("  ".join("-" * w for w in widths))
 
 
+def write_markdown(records, path):
+    """The table as Markdown (for bench/README.md)."""
+    rows = table_rows(records)
+    lines = ["| " + " | ".join(rows[0]) + " |",
+             "|" + "|".join(" --- " if i < 2 else " ---: " for i in range(len(rows[0]))) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
 def check_targets(records):
     """(figure, value, target, ok) for the two targets, where measured."""
     by = {(r["system"], r["shards"], r["size_bytes"]): r for r in records}
@@ -499,17 +509,24 @@ def write_plot(records, path, rate):
     for r in sorted(records, key=sort_key):
         lines.setdefault(r["label"], []).append(r)
     fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(13, 5.5))
+    ring_drawn = False
     for label, rs in lines.items():
         x = [r["size_bytes"] for r in rs]
         c = colors.get(label)
         ax_t.plot(x, [r["median_us"] / 1e3 for r in rs], marker="o", markersize=3,
                   color=c, label=label)
-        ax_t.plot(x, [r["model_us"] / 1e3 for r in rs], linestyle="--",
-                  color=c, alpha=0.6, linewidth=1)
         ax_b.plot(x, [r["busbw_MBps"] for r in rs], marker="o", markersize=3,
                   color=c, label=label)
-        ax_b.plot(x, [bus_bandwidth(r["size_bytes"], r["model_us"]) / 1e6 for r in rs],
-                  linestyle="--", color=c, alpha=0.6, linewidth=1)
+        ring = rs[0]["system"] != "reducer"
+        if ring and ring_drawn:
+            continue  # Gloo and MPI share the ring's model
+        ring_drawn = ring_drawn or ring
+        style = dict(linestyle="--", linewidth=1, alpha=0.7,
+                     color="black" if ring else c,
+                     label="ring model" if ring else f"{label} model")
+        ax_t.plot(x, [r["model_us"] / 1e3 for r in rs], **style)
+        ax_b.plot(x, [bus_bandwidth(r["size_bytes"], r["model_us"]) / 1e6
+                      for r in rs], **style)
     for ax in (ax_t, ax_b):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("tensor size (bytes, float32)")
@@ -517,7 +534,7 @@ def write_plot(records, path, rate):
     ax_t.set_yscale("log")
     ax_t.set_ylabel("median all-reduce time (ms); dashed: link model")
     ax_b.set_ylabel("bus bandwidth 2(W-1)/W N/t (MB/s); dashed: link model")
-    ax_t.legend()
+    ax_t.legend(fontsize=8)
     fig.suptitle(f"W={WORLD} worker hosts, links capped at {rate} each way "
                  "(tc tbf, network namespaces)")
     fig.tight_layout()
@@ -610,11 +627,12 @@ def report(args, records, failures, targets, net_info, wall_s):
            "failures": failures, "wall_s": wall_s}
     (args.out_dir / "results.json").write_text(json.dumps(doc, indent=1))
     write_csv(records, args.out_dir / "results.csv")
+    write_markdown(records, args.out_dir / "results.md")
     write_plot(records, args.out_dir / "shard_bench.png", args.rate)
     # No machine paths in reports: the out dir relative to the repository.
     shown = (os.path.relpath(args.out_dir, REPO_ROOT)
              if args.out_dir.is_relative_to(REPO_ROOT) else args.out_dir.name)
-    print(f"wrote {shown}/results.json, results.csv, shard_bench.png")
+    print(f"wrote {shown}/results.json, results.csv, results.md, shard_bench.png")
 
 
 def skip_or_fail(args, why):
