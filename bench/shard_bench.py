@@ -16,11 +16,11 @@ other so that they see the same machine state:
     --target naming the first S shard hosts' reducerds).
 It prints, per size and system, the median time, the bus bandwidth
 2(W-1)/W * N / t, the ratio to Gloo, and the bandwidth model's time beside
-it (see model_us), with the CPU use of the whole machine during the run;
-writes results.json, results.csv, results.md (the table) and shard_bench.png
-into --out_dir; and
-checks the two targets (S = 4 at 64 MiB at most 0.75x Gloo's time; S = 1 at
-64 MiB within 20 % of the model).
+it (see model_us), with the CPU its own processes used (in cores) and how
+busy the whole machine was meanwhile; writes results.json, results.csv,
+results.md (the table) and shard_bench.png into --out_dir; and checks the
+two targets (S = 4 at 64 MiB at most 0.75x Gloo's time; S = 1 at 64 MiB
+within 20 % of the model).
 
 --smoke: sizes 4 KiB and 2 MiB (the smallest cut over two shards), S = 2,
 one round of 2 timed calls; exits 0 with a SKIP line when namespaces cannot
@@ -46,6 +46,7 @@ import os
 import platform
 import re
 import resource
+import selectors
 import shutil
 import subprocess
 import sys
@@ -152,7 +153,6 @@ class Network:
 
     def _first_line(self, timeout_s):
         """The JSON line, or "" if the helper exits or stays silent."""
-        import selectors
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
         if not sel.select(timeout_s):
