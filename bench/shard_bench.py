@@ -203,6 +203,7 @@ class Bench:
         if d is None or not d.alive():
             d = rb.ReducerDaemon(
                 self.args.reducerd, self.log_dir / f"reducerd-{host}.log",
+                extra_flags=self.args.reducerd_flags.split(),
                 address=f"{self.net.address(host)}:{REDUCERD_PORT}",
                 command_prefix=self.net.prefix(host))
             self.daemons[host] = d
@@ -563,6 +564,9 @@ def parse_args(argv):
     p.add_argument("--wait_idle_s", type=float, default=0,
                    help="before each size, wait up to this long for other load "
                         "to go away (default: only warn)")
+    p.add_argument("--reducerd_flags", default="",
+                   help="extra reducerd flags, space-separated (e.g. "
+                        "\"--chunk_bytes=262144 --window=8\")")
     p.add_argument("--reducerd", default=str(REPO_ROOT / "bazel-bin/server/reducerd"))
     p.add_argument("--reducer_worker",
                    default=str(REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker"))
@@ -620,6 +624,7 @@ def report(args, records, failures, targets, net_info, wall_s):
             "cpus": os.cpu_count(), "argv": sys.argv[1:], "rate": args.rate,
             "world_size": WORLD, "shards": args.shards, "rounds": args.rounds,
             "min_partition_bytes": MIN_PARTITION_BYTES,
+            "reducerd_flags": args.reducerd_flags,
             "addresses": {h["name"]: h["address"] for h in net_info["hosts"]}}
     doc = {"meta": meta, "results": sorted(records, key=sort_key),
            "targets": [dict(figure=l, value=v, target=t, ok=ok)
