@@ -74,6 +74,7 @@ GLOO_PORT = 29500
 MIN_PARTITION_BYTES = 1 * MiB
 SUBNET = "10.77.0.0/24"  # tests/netns_harness.h's addresses
 IP = shutil.which("ip") or "/usr/sbin/ip"
+ENV = shutil.which("env") or "/usr/bin/env"
 
 # Per size, the timed calls of every system: about ITER_BUDGET_S of the
 # slowest system's modelled time, within [MIN_ITERS, MAX_ITERS].
@@ -237,7 +238,7 @@ def run_gloo(bench, run, timeout_s):
     cmds = []
     for r, host in enumerate(WORKERS):
         cmds.append(bench.net.prefix(host) + [
-            "env", f"GLOO_SOCKET_IFNAME={bench.net.interface(host)}",
+            ENV, f"GLOO_SOCKET_IFNAME={bench.net.interface(host)}",
             sys.executable, str(BENCH_DIR / "gloo_allreduce.py"),
             f"--world_size={WORLD}", f"--rank={r}", f"--port={port}",
             f"--master_addr={bench.net.address('w0')}",
