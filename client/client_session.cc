@@ -200,15 +200,40 @@ absl::Status ClientSession::NameShard(size_t index,
 }
 
 absl::Status ClientSession::SessionStatus() {
+  if (links_.size() > 1) {
+    absl::MutexLock lock(&failure_mu_);
+    if (!first_failure_.ok()) return first_failure_;
+  }
+  // A shard whose session was lost (UNAVAILABLE) before one that ended the
+  // job's epoch (ABORTED): a shard's loss makes the ranks that see it
+  // abandon the other shards, whose epochs then end naming those ranks.
+  std::vector<absl::Status> statuses;
+  for (const std::unique_ptr<ShardLink>& link : links_) {
+    statuses.push_back(link->SessionStatus());
+  }
+  size_t failed = links_.size();
   for (size_t i = 0; i < links_.size(); ++i) {
-    absl::Status status = links_[i]->SessionStatus();
-    if (status.ok()) continue;
-    if (links_.size() > 1 && !failure_passed_on_.exchange(true)) {
+    if (statuses[i].ok()) continue;
+    if (failed == links_.size() || (absl::IsUnavailable(statuses[i]) &&
+                                    !absl::IsUnavailable(statuses[failed]))) {
+      failed = i;
+    }
+  }
+  if (failed < links_.size()) {
+    const size_t i = failed;
+    const absl::Status& status = statuses[i];
+    absl::Status named = NameShard(i, status);
+    if (links_.size() > 1) {
+      {
+        absl::MutexLock lock(&failure_mu_);
+        if (!first_failure_.ok()) return first_failure_;
+        first_failure_ = named;
+      }
       for (size_t j = 0; j < links_.size(); ++j) {
         if (j != i) links_[j]->Abandon();
       }
     }
-    return NameShard(i, status);
+    return named;
   }
   return absl::OkStatus();
 }

@@ -114,7 +114,9 @@ class ClientSession final {
   std::unique_ptr<CollectiveAttempt> SendAttempt(const PendingCollective& pending);
   // OK while the session is usable on every shard; else why not, naming
   // the shard when there are several (and then abandoning the others'
-  // sessions, once).
+  // sessions, once). With several shards the first failure seen is the
+  // answer from then on: the abandoned shards' sessions end too, and must
+  // not hide the shard that failed.
   absl::Status SessionStatus();
   // `status` of shard `index`, its address named when there are several
   // shards and the message does not name it yet.
@@ -140,8 +142,10 @@ class ClientSession final {
   // calls' parts.
   std::unique_ptr<DeviceStaging> device_staging_;
   std::unique_ptr<StagingBackend> staging_backend_;
-  // Set once a shard's failure was passed on to the other shards.
-  std::atomic<bool> failure_passed_on_{false};
+  absl::Mutex failure_mu_;
+  // With several shards: the first shard failure seen (named), once it was
+  // passed on to the other shards; OK before.
+  absl::Status first_failure_ ABSL_GUARDED_BY(failure_mu_);
 
   absl::Mutex mu_;
   // Next sequence number per group (key: the group's ranks).

@@ -13,11 +13,11 @@
 // (for tests that hold both transports to one contract, and for diagnosis).
 //
 // Where the next parts plug in, each as files of its own:
-// - Shards: a ShardedBackend (a CollectiveBackend) holding one router per
-//   reducerd address; its Start cuts the contribution into the partitions
-//   every rank computes alike (or hashes a small one to one shard), starts
-//   each on its shard's router, and its attempt succeeds only when every
-//   partition did. One address is exactly today's router.
+// - Shards (built): ShardedBackend (client/sharded_backend.h) sits above
+//   one router per reducerd shard; its Start cuts the contribution into
+//   the partitions every rank computes alike (or hashes a small one to one
+//   shard), starts each on its shard's router, and its attempt succeeds
+//   only when every partition did. One address is one router, as before.
 // - Same host: a SharedMemoryBackend, chosen here (a rule of Route) when
 //   Connect found reducerd on this host and agreed a segment with it.
 // - CUDA device staging (built): StagingBackend (client/staging_backend.h)

@@ -41,14 +41,16 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
         " (set by the ranks already joined), but rank ", rank, " asked for ",
         world_size));
   }
-  if (!shards.empty() && !shards_.empty() && shards != shards_) {
+  if (!shards_.has_value()) {
+    shards_ = std::move(shards);
+  } else if (const bool several = shards.size() > 1;
+             several != (shards_->size() > 1) || (several && shards != *shards_)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", name_, ": rank ", rank, " names the shards [",
         absl::StrJoin(shards, ","), "], but the ranks already joined named [",
-        absl::StrJoin(shards_, ","),
+        absl::StrJoin(*shards_, ","),
         "]; every rank must give the same shards in the same order"));
   }
-  if (shards_.empty()) shards_ = std::move(shards);
   if (open_sessions_.contains(session_id)) {
     return absl::AlreadyExistsError(absl::StrCat(
         "session ", session_id, " already joined job ", name_));

@@ -62,9 +62,12 @@ class Job {
   // A rank that departed (closed its client) and joins again ends the
   // running epoch first, as a lost rank does: its new session's call order
   // starts over, which the other ranks' sessions cannot match.
-  // `shards`, when not empty, must equal the list the job's earlier ranks
-  // stated (FAILED_PRECONDITION naming both otherwise); the first stated
-  // list is the job's for as long as it lives.
+  // `shards` is the shard list the rank was given; at most one address
+  // means one shard, whose address is not compared (a proxy, a Service
+  // name and a pod address may all reach this reducerd). A list of two or
+  // more must equal the list of the job's first rank, and one shard must
+  // meet one shard: FAILED_PRECONDITION naming both lists otherwise. The
+  // first rank's list is the job's for as long as it lives.
   absl::Status Join(int rank, int world_size, const std::string& session_id,
                     std::shared_ptr<SessionChannel> session,
                     std::vector<std::string> shards = {});
@@ -147,8 +150,8 @@ class Job {
   bool ended_ ABSL_GUARDED_BY(mu_) = false;    // this epoch lost a rank
   std::string end_reason_ ABSL_GUARDED_BY(mu_);
   std::vector<std::optional<Member>> members_ ABSL_GUARDED_BY(mu_);
-  // The shard list the job's ranks give; empty until one states it.
-  std::vector<std::string> shards_ ABSL_GUARDED_BY(mu_);
+  // The shard list of the job's first rank; unset until one joined.
+  std::optional<std::vector<std::string>> shards_ ABSL_GUARDED_BY(mu_);
   // Ranks of this epoch whose client closed on purpose.
   std::vector<bool> departed_ ABSL_GUARDED_BY(mu_);
   // Every open session, of any epoch: session id -> rank.

@@ -307,15 +307,25 @@ TEST_F(JobTest, ShardListsMustAgreeAcrossRanks) {
   EXPECT_THAT(swapped.message(),
               HasSubstr("rank 1 names the shards [r1:1,r0:1], but the ranks "
                         "already joined named [r0:1,r1:1]"));
-  // An unstated list is not checked; the same list is accepted.
+  // The same list is accepted.
   auto ready = std::make_shared<FakeSession>();
   EXPECT_TRUE(job_.Join(1, 2, "c", ready, {"r0:1", "r1:1"}).ok());
   EXPECT_EQ(ready->ready_count(), 1);
 }
 
-TEST_F(JobTest, AnUnstatedShardListIsNotChecked) {
+TEST_F(JobTest, OneShardsAddressIsNotCompared) {
   ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
-  EXPECT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>(), {"r0:1"}).ok());
+  EXPECT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>(), {"proxy:1"}).ok());
+}
+
+TEST_F(JobTest, OneShardDoesNotMeetSeveral) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>(), {"r0:1"}).ok());
+  absl::Status several = job_.Join(1, 2, "b", std::make_shared<FakeSession>(),
+                                   {"r0:1", "r1:1"});
+  EXPECT_EQ(several.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(several.message(),
+              HasSubstr("names the shards [r0:1,r1:1], but the ranks already "
+                        "joined named [r0:1]"));
 }
 
 // JobRegistry: jobs by name, the job limit, refusing work when stopping.

@@ -5,6 +5,12 @@
 //
 //   BEGIN <i> <verb>
 //   RESULT <i> <verb> code=<CODE> ms=<elapsed> check=<ok|none|bad> msg=<text>
+//   DIGEST <i> <16 hex digits>         (after an OK step's RESULT)
+//
+// The digest is a hash of every result of the step (the bytes of each
+// tensor and scalar, in call order): runs of one script that must give
+// bit-identical results (say over one reducerd and over several shards)
+// print the same digests.
 //
 // Each step is one contract check made of many collectives of one kind at
 // one payload size (`bytes`, per rank, before rounding up to whole
@@ -15,7 +21,9 @@
 // on read-only pages (a write kills the worker with SIGSEGV).
 //
 //   allreduce:bytes=B      every allowed op x dtype pair, out of place and
-//                          in place, plus the scalar forms
+//                          in place, plus the scalar forms (with dtype=D
+//                          or op=O: only the pairs of that dtype or op,
+//                          and no scalars)
 //   many:bytes=B           AllReduceMany of five tensors (mixed dtypes and
 //                          ops), B bytes in all
 //   allgather:bytes=B      rank r sends rows0 + r rows (rank 0: B bytes):
@@ -28,6 +36,16 @@
 //                          ReduceInPlace
 //   barrier                rank r creates a file r x 40 ms late, then
 //                          Barrier; every rank's file must exist after it
+//   async:bytes=B          AllReduceAsync of three tensors (float32 sum of
+//                          B bytes, int64 max of B / 2, float64 sum of 5
+//                          elements) and AllReduceInPlaceAsync of bfloat16
+//                          avg (B bytes), all in flight at once, waited
+//                          for in the reverse order
+//
+// allgather, broadcast and reducescatter take dtype=D too (only that
+// dtype of their list). With name=N every call of the step is named
+// (CallOptions::name "N.<k>" for its k-th call) rather than matched by
+// call order.
 //
 // Exits 0 once the script ran (whatever the results), 2 for a script it
 // cannot parse; stops early (exit 0) when Connect fails.
@@ -49,6 +67,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -144,8 +163,16 @@ class Checks {
     for (int r = 0; r < world_size; ++r) all_.push_back(r);
   }
 
+  // The hash of every result recorded so far (see the file comment).
+  uint64_t digest() const { return digest_; }
+
   // Runs check `verb` with payload `bytes`; `seed` varies its values.
-  Outcome Run(const std::string& verb, int64_t bytes, uint64_t seed) {
+  // `step` gives the optional keys (dtype, op, name).
+  Outcome Run(const std::string& verb, int64_t bytes, uint64_t seed,
+              const Step& step) {
+    dtype_filter_ = step.Get("dtype", "");
+    op_filter_ = step.Get("op", "");
+    name_ = step.Get("name", "");
     absl::Status s;
     if (verb == "allreduce") {
       s = AllReduce(bytes, seed);
@@ -161,9 +188,16 @@ class Checks {
       s = MetricSyncCheck(bytes, seed);
     } else if (verb == "barrier") {
       s = BarrierCheck(seed);
+    } else if (verb == "async") {
+      s = Async(bytes, seed);
     } else {
       s = absl::InvalidArgumentError(
           absl::StrCat("conformance_worker: unknown verb ", verb));
+    }
+    if (s.ok() && calls_ == 0) {
+      s = absl::InvalidArgumentError(absl::StrCat(
+          "conformance_worker: step ", verb, " made no call (do dtype=",
+          dtype_filter_, " and op=", op_filter_, " match nothing?)"));
     }
     Outcome out;
     if (s.ok()) return out;
@@ -184,6 +218,44 @@ class Checks {
     return s;
   }
 
+  // The options of the step's next call: named "<name>.<k>" when the step
+  // has a name, else matched by call order.
+  CallOptions Call() {
+    CallOptions call;
+    if (!name_.empty()) call.name = absl::StrCat(name_, ".", calls_);
+    ++calls_;
+    return call;
+  }
+
+  // Adds `size` result bytes to the step's digest.
+  void Record(const void* data, size_t size) {
+    digest_ = Mix64(digest_ * 0x100000001b3ULL + Fnv1a64(data, size) + size);
+  }
+
+  // Records `got` and checks it (CheckTensor).
+  absl::Status Checked(const Tensor& got, DataType dtype,
+                       const std::vector<int64_t>& shape, const void* want,
+                       absl::string_view context) {
+    Record(got.data(), got.num_bytes());
+    return CheckTensor(got, dtype, shape, want, context);
+  }
+
+  // Records n elements at `got` and compares them with `want`.
+  absl::Status CheckedElements(DataType dtype, const void* got,
+                               const void* want, int64_t n,
+                               absl::string_view context) {
+    Record(got, static_cast<size_t>(n) * ElementSize(dtype));
+    return CompareElements(dtype, got, want, n, context);
+  }
+
+  // False when the step's dtype= or op= leaves this pair out.
+  bool Wanted(DataType dtype) const {
+    return dtype_filter_.empty() || dtype_filter_ == DataTypeName(dtype);
+  }
+  bool Wanted(ReduceOp op) const {
+    return op_filter_.empty() || op_filter_ == ReduceOpName(op);
+  }
+
   absl::StatusOr<ReadOnlyBuffer> ReadOnly(const std::vector<uint8_t>& bytes) {
     return ReadOnlyBuffer::Create(bytes.data(), bytes.size());
   }
@@ -191,7 +263,7 @@ class Checks {
   absl::Status AllReduce(int64_t bytes, uint64_t seed) {
     for (DataType dtype : kAllDataTypes) {
       for (ReduceOp op : kAllReduceOps) {
-        if (!OpAllowed(op, dtype)) continue;
+        if (!OpAllowed(op, dtype) || !Wanted(dtype) || !Wanted(op)) continue;
         const int64_t n = ElementsFor(bytes, dtype);
         const std::vector<int64_t> shape = ShapeFor(n);
         const uint64_t s = Mix64(seed * 131 + static_cast<uint64_t>(dtype) * 17 +
@@ -204,19 +276,21 @@ class Checks {
         absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(input);
         if (!in.ok()) return in.status();
         absl::StatusOr<Tensor> got =
-            client_->AllReduce(TensorView(in->data(), dtype, shape), op);
+            client_->AllReduce(TensorView(in->data(), dtype, shape), op, Call());
         if (!got.ok()) return Annotate(got.status(), what + " out of place");
-        absl::Status c = CheckTensor(*got, dtype, shape, want.data(),
-                                     what + " out of place");
+        absl::Status c = Checked(*got, dtype, shape, want.data(),
+                                 what + " out of place");
         if (!c.ok()) return Wrong(c);
         std::vector<uint8_t> inout = input;
         absl::Status ip = client_->AllReduceInPlace(
-            MutableTensorView(inout.data(), dtype, shape), op);
+            MutableTensorView(inout.data(), dtype, shape), op, Call());
         if (!ip.ok()) return Annotate(ip, what + " in place");
-        c = CompareElements(dtype, inout.data(), want.data(), n, what + " in place");
+        c = CheckedElements(dtype, inout.data(), want.data(), n,
+                            what + " in place");
         if (!c.ok()) return Wrong(c);
       }
     }
+    if (!dtype_filter_.empty() || !op_filter_.empty()) return absl::OkStatus();
     return Scalars(seed);
   }
 
@@ -228,14 +302,16 @@ class Checks {
       want_sum += v;
       want_max = r == 0 ? v : std::max(want_max, v);
     }
-    absl::StatusOr<double> sum = client_->AllReduce(d, ReduceOp::kSum);
+    absl::StatusOr<double> sum = client_->AllReduce(d, ReduceOp::kSum, Call());
     if (!sum.ok()) return Annotate(sum.status(), "scalar float64 sum");
+    Record(&*sum, sizeof(double));
     if (*sum != want_sum) {
       return Wrong(absl::FailedPreconditionError(
           absl::StrCat("scalar float64 sum: got ", *sum, ", want ", want_sum)));
     }
-    absl::StatusOr<double> max = client_->AllReduce(d, ReduceOp::kMax);
+    absl::StatusOr<double> max = client_->AllReduce(d, ReduceOp::kMax, Call());
     if (!max.ok()) return Annotate(max.status(), "scalar float64 max");
+    Record(&*max, sizeof(double));
     if (*max != want_max) {
       return Wrong(absl::FailedPreconditionError(
           absl::StrCat("scalar float64 max: got ", *max, ", want ", want_max)));
@@ -244,8 +320,9 @@ class Checks {
     const int64_t bit = int64_t{1} << (rank_ % 63);
     int64_t want_bits = 0;
     for (int r : all_) want_bits += int64_t{1} << (r % 63);
-    absl::StatusOr<int64_t> bits = client_->AllReduce(bit, ReduceOp::kSum);
+    absl::StatusOr<int64_t> bits = client_->AllReduce(bit, ReduceOp::kSum, Call());
     if (!bits.ok()) return Annotate(bits.status(), "scalar int64 sum");
+    Record(&*bits, sizeof(int64_t));
     if (*bits != want_bits) {
       return Wrong(absl::FailedPreconditionError(
           absl::StrCat("scalar int64 sum: got ", *bits, ", want ", want_bits)));
@@ -282,7 +359,7 @@ class Checks {
       ops.push_back(spec.op);
       wants.push_back(ClosedFormExpected(spec.op, spec.dtype, all_, n, s));
     }
-    absl::StatusOr<std::vector<Tensor>> got = client_->AllReduceMany(views, ops);
+    absl::StatusOr<std::vector<Tensor>> got = client_->AllReduceMany(views, ops, Call());
     if (!got.ok()) return Annotate(got.status(), "allreduce_many");
     if (got->size() != 5) {
       return Wrong(absl::FailedPreconditionError(
@@ -290,7 +367,7 @@ class Checks {
     }
     for (size_t k = 0; k < 5; ++k) {
       absl::Status c =
-          CheckTensor((*got)[k], specs[k].dtype, shapes[k], wants[k].data(),
+          Checked((*got)[k], specs[k].dtype, shapes[k], wants[k].data(),
                       absl::StrCat("allreduce_many tensor ", k, " ",
                                    ReduceOpName(specs[k].op), " ",
                                    DataTypeName(specs[k].dtype)));
@@ -302,6 +379,7 @@ class Checks {
   absl::Status AllGather(int64_t bytes, uint64_t seed) {
     for (DataType dtype : {DataType::kFloat32, DataType::kInt8,
                            DataType::kFloat64, DataType::kBool}) {
+      if (!Wanted(dtype)) continue;
       constexpr int64_t kCols = 3;
       const int64_t row_bytes = kCols * static_cast<int64_t>(ElementSize(dtype));
       const int64_t rows0 = (bytes + row_bytes - 1) / row_bytes;
@@ -321,10 +399,10 @@ class Checks {
       const std::string what =
           absl::StrCat("allgather ", DataTypeName(dtype), " ", ShapeText(shape));
       absl::StatusOr<Tensor> got =
-          client_->AllGather(TensorView(in->data(), dtype, shape));
+          client_->AllGather(TensorView(in->data(), dtype, shape), Call());
       if (!got.ok()) return Annotate(got.status(), what);
       absl::Status c =
-          CheckTensor(*got, dtype, {total_rows, kCols}, want.data(), what);
+          Checked(*got, dtype, {total_rows, kCols}, want.data(), what);
       if (!c.ok()) return Wrong(c);
     }
     return absl::OkStatus();
@@ -334,6 +412,7 @@ class Checks {
     for (DataType dtype :
          {DataType::kFloat32, DataType::kInt64, DataType::kBFloat16,
           DataType::kBool}) {
+      if (!Wanted(dtype)) continue;
       const int64_t n = ElementsFor(bytes, dtype);
       const std::vector<int64_t> shape = ShapeFor(n);
       for (int root = 0; root < world_size_; ++root) {
@@ -354,17 +433,17 @@ class Checks {
                                       : TensorView();
           const std::string form = with_view ? " (views everywhere)"
                                              : " (empty views on non-roots)";
-          absl::StatusOr<Tensor> got = client_->Broadcast(view, root);
+          absl::StatusOr<Tensor> got = client_->Broadcast(view, root, Call());
           if (!got.ok()) return Annotate(got.status(), what + form);
-          absl::Status c = CheckTensor(*got, dtype, shape, want.data(), what + form);
+          absl::Status c = Checked(*got, dtype, shape, want.data(), what + form);
           if (!c.ok()) return Wrong(c);
         }
         std::vector<uint8_t> inout = mine;
         absl::Status ip = client_->BroadcastInPlace(
-            MutableTensorView(inout.data(), dtype, shape), root);
+            MutableTensorView(inout.data(), dtype, shape), root, Call());
         if (!ip.ok()) return Annotate(ip, what + " in place");
-        absl::Status c =
-            CompareElements(dtype, inout.data(), want.data(), n, what + " in place");
+        absl::Status c = CheckedElements(dtype, inout.data(), want.data(), n,
+                                         what + " in place");
         if (!c.ok()) return Wrong(c);
       }
     }
@@ -380,6 +459,7 @@ class Checks {
                    Pair{ReduceOp::kMax, DataType::kInt32},
                    Pair{ReduceOp::kAvg, DataType::kFloat16},
                    Pair{ReduceOp::kBitXor, DataType::kUInt8}}) {
+      if (!Wanted(p.dtype)) continue;
       constexpr int64_t kCols = 2;
       const int64_t row_bytes = kCols * static_cast<int64_t>(ElementSize(p.dtype));
       int64_t rows = (bytes + row_bytes - 1) / row_bytes;
@@ -400,9 +480,10 @@ class Checks {
       const std::vector<uint8_t> want(all.begin() + rank_ * slice,
                                       all.begin() + (rank_ + 1) * slice);
       absl::StatusOr<Tensor> got =
-          client_->ReduceScatter(TensorView(in->data(), p.dtype, shape), p.op);
+          client_->ReduceScatter(TensorView(in->data(), p.dtype, shape), p.op,
+                                 Call());
       if (!got.ok()) return Annotate(got.status(), what);
-      absl::Status c = CheckTensor(*got, p.dtype, slice_shape, want.data(), what);
+      absl::Status c = Checked(*got, p.dtype, slice_shape, want.data(), what);
       if (!c.ok()) return Wrong(c);
     }
     return absl::OkStatus();
@@ -443,7 +524,7 @@ class Checks {
                                  shapes[k]),
                states[k].op);
     }
-    absl::StatusOr<absl::flat_hash_map<std::string, Tensor>> got = sync.Reduce();
+    absl::StatusOr<absl::flat_hash_map<std::string, Tensor>> got = sync.Reduce(Call());
     if (!got.ok()) return Annotate(got.status(), "metricsync Reduce");
     for (size_t k = 0; k < states.size(); ++k) {
       auto it = got->find(states[k].name);
@@ -452,8 +533,8 @@ class Checks {
       if (it == got->end()) {
         return Wrong(absl::FailedPreconditionError(what + ": missing"));
       }
-      absl::Status c = CheckTensor(it->second, states[k].dtype, shapes[k],
-                                   wants[k].data(), what);
+      absl::Status c = Checked(it->second, states[k].dtype, shapes[k],
+                               wants[k].data(), what);
       if (!c.ok()) return Wrong(c);
     }
     // In place.
@@ -463,10 +544,10 @@ class Checks {
                    MutableTensorView(writable[k].data(), states[k].dtype, shapes[k]),
                    states[k].op);
     }
-    absl::Status ip = in_place.ReduceInPlace();
+    absl::Status ip = in_place.ReduceInPlace(Call());
     if (!ip.ok()) return Annotate(ip, "metricsync ReduceInPlace");
     for (size_t k = 0; k < states.size(); ++k) {
-      absl::Status c = CompareElements(
+      absl::Status c = CheckedElements(
           states[k].dtype, writable[k].data(), wants[k].data(),
           Elements(shapes[k]),
           absl::StrCat("metricsync ReduceInPlace state ", states[k].name));
@@ -481,7 +562,7 @@ class Checks {
     };
     absl::SleepFor(kBarrierStagger * rank_);
     std::ofstream(file(rank_)) << rank_;
-    absl::Status s = client_->Barrier();
+    absl::Status s = client_->Barrier(Call());
     if (!s.ok()) return Annotate(s, "barrier");
     for (int r : all_) {
       if (access(file(r).c_str(), F_OK) != 0) {
@@ -492,12 +573,92 @@ class Checks {
     return absl::OkStatus();
   }
 
+  absl::Status Async(int64_t bytes, uint64_t seed) {
+    struct Spec {
+      ReduceOp op;
+      DataType dtype;
+      int64_t n;
+      bool in_place;
+    };
+    const Spec specs[] = {
+        {ReduceOp::kSum, DataType::kFloat32,
+         ElementsFor(bytes, DataType::kFloat32), false},
+        {ReduceOp::kMax, DataType::kInt64,
+         ElementsFor(bytes / 2, DataType::kInt64), false},
+        {ReduceOp::kAvg, DataType::kBFloat16,
+         ElementsFor(bytes, DataType::kBFloat16), true},
+        {ReduceOp::kSum, DataType::kFloat64, 5, false}};
+    constexpr size_t kCount = sizeof(specs) / sizeof(specs[0]);
+    std::vector<ReadOnlyBuffer> inputs;
+    std::vector<std::vector<uint8_t>> inouts(kCount), wants(kCount);
+    std::vector<std::vector<int64_t>> shapes(kCount);
+    std::vector<std::unique_ptr<AllReduceHandle>> handles(kCount);
+    std::vector<std::unique_ptr<AllReduceInPlaceHandle>> in_place(kCount);
+    std::vector<std::string> whats(kCount);
+    for (size_t k = 0; k < kCount; ++k) {
+      const Spec& spec = specs[k];
+      const uint64_t s = Mix64(seed * 97 + k);
+      std::vector<uint8_t> input =
+          ClosedFormInput(spec.op, spec.dtype, rank_, spec.n, s);
+      wants[k] = ClosedFormExpected(spec.op, spec.dtype, all_, spec.n, s);
+      shapes[k] = ShapeFor(spec.n);
+      whats[k] = absl::StrCat("async allreduce ", k, " ", ReduceOpName(spec.op),
+                              " ", DataTypeName(spec.dtype), " ",
+                              ShapeText(shapes[k]),
+                              spec.in_place ? " in place" : " out of place");
+      if (spec.in_place) {
+        inouts[k] = std::move(input);
+        in_place[k] = client_->AllReduceInPlaceAsync(
+            MutableTensorView(inouts[k].data(), spec.dtype, shapes[k]), spec.op,
+            Call());
+      } else {
+        absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(input);
+        if (!in.ok()) return in.status();
+        inputs.push_back(*std::move(in));
+        handles[k] = client_->AllReduceAsync(
+            TensorView(inputs.back().data(), spec.dtype, shapes[k]), spec.op,
+            Call());
+      }
+    }
+    absl::Status first_error;
+    std::vector<absl::Status> checks(kCount);
+    for (size_t i = kCount; i-- > 0;) {
+      const Spec& spec = specs[i];
+      if (spec.in_place) {
+        absl::Status s = in_place[i]->Wait();
+        if (!s.ok()) {
+          if (first_error.ok()) first_error = Annotate(s, whats[i]);
+          continue;
+        }
+        checks[i] = CheckedElements(spec.dtype, inouts[i].data(),
+                                    wants[i].data(), spec.n, whats[i]);
+      } else {
+        absl::StatusOr<Tensor> got = handles[i]->Wait();
+        if (!got.ok()) {
+          if (first_error.ok()) first_error = Annotate(got.status(), whats[i]);
+          continue;
+        }
+        checks[i] = Checked(*got, spec.dtype, shapes[i], wants[i].data(), whats[i]);
+      }
+    }
+    if (!first_error.ok()) return first_error;
+    for (const absl::Status& c : checks) {
+      if (!c.ok()) return Wrong(c);
+    }
+    return absl::OkStatus();
+  }
+
   Client* const client_;  // not owned
   const int rank_;
   const int world_size_;
   const std::string scratch_dir_;
   std::vector<int> all_;
   bool wrong_result_ = false;
+  std::string dtype_filter_;  // the step's dtype=, op=, name=
+  std::string op_filter_;
+  std::string name_;
+  int calls_ = 0;             // calls the step has made so far
+  uint64_t digest_ = 0;
 };
 
 void Emit(const std::string& line) {
@@ -542,12 +703,15 @@ int Run(const ClientOptions& options, const std::string& scratch_dir,
     Emit(absl::StrCat("BEGIN ", index, " ", step.verb));
     start = absl::Now();
     Checks checks(client->get(), options.rank, options.world_size, scratch_dir);
-    const Outcome out = checks.Run(step.verb, bytes, i + 1);
+    const Outcome out = checks.Run(step.verb, bytes, i + 1, step);
     if (!out.mismatch.empty()) {
       Report(index, step.verb, start, absl::OkStatus(), "bad", out.mismatch);
     } else {
       Report(index, step.verb, start, out.status, out.status.ok() ? "ok" : "none",
              "");
+      if (out.status.ok()) {
+        Emit(absl::StrFormat("DIGEST %s %016x", index, checks.digest()));
+      }
     }
   }
   return 0;

@@ -3,7 +3,10 @@
 // capped at 200 Mbit/s. All-reduces small and of several MiB, in place and
 // out of place, against the closed form; then one worker's link is cut in
 // the middle of a 16 MiB all-reduce, and every other rank must fail promptly
-// with ABORTED naming it, and reducerd still exits 0 on SIGTERM.
+// with ABORTED naming it, and reducerd still exits 0 on SIGTERM. Sharded:
+// S = 2 reducerd shards in hosts s0 and s1, the same four ranks naming both,
+// all-reduces below and above the 1 MiB a partition needs against the
+// closed form.
 //
 // Skips (saying why) where network namespaces cannot be made.
 #include <cstdint>
@@ -14,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -53,36 +57,51 @@ class NetnsE2eTest : public FaultTest {
  protected:
   absl::Duration TimeLimit() const override { return absl::Seconds(120); }
 
+  // How many reducerd shards run, shard s in host "s<s>".
+  virtual int Shards() const { return 1; }
+
   void SetUp() override {
     absl::Status available = VirtualNetwork::Available();
     if (!available.ok()) GTEST_SKIP() << available;
     FaultTest::SetUp();
     if (HasFatalFailure()) return;
     VirtualNetwork::Options options;
-    options.hosts = {"s0", "w0", "w1", "w2", "w3"};
+    for (int s = 0; s < Shards(); ++s) options.hosts.push_back(absl::StrCat("s", s));
+    for (int r = 0; r < kWorld; ++r) options.hosts.push_back(absl::StrCat("w", r));
     options.rate = kLinkRate;
     absl::StatusOr<std::unique_ptr<VirtualNetwork>> net =
         VirtualNetwork::Create(options);
     ASSERT_TRUE(net.ok()) << net.status();
     net_ = *std::move(net);
-    absl::StatusOr<std::unique_ptr<ReducerdProcess>> server =
-        ReducerdProcess::StartPlaced(net_->Placement("s0"), kServerFlags);
-    ASSERT_TRUE(server.ok()) << server.status();
-    reducerd_ = *std::move(server);
-    EXPECT_EQ(reducerd_->address().rfind(net_->Address("s0") + ":", 0), 0u)
-        << reducerd_->address();
+    for (int s = 0; s < Shards(); ++s) {
+      const std::string host = absl::StrCat("s", s);
+      absl::StatusOr<std::unique_ptr<ReducerdProcess>> server =
+          ReducerdProcess::StartPlaced(net_->Placement(host), kServerFlags);
+      ASSERT_TRUE(server.ok()) << server.status();
+      reducerds_.push_back(*std::move(server));
+      EXPECT_EQ(reducerds_.back()->address().rfind(net_->Address(host) + ":", 0),
+                0u)
+          << reducerds_.back()->address();
+    }
   }
 
   void TearDown() override {
-    if (reducerd_ != nullptr) {
-      const ProcessResult stopped = reducerd_->Stop(absl::Seconds(15));
+    for (std::unique_ptr<ReducerdProcess>& reducerd : reducerds_) {
+      const ProcessResult stopped = reducerd->Stop(absl::Seconds(15));
       EXPECT_TRUE(stopped.Succeeded())
           << "reducerd must drain and exit 0 on SIGTERM\n"
           << stopped.Describe();
     }
-    reducerd_.reset();
+    reducerds_.clear();
     net_.reset();  // after every process in it has ended
     FaultTest::TearDown();
+  }
+
+  // Every shard's address, in order, comma-separated (ClientOptions::target).
+  std::string Target() const {
+    std::vector<std::string> addresses;
+    for (const auto& reducerd : reducerds_) addresses.push_back(reducerd->address());
+    return absl::StrJoin(addresses, ",");
   }
 
   // Ranks 0..3 of `job`, rank r in host "w<r>", all running `steps`.
@@ -95,7 +114,7 @@ class NetnsE2eTest : public FaultTest {
       spec.rank = r;
       spec.world_size = kWorld;
       spec.steps = steps;
-      spec.target = reducerd_->address();
+      spec.target = Target();
       spec.command_prefix = net_->CommandPrefix(absl::StrCat("w", r));
       workers.push_back(StartWorker(spec));
     }
@@ -103,7 +122,13 @@ class NetnsE2eTest : public FaultTest {
   }
 
   std::unique_ptr<VirtualNetwork> net_;
-  std::unique_ptr<ReducerdProcess> reducerd_;
+  std::vector<std::unique_ptr<ReducerdProcess>> reducerds_;  // shard order
+};
+
+// S = 2 shards, each in a host of its own.
+class NetnsShardsTest : public NetnsE2eTest {
+ protected:
+  int Shards() const override { return 2; }
 };
 
 TEST_F(NetnsE2eTest, AllReducesAcrossHostsMatchTheClosedForm) {
@@ -179,6 +204,36 @@ TEST_F(NetnsE2eTest, CutLinkAbortsEveryOtherRankNamingIt) {
   const StepResult cut = Step(results[3], "2");
   EXPECT_NE(cut.code, absl::StatusCode::kOk) << cut.message;
   EXPECT_NE(cut.check, "bad") << cut.message;
+}
+
+// Four ranks on hosts of their own against two shards on hosts of their
+// own: collectives below 1 MiB go whole to one shard, those above are cut
+// over both; every result is the closed form, in place and out of place.
+TEST_F(NetnsShardsTest, AllReducesOverTwoShardsMatchTheClosedForm) {
+  const std::string steps = absl::StrCat(
+      "allreduce:shape=8;"                                     // 1
+      "allreduce_inplace:shape=4x3,seed=2;"                    // 2
+      "allreduce:shape=200000,dtype=int32,op=min,seed=3;"      // 3: 800 KB
+      "barrier;"                                               // 4
+      "allreduce:shape=", kMediumElements, ",seed=4;"          // 5: 4 MiB
+      "allreduce_inplace:shape=", kMediumElements + 3,
+      ",dtype=int64,op=max,seed=5;"                            // 6: 8 MiB
+      "allreduce:shape=", kMediumElements / 2 + 1,
+      ",dtype=float64,op=avg,seed=6;"                          // 7: 4 MiB
+      "many:shape=300001,count=3,seed=7;"                      // 8: 3.4 MiB
+      "allreduce:shape=16,dtype=int8,op=product,seed=8");      // 9
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartRanks(Job(), steps);
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kWorld));
+  for (int r = 0; r < kWorld; ++r) {
+    for (const char* step : {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}) {
+      ExpectStep(results[r], step, absl::StatusCode::kOk);
+    }
+    for (const char* step : {"5", "6", "7", "8"}) {
+      std::printf("NETNS shards rank %d step %s in %s\n", r, step,
+                  absl::FormatDuration(Step(results[r], step).elapsed).c_str());
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,462 @@
+// Sharded reducerd: ClientOptions::target naming several reducerd shards
+// (client/shard_targets.h), with real processes: three reducerd daemons on
+// loopback and W = 4 rank processes.
+//
+// - Every collective kind (both forms, the async forms, named and by call
+//   order, every op x dtype pair, payloads below 1 MiB and of several MiB,
+//   which client/partition_plan.h cuts over the shards) runs once with one
+//   shard and once with three: every result equals the closed form
+//   (conformance_worker's check=ok), the digests of the result bytes of the
+//   two runs are equal step by step, and with three shards every shard
+//   carried payload.
+// - A rank whose shard list differs from the others' (same shards, another
+//   order, or one of them alone) fails Connect with FAILED_PRECONDITION
+//   naming both lists; a rank with the right list then joins and the job
+//   runs.
+// - A shard SIGKILLed in the middle of a 64 MiB in-place all-reduce fails
+//   that call and the next on every rank within seconds, naming the shard,
+//   with every buffer as it was; once the shard is back on its port, a new
+//   Connect of every rank reduces exactly.
+// - A rank SIGKILLed while the others wait on a small and a large
+//   collective aborts both on every other rank, naming it.
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/fault_test_base.h"
+#include "tests/http_get.h"
+#include "tests/process_harness.h"
+#include "tests/tcp_proxy.h"
+
+namespace reducer {
+namespace testing {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+
+constexpr int kWorld = 4;
+constexpr int kShards = 3;
+
+// A failure that must come within seconds, far below the calls' timeouts.
+constexpr absl::Duration kPromptly = absl::Seconds(10);
+
+// The conformance_worker script both runs share: sizes below the 1 MiB a
+// partition needs (whole collectives, spread by their keys' hashes) and of
+// several MiB with odd element counts (cut over the shards on element
+// boundaries, pieces spanning tensor boundaries for AllReduceMany).
+const char* const kSuite[] = {
+    "allreduce:bytes=4099",                               // every op x dtype
+    "allreduce:bytes=300001,dtype=int32",
+    "allreduce:bytes=3145733,dtype=float32,op=sum",
+    "allreduce:bytes=5242885,dtype=bfloat16,op=avg",
+    "allreduce:bytes=4194311,dtype=int64,op=max",
+    "allreduce:bytes=2097153,dtype=uint8,op=bit_xor",
+    "many:bytes=100000",
+    "many:bytes=4194304",
+    "allgather:bytes=1000",
+    "allgather:bytes=2097152,dtype=float32",
+    "broadcast:bytes=1000",
+    "broadcast:bytes=2097152,dtype=float32",
+    "reducescatter:bytes=1000",
+    "reducescatter:bytes=3145728",
+    "metricsync:bytes=64",
+    "barrier",
+    "async:bytes=2097152",
+    "allreduce:bytes=3145733,dtype=float64,op=product,name=n_allreduce",
+    "many:bytes=2097152,name=n_many",
+    "allgather:bytes=300,name=n_allgather",
+    "broadcast:bytes=300,dtype=int64,name=n_broadcast",
+    "reducescatter:bytes=2097152,dtype=float16,name=n_reducescatter",
+    "async:bytes=1048576,name=n_async",
+    "barrier:name=n_barrier",
+};
+
+// The port in reducerd's "reducerd metrics on http://127.0.0.1:PORT/metrics".
+int MetricsPort(const std::string& logs) {
+  const std::string marker = "metrics on http://127.0.0.1:";
+  const size_t at = logs.find(marker);
+  if (at == std::string::npos) return 0;
+  const size_t end = logs.find('/', at + marker.size());
+  int port = 0;
+  if (!absl::SimpleAtoi(logs.substr(at + marker.size(), end - at - marker.size()),
+                        &port)) {
+    return 0;
+  }
+  return port;
+}
+
+// The sum of every sample of metric `name` that reducerd serves on
+// `metrics_port`; -1 (with a failure recorded) when it cannot be read.
+double MetricTotal(int metrics_port, const std::string& name) {
+  absl::StatusOr<std::string> body = HttpGet(metrics_port, "/metrics");
+  EXPECT_TRUE(body.ok()) << body.status();
+  if (!body.ok()) return -1;
+  absl::StatusOr<std::vector<Sample>> samples = ParseExposition(*body);
+  EXPECT_TRUE(samples.ok()) << samples.status();
+  if (!samples.ok()) return -1;
+  double total = 0;
+  for (const Sample& s : *samples) {
+    if (s.name == name) total += s.value;
+  }
+  return total;
+}
+
+// The DIGEST lines of a conformance_worker's stdout, by step index.
+std::map<std::string, std::string> Digests(const std::string& stdout_text) {
+  std::map<std::string, std::string> digests;
+  for (absl::string_view line : absl::StrSplit(stdout_text, '\n')) {
+    std::vector<std::string> words = absl::StrSplit(line, ' ');
+    if (words.size() == 3 && words[0] == "DIGEST") digests[words[1]] = words[2];
+  }
+  return digests;
+}
+
+class ShardsTest : public FaultTest {
+ protected:
+  absl::Duration TimeLimit() const override { return absl::Seconds(100); }
+
+  void SetUp() override {
+    FaultTest::SetUp();
+    if (HasFatalFailure()) return;
+    fault_worker_ = worker_binary_;
+    absl::StatusOr<std::string> worker = RunfilePath("tests/conformance_worker");
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    conformance_worker_ = *worker;
+    for (int s = 0; s < kShards; ++s) {
+      absl::StatusOr<std::unique_ptr<ReducerdProcess>> shard =
+          ReducerdProcess::Start(kShardFlags);
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      shards_.push_back(*std::move(shard));
+      metrics_ports_.push_back(MetricsPort(shards_.back()->Logs()));
+      ASSERT_NE(metrics_ports_.back(), 0) << shards_.back()->Logs();
+    }
+  }
+
+  void TearDown() override {
+    // Every shard drains at once (each takes a while), one thread each.
+    std::vector<ProcessResult> stopped(shards_.size());
+    std::vector<std::thread> stopping;
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      if (shards_[s] == nullptr || killed_[s]) continue;
+      stopping.emplace_back([this, s, &stopped] {
+        stopped[s] = shards_[s]->Stop(absl::Seconds(10));
+      });
+    }
+    for (std::thread& t : stopping) t.join();
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      if (shards_[s] == nullptr || killed_[s]) continue;
+      EXPECT_TRUE(stopped[s].Succeeded())
+          << "shard " << s << " must drain and exit 0 on SIGTERM\n"
+          << stopped[s].Describe();
+    }
+    shards_.clear();
+    old_shards_.clear();
+    FaultTest::TearDown();
+  }
+
+  // The target naming the first `n` shards, in order.
+  std::string Target(int n) const {
+    std::vector<std::string> addresses;
+    for (int s = 0; s < n; ++s) addresses.push_back(shards_[s]->address());
+    return absl::StrJoin(addresses, ",");
+  }
+
+  // Ranks 0..kWorld-1 of `job` running `binary` with `steps` against
+  // `target` (one script for every rank, or one per rank).
+  std::vector<std::unique_ptr<ChildProcess>> StartRanks(
+      const std::string& binary, const std::string& job,
+      const std::string& target, const std::vector<std::string>& steps) {
+    worker_binary_ = binary;
+    return StartJob(job, kWorld, steps,
+                    std::vector<std::string>(kWorld, target));
+  }
+
+  // Every shard's reducer_payload_received_bytes_total.
+  std::vector<double> ReceivedBytes() {
+    std::vector<double> bytes;
+    for (int port : metrics_ports_) {
+      bytes.push_back(MetricTotal(port, "reducer_payload_received_bytes_total"));
+    }
+    return bytes;
+  }
+
+  // Waits until every shard reports at least `ranks` ranks connected.
+  bool WaitForRanksConnected(int ranks, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      bool all = true;
+      for (int port : metrics_ports_) {
+        all = all && MetricTotal(port, "reducer_ranks_connected") >= ranks;
+      }
+      if (all) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+
+  // Runs kSuite over `target` and expects every step exact; returns each
+  // rank's digests by step.
+  std::vector<std::map<std::string, std::string>> RunSuite(
+      const std::string& job, const std::string& target) {
+    const std::string script = absl::StrJoin(kSuite, ";");
+    std::vector<std::unique_ptr<ChildProcess>> workers =
+        StartRanks(conformance_worker_, job, target, {script});
+    std::vector<ProcessResult> results = WaitWorkers(workers);
+    std::vector<std::map<std::string, std::string>> digests;
+    for (size_t r = 0; r < results.size(); ++r) {
+      ExpectStep(results[r], "0", absl::StatusCode::kOk);
+      for (size_t i = 0; i < std::size(kSuite); ++i) {
+        SCOPED_TRACE(absl::StrCat(job, " rank ", r, " step ", i + 1, ": ",
+                                  kSuite[i]));
+        ExpectStep(results[r], absl::StrCat(i + 1), absl::StatusCode::kOk);
+      }
+      digests.push_back(Digests(results[r].stdout_text));
+    }
+    return digests;
+  }
+
+  static inline const std::vector<std::string> kShardFlags = {
+      "--metrics_listen=127.0.0.1:0"};
+
+  std::string fault_worker_;
+  std::string conformance_worker_;
+  std::vector<std::unique_ptr<ReducerdProcess>> shards_;
+  std::vector<int> metrics_ports_;
+  bool killed_[kShards] = {};
+  // Shards replaced by a restart: kept for their logs, already dead.
+  std::vector<std::unique_ptr<ReducerdProcess>> old_shards_;
+};
+
+TEST_F(ShardsTest, EveryCollectiveIsBitIdenticalOverOneAndThreeShards) {
+  const std::vector<std::map<std::string, std::string>> one =
+      RunSuite(Job("one"), Target(1));
+  const std::vector<double> after_one = ReceivedBytes();
+  const std::vector<std::map<std::string, std::string>> three =
+      RunSuite(Job("three"), Target(kShards));
+  const std::vector<double> after_three = ReceivedBytes();
+  ASSERT_EQ(one.size(), static_cast<size_t>(kWorld));
+  ASSERT_EQ(three.size(), static_cast<size_t>(kWorld));
+  for (int r = 0; r < kWorld; ++r) {
+    for (size_t i = 0; i < std::size(kSuite); ++i) {
+      const std::string step = absl::StrCat(i + 1);
+      SCOPED_TRACE(absl::StrCat("rank ", r, " step ", step, ": ", kSuite[i]));
+      ASSERT_EQ(one[r].count(step), 1u);
+      ASSERT_EQ(three[r].count(step), 1u);
+      EXPECT_EQ(one[r].at(step), three[r].at(step))
+          << "the results over three shards differ from those over one";
+    }
+  }
+  // One shard: shard 0 carried everything. Three: each shard carried a
+  // share of the multi-MiB payloads (each rank sends ~2 MiB or more to
+  // every shard, partitions of ~1 MiB at least).
+  EXPECT_GT(after_one[0], 0);
+  EXPECT_EQ(after_one[1], 0);
+  EXPECT_EQ(after_one[2], 0);
+  for (int s = 0; s < kShards; ++s) {
+    const double carried = after_three[s] - after_one[s];
+    std::printf("SHARDS shard %d received %.1f MiB over three shards\n", s,
+                carried / (1 << 20));
+    EXPECT_GT(carried, kWorld * 8.0 * (1 << 20))
+        << "shard " << s << " carried too little of the three-shard run";
+  }
+}
+
+// Ranks 0-2 name the shards A,B,C; rank 3 names B,A,C, then A alone. Once
+// ranks 0-2 have joined every shard, each of rank 3's Connects fails naming
+// both lists; then rank 3 with A,B,C joins, and the job reduces.
+TEST_F(ShardsTest, RankWithAnotherShardListFailsToConnectNamingBoth) {
+  const std::string right = Target(kShards);
+  const std::string wrong = absl::StrJoin(
+      {shards_[1]->address(), shards_[0]->address(), shards_[2]->address()}, ",");
+  const std::string job = Job();
+  const std::string steps =
+      "allreduce:shape=786433,seed=3,timeout_ms=30000;"
+      "allreduce:shape=8,seed=4,timeout_ms=30000";
+  worker_binary_ = fault_worker_;
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int r = 0; r + 1 < kWorld; ++r) {
+    WorkerSpec spec;
+    spec.job = job;
+    spec.rank = r;
+    spec.world_size = kWorld;
+    spec.steps = steps;
+    spec.target = right;
+    workers.push_back(StartWorker(spec));
+  }
+  ASSERT_TRUE(WaitForRanksConnected(kWorld - 1, absl::Seconds(30)))
+      << "ranks 0-2 did not join every shard";
+  WorkerSpec odd;
+  odd.job = job;
+  odd.rank = kWorld - 1;
+  odd.world_size = kWorld;
+  odd.steps = steps;
+  odd.target = wrong;
+  // Another order of the same shards, then shard 0 alone (one shard never
+  // meets a list of several).
+  const std::string alone = shards_[0]->address();
+  for (const std::string& list : {wrong, alone}) {
+    odd.target = list;
+    odd.name = absl::StrCat(job, ".rank3.", list == alone ? "one" : "other_order");
+    std::unique_ptr<ChildProcess> refused = StartWorker(odd);
+    ASSERT_NE(refused, nullptr);
+    const ProcessResult refused_result = refused->Wait(absl::Seconds(30));
+    ASSERT_TRUE(refused_result.Succeeded()) << refused_result.Describe();
+    std::printf("SHARDS %s: %s\n", refused_result.name.c_str(),
+                refused_result.stdout_text.c_str());
+    SCOPED_TRACE(refused_result.name);
+    ExpectStep(refused_result, "0", absl::StatusCode::kFailedPrecondition,
+               {absl::StrCat("[", list, "]"), absl::StrCat("[", right, "]")},
+               kPromptly);
+  }
+
+  odd.target = right;
+  odd.name = absl::StrCat(job, ".rank3.same_list");
+  workers.push_back(StartWorker(odd));
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kWorld));
+  for (const ProcessResult& r : results) {
+    for (const char* step : {"0", "1", "2"}) {
+      ExpectStep(r, step, absl::StatusCode::kOk);
+    }
+  }
+}
+
+// Shard 1 sits behind a throttled TcpProxy (its address in the list is the
+// proxy's), so that its partition of the 64 MiB all-reduce is still on the
+// wire when it is SIGKILLed. Every rank's two calls (the pending one and the
+// next) fail naming the lost shard's address.
+TEST_F(ShardsTest, ShardKilledMidAllReduceFailsEveryRankThenConnectWorks) {
+  absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
+      TcpProxy::Start(shards_[1]->port());
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  const std::string lost = (*proxy)->address();
+  const std::string target = absl::StrJoin(
+      {shards_[0]->address(), lost, shards_[2]->address()}, ",");
+  const std::string steps =
+      "allreduce_inplace:shape=16777216,timeout_ms=60000;"  // 64 MiB float32
+      "allreduce:shape=8,seed=2,timeout_ms=60000;"
+      "wait_file:path=restarted;"
+      "reconnect:timeout_ms=30000,attempts=20;"
+      "allreduce_inplace:shape=1572865,seed=5,timeout_ms=30000;"
+      "allreduce:shape=8,seed=6,timeout_ms=30000";
+  std::vector<std::unique_ptr<ChildProcess>> workers =
+      StartRanks(fault_worker_, Job(), target, {steps});
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorld));
+  for (auto& w : workers) {
+    ASSERT_NE(w, nullptr);
+    ASSERT_TRUE(WaitForOutput(*w, "RESULT 0 connect"));
+  }
+  (*proxy)->SetDelay(absl::Milliseconds(10), 64 << 10);  // ~6 MB/s a link
+  for (auto& w : workers) ASSERT_TRUE(WaitForOutput(*w, "BEGIN 1 "));
+  // 4 MiB of the ~84 MiB the ranks send shard 1 have passed.
+  const absl::Time wait_until = absl::Now() + absl::Seconds(30);
+  uint64_t up = 0;
+  while (absl::Now() < wait_until) {
+    up = 0;
+    const int n = (*proxy)->num_connections();
+    for (int c = 0; c < n; ++c) up += (*proxy)->connection(c).bytes_up;
+    if (up >= (uint64_t{4} << 20)) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_GE(up, uint64_t{4} << 20) << "the all-reduce never reached shard 1";
+  const absl::Time killed_at = absl::Now();
+  shards_[1]->Kill();
+  killed_[1] = true;
+  // The kernel resets a killed process's connections at once; the proxy
+  // would let its throttled queues drain first, so it resets them too.
+  (*proxy)->DropAll();
+  for (auto& w : workers) {
+    ASSERT_TRUE(WaitForOutput(*w, "RESULT 2 ", absl::Seconds(30)));
+  }
+  const absl::Duration heard = absl::Now() - killed_at;
+  std::printf("SHARDS every rank failed both calls %s after the kill\n",
+              absl::FormatDuration(heard).c_str());
+  EXPECT_LT(heard, kPromptly) << "every rank should learn of the loss promptly";
+
+  (*proxy)->SetDelay(absl::ZeroDuration());
+  absl::StatusOr<std::unique_ptr<ReducerdProcess>> back =
+      ReducerdProcess::StartOnPort(shards_[1]->port(), kShardFlags);
+  ASSERT_TRUE(back.ok()) << back.status();
+  old_shards_.push_back(std::move(shards_[1]));
+  shards_[1] = *std::move(back);
+  killed_[1] = false;
+  Touch("restarted");
+
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kWorld));
+  for (const ProcessResult& r : results) {
+    for (const char* step : {"1", "2"}) {
+      SCOPED_TRACE(absl::StrCat(r.name, " step ", step));
+      const StepResult s = Step(r, step);
+      EXPECT_THAT(s.code, AnyOf(absl::StatusCode::kUnavailable,
+                                absl::StatusCode::kAborted))
+          << s.message;
+      EXPECT_THAT(s.message, HasSubstr(lost)) << "the lost shard is not named";
+      // check=bad: the in-place buffer changed although the call failed.
+      EXPECT_NE(s.check, "bad") << s.message;
+      EXPECT_LT(s.elapsed, kPromptly) << s.message;
+    }
+    for (const char* step : {"4", "5", "6"}) {
+      ExpectStep(r, step, absl::StatusCode::kOk);
+    }
+  }
+}
+
+// Ranks 0-2 wait in a small and a large (partitioned) all-reduce when rank
+// 3's process is SIGKILLed: both fail ABORTED naming rank 3, promptly.
+TEST_F(ShardsTest, KilledRankAbortsTheOthersNamingIt) {
+  const std::string waiting =
+      "async_allreduce:name=k_small,shape=16,timeout_ms=60000;"
+      "async_allreduce_inplace:name=k_large,shape=1572864,timeout_ms=60000;"
+      "join";
+  std::vector<std::unique_ptr<ChildProcess>> workers =
+      StartRanks(fault_worker_, Job(), Target(kShards),
+                 {waiting, waiting, waiting, "hang"});
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorld));
+  for (int r = 0; r + 1 < kWorld; ++r) {
+    ASSERT_NE(workers[r], nullptr);
+    ASSERT_TRUE(WaitForOutput(*workers[r], "BEGIN 1 "));
+    ASSERT_TRUE(WaitForOutput(*workers[r], "BEGIN 2 "));
+  }
+  ASSERT_NE(workers[3], nullptr);
+  ASSERT_TRUE(WaitForOutput(*workers[3], "BEGIN 1 hang"));
+  absl::SleepFor(absl::Milliseconds(500));  // their contributions reach the shards
+  const absl::Time killed_at = absl::Now();
+  ASSERT_TRUE(workers[3]->Signal(SIGKILL));
+  const ProcessResult killed = workers[3]->Wait(absl::Seconds(10));
+  EXPECT_EQ(killed.term_signal, SIGKILL) << killed.Describe();
+  for (int r = 0; r + 1 < kWorld; ++r) {
+    ASSERT_TRUE(WaitForOutput(*workers[r], "RESULT 1 ", kPromptly));
+    ASSERT_TRUE(WaitForOutput(*workers[r], "RESULT 2 ", kPromptly));
+  }
+  EXPECT_LT(absl::Now() - killed_at, kPromptly);
+  workers.pop_back();
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  for (const ProcessResult& r : results) {
+    for (const char* step : {"1", "2"}) {
+      SCOPED_TRACE(absl::StrCat(r.name, " step ", step));
+      ExpectStep(r, step, absl::StatusCode::kAborted, {"rank 3"}, kPromptly,
+                 /*require_check=*/false);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace reducer
