@@ -3,9 +3,11 @@
 
 One process per rank; bench/run_bench.py launches W of them. Each rank joins a
 torch.distributed group with backend "gloo" through a TCP rendezvous on
-127.0.0.1, then, for every size in --sizes, runs --warmup untimed and --iters
-timed float32 SUM all_reduce calls back to back (no barrier between
-iterations, as in a training loop), timing each call with time.perf_counter.
+127.0.0.1 (or --master_addr, with GLOO_SOCKET_IFNAME naming the interface,
+when bench/shard_bench.py runs each rank on a host of its own), then, for
+every size in --sizes, runs --warmup untimed and --iters timed float32 SUM
+all_reduce calls back to back (no barrier between iterations, as in a
+training loop), timing each call with time.perf_counter.
 With --metric_sync it instead times all_reduce of a 2-element float64 tensor
 (the metric-sync pattern, 16 bytes).
 
@@ -34,6 +36,8 @@ def parse_args(argv):
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--world_size", type=int, required=True)
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--master_addr", default="127.0.0.1",
+                   help="rank 0's address for the TCP rendezvous")
     p.add_argument("--sizes", default="4",
                    help="comma-separated tensor sizes in bytes (multiples of 4)")
     p.add_argument("--iters", type=int, default=None,
@@ -63,11 +67,12 @@ def parse_sizes(text):
 
 
 def init_group(args):
-    """Joins the gloo process group over a TCP rendezvous on 127.0.0.1."""
+    """Joins the gloo process group over a TCP rendezvous at --master_addr;
+    Gloo's own connections use GLOO_SOCKET_IFNAME (loopback when unset)."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # stay on loopback
     dist.init_process_group(
         backend="gloo",
-        init_method=f"tcp://127.0.0.1:{args.port}",
+        init_method=f"tcp://{args.master_addr}:{args.port}",
         rank=args.rank,
         world_size=args.world_size,
         timeout=datetime.timedelta(seconds=args.timeout_s),

@@ -8,11 +8,15 @@
 // --fused_tensors=K (K > 1) each step is one AllReduceMany of K tensors of
 // the given size ("pattern":"fused","tensors":K). With --split=K each step
 // is K AllReduceAsync calls on 1/K of the tensor, all in flight at once (a
-// probe of what several chunks in flight would gain).
+// probe of what several chunks in flight would gain). Rank r contributes
+// 1 + r in every element; the plain out-of-place form checks every element
+// of each size's last result against the closed form W + W(W-1)/2 and
+// exits 1 naming the first wrong one.
 #include <algorithm>
 #include <chrono>
-#include <memory>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +68,21 @@ void Report(int world_size, size_t size_bytes, const char* pattern,
   std::fflush(stdout);
 }
 
+// OK when every element of `result` is the sum over W ranks of 1 + rank.
+absl::Status CheckSum(const reducer::Tensor& result, int world_size) {
+  const float expected =
+      static_cast<float>(world_size + world_size * (world_size - 1) / 2);
+  absl::Span<const float> values = result.values<float>();
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i] != expected) {
+      return absl::InternalError(absl::StrCat(
+          "wrong all-reduce result: element ", i, " of ", values.size(),
+          " is ", values[i], ", expected ", expected));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -111,6 +130,7 @@ int main(int argc, char** argv) {
         fused, reducer::TensorView::Of<float>(data));
     const std::vector<reducer::ReduceOp> ops(fused, reducer::ReduceOp::kSum);
     std::vector<double> latencies;
+    std::optional<reducer::Tensor> last;  // the plain form's last result
     for (int i = 0; i < warmup + iters; ++i) {
       auto start = Clock::now();
       absl::Status status;
@@ -135,14 +155,20 @@ int main(int argc, char** argv) {
             reducer::MutableTensorView::Of<float>(absl::MakeSpan(data)),
             reducer::ReduceOp::kSum);
       } else {
-        status = (*client)
-                     ->AllReduce(reducer::TensorView::Of<float>(data),
-                                 reducer::ReduceOp::kSum)
-                     .status();
+        absl::StatusOr<reducer::Tensor> result = (*client)->AllReduce(
+            reducer::TensorView::Of<float>(data), reducer::ReduceOp::kSum);
+        status = result.status();
+        if (status.ok() && i + 1 == warmup + iters) last = *std::move(result);
       }
       if (!status.ok()) return Fail(status);
       std::chrono::duration<double, std::micro> took = Clock::now() - start;
       if (i >= warmup) latencies.push_back(took.count());
+    }
+    if (last.has_value()) {
+      if (absl::Status checked = CheckSum(*last, options.world_size);
+          !checked.ok()) {
+        return Fail(checked);
+      }
     }
     const std::string pattern =
         fused > 1 ? absl::StrCat("\"pattern\":\"fused\",\"tensors\":", fused, ",")

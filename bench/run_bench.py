@@ -195,16 +195,19 @@ def wait_all(procs, logs, deadline, timeout_s, watch=None):
 
 
 class ReducerDaemon:
-    """Runs bazel-bin/server/reducerd on a free 127.0.0.1 port until stop()."""
+    """Runs bazel-bin/server/reducerd until stop(): on a free 127.0.0.1 port,
+    or on `address` behind `command_prefix` (e.g. `ip netns exec NS`, for a
+    reducerd on a host of its own)."""
 
     def __init__(self, binary, log_path, env=None, start_timeout_s=60.0,
-                 extra_flags=()):
-        self.address = f"127.0.0.1:{free_port()}"
+                 extra_flags=(), address=None, command_prefix=()):
+        self.address = address or f"127.0.0.1:{free_port()}"
         self.log_path = Path(log_path)
         self._ready = threading.Event()
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [str(binary), f"--listen={self.address}", *extra_flags], cwd=REPO_ROOT,
+            [*command_prefix, str(binary), f"--listen={self.address}",
+             *extra_flags], cwd=REPO_ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, text=True, start_new_session=True,
             env=dict(os.environ, **(env or {})))

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# bench/shard_bench.py --smoke under Bazel: W = 4 worker hosts and S = 2
+# reducerd shard hosts in network namespaces, 4 KiB and 2 MiB all-reduces of
+# Reducer, Gloo and (when Open MPI is installed) MPI, one round. Passes when
+# every run gave the right number of timings; skips (exit 0, a SKIP line)
+# where namespaces cannot be made or torch is missing.
+set -euo pipefail
+cd "${TEST_SRCDIR}/${TEST_WORKSPACE}"
+out="${TEST_UNDECLARED_OUTPUTS_DIR:-${TEST_TMPDIR}}/shard_bench"
+exec /usr/bin/python3 bench/shard_bench.py --smoke \
+  --reducerd="${PWD}/server/reducerd" \
+  --reducer_worker="${PWD}/bench/reducer_allreduce_worker" \
+  --virtual_network="${PWD}/bench/virtual_network" \
+  --out_dir="${out}"
