@@ -34,12 +34,7 @@ class ShardedAttempt final : public CollectiveAttempt {
   ~ShardedAttempt() override {
     // Nothing may still read caller memory (or split_'s) once this is gone.
     absl::MutexLock lock(&mu_);
-    for (Part& part : parts_) {
-      if (part.attempt != nullptr) part.attempt->Cancel();
-    }
-    for (Part& part : parts_) {
-      if (part.attempt != nullptr) part.attempt->Wait().IgnoreError();
-    }
+    GiveUpRestLocked();
   }
 
   absl::StatusOr<std::vector<Tensor>> Wait() override {
@@ -185,11 +180,14 @@ class ShardedAttempt final : public CollectiveAttempt {
     if (failure_.ok()) failure_ = NameShard(k, outcome.status());
   }
 
-  // Cancels the parts still running and waits until they let go of memory.
+  // Waits for the parts still running, until they let go of memory. They
+  // are not cancelled: a cancelled Collective stream whose writes were
+  // under way was seen, under faults, never to be handed back by gRPC,
+  // which would hang the caller here. Each part ends by its own deadline
+  // at the latest, and in practice at once: every rank sent its
+  // partitions together, and a lost shard or rank ends the epoch on the
+  // others (the session passes a shard's failure on), which fails them.
   void GiveUpRestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (Part& part : parts_) {
-      if (part.attempt != nullptr) part.attempt->Cancel();
-    }
     for (Part& part : parts_) {
       if (part.attempt == nullptr) continue;
       part.attempt->Wait().IgnoreError();

@@ -12,15 +12,17 @@
 // Every partition carries the whole collective's header (job, group,
 // sequence or name, attempt id), its own tensors, and its shard's epoch.
 // Waiting takes the partitions' outcomes in the order they come: the first
-// partition that fails for good fails the collective at once, naming its
-// shard (index and address) and its partition, and the other partitions are
-// given up (CollectiveAttempt::Cancel). A partition whose transport failed
+// partition that fails for good fails the collective, naming its shard
+// (index and address) and its partition, once the other partitions have
+// ended (they are waited for, not cancelled; see GiveUpRestLocked). A partition whose transport failed
 // before any answer is retried on its own (client/retry_policy.h) while
 // `session_status` says the session is intact; partitions that succeeded are
 // never sent again, so the attempt itself is not to be retried by its
 // caller (received_any() is always true).
 //
-// Thread-safe; its attempts follow CollectiveAttempt's contract.
+// Thread-safe; its attempts follow CollectiveAttempt's contract, except
+// that Ready() or Cancel() called while another thread is in Wait() waits
+// for Wait() to return.
 #ifndef REDUCER_CLIENT_SHARDED_BACKEND_H_
 #define REDUCER_CLIENT_SHARDED_BACKEND_H_
 

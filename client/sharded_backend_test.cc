@@ -167,7 +167,7 @@ TEST_F(ShardedBackendTest, SmallAllReduceGoesWholeToOneShard) {
   EXPECT_EQ(shards_[shard]->started[0].epoch(), 10u + shard);
 }
 
-TEST_F(ShardedBackendTest, FirstFailureFailsAtOnceNamingTheShardAndGivesUpTheRest) {
+TEST_F(ShardedBackendTest, FirstFailureFailsNamingTheShardOnceTheOtherPartsEnded) {
   std::unique_ptr<ShardedBackend> backend = Backend();
   Contribution c = AllReduceOf(3 * kMiB / 4);
   // Find which shard holds which partition: every shard gets one.

@@ -106,6 +106,7 @@ pid_t OwnerPid(const std::string& name) {
 
 std::string VirtualNetwork::IpPath() { return FindTool("ip"); }
 std::string VirtualNetwork::TcPath() { return FindTool("tc"); }
+std::string VirtualNetwork::NftPath() { return FindTool("nft"); }
 
 absl::StatusOr<std::string> VirtualNetwork::RunCommand(
     const std::vector<std::string>& argv) {
@@ -254,6 +255,8 @@ VirtualNetwork::~VirtualNetwork() {
 //   3. per host, with a rate: tbf on the host's end (what it sends) and on
 //      the bridge port (what it receives).
 absl::Status VirtualNetwork::Build(const Options& options) {
+  burst_ = options.burst;
+  latency_ = options.latency;
   const std::string ip = IpPath();
   const std::string tc = TcPath();
   const std::string bridge_ns = BridgeNamespaceName();
@@ -394,6 +397,33 @@ absl::Status VirtualNetwork::RunInHost(const std::string& host,
   });
   thread.join();
   return status;
+}
+
+absl::Status VirtualNetwork::SetEgressRate(const std::string& host,
+                                           const std::string& rate) {
+  return RunCommand({TcPath(), "-n", NamespaceName(host), "qdisc", "change",
+                     "dev", InterfaceName(host), "root", "tbf", "rate", rate,
+                     "burst", burst_, "latency", latency_})
+      .status();
+}
+
+absl::Status VirtualNetwork::SetBlackhole(const std::string& host, bool on) {
+  const std::string nft = NftPath();
+  if (nft.empty()) {
+    return absl::FailedPreconditionError(
+        "nft is not installed (Debian package nftables)");
+  }
+  std::vector<std::string> exec = CommandPrefix(host);
+  exec.push_back(nft);
+  if (!on) {
+    exec.insert(exec.end(), {"delete", "table", "inet", "blackhole"});
+    return RunCommand(exec).status();
+  }
+  exec.push_back(
+      "add table inet blackhole; "
+      "add chain inet blackhole in { type filter hook input priority 0; policy drop; }; "
+      "add chain inet blackhole out { type filter hook output priority 0; policy drop; }");
+  return RunCommand(exec).status();
 }
 
 absl::Status VirtualNetwork::SetLinkUp(const std::string& host, bool up) {

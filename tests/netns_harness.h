@@ -106,6 +106,17 @@ class VirtualNetwork {
   // host's namespace): down cuts the host off without closing anything.
   absl::Status SetLinkUp(const std::string& host, bool up);
 
+  // Replaces the cap on what `host` sends with tbf at `rate` (the burst
+  // and latency of Options): a link slowed to a crawl, and back. The
+  // network must have been made with a rate.
+  absl::Status SetEgressRate(const std::string& host, const std::string& rate);
+
+  // Drops (`on`) or passes again every packet into and out of `host`, with
+  // an nftables table inside its namespace: a blackhole, which unlike a
+  // link taken down the host's own stack does not notice. FAILED_PRECONDITION
+  // when nftables' `nft` is not installed.
+  absl::Status SetBlackhole(const std::string& host, bool on);
+
   // Removes the namespaces whose names start with "rd<pid>-" for a pid that
   // no longer runs. Returns how many it removed. Called by Create.
   static int SweepStale();
@@ -118,6 +129,7 @@ class VirtualNetwork {
   // The paths of `ip` and `tc`; empty when not installed.
   static std::string IpPath();
   static std::string TcPath();
+  static std::string NftPath();
 
  private:
   VirtualNetwork(std::string prefix, std::vector<std::string> hosts);
@@ -129,6 +141,8 @@ class VirtualNetwork {
 
   const std::string prefix_;
   const std::vector<std::string> hosts_;
+  std::string burst_;    // Options::burst and latency, for SetEgressRate
+  std::string latency_;
   std::vector<std::string> made_namespaces_;  // in creation order
 };
 

@@ -4,7 +4,11 @@
 #   tools/setup.sh          build and test packages
 #   tools/setup.sh --bench  also what bench/run_bench.py needs (Gloo through
 #                           torch, Open MPI, matplotlib)
+#   tools/setup.sh --deploy also what deploy/test.sh needs (podman and runc,
+#                           CA certificates for the image, and kubectl and
+#                           Node.js with npm where the machine has none)
 #
+# Flags combine (tools/setup.sh --bench --deploy).
 # Run as root on Debian 12. Packages already present are not reinstalled, and
 # apt's lists are refreshed only when something is missing.
 set -euo pipefail
@@ -13,6 +17,7 @@ build_packages=(
   bazel-bootstrap g++ clang libclang-rt-14-dev pkg-config python3
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev iproute2 procps
+  nftables  # tests/campaign: blackholed hosts
   # python/: the extension module, its torch backend, and their tests
   pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
   # server/ metrics (prometheus-cpp) and the Prometheus server its test scrapes with
@@ -27,9 +32,21 @@ packages=("${build_packages[@]}")
 # Packaging (packaging/, tests/client_package_test, packaging/deb_test.sh):
 # the CMake consumer build, dpkg-shlibdeps, systemd-analyze, debootstrap.
 packages+=(cmake make dpkg-dev systemd debootstrap debian-archive-keyring)
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=("${bench_packages[@]}")
-fi
+# deploy/: podman builds and runs the image with runc; kubectl (Debian's
+# kubernetes-client) renders the kustomize overlays and Node.js runs
+# deploy/validate, each installed only where no such command is present.
+deploy_packages=(podman runc ca-certificates iproute2)
+command -v kubectl >/dev/null || deploy_packages+=(kubernetes-client)
+command -v node >/dev/null || deploy_packages+=(nodejs)
+command -v npm >/dev/null || deploy_packages+=(npm)
+
+for arg in "$@"; do
+  case $arg in
+    --bench) packages+=("${bench_packages[@]}") ;;
+    --deploy) packages+=("${deploy_packages[@]}") ;;
+    *) echo "usage: $0 [--bench] [--deploy]" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

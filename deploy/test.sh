@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The deploy/ checks, in order, each a step that must pass for the next:
+#
+#   deploy/test.sh [--junit=FILE]
+#
+#   image-build      deploy/image/build.sh (Bazel build, rootfs, podman build)
+#   image-test       deploy/image/image_test.sh (restricted run, health, W = 2, SIGTERM)
+#   render-OVERLAY   kubectl kustomize of each deploy/k8s overlay
+#   flag-help        reducerd's and the worker's --helpfull, from the image
+#   npm-ci           deploy/validate's packages, as package-lock.json pins them
+#   validate         schemas, client-node round trip, policy, flags, shards
+#   checks-test      node --test of deploy/validate/checks_test.mjs
+#   exercise         deploy/exercise.sh of one-shard and worker-job
+#   exercise-tls     deploy/exercise.sh --tls of tls, with Secrets made for it
+#
+# Run as root (podman, ip netns) after tools/setup.sh --deploy. --junit
+# writes one test case per step (a failed step and the steps it stopped, as
+# failures), for .ci/run's count. Prints each step's time and its "==> "
+# lines; exits 0 when every step passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source deploy/image/podman.sh
+
+junit=""
+for arg in "$@"; do
+  case $arg in
+    --junit=*) junit=${arg#--junit=} ;;
+    *) echo "usage: $0 [--junit=FILE]" >&2; exit 2 ;;
+  esac
+done
+
+readonly kStepLimit=300   # seconds, any one step
+overlays=(one-shard four-shards tls worker-job)
+steps=(image-build image-test)
+for o in "${overlays[@]}"; do steps+=("render-$o"); done
+steps+=(flag-help npm-ci validate checks-test exercise exercise-tls)
+
+work=$(mktemp -d /tmp/reducer-deploy-test.XXXXXX)
+rendered="$work/rendered"
+mkdir -p "$rendered"
+trap 'rm -rf "$work"' EXIT
+cases=()
+failed=0
+started=$(date +%s)
+
+xml_escape() { sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' -e 's/"/\&quot;/g'; }
+
+finish() {
+  local total=$(($(date +%s) - started)) s
+  # Steps a failure stopped count as failures too.
+  for s in "${steps[@]:${#cases[@]}}"; do
+    cases+=("<testcase classname=\"deploy.test\" name=\"$s\" time=\"0\"><failure message=\"not run: an earlier step failed\"/></testcase>")
+  done
+  if [[ -n "$junit" ]]; then
+    mkdir -p "$(dirname "$junit")"
+    {
+      echo "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
+      echo "<testsuites><testsuite name=\"deploy/test\" tests=\"${#cases[@]}\" time=\"$total\">"
+      printf '%s\n' "${cases[@]}"
+      echo "</testsuite></testsuites>"
+    } >"$junit"
+  fi
+  if [[ $failed -eq 0 ]]; then echo "deploy test: passed in $total s"; else echo "deploy test: FAILED after $total s"; fi
+  exit $failed
+}
+
+# step NAME COMMAND...: as packaging/deb_test.sh's.
+step() {
+  local name=$1; shift
+  local log="$work/$name.log" t0 t1 rc message
+  t0=$(date +%s)
+  echo "--- $name"
+  # bash -c, so that the exported functions below can be steps too.
+  timeout "$kStepLimit" bash -c '"$@"' step "$@" >"$log" 2>&1
+  rc=$?
+  t1=$(date +%s)
+  if [[ $rc -eq 0 ]]; then
+    echo "    ok in $((t1 - t0)) s"
+    sed -n 's/^==> /    /p' "$log"
+    cases+=("<testcase classname=\"deploy.test\" name=\"$name\" time=\"$((t1 - t0))\"/>")
+  else
+    echo "    FAILED (exit $rc) after $((t1 - t0)) s; its log ends:"
+    tail -40 "$log" | sed 's/^/    | /'
+    message=$(tail -40 "$log" | xml_escape)
+    cases+=("<testcase classname=\"deploy.test\" name=\"$name\" time=\"$((t1 - t0))\"><failure message=\"$name failed (exit $rc)\">$message</failure></testcase>")
+    failed=1
+    finish
+  fi
+}
+
+render() {
+  kubectl kustomize "deploy/k8s/overlays/$1" >"$rendered/$1.yaml" || return 1
+  echo "==> $(grep -c '^kind:' "$rendered/$1.yaml") objects"
+}
+
+# --helpfull exits 1 after printing; what counts is that it printed flags.
+flag_help() {
+  podman run --rm --network=none reducer:latest --helpfull >"$rendered/reducerd.help" 2>&1
+  podman run --rm --network=none --entrypoint=/usr/bin/metric_sync_worker reducer:latest \
+    --helpfull >"$rendered/worker.help" 2>&1
+  grep -q -- '--health_listen' "$rendered/reducerd.help" && grep -q -- '--world_size' "$rendered/worker.help"
+}
+
+validate() {
+  local args=() o
+  for o in one-shard four-shards tls worker-job; do args+=("$o=$rendered/$o.yaml"); done
+  node deploy/validate/validate.mjs --reducerd_help="$rendered/reducerd.help" \
+    --worker_help="$rendered/worker.help" --shards=four-shards --workers=worker-job "${args[@]}"
+}
+
+checks_test() {
+  local out rc
+  out=$(DEPLOY_RENDERED="$rendered" node --test deploy/validate/checks_test.mjs 2>&1)
+  rc=$?
+  printf '%s\n' "$out"
+  [[ $rc -eq 0 ]] || return 1
+  echo "==> checks_test.mjs: $(sed -n 's/^# pass //p' <<<"$out") tests passed"
+}
+
+export -f podman render flag_help validate checks_test
+export rendered
+step image-build deploy/image/build.sh
+step image-test deploy/image/image_test.sh
+for o in "${overlays[@]}"; do step "render-$o" render "$o"; done
+step flag-help flag_help
+step npm-ci bash -c 'cd deploy/validate && npm ci --no-audit --no-fund'
+step validate validate
+step checks-test checks_test
+step exercise deploy/exercise.sh "$rendered/one-shard.yaml" "$rendered/worker-job.yaml"
+step exercise-tls deploy/exercise.sh --tls "$rendered/tls.yaml"
+finish

@@ -1,0 +1,105 @@
+// The robustness campaign: several jobs of several ranks reduce over a few
+// reducerd shards on a network of their own (tests/netns_harness.h: a host
+// namespace per rank and per shard), each rank running its job's seeded mix
+// of collectives (tests/campaign/campaign_worker.cc), while faults drawn
+// from the same seed hit them one after another: SIGKILL and SIGSTOP of
+// ranks and of shards, a shard restarted (SIGTERM, then started again), a
+// host's link taken down, slowed to a crawl or blackholed. Every operation
+// is recorded, and the history is held to the contract
+// (tests/campaign/history.h); then every shard must be back to no job, no
+// memory reserved, and its resident memory near its baseline.
+//
+//   CampaignOptions options;
+//   options.seed = 7;
+//   absl::StatusOr<CampaignReport> report = RunCampaign(options);
+//   // report->violations: empty when the contract held
+//
+// A violation report carries the seed, the fault schedule and the history
+// around the violating operations: RunCampaign with the same options
+// replays the same schedule and workload (timing, and so the interleaving,
+// is the machine's).
+//
+// Needs root (namespaces; see VirtualNetwork::Available). One campaign at a
+// time per process.
+#ifndef REDUCER_TESTS_CAMPAIGN_CAMPAIGN_H_
+#define REDUCER_TESTS_CAMPAIGN_CAMPAIGN_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "tests/campaign/history.h"
+
+namespace reducer {
+namespace testing {
+
+// One fault of the schedule: `kind` on `target` at `at` (from the start of
+// the fault phase), healed `length` later.
+struct PlannedFault {
+  absl::Duration at;
+  std::string kind;  // see kFaultKinds
+  int job = -1;      // a rank's fault: its job and rank
+  int rank = -1;
+  int shard = -1;    // a shard's fault: its index
+  absl::Duration length;
+};
+
+// Every kind of fault the campaign draws from.
+inline constexpr const char* kFaultKinds[] = {
+    "kill_rank",   "stop_rank",  "kill_shard", "stop_shard", "restart_shard",
+    "link_down",   "crawl",      "blackhole",
+};
+
+struct CampaignOptions {
+  uint64_t seed = 1;
+  std::vector<int> job_sizes = {3, 2};  // ranks of each job
+  int shards = 2;
+  std::string rate = "200mbit";         // every host's link
+  absl::Duration fault_phase = absl::Seconds(45);
+  // Float32 elements of the largest tensor: 2.5 MiB, cut over two shards.
+  int64_t max_elements = 640 << 10;
+  absl::Duration collective_timeout = absl::Seconds(6);
+  // Paths of the programs (runfiles-relative or absolute).
+  std::string reducerd = "server/reducerd";
+  std::string worker = "tests/campaign/campaign_worker";
+  std::string reducerctl = "tools/reducerctl";
+  // Resident memory a shard may keep above its baseline at the end.
+  int64_t rss_slack_bytes = int64_t{24} << 20;
+};
+
+struct CampaignReport {
+  uint64_t seed = 0;
+  std::vector<PlannedFault> schedule;
+  std::map<std::string, int> faults_by_kind;  // as injected
+  int64_t operations = 0;  // every recorded operation
+  int64_t collectives = 0;  // of which collectives (not connect or resync)
+  int64_t succeeded = 0;
+  std::vector<std::string> violations;
+  // Disagreements of the known, open kind (Violation::delivery_lost).
+  std::vector<std::string> delivery_lost;
+  // The seed, the schedule and, for each violation, the history around
+  // it: enough to replay and read the run.
+  std::string Details() const;
+  // "seed 7: 812 operations (640 collectives, 587 succeeded), 9 faults
+  // (kill_rank 2, ...), 0 violations, 1 result lost in delivery".
+  std::string Summary() const;
+
+  // Filled by RunCampaign for Details().
+  std::vector<Operation> history;
+  std::vector<FaultWindow> windows;
+};
+
+// The fault schedule for `options` (pure; the same for the same options).
+std::vector<PlannedFault> DrawSchedule(const CampaignOptions& options);
+
+// Runs one campaign. An error (not a violation) when the network or the
+// processes cannot be set up.
+absl::StatusOr<CampaignReport> RunCampaign(const CampaignOptions& options);
+
+}  // namespace testing
+}  // namespace reducer
+
+#endif  // REDUCER_TESTS_CAMPAIGN_CAMPAIGN_H_

@@ -1,0 +1,102 @@
+// The robustness campaign's history and the checker that holds it to
+// Reducer's contract.
+//
+//   std::vector<Operation> ops = ParseHistory(file_contents);   // the ranks'
+//   std::vector<Violation> violations = CheckHistory(ops, faults, limits);
+//
+// The contract checked, operation by operation:
+// - a result is the closed form, and a failed in-place call left its buffer
+//   untouched (the worker's "check"; tests/campaign/op_mix.h makes a doubled
+//   contribution show);
+// - for each collective (job, round, step, kind), the ranks that ran it all
+//   succeeded or all failed (but see Violation::delivery_lost);
+// - no operation outlived its deadline plus the client's slack;
+// - a failure happened while a fault that can reach its job was active (or
+//   within Limits::aftermath of its end), and its message names a cause: a
+//   rank, a shard or reducerd, the epoch, or a deadline.
+//
+// Pure functions; thread-safe.
+#ifndef REDUCER_TESTS_CAMPAIGN_HISTORY_H_
+#define REDUCER_TESTS_CAMPAIGN_HISTORY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace reducer {
+namespace testing {
+
+// One line of a rank's history (see tests/campaign/campaign_worker.cc).
+struct Operation {
+  std::string job;
+  int rank = 0;
+  int gen = 0;
+  int64_t round = 0;  // the epoch as the ranks agreed it (see the worker)
+  int64_t step = -1;  // -1: connect and resync
+  std::string kind;
+  int64_t elements = 0;
+  absl::Time start;
+  absl::Time end;
+  int timeout_ms = 0;
+  std::string code;  // "OK", "ABORTED", ...
+  std::string message;
+  std::string check;  // "ok", "none", "bad: ..."
+
+  bool ok() const { return code == "OK"; }
+  // "j0 rank 1 step 57 allreduce_inplace [t+12.345s..t+12.400s] ABORTED: ..."
+  std::string Describe(absl::Time origin) const;
+};
+
+// A fault as the driver injected it: active from `start` until `end`.
+struct FaultWindow {
+  std::string kind;  // "kill_rank", "link_down", ...
+  std::string what;  // "j0 rank 2", "shard 1 (10.77.0.3:50051)"
+  std::string job;   // the only job it can reach; empty: every job
+  absl::Time start;
+  absl::Time end;
+};
+
+struct Limits {
+  // An operation may end this much after its timeout (the client's own
+  // deadline slack, a retry, scheduling on a loaded machine).
+  absl::Duration deadline_slack = absl::Seconds(10);
+  // A fault's consequences may show this long after it ended (a call that
+  // started during it, ranks connecting again).
+  absl::Duration aftermath = absl::Seconds(15);
+  // Connect's own timeout.
+  absl::Duration connect_timeout = absl::Seconds(5);
+};
+
+// One breach of the contract, and where in the history it shows.
+struct Violation {
+  std::string what;  // a sentence, with the operations that show it
+  std::string job;
+  absl::Time at;     // when the operation that shows it started
+  // A disagreement of one known, open kind, on the last collective before
+  // a session ended: the ranks that succeeded had their results, while the
+  // one that failed did so because a session ended (its own connection or
+  // session lost, the epoch ended, a retry refused because reducerd had
+  // already written that result: UNAVAILABLE, ABORTED, FAILED_PRECONDITION,
+  // CANCELLED). reducerd counts a result as delivered once it is written
+  // and nothing acknowledges receipt, so this cannot be closed without a
+  // delivery acknowledgement; it is reported apart from the violations
+  // until then. A disagreement with any other failure is a violation.
+  bool delivery_lost = false;
+};
+
+// The operations of one or more history files' contents (lines that do not
+// parse, such as a line cut by a SIGKILL, are skipped).
+std::vector<Operation> ParseHistory(absl::string_view contents);
+
+// Every violation, in the order of the checks above.
+std::vector<Violation> CheckHistory(const std::vector<Operation>& ops,
+                                      const std::vector<FaultWindow>& faults,
+                                      const Limits& limits);
+
+}  // namespace testing
+}  // namespace reducer
+
+#endif  // REDUCER_TESTS_CAMPAIGN_HISTORY_H_
