@@ -26,8 +26,10 @@ constexpr size_t kMiB = size_t{1} << 20;
 // one rank alone reduces to), a status, or nothing until cancelled.
 class FakeAttempt final : public CollectiveAttempt {
  public:
-  FakeAttempt(const Contribution* contribution, absl::Status outcome, bool hang)
-      : contribution_(contribution), outcome_(std::move(outcome)), hang_(hang) {}
+  FakeAttempt(const Contribution* contribution, absl::Status outcome, bool hang,
+              int* cancels)
+      : contribution_(contribution), outcome_(std::move(outcome)), hang_(hang),
+        cancels_(cancels) {}
 
   absl::StatusOr<std::vector<Tensor>> Wait() override {
     if (cancelled_) return absl::CancelledError("given up");
@@ -45,13 +47,17 @@ class FakeAttempt final : public CollectiveAttempt {
   }
   bool Ready() override { return Settled(); }
   bool Settled() override { return !hang_ || cancelled_; }
-  void Cancel() override { cancelled_ = true; }
+  void Cancel() override {
+    cancelled_ = true;
+    ++*cancels_;
+  }
   bool received_any() const override { return false; }
 
  private:
   const Contribution* const contribution_;
   const absl::Status outcome_;
   const bool hang_;
+  int* const cancels_;  // the shard's count
   bool cancelled_ = false;
 };
 
@@ -74,7 +80,7 @@ class FakeShard final : public ShardEndpoint, public CollectiveBackend {
       hang = script.front().hang;
       script.pop_front();
     }
-    return std::make_unique<FakeAttempt>(&c, outcome, hang);
+    return std::make_unique<FakeAttempt>(&c, outcome, hang, &cancels);
   }
 
   struct Step {
@@ -83,6 +89,7 @@ class FakeShard final : public ShardEndpoint, public CollectiveBackend {
   };
   std::deque<Step> script;
   std::vector<v1::CollectiveHeader> started;
+  int cancels = 0;  // Cancel() calls on its attempts
 
  private:
   const std::string target_;
@@ -179,6 +186,10 @@ TEST_F(ShardedBackendTest, FirstFailureFailsNamingTheShardOnceTheOtherPartsEnded
   EXPECT_THAT(result.status().message(), HasSubstr("reducerd shard 1 of 3 at s1:1"));
   EXPECT_THAT(result.status().message(), HasSubstr("(partition "));
   EXPECT_THAT(result.status().message(), HasSubstr("shapes differ"));
+  // The other partitions were waited for, never cancelled: a cancelled
+  // Collective stream with writes under way was once never handed back by
+  // gRPC (the robustness campaign's seeds 107 and 203 hung there).
+  for (const auto& s : shards_) EXPECT_EQ(s->cancels, 0);
 }
 
 TEST_F(ShardedBackendTest, PartitionWhoseTransportFailedIsRetriedAloneWithTheSameAttemptId) {
