@@ -56,36 +56,57 @@ constexpr int kShards = 3;
 // A failure that must come within seconds, far below the calls' timeouts.
 constexpr absl::Duration kPromptly = absl::Seconds(10);
 
-// The conformance_worker script both runs share: sizes below the 1 MiB a
+// The conformance_worker steps both runs share: sizes below the 1 MiB a
 // partition needs (whole collectives, spread by their keys' hashes) and of
 // several MiB with odd element counts (cut over the shards on element
 // boundaries, pieces spanning tensor boundaries for AllReduceMany).
-const char* const kSuite[] = {
-    "allreduce:bytes=4099",                               // every op x dtype
-    "allreduce:bytes=300001,dtype=int32",
-    "allreduce:bytes=3145733,dtype=float32,op=sum",
-    "allreduce:bytes=5242885,dtype=bfloat16,op=avg",
-    "allreduce:bytes=4194311,dtype=int64,op=max",
-    "allreduce:bytes=2097153,dtype=uint8,op=bit_xor",
-    "many:bytes=100000",
-    "many:bytes=4194304",
-    "allgather:bytes=1000",
-    "allgather:bytes=2097152,dtype=float32",
-    "broadcast:bytes=1000",
-    "broadcast:bytes=2097152,dtype=float32",
-    "reducescatter:bytes=1000",
-    "reducescatter:bytes=3145728",
-    "metricsync:bytes=64",
-    "barrier",
-    "async:bytes=2097152",
-    "allreduce:bytes=3145733,dtype=float64,op=product,name=n_allreduce",
-    "many:bytes=2097152,name=n_many",
-    "allgather:bytes=300,name=n_allgather",
-    "broadcast:bytes=300,dtype=int64,name=n_broadcast",
-    "reducescatter:bytes=2097152,dtype=float16,name=n_reducescatter",
-    "async:bytes=1048576,name=n_async",
-    "barrier:name=n_barrier",
+// AddressSanitizer makes the closed forms of the heavy steps take minutes;
+// asan builds leave them out (every kind still runs at several MiB).
+struct SuiteStep {
+  const char* script;
+  bool heavy;
 };
+constexpr SuiteStep kSuiteSteps[] = {
+    {"allreduce:bytes=4099", false},  // every op x dtype, both forms, scalars
+    {"allreduce:bytes=300001,dtype=int32", false},
+    {"allreduce:bytes=3145733,dtype=float32,op=sum", false},
+    {"allreduce:bytes=5242885,dtype=bfloat16,op=avg", true},
+    {"allreduce:bytes=4194311,dtype=int64,op=max", true},
+    {"allreduce:bytes=2097153,dtype=uint8,op=bit_xor", true},
+    {"many:bytes=100000", false},
+    {"many:bytes=4194304", false},
+    {"allgather:bytes=1000", false},
+    {"allgather:bytes=2097152,dtype=float32", false},
+    {"broadcast:bytes=1000", false},
+    {"broadcast:bytes=2097152,dtype=float32", true},
+    {"reducescatter:bytes=1000", false},
+    {"reducescatter:bytes=3145728,dtype=float32", false},
+    {"reducescatter:bytes=3145728", true},
+    {"metricsync:bytes=64", false},
+    {"barrier", false},
+    {"async:bytes=2097152", false},
+    {"allreduce:bytes=3145733,dtype=float64,op=product,name=n_allreduce", false},
+    {"many:bytes=2097152,name=n_many", false},
+    {"allgather:bytes=300,name=n_allgather", false},
+    {"broadcast:bytes=300,dtype=int64,name=n_broadcast", false},
+    {"reducescatter:bytes=2097152,dtype=float16,name=n_reducescatter", false},
+    {"async:bytes=1048576,name=n_async", false},
+    {"barrier:name=n_barrier", false},
+};
+
+// The steps this build runs, in order.
+std::vector<std::string> Suite() {
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr bool kLight = true;
+#else
+  constexpr bool kLight = false;
+#endif
+  std::vector<std::string> steps;
+  for (const SuiteStep& step : kSuiteSteps) {
+    if (!(kLight && step.heavy)) steps.push_back(step.script);
+  }
+  return steps;
+}
 
 // The port in reducerd's "reducerd metrics on http://127.0.0.1:PORT/metrics".
 int MetricsPort(const std::string& logs) {
@@ -210,20 +231,21 @@ class ShardsTest : public FaultTest {
     return false;
   }
 
-  // Runs kSuite over `target` and expects every step exact; returns each
+  // Runs Suite() over `target` and expects every step exact; returns each
   // rank's digests by step.
   std::vector<std::map<std::string, std::string>> RunSuite(
       const std::string& job, const std::string& target) {
-    const std::string script = absl::StrJoin(kSuite, ";");
+    const std::vector<std::string> suite = Suite();
+    const std::string script = absl::StrJoin(suite, ";");
     std::vector<std::unique_ptr<ChildProcess>> workers =
         StartRanks(conformance_worker_, job, target, {script});
     std::vector<ProcessResult> results = WaitWorkers(workers);
     std::vector<std::map<std::string, std::string>> digests;
     for (size_t r = 0; r < results.size(); ++r) {
       ExpectStep(results[r], "0", absl::StatusCode::kOk);
-      for (size_t i = 0; i < std::size(kSuite); ++i) {
+      for (size_t i = 0; i < suite.size(); ++i) {
         SCOPED_TRACE(absl::StrCat(job, " rank ", r, " step ", i + 1, ": ",
-                                  kSuite[i]));
+                                  suite[i]));
         ExpectStep(results[r], absl::StrCat(i + 1), absl::StatusCode::kOk);
       }
       digests.push_back(Digests(results[r].stdout_text));
@@ -252,10 +274,11 @@ TEST_F(ShardsTest, EveryCollectiveIsBitIdenticalOverOneAndThreeShards) {
   const std::vector<double> after_three = ReceivedBytes();
   ASSERT_EQ(one.size(), static_cast<size_t>(kWorld));
   ASSERT_EQ(three.size(), static_cast<size_t>(kWorld));
+  const std::vector<std::string> suite = Suite();
   for (int r = 0; r < kWorld; ++r) {
-    for (size_t i = 0; i < std::size(kSuite); ++i) {
+    for (size_t i = 0; i < suite.size(); ++i) {
       const std::string step = absl::StrCat(i + 1);
-      SCOPED_TRACE(absl::StrCat("rank ", r, " step ", step, ": ", kSuite[i]));
+      SCOPED_TRACE(absl::StrCat("rank ", r, " step ", step, ": ", suite[i]));
       ASSERT_EQ(one[r].count(step), 1u);
       ASSERT_EQ(three[r].count(step), 1u);
       EXPECT_EQ(one[r].at(step), three[r].at(step))
@@ -263,8 +286,8 @@ TEST_F(ShardsTest, EveryCollectiveIsBitIdenticalOverOneAndThreeShards) {
     }
   }
   // One shard: shard 0 carried everything. Three: each shard carried a
-  // share of the multi-MiB payloads (each rank sends ~2 MiB or more to
-  // every shard, partitions of ~1 MiB at least).
+  // share of the multi-MiB payloads (each rank sends every shard ~10 MiB
+  // of them, 4 MiB at the very least).
   EXPECT_GT(after_one[0], 0);
   EXPECT_EQ(after_one[1], 0);
   EXPECT_EQ(after_one[2], 0);
@@ -272,7 +295,7 @@ TEST_F(ShardsTest, EveryCollectiveIsBitIdenticalOverOneAndThreeShards) {
     const double carried = after_three[s] - after_one[s];
     std::printf("SHARDS shard %d received %.1f MiB over three shards\n", s,
                 carried / (1 << 20));
-    EXPECT_GT(carried, kWorld * 8.0 * (1 << 20))
+    EXPECT_GT(carried, kWorld * 4.0 * (1 << 20))
         << "shard " << s << " carried too little of the three-shard run";
   }
 }
