@@ -864,7 +864,8 @@ def parse_args(argv):
 
 def reexec_with_system_python(argv):
     """Debian's torch and matplotlib live in /usr/bin/python3's dist-packages;
-    if this interpreter (e.g. a pyenv shim) lacks them, run again under it."""
+    if this interpreter (e.g. a pyenv shim) lacks them, run the script that
+    was started (this one, or one that imports it) again under it."""
     import importlib.util
     if all(importlib.util.find_spec(m) for m in ("torch", "matplotlib")):
         return
@@ -872,7 +873,7 @@ def reexec_with_system_python(argv):
     if (os.path.exists(system_python) and os.environ.get("RUN_BENCH_REEXEC") != "1"
             and os.path.realpath(sys.executable) != os.path.realpath(system_python)):
         os.environ["RUN_BENCH_REEXEC"] = "1"
-        os.execv(system_python, [system_python, str(Path(__file__).resolve())] + argv)
+        os.execv(system_python, [system_python, str(Path(sys.argv[0]).resolve())] + argv)
 
 
 def available_systems(args, ctx, tmp):
