@@ -200,42 +200,38 @@ absl::Status ClientSession::NameShard(size_t index,
 }
 
 absl::Status ClientSession::SessionStatus() {
-  if (links_.size() > 1) {
+  // One shard: its status as it is (the path every call takes, kept free
+  // of locks and allocations beyond the link's own).
+  if (links_.size() == 1) return links_[0]->SessionStatus();
+  {
     absl::MutexLock lock(&failure_mu_);
     if (!first_failure_.ok()) return first_failure_;
   }
   // A shard whose session was lost (UNAVAILABLE) before one that ended the
   // job's epoch (ABORTED): a shard's loss makes the ranks that see it
   // abandon the other shards, whose epochs then end naming those ranks.
-  std::vector<absl::Status> statuses;
-  for (const std::unique_ptr<ShardLink>& link : links_) {
-    statuses.push_back(link->SessionStatus());
-  }
   size_t failed = links_.size();
+  absl::Status failure;
   for (size_t i = 0; i < links_.size(); ++i) {
-    if (statuses[i].ok()) continue;
-    if (failed == links_.size() || (absl::IsUnavailable(statuses[i]) &&
-                                    !absl::IsUnavailable(statuses[failed]))) {
+    absl::Status status = links_[i]->SessionStatus();
+    if (status.ok()) continue;
+    if (failed == links_.size() ||
+        (absl::IsUnavailable(status) && !absl::IsUnavailable(failure))) {
       failed = i;
+      failure = std::move(status);
     }
   }
-  if (failed < links_.size()) {
-    const size_t i = failed;
-    const absl::Status& status = statuses[i];
-    absl::Status named = NameShard(i, status);
-    if (links_.size() > 1) {
-      {
-        absl::MutexLock lock(&failure_mu_);
-        if (!first_failure_.ok()) return first_failure_;
-        first_failure_ = named;
-      }
-      for (size_t j = 0; j < links_.size(); ++j) {
-        if (j != i) links_[j]->Abandon();
-      }
-    }
-    return named;
+  if (failed == links_.size()) return absl::OkStatus();
+  absl::Status named = NameShard(failed, failure);
+  {
+    absl::MutexLock lock(&failure_mu_);
+    if (!first_failure_.ok()) return first_failure_;
+    first_failure_ = named;
   }
-  return absl::OkStatus();
+  for (size_t j = 0; j < links_.size(); ++j) {
+    if (j != failed) links_[j]->Abandon();
+  }
+  return named;
 }
 
 absl::StatusOr<std::vector<Tensor>> ClientSession::Run(
