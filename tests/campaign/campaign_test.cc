@@ -3,9 +3,10 @@
 // (tests/campaign/campaign.h). Skips where network namespaces cannot be
 // made. Under the sanitizers (ASAN_OPTIONS set, as --config=asan does)
 // every process runs several times slower, and freed memory sits in
-// ASan's quarantine (256 MiB by default) instead of going back: the
-// collectives' timeout is doubled, the second seed skipped, and a shard's
-// resident memory may end up to the quarantine above its baseline.
+// ASan's quarantine (256 MiB by default, more with its allocator's own
+// caches) instead of going back: the collectives' timeout is doubled, the
+// second seed skipped, and a shard's resident memory may end up to 512 MiB
+// above its baseline (seen: 279 MiB).
 #include <cstdio>
 #include <cstdlib>
 
@@ -28,7 +29,7 @@ TEST_P(CampaignTest, EveryOperationHoldsTheContract) {
   options.fault_phase = absl::Seconds(40);
   if (Sanitized()) {
     options.collective_timeout = absl::Seconds(12);
-    options.rss_slack_bytes = int64_t{320} << 20;
+    options.rss_slack_bytes = int64_t{512} << 20;
   }
   absl::StatusOr<CampaignReport> report = RunCampaign(options);
   if (report.status().code() == absl::StatusCode::kFailedPrecondition) {
