@@ -192,11 +192,7 @@ ClientSession::~ClientSession() {
 absl::Status ClientSession::NameShard(size_t index,
                                       const absl::Status& status) const {
   if (links_.size() <= 1 || status.ok()) return status;
-  std::string where = absl::StrCat("reducerd shard ", index, " of ", links_.size());
-  if (!absl::StrContains(status.message(), targets_[index])) {
-    absl::StrAppend(&where, " at ", targets_[index]);
-  }
-  return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
+  return reducer::NameShard(status, index, links_.size(), targets_[index]);
 }
 
 absl::Status ClientSession::SessionStatus() {

@@ -198,18 +198,10 @@ class ShardedAttempt final : public CollectiveAttempt {
   // `status` of part k, prefixed with its shard (and partition, when the
   // collective was cut).
   absl::Status NameShard(size_t k, const absl::Status& status) const {
-    const ShardEndpoint* shard = ShardOf(k);
-    std::string where = absl::StrCat("reducerd shard ", split_.parts[k].shard,
-                                     " of ", owner_->shards_.size());
-    if (!absl::StrContains(status.message(), shard->target())) {
-      absl::StrAppend(&where, " at ", shard->target());
-    }
-    if (!split_.whole) {
-      absl::StrAppend(&where, " (partition ", k + 1, " of ",
-                      split_.parts.size(), ")");
-    }
-    return absl::Status(status.code(),
-                        absl::StrCat(where, ": ", status.message()));
+    return reducer::NameShard(
+        status, split_.parts[k].shard, owner_->shards_.size(), ShardOf(k)->target(),
+        split_.whole ? std::string()
+                     : absl::StrCat(" (partition ", k + 1, " of ", split_.parts.size(), ")"));
   }
 
   const ShardedBackend* const owner_;
