@@ -225,7 +225,7 @@ absl::Status ClientSession::SessionStatus() {
     first_failure_ = named;
   }
   for (size_t j = 0; j < links_.size(); ++j) {
-    if (j != failed) links_[j]->Abandon();
+    if (j != failed) links_[j]->Abandon(std::string(named.message()));
   }
   return named;
 }

@@ -165,17 +165,57 @@ void ShardLink::Close() {
     v1::LeaveResponse response;
     stub_->Leave(&context, request, &response);
   }
-  Abandon();
+  absl::MutexLock lock(&mu_);
+  CancelJoinLocked();
 }
 
-void ShardLink::Abandon() {
-  absl::MutexLock lock(&mu_);
+void ShardLink::Abandon(const std::string& cause) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_ || join_ == nullptr || !join_->started() || join_->done()) {
+      return;
+    }
+    closed_ = true;
+    if (!ready_ || !aborted_.ok()) {
+      // No running epoch here to end with the cause.
+      CancelJoinLocked();
+      return;
+    }
+    abandoning_ = true;
+    abandon_ = std::make_unique<AbandonCall>(this);
+    abandon_->request.set_job(options_.job);
+    abandon_->request.set_session_id(session_id_);
+    abandon_->request.set_cause(cause);
+  }
+  abandon_->context.set_deadline(
+      absl::ToChronoTime(absl::Now() + kLeaveTimeout));
+  abandon_->reader = stub_->AsyncLeave(&abandon_->context, abandon_->request,
+                                       driver_->cq());
+  abandon_->reader->Finish(&abandon_->response, &abandon_->status,
+                           abandon_.get());
+}
+
+void ShardLink::AbandonCall::OnComplete(bool /*ok*/) {
+  // Whether or not the shard took the Leave, the session ends here.
+  absl::MutexLock lock(&link_->mu_);
+  link_->CancelJoinLocked();
+  link_->abandoning_ = false;
+}
+
+void ShardLink::CancelJoinLocked() {
   if (join_ != nullptr && join_->started() && !join_->done()) join_->Cancel();
 }
 
 ShardLink::~ShardLink() {
-  // Calls first (they drive the queue until gRPC handed them back), then
-  // the Join stream.
+  // Abandon's Leave first (bounded by its deadline), then the calls (they
+  // drive the queue until gRPC handed them back), then the Join stream.
+  driver_->DriveUntil(
+      [this] {
+        absl::MutexLock lock(&mu_);
+        return !abandoning_;
+      },
+      absl::InfiniteFuture());
+  abandon_.reset();
   router_.reset();
   per_call_.reset();
   small_calls_.reset();
@@ -184,7 +224,7 @@ ShardLink::~ShardLink() {
   {
     absl::MutexLock lock(&mu_);
     joined = join_->started();
-    if (joined && !join_->done()) join_->Cancel();
+    CancelJoinLocked();
   }
   if (joined) {
     driver_->DriveUntil(

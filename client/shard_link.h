@@ -81,16 +81,37 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   // Ends the session on purpose, best effort within a second: the shard
   // sees this rank depart (Leave), then the Join stream is cancelled. Once.
   void Close();
-  // Cancels the Join stream without leaving: the shard takes this rank as
-  // lost and ends the job's epoch there (how a failure on one shard reaches
-  // the others). No-op once the stream is over.
-  void Abandon();
+  // The job failed on another shard (`cause`, that shard's error): ends the
+  // job's epoch here too, naming the cause (Leave with a cause, within a
+  // second), then cancels the Join stream, which alone would read as this
+  // rank being lost. How a failure on one shard reaches the others with its
+  // first cause intact. Returns at once; once; no-op once the stream is over.
+  void Abandon(const std::string& cause);
 
   // ShardEndpoint (backend() valid after Open).
   const std::string& target() const override { return target_; }
   CollectiveBackend* backend() override { return router_.get(); }
 
  private:
+  // Abandon's Leave call; when it completes, the Join stream is cancelled.
+  class AbandonCall final : public CompletionDriver::Handler {
+   public:
+    explicit AbandonCall(ShardLink* link) : link_(link) {}
+    void OnComplete(bool ok) override;
+
+    grpc::ClientContext context;
+    v1::LeaveRequest request;
+    v1::LeaveResponse response;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::LeaveResponse>> reader;
+
+   private:
+    ShardLink* const link_;
+  };
+
+  // Cancels the Join stream unless it is over.
+  void CancelJoinLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // AsyncStream::Observer of the Join stream, with mu_ held.
   void OnRead(grpc::ByteBuffer* message) override;
   void OnFinished(const grpc::Status& status) override;
@@ -122,7 +143,10 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   bool ended_ ABSL_GUARDED_BY(mu_) = false;  // the Join stream ended
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);  // JobAborted received
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;  // Close or Abandon called
+  // Abandon's Leave, from its start until it completed (and was handled).
+  std::unique_ptr<AbandonCall> abandon_;
+  bool abandoning_ ABSL_GUARDED_BY(mu_) = false;
   std::string session_id_ ABSL_GUARDED_BY(mu_);  // from StartJoin
 };
 

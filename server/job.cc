@@ -114,6 +114,21 @@ bool Job::Leave(const std::string& session_id, const std::string& why,
   return open_sessions_.empty();
 }
 
+void Job::EndForOtherShard(const std::string& session_id,
+                           const std::string& cause) {
+  absl::MutexLock lock(&mu_);
+  auto it = open_sessions_.find(session_id);
+  if (it == open_sessions_.end()) return;
+  const int rank = it->second;
+  if (!members_[rank].has_value() || members_[rank]->session_id != session_id ||
+      !running_ || ended_ || departed_[rank]) {
+    return;
+  }
+  EndEpoch(absl::StrCat("rank ", rank,
+                        "'s job failed on another of its shards (", cause, ")"),
+           rank, EpochEndReason::kOtherShardFailed);
+}
+
 void Job::Depart(const std::string& session_id) {
   absl::MutexLock lock(&mu_);
   auto it = open_sessions_.find(session_id);

@@ -84,6 +84,14 @@ class Job {
   // fail with FAILED_PRECONDITION, and so do later ones that include it.
   void Depart(const std::string& session_id);
 
+  // The session's job failed on another of its shards (`cause` says how):
+  // ends the running epoch as Leave would, naming the rank and the cause,
+  // so that the ranks here learn the first failure rather than this rank's
+  // departure. The session stays open until its stream ends. No-op for an
+  // unknown session, one that departed, or an epoch already over.
+  void EndForOtherShard(const std::string& session_id,
+                        const std::string& cause);
+
   // Finds or creates the collective `header` names and attaches `stream`.
   // Errors, before anything is attached: ABORTED for an ended epoch,
   // FAILED_PRECONDITION for a session that does not hold the rank,

@@ -80,16 +80,23 @@ void JobRegistry::Leave(const std::string& job, const std::string& session_id,
   if (it->second->Leave(session_id, why, reason)) jobs_.erase(it);
 }
 
+std::shared_ptr<Job> JobRegistry::Lookup(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
 void JobRegistry::Depart(const std::string& job,
                          const std::string& session_id) {
-  std::shared_ptr<Job> found;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job);
-    if (it == jobs_.end()) return;
-    found = it->second;
+  if (std::shared_ptr<Job> found = Lookup(job)) found->Depart(session_id);
+}
+
+void JobRegistry::EndForOtherShard(const std::string& job,
+                                   const std::string& session_id,
+                                   const std::string& cause) {
+  if (std::shared_ptr<Job> found = Lookup(job)) {
+    found->EndForOtherShard(session_id, cause);
   }
-  found->Depart(session_id);
 }
 
 absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Find(const std::string& job) {

@@ -36,6 +36,10 @@ class JobRegistry {
   // The session's client is closing on purpose (see Job::Depart).
   void Depart(const std::string& job, const std::string& session_id);
 
+  // The session's job failed on another shard (see Job::EndForOtherShard).
+  void EndForOtherShard(const std::string& job, const std::string& session_id,
+                        const std::string& cause);
+
   // The job named `job`; FAILED_PRECONDITION when no session of it is open
   // (reducerd restarted, or every rank left), UNAVAILABLE while shutting down.
   absl::StatusOr<std::shared_ptr<Job>> Find(const std::string& job);
@@ -55,6 +59,8 @@ class JobRegistry {
   // Join, without counting a refusal.
   absl::Status JoinOrRefuse(const v1::JoinRequest& request,
                             std::shared_ptr<SessionChannel> session);
+  // The job named `job`, or null; without any status (see Find).
+  std::shared_ptr<Job> Lookup(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
 
   const CollectiveEnv env_;
   absl::Mutex mu_;

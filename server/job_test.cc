@@ -176,6 +176,41 @@ TEST_F(JobTest, LostSessionAbortsEpochAndNextJoinStartsAnother) {
   EXPECT_EQ(r1->events()[0].ready().epoch(), 2u);
 }
 
+TEST_F(JobTest, AFailureOnAnotherShardEndsTheEpochNamingItsCause) {
+  auto s0 = std::make_shared<FakeSession>();
+  auto s1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "a", s0).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", s1).ok());
+  auto waiting = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 0), waiting).ok());
+
+  job_.EndForOtherShard("b", "shard 0 of 2: rank 7's session was lost");
+  EXPECT_EQ(waiting->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(waiting->failure().message(),
+              HasSubstr("rank 1's job failed on another of its shards (shard "
+                        "0 of 2: rank 7's session was lost)"));
+  ASSERT_THAT(s0->events(), SizeIs(2));
+  EXPECT_THAT(s0->events()[1].aborted().reason(), HasSubstr("rank 7"));
+
+  // The stream's end that follows names nobody else, and frees nothing
+  // while rank 0 is still there.
+  EXPECT_FALSE(job_.Leave("b", "cancelled", EpochEndReason::kSessionCancelled));
+  EXPECT_THAT(s0->events(), SizeIs(2));
+}
+
+TEST_F(JobTest, AFailureOnAnotherShardIsIgnoredForUnknownOrEndedSessions) {
+  auto s0 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "a", s0).ok());
+  job_.EndForOtherShard("a", "not running yet");
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  job_.EndForOtherShard("zz", "not a session of the job");
+  ASSERT_THAT(s0->events(), SizeIs(1));
+  EXPECT_TRUE(s0->events()[0].has_ready());
+  job_.Depart("b");
+  job_.EndForOtherShard("b", "departed already");
+  EXPECT_THAT(s0->events(), SizeIs(1));
+}
+
 TEST_F(JobTest, BarrierCompletesOnceEveryRankAttached) {
   ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
   ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());

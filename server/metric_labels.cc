@@ -56,6 +56,8 @@ absl::string_view EpochEndReasonLabel(EpochEndReason reason) {
       return "session_ended";
     case EpochEndReason::kRankRejoined:
       return "rank_rejoined";
+    case EpochEndReason::kOtherShardFailed:
+      return "other_shard_failed";
   }
   return "session_ended";
 }

@@ -27,7 +27,8 @@ absl::string_view KindLabel(std::optional<CollectiveKind> kind);
 // "max_tensor_bytes", "max_jobs", ... (the flag's name); "none".
 absl::string_view LimitLabel(RefusedLimit limit);
 
-// "session_cancelled", "session_ended", "rank_rejoined".
+// "session_cancelled", "session_ended", "rank_rejoined",
+// "other_shard_failed".
 absl::string_view EpochEndReasonLabel(EpochEndReason reason);
 
 }  // namespace reducer

@@ -43,8 +43,11 @@ enum class EpochEndReason {
   kSessionEnded,
   // A rank that had closed its client connected again (see Job::Join).
   kRankRejoined,
+  // A rank's job failed on another of its shards, and its client said so
+  // (LeaveRequest.cause; see Job::EndForOtherShard).
+  kOtherShardFailed,
 };
-inline constexpr int kNumEpochEndReasons = 3;
+inline constexpr int kNumEpochEndReasons = 4;
 
 class MetricsSink {
  public:

@@ -14,6 +14,20 @@
 namespace reducer {
 namespace {
 
+// How much of LeaveRequest.cause a job's abort message repeats.
+constexpr size_t kMaxLeaveCauseBytes = 2048;
+
+// `text`'s first `max_bytes` bytes or fewer, never ending inside a UTF-8
+// sequence (the result goes into string fields, which must be UTF-8).
+std::string Utf8Prefix(const std::string& text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t end = max_bytes;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
+    --end;
+  }
+  return text.substr(0, end);
+}
+
 const GrpcServerMetrics::MethodMetrics* MethodOf(
     const GrpcServerMetrics* metrics, absl::string_view method) {
   if (metrics == nullptr) return nullptr;
@@ -78,7 +92,13 @@ grpc::ServerUnaryReactor* ReducerService::Leave(
     reactor->Finish(refused);
     return reactor;
   }
-  registry_->Depart(request->job(), request->session_id());
+  if (request->cause().empty()) {
+    registry_->Depart(request->job(), request->session_id());
+  } else {
+    registry_->EndForOtherShard(
+        request->job(), request->session_id(),
+        Utf8Prefix(request->cause(), kMaxLeaveCauseBytes));
+  }
   metrics.Sent();
   metrics.Handled(grpc::StatusCode::OK);
   reactor->Finish(grpc::Status::OK);
