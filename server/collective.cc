@@ -252,6 +252,7 @@ void Collective::ReduceChunk(const KindStrategy& strategy, StagedChunk chunk) {
 void Collective::SendTo(int index, uint64_t offset,
                         std::vector<SharedBytes> data) {
   RankState& m = ranks_[index];
+  if (m.cut_off) return;  // nobody to send it to
   ResultMessage message;
   message.offset = offset;
   if (!m.header_sent) message.result_specs = result_specs_;
@@ -353,15 +354,40 @@ void Collective::OnRankCancelled(int rank, const RankChannel* channel) {
     --attached_;
     return;
   }
-  FailLocked(absl::AbortedError(absl::StrCat(
+  const std::string why = absl::StrCat(
       description_, ": rank ", rank,
-      "'s call was cancelled (it timed out, gave up, or lost its "
-      "connection)")), {rank});
+      "'s call was cancelled (it timed out, gave up, or lost its connection)");
+  if (AllInputInLocked()) {
+    if (m.finished) return;  // all of its result was queued already
+    const int ranks[] = {rank};
+    env_.log->Log({LogSeverity::kWarning, "rank_cut_off",
+                   absl::StrCat(why, " after every input was in; the other "
+                                     "ranks get their result"),
+                   label_.job, label_.epoch, label_.name, ranks});
+    m.cut_off = true;
+    MarkFinished(IndexOf(rank));
+    return;
+  }
+  FailLocked(absl::AbortedError(why), {rank});
 }
 
 void Collective::Fail(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   FailLocked(status);
+}
+
+void Collective::FailUnlessDecided(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (AllInputInLocked()) return;
+  FailLocked(status);
+}
+
+bool Collective::AllInputInLocked() const {
+  if (!all_headers_) return false;
+  for (const RankState& m : ranks_) {
+    if (m.received != m.input_bytes) return false;
+  }
+  return true;
 }
 
 void Collective::ReportEnd(absl::StatusCode outcome) {

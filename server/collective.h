@@ -128,8 +128,10 @@ class Collective final : public std::enable_shared_from_this<Collective>,
 
   // `rank`'s call on `channel` was cancelled (its connection dropped or it
   // gave up). Before every rank has arrived, the rank is detached, so that a
-  // retry can attach again and nothing is counted twice; after that the
-  // collective fails for everyone with ABORTED.
+  // retry can attach again and nothing is counted twice. Once every input
+  // is in, the result is decided: only this rank's call ends (it is gone),
+  // and the others go on receiving theirs. In between, the collective
+  // fails for everyone with ABORTED.
   void OnRankCancelled(int rank, const RankChannel* channel);
 
   // True once `rank` received its whole result (it may start another
@@ -138,6 +140,13 @@ class Collective final : public std::enable_shared_from_this<Collective>,
 
   // Fails the collective for every attached rank and every later attach.
   void Fail(const absl::Status& status);
+
+  // Fail, unless every input is in: then the result is decided, and the
+  // ranks still connected get it (a job's epoch ending, a rank departing,
+  // must not take away a result other ranks already have or are receiving).
+  // Ranks that cannot receive it end by their own cancellation or by the
+  // deadline.
+  void FailUnlessDecided(const absl::Status& status);
 
   // True when `rank` is in the group.
   bool Includes(int rank) const {
@@ -155,6 +164,8 @@ class Collective final : public std::enable_shared_from_this<Collective>,
 
  private:
   int IndexOf(int rank) const;
+  // True once every rank attached and sent its whole payload.
+  bool AllInputInLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails the collective for everyone; `ranks` are those the failure is
   // about (for the log), default: the whole group.
   void FailLocked(const absl::Status& status, std::vector<int> ranks = {})

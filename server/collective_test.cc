@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "core/data_type.h"
 #include "core/fingerprint.h"
@@ -651,6 +652,100 @@ TEST_F(CollectiveTest, RankCancelledAfterAllArrivedAbortsEveryone) {
   EXPECT_EQ(memory_->used(), 0u);
   // Data still in flight from the others is dropped, not read on.
   EXPECT_FALSE(c->OnData(2, 0, Range(Bytes(Ramp(2, kN)))));
+}
+
+// Holds both reduction threads until Release(), so that a test can act
+// while every input is in but no result has been sent yet.
+class PoolHold {
+ public:
+  explicit PoolHold(ThreadPool& pool) {
+    for (int i = 0; i < 2; ++i) {
+      pool.Schedule([this] { released_.WaitForNotification(); });
+    }
+  }
+  ~PoolHold() { Release(); }
+  void Release() {
+    if (!released_.HasBeenNotified()) released_.Notify();
+  }
+
+ private:
+  absl::Notification released_;
+};
+
+TEST_F(CollectiveTest, EpochEndOnceEveryInputIsInStillDeliversTheResult) {
+  options_.offload_bytes = 64;  // every full chunk is reduced on the pool
+  constexpr int kN = 40;
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
+  auto ch = Channels(3);
+  const auto fp = Fp(CollectiveKind::kAllReduce,
+                     {Spec(DataType::kFloat32, {kN})}, {0, 1, 2});
+  {
+    PoolHold hold(pool_);
+    for (int r = 0; r < 3; ++r) {
+      c->Attach(ch[r], r, fp, "");
+      Feed(*c, r, Bytes(Ramp(r, kN)));
+    }
+    EXPECT_FALSE(c->done());
+    c->FailUnlessDecided(absl::AbortedError("epoch 1 aborted: rank 5 lost"));
+  }
+  const std::string expected = Bytes(RampSum(3, kN));
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+    EXPECT_EQ(ch[r]->fail_calls(), 0);
+    EXPECT_EQ(ch[r]->Result(), expected);
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveTest, EpochEndBeforeEveryInputIsInFailsEveryone) {
+  constexpr int kN = 20;
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1});
+  auto ch = Channels(2);
+  const auto fp = Fp(CollectiveKind::kAllReduce,
+                     {Spec(DataType::kFloat32, {kN})}, {0, 1});
+  for (int r = 0; r < 2; ++r) c->Attach(ch[r], r, fp, "");
+  Feed(*c, 0, Bytes(Ramp(0, kN)));
+  Feed(*c, 1, Bytes(Ramp(1, kN)).substr(0, 40));
+  c->FailUnlessDecided(absl::AbortedError("epoch 1 aborted: rank 5 lost"));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kAborted);
+    EXPECT_FALSE(ch[r]->finished_ok());
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveTest, RankCancelledOnceEveryInputIsInEndsOnlyItsOwnCall) {
+  options_.offload_bytes = 64;
+  constexpr int kN = 40;
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
+  auto ch = Channels(3);
+  const auto fp = Fp(CollectiveKind::kAllReduce,
+                     {Spec(DataType::kFloat32, {kN})}, {0, 1, 2});
+  {
+    PoolHold hold(pool_);
+    for (int r = 0; r < 3; ++r) {
+      c->Attach(ch[r], r, fp, "");
+      Feed(*c, r, Bytes(Ramp(r, kN)));
+    }
+    c->OnRankCancelled(1, ch[1].get());
+  }
+  const std::string expected = Bytes(RampSum(3, kN));
+  for (int r : {0, 2}) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+    EXPECT_EQ(ch[r]->Result(), expected);
+  }
+  // The cut-off rank's stream is gone: nothing more is sent to it, and it
+  // is not failed either (its call already ended with the cancellation).
+  EXPECT_EQ(ch[1]->fail_calls(), 0);
+  EXPECT_FALSE(ch[1]->finished_ok());
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
 }
 
 TEST_F(CollectiveTest, WindowOfOneStopsReadingUntilChunksAreReducedAndWritten) {

@@ -146,7 +146,7 @@ void Job::Depart(const std::string& session_id) {
       {LogSeverity::kInfo, "rank_left", message, name_, epoch_, "", ranks});
   auto fail_if_waiting = [&](const std::shared_ptr<Collective>& c) {
     if (c->Includes(rank) && !c->HasFinished(rank)) {
-      c->Fail(absl::FailedPreconditionError(absl::StrCat(
+      c->FailUnlessDecided(absl::FailedPreconditionError(absl::StrCat(
           c->description(), ": rank ", rank,
           " left the job (its client was closed) before taking part")));
     }
@@ -174,10 +174,12 @@ void Job::EndEpoch(const std::string& reason, int lost_rank,
   env_.log->Log({LogSeverity::kWarning, "epoch_aborted", status.message(),
                  name_, epoch_, "", ranks});
   env_.metrics->EpochAborted(kind);
-  for (auto& [key, collective] : matching_) collective->Fail(status);
+  // A collective whose every input is in still delivers its result: the
+  // ranks that are receiving it must not fail where others succeeded.
+  for (auto& [key, collective] : matching_) collective->FailUnlessDecided(status);
   matching_.clear();
   for (auto& weak : active_) {
-    if (auto collective = weak.lock()) collective->Fail(status);
+    if (auto collective = weak.lock()) collective->FailUnlessDecided(status);
   }
   active_.clear();
   v1::JoinEvent event;

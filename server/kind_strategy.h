@@ -45,6 +45,9 @@ struct RankState {
   bool read_paused = false;
   bool header_sent = false;
   bool finished = false;
+  // Its call was cancelled after every input was in (see
+  // Collective::OnRankCancelled): counted as finished, sent nothing more.
+  bool cut_off = false;
   size_t reserved = 0;      // bytes it holds in the memory budget
 };
 
