@@ -50,8 +50,8 @@ absl::StatusOr<uint32_t> Doorbell::WaitChange(uint32_t seen,
   while (now == seen) {
     absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "doorbell still at ", seen, " at the deadline"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("doorbell still at ", seen, " at the deadline"));
     }
     timespec timeout = absl::ToTimespec(left);
     // Sleeps only while the word still holds `seen`; a ring in between makes

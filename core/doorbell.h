@@ -37,8 +37,9 @@ class Doorbell {
 
   explicit Doorbell(std::atomic<uint32_t>* word) : word_(word) {}
 
-  // Increments the counter and wakes every waiter, in any process. Returns
-  // the new value.
+  // Increments the counter and wakes every waiter, in any process (one
+  // FUTEX_WAKE system call, whether or not anyone waits). Returns the new
+  // value.
   uint32_t Ring();
 
   uint32_t value() const { return word_->load(std::memory_order_acquire); }

@@ -49,8 +49,9 @@ absl::Status SendWithFds(int sock, absl::string_view bytes,
     return absl::InvalidArgumentError("SendWithFds of an empty message");
   }
   if (fds.size() > kMaxFdsPerMessage) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SendWithFds of ", fds.size(), " fds (at most ", kMaxFdsPerMessage, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("SendWithFds of ",
+                                                   fds.size(), " fds (at most ",
+                                                   kMaxFdsPerMessage, ")"));
   }
   iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
   msghdr msg{};
@@ -92,7 +93,8 @@ absl::StatusOr<Received> ReceiveWithFds(int sock, size_t max_bytes,
   // One byte more than allowed, so that an oversized message is seen as such
   // even where MSG_TRUNC would not be reported.
   std::string buffer(max_bytes + 1, '\0');
-  std::vector<char> control(max_fds > 0 ? CMSG_SPACE(max_fds * sizeof(int)) : 0);
+  std::vector<char> control(max_fds > 0 ? CMSG_SPACE(max_fds * sizeof(int))
+                                        : 0);
   while (true) {
     if (absl::Status s = WaitFor(sock, POLLIN, deadline); !s.ok()) return s;
     iovec iov{buffer.data(), buffer.size()};
@@ -110,7 +112,8 @@ absl::StatusOr<Received> ReceiveWithFds(int sock, size_t max_bytes,
                                  absl::StrCat("recvmsg on socket ", sock));
     }
     // Take ownership of whatever arrived before judging the message.
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
+         c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
       size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
       for (size_t i = 0; i < count; ++i) {
@@ -120,18 +123,18 @@ absl::StatusOr<Received> ReceiveWithFds(int sock, size_t max_bytes,
       }
     }
     if (n == 0 && received.fds.empty()) {
-      return absl::UnavailableError(
-          absl::StrCat("peer closed socket ", sock));
+      return absl::UnavailableError(absl::StrCat("peer closed socket ", sock));
     }
     if ((msg.msg_flags & MSG_CTRUNC) != 0 || received.fds.size() > max_fds) {
       return absl::OutOfRangeError(absl::StrCat(
-          "message on socket ", sock, " carried more than ", max_fds,
-          " fds (", received.fds.size(), " arrived, closed)"));
+          "message on socket ", sock, " carried more than ", max_fds, " fds (",
+          received.fds.size(), " arrived, closed)"));
     }
-    if ((msg.msg_flags & MSG_TRUNC) != 0 || static_cast<size_t>(n) > max_bytes) {
+    if ((msg.msg_flags & MSG_TRUNC) != 0 ||
+        static_cast<size_t>(n) > max_bytes) {
       return absl::OutOfRangeError(absl::StrCat(
-          "message on socket ", sock, " is longer than ", max_bytes,
-          " bytes (", received.fds.size(), " fds with it closed)"));
+          "message on socket ", sock, " is longer than ", max_bytes, " bytes (",
+          received.fds.size(), " fds with it closed)"));
     }
     buffer.resize(static_cast<size_t>(n));
     received.bytes = std::move(buffer);

@@ -46,7 +46,8 @@ class FdPassingTest : public ::testing::Test {
     sender_.reset(pair[0]);
     receiver_.reset(pair[1]);
     path_ = absl::StrCat(::testing::TempDir(), "/fd_passing_file");
-    file_.reset(open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    file_.reset(
+        open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     ASSERT_TRUE(file_.valid());
     ASSERT_EQ(fstat(file_.get(), &file_stat_), 0);
   }
@@ -150,8 +151,7 @@ TEST_F(FdPassingTest, NothingByTheDeadlineIsDeadlineExceeded) {
 
 TEST_F(FdPassingTest, MessageAlreadyThereIsReceivedEvenPastTheDeadline) {
   ASSERT_TRUE(SendWithFds(sender_.get(), "waiting", {}).ok());
-  auto received =
-      ReceiveWithFds(receiver_.get(), 64, 4, absl::InfinitePast());
+  auto received = ReceiveWithFds(receiver_.get(), 64, 4, absl::InfinitePast());
   ASSERT_TRUE(received.ok()) << received.status();
   EXPECT_EQ(received->bytes, "waiting");
 }

@@ -73,9 +73,10 @@ absl::Status CheckCgroup(size_t bytes, const MemorySources& sources) {
   uint64_t room = *max > *current ? *max - *current : 0;
   if (bytes <= room) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
-      "a shared segment of ", bytes, " bytes does not fit in the memory cgroup: ",
-      sources.cgroup_max, " is ", *max, " and ", sources.cgroup_current, " is ",
-      *current, ", leaving ", room, " bytes"));
+      "a shared segment of ", bytes,
+      " bytes does not fit in the memory cgroup: ", sources.cgroup_max, " is ",
+      *max, " and ", sources.cgroup_current, " is ", *current, ", leaving ",
+      room, " bytes"));
 }
 
 absl::Status CheckMeminfo(size_t bytes, const MemorySources& sources) {
@@ -88,16 +89,16 @@ absl::Status CheckMeminfo(size_t bytes, const MemorySources& sources) {
     uint64_t kib;
     if (!absl::ConsumeSuffix(&line, "kB") ||
         !absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &kib)) {
-      return absl::InternalError(absl::StrCat(
-          "cannot parse ", sources.meminfo, ": \"MemAvailable:", line,
-          "\" is not a count of kB"));
+      return absl::InternalError(absl::StrCat("cannot parse ", sources.meminfo,
+                                              ": \"MemAvailable:", line,
+                                              "\" is not a count of kB"));
     }
     uint64_t available = kib * 1024;
     if (bytes <= available) return absl::OkStatus();
     return absl::ResourceExhaustedError(absl::StrCat(
-        "a shared segment of ", bytes, " bytes does not fit in memory: ",
-        sources.meminfo, " says MemAvailable is ", kib, " kB (", available,
-        " bytes)"));
+        "a shared segment of ", bytes,
+        " bytes does not fit in memory: ", sources.meminfo,
+        " says MemAvailable is ", kib, " kB (", available, " bytes)"));
   }
   // Kernels before 3.14 have no MemAvailable: nothing to check against.
   return absl::OkStatus();

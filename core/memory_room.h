@@ -4,7 +4,9 @@
 //
 // Two limits are consulted, each only where its files exist:
 //   - the cgroup v2 memory limit: memory.max minus memory.current (shmem pages
-//     are charged to the cgroup that first touches them; "max" means none);
+//     are charged to the cgroup that first touches them; "max" means none).
+//     memory.current counts page cache the kernel could reclaim, so this
+//     errs towards refusing;
 //   - MemAvailable in /proc/meminfo (the kernel's estimate, in kB, of what can
 //     be allocated without swapping).
 // Missing files are skipped (outside a cgroup v2 mount only meminfo is

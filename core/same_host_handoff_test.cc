@@ -81,7 +81,8 @@ int WritePatternAndRing(int sock) {
   if (segment->size() != kBytes) return 5;
   char* base = static_cast<char*>(segment->data());
   auto* words = reinterpret_cast<uint32_t*>(base + kPayloadOffset);
-  for (size_t i = 0; i < kWords; ++i) words[i] = static_cast<uint32_t>(i) * kStep;
+  for (size_t i = 0; i < kWords; ++i)
+    words[i] = static_cast<uint32_t>(i) * kStep;
   Doorbell(reinterpret_cast<std::atomic<uint32_t>*>(base)).Ring();
   return 0;
 }
@@ -124,7 +125,8 @@ std::string MappingsOf(const std::string& maps_path, const std::string& label) {
   std::ifstream in(maps_path);
   std::string line, found;
   while (std::getline(in, line)) {
-    if (line.find(label) != std::string::npos) absl::StrAppend(&found, line, "\n");
+    if (line.find(label) != std::string::npos)
+      absl::StrAppend(&found, line, "\n");
   }
   return found;
 }

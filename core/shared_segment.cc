@@ -62,12 +62,12 @@ absl::StatusOr<SharedSegment> SharedSegment::Create(absl::string_view name,
                                      " bytes"));
   }
   if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
-    return Errno(errno, absl::StrCat("ftruncate of ", what, " to ", bytes,
-                                     " bytes"));
+    return Errno(errno,
+                 absl::StrCat("ftruncate of ", what, " to ", bytes, " bytes"));
   }
   if (fcntl(fd.get(), F_ADD_SEALS, kRequiredSeals) != 0) {
-    return Errno(errno, absl::StrCat("F_ADD_SEALS on ", what, " of ", bytes,
-                                     " bytes"));
+    return Errno(
+        errno, absl::StrCat("F_ADD_SEALS on ", what, " of ", bytes, " bytes"));
   }
   auto data = Map(fd.get(), bytes, Access::kReadWrite, what);
   if (!data.ok()) return data.status();
@@ -78,7 +78,8 @@ absl::StatusOr<SharedSegment> SharedSegment::Adopt(int raw_fd, Access access) {
   UniqueFd fd(raw_fd);
   std::string what = absl::StrCat("adopted fd ", raw_fd);
   struct stat st;
-  if (fstat(fd.get(), &st) != 0) return Errno(errno, absl::StrCat("fstat of ", what));
+  if (fstat(fd.get(), &st) != 0)
+    return Errno(errno, absl::StrCat("fstat of ", what));
   int seals = fcntl(fd.get(), F_GET_SEALS);
   if (seals < 0) {
     return Errno(errno, absl::StrCat(what, " (", st.st_size,
