@@ -43,7 +43,7 @@ uint32_t Doorbell::Ring() {
 absl::StatusOr<uint32_t> Doorbell::WaitChange(uint32_t seen,
                                               absl::Time deadline) const {
   uint32_t now = value();
-  for (int i = 0; now == seen && i < kSpinIterations; ++i) {
+  for (int i = 0; now == seen && i < spin_iterations_; ++i) {
     CpuPause();
     now = value();
   }

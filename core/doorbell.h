@@ -35,7 +35,11 @@ class Doorbell {
   // Pause instructions a waiter spins through before sleeping on the futex.
   static constexpr int kSpinIterations = 1000;
 
-  explicit Doorbell(std::atomic<uint32_t>* word) : word_(word) {}
+  // `spin_iterations` other than kSpinIterations is for measuring what the
+  // spin buys (0: straight to the futex).
+  explicit Doorbell(std::atomic<uint32_t>* word,
+                    int spin_iterations = kSpinIterations)
+      : word_(word), spin_iterations_(spin_iterations) {}
 
   // Increments the counter and wakes every waiter, in any process (one
   // FUTEX_WAKE system call, whether or not anyone waits). Returns the new
@@ -54,6 +58,7 @@ class Doorbell {
                 "a futex needs a plain lock-free 32-bit word");
 
   std::atomic<uint32_t>* word_;
+  int spin_iterations_;
 };
 
 }  // namespace reducer
