@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -57,26 +58,62 @@ absl::StatusOr<uint64_t> ParseCount(const std::string& path,
   return value;
 }
 
-absl::Status CheckCgroup(size_t bytes, const MemorySources& sources) {
-  auto max_text = ReadIfPresent(sources.cgroup_max);
+// One cgroup's limit, at `dir`; skipped unless both files exist.
+absl::Status CheckCgroupAt(size_t bytes, const std::string& dir) {
+  std::string max_path = absl::StrCat(dir, "/memory.max");
+  std::string current_path = absl::StrCat(dir, "/memory.current");
+  auto max_text = ReadIfPresent(max_path);
   if (!max_text.ok()) return max_text.status();
-  auto current_text = ReadIfPresent(sources.cgroup_current);
+  auto current_text = ReadIfPresent(current_path);
   if (!current_text.ok()) return current_text.status();
   if (!max_text->has_value() || !current_text->has_value()) {
     return absl::OkStatus();
   }
   if (absl::StripAsciiWhitespace(**max_text) == "max") return absl::OkStatus();
-  auto max = ParseCount(sources.cgroup_max, **max_text);
+  auto max = ParseCount(max_path, **max_text);
   if (!max.ok()) return max.status();
-  auto current = ParseCount(sources.cgroup_current, **current_text);
+  auto current = ParseCount(current_path, **current_text);
   if (!current.ok()) return current.status();
   uint64_t room = *max > *current ? *max - *current : 0;
   if (bytes <= room) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "a shared segment of ", bytes,
-      " bytes does not fit in the memory cgroup: ", sources.cgroup_max, " is ",
-      *max, " and ", sources.cgroup_current, " is ", *current, ", leaving ",
-      room, " bytes"));
+      " bytes does not fit in the memory cgroup: ", max_path, " is ", *max,
+      " and ", current_path, " is ", *current, ", leaving ", room, " bytes"));
+}
+
+// The process's cgroup v2 path below the root ("" for the root itself): the
+// "0::" line of `self_cgroup`. The root when the file or the line is missing,
+// or the path leads outside the root (a cgroup namespace's "/..").
+absl::StatusOr<std::string> OwnCgroup(const MemorySources& sources) {
+  auto text = ReadIfPresent(sources.self_cgroup);
+  if (!text.ok()) return text.status();
+  if (!text->has_value()) return std::string();
+  for (absl::string_view line : absl::StrSplit(**text, '\n')) {
+    if (!absl::ConsumePrefix(&line, "0::")) continue;
+    line = absl::StripAsciiWhitespace(line);
+    if (absl::StrContains(line, "..")) return std::string();
+    absl::ConsumeSuffix(&line, "/");
+    return std::string(line);
+  }
+  return std::string();
+}
+
+// Every cgroup from the process's own up to the root: a parent's limit binds
+// its children, and its memory.current includes theirs.
+absl::Status CheckCgroups(size_t bytes, const MemorySources& sources) {
+  auto own = OwnCgroup(sources);
+  if (!own.ok()) return own.status();
+  std::string path = *own;
+  while (true) {
+    if (absl::Status s =
+            CheckCgroupAt(bytes, absl::StrCat(sources.cgroup_root, path));
+        !s.ok()) {
+      return s;
+    }
+    if (path.empty()) return absl::OkStatus();
+    path.resize(path.rfind('/'));
+  }
 }
 
 absl::Status CheckMeminfo(size_t bytes, const MemorySources& sources) {
@@ -107,7 +144,7 @@ absl::Status CheckMeminfo(size_t bytes, const MemorySources& sources) {
 }  // namespace
 
 absl::Status CheckMemoryRoom(size_t bytes, const MemorySources& sources) {
-  if (absl::Status s = CheckCgroup(bytes, sources); !s.ok()) return s;
+  if (absl::Status s = CheckCgroups(bytes, sources); !s.ok()) return s;
   return CheckMeminfo(bytes, sources);
 }
 

@@ -1,5 +1,6 @@
 #include "core/memory_room.h"
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -14,19 +15,32 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
+// Fake files under a directory of the test's own: a cgroup mount at
+// <dir>/cgroup where the process is in /job/rank (so its cgroup is
+// <dir>/cgroup/job/rank), a cgroup file saying so, and a meminfo.
 class MemoryRoomTest : public ::testing::Test {
  protected:
   MemoryRoomTest() {
-    std::string dir = ::testing::TempDir();
     std::string test =
         ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    sources_.cgroup_max = absl::StrCat(dir, "/", test, ".memory.max");
-    sources_.cgroup_current = absl::StrCat(dir, "/", test, ".memory.current");
-    sources_.meminfo = absl::StrCat(dir, "/", test, ".meminfo");
+    dir_ = absl::StrCat(::testing::TempDir(), "/", test);
+    sources_.cgroup_root = absl::StrCat(dir_, "/cgroup");
+    sources_.self_cgroup = absl::StrCat(dir_, "/self_cgroup");
+    sources_.meminfo = absl::StrCat(dir_, "/meminfo");
+    own_ = absl::StrCat(sources_.cgroup_root, "/job/rank");
+    parent_ = absl::StrCat(sources_.cgroup_root, "/job");
+    std::filesystem::create_directories(own_);
+    Write(sources_.self_cgroup, "0::/job/rank\n");
   }
 
   static void Write(const std::string& path, const std::string& text) {
     std::ofstream(path) << text;
+  }
+
+  static void WriteCgroup(const std::string& dir, const std::string& max,
+                          const std::string& current) {
+    Write(absl::StrCat(dir, "/memory.max"), max);
+    Write(absl::StrCat(dir, "/memory.current"), current);
   }
 
   void WriteMeminfo(const std::string& available_kb) {
@@ -38,39 +52,70 @@ class MemoryRoomTest : public ::testing::Test {
                                          "Buffers:          2000 kB\n"));
   }
 
+  std::string dir_, own_, parent_;
   MemorySources sources_;
 };
 
 TEST_F(MemoryRoomTest, FitsUnderTheCgroupLimitAndMemAvailable) {
-  Write(sources_.cgroup_max, "1000000\n");
-  Write(sources_.cgroup_current, "400000\n");
+  WriteCgroup(own_, "1000000\n", "400000\n");
   WriteMeminfo("2000");  // 2048000 bytes
   EXPECT_TRUE(CheckMemoryRoom(600000, sources_).ok());
 }
 
 TEST_F(MemoryRoomTest, RefusesWhatExceedsTheCgroupLimitNamingFileAndNumbers) {
-  Write(sources_.cgroup_max, "1000000\n");
-  Write(sources_.cgroup_current, "400000\n");
+  WriteCgroup(own_, "1000000\n", "400000\n");
   WriteMeminfo("2000");
   absl::Status s = CheckMemoryRoom(600001, sources_);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(s.message()),
-              AllOf(HasSubstr(sources_.cgroup_max), HasSubstr("1000000"),
-                    HasSubstr(sources_.cgroup_current), HasSubstr("400000"),
-                    HasSubstr("600001")));
+              AllOf(HasSubstr(absl::StrCat(own_, "/memory.max is 1000000")),
+                    HasSubstr(absl::StrCat(own_, "/memory.current is 400000")),
+                    HasSubstr("leaving 600000 bytes"), HasSubstr("600001")));
+}
+
+TEST_F(MemoryRoomTest, AnAncestorsTighterLimitBinds) {
+  WriteCgroup(own_, "max\n", "400000\n");
+  WriteCgroup(parent_, "1000000\n", "900000\n");
+  WriteCgroup(sources_.cgroup_root, "50000000\n", "1000000\n");
+  WriteMeminfo("2000");
+  EXPECT_TRUE(CheckMemoryRoom(100000, sources_).ok());
+  absl::Status s = CheckMemoryRoom(100001, sources_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(absl::StrCat(parent_, "/memory.max is 1000000")));
+}
+
+TEST_F(MemoryRoomTest, InACgroupNamespaceTheRootIsTheOwnCgroup) {
+  Write(sources_.self_cgroup, "0::/\n");
+  WriteCgroup(own_, "10\n", "0\n");  // not this process's: ignored
+  WriteCgroup(sources_.cgroup_root, "1000000\n", "400000\n");
+  WriteMeminfo("2000");
+  EXPECT_TRUE(CheckMemoryRoom(600000, sources_).ok());
+  absl::Status s = CheckMemoryRoom(600001, sources_);
+  EXPECT_THAT(
+      std::string(s.message()),
+      HasSubstr(absl::StrCat(sources_.cgroup_root, "/memory.max is 1000000")));
+}
+
+TEST_F(MemoryRoomTest, WithoutTheCgroupFileOnlyTheRootIsConsulted) {
+  std::filesystem::remove(sources_.self_cgroup);
+  WriteCgroup(own_, "10\n", "0\n");
+  WriteMeminfo("2000");
+  EXPECT_TRUE(CheckMemoryRoom(600000, sources_).ok());
+  WriteCgroup(sources_.cgroup_root, "1000\n", "0\n");
+  EXPECT_EQ(CheckMemoryRoom(1001, sources_).code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 TEST_F(MemoryRoomTest, CurrentAboveTheLimitLeavesNoRoom) {
-  Write(sources_.cgroup_max, "1000\n");
-  Write(sources_.cgroup_current, "5000\n");
+  WriteCgroup(own_, "1000\n", "5000\n");
   WriteMeminfo("2000");
   EXPECT_EQ(CheckMemoryRoom(1, sources_).code(),
             absl::StatusCode::kResourceExhausted);
 }
 
 TEST_F(MemoryRoomTest, UnlimitedCgroupLeavesMemAvailableToDecide) {
-  Write(sources_.cgroup_max, "max\n");
-  Write(sources_.cgroup_current, "400000\n");
+  WriteCgroup(own_, "max\n", "400000\n");
   WriteMeminfo("100");  // 102400 bytes
   EXPECT_TRUE(CheckMemoryRoom(102400, sources_).ok());
   absl::Status s = CheckMemoryRoom(102401, sources_);
@@ -88,25 +133,26 @@ TEST_F(MemoryRoomTest, MissingCgroupFilesFallBackToMeminfo) {
 }
 
 TEST_F(MemoryRoomTest, CgroupWithOnlyOneOfItsFilesIsSkipped) {
-  Write(sources_.cgroup_max, "10\n");
+  Write(absl::StrCat(own_, "/memory.max"), "10\n");
   WriteMeminfo("100");
   EXPECT_TRUE(CheckMemoryRoom(102400, sources_).ok());
 }
 
 TEST_F(MemoryRoomTest, WithNoFileAtAllEverythingFits) {
+  std::filesystem::remove(sources_.self_cgroup);
   EXPECT_TRUE(CheckMemoryRoom(size_t{1} << 60, sources_).ok());
 }
 
 TEST_F(MemoryRoomTest, MalformedFileIsAnErrorNamingIt) {
-  Write(sources_.cgroup_max, "lots\n");
-  Write(sources_.cgroup_current, "400000\n");
+  WriteCgroup(own_, "lots\n", "400000\n");
   WriteMeminfo("2000");
   absl::Status s = CheckMemoryRoom(1, sources_);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(std::string(s.message()),
-              AllOf(HasSubstr(sources_.cgroup_max), HasSubstr("lots")));
+  EXPECT_THAT(
+      std::string(s.message()),
+      AllOf(HasSubstr(absl::StrCat(own_, "/memory.max")), HasSubstr("lots")));
 
-  Write(sources_.cgroup_max, "max\n");
+  WriteCgroup(own_, "max\n", "400000\n");
   WriteMeminfo("many");
   s = CheckMemoryRoom(1, sources_);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);

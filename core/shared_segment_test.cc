@@ -50,8 +50,8 @@ TEST(SharedSegmentTest, CreateRefusesWhatDoesNotFitInMemory) {
 
 TEST(SharedSegmentTest, CheckRoomReadsTheSourcesItIsGiven) {
   MemorySources sources;
-  sources.cgroup_max = absl::StrCat(::testing::TempDir(), "/none.max");
-  sources.cgroup_current = absl::StrCat(::testing::TempDir(), "/none.current");
+  sources.cgroup_root = absl::StrCat(::testing::TempDir(), "/no_cgroup");
+  sources.self_cgroup = absl::StrCat(::testing::TempDir(), "/no_self_cgroup");
   sources.meminfo = absl::StrCat(::testing::TempDir(), "/none.meminfo");
   EXPECT_TRUE(SharedSegment::CheckRoom(size_t{1} << 60, sources).ok());
 }
