@@ -78,8 +78,9 @@ absl::StatusOr<SharedSegment> SharedSegment::Adopt(int raw_fd, Access access) {
   UniqueFd fd(raw_fd);
   std::string what = absl::StrCat("adopted fd ", raw_fd);
   struct stat st;
-  if (fstat(fd.get(), &st) != 0)
+  if (fstat(fd.get(), &st) != 0) {
     return Errno(errno, absl::StrCat("fstat of ", what));
+  }
   int seals = fcntl(fd.get(), F_GET_SEALS);
   if (seals < 0) {
     return Errno(errno, absl::StrCat(what, " (", st.st_size,
@@ -91,7 +92,7 @@ absl::StatusOr<SharedSegment> SharedSegment::Adopt(int raw_fd, Access access) {
         what, " (", st.st_size, " bytes) is not sealed against resizing: has ",
         SealNames(seals), ", needs ", SealNames(kRequiredSeals)));
   }
-  if (!S_ISREG(st.st_mode) || st.st_size <= 0) {
+  if (st.st_size <= 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, " is empty (", st.st_size, " bytes)"));
   }

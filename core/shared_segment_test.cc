@@ -132,6 +132,17 @@ TEST(SharedSegmentTest, AdoptRefusesARegularFile) {
   unlink(path.c_str());
 }
 
+TEST(SharedSegmentTest, AdoptRefusesAnEmptySealedMemfd) {
+  int fd = memfd_create("sealed-empty", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL),
+            0);
+  auto adopted = SharedSegment::Adopt(fd, SharedSegment::Access::kReadWrite);
+  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(adopted.status().message()),
+              HasSubstr("is empty (0 bytes)"));
+}
+
 TEST(SharedSegmentTest, AdoptRefusesAClosedFd) {
   int fd = memfd_create("closed", MFD_CLOEXEC);
   ASSERT_GE(fd, 0);
