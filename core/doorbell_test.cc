@@ -1,0 +1,133 @@
+#include "core/doorbell.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/shared_segment.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace reducer {
+namespace {
+
+// Waits that a ring must end get no deadline: were the wake lost, the test
+// would hang and time out instead of passing once a deadline came.
+constexpr absl::Time kNoDeadline = absl::InfiniteFuture();
+
+// The scheduler state letter of /proc/<path>/stat: 'S' while asleep.
+char StateOf(const std::string& stat_path) {
+  std::ifstream in(stat_path);
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  size_t paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size()
+             ? '?'
+             : text[paren + 2];
+}
+
+// Waits until the task at `stat_path` sleeps (it then sleeps in the futex,
+// its only blocking call), so that a ring after this wakes it, not its spin.
+void AwaitSleep(const std::string& stat_path) {
+  while (StateOf(stat_path) != 'S') absl::SleepFor(absl::Milliseconds(1));
+}
+
+TEST(DoorbellTest, WaitWithoutARingEndsAtTheDeadline) {
+  std::atomic<uint32_t> word{7};
+  Doorbell bell(&word);
+  auto now = bell.WaitChange(7, absl::Now() + absl::Milliseconds(20));
+  EXPECT_EQ(now.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(word.load(), 7u);
+}
+
+TEST(DoorbellTest, ValueAlreadyDifferentReturnsAtOnceEvenPastTheDeadline) {
+  std::atomic<uint32_t> word{5};
+  Doorbell bell(&word);
+  auto now = bell.WaitChange(4, absl::InfinitePast());
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(*now, 5u);
+}
+
+TEST(DoorbellTest, RingCountsUpAndWrapsAround) {
+  std::atomic<uint32_t> word{UINT32_MAX - 1};
+  Doorbell bell(&word);
+  EXPECT_EQ(bell.Ring(), UINT32_MAX);
+  EXPECT_EQ(bell.Ring(), 0u);
+  EXPECT_EQ(bell.value(), 0u);
+  auto now = bell.WaitChange(UINT32_MAX, absl::InfinitePast());
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(*now, 0u);
+}
+
+TEST(DoorbellTest, RingWakesEverySleepingWaiter) {
+  constexpr int kWaiters = 4;
+  std::atomic<uint32_t> word{0};
+  Doorbell bell(&word);
+  std::vector<std::atomic<pid_t>> tids(kWaiters);
+  std::vector<absl::StatusOr<uint32_t>> seen(kWaiters, absl::UnknownError(""));
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    tids[i] = 0;
+    waiters.emplace_back([&, i] {
+      tids[i] = static_cast<pid_t>(syscall(SYS_gettid));
+      seen[i] = Doorbell(&word).WaitChange(0, kNoDeadline);
+    });
+  }
+  for (int i = 0; i < kWaiters; ++i) {
+    while (tids[i] == 0) absl::SleepFor(absl::Milliseconds(1));
+    AwaitSleep(absl::StrCat("/proc/self/task/", tids[i].load(), "/stat"));
+  }
+  bell.Ring();
+  for (std::thread& t : waiters) t.join();
+  for (int i = 0; i < kWaiters; ++i) {
+    ASSERT_TRUE(seen[i].ok()) << i << ": " << seen[i].status();
+    EXPECT_EQ(*seen[i], 1u);
+  }
+}
+
+// The child maps the segment anew (its own address), sleeps on the doorbell
+// and checks what the parent wrote before ringing; the futex is shared, so
+// the ring crosses processes and mappings.
+TEST(DoorbellTest, RingWakesAWaiterInAnotherProcessThroughItsOwnMapping) {
+  auto segment = SharedSegment::Create("doorbell", 4096);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  auto* word = static_cast<std::atomic<uint32_t>*>(segment->data());
+  auto* payload = static_cast<uint32_t*>(segment->data()) + 16;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphan if the test is killed
+    auto mine = SharedSegment::Adopt(dup(segment->fd()),
+                                     SharedSegment::Access::kReadWrite);
+    if (!mine.ok() || mine->data() == segment->data()) _exit(2);
+    Doorbell bell(static_cast<std::atomic<uint32_t>*>(mine->data()));
+    auto now = bell.WaitChange(0, kNoDeadline);
+    if (!now.ok()) _exit(3);
+    if (*now != 1) _exit(4);
+    if (static_cast<uint32_t*>(mine->data())[16] != 0xfeedf00d) _exit(5);
+    _exit(0);
+  }
+  AwaitSleep(absl::StrCat("/proc/", child, "/stat"));
+  *payload = 0xfeedf00d;
+  EXPECT_EQ(Doorbell(word).Ring(), 1u);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace reducer

@@ -1,0 +1,200 @@
+#include "core/shared_segment.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr size_t kBytes = 3 * 4096 + 100;
+
+TEST(SharedSegmentTest, CreateGivesZeroedWritableMemoryOfTheSize) {
+  auto segment = SharedSegment::Create("zeroed", kBytes);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  EXPECT_EQ(segment->size(), kBytes);
+  auto* bytes = static_cast<unsigned char*>(segment->data());
+  size_t nonzero = 0;
+  for (size_t i = 0; i < kBytes; ++i) nonzero += bytes[i] != 0;
+  EXPECT_EQ(nonzero, 0u);
+  bytes[kBytes - 1] = 0xab;
+  EXPECT_EQ(bytes[kBytes - 1], 0xab);
+}
+
+TEST(SharedSegmentTest, CreateOfNothingIsRefused) {
+  auto segment = SharedSegment::Create("empty", 0);
+  EXPECT_EQ(segment.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SharedSegmentTest, CreateRefusesWhatDoesNotFitInMemory) {
+  auto segment = SharedSegment::Create("huge", size_t{1} << 60);
+  EXPECT_EQ(segment.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(segment.status().message()),
+              HasSubstr(absl::StrCat(size_t{1} << 60)));
+}
+
+TEST(SharedSegmentTest, CheckRoomReadsTheSourcesItIsGiven) {
+  MemorySources sources;
+  sources.cgroup_root = absl::StrCat(::testing::TempDir(), "/no_cgroup");
+  sources.self_cgroup = absl::StrCat(::testing::TempDir(), "/no_self_cgroup");
+  sources.meminfo = absl::StrCat(::testing::TempDir(), "/none.meminfo");
+  EXPECT_TRUE(SharedSegment::CheckRoom(size_t{1} << 60, sources).ok());
+}
+
+TEST(SharedSegmentTest, CreatedMemfdIsSealedAgainstResizing) {
+  auto segment = SharedSegment::Create("sealed", kBytes);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  int seals = fcntl(segment->fd(), F_GET_SEALS);
+  EXPECT_EQ(seals, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
+  EXPECT_NE(fcntl(segment->fd(), F_GETFD) & FD_CLOEXEC, 0);
+}
+
+TEST(SharedSegmentTest, AdoptedFdCannotBeTruncatedNorGrown) {
+  auto segment = SharedSegment::Create("truncate", kBytes);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  auto adopted = SharedSegment::Adopt(dup(segment->fd()),
+                                      SharedSegment::Access::kReadWrite);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  EXPECT_EQ(ftruncate(adopted->fd(), 4096), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(ftruncate(adopted->fd(), 0), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(ftruncate(adopted->fd(), 2 * kBytes), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(fcntl(adopted->fd(), F_ADD_SEALS, F_SEAL_WRITE), -1);
+  EXPECT_EQ(errno, EPERM);
+}
+
+TEST(SharedSegmentTest, AdoptionMapsTheSamePagesAtItsOwnAddress) {
+  auto segment = SharedSegment::Create("same-pages", kBytes);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  auto adopted = SharedSegment::Adopt(dup(segment->fd()),
+                                      SharedSegment::Access::kReadOnly);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  EXPECT_EQ(adopted->size(), kBytes);
+  EXPECT_NE(adopted->data(), segment->data());
+  static_cast<char*>(segment->data())[kBytes - 1] = 'z';
+  EXPECT_EQ(static_cast<const char*>(adopted->data())[kBytes - 1], 'z');
+}
+
+TEST(SharedSegmentTest, AdoptRefusesAnUnsealedMemfdAndClosesIt) {
+  int fd = memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kBytes), 0);
+  auto adopted = SharedSegment::Adopt(fd, SharedSegment::Access::kReadWrite);
+  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(adopted.status().message()),
+              AllOf(HasSubstr("not sealed against resizing"),
+                    HasSubstr(absl::StrCat(kBytes, " bytes")),
+                    HasSubstr("F_SEAL_SHRINK")));
+  EXPECT_EQ(fcntl(fd, F_GETFD), -1);
+  EXPECT_EQ(errno, EBADF);
+}
+
+TEST(SharedSegmentTest, AdoptRefusesAMemfdSealedOnlyAgainstGrowth) {
+  int fd = memfd_create("half-sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kBytes), 0);
+  ASSERT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_GROW), 0);
+  auto adopted = SharedSegment::Adopt(fd, SharedSegment::Access::kReadOnly);
+  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(adopted.status().message()),
+              HasSubstr("has F_SEAL_GROW, needs"));
+}
+
+TEST(SharedSegmentTest, AdoptRefusesARegularFile) {
+  std::string path = absl::StrCat(::testing::TempDir(), "/regular_file");
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kBytes), 0);
+  auto adopted = SharedSegment::Adopt(fd, SharedSegment::Access::kReadWrite);
+  EXPECT_FALSE(adopted.ok());
+  EXPECT_THAT(std::string(adopted.status().message()),
+              AllOf(HasSubstr("is not a sealable memfd"),
+                    HasSubstr(absl::StrCat(kBytes, " bytes")),
+                    HasSubstr(strerror(EINVAL))));
+  EXPECT_EQ(fcntl(fd, F_GETFD), -1);
+  unlink(path.c_str());
+}
+
+TEST(SharedSegmentTest, AdoptRefusesAnEmptySealedMemfd) {
+  int fd = memfd_create("sealed-empty", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL),
+            0);
+  auto adopted = SharedSegment::Adopt(fd, SharedSegment::Access::kReadWrite);
+  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(adopted.status().message()),
+              HasSubstr("is empty (0 bytes)"));
+}
+
+TEST(SharedSegmentTest, AdoptRefusesAClosedFd) {
+  int fd = memfd_create("closed", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  auto adopted = SharedSegment::Adopt(fd, SharedSegment::Access::kReadWrite);
+  EXPECT_THAT(std::string(adopted.status().message()),
+              AllOf(HasSubstr("fstat"), HasSubstr(strerror(EBADF))));
+}
+
+// The child reads through a read-only adoption, then writes through it; the
+// write must kill it with SIGSEGV (exit codes name the steps that went wrong
+// before that).
+TEST(SharedSegmentTest, WriteThroughReadOnlyAdoptionKillsTheWriter) {
+  auto segment = SharedSegment::Create("read-only", kBytes);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  static_cast<char*>(segment->data())[10] = 'r';
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto adopted = SharedSegment::Adopt(dup(segment->fd()),
+                                        SharedSegment::Access::kReadOnly);
+    if (!adopted.ok()) _exit(2);
+    volatile char* bytes = static_cast<volatile char*>(adopted->data());
+    if (bytes[10] != 'r') _exit(3);
+    // Sanitizers catch SIGSEGV to report it; the test wants the plain signal.
+    struct sigaction plain {};
+    plain.sa_handler = SIG_DFL;
+    sigaction(SIGSEGV, &plain, nullptr);
+    bytes[10] = 'w';
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status))
+      << "child exited with " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  EXPECT_EQ(WTERMSIG(status), SIGSEGV);
+  EXPECT_EQ(static_cast<char*>(segment->data())[10], 'r');
+}
+
+TEST(SharedSegmentTest, MovedSegmentKeepsTheMappingAndTheFd) {
+  auto segment = SharedSegment::Create("moved", kBytes);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  void* data = segment->data();
+  int fd = segment->fd();
+  SharedSegment moved = std::move(*segment);
+  EXPECT_EQ(moved.data(), data);
+  EXPECT_EQ(moved.fd(), fd);
+  EXPECT_EQ(moved.size(), kBytes);
+  EXPECT_EQ(segment->data(), nullptr);
+  EXPECT_EQ(segment->fd(), -1);
+  EXPECT_EQ(segment->size(), 0u);
+}
+
+}  // namespace
+}  // namespace reducer
