@@ -554,7 +554,9 @@ def parse_args(argv):
                    help="4 KiB and 2 MiB, S=2, one round of 2 calls; skips "
                         "(exit 0) without namespaces or torch")
     p.add_argument("--shards", default="1,2,4", help="Reducer's S values (1..4)")
-    p.add_argument("--rate", default="200mbit", help="tc tbf rate of every link")
+    p.add_argument("--rate", default="100mbit",
+                   help="tc tbf rate of every link (the default: a rate that "
+                        "two cores drive for W = 4 and S = 4)")
     p.add_argument("--systems", default="reducer,gloo,mpi")
     p.add_argument("--sizes", default="", help="byte sizes instead of 4 KiB..64 MiB")
     p.add_argument("--rounds", type=int, default=1,
@@ -565,9 +567,10 @@ def parse_args(argv):
     p.add_argument("--wait_idle_s", type=float, default=0,
                    help="before each size, wait up to this long for other load "
                         "to go away (default: only warn)")
-    p.add_argument("--reducerd_flags", default="",
-                   help="extra reducerd flags, space-separated (e.g. "
-                        "\"--chunk_bytes=262144 --window=8\")")
+    p.add_argument("--reducerd_flags", default="--chunk_bytes=262144",
+                   help="extra reducerd flags, space-separated; the default "
+                        "is the chunk size the README advises for links of "
+                        "1 Gbit/s or less (\"\" for reducerd's own defaults)")
     p.add_argument("--reducerd", default=str(REPO_ROOT / "bazel-bin/server/reducerd"))
     p.add_argument("--reducer_worker",
                    default=str(REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker"))
