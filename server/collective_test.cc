@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -236,6 +237,24 @@ std::vector<std::shared_ptr<FakeRankChannel>> Channels(int n) {
   return ch;
 }
 
+// Holds both reduction threads until Release(), so that a test can act
+// while every input is in but no result has been sent yet.
+class PoolHold {
+ public:
+  explicit PoolHold(ThreadPool& pool) {
+    for (int i = 0; i < 2; ++i) {
+      pool.Schedule([this] { released_.WaitForNotification(); });
+    }
+  }
+  ~PoolHold() { Release(); }
+  void Release() {
+    if (!released_.HasBeenNotified()) released_.Notify();
+  }
+
+ private:
+  absl::Notification released_;
+};
+
 class CollectiveTest : public ::testing::Test {
  protected:
   CollectiveTest() {
@@ -297,6 +316,28 @@ class CollectiveTest : public ::testing::Test {
     for (int r = 0; r < 3; ++r) {
       EXPECT_TRUE(ch[r]->WaitEnded()) << "rank " << r;
     }
+    return ch;
+  }
+
+  // A float32 [n] all-reduce over ranks 0..2 on `c` (offload_bytes 64, so
+  // every full chunk is reduced on the pool): every rank attaches and sends
+  // its whole input while the pool is held, then `act` runs on the
+  // channels (indexed by rank), before those chunks' results were sent,
+  // then the pool is let go. Returns the channels.
+  std::vector<std::shared_ptr<FakeRankChannel>> DecideThen(
+      Collective& c, int n,
+      const std::function<void(
+          const std::vector<std::shared_ptr<FakeRankChannel>>&)>& act) {
+    options_.offload_bytes = 64;
+    auto ch = Channels(3);
+    const Fingerprint fp = Fp(CollectiveKind::kAllReduce,
+                              {Spec(DataType::kFloat32, {n})}, {0, 1, 2});
+    PoolHold hold(pool_);
+    for (int r = 0; r < 3; ++r) {
+      c.Attach(ch[r], r, fp, "");
+      Feed(c, r, Bytes(Ramp(r, n)));
+    }
+    act(ch);
     return ch;
   }
 
@@ -654,40 +695,13 @@ TEST_F(CollectiveTest, RankCancelledAfterAllArrivedAbortsEveryone) {
   EXPECT_FALSE(c->OnData(2, 0, Range(Bytes(Ramp(2, kN)))));
 }
 
-// Holds both reduction threads until Release(), so that a test can act
-// while every input is in but no result has been sent yet.
-class PoolHold {
- public:
-  explicit PoolHold(ThreadPool& pool) {
-    for (int i = 0; i < 2; ++i) {
-      pool.Schedule([this] { released_.WaitForNotification(); });
-    }
-  }
-  ~PoolHold() { Release(); }
-  void Release() {
-    if (!released_.HasBeenNotified()) released_.Notify();
-  }
-
- private:
-  absl::Notification released_;
-};
-
 TEST_F(CollectiveTest, EpochEndOnceEveryInputIsInStillDeliversTheResult) {
-  options_.offload_bytes = 64;  // every full chunk is reduced on the pool
   constexpr int kN = 40;
   std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
-  auto ch = Channels(3);
-  const auto fp = Fp(CollectiveKind::kAllReduce,
-                     {Spec(DataType::kFloat32, {kN})}, {0, 1, 2});
-  {
-    PoolHold hold(pool_);
-    for (int r = 0; r < 3; ++r) {
-      c->Attach(ch[r], r, fp, "");
-      Feed(*c, r, Bytes(Ramp(r, kN)));
-    }
+  auto ch = DecideThen(*c, kN, [&](const auto&) {
     EXPECT_FALSE(c->done());
     c->FailUnlessDecided(absl::AbortedError("epoch 1 aborted: rank 5 lost"));
-  }
+  });
   const std::string expected = Bytes(RampSum(3, kN));
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
@@ -719,20 +733,11 @@ TEST_F(CollectiveTest, EpochEndBeforeEveryInputIsInFailsEveryone) {
 }
 
 TEST_F(CollectiveTest, RankCancelledOnceEveryInputIsInEndsOnlyItsOwnCall) {
-  options_.offload_bytes = 64;
   constexpr int kN = 40;
   std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
-  auto ch = Channels(3);
-  const auto fp = Fp(CollectiveKind::kAllReduce,
-                     {Spec(DataType::kFloat32, {kN})}, {0, 1, 2});
-  {
-    PoolHold hold(pool_);
-    for (int r = 0; r < 3; ++r) {
-      c->Attach(ch[r], r, fp, "");
-      Feed(*c, r, Bytes(Ramp(r, kN)));
-    }
-    c->OnRankCancelled(1, ch[1].get());
-  }
+  auto ch = DecideThen(*c, kN, [&](const auto& channels) {
+    c->OnRankCancelled(1, channels[1].get());
+  });
   const std::string expected = Bytes(RampSum(3, kN));
   for (int r : {0, 2}) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
