@@ -411,10 +411,11 @@ void Collective::FailLocked(const absl::Status& status,
                  label_.job, label_.epoch, label_.name,
                  ranks.empty() ? absl::Span<const int>(group_)
                                : absl::Span<const int>(ranks)});
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    RankState& m = ranks_[i];
+  // Memory first: by the time any rank learns of the failure, every
+  // reservation is back in the budget.
+  for (size_t i = 0; i < ranks_.size(); ++i) ReleaseMemory(i);
+  for (RankState& m : ranks_) {
     if (m.attached && !m.finished) m.channel->Fail(status);
-    ReleaseMemory(i);
   }
   if (strategy_ != nullptr) strategy_->Clear();
   for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
