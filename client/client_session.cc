@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/call_failure.h"
 #include "client/channel_security.h"
 #include "client/retry_policy.h"
 #include "client/shard_targets.h"
@@ -353,12 +354,12 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::Wait() {
     attempt_ = session_->SendAttempt(*this);
   }
   if (!result.ok()) {
-    // Prefer the session's explanation (a lost rank) to the call's.
+    // The session's explanation (a lost rank) first, then the call's own.
     absl::Status why = session_->SessionStatus();
     if (!why.ok() && result.status().code() != absl::StatusCode::kFailedPrecondition &&
         result.status().code() != absl::StatusCode::kInvalidArgument) {
-      return NameWhereItFailed(why, contribution_.header,
-                               session_->targets_);
+      return NameWhereItFailed(SessionFailureWithCall(why, result.status()),
+                               contribution_.header, session_->targets_);
     }
     return NameWhereItFailed(result.status(), contribution_.header,
                              session_->targets_);
