@@ -117,27 +117,30 @@ bool Job::Leave(const std::string& session_id, const std::string& why,
 void Job::EndForOtherShard(const std::string& session_id,
                            const std::string& cause) {
   absl::MutexLock lock(&mu_);
-  auto it = open_sessions_.find(session_id);
-  if (it == open_sessions_.end()) return;
-  const int rank = it->second;
-  if (!members_[rank].has_value() || members_[rank]->session_id != session_id ||
-      !running_ || ended_ || departed_[rank]) {
-    return;
-  }
+  const std::optional<int> running = RunningRankLocked(session_id);
+  if (!running.has_value() || departed_[*running]) return;
+  const int rank = *running;
   EndEpoch(absl::StrCat("rank ", rank,
                         "'s job failed on another of its shards (", cause, ")"),
            rank, EpochEndReason::kOtherShardFailed);
 }
 
-void Job::Depart(const std::string& session_id) {
-  absl::MutexLock lock(&mu_);
+std::optional<int> Job::RunningRankLocked(const std::string& session_id) const {
   auto it = open_sessions_.find(session_id);
-  if (it == open_sessions_.end()) return;
+  if (it == open_sessions_.end()) return std::nullopt;
   const int rank = it->second;
   if (!members_[rank].has_value() || members_[rank]->session_id != session_id ||
       !running_ || ended_) {
-    return;
+    return std::nullopt;
   }
+  return rank;
+}
+
+void Job::Depart(const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  const std::optional<int> running = RunningRankLocked(session_id);
+  if (!running.has_value()) return;
+  const int rank = *running;
   departed_[rank] = true;
   const std::string message =
       absl::StrCat("job ", name_, " epoch ", epoch_, ": rank ", rank, " left");

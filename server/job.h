@@ -112,6 +112,10 @@ class Job {
   const std::string& name() const { return name_; }
 
  private:
+  // The rank `session_id` holds in the running epoch; nullopt when it holds
+  // none (unknown, replaced) or no epoch is running.
+  std::optional<int> RunningRankLocked(const std::string& session_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct Member {
     std::string session_id;
     std::shared_ptr<SessionChannel> session;
