@@ -32,7 +32,18 @@ struct TlsOptions {               // paths to PEM files
   std::string server_name;        // name to check in reducerd's certificate; empty: the target's host
 };
 
+// Whether a session uses the same-host shared-memory path (README:
+// "Same-host shared memory").
+enum class SharedMemory {
+  kAuto,      // when reducerd offers it and the handshake proves that both
+              // sides map the same memory; else gRPC alone, logged once
+  kOff,       // gRPC alone
+  kRequired,  // Connect fails (FAILED_PRECONDITION, saying why) without it
+};
+
 struct ClientOptions {
+  using SharedMemory = ::reducer::SharedMemory;
+
   std::string target = "127.0.0.1:50051";
   std::string job;  // shared by all ranks of one job
   int rank = 0;
@@ -52,6 +63,11 @@ struct ClientOptions {
   // while another call holds it) stages through ordinary host memory,
   // which copies more slowly. 0: never pin.
   size_t cuda_staging_bytes = size_t{64} << 20;
+  SharedMemory shared_memory = SharedMemory::kAuto;
+  // The input segment a session maps on the same-host path: the payloads
+  // of its calls in flight must fit in it together (a call that does not
+  // fit travels over gRPC). Pages are committed only as they are written.
+  size_t shared_memory_bytes = size_t{256} << 20;
 };
 
 struct CallOptions {

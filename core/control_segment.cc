@@ -1,0 +1,81 @@
+#include "core/control_segment.h"
+
+#include <sys/random.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace reducer {
+namespace {
+
+constexpr char kMagic[8] = {'R', 'D', 'C', 'R', 'C', 'T', 'L', '1'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kVersionOffset = 8;
+constexpr size_t kNonceOffset = 16;
+
+char* Base(const SharedSegment& segment) {
+  return static_cast<char*>(segment.data());
+}
+
+}  // namespace
+
+std::string RandomBytes(size_t n) {
+  std::string bytes(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = getrandom(bytes.data() + got, n - got, 0);
+    if (r > 0) got += static_cast<size_t>(r);
+  }
+  return bytes;
+}
+
+ControlSegment::ControlSegment(SharedSegment segment)
+    : segment_(std::move(segment)),
+      requests_(Base(segment_) + kRingsOffset, MessageRing::kDefaultCapacity),
+      responses_(Base(segment_) + kRingsOffset +
+                     MessageRing::FootprintBytes(MessageRing::kDefaultCapacity),
+                 MessageRing::kDefaultCapacity) {}
+
+absl::StatusOr<std::unique_ptr<ControlSegment>> ControlSegment::Create(
+    absl::string_view nonce) {
+  if (nonce.size() != kNonceBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a control segment's nonce has ", kNonceBytes, " bytes, not ",
+        nonce.size()));
+  }
+  absl::StatusOr<SharedSegment> segment =
+      SharedSegment::Create("reducer-control", kBytes);
+  if (!segment.ok()) return segment.status();
+  char* base = Base(*segment);
+  std::memcpy(base, kMagic, sizeof(kMagic));
+  std::memcpy(base + kVersionOffset, &kVersion, sizeof(kVersion));
+  std::memcpy(base + kNonceOffset, nonce.data(), kNonceBytes);
+  return std::make_unique<ControlSegment>(*std::move(segment));
+}
+
+absl::StatusOr<std::unique_ptr<ControlSegment>> ControlSegment::Adopt(int fd) {
+  absl::StatusOr<SharedSegment> segment =
+      SharedSegment::Adopt(fd, SharedSegment::Access::kReadWrite);
+  if (!segment.ok()) return segment.status();
+  if (segment->size() != kBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the control segment has ", segment->size(), " bytes; this layout "
+        "has ", kBytes));
+  }
+  const char* base = Base(*segment);
+  uint32_t version;
+  std::memcpy(&version, base + kVersionOffset, sizeof(version));
+  if (std::memcmp(base, kMagic, sizeof(kMagic)) != 0 || version != kVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the control segment does not start with layout RDCRCTL1 version ",
+        kVersion, " (version read: ", version, ")"));
+  }
+  return std::make_unique<ControlSegment>(*std::move(segment));
+}
+
+std::string ControlSegment::nonce() const {
+  return std::string(Base(segment_) + kNonceOffset, kNonceBytes);
+}
+
+}  // namespace reducer
