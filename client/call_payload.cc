@@ -55,7 +55,13 @@ grpc::Slice PackPayload(const PayloadLayout& layout,
                         const std::vector<const void*>& inputs) {
   grpc::Slice packed(layout.total_bytes);
   // A fresh slice of our own: its bytes are ours to write.
-  char* out = reinterpret_cast<char*>(const_cast<uint8_t*>(packed.begin()));
+  PackPayloadTo(layout, inputs,
+                reinterpret_cast<char*>(const_cast<uint8_t*>(packed.begin())));
+  return packed;
+}
+
+void PackPayloadTo(const PayloadLayout& layout,
+                   const std::vector<const void*>& inputs, char* out) {
   size_t pos = 0;
   for (size_t i = 0; i < layout.offsets.size(); ++i) {
     std::memset(out + pos, 0, layout.offsets[i] - pos);  // padding
@@ -64,7 +70,6 @@ grpc::Slice PackPayload(const PayloadLayout& layout,
     }
     pos = layout.offsets[i] + layout.sizes[i];
   }
-  return packed;
 }
 
 absl::Status ResultAssembler::Add(const v1::CollectiveResponse& fields,

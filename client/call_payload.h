@@ -42,6 +42,9 @@ std::vector<grpc::Slice> PayloadSlices(const PayloadLayout& layout,
 // caller memory is no longer read once this returns.
 grpc::Slice PackPayload(const PayloadLayout& layout,
                         const std::vector<const void*>& inputs);
+// The same packing into `out`, which holds layout.total_bytes.
+void PackPayloadTo(const PayloadLayout& layout,
+                   const std::vector<const void*>& inputs, char* out);
 
 class ResultAssembler {
  public:

@@ -167,7 +167,13 @@ absl::Status ClientSession::JoinAll(absl::Time deadline) {
     absl::Status outcome = links_[i]->JoinOutcome();
     if (!outcome.ok()) return NameShard(i, outcome);
   }
-  if (waiting.empty()) return absl::OkStatus();
+  if (waiting.empty()) {
+    for (size_t i = 0; i < links_.size(); ++i) {
+      absl::Status shared = links_[i]->StartSharedMemory(deadline);
+      if (!shared.ok()) return NameShard(i, shared);
+    }
+    return absl::OkStatus();
+  }
   std::string where;
   if (links_.size() > 1) {
     where = absl::StrCat(" on reducerd shard(s) ", absl::StrJoin(waiting, ","));

@@ -25,6 +25,13 @@ class CollectiveBackend {
   // must outlive the attempt, and the attempt must not outlive the backend.
   virtual std::unique_ptr<CollectiveAttempt> Start(
       const Contribution& contribution) = 0;
+
+  // Start, or null when this backend cannot take `contribution` now (the
+  // caller then sends it another way). The default takes everything.
+  virtual std::unique_ptr<CollectiveAttempt> TryStart(
+      const Contribution& contribution) {
+    return Start(contribution);
+  }
 };
 
 }  // namespace reducer

@@ -25,4 +25,16 @@ CollectiveBackend* CollectiveRouter::Route(
                                                      : per_call_;
 }
 
+std::unique_ptr<CollectiveAttempt> CollectiveRouter::Start(
+    const Contribution& contribution) {
+  CollectiveBackend* shared_memory =
+      shared_memory_.load(std::memory_order_acquire);
+  if (shared_memory != nullptr) {
+    std::unique_ptr<CollectiveAttempt> attempt =
+        shared_memory->TryStart(contribution);
+    if (attempt != nullptr) return attempt;
+  }
+  return Route(contribution)->Start(contribution);
+}
+
 }  // namespace reducer

@@ -18,14 +18,16 @@
 //   the partitions every rank computes alike (or hashes a small one to one
 //   shard), starts each on its shard's router, and its attempt succeeds
 //   only when every partition did. One address is one router, as before.
-// - Same host: a SharedMemoryBackend, chosen here (a rule of Route) when
-//   Connect found reducerd on this host and agreed a segment with it.
+// - Same host (built): SharedMemoryBackend (client/shared_memory_backend.h),
+//   set with UseSharedMemory once Connect's handshake proved that reducerd
+//   maps the same memory; then every collective goes there first, and over
+//   gRPC only when it declines (its segment full, or its session over).
 // - CUDA device staging (built): StagingBackend (client/staging_backend.h)
 //   wraps the router, copying device inputs to host memory before Start
 //   and results back after Wait; the transports below never see device
 //   memory.
 //
-// Thread-safe (holds no mutable state).
+// Thread-safe.
 #ifndef REDUCER_CLIENT_COLLECTIVE_ROUTER_H_
 #define REDUCER_CLIENT_COLLECTIVE_ROUTER_H_
 
@@ -62,18 +64,25 @@ class CollectiveRouter final : public CollectiveBackend {
   // The backend `contribution` goes to.
   CollectiveBackend* Route(const Contribution& contribution) const;
 
+  // From now on, offers every contribution to `shared_memory` first (it
+  // must outlive the router; null: gRPC alone again). Call before
+  // collectives start.
+  void UseSharedMemory(CollectiveBackend* shared_memory) {
+    shared_memory_.store(shared_memory, std::memory_order_release);
+  }
+
+  // The shared-memory backend's attempt if it takes `contribution`, else
   // Route(contribution)->Start(contribution); the contract of
   // CollectiveBackend::Start.
   std::unique_ptr<CollectiveAttempt> Start(
-      const Contribution& contribution) override {
-    return Route(contribution)->Start(contribution);
-  }
+      const Contribution& contribution) override;
 
  private:
   CollectiveBackend* const shared_stream_;        // not owned
   CollectiveBackend* const per_call_;             // not owned
   const std::atomic<size_t>* const chunk_bytes_;  // not owned
   const Transport transport_;
+  std::atomic<CollectiveBackend*> shared_memory_{nullptr};  // not owned
 };
 
 }  // namespace reducer

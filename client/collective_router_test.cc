@@ -119,6 +119,50 @@ TEST_F(CollectiveRouterTest, StartHandsTheSameContributionToTheChosenBackend) {
   EXPECT_EQ(per_call_.started[0], &large);
 }
 
+// Takes the contributions up to `max_bytes` of payload and declines the rest.
+class DecliningBackend final : public CollectiveBackend {
+ public:
+  explicit DecliningBackend(size_t max_bytes) : max_bytes_(max_bytes) {}
+  std::unique_ptr<CollectiveAttempt> Start(
+      const Contribution& contribution) override {
+    ADD_FAILURE() << "the router must offer, not force, shared memory";
+    return nullptr;
+  }
+  std::unique_ptr<CollectiveAttempt> TryStart(
+      const Contribution& contribution) override {
+    if (contribution.payload_bytes() > max_bytes_) return nullptr;
+    taken.push_back(&contribution);
+    return std::make_unique<FakeAttempt>();
+  }
+  std::vector<const Contribution*> taken;
+
+ private:
+  const size_t max_bytes_;
+};
+
+TEST_F(CollectiveRouterTest, SharedMemoryIsOfferedEveryCallFirstAndMayDecline) {
+  CollectiveRouter router = Router(CollectiveRouter::Transport::kAuto);
+  DecliningBackend shared_memory(/*max_bytes=*/8192);
+  router.UseSharedMemory(&shared_memory);
+  const Contribution small = FloatsOf(2);
+  const Contribution large = FloatsOf(2048);   // 8192 bytes: taken
+  const Contribution larger = FloatsOf(4096);  // declined: per call
+  EXPECT_NE(router.Start(small), nullptr);
+  EXPECT_NE(router.Start(large), nullptr);
+  EXPECT_NE(router.Start(larger), nullptr);
+  ASSERT_EQ(shared_memory.taken.size(), 2u);
+  EXPECT_EQ(shared_memory.taken[0], &small);
+  EXPECT_EQ(shared_memory.taken[1], &large);
+  EXPECT_TRUE(shared_.started.empty());
+  ASSERT_EQ(per_call_.started.size(), 1u);
+  EXPECT_EQ(per_call_.started[0], &larger);
+
+  router.UseSharedMemory(nullptr);  // gRPC alone again
+  EXPECT_NE(router.Start(small), nullptr);
+  EXPECT_EQ(shared_memory.taken.size(), 2u);
+  EXPECT_EQ(shared_.started.size(), 1u);
+}
+
 TEST(CollectiveRouterTransportTest, OnlyPerCallSelectsPerCallStreams) {
   using Transport = CollectiveRouter::Transport;
   EXPECT_EQ(CollectiveRouter::ParseTransport("per_call"), Transport::kPerCall);

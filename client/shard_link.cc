@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/shared_memory_handshake.h"
 #include "client/tls_diagnosis.h"
 #include "proto/reducer/v1/status_conversion.h"
 
@@ -116,6 +117,38 @@ absl::Status ShardLink::StartJoin(const v1::JoinRequest& request) {
   return absl::OkStatus();
 }
 
+absl::Status ShardLink::StartSharedMemory(absl::Time deadline) {
+  const SharedMemory mode = SharedMemoryFromEnvironment(options_.shared_memory);
+  if (mode == SharedMemory::kOff) return absl::OkStatus();
+  v1::SharedMemoryHello hello;
+  std::string socket;
+  {
+    absl::MutexLock lock(&mu_);
+    socket = shared_memory_socket_;
+    hello.set_session_id(session_id_);
+  }
+  hello.set_job(options_.job);
+  hello.set_rank(options_.rank);
+  hello.set_token(options_.token);
+  absl::StatusOr<SharedMemoryChannel> channel =
+      socket.empty()
+          ? absl::UnavailableError(
+                "it does not offer it (started with --shared_memory=false)")
+          : ShakeHands(socket, std::move(hello), options_.shared_memory_bytes,
+                       deadline);
+  if (!channel.ok()) {
+    if (mode == SharedMemory::kAuto) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ClientOptions::shared_memory is kRequired, but the same-host path to "
+        "reducerd at ", target_, " cannot be used: ",
+        channel.status().message()));
+  }
+  shared_memory_ = std::make_unique<SharedMemoryBackend>(
+      *std::move(channel), target_, buffers_);
+  router_->UseSharedMemory(shared_memory_.get());
+  return absl::OkStatus();
+}
+
 bool ShardLink::JoinSettled() {
   absl::MutexLock lock(&mu_);
   return ready_ || ended_;
@@ -217,6 +250,7 @@ ShardLink::~ShardLink() {
       absl::InfiniteFuture());
   abandon_.reset();
   router_.reset();
+  shared_memory_.reset();
   per_call_.reset();
   small_calls_.reset();
   if (join_ == nullptr) return;
@@ -252,6 +286,7 @@ void ShardLink::OnRead(grpc::ByteBuffer* message) {
     const uint64_t chunk = join_event_.ready().chunk_bytes();
     chunk_bytes_.store(chunk > 0 ? chunk : kDefaultChunkBytes,
                        std::memory_order_relaxed);
+    shared_memory_socket_ = join_event_.ready().shared_memory_socket();
   } else if (join_event_.has_aborted()) {
     aborted_ = absl::AbortedError(join_event_.aborted().reason());
   }

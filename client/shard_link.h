@@ -34,6 +34,7 @@
 #include "client/collective_router.h"
 #include "client/completion_driver.h"
 #include "client/per_call_backend.h"
+#include "client/shared_memory_backend.h"
 #include "client/shard_endpoint.h"
 #include "client/small_call_stream.h"
 #include "core/buffer_cache.h"
@@ -70,6 +71,15 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   // OK once JobReady came; else how the Join stream ended; else
   // DEADLINE_EXCEEDED (still joining).
   absl::Status JoinOutcome();
+
+  // After JobReady: sets up the same-host path as ClientOptions::
+  // shared_memory says (or REDUCER_SHARED_MEMORY). OK when it is in use,
+  // or when it is not but need not be (kOff; kAuto when reducerd does not
+  // offer it or the handshake failed); with kRequired, FAILED_PRECONDITION
+  // naming the address and why the path cannot be used.
+  absl::Status StartSharedMemory(absl::Time deadline);
+  // Whether collectives to this shard go through shared memory.
+  bool uses_shared_memory() const { return shared_memory_ != nullptr; }
 
   // OK while this shard's session is usable; else why not: JobAborted's
   // reason as reducerd gave it, or how the session ended (which names the
@@ -133,6 +143,8 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   std::unique_ptr<SmallCallStream> small_calls_;
   std::unique_ptr<PerCallBackend> per_call_;
   std::unique_ptr<CollectiveRouter> router_;
+  // The same-host path, once StartSharedMemory set it up; outlives router_.
+  std::unique_ptr<SharedMemoryBackend> shared_memory_;
   // The Join stream (guarded by mu_, see AsyncStream).
   std::unique_ptr<AsyncStream> join_;
 
@@ -148,6 +160,9 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   std::unique_ptr<AbandonCall> abandon_;
   bool abandoning_ ABSL_GUARDED_BY(mu_) = false;
   std::string session_id_ ABSL_GUARDED_BY(mu_);  // from StartJoin
+  // JobReady's shared_memory_socket: where reducerd offers the same-host
+  // path (empty: not offered).
+  std::string shared_memory_socket_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace reducer

@@ -2,17 +2,21 @@
 // against every way a collective can travel, as tensorstore's
 // TestKeyValueReadWriteOps holds every key-value driver to one contract.
 //
-// Today there are two client transports, the suite's parameter:
-//   default   a collective whose payload fits one chunk goes on the shared
-//             Collectives stream (reducerd's MultiplexedStream), a larger
-//             one on a Collective stream of its own (RankStream);
-//   per_call  REDUCER_CLIENT_TRANSPORT=per_call in the ranks' environment:
-//             every collective on a stream of its own.
-// so both server stream kinds are held to the same contract. Every case
+// There are three client transports, the suite's parameter:
+//   default        over gRPC (REDUCER_SHARED_MEMORY=off): a collective whose
+//                  payload fits one chunk goes on the shared Collectives
+//                  stream (reducerd's MultiplexedStream), a larger one on a
+//                  Collective stream of its own (RankStream);
+//   per_call       also REDUCER_CLIENT_TRANSPORT=per_call: every collective
+//                  on a stream of its own;
+//   shared_memory  REDUCER_SHARED_MEMORY=required: the same-host path
+//                  (docs/same_host.md), no collective over gRPC at all;
+// so every server transport is held to the same contract. Every case
 // starts one reducerd (--chunk_bytes=64 KiB, so that several chunks stay
 // cheap) and four real rank processes with the parameter's environment, and
 // ends by reading reducerd's gRPC metrics to prove which stream kinds
-// carried the case (per_call: never the Collectives stream).
+// carried the case (per_call: never the Collectives stream; shared_memory:
+// neither).
 //
 // The checks: every collective kind out of place and in place at 0 bytes,
 // one element, exactly one chunk, one chunk + 1 byte and several chunks,
@@ -72,10 +76,17 @@ constexpr int64_t kChunkFloats = kChunk / 4;
 // A failure that must come long before the collective's timeout.
 constexpr absl::Duration kFast = absl::Seconds(10);
 
-enum class Transport { kDefault, kPerCall };
+enum class Transport { kDefault, kPerCall, kSharedMemory };
 
 std::string TransportName(Transport t) {
-  return t == Transport::kPerCall ? "per_call" : "default";
+  switch (t) {
+    case Transport::kPerCall:
+      return "per_call";
+    case Transport::kSharedMemory:
+      return "shared_memory";
+    default:
+      return "default";
+  }
 }
 
 void PrintTo(Transport t, std::ostream* os) { *os << TransportName(t); }
@@ -117,6 +128,8 @@ class ConformanceTest : public FaultTest,
     } else {
       unsetenv("REDUCER_CLIENT_TRANSPORT");
     }
+    setenv("REDUCER_SHARED_MEMORY",
+           GetParam() == Transport::kSharedMemory ? "required" : "off", 1);
     FaultTest::SetUp();
     if (HasFatalFailure()) return;
     fault_worker_ = worker_binary_;
@@ -132,6 +145,7 @@ class ConformanceTest : public FaultTest,
   void TearDown() override {
     FaultTest::TearDown();
     unsetenv("REDUCER_CLIENT_TRANSPORT");
+    unsetenv("REDUCER_SHARED_MEMORY");
   }
 
   // Runs conformance_worker `verb` at every size of kSizes on all ranks and
@@ -206,6 +220,11 @@ class ConformanceTest : public FaultTest,
     if (GetParam() == Transport::kPerCall) {
       EXPECT_EQ(shared, 0) << "a per_call rank used the shared stream";
       EXPECT_GT(per_call, 0);
+      return;
+    }
+    if (GetParam() == Transport::kSharedMemory) {
+      EXPECT_EQ(shared + per_call, 0)
+          << "a collective went over gRPC although shared memory was required";
       return;
     }
     if (small) {
@@ -421,7 +440,8 @@ TEST_P(ConformanceTest, NamedCollectivesMatchInAnyOrder) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, ConformanceTest,
                          ::testing::Values(Transport::kDefault,
-                                           Transport::kPerCall),
+                                           Transport::kPerCall,
+                                           Transport::kSharedMemory),
                          [](const ::testing::TestParamInfo<Transport>& info) {
                            return TransportName(info.param);
                          });

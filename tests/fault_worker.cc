@@ -18,7 +18,9 @@
 // worker exits 0 once the script ran (whatever the results), 2 for a
 // script it cannot parse, and stops early (exit 0) if Connect fails.
 // --tls_ca_file, --tls_cert_file, --tls_key_file, --tls_server_name (any of
-// them turns ClientOptions::tls on) and --token set the security options.
+// them turns ClientOptions::tls on) and --token set the security options;
+// --shared_memory (auto, off, required; REDUCER_SHARED_MEMORY still wins)
+// and --shared_memory_bytes the same-host path's.
 //
 // A script is steps separated by ';', each `verb` or `verb:key=value,...`:
 //
@@ -101,6 +103,10 @@ ABSL_FLAG(std::string, tls_cert_file, "", "ClientOptions::tls.cert_file");
 ABSL_FLAG(std::string, tls_key_file, "", "ClientOptions::tls.key_file");
 ABSL_FLAG(std::string, tls_server_name, "", "ClientOptions::tls.server_name");
 ABSL_FLAG(std::string, token, "", "ClientOptions::token");
+ABSL_FLAG(std::string, shared_memory, "auto",
+          "ClientOptions::shared_memory: auto, off or required");
+ABSL_FLAG(uint64_t, shared_memory_bytes, size_t{256} << 20,
+          "ClientOptions::shared_memory_bytes");
 
 namespace reducer {
 namespace testing {
@@ -782,6 +788,16 @@ int main(int argc, char** argv) {
     options.tls = tls;
   }
   options.token = absl::GetFlag(FLAGS_token);
+  const std::string shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  if (shared_memory == "off") {
+    options.shared_memory = reducer::SharedMemory::kOff;
+  } else if (shared_memory == "required") {
+    options.shared_memory = reducer::SharedMemory::kRequired;
+  } else if (shared_memory != "auto") {
+    std::fprintf(stderr, "--shared_memory must be auto, off or required\n");
+    return 2;
+  }
+  options.shared_memory_bytes = absl::GetFlag(FLAGS_shared_memory_bytes);
   if (options.job.empty()) {
     std::fprintf(stderr, "fault_worker: --job is required\n");
     return 2;

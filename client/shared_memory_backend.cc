@@ -1,0 +1,332 @@
+#include "client/shared_memory_backend.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/call_payload.h"
+#include "grpcpp/support/slice.h"
+#include "proto/reducer/v1/collective_codec.h"
+
+namespace reducer {
+namespace {
+
+// How often the reader looks at the socket when no response comes.
+constexpr absl::Duration kSocketCheckEvery = absl::Milliseconds(50);
+// reducerd's nonce; no result range starts below it.
+constexpr uint64_t kResultHeaderBytes = 64;
+
+}  // namespace
+
+// One call in flight, shared by its attempt and the reader.
+struct SharedMemoryBackend::Call {
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  bool answered ABSL_GUARDED_BY(mu) = false;  // a response came
+  absl::StatusOr<std::vector<Tensor>> outcome ABSL_GUARDED_BY(mu) =
+      absl::UnknownError("no outcome yet");
+  std::optional<uint64_t> input_offset;  // set before the call is sent
+
+  void Settle(absl::StatusOr<std::vector<Tensor>> result, bool from_reducerd) {
+    absl::MutexLock lock(&mu);
+    if (done) return;
+    done = true;
+    answered = from_reducerd;
+    outcome = std::move(result);
+  }
+};
+
+class SharedMemoryBackend::Attempt final : public CollectiveAttempt {
+ public:
+  Attempt(SharedMemoryBackend* backend, std::shared_ptr<Call> call,
+          uint64_t call_id, absl::Time deadline)
+      : backend_(backend), call_(std::move(call)), call_id_(call_id),
+        deadline_(deadline) {}
+
+  absl::StatusOr<std::vector<Tensor>> Wait() override {
+    absl::MutexLock lock(&call_->mu);
+    auto over = [this]() ABSL_SHARED_LOCKS_REQUIRED(call_->mu) {
+      return call_->done || cancelled_.load(std::memory_order_acquire);
+    };
+    if (!call_->mu.AwaitWithDeadline(absl::Condition(&over), deadline_)) {
+      call_->mu.Unlock();
+      backend_->SendCancel(call_id_);
+      call_->mu.Lock();
+      if (!call_->done) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "no answer from reducerd at ", backend_->target_,
+            " over shared memory before the call's deadline"));
+      }
+    }
+    received_any_ = call_->answered;
+    if (!call_->done) return absl::CancelledError("the collective was cancelled");
+    return std::move(call_->outcome);
+  }
+  bool Ready() override { return Settled(); }
+  bool Settled() override {
+    absl::MutexLock lock(&call_->mu);
+    return call_->done;
+  }
+  void Cancel() override {
+    if (cancelled_.exchange(true)) return;
+    backend_->SendCancel(call_id_);
+    // Wakes a Wait() blocked on the call.
+    absl::MutexLock lock(&call_->mu);
+  }
+  bool received_any() const override { return received_any_; }
+
+ private:
+  SharedMemoryBackend* const backend_;
+  const std::shared_ptr<Call> call_;
+  const uint64_t call_id_;
+  const absl::Time deadline_;
+  std::atomic<bool> cancelled_{false};
+  bool received_any_ = false;
+};
+
+namespace {
+
+// An attempt that failed before it was sent.
+class FailedAttempt final : public CollectiveAttempt {
+ public:
+  explicit FailedAttempt(absl::Status status) : status_(std::move(status)) {}
+  absl::StatusOr<std::vector<Tensor>> Wait() override { return status_; }
+  bool Ready() override { return true; }
+  bool Settled() override { return true; }
+  void Cancel() override {}
+  bool received_any() const override { return false; }
+
+ private:
+  const absl::Status status_;
+};
+
+}  // namespace
+
+SharedMemoryBackend::SharedMemoryBackend(SharedMemoryChannel channel,
+                                         std::string target,
+                                         std::shared_ptr<BufferCache> buffers)
+    : channel_(std::move(channel)),
+      target_(std::move(target)),
+      buffers_(std::move(buffers)),
+      input_ranges_(channel_.input->size()),
+      reader_([this] { ReadResponses(); }) {}
+
+SharedMemoryBackend::~SharedMemoryBackend() {
+  ::shutdown(channel_.socket.get(), SHUT_RDWR);
+  stop_.store(true, std::memory_order_release);
+  channel_.control->responses().data_bell().Ring();  // wakes the reader
+  reader_.join();
+  Break(absl::CancelledError(absl::StrCat(
+      "the client closed its shared-memory session with reducerd at ",
+      target_)));
+}
+
+absl::Status SharedMemoryBackend::status() const {
+  absl::MutexLock lock(&mu_);
+  return broken_;
+}
+
+std::unique_ptr<CollectiveAttempt> SharedMemoryBackend::Start(
+    const Contribution& contribution) {
+  std::unique_ptr<CollectiveAttempt> attempt = TryStart(contribution);
+  if (attempt != nullptr) return attempt;
+  absl::Status why = status();
+  if (why.ok()) {
+    why = absl::ResourceExhaustedError(absl::StrCat(
+        "a payload of ", contribution.payload_bytes(), " bytes does not fit in "
+        "the free part of the shared-memory input segment (",
+        input_ranges_.size(), " bytes, ClientOptions::shared_memory_bytes)"));
+  }
+  return std::make_unique<FailedAttempt>(why);
+}
+
+std::unique_ptr<CollectiveAttempt> SharedMemoryBackend::TryStart(
+    const Contribution& contribution) {
+  if (!status().ok()) return nullptr;
+  const size_t bytes = contribution.payload_bytes();
+  v1::CollectiveRequest request;
+  const uint64_t call_id = next_call_id_.fetch_add(1);
+  request.set_call_id(call_id);
+  *request.mutable_header() = contribution.header;
+  auto call = std::make_shared<Call>();
+  if (bytes > kInlineBytes) {
+    call->input_offset = input_ranges_.Allocate(bytes);
+    if (!call->input_offset) return nullptr;
+    PackPayloadTo(contribution.layout, contribution.inputs,
+                  static_cast<char*>(channel_.input->data()) + *call->input_offset);
+    request.mutable_data_range()->set_offset(*call->input_offset);
+    request.mutable_data_range()->set_size(bytes);
+  } else if (bytes > 0) {
+    std::string* data = request.mutable_data();
+    data->resize(bytes);
+    PackPayloadTo(contribution.layout, contribution.inputs, data->data());
+  }
+  const std::string record = request.SerializeAsString();
+  if (record.size() > channel_.control->requests().max_record_bytes()) {
+    if (call->input_offset) input_ranges_.Free(*call->input_offset);
+    return nullptr;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    calls_[call_id] = call;
+  }
+  absl::Status pushed;
+  {
+    absl::MutexLock lock(&push_mu_);
+    pushed = channel_.control->requests().Push(record, contribution.deadline);
+  }
+  if (!pushed.ok()) {
+    // Nothing was published: the call is ours alone again.
+    {
+      absl::MutexLock lock(&mu_);
+      calls_.erase(call_id);
+    }
+    if (call->input_offset) input_ranges_.Free(*call->input_offset);
+    call->Settle(absl::Status(pushed.code(),
+                              absl::StrCat("sending to reducerd at ", target_,
+                                           " over shared memory: ",
+                                           pushed.message())),
+                 /*from_reducerd=*/false);
+  }
+  return std::make_unique<Attempt>(this, std::move(call), call_id,
+                                   contribution.deadline);
+}
+
+bool SharedMemoryBackend::TryPushRequest(const std::string& record) {
+  absl::MutexLock lock(&push_mu_);
+  absl::StatusOr<bool> pushed = channel_.control->requests().TryPush(record);
+  return pushed.ok() && *pushed;
+}
+
+void SharedMemoryBackend::SendCancel(uint64_t call_id) {
+  v1::CollectiveRequest cancel;
+  cancel.set_call_id(call_id);
+  TryPushRequest(cancel.SerializeAsString());
+}
+
+void SharedMemoryBackend::FlushReleases() {
+  if (releases_.empty()) return;
+  v1::CollectiveRequest release;
+  for (const auto& [offset, size] : releases_) {
+    v1::SegmentRange* range = release.add_released();
+    range->set_offset(offset);
+    range->set_size(size);
+  }
+  if (TryPushRequest(release.SerializeAsString())) releases_.clear();
+}
+
+void SharedMemoryBackend::ReadResponses() {
+  MessageRing& responses = channel_.control->responses();
+  std::string record;
+  while (!stop_.load(std::memory_order_acquire)) {
+    const uint32_t seen = responses.data_bell().value();
+    bool any = false;
+    while (true) {
+      absl::StatusOr<bool> popped = responses.TryPop(&record);
+      if (!popped.ok()) {
+        Break(absl::UnavailableError(absl::StrCat(
+            "the shared-memory session with reducerd at ", target_,
+            " broke: ", popped.status().message())));
+        return;
+      }
+      if (!*popped) break;
+      any = true;
+      if (!HandleResponse(record)) return;
+    }
+    FlushReleases();
+    if (any) continue;
+    if (responses.data_bell()
+            .WaitChange(seen, absl::Now() + kSocketCheckEvery)
+            .ok()) {
+      continue;
+    }
+    if (SocketClosed()) {
+      Break(absl::UnavailableError(absl::StrCat(
+          "lost the shared-memory session with reducerd at ", target_,
+          ": its socket closed (reducerd stopped or died)")));
+      return;
+    }
+  }
+}
+
+bool SharedMemoryBackend::HandleResponse(const std::string& record) {
+  v1::CollectiveResponse response;
+  if (!response.ParseFromString(record) || response.call_id() == 0) {
+    Break(absl::UnavailableError(absl::StrCat(
+        "reducerd at ", target_, " sent a shared-memory response that does "
+        "not parse")));
+    return false;
+  }
+  std::shared_ptr<Call> call;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = calls_.find(response.call_id());
+    if (it == calls_.end()) return true;  // answered twice: nothing waits
+    call = std::move(it->second);
+    calls_.erase(it);
+  }
+  if (call->input_offset) input_ranges_.Free(*call->input_offset);
+  std::optional<std::pair<uint64_t, uint64_t>> range;
+  if (response.has_data_range()) {
+    range.emplace(response.data_range().offset(), response.data_range().size());
+  }
+  const absl::Status status(
+      static_cast<absl::StatusCode>(response.status().code()),
+      response.status().message());
+  if (!status.ok()) {
+    if (range) releases_.push_back(*range);
+    call->Settle(status, /*from_reducerd=*/true);
+    return true;
+  }
+  SliceRange data;
+  if (range) {
+    const uint64_t end = range->first + range->second;
+    if (range->first < kResultHeaderBytes || end < range->first ||
+        end > channel_.result->size()) {
+      call->Settle(absl::DataLossError(absl::StrCat(
+                       "reducerd at ", target_, " placed a result at bytes [",
+                       range->first, ", ", end, ") outside its ",
+                       channel_.result->size(), "-byte result segment")),
+                   /*from_reducerd=*/true);
+      return true;
+    }
+    data.Append(grpc::Slice(
+        static_cast<const char*>(channel_.result->data()) + range->first,
+        range->second, grpc::Slice::STATIC_SLICE));
+  } else if (!response.data().empty()) {
+    data.Append(grpc::Slice(response.data()));
+  }
+  ResultAssembler result(buffers_);
+  response.set_offset(0);
+  absl::Status added = result.Add(response, data);
+  if (range) releases_.push_back(*range);  // copied out (or given up)
+  call->Settle(added.ok() ? result.Finish()
+                          : absl::StatusOr<std::vector<Tensor>>(added),
+               /*from_reducerd=*/true);
+  return true;
+}
+
+void SharedMemoryBackend::Break(const absl::Status& status) {
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Call>> calls;
+  {
+    absl::MutexLock lock(&mu_);
+    if (broken_.ok()) broken_ = status;
+    calls.swap(calls_);
+  }
+  // Their input ranges stay allocated: nothing is sent any more.
+  for (auto& [id, call] : calls) call->Settle(status, /*from_reducerd=*/false);
+}
+
+bool SharedMemoryBackend::SocketClosed() const {
+  pollfd p{};
+  p.fd = channel_.socket.get();
+  p.events = POLLIN | POLLRDHUP;
+  if (::poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) != 0 ||
+         (p.revents & POLLIN) != 0;  // reducerd sends nothing after welcome
+}
+
+}  // namespace reducer

@@ -1,0 +1,239 @@
+// The same-host path's own cases (docs/same_host.md), beyond the contract
+// that conformance_test holds it to: how ClientOptions::shared_memory
+// decides (kRequired fails Connect saying why, kAuto falls back to gRPC and
+// still works) when reducerd does not offer the path or a worker cannot map
+// its segment; a rank SIGKILLed mid-collective, whose segments reducerd
+// then frees; reducerd SIGKILLed and restarted with clients connected.
+//
+// Real reducerd and fault_worker processes, as in every fault test. Which
+// path carried a case is read from reducerd's gRPC metrics (collectives
+// over gRPC open Collective or Collectives streams; over shared memory
+// none) and from its descriptors (each shared-memory session holds three
+// memfds, /proc/PID/fd links reading "/memfd:reducer-...").
+#include <dirent.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/fault_test_base.h"
+#include "tests/http_get.h"
+#include "tests/process_harness.h"
+
+namespace reducer {
+namespace testing {
+namespace {
+
+// Names of the entries of `dir` (empty if it cannot be read).
+std::set<std::string> ListDir(const std::string& dir) {
+  std::set<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (dirent* e = readdir(d)) names.insert(e->d_name);
+  closedir(d);
+  return names;
+}
+
+// How many of `pid`'s descriptors are the same-host path's memfds.
+int SegmentDescriptors(pid_t pid) {
+  const std::string dir = absl::StrCat("/proc/", pid, "/fd");
+  int count = 0;
+  for (const std::string& name : ListDir(dir)) {
+    char target[256];
+    const ssize_t n = readlink((dir + "/" + name).c_str(), target,
+                               sizeof(target) - 1);
+    if (n <= 0) continue;
+    if (absl::StrContains(std::string(target, n), "memfd:reducer-")) ++count;
+  }
+  return count;
+}
+
+// Polls SegmentDescriptors(pid) until it equals `want` or 10 s passed.
+int WaitForSegmentDescriptors(pid_t pid, int want) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  int now = SegmentDescriptors(pid);
+  while (now != want && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    now = SegmentDescriptors(pid);
+  }
+  return now;
+}
+
+// The port in reducerd's "reducerd metrics on http://127.0.0.1:PORT/metrics".
+int MetricsPort(const std::string& logs) {
+  const std::string marker = "metrics on http://127.0.0.1:";
+  const size_t at = logs.find(marker);
+  if (at == std::string::npos) return 0;
+  const size_t end = logs.find('/', at + marker.size());
+  int port = 0;
+  if (!absl::SimpleAtoi(
+          logs.substr(at + marker.size(), end - at - marker.size()), &port)) {
+    return 0;
+  }
+  return port;
+}
+
+class SharedMemoryTest : public FaultTest {
+ protected:
+  void SetUp() override {
+    // The modes come from each worker's --shared_memory flag here.
+    unsetenv("REDUCER_SHARED_MEMORY");
+    FaultTest::SetUp();
+  }
+
+  bool StartServerWithMetrics(std::vector<std::string> flags = {}) {
+    flags.push_back("--metrics_listen=127.0.0.1:0");
+    if (!StartServer(flags)) return false;
+    metrics_port_ = MetricsPort(server()->Logs());
+    EXPECT_NE(metrics_port_, 0) << server()->Logs();
+    return metrics_port_ != 0;
+  }
+
+  // Collective and Collectives streams reducerd started: the collectives
+  // that went over gRPC.
+  double GrpcCollectiveStreams() {
+    absl::StatusOr<std::string> body = HttpGet(metrics_port_, "/metrics");
+    EXPECT_TRUE(body.ok()) << body.status();
+    if (!body.ok()) return -1;
+    absl::StatusOr<std::vector<Sample>> samples = ParseExposition(*body);
+    EXPECT_TRUE(samples.ok()) << samples.status();
+    if (!samples.ok()) return -1;
+    double total = 0;
+    for (const Sample& s : *samples) {
+      auto it = s.labels.find("grpc_method");
+      if (s.name == "grpc_server_started_total" && it != s.labels.end() &&
+          (it->second == "Collective" || it->second == "Collectives")) {
+        total += s.value;
+      }
+    }
+    return total;
+  }
+
+  int metrics_port_ = 0;
+};
+
+TEST_F(SharedMemoryTest, RequiredFailsConnectWhenReducerdDoesNotOfferIt) {
+  ASSERT_TRUE(StartServerWithMetrics({"--shared_memory=false"}));
+  std::vector<std::unique_ptr<ChildProcess>> w =
+      StartJob(Job(), 1, {"allreduce"}, {}, {"--shared_memory=required"});
+  std::vector<ProcessResult> done = WaitWorkers(w);
+  ASSERT_EQ(done.size(), 1u);
+  ExpectStep(done[0], "0", absl::StatusCode::kFailedPrecondition,
+             {"kRequired", "does not offer it", "--shared_memory=false"});
+}
+
+TEST_F(SharedMemoryTest, AutoFallsBackToGrpcWhenReducerdDoesNotOfferIt) {
+  ASSERT_TRUE(StartServerWithMetrics({"--shared_memory=false"}));
+  std::vector<std::unique_ptr<ChildProcess>> w = StartJob(
+      Job(), 2, {"allreduce;allreduce:shape=300000"}, {}, {"--shared_memory=auto"});
+  std::vector<ProcessResult> done = WaitWorkers(w);
+  ASSERT_EQ(done.size(), 2u);
+  for (const ProcessResult& r : done) {
+    ExpectStep(r, "0", absl::StatusCode::kOk);
+    ExpectStep(r, "1", absl::StatusCode::kOk);
+    ExpectStep(r, "2", absl::StatusCode::kOk);
+  }
+  EXPECT_GT(GrpcCollectiveStreams(), 0);
+}
+
+TEST_F(SharedMemoryTest, WorkerThatCannotMapFailsRequiredAndAutoFallsBack) {
+  ASSERT_TRUE(StartServerWithMetrics());
+  // An input segment larger than any machine's memory: CheckMemoryRoom
+  // refuses it before anything is committed.
+  const std::string too_big = absl::StrCat("--shared_memory_bytes=", 1ull << 50);
+  std::vector<std::unique_ptr<ChildProcess>> required = StartJob(
+      Job("required"), 1, {"allreduce"}, {},
+      {"--shared_memory=required", too_big});
+  std::vector<ProcessResult> refused = WaitWorkers(required);
+  ASSERT_EQ(refused.size(), 1u);
+  ExpectStep(refused[0], "0", absl::StatusCode::kFailedPrecondition,
+             {"kRequired", "cannot be used", "MemAvailable || memory.max"});
+
+  std::vector<std::unique_ptr<ChildProcess>> fallback = StartJob(
+      Job("auto"), 2, {"allreduce;allreduce_inplace:shape=300000"}, {},
+      {"--shared_memory=auto", too_big});
+  std::vector<ProcessResult> done = WaitWorkers(fallback);
+  ASSERT_EQ(done.size(), 2u);
+  for (const ProcessResult& r : done) {
+    ExpectStep(r, "1", absl::StatusCode::kOk);
+    ExpectStep(r, "2", absl::StatusCode::kOk);
+  }
+  EXPECT_GT(GrpcCollectiveStreams(), 0);
+  EXPECT_EQ(SegmentDescriptors(server()->pid()), 0);
+}
+
+TEST_F(SharedMemoryTest, KilledRankMidCollectiveFailsTheOthersAndFreesItsSegments) {
+  ASSERT_TRUE(StartServerWithMetrics());
+  const std::set<std::string> dev_shm_before = ListDir("/dev/shm");
+  // Both ranks finish one large all-reduce; rank 1 then sends its half of
+  // a second one and hangs before the third, which rank 0 waits in.
+  std::vector<std::unique_ptr<ChildProcess>> w = StartJob(
+      Job(), 2,
+      {"allreduce:shape=300000;allreduce:shape=300000;"
+       "allreduce:shape=300000,timeout_ms=20000",
+       "allreduce:shape=300000;allreduce:shape=300000;hang"},
+      {}, {"--shared_memory=required"});
+  ASSERT_EQ(w.size(), 2u);
+  ASSERT_TRUE(WaitForOutput(*w[0], "BEGIN 3 "));
+  ASSERT_TRUE(WaitForOutput(*w[1], "BEGIN 3 hang"));
+  // Three memfds per session: control, input, result.
+  EXPECT_EQ(WaitForSegmentDescriptors(server()->pid(), 6), 6);
+  kill(w[1]->pid(), SIGKILL);
+  std::vector<ProcessResult> done = WaitWorkers(w);
+  ASSERT_EQ(done.size(), 2u);
+  ExpectStep(done[0], "1", absl::StatusCode::kOk);
+  ExpectStep(done[0], "2", absl::StatusCode::kOk);
+  ExpectStep(done[0], "3", absl::StatusCode::kAborted, {"rank 1"},
+             absl::Seconds(10));
+  // Rank 0 is gone too by now (its script ended): nothing is left.
+  EXPECT_EQ(WaitForSegmentDescriptors(server()->pid(), 0), 0);
+  EXPECT_EQ(GrpcCollectiveStreams(), 0);
+  EXPECT_EQ(ListDir("/dev/shm"), dev_shm_before)
+      << "the same-host path must leave nothing in /dev/shm";
+}
+
+TEST_F(SharedMemoryTest, ReducerdKilledAndRestartedWithClientsConnected) {
+  ASSERT_TRUE(StartServerWithMetrics());
+  const std::string script =
+      "allreduce:shape=300000;wait_file:path=restarted;"
+      "allreduce:timeout_ms=5000;reconnect:timeout_ms=5000,attempts=20;"
+      "allreduce:shape=300000;allreduce";
+  std::vector<std::unique_ptr<ChildProcess>> w =
+      StartJob(Job(), 2, {script}, {}, {"--shared_memory=required"});
+  ASSERT_EQ(w.size(), 2u);
+  for (auto& worker : w) ASSERT_TRUE(WaitForOutput(*worker, "RESULT 1 "));
+  const pid_t old_pid = server()->pid();
+  EXPECT_EQ(WaitForSegmentDescriptors(old_pid, 6), 6);
+  KillServer();
+  ASSERT_TRUE(RestartServerOnSamePort());
+  Touch("restarted");
+  std::vector<ProcessResult> done = WaitWorkers(w);
+  ASSERT_EQ(done.size(), 2u);
+  for (const ProcessResult& r : done) {
+    ExpectStep(r, "1", absl::StatusCode::kOk);
+    // The call after the kill fails fast, naming the lost reducerd.
+    ExpectStep(r, "3", absl::StatusCode::kUnavailable, {"reducerd"},
+               absl::Seconds(5));
+    ExpectStep(r, "4", absl::StatusCode::kOk);
+    ExpectStep(r, "5", absl::StatusCode::kOk);
+    ExpectStep(r, "6", absl::StatusCode::kOk);
+  }
+  // The new reducerd carried the reconnected job over shared memory too.
+  metrics_port_ = MetricsPort(server()->Logs());
+  EXPECT_EQ(GrpcCollectiveStreams(), 0);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace reducer
