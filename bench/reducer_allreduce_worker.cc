@@ -12,9 +12,19 @@
 // 1 + r in every element; the plain out-of-place form checks every element
 // of each size's last result against the closed form W + W(W-1)/2 and
 // exits 1 naming the first wrong one.
+//
+// --shared_memory=off|auto|required sets ClientOptions::shared_memory (default
+// off: the gRPC path). With required the worker also checks, after Connect,
+// that its process maps a memfd (the same-host path's segments appear in
+// /proc/self/maps as "/memfd:..."); when Connect refuses with
+// FAILED_PRECONDITION or no segment is mapped, it prints why on stderr and
+// exits 77, which bench/run_bench.py reads as "the same-host path is not
+// available here" (a skip, not a failure). Every record carries
+// "shared_memory":"<mode>".
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,10 +32,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "client/reducer_client.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "reducerd address");
@@ -42,6 +55,8 @@ ABSL_FLAG(int, split, 1,
           "each, all in flight, then K waits");
 ABSL_FLAG(int, fused_tensors, 1,
           "K > 1: each step is one AllReduceMany of K tensors of each size");
+ABSL_FLAG(std::string, shared_memory, "off",
+          "ClientOptions::shared_memory: off (gRPC alone), auto or required");
 ABSL_FLAG(std::string, tls_ca_file, "",
           "connect over TLS, trusting this PEM CA (ClientOptions::tls); "
           "empty: plaintext");
@@ -49,6 +64,34 @@ ABSL_FLAG(std::string, tls_ca_file, "",
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The exit status for "the same-host path cannot run here".
+constexpr int kSharedMemoryUnavailable = 77;
+
+absl::StatusOr<reducer::SharedMemory> ParseSharedMemory(absl::string_view text) {
+  if (text == "off") return reducer::SharedMemory::kOff;
+  if (text == "auto") return reducer::SharedMemory::kAuto;
+  if (text == "required") return reducer::SharedMemory::kRequired;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--shared_memory must be off, auto or required, not '",
+                   text, "'"));
+}
+
+// Whether this process maps any memfd, as the same-host path's segments are.
+bool MapsMemfd() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("/memfd:") != std::string::npos) return true;
+  }
+  return false;
+}
+
+int Unavailable(const std::string& why) {
+  std::fprintf(stderr, "rank %d: shared memory unavailable: %s\n",
+               absl::GetFlag(FLAGS_rank), why.c_str());
+  return kSharedMemoryUnavailable;
+}
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "rank %d: %s\n", absl::GetFlag(FLAGS_rank),
@@ -60,8 +103,9 @@ void Report(int world_size, size_t size_bytes, const char* pattern,
             const std::vector<double>& latencies_us) {
   std::printf(
       "{\"system\":\"reducer\",\"world_size\":%d,\"size_bytes\":%zu,%s"
-      "\"latencies_us\":[%s]}\n",
+      "\"shared_memory\":\"%s\",\"latencies_us\":[%s]}\n",
       world_size, size_bytes, pattern,
+      absl::GetFlag(FLAGS_shared_memory).c_str(),
       absl::StrJoin(latencies_us, ",", [](std::string* out, double v) {
         out->append(std::to_string(v));
       }).c_str());
@@ -96,8 +140,21 @@ int main(int argc, char** argv) {
   if (!absl::GetFlag(FLAGS_tls_ca_file).empty()) {
     options.tls = reducer::TlsOptions{absl::GetFlag(FLAGS_tls_ca_file)};
   }
+  absl::StatusOr<reducer::SharedMemory> shared_memory =
+      ParseSharedMemory(absl::GetFlag(FLAGS_shared_memory));
+  if (!shared_memory.ok()) return Fail(shared_memory.status());
+  options.shared_memory = *shared_memory;
+  const bool required = *shared_memory == reducer::SharedMemory::kRequired;
   auto client = reducer::Client::Connect(options);
+  if (required && absl::IsFailedPrecondition(client.status())) {
+    return Unavailable(client.status().ToString());
+  }
   if (!client.ok()) return Fail(client.status());
+  if (required && !MapsMemfd()) {
+    return Unavailable(
+        "Connect with shared_memory=required succeeded, but this process "
+        "maps no memfd segment (the client does not take the same-host path)");
+  }
   const int iters = absl::GetFlag(FLAGS_iters);
   const int warmup = absl::GetFlag(FLAGS_warmup);
   const bool print = options.rank == 0;

@@ -1,12 +1,26 @@
 #!/usr/bin/python3
 """Side-by-side all-reduce benchmark: Reducer against Gloo and Open MPI.
 
-One invocation runs, for W in (2, 4) worker processes on this host over
-loopback, float32 SUM all-reduce from 4 B to 64 MiB (steps of 4x) plus the
-metric-sync pattern (2 float64 values) on each system, interleaving the
-systems size group by size group so that they see the same machine state.
-It prints one table (median, p90, algorithm bandwidth, Reducer's ratio to each
-peer), writes raw and summary numbers to OUT_DIR/results.json and
+One invocation runs, for W in (2, 4) worker processes on this host, float32
+SUM all-reduce from 4 B to 64 MiB (steps of 4x) plus the metric-sync pattern
+(2 float64 values) on each system, interleaving the systems size group by
+size group so that they see the same machine state. The systems:
+  reducer      Reducer over gRPC on loopback (worker --shared_memory=off)
+  reducer_shm  Reducer on the same-host shared-memory path
+               (--shared_memory=required); skipped, with the reason, when a
+               probe finds that the path cannot run here (worker exit 77)
+  gloo         torch.distributed's Gloo backend over loopback TCP
+  mpi_tcp      Open MPI over loopback TCP (--mca btl tcp,self; alias "mpi")
+  mpi_shm      Open MPI's shared-memory transport (--mca btl vader,self, or
+               sm,self where ompi_info lists sm instead of vader)
+gloo and mpi_* are skipped, with the reason, where torch or Open MPI is
+missing. It prints one table (median, p90, algorithm bandwidth, each system's
+ratio to gloo, mpi_tcp and mpi_shm), and, when reducer_shm was asked for,
+the same-host section (bench/same_host_model.py: a memcpy probe before and
+after the runs, reducer_shm's memory-traffic model per size, the W = 4
+targets). --suite=same_host is that comparison alone: every system, W = 2
+and 4, 4 B, 4 KiB, 256 KiB, 4 MiB and 64 MiB, none of the extra figures
+below. It writes raw and summary numbers to OUT_DIR/results.json and
 OUT_DIR/results.csv and a log-log plot to OUT_DIR/allreduce_latency.png, and
 adds two figures the targets name: the reduction kernel's float32 sum against
 memcpy bandwidth (bazel-bin/bench/reduce_kernel_bench) and reducerd's peak RSS
@@ -22,8 +36,10 @@ bench/mpi_allreduce.c (built here with mpicc into a temporary directory).
 Reducer: bazel-bin/server/reducerd and bazel-bin/bench/reducer_allreduce_worker
 (skipped with a warning when not built). Every subprocess has a hard timeout.
 
-Usage: bench/run_bench.py [--quick] [--systems=reducer,gloo,mpi]
-                          [--world_sizes=2,4] [--out_dir=bench/out]
+Usage: bench/run_bench.py [--quick] [--suite=same_host]
+                          [--systems=reducer,reducer_shm,gloo,mpi_tcp,mpi_shm]
+                          [--world_sizes=2,4] [--sizes=4,4096]
+                          [--out_dir=bench/out]
 Needs: python3-torch openmpi-bin libopenmpi-dev python3-matplotlib python3-numpy.
 """
 
@@ -42,16 +58,28 @@ import tempfile
 import threading
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
-SYSTEMS = ("reducer", "gloo", "mpi")
-PEERS = ("gloo", "mpi")
+sys.path.insert(0, str(BENCH_DIR))
+import same_host_model  # noqa: E402  (the same-host model and targets)
+
+SYSTEMS = ("reducer", "reducer_shm", "gloo", "mpi_tcp", "mpi_shm")
+ALIASES = {"mpi": "mpi_tcp"}  # the name mpi_tcp had before mpi_shm existed
+PEERS = ("gloo", "mpi_tcp", "mpi_shm")
+# The worker's --shared_memory for each Reducer system.
+REDUCER_MODES = {"reducer": "off", "reducer_shm": "required"}
+# The "system" each worker program prints in its records.
+REPORTED_AS = {"reducer_shm": "reducer", "mpi_tcp": "mpi", "mpi_shm": "mpi"}
+# reducer_allreduce_worker's exit status when the same-host path cannot run.
+SHM_UNAVAILABLE_EXIT = 77
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 FULL_SIZES = [4 * 4**i for i in range(13)]          # 4 B .. 64 MiB
 QUICK_SIZES = [4, 4 * KiB, 256 * KiB, 4 * MiB]
+SAME_HOST_SIZES = [4, 4 * KiB, 256 * KiB, 4 * MiB, 64 * MiB]
 METRIC_SYNC = "metric_sync"
 METRIC_SYNC_BYTES = 16
 RSS_TENSOR_BYTES = 1 * GiB
@@ -62,12 +90,14 @@ FUSED_TENSORS = 100
 FUSED_BYTES = 16
 FUSED_WORLD_SIZE = 4
 
-# mpirun on loopback as root in a container (Open MPI 4.1): ob1 + TCP only,
-# no process binding (the peers are unbound too), oversubscribing 2 cores.
+# mpirun as root in a container (Open MPI 4.1): no process binding (the
+# peers are unbound too), oversubscribing the cores, its own out-of-band
+# channel on loopback; the ob1 messaging layer over one transport (BTL) and
+# "self" (a rank to itself): TCP over loopback for mpi_tcp, the shared-memory
+# BTL for mpi_shm (mpi_btls).
 MPIRUN_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
-                "--mca", "btl_tcp_if_include", "lo",
-                "--mca", "oob_tcp_if_include", "lo"]
+                "--mca", "oob_tcp_if_include", "lo", "--mca", "pml", "ob1"]
+MPI_TCP_FLAGS = ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]
 
 
 # On this machine kind (a VM) a page touched for the first time costs ~4 ms
@@ -80,7 +110,12 @@ MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 
 
 class RunError(Exception):
-    """A benchmark subprocess failed, timed out or printed unusable output."""
+    """A benchmark subprocess failed, timed out or printed unusable output.
+    returncode: the failed process's exit status, when one exited non-zero."""
+
+    def __init__(self, message, returncode=None):
+        super().__init__(message)
+        self.returncode = returncode
 
 
 # --------------------------------------------------------------------------
@@ -185,7 +220,7 @@ def wait_all(procs, logs, deadline, timeout_s, watch=None):
                 pending = True
             elif rc != 0:
                 raise RunError(f"process {i} ({Path(p.args[0]).name}) exited "
-                               f"with {rc}: {tail(logs[i][1])}")
+                               f"with {rc}: {tail(logs[i][1])}", returncode=rc)
         if not pending:
             return
         if time.monotonic() > deadline:
@@ -281,40 +316,71 @@ def run_gloo(ctx, world, run, log_prefix):
     return run_processes(cmds, log_prefix, ctx.timeout_s, env)
 
 
-def run_mpi(ctx, world, run, log_prefix):
-    """Runs the mpicc-built peer under mpirun with W ranks over TCP."""
+def mpi_shm_btl():
+    """The name this Open MPI gives its shared-memory BTL, from ompi_info's
+    component list: "vader" (Open MPI 2-4) or "sm" (5 and later); None when
+    neither is listed or ompi_info is missing."""
+    try:
+        out = subprocess.run(["ompi_info"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    listed = set(re.findall(r"MCA btl:\s+(\w+)", out))
+    return next((b for b in ("vader", "sm") if b in listed), None)
+
+
+def mpi_btls(system, shm_btl):
+    """The transport flags of mpi_tcp or mpi_shm (shm_btl: mpi_shm_btl())."""
+    if system == "mpi_tcp":
+        return MPI_TCP_FLAGS
+    return ["--mca", "btl", f"{shm_btl},self"]
+
+
+def run_mpi(ctx, world, run, log_prefix, system="mpi_tcp"):
+    """Runs the mpicc-built peer under mpirun with W ranks over the
+    transport of `system` (mpi_tcp or mpi_shm)."""
     exports = [a for name in ctx.worker_env for a in ("-x", name)]
-    cmd = (["mpirun"] + MPIRUN_FLAGS + exports +
-           ["-np", str(world), str(ctx.mpi_binary)])
+    cmd = (["mpirun"] + MPIRUN_FLAGS + mpi_btls(system, ctx.mpi_shm_btl) +
+           exports + ["-np", str(world), str(ctx.mpi_binary)])
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **ctx.worker_env)
     return run_processes([cmd + worker_flags(run)], log_prefix, ctx.timeout_s, env)
 
 
-def reducer_cmds(worker, address, world, run):
-    """The W reducer_allreduce_worker command lines for one run (fresh job)."""
+def reducer_cmds(worker, address, world, run, shared_memory="off"):
+    """The W reducer_allreduce_worker command lines for one run (fresh job);
+    --shared_memory is passed only when it is not the worker's default."""
     job = f"bench-{run['pattern']}-w{world}-{uuid.uuid4().hex[:12]}"
     base = [str(worker), f"--target={address}", f"--job={job}",
             f"--world_size={world}"] + worker_flags(run)
+    if shared_memory != "off":
+        base.append(f"--shared_memory={shared_memory}")
     return [base + [f"--rank={r}"] for r in range(world)]
 
 
-def run_reducer(ctx, world, run, log_prefix):
-    """Launches W Reducer workers against the shared daemon (restarted if it
-    died in an earlier run)."""
+def run_reducer(ctx, world, run, log_prefix, system="reducer"):
+    """Launches W Reducer workers of `system` (reducer or reducer_shm)
+    against the shared daemon (restarted if it died in an earlier run)."""
     if ctx.daemon is None or not ctx.daemon.alive():
         ctx.daemon = ReducerDaemon(ctx.reducerd, ctx.log_dir / "reducerd.log",
                                    ctx.daemon_env)
-    cmds = reducer_cmds(ctx.reducer_worker, ctx.daemon.address, world, run)
+    cmds = reducer_cmds(ctx.reducer_worker, ctx.daemon.address, world, run,
+                        REDUCER_MODES[system])
     return run_processes(cmds, log_prefix, ctx.timeout_s,
                          dict(os.environ, **ctx.worker_env))
 
 
-RUNNERS = {"reducer": run_reducer, "gloo": run_gloo, "mpi": run_mpi}
+RUNNERS = {"reducer": run_reducer,
+           "reducer_shm": partial(run_reducer, system="reducer_shm"),
+           "gloo": run_gloo,
+           "mpi_tcp": run_mpi,
+           "mpi_shm": partial(run_mpi, system="mpi_shm")}
 
 
 def parse_records(stdout, system, world, run):
-    """Parses rank 0's JSON lines and checks they answer the run asked for."""
+    """Parses rank 0's JSON lines and checks they answer the run asked for.
+    Records of a system whose program prints another name (REPORTED_AS)
+    are renamed to `system`; reducer_shm's must say shared_memory=required."""
     records = []
     for line in stdout.splitlines():
         line = line.strip()
@@ -324,8 +390,13 @@ def parse_records(stdout, system, world, run):
     if got != run["sizes"]:
         raise RunError(f"expected sizes {run['sizes']}, got {got}")
     for r in records:
-        if r.get("system") != system or r.get("world_size") != world:
+        if (r.get("system") != REPORTED_AS.get(system, system)
+                or r.get("world_size") != world):
             raise RunError(f"unexpected record header: {json.dumps(r)[:200]}")
+        if system in REDUCER_MODES and r.get("shared_memory", "off") != REDUCER_MODES[system]:
+            raise RunError(f"{system} record ran with shared_memory="
+                           f"{r.get('shared_memory', 'off')}")
+        r["system"] = system
         if len(r.get("latencies_us", [])) != run["iters"]:
             raise RunError(f"expected {run['iters']} latencies, got "
                            f"{len(r.get('latencies_us', []))}")
@@ -362,13 +433,12 @@ def key_of(record):
 
 
 def add_ratios(records):
-    """Sets vs_<peer> = median_reducer / median_peer on every Reducer record."""
+    """Sets vs_<peer> = median / peer's median on every record of another
+    system than the peer (same W, pattern and size)."""
     by_key = {(r["system"],) + key_of(r): r for r in records}
     for r in records:
-        if r["system"] != "reducer":
-            continue
         for peer in PEERS:
-            other = by_key.get((peer,) + key_of(r))
+            other = peer != r["system"] and by_key.get((peer,) + key_of(r))
             if other:
                 r[f"vs_{peer}"] = r["median_us"] / other["median_us"]
 
@@ -387,7 +457,7 @@ def fmt_time(us):
 
 
 def sort_key(r):
-    """Table order: W, metric sync last, size, then reducer, gloo, mpi."""
+    """Table order: W, metric sync last, size, then SYSTEMS' order."""
     return (r["world_size"], r["pattern"] == METRIC_SYNC, r["size_bytes"],
             SYSTEMS.index(r["system"]))
 
@@ -395,7 +465,7 @@ def sort_key(r):
 def print_table(records):
     """Prints the results table to stdout."""
     head = ("system", "W", "size", "median", "p90", "algbw GB/s",
-            "vs gloo", "vs mpi")
+            *(f"vs {p}" for p in PEERS))
     rows = [head]
     for r in sorted(records, key=sort_key):
         size = "metric sync" if r["pattern"] == METRIC_SYNC else fmt_size(r["size_bytes"])
@@ -413,7 +483,7 @@ def print_table(records):
 
 CSV_FIELDS = ["system", "world_size", "pattern", "size_bytes", "iters",
               "median_us", "p90_us", "min_us", "mean_us", "algbw_GBps",
-              "vs_gloo", "vs_mpi", "cpu_busy_before"]
+              *(f"vs_{p}" for p in PEERS), "cpu_busy_before"]
 
 
 def write_csv(records, path):
@@ -436,7 +506,8 @@ def write_plot(records, path):
     except ImportError:
         print("warning: matplotlib missing, no plot", file=sys.stderr)
         return False
-    colors = {"reducer": "tab:red", "gloo": "tab:blue", "mpi": "tab:green"}
+    colors = {"reducer": "tab:red", "reducer_shm": "tab:orange",
+              "gloo": "tab:blue", "mpi_tcp": "tab:green", "mpi_shm": "tab:olive"}
     styles = {2: "--", 4: "-"}
     fig, ax = plt.subplots(figsize=(9, 6))
     for (system, world), rs in group_lines(records).items():
@@ -456,7 +527,7 @@ def write_plot(records, path):
     ax.set_yscale("log")
     ax.set_xlabel("tensor size (bytes, float32)")
     ax.set_ylabel("median latency (ms)")
-    ax.set_title("all-reduce latency over loopback (stars: metric sync, 2 float64; hollow W=2)")
+    ax.set_title("all-reduce latency on one host (stars: metric sync, 2 float64; hollow W=2)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -711,6 +782,73 @@ def grpc_floor(ctx, binary, timeout_s):
     return {"median_us": medians}
 
 
+def same_host_section(records, world_sizes, sizes, probe_before, probe_after,
+                      skipped):
+    """The same-host figures (bench/same_host_model.py): the memcpy probe's
+    rate (median of both probes' copies), reducer_shm's traffic and model
+    times per W and size beside its median, and the W = 4 targets."""
+    rates = probe_before + probe_after
+    copy = percentile(rates, 50)
+    medians = {(r["system"], r["world_size"], r["size_bytes"]): r["median_us"]
+               for r in records if r["pattern"] == "allreduce"}
+    rows = []
+    for world in world_sizes:
+        for size in sizes:
+            moved = same_host_model.traffic(size, world)
+            model = same_host_model.model_us(size, world, copy)
+            measured = medians.get(("reducer_shm", world, size))
+            rows.append({"world_size": world, "size_bytes": size,
+                         "rank_bytes": moved["rank"],
+                         "reducerd_bytes": moved["reducerd"], **model,
+                         "reducer_shm_median_us": measured,
+                         "t_over_chain": measured / model["chain_us"]
+                         if measured else None})
+    checked, unmeasured = same_host_model.targets(medians)
+    return {"memcpy_probe_bytes": same_host_model.PROBE_BYTES,
+            "memcpy_GBps": copy,
+            "memcpy_GBps_before": percentile(probe_before, 50),
+            "memcpy_GBps_after": percentile(probe_after, 50),
+            "rows": rows, "targets": checked, "unmeasured_targets": unmeasured,
+            "reducer_shm_skipped": skipped.get("reducer_shm")}
+
+
+def fmt_bytes(n):
+    """A byte count in B, KiB, MiB or GiB with 3-4 significant digits."""
+    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} B"
+
+
+def print_same_host(shm):
+    """Prints the same-host section: the model table and the targets."""
+    print(f"\nsame host: reducer_shm's memory traffic (bench/same_host_model.py) "
+          f"at the memcpy probe's {shm['memcpy_GBps']:.2f} GB/s copied "
+          f"({fmt_size(shm['memcpy_probe_bytes'])}, one thread; "
+          f"{shm['memcpy_GBps_before']:.2f} before the runs, "
+          f"{shm['memcpy_GBps_after']:.2f} after):")
+    if shm["reducer_shm_skipped"]:
+        print(f"  reducer_shm not measured: {shm['reducer_shm_skipped']}")
+    head = ("W", "size", "rank moves", "reducerd moves", "model chain",
+            "model serial", "reducer_shm", "t / chain")
+    rows = [head]
+    for r in shm["rows"]:
+        m = r["reducer_shm_median_us"]
+        rows.append((str(r["world_size"]), fmt_size(r["size_bytes"]),
+                     fmt_bytes(r["rank_bytes"]), fmt_bytes(r["reducerd_bytes"]),
+                     fmt_time(r["chain_us"]), fmt_time(r["serial_us"]),
+                     fmt_time(m) if m else "-",
+                     f"{r['t_over_chain']:.2f}" if m else "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    for row in rows:
+        print("  " + "  ".join(c.rjust(w) for c, w in zip(row, widths)))
+    print("\nsame-host targets (W=4):")
+    for label, value, target, ok in shm["targets"]:
+        print(f"  {'ok  ' if ok else 'MISS'} {label}: {value:.2f} (target {target})")
+    for label in shm["unmeasured_targets"]:
+        print(f"  n/a  {label}: not measured")
+
+
 MIN_MEM_AVAILABLE = 1 * GiB
 
 
@@ -810,7 +948,10 @@ class Context:
         self.worker_env = MALLOC_ENV if args.malloc_env != "none" else {}
         self.daemon_env = MALLOC_ENV if args.malloc_env == "all" else {}
         self.mpi_binary = None
+        self.mpi_shm_btl = None
         self.daemon = None
+        self.skipped = {}  # system -> why it did not run
+        self.setup_failures = []
 
 
 def parse_args(argv):
@@ -818,8 +959,12 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true",
                    help="4 sizes, 30 iterations, no 1 GiB RSS run (CI smoke)")
+    p.add_argument("--suite", choices=("same_host",),
+                   help="same_host: the same-host comparison alone (every "
+                        "system, 4 B..64 MiB in five sizes, no extra figures)")
     p.add_argument("--systems", default=",".join(SYSTEMS),
-                   help="comma-separated subset of reducer,gloo,mpi")
+                   help=f"comma-separated subset of {','.join(SYSTEMS)} "
+                        "(mpi: mpi_tcp)")
     p.add_argument("--world_sizes", default="2,4")
     p.add_argument("--sizes", default="",
                    help="comma-separated byte sizes instead of the default list")
@@ -838,6 +983,8 @@ def parse_args(argv):
                    help="skip reducerd's 1 GiB peak-RSS run")
     p.add_argument("--skip_kernel", action="store_true",
                    help="skip the reduction kernel benchmark")
+    p.add_argument("--skip_fusion", action="store_true",
+                   help="skip the AllReduceMany-against-one-all-reduce figure")
     p.add_argument("--reducerd", default=str(REPO_ROOT / "bazel-bin/server/reducerd"))
     p.add_argument("--reducer_worker",
                    default=str(REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker"))
@@ -850,7 +997,13 @@ def parse_args(argv):
     p.add_argument("--kernel_bench",
                    default=str(REPO_ROOT / "bazel-bin/bench/reduce_kernel_bench"))
     args = p.parse_args(argv)
-    args.systems = [s for s in args.systems.split(",") if s]
+    if args.suite == "same_host":
+        if not args.sizes:
+            args.sizes = ",".join(map(str, SAME_HOST_SIZES))
+        args.skip_rss = args.skip_kernel = args.skip_fusion = True
+        args.skip_tls = args.skip_floor = True
+    args.systems = list(dict.fromkeys(ALIASES.get(s, s)
+                                      for s in args.systems.split(",") if s))
     bad = set(args.systems) - set(SYSTEMS)
     if bad:
         p.error(f"unknown systems: {sorted(bad)}")
@@ -876,17 +1029,66 @@ def reexec_with_system_python(argv):
         os.execv(system_python, [system_python, str(Path(sys.argv[0]).resolve())] + argv)
 
 
+def unavailable_reason(ctx, system, tmp):
+    """Why `system` cannot run here, or None; builds the MPI peer into tmp
+    and finds the shared-memory BTL on first need, and probes reducer_shm."""
+    if system in REDUCER_MODES:
+        if not (ctx.reducerd.exists() and ctx.reducer_worker.exists()):
+            return f"build {ctx.reducerd} and {ctx.reducer_worker} first"
+        return probe_reducer_shm(ctx) if system == "reducer_shm" else None
+    if system == "gloo":
+        import importlib.util
+        return None if importlib.util.find_spec("torch") else \
+            f"torch is not importable by {sys.executable}"
+    if not (shutil.which("mpicc") and shutil.which("mpirun")):
+        return "Open MPI (mpicc, mpirun) is not installed"
+    if system == "mpi_shm":
+        ctx.mpi_shm_btl = ctx.mpi_shm_btl or mpi_shm_btl()
+        if ctx.mpi_shm_btl is None:
+            return "ompi_info lists no shared-memory BTL (vader or sm)"
+    if ctx.mpi_binary is None:
+        ctx.mpi_binary = build_mpi(tmp)
+    return None
+
+
+def probe_reducer_shm(ctx):
+    """Runs one 4 B all-reduce of two reducer_shm workers; returns None when
+    it works, or the workers' reason when they exit SHM_UNAVAILABLE_EXIT.
+    Any other failure raises RunError."""
+    run = {"pattern": "allreduce", "sizes": [4], "iters": 1, "warmup": 0}
+    try:
+        out = run_reducer(ctx, 2, run, ctx.log_dir / "reducer_shm-probe",
+                          system="reducer_shm")
+        parse_records(out, "reducer_shm", 2, run)
+        return None
+    except RunError as e:
+        if e.returncode == SHM_UNAVAILABLE_EXIT:
+            return "the same-host path is unavailable: " + unavailable_line(str(e))
+        raise RunError(f"reducer_shm probe: {e}") from e
+
+
+def unavailable_line(text):
+    """The worker's "shared memory unavailable: WHY" reason out of a log
+    tail, or the tail's last line."""
+    m = re.findall(r"shared memory unavailable: (.*)", text)
+    return m[-1].strip() if m else text.strip().splitlines()[-1]
+
+
 def available_systems(args, ctx, tmp):
-    """Drops systems whose binaries are missing (with a warning) and builds
-    the MPI peer into tmp."""
+    """The requested systems that can run here; the others go into
+    ctx.skipped with the reason (and a warning), and also into
+    ctx.setup_failures when finding out failed (a probe that broke)."""
     systems = []
     for s in args.systems:
-        if s == "reducer" and not (ctx.reducerd.exists() and ctx.reducer_worker.exists()):
-            print(f"warning: skipping reducer: build {ctx.reducerd} and "
-                  f"{ctx.reducer_worker} first", file=sys.stderr)
+        try:
+            why = unavailable_reason(ctx, s, tmp)
+        except (RunError, subprocess.SubprocessError, OSError) as e:
+            why = f"failed: {e}"
+            ctx.setup_failures.append(f"{s}: {e}")
+        if why:
+            ctx.skipped[s] = why
+            print(f"warning: skipping {s}: {why}", file=sys.stderr)
             continue
-        if s == "mpi":
-            ctx.mpi_binary = build_mpi(tmp)
         systems.append(s)
     return systems
 
@@ -1022,12 +1224,16 @@ def main(argv):
     shutil.rmtree(ctx.log_dir, ignore_errors=True)
     ctx.log_dir.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix="reducer-bench-") as tmp:
+        same_host = "reducer_shm" in args.systems
         try:
             systems = available_systems(args, ctx, tmp)
+            probe_before = same_host_model.memcpy_probe() if same_host else []
             records, failures, timings = run_all(ctx, systems, args.world_sizes,
                                                  args.quick, args.sizes)
-            fusion = {"skipped": "reducer not run"}
-            if "reducer" in systems:
+            probe_after = same_host_model.memcpy_probe() if same_host else []
+            failures = ctx.setup_failures + failures
+            fusion = {"skipped": "--skip_fusion, or reducer not run"}
+            if "reducer" in systems and not args.skip_fusion:
                 try:
                     fusion = reducer_fusion(ctx, records, args.timeout_s)
                 except (RunError, json.JSONDecodeError, OSError) as e:
@@ -1058,13 +1264,24 @@ def main(argv):
     add_ratios(records)
     targets = check_targets(records, kernel, rss)
     print_table(records)
+    for system, why in ctx.skipped.items():
+        print(f"skipped {system}: {why}")
     busy_runs = sum(r.get("cpu_busy_before", 0) > BUSY_LIMIT for r in records)
     print_extras(kernel, rss, targets, timings, busy_runs)
-    print_fusion(fusion)
-    print_floor(floor)
-    print_tls(tls)
+    if not args.suite:  # a suite leaves these out
+        print_fusion(fusion)
+        print_floor(floor)
+        print_tls(tls)
+    shm = {"skipped": "reducer_shm not asked for"}
+    if same_host:
+        shm = same_host_section(records, args.world_sizes,
+                                args.sizes or (QUICK_SIZES if args.quick else FULL_SIZES),
+                                probe_before, probe_after, ctx.skipped)
+        print_same_host(shm)
+        targets += [tuple(t) for t in shm["targets"]]
     write_results(args, ctx, records, kernel, rss, targets, failures, timings,
-                  dict(fusion=fusion, grpc_floor=floor, tls=tls))
+                  dict(fusion=fusion, grpc_floor=floor, tls=tls, same_host=shm,
+                       skipped_systems=ctx.skipped))
     shown = os.path.relpath(args.out_dir, REPO_ROOT)  # no machine paths in reports
     print(f"\nwrote {shown}/results.json, results.csv, allreduce_latency.png")
     for f in failures:
