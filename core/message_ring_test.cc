@@ -408,7 +408,8 @@ TEST(MessageRingTest, TwoProcessesPassAHundredThousandRecordsInOrder) {
     uint64_t n = ~uint64_t{0};
     if (got.size() >= 8) std::memcpy(&n, got.data(), 8);
     out_of_order += n != next;
-    wrong_bytes += got.substr(got.size() < 8 ? 0 : 8) != Record(next, next % 57);
+    wrong_bytes +=
+        got.substr(got.size() < 8 ? 0 : 8) != Record(next, next % 57);
     ++next;
   }
   EXPECT_EQ(out_of_order, 0u);

@@ -28,8 +28,8 @@ TEST(RangeAllocatorTest, SizeIsRoundedDownToTheAlignment) {
 TEST(RangeAllocatorTest, RangesAreAlignedAndRoundedUp) {
   RangeAllocator ranges(4096);
   EXPECT_EQ(ranges.Allocate(1), 0u);
-  EXPECT_EQ(ranges.Allocate(65), 64u);   // takes 128
-  EXPECT_EQ(ranges.Allocate(0), 192u);   // takes 64
+  EXPECT_EQ(ranges.Allocate(65), 64u);  // takes 128
+  EXPECT_EQ(ranges.Allocate(0), 192u);  // takes 64
   EXPECT_EQ(ranges.Allocate(64), 256u);
   EXPECT_EQ(ranges.used(), 64u + 128u + 64u + 64u);
 }
@@ -71,7 +71,7 @@ TEST(RangeAllocatorTest, FreeOfAnOffsetNoRangeStartsAtIsFalse) {
   EXPECT_FALSE(ranges.Free(4096));  // outside the area
   EXPECT_EQ(ranges.used(), 128u);
   EXPECT_TRUE(ranges.Free(0));
-  EXPECT_FALSE(ranges.Free(0));     // twice
+  EXPECT_FALSE(ranges.Free(0));  // twice
   EXPECT_EQ(ranges.used(), 0u);
 }
 
@@ -144,7 +144,8 @@ TEST(RangeAllocatorTest, RandomSequenceMatchesABitmapModel) {
       ++allocations;
     } else if (random() % 8 == 0) {
       // An offset no live range starts at.
-      const uint64_t offset = (random() % kSlots) * 64 + 64 * kSlots * (step % 2);
+      const uint64_t offset =
+          (random() % kSlots) * 64 + 64 * kSlots * (step % 2);
       if (live.count(offset) == 0) {
         ASSERT_FALSE(ranges.Free(offset));
       }

@@ -100,9 +100,8 @@ class ReduceStrategyTest : public ::testing::Test {
       absl::StatusOr<SharedBytes> sum = strategy_->Reduce(std::move(chunk));
       ASSERT_TRUE(sum.ok()) << sum.status();
       ASSERT_EQ(sum->size(), bytes);
-      EXPECT_EQ(Floats(*sum),
-                RampSum(w, index * kChunkBytes / sizeof(float),
-                        bytes / sizeof(float)))
+      EXPECT_EQ(Floats(*sum), RampSum(w, index * kChunkBytes / sizeof(float),
+                                      bytes / sizeof(float)))
           << "chunk " << index;
     }
   }
@@ -123,8 +122,8 @@ TEST_F(ReduceStrategyTest, AlignedPieceHoldingWholeChunksIsHeldNotCopied) {
     owners.push_back(std::make_shared<WordOwner>(Ramp(r, kN), 0));
     watch.push_back(owners.back());
     Payload one_piece;
-    one_piece.Append(SharedBytes(owners.back(), owners.back()->data(),
-                                 kN * sizeof(float)));
+    one_piece.Append(
+        SharedBytes(owners.back(), owners.back()->data(), kN * sizeof(float)));
     Accept(r, 0, std::move(one_piece));
   }
   ASSERT_EQ(ready_.size(), 3u);
@@ -159,8 +158,8 @@ TEST_F(ReduceStrategyTest, MisalignedWholePieceIsCopied) {
     const size_t shift = r == 1 ? 4 : 0;
     owners.push_back(std::make_shared<WordOwner>(Ramp(r, kN), shift));
     Payload one_piece;
-    one_piece.Append(SharedBytes(owners.back(), owners.back()->data(),
-                                 kN * sizeof(float)));
+    one_piece.Append(
+        SharedBytes(owners.back(), owners.back()->data(), kN * sizeof(float)));
     Accept(r, 0, std::move(one_piece));
   }
   ASSERT_EQ(ready_.size(), 2u);
