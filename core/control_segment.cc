@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace reducer {
@@ -64,12 +65,18 @@ absl::StatusOr<std::unique_ptr<ControlSegment>> ControlSegment::Adopt(int fd) {
         "has ", kBytes));
   }
   const char* base = Base(*segment);
+  if (std::memcmp(base, kMagic, sizeof(kMagic)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the control segment's magic is \"",
+        absl::CHexEscape(absl::string_view(base, sizeof(kMagic))),
+        "\", not \"RDCRCTL1\""));
+  }
   uint32_t version;
   std::memcpy(&version, base + kVersionOffset, sizeof(version));
-  if (std::memcmp(base, kMagic, sizeof(kMagic)) != 0 || version != kVersion) {
+  if (version != kVersion) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the control segment does not start with layout RDCRCTL1 version ",
-        kVersion, " (version read: ", version, ")"));
+        "the control segment has layout version ", version,
+        "; this build reads version ", kVersion));
   }
   return std::make_unique<ControlSegment>(*std::move(segment));
 }

@@ -102,6 +102,12 @@ absl::StatusOr<bool> MessageRing::TryPop(std::string* record) {
         "shared-memory ring of ", capacity_, " bytes is corrupt: a record of ",
         length, " bytes at ", at, " with ", available, " bytes published"));
   }
+  // A producer wraps a record that would not fit before the buffer's end.
+  if (8 + Padded(length) > capacity_ - at) {
+    return absl::DataLossError(absl::StrCat(
+        "shared-memory ring of ", capacity_, " bytes is corrupt: a record of ",
+        length, " bytes at ", at, " runs past the buffer's end"));
+  }
   record->assign(data_ + at + 8, length);
   header_->tail.index.store(tail + 8 + Padded(length), std::memory_order_release);
   space_bell_.Ring();

@@ -18,7 +18,8 @@
 // marker (length ~0) and starts at offset 0.
 //
 // Neither side trusts the other: each index written by the peer is checked
-// (head - tail within capacity, a multiple of 8, a length that fits), and a
+// (head - tail within capacity, a multiple of 8, a length that fits both
+// what is published and the space before the buffer's end), and a
 // violation is DATA_LOSS naming what was wrong, never an access outside the
 // ring. One thread at a time may produce and one consume.
 #ifndef REDUCER_CORE_MESSAGE_RING_H_

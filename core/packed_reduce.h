@@ -21,7 +21,10 @@ namespace reducer {
 // Reduces the byte range [begin, end) of packed payloads laid out by
 // `layout` for `tensors`: inputs[i] points at byte `begin` of rank i's
 // payload, `out` at byte `begin` of the result. begin and end must be
-// multiples of kPayloadAlignment (end may also equal layout.total_bytes).
+// multiples of kPayloadAlignment (end may also equal layout.total_bytes),
+// and every inputs[i] and `out` aligned to kPayloadAlignment in memory: the
+// kernels read and write each tensor's elements in place through pointers
+// of their type (Reduce needs each array aligned to its element's size).
 // Padding bytes in the range are written as zero. Each tensor uses its own
 // op; see Reduce() (core/reduce.h) for the numeric contract.
 // INVALID_ARGUMENT for a range outside the payload or misaligned, null

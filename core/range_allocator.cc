@@ -10,6 +10,8 @@ RangeAllocator::RangeAllocator(size_t bytes)
 }
 
 std::optional<uint64_t> RangeAllocator::Allocate(size_t n) {
+  // Also keeps the rounding below from overflowing.
+  if (n > size_) return std::nullopt;
   const uint64_t bytes =
       n == 0 ? kAlignment : (n + kAlignment - 1) / kAlignment * kAlignment;
   absl::MutexLock lock(&mu_);

@@ -30,7 +30,7 @@
 namespace reducer {
 
 // Reduces inputs.size() arrays of `num_elements` elements of `dtype` into
-// `out`. INVALID_ARGUMENT if the op is not defined on the dtype or `inputs`
+// `out`; each array, `out` included, aligned to DataTypeSize(dtype). INVALID_ARGUMENT if the op is not defined on the dtype or `inputs`
 // is empty; then `out` is untouched.
 absl::Status Reduce(ReduceOp op, DataType dtype,
                     absl::Span<const void* const> inputs, size_t num_elements,

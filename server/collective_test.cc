@@ -4,6 +4,7 @@
 // contributes r + 1 times a ramp), never by the engine's own code.
 #include "server/collective.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -395,6 +396,47 @@ TEST_F(CollectiveTest, AllReduceSumIsExactWhateverTheArrivalOrder) {
     EXPECT_TRUE(c->done());
     EXPECT_EQ(memory_->used(), 0u);
   }
+}
+
+// Whole-chunk pieces are held in place and the rest copied; mixed in one
+// reduction, the sum is the same, and no piece outlives the collective.
+TEST_F(CollectiveTest, AllReduceOfHeldAndCopiedPartsIsExact) {
+  options_.offload_bytes = 64;
+  constexpr int kN = 40;  // chunks of 64, 64 and 32 bytes
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
+  auto ch = Channels(3);
+  std::vector<std::weak_ptr<const StringOwner>> owners;
+  for (int r = 0; r < 3; ++r) {
+    c->Attach(ch[r], r,
+              Fp(CollectiveKind::kAllReduce, {Spec(DataType::kFloat32, {kN})},
+                 {0, 1, 2}),
+              absl::StrCat("attempt-", r));
+    // Rank 0: its whole input in one piece. Rank 1: the same, 4 bytes into
+    // its storage (misaligned, so copied). Rank 2: one piece per chunk.
+    const std::string input = Bytes(Ramp(r, kN));
+    const size_t shift = r == 1 ? 4 : 0;
+    auto owner = std::make_shared<const StringOwner>(
+        std::string(shift, '\0') + input);
+    owners.push_back(owner);
+    const char* data = owner->bytes().data() + shift;
+    const size_t message_bytes = r == 2 ? 64 : input.size();
+    for (size_t pos = 0; pos < input.size(); pos += message_bytes) {
+      Payload message;
+      message.Append(SharedBytes(
+          owner, data + pos, std::min(message_bytes, input.size() - pos)));
+      EXPECT_TRUE(c->OnData(r, pos, std::move(message)));
+    }
+  }
+  const std::string expected = Bytes(RampSum(3, kN));
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+    EXPECT_EQ(ch[r]->Result(), expected);
+    EXPECT_TRUE(owners[r].expired());
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
 }
 
 TEST_F(CollectiveTest, ReduceScatterGivesEachRankItsSliceOfTheSum) {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -51,11 +52,42 @@ struct RankState {
   size_t reserved = 0;      // bytes it holds in the memory budget
 };
 
+// One rank's part of a staged chunk: where its bytes are and what keeps them
+// alive, either a pooled buffer they were copied into or the received
+// storage they are held in without a copy. Move-only.
+class StagedPart {
+ public:
+  StagedPart() = default;
+  static StagedPart Copied(ChunkPool::Buffer buffer) {
+    StagedPart part;
+    part.data_ = buffer.get();
+    part.buffer_ = std::move(buffer);
+    return part;
+  }
+  static StagedPart Held(SharedBytes bytes) {
+    StagedPart part;
+    part.data_ = bytes.data();
+    part.held_ = std::move(bytes);
+    return part;
+  }
+
+  const char* data() const { return data_; }
+  // Writable only when copied (null when held).
+  char* buffer() const { return buffer_.get(); }
+  bool held() const { return data_ != nullptr && buffer_ == nullptr; }
+  explicit operator bool() const { return data_ != nullptr; }
+
+ private:
+  const char* data_ = nullptr;
+  ChunkPool::Buffer buffer_;
+  SharedBytes held_;
+};
+
 // Every part of one chunk of a reduction, one per rank in group order.
 struct StagedChunk {
   size_t index = 0;  // chunk k holds payload bytes [k * chunk, (k+1) * chunk)
   size_t bytes = 0;  // in each part: chunk_bytes, or less for the last chunk
-  std::vector<ChunkPool::Buffer> parts;
+  std::vector<StagedPart> parts;
 };
 
 class KindStrategy {

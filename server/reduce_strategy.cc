@@ -1,11 +1,21 @@
 #include "server/reduce_strategy.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "core/packed_reduce.h"
 
 namespace reducer {
+namespace {
+
+// ReducePackedRange reads each part's elements in place, so a held part
+// must start where a pooled buffer would be aligned for them.
+bool IsPartAligned(const char* p) {
+  return reinterpret_cast<uintptr_t>(p) % kPayloadAlignment == 0;
+}
+
+}  // namespace
 
 ReduceStrategy::ReduceStrategy(bool scatter, int group_size,
                                size_t chunk_bytes, int window,
@@ -56,11 +66,20 @@ void ReduceStrategy::Accept(int index, const RankState& rank, uint64_t offset,
       staging.parts.resize(group_size_);
       staging.filled.resize(group_size_);
     }
-    if (!staging.parts[index]) {
-      staging.parts[index] = chunks_->Get();
+    StagedPart& part = staging.parts[index];
+    if (!part) {
+      // This rank's whole part in one piece, aligned for the kernels: held
+      // where it is. Anything else is copied into a pooled buffer.
+      SharedBytes whole;
+      if (in_chunk == 0 && n == chunk_len) whole = data.Within(consumed, n);
+      if (!whole.empty() && IsPartAligned(whole.data())) {
+        part = StagedPart::Held(std::move(whole));
+      } else {
+        part = StagedPart::Copied(chunks_->Get());
+      }
       ++staged_parts_[index];
     }
-    data.CopyTo(consumed, n, staging.parts[index].get() + in_chunk);
+    if (!part.held()) data.CopyTo(consumed, n, part.buffer() + in_chunk);
     staging.filled[index] += n;
     if (staging.filled[index] == chunk_len && ++staging.complete == group_size_) {
       ready->push_back(StagedChunk{k, chunk_len, std::move(staging.parts)});
@@ -77,7 +96,7 @@ absl::StatusOr<SharedBytes> ReduceStrategy::Reduce(StagedChunk chunk) const {
   const size_t end = std::min(begin + chunk_bytes_, plan.layout.total_bytes);
   std::vector<const void*> inputs;
   inputs.reserve(chunk.parts.size());
-  for (const ChunkPool::Buffer& p : chunk.parts) inputs.push_back(p.get());
+  for (const StagedPart& p : chunk.parts) inputs.push_back(p.data());
   ChunkPool::Buffer out = chunks_->Get();
   absl::Status status = ReducePackedRange(plan.layout, plan.tensors, inputs,
                                           begin, end, out.get());

@@ -5,6 +5,11 @@
 // ranks whose slices it overlaps (ReduceScatter: rank i owns bytes
 // [i * total / n, (i + 1) * total / n)).
 //
+// A rank's part of chunk k that arrives whole in one piece of a Payload,
+// starting at a multiple of kPayloadAlignment in memory (what the kernels
+// need), is held in that piece's storage rather than copied; any other part
+// is copied into a pooled chunk. Either way it counts as one staged part.
+//
 // Back-pressure: a rank may read while it has fewer than `window` chunks
 // staged and fewer than `window` messages queued for it.
 #ifndef REDUCER_SERVER_REDUCE_STRATEGY_H_
@@ -47,7 +52,7 @@ class ReduceStrategy final : public KindStrategy {
   };
   // One chunk being staged: a part per rank, filled in order.
   struct Staging {
-    std::vector<ChunkPool::Buffer> parts;
+    std::vector<StagedPart> parts;
     std::vector<size_t> filled;
     int complete = 0;  // ranks whose part is whole
   };

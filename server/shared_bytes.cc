@@ -28,4 +28,17 @@ void Payload::CopyTo(size_t begin, size_t n, void* dest) const {
   }
 }
 
+SharedBytes Payload::Within(size_t begin, size_t n) const {
+  size_t skip = begin;
+  for (const SharedBytes& piece : pieces_) {
+    if (skip >= piece.size()) {
+      skip -= piece.size();
+      continue;
+    }
+    if (n == 0 || piece.size() - skip < n) return SharedBytes();
+    return piece.Sub(skip, n);
+  }
+  return SharedBytes();
+}
+
 }  // namespace reducer

@@ -4,6 +4,7 @@
 //
 //   Payload in = ...;                       // a rank's bytes, maybe in pieces
 //   in.CopyTo(0, in.size(), staging);       // the one copy into a chunk
+//   SharedBytes whole = in.Within(0, n);    // or none, if one piece has it
 //   SharedBytes result = pool.Share(std::move(chunk), len);
 //   SharedBytes part = result.Sub(64, 128); // no copy; shares the storage
 //
@@ -64,6 +65,9 @@ class Payload {
   // Copies bytes [begin, begin + n) to `dest`, across pieces.
   void CopyTo(size_t begin, size_t n, void* dest) const;
   void CopyTo(void* dest) const { CopyTo(0, size_, dest); }
+  // Bytes [begin, begin + n) (n > 0) sharing their storage, when one piece
+  // holds them all; empty SharedBytes when they span pieces.
+  SharedBytes Within(size_t begin, size_t n) const;
   const std::vector<SharedBytes>& pieces() const { return pieces_; }
 
  private:

@@ -1,0 +1,115 @@
+// ControlSegment's contract (control_segment.h): what Create writes is what
+// Adopt reads through the descriptor, both mappings share the rings, and
+// Adopt refuses a segment of another size, magic or version, naming which.
+#include "core/control_segment.h"
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/shared_segment.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const char kNonce[] = "0123456789abcdef";
+
+TEST(ControlSegmentTest, AdoptReadsTheNonceAndSharesTheRings) {
+  auto created = ControlSegment::Create(kNonce);
+  ASSERT_TRUE(created.ok()) << created.status();
+  auto adopted = ControlSegment::Adopt(dup((*created)->fd()));
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  EXPECT_EQ((*adopted)->nonce(), kNonce);
+  EXPECT_NE((*adopted)->fd(), (*created)->fd());
+
+  ASSERT_TRUE((*created)->requests().Push("request", absl::Now()).ok());
+  ASSERT_TRUE((*adopted)->responses().Push("response", absl::Now()).ok());
+  std::string got;
+  ASSERT_TRUE(*(*adopted)->requests().TryPop(&got));
+  EXPECT_EQ(got, "request");
+  ASSERT_TRUE(*(*created)->responses().TryPop(&got));
+  EXPECT_EQ(got, "response");
+  // Each ring held only its own record.
+  EXPECT_FALSE(*(*adopted)->requests().TryPop(&got));
+  EXPECT_FALSE(*(*created)->responses().TryPop(&got));
+}
+
+TEST(ControlSegmentTest, LayoutSizeIsTheHeaderPageAndTwoRings) {
+  EXPECT_EQ(ControlSegment::kBytes,
+            4096 + 2 * (MessageRing::kHeaderBytes + (size_t{1} << 20)));
+}
+
+TEST(ControlSegmentTest, CreateRefusesANonceOfAnotherLength) {
+  auto created = ControlSegment::Create("short");
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(created.status().message()), HasSubstr("nonce"));
+}
+
+TEST(ControlSegmentTest, AdoptRefusesASegmentOfAnotherSize) {
+  const size_t bytes = ControlSegment::kBytes - 4096;
+  auto segment = SharedSegment::Create("small", bytes);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  std::memcpy(segment->data(), "RDCRCTL1", 8);
+  auto adopted = ControlSegment::Adopt(dup(segment->fd()));
+  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(adopted.status().message()),
+              AllOf(HasSubstr(absl::StrCat(bytes)),
+                    HasSubstr(absl::StrCat(ControlSegment::kBytes))));
+}
+
+TEST(ControlSegmentTest, AdoptRefusesAnotherMagic) {
+  auto created = ControlSegment::Create(kNonce);
+  ASSERT_TRUE(created.ok()) << created.status();
+  // The adopting side sees what a peer wrote through its own mapping.
+  auto writer = SharedSegment::Adopt(dup((*created)->fd()),
+                                     SharedSegment::Access::kReadWrite);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  static_cast<char*>(writer->data())[7] = '2';
+  auto adopted = ControlSegment::Adopt(dup((*created)->fd()));
+  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(adopted.status().message()),
+              AllOf(HasSubstr("magic"), HasSubstr("RDCRCTL2")));
+}
+
+TEST(ControlSegmentTest, AdoptRefusesAnotherVersion) {
+  auto created = ControlSegment::Create(kNonce);
+  ASSERT_TRUE(created.ok()) << created.status();
+  auto writer = SharedSegment::Adopt(dup((*created)->fd()),
+                                     SharedSegment::Access::kReadWrite);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  const uint32_t version = 7;
+  std::memcpy(static_cast<char*>(writer->data()) + 8, &version, 4);
+  auto adopted = ControlSegment::Adopt(dup((*created)->fd()));
+  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(adopted.status().message()),
+              AllOf(HasSubstr("version 7"), Not(HasSubstr("magic"))));
+}
+
+TEST(ControlSegmentTest, RandomBytesHaveTheLengthAndDiffer) {
+  EXPECT_EQ(RandomBytes(0), "");
+  const std::string a = RandomBytes(16), b = RandomBytes(16);
+  EXPECT_EQ(a.size(), 16u);
+  EXPECT_NE(a, b);  // equal with probability 2^-128
+  // 4096 uniform bytes miss fewer than 10 of the 256 values with overwhelming
+  // probability (each is missed with probability (255/256)^4096 < 1e-6).
+  const std::string many = RandomBytes(4096);
+  ASSERT_EQ(many.size(), 4096u);
+  std::set<char> values(many.begin(), many.end());
+  EXPECT_GE(values.size(), 246u);
+}
+
+}  // namespace
+}  // namespace reducer
