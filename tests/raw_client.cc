@@ -62,6 +62,7 @@ absl::StatusOr<std::unique_ptr<RawSession>> RawSession::Join(
   session->mu_.AwaitWithTimeout(absl::Condition(&ready_or_ended), timeout);
   if (session->ready_) {
     session->epoch_ = session->ready_epoch_;
+    session->shared_memory_socket_ = session->ready_socket_;
     return session;
   }
   if (session->ended_) return session->end_status_;
@@ -82,6 +83,7 @@ void RawSession::ReadEvents() {
     if (event.has_ready()) {
       ready_ = true;
       ready_epoch_ = event.ready().epoch();
+      ready_socket_ = event.ready().shared_memory_socket();
     }
   }
   const grpc::Status status = join_reader_->Finish();

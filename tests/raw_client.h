@@ -76,6 +76,10 @@ class RawSession {
   absl::Status Leave();
 
   uint64_t epoch() const { return epoch_; }
+  // JobReady.shared_memory_socket: where reducerd offers the same-host path.
+  const std::string& shared_memory_socket() const {
+    return shared_memory_socket_;
+  }
   const std::string& session_id() const { return session_id_; }
   const std::string& job() const { return job_; }
   int rank() const { return rank_; }
@@ -94,6 +98,7 @@ class RawSession {
   grpc::ClientContext join_context_;
   std::unique_ptr<grpc::ClientReader<v1::JoinEvent>> join_reader_;
   uint64_t epoch_ = 0;
+  std::string shared_memory_socket_;
   std::thread event_thread_;
 
   absl::Mutex mu_;
@@ -101,6 +106,7 @@ class RawSession {
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);
   uint64_t ready_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string ready_socket_ ABSL_GUARDED_BY(mu_);
 };
 
 // Channel arguments of the raw client: no message size limits on either
