@@ -465,6 +465,76 @@ TEST_F(ShmServerTest, AllReduceInlineAndThroughTheSegments) {
   }
 }
 
+TEST_F(ShmServerTest, AllGatherForwardsEachRanksSegmentBytes) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-allgather");
+  ASSERT_EQ(s.size(), 2u);
+  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
+  ASSERT_NE(c[0], nullptr);
+  ASSERT_NE(c[1], nullptr);
+  const int64_t n = 150000;  // 600 KB each, 1.2 MB gathered
+  std::string in[2];
+  for (int r = 0; r < 2; ++r) {
+    in[r] = Input(r, n, 6);
+    c[r]->WriteInput(0, in[r]);
+    v1::CollectiveRequest m;
+    *m.mutable_header() = s[r]->Header(v1::COLLECTIVE_KIND_ALL_GATHER);
+    v1::TensorSpec* spec = m.mutable_header()->add_tensors();
+    spec->set_dtype(v1::DATA_TYPE_FLOAT32);
+    spec->add_shape(n);
+    m.set_call_id(1);
+    ASSERT_TRUE(c[r]->Push(InRange(m, 0, in[r].size())).ok());
+  }
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<v1::CollectiveResponse> got = c[r]->Next();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->status().code(), 0) << got->status().message();
+    ASSERT_EQ(got->result_size(), 1);
+    EXPECT_EQ(got->result(0).shape(0), 2 * n);
+    EXPECT_TRUE(got->has_data_range());
+    EXPECT_TRUE(c[r]->ResultOf(*got) == in[0] + in[1]) << "rank " << r;
+  }
+}
+
+TEST_F(ShmServerTest, AllReduceWithAPeerOnGrpc) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-mixed");
+  ASSERT_EQ(s.size(), 2u);
+  std::unique_ptr<ShmClient> c = Connect(*s[0]);
+  ASSERT_NE(c, nullptr);
+  const int64_t n = 300000;
+  RawCallResult grpc_rank;
+  std::thread peer([&] {
+    const std::string in = Input(1, n, 8);
+    std::vector<v1::CollectiveRequest> chunks;
+    for (size_t at = 0; at < in.size(); at += kChunkBytes) {
+      v1::CollectiveRequest m;
+      if (at == 0) {
+        m = AllReduce(*s[1], 0, 0, n);
+        m.clear_call_id();
+      }
+      m.set_offset(at);
+      m.set_data(in.substr(at, kChunkBytes));
+      chunks.push_back(std::move(m));
+    }
+    grpc_rank = s[1]->Call(chunks, kPatience);
+  });
+  const std::string in = Input(0, n, 8);
+  c->WriteInput(0, in);
+  ASSERT_TRUE(c->Push(InRange(AllReduce(*s[0], 1, 0, n), 0, in.size())).ok());
+  absl::StatusOr<v1::CollectiveResponse> got = c->Next();
+  peer.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->status().code(), 0) << got->status().message();
+  EXPECT_TRUE(c->ResultOf(*got) == Expected(n, 8));
+  EXPECT_TRUE(grpc_rank.status.ok()) << grpc_rank.status;
+  // Chunks may be answered out of order: each lands at its offset.
+  std::string result(n * 4, '\0');
+  for (const v1::CollectiveResponse& r : grpc_rank.responses) {
+    ASSERT_LE(r.offset() + r.data().size(), result.size());
+    result.replace(r.offset(), r.data().size(), r.data());
+  }
+  EXPECT_TRUE(result == Expected(n, 8));
+}
+
 TEST_F(ShmServerTest, ACancelRecordEndsTheCallCancelledAndFreesItsRange) {
   std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-cancel");
   ASSERT_EQ(s.size(), 2u);
