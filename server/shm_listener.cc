@@ -13,6 +13,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/control_segment.h"
 #include "core/fd_passing.h"
 #include "core/shared_segment.h"
@@ -133,6 +134,14 @@ void SharedMemoryListener::AcceptLoop() {
     int connection = -1;
     if (n > 0 && (fds[0].revents & POLLIN) != 0) {
       connection = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+      if (connection < 0 && errno != EAGAIN && errno != EINTR &&
+          errno != ECONNABORTED) {
+        // Out of descriptors or memory: say so, and do not spin on it.
+        log_->Log({LogSeverity::kWarning, "shm_accept_failed",
+                   absl::StrCat("same-host path: accept on socket ", name_,
+                                ": ", strerror(errno))});
+        absl::SleepFor(absl::Milliseconds(100));
+      }
     }
     absl::MutexLock lock(&mu_);
     ReapLocked();
