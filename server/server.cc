@@ -139,9 +139,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     absl::StatusOr<std::unique_ptr<SharedMemoryListener>> listener =
         SharedMemoryListener::Start(&server->registry_, &server->service_,
                                     &server->log_, o.chunk_bytes);
-    if (!listener.ok()) return listener.status();
-    server->shm_listener_ = *std::move(listener);
-    server->registry_.SetSharedMemorySocket(server->shm_listener_->name());
+    if (listener.ok()) {
+      server->shm_listener_ = *std::move(listener);
+      server->registry_.SetSharedMemorySocket(server->shm_listener_->name());
+    } else {
+      // An optimisation only: clients use gRPC when JobReady names no socket.
+      server->log_.Log({LogSeverity::kWarning, "shm_unavailable",
+                        absl::StrCat("same-host path not offered: ",
+                                     listener.status().ToString())});
+    }
   }
   grpc::ServerBuilder builder;
   int port = 0;
