@@ -49,9 +49,10 @@ class RawSession {
  public:
   // Opens a session for `rank` of `job` and waits for JobReady (all ranks
   // joined) until `timeout`. The Join stream's error, or DEADLINE_EXCEEDED.
+  // A nonempty `token` goes with every call (`authorization: Bearer`).
   static absl::StatusOr<std::unique_ptr<RawSession>> Join(
       const std::string& target, const std::string& job, int rank,
-      int world_size, absl::Duration timeout);
+      int world_size, absl::Duration timeout, const std::string& token = "");
 
   ~RawSession();
   RawSession(const RawSession&) = delete;
@@ -85,13 +86,16 @@ class RawSession {
   int rank() const { return rank_; }
 
  private:
-  RawSession(std::string target, std::string job, int rank);
+  RawSession(std::string target, std::string job, int rank, std::string token);
+  // Adds the token's metadata to `context`, if there is a token.
+  void Authorize(grpc::ClientContext* context) const;
   void ReadEvents();
 
   // Constant after Join.
   const std::string target_;
   const std::string job_;
   const int rank_;
+  const std::string token_;
   const std::string session_id_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Reducer::Stub> stub_;

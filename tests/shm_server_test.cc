@@ -15,6 +15,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -45,6 +47,7 @@ namespace testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr size_t kChunkBytes = 64 << 10;
@@ -69,6 +72,7 @@ std::string Expected(int64_t n, uint64_t seed) {
 struct HelloTweak {
   std::string nonce;       // empty: the control segment's
   std::string session_id;  // empty: the raw session's
+  std::string token;       // empty: none
 };
 
 // The client half of the protocol, by hand.
@@ -104,6 +108,7 @@ class ShmClient {
                                                   : tweak.session_id);
     hello.set_rank(raw.rank());
     hello.set_nonce(tweak.nonce.empty() ? nonce : tweak.nonce);
+    hello.set_token(tweak.token);
     *welcome = SendWithFds(client->socket_.get(), hello.SerializeAsString(),
                            {client->control_->fd(), client->input_->fd()});
     if (!welcome->ok()) return nullptr;
@@ -291,11 +296,17 @@ v1::CollectiveRequest InRange(v1::CollectiveRequest m, uint64_t offset,
 
 class ShmServerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  // What the server is started with; a fixture may add to it.
+  virtual ServerOptions Options() {
     ServerOptions options;
     options.listen = "127.0.0.1:0";
     options.chunk_bytes = kChunkBytes;
     options.shared_memory = true;
+    return options;
+  }
+
+  void SetUp() override {
+    ServerOptions options = Options();
     absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -305,12 +316,15 @@ class ShmServerTest : public ::testing::Test {
   }
 
   // Ranks 0 and 1 of `job`, joined (each waits for the other).
-  std::vector<std::unique_ptr<RawSession>> JoinTwo(const std::string& job) {
+  std::vector<std::unique_ptr<RawSession>> JoinTwo(
+      const std::string& job, const std::string& token = "") {
     absl::StatusOr<std::unique_ptr<RawSession>> joined[2];
     std::thread other([&] {
-      joined[1] = RawSession::Join(server_->address(), job, 1, 2, kPatience);
+      joined[1] =
+          RawSession::Join(server_->address(), job, 1, 2, kPatience, token);
     });
-    joined[0] = RawSession::Join(server_->address(), job, 0, 2, kPatience);
+    joined[0] =
+        RawSession::Join(server_->address(), job, 0, 2, kPatience, token);
     other.join();
     std::vector<std::unique_ptr<RawSession>> sessions;
     for (auto& j : joined) {
@@ -577,6 +591,48 @@ TEST_F(ShmServerTest, ACorruptRingEndsTheSessionAndFailsThePeer) {
 
 TEST_F(ShmServerTest, TheClientClosingItsSocketFailsThePeer) {
   ExpectPeerFailsWhen("shm-closed", [](ShmClient& rank0) { rank0.CloseSocket(); });
+}
+
+// reducerd requiring job tokens: the hello's token is checked as a call's.
+class ShmTokenTest : public ShmServerTest {
+ protected:
+  ServerOptions Options() override {
+    ServerOptions options = ShmServerTest::Options();
+    const std::string path =
+        absl::StrCat(std::getenv("TEST_TMPDIR"), "/job_tokens");
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    // printf %s secret | sha256sum
+    std::fputs("shm-token "
+               "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b\n",
+               f);
+    std::fclose(f);
+    options.job_tokens_file = path;
+    return options;
+  }
+};
+
+TEST_F(ShmTokenTest, TheHelloMustCarryTheJobsToken) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-token", "secret");
+  ASSERT_EQ(s.size(), 2u);
+  absl::Status welcome;
+  HelloTweak tweak;
+  std::unique_ptr<ShmClient> client =
+      ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome, tweak);
+  EXPECT_EQ(client, nullptr);
+  EXPECT_EQ(welcome.code(), absl::StatusCode::kUnauthenticated) << welcome;
+
+  tweak.token = "not-the-secret";
+  client = ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome,
+                              tweak);
+  EXPECT_EQ(client, nullptr);
+  EXPECT_EQ(welcome.code(), absl::StatusCode::kUnauthenticated) << welcome;
+  EXPECT_THAT(welcome.message(), Not(HasSubstr("not-the-secret")));
+
+  tweak.token = "secret";
+  client = ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome,
+                              tweak);
+  EXPECT_TRUE(welcome.ok()) << welcome;
+  EXPECT_NE(client, nullptr);
 }
 
 }  // namespace
