@@ -24,10 +24,12 @@ std::string MatchingKey(const v1::CollectiveHeader& header,
 
 }  // namespace
 
-Job::Job(std::string name, int world_size, CollectiveEnv env)
+Job::Job(std::string name, int world_size, CollectiveEnv env,
+         std::string shared_memory_socket)
     : name_(std::move(name)),
       world_size_(world_size),
       env_(env),
+      shared_memory_socket_(std::move(shared_memory_socket)),
       members_(world_size),
       departed_(world_size, false) {}
 
@@ -89,6 +91,7 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     v1::JoinEvent event;
     event.mutable_ready()->set_epoch(epoch_);
     event.mutable_ready()->set_chunk_bytes(env_.options->chunk_bytes);
+    event.mutable_ready()->set_shared_memory_socket(shared_memory_socket_);
     for (auto& m : members_) m->session->SendEvent(event);
     const std::string message = absl::StrCat(
         "job ", name_, " epoch ", epoch_, ": all ", world_size_, " ranks joined");
@@ -123,6 +126,11 @@ void Job::EndForOtherShard(const std::string& session_id,
   EndEpoch(absl::StrCat("rank ", rank,
                         "'s job failed on another of its shards (", cause, ")"),
            rank, EpochEndReason::kOtherShardFailed);
+}
+
+std::optional<int> Job::RunningRank(const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  return RunningRankLocked(session_id);
 }
 
 std::optional<int> Job::RunningRankLocked(const std::string& session_id) const {

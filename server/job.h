@@ -54,7 +54,10 @@ class SessionChannel {
 
 class Job {
  public:
-  Job(std::string name, int world_size, CollectiveEnv env);
+  // `shared_memory_socket`: what JobReady names as the same-host path's
+  // socket (empty: not offered).
+  Job(std::string name, int world_size, CollectiveEnv env,
+      std::string shared_memory_socket = "");
 
   // Adds `session` as `rank`. OK, or FAILED_PRECONDITION when `world_size`
   // differs from the job's, ALREADY_EXISTS when a live session holds the
@@ -100,6 +103,11 @@ class Job {
   absl::StatusOr<std::shared_ptr<Collective>> Attach(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
 
+  // The rank `session_id` holds in the running epoch; nullopt when it holds
+  // none (unknown, replaced) or no epoch is running.
+  std::optional<int> RunningRank(const std::string& session_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Fails every collective and session (server shutdown).
   void Shutdown(const absl::Status& status);
 
@@ -112,8 +120,7 @@ class Job {
   const std::string& name() const { return name_; }
 
  private:
-  // The rank `session_id` holds in the running epoch; nullopt when it holds
-  // none (unknown, replaced) or no epoch is running.
+  // RunningRank, with mu_ held.
   std::optional<int> RunningRankLocked(const std::string& session_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct Member {
@@ -155,6 +162,7 @@ class Job {
   const std::string name_;
   const int world_size_;
   const CollectiveEnv env_;
+  const std::string shared_memory_socket_;
 
   absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;

@@ -55,9 +55,9 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
           jobs_.size(), " jobs (--max_jobs=", env_.options->max_jobs, ")"));
     }
     it = jobs_
-             .emplace(request.job(), std::make_shared<Job>(
-                                         request.job(), request.world_size(),
-                                         env_))
+             .emplace(request.job(),
+                      std::make_shared<Job>(request.job(), request.world_size(),
+                                            env_, shared_memory_socket_))
              .first;
   }
   std::shared_ptr<Job> job = it->second;
@@ -78,6 +78,11 @@ void JobRegistry::Leave(const std::string& job, const std::string& session_id,
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return;
   if (it->second->Leave(session_id, why, reason)) jobs_.erase(it);
+}
+
+void JobRegistry::SetSharedMemorySocket(std::string name) {
+  absl::MutexLock lock(&mu_);
+  shared_memory_socket_ = std::move(name);
 }
 
 std::shared_ptr<Job> JobRegistry::Lookup(const std::string& job) {

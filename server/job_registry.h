@@ -23,6 +23,10 @@ class JobRegistry {
  public:
   explicit JobRegistry(CollectiveEnv env) : env_(env) {}
 
+  // The same-host path's socket name, for the JobReady of jobs created from
+  // now on (set before serving; empty: not offered).
+  void SetSharedMemorySocket(std::string name);
+
   // Validates `request` and joins its job, creating the job if needed.
   // INVALID_ARGUMENT for a bad field, RESOURCE_EXHAUSTED when --max_jobs
   // jobs exist, UNAVAILABLE while shutting down; else as Job::Join.
@@ -67,6 +71,7 @@ class JobRegistry {
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_
       ABSL_GUARDED_BY(mu_);
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  std::string shared_memory_socket_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace reducer

@@ -159,12 +159,16 @@ ReducerService::StartStream(
             "ClientOptions::token)"),
         std::move(on_done), metrics);
   }
-  return Stream::Create(context, std::move(on_done),
-                        [this, token](const v1::CollectiveHeader& header,
-                                      std::shared_ptr<RankChannel> stream) {
-                          return Attach(header, token, std::move(stream));
-                        },
+  return Stream::Create(context, std::move(on_done), AttachWithToken(token),
                         metrics);
+}
+
+RankStream::AttachFn ReducerService::AttachWithToken(
+    const PresentedToken& token) {
+  return [this, token](const v1::CollectiveHeader& header,
+                       std::shared_ptr<RankChannel> stream) {
+    return Attach(header, token, std::move(stream));
+  };
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*

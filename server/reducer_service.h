@@ -17,6 +17,7 @@
 #include "server/job_registry.h"
 #include "server/job_tokens.h"
 #include "server/metrics_sink.h"
+#include "server/rank_stream.h"
 
 namespace reducer {
 
@@ -52,6 +53,15 @@ class ReducerService final
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Collectives(
       grpc::CallbackServerContext* context) override;
 
+  // OK when tokens are off or `token` is `job`'s; else why not (counted as
+  // a refused request). The same-host path's handshake checks with it.
+  absl::Status Authorize(absl::string_view job, const PresentedToken& token);
+
+  // How a call that presented `token` attaches to its collective, exactly
+  // as a gRPC collective does (the token checked against each header's
+  // job first): the same-host path's calls attach through it.
+  RankStream::AttachFn AttachWithToken(const PresentedToken& token);
+
  private:
   // Counts a new stream; the error to refuse it with when over the limit.
   absl::Status Admit();
@@ -67,8 +77,6 @@ class ReducerService final
   absl::StatusOr<std::shared_ptr<reducer::Collective>> Attach(
       const v1::CollectiveHeader& header, const PresentedToken& token,
       std::shared_ptr<RankChannel> stream);
-  // OK when tokens are off or `token` is `job`'s; else why not.
-  absl::Status Authorize(absl::string_view job, const PresentedToken& token);
 
   JobRegistry* const registry_;  // not owned
   const int max_concurrent_calls_;

@@ -62,6 +62,9 @@ ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(10),
 ABSL_FLAG(std::string, job_tokens_file, "",
           "lines `JOB SHA256_HEX_OF_TOKEN`; when set, every call must carry "
           "`authorization: Bearer TOKEN` of its job; re-read on change");
+ABSL_FLAG(bool, shared_memory, true,
+          "offer same-host clients the shared-memory path (an abstract "
+          "unix socket JobReady names; docs/same_host.md)");
 ABSL_FLAG(std::string, health_listen, "",
           "host:port of a second, plaintext port serving only "
           "grpc.health.v1 (for kubelet probes); empty: none");
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
   options.tls_refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval);
   options.job_tokens_file = absl::GetFlag(FLAGS_job_tokens_file);
   options.health_listen = absl::GetFlag(FLAGS_health_listen);
+  options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
 
   // Block the stop signals in every thread (threads inherit the mask), so
   // that only sigwait below receives them.
@@ -133,6 +137,10 @@ int main(int argc, char** argv) {
   if (!(*server)->health_address().empty()) {
     std::printf("reducerd health checks on %s\n",
                 (*server)->health_address().c_str());
+  }
+  if (!(*server)->shared_memory_socket().empty()) {
+    std::printf("reducerd same-host path on abstract socket %s\n",
+                (*server)->shared_memory_socket().c_str());
   }
   std::fflush(stdout);
 

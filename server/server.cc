@@ -134,6 +134,21 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     absl::Status metrics = server->StartMetricsEndpoint();
     if (!metrics.ok()) return metrics;
   }
+  if (o.shared_memory) {
+    // Before serving, so that every JobReady names the socket.
+    absl::StatusOr<std::unique_ptr<SharedMemoryListener>> listener =
+        SharedMemoryListener::Start(&server->registry_, &server->service_,
+                                    &server->log_, o.chunk_bytes);
+    if (listener.ok()) {
+      server->shm_listener_ = *std::move(listener);
+      server->registry_.SetSharedMemorySocket(server->shm_listener_->name());
+    } else {
+      // An optimisation only: clients use gRPC when JobReady names no socket.
+      server->log_.Log({LogSeverity::kWarning, "shm_unavailable",
+                        absl::StrCat("same-host path not offered: ",
+                                     listener.status().ToString())});
+    }
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(o.listen, *credentials, &port);
@@ -186,6 +201,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
 
 Server::~Server() { Shutdown(); }
 
+const std::string& Server::shared_memory_socket() const {
+  static const std::string* const kNone = new std::string();
+  return shm_listener_ != nullptr ? shm_listener_->name() : *kNone;
+}
+
 void Server::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
@@ -210,6 +230,7 @@ void Server::Shutdown() {
   }
   registry_.ShutdownAll(absl::UnavailableError(
       "reducerd is shutting down; Connect again once it is back"));
+  if (shm_listener_ != nullptr) shm_listener_->Stop();
   grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   // Probes keep seeing NOT_SERVING until the main port is gone.
   if (health_server_ != nullptr) {

@@ -29,6 +29,7 @@
 #include "server/prometheus_metrics.h"
 #include "server/reducer_service.h"
 #include "server/server_options.h"
+#include "server/shm_listener.h"
 #include "server/thread_pool.h"
 #include "server/timer_queue.h"
 
@@ -51,10 +52,14 @@ class Server {
   const Logger& logger() const { return log_; }
   // The health port's address as bound; empty without --health_listen.
   const std::string& health_address() const { return health_address_; }
+  // The same-host path's abstract socket (JobReady.shared_memory_socket);
+  // empty with --shared_memory=false.
+  const std::string& shared_memory_socket() const;
 
   // Health goes NOT_SERVING and new calls get UNAVAILABLE; collectives in
   // flight get up to options.drain_budget to finish; the rest fail with
-  // UNAVAILABLE; then the gRPC server stops. Idempotent.
+  // UNAVAILABLE; then the same-host sessions end (their threads joined) and
+  // the gRPC server stops. Idempotent.
   void Shutdown();
 
   // Blocks until Shutdown() has completed.
@@ -91,6 +96,8 @@ class Server {
   // False once Shutdown began. Atomic: read by Admin calls without mu_.
   std::atomic<bool> serving_{true};
   AdminService admin_;
+  // Null with options.shared_memory false; stopped in Shutdown().
+  std::unique_ptr<SharedMemoryListener> shm_listener_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::string address_;
   // Plaintext, grpc.health.v1 only; null without options.health_listen.

@@ -63,6 +63,10 @@ struct ServerOptions {
   std::string job_tokens_file;  // `JOB SHA256_HEX` per line
   // How often, at most, the tokens file is looked at for a new version.
   absl::Duration job_tokens_refresh_interval = absl::Seconds(1);
+  // Offer same-host clients the shared-memory path (docs/same_host.md): an
+  // abstract AF_UNIX socket that JobReady names. A socket that cannot be
+  // bound is logged, and clients then use gRPC.
+  bool shared_memory = true;
   // A second, plaintext port serving only grpc.health.v1 (for kubelet
   // probes, which cannot speak TLS); empty: none.
   std::string health_listen;

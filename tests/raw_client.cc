@@ -31,17 +31,25 @@ grpc::ChannelArguments RawChannelArguments() {
   return args;
 }
 
-RawSession::RawSession(std::string target, std::string job, int rank)
+RawSession::RawSession(std::string target, std::string job, int rank,
+                       std::string token)
     : target_(std::move(target)),
       job_(std::move(job)),
       rank_(rank),
+      token_(std::move(token)),
       session_id_(RandomId()) {}
+
+void RawSession::Authorize(grpc::ClientContext* context) const {
+  if (!token_.empty()) {
+    context->AddMetadata("authorization", absl::StrCat("Bearer ", token_));
+  }
+}
 
 absl::StatusOr<std::unique_ptr<RawSession>> RawSession::Join(
     const std::string& target, const std::string& job, int rank,
-    int world_size, absl::Duration timeout) {
+    int world_size, absl::Duration timeout, const std::string& token) {
   std::unique_ptr<RawSession> session(
-      new RawSession(target, job, rank));
+      new RawSession(target, job, rank, token));
   session->channel_ = grpc::CreateCustomChannel(
       target, grpc::InsecureChannelCredentials(), RawChannelArguments());
   session->stub_ = v1::Reducer::NewStub(session->channel_);
@@ -50,6 +58,7 @@ absl::StatusOr<std::unique_ptr<RawSession>> RawSession::Join(
   request.set_rank(rank);
   request.set_world_size(world_size);
   request.set_session_id(session->session_id_);
+  session->Authorize(&session->join_context_);
   session->join_reader_ =
       session->stub_->Join(&session->join_context_, request);
   RawSession* raw = session.get();
@@ -62,6 +71,7 @@ absl::StatusOr<std::unique_ptr<RawSession>> RawSession::Join(
   session->mu_.AwaitWithTimeout(absl::Condition(&ready_or_ended), timeout);
   if (session->ready_) {
     session->epoch_ = session->ready_epoch_;
+    session->shared_memory_socket_ = session->ready_socket_;
     return session;
   }
   if (session->ended_) return session->end_status_;
@@ -82,6 +92,7 @@ void RawSession::ReadEvents() {
     if (event.has_ready()) {
       ready_ = true;
       ready_epoch_ = event.ready().epoch();
+      ready_socket_ = event.ready().shared_memory_socket();
     }
   }
   const grpc::Status status = join_reader_->Finish();
@@ -115,6 +126,7 @@ RawCallResult RawSession::Call(
       target_, grpc::InsecureChannelCredentials(), RawChannelArguments());
   std::unique_ptr<v1::Reducer::Stub> stub = v1::Reducer::NewStub(channel);
   grpc::ClientContext context;
+  Authorize(&context);
   context.set_deadline(absl::ToChronoTime(start + timeout));
   std::unique_ptr<grpc::ClientReaderWriter<v1::CollectiveRequest,
                                            v1::CollectiveResponse>>
@@ -140,6 +152,7 @@ RawCallResult RawSession::Call(
 
 absl::Status RawSession::Leave() {
   grpc::ClientContext context;
+  Authorize(&context);
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   v1::LeaveRequest request;
   request.set_job(job_);

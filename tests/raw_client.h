@@ -49,9 +49,10 @@ class RawSession {
  public:
   // Opens a session for `rank` of `job` and waits for JobReady (all ranks
   // joined) until `timeout`. The Join stream's error, or DEADLINE_EXCEEDED.
+  // A nonempty `token` goes with every call (`authorization: Bearer`).
   static absl::StatusOr<std::unique_ptr<RawSession>> Join(
       const std::string& target, const std::string& job, int rank,
-      int world_size, absl::Duration timeout);
+      int world_size, absl::Duration timeout, const std::string& token = "");
 
   ~RawSession();
   RawSession(const RawSession&) = delete;
@@ -76,24 +77,32 @@ class RawSession {
   absl::Status Leave();
 
   uint64_t epoch() const { return epoch_; }
+  // JobReady.shared_memory_socket: where reducerd offers the same-host path.
+  const std::string& shared_memory_socket() const {
+    return shared_memory_socket_;
+  }
   const std::string& session_id() const { return session_id_; }
   const std::string& job() const { return job_; }
   int rank() const { return rank_; }
 
  private:
-  RawSession(std::string target, std::string job, int rank);
+  RawSession(std::string target, std::string job, int rank, std::string token);
+  // Adds the token's metadata to `context`, if there is a token.
+  void Authorize(grpc::ClientContext* context) const;
   void ReadEvents();
 
   // Constant after Join.
   const std::string target_;
   const std::string job_;
   const int rank_;
+  const std::string token_;
   const std::string session_id_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Reducer::Stub> stub_;
   grpc::ClientContext join_context_;
   std::unique_ptr<grpc::ClientReader<v1::JoinEvent>> join_reader_;
   uint64_t epoch_ = 0;
+  std::string shared_memory_socket_;
   std::thread event_thread_;
 
   absl::Mutex mu_;
@@ -101,6 +110,7 @@ class RawSession {
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);
   uint64_t ready_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string ready_socket_ ABSL_GUARDED_BY(mu_);
 };
 
 // Channel arguments of the raw client: no message size limits on either

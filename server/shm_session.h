@@ -1,0 +1,212 @@
+// SharedMemorySession: reducerd's side of one client's same-host session
+// (docs/same_host.md, "Calls" and "Waiting"), after SharedMemoryListener's
+// handshake accepted it. One thread serves the session in both directions.
+//
+// Requests: each record of the control segment's request ring is one
+// serialized CollectiveRequest:
+//   - a call: nonzero `call_id` (not in flight), `header` of the session's
+//     own job, session and rank, offset 0, and the whole payload inline in
+//     `data` or as `data_range` inside the input segment. It attaches with a
+//     CallChannel (its RankChannel) through the AttachFn, as a call of a
+//     Collectives stream does, and its payload goes to Collective::OnData in
+//     pieces of at most chunk_bytes, as SharedBytes pointing straight into
+//     the read-only input mapping; when OnData says wait, the rest is fed
+//     once the Collective calls ResumeReading. Then OnInputEnd.
+//   - `released` ranges: result ranges the client is done with (any record
+//     may carry them; one carrying only these has no call).
+//   - a cancel: only a `call_id`; the call counts as cancelled
+//     (Collective::OnRankCancelled) and is answered CANCELLED unless its
+//     outcome came first. An id not in flight is ignored (its answer and
+//     the cancel crossed).
+// A header naming another job, session or rank fails only that call
+// (PERMISSION_DENIED); a record that does not parse, lacks a header or
+// call id, reuses an id in flight, carries a nonzero offset, both `data`
+// and `data_range`, a range outside its segment, or releases a range that
+// was not handed out ends the session.
+//
+// Responses: what the Collective sends is copied by the session thread
+// into the call's result: inline when the whole result is at most
+// kInlineResultBytes, else into a range of the result segment allocated on
+// the first message (no room: the call ends RESOURCE_EXHAUSTED and its
+// Collective hears OnRankCancelled). Each message copied counts as written
+// (Collective::OnWriteDone). A call's one response record (call_id, status,
+// and when OK the result specs and `data` or `data_range`) is pushed once
+// its end is known and reducerd holds no reference into its input range any
+// more (an AllGather or Broadcast forwards input bytes to other ranks'
+// channels, which may still be writing them): from then on the range is the
+// client's again.
+//
+// The session ends when the client closes its socket (seen within
+// kSocketCheck: the thread waits on the request ring's data bell with that
+// deadline and polls the socket between waits), on a corrupt ring
+// (MessageRing's DATA_LOSS) or a bad record, or on Stop(). Then every call
+// not answered counts as cancelled (OnRankCancelled), the end is logged
+// naming the rank and the reason, the socket closes, and the thread
+// returns. The input mapping lasts as long as any SharedBytes of it.
+//
+// Lock order: a Collective's lock before the session's own (CallChannel's
+// methods take it, with the Collective's lock held, and only queue and
+// ring). The session thread never holds its lock while calling a
+// Collective. Thread-safe.
+#ifndef REDUCER_SERVER_SHM_SESSION_H_
+#define REDUCER_SERVER_SHM_SESSION_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/control_segment.h"
+#include "core/range_allocator.h"
+#include "core/shared_segment.h"
+#include "core/unique_fd.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/collective.h"
+#include "server/log.h"
+#include "server/rank_channel.h"
+#include "server/rank_stream.h"
+
+namespace reducer {
+
+// Who a session serves, as the handshake established it.
+struct SharedMemoryPeer {
+  std::string job;
+  std::string session_id;
+  int rank = -1;
+  pid_t pid = 0;  // SO_PEERCRED, for logs
+  uid_t uid = 0;
+};
+
+class SharedMemorySession
+    : public std::enable_shared_from_this<SharedMemorySession> {
+ public:
+  // Results up to this size travel inline in the response record.
+  static constexpr size_t kInlineResultBytes = 64 << 10;
+  // How often the thread looks at the socket when no record arrives.
+  static constexpr absl::Duration kSocketCheck = absl::Milliseconds(50);
+
+  // What the session is given; `result`'s first 64 bytes hold reducerd's
+  // nonce and are never handed out.
+  struct Parts {
+    SharedMemoryPeer peer;
+    UniqueFd socket;
+    std::unique_ptr<ControlSegment> control;
+    SharedSegment input;   // read-only
+    SharedSegment result;  // read-write here, read-only for the client
+  };
+
+  // Starts the session's thread. `attach` attaches each call (as
+  // ReducerService::AttachWithToken gives it); `chunk_bytes` bounds each
+  // OnData piece; `log` outlives the session.
+  static std::shared_ptr<SharedMemorySession> Start(Parts parts,
+                                                    RankStream::AttachFn attach,
+                                                    size_t chunk_bytes,
+                                                    const Logger* log);
+
+  ~SharedMemorySession();
+  SharedMemorySession(const SharedMemorySession&) = delete;
+  SharedMemorySession& operator=(const SharedMemorySession&) = delete;
+
+  // Asks the thread to end the session (calls not answered are cancelled)
+  // once it has pushed the answers already known. Returns at once.
+  void Stop();
+  // Waits for the thread to return. Call once, not from the thread.
+  void Join();
+  // True once the thread has returned or is about to (Join won't wait long).
+  bool finished() const { return finished_.load(std::memory_order_acquire); }
+
+  const SharedMemoryPeer& peer() const { return peer_; }
+
+  SharedMemorySession(Parts parts, RankStream::AttachFn attach,
+                      size_t chunk_bytes, const Logger* log);  // Start()
+
+ private:
+  class CallChannel;
+  class InputOwner;
+  struct Call;
+
+  // What a CallChannel queued for the thread.
+  struct Item {
+    enum class Kind { kMessage, kFinish, kFail };
+    uint64_t serial = 0;
+    Kind kind = Kind::kMessage;
+    ResultMessage message;
+    bool last = false;
+    absl::Status status;
+  };
+
+  // The thread: serves until the session ends, then cleans up.
+  void Run();
+  // Serves until the session must end; returns why.
+  absl::Status Serve();
+  // One request record; an error ends the session.
+  absl::Status HandleRecord(const std::string& record);
+  absl::Status Release(const v1::CollectiveRequest& request);
+  absl::Status StartCall(v1::CollectiveRequest& request);
+  void CancelCall(uint64_t call_id);
+  // Feeds `call`'s payload from where it stopped until OnData says wait.
+  void Feed(Call& call);
+  void FeedResumed();
+  void ProcessItems();
+  void ProcessMessage(Call& call, Item& item);
+  // Sets the call's end (if not set yet); drops what it holds of its input.
+  void EndCall(Call& call, const absl::Status& status);
+  // Pushes the response of every call that can be answered; DATA_LOSS when
+  // the response ring is corrupt, RESOURCE_EXHAUSTED when it is full (the
+  // rest go next time).
+  absl::Status PushResponses();
+  // The response record of `call` (its end is set).
+  std::string ResponseRecord(Call& call);
+  // Why the socket says the session is over, or OK while it is open.
+  absl::Status CheckSocket();
+  // Every call not answered counts as cancelled.
+  void CancelLiveCalls();
+
+  // Called by CallChannel and InputOwner (any thread).
+  void Enqueue(Item item);
+  void Resume(uint64_t serial);
+  void Ring();
+
+  // Constant after construction.
+  const SharedMemoryPeer peer_;
+  UniqueFd socket_;  // closed by the thread as it ends
+  SharedSegment result_;
+  const std::shared_ptr<ControlSegment> control_;
+  const std::shared_ptr<const SharedSegment> input_;
+  const RankStream::AttachFn attach_;
+  const size_t chunk_bytes_;
+  const Logger* const log_;
+
+  // Only the thread touches these.
+  RangeAllocator result_ranges_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Call>> calls_;  // by serial
+  absl::flat_hash_map<uint64_t, uint64_t> in_flight_;  // call id -> serial
+  absl::flat_hash_map<uint64_t, uint64_t> handed_out_;  // result offset -> size
+  uint64_t last_serial_ = 0;
+  uint64_t calls_served_ = 0;
+
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> finished_{false};
+  std::thread thread_;
+
+  absl::Mutex mu_;
+  std::deque<Item> items_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> resumed_ ABSL_GUARDED_BY(mu_);  // serials
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;  // no more items taken
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_SHM_SESSION_H_

@@ -1,0 +1,640 @@
+// reducerd's side of the same-host shared-memory path (docs/same_host.md),
+// against a real Server started in this process: ranks Join with a raw gRPC
+// client, then the test speaks the protocol by hand (memfds, the hello over
+// the abstract socket JobReady names, records in the control segment's
+// rings). Covered: the handshake and its refusals; a two-rank float32
+// all-reduce with the payload inline and in the input segment (several
+// chunks), its result inline and in the result segment, checked against
+// tests/closed_form.h; a corrupt ring and a closed socket, each of which
+// ends the session and fails the collective for the other rank at once.
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/control_segment.h"
+#include "core/data_type.h"
+#include "core/fd_passing.h"
+#include "core/message_ring.h"
+#include "core/shared_segment.h"
+#include "core/unique_fd.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "proto/reducer/v1/status_conversion.h"
+#include "server/server.h"
+#include "tests/closed_form.h"
+#include "tests/raw_client.h"
+
+namespace reducer {
+namespace testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+constexpr size_t kChunkBytes = 64 << 10;
+constexpr size_t kSegmentBytes = 4 << 20;
+// Bounds every wait, so that a hang fails the test instead of stalling it.
+constexpr absl::Duration kPatience = absl::Seconds(20);
+
+std::string Bytes(const std::vector<uint8_t>& v) {
+  return std::string(v.begin(), v.end());
+}
+
+std::string Input(int rank, int64_t n, uint64_t seed) {
+  return Bytes(ClosedFormInput(ReduceOp::kSum, DataType::kFloat32, rank, n, seed));
+}
+
+std::string Expected(int64_t n, uint64_t seed) {
+  return Bytes(ClosedFormExpected(ReduceOp::kSum, DataType::kFloat32, {0, 1}, n,
+                                  seed));
+}
+
+// What the hello says, for tests that break one field.
+struct HelloTweak {
+  std::string nonce;       // empty: the control segment's
+  std::string session_id;  // empty: the raw session's
+  std::string token;       // empty: none
+};
+
+// The client half of the protocol, by hand.
+class ShmClient {
+ public:
+  // Creates the segments, connects to `socket` and says hello as `raw`'s
+  // rank. The welcome's status (the refusal, or OK) is in `*welcome`; the
+  // client is null unless it is OK.
+  static std::unique_ptr<ShmClient> Connect(const std::string& socket,
+                                            const RawSession& raw,
+                                            absl::Status* welcome,
+                                            const HelloTweak& tweak = {}) {
+    auto client = std::unique_ptr<ShmClient>(new ShmClient());
+    const std::string nonce = RandomBytes(ControlSegment::kNonceBytes);
+    absl::StatusOr<std::unique_ptr<ControlSegment>> control =
+        ControlSegment::Create(nonce);
+    absl::StatusOr<SharedSegment> input =
+        SharedSegment::Create("test-input", kSegmentBytes);
+    if (!control.ok() || !input.ok()) {
+      *welcome = control.ok() ? input.status() : control.status();
+      return nullptr;
+    }
+    client->control_ = *std::move(control);
+    client->input_ = std::make_unique<SharedSegment>(*std::move(input));
+    client->socket_.reset(socket_fd(socket));
+    if (!client->socket_.valid()) {
+      *welcome = absl::UnavailableError(absl::StrCat("connect: ", strerror(errno)));
+      return nullptr;
+    }
+    v1::SharedMemoryHello hello;
+    hello.set_job(raw.job());
+    hello.set_session_id(tweak.session_id.empty() ? raw.session_id()
+                                                  : tweak.session_id);
+    hello.set_rank(raw.rank());
+    hello.set_nonce(tweak.nonce.empty() ? nonce : tweak.nonce);
+    hello.set_token(tweak.token);
+    *welcome = SendWithFds(client->socket_.get(), hello.SerializeAsString(),
+                           {client->control_->fd(), client->input_->fd()});
+    if (!welcome->ok()) return nullptr;
+    absl::StatusOr<Received> answer = ReceiveWithFds(
+        client->socket_.get(), 1 << 16, 1, absl::Now() + kPatience);
+    if (!answer.ok()) {
+      *welcome = answer.status();
+      return nullptr;
+    }
+    v1::SharedMemoryWelcome parsed;
+    if (!parsed.ParseFromString(answer->bytes)) {
+      *welcome = absl::DataLossError("the welcome does not parse");
+      return nullptr;
+    }
+    *welcome = FromCallStatus(parsed.status());
+    if (!welcome->ok()) return nullptr;
+    if (answer->fds.size() != 1) {
+      *welcome = absl::DataLossError("the welcome carries no result memfd");
+      return nullptr;
+    }
+    absl::StatusOr<SharedSegment> result = SharedSegment::Adopt(
+        answer->fds[0].release(), SharedSegment::Access::kReadOnly);
+    if (!result.ok()) {
+      *welcome = result.status();
+      return nullptr;
+    }
+    client->result_ = std::make_unique<SharedSegment>(*std::move(result));
+    if (parsed.nonce().size() != ControlSegment::kNonceBytes ||
+        std::memcmp(client->result_->data(), parsed.nonce().data(),
+                    parsed.nonce().size()) != 0) {
+      *welcome = absl::DataLossError(
+          "the result segment does not start with the welcome's nonce");
+      return nullptr;
+    }
+    return client;
+  }
+
+  absl::Status Push(const v1::CollectiveRequest& request) {
+    return control_->requests().Push(request.SerializeAsString(),
+                                     absl::Now() + kPatience);
+  }
+
+  // The next response record, waiting for it until kPatience.
+  absl::StatusOr<v1::CollectiveResponse> Next() {
+    MessageRing& ring = control_->responses();
+    const absl::Time deadline = absl::Now() + kPatience;
+    std::string record;
+    while (true) {
+      const uint32_t seen = ring.data_bell().value();
+      absl::StatusOr<bool> popped = ring.TryPop(&record);
+      if (!popped.ok()) return popped.status();
+      if (*popped) break;
+      if (!ring.data_bell().WaitChange(seen, deadline).ok()) {
+        return absl::DeadlineExceededError("no response record");
+      }
+    }
+    v1::CollectiveResponse response;
+    if (!response.ParseFromString(record)) {
+      return absl::DataLossError("a response record does not parse");
+    }
+    return response;
+  }
+
+  // The result bytes a response carries, inline or in the result segment.
+  std::string ResultOf(const v1::CollectiveResponse& response) const {
+    if (!response.has_data_range()) return response.data();
+    const v1::SegmentRange& r = response.data_range();
+    if (r.offset() > result_->size() || r.size() > result_->size() - r.offset()) {
+      return "<range outside the result segment>";
+    }
+    return std::string(static_cast<const char*>(result_->data()) + r.offset(),
+                       r.size());
+  }
+
+  // Copies `bytes` to the input segment at `offset`.
+  void WriteInput(uint64_t offset, const std::string& bytes) {
+    std::memcpy(static_cast<char*>(input_->data()) + offset, bytes.data(),
+                bytes.size());
+  }
+
+  // Publishes a request record whose length field says 2^40 bytes: a
+  // corrupt ring, as a client's stray write would leave it.
+  void CorruptRequestRing() {
+    char* ring = RequestRing();
+    ASSERT_NE(ring, nullptr);
+    auto* head = reinterpret_cast<std::atomic<uint64_t>*>(ring);
+    const uint64_t at = head->load();
+    const uint64_t length = uint64_t{1} << 40;
+    std::memcpy(ring + MessageRing::kHeaderBytes +
+                    at % MessageRing::kDefaultCapacity,
+                &length, sizeof(length));
+    head->store(at + 16, std::memory_order_release);
+    control_->requests().data_bell().Ring();
+  }
+
+  // Waits (until kPatience) for reducerd to have taken every request record
+  // pushed so far; true once it has.
+  bool WaitConsumed() {
+    char* ring = RequestRing();
+    if (ring == nullptr) return false;
+    // The ring's header: the head line, then the tail line (64 bytes each).
+    auto* head = reinterpret_cast<std::atomic<uint64_t>*>(ring);
+    auto* tail = reinterpret_cast<std::atomic<uint64_t>*>(ring + 64);
+    const absl::Time deadline = absl::Now() + kPatience;
+    while (true) {
+      const uint32_t seen = control_->requests().space_bell().value();
+      if (tail->load() == head->load()) return true;
+      if (!control_->requests().space_bell().WaitChange(seen, deadline).ok()) {
+        return false;
+      }
+    }
+  }
+
+  // True once reducerd has closed its end of the socket (within kPatience).
+  bool ClosedByServer() {
+    pollfd p{socket_.get(), POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(kPatience))) <= 0) {
+      return false;
+    }
+    char byte;
+    return (p.revents & (POLLHUP | POLLRDHUP)) != 0 ||
+           recv(socket_.get(), &byte, 1, MSG_DONTWAIT) == 0;
+  }
+
+  void CloseSocket() { socket_.reset(); }
+
+ private:
+  ShmClient() = default;
+
+  // The request ring as bytes, through a second mapping of the control
+  // segment (null if it cannot be mapped).
+  char* RequestRing() {
+    if (view_ == nullptr) {
+      absl::StatusOr<SharedSegment> view = SharedSegment::Adopt(
+          dup(control_->fd()), SharedSegment::Access::kReadWrite);
+      if (!view.ok()) return nullptr;
+      view_ = std::make_unique<SharedSegment>(*std::move(view));
+    }
+    return static_cast<char*>(view_->data()) + ControlSegment::kRingsOffset;
+  }
+
+  static int socket_fd(const std::string& name) {
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, name.data(), name.size());
+    const socklen_t len =
+        static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
+  std::unique_ptr<ControlSegment> control_;
+  std::unique_ptr<SharedSegment> input_;
+  std::unique_ptr<SharedSegment> result_;
+  std::unique_ptr<SharedSegment> view_;  // the control segment, again
+  UniqueFd socket_;
+};
+
+// A float32 [n] SUM all-reduce, number `sequence` of `raw`'s job; the
+// payload set by the caller.
+v1::CollectiveRequest AllReduce(const RawSession& raw, uint64_t call_id,
+                                uint64_t sequence, int64_t n) {
+  v1::CollectiveRequest m;
+  *m.mutable_header() = raw.Header(v1::COLLECTIVE_KIND_ALL_REDUCE);
+  m.mutable_header()->set_sequence(sequence);
+  v1::TensorSpec* spec = m.mutable_header()->add_tensors();
+  spec->set_dtype(v1::DATA_TYPE_FLOAT32);
+  spec->set_op(v1::REDUCE_OP_SUM);
+  spec->add_shape(n);
+  m.set_call_id(call_id);
+  return m;
+}
+
+v1::CollectiveRequest InRange(v1::CollectiveRequest m, uint64_t offset,
+                              uint64_t size) {
+  m.mutable_data_range()->set_offset(offset);
+  m.mutable_data_range()->set_size(size);
+  return m;
+}
+
+class ShmServerTest : public ::testing::Test {
+ protected:
+  // What the server is started with; a fixture may add to it.
+  virtual ServerOptions Options() {
+    ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.chunk_bytes = kChunkBytes;
+    options.shared_memory = true;
+    return options;
+  }
+
+  void SetUp() override {
+    ServerOptions options = Options();
+    absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  // Ranks 0 and 1 of `job`, joined (each waits for the other).
+  std::vector<std::unique_ptr<RawSession>> JoinTwo(
+      const std::string& job, const std::string& token = "") {
+    absl::StatusOr<std::unique_ptr<RawSession>> joined[2];
+    std::thread other([&] {
+      joined[1] =
+          RawSession::Join(server_->address(), job, 1, 2, kPatience, token);
+    });
+    joined[0] =
+        RawSession::Join(server_->address(), job, 0, 2, kPatience, token);
+    other.join();
+    std::vector<std::unique_ptr<RawSession>> sessions;
+    for (auto& j : joined) {
+      EXPECT_TRUE(j.ok()) << j.status();
+      if (j.ok()) sessions.push_back(*std::move(j));
+    }
+    return sessions;
+  }
+
+  std::unique_ptr<ShmClient> Connect(const RawSession& raw) {
+    absl::Status welcome;
+    std::unique_ptr<ShmClient> client =
+        ShmClient::Connect(raw.shared_memory_socket(), raw, &welcome);
+    EXPECT_TRUE(welcome.ok()) << welcome;
+    return client;
+  }
+
+  // Rank 0 on the same-host path and rank 1 on gRPC start a 1 MiB
+  // all-reduce; rank 1 sends only its first chunk, rank 0 all of it, so
+  // that the collective cannot complete. Then `break_rank0` ends rank 0's
+  // session, and rank 1's call must end ABORTED naming rank 0.
+  void ExpectPeerFailsWhen(const std::string& job,
+                           void (*break_rank0)(ShmClient&)) {
+    std::vector<std::unique_ptr<RawSession>> s = JoinTwo(job);
+    ASSERT_EQ(s.size(), 2u);
+    std::unique_ptr<ShmClient> rank0 = Connect(*s[0]);
+    ASSERT_NE(rank0, nullptr);
+    const int64_t n = (1 << 20) / 4;
+    const std::string in0 = Input(0, n, 5);
+    const std::string in1 = Input(1, n, 5);
+
+    RawCallResult rank1;
+    std::thread peer([&] {
+      v1::CollectiveRequest first = AllReduce(*s[1], 0, 0, n);
+      first.clear_call_id();
+      first.set_data(in1.substr(0, kChunkBytes));
+      rank1 = s[1]->Call({first}, kPatience, /*half_close=*/false);
+    });
+    rank0->WriteInput(0, in0);
+    ASSERT_TRUE(rank0->Push(InRange(AllReduce(*s[0], 1, 0, n), 0, in0.size())).ok());
+    // Taken means attached and fed as far as it goes: the call is live.
+    ASSERT_TRUE(rank0->WaitConsumed());
+    break_rank0(*rank0);
+    peer.join();
+    EXPECT_EQ(rank1.status.code(), absl::StatusCode::kAborted) << rank1.status;
+    EXPECT_THAT(rank1.status.message(), HasSubstr("rank 0"));
+  }
+
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(ShmServerTest, JobReadyNamesTheSocketAndTheHandshakeIsAccepted) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-hello");
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_THAT(s[0]->shared_memory_socket(), StartsWith("reducerd-"));
+  EXPECT_EQ(s[0]->shared_memory_socket(), server_->shared_memory_socket());
+  EXPECT_EQ(s[1]->shared_memory_socket(), s[0]->shared_memory_socket());
+  absl::Status welcome;
+  std::unique_ptr<ShmClient> client =
+      ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome);
+  EXPECT_TRUE(welcome.ok()) << welcome;
+  EXPECT_NE(client, nullptr);
+}
+
+TEST_F(ShmServerTest, ANonceThatDiffersFromTheControlSegmentsIsRefused) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-nonce");
+  ASSERT_EQ(s.size(), 2u);
+  absl::Status welcome;
+  HelloTweak tweak;
+  tweak.nonce = std::string(ControlSegment::kNonceBytes, 'x');
+  std::unique_ptr<ShmClient> client =
+      ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome, tweak);
+  EXPECT_EQ(client, nullptr);
+  EXPECT_EQ(welcome.code(), absl::StatusCode::kFailedPrecondition) << welcome;
+  EXPECT_THAT(welcome.message(), HasSubstr("nonce"));
+}
+
+TEST_F(ShmServerTest, ASessionIdThatHoldsNoRankIsRefused) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-session");
+  ASSERT_EQ(s.size(), 2u);
+  absl::Status welcome;
+  HelloTweak tweak;
+  tweak.session_id = "not-a-session";
+  std::unique_ptr<ShmClient> client =
+      ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome, tweak);
+  EXPECT_EQ(client, nullptr);
+  EXPECT_EQ(welcome.code(), absl::StatusCode::kFailedPrecondition) << welcome;
+  EXPECT_THAT(welcome.message(), HasSubstr("not-a-session"));
+  EXPECT_THAT(welcome.message(), HasSubstr("does not hold rank 0"));
+
+  // The other rank's session id does not hold rank 0 either.
+  tweak.session_id = s[1]->session_id();
+  client = ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome,
+                              tweak);
+  EXPECT_EQ(client, nullptr);
+  EXPECT_EQ(welcome.code(), absl::StatusCode::kFailedPrecondition) << welcome;
+}
+
+TEST_F(ShmServerTest, AllReduceInlineAndThroughTheSegments) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-allreduce");
+  ASSERT_EQ(s.size(), 2u);
+  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
+  ASSERT_NE(c[0], nullptr);
+  ASSERT_NE(c[1], nullptr);
+  const int64_t small = 1000;     // 4000 bytes: inline both ways
+  const int64_t large = 300000;   // 1.2 MB: 19 chunks, through the segments
+  for (int r = 0; r < 2; ++r) {
+    v1::CollectiveRequest inline_call = AllReduce(*s[r], 1, 0, small);
+    inline_call.set_data(Input(r, small, 1));
+    ASSERT_TRUE(c[r]->Push(inline_call).ok());
+    const std::string in = Input(r, large, 2);
+    c[r]->WriteInput(0, in);
+    ASSERT_TRUE(c[r]->Push(InRange(AllReduce(*s[r], 2, 1, large), 0, in.size())).ok());
+  }
+  v1::SegmentRange held[2];
+  for (int r = 0; r < 2; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      absl::StatusOr<v1::CollectiveResponse> got = c[r]->Next();
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(got->status().code(), 0)
+          << "rank " << r << " call " << got->call_id() << ": "
+          << got->status().message();
+      ASSERT_EQ(got->result_size(), 1);
+      if (got->call_id() == 1) {
+        EXPECT_FALSE(got->has_data_range());
+        EXPECT_EQ(got->data(), Expected(small, 1)) << "rank " << r;
+      } else {
+        ASSERT_EQ(got->call_id(), 2u);
+        ASSERT_TRUE(got->has_data_range());
+        EXPECT_GE(got->data_range().offset(), 64u);
+        EXPECT_EQ(c[r]->ResultOf(*got), Expected(large, 2)) << "rank " << r;
+        held[r] = got->data_range();
+      }
+    }
+  }
+
+  // The result ranges handed back, the same again (id 2 reused), and the
+  // second result is right too.
+  for (int r = 0; r < 2; ++r) {
+    v1::CollectiveRequest release;
+    *release.add_released() = held[r];
+    ASSERT_TRUE(c[r]->Push(release).ok());
+    const std::string in = Input(r, large, 3);
+    c[r]->WriteInput(0, in);
+    ASSERT_TRUE(c[r]->Push(InRange(AllReduce(*s[r], 2, 2, large), 0, in.size())).ok());
+  }
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<v1::CollectiveResponse> got = c[r]->Next();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->status().code(), 0) << got->status().message();
+    EXPECT_EQ(c[r]->ResultOf(*got), Expected(large, 3)) << "rank " << r;
+  }
+}
+
+TEST_F(ShmServerTest, AllGatherForwardsEachRanksSegmentBytes) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-allgather");
+  ASSERT_EQ(s.size(), 2u);
+  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
+  ASSERT_NE(c[0], nullptr);
+  ASSERT_NE(c[1], nullptr);
+  const int64_t n = 150000;  // 600 KB each, 1.2 MB gathered
+  std::string in[2];
+  for (int r = 0; r < 2; ++r) {
+    in[r] = Input(r, n, 6);
+    c[r]->WriteInput(0, in[r]);
+    v1::CollectiveRequest m;
+    *m.mutable_header() = s[r]->Header(v1::COLLECTIVE_KIND_ALL_GATHER);
+    v1::TensorSpec* spec = m.mutable_header()->add_tensors();
+    spec->set_dtype(v1::DATA_TYPE_FLOAT32);
+    spec->add_shape(n);
+    m.set_call_id(1);
+    ASSERT_TRUE(c[r]->Push(InRange(m, 0, in[r].size())).ok());
+  }
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<v1::CollectiveResponse> got = c[r]->Next();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->status().code(), 0) << got->status().message();
+    ASSERT_EQ(got->result_size(), 1);
+    EXPECT_EQ(got->result(0).shape(0), 2 * n);
+    EXPECT_TRUE(got->has_data_range());
+    EXPECT_TRUE(c[r]->ResultOf(*got) == in[0] + in[1]) << "rank " << r;
+  }
+}
+
+TEST_F(ShmServerTest, AllReduceWithAPeerOnGrpc) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-mixed");
+  ASSERT_EQ(s.size(), 2u);
+  std::unique_ptr<ShmClient> c = Connect(*s[0]);
+  ASSERT_NE(c, nullptr);
+  const int64_t n = 300000;
+  RawCallResult grpc_rank;
+  std::thread peer([&] {
+    const std::string in = Input(1, n, 8);
+    std::vector<v1::CollectiveRequest> chunks;
+    for (size_t at = 0; at < in.size(); at += kChunkBytes) {
+      v1::CollectiveRequest m;
+      if (at == 0) {
+        m = AllReduce(*s[1], 0, 0, n);
+        m.clear_call_id();
+      }
+      m.set_offset(at);
+      m.set_data(in.substr(at, kChunkBytes));
+      chunks.push_back(std::move(m));
+    }
+    grpc_rank = s[1]->Call(chunks, kPatience);
+  });
+  const std::string in = Input(0, n, 8);
+  c->WriteInput(0, in);
+  ASSERT_TRUE(c->Push(InRange(AllReduce(*s[0], 1, 0, n), 0, in.size())).ok());
+  absl::StatusOr<v1::CollectiveResponse> got = c->Next();
+  peer.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->status().code(), 0) << got->status().message();
+  EXPECT_TRUE(c->ResultOf(*got) == Expected(n, 8));
+  EXPECT_TRUE(grpc_rank.status.ok()) << grpc_rank.status;
+  // Chunks may be answered out of order: each lands at its offset.
+  std::string result(n * 4, '\0');
+  for (const v1::CollectiveResponse& r : grpc_rank.responses) {
+    ASSERT_LE(r.offset() + r.data().size(), result.size());
+    result.replace(r.offset(), r.data().size(), r.data());
+  }
+  EXPECT_TRUE(result == Expected(n, 8));
+}
+
+TEST_F(ShmServerTest, ACancelRecordEndsTheCallCancelledAndFreesItsRange) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-cancel");
+  ASSERT_EQ(s.size(), 2u);
+  std::unique_ptr<ShmClient> c = Connect(*s[0]);
+  ASSERT_NE(c, nullptr);
+  // Rank 1 never comes: rank 0's call waits, fed as far as the window goes.
+  const int64_t n = (1 << 20) / 4;
+  c->WriteInput(0, Input(0, n, 4));
+  ASSERT_TRUE(c->Push(InRange(AllReduce(*s[0], 7, 0, n), 0, n * 4)).ok());
+  ASSERT_TRUE(c->WaitConsumed());
+  v1::CollectiveRequest cancel;
+  cancel.set_call_id(7);
+  ASSERT_TRUE(c->Push(cancel).ok());
+  absl::StatusOr<v1::CollectiveResponse> got = c->Next();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->call_id(), 7u);
+  EXPECT_EQ(got->status().code(), static_cast<int>(absl::StatusCode::kCancelled))
+      << got->status().message();
+  EXPECT_FALSE(got->has_data_range());
+
+  // The session goes on: a call naming the other rank fails alone.
+  v1::CollectiveRequest foreign = AllReduce(*s[1], 8, 0, 4);
+  foreign.set_data(std::string(16, '\0'));
+  ASSERT_TRUE(c->Push(foreign).ok());
+  got = c->Next();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->call_id(), 8u);
+  EXPECT_EQ(got->status().code(),
+            static_cast<int>(absl::StatusCode::kPermissionDenied))
+      << got->status().message();
+  EXPECT_THAT(got->status().message(), HasSubstr("rank 1"));
+}
+
+TEST_F(ShmServerTest, ACorruptRingEndsTheSessionAndFailsThePeer) {
+  ExpectPeerFailsWhen("shm-corrupt", [](ShmClient& rank0) {
+    rank0.CorruptRequestRing();
+    EXPECT_TRUE(rank0.ClosedByServer());
+  });
+}
+
+TEST_F(ShmServerTest, TheClientClosingItsSocketFailsThePeer) {
+  ExpectPeerFailsWhen("shm-closed", [](ShmClient& rank0) { rank0.CloseSocket(); });
+}
+
+// reducerd requiring job tokens: the hello's token is checked as a call's.
+class ShmTokenTest : public ShmServerTest {
+ protected:
+  ServerOptions Options() override {
+    ServerOptions options = ShmServerTest::Options();
+    const std::string path =
+        absl::StrCat(std::getenv("TEST_TMPDIR"), "/job_tokens");
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    // printf %s secret | sha256sum
+    std::fputs("shm-token "
+               "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b\n",
+               f);
+    std::fclose(f);
+    options.job_tokens_file = path;
+    return options;
+  }
+};
+
+TEST_F(ShmTokenTest, TheHelloMustCarryTheJobsToken) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-token", "secret");
+  ASSERT_EQ(s.size(), 2u);
+  absl::Status welcome;
+  HelloTweak tweak;
+  std::unique_ptr<ShmClient> client =
+      ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome, tweak);
+  EXPECT_EQ(client, nullptr);
+  EXPECT_EQ(welcome.code(), absl::StatusCode::kUnauthenticated) << welcome;
+
+  tweak.token = "not-the-secret";
+  client = ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome,
+                              tweak);
+  EXPECT_EQ(client, nullptr);
+  EXPECT_EQ(welcome.code(), absl::StatusCode::kUnauthenticated) << welcome;
+  EXPECT_THAT(welcome.message(), Not(HasSubstr("not-the-secret")));
+
+  tweak.token = "secret";
+  client = ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome,
+                              tweak);
+  EXPECT_TRUE(welcome.ok()) << welcome;
+  EXPECT_NE(client, nullptr);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace reducer
