@@ -176,27 +176,38 @@ TEST_F(SharedMemoryTest, WorkerThatCannotMapFailsRequiredAndAutoFallsBack) {
 TEST_F(SharedMemoryTest, KilledRankMidCollectiveFailsTheOthersAndFreesItsSegments) {
   ASSERT_TRUE(StartServerWithMetrics());
   const std::set<std::string> dev_shm_before = ListDir("/dev/shm");
-  // Both ranks finish one large all-reduce; rank 1 then sends its half of
-  // a second one and hangs before the third, which rank 0 waits in.
+  // After one large all-reduce, ranks 0 and 1 send their parts of a second
+  // one (reducerd holds rank 1's straight from its input segment) while
+  // rank 2 holds back; rank 1 is then killed.
+  const std::string second = "async_allreduce:shape=300000,timeout_ms=20000";
   std::vector<std::unique_ptr<ChildProcess>> w = StartJob(
-      Job(), 2,
-      {"allreduce:shape=300000;allreduce:shape=300000;"
-       "allreduce:shape=300000,timeout_ms=20000",
-       "allreduce:shape=300000;allreduce:shape=300000;hang"},
+      Job(), 3,
+      {absl::StrCat("allreduce:shape=300000;", second, ";join;wait_file:path=end"),
+       absl::StrCat("allreduce:shape=300000;", second, ";hang"),
+       "allreduce:shape=300000;wait_file:path=end"},
       {}, {"--shared_memory=required"});
-  ASSERT_EQ(w.size(), 2u);
-  ASSERT_TRUE(WaitForOutput(*w[0], "BEGIN 3 "));
+  ASSERT_EQ(w.size(), 3u);
+  ASSERT_TRUE(WaitForOutput(*w[0], "BEGIN 2 allreduce"));
   ASSERT_TRUE(WaitForOutput(*w[1], "BEGIN 3 hang"));
+  ASSERT_TRUE(WaitForOutput(*w[2], "BEGIN 2 wait_file"));
+  absl::SleepFor(absl::Milliseconds(500));  // their parts reach reducerd
   // Three memfds per session: control, input, result.
+  EXPECT_EQ(WaitForSegmentDescriptors(server()->pid(), 9), 9);
+  ASSERT_TRUE(w[1]->Signal(SIGKILL));
+  const ProcessResult killed = w[1]->Wait(absl::Seconds(10));
+  EXPECT_EQ(killed.term_signal, SIGKILL) << killed.Describe();
+  ASSERT_TRUE(WaitForOutput(*w[0], "RESULT 2 ", absl::Seconds(10)));
+  // reducerd let go of the dead rank's segments, and only of those.
   EXPECT_EQ(WaitForSegmentDescriptors(server()->pid(), 6), 6);
-  kill(w[1]->pid(), SIGKILL);
+  Touch("end");
+  w.erase(w.begin() + 1);
   std::vector<ProcessResult> done = WaitWorkers(w);
   ASSERT_EQ(done.size(), 2u);
   ExpectStep(done[0], "1", absl::StatusCode::kOk);
-  ExpectStep(done[0], "2", absl::StatusCode::kOk);
-  ExpectStep(done[0], "3", absl::StatusCode::kAborted, {"rank 1"},
+  ExpectStep(done[0], "2", absl::StatusCode::kAborted, {"rank 1"},
              absl::Seconds(10));
-  // Rank 0 is gone too by now (its script ended): nothing is left.
+  ExpectStep(done[1], "1", absl::StatusCode::kOk);
+  // Every rank is gone by now: nothing is left.
   EXPECT_EQ(WaitForSegmentDescriptors(server()->pid(), 0), 0);
   EXPECT_EQ(GrpcCollectiveStreams(), 0);
   EXPECT_EQ(ListDir("/dev/shm"), dev_shm_before)
