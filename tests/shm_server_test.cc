@@ -479,6 +479,52 @@ TEST_F(ShmServerTest, AllReduceInlineAndThroughTheSegments) {
   }
 }
 
+TEST_F(ShmServerTest, AWholeSegmentsResultFitsAndAHeldOneLeavesNoRoom) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-room");
+  ASSERT_EQ(s.size(), 2u);
+  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
+  ASSERT_NE(c[0], nullptr);
+  ASSERT_NE(c[1], nullptr);
+  const int64_t n = kSegmentBytes / 4;  // the whole input segment
+  for (int r = 0; r < 2; ++r) {
+    c[r]->WriteInput(0, Input(r, n, 10));
+    ASSERT_TRUE(c[r]->Push(InRange(AllReduce(*s[r], 1, 0, n), 0, n * 4)).ok());
+  }
+  v1::SegmentRange held[2];
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<v1::CollectiveResponse> got = c[r]->Next();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->status().code(), 0) << got->status().message();
+    EXPECT_TRUE(c[r]->ResultOf(*got) == Expected(n, 10)) << "rank " << r;
+    held[r] = got->data_range();
+  }
+  // Rank 1 hands its result back; rank 0 keeps its own, so that its next
+  // result has no room.
+  v1::CollectiveRequest release;
+  *release.add_released() = held[1];
+  ASSERT_TRUE(c[1]->Push(release).ok());
+  for (int r = 0; r < 2; ++r) {
+    c[r]->WriteInput(0, Input(r, n, 11));
+    ASSERT_TRUE(c[r]->Push(InRange(AllReduce(*s[r], 2, 1, n), 0, n * 4)).ok());
+  }
+  absl::StatusOr<v1::CollectiveResponse> got = c[0]->Next();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->status().code(),
+            static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(got->status().message(),
+              HasSubstr("ClientOptions::shared_memory_bytes"));
+  // Rank 1's call ends too: with its result if every input was in when
+  // rank 0 dropped out, else failed naming rank 0.
+  got = c[1]->Next();
+  ASSERT_TRUE(got.ok()) << got.status();
+  if (got->status().code() == 0) {
+    EXPECT_TRUE(c[1]->ResultOf(*got) == Expected(n, 11));
+  } else {
+    EXPECT_EQ(got->status().code(), static_cast<int>(absl::StatusCode::kAborted));
+    EXPECT_THAT(got->status().message(), HasSubstr("rank 0"));
+  }
+}
+
 TEST_F(ShmServerTest, AllGatherForwardsEachRanksSegmentBytes) {
   std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-allgather");
   ASSERT_EQ(s.size(), 2u);
