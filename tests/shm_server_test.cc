@@ -146,6 +146,10 @@ class ShmClient {
     return client;
   }
 
+  absl::Status PushRaw(const std::string& record) {
+    return control_->requests().Push(record, absl::Now() + kPatience);
+  }
+
   absl::Status Push(const v1::CollectiveRequest& request) {
     return control_->requests().Push(request.SerializeAsString(),
                                      absl::Now() + kPatience);
@@ -626,6 +630,54 @@ TEST_F(ShmServerTest, ACancelRecordEndsTheCallCancelledAndFreesItsRange) {
             static_cast<int>(absl::StatusCode::kPermissionDenied))
       << got->status().message();
   EXPECT_THAT(got->status().message(), HasSubstr("rank 1"));
+}
+
+TEST_F(ShmServerTest, ASilentPeerDoesNotHoldUpAnotherHandshake) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-silent");
+  ASSERT_EQ(s.size(), 2u);
+  // Connected, and never says hello.
+  UniqueFd silent(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string& name = s[0]->shared_memory_socket();
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  ASSERT_EQ(connect(silent.get(), reinterpret_cast<sockaddr*>(&addr),
+                    static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 +
+                                           name.size())),
+            0);
+  std::unique_ptr<ShmClient> c = Connect(*s[0]);
+  EXPECT_NE(c, nullptr);
+  // The silent one is still waiting for its deadline: nothing came back.
+  pollfd p{silent.get(), POLLIN | POLLRDHUP, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 0);
+}
+
+TEST_F(ShmServerTest, RecordsThatBreakTheProtocolEndTheSession) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-bad");
+  ASSERT_EQ(s.size(), 2u);
+  {
+    std::unique_ptr<ShmClient> c = Connect(*s[0]);
+    ASSERT_NE(c, nullptr);
+    ASSERT_TRUE(c->PushRaw("\xff\xff\xff").ok());  // not a CollectiveRequest
+    EXPECT_TRUE(c->ClosedByServer());
+  }
+  {
+    std::unique_ptr<ShmClient> c = Connect(*s[0]);
+    ASSERT_NE(c, nullptr);
+    v1::CollectiveRequest release;  // a range never handed out
+    release.add_released()->set_offset(4096);
+    release.mutable_released(0)->set_size(64);
+    ASSERT_TRUE(c->Push(release).ok());
+    EXPECT_TRUE(c->ClosedByServer());
+  }
+  {
+    std::unique_ptr<ShmClient> c = Connect(*s[0]);
+    ASSERT_NE(c, nullptr);
+    v1::CollectiveRequest outside =
+        InRange(AllReduce(*s[0], 1, 0, 16), kSegmentBytes - 32, 64);
+    ASSERT_TRUE(c->Push(outside).ok());
+    EXPECT_TRUE(c->ClosedByServer());
+  }
 }
 
 TEST_F(ShmServerTest, ACorruptRingEndsTheSessionAndFailsThePeer) {
