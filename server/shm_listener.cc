@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "core/control_segment.h"
 #include "core/fd_passing.h"
+#include "core/range_allocator.h"
 #include "core/shared_segment.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "proto/reducer/v1/status_conversion.h"
@@ -276,8 +277,10 @@ absl::StatusOr<SharedMemorySession::Parts> SharedMemoryListener::Check(
         " in the running epoch of job ", hello.job(),
         " (it never joined, was replaced, or the epoch ended)"));
   }
-  absl::StatusOr<SharedSegment> result =
-      SharedSegment::Create("reducer-result", input->size());
+  // 64 bytes more than the input segment, for the nonce: a result as large
+  // as the whole input segment still fits.
+  absl::StatusOr<SharedSegment> result = SharedSegment::Create(
+      "reducer-result", input->size() + RangeAllocator::kAlignment);
   if (!result.ok()) return Prefixed("the result segment: ", result.status());
   SharedMemorySession::Parts parts{*peer, UniqueFd(), *std::move(control),
                                    *std::move(input), *std::move(result)};

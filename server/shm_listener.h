@@ -18,10 +18,10 @@
 // control segment equals the hello's (FAILED_PRECONDITION); the token is
 // the job's when reducerd requires tokens (ReducerService::Authorize's
 // UNAUTHENTICATED or PERMISSION_DENIED); the session id holds the rank in
-// the job's running epoch (FAILED_PRECONDITION); a result segment as large
-// as the input segment fits (SharedSegment::Create's RESOURCE_EXHAUSTED).
-// Accepted, it writes a nonce of its own at the start of the result
-// segment, answers OK with that nonce and the result memfd, and starts a
+// the job's running epoch (FAILED_PRECONDITION); a result segment of the
+// input segment's size and 64 bytes more fits (SharedSegment::Create's
+// RESOURCE_EXHAUSTED). Accepted, it writes a nonce of its own in the result
+// segment's first 64 bytes, answers OK with that nonce and the result memfd, and starts a
 // SharedMemorySession. Every refusal and every session's start and end is
 // logged with the job, rank, and the peer's pid and uid (SO_PEERCRED).
 //

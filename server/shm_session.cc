@@ -482,7 +482,7 @@ void SharedMemorySession::ProcessMessage(Call& call, Item& item) {
               "call ", call.call_id, ": its result of ", call.result_bytes,
               " bytes does not fit in what is free of the session's result "
               "segment of ", result_.size(), " bytes (",
-              result_ranges_.used(), " in use; the segment is as large as "
+              result_ranges_.used(), " in use; its size follows "
               "ClientOptions::shared_memory_bytes): raise that, or release "
               "results sooner"));
         }
@@ -509,6 +509,12 @@ void SharedMemorySession::ProcessMessage(Call& call, Item& item) {
   // The last message completes the call without a write notice.
   if (!item.last && collective != nullptr) collective->OnWriteDone(call.rank);
   if (!copied.ok()) {
+    // The collective hears only that the call was cancelled: say why here.
+    const int ranks[] = {call.rank};
+    log_->Log({LogSeverity::kWarning, "shm_result_failed",
+               absl::StrCat("same-host session of job ", peer_.job, " rank ",
+                            peer_.rank, ": ", copied.ToString()),
+               peer_.job, std::nullopt, "", ranks});
     if (collective != nullptr) {
       collective->OnRankCancelled(call.rank, call.channel.get());
     }

@@ -146,6 +146,10 @@ class ShmClient {
     return client;
   }
 
+  absl::Status PushRaw(const std::string& record) {
+    return control_->requests().Push(record, absl::Now() + kPatience);
+  }
+
   absl::Status Push(const v1::CollectiveRequest& request) {
     return control_->requests().Push(request.SerializeAsString(),
                                      absl::Now() + kPatience);
@@ -479,6 +483,52 @@ TEST_F(ShmServerTest, AllReduceInlineAndThroughTheSegments) {
   }
 }
 
+TEST_F(ShmServerTest, AWholeSegmentsResultFitsAndAHeldOneLeavesNoRoom) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-room");
+  ASSERT_EQ(s.size(), 2u);
+  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
+  ASSERT_NE(c[0], nullptr);
+  ASSERT_NE(c[1], nullptr);
+  const int64_t n = kSegmentBytes / 4;  // the whole input segment
+  for (int r = 0; r < 2; ++r) {
+    c[r]->WriteInput(0, Input(r, n, 10));
+    ASSERT_TRUE(c[r]->Push(InRange(AllReduce(*s[r], 1, 0, n), 0, n * 4)).ok());
+  }
+  v1::SegmentRange held[2];
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<v1::CollectiveResponse> got = c[r]->Next();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->status().code(), 0) << got->status().message();
+    EXPECT_TRUE(c[r]->ResultOf(*got) == Expected(n, 10)) << "rank " << r;
+    held[r] = got->data_range();
+  }
+  // Rank 1 hands its result back; rank 0 keeps its own, so that its next
+  // result has no room.
+  v1::CollectiveRequest release;
+  *release.add_released() = held[1];
+  ASSERT_TRUE(c[1]->Push(release).ok());
+  for (int r = 0; r < 2; ++r) {
+    c[r]->WriteInput(0, Input(r, n, 11));
+    ASSERT_TRUE(c[r]->Push(InRange(AllReduce(*s[r], 2, 1, n), 0, n * 4)).ok());
+  }
+  absl::StatusOr<v1::CollectiveResponse> got = c[0]->Next();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->status().code(),
+            static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(got->status().message(),
+              HasSubstr("ClientOptions::shared_memory_bytes"));
+  // Rank 1's call ends too: with its result if every input was in when
+  // rank 0 dropped out, else failed naming rank 0.
+  got = c[1]->Next();
+  ASSERT_TRUE(got.ok()) << got.status();
+  if (got->status().code() == 0) {
+    EXPECT_TRUE(c[1]->ResultOf(*got) == Expected(n, 11));
+  } else {
+    EXPECT_EQ(got->status().code(), static_cast<int>(absl::StatusCode::kAborted));
+    EXPECT_THAT(got->status().message(), HasSubstr("rank 0"));
+  }
+}
+
 TEST_F(ShmServerTest, AllGatherForwardsEachRanksSegmentBytes) {
   std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-allgather");
   ASSERT_EQ(s.size(), 2u);
@@ -580,6 +630,54 @@ TEST_F(ShmServerTest, ACancelRecordEndsTheCallCancelledAndFreesItsRange) {
             static_cast<int>(absl::StatusCode::kPermissionDenied))
       << got->status().message();
   EXPECT_THAT(got->status().message(), HasSubstr("rank 1"));
+}
+
+TEST_F(ShmServerTest, ASilentPeerDoesNotHoldUpAnotherHandshake) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-silent");
+  ASSERT_EQ(s.size(), 2u);
+  // Connected, and never says hello.
+  UniqueFd silent(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string& name = s[0]->shared_memory_socket();
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  ASSERT_EQ(connect(silent.get(), reinterpret_cast<sockaddr*>(&addr),
+                    static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 +
+                                           name.size())),
+            0);
+  std::unique_ptr<ShmClient> c = Connect(*s[0]);
+  EXPECT_NE(c, nullptr);
+  // The silent one is still waiting for its deadline: nothing came back.
+  pollfd p{silent.get(), POLLIN | POLLRDHUP, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 0);
+}
+
+TEST_F(ShmServerTest, RecordsThatBreakTheProtocolEndTheSession) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-bad");
+  ASSERT_EQ(s.size(), 2u);
+  {
+    std::unique_ptr<ShmClient> c = Connect(*s[0]);
+    ASSERT_NE(c, nullptr);
+    ASSERT_TRUE(c->PushRaw("\xff\xff\xff").ok());  // not a CollectiveRequest
+    EXPECT_TRUE(c->ClosedByServer());
+  }
+  {
+    std::unique_ptr<ShmClient> c = Connect(*s[0]);
+    ASSERT_NE(c, nullptr);
+    v1::CollectiveRequest release;  // a range never handed out
+    release.add_released()->set_offset(4096);
+    release.mutable_released(0)->set_size(64);
+    ASSERT_TRUE(c->Push(release).ok());
+    EXPECT_TRUE(c->ClosedByServer());
+  }
+  {
+    std::unique_ptr<ShmClient> c = Connect(*s[0]);
+    ASSERT_NE(c, nullptr);
+    v1::CollectiveRequest outside =
+        InRange(AllReduce(*s[0], 1, 0, 16), kSegmentBytes - 32, 64);
+    ASSERT_TRUE(c->Push(outside).ok());
+    EXPECT_TRUE(c->ClosedByServer());
+  }
 }
 
 TEST_F(ShmServerTest, ACorruptRingEndsTheSessionAndFailsThePeer) {
