@@ -1,12 +1,12 @@
 // Round trips between two processes on one host, signalled three ways: a
-// Doorbell that spins before its futex wait (as shipped), a Doorbell that goes
-// straight to the futex (spin 0), and a one-byte message each way over a
+// Doorbell that watches its word (yielding) before its futex wait, as
+// shipped; a Doorbell that goes straight to the futex (spin zero); and a one-byte message each way over a
 // SOCK_SEQPACKET socketpair (the floor of any message-based signal). Each
 // round trip is one ring (or message) there and one back; the child process
 // answers every ping.
 //
 // Rounds interleave the three ways so that they see the same machine state.
-// Prints how long the spin lasts on this machine, then, per way, the median
+// Prints how long the watch lasts (Doorbell::kSpin), then, per way, the median
 // and p90 round trip in microseconds over all rounds, and each way's median
 // as a ratio to the shipped doorbell's.
 #include <sys/prctl.h>
@@ -38,7 +38,7 @@ namespace {
 
 enum class Way { kSpinThenFutex, kFutexOnly, kSocket };
 constexpr const char* kWayNames[] = {
-    "doorbell (spin, then futex)", "doorbell (futex only)", "seqpacket socket"};
+    "doorbell (watch, then futex)", "doorbell (futex only)", "seqpacket socket"};
 constexpr int kWarmup = 200;
 
 struct Bells {
@@ -53,7 +53,8 @@ struct Bells {
 [[noreturn]] void Answer(Way way, Bells* bells, uint32_t seen, int sock,
                          int count) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  int spin = way == Way::kFutexOnly ? 0 : Doorbell::kSpinIterations;
+  const absl::Duration spin =
+      way == Way::kFutexOnly ? absl::ZeroDuration() : Doorbell::kSpin;
   Doorbell ping(&bells->ping, spin), pong(&bells->pong, spin);
   for (int i = 0; i < count; ++i) {
     if (way == Way::kSocket) {
@@ -84,7 +85,8 @@ std::vector<double> RunRound(Way way, Bells* bells, int round_trips) {
     Answer(way, bells, ping_before, pair[1], total);
   }
   close(pair[1]);
-  int spin = way == Way::kFutexOnly ? 0 : Doorbell::kSpinIterations;
+  const absl::Duration spin =
+      way == Way::kFutexOnly ? absl::ZeroDuration() : Doorbell::kSpin;
   Doorbell ping(&bells->ping, spin), pong(&bells->pong, spin);
   std::vector<double> us;
   us.reserve(round_trips);
@@ -138,19 +140,8 @@ int Main() {
       into.insert(into.end(), us.begin(), us.end());
     }
   }
-  // How long the spin lasts here: a wait that nobody answers, past its
-  // deadline, spins kSpinIterations times and then gives up.
-  std::vector<double> spin_us;
-  Doorbell idle(&bells->pong);
-  for (int i = 0; i < 1000; ++i) {
-    auto start = std::chrono::steady_clock::now();
-    (void)idle.WaitChange(idle.value(), absl::InfinitePast());
-    auto end = std::chrono::steady_clock::now();
-    spin_us.push_back(
-        std::chrono::duration<double, std::micro>(end - start).count());
-  }
-  std::printf("spin of %d pauses before the futex wait: median %.2f us\n",
-              Doorbell::kSpinIterations, Quantile(spin_us, 0.5));
+  std::printf("watch before the futex wait: %s\n",
+              absl::FormatDuration(Doorbell::kSpin).c_str());
   double shipped = Quantile(all[0], 0.5);
   std::printf("%-30s %10s %10s %8s\n", "round trip", "median us", "p90 us",
               "ratio");

@@ -82,6 +82,13 @@ bool CompletionDriver::DriveUntil(const std::function<bool()>& done,
   return result;
 }
 
+void CompletionDriver::Wake() {
+  absl::MutexLock lock(&mu_);
+  if (callers_ == 0) return;
+  if (driving_) KickBackgroundLocked();  // the poller looks again
+  callers_cv_.SignalAll();               // so do the others
+}
+
 void CompletionDriver::PollReady() {
   {
     absl::MutexLock lock(&mu_);

@@ -57,12 +57,18 @@ class CompletionDriver {
   // call into the driver. Returns done().
   bool DriveUntil(const std::function<bool()>& done, absl::Time deadline);
 
+  // Makes every thread inside DriveUntil evaluate its condition again now,
+  // for outcomes that arrive other than through the queue (the same-host
+  // path's). Cheap when nobody is inside DriveUntil.
+  void Wake();
+
   // Runs the handlers of whatever has completed already, without waiting,
   // unless another thread polls right now (which runs them itself).
   void PollReady();
 
  private:
-  // The alarm that asks the background thread to stop polling.
+  // The alarm that makes the polling thread return from its poll (the
+  // background thread then stops polling; a caller looks at its condition).
   class Kick final : public Handler {
    public:
     explicit Kick(CompletionDriver* driver) : driver_(driver) {}

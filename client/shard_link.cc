@@ -144,7 +144,8 @@ absl::Status ShardLink::StartSharedMemory(absl::Time deadline) {
         channel.status().message()));
   }
   shared_memory_ = std::make_unique<SharedMemoryBackend>(
-      *std::move(channel), target_, buffers_);
+      *std::move(channel), target_, buffers_,
+      [driver = driver_] { driver->Wake(); });
   router_->UseSharedMemory(shared_memory_.get());
   return absl::OkStatus();
 }

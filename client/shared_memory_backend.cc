@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -14,29 +15,26 @@
 namespace reducer {
 namespace {
 
-// How often the reader looks at the socket when no response comes.
+// How often the poller looks at the socket when no response comes.
 constexpr absl::Duration kSocketCheckEvery = absl::Milliseconds(50);
+// How long callers must have left the ring alone before the reader thread
+// takes it.
+constexpr absl::Duration kIdleGrace = absl::Milliseconds(5);
 // reducerd's nonce; no result range starts below it.
 constexpr uint64_t kResultHeaderBytes = 64;
 
 }  // namespace
 
-// One call in flight, shared by its attempt and the reader.
+// One call in flight, shared by its attempt and the poller; its outcome is
+// guarded by the backend's mu_.
 struct SharedMemoryBackend::Call {
-  absl::Mutex mu;
-  bool done ABSL_GUARDED_BY(mu) = false;
-  bool answered ABSL_GUARDED_BY(mu) = false;  // a response came
-  absl::StatusOr<std::vector<Tensor>> outcome ABSL_GUARDED_BY(mu) =
+  bool done = false;
+  bool answered = false;  // a response came
+  bool cancelled = false;
+  bool watched = false;  // its attempt was asked Settled()
+  absl::StatusOr<std::vector<Tensor>> outcome =
       absl::UnknownError("no outcome yet");
   std::optional<uint64_t> input_offset;  // set before the call is sent
-
-  void Settle(absl::StatusOr<std::vector<Tensor>> result, bool from_reducerd) {
-    absl::MutexLock lock(&mu);
-    if (done) return;
-    done = true;
-    answered = from_reducerd;
-    outcome = std::move(result);
-  }
 };
 
 class SharedMemoryBackend::Attempt final : public CollectiveAttempt {
@@ -47,34 +45,58 @@ class SharedMemoryBackend::Attempt final : public CollectiveAttempt {
         deadline_(deadline) {}
 
   absl::StatusOr<std::vector<Tensor>> Wait() override {
-    absl::MutexLock lock(&call_->mu);
-    auto over = [this]() ABSL_SHARED_LOCKS_REQUIRED(call_->mu) {
-      return call_->done || cancelled_.load(std::memory_order_acquire);
-    };
-    if (!call_->mu.AwaitWithDeadline(absl::Condition(&over), deadline_)) {
-      call_->mu.Unlock();
-      backend_->SendCancel(call_id_);
-      call_->mu.Lock();
-      if (!call_->done) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "no answer from reducerd at ", backend_->target_,
-            " over shared memory before the call's deadline"));
+    absl::Mutex& mu = backend_->mu_;
+    Call& call = *call_;
+    auto over = [&call] { return call.done || call.cancelled; };
+    mu.Lock();
+    ++backend_->waiting_;
+    while (!over() && absl::Now() < deadline_) {
+      if (!backend_->polling_) {
+        backend_->polling_ = true;
+        mu.Unlock();
+        backend_->PollUntil(over, deadline_);
+        mu.Lock();
+        backend_->polling_ = false;
+        continue;
       }
+      // Another thread polls: it settles this call, or leaves the ring.
+      auto turn = [&] { return over() || !backend_->polling_; };
+      mu.AwaitWithDeadline(absl::Condition(&turn), deadline_);
     }
-    received_any_ = call_->answered;
-    if (!call_->done) return absl::CancelledError("the collective was cancelled");
-    return std::move(call_->outcome);
+    --backend_->waiting_;
+    backend_->last_wait_end_ = absl::Now();
+    const bool done = call.done;
+    const bool cancelled = call.cancelled;
+    received_any_ = call.answered;
+    absl::StatusOr<std::vector<Tensor>> outcome =
+        done ? std::move(call.outcome)
+             : absl::StatusOr<std::vector<Tensor>>(
+                   cancelled ? absl::CancelledError(
+                                        "the collective was cancelled")
+                                  : absl::DeadlineExceededError(absl::StrCat(
+                                        "no answer from reducerd at ",
+                                        backend_->target_,
+                                        " over shared memory before the "
+                                        "call's deadline")));
+    mu.Unlock();
+    if (!done && !cancelled) backend_->SendCancel(call_id_);
+    return outcome;
   }
   bool Ready() override { return Settled(); }
   bool Settled() override {
-    absl::MutexLock lock(&call_->mu);
+    absl::MutexLock lock(&backend_->mu_);
+    call_->watched = true;
     return call_->done;
   }
   void Cancel() override {
-    if (cancelled_.exchange(true)) return;
+    {
+      absl::MutexLock lock(&backend_->mu_);
+      if (call_->done || call_->cancelled) return;
+      call_->cancelled = true;
+    }
     backend_->SendCancel(call_id_);
-    // Wakes a Wait() blocked on the call.
-    absl::MutexLock lock(&call_->mu);
+    // A poller sleeping on the ring's bell looks again.
+    backend_->channel_.control->responses().data_bell().Ring();
   }
   bool received_any() const override { return received_any_; }
 
@@ -83,7 +105,6 @@ class SharedMemoryBackend::Attempt final : public CollectiveAttempt {
   const std::shared_ptr<Call> call_;
   const uint64_t call_id_;
   const absl::Time deadline_;
-  std::atomic<bool> cancelled_{false};
   bool received_any_ = false;
 };
 
@@ -105,18 +126,23 @@ class FailedAttempt final : public CollectiveAttempt {
 
 }  // namespace
 
-SharedMemoryBackend::SharedMemoryBackend(SharedMemoryChannel channel,
-                                         std::string target,
-                                         std::shared_ptr<BufferCache> buffers)
+SharedMemoryBackend::SharedMemoryBackend(
+    SharedMemoryChannel channel, std::string target,
+    std::shared_ptr<BufferCache> buffers,
+    std::function<void()> on_watched_settle)
     : channel_(std::move(channel)),
       target_(std::move(target)),
       buffers_(std::move(buffers)),
+      on_watched_settle_(std::move(on_watched_settle)),
       input_ranges_(channel_.input->size()),
       reader_([this] { ReadResponses(); }) {}
 
 SharedMemoryBackend::~SharedMemoryBackend() {
   ::shutdown(channel_.socket.get(), SHUT_RDWR);
-  stop_.store(true, std::memory_order_release);
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
   channel_.control->responses().data_bell().Ring();  // wakes the reader
   reader_.join();
   Break(absl::CancelledError(absl::StrCat(
@@ -152,6 +178,11 @@ std::unique_ptr<CollectiveAttempt> SharedMemoryBackend::TryStart(
   request.set_call_id(call_id);
   *request.mutable_header() = contribution.header;
   auto call = std::make_shared<Call>();
+  auto settle = [this, &call](absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    call->done = true;
+    call->outcome = std::move(status);
+  };
   if (bytes > kInlineBytes) {
     call->input_offset = input_ranges_.Allocate(bytes);
     if (!call->input_offset) return nullptr;
@@ -185,11 +216,10 @@ std::unique_ptr<CollectiveAttempt> SharedMemoryBackend::TryStart(
       calls_.erase(call_id);
     }
     if (call->input_offset) input_ranges_.Free(*call->input_offset);
-    call->Settle(absl::Status(pushed.code(),
-                              absl::StrCat("sending to reducerd at ", target_,
-                                           " over shared memory: ",
-                                           pushed.message())),
-                 /*from_reducerd=*/false);
+    settle(absl::Status(pushed.code(),
+                        absl::StrCat("sending to reducerd at ", target_,
+                                     " over shared memory: ",
+                                     pushed.message())));
   }
   return std::make_unique<Attempt>(this, std::move(call), call_id,
                                    contribution.deadline);
@@ -219,27 +249,48 @@ void SharedMemoryBackend::FlushReleases() {
 }
 
 void SharedMemoryBackend::ReadResponses() {
-  MessageRing& responses = channel_.control->responses();
-  std::string record;
-  while (!stop_.load(std::memory_order_acquire)) {
-    const uint32_t seen = responses.data_bell().value();
-    bool any = false;
-    while (true) {
-      absl::StatusOr<bool> popped = responses.TryPop(&record);
-      if (!popped.ok()) {
-        Break(absl::UnavailableError(absl::StrCat(
-            "the shared-memory session with reducerd at ", target_,
-            " broke: ", popped.status().message())));
-        return;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || (!polling_ && waiting_ == 0);
+      };
+      mu_.Await(absl::Condition(&idle));
+      if (stop_) return;
+      // Callers that poll in a loop of collectives leave the ring alone
+      // only between calls: taking it then would cost each call a hand-off.
+      const absl::Duration quiet = absl::Now() - last_wait_end_;
+      if (quiet < kIdleGrace) {
+        mu_.AwaitWithTimeout(absl::Condition(&stop_), kIdleGrace - quiet);
+        continue;
       }
-      if (!*popped) break;
-      any = true;
-      if (!HandleResponse(record)) return;
+      polling_ = true;
     }
+    // Until a caller comes to wait (it then takes the ring over).
+    PollUntil([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stop_ || waiting_ > 0 || !broken_.ok();
+    }, absl::InfiniteFuture());
+    absl::MutexLock lock(&mu_);
+    polling_ = false;
+    if (!broken_.ok()) return;
+  }
+}
+
+void SharedMemoryBackend::PollUntil(const std::function<bool()>& done,
+                                    absl::Time deadline) {
+  MessageRing& responses = channel_.control->responses();
+  while (true) {
+    const uint32_t seen = responses.data_bell().value();
+    if (!DrainResponses()) return;
     FlushReleases();
-    if (any) continue;
+    {
+      absl::MutexLock lock(&mu_);
+      if (done() || !broken_.ok()) return;
+    }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return;
     if (responses.data_bell()
-            .WaitChange(seen, absl::Now() + kSocketCheckEvery)
+            .WaitChange(seen, std::min(deadline, now + kSocketCheckEvery))
             .ok()) {
       continue;
     }
@@ -249,6 +300,22 @@ void SharedMemoryBackend::ReadResponses() {
           ": its socket closed (reducerd stopped or died)")));
       return;
     }
+  }
+}
+
+bool SharedMemoryBackend::DrainResponses() {
+  MessageRing& responses = channel_.control->responses();
+  std::string record;
+  while (true) {
+    absl::StatusOr<bool> popped = responses.TryPop(&record);
+    if (!popped.ok()) {
+      Break(absl::UnavailableError(absl::StrCat(
+          "the shared-memory session with reducerd at ", target_,
+          " broke: ", popped.status().message())));
+      return false;
+    }
+    if (!*popped) return true;
+    if (!HandleResponse(record)) return false;
   }
 }
 
@@ -278,7 +345,7 @@ bool SharedMemoryBackend::HandleResponse(const std::string& record) {
       response.status().message());
   if (!status.ok()) {
     if (range) releases_.push_back(*range);
-    call->Settle(status, /*from_reducerd=*/true);
+    Settle(*call, status, /*from_reducerd=*/true);
     return true;
   }
   SliceRange data;
@@ -286,11 +353,12 @@ bool SharedMemoryBackend::HandleResponse(const std::string& record) {
     const uint64_t end = range->first + range->second;
     if (range->first < kResultHeaderBytes || end < range->first ||
         end > channel_.result->size()) {
-      call->Settle(absl::DataLossError(absl::StrCat(
-                       "reducerd at ", target_, " placed a result at bytes [",
-                       range->first, ", ", end, ") outside its ",
-                       channel_.result->size(), "-byte result segment")),
-                   /*from_reducerd=*/true);
+      Settle(*call,
+             absl::DataLossError(absl::StrCat(
+                 "reducerd at ", target_, " placed a result at bytes [",
+                 range->first, ", ", end, ") outside its ",
+                 channel_.result->size(), "-byte result segment")),
+             /*from_reducerd=*/true);
       return true;
     }
     data.Append(grpc::Slice(
@@ -303,9 +371,10 @@ bool SharedMemoryBackend::HandleResponse(const std::string& record) {
   response.set_offset(0);
   absl::Status added = result.Add(response, data);
   if (range) releases_.push_back(*range);  // copied out (or given up)
-  call->Settle(added.ok() ? result.Finish()
-                          : absl::StatusOr<std::vector<Tensor>>(added),
-               /*from_reducerd=*/true);
+  Settle(*call,
+         added.ok() ? result.Finish()
+                    : absl::StatusOr<std::vector<Tensor>>(added),
+         /*from_reducerd=*/true);
   return true;
 }
 
@@ -317,7 +386,22 @@ void SharedMemoryBackend::Break(const absl::Status& status) {
     calls.swap(calls_);
   }
   // Their input ranges stay allocated: nothing is sent any more.
-  for (auto& [id, call] : calls) call->Settle(status, /*from_reducerd=*/false);
+  for (auto& [id, call] : calls) Settle(*call, status, /*from_reducerd=*/false);
+}
+
+void SharedMemoryBackend::Settle(Call& call,
+                                 absl::StatusOr<std::vector<Tensor>> outcome,
+                                 bool from_reducerd) {
+  bool watched;
+  {
+    absl::MutexLock lock(&mu_);
+    if (call.done) return;
+    call.done = true;
+    call.answered = from_reducerd;
+    call.outcome = std::move(outcome);
+    watched = call.watched;
+  }
+  if (watched && on_watched_settle_ != nullptr) on_watched_settle_();
 }
 
 bool SharedMemoryBackend::SocketClosed() const {

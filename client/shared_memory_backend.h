@@ -10,12 +10,18 @@
 //   std::unique_ptr<CollectiveAttempt> attempt = backend->TryStart(c);
 //   if (attempt == nullptr) ... // does not fit now: send it over gRPC
 //
-// A reader thread takes the responses, builds each result and wakes its
-// caller; it also watches the socket, so a reducerd that closed or died
-// fails every call in flight with UNAVAILABLE (and received_any() false, so
-// that the session may retry them over gRPC when it is still intact). A
-// call's input range stays allocated until its response came, since
-// reducerd reads it straight from the segment until then.
+// Whoever waits reads the responses: a thread in Wait() takes the response
+// ring (one at a time; the others wait for their call or their turn) and
+// handles every response it finds, so the answer is read by the thread
+// that wants it, with no hand-off between threads (on this kind of machine
+// each hand-off costs more than the rest of a small collective). When no
+// caller waits, a reader thread takes the ring instead, so that results of
+// calls not yet waited for are taken and their ranges released. The
+// poller also watches the socket, so a reducerd that closed or died fails
+// every call in flight with UNAVAILABLE (and received_any() false, so that
+// the session may retry them over gRPC when it is still intact). A call's
+// input range stays allocated until its response came, since reducerd
+// reads it straight from the segment until then.
 //
 // Thread-safe; attempts must not outlive the backend.
 #ifndef REDUCER_CLIENT_SHARED_MEMORY_BACKEND_H_
@@ -23,6 +29,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -32,6 +39,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "client/collective_attempt.h"
 #include "client/collective_backend.h"
 #include "client/shared_memory_handshake.h"
@@ -46,8 +54,14 @@ class SharedMemoryBackend final : public CollectiveBackend {
   static constexpr size_t kInlineBytes = 64 << 10;
 
   // `target` names reducerd in errors; results take buffers from `buffers`.
+  // `on_watched_settle` (may be null) runs, on any thread and with no lock
+  // held, when a call settles whose attempt was asked Settled() before:
+  // whoever waits for several attempts that way (ShardedBackend, in
+  // CompletionDriver::DriveUntil) must hear of it, since the outcome does
+  // not come through the completion queue.
   SharedMemoryBackend(SharedMemoryChannel channel, std::string target,
-                      std::shared_ptr<BufferCache> buffers);
+                      std::shared_ptr<BufferCache> buffers,
+                      std::function<void()> on_watched_settle = nullptr);
   // Closes the socket (reducerd ends the session and cancels what it still
   // holds of it) and stops the reader; calls still waiting fail CANCELLED.
   ~SharedMemoryBackend() override;
@@ -72,9 +86,20 @@ class SharedMemoryBackend final : public CollectiveBackend {
   class Attempt;
   struct Call;
 
+  // The reader thread: polls while no caller does, until stop_.
   void ReadResponses();
+  // Takes the ring (polling_ must be ours) until `done()` (called with mu_
+  // held) or `deadline`: handles every response, and waits on the ring's
+  // bell in between, checking the socket at least every kSocketCheckEvery.
+  void PollUntil(const std::function<bool()>& done, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Handles what the response ring holds now; false once the session broke.
+  bool DrainResponses() ABSL_LOCKS_EXCLUDED(mu_);
   // Takes one response record; false when it ends the session.
   bool HandleResponse(const std::string& record);
+  // Gives `call` its outcome, unless it has one.
+  void Settle(Call& call, absl::StatusOr<std::vector<Tensor>> outcome,
+              bool from_reducerd) ABSL_LOCKS_EXCLUDED(mu_);
   // Fails every call in flight with `status` and refuses new ones.
   void Break(const absl::Status& status);
   // True when the socket says reducerd closed its end (or died).
@@ -89,16 +114,21 @@ class SharedMemoryBackend final : public CollectiveBackend {
   const SharedMemoryChannel channel_;
   const std::string target_;
   const std::shared_ptr<BufferCache> buffers_;
+  const std::function<void()> on_watched_settle_;
   RangeAllocator input_ranges_;
   std::atomic<uint64_t> next_call_id_{1};
-  std::atomic<bool> stop_{false};
 
   absl::Mutex push_mu_;  // one producer of the request ring at a time
+  // Guards the calls, their outcomes and who polls.
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  bool polling_ ABSL_GUARDED_BY(mu_) = false;  // someone holds the ring
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;       // callers inside Wait()
+  absl::Time last_wait_end_ ABSL_GUARDED_BY(mu_);  // a caller left Wait()
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   // Result ranges read but not yet handed back (the ring was full). Only
-  // the reader thread touches it.
+  // the poller touches it.
   std::vector<std::pair<uint64_t, uint64_t>> releases_;
 
   std::thread reader_;  // last: starts once everything above exists

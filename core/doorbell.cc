@@ -5,6 +5,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 
@@ -13,16 +16,6 @@
 
 namespace reducer {
 namespace {
-
-inline void CpuPause() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#else
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-#endif
-}
 
 // Shared (not FUTEX_PRIVATE_FLAG) operations: the word may be mapped by
 // several processes at different addresses.
@@ -43,9 +36,12 @@ uint32_t Doorbell::Ring() {
 absl::StatusOr<uint32_t> Doorbell::WaitChange(uint32_t seen,
                                               absl::Time deadline) const {
   uint32_t now = value();
-  for (int i = 0; now == seen && i < spin_iterations_; ++i) {
-    CpuPause();
-    now = value();
+  if (now == seen && spin_ > absl::ZeroDuration()) {
+    const absl::Time watch_until = std::min(deadline, absl::Now() + spin_);
+    do {
+      sched_yield();
+      now = value();
+    } while (now == seen && absl::Now() < watch_until);
   }
   while (now == seen) {
     absl::Duration left = deadline - absl::Now();

@@ -15,10 +15,14 @@
 // before ringing is visible to a waiter once WaitChange returns. The counter
 // wraps around (2^32 rings later it reads the same again).
 //
-// A waiter first spins for kSpinIterations pause instructions (tens to a few
-// hundred microseconds, depending on the CPU's pause) so that a ring that
-// follows quickly is seen without sleeping, then sleeps on the futex. Waits
-// are bounded by a deadline, so a peer that died never hangs a waiter.
+// A waiter first watches the word for kSpin, yielding the CPU between looks
+// (sched_yield), then sleeps on the futex. The watch is what makes a quick
+// answer cheap: a thread that sleeps lets its (virtual) CPU halt, and waking
+// a halted CPU costs tens of microseconds, more than a small collective's
+// whole work. Yielding rather than spinning on pause keeps that watch cheap
+// when threads outnumber cores: an idle CPU returns to the waiter at once, a
+// busy one runs the threads that have work first. Waits are bounded by a
+// deadline, so a peer that died never hangs a waiter.
 #ifndef REDUCER_CORE_DOORBELL_H_
 #define REDUCER_CORE_DOORBELL_H_
 
@@ -32,14 +36,13 @@ namespace reducer {
 
 class Doorbell {
  public:
-  // Pause instructions a waiter spins through before sleeping on the futex.
-  static constexpr int kSpinIterations = 1000;
+  // How long a waiter watches the word before sleeping on the futex.
+  static constexpr absl::Duration kSpin = absl::Microseconds(100);
 
-  // `spin_iterations` other than kSpinIterations is for measuring what the
-  // spin buys (0: straight to the futex).
-  explicit Doorbell(std::atomic<uint32_t>* word,
-                    int spin_iterations = kSpinIterations)
-      : word_(word), spin_iterations_(spin_iterations) {}
+  // `spin` other than kSpin is for measuring what the watch buys (zero:
+  // straight to the futex).
+  explicit Doorbell(std::atomic<uint32_t>* word, absl::Duration spin = kSpin)
+      : word_(word), spin_(spin) {}
 
   // Increments the counter and wakes every waiter, in any process (one
   // FUTEX_WAKE system call, whether or not anyone waits). Returns the new
@@ -58,7 +61,7 @@ class Doorbell {
                 "a futex needs a plain lock-free 32-bit word");
 
   std::atomic<uint32_t>* word_;
-  int spin_iterations_;
+  absl::Duration spin_;
 };
 
 }  // namespace reducer

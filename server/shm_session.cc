@@ -20,10 +20,21 @@ namespace reducer {
 // Collective's lock held; never calls back into the Collective.
 class SharedMemorySession::CallChannel final : public RankChannel {
  public:
-  CallChannel(std::weak_ptr<SharedMemorySession> session, uint64_t serial)
-      : session_(std::move(session)), serial_(serial) {}
+  // `inline_input`: the call's payload came inside its request record (so
+  // no range of the client's waits for the end of reducerd's references).
+  CallChannel(std::weak_ptr<SharedMemorySession> session, uint64_t serial,
+              uint64_t call_id, bool inline_input)
+      : session_(std::move(session)), serial_(serial), call_id_(call_id),
+        inline_input_(inline_input) {}
 
   void Send(ResultMessage message, bool last) override {
+    // A small call whose whole result is this message is answered from
+    // here, with no hand-off to the session thread.
+    if (last && inline_input_ && message.offset == 0 &&
+        message.result_specs != nullptr) {
+      std::shared_ptr<SharedMemorySession> s = session_.lock();
+      if (s != nullptr && s->AnswerAtOnce(serial_, call_id_, message)) return;
+    }
     Item item;
     item.kind = Item::Kind::kMessage;
     item.message = std::move(message);
@@ -58,6 +69,8 @@ class SharedMemorySession::CallChannel final : public RankChannel {
 
   const std::weak_ptr<SharedMemorySession> session_;
   const uint64_t serial_;
+  const uint64_t call_id_;
+  const bool inline_input_;
 };
 
 // Holds one call's payload bytes (inline bytes, or its range of the input
@@ -74,14 +87,12 @@ class SharedMemorySession::InputOwner final : public ByteOwner {
         data_(static_cast<const char*>(segment_->data()) + offset),
         control_(std::move(control)),
         released_(std::move(released)) {}
-  // `bytes`, inline in the request.
-  InputOwner(std::string bytes, std::shared_ptr<ControlSegment> control,
-             std::shared_ptr<std::atomic<bool>> released)
-      : bytes_(std::move(bytes)),
-        data_(bytes_.data()),
-        control_(std::move(control)),
-        released_(std::move(released)) {}
+  // `bytes`, inline in the request: reducerd's own copy, so its end
+  // concerns no one.
+  explicit InputOwner(std::string bytes)
+      : bytes_(std::move(bytes)), data_(bytes_.data()) {}
   ~InputOwner() override {
+    if (released_ == nullptr) return;
     released_->store(true, std::memory_order_release);
     control_->requests().data_bell().Ring();
   }
@@ -202,6 +213,41 @@ void SharedMemorySession::Enqueue(Item item) {
     }
   }
   Ring();
+}
+
+bool SharedMemorySession::AnswerAtOnce(uint64_t serial, uint64_t call_id,
+                                       const ResultMessage& message) {
+  absl::StatusOr<PayloadLayout> layout =
+      ComputePayloadLayout(*message.result_specs);
+  if (!layout.ok() || layout->total_bytes > kInlineResultBytes) return false;
+  size_t bytes = 0;
+  for (const SharedBytes& piece : message.data) bytes += piece.size();
+  if (bytes != layout->total_bytes) return false;
+  v1::CollectiveResponse response;
+  response.set_call_id(call_id);
+  response.mutable_status();  // OK
+  for (const TensorSpec& spec : *message.result_specs) {
+    *response.add_result() = TensorSpecToWire(spec);
+  }
+  std::string* data = response.mutable_data();
+  data->reserve(bytes);
+  for (const SharedBytes& piece : message.data) {
+    data->append(piece.data(), piece.size());
+  }
+  const std::string record = response.SerializeAsString();
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return false;
+    absl::MutexLock push(&push_mu_);
+    absl::StatusOr<bool> pushed = control_->responses().TryPush(record);
+    if (!pushed.ok() || !*pushed) return false;
+    // The thread forgets the call when it next wakes; no need to wake it.
+    Item answered;
+    answered.kind = Item::Kind::kAnswered;
+    answered.serial = serial;
+    items_.push_back(std::move(answered));
+  }
+  return true;
 }
 
 void SharedMemorySession::Resume(uint64_t serial) {
@@ -339,8 +385,12 @@ absl::Status SharedMemorySession::StartCall(v1::CollectiveRequest& request) {
   call.call_id = call_id;
   call.serial = ++last_serial_;
   call.rank = request.header().rank();
-  call.channel = std::make_shared<CallChannel>(weak_from_this(), call.serial);
-  call.input_released = std::make_shared<std::atomic<bool>>(false);
+  call.channel = std::make_shared<CallChannel>(
+      weak_from_this(), call.serial, call_id, !request.has_data_range());
+  // Only a range of the client's input segment must be let go of before
+  // the response: an inline payload is already reducerd's own.
+  call.input_released =
+      std::make_shared<std::atomic<bool>>(!request.has_data_range());
   if (request.has_data_range()) {
     call.input = std::make_shared<const InputOwner>(
         input_, range_offset, control_, call.input_released);
@@ -348,7 +398,7 @@ absl::Status SharedMemorySession::StartCall(v1::CollectiveRequest& request) {
   } else {
     call.input_bytes = request.data().size();
     call.input = std::make_shared<const InputOwner>(
-        std::move(*request.mutable_data()), control_, call.input_released);
+        std::move(*request.mutable_data()));
   }
   call.input_data = call.input->data();
   calls_[call.serial] = std::move(owned);
@@ -448,6 +498,10 @@ void SharedMemorySession::ProcessItems() {
         break;
       case Item::Kind::kFail:
         EndCall(call, item.status);
+        break;
+      case Item::Kind::kAnswered:
+        in_flight_.erase(call.call_id);
+        calls_.erase(it);
         break;
     }
   }
@@ -562,6 +616,7 @@ absl::Status SharedMemorySession::PushResponses() {
       continue;
     }
     std::string record = ResponseRecord(call);
+    absl::MutexLock push(&push_mu_);
     absl::StatusOr<bool> pushed = responses.TryPush(record);
     if (!pushed.ok() &&
         pushed.status().code() == absl::StatusCode::kInvalidArgument) {

@@ -34,7 +34,11 @@
 // its end is known and reducerd holds no reference into its input range any
 // more (an AllGather or Broadcast forwards input bytes to other ranks'
 // channels, which may still be writing them): from then on the range is the
-// client's again.
+// client's again. The one exception, the small-call fast path: a call whose
+// payload came inline and whose whole result arrives in one message of at
+// most kInlineResultBytes is answered by its channel right there
+// (AnswerAtOnce, on the thread that completed the collective), sparing the
+// hand-off to the session thread and its wakeup.
 //
 // The session ends when the client closes its socket (seen within
 // kSocketCheck: the thread waits on the request ring's data bell with that
@@ -139,7 +143,8 @@ class SharedMemorySession
 
   // What a CallChannel queued for the thread.
   struct Item {
-    enum class Kind { kMessage, kFinish, kFail };
+    // kAnswered: the call's response went from its channel already.
+    enum class Kind { kMessage, kFinish, kFail, kAnswered };
     uint64_t serial = 0;
     Kind kind = Kind::kMessage;
     ResultMessage message;
@@ -176,6 +181,12 @@ class SharedMemorySession
 
   // Called by CallChannel and InputOwner (any thread).
   void Enqueue(Item item);
+  // Pushes call `call_id`'s response with `message`, its whole result, if
+  // that fits inline and the ring has room now; false (nothing done)
+  // otherwise. Called with the Collective's lock held: only locks mu_ and
+  // push_mu_.
+  bool AnswerAtOnce(uint64_t serial, uint64_t call_id,
+                    const ResultMessage& message);
   void Resume(uint64_t serial);
   void Ring();
 
@@ -201,6 +212,9 @@ class SharedMemorySession
   std::atomic<bool> finished_{false};
   std::thread thread_;
 
+  // One producer of the response ring at a time (the thread, or a
+  // channel answering at once); taken after mu_ when both are.
+  absl::Mutex push_mu_;
   absl::Mutex mu_;
   std::deque<Item> items_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> resumed_ ABSL_GUARDED_BY(mu_);  // serials

@@ -202,10 +202,11 @@ class ShardsTest : public FaultTest {
   // `target` (one script for every rank, or one per rank).
   std::vector<std::unique_ptr<ChildProcess>> StartRanks(
       const std::string& binary, const std::string& job,
-      const std::string& target, const std::vector<std::string>& steps) {
+      const std::string& target, const std::vector<std::string>& steps,
+      const std::vector<std::string>& extra_flags = {}) {
     worker_binary_ = binary;
     return StartJob(job, kWorld, steps,
-                    std::vector<std::string>(kWorld, target));
+                    std::vector<std::string>(kWorld, target), extra_flags);
   }
 
   // Every shard's reducer_payload_received_bytes_total.
@@ -378,8 +379,10 @@ TEST_F(ShardsTest, ShardKilledMidAllReduceFailsEveryRankThenConnectWorks) {
       "reconnect:timeout_ms=30000,attempts=20;"
       "allreduce_inplace:shape=1572865,seed=5,timeout_ms=30000;"
       "allreduce:shape=8,seed=6,timeout_ms=30000";
-  std::vector<std::unique_ptr<ChildProcess>> workers =
-      StartRanks(fault_worker_, Job(), target, {steps});
+  // Over gRPC: the fault is injected in the proxy's TCP stream, which the
+  // same-host path would go around.
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartRanks(
+      fault_worker_, Job(), target, {steps}, {"--shared_memory=off"});
   ASSERT_EQ(workers.size(), static_cast<size_t>(kWorld));
   for (auto& w : workers) {
     ASSERT_NE(w, nullptr);
