@@ -37,7 +37,7 @@ namespace reducer {
 class Doorbell {
  public:
   // How long a waiter watches the word before sleeping on the futex.
-  static constexpr absl::Duration kSpin = absl::Microseconds(100);
+  static constexpr absl::Duration kSpin = absl::Microseconds(300);
 
   // `spin` other than kSpin is for measuring what the watch buys (zero:
   // straight to the futex).
