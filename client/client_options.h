@@ -36,7 +36,7 @@ struct TlsOptions {               // paths to PEM files
 // "Same-host shared memory").
 enum class SharedMemory {
   kAuto,      // when reducerd offers it and the handshake proves that both
-              // sides map the same memory; else gRPC alone, logged once
+              // sides map the same memory; else gRPC alone
   kOff,       // gRPC alone
   kRequired,  // Connect fails (FAILED_PRECONDITION, saying why) without it
 };
