@@ -91,20 +91,6 @@ std::string TransportName(Transport t) {
 
 void PrintTo(Transport t, std::ostream* os) { *os << TransportName(t); }
 
-// The port in reducerd's "reducerd metrics on http://127.0.0.1:PORT/metrics".
-int MetricsPort(const std::string& logs) {
-  const std::string marker = "metrics on http://127.0.0.1:";
-  const size_t at = logs.find(marker);
-  if (at == std::string::npos) return 0;
-  const size_t end = logs.find('/', at + marker.size());
-  int port = 0;
-  if (!absl::SimpleAtoi(logs.substr(at + marker.size(), end - at - marker.size()),
-                        &port)) {
-    return 0;
-  }
-  return port;
-}
-
 // "rank 0 sent X || rank 1 sent X || ...": the agreeing rank the server
 // compared with may be any of ranks 0..2, whichever arrived first.
 std::string AnyAgreeingRankSent(const std::string& what) {
@@ -138,7 +124,7 @@ class ConformanceTest : public FaultTest,
     conformance_worker_ = *worker;
     ASSERT_TRUE(StartServer({absl::StrCat("--chunk_bytes=", kChunk),
                              "--metrics_listen=127.0.0.1:0"}));
-    metrics_port_ = MetricsPort(server()->Logs());
+    metrics_port_ = server()->MetricsPort();
     ASSERT_NE(metrics_port_, 0) << server()->Logs();
   }
 

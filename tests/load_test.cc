@@ -55,20 +55,6 @@ int CollectivesPerRank() {
 #endif
 }
 
-// The port in reducerd's "reducerd metrics on http://127.0.0.1:PORT/metrics".
-int MetricsPort(const std::string& logs) {
-  const std::string marker = "metrics on http://127.0.0.1:";
-  const size_t at = logs.find(marker);
-  if (at == std::string::npos) return 0;
-  const size_t end = logs.find('/', at + marker.size());
-  int port = 0;
-  if (!absl::SimpleAtoi(logs.substr(at + marker.size(), end - at - marker.size()),
-                        &port)) {
-    return 0;
-  }
-  return port;
-}
-
 // The key=value fields of a LOAD line; every field load_worker prints is
 // present (empty when missing), so that at() cannot throw.
 std::map<std::string, std::string> Fields(absl::string_view line) {
@@ -110,7 +96,7 @@ class LoadTest : public FaultTest {
 
 TEST_F(LoadTest, ThirtyTwoSmallJobsAndOneOf64RanksLoseNothing) {
   ASSERT_TRUE(StartServer({"--metrics_listen=127.0.0.1:0"}));
-  const int metrics_port = MetricsPort(server()->Logs());
+  const int metrics_port = server()->MetricsPort();
   ASSERT_NE(metrics_port, 0) << server()->Logs();
 
   // Every (job, rank) that must report, with its world size.

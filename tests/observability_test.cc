@@ -91,17 +91,6 @@ const std::set<std::string> kAllowedLabels = {
     "grpc_code",   "le",        "quantile",  "version",
     "grpc_version"};
 
-// The port in reducerd's "reducerd metrics on http://HOST:PORT/metrics".
-int MetricsPort(const std::string& logs) {
-  const std::string marker = "metrics on http://127.0.0.1:";
-  const size_t at = logs.find(marker);
-  if (at == std::string::npos) return 0;
-  int port = 0;
-  const std::string digits = logs.substr(at + marker.size(), 5);
-  absl::SimpleAtoi(digits.substr(0, digits.find('/')), &port);
-  return port;
-}
-
 class ObservabilityTest : public FaultTest {
  protected:
   absl::Duration TimeLimit() const override { return absl::Seconds(90); }
@@ -112,7 +101,7 @@ class ObservabilityTest : public FaultTest {
     flags.push_back("--metrics_listen=127.0.0.1:0");
     flags.push_back("--log_format=json");
     if (!StartServer(std::move(flags))) return false;
-    metrics_port_ = MetricsPort(server()->Logs());
+    metrics_port_ = server()->MetricsPort();
     EXPECT_NE(metrics_port_, 0) << server()->Logs();
     return metrics_port_ != 0;
   }

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -415,6 +416,21 @@ std::string ReducerdProcess::Logs() const {
   return absl::StrCat("--- reducerd stdout ---\n", process_->ReadStdout(),
                       "--- reducerd stderr ---\n", process_->ReadStderr(),
                       "--- end of reducerd ---\n");
+}
+
+int ReducerdProcess::MetricsPort() const {
+  const std::string out = process_->ReadStdout();
+  const std::string marker = "metrics on http://127.0.0.1:";
+  const size_t at = out.find(marker);
+  if (at == std::string::npos) return 0;
+  const size_t begin = at + marker.size();
+  const size_t end = out.find('/', begin);
+  int port = 0;
+  if (end == std::string::npos ||
+      !absl::SimpleAtoi(out.substr(begin, end - begin), &port)) {
+    return 0;
+  }
+  return port;
 }
 
 absl::StatusOr<int64_t> ReadVmRssKib(pid_t pid) {

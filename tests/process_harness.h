@@ -189,6 +189,10 @@ class ReducerdProcess {
   std::string Logs() const;
   // Its stderr so far (where it logs).
   std::string Stderr() const;
+  // The port of its `reducerd metrics on http://127.0.0.1:PORT/metrics`
+  // line (started with --metrics_listen=127.0.0.1:0); 0 when it printed
+  // none.
+  int MetricsPort() const;
 
  private:
   // One start attempt on `port`: the daemon, once ready; NOT_FOUND with its

@@ -108,20 +108,6 @@ std::vector<std::string> Suite() {
   return steps;
 }
 
-// The port in reducerd's "reducerd metrics on http://127.0.0.1:PORT/metrics".
-int MetricsPort(const std::string& logs) {
-  const std::string marker = "metrics on http://127.0.0.1:";
-  const size_t at = logs.find(marker);
-  if (at == std::string::npos) return 0;
-  const size_t end = logs.find('/', at + marker.size());
-  int port = 0;
-  if (!absl::SimpleAtoi(logs.substr(at + marker.size(), end - at - marker.size()),
-                        &port)) {
-    return 0;
-  }
-  return port;
-}
-
 // The sum of every sample of metric `name` that reducerd serves on
 // `metrics_port`; -1 (with a failure recorded) when it cannot be read.
 double MetricTotal(int metrics_port, const std::string& name) {
@@ -164,7 +150,7 @@ class ShardsTest : public FaultTest {
           ReducerdProcess::Start(kShardFlags);
       ASSERT_TRUE(shard.ok()) << shard.status();
       shards_.push_back(*std::move(shard));
-      metrics_ports_.push_back(MetricsPort(shards_.back()->Logs()));
+      metrics_ports_.push_back(shards_.back()->MetricsPort());
       ASSERT_NE(metrics_ports_.back(), 0) << shards_.back()->Logs();
     }
   }

@@ -70,20 +70,6 @@ int WaitForSegmentDescriptors(pid_t pid, int want) {
   return now;
 }
 
-// The port in reducerd's "reducerd metrics on http://127.0.0.1:PORT/metrics".
-int MetricsPort(const std::string& logs) {
-  const std::string marker = "metrics on http://127.0.0.1:";
-  const size_t at = logs.find(marker);
-  if (at == std::string::npos) return 0;
-  const size_t end = logs.find('/', at + marker.size());
-  int port = 0;
-  if (!absl::SimpleAtoi(
-          logs.substr(at + marker.size(), end - at - marker.size()), &port)) {
-    return 0;
-  }
-  return port;
-}
-
 class SharedMemoryTest : public FaultTest {
  protected:
   void SetUp() override {
@@ -95,7 +81,7 @@ class SharedMemoryTest : public FaultTest {
   bool StartServerWithMetrics(std::vector<std::string> flags = {}) {
     flags.push_back("--metrics_listen=127.0.0.1:0");
     if (!StartServer(flags)) return false;
-    metrics_port_ = MetricsPort(server()->Logs());
+    metrics_port_ = server()->MetricsPort();
     EXPECT_NE(metrics_port_, 0) << server()->Logs();
     return metrics_port_ != 0;
   }
@@ -241,7 +227,7 @@ TEST_F(SharedMemoryTest, ReducerdKilledAndRestartedWithClientsConnected) {
     ExpectStep(r, "6", absl::StatusCode::kOk);
   }
   // The new reducerd carried the reconnected job over shared memory too.
-  metrics_port_ = MetricsPort(server()->Logs());
+  metrics_port_ = server()->MetricsPort();
   EXPECT_EQ(GrpcCollectiveStreams(), 0);
 }
 
