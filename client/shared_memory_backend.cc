@@ -41,7 +41,9 @@ class SharedMemoryBackend::Attempt final : public CollectiveAttempt {
  public:
   Attempt(SharedMemoryBackend* backend, std::shared_ptr<Call> call,
           uint64_t call_id, absl::Time deadline)
-      : backend_(backend), call_(std::move(call)), call_id_(call_id),
+      : backend_(backend),
+        call_(std::move(call)),
+        call_id_(call_id),
         deadline_(deadline) {}
 
   absl::StatusOr<std::vector<Tensor>> Wait() override {
@@ -71,13 +73,12 @@ class SharedMemoryBackend::Attempt final : public CollectiveAttempt {
     absl::StatusOr<std::vector<Tensor>> outcome =
         done ? std::move(call.outcome)
              : absl::StatusOr<std::vector<Tensor>>(
-                   cancelled ? absl::CancelledError(
-                                        "the collective was cancelled")
-                                  : absl::DeadlineExceededError(absl::StrCat(
-                                        "no answer from reducerd at ",
-                                        backend_->target_,
-                                        " over shared memory before the "
-                                        "call's deadline")));
+                   cancelled
+                       ? absl::CancelledError("the collective was cancelled")
+                       : absl::DeadlineExceededError(absl::StrCat(
+                             "no answer from reducerd at ", backend_->target_,
+                             " over shared memory before the "
+                             "call's deadline")));
     mu.Unlock();
     if (!done && !cancelled) backend_->SendCancel(call_id_);
     return outcome;
@@ -162,7 +163,8 @@ std::unique_ptr<CollectiveAttempt> SharedMemoryBackend::Start(
   absl::Status why = status();
   if (why.ok()) {
     why = absl::ResourceExhaustedError(absl::StrCat(
-        "a payload of ", contribution.payload_bytes(), " bytes does not fit in "
+        "a payload of ", contribution.payload_bytes(),
+        " bytes does not fit in "
         "the free part of the shared-memory input segment (",
         input_ranges_.size(), " bytes, ClientOptions::shared_memory_bytes)"));
   }
@@ -186,8 +188,9 @@ std::unique_ptr<CollectiveAttempt> SharedMemoryBackend::TryStart(
   if (bytes > kInlineBytes) {
     call->input_offset = input_ranges_.Allocate(bytes);
     if (!call->input_offset) return nullptr;
-    PackPayloadTo(contribution.layout, contribution.inputs,
-                  static_cast<char*>(channel_.input->data()) + *call->input_offset);
+    PackPayloadTo(
+        contribution.layout, contribution.inputs,
+        static_cast<char*>(channel_.input->data()) + *call->input_offset);
     request.mutable_data_range()->set_offset(*call->input_offset);
     request.mutable_data_range()->set_size(bytes);
   } else if (bytes > 0) {
@@ -216,10 +219,10 @@ std::unique_ptr<CollectiveAttempt> SharedMemoryBackend::TryStart(
       calls_.erase(call_id);
     }
     if (call->input_offset) input_ranges_.Free(*call->input_offset);
-    settle(absl::Status(pushed.code(),
-                        absl::StrCat("sending to reducerd at ", target_,
-                                     " over shared memory: ",
-                                     pushed.message())));
+    settle(
+        absl::Status(pushed.code(),
+                     absl::StrCat("sending to reducerd at ", target_,
+                                  " over shared memory: ", pushed.message())));
   }
   return std::make_unique<Attempt>(this, std::move(call), call_id,
                                    contribution.deadline);
@@ -267,9 +270,9 @@ void SharedMemoryBackend::ReadResponses() {
       polling_ = true;
     }
     // Until a caller comes to wait (it then takes the ring over).
-    PollUntil([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stop_ || waiting_ > 0 || !broken_.ok();
-    }, absl::InfiniteFuture());
+    PollUntil([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                  mu_) { return stop_ || waiting_ > 0 || !broken_.ok(); },
+              absl::InfiniteFuture());
     absl::MutexLock lock(&mu_);
     polling_ = false;
     if (!broken_.ok()) return;
@@ -309,9 +312,9 @@ bool SharedMemoryBackend::DrainResponses() {
   while (true) {
     absl::StatusOr<bool> popped = responses.TryPop(&record);
     if (!popped.ok()) {
-      Break(absl::UnavailableError(absl::StrCat(
-          "the shared-memory session with reducerd at ", target_,
-          " broke: ", popped.status().message())));
+      Break(absl::UnavailableError(
+          absl::StrCat("the shared-memory session with reducerd at ", target_,
+                       " broke: ", popped.status().message())));
       return false;
     }
     if (!*popped) return true;
@@ -322,9 +325,10 @@ bool SharedMemoryBackend::DrainResponses() {
 bool SharedMemoryBackend::HandleResponse(const std::string& record) {
   v1::CollectiveResponse response;
   if (!response.ParseFromString(record) || response.call_id() == 0) {
-    Break(absl::UnavailableError(absl::StrCat(
-        "reducerd at ", target_, " sent a shared-memory response that does "
-        "not parse")));
+    Break(absl::UnavailableError(
+        absl::StrCat("reducerd at ", target_,
+                     " sent a shared-memory response that does "
+                     "not parse")));
     return false;
   }
   std::shared_ptr<Call> call;
@@ -371,10 +375,10 @@ bool SharedMemoryBackend::HandleResponse(const std::string& record) {
   response.set_offset(0);
   absl::Status added = result.Add(response, data);
   if (range) releases_.push_back(*range);  // copied out (or given up)
-  Settle(*call,
-         added.ok() ? result.Finish()
-                    : absl::StatusOr<std::vector<Tensor>>(added),
-         /*from_reducerd=*/true);
+  Settle(
+      *call,
+      added.ok() ? result.Finish() : absl::StatusOr<std::vector<Tensor>>(added),
+      /*from_reducerd=*/true);
   return true;
 }
 

@@ -2,6 +2,8 @@
 // the test itself on a real abstract socket, with real memfds: the
 // handshake's checks, inline and segment payloads both ways, the release of
 // result ranges, cancellation, and a reducerd that misbehaves or goes away.
+#include "client/shared_memory_backend.h"
+
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -18,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/shared_memory_backend.h"
 #include "client/shared_memory_handshake.h"
 #include "core/control_segment.h"
 #include "core/data_type.h"
@@ -49,7 +50,8 @@ class FakeReducerd {
     addr.sun_family = AF_UNIX;
     std::memcpy(addr.sun_path + 1, name_.data(), name_.size());
     const socklen_t len = offsetof(sockaddr_un, sun_path) + 1 + name_.size();
-    EXPECT_EQ(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), len), 0);
+    EXPECT_EQ(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), len),
+              0);
     EXPECT_EQ(::listen(listener_.get(), 4), 0);
   }
 
@@ -63,8 +65,8 @@ class FakeReducerd {
                    std::string nonce_in_segment = std::string(16, 'r')) {
     conn_.reset(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     ASSERT_TRUE(conn_.valid());
-    absl::StatusOr<Received> hello =
-        ReceiveWithFds(conn_.get(), 1 << 16, 2, absl::Now() + absl::Seconds(10));
+    absl::StatusOr<Received> hello = ReceiveWithFds(
+        conn_.get(), 1 << 16, 2, absl::Now() + absl::Seconds(10));
     ASSERT_TRUE(hello.ok()) << hello.status();
     ASSERT_TRUE(hello_.ParseFromString(hello->bytes));
     ASSERT_EQ(hello->fds.size(), 2u);
@@ -80,17 +82,20 @@ class FakeReducerd {
     if (!refusal.ok()) {
       welcome.mutable_status()->set_code(static_cast<int>(refusal.code()));
       welcome.mutable_status()->set_message(std::string(refusal.message()));
-      ASSERT_TRUE(SendWithFds(conn_.get(), welcome.SerializeAsString(), {}).ok());
+      ASSERT_TRUE(
+          SendWithFds(conn_.get(), welcome.SerializeAsString(), {}).ok());
       return;
     }
     absl::StatusOr<SharedSegment> result =
         SharedSegment::Create("reducer-result", kSegmentBytes);
     ASSERT_TRUE(result.ok()) << result.status();
     result_ = std::make_unique<SharedSegment>(*std::move(result));
-    std::memcpy(result_->data(), nonce_in_segment.data(), nonce_in_segment.size());
+    std::memcpy(result_->data(), nonce_in_segment.data(),
+                nonce_in_segment.size());
     welcome.set_nonce(nonce_named);
     const int fds[] = {result_->fd()};
-    ASSERT_TRUE(SendWithFds(conn_.get(), welcome.SerializeAsString(), fds).ok());
+    ASSERT_TRUE(
+        SendWithFds(conn_.get(), welcome.SerializeAsString(), fds).ok());
   }
 
   // The next request record, parsed; waits up to 10 s.
@@ -114,10 +119,10 @@ class FakeReducerd {
   }
 
   void Respond(const v1::CollectiveResponse& response) {
-    ASSERT_TRUE(control_->responses()
-                    .Push(response.SerializeAsString(),
-                          absl::Now() + absl::Seconds(10))
-                    .ok());
+    ASSERT_TRUE(
+        control_->responses()
+            .Push(response.SerializeAsString(), absl::Now() + absl::Seconds(10))
+            .ok());
   }
 
   void CloseConnection() { conn_.reset(); }
@@ -182,7 +187,8 @@ absl::StatusOr<SharedMemoryChannel> Connect(FakeReducerd& fake,
   return channel;
 }
 
-TEST(SharedMemoryHandshakeTest, HelloCarriesTheSessionAndTheControlSegmentsNonce) {
+TEST(SharedMemoryHandshakeTest,
+     HelloCarriesTheSessionAndTheControlSegmentsNonce) {
   FakeReducerd fake;
   absl::StatusOr<SharedMemoryChannel> channel =
       Connect(fake, [&] { fake.AnswerHello(); });
@@ -205,18 +211,21 @@ TEST(SharedMemoryHandshakeTest, RefusalKeepsReducerdsCodeAndReason) {
   });
   ASSERT_FALSE(channel.ok());
   EXPECT_EQ(channel.status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(channel.status().message(),
-              HasSubstr("reducerd refused the same-host path: token of another job"));
+  EXPECT_THAT(
+      channel.status().message(),
+      HasSubstr("reducerd refused the same-host path: token of another job"));
 }
 
 TEST(SharedMemoryHandshakeTest, ResultSegmentWithoutTheNamedNonceIsRefused) {
   FakeReducerd fake;
   absl::StatusOr<SharedMemoryChannel> channel = Connect(fake, [&] {
-    fake.AnswerHello(absl::OkStatus(), std::string(16, 'a'), std::string(16, 'b'));
+    fake.AnswerHello(absl::OkStatus(), std::string(16, 'a'),
+                     std::string(16, 'b'));
   });
   ASSERT_FALSE(channel.ok());
   EXPECT_EQ(channel.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(channel.status().message(), HasSubstr("does not map the same memory"));
+  EXPECT_THAT(channel.status().message(),
+              HasSubstr("does not map the same memory"));
 }
 
 TEST(SharedMemoryHandshakeTest, UnreachableSocketIsUnavailableNamingIt) {
@@ -230,7 +239,8 @@ TEST(SharedMemoryHandshakeTest, UnreachableSocketIsUnavailableNamingIt) {
   EXPECT_THAT(channel.status().message(), HasSubstr("another host"));
 }
 
-TEST(SharedMemoryHandshakeTest, SegmentThatDoesNotFitIsRefusedBeforeConnecting) {
+TEST(SharedMemoryHandshakeTest,
+     SegmentThatDoesNotFitIsRefusedBeforeConnecting) {
   absl::StatusOr<SharedMemoryChannel> channel =
       ShakeHands("reducer-test-never-reached", Hello(), size_t{1} << 50,
                  absl::Now() + absl::Seconds(5));
@@ -254,7 +264,8 @@ class SharedMemoryBackendTest : public ::testing::Test {
 
 TEST_F(SharedMemoryBackendTest, SmallCallTravelsInlineBothWays) {
   FloatContribution c({1.5f, -2.0f});
-  std::unique_ptr<CollectiveAttempt> attempt = backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt =
+      backend_->TryStart(c.contribution);
   ASSERT_NE(attempt, nullptr);
   v1::CollectiveRequest request = fake_.NextRequest();
   EXPECT_NE(request.call_id(), 0u);
@@ -279,11 +290,13 @@ TEST_F(SharedMemoryBackendTest, SmallCallTravelsInlineBothWays) {
   EXPECT_TRUE(attempt->received_any());
 }
 
-TEST_F(SharedMemoryBackendTest, LargeCallTravelsThroughTheSegmentsAndReleasesItsResult) {
+TEST_F(SharedMemoryBackendTest,
+       LargeCallTravelsThroughTheSegmentsAndReleasesItsResult) {
   std::vector<float> values(100000);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
   FloatContribution c(values);
-  std::unique_ptr<CollectiveAttempt> attempt = backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt =
+      backend_->TryStart(c.contribution);
   ASSERT_NE(attempt, nullptr);
   v1::CollectiveRequest request = fake_.NextRequest();
   ASSERT_TRUE(request.has_data_range());
@@ -298,9 +311,11 @@ TEST_F(SharedMemoryBackendTest, LargeCallTravelsThroughTheSegmentsAndReleasesIts
 
   // The "result": each input doubled, at offset 4096 of the result segment.
   constexpr uint64_t kAt = 4096;
-  float* out = reinterpret_cast<float*>(static_cast<char*>(fake_.result().data()) + kAt);
+  float* out =
+      reinterpret_cast<float*>(static_cast<char*>(fake_.result().data()) + kAt);
   for (size_t i = 0; i < values.size(); ++i) out[i] = 2.0f * values[i];
-  v1::CollectiveResponse response = FloatResult(request.call_id(), values.size());
+  v1::CollectiveResponse response =
+      FloatResult(request.call_id(), values.size());
   response.mutable_data_range()->set_offset(kAt);
   response.mutable_data_range()->set_size(values.size() * 4);
   fake_.Respond(response);
@@ -319,23 +334,27 @@ TEST_F(SharedMemoryBackendTest, LargeCallTravelsThroughTheSegmentsAndReleasesIts
 
 TEST_F(SharedMemoryBackendTest, ReducerdsErrorIsTheCallsOutcome) {
   FloatContribution c({1.0f});
-  std::unique_ptr<CollectiveAttempt> attempt = backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt =
+      backend_->TryStart(c.contribution);
   ASSERT_NE(attempt, nullptr);
   v1::CollectiveRequest request = fake_.NextRequest();
   v1::CollectiveResponse response;
   response.set_call_id(request.call_id());
-  response.mutable_status()->set_code(static_cast<int>(absl::StatusCode::kAborted));
+  response.mutable_status()->set_code(
+      static_cast<int>(absl::StatusCode::kAborted));
   response.mutable_status()->set_message("rank 1's session was lost");
   fake_.Respond(response);
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
   EXPECT_EQ(result.status().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(result.status().message(), HasSubstr("rank 1's session was lost"));
+  EXPECT_THAT(result.status().message(),
+              HasSubstr("rank 1's session was lost"));
   EXPECT_TRUE(attempt->received_any());
 }
 
 TEST_F(SharedMemoryBackendTest, ResultRangeOutsideTheSegmentIsDataLoss) {
   FloatContribution c({1.0f});
-  std::unique_ptr<CollectiveAttempt> attempt = backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt =
+      backend_->TryStart(c.contribution);
   ASSERT_NE(attempt, nullptr);
   v1::CollectiveRequest request = fake_.NextRequest();
   v1::CollectiveResponse response = FloatResult(request.call_id(), 1);
@@ -349,7 +368,8 @@ TEST_F(SharedMemoryBackendTest, ResultRangeOutsideTheSegmentIsDataLoss) {
 
 TEST_F(SharedMemoryBackendTest, CancelSendsTheCancelRecordAndReturnsAtOnce) {
   FloatContribution c({1.0f});
-  std::unique_ptr<CollectiveAttempt> attempt = backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt =
+      backend_->TryStart(c.contribution);
   ASSERT_NE(attempt, nullptr);
   const uint64_t call_id = fake_.NextRequest().call_id();
   attempt->Cancel();
@@ -362,9 +382,11 @@ TEST_F(SharedMemoryBackendTest, CancelSendsTheCancelRecordAndReturnsAtOnce) {
   EXPECT_EQ(cancel.released_size(), 0);
 }
 
-TEST_F(SharedMemoryBackendTest, ReducerdGoneFailsCallsInFlightAsRetryableAndDeclinesNewOnes) {
+TEST_F(SharedMemoryBackendTest,
+       ReducerdGoneFailsCallsInFlightAsRetryableAndDeclinesNewOnes) {
   FloatContribution c({1.0f});
-  std::unique_ptr<CollectiveAttempt> attempt = backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt =
+      backend_->TryStart(c.contribution);
   ASSERT_NE(attempt, nullptr);
   fake_.NextRequest();
   fake_.CloseConnection();

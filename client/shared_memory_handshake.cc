@@ -24,15 +24,15 @@ absl::StatusOr<UniqueFd> ConnectAbstract(const std::string& name) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (name.empty() || name.size() + 1 > sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reducerd named a shared-memory socket of ", name.size(),
-        " bytes; at most ", sizeof(addr.sun_path) - 1, " fit"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("reducerd named a shared-memory socket of ", name.size(),
+                     " bytes; at most ", sizeof(addr.sun_path) - 1, " fit"));
   }
   std::memcpy(addr.sun_path + 1, name.data(), name.size());  // abstract
   UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!sock.valid()) {
-    return absl::InternalError(
-        absl::StrCat("socket(AF_UNIX, SOCK_SEQPACKET): ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("socket(AF_UNIX, SOCK_SEQPACKET): ",
+                                            std::strerror(errno)));
   }
   const socklen_t len =
       static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
@@ -41,10 +41,11 @@ absl::StatusOr<UniqueFd> ConnectAbstract(const std::string& name) {
     r = ::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), len);
   } while (r != 0 && errno == EINTR);
   if (r != 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot reach reducerd's shared-memory socket @", name, " (",
-        std::strerror(errno), "): reducerd runs on another host or in another "
-        "network namespace"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach reducerd's shared-memory socket @", name,
+                     " (", std::strerror(errno),
+                     "): reducerd runs on another host or in another "
+                     "network namespace"));
   }
   return sock;
 }
@@ -66,9 +67,10 @@ SharedMemory SharedMemoryFromEnvironment(SharedMemory option) {
   return forced.value_or(option);
 }
 
-absl::StatusOr<SharedMemoryChannel> ShakeHands(
-    const std::string& socket_name, v1::SharedMemoryHello hello,
-    size_t input_bytes, absl::Time deadline) {
+absl::StatusOr<SharedMemoryChannel> ShakeHands(const std::string& socket_name,
+                                               v1::SharedMemoryHello hello,
+                                               size_t input_bytes,
+                                               absl::Time deadline) {
   SharedMemoryChannel channel;
   const std::string nonce = RandomBytes(ControlSegment::kNonceBytes);
   absl::StatusOr<std::unique_ptr<ControlSegment>> control =
@@ -94,7 +96,8 @@ absl::StatusOr<SharedMemoryChannel> ShakeHands(
   if (!answer.ok()) {
     return absl::Status(answer.status().code(),
                         absl::StrCat("no answer from reducerd's shared-memory "
-                                     "socket: ", answer.status().message()));
+                                     "socket: ",
+                                     answer.status().message()));
   }
   v1::SharedMemoryWelcome welcome;
   if (!welcome.ParseFromString(answer->bytes)) {
@@ -102,10 +105,9 @@ absl::StatusOr<SharedMemoryChannel> ShakeHands(
         "reducerd's shared-memory welcome does not parse");
   }
   if (welcome.status().code() != 0) {
-    return absl::Status(
-        static_cast<absl::StatusCode>(welcome.status().code()),
-        absl::StrCat("reducerd refused the same-host path: ",
-                     welcome.status().message()));
+    return absl::Status(static_cast<absl::StatusCode>(welcome.status().code()),
+                        absl::StrCat("reducerd refused the same-host path: ",
+                                     welcome.status().message()));
   }
   if (answer->fds.size() != 1) {
     return absl::DataLossError(absl::StrCat(

@@ -41,9 +41,9 @@ ControlSegment::ControlSegment(SharedSegment segment)
 absl::StatusOr<std::unique_ptr<ControlSegment>> ControlSegment::Create(
     absl::string_view nonce) {
   if (nonce.size() != kNonceBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a control segment's nonce has ", kNonceBytes, " bytes, not ",
-        nonce.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a control segment's nonce has ", kNonceBytes,
+                     " bytes, not ", nonce.size()));
   }
   absl::StatusOr<SharedSegment> segment =
       SharedSegment::Create("reducer-control", kBytes);
@@ -60,23 +60,25 @@ absl::StatusOr<std::unique_ptr<ControlSegment>> ControlSegment::Adopt(int fd) {
       SharedSegment::Adopt(fd, SharedSegment::Access::kReadWrite);
   if (!segment.ok()) return segment.status();
   if (segment->size() != kBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the control segment has ", segment->size(), " bytes; this layout "
-        "has ", kBytes));
+    return absl::InvalidArgumentError(absl::StrCat("the control segment has ",
+                                                   segment->size(),
+                                                   " bytes; this layout "
+                                                   "has ",
+                                                   kBytes));
   }
   const char* base = Base(*segment);
   if (std::memcmp(base, kMagic, sizeof(kMagic)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the control segment's magic is \"",
-        absl::CHexEscape(absl::string_view(base, sizeof(kMagic))),
-        "\", not \"RDCRCTL1\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the control segment's magic is \"",
+                     absl::CHexEscape(absl::string_view(base, sizeof(kMagic))),
+                     "\", not \"RDCRCTL1\""));
   }
   uint32_t version;
   std::memcpy(&version, base + kVersionOffset, sizeof(version));
   if (version != kVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the control segment has layout version ", version,
-        "; this build reads version ", kVersion));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the control segment has layout version ", version,
+                     "; this build reads version ", kVersion));
   }
   return std::make_unique<ControlSegment>(*std::move(segment));
 }

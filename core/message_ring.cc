@@ -23,18 +23,20 @@ MessageRing::MessageRing(void* base, size_t capacity)
 absl::StatusOr<uint64_t> MessageRing::Used(uint64_t head, uint64_t tail) const {
   const uint64_t used = head - tail;
   if (used > capacity_ || used % 8 != 0 || head % 8 != 0) {
-    return absl::DataLossError(absl::StrCat(
-        "shared-memory ring of ", capacity_, " bytes is corrupt: head ", head,
-        ", tail ", tail));
+    return absl::DataLossError(absl::StrCat("shared-memory ring of ", capacity_,
+                                            " bytes is corrupt: head ", head,
+                                            ", tail ", tail));
   }
   return used;
 }
 
 absl::StatusOr<bool> MessageRing::TryPush(absl::string_view record) {
   if (record.size() > max_record_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a record of ", record.size(), " bytes exceeds the shared-memory "
-        "ring's limit of ", max_record_bytes()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a record of ", record.size(),
+                     " bytes exceeds the shared-memory "
+                     "ring's limit of ",
+                     max_record_bytes()));
   }
   const uint64_t head = header_->head.index.load(std::memory_order_relaxed);
   const uint64_t tail = header_->tail.index.load(std::memory_order_acquire);
@@ -53,7 +55,8 @@ absl::StatusOr<bool> MessageRing::TryPush(absl::string_view record) {
   }
   const uint64_t length = record.size();
   std::memcpy(data_ + start, &length, 8);
-  if (!record.empty()) std::memcpy(data_ + start + 8, record.data(), record.size());
+  if (!record.empty())
+    std::memcpy(data_ + start + 8, record.data(), record.size());
   header_->head.index.store(head + needed, std::memory_order_release);
   data_bell_.Ring();
   return true;
@@ -67,10 +70,10 @@ absl::Status MessageRing::Push(absl::string_view record, absl::Time deadline) {
     if (!pushed.ok()) return pushed.status();
     if (*pushed) return absl::OkStatus();
     if (!space_bell_.WaitChange(seen, deadline).ok()) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "the shared-memory ring stayed full for ",
-          absl::FormatDuration(absl::Now() - start),
-          ": its reader (the other process) is not consuming"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("the shared-memory ring stayed full for ",
+                       absl::FormatDuration(absl::Now() - start),
+                       ": its reader (the other process) is not consuming"));
     }
   }
 }
@@ -88,9 +91,11 @@ absl::StatusOr<bool> MessageRing::TryPop(std::string* record) {
   if (length == kWrapMarker) {
     const uint64_t to_end = capacity_ - at;
     if (to_end >= available) {
-      return absl::DataLossError(absl::StrCat(
-          "shared-memory ring of ", capacity_, " bytes is corrupt: a wrap "
-          "marker at ", at, " with only ", available, " bytes published"));
+      return absl::DataLossError(
+          absl::StrCat("shared-memory ring of ", capacity_,
+                       " bytes is corrupt: a wrap "
+                       "marker at ",
+                       at, " with only ", available, " bytes published"));
     }
     available -= to_end;
     tail += to_end;
@@ -109,7 +114,8 @@ absl::StatusOr<bool> MessageRing::TryPop(std::string* record) {
         length, " bytes at ", at, " runs past the buffer's end"));
   }
   record->assign(data_ + at + 8, length);
-  header_->tail.index.store(tail + 8 + Padded(length), std::memory_order_release);
+  header_->tail.index.store(tail + 8 + Padded(length),
+                            std::memory_order_release);
   space_bell_.Ring();
   return true;
 }

@@ -51,8 +51,8 @@ int SegmentDescriptors(pid_t pid) {
   int count = 0;
   for (const std::string& name : ListDir(dir)) {
     char target[256];
-    const ssize_t n = readlink((dir + "/" + name).c_str(), target,
-                               sizeof(target) - 1);
+    const ssize_t n =
+        readlink((dir + "/" + name).c_str(), target, sizeof(target) - 1);
     if (n <= 0) continue;
     if (absl::StrContains(std::string(target, n), "memfd:reducer-")) ++count;
   }
@@ -121,8 +121,9 @@ TEST_F(SharedMemoryTest, RequiredFailsConnectWhenReducerdDoesNotOfferIt) {
 
 TEST_F(SharedMemoryTest, AutoFallsBackToGrpcWhenReducerdDoesNotOfferIt) {
   ASSERT_TRUE(StartServerWithMetrics({"--shared_memory=false"}));
-  std::vector<std::unique_ptr<ChildProcess>> w = StartJob(
-      Job(), 2, {"allreduce;allreduce:shape=300000"}, {}, {"--shared_memory=auto"});
+  std::vector<std::unique_ptr<ChildProcess>> w =
+      StartJob(Job(), 2, {"allreduce;allreduce:shape=300000"}, {},
+               {"--shared_memory=auto"});
   std::vector<ProcessResult> done = WaitWorkers(w);
   ASSERT_EQ(done.size(), 2u);
   for (const ProcessResult& r : done) {
@@ -137,18 +138,19 @@ TEST_F(SharedMemoryTest, WorkerThatCannotMapFailsRequiredAndAutoFallsBack) {
   ASSERT_TRUE(StartServerWithMetrics());
   // An input segment larger than any machine's memory: CheckMemoryRoom
   // refuses it before anything is committed.
-  const std::string too_big = absl::StrCat("--shared_memory_bytes=", 1ull << 50);
-  std::vector<std::unique_ptr<ChildProcess>> required = StartJob(
-      Job("required"), 1, {"allreduce"}, {},
-      {"--shared_memory=required", too_big});
+  const std::string too_big =
+      absl::StrCat("--shared_memory_bytes=", 1ull << 50);
+  std::vector<std::unique_ptr<ChildProcess>> required =
+      StartJob(Job("required"), 1, {"allreduce"}, {},
+               {"--shared_memory=required", too_big});
   std::vector<ProcessResult> refused = WaitWorkers(required);
   ASSERT_EQ(refused.size(), 1u);
   ExpectStep(refused[0], "0", absl::StatusCode::kFailedPrecondition,
              {"kRequired", "cannot be used", "MemAvailable || memory.max"});
 
-  std::vector<std::unique_ptr<ChildProcess>> fallback = StartJob(
-      Job("auto"), 2, {"allreduce;allreduce_inplace:shape=300000"}, {},
-      {"--shared_memory=auto", too_big});
+  std::vector<std::unique_ptr<ChildProcess>> fallback =
+      StartJob(Job("auto"), 2, {"allreduce;allreduce_inplace:shape=300000"}, {},
+               {"--shared_memory=auto", too_big});
   std::vector<ProcessResult> done = WaitWorkers(fallback);
   ASSERT_EQ(done.size(), 2u);
   for (const ProcessResult& r : done) {
@@ -159,19 +161,21 @@ TEST_F(SharedMemoryTest, WorkerThatCannotMapFailsRequiredAndAutoFallsBack) {
   EXPECT_EQ(SegmentDescriptors(server()->pid()), 0);
 }
 
-TEST_F(SharedMemoryTest, KilledRankMidCollectiveFailsTheOthersAndFreesItsSegments) {
+TEST_F(SharedMemoryTest,
+       KilledRankMidCollectiveFailsTheOthersAndFreesItsSegments) {
   ASSERT_TRUE(StartServerWithMetrics());
   const std::set<std::string> dev_shm_before = ListDir("/dev/shm");
   // After one large all-reduce, ranks 0 and 1 send their parts of a second
   // one (reducerd holds rank 1's straight from its input segment) while
   // rank 2 holds back; rank 1 is then killed.
   const std::string second = "async_allreduce:shape=300000,timeout_ms=20000";
-  std::vector<std::unique_ptr<ChildProcess>> w = StartJob(
-      Job(), 3,
-      {absl::StrCat("allreduce:shape=300000;", second, ";join;wait_file:path=end"),
-       absl::StrCat("allreduce:shape=300000;", second, ";hang"),
-       "allreduce:shape=300000;wait_file:path=end"},
-      {}, {"--shared_memory=required"});
+  std::vector<std::unique_ptr<ChildProcess>> w =
+      StartJob(Job(), 3,
+               {absl::StrCat("allreduce:shape=300000;", second,
+                             ";join;wait_file:path=end"),
+                absl::StrCat("allreduce:shape=300000;", second, ";hang"),
+                "allreduce:shape=300000;wait_file:path=end"},
+               {}, {"--shared_memory=required"});
   ASSERT_EQ(w.size(), 3u);
   ASSERT_TRUE(WaitForOutput(*w[0], "BEGIN 2 allreduce"));
   ASSERT_TRUE(WaitForOutput(*w[1], "BEGIN 3 hang"));
