@@ -47,26 +47,30 @@ class SharedMemoryBackend::Attempt final : public CollectiveAttempt {
         deadline_(deadline) {}
 
   absl::StatusOr<std::vector<Tensor>> Wait() override {
-    absl::Mutex& mu = backend_->mu_;
+    SharedMemoryBackend* const b = backend_;
     Call& call = *call_;
-    auto over = [&call] { return call.done || call.cancelled; };
-    mu.Lock();
-    ++backend_->waiting_;
+    auto over = [&call]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return call.done || call.cancelled;  // called with b->mu_ held
+    };
+    b->mu_.Lock();
+    ++b->waiting_;
     while (!over() && absl::Now() < deadline_) {
-      if (!backend_->polling_) {
-        backend_->polling_ = true;
-        mu.Unlock();
-        backend_->PollUntil(over, deadline_);
-        mu.Lock();
-        backend_->polling_ = false;
+      if (!b->polling_) {
+        b->polling_ = true;
+        b->mu_.Unlock();
+        b->PollUntil(over, deadline_);
+        b->mu_.Lock();
+        b->polling_ = false;
         continue;
       }
       // Another thread polls: it settles this call, or leaves the ring.
-      auto turn = [&] { return over() || !backend_->polling_; };
-      mu.AwaitWithDeadline(absl::Condition(&turn), deadline_);
+      auto turn = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return over() || !b->polling_;  // evaluated with b->mu_ held
+      };
+      b->mu_.AwaitWithDeadline(absl::Condition(&turn), deadline_);
     }
-    --backend_->waiting_;
-    backend_->last_wait_end_ = absl::Now();
+    --b->waiting_;
+    b->last_wait_end_ = absl::Now();
     const bool done = call.done;
     const bool cancelled = call.cancelled;
     received_any_ = call.answered;
@@ -79,8 +83,8 @@ class SharedMemoryBackend::Attempt final : public CollectiveAttempt {
                              "no answer from reducerd at ", backend_->target_,
                              " over shared memory before the "
                              "call's deadline")));
-    mu.Unlock();
-    if (!done && !cancelled) backend_->SendCancel(call_id_);
+    b->mu_.Unlock();
+    if (!done && !cancelled) b->SendCancel(call_id_);
     return outcome;
   }
   bool Ready() override { return Settled(); }

@@ -74,7 +74,8 @@ class SharedMemoryBackend final : public CollectiveBackend {
   // Sends one attempt, or returns null when it cannot go this way now: the
   // session is over, the payload does not fit in the input segment's free
   // space, or its header does not fit in a ring record.
-  std::unique_ptr<CollectiveAttempt> TryStart(const Contribution& contribution);
+  std::unique_ptr<CollectiveAttempt> TryStart(
+      const Contribution& contribution) override;
   // CollectiveBackend: TryStart, or an attempt failed with why not.
   std::unique_ptr<CollectiveAttempt> Start(
       const Contribution& contribution) override;
