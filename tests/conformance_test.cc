@@ -175,20 +175,13 @@ class ConformanceTest : public FaultTest,
 
   // The value of the gRPC server metric `name` for Reducer method `method`.
   double MethodMetric(const std::string& name, const std::string& method) {
-    absl::StatusOr<std::string> body = HttpGet(metrics_port_, "/metrics");
-    EXPECT_TRUE(body.ok()) << body.status();
-    if (!body.ok()) return -1;
-    absl::StatusOr<std::vector<Sample>> samples = ParseExposition(*body);
-    EXPECT_TRUE(samples.ok()) << samples.status();
-    if (!samples.ok()) return -1;
-    double total = 0;
-    for (const Sample& s : *samples) {
-      auto it = s.labels.find("grpc_method");
-      if (s.name == name && it != s.labels.end() && it->second == method) {
-        total += s.value;
-      }
-    }
-    return total;
+    absl::StatusOr<double> total =
+        ScrapeSum(metrics_port_, name, [&](const Sample& s) {
+          auto it = s.labels.find("grpc_method");
+          return it != s.labels.end() && it->second == method;
+        });
+    EXPECT_TRUE(total.ok()) << total.status();
+    return total.ok() ? *total : -1;
   }
 
   // Proves the parameter reached the ranks: per_call never opens the shared

@@ -150,5 +150,19 @@ absl::StatusOr<std::vector<Sample>> ParseExposition(absl::string_view text) {
   return out;
 }
 
+absl::StatusOr<double> ScrapeSum(
+    int port, absl::string_view name,
+    const std::function<bool(const Sample&)>& keep) {
+  absl::StatusOr<std::string> body = HttpGet(port, "/metrics");
+  if (!body.ok()) return body.status();
+  absl::StatusOr<std::vector<Sample>> samples = ParseExposition(*body);
+  if (!samples.ok()) return samples.status();
+  double total = 0;
+  for (const Sample& s : *samples) {
+    if (s.name == name && (keep == nullptr || keep(s))) total += s.value;
+  }
+  return total;
+}
+
 }  // namespace testing
 }  // namespace reducer

@@ -9,6 +9,7 @@
 #ifndef REDUCER_TESTS_HTTP_GET_H_
 #define REDUCER_TESTS_HTTP_GET_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -42,6 +43,13 @@ struct Sample {
 // Every sample line of `text` (comments skipped). INVALID_ARGUMENT naming
 // the line for one it cannot read.
 absl::StatusOr<std::vector<Sample>> ParseExposition(absl::string_view text);
+
+// The sum of the samples of metric `name` at http://127.0.0.1:PORT/metrics,
+// only those `keep` accepts when it is given; the error of fetching or
+// parsing the page otherwise.
+absl::StatusOr<double> ScrapeSum(
+    int port, absl::string_view name,
+    const std::function<bool(const Sample&)>& keep = nullptr);
 
 }  // namespace testing
 }  // namespace reducer

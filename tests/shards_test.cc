@@ -111,17 +111,9 @@ std::vector<std::string> Suite() {
 // The sum of every sample of metric `name` that reducerd serves on
 // `metrics_port`; -1 (with a failure recorded) when it cannot be read.
 double MetricTotal(int metrics_port, const std::string& name) {
-  absl::StatusOr<std::string> body = HttpGet(metrics_port, "/metrics");
-  EXPECT_TRUE(body.ok()) << body.status();
-  if (!body.ok()) return -1;
-  absl::StatusOr<std::vector<Sample>> samples = ParseExposition(*body);
-  EXPECT_TRUE(samples.ok()) << samples.status();
-  if (!samples.ok()) return -1;
-  double total = 0;
-  for (const Sample& s : *samples) {
-    if (s.name == name) total += s.value;
-  }
-  return total;
+  absl::StatusOr<double> total = ScrapeSum(metrics_port, name);
+  EXPECT_TRUE(total.ok()) << total.status();
+  return total.ok() ? *total : -1;
 }
 
 // The DIGEST lines of a conformance_worker's stdout, by step index.

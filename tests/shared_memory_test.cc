@@ -89,21 +89,14 @@ class SharedMemoryTest : public FaultTest {
   // Collective and Collectives streams reducerd started: the collectives
   // that went over gRPC.
   double GrpcCollectiveStreams() {
-    absl::StatusOr<std::string> body = HttpGet(metrics_port_, "/metrics");
-    EXPECT_TRUE(body.ok()) << body.status();
-    if (!body.ok()) return -1;
-    absl::StatusOr<std::vector<Sample>> samples = ParseExposition(*body);
-    EXPECT_TRUE(samples.ok()) << samples.status();
-    if (!samples.ok()) return -1;
-    double total = 0;
-    for (const Sample& s : *samples) {
-      auto it = s.labels.find("grpc_method");
-      if (s.name == "grpc_server_started_total" && it != s.labels.end() &&
-          (it->second == "Collective" || it->second == "Collectives")) {
-        total += s.value;
-      }
-    }
-    return total;
+    absl::StatusOr<double> total = ScrapeSum(
+        metrics_port_, "grpc_server_started_total", [](const Sample& s) {
+          auto it = s.labels.find("grpc_method");
+          return it != s.labels.end() &&
+                 (it->second == "Collective" || it->second == "Collectives");
+        });
+    EXPECT_TRUE(total.ok()) << total.status();
+    return total.ok() ? *total : -1;
   }
 
   int metrics_port_ = 0;
