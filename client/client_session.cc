@@ -286,11 +286,15 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   }
   header.set_root(spec.root);
   header.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
-  header.set_attempt_id(absl::StrCat(session_id_, "/", next_attempt_.fetch_add(1)));
   // Taking the sequence number and sending happen under one lock, so that
   // collectives started concurrently on one group reach every stream in
   // the order of their sequence numbers.
   absl::MutexLock lock(&mu_);
+  pending->attempt_number_ = next_attempt_++;
+  pending->settled_ = false;
+  unsettled_.insert(pending->attempt_number_);
+  header.set_attempt_id(absl::StrCat(session_id_, "/", pending->attempt_number_));
+  header.set_received_below(*unsettled_.begin());
   // With several shards, each partition carries its own shard's epoch.
   header.set_epoch(links_[0]->epoch());
   if (call.name.empty()) {
@@ -305,6 +309,24 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
 std::unique_ptr<CollectiveAttempt> ClientSession::SendAttempt(
     const PendingCollective& pending) {
   return staging_backend_->Start(pending.contribution_);
+}
+
+std::unique_ptr<CollectiveAttempt> ClientSession::SendReplay(
+    PendingCollective& pending) {
+  pending.replay_ = pending.contribution_;
+  pending.replay_.header.set_replay(true);
+  pending.replay_.send_payload = false;
+  return staging_backend_->Start(pending.replay_);
+}
+
+void ClientSession::Settle(uint64_t attempt_number) {
+  absl::MutexLock lock(&mu_);
+  unsettled_.erase(attempt_number);
+}
+
+PendingCollective::~PendingCollective() {
+  attempt_.reset();  // before the contributions it may point into
+  if (!settled_) session_->Settle(attempt_number_);
 }
 
 bool PendingCollective::Ready() {
@@ -340,25 +362,51 @@ absl::Status NameWhereItFailed(const absl::Status& status,
 
 }  // namespace
 
-absl::StatusOr<std::vector<Tensor>> PendingCollective::Wait() {
-  if (!invalid_.ok()) return invalid_;
-  absl::StatusOr<std::vector<Tensor>> result;
+absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitRetrying() {
+  absl::StatusOr<std::vector<Tensor>> result = attempt_->Wait();
   absl::Time give_up = absl::InfiniteFuture();  // set at the first failure
   absl::Duration pause = kFirstRetryPause;
-  for (;;) {
-    result = attempt_->Wait();
-    if (result.ok() || !MayRetry(result.status(), attempt_->received_any(),
-                                 session_->SessionStatus())) {
+  while (!result.ok()) {
+    const bool received_any = attempt_->received_any();
+    const absl::Status session = session_->SessionStatus();
+    if (!MayReplay(result.status(), received_any) &&
+        !MayRetry(result.status(), received_any, session)) {
       break;
     }
     if (give_up == absl::InfiniteFuture()) {
-      give_up = std::min(absl::Now() + kRetryBudget, contribution_.deadline);
+      give_up = std::min(absl::Now() + (session.ok() ? kRetryBudget : kReplayBudget),
+                         contribution_.deadline);
     }
     if (absl::Now() + pause >= give_up) break;
     absl::SleepFor(pause);
     pause = NextRetryPause(pause);
+    // The contribution may have been used and its result lost on the way:
+    // ask for that result first.
+    attempt_.reset();
+    attempt_ = session_->SendReplay(*this);
+    absl::StatusOr<std::vector<Tensor>> replayed = attempt_->Wait();
+    if (replayed.ok()) return replayed;
+    if (replayed.status().code() == absl::StatusCode::kUnavailable &&
+        !attempt_->received_any()) {
+      continue;  // not reached, or its first call not over yet: again
+    }
+    if (replayed.status().code() != absl::StatusCode::kNotFound ||
+        !MayRetry(result.status(), received_any, session_->SessionStatus())) {
+      break;  // the first failure stands
+    }
+    // Not used: send it again.
+    attempt_.reset();
     attempt_ = session_->SendAttempt(*this);
+    result = attempt_->Wait();
   }
+  return result;
+}
+
+absl::StatusOr<std::vector<Tensor>> PendingCollective::Wait() {
+  if (!invalid_.ok()) return invalid_;
+  absl::StatusOr<std::vector<Tensor>> result = WaitRetrying();
+  session_->Settle(attempt_number_);
+  settled_ = true;
   if (!result.ok()) {
     // The session's explanation (a lost rank) first, then the call's own.
     absl::Status why = session_->SessionStatus();

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,10 +63,14 @@ class ClientSession;
 // from one thread.
 class PendingCollective {
  public:
-  // Blocks for the result. Retries the attempt where that is safe: the
-  // transport failed before any answer came and the session is intact (the
-  // retry carries the same attempt_id, so the server never counts it twice).
+  // Blocks for the result. When the transport failed before any answer
+  // came, asks reducerd for the result again (it may have been decided and
+  // lost on the way), then retries the attempt where that is safe: the
+  // session is intact (the retry carries the same attempt_id, so the server
+  // never counts it twice). See client/retry_policy.h.
   absl::StatusOr<std::vector<Tensor>> Wait();
+  // A call never waited for counts as settled (its result is not wanted).
+  ~PendingCollective();
 
   // True once the current attempt's outcome is known (Wait() may still
   // retry a transport failure). Never blocks.
@@ -75,9 +80,17 @@ class PendingCollective {
   friend class ClientSession;
   explicit PendingCollective(ClientSession* session) : session_(session) {}
 
+  // Waits for the first attempt's outcome, then replays and retries as
+  // Wait() says.
+  absl::StatusOr<std::vector<Tensor>> WaitRetrying();
+
   ClientSession* const session_;
   absl::Status invalid_;  // the call was refused before anything was sent
   Contribution contribution_;
+  // contribution_ as a replay sends it (header.replay, no payload).
+  Contribution replay_;
+  uint64_t attempt_number_ = 0;  // in its attempt id
+  bool settled_ = true;          // false from its first attempt to Wait()'s end
   std::unique_ptr<CollectiveAttempt> attempt_;  // the latest
 };
 
@@ -112,6 +125,10 @@ class ClientSession final {
   absl::Status JoinAll(absl::Time deadline);
   // Sends one attempt of `pending`'s collective.
   std::unique_ptr<CollectiveAttempt> SendAttempt(const PendingCollective& pending);
+  // Asks for the result of `pending`'s attempt again (pending.replay_).
+  std::unique_ptr<CollectiveAttempt> SendReplay(PendingCollective& pending);
+  // `attempt_number` has its outcome (CollectiveHeader.received_below).
+  void Settle(uint64_t attempt_number);
   // OK while the session is usable on every shard; else why not, naming
   // the shard when there are several (and then abandoning the others'
   // sessions, once). With several shards the first failure seen is the
@@ -127,9 +144,6 @@ class ClientSession final {
   const std::vector<std::string> targets_;  // the shards, in order
   const std::string session_id_;
   const std::shared_ptr<BufferCache> buffers_;  // shared with result tensors
-  // Numbers the collectives this session starts (their attempt ids); atomic
-  // so that concurrent calls need no lock for it.
-  std::atomic<uint64_t> next_attempt_{0};
   // Destroyed in reverse: the calls first, the driver last.
   std::unique_ptr<CompletionDriver> driver_;
   std::vector<std::unique_ptr<ShardLink>> links_;  // links_[i]: targets_[i]
@@ -150,6 +164,11 @@ class ClientSession final {
   absl::Mutex mu_;
   // Next sequence number per group (key: the group's ranks).
   absl::flat_hash_map<std::string, uint64_t> sequence_ ABSL_GUARDED_BY(mu_);
+  // Numbers the collectives this session starts (their attempt ids).
+  uint64_t next_attempt_ ABSL_GUARDED_BY(mu_) = 0;
+  // The attempt numbers started and not yet settled: the smallest is what
+  // each header's received_below says.
+  std::set<uint64_t> unsettled_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace reducer

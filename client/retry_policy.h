@@ -1,12 +1,18 @@
 // When a collective's attempt is sent again. An attempt that failed with
 // UNAVAILABLE before any answer arrived (the transport broke, reducerd was
-// not reached) is retried with the same header, attempt id included, so
-// reducerd never counts it twice, while the session it belongs to is
-// intact; for at most kRetryBudget after the first failure (and never past
-// the collective's deadline), pausing between tries from kFirstRetryPause
-// doubling up to kLastRetryPause. The budget is longer than the channels'
-// longest reconnect backoff, so that a dropped data connection that comes
-// back is found again.
+// not reached) may have been used all the same, its result lost on the way:
+// the client first asks for that result again (a replay: same header with
+// `replay` set, no payload; reducerd keeps each result until a later call
+// acknowledges it), whether or not its session is intact, and gets it, or
+// NOT_FOUND when the contribution was not used. Then, while the session is
+// intact, it is retried with the same header, attempt id included, so
+// reducerd never counts it twice. All for at most kRetryBudget after the
+// first failure (kReplayBudget once the session is lost: a link that is
+// down comes back within a few seconds), and never past the collective's
+// deadline, pausing between tries from kFirstRetryPause doubling up to
+// kLastRetryPause. The budget is longer than the channels' longest
+// reconnect backoff, so that a dropped data connection that comes back is
+// found again.
 #ifndef REDUCER_CLIENT_RETRY_POLICY_H_
 #define REDUCER_CLIENT_RETRY_POLICY_H_
 
@@ -18,6 +24,7 @@
 namespace reducer {
 
 inline constexpr absl::Duration kRetryBudget = absl::Seconds(3);
+inline constexpr absl::Duration kReplayBudget = absl::Seconds(10);
 inline constexpr absl::Duration kFirstRetryPause = absl::Milliseconds(100);
 inline constexpr absl::Duration kLastRetryPause = absl::Milliseconds(800);
 
@@ -27,6 +34,12 @@ inline bool MayRetry(const absl::Status& outcome, bool received_any,
                      const absl::Status& session) {
   return outcome.code() == absl::StatusCode::kUnavailable && !received_any &&
          session.ok();
+}
+
+// True when the result of an attempt that ended with `outcome` may be asked
+// for again: UNAVAILABLE and nothing received, whatever the session's state.
+inline bool MayReplay(const absl::Status& outcome, bool received_any) {
+  return outcome.code() == absl::StatusCode::kUnavailable && !received_any;
 }
 
 // The pause after `pause`.

@@ -32,6 +32,7 @@ Collective::Collective(CollectiveEnv env, CollectiveLabel label,
 Collective::~Collective() {
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < ranks_.size(); ++i) ReleaseMemory(i);
+  StopKeeping();
   for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
 }
 
@@ -165,6 +166,7 @@ void Collective::OnAllAttached() {
   all_headers_ = true;
   result_specs_ = std::make_shared<const std::vector<TensorSpec>>(
       strategy_->PlanResult(reference_, ranks_));
+  StartKeeping();
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (ranks_[i].output_bytes == 0) {
       SendTo(i, 0, {});
@@ -252,14 +254,20 @@ void Collective::ReduceChunk(const KindStrategy& strategy, StagedChunk chunk) {
 void Collective::SendTo(int index, uint64_t offset,
                         std::vector<SharedBytes> data) {
   RankState& m = ranks_[index];
-  if (m.cut_off) return;  // nobody to send it to
+  if (m.cut_off && !m.keeping) return;  // nobody to send it to
   ResultMessage message;
   message.offset = offset;
   if (!m.header_sent) message.result_specs = result_specs_;
   m.header_sent = true;
   for (const SharedBytes& s : data) m.sent += s.size();
   message.data = std::move(data);
+  if (m.keeping) m.kept.push_back(message);  // shares the bytes
   const bool last = IsComplete(m);
+  if (m.cut_off) {
+    // Kept for a replay of the call that was cut off.
+    if (last) MarkFinished(index);
+    return;
+  }
   // The last write completes with the call (no OnWriteDone), so it is not
   // counted as pending.
   if (!last) ++m.pending_writes;
@@ -275,13 +283,36 @@ bool Collective::IsComplete(const RankState& m) const {
 }
 
 void Collective::MarkFinished(int index) {
-  ranks_[index].finished = true;
+  RankState& m = ranks_[index];
+  if (m.keeping) {
+    env_.kept->Keep(m.attempt_id, group_[index], std::move(m.kept),
+                    m.output_bytes);
+    m.keeping = false;
+    m.kept.clear();
+  }
+  m.finished = true;
   ReleaseIfDone(index);
   if (++finished_ == static_cast<int>(ranks_.size())) {
     done_ = true;
     ReportEnd(absl::StatusCode::kOk);
     for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
     timer_ids_.clear();
+  }
+}
+
+void Collective::StartKeeping() {
+  if (env_.kept == nullptr) return;
+  for (RankState& m : ranks_) {
+    m.keeping = !m.attempt_id.empty() && env_.kept->Reserve(m.output_bytes);
+  }
+}
+
+void Collective::StopKeeping() {
+  for (RankState& m : ranks_) {
+    if (!m.keeping) continue;
+    env_.kept->Unreserve(m.output_bytes);
+    m.keeping = false;
+    m.kept.clear();
   }
 }
 
@@ -323,7 +354,8 @@ void Collective::ReleaseMemory(int index) {
 void Collective::OnWriteDone(int rank) {
   absl::MutexLock lock(&mu_);
   RankState& m = ranks_[IndexOf(rank)];
-  --m.pending_writes;
+  // A call a replay replaced may still report its last writes.
+  if (m.pending_writes > 0) --m.pending_writes;
   ResumeReaders();
 }
 
@@ -334,6 +366,40 @@ void Collective::OnInputEnd(int rank) {
   FailLocked(absl::InvalidArgumentError(absl::StrCat(
       description_, ": rank ", rank, " closed its stream after ", m.received,
       " of ", m.input_bytes, " payload bytes")));
+}
+
+absl::Status Collective::Resume(int rank, const std::string& attempt_id,
+                                std::shared_ptr<RankChannel> channel) {
+  absl::MutexLock lock(&mu_);
+  const int index = IndexOf(rank);
+  const std::string what = absl::StrCat(description_, ": rank ", rank,
+                                        "'s attempt ", attempt_id);
+  if (index < 0 || done_ || !ranks_[index].attached ||
+      ranks_[index].attempt_id != attempt_id || !ranks_[index].keeping ||
+      ranks_[index].finished) {
+    return absl::NotFoundError(
+        absl::StrCat(what, " has no result being kept to resume"));
+  }
+  RankState& m = ranks_[index];
+  if (!m.cut_off) {
+    return absl::UnavailableError(absl::StrCat(
+        what, " is still being answered on its first call; ask again"));
+  }
+  m.cut_off = false;
+  m.channel = std::move(channel);
+  m.pending_writes = 0;
+  // Not the last message: a whole result was handed to KeptResults.
+  for (const ResultMessage& sent : m.kept) {
+    ++m.pending_writes;
+    m.channel->Send(sent, /*last=*/false);
+  }
+  const int ranks[] = {rank};
+  env_.log->Log({LogSeverity::kInfo, "result_resumed",
+                 absl::StrCat(what, " asked again for its result: ",
+                              m.kept.size(), " messages sent again, the rest "
+                              "follows as it is made"),
+                 label_.job, label_.epoch, label_.name, ranks});
+  return absl::OkStatus();
 }
 
 bool Collective::HasFinished(int rank) const {
@@ -362,10 +428,15 @@ void Collective::OnRankCancelled(int rank, const RankChannel* channel) {
     const int ranks[] = {rank};
     env_.log->Log({LogSeverity::kWarning, "rank_cut_off",
                    absl::StrCat(why, " after every input was in; the other "
-                                     "ranks get their result"),
+                                     "ranks get their result",
+                                m.keeping ? ", and its own is kept for a replay"
+                                          : ""),
                    label_.job, label_.epoch, label_.name, ranks});
     m.cut_off = true;
-    MarkFinished(IndexOf(rank));
+    m.pending_writes = 0;
+    // Without keeping, it counts as finished now; else once its whole
+    // result is collected (SendTo).
+    if (!m.keeping) MarkFinished(IndexOf(rank));
     return;
   }
   FailLocked(absl::AbortedError(why), {rank});
@@ -414,8 +485,9 @@ void Collective::FailLocked(const absl::Status& status,
   // Memory first: by the time any rank learns of the failure, every
   // reservation is back in the budget.
   for (size_t i = 0; i < ranks_.size(); ++i) ReleaseMemory(i);
+  StopKeeping();
   for (RankState& m : ranks_) {
-    if (m.attached && !m.finished) m.channel->Fail(status);
+    if (m.attached && !m.finished && !m.cut_off) m.channel->Fail(status);
   }
   if (strategy_ != nullptr) strategy_->Clear();
   for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);

@@ -49,6 +49,7 @@
 #include "absl/time/time.h"
 #include "core/fingerprint.h"
 #include "server/chunk_pool.h"
+#include "server/kept_results.h"
 #include "server/kind_strategy.h"
 #include "server/log.h"
 #include "server/memory_budget.h"
@@ -70,6 +71,12 @@ struct CollectiveEnv {
   ChunkPool* chunks;  // chunk_bytes() == options->chunk_bytes
   MetricsSink* metrics;  // the null sink when metrics are off
   const Logger* log;
+  // The server-wide room for kept results (--kept_results_bytes); null:
+  // results are not kept. Each Job makes its own `kept` from it.
+  MemoryBudget* kept_memory = nullptr;
+  // Where each rank's whole result is kept until its receipt is
+  // acknowledged (server/kept_results.h); null: results are not kept.
+  std::shared_ptr<KeptResults> kept;
 };
 
 // Who a collective is, for logs, metrics and status reports.
@@ -134,6 +141,16 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // fails for everyone with ABORTED.
   void OnRankCancelled(int rank, const RankChannel* channel);
 
+  // A replay (CollectiveHeader.replay) of `rank`'s attempt `attempt_id`,
+  // whose call was cut off after every input was in while its result was
+  // being kept: `channel` takes that call's place, gets every message sent
+  // so far at once, and the rest as it comes. UNAVAILABLE while the first
+  // call still counts as connected (its end has not been seen yet: ask
+  // again); NOT_FOUND when there is nothing to resume (another attempt, a
+  // result not kept, finished, failed).
+  absl::Status Resume(int rank, const std::string& attempt_id,
+                      std::shared_ptr<RankChannel> channel);
+
   // True once `rank` received its whole result (it may start another
   // collective of the same name).
   bool HasFinished(int rank) const;
@@ -191,7 +208,14 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // arrives after its last result byte was sent).
   void MaybeFinish(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IsComplete(const RankState& r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts ranks_[index] as finished, handing its kept result, if it was
+  // collecting one, to KeptResults.
   void MarkFinished(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts collecting each rank's result for KeptResults where there is
+  // room (once every header is in and result sizes are known).
+  void StartKeeping() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives back the room of results being collected that will not be kept.
+  void StopKeeping() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases the reservation of a finished rank that holds nothing staged.
   void ReleaseIfDone(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseMemory(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -277,7 +277,7 @@ class CollectiveTest : public ::testing::Test {
         absl::StrCat(CollectiveKindName(kind), " \"t", ++made_, "\"");
     auto c = std::make_shared<Collective>(
         CollectiveEnv{&options_, &pool_, &timers_, memory_.get(),
-                      chunks_.get(), &metrics_, &log_},
+                      chunks_.get(), &metrics_, &log_, &kept_memory_, kept_},
         CollectiveLabel{"j1", 1, name, kind}, absl::StrCat(name, " in job j1"),
         std::move(group), timeout);
     c->StartTimers();
@@ -327,17 +327,20 @@ class CollectiveTest : public ::testing::Test {
   // its whole input while the pool is held, then `act` runs on the
   // channels (indexed by rank), before those chunks' results were sent,
   // then the pool is let go. Returns the channels.
+  // With `attempt_ids`, rank r attaches as attempt "s<r>/0" (its result is
+  // then kept).
   std::vector<std::shared_ptr<FakeRankChannel>> DecideThen(
       Collective& c, int n,
       const std::function<void(
-          const std::vector<std::shared_ptr<FakeRankChannel>>&)>& act) {
+          const std::vector<std::shared_ptr<FakeRankChannel>>&)>& act,
+      bool attempt_ids = false) {
     options_.offload_bytes = 64;
     auto ch = Channels(3);
     const Fingerprint fp = Fp(CollectiveKind::kAllReduce,
                               {Spec(DataType::kFloat32, {n})}, {0, 1, 2});
     PoolHold hold(pool_);
     for (int r = 0; r < 3; ++r) {
-      c.Attach(ch[r], r, fp, "");
+      c.Attach(ch[r], r, fp, attempt_ids ? absl::StrCat("s", r, "/0") : "");
       Feed(c, r, Bytes(Ramp(r, n)));
     }
     act(ch);
@@ -362,7 +365,11 @@ class CollectiveTest : public ::testing::Test {
   MetricsSink metrics_;  // counts nothing
   Logger log_;
   std::unique_ptr<MemoryBudget> memory_;
+  MemoryBudget kept_memory_{1 << 20};
   std::unique_ptr<ChunkPool> chunks_;
+  // Holds chunks of chunks_: goes first.
+  std::shared_ptr<KeptResults> kept_ =
+      std::make_shared<KeptResults>(&kept_memory_, absl::Seconds(30));
   TimerQueue timers_;
   ThreadPool pool_{2};
   int made_ = 0;
@@ -805,6 +812,101 @@ TEST_F(CollectiveTest, RankCancelledOnceEveryInputIsInEndsOnlyItsOwnCall) {
   EXPECT_EQ(ch[1]->fail_calls(), 0);
   EXPECT_FALSE(ch[1]->finished_ok());
   EXPECT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
+}
+
+// The kept result as the client would assemble it; empty if none is kept.
+std::string KeptBytes(KeptResults& kept, const std::string& attempt, int rank) {
+  std::optional<std::vector<ResultMessage>> messages = kept.Find(attempt, rank);
+  if (!messages.has_value()) return "";
+  std::string out;
+  for (const ResultMessage& m : *messages) {
+    uint64_t at = m.offset;
+    for (const SharedBytes& piece : m.data) {
+      if (out.size() < at + piece.size()) out.resize(at + piece.size(), '\xee');
+      std::memcpy(&out[at], piece.data(), piece.size());
+      at += piece.size();
+    }
+  }
+  return out;
+}
+
+TEST_F(CollectiveTest, EveryRanksWholeResultIsKeptAsSent) {
+  constexpr int kN = 40;
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
+  auto ch = DecideThen(*c, kN, [](const auto&) {}, /*attempt_ids=*/true);
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(ch[r]->WaitEnded());
+  ASSERT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
+  const std::string expected = Bytes(RampSum(3, kN));
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ(KeptBytes(*kept_, absl::StrCat("s", r, "/0"), r), expected);
+    // The first kept message carries the result's specs, as sent.
+    std::optional<std::vector<ResultMessage>> m =
+        kept_->Find(absl::StrCat("s", r, "/0"), r);
+    ASSERT_TRUE(m.has_value() && !m->empty());
+    ASSERT_NE((*m)[0].result_specs, nullptr);
+    EXPECT_EQ((*m)[0].result_specs->at(0).shape, std::vector<int64_t>{kN});
+  }
+  EXPECT_FALSE(kept_->Find("s0/0", 1).has_value());  // rank 0's, not 1's
+  EXPECT_EQ(kept_memory_.used(), 3u * kN * sizeof(float));
+}
+
+TEST_F(CollectiveTest, ACallCutOffOnceEveryInputIsInHasItsResultKept) {
+  constexpr int kN = 40;
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
+  auto ch = DecideThen(
+      *c, kN,
+      [&](const auto& channels) { c->OnRankCancelled(1, channels[1].get()); },
+      /*attempt_ids=*/true);
+  for (int r : {0, 2}) ASSERT_TRUE(ch[r]->WaitEnded());
+  ASSERT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
+  // The cut-off call got at most what was made before the cut (the inline
+  // tail chunk), never its end; its whole result is kept.
+  EXPECT_FALSE(ch[1]->finished_ok());
+  EXPECT_LT(ch[1]->messages().size(), kept_->Find("s1/0", 1)->size());
+  EXPECT_EQ(KeptBytes(*kept_, "s1/0", 1), Bytes(RampSum(3, kN)));
+}
+
+TEST_F(CollectiveTest, AReplayResumesACutOffCallWithItsWholeResult) {
+  constexpr int kN = 40;
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
+  auto replay = std::make_shared<FakeRankChannel>();
+  auto ch = DecideThen(
+      *c, kN,
+      [&](const auto& channels) {
+        // Its first call still counts as connected: ask again later.
+        EXPECT_EQ(c->Resume(1, "s1/0", replay).code(),
+                  absl::StatusCode::kUnavailable);
+        c->OnRankCancelled(1, channels[1].get());
+        EXPECT_EQ(c->Resume(1, "s1/9", replay).code(),
+                  absl::StatusCode::kNotFound);  // another attempt
+        EXPECT_TRUE(c->Resume(1, "s1/0", replay).ok());
+      },
+      /*attempt_ids=*/true);
+  ASSERT_TRUE(replay->WaitEnded());
+  EXPECT_TRUE(replay->finished_ok()) << replay->failure();
+  EXPECT_EQ(replay->Result(), Bytes(RampSum(3, kN)));
+  ASSERT_FALSE(replay->messages().empty());
+  EXPECT_EQ(replay->messages()[0].result, std::vector<TensorSpec>{Spec(DataType::kFloat32, {kN})});
+  for (int r : {0, 2}) ASSERT_TRUE(ch[r]->WaitEnded());
+  AcknowledgeWrites(*c, 1, *replay);
+  EXPECT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
+}
+
+TEST_F(CollectiveTest, AFailedCollectiveKeepsNothingAndGivesItsRoomBack) {
+  constexpr int kN = 20;
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1});
+  auto ch = Channels(2);
+  const auto fp = Fp(CollectiveKind::kAllReduce,
+                     {Spec(DataType::kFloat32, {kN})}, {0, 1});
+  for (int r = 0; r < 2; ++r) c->Attach(ch[r], r, fp, absl::StrCat("s", r, "/0"));
+  Feed(*c, 0, Bytes(Ramp(0, kN)));
+  EXPECT_GT(kept_memory_.used(), 0u);  // room taken once every header was in
+  c->Fail(absl::AbortedError("epoch 1 aborted: rank 5 lost"));
+  EXPECT_EQ(kept_memory_.used(), 0u);
+  EXPECT_EQ(kept_->size(), 0u);
+  EXPECT_EQ(c->Resume(0, "s0/0", std::make_shared<FakeRankChannel>()).code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(CollectiveTest, WindowOfOneStopsReadingUntilChunksAreReducedAndWritten) {

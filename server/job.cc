@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "core/validate.h"
@@ -22,13 +23,25 @@ std::string MatchingKey(const v1::CollectiveHeader& header,
   return absl::StrCat(absl::StrJoin(fp.group, ","), "|#", header.sequence());
 }
 
+// How long a result is kept for a replay at most: a client asks again only
+// within its call's replay window (client/retry_policy.h), which is shorter.
+constexpr absl::Duration kKeepResultsFor = absl::Seconds(30);
+
+// `env` with a KeptResults of the job's own, when the server keeps results.
+CollectiveEnv WithKeptResults(CollectiveEnv env) {
+  if (env.kept == nullptr && env.kept_memory != nullptr) {
+    env.kept = std::make_shared<KeptResults>(env.kept_memory, kKeepResultsFor);
+  }
+  return env;
+}
+
 }  // namespace
 
 Job::Job(std::string name, int world_size, CollectiveEnv env,
          std::string shared_memory_socket)
     : name_(std::move(name)),
       world_size_(world_size),
-      env_(env),
+      env_(WithKeptResults(std::move(env))),
       shared_memory_socket_(std::move(shared_memory_socket)),
       members_(world_size),
       departed_(world_size, false) {}
@@ -201,8 +214,17 @@ void Job::EndEpoch(const std::string& reason, int lost_rank,
   }
 }
 
+Job::~Job() {
+  // Collectives may outlive the job; what it kept goes with it.
+  if (env_.kept != nullptr) env_.kept->Clear();
+}
+
 absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
     const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
+  if (env_.kept != nullptr && header.received_below() > 0) {
+    env_.kept->Acknowledge(header.session_id(), header.received_below());
+  }
+  if (header.replay()) return Replay(header, std::move(stream));
   absl::StatusOr<Fingerprint> fp = CheckedFingerprint(header);
   if (!fp.ok()) return fp.status();
   const std::string description = DescribeCollective(header, *fp, world_size_);
@@ -216,6 +238,53 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
   (*collective)->Attach(std::move(stream), header.rank(), *std::move(fp),
                         header.attempt_id());
   return collective;
+}
+
+absl::StatusOr<std::shared_ptr<Collective>> Job::Replay(
+    const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
+  const int rank = header.rank();
+  const std::string& attempt = header.attempt_id();
+  const std::string what =
+      absl::StrCat("job ", name_, ": rank ", rank, "'s attempt ", attempt);
+  if (attempt.empty() ||
+      !absl::StartsWith(attempt, absl::StrCat(header.session_id(), "/")) ||
+      rank < 0 || rank >= world_size_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " cannot be replayed: a replay names an attempt of its own "
+        "session (attempt id <session id>/<n>) and a rank of the job"));
+  }
+  // A call cut off while its result is still being made takes it up again;
+  // one whose result was made whole finds it kept. In that order: a result
+  // handed over while this looks is kept by the time Resume says so.
+  std::shared_ptr<Collective> first;
+  {
+    absl::MutexLock lock(&mu_);
+    if (std::optional<std::weak_ptr<Collective>> seen = attempts_.Find(attempt)) {
+      first = seen->lock();
+    }
+  }
+  if (first != nullptr) {
+    absl::Status resumed = first->Resume(rank, attempt, stream);
+    if (resumed.ok()) return first;
+    if (resumed.code() == absl::StatusCode::kUnavailable) return resumed;
+  }
+  std::optional<std::vector<ResultMessage>> kept =
+      env_.kept != nullptr ? env_.kept->Find(attempt, rank) : std::nullopt;
+  if (!kept.has_value() || kept->empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        what, " has no result kept to send again: its contribution is in no "
+        "collective whose result was decided, or the result was too large to "
+        "keep (--kept_results_bytes) or is gone"));
+  }
+  const int ranks[] = {rank};
+  env_.log->Log({LogSeverity::kInfo, "result_replayed",
+                 absl::StrCat(what, " asked again for its result; sent again "
+                                    "from what was kept"),
+                 name_, header.epoch(), "", ranks});
+  for (size_t i = 0; i < kept->size(); ++i) {
+    stream->Send(std::move((*kept)[i]), i + 1 == kept->size());
+  }
+  return std::shared_ptr<Collective>();
 }
 
 absl::StatusOr<Fingerprint> Job::CheckedFingerprint(

@@ -56,8 +56,11 @@ class Job {
  public:
   // `shared_memory_socket`: what JobReady names as the same-host path's
   // socket (empty: not offered).
+  // Unless `env` brings its own, the job keeps results in a KeptResults of
+  // its own when env.kept_memory is set.
   Job(std::string name, int world_size, CollectiveEnv env,
       std::string shared_memory_socket = "");
+  ~Job();
 
   // Adds `session` as `rank`. OK, or FAILED_PRECONDITION when `world_size`
   // differs from the job's, ALREADY_EXISTS when a live session holds the
@@ -100,6 +103,11 @@ class Job {
   // FAILED_PRECONDITION for a session that does not hold the rank,
   // INVALID_ARGUMENT for a malformed header, RESOURCE_EXHAUSTED for the
   // pending-collectives limit.
+  // `header.received_below` first lets the session's kept results below it
+  // go. A replay header (`header.replay`: the caller sends no payload and
+  // wants the result of its attempt again) is answered by Replay: then
+  // the caller must feed nothing, and a null collective means the result
+  // was already sent on `stream` in full.
   absl::StatusOr<std::shared_ptr<Collective>> Attach(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
 
@@ -123,6 +131,15 @@ class Job {
   // RunningRank, with mu_ held.
   std::optional<int> RunningRankLocked(const std::string& session_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A replay of the attempt `header` names, in any epoch and whether or
+  // not its session still holds the rank: the collective of a call that
+  // was cut off resumes it (Collective::Resume), or a kept result is sent
+  // whole and null returned. UNAVAILABLE: its first call has not been seen
+  // to end yet (ask again); NOT_FOUND: nothing to send; INVALID_ARGUMENT:
+  // an attempt id not of `header.session_id`.
+  absl::StatusOr<std::shared_ptr<Collective>> Replay(
+      const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream)
+      ABSL_LOCKS_EXCLUDED(mu_);
   struct Member {
     std::string session_id;
     std::shared_ptr<SessionChannel> session;
@@ -161,7 +178,7 @@ class Job {
   // Constant after construction.
   const std::string name_;
   const int world_size_;
-  const CollectiveEnv env_;
+  const CollectiveEnv env_;  // with this job's KeptResults, if any
   const std::string shared_memory_socket_;
 
   absl::Mutex mu_;

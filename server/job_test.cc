@@ -94,7 +94,8 @@ class JobTest : public ::testing::Test {
         chunks_(options_.chunk_bytes, 4),
         pool_(1),
         job_("j1", 2, CollectiveEnv{&options_, &pool_, &timers_, &memory_,
-                                    &chunks_, &metrics_, &log_}) {}
+                                    &chunks_, &metrics_, &log_,
+                                    &kept_memory_}) {}
 
   // A Barrier contribution of `rank` in `epoch`, matched by `sequence`.
   static v1::CollectiveHeader Barrier(int rank, const std::string& session,
@@ -112,6 +113,7 @@ class JobTest : public ::testing::Test {
 
   ServerOptions options_;
   MemoryBudget memory_;
+  MemoryBudget kept_memory_{1 << 20};
   ChunkPool chunks_;
   TimerQueue timers_;
   ThreadPool pool_;
@@ -306,6 +308,80 @@ TEST_F(JobTest, RetryOfAnAttemptAlreadyUsedIsAbortedNotCountedAgain) {
   EXPECT_THAT(again.status().message(),
               HasSubstr("retried a contribution (attempt a/1) that was "
                         "already used"));
+}
+
+// `header` as a replay of its attempt.
+v1::CollectiveHeader Replay(v1::CollectiveHeader header) {
+  header.set_replay(true);
+  return header;
+}
+
+TEST_F(JobTest, AReplayAfterTheSessionWasLostSendsTheKeptResultAgain) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  v1::CollectiveHeader first = Barrier(0, "a", 1, 0);
+  first.set_attempt_id("a/1");
+  ASSERT_TRUE(job_.Attach(first, std::make_shared<FakeRankChannel>()).ok());
+  v1::CollectiveHeader other = Barrier(1, "b", 1, 0);
+  other.set_attempt_id("b/1");
+  ASSERT_TRUE(job_.Attach(other, std::make_shared<FakeRankChannel>()).ok());
+  // Rank 0's session is lost (its answer with it): the epoch ends.
+  job_.Leave("a", "keepalive watchdog timeout",
+             EpochEndReason::kSessionCancelled);
+  auto again = std::make_shared<FakeRankChannel>();
+  absl::StatusOr<std::shared_ptr<Collective>> replayed =
+      job_.Attach(Replay(first), again);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_EQ(*replayed, nullptr);  // answered in full, nothing to feed
+  EXPECT_TRUE(again->finished_ok());
+  // A normal retry of the same attempt is still never counted again.
+  EXPECT_EQ(job_.Attach(first, std::make_shared<FakeRankChannel>())
+                .status()
+                .code(),
+            absl::StatusCode::kAborted);
+}
+
+TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  v1::CollectiveHeader first = Barrier(0, "a", 1, 0);
+  first.set_attempt_id("a/1");
+  ASSERT_TRUE(job_.Attach(first, std::make_shared<FakeRankChannel>()).ok());
+  ASSERT_TRUE(
+      job_.Attach(Barrier(1, "b", 1, 0), std::make_shared<FakeRankChannel>())
+          .ok());
+  v1::CollectiveHeader unknown = first;
+  unknown.set_attempt_id("a/9");
+  absl::Status none =
+      job_.Attach(Replay(unknown), std::make_shared<FakeRankChannel>()).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(none.message(), HasSubstr("rank 0's attempt a/9 has no result kept"));
+  // Rank 0's next call says every attempt below 2 has its outcome.
+  v1::CollectiveHeader next = Barrier(0, "a", 1, 1);
+  next.set_attempt_id("a/2");
+  next.set_received_below(2);
+  ASSERT_TRUE(job_.Attach(next, std::make_shared<FakeRankChannel>()).ok());
+  EXPECT_EQ(
+      job_.Attach(Replay(first), std::make_shared<FakeRankChannel>()).status().code(),
+      absl::StatusCode::kNotFound);
+  EXPECT_EQ(kept_memory_.used(), 0u);
+}
+
+TEST_F(JobTest, AReplayNamesAnAttemptOfItsOwnSession) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  v1::CollectiveHeader first = Barrier(1, "b", 1, 0);
+  first.set_attempt_id("b/1");
+  ASSERT_TRUE(job_.Attach(first, std::make_shared<FakeRankChannel>()).ok());
+  ASSERT_TRUE(
+      job_.Attach(Barrier(0, "a", 1, 0), std::make_shared<FakeRankChannel>())
+          .ok());
+  v1::CollectiveHeader stolen = Replay(first);
+  stolen.set_session_id("a");  // session a asks for b's result
+  absl::Status refused =
+      job_.Attach(stolen, std::make_shared<FakeRankChannel>()).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("an attempt of its own session"));
 }
 
 TEST_F(JobTest, AttemptsOfAnEndedEpochAreForgotten) {

@@ -50,6 +50,10 @@ struct RankState {
   // Collective::OnRankCancelled): counted as finished, sent nothing more.
   bool cut_off = false;
   size_t reserved = 0;      // bytes it holds in the memory budget
+  // Its result is being collected for KeptResults (its room reserved
+  // there): every message sent to it, until MarkFinished hands them over.
+  bool keeping = false;
+  std::vector<ResultMessage> kept;
 };
 
 // One rank's part of a staged chunk: where its bytes are and what keeps them

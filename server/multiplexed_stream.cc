@@ -150,6 +150,9 @@ void MultiplexedStream::HandleMessage() {
     return;
   }
   std::shared_ptr<Collective> collective = *std::move(attached);
+  // A replay feeds nothing: its result was sent already (no collective) or
+  // comes from the resumed collective.
+  if (collective == nullptr) return;
   {
     absl::MutexLock lock(&mu_);
     auto it = live_.find(call_id);
@@ -157,6 +160,7 @@ void MultiplexedStream::HandleMessage() {
       it->second.collective = collective;
     }
   }
+  if (fields.header().replay()) return;
   // The whole payload is here: hand it over and close this rank's input
   // (which fails the collective if bytes are missing). Reading goes on
   // whatever OnData says: this call has nothing more to read.

@@ -89,6 +89,14 @@ void RankStream::HandleMessage() {
       FinishLocked(attached.status());
       return;
     }
+    if (message.fields.header().replay()) {
+      // Nothing to feed: the result was sent already (no collective), or
+      // comes from the resumed collective. Read on to see the call end.
+      absl::MutexLock lock(&mu_);
+      collective_ = *std::move(attached);
+      if (!finished_) StartRead(&incoming_);
+      return;
+    }
     absl::MutexLock lock(&mu_);
     collective_ = *std::move(attached);
   } else if (message.fields.has_header()) {

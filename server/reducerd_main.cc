@@ -38,6 +38,10 @@ ABSL_FLAG(int, max_concurrent_calls, 4096,
           "collective calls (streams) served at once");
 ABSL_FLAG(int64_t, memory_budget_bytes, int64_t{2} << 30,
           "payload bytes the server may hold in all (reserved up front)");
+ABSL_FLAG(int64_t, kept_results_bytes, int64_t{64} << 20,
+          "room for results kept until their receipt is acknowledged, so "
+          "that a rank whose connection broke can ask again (0: none kept; "
+          "a result over an eighth of this is not kept)");
 ABSL_FLAG(int, reduction_threads, 2, "threads reducing large chunks");
 ABSL_FLAG(absl::Duration, keepalive_time, absl::Seconds(1),
           "ping idle connections this often to find vanished peers");
@@ -96,6 +100,8 @@ int main(int argc, char** argv) {
   options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
   options.memory_budget_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_memory_budget_bytes));
+  options.kept_results_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_kept_results_bytes));
   options.reduction_threads = absl::GetFlag(FLAGS_reduction_threads);
   options.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
   options.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);

@@ -46,10 +46,12 @@ Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
                       : std::make_unique<PrometheusMetrics>(kReducerVersion)),
       metrics_(prometheus_ != nullptr ? prometheus_.get() : &null_metrics_),
       memory_(options_.memory_budget_bytes),
+      kept_memory_(options_.kept_results_bytes),
       chunks_(options_.chunk_bytes, options_.idle_chunks),
       reduction_pool_(options_.reduction_threads),
-      registry_(CollectiveEnv{&options_, &reduction_pool_, &timers_, &memory_,
-                              &chunks_, metrics_, &log_}),
+      registry_(CollectiveEnv{
+          &options_, &reduction_pool_, &timers_, &memory_, &chunks_, metrics_,
+          &log_, options_.kept_results_bytes > 0 ? &kept_memory_ : nullptr}),
       grpc_metrics_(prometheus_ == nullptr
                         ? nullptr
                         : std::make_unique<GrpcServerMetrics>(

@@ -85,6 +85,7 @@ class Server {
   MetricsSink null_metrics_;
   MetricsSink* const metrics_;
   MemoryBudget memory_;
+  MemoryBudget kept_memory_;  // for KeptResults
   ChunkPool chunks_;  // outlives the gRPC server, which may hold its slices
   TimerQueue timers_;
   ThreadPool reduction_pool_;

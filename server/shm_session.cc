@@ -422,6 +422,12 @@ absl::Status SharedMemorySession::StartCall(v1::CollectiveRequest& request) {
     return absl::OkStatus();
   }
   call.collective = *std::move(attached);
+  // A replay feeds nothing: its result was sent already (no collective) or
+  // comes from the resumed collective.
+  if (header.replay()) {
+    call.input.reset();
+    return absl::OkStatus();
+  }
   Feed(call);
   return absl::OkStatus();
 }
