@@ -261,7 +261,16 @@ void Collective::SendTo(int index, uint64_t offset,
   m.header_sent = true;
   for (const SharedBytes& s : data) m.sent += s.size();
   message.data = std::move(data);
-  if (m.keeping) m.kept.push_back(message);  // shares the bytes
+  if (m.keeping) {
+    // Shares the bytes, unless a client lent them.
+    ResultMessage kept;
+    kept.offset = message.offset;
+    kept.result_specs = message.result_specs;
+    for (const SharedBytes& piece : message.data) {
+      kept.data.push_back(Keepable(piece));
+    }
+    m.kept.push_back(std::move(kept));
+  }
   const bool last = IsComplete(m);
   if (m.cut_off) {
     // Kept for a replay of the call that was cut off.

@@ -214,11 +214,6 @@ void Job::EndEpoch(const std::string& reason, int lost_rank,
   }
 }
 
-Job::~Job() {
-  // Collectives may outlive the job; what it kept goes with it.
-  if (env_.kept != nullptr) env_.kept->Clear();
-}
-
 absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
     const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
   if (env_.kept != nullptr && header.received_below() > 0) {
@@ -240,19 +235,24 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
   return collective;
 }
 
+std::shared_ptr<KeptResults> Job::kept_results() const { return env_.kept; }
+
+bool Job::EndedByALoss() {
+  absl::MutexLock lock(&mu_);
+  return ended_;
+}
+
 absl::StatusOr<std::shared_ptr<Collective>> Job::Replay(
     const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
   const int rank = header.rank();
   const std::string& attempt = header.attempt_id();
-  const std::string what =
-      absl::StrCat("job ", name_, ": rank ", rank, "'s attempt ", attempt);
-  if (attempt.empty() ||
-      !absl::StartsWith(attempt, absl::StrCat(header.session_id(), "/")) ||
-      rank < 0 || rank >= world_size_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " cannot be replayed: a replay names an attempt of its own "
-        "session (attempt id <session id>/<n>) and a rank of the job"));
+  absl::Status valid = CheckReplay(header);
+  if (valid.ok() && (rank < 0 || rank >= world_size_)) {
+    valid = absl::InvalidArgumentError(absl::StrCat(
+        "job ", name_, ": a replay names rank ", rank, ", not a rank of the "
+        "job's ", world_size_));
   }
+  if (!valid.ok()) return valid;
   // A call cut off while its result is still being made takes it up again;
   // one whose result was made whole finds it kept. In that order: a result
   // handed over while this looks is kept by the time Resume says so.
@@ -268,21 +268,43 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Replay(
     if (resumed.ok()) return first;
     if (resumed.code() == absl::StatusCode::kUnavailable) return resumed;
   }
-  std::optional<std::vector<ResultMessage>> kept =
-      env_.kept != nullptr ? env_.kept->Find(attempt, rank) : std::nullopt;
-  if (!kept.has_value() || kept->empty()) {
+  return ReplayKept(env_.kept.get(), header, *stream, *env_.log);
+}
+
+absl::Status CheckReplay(const v1::CollectiveHeader& header) {
+  const std::string& attempt = header.attempt_id();
+  if (!attempt.empty() &&
+      absl::StartsWith(attempt, absl::StrCat(header.session_id(), "/"))) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "job ", header.job(), ": rank ", header.rank(), "'s attempt ", attempt,
+      " cannot be replayed: a replay names an attempt of its own session "
+      "(attempt id <session id>/<n>)"));
+}
+
+absl::StatusOr<std::shared_ptr<Collective>> ReplayKept(
+    KeptResults* kept, const v1::CollectiveHeader& header, RankChannel& stream,
+    const Logger& log) {
+  if (absl::Status valid = CheckReplay(header); !valid.ok()) return valid;
+  const int rank = header.rank();
+  const std::string what = absl::StrCat("job ", header.job(), ": rank ", rank,
+                                        "'s attempt ", header.attempt_id());
+  std::optional<std::vector<ResultMessage>> messages =
+      kept != nullptr ? kept->Find(header.attempt_id(), rank) : std::nullopt;
+  if (!messages.has_value() || messages->empty()) {
     return absl::NotFoundError(absl::StrCat(
         what, " has no result kept to send again: its contribution is in no "
         "collective whose result was decided, or the result was too large to "
         "keep (--kept_results_bytes) or is gone"));
   }
   const int ranks[] = {rank};
-  env_.log->Log({LogSeverity::kInfo, "result_replayed",
-                 absl::StrCat(what, " asked again for its result; sent again "
-                                    "from what was kept"),
-                 name_, header.epoch(), "", ranks});
-  for (size_t i = 0; i < kept->size(); ++i) {
-    stream->Send(std::move((*kept)[i]), i + 1 == kept->size());
+  log.Log({LogSeverity::kInfo, "result_replayed",
+           absl::StrCat(what, " asked again for its result; sent again from "
+                              "what was kept"),
+           header.job(), header.epoch(), "", ranks});
+  for (size_t i = 0; i < messages->size(); ++i) {
+    stream.Send(std::move((*messages)[i]), i + 1 == messages->size());
   }
   return std::shared_ptr<Collective>();
 }

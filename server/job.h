@@ -52,6 +52,17 @@ class SessionChannel {
   virtual void Fail(const absl::Status& status) = 0;
 };
 
+// OK when replay `header` names an attempt of its own session (attempt id
+// `<session id>/<n>`); else INVALID_ARGUMENT.
+absl::Status CheckReplay(const v1::CollectiveHeader& header);
+
+// Sends `header`'s result (a replay) from `kept` on `stream`, whole, and
+// returns null; NOT_FOUND (naming the attempt) when none is kept,
+// INVALID_ARGUMENT as CheckReplay.
+absl::StatusOr<std::shared_ptr<Collective>> ReplayKept(
+    KeptResults* kept, const v1::CollectiveHeader& header, RankChannel& stream,
+    const Logger& log);
+
 class Job {
  public:
   // `shared_memory_socket`: what JobReady names as the same-host path's
@@ -60,7 +71,6 @@ class Job {
   // its own when env.kept_memory is set.
   Job(std::string name, int world_size, CollectiveEnv env,
       std::string shared_memory_socket = "");
-  ~Job();
 
   // Adds `session` as `rank`. OK, or FAILED_PRECONDITION when `world_size`
   // differs from the job's, ALREADY_EXISTS when a live session holds the
@@ -126,6 +136,15 @@ class Job {
   JobSnapshot Snapshot();
 
   const std::string& name() const { return name_; }
+
+  // Where its results are kept (null: they are not). Shared: it may
+  // outlive the job (JobRegistry keeps it a while after a job whose epoch
+  // ended by a loss is freed).
+  std::shared_ptr<KeptResults> kept_results() const;
+  // True when its current epoch ended by a loss (a session lost, a rank
+  // back after closing, another shard's failure): ranks may have lost a
+  // result on the way.
+  bool EndedByALoss() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // RunningRank, with mu_ held.

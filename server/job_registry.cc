@@ -67,7 +67,7 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
       std::vector<std::string>(request.shards().begin(), request.shards().end()));
   if (!joined.ok() && job->Leave(request.session_id(), "join rejected",
                                  EpochEndReason::kSessionEnded)) {
-    jobs_.erase(request.job());  // a job created by a rejected Join
+    FreeLocked(jobs_.find(request.job()));  // a job created by a rejected Join
   }
   return joined;
 }
@@ -77,7 +77,42 @@ void JobRegistry::Leave(const std::string& job, const std::string& session_id,
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return;
-  if (it->second->Leave(session_id, why, reason)) jobs_.erase(it);
+  if (it->second->Leave(session_id, why, reason)) FreeLocked(it);
+}
+
+void JobRegistry::FreeLocked(
+    absl::flat_hash_map<std::string, std::shared_ptr<Job>>::iterator it) {
+  const absl::Time now = absl::Now();
+  ExpireFreedLocked(now);
+  std::shared_ptr<KeptResults> kept = it->second->kept_results();
+  if (kept != nullptr && kept->size() > 0 && it->second->EndedByALoss()) {
+    freed_[it->first] = FreedResults{std::move(kept), now + kKeepFreedResultsFor};
+  } else if (kept != nullptr) {
+    kept->Clear();
+  }
+  jobs_.erase(it);
+}
+
+void JobRegistry::ExpireFreedLocked(absl::Time now) {
+  for (auto it = freed_.begin(); it != freed_.end();) {
+    auto current = it++;
+    if (current->second.until <= now) {
+      current->second.kept->Clear();
+      freed_.erase(current);
+    }
+  }
+}
+
+absl::StatusOr<std::shared_ptr<Collective>> JobRegistry::ReplayForFreedJob(
+    const v1::CollectiveHeader& header, RankChannel& stream) {
+  std::shared_ptr<KeptResults> kept;
+  {
+    absl::MutexLock lock(&mu_);
+    ExpireFreedLocked(absl::Now());
+    auto it = freed_.find(header.job());
+    if (it != freed_.end()) kept = it->second.kept;
+  }
+  return ReplayKept(kept.get(), header, stream, *env_.log);
 }
 
 void JobRegistry::SetSharedMemorySocket(std::string name) {

@@ -453,9 +453,55 @@ class JobRegistryTest : public JobTest {
   }
   CollectiveEnv Env() {
     return CollectiveEnv{&options_, &pool_,    &timers_, &memory_,
-                         &chunks_,  &metrics_, &log_};
+                         &chunks_,  &metrics_, &log_, &kept_memory_};
+  }
+
+  // Runs one barrier of job `job` (2 ranks, sessions a and b, attempts a/1
+  // and b/1) in `registry`; returns rank 0's header.
+  static v1::CollectiveHeader RunBarrier(JobRegistry& registry,
+                                         const std::string& job) {
+    EXPECT_TRUE(registry.Join(Join(job, 0, 2, "a"), std::make_shared<FakeSession>()).ok());
+    EXPECT_TRUE(registry.Join(Join(job, 1, 2, "b"), std::make_shared<FakeSession>()).ok());
+    v1::CollectiveHeader h0 = Barrier(0, "a", 1, 0);
+    v1::CollectiveHeader h1 = Barrier(1, "b", 1, 0);
+    h0.set_job(job);
+    h1.set_job(job);
+    h0.set_attempt_id("a/1");
+    h1.set_attempt_id("b/1");
+    EXPECT_TRUE((*registry.Find(job))->Attach(h0, std::make_shared<FakeRankChannel>()).ok());
+    EXPECT_TRUE((*registry.Find(job))->Attach(h1, std::make_shared<FakeRankChannel>()).ok());
+    h0.set_replay(true);
+    return h0;
   }
 };
+
+TEST_F(JobRegistryTest, AFreedJobWhoseRankWasLostKeepsItsResultsForAReplay) {
+  JobRegistry registry(Env());
+  const v1::CollectiveHeader replay = RunBarrier(registry, "j1");
+  // Rank 0 is lost, then rank 1 finishes and leaves: the job is freed.
+  registry.Leave("j1", "a", "keepalive watchdog timeout",
+                 EpochEndReason::kSessionCancelled);
+  registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
+  EXPECT_FALSE(registry.Find("j1").ok());
+  FakeRankChannel again;
+  absl::StatusOr<std::shared_ptr<Collective>> replayed =
+      registry.ReplayForFreedJob(replay, again);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_TRUE(again.finished_ok());
+}
+
+TEST_F(JobRegistryTest, AFreedJobThatEndedCleanlyKeepsNothing) {
+  JobRegistry registry(Env());
+  const v1::CollectiveHeader replay = RunBarrier(registry, "j1");
+  (*registry.Find("j1"))->Depart("a");
+  (*registry.Find("j1"))->Depart("b");
+  registry.Leave("j1", "a", "closed", EpochEndReason::kSessionEnded);
+  registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
+  FakeRankChannel again;
+  EXPECT_EQ(registry.ReplayForFreedJob(replay, again).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(kept_memory_.used(), 0u);
+}
 
 TEST_F(JobRegistryTest, FindsAJoinedJobAndNotAnUnknownOne) {
   JobRegistry registry(Env());

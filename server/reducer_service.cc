@@ -122,6 +122,10 @@ absl::StatusOr<std::shared_ptr<reducer::Collective>> ReducerService::Attach(
   absl::Status allowed = Authorize(header.job(), token);
   if (!allowed.ok()) return allowed;
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Find(header.job());
+  if (!job.ok() && header.replay() &&
+      job.status().code() == absl::StatusCode::kFailedPrecondition) {
+    return registry_->ReplayForFreedJob(header, *stream);
+  }
   absl::StatusOr<std::shared_ptr<reducer::Collective>> attached =
       job.ok() ? (*job)->Attach(header, std::move(stream)) : job.status();
   // Refusals over a limit are counted where the limit is known.

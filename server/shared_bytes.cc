@@ -2,8 +2,29 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <string>
 
 namespace reducer {
+namespace {
+
+// Storage of its own for a copy of lent bytes.
+class CopiedBytes final : public ByteOwner {
+ public:
+  CopiedBytes(const char* data, size_t size) : bytes_(data, size) {}
+  const char* data() const { return bytes_.data(); }
+
+ private:
+  const std::string bytes_;
+};
+
+}  // namespace
+
+SharedBytes Keepable(const SharedBytes& bytes) {
+  if (bytes.owner() == nullptr || !bytes.owner()->lent()) return bytes;
+  auto copy = std::make_shared<const CopiedBytes>(bytes.data(), bytes.size());
+  return SharedBytes(copy, copy->data(), bytes.size());
+}
 
 void Payload::Append(SharedBytes piece) {
   if (piece.empty()) return;

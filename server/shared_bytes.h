@@ -30,6 +30,10 @@ namespace reducer {
 class ByteOwner {
  public:
   virtual ~ByteOwner() = default;
+  // True when the storage is lent by a peer (a range of a client's shared
+  // segment) and must be let go as soon as the engine is done with it:
+  // whoever holds bytes longer than the collective holds a copy (Keepable).
+  virtual bool lent() const { return false; }
 };
 
 // Read-only, contiguous bytes with shared ownership of their storage.
@@ -55,6 +59,10 @@ class SharedBytes {
   const char* data_ = nullptr;
   size_t size_ = 0;
 };
+
+// `bytes` when their storage may be held for as long as one likes; else
+// (lent storage) a copy in storage of its own.
+SharedBytes Keepable(const SharedBytes& bytes);
 
 // One message's worth of bytes, possibly in several pieces (a received
 // buffer is). Keeps every piece alive.

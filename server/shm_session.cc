@@ -98,6 +98,9 @@ class SharedMemorySession::InputOwner final : public ByteOwner {
   }
 
   const char* data() const { return data_; }
+  // A range of the client's input segment is the client's again once
+  // reducerd lets go of it.
+  bool lent() const override { return released_ != nullptr; }
 
  private:
   const std::shared_ptr<const SharedSegment> segment_;
