@@ -111,6 +111,11 @@ class ShardedAttempt final : public CollectiveAttempt {
     absl::Time give_up = absl::InfiniteFuture();  // set at the first failure
     absl::Duration pause = kFirstRetryPause;
     absl::Time retry_at = absl::InfiniteFuture();  // when attempt is null
+    // The failure that started the retries, and what the next attempt
+    // (or the running one) is: a replay of its result or a resend.
+    absl::Status first_failure;
+    bool replay = false;
+    Contribution replay_contribution;  // the part's, as a replay sends it
   };
 
   ShardEndpoint* ShardOf(size_t k) const {
@@ -147,7 +152,8 @@ class ShardedAttempt final : public CollectiveAttempt {
       if (part.attempt == nullptr) {
         if (part.retry_at <= now) {
           part.retry_at = absl::InfiniteFuture();
-          part.attempt = ShardOf(k)->backend()->Start(split_.parts[k].contribution);
+          part.attempt = ShardOf(k)->backend()->Start(
+              part.replay ? part.replay_contribution : split_.parts[k].contribution);
         }
         continue;
       }
@@ -156,7 +162,8 @@ class ShardedAttempt final : public CollectiveAttempt {
   }
 
   // Waits for `part`'s attempt (settled, or past its deadline) and files
-  // its outcome: a result, a retry, or failure_.
+  // its outcome: a result, a replay or a retry (as PendingCollective::Wait
+  // does for a whole collective; client/retry_policy.h), or failure_.
   void TakeOutcomeLocked(Part* part) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const size_t k = static_cast<size_t>(part - parts_.data());
     absl::StatusOr<std::vector<Tensor>> outcome = part->attempt->Wait();
@@ -166,18 +173,43 @@ class ShardedAttempt final : public CollectiveAttempt {
       part->result = *std::move(outcome);
       return;
     }
-    if (MayRetry(outcome.status(), received_any, owner_->session_status_())) {
+    const absl::Status session = owner_->session_status_();
+    bool again = false;
+    if (!part->replay) {
+      // A resend (or the first attempt) failed: ask for its result first.
+      again = MayReplay(outcome.status(), received_any) ||
+              MayRetry(outcome.status(), received_any, session);
+      part->first_failure = outcome.status();
+      part->replay = true;
+    } else if (outcome.status().code() == absl::StatusCode::kUnavailable &&
+               !received_any) {
+      again = true;  // not reached, or its first call not over yet
+    } else if (outcome.status().code() == absl::StatusCode::kNotFound &&
+               MayRetry(part->first_failure, false, session)) {
+      again = true;  // not used: send it again
+      part->replay = false;
+    }
+    if (again) {
       const absl::Time now = absl::Now();
       if (part->give_up == absl::InfiniteFuture()) {
-        part->give_up = std::min(now + kRetryBudget, whole_.deadline);
+        part->give_up = std::min(
+            now + (session.ok() ? kRetryBudget : kReplayBudget), whole_.deadline);
       }
       if (now + part->pause < part->give_up) {
+        if (part->replay) {
+          part->replay_contribution = split_.parts[k].contribution;
+          part->replay_contribution.header.set_replay(true);
+          part->replay_contribution.send_payload = false;
+        }
         part->retry_at = now + part->pause;
         part->pause = NextRetryPause(part->pause);
         return;
       }
     }
-    if (failure_.ok()) failure_ = NameShard(k, outcome.status());
+    if (failure_.ok()) {
+      failure_ = NameShard(k, part->first_failure.ok() ? outcome.status()
+                                                      : part->first_failure);
+    }
   }
 
   // Waits for the parts still running, until they let go of memory. They

@@ -14,11 +14,12 @@
 // Waiting takes the partitions' outcomes in the order they come: the first
 // partition that fails for good fails the collective, naming its shard
 // (index and address) and its partition, once the other partitions have
-// ended (they are waited for, not cancelled; see GiveUpRestLocked). A partition whose transport failed
-// before any answer is retried on its own (client/retry_policy.h) while
-// `session_status` says the session is intact; partitions that succeeded are
-// never sent again, so the attempt itself is not to be retried by its
-// caller (received_any() is always true).
+// ended (they are waited for, not cancelled; see GiveUpRestLocked). A
+// partition whose transport failed before any answer first asks its shard
+// for its result again (a replay), then is resent on its own while
+// `session_status` says the session is intact (client/retry_policy.h);
+// partitions that succeeded are never sent again, so the attempt itself is
+// not to be retried by its caller (received_any() is always true).
 //
 // Thread-safe; its attempts follow CollectiveAttempt's contract, except
 // that Ready() or Cancel() called while another thread is in Wait() waits

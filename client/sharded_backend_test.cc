@@ -192,29 +192,55 @@ TEST_F(ShardedBackendTest, FirstFailureFailsNamingTheShardOnceTheOtherPartsEnded
   for (const auto& s : shards_) EXPECT_EQ(s->cancels, 0);
 }
 
-TEST_F(ShardedBackendTest, PartitionWhoseTransportFailedIsRetriedAloneWithTheSameAttemptId) {
+// `header` as a replay of its attempt sends it.
+v1::CollectiveHeader AsReplay(v1::CollectiveHeader header) {
+  header.set_replay(true);
+  return header;
+}
+
+TEST_F(ShardedBackendTest, PartitionWhoseTransportFailedAsksForItsResultThenIsResentAlone) {
   std::unique_ptr<ShardedBackend> backend = Backend();
   Contribution c = AllReduceOf(3 * kMiB / 4);
   shards_[2]->script.push_back({absl::UnavailableError("connection reset"), false});
+  shards_[2]->script.push_back({absl::NotFoundError("no result kept"), false});
   absl::StatusOr<std::vector<Tensor>> result = backend->Start(c)->Wait();
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(shards_[0]->started.size(), 1u);
   EXPECT_EQ(shards_[1]->started.size(), 1u);
-  ASSERT_EQ(shards_[2]->started.size(), 2u);
+  ASSERT_EQ(shards_[2]->started.size(), 3u);
+  // The replay: the same header, asking for the result.
   EXPECT_EQ(shards_[2]->started[1].SerializeAsString(),
+            AsReplay(shards_[2]->started[0]).SerializeAsString());
+  // Not used: the same contribution again, same attempt id.
+  EXPECT_EQ(shards_[2]->started[2].SerializeAsString(),
             shards_[2]->started[0].SerializeAsString());
   EXPECT_EQ(std::memcmp((*result)[0].data(), values_.data(), values_.size() * 4), 0);
 }
 
-TEST_F(ShardedBackendTest, NoRetryOnceTheSessionFailed) {
+TEST_F(ShardedBackendTest, APartitionsLostResultComesFromItsReplay) {
+  std::unique_ptr<ShardedBackend> backend = Backend();
+  Contribution c = AllReduceOf(3 * kMiB / 4);
+  shards_[1]->script.push_back({absl::UnavailableError("connection reset"), false});
+  absl::StatusOr<std::vector<Tensor>> result = backend->Start(c)->Wait();
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(shards_[1]->started.size(), 2u);
+  EXPECT_TRUE(shards_[1]->started[1].replay());
+  EXPECT_EQ(std::memcmp((*result)[0].data(), values_.data(), values_.size() * 4), 0);
+}
+
+TEST_F(ShardedBackendTest, OnceTheSessionFailedOnlyTheResultIsAskedFor) {
   std::unique_ptr<ShardedBackend> backend = Backend();
   Contribution c = AllReduceOf(3 * kMiB / 4);
   session_ = absl::AbortedError("job j epoch 10 aborted: rank 1 lost");
   shards_[0]->script.push_back({absl::UnavailableError("connection reset"), false});
+  shards_[0]->script.push_back({absl::NotFoundError("no result kept"), false});
   absl::StatusOr<std::vector<Tensor>> result = backend->Start(c)->Wait();
+  // The first failure stands, naming its shard; nothing was resent.
   ASSERT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(result.status().message(), HasSubstr("reducerd shard 0 of 3 at s0:1"));
-  EXPECT_EQ(shards_[0]->started.size(), 1u);
+  EXPECT_THAT(result.status().message(), HasSubstr("connection reset"));
+  ASSERT_EQ(shards_[0]->started.size(), 2u);
+  EXPECT_TRUE(shards_[0]->started[1].replay());
 }
 
 TEST_F(ShardedBackendTest, CancelGivesUpEveryPartition) {
