@@ -364,17 +364,14 @@ absl::Status NameWhereItFailed(const absl::Status& status,
 
 absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitRetrying() {
   absl::StatusOr<std::vector<Tensor>> result = attempt_->Wait();
+  // Whether any of `result`'s answer had arrived (then it is not resent).
+  bool received_any = attempt_->received_any();
   absl::Time give_up = absl::InfiniteFuture();  // set at the first failure
   absl::Duration pause = kFirstRetryPause;
-  while (!result.ok()) {
-    const bool received_any = attempt_->received_any();
-    const absl::Status session = session_->SessionStatus();
-    if (!MayReplay(result.status(), received_any) &&
-        !MayRetry(result.status(), received_any, session)) {
-      break;
-    }
+  while (!result.ok() && MayReplay(result.status())) {
     if (give_up == absl::InfiniteFuture()) {
-      give_up = std::min(absl::Now() + (session.ok() ? kRetryBudget : kReplayBudget),
+      const bool intact = session_->SessionStatus().ok();
+      give_up = std::min(absl::Now() + (intact ? kRetryBudget : kReplayBudget),
                          contribution_.deadline);
     }
     if (absl::Now() + pause >= give_up) break;
@@ -386,10 +383,7 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitRetrying() {
     attempt_ = session_->SendReplay(*this);
     absl::StatusOr<std::vector<Tensor>> replayed = attempt_->Wait();
     if (replayed.ok()) return replayed;
-    if (replayed.status().code() == absl::StatusCode::kUnavailable &&
-        !attempt_->received_any()) {
-      continue;  // not reached, or its first call not over yet: again
-    }
+    if (MayReplay(replayed.status())) continue;  // not reached, or not over yet
     if (replayed.status().code() != absl::StatusCode::kNotFound ||
         !MayRetry(result.status(), received_any, session_->SessionStatus())) {
       break;  // the first failure stands
@@ -398,6 +392,7 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitRetrying() {
     attempt_.reset();
     attempt_ = session_->SendAttempt(*this);
     result = attempt_->Wait();
+    received_any = attempt_->received_any();
   }
   return result;
 }

@@ -1,12 +1,13 @@
 // When a collective's attempt is sent again. An attempt that failed with
-// UNAVAILABLE before any answer arrived (the transport broke, reducerd was
-// not reached) may have been used all the same, its result lost on the way:
-// the client first asks for that result again (a replay: same header with
+// UNAVAILABLE (the transport broke, reducerd was not reached) may have been
+// used all the same, its result lost on the way, whole or in part: the
+// client first asks for that result again (a replay: same header with
 // `replay` set, no payload; reducerd keeps each result until a later call
-// acknowledges it), whether or not its session is intact, and gets it, or
-// NOT_FOUND when the contribution was not used. Then, while the session is
-// intact, it is retried with the same header, attempt id included, so
-// reducerd never counts it twice. All for at most kRetryBudget after the
+// acknowledges it), whether or not its session is intact, and gets all of
+// it (nothing of a partial answer reached the caller's memory), or
+// NOT_FOUND when none is kept. Then, if nothing of an answer had arrived
+// and the session is intact, it is retried with the same header, attempt
+// id included, so reducerd never counts it twice. All for at most kRetryBudget after the
 // first failure (kReplayBudget once the session is lost: a link that is
 // down comes back within a few seconds), and never past the collective's
 // deadline, pausing between tries from kFirstRetryPause doubling up to
@@ -37,9 +38,9 @@ inline bool MayRetry(const absl::Status& outcome, bool received_any,
 }
 
 // True when the result of an attempt that ended with `outcome` may be asked
-// for again: UNAVAILABLE and nothing received, whatever the session's state.
-inline bool MayReplay(const absl::Status& outcome, bool received_any) {
-  return outcome.code() == absl::StatusCode::kUnavailable && !received_any;
+// for again: UNAVAILABLE, whatever was received and the session's state.
+inline bool MayReplay(const absl::Status& outcome) {
+  return outcome.code() == absl::StatusCode::kUnavailable;
 }
 
 // The pause after `pause`.

@@ -114,6 +114,7 @@ class ShardedAttempt final : public CollectiveAttempt {
     // The failure that started the retries, and what the next attempt
     // (or the running one) is: a replay of its result or a resend.
     absl::Status first_failure;
+    bool first_received_any = false;  // of the attempt that failed first
     bool replay = false;
     Contribution replay_contribution;  // the part's, as a replay sends it
   };
@@ -177,15 +178,14 @@ class ShardedAttempt final : public CollectiveAttempt {
     bool again = false;
     if (!part->replay) {
       // A resend (or the first attempt) failed: ask for its result first.
-      again = MayReplay(outcome.status(), received_any) ||
-              MayRetry(outcome.status(), received_any, session);
+      again = MayReplay(outcome.status());
       part->first_failure = outcome.status();
+      part->first_received_any = received_any;
       part->replay = true;
-    } else if (outcome.status().code() == absl::StatusCode::kUnavailable &&
-               !received_any) {
+    } else if (MayReplay(outcome.status())) {
       again = true;  // not reached, or its first call not over yet
     } else if (outcome.status().code() == absl::StatusCode::kNotFound &&
-               MayRetry(part->first_failure, false, session)) {
+               MayRetry(part->first_failure, part->first_received_any, session)) {
       again = true;  // not used: send it again
       part->replay = false;
     }
