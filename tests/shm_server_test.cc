@@ -681,6 +681,7 @@ TEST_F(ShmServerTest, AllGatherForwardsEachRanksSegmentBytes) {
     m.set_call_id(1);
     ASSERT_TRUE(c[r]->Push(InRange(m, 0, in[r].size())).ok());
   }
+  v1::SegmentRange range[2];
   for (int r = 0; r < 2; ++r) {
     absl::StatusOr<v1::CollectiveResponse> got = c[r]->Next();
     ASSERT_TRUE(got.ok()) << got.status();
@@ -689,7 +690,10 @@ TEST_F(ShmServerTest, AllGatherForwardsEachRanksSegmentBytes) {
     EXPECT_EQ(got->result(0).shape(0), 2 * n);
     EXPECT_TRUE(got->has_data_range());
     EXPECT_TRUE(c[r]->ResultOf(*got) == in[0] + in[1]) << "rank " << r;
+    range[r] = got->data_range();
   }
+  // The gathered result is the same for both ranks: one range.
+  EXPECT_EQ(range[0].offset(), range[1].offset());
 }
 
 TEST_F(ShmServerTest, AllReduceWithAPeerOnGrpc) {
