@@ -26,6 +26,10 @@ long Futex(std::atomic<uint32_t>* word, int op, uint32_t value,
                  timeout, nullptr, 0);
 }
 
+// Set once the kernel answered ENOSYS to futex_waitv (or a test asked for
+// the fallback): WaitAny sleeps in slices from then on.
+std::atomic<bool> no_waitv{false};
+
 // Whether a bell of `watches` differs from what its waiter saw.
 bool AnyChanged(absl::Span<const Doorbell::Watch> watches) {
   for (const Doorbell::Watch& w : watches) {
@@ -71,6 +75,10 @@ long FutexWaitv(absl::Span<const Doorbell::Watch> watches,
 
 }  // namespace
 
+void Doorbell::UseWaitvForTesting(bool use) {
+  no_waitv.store(!use, std::memory_order_relaxed);
+}
+
 absl::Status Doorbell::WaitAny(absl::Span<const Watch> watches,
                                absl::Time deadline, absl::Duration spin) {
   if (watches.empty() || watches.size() > kMaxWatches) {
@@ -87,7 +95,6 @@ absl::Status Doorbell::WaitAny(absl::Span<const Watch> watches,
   }
   std::atomic<uint32_t>* words[kMaxWatches];
   for (size_t i = 0; i < watches.size(); ++i) words[i] = watches[i].bell->word_;
-  static std::atomic<bool> no_waitv{false};
   while (!changed) {
     const absl::Time now = absl::Now();
     if (now >= deadline) {

@@ -77,6 +77,10 @@ class Doorbell {
   static absl::Status WaitAny(absl::Span<const Watch> watches,
                               absl::Time deadline,
                               absl::Duration spin = kSpin);
+  // For tests: false makes WaitAny take the fallback it takes where the
+  // kernel lacks futex_waitv; true lets it use futex_waitv again (unless
+  // the kernel refused it). Process-wide.
+  static void UseWaitvForTesting(bool use);
 
   // The counter's value once it differs from `seen` (at once if it already
   // does); DEADLINE_EXCEEDED if it still equals `seen` at `deadline`.

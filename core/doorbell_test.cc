@@ -115,8 +115,21 @@ TEST(DoorbellTest, WaitAnyEndsAtTheDeadlineAndReturnsAtOnceOnAChange) {
 }
 
 // A waiter asleep on three bells (no watch first) wakes for a ring of any
-// one of them, the last one included.
-TEST(DoorbellTest, WaitAnyWakesForARingOfAnyOfItsBells) {
+// one of them, the last one included: with futex_waitv, and with the
+// fallback for kernels without it (a ring of a bell it does not sleep on
+// is seen at its next slice).
+class WaitAnyTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { Doorbell::UseWaitvForTesting(GetParam()); }
+  void TearDown() override { Doorbell::UseWaitvForTesting(true); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Waits, WaitAnyTest, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "futex_waitv" : "fallback";
+                         });
+
+TEST_P(WaitAnyTest, WakesForARingOfAnyOfItsBells) {
   for (int rung = 0; rung < 3; ++rung) {
     std::atomic<uint32_t> words[3] = {{0}, {0}, {0}};
     Doorbell bells[3] = {Doorbell(&words[0]), Doorbell(&words[1]),
