@@ -15,8 +15,10 @@
 // SharedBytes, of the same owner), so a call whose result's first message
 // starts with the piece another call's did, at the same offset and with the
 // same result size, shares that call's range while any call still writes
-// it. Each message offset of a shared range is copied by the first call
-// that gets it; the others skip it (the bytes are the same). A result only
+// it. A call skips a message whose bytes another call of the range copied
+// already (the same offset, and at least as far); it copies any other
+// itself (the bytes are the same), so every byte of a call's result is in
+// the range once the call has taken all of its messages. A result only
 // one rank gets (a reduce-scatter's part) is a range of its own.
 //
 // The first 64 bytes hold reducerd's nonce and are never handed out, so a
@@ -34,7 +36,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "core/range_allocator.h"
 #include "core/shared_segment.h"
@@ -57,7 +58,8 @@ class SharedResults {
     uint64_t range = 0;
     Identity identity;
     int writers = 0;  // calls that opened it and did not close it
-    absl::flat_hash_set<uint64_t> written;  // message offsets copied in
+    // Message offset -> the end of the bytes copied in from there.
+    absl::flat_hash_map<uint64_t, uint64_t> written;
   };
 
   // A new segment of `bytes` (SharedSegment::Create's RESOURCE_EXHAUSTED

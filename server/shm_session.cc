@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -534,10 +535,16 @@ void SharedMemorySession::ProcessMessage(Call& call, Item& item) {
     }
     char* dest = call.range.has_value() ? results_->data() + *call.range
                                         : call.inline_result.data();
-    // A range another call of the same result wrote at this offset already
-    // holds these bytes.
-    const bool written = call.writing != nullptr &&
-                         call.writing->written.contains(message.offset);
+    size_t message_bytes = 0;
+    for (const SharedBytes& piece : message.data) message_bytes += piece.size();
+    const uint64_t message_end = message.offset + message_bytes;
+    // A range another call of the same result copied this message's bytes
+    // into already holds them.
+    bool written = false;
+    if (call.writing != nullptr) {
+      auto it = call.writing->written.find(message.offset);
+      written = it != call.writing->written.end() && it->second >= message_end;
+    }
     uint64_t at = message.offset;
     for (const SharedBytes& piece : message.data) {
       if (written) break;
@@ -553,7 +560,8 @@ void SharedMemorySession::ProcessMessage(Call& call, Item& item) {
       at += piece.size();
     }
     if (copied.ok() && !written && call.writing != nullptr) {
-      call.writing->written.insert(message.offset);
+      uint64_t& end = call.writing->written[message.offset];
+      end = std::max(end, message_end);
     }
     message.data.clear();
   }
