@@ -160,14 +160,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def kill_group(proc, grace_s=5.0):
-    """Stops a process started in its own session: SIGTERM to its process
-    group, then SIGKILL if it is still there after grace_s."""
+def kill_group(proc, grace_s=5.0, pgid=None):
+    """Stops a process and its process group (pgid, by default the process's
+    own pid: one started in a session or group of its own): SIGTERM to the
+    group, then SIGKILL if the process is still there after grace_s."""
     if proc.poll() is not None:
         return
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(pgid or proc.pid, sig)
         except ProcessLookupError:
             return
         try:
@@ -186,11 +187,16 @@ def tail(path, n=2000):
 
 
 def run_processes(cmds, log_prefix, timeout_s, env=None, watch=None):
-    """Starts every command at once (each in its own session, output in
-    log_prefix-<i>.out/.err), waits for all of them with one hard deadline and
-    returns the first command's stdout. On a timeout, a non-zero exit or a
-    RunError from watch() (called while waiting) it kills them all and raises
-    RunError."""
+    """Starts every command at once (output in log_prefix-<i>.out/.err),
+    waits for all of them with one hard deadline and returns the first
+    command's stdout. On a timeout, a non-zero exit or a RunError from
+    watch() (called while waiting) it kills them all and raises RunError.
+    The commands are started as a launcher (mpirun, torchrun) starts its
+    ranks: children of this process, in its session, all in one process
+    group of their own (the first's), so that they share one scheduler
+    autogroup, as a job's ranks do; a process that starts a session of its
+    own per rank puts each rank in an autogroup of its own, which the
+    kernel then shares the CPUs between as if they were separate users."""
     procs, logs = [], []
     try:
         for i, cmd in enumerate(cmds):
@@ -199,12 +205,13 @@ def run_processes(cmds, log_prefix, timeout_s, env=None, watch=None):
             with open(out, "wb") as fo, open(err, "wb") as fe:
                 procs.append(subprocess.Popen(
                     cmd, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL,
-                    env=env, cwd=REPO_ROOT, start_new_session=True))
+                    env=env, cwd=REPO_ROOT,
+                    process_group=procs[0].pid if procs else 0))
         wait_all(procs, logs, time.monotonic() + timeout_s, timeout_s, watch)
         return logs[0][0].read_text()
     finally:
         for p in procs:
-            kill_group(p, grace_s=2.0)
+            kill_group(p, grace_s=2.0, pgid=procs[0].pid)
 
 
 def wait_all(procs, logs, deadline, timeout_s, watch=None):

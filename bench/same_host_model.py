@@ -8,17 +8,17 @@ traffic(n, world) is the memory traffic of one float32 all-reduce of n bytes
 per rank on reducer_shm (docs/same_host.md), as bytes read plus bytes
 written, per party:
   - each rank copies its n input bytes into its input segment (reads n,
-    writes n) and copies the n result bytes out of its result segment
-    (reads n, writes n): 4n;
+    writes n) and copies the n result bytes out of the job's result
+    segment (reads n, writes n): 4n;
   - reducerd reads the W inputs and writes one result (W*n + n), then copies
-    the result into each rank's result segment (reads and writes W*n):
-    (3W + 1) n.
+    that result once into the job's result segment, whose one range every
+    rank reads (reads and writes n): (W + 3) n.
 A memcpy of b bytes reads b and writes b, so a probe that copies b bytes in
 t seconds moves memory at 2b / t; model_us() divides traffic by that rate.
 Two model times: "chain", the dependent steps of one all-reduce with the W
 ranks' copies overlapping (one rank's copy in, reducerd's work, one rank's
-copy out: (3W + 5) n), the floor when every process has a core; and
-"serial", every party's traffic one after the other ((7W + 1) n), what one
+copy out: (W + 7) n), the floor when every process has a core; and
+"serial", every party's traffic one after the other ((5W + 3) n), what one
 core would take. Payloads up to 64 KiB travel inline in ring records, and
 there the doorbells' latency, not the copies, sets the time.
 
@@ -56,7 +56,7 @@ def traffic(n, world):
     {"rank": per rank, "reducerd": reducerd's, "chain": the dependent steps,
     "total": every party's}."""
     rank = 4 * n
-    reducerd = (3 * world + 1) * n
+    reducerd = (world + 3) * n
     return {"rank": rank, "reducerd": reducerd,
             "chain": rank + reducerd, "total": world * rank + reducerd}
 

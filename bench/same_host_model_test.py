@@ -12,22 +12,24 @@ MiB = 1 << 20
 def test_traffic_at_w4():
     # Per rank: 1000 B copied in and 1000 B copied out, each read and
     # written: 4000. reducerd: 4000 read + 1000 written to reduce, then
-    # 4 x 1000 copied (read and written): 13000.
-    assert m.traffic(1000, 4) == {"rank": 4000, "reducerd": 13000,
-                                  "chain": 17000, "total": 29000}
+    # the result copied once into the job's result segment (1000 read,
+    # 1000 written): 7000. Total: 4 x 4000 + 7000.
+    assert m.traffic(1000, 4) == {"rank": 4000, "reducerd": 7000,
+                                  "chain": 11000, "total": 23000}
 
 
 def test_traffic_at_w2():
-    # reducerd: 2000 read + 1000 written, then 2 x 1000 copied: 7000.
-    assert m.traffic(1000, 2) == {"rank": 4000, "reducerd": 7000,
-                                  "chain": 11000, "total": 15000}
+    # reducerd: 2000 read + 1000 written, then 1000 copied once: 5000.
+    assert m.traffic(1000, 2) == {"rank": 4000, "reducerd": 5000,
+                                  "chain": 9000, "total": 13000}
 
 
 def test_model_divides_traffic_by_twice_the_copy_rate():
     # 1 GB/s copied moves 2000 bytes of traffic per microsecond.
     got = m.model_us(10**6, 4, 1.0)
-    assert abs(got["chain_us"] - 8500.0) < 1e-6
-    assert abs(got["serial_us"] - 14500.0) < 1e-6
+    # 10^6 B at W = 4: chain 11 x 10^6, total 23 x 10^6 bytes of traffic.
+    assert abs(got["chain_us"] - 5500.0) < 1e-6
+    assert abs(got["serial_us"] - 11500.0) < 1e-6
 
 
 def test_targets_compare_reducer_shm_with_each_peer_at_w4():

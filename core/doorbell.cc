@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -25,7 +26,102 @@ long Futex(std::atomic<uint32_t>* word, int op, uint32_t value,
                  timeout, nullptr, 0);
 }
 
+// Set once the kernel answered ENOSYS to futex_waitv (or a test asked for
+// the fallback): WaitAny sleeps in slices from then on.
+std::atomic<bool> no_waitv{false};
+
+// Whether a bell of `watches` differs from what its waiter saw.
+bool AnyChanged(absl::Span<const Doorbell::Watch> watches) {
+  for (const Doorbell::Watch& w : watches) {
+    if (w.bell->value() != w.seen) return true;
+  }
+  return false;
+}
+
+// One futex_waitv sleep on every word until one changes or `deadline`
+// (CLOCK_MONOTONIC, as futex_waitv takes it); errno ENOSYS when the kernel
+// has no futex_waitv.
+long FutexWaitv(absl::Span<const Doorbell::Watch> watches,
+                std::atomic<uint32_t>* const* words, absl::Time deadline) {
+#ifdef SYS_futex_waitv
+  futex_waitv waiters[Doorbell::kMaxWatches];
+  std::memset(waiters, 0, sizeof(waiters));
+  for (size_t i = 0; i < watches.size(); ++i) {
+    waiters[i].val = watches[i].seen;
+    waiters[i].uaddr = reinterpret_cast<uintptr_t>(words[i]);
+    waiters[i].flags = FUTEX_32;  // shared: no private flag
+  }
+  timespec timeout;
+  timespec* at = nullptr;
+  if (deadline != absl::InfiniteFuture()) {
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const absl::Duration left =
+        std::max(absl::ZeroDuration(), deadline - absl::Now());
+    timeout = absl::ToTimespec(absl::DurationFromTimespec(now) + left);
+    at = &timeout;
+  }
+  return syscall(SYS_futex_waitv, waiters,
+                 static_cast<unsigned int>(watches.size()), 0, at,
+                 CLOCK_MONOTONIC);
+#else
+  (void)watches;
+  (void)words;
+  (void)deadline;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
 }  // namespace
+
+void Doorbell::UseWaitvForTesting(bool use) {
+  no_waitv.store(!use, std::memory_order_relaxed);
+}
+
+absl::Status Doorbell::WaitAny(absl::Span<const Watch> watches,
+                               absl::Time deadline, absl::Duration spin) {
+  if (watches.empty() || watches.size() > kMaxWatches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WaitAny watches 1 to ", kMaxWatches, " bells, not ", watches.size()));
+  }
+  bool changed = AnyChanged(watches);
+  if (!changed && spin > absl::ZeroDuration()) {
+    const absl::Time watch_until = std::min(deadline, absl::Now() + spin);
+    do {
+      sched_yield();
+      changed = AnyChanged(watches);
+    } while (!changed && absl::Now() < watch_until);
+  }
+  std::atomic<uint32_t>* words[kMaxWatches];
+  for (size_t i = 0; i < watches.size(); ++i) words[i] = watches[i].bell->word_;
+  while (!changed) {
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError("no bell rang before the deadline");
+    }
+    // A ring between the look and the sleep makes either call return at
+    // once (EAGAIN): the kernel compares each word with what was seen.
+    if (!no_waitv.load(std::memory_order_relaxed)) {
+      if (FutexWaitv(watches, words, deadline) < 0) {
+        if (errno == ENOSYS) {
+          no_waitv.store(true, std::memory_order_relaxed);
+        } else if (errno != EAGAIN && errno != EINTR && errno != ETIMEDOUT) {
+          return absl::ErrnoToStatus(errno, "futex_waitv on doorbells");
+        }
+      }
+    } else {
+      const timespec slice =
+          absl::ToTimespec(std::min(deadline - now, kFallbackSlice));
+      if (Futex(words[0], FUTEX_WAIT, watches[0].seen, &slice) != 0 &&
+          errno != EAGAIN && errno != EINTR && errno != ETIMEDOUT) {
+        return absl::ErrnoToStatus(errno, "futex wait on a doorbell");
+      }
+    }
+    changed = AnyChanged(watches);
+  }
+  return absl::OkStatus();
+}
 
 uint32_t Doorbell::Ring() {
   uint32_t now = word_->fetch_add(1, std::memory_order_acq_rel) + 1;

@@ -23,14 +23,23 @@
 // when threads outnumber cores: an idle CPU returns to the waiter at once, a
 // busy one runs the threads that have work first. Waits are bounded by a
 // deadline, so a peer that died never hangs a waiter.
+//
+// WaitAny() waits for the first of several bells (one thread serving many
+// rings): the same watch over every word, then one sleep on all of them
+// (futex_waitv, Linux 5.16 and later). Where the kernel lacks futex_waitv
+// (ENOSYS), it sleeps on the first word in slices of at most kFallbackSlice
+// and looks at every word between slices, so a ring on another word is seen
+// within a slice: slower, never lost.
 #ifndef REDUCER_CORE_DOORBELL_H_
 #define REDUCER_CORE_DOORBELL_H_
 
 #include <atomic>
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace reducer {
 
@@ -50,6 +59,28 @@ class Doorbell {
   uint32_t Ring();
 
   uint32_t value() const { return word_->load(std::memory_order_acquire); }
+
+  // One bell of WaitAny(), with the value its waiter saw last.
+  struct Watch {
+    const Doorbell* bell;
+    uint32_t seen;
+  };
+  // The most bells one WaitAny() watches (futex_waitv's limit).
+  static constexpr size_t kMaxWatches = 128;
+  // The longest sleep between looks without futex_waitv.
+  static constexpr absl::Duration kFallbackSlice = absl::Milliseconds(1);
+
+  // OK once any bell's value differs from its `seen` (at once if one already
+  // does); DEADLINE_EXCEEDED if none does at `deadline`. Watches for `spin`
+  // first, as WaitChange does. INVALID_ARGUMENT for no bells or more than
+  // kMaxWatches. An acquire of the bell that changed.
+  static absl::Status WaitAny(absl::Span<const Watch> watches,
+                              absl::Time deadline,
+                              absl::Duration spin = kSpin);
+  // For tests: false makes WaitAny take the fallback it takes where the
+  // kernel lacks futex_waitv; true lets it use futex_waitv again (unless
+  // the kernel refused it). Process-wide.
+  static void UseWaitvForTesting(bool use);
 
   // The counter's value once it differs from `seen` (at once if it already
   // does); DEADLINE_EXCEEDED if it still equals `seen` at `deadline`.

@@ -98,6 +98,58 @@ TEST(DoorbellTest, RingWakesEverySleepingWaiter) {
   }
 }
 
+TEST(DoorbellTest, WaitAnyEndsAtTheDeadlineAndReturnsAtOnceOnAChange) {
+  std::atomic<uint32_t> words[3] = {{1}, {2}, {3}};
+  Doorbell bells[3] = {Doorbell(&words[0]), Doorbell(&words[1]),
+                       Doorbell(&words[2])};
+  const Doorbell::Watch still[3] = {{&bells[0], 1}, {&bells[1], 2},
+                                    {&bells[2], 3}};
+  EXPECT_EQ(Doorbell::WaitAny(still, absl::Now() + absl::Milliseconds(20))
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  const Doorbell::Watch moved[3] = {{&bells[0], 1}, {&bells[1], 2},
+                                    {&bells[2], 2}};
+  EXPECT_TRUE(Doorbell::WaitAny(moved, absl::InfinitePast()).ok());
+  EXPECT_EQ(Doorbell::WaitAny({}, absl::InfinitePast()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A waiter asleep on three bells (no watch first) wakes for a ring of any
+// one of them, the last one included: with futex_waitv, and with the
+// fallback for kernels without it (a ring of a bell it does not sleep on
+// is seen at its next slice).
+class WaitAnyTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { Doorbell::UseWaitvForTesting(GetParam()); }
+  void TearDown() override { Doorbell::UseWaitvForTesting(true); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Waits, WaitAnyTest, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "futex_waitv" : "fallback";
+                         });
+
+TEST_P(WaitAnyTest, WakesForARingOfAnyOfItsBells) {
+  for (int rung = 0; rung < 3; ++rung) {
+    std::atomic<uint32_t> words[3] = {{0}, {0}, {0}};
+    Doorbell bells[3] = {Doorbell(&words[0]), Doorbell(&words[1]),
+                         Doorbell(&words[2])};
+    std::atomic<pid_t> tid{0};
+    absl::Status woke = absl::UnknownError("not yet");
+    std::thread waiter([&] {
+      tid = static_cast<pid_t>(syscall(SYS_gettid));
+      const Doorbell::Watch watches[3] = {{&bells[0], 0}, {&bells[1], 0},
+                                          {&bells[2], 0}};
+      woke = Doorbell::WaitAny(watches, kNoDeadline, absl::ZeroDuration());
+    });
+    while (tid == 0) absl::SleepFor(absl::Milliseconds(1));
+    AwaitSleep(absl::StrCat("/proc/self/task/", tid.load(), "/stat"));
+    bells[rung].Ring();
+    waiter.join();
+    EXPECT_TRUE(woke.ok()) << "bell " << rung << ": " << woke;
+  }
+}
+
 // The child maps the segment anew (its own address), sleeps on the doorbell
 // and checks what the parent wrote before ringing; the futex is shared, so
 // the ring crosses processes and mappings.

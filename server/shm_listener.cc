@@ -112,13 +112,13 @@ void SharedMemoryListener::Stop() {
   for (Handshake& h : handshakes) {
     if (h.thread.joinable()) h.thread.join();
   }
-  std::vector<std::shared_ptr<SharedMemorySession>> sessions;
+  std::map<std::string, std::shared_ptr<SharedMemoryJob>> jobs;
   {
     absl::MutexLock lock(&mu_);
-    sessions.swap(sessions_);
+    jobs.swap(jobs_);
   }
-  for (auto& session : sessions) session->Stop();
-  for (auto& session : sessions) session->Join();
+  for (auto& [name, job] : jobs) job->Stop();
+  for (auto& [name, job] : jobs) job->Join();
 }
 
 void SharedMemoryListener::AcceptLoop() {
@@ -168,14 +168,34 @@ void SharedMemoryListener::ReapLocked() {
     if (it->thread.joinable()) it->thread.join();
     it = handshakes_.erase(it);
   }
-  for (auto it = sessions_.begin(); it != sessions_.end();) {
-    if (!(*it)->finished()) {
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if (it->second->live() > 0) {
       ++it;
       continue;
     }
-    (*it)->Join();
-    it = sessions_.erase(it);
+    // No session, and none can come: reserving takes mu_.
+    it->second->Stop();
+    it->second->Join();
+    it = jobs_.erase(it);
   }
+}
+
+absl::StatusOr<std::shared_ptr<SharedMemoryJob>> SharedMemoryListener::ReserveJob(
+    const std::string& job, size_t result_bytes) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("reducerd is shutting down");
+  std::shared_ptr<SharedMemoryJob>& found = jobs_[job];
+  if (found == nullptr) {
+    absl::StatusOr<std::shared_ptr<SharedMemoryJob>> created =
+        SharedMemoryJob::Create(job, result_bytes, log_);
+    if (!created.ok()) {
+      jobs_.erase(job);
+      return Prefixed("the result segment: ", created.status());
+    }
+    found = *std::move(created);
+  }
+  found->Reserve();
+  return found;
 }
 
 void SharedMemoryListener::Shake(Handshake* handshake, UniqueFd connection) {
@@ -184,14 +204,21 @@ void SharedMemoryListener::Shake(Handshake* handshake, UniqueFd connection) {
   absl::StatusOr<SharedMemorySession::Parts> parts =
       Check(connection.get(), &peer, &token);
   absl::Status outcome = parts.status();
+  std::shared_ptr<SharedMemoryJob> job;
   if (parts.ok()) {
-    const std::string nonce = RandomBytes(ControlSegment::kNonceBytes);
-    std::memcpy(parts->result.data(), nonce.data(), nonce.size());
+    // 64 bytes more than the input segment, for the nonce: a result as
+    // large as the whole input segment still fits.
+    absl::StatusOr<std::shared_ptr<SharedMemoryJob>> reserved = ReserveJob(
+        peer.job, parts->input.size() + RangeAllocator::kAlignment);
+    outcome = reserved.status();
+    if (reserved.ok()) job = *std::move(reserved);
+  }
+  if (outcome.ok()) {
     v1::SharedMemoryWelcome welcome;
     *welcome.mutable_status() = ToCallStatus(absl::OkStatus());
-    welcome.set_nonce(nonce);
+    welcome.set_nonce(job->results_nonce());
     outcome = SendWithFds(connection.get(), welcome.SerializeAsString(),
-                          {parts->result.fd()});
+                          {job->results_fd()});
     if (!outcome.ok()) outcome = Prefixed("sending the welcome: ", outcome);
   } else {
     v1::SharedMemoryWelcome refusal;
@@ -207,10 +234,9 @@ void SharedMemoryListener::Shake(Handshake* handshake, UniqueFd connection) {
   if (outcome.ok()) {
     parts->peer = peer;
     parts->socket = std::move(connection);
-    sessions_.push_back(SharedMemorySession::Start(
-        *std::move(parts), service_->AttachWithToken(token), chunk_bytes_,
-        log_));
+    job->Add(*std::move(parts), service_->AttachWithToken(token), chunk_bytes_);
   } else {
+    if (job != nullptr) job->Unreserve();
     const int ranks[] = {peer.rank};
     log_->Log({LogSeverity::kWarning, "shm_refused",
                absl::StrCat("same-host session refused for job ",
@@ -277,13 +303,8 @@ absl::StatusOr<SharedMemorySession::Parts> SharedMemoryListener::Check(
         " in the running epoch of job ", hello.job(),
         " (it never joined, was replaced, or the epoch ended)"));
   }
-  // 64 bytes more than the input segment, for the nonce: a result as large
-  // as the whole input segment still fits.
-  absl::StatusOr<SharedSegment> result = SharedSegment::Create(
-      "reducer-result", input->size() + RangeAllocator::kAlignment);
-  if (!result.ok()) return Prefixed("the result segment: ", result.status());
   SharedMemorySession::Parts parts{*peer, UniqueFd(), *std::move(control),
-                                   *std::move(input), *std::move(result)};
+                                   *std::move(input)};
   return parts;
 }
 

@@ -7,7 +7,7 @@
 //       SharedMemoryListener::Start(&registry, &service, &log, chunk_bytes);
 //   registry.SetSharedMemorySocket((*listener)->name());
 //   ...
-//   (*listener)->Stop();   // ends every session and joins its thread
+//   (*listener)->Stop();   // ends every session and joins every thread
 //
 // One thread accepts; each connection gets a short-lived thread for its
 // handshake, bounded by `handshake_timeout`, so a silent peer never holds up
@@ -18,12 +18,15 @@
 // control segment equals the hello's (FAILED_PRECONDITION); the token is
 // the job's when reducerd requires tokens (ReducerService::Authorize's
 // UNAUTHENTICATED or PERMISSION_DENIED); the session id holds the rank in
-// the job's running epoch (FAILED_PRECONDITION); a result segment of the
-// input segment's size and 64 bytes more fits (SharedSegment::Create's
-// RESOURCE_EXHAUSTED). Accepted, it writes a nonce of its own in the result
-// segment's first 64 bytes, answers OK with that nonce and the result memfd, and starts a
-// SharedMemorySession. Every refusal and every session's start and end is
-// logged with the job, rank, and the peer's pid and uid (SO_PEERCRED).
+// the job's running epoch (FAILED_PRECONDITION); for the job's first
+// session here, its result segment of the input segment's size and 64
+// bytes more fits (SharedSegment::Create's RESOURCE_EXHAUSTED). Accepted,
+// it answers OK with the job's result segment (its memfd, and the nonce in
+// its first 64 bytes) and hands the session to the job's SharedMemoryJob,
+// whose one thread serves every session of the job. A job is forgotten
+// (its thread joined, its result segment closed) once it has no session
+// left. Every refusal and every session's start and end is logged with the
+// job, rank, and the peer's pid and uid (SO_PEERCRED).
 //
 // Thread-safe. `registry`, `service` and `log` outlive the listener.
 #ifndef REDUCER_SERVER_SHM_LISTENER_H_
@@ -31,6 +34,7 @@
 
 #include <cstddef>
 #include <list>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -46,6 +50,7 @@
 #include "server/job_tokens.h"
 #include "server/log.h"
 #include "server/reducer_service.h"
+#include "server/shm_job.h"
 #include "server/shm_session.h"
 
 namespace reducer {
@@ -91,7 +96,11 @@ class SharedMemoryListener {
   absl::StatusOr<SharedMemorySession::Parts> Check(int connection,
                                                    SharedMemoryPeer* peer,
                                                    PresentedToken* token);
-  // Joins finished handshakes and sessions.
+  // The job named `job`, reserved for one more session (created, with a
+  // result segment of `result_bytes`, if it has none here); or why not.
+  absl::StatusOr<std::shared_ptr<SharedMemoryJob>> ReserveJob(
+      const std::string& job, size_t result_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // Joins finished handshakes, and forgets jobs with no session left.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after Start.
@@ -108,7 +117,7 @@ class SharedMemoryListener {
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::list<Handshake> handshakes_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<SharedMemorySession>> sessions_
+  std::map<std::string, std::shared_ptr<SharedMemoryJob>> jobs_
       ABSL_GUARDED_BY(mu_);
 };
 

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -15,7 +16,7 @@
 
 namespace reducer {
 
-// One call's RankChannel: queues what its Collective says for the session
+// One call's RankChannel: queues what its Collective says for the job's
 // thread and rings the request ring's data bell. Called with the
 // Collective's lock held; never calls back into the Collective.
 class SharedMemorySession::CallChannel final : public RankChannel {
@@ -29,7 +30,7 @@ class SharedMemorySession::CallChannel final : public RankChannel {
 
   void Send(ResultMessage message, bool last) override {
     // A small call whose whole result is this message is answered from
-    // here, with no hand-off to the session thread.
+    // here, with no hand-off to the job's thread.
     if (last && inline_input_ && message.offset == 0 &&
         message.result_specs != nullptr) {
       std::shared_ptr<SharedMemorySession> s = session_.lock();
@@ -52,7 +53,7 @@ class SharedMemorySession::CallChannel final : public RankChannel {
     item.status = status;
     Queue(std::move(item));
   }
-  // Only marks the call; the session thread feeds the rest.
+  // Only marks the call; the job's thread feeds the rest.
   void ResumeReading() override {
     if (std::shared_ptr<SharedMemorySession> s = session_.lock()) {
       s->Resume(serial_);
@@ -133,42 +134,30 @@ struct SharedMemorySession::Call {
   size_t result_bytes = 0;
   std::string inline_result;
   std::optional<uint64_t> range;  // offset in the result segment
+  // While the call writes its range (SharedResults::Open to Close).
+  std::shared_ptr<SharedResults::Writing> writing;
 
   std::optional<absl::Status> end;  // known: the response may go
 };
 
-SharedMemorySession::SharedMemorySession(Parts parts,
+SharedMemorySession::SharedMemorySession(Parts parts, SharedResults* results,
                                          RankStream::AttachFn attach,
                                          size_t chunk_bytes, const Logger* log)
     : peer_(std::move(parts.peer)),
       socket_(std::move(parts.socket)),
-      result_(std::move(parts.result)),
+      results_(results),
       control_(std::move(parts.control)),
       input_(std::make_shared<const SharedSegment>(std::move(parts.input))),
       attach_(std::move(attach)),
       chunk_bytes_(chunk_bytes),
       log_(log),
-      result_ranges_(result_.size()) {
-  // [0, 64): reducerd's nonce, never a result.
-  result_ranges_.Allocate(ControlSegment::kNonceBytes);
-}
+      next_socket_check_(absl::Now() + kSocketCheck) {}
 
-SharedMemorySession::~SharedMemorySession() {
-  if (thread_.joinable()) {
-    if (thread_.get_id() == std::this_thread::get_id()) {
-      thread_.detach();
-    } else {
-      Stop();
-      thread_.join();
-    }
-  }
-}
-
-std::shared_ptr<SharedMemorySession> SharedMemorySession::Start(
-    Parts parts, RankStream::AttachFn attach, size_t chunk_bytes,
-    const Logger* log) {
+std::shared_ptr<SharedMemorySession> SharedMemorySession::Create(
+    Parts parts, SharedResults* results, RankStream::AttachFn attach,
+    size_t chunk_bytes, const Logger* log) {
   auto session = std::make_shared<SharedMemorySession>(
-      std::move(parts), std::move(attach), chunk_bytes, log);
+      std::move(parts), results, std::move(attach), chunk_bytes, log);
   const SharedMemoryPeer& p = session->peer_;
   const int ranks[] = {p.rank};
   log->Log({LogSeverity::kInfo, "shm_session_started",
@@ -176,18 +165,12 @@ std::shared_ptr<SharedMemorySession> SharedMemorySession::Start(
                          " started (pid ", p.pid, ", uid ", p.uid, ", ",
                          session->input_->size(), "-byte segments)"),
             p.job, std::nullopt, "", ranks});
-  SharedMemorySession* raw = session.get();
-  session->thread_ = std::thread([raw] { raw->Run(); });
   return session;
 }
 
 void SharedMemorySession::Stop() {
   stop_.store(true, std::memory_order_release);
   Ring();
-}
-
-void SharedMemorySession::Join() {
-  if (thread_.joinable()) thread_.join();
 }
 
 void SharedMemorySession::Ring() { control_->requests().data_bell().Ring(); }
@@ -262,8 +245,7 @@ void SharedMemorySession::Resume(uint64_t serial) {
   Ring();
 }
 
-void SharedMemorySession::Run() {
-  const absl::Status why = Serve();
+void SharedMemorySession::End(const absl::Status& why) {
   std::deque<Item> dropped;
   {
     absl::MutexLock lock(&mu_);
@@ -273,6 +255,10 @@ void SharedMemorySession::Run() {
   }
   dropped.clear();
   CancelLiveCalls();
+  for (const auto& [offset, held] : handed_out_) {
+    for (int i = 0; i < held.count; ++i) results_->Unref(offset);
+  }
+  handed_out_.clear();
   socket_.reset();
   const bool expected = why.code() == absl::StatusCode::kUnavailable ||
                         why.code() == absl::StatusCode::kCancelled;
@@ -284,38 +270,34 @@ void SharedMemorySession::Run() {
                           ") ended after ", calls_served_, " calls: ",
                           why.message()),
              peer_.job, std::nullopt, "", ranks});
-  finished_.store(true, std::memory_order_release);
 }
 
-absl::Status SharedMemorySession::Serve() {
+absl::Status SharedMemorySession::Step(absl::Time now, bool* look_again_soon) {
+  *look_again_soon = false;
   MessageRing& requests = control_->requests();
-  std::string record;
-  while (true) {
-    const uint32_t seen = requests.data_bell().value();
-    if (!stop_.load(std::memory_order_acquire)) {
-      while (true) {
-        absl::StatusOr<bool> popped = requests.TryPop(&record);
-        if (!popped.ok()) return popped.status();
-        if (!*popped) break;
-        if (absl::Status s = HandleRecord(record); !s.ok()) return s;
-      }
+  if (!stop_.load(std::memory_order_acquire)) {
+    std::string record;
+    while (true) {
+      absl::StatusOr<bool> popped = requests.TryPop(&record);
+      if (!popped.ok()) return popped.status();
+      if (!*popped) break;
+      if (absl::Status s = HandleRecord(record); !s.ok()) return s;
     }
-    FeedResumed();
-    ProcessItems();
-    bool ring_full = false;
-    if (absl::Status s = PushResponses(); !s.ok()) {
-      if (s.code() != absl::StatusCode::kResourceExhausted) return s;
-      ring_full = true;
-    }
-    if (stop_.load(std::memory_order_acquire)) {
-      return absl::CancelledError("reducerd is shutting down");
-    }
-    if (absl::Status s = CheckSocket(); !s.ok()) return s;
-    // A full response ring frees up without ringing this bell: look again
-    // soon.
-    const absl::Duration wait = ring_full ? absl::Milliseconds(1) : kSocketCheck;
-    requests.data_bell().WaitChange(seen, absl::Now() + wait).IgnoreError();
   }
+  FeedResumed();
+  ProcessItems();
+  if (absl::Status s = PushResponses(); !s.ok()) {
+    if (s.code() != absl::StatusCode::kResourceExhausted) return s;
+    *look_again_soon = true;
+  }
+  if (stop_.load(std::memory_order_acquire)) {
+    return absl::CancelledError("reducerd is shutting down");
+  }
+  if (now >= next_socket_check_) {
+    next_socket_check_ = now + kSocketCheck;
+    if (absl::Status s = CheckSocket(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SharedMemorySession::HandleRecord(const std::string& record) {
@@ -336,14 +318,14 @@ absl::Status SharedMemorySession::HandleRecord(const std::string& record) {
 absl::Status SharedMemorySession::Release(const v1::CollectiveRequest& request) {
   for (const v1::SegmentRange& r : request.released()) {
     auto it = handed_out_.find(r.offset());
-    if (it == handed_out_.end() || it->second != r.size()) {
+    if (it == handed_out_.end() || it->second.size != r.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "a request record releases bytes [", r.offset(), ", +", r.size(),
           ") of the result segment, which reducerd did not hand out as a "
           "result (or got back already)"));
     }
-    handed_out_.erase(it);
-    result_ranges_.Free(r.offset());
+    if (--it->second.count == 0) handed_out_.erase(it);
+    results_->Unref(r.offset());
   }
   return absl::OkStatus();
 }
@@ -537,25 +519,44 @@ void SharedMemorySession::ProcessMessage(Call& call, Item& item) {
       if (copied.ok() && call.result_bytes <= kInlineResultBytes) {
         call.inline_result.assign(call.result_bytes, '\0');
       } else if (copied.ok()) {
-        std::optional<uint64_t> at = result_ranges_.Allocate(call.result_bytes);
-        if (at.has_value()) {
-          call.range = *at;
+        SharedResults::Identity identity;
+        identity.bytes = call.result_bytes;
+        identity.offset = message.offset;
+        for (const SharedBytes& piece : message.data) {
+          if (piece.size() == 0) continue;
+          identity.owner = piece.owner();
+          identity.data = piece.data();
+          break;
+        }
+        call.writing = results_->Open(identity);
+        if (call.writing != nullptr) {
+          call.range = call.writing->range;
         } else {
           copied = absl::ResourceExhaustedError(absl::StrCat(
               "call ", call.call_id, ": its result of ", call.result_bytes,
-              " bytes does not fit in what is free of the session's result "
-              "segment of ", result_.size(), " bytes (",
-              result_ranges_.used(), " in use; its size follows "
-              "ClientOptions::shared_memory_bytes): raise that, or release "
-              "results sooner"));
+              " bytes does not fit in what is free of the job's result "
+              "segment of ", results_->size(), " bytes (",
+              results_->used(), " in use; its size follows the "
+              "ClientOptions::shared_memory_bytes of the job's first "
+              "same-host rank): raise that, or release results sooner"));
         }
       }
     }
-    char* dest = call.range.has_value()
-                     ? static_cast<char*>(result_.data()) + *call.range
-                     : call.inline_result.data();
+    char* dest = call.range.has_value() ? results_->data() + *call.range
+                                        : call.inline_result.data();
+    size_t message_bytes = 0;
+    for (const SharedBytes& piece : message.data) message_bytes += piece.size();
+    const uint64_t message_end = message.offset + message_bytes;
+    // A range another call of the same result copied this message's bytes
+    // into already holds them.
+    bool written = false;
+    if (call.writing != nullptr) {
+      auto it = call.writing->written.find(message.offset);
+      written = it != call.writing->written.end() && it->second >= message_end;
+    }
     uint64_t at = message.offset;
     for (const SharedBytes& piece : message.data) {
+      if (written) break;
       if (!copied.ok()) break;
       if (at > call.result_bytes || piece.size() > call.result_bytes - at) {
         copied = absl::InternalError(absl::StrCat(
@@ -566,6 +567,10 @@ void SharedMemorySession::ProcessMessage(Call& call, Item& item) {
       }
       if (piece.size() > 0) std::memcpy(dest + at, piece.data(), piece.size());
       at += piece.size();
+    }
+    if (copied.ok() && !written && call.writing != nullptr) {
+      uint64_t& end = call.writing->written[message.offset];
+      end = std::max(end, message_end);
     }
     message.data.clear();
   }
@@ -589,6 +594,10 @@ void SharedMemorySession::ProcessMessage(Call& call, Item& item) {
 
 void SharedMemorySession::EndCall(Call& call, const absl::Status& status) {
   if (!call.end.has_value()) call.end = status;
+  if (call.writing != nullptr) {
+    results_->Close(call.writing);
+    call.writing.reset();
+  }
   call.input.reset();
   call.paused = false;
   call.collective.reset();
@@ -642,10 +651,13 @@ absl::Status SharedMemorySession::PushResponses() {
       break;
     }
     if (call.range.has_value()) {
+      // The call's reference to its range becomes the client's, or goes.
       if (call.end->ok()) {
-        handed_out_[*call.range] = call.result_bytes;
+        HandedOut& held = handed_out_[*call.range];
+        held.size = call.result_bytes;
+        ++held.count;
       } else {
-        result_ranges_.Free(*call.range);
+        results_->Unref(*call.range);
       }
     }
     in_flight_.erase(call.call_id);
@@ -683,6 +695,8 @@ void SharedMemorySession::CancelLiveCalls() {
     if (!call->end.has_value() && call->collective != nullptr) {
       call->collective->OnRankCancelled(call->rank, call->channel.get());
     }
+    if (call->writing != nullptr) results_->Close(call->writing);
+    if (call->range.has_value()) results_->Unref(*call->range);
   }
 }
 

@@ -1,6 +1,9 @@
 // SharedMemorySession: reducerd's side of one client's same-host session
 // (docs/same_host.md, "Calls" and "Waiting"), after SharedMemoryListener's
-// handshake accepted it. One thread serves the session in both directions.
+// handshake accepted it. It has no thread of its own: its job's thread
+// (SharedMemoryJob) serves it, with the job's other sessions, in both
+// directions, calling Step() each time its request ring's bell rings (or
+// kSocketCheck passes) and End() once Step() says the session is over.
 //
 // Requests: each record of the control segment's request ring is one
 // serialized CollectiveRequest:
@@ -24,10 +27,12 @@
 // and `data_range`, a range outside its segment, or releases a range that
 // was not handed out ends the session.
 //
-// Responses: what the Collective sends is copied by the session thread
-// into the call's result: inline when the whole result is at most
-// kInlineResultBytes, else into a range of the result segment allocated on
-// the first message (no room: the call ends RESOURCE_EXHAUSTED and its
+// Responses: what the Collective sends is copied by the job's thread into
+// the call's result: inline when the whole result is at most
+// kInlineResultBytes, else into a range of the job's result segment
+// (SharedResults::Open on the first message: a range another rank's call
+// of the same result still writes, which is then written once for both,
+// or a new one; no room: the call ends RESOURCE_EXHAUSTED and its
 // Collective hears OnRankCancelled). Each message copied counts as written
 // (Collective::OnWriteDone). A call's one response record (call_id, status,
 // and when OK the result specs and `data` or `data_range`) is pushed once
@@ -38,20 +43,25 @@
 // payload came inline and whose whole result arrives in one message of at
 // most kInlineResultBytes is answered by its channel right there
 // (AnswerAtOnce, on the thread that completed the collective), sparing the
-// hand-off to the session thread and its wakeup.
+// hand-off to the job's thread and its wakeup.
+//
+// A range handed out holds one reference to it (SharedResults) until the
+// client releases it or the session ends.
 //
 // The session ends when the client closes its socket (seen within
-// kSocketCheck: the thread waits on the request ring's data bell with that
-// deadline and polls the socket between waits), on a corrupt ring
+// kSocketCheck: Step() looks at the socket once that has passed since it
+// last did, and the job's thread wakes by then), on a corrupt ring
 // (MessageRing's DATA_LOSS) or a bad record, or on Stop(). Then every call
-// not answered counts as cancelled (OnRankCancelled), the end is logged
-// naming the rank and the reason, the socket closes, and the thread
-// returns. The input mapping lasts as long as any SharedBytes of it.
+// not answered counts as cancelled (OnRankCancelled), its references to
+// result ranges are dropped, the end is logged naming the rank and the
+// reason, and the socket closes (End()). The input mapping lasts as long as
+// any SharedBytes of it.
 //
 // Lock order: a Collective's lock before the session's own (CallChannel's
 // methods take it, with the Collective's lock held, and only queue and
-// ring). The session thread never holds its lock while calling a
-// Collective. Thread-safe.
+// ring). The job's thread never holds the session's lock while calling a
+// Collective. Stop() and the channels are thread-safe; Step() and End()
+// are for the job's thread alone.
 #ifndef REDUCER_SERVER_SHM_SESSION_H_
 #define REDUCER_SERVER_SHM_SESSION_H_
 
@@ -64,7 +74,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -73,7 +82,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/control_segment.h"
-#include "core/range_allocator.h"
+#include "core/doorbell.h"
 #include "core/shared_segment.h"
 #include "core/unique_fd.h"
 #include "proto/reducer/v1/reducer.pb.h"
@@ -81,6 +90,7 @@
 #include "server/log.h"
 #include "server/rank_channel.h"
 #include "server/rank_stream.h"
+#include "server/shm_results.h"
 
 namespace reducer {
 
@@ -98,50 +108,62 @@ class SharedMemorySession
  public:
   // Results up to this size travel inline in the response record.
   static constexpr size_t kInlineResultBytes = 64 << 10;
-  // How often the thread looks at the socket when no record arrives.
+  // How often the socket is looked at when no record arrives.
   static constexpr absl::Duration kSocketCheck = absl::Milliseconds(50);
 
-  // What the session is given; `result`'s first 64 bytes hold reducerd's
-  // nonce and are never handed out.
+  // What the session is given (the result segment is its job's).
   struct Parts {
     SharedMemoryPeer peer;
     UniqueFd socket;
     std::unique_ptr<ControlSegment> control;
-    SharedSegment input;   // read-only
-    SharedSegment result;  // read-write here, read-only for the client
+    SharedSegment input;  // read-only
   };
 
-  // Starts the session's thread. `attach` attaches each call (as
+  // `results` is the job's result segment, which the client maps (it
+  // outlives the session); `attach` attaches each call (as
   // ReducerService::AttachWithToken gives it); `chunk_bytes` bounds each
   // OnData piece; `log` outlives the session.
-  static std::shared_ptr<SharedMemorySession> Start(Parts parts,
-                                                    RankStream::AttachFn attach,
-                                                    size_t chunk_bytes,
-                                                    const Logger* log);
+  static std::shared_ptr<SharedMemorySession> Create(
+      Parts parts, SharedResults* results, RankStream::AttachFn attach,
+      size_t chunk_bytes, const Logger* log);
 
-  ~SharedMemorySession();
   SharedMemorySession(const SharedMemorySession&) = delete;
   SharedMemorySession& operator=(const SharedMemorySession&) = delete;
 
-  // Asks the thread to end the session (calls not answered are cancelled)
-  // once it has pushed the answers already known. Returns at once.
+  // Asks the job's thread to end the session (calls not answered are
+  // cancelled) once it has pushed the answers already known. Returns at
+  // once.
   void Stop();
-  // Waits for the thread to return. Call once, not from the thread.
-  void Join();
-  // True once the thread has returned or is about to (Join won't wait long).
-  bool finished() const { return finished_.load(std::memory_order_acquire); }
+
+  // The bell the job's thread watches: the request ring's data bell, which
+  // the client, the calls' channels and the input's owners ring.
+  const Doorbell& bell() { return control_->requests().data_bell(); }
+  // One pass (the job's thread): takes every record the request ring holds,
+  // feeds the calls that may go on, copies what the Collectives sent,
+  // pushes the responses that are due, and looks at the socket once
+  // kSocketCheck has passed since it last did. OK while the session goes
+  // on, else why it must end. `*look_again_soon`: the response ring was
+  // full (it frees up without this bell ringing).
+  absl::Status Step(absl::Time now, bool* look_again_soon);
+  // When Step() next looks at the socket.
+  absl::Time next_socket_check() const { return next_socket_check_; }
+  // Ends the session for `why` (the job's thread, once): cancels the calls
+  // not answered, drops its references to result ranges, logs, closes the
+  // socket.
+  void End(const absl::Status& why);
 
   const SharedMemoryPeer& peer() const { return peer_; }
 
-  SharedMemorySession(Parts parts, RankStream::AttachFn attach,
-                      size_t chunk_bytes, const Logger* log);  // Start()
+  SharedMemorySession(Parts parts, SharedResults* results,
+                      RankStream::AttachFn attach, size_t chunk_bytes,
+                      const Logger* log);  // Create()
 
  private:
   class CallChannel;
   class InputOwner;
   struct Call;
 
-  // What a CallChannel queued for the thread.
+  // What a CallChannel queued for the job's thread.
   struct Item {
     // kAnswered: the call's response went from its channel already.
     enum class Kind { kMessage, kFinish, kFail, kAnswered };
@@ -152,10 +174,6 @@ class SharedMemorySession
     absl::Status status;
   };
 
-  // The thread: serves until the session ends, then cleans up.
-  void Run();
-  // Serves until the session must end; returns why.
-  absl::Status Serve();
   // One request record; an error ends the session.
   absl::Status HandleRecord(const std::string& record);
   absl::Status Release(const v1::CollectiveRequest& request);
@@ -193,26 +211,31 @@ class SharedMemorySession
   // Constant after construction.
   const SharedMemoryPeer peer_;
   UniqueFd socket_;  // closed by the thread as it ends
-  SharedSegment result_;
+  SharedResults* const results_;
   const std::shared_ptr<ControlSegment> control_;
   const std::shared_ptr<const SharedSegment> input_;
   const RankStream::AttachFn attach_;
   const size_t chunk_bytes_;
   const Logger* const log_;
 
-  // Only the thread touches these.
-  RangeAllocator result_ranges_;
+  // A result range handed out: its size, and how many times this session
+  // holds it (each a reference).
+  struct HandedOut {
+    uint64_t size = 0;
+    int count = 0;
+  };
+
+  // Only the job's thread touches these.
   absl::flat_hash_map<uint64_t, std::unique_ptr<Call>> calls_;  // by serial
   absl::flat_hash_map<uint64_t, uint64_t> in_flight_;  // call id -> serial
-  absl::flat_hash_map<uint64_t, uint64_t> handed_out_;  // result offset -> size
+  absl::flat_hash_map<uint64_t, HandedOut> handed_out_;  // by result offset
   uint64_t last_serial_ = 0;
   uint64_t calls_served_ = 0;
+  absl::Time next_socket_check_;
 
   std::atomic<bool> stop_{false};
-  std::atomic<bool> finished_{false};
-  std::thread thread_;
 
-  // One producer of the response ring at a time (the thread, or a
+  // One producer of the response ring at a time (the job's thread, or a
   // channel answering at once); taken after mu_ when both are.
   absl::Mutex push_mu_;
   absl::Mutex mu_;

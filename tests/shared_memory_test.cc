@@ -8,8 +8,11 @@
 // Real reducerd and fault_worker processes, as in every fault test. Which
 // path carried a case is read from reducerd's gRPC metrics (collectives
 // over gRPC open Collective or Collectives streams; over shared memory
-// none) and from its descriptors (each shared-memory session holds three
-// memfds, /proc/PID/fd links reading "/memfd:reducer-...").
+// none) and from its descriptors (/proc/PID/fd links reading
+// "/memfd:reducer-..."): each shared-memory session holds two memfds, its
+// control and input segments, and each job with a session holds one more,
+// the result segment all its sessions share; so S sessions of one job hold
+// 2 S + 1, and none once the job's last session ended.
 #include <dirent.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -174,14 +177,16 @@ TEST_F(SharedMemoryTest,
   ASSERT_TRUE(WaitForOutput(*w[1], "BEGIN 3 hang"));
   ASSERT_TRUE(WaitForOutput(*w[2], "BEGIN 2 wait_file"));
   absl::SleepFor(absl::Milliseconds(500));  // their parts reach reducerd
-  // Three memfds per session: control, input, result.
-  EXPECT_EQ(WaitForSegmentDescriptors(server()->pid(), 9), 9);
+  // Two memfds per session (control, input) and the job's result segment:
+  // 2 * 3 + 1.
+  EXPECT_EQ(WaitForSegmentDescriptors(server()->pid(), 7), 7);
   ASSERT_TRUE(w[1]->Signal(SIGKILL));
   const ProcessResult killed = w[1]->Wait(absl::Seconds(10));
   EXPECT_EQ(killed.term_signal, SIGKILL) << killed.Describe();
   ASSERT_TRUE(WaitForOutput(*w[0], "RESULT 2 ", absl::Seconds(10)));
-  // reducerd let go of the dead rank's segments, and only of those.
-  EXPECT_EQ(WaitForSegmentDescriptors(server()->pid(), 6), 6);
+  // reducerd let go of the dead rank's segments, and only of those: the
+  // two others' sessions and their job's result segment are left, 2 * 2 + 1.
+  EXPECT_EQ(WaitForSegmentDescriptors(server()->pid(), 5), 5);
   Touch("end");
   w.erase(w.begin() + 1);
   std::vector<ProcessResult> done = WaitWorkers(w);
@@ -208,7 +213,8 @@ TEST_F(SharedMemoryTest, ReducerdKilledAndRestartedWithClientsConnected) {
   ASSERT_EQ(w.size(), 2u);
   for (auto& worker : w) ASSERT_TRUE(WaitForOutput(*worker, "RESULT 1 "));
   const pid_t old_pid = server()->pid();
-  EXPECT_EQ(WaitForSegmentDescriptors(old_pid, 6), 6);
+  // Two sessions of one job: 2 * 2 + 1.
+  EXPECT_EQ(WaitForSegmentDescriptors(old_pid, 5), 5);
   KillServer();
   ASSERT_TRUE(RestartServerOnSamePort());
   Touch("restarted");

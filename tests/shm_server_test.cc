@@ -5,10 +5,14 @@
 // rings). Covered: the handshake and its refusals; a two-rank float32
 // all-reduce with the payload inline and in the input segment (several
 // chunks), its result inline and in the result segment, checked against
-// tests/closed_form.h; a corrupt ring and a closed socket, each of which
+// tests/closed_form.h; the job's one result segment (an all-reduce's
+// result is one range both ranks get, reused only once both released it; a
+// reduce-scatter's parts are ranges of their own; a session that ends
+// drops what it held); a corrupt ring and a closed socket, each of which
 // ends the session and fails the collective for the other rank at once.
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -238,6 +242,12 @@ class ShmClient {
   }
 
   void CloseSocket() { socket_.reset(); }
+
+  // The result segment's inode: equal for two clients that map one memfd.
+  ino_t ResultInode() const {
+    struct stat st {};
+    return fstat(result_->fd(), &st) == 0 ? st.st_ino : 0;
+  }
 
  private:
   ShmClient() = default;
@@ -502,8 +512,10 @@ TEST_F(ShmServerTest, AWholeSegmentsResultFitsAndAHeldOneLeavesNoRoom) {
     EXPECT_TRUE(c[r]->ResultOf(*got) == Expected(n, 10)) << "rank " << r;
     held[r] = got->data_range();
   }
-  // Rank 1 hands its result back; rank 0 keeps its own, so that its next
-  // result has no room.
+  // One result, one range, both ranks' (the segment holds only one).
+  EXPECT_EQ(held[0].offset(), held[1].offset());
+  // Rank 1 hands the range back; rank 0 keeps it, so that the range stays
+  // and the next result has no room.
   v1::CollectiveRequest release;
   *release.add_released() = held[1];
   ASSERT_TRUE(c[1]->Push(release).ok());
@@ -511,22 +523,143 @@ TEST_F(ShmServerTest, AWholeSegmentsResultFitsAndAHeldOneLeavesNoRoom) {
     c[r]->WriteInput(0, Input(r, n, 11));
     ASSERT_TRUE(c[r]->Push(InRange(AllReduce(*s[r], 2, 1, n), 0, n * 4)).ok());
   }
-  absl::StatusOr<v1::CollectiveResponse> got = c[0]->Next();
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->status().code(),
-            static_cast<int>(absl::StatusCode::kResourceExhausted));
-  EXPECT_THAT(got->status().message(),
-              HasSubstr("ClientOptions::shared_memory_bytes"));
-  // Rank 1's call ends too: with its result if every input was in when
-  // rank 0 dropped out, else failed naming rank 0.
-  got = c[1]->Next();
-  ASSERT_TRUE(got.ok()) << got.status();
-  if (got->status().code() == 0) {
-    EXPECT_TRUE(c[1]->ResultOf(*got) == Expected(n, 11));
-  } else {
-    EXPECT_EQ(got->status().code(), static_cast<int>(absl::StatusCode::kAborted));
-    EXPECT_THAT(got->status().message(), HasSubstr("rank 0"));
+  // Both calls fail, neither with a result (the range rank 1 released is
+  // still rank 0's): the rank whose result the job's thread came to first
+  // is out of room; the other is out of room too, or its collective was
+  // aborted for that rank's call, which counts as cancelled.
+  int out_of_room = 0;
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<v1::CollectiveResponse> got = c[r]->Next();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_FALSE(got->has_data_range()) << "rank " << r;
+    if (got->status().code() ==
+        static_cast<int>(absl::StatusCode::kResourceExhausted)) {
+      ++out_of_room;
+      EXPECT_THAT(got->status().message(),
+                  HasSubstr("ClientOptions::shared_memory_bytes"));
+    } else {
+      EXPECT_EQ(got->status().code(),
+                static_cast<int>(absl::StatusCode::kAborted));
+      EXPECT_THAT(got->status().message(), HasSubstr("call was cancelled"));
+    }
   }
+  EXPECT_GE(out_of_room, 1);
+}
+
+// Both ranks' all-reduce of `n` floats (seed `seed`) as call `call_id`,
+// number `sequence`, from the start of each input segment; each rank's
+// result range, once checked against the closed form.
+void AllReduceInRanges(std::unique_ptr<ShmClient> (&c)[2],
+                       std::vector<std::unique_ptr<RawSession>>& s,
+                       uint64_t call_id, uint64_t sequence, int64_t n,
+                       uint64_t seed, v1::SegmentRange (&ranges)[2]) {
+  for (int r = 0; r < 2; ++r) {
+    c[r]->WriteInput(0, Input(r, n, seed));
+    ASSERT_TRUE(
+        c[r]->Push(InRange(AllReduce(*s[r], call_id, sequence, n), 0, n * 4))
+            .ok());
+  }
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<v1::CollectiveResponse> got = c[r]->Next();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->status().code(), 0) << got->status().message();
+    ASSERT_TRUE(got->has_data_range()) << "rank " << r;
+    EXPECT_TRUE(c[r]->ResultOf(*got) == Expected(n, seed)) << "rank " << r;
+    ranges[r] = got->data_range();
+  }
+}
+
+v1::CollectiveRequest Released(const v1::SegmentRange& range) {
+  v1::CollectiveRequest release;
+  *release.add_released() = range;
+  return release;
+}
+
+TEST_F(ShmServerTest, AnAllReducesResultIsOneRangeReusedOnlyOnceBothReleasedIt) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-one-result");
+  ASSERT_EQ(s.size(), 2u);
+  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
+  ASSERT_NE(c[0], nullptr);
+  ASSERT_NE(c[1], nullptr);
+  const int64_t n = (1 << 20) / 4;  // 1 MiB, 16 chunks
+  v1::SegmentRange first[2], second[2], third[2];
+  // One memfd for the job, one range in it for the result.
+  EXPECT_NE(c[0]->ResultInode(), 0u);
+  EXPECT_EQ(c[0]->ResultInode(), c[1]->ResultInode());
+  AllReduceInRanges(c, s, 1, 0, n, 21, first);
+  EXPECT_EQ(first[0].offset(), first[1].offset());
+  EXPECT_EQ(first[0].size(), first[1].size());
+  // Rank 1 still holds the first range: the second result goes elsewhere,
+  // though the allocator takes the lowest free offset.
+  ASSERT_TRUE(c[0]->Push(Released(first[0])).ok());
+  AllReduceInRanges(c, s, 2, 1, n, 22, second);
+  EXPECT_EQ(second[0].offset(), second[1].offset());
+  EXPECT_NE(second[0].offset(), first[0].offset());
+  // Both released both: the third result takes the first one's place.
+  ASSERT_TRUE(c[1]->Push(Released(first[1])).ok());
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c[r]->Push(Released(second[r])).ok());
+  AllReduceInRanges(c, s, 3, 2, n, 23, third);
+  EXPECT_EQ(third[0].offset(), first[0].offset());
+  EXPECT_EQ(third[1].offset(), first[0].offset());
+  // A range released once more than it was handed to that rank ends the
+  // session: rank 0 held the first range once.
+  ASSERT_TRUE(c[0]->Push(Released(third[0])).ok());
+  ASSERT_TRUE(c[0]->Push(Released(third[0])).ok());
+  EXPECT_TRUE(c[0]->ClosedByServer());
+}
+
+TEST_F(ShmServerTest, AReduceScattersPartsAreRangesOfTheirOwn) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-scatter");
+  ASSERT_EQ(s.size(), 2u);
+  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
+  ASSERT_NE(c[0], nullptr);
+  ASSERT_NE(c[1], nullptr);
+  const int64_t n = (1 << 20) / 4;  // each part: 512 KiB
+  for (int r = 0; r < 2; ++r) {
+    v1::CollectiveRequest m = AllReduce(*s[r], 1, 0, n);
+    m.mutable_header()->set_kind(v1::COLLECTIVE_KIND_REDUCE_SCATTER);
+    c[r]->WriteInput(0, Input(r, n, 31));
+    ASSERT_TRUE(c[r]->Push(InRange(m, 0, n * 4)).ok());
+  }
+  const std::string sum = Expected(n, 31);
+  v1::SegmentRange part[2];
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<v1::CollectiveResponse> got = c[r]->Next();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->status().code(), 0) << got->status().message();
+    ASSERT_TRUE(got->has_data_range()) << "rank " << r;
+    // Rank r's part: slice r of the sum along dim 0.
+    EXPECT_TRUE(c[r]->ResultOf(*got) == sum.substr(r * n * 2, n * 2))
+        << "rank " << r;
+    part[r] = got->data_range();
+  }
+  EXPECT_NE(part[0].offset(), part[1].offset());
+  // Neither overlaps the other.
+  EXPECT_TRUE(part[0].offset() + part[0].size() <= part[1].offset() ||
+              part[1].offset() + part[1].size() <= part[0].offset());
+}
+
+TEST_F(ShmServerTest, ASessionThatEndsHoldingAResultFreesItsReference) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-end-frees");
+  ASSERT_EQ(s.size(), 2u);
+  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
+  ASSERT_NE(c[0], nullptr);
+  ASSERT_NE(c[1], nullptr);
+  const int64_t n = kSegmentBytes / 4;  // the whole segment
+  v1::SegmentRange held[2];
+  AllReduceInRanges(c, s, 1, 0, n, 41, held);
+  ASSERT_TRUE(c[1]->Push(Released(held[1])).ok());
+  // Rank 0's session ends holding the range. Every end takes one path (a
+  // closed socket, a killed client, a bad record): the session drops its
+  // references, then closes its socket. A record that does not parse ends
+  // it in a way the test can see the end of: the socket closing.
+  ASSERT_TRUE(c[0]->PushRaw("not a CollectiveRequest \xff\xff").ok());
+  ASSERT_TRUE(c[0]->ClosedByServer());
+  c[0] = Connect(*s[0]);
+  ASSERT_NE(c[0], nullptr);
+  v1::SegmentRange again[2];
+  AllReduceInRanges(c, s, 2, 1, n, 42, again);
+  EXPECT_EQ(again[0].offset(), held[0].offset());
 }
 
 TEST_F(ShmServerTest, AllGatherForwardsEachRanksSegmentBytes) {
@@ -548,6 +681,7 @@ TEST_F(ShmServerTest, AllGatherForwardsEachRanksSegmentBytes) {
     m.set_call_id(1);
     ASSERT_TRUE(c[r]->Push(InRange(m, 0, in[r].size())).ok());
   }
+  v1::SegmentRange range[2];
   for (int r = 0; r < 2; ++r) {
     absl::StatusOr<v1::CollectiveResponse> got = c[r]->Next();
     ASSERT_TRUE(got.ok()) << got.status();
@@ -556,7 +690,10 @@ TEST_F(ShmServerTest, AllGatherForwardsEachRanksSegmentBytes) {
     EXPECT_EQ(got->result(0).shape(0), 2 * n);
     EXPECT_TRUE(got->has_data_range());
     EXPECT_TRUE(c[r]->ResultOf(*got) == in[0] + in[1]) << "rank " << r;
+    range[r] = got->data_range();
   }
+  // The gathered result is the same for both ranks: one range.
+  EXPECT_EQ(range[0].offset(), range[1].offset());
 }
 
 TEST_F(ShmServerTest, AllReduceWithAPeerOnGrpc) {
