@@ -368,7 +368,8 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitRetrying() {
   bool received_any = attempt_->received_any();
   absl::Time give_up = absl::InfiniteFuture();  // set at the first failure
   absl::Duration pause = kFirstRetryPause;
-  while (!result.ok() && MayReplay(result.status())) {
+  while (!result.ok() && MayReplay(result.status()) &&
+         !attempt_->retries_itself()) {
     if (give_up == absl::InfiniteFuture()) {
       const bool intact = session_->SessionStatus().ok();
       give_up = std::min(absl::Now() + (intact ? kRetryBudget : kReplayBudget),

@@ -64,6 +64,11 @@ class CollectiveAttempt {
   // After Wait(): true if any answer arrived. An attempt that failed with
   // UNAVAILABLE before that may be retried with the same header.
   virtual bool received_any() const = 0;
+
+  // True when the attempt replays and retries its own parts (a sharded
+  // collective's partitions, each on its shard): its caller must neither
+  // ask for its result again nor resend it.
+  virtual bool retries_itself() const { return false; }
 };
 
 }  // namespace reducer

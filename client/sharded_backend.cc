@@ -101,8 +101,9 @@ class ShardedAttempt final : public CollectiveAttempt {
     }
   }
 
-  // Partitions retry on their own; see ShardedBackend.
+  // Partitions replay and retry on their own; see ShardedBackend.
   bool received_any() const override { return true; }
+  bool retries_itself() const override { return true; }
 
  private:
   struct Part {

@@ -54,6 +54,9 @@ class StagedAttempt final : public CollectiveAttempt {
   bool received_any() const override {
     return attempt_ != nullptr && attempt_->received_any();
   }
+  bool retries_itself() const override {
+    return attempt_ != nullptr && attempt_->retries_itself();
+  }
 
  private:
   const Device device_;

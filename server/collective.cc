@@ -294,8 +294,8 @@ bool Collective::IsComplete(const RankState& m) const {
 void Collective::MarkFinished(int index) {
   RankState& m = ranks_[index];
   if (m.keeping) {
-    env_.kept->Keep(m.attempt_id, group_[index], std::move(m.kept),
-                    m.output_bytes);
+    env_.kept->Keep(m.attempt_id, group_[index], m.fp.tensors,
+                    std::move(m.kept), m.output_bytes);
     m.keeping = false;
     m.kept.clear();
   }
@@ -378,6 +378,7 @@ void Collective::OnInputEnd(int rank) {
 }
 
 absl::Status Collective::Resume(int rank, const std::string& attempt_id,
+                                const std::vector<TensorSpec>& declared,
                                 std::shared_ptr<RankChannel> channel) {
   absl::MutexLock lock(&mu_);
   const int index = IndexOf(rank);
@@ -390,6 +391,10 @@ absl::Status Collective::Resume(int rank, const std::string& attempt_id,
         absl::StrCat(what, " has no result being kept to resume"));
   }
   RankState& m = ranks_[index];
+  if (declared != m.fp.tensors) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " is replayed declaring other tensors than it did"));
+  }
   if (!m.cut_off) {
     return absl::UnavailableError(absl::StrCat(
         what, " is still being answered on its first call; ask again"));

@@ -147,8 +147,10 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // so far at once, and the rest as it comes. UNAVAILABLE while the first
   // call still counts as connected (its end has not been seen yet: ask
   // again); NOT_FOUND when there is nothing to resume (another attempt, a
-  // result not kept, finished, failed).
+  // result not kept, finished, failed); INVALID_ARGUMENT when `declared`
+  // (the replay's tensors) are not those the attempt declared.
   absl::Status Resume(int rank, const std::string& attempt_id,
+                      const std::vector<TensorSpec>& declared,
                       std::shared_ptr<RankChannel> channel);
 
   // True once `rank` received its whole result (it may start another

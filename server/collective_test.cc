@@ -816,10 +816,10 @@ TEST_F(CollectiveTest, RankCancelledOnceEveryInputIsInEndsOnlyItsOwnCall) {
 
 // The kept result as the client would assemble it; empty if none is kept.
 std::string KeptBytes(KeptResults& kept, const std::string& attempt, int rank) {
-  std::optional<std::vector<ResultMessage>> messages = kept.Find(attempt, rank);
-  if (!messages.has_value()) return "";
+  std::optional<KeptResults::Kept> found = kept.Find(attempt, rank);
+  if (!found.has_value()) return "";
   std::string out;
-  for (const ResultMessage& m : *messages) {
+  for (const ResultMessage& m : found->messages) {
     uint64_t at = m.offset;
     for (const SharedBytes& piece : m.data) {
       if (out.size() < at + piece.size()) out.resize(at + piece.size(), '\xee');
@@ -841,11 +841,12 @@ TEST_F(CollectiveTest, EveryRanksWholeResultIsKeptAsSent) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     EXPECT_EQ(KeptBytes(*kept_, absl::StrCat("s", r, "/0"), r), expected);
     // The first kept message carries the result's specs, as sent.
-    std::optional<std::vector<ResultMessage>> m =
+    std::optional<KeptResults::Kept> k =
         kept_->Find(absl::StrCat("s", r, "/0"), r);
-    ASSERT_TRUE(m.has_value() && !m->empty());
-    ASSERT_NE((*m)[0].result_specs, nullptr);
-    EXPECT_EQ((*m)[0].result_specs->at(0).shape, std::vector<int64_t>{kN});
+    ASSERT_TRUE(k.has_value() && !k->messages.empty());
+    ASSERT_NE(k->messages[0].result_specs, nullptr);
+    EXPECT_EQ(k->messages[0].result_specs->at(0).shape, std::vector<int64_t>{kN});
+    EXPECT_EQ(k->declared, std::vector<TensorSpec>{Spec(DataType::kFloat32, {kN})});
   }
   EXPECT_FALSE(kept_->Find("s0/0", 1).has_value());  // rank 0's, not 1's
   EXPECT_EQ(kept_memory_.used(), 3u * kN * sizeof(float));
@@ -863,7 +864,7 @@ TEST_F(CollectiveTest, ACallCutOffOnceEveryInputIsInHasItsResultKept) {
   // The cut-off call got at most what was made before the cut (the inline
   // tail chunk), never its end; its whole result is kept.
   EXPECT_FALSE(ch[1]->finished_ok());
-  EXPECT_LT(ch[1]->messages().size(), kept_->Find("s1/0", 1)->size());
+  EXPECT_LT(ch[1]->messages().size(), kept_->Find("s1/0", 1)->messages.size());
   EXPECT_EQ(KeptBytes(*kept_, "s1/0", 1), Bytes(RampSum(3, kN)));
 }
 
@@ -871,16 +872,20 @@ TEST_F(CollectiveTest, AReplayResumesACutOffCallWithItsWholeResult) {
   constexpr int kN = 40;
   std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
   auto replay = std::make_shared<FakeRankChannel>();
+  const std::vector<TensorSpec> declared = {Spec(DataType::kFloat32, {kN})};
+  const std::vector<TensorSpec> other = {Spec(DataType::kFloat32, {kN / 2})};
   auto ch = DecideThen(
       *c, kN,
       [&](const auto& channels) {
         // Its first call still counts as connected: ask again later.
-        EXPECT_EQ(c->Resume(1, "s1/0", replay).code(),
+        EXPECT_EQ(c->Resume(1, "s1/0", declared, replay).code(),
                   absl::StatusCode::kUnavailable);
         c->OnRankCancelled(1, channels[1].get());
-        EXPECT_EQ(c->Resume(1, "s1/9", replay).code(),
+        EXPECT_EQ(c->Resume(1, "s1/9", declared, replay).code(),
                   absl::StatusCode::kNotFound);  // another attempt
-        EXPECT_TRUE(c->Resume(1, "s1/0", replay).ok());
+        EXPECT_EQ(c->Resume(1, "s1/0", other, replay).code(),
+                  absl::StatusCode::kInvalidArgument);  // other tensors
+        EXPECT_TRUE(c->Resume(1, "s1/0", declared, replay).ok());
       },
       /*attempt_ids=*/true);
   ASSERT_TRUE(replay->WaitEnded());
@@ -905,7 +910,9 @@ TEST_F(CollectiveTest, AFailedCollectiveKeepsNothingAndGivesItsRoomBack) {
   c->Fail(absl::AbortedError("epoch 1 aborted: rank 5 lost"));
   EXPECT_EQ(kept_memory_.used(), 0u);
   EXPECT_EQ(kept_->size(), 0u);
-  EXPECT_EQ(c->Resume(0, "s0/0", std::make_shared<FakeRankChannel>()).code(),
+  EXPECT_EQ(c->Resume(0, "s0/0", {Spec(DataType::kFloat32, {kN})},
+                      std::make_shared<FakeRankChannel>())
+                .code(),
             absl::StatusCode::kNotFound);
 }
 

@@ -264,9 +264,11 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Replay(
     }
   }
   if (first != nullptr) {
-    absl::Status resumed = first->Resume(rank, attempt, stream);
+    absl::StatusOr<Fingerprint> fp = FingerprintFromHeader(header, world_size_);
+    if (!fp.ok()) return fp.status();
+    absl::Status resumed = first->Resume(rank, attempt, fp->tensors, stream);
     if (resumed.ok()) return first;
-    if (resumed.code() == absl::StatusCode::kUnavailable) return resumed;
+    if (resumed.code() != absl::StatusCode::kNotFound) return resumed;
   }
   return ReplayKept(env_.kept.get(), header, *stream, *env_.log);
 }
@@ -290,14 +292,28 @@ absl::StatusOr<std::shared_ptr<Collective>> ReplayKept(
   const int rank = header.rank();
   const std::string what = absl::StrCat("job ", header.job(), ": rank ", rank,
                                         "'s attempt ", header.attempt_id());
-  std::optional<std::vector<ResultMessage>> messages =
+  std::optional<KeptResults::Kept> found =
       kept != nullptr ? kept->Find(header.attempt_id(), rank) : std::nullopt;
-  if (!messages.has_value() || messages->empty()) {
+  if (!found.has_value() || found->messages.empty()) {
     return absl::NotFoundError(absl::StrCat(
         what, " has no result kept to send again: its contribution is in no "
         "collective whose result was decided, or the result was too large to "
         "keep (--kept_results_bytes) or is gone"));
   }
+  // Only the tensors matter here (the group is not compared).
+  absl::StatusOr<Fingerprint> fp = FingerprintFromHeader(header, rank + 1);
+  if (!fp.ok()) return fp.status();
+  if (fp->tensors != found->declared) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " is replayed declaring other tensors than it did (",
+        fp->tensors.size(), " tensors, the first ",
+        fp->tensors.empty() ? std::string("none") : DescribeTensor(fp->tensors[0]),
+        "; it declared ",
+        found->declared.empty() ? std::string("none")
+                                : DescribeTensor(found->declared[0]),
+        ")"));
+  }
+  std::vector<ResultMessage>* messages = &found->messages;
   const int ranks[] = {rank};
   log.Log({LogSeverity::kInfo, "result_replayed",
            absl::StrCat(what, " asked again for its result; sent again from "

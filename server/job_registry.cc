@@ -85,8 +85,9 @@ void JobRegistry::FreeLocked(
   const absl::Time now = absl::Now();
   ExpireFreedLocked(now);
   std::shared_ptr<KeptResults> kept = it->second->kept_results();
-  if (kept != nullptr && kept->size() > 0 && it->second->EndedByALoss()) {
-    freed_[it->first] = FreedResults{std::move(kept), now + kKeepFreedResultsFor};
+  if (kept != nullptr && it->second->EndedByALoss()) {
+    // Its collectives may still be making (and keeping) results.
+    freed_[it->first] = FreedJob{it->second, now + kKeepFreedResultsFor};
   } else if (kept != nullptr) {
     kept->Clear();
   }
@@ -97,22 +98,23 @@ void JobRegistry::ExpireFreedLocked(absl::Time now) {
   for (auto it = freed_.begin(); it != freed_.end();) {
     auto current = it++;
     if (current->second.until <= now) {
-      current->second.kept->Clear();
+      current->second.job->kept_results()->Clear();
       freed_.erase(current);
     }
   }
 }
 
 absl::StatusOr<std::shared_ptr<Collective>> JobRegistry::ReplayForFreedJob(
-    const v1::CollectiveHeader& header, RankChannel& stream) {
-  std::shared_ptr<KeptResults> kept;
+    const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
+  std::shared_ptr<Job> job;
   {
     absl::MutexLock lock(&mu_);
     ExpireFreedLocked(absl::Now());
     auto it = freed_.find(header.job());
-    if (it != freed_.end()) kept = it->second.kept;
+    if (it != freed_.end()) job = it->second.job;
   }
-  return ReplayKept(kept.get(), header, stream, *env_.log);
+  if (job == nullptr) return ReplayKept(nullptr, header, *stream, *env_.log);
+  return job->Attach(header, std::move(stream));
 }
 
 void JobRegistry::SetSharedMemorySocket(std::string name) {

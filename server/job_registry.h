@@ -1,8 +1,9 @@
 // JobRegistry: every job the server knows, by name. A job is created by the
-// first Join naming it and freed when its last session closes. The results
-// a freed job kept (server/kept_results.h) stay a while longer when its
-// epoch had ended by a loss: the rank that was lost may still ask for the
-// result of its last collective, after the others had theirs and left.
+// first Join naming it and freed when its last session closes. A job freed
+// after its epoch ended by a loss still answers replays (and keeps what its
+// collectives still make) for kKeepFreedResultsFor: the rank that was lost
+// may ask for the result of its last collective after the others had
+// theirs and left, or were lost at once.
 //
 // Thread-safe. Lock order: JobRegistry::mu_ before any Job's lock.
 #ifndef REDUCER_SERVER_JOB_REGISTRY_H_
@@ -51,11 +52,10 @@ class JobRegistry {
   // (reducerd restarted, or every rank left), UNAVAILABLE while shutting down.
   absl::StatusOr<std::shared_ptr<Job>> Find(const std::string& job);
 
-  // A replay (`header.replay`) for a job that was freed: sends the result
-  // it kept on `stream` and returns null, as Job::Attach does; NOT_FOUND
-  // when nothing is kept for it.
+  // A replay (`header.replay`) for a job that was freed: answered by that
+  // job as Job::Attach answers one; NOT_FOUND when no such job is kept.
   absl::StatusOr<std::shared_ptr<Collective>> ReplayForFreedJob(
-      const v1::CollectiveHeader& header, RankChannel& stream);
+      const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
 
   // Refuses new work from now on (UNAVAILABLE).
   void StopAccepting();
@@ -74,16 +74,16 @@ class JobRegistry {
                             std::shared_ptr<SessionChannel> session);
   // The job named `job`, or null; without any status (see Find).
   std::shared_ptr<Job> Lookup(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
-  // Frees the job `it` points at, keeping its kept results for
+  // Frees the job `it` points at, keeping it for replays for
   // kKeepFreedResultsFor if its epoch ended by a loss.
   void FreeLocked(
       absl::flat_hash_map<std::string, std::shared_ptr<Job>>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Forgets the kept results of freed jobs whose time is up.
+  // Forgets the freed jobs whose time is up, and what they kept.
   void ExpireFreedLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  struct FreedResults {
-    std::shared_ptr<KeptResults> kept;
+  struct FreedJob {
+    std::shared_ptr<Job> job;
     absl::Time until;
   };
   static constexpr absl::Duration kKeepFreedResultsFor = absl::Seconds(30);
@@ -94,8 +94,8 @@ class JobRegistry {
       ABSL_GUARDED_BY(mu_);
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   std::string shared_memory_socket_ ABSL_GUARDED_BY(mu_);
-  // Freed jobs' kept results, by job name.
-  absl::flat_hash_map<std::string, FreedResults> freed_ ABSL_GUARDED_BY(mu_);
+  // Jobs freed after a loss, kept for replays, by name.
+  absl::flat_hash_map<std::string, FreedJob> freed_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace reducer

@@ -334,6 +334,17 @@ TEST_F(JobTest, AReplayAfterTheSessionWasLostSendsTheKeptResultAgain) {
   ASSERT_TRUE(replayed.ok()) << replayed.status();
   EXPECT_EQ(*replayed, nullptr);  // answered in full, nothing to feed
   EXPECT_TRUE(again->finished_ok());
+  // A replay declaring other tensors than its attempt did gets nothing.
+  v1::CollectiveHeader changed = Replay(first);
+  changed.set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
+  *changed.add_tensors() = v1::TensorSpec();
+  changed.mutable_tensors(0)->set_dtype(v1::DATA_TYPE_FLOAT32);
+  changed.mutable_tensors(0)->add_shape(4);
+  changed.mutable_tensors(0)->set_op(v1::REDUCE_OP_SUM);
+  absl::Status refused =
+      job_.Attach(changed, std::make_shared<FakeRankChannel>()).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("declaring other tensors"));
   // A normal retry of the same attempt is still never counted again.
   EXPECT_EQ(job_.Attach(first, std::make_shared<FakeRankChannel>())
                 .status()
@@ -483,11 +494,11 @@ TEST_F(JobRegistryTest, AFreedJobWhoseRankWasLostKeepsItsResultsForAReplay) {
                  EpochEndReason::kSessionCancelled);
   registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
   EXPECT_FALSE(registry.Find("j1").ok());
-  FakeRankChannel again;
+  auto again = std::make_shared<FakeRankChannel>();
   absl::StatusOr<std::shared_ptr<Collective>> replayed =
       registry.ReplayForFreedJob(replay, again);
   ASSERT_TRUE(replayed.ok()) << replayed.status();
-  EXPECT_TRUE(again.finished_ok());
+  EXPECT_TRUE(again->finished_ok());
 }
 
 TEST_F(JobRegistryTest, AFreedJobThatEndedCleanlyKeepsNothing) {
@@ -497,8 +508,9 @@ TEST_F(JobRegistryTest, AFreedJobThatEndedCleanlyKeepsNothing) {
   (*registry.Find("j1"))->Depart("b");
   registry.Leave("j1", "a", "closed", EpochEndReason::kSessionEnded);
   registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
-  FakeRankChannel again;
-  EXPECT_EQ(registry.ReplayForFreedJob(replay, again).status().code(),
+  EXPECT_EQ(registry.ReplayForFreedJob(replay, std::make_shared<FakeRankChannel>())
+                .status()
+                .code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(kept_memory_.used(), 0u);
 }

@@ -15,6 +15,7 @@ bool KeptResults::Reserve(size_t bytes) {
 void KeptResults::Unreserve(size_t bytes) { budget_->Release(bytes); }
 
 void KeptResults::Keep(const std::string& attempt_id, int rank,
+                       std::vector<TensorSpec> declared,
                        std::vector<ResultMessage> messages, size_t bytes) {
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
@@ -30,7 +31,8 @@ void KeptResults::Keep(const std::string& attempt_id, int rank,
       entry.number = 0;
     }
   }
-  entry.messages = std::move(messages);
+  entry.kept.declared = std::move(declared);
+  entry.kept.messages = std::move(messages);
   entry.bytes = bytes;
   entry.kept_at = now;
   bytes_ += bytes;
@@ -38,13 +40,13 @@ void KeptResults::Keep(const std::string& attempt_id, int rank,
   oldest_first_.emplace_back(now, attempt_id);
 }
 
-std::optional<std::vector<ResultMessage>> KeptResults::Find(
+std::optional<KeptResults::Kept> KeptResults::Find(
     const std::string& attempt_id, int rank) {
   absl::MutexLock lock(&mu_);
   ExpireLocked(absl::Now());
   auto it = by_attempt_.find(attempt_id);
   if (it == by_attempt_.end() || it->second.rank != rank) return std::nullopt;
-  return it->second.messages;
+  return it->second.kept;
 }
 
 void KeptResults::Acknowledge(const std::string& session_id, uint64_t below) {

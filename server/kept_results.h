@@ -4,7 +4,8 @@
 // of failing while the other ranks of its collective succeeded.
 //
 // A result is kept by its attempt id (`<session id>/<n>`, as clients make
-// them; CollectiveHeader.attempt_id) and its rank, with the messages the
+// them; CollectiveHeader.attempt_id) and its rank, with the tensors that
+// attempt declared (a replay must declare the same) and the messages the
 // Collective sent (they share the result's storage; nothing is copied).
 // It is forgotten at the first of:
 //   - an acknowledgement: a later call of the same session says every
@@ -20,8 +21,8 @@
 // call, as it always did.
 //
 //   KeptResults kept(&budget, absl::Seconds(15));
-//   if (kept.Reserve(n)) { ... kept.Keep("s1/7", rank, messages, n); }
-//   std::optional<std::vector<ResultMessage>> again = kept.Find("s1/7", rank);
+//   if (kept.Reserve(n)) { ... kept.Keep("s1/7", rank, declared, messages, n); }
+//   std::optional<KeptResults::Kept> again = kept.Find("s1/7", rank);
 //   kept.Acknowledge("s1", 8);  // s1/0 .. s1/7 arrived: forget them
 //
 // Thread-safe; it calls nothing outside itself while holding its lock, so
@@ -40,6 +41,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/fingerprint.h"
 #include "server/memory_budget.h"
 #include "server/rank_channel.h"
 
@@ -47,6 +49,11 @@ namespace reducer {
 
 class KeptResults {
  public:
+  struct Kept {
+    std::vector<TensorSpec> declared;  // the tensors the attempt declared
+    std::vector<ResultMessage> messages;
+  };
+
   // `budget` outlives this and is shared by every job's KeptResults.
   KeptResults(MemoryBudget* budget, absl::Duration keep_for)
       : budget_(budget), keep_for_(keep_for) {}
@@ -61,16 +68,17 @@ class KeptResults {
   // collective failed).
   void Unreserve(size_t bytes);
 
-  // Keeps `messages`, the whole result `rank` got for `attempt_id`, whose
-  // `bytes` were reserved; from now on that reservation is this entry's.
-  // An attempt id kept before is replaced.
+  // Keeps `messages`, the whole result `rank` got for `attempt_id` (which
+  // declared the tensors `declared`), whose `bytes` were reserved; from now
+  // on that reservation is this entry's. An attempt id kept before is
+  // replaced.
   void Keep(const std::string& attempt_id, int rank,
+            std::vector<TensorSpec> declared,
             std::vector<ResultMessage> messages, size_t bytes);
 
-  // The messages kept for `attempt_id` if `rank` got them; nullopt if
-  // none are kept (never, no longer, or for another rank).
-  std::optional<std::vector<ResultMessage>> Find(const std::string& attempt_id,
-                                                 int rank);
+  // What is kept for `attempt_id` if `rank` got it; nullopt if nothing is
+  // (never, no longer, or for another rank).
+  std::optional<Kept> Find(const std::string& attempt_id, int rank);
 
   // Forgets the results of `session_id`'s attempts numbered below `below`.
   void Acknowledge(const std::string& session_id, uint64_t below);
@@ -87,7 +95,7 @@ class KeptResults {
     int rank = 0;
     std::string session_id;  // the attempt id up to its last '/'
     uint64_t number = 0;     // after it (0 if it is not a number)
-    std::vector<ResultMessage> messages;
+    Kept kept;
     size_t bytes = 0;
     absl::Time kept_at;
   };

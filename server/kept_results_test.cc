@@ -42,11 +42,11 @@ TEST(KeptResultsTest, AKeptResultIsFoundByItsAttemptAndRankOnly) {
   MemoryBudget budget(1 << 20);
   KeptResults kept(&budget, absl::Seconds(30));
   ASSERT_TRUE(kept.Reserve(8));
-  kept.Keep("s1/7", 2, {Message(0, "abcd"), Message(4, "efgh")}, 8);
-  std::optional<std::vector<ResultMessage>> found = kept.Find("s1/7", 2);
+  kept.Keep("s1/7", 2, {}, {Message(0, "abcd"), Message(4, "efgh")}, 8);
+  std::optional<KeptResults::Kept> found = kept.Find("s1/7", 2);
   ASSERT_TRUE(found.has_value());
-  EXPECT_EQ(Joined(*found), "abcdefgh");
-  EXPECT_EQ((*found)[1].offset, 4u);
+  EXPECT_EQ(Joined(found->messages), "abcdefgh");
+  EXPECT_EQ(found->messages[1].offset, 4u);
   EXPECT_FALSE(kept.Find("s1/7", 3).has_value());  // another rank
   EXPECT_FALSE(kept.Find("s1/8", 2).has_value());  // never kept
   // Found again as often as asked: a second replay may follow a lost first.
@@ -59,7 +59,7 @@ TEST(KeptResultsTest, AnAcknowledgementForgetsTheSessionsAttemptsBelowIt) {
   KeptResults kept(&budget, absl::Seconds(30));
   for (const char* id : {"s1/3", "s1/4", "s1/5", "s2/3"}) {
     ASSERT_TRUE(kept.Reserve(4));
-    kept.Keep(id, 0, {Message(0, "wxyz")}, 4);
+    kept.Keep(id, 0, {}, {Message(0, "wxyz")}, 4);
   }
   kept.Acknowledge("s1", 5);
   EXPECT_FALSE(kept.Find("s1/3", 0).has_value());
@@ -77,7 +77,7 @@ TEST(KeptResultsTest, AResultIsForgottenOnceItsTimeIsUp) {
   MemoryBudget budget(1 << 20);
   KeptResults kept(&budget, absl::ZeroDuration());
   ASSERT_TRUE(kept.Reserve(4));
-  kept.Keep("s1/1", 0, {Message(0, "wxyz")}, 4);
+  kept.Keep("s1/1", 0, {}, {Message(0, "wxyz")}, 4);
   EXPECT_FALSE(kept.Find("s1/1", 0).has_value());
   EXPECT_EQ(budget.used(), 0u);
 }
@@ -86,10 +86,10 @@ TEST(KeptResultsTest, KeepingTheSameAttemptAgainReplacesIt) {
   MemoryBudget budget(1 << 20);
   KeptResults kept(&budget, absl::Seconds(30));
   ASSERT_TRUE(kept.Reserve(4));
-  kept.Keep("s1/1", 0, {Message(0, "old!")}, 4);
+  kept.Keep("s1/1", 0, {}, {Message(0, "old!")}, 4);
   ASSERT_TRUE(kept.Reserve(8));
-  kept.Keep("s1/1", 0, {Message(0, "new one!")}, 8);
-  EXPECT_EQ(Joined(*kept.Find("s1/1", 0)), "new one!");
+  kept.Keep("s1/1", 0, {}, {Message(0, "new one!")}, 8);
+  EXPECT_EQ(Joined(kept.Find("s1/1", 0)->messages), "new one!");
   EXPECT_EQ(budget.used(), 8u);
   EXPECT_EQ(kept.bytes(), 8u);
 }
@@ -101,7 +101,7 @@ TEST(KeptResultsTest, RoomIsLimitedAndEveryByteGoesBack) {
   for (int i = 0; i < 8; ++i) ASSERT_TRUE(kept.Reserve(100)) << i;
   EXPECT_FALSE(kept.Reserve(1));  // no room left
   for (int i = 0; i < 7; ++i) {
-    kept.Keep(absl::StrCat("s/", i), 0, {Message(0, "x")}, 100);
+    kept.Keep(absl::StrCat("s/", i), 0, {}, {Message(0, "x")}, 100);
   }
   kept.Unreserve(100);  // the eighth's collective failed
   EXPECT_EQ(budget.used(), 700u);
@@ -115,7 +115,7 @@ TEST(KeptResultsTest, DestructionGivesBackWhatItHeld) {
   {
     KeptResults kept(&budget, absl::Seconds(30));
     ASSERT_TRUE(kept.Reserve(4));
-    kept.Keep("s1/1", 0, {Message(0, "wxyz")}, 4);
+    kept.Keep("s1/1", 0, {}, {Message(0, "wxyz")}, 4);
   }
   EXPECT_EQ(budget.used(), 0u);
 }

@@ -124,7 +124,7 @@ absl::StatusOr<std::shared_ptr<reducer::Collective>> ReducerService::Attach(
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Find(header.job());
   if (!job.ok() && header.replay() &&
       job.status().code() == absl::StatusCode::kFailedPrecondition) {
-    return registry_->ReplayForFreedJob(header, *stream);
+    return registry_->ReplayForFreedJob(header, std::move(stream));
   }
   absl::StatusOr<std::shared_ptr<reducer::Collective>> attached =
       job.ok() ? (*job)->Attach(header, std::move(stream)) : job.status();

@@ -49,6 +49,7 @@ namespace {
 
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int kWorld = 4;
 constexpr int kShards = 3;
@@ -420,6 +421,69 @@ TEST_F(ShardsTest, ShardKilledMidAllReduceFailsEveryRankThenConnectWorks) {
       ExpectStep(r, step, absl::StatusCode::kOk);
     }
   }
+}
+
+// Shard 1 sits behind a throttled TcpProxy, which cuts every connection
+// once all of a 12 MiB in-place all-reduce's inputs (partitioned over the
+// three shards) have reached shard 1 (its result is decided there) while
+// its results still travel. Each rank's partition on shard 1 asks for its result again, on
+// a new connection, and gets all of it from what shard 1 kept, without its
+// contribution being sent again: every rank's buffer holds the exact sum,
+// although the cut also ended every rank's session with shard 1 (the
+// next call says so).
+TEST_F(ShardsTest, APartitionsLostAnswerIsSentAgainAndTheWholeIsExact) {
+  absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
+      TcpProxy::Start(shards_[1]->port());
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  const std::string target = absl::StrJoin(
+      {shards_[0]->address(), (*proxy)->address(), shards_[2]->address()}, ",");
+  const std::string steps =
+      "wait_file:path=go;"
+      "allreduce_inplace:shape=3145728,seed=3,timeout_ms=60000;"  // 12 MiB
+      "allreduce:shape=8,seed=4,timeout_ms=60000";
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartRanks(
+      fault_worker_, Job(), target, {steps}, {"--shared_memory=off"});
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorld));
+  for (auto& w : workers) {
+    ASSERT_NE(w, nullptr);
+    ASSERT_TRUE(WaitForOutput(*w, "RESULT 0 connect"));
+  }
+  // Bytes through the proxy so far, up (to shard 1) or down.
+  auto through = [&](bool up) {
+    uint64_t bytes = 0;
+    const int n = (*proxy)->num_connections();
+    for (int c = 0; c < n; ++c) {
+      const TcpProxy::ConnectionInfo info = (*proxy)->connection(c);
+      bytes += up ? info.bytes_up : info.bytes_down;
+    }
+    return bytes;
+  };
+  const uint64_t up_before = through(true);
+  (*proxy)->SetDelay(absl::Milliseconds(10), 64 << 10);  // ~6 MB/s a link
+  Touch("go");
+  // Every rank's 4 MiB partition is in (shard 1's result is decided) while
+  // its results, held back by the throttle and the window, still travel.
+  const uint64_t inputs = uint64_t{kWorld} * (4u << 20);
+  const absl::Time wait_until = absl::Now() + absl::Seconds(40);
+  while (through(true) < up_before + inputs && absl::Now() < wait_until) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_GE(through(true), up_before + inputs) << "the partitions never reached shard 1";
+  absl::SleepFor(absl::Milliseconds(100));  // the last chunk is reduced
+  (*proxy)->DropAll();
+  (*proxy)->SetDelay(absl::ZeroDuration());
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kWorld));
+  for (const ProcessResult& r : results) {
+    ExpectStep(r, "2", absl::StatusCode::kOk);
+    // The cut took the sessions too: the next call says so.
+    ExpectStep(r, "3", absl::StatusCode::kUnavailable,
+               {"lost the session with reducerd at " + (*proxy)->address()});
+  }
+  const std::string log = shards_[1]->Stderr();
+  EXPECT_THAT(log, AnyOf(HasSubstr("sent again from what was kept"),
+                         HasSubstr("asked again for its result")));
+  EXPECT_THAT(log, Not(HasSubstr("retried a contribution")));
 }
 
 // Ranks 0-2 wait in a small and a large (partitioned) all-reduce when rank
