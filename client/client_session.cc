@@ -295,6 +295,8 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   unsettled_.insert(pending->attempt_number_);
   header.set_attempt_id(absl::StrCat(session_id_, "/", pending->attempt_number_));
   header.set_received_below(*unsettled_.begin());
+  for (uint64_t n : settled_above_) header.add_received(n);
+  settled_above_.clear();
   // With several shards, each partition carries its own shard's epoch.
   header.set_epoch(links_[0]->epoch());
   if (call.name.empty()) {
@@ -322,6 +324,10 @@ std::unique_ptr<CollectiveAttempt> ClientSession::SendReplay(
 void ClientSession::Settle(uint64_t attempt_number) {
   absl::MutexLock lock(&mu_);
   unsettled_.erase(attempt_number);
+  // Below the smallest unsettled number, received_below says it.
+  if (!unsettled_.empty() && attempt_number > *unsettled_.begin()) {
+    settled_above_.push_back(attempt_number);
+  }
 }
 
 PendingCollective::~PendingCollective() {

@@ -169,6 +169,9 @@ class ClientSession final {
   // The attempt numbers started and not yet settled: the smallest is what
   // each header's received_below says.
   std::set<uint64_t> unsettled_ ABSL_GUARDED_BY(mu_);
+  // Numbers settled above the smallest unsettled one, not yet told
+  // (the next header's `received`).
+  std::vector<uint64_t> settled_above_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace reducer

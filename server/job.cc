@@ -216,8 +216,10 @@ void Job::EndEpoch(const std::string& reason, int lost_rank,
 
 absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
     const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
-  if (env_.kept != nullptr && header.received_below() > 0) {
-    env_.kept->Acknowledge(header.session_id(), header.received_below());
+  if (env_.kept != nullptr &&
+      (header.received_below() > 0 || header.received_size() > 0)) {
+    env_.kept->Acknowledge(header.session_id(), header.received_below(),
+                           header.received());
   }
   if (header.replay()) return Replay(header, std::move(stream));
   absl::StatusOr<Fingerprint> fp = CheckedFingerprint(header);

@@ -111,6 +111,24 @@ class JobTest : public ::testing::Test {
     return h;
   }
 
+  // Runs one barrier of `job` (job j1), whose ranks 0 and 1 are held by
+  // sessions a and b, as attempts a/1 and b/1; returns rank 0's header.
+  static v1::CollectiveHeader BarrierOfBoth(Job& job) {
+    v1::CollectiveHeader h0 = Barrier(0, "a", 1, 0);
+    v1::CollectiveHeader h1 = Barrier(1, "b", 1, 0);
+    h0.set_attempt_id("a/1");
+    h1.set_attempt_id("b/1");
+    EXPECT_TRUE(job.Attach(h0, std::make_shared<FakeRankChannel>()).ok());
+    EXPECT_TRUE(job.Attach(h1, std::make_shared<FakeRankChannel>()).ok());
+    return h0;
+  }
+  // Joins sessions a and b to job_ as ranks 0 and 1, then BarrierOfBoth.
+  v1::CollectiveHeader JoinAndBarrier() {
+    EXPECT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+    EXPECT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+    return BarrierOfBoth(job_);
+  }
+
   ServerOptions options_;
   MemoryBudget memory_;
   MemoryBudget kept_memory_{1 << 20};
@@ -294,14 +312,7 @@ TEST_F(JobTest, RetryOfAnUnusedAttemptReplacesItsFirstCall) {
 }
 
 TEST_F(JobTest, RetryOfAnAttemptAlreadyUsedIsAbortedNotCountedAgain) {
-  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
-  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
-  v1::CollectiveHeader first = Barrier(0, "a", 1, 0);
-  first.set_attempt_id("a/1");
-  ASSERT_TRUE(job_.Attach(first, std::make_shared<FakeRankChannel>()).ok());
-  ASSERT_TRUE(
-      job_.Attach(Barrier(1, "b", 1, 0), std::make_shared<FakeRankChannel>())
-          .ok());
+  const v1::CollectiveHeader first = JoinAndBarrier();
   absl::StatusOr<std::shared_ptr<Collective>> again =
       job_.Attach(first, std::make_shared<FakeRankChannel>());
   EXPECT_EQ(again.status().code(), absl::StatusCode::kAborted);
@@ -317,14 +328,7 @@ v1::CollectiveHeader Replay(v1::CollectiveHeader header) {
 }
 
 TEST_F(JobTest, AReplayAfterTheSessionWasLostSendsTheKeptResultAgain) {
-  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
-  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
-  v1::CollectiveHeader first = Barrier(0, "a", 1, 0);
-  first.set_attempt_id("a/1");
-  ASSERT_TRUE(job_.Attach(first, std::make_shared<FakeRankChannel>()).ok());
-  v1::CollectiveHeader other = Barrier(1, "b", 1, 0);
-  other.set_attempt_id("b/1");
-  ASSERT_TRUE(job_.Attach(other, std::make_shared<FakeRankChannel>()).ok());
+  const v1::CollectiveHeader first = JoinAndBarrier();
   // Rank 0's session is lost (its answer with it): the epoch ends.
   job_.Leave("a", "keepalive watchdog timeout",
              EpochEndReason::kSessionCancelled);
@@ -353,14 +357,7 @@ TEST_F(JobTest, AReplayAfterTheSessionWasLostSendsTheKeptResultAgain) {
 }
 
 TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
-  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
-  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
-  v1::CollectiveHeader first = Barrier(0, "a", 1, 0);
-  first.set_attempt_id("a/1");
-  ASSERT_TRUE(job_.Attach(first, std::make_shared<FakeRankChannel>()).ok());
-  ASSERT_TRUE(
-      job_.Attach(Barrier(1, "b", 1, 0), std::make_shared<FakeRankChannel>())
-          .ok());
+  const v1::CollectiveHeader first = JoinAndBarrier();
   v1::CollectiveHeader unknown = first;
   unknown.set_attempt_id("a/9");
   absl::Status none =
@@ -379,16 +376,8 @@ TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
 }
 
 TEST_F(JobTest, AReplayNamesAnAttemptOfItsOwnSession) {
-  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
-  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
-  v1::CollectiveHeader first = Barrier(1, "b", 1, 0);
-  first.set_attempt_id("b/1");
-  ASSERT_TRUE(job_.Attach(first, std::make_shared<FakeRankChannel>()).ok());
-  ASSERT_TRUE(
-      job_.Attach(Barrier(0, "a", 1, 0), std::make_shared<FakeRankChannel>())
-          .ok());
-  v1::CollectiveHeader stolen = Replay(first);
-  stolen.set_session_id("a");  // session a asks for b's result
+  v1::CollectiveHeader stolen = Replay(JoinAndBarrier());
+  stolen.set_session_id("b");  // session b asks for a's result
   absl::Status refused =
       job_.Attach(stolen, std::make_shared<FakeRankChannel>()).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
@@ -467,20 +456,12 @@ class JobRegistryTest : public JobTest {
                          &chunks_,  &metrics_, &log_, &kept_memory_};
   }
 
-  // Runs one barrier of job `job` (2 ranks, sessions a and b, attempts a/1
-  // and b/1) in `registry`; returns rank 0's header.
-  static v1::CollectiveHeader RunBarrier(JobRegistry& registry,
-                                         const std::string& job) {
-    EXPECT_TRUE(registry.Join(Join(job, 0, 2, "a"), std::make_shared<FakeSession>()).ok());
-    EXPECT_TRUE(registry.Join(Join(job, 1, 2, "b"), std::make_shared<FakeSession>()).ok());
-    v1::CollectiveHeader h0 = Barrier(0, "a", 1, 0);
-    v1::CollectiveHeader h1 = Barrier(1, "b", 1, 0);
-    h0.set_job(job);
-    h1.set_job(job);
-    h0.set_attempt_id("a/1");
-    h1.set_attempt_id("b/1");
-    EXPECT_TRUE((*registry.Find(job))->Attach(h0, std::make_shared<FakeRankChannel>()).ok());
-    EXPECT_TRUE((*registry.Find(job))->Attach(h1, std::make_shared<FakeRankChannel>()).ok());
+  // Joins job j1 in `registry` as JoinAndBarrier does; returns rank 0's
+  // header as a replay.
+  static v1::CollectiveHeader RunBarrier(JobRegistry& registry) {
+    EXPECT_TRUE(registry.Join(Join("j1", 0, 2, "a"), std::make_shared<FakeSession>()).ok());
+    EXPECT_TRUE(registry.Join(Join("j1", 1, 2, "b"), std::make_shared<FakeSession>()).ok());
+    v1::CollectiveHeader h0 = BarrierOfBoth(**registry.Find("j1"));
     h0.set_replay(true);
     return h0;
   }
@@ -488,7 +469,7 @@ class JobRegistryTest : public JobTest {
 
 TEST_F(JobRegistryTest, AFreedJobWhoseRankWasLostKeepsItsResultsForAReplay) {
   JobRegistry registry(Env());
-  const v1::CollectiveHeader replay = RunBarrier(registry, "j1");
+  const v1::CollectiveHeader replay = RunBarrier(registry);
   // Rank 0 is lost, then rank 1 finishes and leaves: the job is freed.
   registry.Leave("j1", "a", "keepalive watchdog timeout",
                  EpochEndReason::kSessionCancelled);
@@ -503,7 +484,7 @@ TEST_F(JobRegistryTest, AFreedJobWhoseRankWasLostKeepsItsResultsForAReplay) {
 
 TEST_F(JobRegistryTest, AFreedJobThatEndedCleanlyKeepsNothing) {
   JobRegistry registry(Env());
-  const v1::CollectiveHeader replay = RunBarrier(registry, "j1");
+  const v1::CollectiveHeader replay = RunBarrier(registry);
   (*registry.Find("j1"))->Depart("a");
   (*registry.Find("j1"))->Depart("b");
   registry.Leave("j1", "a", "closed", EpochEndReason::kSessionEnded);

@@ -1,5 +1,6 @@
 #include "server/kept_results.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -9,7 +10,13 @@ namespace reducer {
 
 bool KeptResults::Reserve(size_t bytes) {
   if (bytes > budget_->limit() / 8) return false;
-  return budget_->TryReserve(bytes);
+  absl::MutexLock lock(&mu_);
+  while (!budget_->TryReserve(bytes)) {
+    if (oldest_first_.empty()) return false;
+    ForgetLocked(oldest_first_.front().second);
+    oldest_first_.pop_front();
+  }
+  return true;
 }
 
 void KeptResults::Unreserve(size_t bytes) { budget_->Release(bytes); }
@@ -49,12 +56,15 @@ std::optional<KeptResults::Kept> KeptResults::Find(
   return it->second.kept;
 }
 
-void KeptResults::Acknowledge(const std::string& session_id, uint64_t below) {
+void KeptResults::Acknowledge(const std::string& session_id, uint64_t below,
+                              absl::Span<const uint64_t> received) {
   absl::MutexLock lock(&mu_);
   for (auto it = by_attempt_.begin(); it != by_attempt_.end();) {
     auto current = it++;
     const Entry& e = current->second;
-    if (e.session_id == session_id && e.number < below) {
+    if (e.session_id == session_id &&
+        (e.number < below ||
+         std::find(received.begin(), received.end(), e.number) != received.end())) {
       budget_->Release(e.bytes);
       bytes_ -= e.bytes;
       by_attempt_.erase(current);

@@ -40,6 +40,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "absl/time/time.h"
 #include "core/fingerprint.h"
 #include "server/memory_budget.h"
@@ -61,8 +62,10 @@ class KeptResults {
   KeptResults(const KeptResults&) = delete;
   KeptResults& operator=(const KeptResults&) = delete;
 
-  // Takes room for a result of `bytes` about to be collected for keeping.
-  // False when it is too large to keep or there is no room: then it is not.
+  // Takes room for a result of `bytes` about to be collected for keeping,
+  // forgetting this job's oldest kept results while there is none (a
+  // newer result is the likelier to be asked for). False when it is too
+  // large to keep or there is no room even so: then it is not kept.
   bool Reserve(size_t bytes);
   // Gives back a reservation whose result will not be kept after all (its
   // collective failed).
@@ -80,8 +83,10 @@ class KeptResults {
   // (never, no longer, or for another rank).
   std::optional<Kept> Find(const std::string& attempt_id, int rank);
 
-  // Forgets the results of `session_id`'s attempts numbered below `below`.
-  void Acknowledge(const std::string& session_id, uint64_t below);
+  // Forgets the results of `session_id`'s attempts numbered below `below`
+  // and of those numbered in `received`.
+  void Acknowledge(const std::string& session_id, uint64_t below,
+                   absl::Span<const uint64_t> received = {});
 
   // Forgets everything and gives back its room.
   void Clear();

@@ -110,6 +110,33 @@ TEST(KeptResultsTest, RoomIsLimitedAndEveryByteGoesBack) {
   EXPECT_EQ(kept.size(), 0u);
 }
 
+TEST(KeptResultsTest, NoRoomForgetsTheOldestKeptFirst) {
+  MemoryBudget budget(800);
+  KeptResults kept(&budget, absl::Seconds(30));
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(kept.Reserve(100)) << i;
+    kept.Keep(absl::StrCat("s/", i), 0, {}, {Message(0, "x")}, 100);
+  }
+  ASSERT_TRUE(kept.Reserve(100));  // s/0 makes room
+  EXPECT_FALSE(kept.Find("s/0", 0).has_value());
+  EXPECT_TRUE(kept.Find("s/1", 0).has_value());
+  EXPECT_EQ(budget.used(), 800u);
+}
+
+TEST(KeptResultsTest, NumbersReceivedAboveTheMarkAreForgottenToo) {
+  MemoryBudget budget(1 << 20);
+  KeptResults kept(&budget, absl::Seconds(30));
+  for (const char* id : {"s1/3", "s1/4", "s1/5"}) {
+    ASSERT_TRUE(kept.Reserve(4));
+    kept.Keep(id, 0, {}, {Message(0, "wxyz")}, 4);
+  }
+  const uint64_t received[] = {5};
+  kept.Acknowledge("s1", 4, received);  // s1/4 is still out
+  EXPECT_FALSE(kept.Find("s1/3", 0).has_value());
+  EXPECT_TRUE(kept.Find("s1/4", 0).has_value());
+  EXPECT_FALSE(kept.Find("s1/5", 0).has_value());
+}
+
 TEST(KeptResultsTest, DestructionGivesBackWhatItHeld) {
   MemoryBudget budget(1 << 20);
   {
