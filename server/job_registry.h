@@ -52,8 +52,9 @@ class JobRegistry {
   // (reducerd restarted, or every rank left), UNAVAILABLE while shutting down.
   absl::StatusOr<std::shared_ptr<Job>> Find(const std::string& job);
 
-  // A replay (`header.replay`) for a job that was freed: answered by that
-  // job as Job::Attach answers one; NOT_FOUND when no such job is kept.
+  // A replay (`header.replay`) for a job that was freed (and may have been
+  // joined again since): answered by the freed job as Job::Attach answers
+  // one; NOT_FOUND when no such job is kept.
   absl::StatusOr<std::shared_ptr<Collective>> ReplayForFreedJob(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
 

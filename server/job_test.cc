@@ -482,6 +482,24 @@ TEST_F(JobRegistryTest, AFreedJobWhoseRankWasLostKeepsItsResultsForAReplay) {
   EXPECT_TRUE(again->finished_ok());
 }
 
+TEST_F(JobRegistryTest, AFreedJobStillAnswersAfterItsNameWasJoinedAgain) {
+  JobRegistry registry(Env());
+  const v1::CollectiveHeader replay = RunBarrier(registry);
+  registry.Leave("j1", "a", "keepalive watchdog timeout",
+                 EpochEndReason::kSessionCancelled);
+  registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
+  // Rank 1 connects again at once: a new job of the same name.
+  ASSERT_TRUE(registry.Join(Join("j1", 1, 2, "c"), std::make_shared<FakeSession>()).ok());
+  EXPECT_EQ((*registry.Find("j1"))
+                ->Attach(replay, std::make_shared<FakeRankChannel>())
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  auto again = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(registry.ReplayForFreedJob(replay, again).ok());
+  EXPECT_TRUE(again->finished_ok());
+}
+
 TEST_F(JobRegistryTest, AFreedJobThatEndedCleanlyKeepsNothing) {
   JobRegistry registry(Env());
   const v1::CollectiveHeader replay = RunBarrier(registry);

@@ -127,7 +127,14 @@ absl::StatusOr<std::shared_ptr<reducer::Collective>> ReducerService::Attach(
     return registry_->ReplayForFreedJob(header, std::move(stream));
   }
   absl::StatusOr<std::shared_ptr<reducer::Collective>> attached =
-      job.ok() ? (*job)->Attach(header, std::move(stream)) : job.status();
+      job.ok() ? (*job)->Attach(header, stream) : job.status();
+  // The job may have been freed and joined again since the attempt: the
+  // freed one has its result.
+  if (header.replay() && attached.status().code() == absl::StatusCode::kNotFound) {
+    absl::StatusOr<std::shared_ptr<reducer::Collective>> freed =
+        registry_->ReplayForFreedJob(header, std::move(stream));
+    if (freed.status().code() != absl::StatusCode::kNotFound) return freed;
+  }
   // Refusals over a limit are counted where the limit is known.
   if (!attached.ok() &&
       attached.status().code() != absl::StatusCode::kResourceExhausted) {

@@ -323,9 +323,9 @@ std::string CampaignReport::Summary() const {
   }
   return absl::StrFormat(
       "seed %d: %d operations (%d collectives, %d succeeded), %d faults (%s), %d violations, "
-      "%d results lost in delivery",
+      "%d results lost with their shard",
       seed, operations, collectives, succeeded, total, absl::StrJoin(kinds, ", "),
-      violations.size(), delivery_lost.size());
+      violations.size(), lost_with_shard.size());
 }
 
 std::string CampaignReport::Details() const {
@@ -339,8 +339,8 @@ std::string CampaignReport::Details() const {
                           absl::ToDoubleSeconds(w.end - origin));
   }
   for (const std::string& v : violations) absl::StrAppend(&out, "VIOLATION ", v, "\n");
-  for (const std::string& v : delivery_lost) {
-    absl::StrAppend(&out, "RESULT LOST IN DELIVERY (known, open) ", v, "\n");
+  for (const std::string& v : lost_with_shard) {
+    absl::StrAppend(&out, "RESULT LOST WITH ITS SHARD (killed or restarted) ", v, "\n");
   }
   return out;
 }
@@ -391,7 +391,7 @@ absl::StatusOr<CampaignReport> RunCampaign(const CampaignOptions& options) {
         absl::StrAppend(&context, "\n    ", op.Describe(origin));
       }
     }
-    (v.delivery_lost ? report.delivery_lost : report.violations)
+    (v.lost_with_shard ? report.lost_with_shard : report.violations)
         .push_back(absl::StrCat(v.what, "\n  history:", context));
   }
   report.operations = static_cast<int64_t>(report.history.size());

@@ -78,13 +78,13 @@ struct CampaignReport {
   int64_t collectives = 0;  // of which collectives (not connect or resync)
   int64_t succeeded = 0;
   std::vector<std::string> violations;
-  // Disagreements of the known, open kind (Violation::delivery_lost).
-  std::vector<std::string> delivery_lost;
+  // Disagreements where the result died with its shard (Violation::lost_with_shard).
+  std::vector<std::string> lost_with_shard;
   // The seed, the schedule and, for each violation, the history around
   // it: enough to replay and read the run.
   std::string Details() const;
   // "seed 7: 812 operations (640 collectives, 587 succeeded), 9 faults
-  // (kill_rank 2, ...), 0 violations, 1 result lost in delivery".
+  // (kill_rank 2, ...), 0 violations, 1 result lost with its shard".
   std::string Summary() const;
 
   // Filled by RunCampaign for Details().

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::printf("%s\n", report->Summary().c_str());
-    if (!report->violations.empty() || !report->delivery_lost.empty()) {
+    if (!report->violations.empty() || !report->lost_with_shard.empty()) {
       std::printf("%s\n", report->Details().c_str());
     }
     std::fflush(stdout);
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
     collectives += report->collectives;
     succeeded += report->succeeded;
     violations += static_cast<int64_t>(report->violations.size());
-    lost += static_cast<int64_t>(report->delivery_lost.size());
+    lost += static_cast<int64_t>(report->lost_with_shard.size());
     for (const auto& [kind, n] : report->faults_by_kind) faults[kind] += n;
   }
   std::string by_kind;
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "TOTAL %ld campaigns: %ld operations checked (%ld collectives, %ld succeeded), "
-      "%d faults injected (%s), %ld violations, %ld results lost in delivery\n",
+      "%d faults injected (%s), %ld violations, %ld results lost with their shard\n",
       static_cast<long>(campaigns), static_cast<long>(operations),
       static_cast<long>(collectives), static_cast<long>(succeeded), total, by_kind.c_str(),
       static_cast<long>(violations), static_cast<long>(lost));

@@ -83,10 +83,30 @@ std::optional<Operation> ParseLine(absl::string_view line) {
 
 // The failure ended (or came from the end of) a session: the rank lost its
 // transport or its session, saw the epoch end, or had its retry refused as
-// already answered. See Violation::delivery_lost.
+// already answered. See Violation::lost_with_shard.
 bool SessionEnded(const Operation& failed) {
   return failed.code == "UNAVAILABLE" || failed.code == "ABORTED" ||
          failed.code == "FAILED_PRECONDITION" || failed.code == "CANCELLED";
+}
+
+// `failed` names a shard (its address) that was SIGKILLed or restarted
+// while it ran, or within `aftermath` before: its result died with it.
+bool LostWithItsShard(const Operation& failed,
+                      const std::vector<FaultWindow>& faults,
+                      absl::Duration aftermath) {
+  for (const FaultWindow& f : faults) {
+    if (f.kind != "kill_shard" && f.kind != "restart_shard") continue;
+    // "shard 0 (10.77.0.2:50051)"
+    const size_t open = f.what.find('(');
+    const size_t close = f.what.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close < open) {
+      continue;
+    }
+    const std::string address = f.what.substr(open + 1, close - open - 1);
+    const bool overlaps = failed.end >= f.start && failed.start <= f.end + aftermath;
+    if (overlaps && absl::StrContains(failed.message, address)) return true;
+  }
+  return false;
 }
 
 bool NamesACause(absl::string_view message) {
@@ -180,7 +200,8 @@ std::vector<Violation> CheckHistory(const std::vector<Operation>& ops,
       violations.push_back({absl::StrCat("ranks disagree: ", succeeded->Describe(origin),
                                          " but ", failed->Describe(origin)),
                             succeeded->job, std::min(succeeded->start, failed->start),
-                            SessionEnded(*failed)});
+                            SessionEnded(*failed) &&
+                                LostWithItsShard(*failed, faults, limits.aftermath)});
     }
   }
   return violations;

@@ -9,7 +9,8 @@
 //   untouched (the worker's "check"; tests/campaign/op_mix.h makes a doubled
 //   contribution show);
 // - for each collective (job, round, step, kind), the ranks that ran it all
-//   succeeded or all failed (but see Violation::delivery_lost);
+//   succeeded or all failed (unless the result died with its shard, see
+//   Violation::lost_with_shard);
 // - no operation outlived its deadline plus the client's slack;
 // - a failure happened while a fault that can reach its job was active (or
 //   within Limits::aftermath of its end), and its message names a cause: a
@@ -75,16 +76,14 @@ struct Violation {
   std::string what;  // a sentence, with the operations that show it
   std::string job;
   absl::Time at;     // when the operation that shows it started
-  // A disagreement of one known, open kind, on the last collective before
-  // a session ended: the ranks that succeeded had their results, while the
-  // one that failed did so because a session ended (its own connection or
-  // session lost, the epoch ended, a retry refused because reducerd had
-  // already written that result: UNAVAILABLE, ABORTED, FAILED_PRECONDITION,
-  // CANCELLED). reducerd counts a result as delivered once it is written
-  // and nothing acknowledges receipt, so this cannot be closed without a
-  // delivery acknowledgement; it is reported apart from the violations
-  // until then. A disagreement with any other failure is a violation.
-  bool delivery_lost = false;
+  // A disagreement that the contract allows: the rank that failed did so
+  // because a session ended (UNAVAILABLE, ABORTED, FAILED_PRECONDITION,
+  // CANCELLED) with a shard that was SIGKILLed or restarted meanwhile
+  // (its message names that shard's address). The result it had decided
+  // lived only in that reducerd's memory, so asking again (a replay) could
+  // not get it. Reported apart from the violations; every other
+  // disagreement is one (results lost on the way are asked for again).
+  bool lost_with_shard = false;
 };
 
 // The operations of one or more history files' contents (lines that do not

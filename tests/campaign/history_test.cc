@@ -75,18 +75,48 @@ TEST(HistoryTest, RanksThatDisagreeAreAViolation) {
                                    {Fault("j0", 0.5, 1.5)});
   ASSERT_THAT(v, SizeIs(1));
   EXPECT_THAT(v[0].what, HasSubstr("ranks disagree"));
-  EXPECT_FALSE(v[0].delivery_lost);
+  EXPECT_FALSE(v[0].lost_with_shard);
 }
 
-TEST(HistoryTest, ARankThatLostItsResultInDeliveryIsTheKnownOpenKind) {
-  std::vector<Violation> v = Check(
-      Line("j0", 0, 3, "allreduce", 1, 1.1, "OK") +
-          Line("j0", 1, 3, "allreduce", 1, 3.2, "UNAVAILABLE",
-               "reducerd shard 1 of 2: lost the session with reducerd at 10.77.0.3:50051: "
-               "keepalive watchdog timeout; Connect again"),
-      {Fault("j0", 0.5, 1.5)});
-  ASSERT_THAT(v, SizeIs(1));
-  EXPECT_TRUE(v[0].delivery_lost);
+// A shard's fault, as the driver records it.
+FaultWindow ShardFault(const std::string& kind, double start_s, double end_s) {
+  return FaultWindow{kind, "shard 1 (10.77.0.3:50051)", "", kT0 + absl::Seconds(start_s),
+                     kT0 + absl::Seconds(end_s)};
+}
+
+constexpr char kLostShard1[] =
+    "reducerd shard 1 of 2: lost the session with reducerd at 10.77.0.3:50051: "
+    "Socket closed; Connect again";
+
+TEST(HistoryTest, AResultThatDiedWithItsKilledShardIsReportedApart) {
+  for (const char* kind : {"kill_shard", "restart_shard"}) {
+    SCOPED_TRACE(kind);
+    std::vector<Violation> v = Check(
+        Line("j0", 0, 3, "allreduce", 1, 1.1, "OK") +
+            Line("j0", 1, 3, "allreduce", 1, 3.2, "UNAVAILABLE", kLostShard1),
+        {ShardFault(kind, 1.0, 1.5)});
+    ASSERT_THAT(v, SizeIs(1));
+    EXPECT_TRUE(v[0].lost_with_shard);
+  }
+}
+
+TEST(HistoryTest, AResultLostWhileItsShardLivedIsAViolation) {
+  // The shard was only stopped, or another shard was killed, or the link
+  // went: reducerd kept the result, and a replay must have found it.
+  for (const FaultWindow& f :
+       {ShardFault("stop_shard", 1.0, 1.5), ShardFault("link_down", 1.0, 1.5),
+        FaultWindow{"kill_shard", "shard 0 (10.77.0.2:50051)", "", kT0 + absl::Seconds(1),
+                    kT0 + absl::Seconds(1.5)},
+        Fault("j0", 0.5, 1.5)}) {
+    SCOPED_TRACE(f.kind);
+    std::vector<Violation> v = Check(
+        Line("j0", 0, 3, "allreduce", 1, 1.1, "OK") +
+            Line("j0", 1, 3, "allreduce", 1, 3.2, "UNAVAILABLE", kLostShard1),
+        {f});
+    ASSERT_THAT(v, SizeIs(1));
+    EXPECT_FALSE(v[0].lost_with_shard);
+    EXPECT_THAT(v[0].what, HasSubstr("ranks disagree"));
+  }
 }
 
 TEST(HistoryTest, TheSameStepInAnotherRoundIsAnotherCollective) {
