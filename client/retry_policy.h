@@ -7,13 +7,13 @@
 // it (nothing of a partial answer reached the caller's memory), or
 // NOT_FOUND when none is kept. Then, if nothing of an answer had arrived
 // and the session is intact, it is retried with the same header, attempt
-// id included, so reducerd never counts it twice. All for at most kRetryBudget after the
-// first failure (kReplayBudget once the session is lost: a link that is
-// down comes back within a few seconds), and never past the collective's
-// deadline, pausing between tries from kFirstRetryPause doubling up to
-// kLastRetryPause. The budget is longer than the channels' longest
-// reconnect backoff, so that a dropped data connection that comes back is
-// found again.
+// id included, so reducerd never counts it twice. All for at most
+// kRetryBudget after the first failure (kReplayBudget once the session is
+// lost: a link that is down comes back within a few seconds), and never
+// past the collective's deadline, pausing between tries from
+// kFirstRetryPause doubling up to kLastRetryPause. The budget is longer
+// than the channels' longest reconnect backoff, so that a dropped data
+// connection that comes back is found again.
 #ifndef REDUCER_CLIENT_RETRY_POLICY_H_
 #define REDUCER_CLIENT_RETRY_POLICY_H_
 

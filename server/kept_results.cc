@@ -63,8 +63,8 @@ void KeptResults::Acknowledge(const std::string& session_id, uint64_t below,
     auto current = it++;
     const Entry& e = current->second;
     if (e.session_id == session_id &&
-        (e.number < below ||
-         std::find(received.begin(), received.end(), e.number) != received.end())) {
+        (e.number < below || std::find(received.begin(), received.end(),
+                                       e.number) != received.end())) {
       budget_->Release(e.bytes);
       bytes_ -= e.bytes;
       by_attempt_.erase(current);

@@ -21,7 +21,9 @@
 // call, as it always did.
 //
 //   KeptResults kept(&budget, absl::Seconds(15));
-//   if (kept.Reserve(n)) { ... kept.Keep("s1/7", rank, declared, messages, n); }
+//   if (kept.Reserve(n)) {
+//     ... kept.Keep("s1/7", rank, declared, messages, n);
+//   }
 //   std::optional<KeptResults::Kept> again = kept.Find("s1/7", rank);
 //   kept.Acknowledge("s1", 8);  // s1/0 .. s1/7 arrived: forget them
 //
@@ -40,8 +42,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/types/span.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "core/fingerprint.h"
 #include "server/memory_budget.h"
 #include "server/rank_channel.h"
