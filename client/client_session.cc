@@ -390,7 +390,7 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitRetrying() {
     attempt_ = session_->SendReplay(*this);
     absl::StatusOr<std::vector<Tensor>> replayed = attempt_->Wait();
     if (replayed.ok()) return replayed;
-    if (MayReplay(replayed.status())) continue;  // not reached, or not over yet
+    if (MayReplay(replayed.status())) continue;  // reducerd not reached: again
     if (replayed.status().code() != absl::StatusCode::kNotFound ||
         !MayRetry(result.status(), received_any, session_->SessionStatus())) {
       break;  // the first failure stands

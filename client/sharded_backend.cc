@@ -184,7 +184,7 @@ class ShardedAttempt final : public CollectiveAttempt {
       part->first_received_any = received_any;
       part->replay = true;
     } else if (MayReplay(outcome.status())) {
-      again = true;  // not reached, or its first call not over yet
+      again = true;  // the shard not reached: again
     } else if (outcome.status().code() == absl::StatusCode::kNotFound &&
                MayRetry(part->first_failure, part->first_received_any, session)) {
       again = true;  // not used: send it again

@@ -396,8 +396,10 @@ absl::Status Collective::Resume(int rank, const std::string& attempt_id,
         what, " is replayed declaring other tensors than it did"));
   }
   if (!m.cut_off) {
-    return absl::UnavailableError(absl::StrCat(
-        what, " is still being answered on its first call; ask again"));
+    // Its client gave that call up (its connection broke) before reducerd
+    // saw it end: the replay takes its place.
+    m.channel->Fail(absl::AbortedError(
+        absl::StrCat(what, "'s call was replaced by its replay")));
   }
   m.cut_off = false;
   m.channel = std::move(channel);

@@ -142,13 +142,13 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   void OnRankCancelled(int rank, const RankChannel* channel);
 
   // A replay (CollectiveHeader.replay) of `rank`'s attempt `attempt_id`,
-  // whose call was cut off after every input was in while its result was
-  // being kept: `channel` takes that call's place, gets every message sent
-  // so far at once, and the rest as it comes. UNAVAILABLE while the first
-  // call still counts as connected (its end has not been seen yet: ask
-  // again); NOT_FOUND when there is nothing to resume (another attempt, a
-  // result not kept, finished, failed); INVALID_ARGUMENT when `declared`
-  // (the replay's tensors) are not those the attempt declared.
+  // whose result is being kept and not yet whole: `channel` takes the
+  // place of the attempt's call (cut off, or failed ABORTED now: its client
+  // gave it up before reducerd saw it end), gets every message sent so far
+  // at once, and the rest as it comes. NOT_FOUND when there is nothing to
+  // resume (another attempt, a result not kept, finished, failed);
+  // INVALID_ARGUMENT when `declared` (the replay's tensors) are not those
+  // the attempt declared.
   absl::Status Resume(int rank, const std::string& attempt_id,
                       const std::vector<TensorSpec>& declared,
                       std::shared_ptr<RankChannel> channel);

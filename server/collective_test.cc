@@ -877,9 +877,6 @@ TEST_F(CollectiveTest, AReplayResumesACutOffCallWithItsWholeResult) {
   auto ch = DecideThen(
       *c, kN,
       [&](const auto& channels) {
-        // Its first call still counts as connected: ask again later.
-        EXPECT_EQ(c->Resume(1, "s1/0", declared, replay).code(),
-                  absl::StatusCode::kUnavailable);
         c->OnRankCancelled(1, channels[1].get());
         EXPECT_EQ(c->Resume(1, "s1/9", declared, replay).code(),
                   absl::StatusCode::kNotFound);  // another attempt
@@ -893,6 +890,27 @@ TEST_F(CollectiveTest, AReplayResumesACutOffCallWithItsWholeResult) {
   EXPECT_EQ(replay->Result(), Bytes(RampSum(3, kN)));
   ASSERT_FALSE(replay->messages().empty());
   EXPECT_EQ(replay->messages()[0].result, std::vector<TensorSpec>{Spec(DataType::kFloat32, {kN})});
+  for (int r : {0, 2}) ASSERT_TRUE(ch[r]->WaitEnded());
+  AcknowledgeWrites(*c, 1, *replay);
+  EXPECT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
+}
+
+TEST_F(CollectiveTest, AReplayTakesThePlaceOfACallNotYetSeenToEnd) {
+  constexpr int kN = 40;
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
+  auto replay = std::make_shared<FakeRankChannel>();
+  auto ch = DecideThen(
+      *c, kN,
+      [&](const auto&) {
+        EXPECT_TRUE(c->Resume(1, "s1/0", {Spec(DataType::kFloat32, {kN})}, replay)
+                        .ok());
+      },
+      /*attempt_ids=*/true);
+  ASSERT_TRUE(replay->WaitEnded());
+  EXPECT_TRUE(replay->finished_ok()) << replay->failure();
+  EXPECT_EQ(replay->Result(), Bytes(RampSum(3, kN)));
+  EXPECT_EQ(ch[1]->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(ch[1]->failure().message(), HasSubstr("replaced by its replay"));
   for (int r : {0, 2}) ASSERT_TRUE(ch[r]->WaitEnded());
   AcknowledgeWrites(*c, 1, *replay);
   EXPECT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";

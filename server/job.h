@@ -151,11 +151,11 @@ class Job {
   std::optional<int> RunningRankLocked(const std::string& session_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A replay of the attempt `header` names, in any epoch and whether or
-  // not its session still holds the rank: the collective of a call that
-  // was cut off resumes it (Collective::Resume), or a kept result is sent
-  // whole and null returned. UNAVAILABLE: its first call has not been seen
-  // to end yet (ask again); NOT_FOUND: nothing to send; INVALID_ARGUMENT:
-  // an attempt id not of `header.session_id`.
+  // not its session still holds the rank: the collective whose result for
+  // it is still being made resumes it on `stream` (Collective::Resume), or
+  // a kept result is sent whole and null returned. NOT_FOUND: nothing to
+  // send; INVALID_ARGUMENT: an attempt id not of `header.session_id`, or
+  // other tensors than the attempt declared.
   absl::StatusOr<std::shared_ptr<Collective>> Replay(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream)
       ABSL_LOCKS_EXCLUDED(mu_);
