@@ -79,6 +79,11 @@ ClientSession::ClientSession(ClientOptions options,
 
 absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
     const ClientOptions& options) {
+  return Open(options, NewDeviceStaging(options.cuda_staging_bytes));
+}
+
+absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
+    const ClientOptions& options, std::unique_ptr<DeviceStaging> staging) {
   if (options.job.empty()) {
     return absl::InvalidArgumentError("ClientOptions.job must not be empty");
   }
@@ -115,7 +120,7 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
         [raw] { return raw->SessionStatus(); }, raw->buffers_);
     raw->transport_ = raw->sharded_.get();
   }
-  raw->device_staging_ = NewDeviceStaging(options.cuda_staging_bytes);
+  raw->device_staging_ = std::move(staging);
   raw->staging_backend_ = std::make_unique<StagingBackend>(
       raw->transport_, raw->device_staging_.get());
 

@@ -101,6 +101,11 @@ class ClientSession final {
   // (client/shard_targets.h); a shard's failure names its address.
   static absl::StatusOr<std::unique_ptr<ClientSession>> Open(
       const ClientOptions& options);
+  // As Open, moving device tensors through `staging` instead of this
+  // build's (NewDeviceStaging): for tests, a staging of host memory that
+  // stands in for a GPU's.
+  static absl::StatusOr<std::unique_ptr<ClientSession>> Open(
+      const ClientOptions& options, std::unique_ptr<DeviceStaging> staging);
   // Closes the session: the server sees this rank leave.
   ~ClientSession();
 

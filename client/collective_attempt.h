@@ -4,7 +4,8 @@
 // sent when it is created; Wait() blocks for its outcome.
 //
 // Contract: caller memory behind the inputs is only read, and must stay valid
-// and unchanged until Wait() returns. Wait() is called at most once, from
+// and unchanged until Wait() returns; a byte is read only once the
+// contribution's AwaitPayload covered it. Wait() is called at most once, from
 // one thread.
 #ifndef REDUCER_CLIENT_COLLECTIVE_ATTEMPT_H_
 #define REDUCER_CLIENT_COLLECTIVE_ATTEMPT_H_
@@ -12,8 +13,10 @@
 #include <cstddef>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/input_gate.h"
 #include "core/device.h"
 #include "core/tensor.h"
 #include "core/payload_layout.h"
@@ -33,8 +36,19 @@ struct Contribution {
   // cudaStream_t the inputs are ordered after (null: the default stream).
   Device device;
   void* cuda_stream = nullptr;
+  // Null: every input byte may be read now. Else the staging that is still
+  // filling `inputs` (it outlives every attempt of this contribution), and
+  // a transport reads payload bytes only after AwaitPayload covered them.
+  const InputGate* inputs_gate = nullptr;
 
   size_t payload_bytes() const { return send_payload ? layout.total_bytes : 0; }
+
+  // OK once payload bytes [0, end) may be read; InputGate::Await's errors
+  // (the copy's own, or DEADLINE_EXCEEDED at `deadline`) otherwise.
+  absl::Status AwaitPayload(size_t end) const {
+    if (inputs_gate == nullptr || end == 0) return absl::OkStatus();
+    return inputs_gate->Await(end, deadline);
+  }
 };
 
 class CollectiveAttempt {

@@ -40,6 +40,11 @@ CollectiveCall::~CollectiveCall() {
       absl::InfiniteFuture());
 }
 
+size_t CollectiveCall::PayloadEnd(size_t index) const {
+  if (!contribution_->send_payload) return 0;
+  return std::min((index + 1) * chunk_bytes_, contribution_->payload_bytes());
+}
+
 size_t CollectiveCall::NumMessages() const {
   const size_t payload = contribution_->payload_bytes();
   return std::max<size_t>(1, (payload + chunk_bytes_ - 1) / chunk_bytes_);
@@ -51,21 +56,36 @@ grpc::ByteBuffer CollectiveCall::BuildMessage(size_t index) const {
   std::vector<grpc::Slice> data;
   if (contribution_->send_payload) {
     const size_t begin = index * chunk_bytes_;
-    const size_t end =
-        std::min(begin + chunk_bytes_, contribution_->payload_bytes());
     fields.set_offset(begin);
-    data = PayloadSlices(contribution_->layout, contribution_->inputs, begin, end);
+    data = PayloadSlices(contribution_->layout, contribution_->inputs, begin,
+                         PayloadEnd(index));
   }
   return EncodeMessage(fields, data);
 }
 
 void CollectiveCall::Start() {
+  // The first message's bytes, awaited before the stream opens: a call
+  // whose inputs cannot be read sends nothing at all.
+  absl::Status ready = contribution_->AwaitPayload(PayloadEnd(0));
   absl::MutexLock lock(&mu_);
+  if (!ready.ok()) {
+    SetErrorLocked(std::move(ready));
+    return;
+  }
   stream_.Start(stub_, kCollectiveMethod);
   WriteMessageLocked(0);
 }
 
 void CollectiveCall::WriteMessageLocked(size_t index) {
+  // Device staging copies chunks ahead of the stream, far faster than it
+  // sends, so this rarely waits (and then for one chunk's copy), though on
+  // the completion thread with mu_ held.
+  absl::Status ready = contribution_->AwaitPayload(PayloadEnd(index));
+  if (!ready.ok()) {
+    SetErrorLocked(std::move(ready));
+    stream_.Cancel();
+    return;
+  }
   stream_.Write(index, BuildMessage(index), index + 1 == NumMessages());
 }
 
@@ -96,6 +116,7 @@ absl::StatusOr<std::vector<Tensor>> CollectiveCall::Wait() {
   {
     absl::MutexLock lock(&mu_);
     if (!stream_.started()) {
+      if (!error_.ok()) return error_;
       return absl::InternalError("collective call never started");
     }
   }

@@ -4,7 +4,9 @@
 // one write at a time, the last one half-closing the stream; assembles the
 // result the server streams back into newly allocated tensors. Completions
 // come through the client's CompletionDriver, so Wait() reads the answer
-// on the waiting thread.
+// on the waiting thread. A message is built only once the contribution's
+// AwaitPayload covered its bytes (device staging may still be copying
+// later ones); if that fails, the call fails with its error.
 //
 //   CollectiveCall call(&stub, &driver, &contribution, chunk_bytes, buffers);
 //   call.Start();
@@ -67,6 +69,8 @@ class CollectiveCall final : public CollectiveAttempt,
   // Builds message `index` of the payload (the first carries the header).
   grpc::ByteBuffer BuildMessage(size_t index) const;
   size_t NumMessages() const;
+  // The end of the payload bytes message `index` carries (0 for none).
+  size_t PayloadEnd(size_t index) const;
   // Queues message `index` (the last one half-closes the stream).
   void WriteMessageLocked(size_t index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetErrorLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

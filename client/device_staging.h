@@ -7,7 +7,7 @@
 //
 //   absl::Status ok = staging->CheckMemory(view.device(), {view.data()}, "AllReduce input");
 //   absl::StatusOr<std::unique_ptr<StagedInputs>> host = staging->ToHost(contribution);
-//   ... the host collective on (*host)->inputs() ...
+//   ... the host collective on (*host)->inputs(), gated by (*host)->gate() ...
 //   absl::StatusOr<Tensor> on_gpu = staging->ToDevice(result, device, stream);
 //
 // Implementations are thread-safe.
@@ -23,18 +23,23 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "client/collective_attempt.h"
+#include "client/input_gate.h"
 #include "core/device.h"
 #include "core/tensor.h"
 
 namespace reducer {
 
-// Host copies of one contribution's device inputs. Holds its host memory
-// (pinned memory goes back to the client's pool when this is destroyed).
+// Host copies of one contribution's device inputs, possibly still being
+// filled. Holds its host memory (pinned memory goes back to the client's
+// pool); destroying it first waits for copies still running.
 class StagedInputs {
  public:
   virtual ~StagedInputs() = default;
   // inputs()[i]: tensor i's bytes in host memory, as Contribution::inputs.
   virtual const std::vector<const void*>& inputs() const = 0;
+  // Null when every byte of inputs() is there already; else the gate that
+  // says which are (Contribution::inputs_gate), valid while this lives.
+  virtual const InputGate* gate() const { return nullptr; }
 };
 
 class DeviceStaging {
@@ -56,8 +61,10 @@ class DeviceStaging {
 
   // Host copies of `contribution.inputs` (memory of contribution.device,
   // payload_bytes() of them laid out by contribution.layout), read after
-  // the work queued on contribution.cuda_stream. INTERNAL naming the CUDA
-  // call and its error when a copy fails.
+  // the work queued on contribution.cuda_stream. May return while the
+  // copies still run, chunk by chunk; the result's gate() then says which
+  // bytes are there. INTERNAL naming the CUDA call and its error when a
+  // copy cannot be queued (or, through the gate, when one fails).
   virtual absl::StatusOr<std::unique_ptr<StagedInputs>> ToHost(
       const Contribution& contribution) = 0;
 

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/failed_attempt.h"
 #include "client/partition_split.h"
 #include "client/retry_policy.h"
 
@@ -247,6 +248,13 @@ class ShardedAttempt final : public CollectiveAttempt {
 
 std::unique_ptr<CollectiveAttempt> ShardedBackend::Start(
     const Contribution& contribution) {
+  // Splitting reads the inputs (a reduce-scatter gathers its partitions'
+  // pieces), and partitions carry no gate: device staging's copies must be
+  // done first. One shard takes the contribution whole, gate included.
+  if (shards_.size() > 1) {
+    absl::Status ready = contribution.AwaitPayload(contribution.payload_bytes());
+    if (!ready.ok()) return std::make_unique<FailedAttempt>(std::move(ready));
+  }
   return std::make_unique<ShardedAttempt>(this, contribution);
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/call_payload.h"
+#include "client/failed_attempt.h"
 #include "grpcpp/support/slice.h"
 #include "proto/reducer/v1/collective_codec.h"
 
@@ -113,24 +114,6 @@ class SharedMemoryBackend::Attempt final : public CollectiveAttempt {
   bool received_any_ = false;
 };
 
-namespace {
-
-// An attempt that failed before it was sent.
-class FailedAttempt final : public CollectiveAttempt {
- public:
-  explicit FailedAttempt(absl::Status status) : status_(std::move(status)) {}
-  absl::StatusOr<std::vector<Tensor>> Wait() override { return status_; }
-  bool Ready() override { return true; }
-  bool Settled() override { return true; }
-  void Cancel() override {}
-  bool received_any() const override { return false; }
-
- private:
-  const absl::Status status_;
-};
-
-}  // namespace
-
 SharedMemoryBackend::SharedMemoryBackend(
     SharedMemoryChannel channel, std::string target,
     std::shared_ptr<BufferCache> buffers,
@@ -179,6 +162,9 @@ std::unique_ptr<CollectiveAttempt> SharedMemoryBackend::TryStart(
     const Contribution& contribution) {
   if (!status().ok()) return nullptr;
   const size_t bytes = contribution.payload_bytes();
+  // Device staging may still be filling the inputs; they are packed whole.
+  absl::Status ready = contribution.AwaitPayload(bytes);
+  if (!ready.ok()) return std::make_unique<FailedAttempt>(std::move(ready));
   v1::CollectiveRequest request;
   const uint64_t call_id = next_call_id_.fetch_add(1);
   request.set_call_id(call_id);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/call_payload.h"
+#include "client/failed_attempt.h"
 #include "core/fingerprint.h"
 #include "proto/reducer/v1/collective_codec.h"
 #include "proto/reducer/v1/status_conversion.h"
@@ -161,6 +162,9 @@ SmallCallStream::~SmallCallStream() {
 std::unique_ptr<CollectiveAttempt> SmallCallStream::Start(
     const Contribution& contribution) {
   const size_t bytes = contribution.payload_bytes();
+  // Device staging may still be filling the inputs; one message reads all.
+  absl::Status ready = contribution.AwaitPayload(bytes);
+  if (!ready.ok()) return std::make_unique<FailedAttempt>(std::move(ready));
   const std::vector<grpc::Slice> data =
       bytes > 0 && bytes <= kPackedPayloadBytes &&
               contribution.layout.offsets.size() > 1

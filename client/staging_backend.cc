@@ -26,6 +26,8 @@ class StagedAttempt final : public CollectiveAttempt {
     host_contribution_.inputs = staged_->inputs();
     host_contribution_.device = Device::Cpu();
     host_contribution_.cuda_stream = nullptr;
+    // The transports send each chunk as soon as its copy is done.
+    host_contribution_.inputs_gate = staged_->gate();
     attempt_ = host->Start(host_contribution_);
   }
 

@@ -1,8 +1,10 @@
 // StagingBackend: the CollectiveBackend that lets collectives run on GPU
 // memory. It wraps the backend that carries host collectives (the router):
 // a contribution on the CPU goes straight through; one on a CUDA device is
-// copied to host memory first (DeviceStaging::ToHost, after the work queued
-// on the caller's stream), travels as a host collective, and its results
+// copied to host memory (DeviceStaging::ToHost, after the work queued on
+// the caller's stream) and travels as a host collective whose transport
+// sends each chunk as soon as its copy is done (the staged inputs' gate,
+// client/input_gate.h), and its results
 // are copied into new allocations on the input's device before Wait()
 // returns them. The transports below never see device memory.
 //

@@ -50,6 +50,16 @@ void CheckLayout(const py::array& array, DataType dtype) {
   }
 }
 
+// `x` as the numpy array it must be when it is not a DeviceArray.
+py::array AsNumpy(const py::object& x) {
+  if (!py::isinstance<py::array>(x)) {
+    throw py::type_error(absl::StrCat(
+        "reducer: expected a numpy array or a DeviceArray, got ",
+        std::string(py::str(py::type::of(x).attr("__name__")))));
+  }
+  return x.cast<py::array>();
+}
+
 }  // namespace
 
 DataType ParseDataType(const std::string& name) {
@@ -73,12 +83,26 @@ ReduceOp ParseReduceOp(const std::string& name) {
                                      absl::StrJoin(names, ", ")));
 }
 
-TensorView ReadView(const py::array& array, DataType dtype) {
+TensorView ReadView(const py::object& x, DataType dtype) {
+  if (py::isinstance<DeviceArray>(x)) {
+    const DeviceArray& d = x.cast<const DeviceArray&>();
+    return TensorView::OnDevice(Device::Cuda(d.device),
+                                reinterpret_cast<const void*>(d.data), dtype,
+                                d.shape);
+  }
+  py::array array = AsNumpy(x);
   CheckLayout(array, dtype);
   return TensorView(array.data(), dtype, ShapeOf(array));
 }
 
-MutableTensorView WriteView(const py::array& array, DataType dtype) {
+MutableTensorView WriteView(const py::object& x, DataType dtype) {
+  if (py::isinstance<DeviceArray>(x)) {
+    const DeviceArray& d = x.cast<const DeviceArray&>();
+    return MutableTensorView::OnDevice(Device::Cuda(d.device),
+                                       reinterpret_cast<void*>(d.data), dtype,
+                                       d.shape);
+  }
+  py::array array = AsNumpy(x);
   CheckLayout(array, dtype);
   if (!array.writeable()) {
     throw py::value_error(
@@ -89,7 +113,15 @@ MutableTensorView WriteView(const py::array& array, DataType dtype) {
                            ShapeOf(array));
 }
 
-py::array ToArray(Tensor tensor) {
+void UseStreamOf(const py::object& x, CallOptions* options) {
+  if (py::isinstance<DeviceArray>(x)) {
+    options->cuda_stream =
+        reinterpret_cast<void*>(x.cast<const DeviceArray&>().stream);
+  }
+}
+
+py::object ToArray(Tensor tensor) {
+  if (tensor.device().is_cuda()) return WrapDeviceResult(std::move(tensor));
   py::dtype dtype = NumpyDtype(tensor.dtype());
   std::vector<py::ssize_t> shape(tensor.shape().begin(), tensor.shape().end());
   auto owned = std::make_unique<Tensor>(std::move(tensor));

@@ -22,6 +22,7 @@
 #include "core/data_type.h"
 #include "core/tensor.h"
 #include "pybind11/numpy.h"
+#include "python/device_array.h"
 #include "pybind11/pybind11.h"
 
 namespace reducer::python {
@@ -34,16 +35,21 @@ DataType ParseDataType(const std::string& name);
 // ValueError naming the value and the accepted names otherwise.
 ReduceOp ParseReduceOp(const std::string& name);
 
-// A read-only view of `array`'s memory, which must stay alive (and unchanged)
-// for as long as the view is used.
-TensorView ReadView(const pybind11::array& array, DataType dtype);
+// A read-only view of `x`'s memory, which must stay alive (and unchanged)
+// for as long as the view is used. `x` is a numpy array, or a DeviceArray
+// (python/device_array.h) for memory of a CUDA device.
+TensorView ReadView(const pybind11::object& x, DataType dtype);
 
-// A writable view of `array`'s memory (it must be writeable), which must stay
-// alive for as long as the view is used.
-MutableTensorView WriteView(const pybind11::array& array, DataType dtype);
+// A writable view of `x`'s memory (a numpy array must be writeable), which
+// must stay alive for as long as the view is used.
+MutableTensorView WriteView(const pybind11::object& x, DataType dtype);
 
-// A numpy array that owns `tensor` (moved into it; no copy of the bytes).
-pybind11::array ToArray(Tensor tensor);
+// Sets options->cuda_stream to the stream of `x` when it is a DeviceArray.
+void UseStreamOf(const pybind11::object& x, CallOptions* options);
+
+// A numpy array that owns `tensor` (moved into it; no copy of the bytes),
+// or for a tensor on a CUDA device a DeviceArray that owns it.
+pybind11::object ToArray(Tensor tensor);
 
 // CallOptions from the keyword arguments every collective takes: `group`
 // (ranks, None for all), `name` (empty: match by call order) and `timeout`

@@ -19,6 +19,7 @@
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
 #include "python/array_view.h"
+#include "python/device_array.h"
 #include "python/status_error.h"
 
 namespace reducer::python {
@@ -72,12 +73,13 @@ class PyClient {
   int rank() const { return client()->rank(); }
   int world_size() const { return client()->world_size(); }
 
-  py::array AllReduce(const py::array& x, const std::string& dtype,
+  py::object AllReduce(const py::object& x, const std::string& dtype,
                       const std::string& op, const Group& group,
                       const std::string& name, Timeout timeout) {
     TensorView view = ReadView(x, ParseDataType(dtype));
     ReduceOp reduce_op = ParseReduceOp(op);
     CallOptions options = MakeCallOptions(group, name, timeout);
+    UseStreamOf(x, &options);
     absl::StatusOr<Tensor> result;
     {
       py::gil_scoped_release release;
@@ -86,12 +88,13 @@ class PyClient {
     return ToArray(ValueOrThrow(std::move(result)));
   }
 
-  void AllReduceInPlace(const py::array& x, const std::string& dtype,
+  void AllReduceInPlace(const py::object& x, const std::string& dtype,
                         const std::string& op, const Group& group,
                         const std::string& name, Timeout timeout) {
     MutableTensorView view = WriteView(x, ParseDataType(dtype));
     ReduceOp reduce_op = ParseReduceOp(op);
     CallOptions options = MakeCallOptions(group, name, timeout);
+    UseStreamOf(x, &options);
     absl::Status status;
     {
       py::gil_scoped_release release;
@@ -124,7 +127,7 @@ class PyClient {
     return ValueOrThrow(std::move(result));
   }
 
-  std::vector<py::array> AllReduceMany(const std::vector<py::array>& xs,
+  std::vector<py::object> AllReduceMany(const std::vector<py::object>& xs,
                                        const std::vector<std::string>& dtypes,
                                        const std::vector<std::string>& ops,
                                        const Group& group,
@@ -140,22 +143,24 @@ class PyClient {
       reduce_ops.push_back(ParseReduceOp(ops[i]));
     }
     CallOptions options = MakeCallOptions(group, name, timeout);
+    if (!xs.empty()) UseStreamOf(xs[0], &options);
     absl::StatusOr<std::vector<Tensor>> result;
     {
       py::gil_scoped_release release;
       result = client()->AllReduceMany(views, reduce_ops, options);
     }
     std::vector<Tensor> tensors = ValueOrThrow(std::move(result));
-    std::vector<py::array> arrays;
+    std::vector<py::object> arrays;
     for (Tensor& t : tensors) arrays.push_back(ToArray(std::move(t)));
     return arrays;
   }
 
-  py::array AllGather(const py::array& x, const std::string& dtype,
+  py::object AllGather(const py::object& x, const std::string& dtype,
                       const Group& group, const std::string& name,
                       Timeout timeout) {
     TensorView view = ReadView(x, ParseDataType(dtype));
     CallOptions options = MakeCallOptions(group, name, timeout);
+    UseStreamOf(x, &options);
     absl::StatusOr<Tensor> result;
     {
       py::gil_scoped_release release;
@@ -165,12 +170,13 @@ class PyClient {
   }
 
   // `x` None: this rank does not know the root's dtype or shape.
-  py::array Broadcast(const std::optional<py::array>& x,
+  py::object Broadcast(const std::optional<py::object>& x,
                       const std::string& dtype, int root, const Group& group,
                       const std::string& name, Timeout timeout) {
     TensorView view;
     if (x.has_value()) view = ReadView(*x, ParseDataType(dtype));
     CallOptions options = MakeCallOptions(group, name, timeout);
+    if (x.has_value()) UseStreamOf(*x, &options);
     absl::StatusOr<Tensor> result;
     {
       py::gil_scoped_release release;
@@ -179,11 +185,12 @@ class PyClient {
     return ToArray(ValueOrThrow(std::move(result)));
   }
 
-  void BroadcastInPlace(const py::array& x, const std::string& dtype, int root,
+  void BroadcastInPlace(const py::object& x, const std::string& dtype, int root,
                         const Group& group, const std::string& name,
                         Timeout timeout) {
     MutableTensorView view = WriteView(x, ParseDataType(dtype));
     CallOptions options = MakeCallOptions(group, name, timeout);
+    UseStreamOf(x, &options);
     absl::Status status;
     {
       py::gil_scoped_release release;
@@ -192,12 +199,13 @@ class PyClient {
     ThrowIfError(status);
   }
 
-  py::array ReduceScatter(const py::array& x, const std::string& dtype,
+  py::object ReduceScatter(const py::object& x, const std::string& dtype,
                           const std::string& op, const Group& group,
                           const std::string& name, Timeout timeout) {
     TensorView view = ReadView(x, ParseDataType(dtype));
     ReduceOp reduce_op = ParseReduceOp(op);
     CallOptions options = MakeCallOptions(group, name, timeout);
+    UseStreamOf(x, &options);
     absl::StatusOr<Tensor> result;
     {
       py::gil_scoped_release release;
@@ -225,7 +233,7 @@ class PyClient {
 // waited for. Not thread-safe: one thread waits on a handle.
 class PyHandle {
  public:
-  PyHandle(std::shared_ptr<Client> client, py::array input,
+  PyHandle(std::shared_ptr<Client> client, py::object input,
            std::unique_ptr<AllReduceHandle> out_of_place,
            std::unique_ptr<AllReduceInPlaceHandle> in_place)
       : client_(std::move(client)),
@@ -272,13 +280,13 @@ class PyHandle {
 
  private:
   std::shared_ptr<Client> client_;
-  py::array input_;
+  py::object input_;
   std::unique_ptr<AllReduceHandle> out_of_place_;
   std::unique_ptr<AllReduceInPlaceHandle> in_place_;
   bool waited_ = false;
 };
 
-std::unique_ptr<PyHandle> AllReduceAsync(PyClient& self, const py::array& x,
+std::unique_ptr<PyHandle> AllReduceAsync(PyClient& self, const py::object& x,
                                          const std::string& dtype,
                                          const std::string& op, bool in_place,
                                          const Group& group,
@@ -287,6 +295,7 @@ std::unique_ptr<PyHandle> AllReduceAsync(PyClient& self, const py::array& x,
   DataType data_type = ParseDataType(dtype);
   ReduceOp reduce_op = ParseReduceOp(op);
   CallOptions options = MakeCallOptions(group, name, timeout);
+  UseStreamOf(x, &options);
   std::shared_ptr<Client> client = self.client();
   if (in_place) {
     MutableTensorView view = WriteView(x, data_type);
@@ -315,15 +324,15 @@ class PyMetricSync {
   // Registers `state` (referenced, not copied) under `name`; a repeated name
   // replaces the earlier state. A read-only state may be reduced out of place
   // only.
-  void Add(const std::string& name, const py::array& state,
+  void Add(const std::string& name, const py::object& state,
            const std::string& dtype, const std::string& op) {
     DataType data_type = ParseDataType(dtype);
     ReduceOp reduce_op = ParseReduceOp(op);
-    (void)ReadView(state, data_type);  // layout checks
+    const TensorView read = ReadView(state, data_type);  // layout checks
     // The out-of-place Reduce only reads the state; reduce_() checks that
-    // every state is writeable before it starts.
-    MutableTensorView view(const_cast<void*>(state.data()), data_type,
-                           ReadView(state, data_type).shape());
+    // every host state is writeable before it starts.
+    MutableTensorView view = MutableTensorView::OnDevice(
+        read.device(), const_cast<void*>(read.data()), data_type, read.shape());
     sync_.Add(name, view, reduce_op);
     states_[name] = state;
   }
@@ -346,7 +355,8 @@ class PyMetricSync {
   void ReduceInPlace(const Group& group, const std::string& name,
                      Timeout timeout) {
     for (const auto& [key, state] : states_) {
-      if (!state.writeable()) {
+      if (py::isinstance<py::array>(state) &&
+          !state.cast<py::array>().writeable()) {
         throw py::value_error("reducer: MetricSync.reduce_() needs writeable "
                               "states; '" + key + "' is read-only");
       }
@@ -363,7 +373,7 @@ class PyMetricSync {
  private:
   std::shared_ptr<Client> client_;  // keeps the client alive for sync_
   MetricSync sync_;
-  absl::flat_hash_map<std::string, py::array> states_;
+  absl::flat_hash_map<std::string, py::object> states_;
 };
 
 // Defines method `name` of `cls` with the positional `args` followed by the
@@ -378,6 +388,8 @@ void DefCall(Class& cls, const char* name, F&& f, Args&&... args) {
 void DefineModule(py::module_& m) {
   m.doc() = "Reducer client (use the `reducer` package, not this module)";
   RegisterStatusErrorTranslator();
+
+  DefineDeviceArray(m);
 
   py::class_<PyClient> client(m, "Client");
   client

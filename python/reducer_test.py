@@ -363,6 +363,48 @@ def test_bad_inputs_raise_before_anything_is_sent(server):
         np.testing.assert_array_equal(out, [2])
 
 
+def test_device_array_is_refused_up_front_without_a_gpu(server):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: test_torch_cuda_tensors covers it")
+
+    def body(c):
+        host = np.ones(4, np.float32)
+        on_gpu = reducer._reducer.DeviceArray(host.ctypes.data, [4], 0, 0, host)
+        # Built with CUDA, the runtime finds no device; built without, the
+        # library says so. Either way nothing is sent.
+        with pytest.raises(reducer.FailedPrecondition,
+                           match="cuda:0.*(cudaGetDeviceCount|built without CUDA)"):
+            c._client.all_reduce(on_gpu, "float32", "sum")
+        with pytest.raises(AttributeError, match="only a result DeviceArray"):
+            on_gpu.__cuda_array_interface__
+        return c.all_reduce(np.array([1], np.int64), name="after")
+
+    for out in run(server, body, world_size=2):
+        np.testing.assert_array_equal(out, [2])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
+def test_torch_cuda_tensors(server, dtype):
+    inputs = [torch.from_numpy(rank_input(r, np.int64)).to(dtype) for r in range(W)]
+    want = inputs[0].clone()
+    for x in inputs[1:]:
+        want = torch.maximum(want, x)
+
+    def body(c):
+        x = inputs[c.rank].to("cuda:0")
+        before = x.clone()
+        out = c.all_reduce(x, op="max")
+        assert out.device == x.device and out.dtype == dtype
+        assert torch.equal(x, before)  # out of place: input untouched
+        c.all_reduce_(x, op="max")
+        return out.cpu(), x.cpu()
+
+    for out, inplace in run(server, body):
+        assert torch.equal(out, want)
+        assert torch.equal(inplace, want)
+
+
 def test_gil_released_while_a_collective_waits(server):
     job = new_job()
     ticks = []

@@ -5,12 +5,23 @@
 //      null: the legacy default stream), and the client's copy stream for
 //      that device (non-blocking, created once) waits on it, so the copies
 //      read the input only after the work queued before the call;
-//   2. every input is copied with cudaMemcpyAsync on the copy stream into
-//      host memory laid out as the payload: the client's pinned block when
-//      it is free and large enough (allocated once, at the first staged
-//      call, ClientOptions::cuda_staging_bytes), else ordinary memory;
-//   3. the copy stream is synchronised: the host bytes are complete before
-//      the host collective starts.
+//   2. the payload is copied in chunks of kStagingChunkBytes, front to back,
+//      into host memory laid out as the payload, all queued at once on the
+//      copy stream:
+//      - into the client's pinned block when it is free and holds the whole
+//        payload (allocated once, at the first staged call, of
+//        ClientOptions::cuda_staging_bytes);
+//      - else into ordinary memory, each chunk through the pinned block
+//        (one chunk of it, when free) and moved on by the chunk's host
+//        function; else straight into ordinary memory (cudaMemcpyAsync then
+//        returns only once each chunk is copied);
+//   3. after each chunk a host function (cudaLaunchHostFunc) advances the
+//      contribution's CopyProgress, the gate the transports await, so the
+//      first chunk is on the wire while later ones are still copying. A
+//      payload of one chunk or less is waited for here instead: there is
+//      nothing to overlap, and the transport then never waits.
+// The staged inputs, when destroyed, wait for their copies (an event after
+// the last one) before their memory is freed or the pinned block reused.
 // Host to device (ToDevice): a new cudaMalloc allocation on the input's
 // device, filled by cudaMemcpyAsync on the copy stream and synchronised
 // before it is returned. In place (CopyInto): the complete result is copied
@@ -21,6 +32,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -28,6 +40,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/copy_progress.h"
 #include "client/device_staging.h"
 #include "core/buffer_cache.h"
 
@@ -95,34 +108,68 @@ void* CloneDeviceMemory(const void* p, size_t bytes) {
 
 constexpr ForeignMemory kCudaMemory = {&FreeDeviceMemory, &CloneDeviceMemory};
 
-// Rounds staged tensors' offsets up to this, so every copy starts aligned.
-constexpr size_t kStagingAlignment = 256;
-
-size_t RoundUp(size_t n) {
-  return (n + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment;
-}
+// Bytes copied (and handed to the transport) at a time. Copies of a few MiB
+// run at the link's peak; the first message waits for one chunk (about
+// 0.1 to 0.4 ms over PCIe), and a host function per chunk costs a few us.
+constexpr size_t kStagingChunkBytes = size_t{4} << 20;
 
 class CudaDeviceStaging;
 
-// Host copies of one contribution's inputs: in the pinned block (returned to
-// the pool on destruction) or in ordinary memory.
+// One chunk's host function: moves the chunk out of the bounce buffer when
+// there is one, then advances the progress. Runs on CUDA's callback thread:
+// no CUDA calls here.
+struct ChunkLanding {
+  CopyProgress* progress;         // the staged inputs'
+  const char* bounce = nullptr;   // the pinned chunk the copy landed in, or null
+  char* destination = nullptr;    // where the chunk goes (with a bounce)
+  size_t bytes = 0;               // of the chunk (with a bounce)
+  size_t end = 0;                 // the payload is there up to here
+};
+
+void CUDART_CB LandChunk(void* data);
+
+// Host copies of one contribution's inputs: in the pinned block, or in
+// ordinary memory (maybe through the pinned block), filled by the copy
+// stream. Holds the pinned block, if it took it, until destroyed.
 class CudaStagedInputs final : public StagedInputs {
  public:
-  CudaStagedInputs(CudaDeviceStaging* pool, void* pinned, Buffer pageable)
-      : pool_(pool), pinned_(pinned), pageable_(std::move(pageable)) {}
+  CudaStagedInputs(CudaDeviceStaging* pool, size_t total_bytes)
+      : pool_(pool), progress_(total_bytes) {}
   ~CudaStagedInputs() override;
 
   const std::vector<const void*>& inputs() const override { return inputs_; }
+  const InputGate* gate() const override { return gated_ ? &progress_ : nullptr; }
+
+  // The staging memory: the pinned block, or `pageable` (copied through
+  // `bounce`, the pinned block, unless it is null). This holds the pinned
+  // block until destroyed.
+  void UsePinned(void* pinned) { pinned_ = pinned; }
+  void UsePageable(Buffer pageable, void* bounce) {
+    pageable_ = std::move(pageable);
+    pinned_ = bounce;
+  }
   char* memory() {
-    return static_cast<char*>(pinned_ != nullptr ? pinned_ : pageable_.get());
+    return static_cast<char*>(pageable_ != nullptr ? pageable_.get() : pinned_);
   }
   std::vector<const void*>& mutable_inputs() { return inputs_; }
+  CopyProgress* progress() { return &progress_; }
+  // Landings live here until the copies are done.
+  std::vector<ChunkLanding>& landings() { return landings_; }
+  // The transports must await the progress.
+  void set_gated() { gated_ = true; }
+  // Recorded on the copy stream after the last copy: the destructor waits
+  // for it. Owned from here on.
+  void set_done(cudaEvent_t done) { done_ = done; }
 
  private:
   CudaDeviceStaging* const pool_;  // not owned; outlives this
-  void* const pinned_;             // the pool's block, or null
+  void* pinned_ = nullptr;         // the pool's block (whole or bounce), or null
   Buffer pageable_;
   std::vector<const void*> inputs_;
+  CopyProgress progress_;
+  std::vector<ChunkLanding> landings_;
+  bool gated_ = false;
+  cudaEvent_t done_ = nullptr;
 };
 
 class CudaDeviceStaging final : public DeviceStaging {
@@ -195,32 +242,42 @@ class CudaDeviceStaging final : public DeviceStaging {
   absl::StatusOr<std::unique_ptr<StagedInputs>> ToHost(
       const Contribution& contribution) override {
     const size_t n = contribution.inputs.size();
-    if (!contribution.send_payload) {
-      // Shapes only (a Broadcast's non-root): nothing is read.
-      auto staged = std::make_unique<CudaStagedInputs>(this, nullptr, Buffer());
+    const size_t total = contribution.payload_bytes();
+    auto staged = std::make_unique<CudaStagedInputs>(this, total);
+    if (total == 0) {
+      // Shapes only (a Broadcast's non-root), or nothing but empty tensors:
+      // nothing is read.
       staged->mutable_inputs().assign(n, nullptr);
       return staged;
-    }
-    std::vector<size_t> offsets(n);
-    size_t total = 0;
-    for (size_t i = 0; i < n; ++i) {
-      offsets[i] = total;
-      total = RoundUp(total + contribution.layout.sizes[i]);
     }
     ScopedDevice scoped;
     absl::Status set = scoped.Set(contribution.device.index());
     if (!set.ok()) return set;
     absl::StatusOr<cudaStream_t> copy = CopyStream(contribution.device.index());
     if (!copy.ok()) return copy.status();
-    void* pinned = AcquirePinned(total);
-    std::unique_ptr<CudaStagedInputs> staged = std::make_unique<CudaStagedInputs>(
-        this, pinned, pinned != nullptr ? Buffer() : AllocateBuffer(total));
+
+    // Where the bytes go: the pinned block whole, or ordinary memory
+    // (through one pinned chunk when the block is free).
+    char* bounce = nullptr;
+    size_t chunk = kStagingChunkBytes;
+    if (void* pinned = AcquirePinned(total)) {
+      staged->UsePinned(pinned);
+    } else {
+      // A block smaller than a chunk is not worth the extra copy.
+      bounce = static_cast<char*>(AcquirePinned(chunk));
+      staged->UsePageable(AllocateBuffer(total), bounce);
+    }
     char* memory = staged->memory();
+    for (size_t i = 0; i < n; ++i) {
+      staged->mutable_inputs().push_back(memory + contribution.layout.offsets[i]);
+    }
 
     cudaStream_t caller = static_cast<cudaStream_t>(contribution.cuda_stream);
     cudaEvent_t queued;
     cudaError_t error = cudaEventCreateWithFlags(&queued, cudaEventDisableTiming);
-    if (error != cudaSuccess) return CudaError("cudaEventCreateWithFlags", "staging inputs", error);
+    if (error != cudaSuccess) {
+      return CudaError("cudaEventCreateWithFlags", "staging inputs", error);
+    }
     error = cudaEventRecord(queued, caller);
     if (error == cudaSuccess) error = cudaStreamWaitEvent(*copy, queued, 0);
     cudaEventDestroy(queued);  // released once the wait is done
@@ -228,25 +285,37 @@ class CudaDeviceStaging final : public DeviceStaging {
       return CudaError("cudaEventRecord/cudaStreamWaitEvent",
                        "ordering the copies after the caller's stream", error);
     }
-    for (size_t i = 0; i < n; ++i) {
-      const size_t bytes = contribution.layout.sizes[i];
-      staged->mutable_inputs().push_back(memory + offsets[i]);
-      if (bytes == 0) continue;
-      error = cudaMemcpyAsync(memory + offsets[i], contribution.inputs[i], bytes,
-                              cudaMemcpyDeviceToHost, *copy);
+
+    const absl::Status queued_all =
+        QueueChunks(contribution, *copy, chunk, bounce, staged.get());
+    cudaEvent_t done;
+    error = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    if (error == cudaSuccess) {
+      error = cudaEventRecord(done, *copy);
+      if (error != cudaSuccess) cudaEventDestroy(done);
+    }
+    if (error == cudaSuccess) {
+      staged->set_done(done);
+    } else {
+      // Without the event, wait here for what was queued.
+      cudaStreamSynchronize(*copy);
+    }
+    if (!queued_all.ok()) return queued_all;  // staged waits for its copies
+    if (error != cudaSuccess) {
+      return CudaError("cudaEventRecord", "marking the end of the input copies", error);
+    }
+    if (total <= chunk) {
+      // One chunk: nothing to overlap; the transport reads it complete.
+      error = cudaStreamSynchronize(*copy);
       if (error != cudaSuccess) {
-        cudaStreamSynchronize(*copy);
-        return CudaError("cudaMemcpyAsync",
-                         absl::StrCat("device to host, tensor ", i, ", ", bytes,
-                                      " bytes from ", contribution.device.ToString()),
+        return CudaError("cudaStreamSynchronize",
+                         absl::StrCat("device to host copies of ", n, " tensors (",
+                                      total, " bytes) from ",
+                                      contribution.device.ToString()),
                          error);
       }
-    }
-    error = cudaStreamSynchronize(*copy);
-    if (error != cudaSuccess) {
-      return CudaError("cudaStreamSynchronize",
-                       absl::StrCat("device to host copies of ", n, " tensors"),
-                       error);
+    } else {
+      staged->set_gated();
     }
     return staged;
   }
@@ -310,6 +379,75 @@ class CudaDeviceStaging final : public DeviceStaging {
   }
 
  private:
+  // Queues the copies of `contribution`'s payload into staged->memory() on
+  // `copy`, `chunk` bytes at a time (through `bounce`, a pinned chunk, when
+  // not null), each followed by the host function that lands it. INTERNAL
+  // naming the CUDA call when one cannot be queued (the progress fails with
+  // it too; what was queued still runs).
+  absl::Status QueueChunks(const Contribution& contribution, cudaStream_t copy,
+                           size_t chunk, char* bounce, CudaStagedInputs* staged) {
+    const PayloadLayout& layout = contribution.layout;
+    const size_t total = contribution.payload_bytes();
+    const size_t chunks = (total + chunk - 1) / chunk;
+    // Reserved whole: host functions hold pointers into it.
+    staged->landings().reserve(chunks);
+    char* memory = staged->memory();
+    size_t tensor = 0;  // the first tensor that may overlap the chunk
+    for (size_t begin = 0; begin < total; begin += chunk) {
+      const size_t end = std::min(begin + chunk, total);
+      for (size_t i = tensor; i < layout.offsets.size(); ++i) {
+        const size_t t_begin = layout.offsets[i];
+        const size_t t_end = t_begin + layout.sizes[i];
+        if (t_begin >= end) break;
+        if (t_end <= begin) {
+          tensor = i + 1;
+          continue;
+        }
+        const size_t from = std::max(begin, t_begin);
+        const size_t to = std::min(end, t_end);
+        char* target = bounce != nullptr ? bounce + (from - begin) : memory + from;
+        const cudaError_t error = cudaMemcpyAsync(
+            target, static_cast<const char*>(contribution.inputs[i]) + (from - t_begin),
+            to - from, cudaMemcpyDeviceToHost, copy);
+        if (error != cudaSuccess) {
+          return QueueFailed(
+              staged,
+              CudaError("cudaMemcpyAsync",
+                        absl::StrCat("device to host, tensor ", i, ", bytes ",
+                                     from - t_begin, "..", to - t_begin, " from ",
+                                     contribution.device.ToString()),
+                        error));
+        }
+      }
+      ChunkLanding landing;
+      landing.progress = staged->progress();
+      landing.end = end;
+      if (bounce != nullptr) {
+        landing.bounce = bounce;
+        landing.destination = memory + begin;
+        landing.bytes = end - begin;
+      }
+      staged->landings().push_back(landing);
+      const cudaError_t error =
+          cudaLaunchHostFunc(copy, &LandChunk, &staged->landings().back());
+      if (error != cudaSuccess) {
+        return QueueFailed(
+            staged,
+            CudaError("cudaLaunchHostFunc",
+                      absl::StrCat("handing on input bytes ", begin, "..", end),
+                      error));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // `error`, after failing `staged`'s progress with it.
+  static absl::Status QueueFailed(CudaStagedInputs* staged, absl::Status error) {
+    cudaGetLastError();  // not sticky: clear it for the caller
+    staged->progress()->Fail(error);
+    return error;
+  }
+
   // OK with the number of devices once cudaGetDeviceCount found at least
   // one; else FAILED_PRECONDITION's reason. Probes once.
   absl::Status Probe(int* devices) {
@@ -386,7 +524,26 @@ class CudaDeviceStaging final : public DeviceStaging {
   bool pinned_failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+void CUDART_CB LandChunk(void* data) {
+  const ChunkLanding& landing = *static_cast<const ChunkLanding*>(data);
+  if (landing.bounce != nullptr) {
+    std::memcpy(landing.destination, landing.bounce, landing.bytes);
+  }
+  landing.progress->Advance(landing.end);
+}
+
 CudaStagedInputs::~CudaStagedInputs() {
+  if (done_ != nullptr) {
+    if (cudaEventSynchronize(done_) != cudaSuccess) {
+      // The copies' fate is unknown (the context failed): host functions
+      // may still read the landings and the memory, so both are kept.
+      new std::vector<ChunkLanding>(std::move(landings_));
+      new Buffer(std::move(pageable_));
+      cudaGetLastError();
+      return;
+    }
+    cudaEventDestroy(done_);
+  }
   if (pinned_ != nullptr) pool_->ReleasePinned();
 }
 

@@ -1,14 +1,20 @@
-"""numpy arrays and torch CPU tensors to and from the extension's form.
+"""numpy arrays and torch tensors to and from the extension's form.
 
 The extension takes a C-contiguous numpy array plus a Reducer dtype name.
-A torch tensor travels as a numpy view of its memory (bfloat16 as int16
-bits) and results come back as the kind that was given. torch is imported
-only when a tensor is given; the module works without torch installed.
+A torch CPU tensor travels as a numpy view of its memory (bfloat16 as int16
+bits); a torch CUDA tensor as a _reducer.DeviceArray naming its memory, its
+device and the current stream of that device (the collective waits for the
+work queued on it). Results come back as the kind that was given, a CUDA
+result on the input's device without a copy (through
+__cuda_array_interface__). torch is imported only when a tensor is given;
+the module works without torch installed.
 """
 
 import sys
 
 import numpy as np
+
+from reducer import _reducer
 
 NUMPY = "numpy"
 TORCH = "torch"
@@ -68,9 +74,9 @@ def to_array(x, what="input"):
         if dtype is None:
             raise TypeError(f"reducer: {what} has torch dtype {x.dtype}, which Reducer "
                             "does not carry")
-        if x.device.type != "cpu":
-            raise ValueError(f"reducer: {what} is on {x.device}; only CPU tensors "
-                             "are supported")
+        if x.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"reducer: {what} is on {x.device}; only CPU and CUDA "
+                             "tensors are supported")
         if x.layout != torch.strided:
             raise ValueError(f"reducer: {what} has layout {x.layout}; only dense "
                              "(strided) tensors are supported")
@@ -79,10 +85,14 @@ def to_array(x, what="input"):
                 f"reducer: {what} (torch, shape {list(x.shape)}) is not contiguous; "
                 "pass x.contiguous()")
         t = x.detach()
-        if t.dtype == torch.bfloat16:
-            t = t.view(torch.int16)
         if t.is_conj() or t.is_neg():
             t = t.resolve_conj().resolve_neg()
+        if t.device.type == "cuda":
+            stream = torch.cuda.current_stream(t.device).cuda_stream
+            return (_reducer.DeviceArray(t.data_ptr(), list(t.shape), t.device.index,
+                                         stream, t), dtype, TORCH)
+        if t.dtype == torch.bfloat16:
+            t = t.view(torch.int16)
         return t.numpy(), dtype, TORCH
     raise TypeError(f"reducer: {what} must be a numpy.ndarray or a torch.Tensor, "
                     f"not {type(x).__name__}")
@@ -90,6 +100,12 @@ def to_array(x, what="input"):
 
 def from_array(array, dtype, kind):
     """The result `array` (of Reducer dtype `dtype`) as `kind`, no copy."""
+    if isinstance(array, _reducer.DeviceArray):
+        import torch
+        t = torch.as_tensor(array, device=f"cuda:{array.device}")
+        if dtype == "bfloat16":
+            t = t.view(torch.bfloat16)
+        return t
     if kind == NUMPY:
         if dtype == "bfloat16":
             raise TypeError("reducer: the result is bfloat16, which numpy cannot "

@@ -34,7 +34,8 @@ MIN, MAX, AVG (floating types), BAND, BOR, BXOR. all_reduce with
 async_op=True is truly asynchronous; the other collectives complete before
 they return their work object. Other operations (point-to-point, reduce,
 gather, scatter, all_to_all, PREMUL_SUM) raise RuntimeError naming them.
-Tensors: CPU, contiguous, one per call.
+Tensors: CPU or CUDA (staged through host memory, after the work queued on
+the current stream), contiguous, one per call.
 """
 
 import collections
