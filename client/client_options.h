@@ -59,8 +59,9 @@ struct ClientOptions {
   std::string token;              // the job's bearer token; empty: none sent
   // Pinned (page-locked) host memory this client allocates once, at its
   // first collective on a CUDA device, and reuses to stage device tensors
-  // (README: "CUDA device buffers"). A call whose payload does not fit (or
-  // while another call holds it) stages through ordinary host memory,
+  // (README: "CUDA device buffers"). A payload that does not fit lands in
+  // ordinary host memory, a 4 MiB chunk at a time through this buffer; a
+  // call made while another holds it stages through ordinary memory alone,
   // which copies more slowly. 0: never pin.
   size_t cuda_staging_bytes = size_t{64} << 20;
   SharedMemory shared_memory = SharedMemory::kAuto;

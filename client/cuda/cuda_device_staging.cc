@@ -23,8 +23,11 @@
 // The staged inputs, when destroyed, wait for their copies (an event after
 // the last one) before their memory is freed or the pinned block reused.
 // Host to device (ToDevice): a new cudaMalloc allocation on the input's
-// device, filled by cudaMemcpyAsync on the copy stream and synchronised
-// before it is returned. In place (CopyInto): the complete result is copied
+// device, filled on the copy stream and synchronised before it is
+// returned: a result of more than one chunk goes through two chunks of the
+// pinned block in turn (the host fills one while the other is copied;
+// events say when a chunk is free again), when the block is free; else it
+// is copied from its own memory in one cudaMemcpyAsync. In place (CopyInto): the complete result is copied
 // device to device on the caller's stream, and that stream synchronised.
 // Every call restores the calling thread's current device.
 #include <cuda_runtime.h>
@@ -134,11 +137,13 @@ void CUDART_CB LandChunk(void* data);
 class CudaStagedInputs final : public StagedInputs {
  public:
   CudaStagedInputs(CudaDeviceStaging* pool, size_t total_bytes)
-      : pool_(pool), progress_(total_bytes) {}
+      : pool_(pool), progress_(std::make_unique<CopyProgress>(total_bytes)) {}
   ~CudaStagedInputs() override;
 
   const std::vector<const void*>& inputs() const override { return inputs_; }
-  const InputGate* gate() const override { return gated_ ? &progress_ : nullptr; }
+  const InputGate* gate() const override {
+    return gated_ ? progress_.get() : nullptr;
+  }
 
   // The staging memory: the pinned block, or `pageable` (copied through
   // `bounce`, the pinned block, unless it is null). This holds the pinned
@@ -152,7 +157,7 @@ class CudaStagedInputs final : public StagedInputs {
     return static_cast<char*>(pageable_ != nullptr ? pageable_.get() : pinned_);
   }
   std::vector<const void*>& mutable_inputs() { return inputs_; }
-  CopyProgress* progress() { return &progress_; }
+  CopyProgress* progress() { return progress_.get(); }
   // Landings live here until the copies are done.
   std::vector<ChunkLanding>& landings() { return landings_; }
   // The transports must await the progress.
@@ -166,7 +171,9 @@ class CudaStagedInputs final : public StagedInputs {
   void* pinned_ = nullptr;         // the pool's block (whole or bounce), or null
   Buffer pageable_;
   std::vector<const void*> inputs_;
-  CopyProgress progress_;
+  // On the heap, as the landings, so that both can outlive this when the
+  // copies' end cannot be waited for (see the destructor).
+  std::unique_ptr<CopyProgress> progress_;
   std::vector<ChunkLanding> landings_;
   bool gated_ = false;
   cudaEvent_t done_ = nullptr;
@@ -259,7 +266,7 @@ class CudaDeviceStaging final : public DeviceStaging {
     // Where the bytes go: the pinned block whole, or ordinary memory
     // (through one pinned chunk when the block is free).
     char* bounce = nullptr;
-    size_t chunk = kStagingChunkBytes;
+    const size_t chunk = kStagingChunkBytes;
     if (void* pinned = AcquirePinned(total)) {
       staged->UsePinned(pinned);
     } else {
@@ -337,14 +344,29 @@ class CudaDeviceStaging final : public DeviceStaging {
     }
     Buffer buffer(p, BufferDeleter{nullptr, bytes, &kCudaMemory});
     if (bytes > 0) {
-      error = cudaMemcpyAsync(p, host.data(), bytes, cudaMemcpyHostToDevice, *copy);
-      const cudaError_t synced = cudaStreamSynchronize(*copy);
-      if (error == cudaSuccess) error = synced;
-      if (error != cudaSuccess) {
-        return CudaError("cudaMemcpyAsync",
-                         absl::StrCat("host to device, ", bytes, " bytes to ",
-                                      device.ToString()),
-                         error);
+      // Through two pinned chunks when the block is free; else from the
+      // result's own (pageable) memory in one copy.
+      void* pinned = bytes > kStagingChunkBytes
+                         ? AcquirePinned(2 * kStagingChunkBytes)
+                         : nullptr;
+      absl::Status copied;
+      if (pinned != nullptr) {
+        copied = CopyToDeviceThroughPinned(static_cast<const char*>(host.data()),
+                                           static_cast<char*>(p), bytes,
+                                           static_cast<char*>(pinned), *copy);
+        ReleasePinned();
+      } else {
+        error = cudaMemcpyAsync(p, host.data(), bytes, cudaMemcpyHostToDevice, *copy);
+        const cudaError_t synced = cudaStreamSynchronize(*copy);
+        if (error == cudaSuccess) error = synced;
+        if (error != cudaSuccess) {
+          copied = CudaError("cudaMemcpyAsync", "from pageable memory", error);
+        }
+      }
+      if (!copied.ok()) {
+        return absl::InternalError(absl::StrCat(
+            "copying the result host to device, ", bytes, " bytes to ",
+            device.ToString(), ": ", copied.message()));
       }
     }
     return Tensor::OnDevice(device, host.dtype(), host.shape(), std::move(buffer));
@@ -437,6 +459,57 @@ class CudaDeviceStaging final : public DeviceStaging {
                       absl::StrCat("handing on input bytes ", begin, "..", end),
                       error));
       }
+    }
+    return absl::OkStatus();
+  }
+
+  // Copies `bytes` from `source` (ordinary host memory) to `target` (on the
+  // current device) on `copy`, kStagingChunkBytes at a time through the two
+  // chunks of `pinned` in turn: the host fills one chunk while the other
+  // is being copied to the device (an event per chunk says when it may be
+  // filled again). Complete when this returns. INTERNAL naming the CUDA
+  // call otherwise; `pinned` is no longer used either way.
+  static absl::Status CopyToDeviceThroughPinned(const char* source, char* target,
+                                                size_t bytes, char* pinned,
+                                                cudaStream_t copy) {
+    cudaEvent_t emptied[2] = {nullptr, nullptr};
+    cudaError_t error = cudaSuccess;
+    for (cudaEvent_t& e : emptied) {
+      if (error == cudaSuccess) {
+        error = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+      }
+    }
+    absl::string_view failed = "cudaEventCreateWithFlags";
+    for (size_t begin = 0, k = 0; error == cudaSuccess && begin < bytes;
+         begin += kStagingChunkBytes, ++k) {
+      const size_t n = std::min(kStagingChunkBytes, bytes - begin);
+      char* chunk = pinned + (k % 2) * kStagingChunkBytes;
+      if (k >= 2) {
+        // The chunk's copy two turns ago must be done before it is refilled.
+        error = cudaEventSynchronize(emptied[k % 2]);
+        failed = "cudaEventSynchronize";
+        if (error != cudaSuccess) break;
+      }
+      std::memcpy(chunk, source + begin, n);
+      error = cudaMemcpyAsync(target + begin, chunk, n, cudaMemcpyHostToDevice, copy);
+      failed = "cudaMemcpyAsync";
+      if (error == cudaSuccess) {
+        error = cudaEventRecord(emptied[k % 2], copy);
+        failed = "cudaEventRecord";
+      }
+    }
+    // Whatever was queued finishes before `pinned` goes back.
+    const cudaError_t synced = cudaStreamSynchronize(copy);
+    if (error == cudaSuccess && synced != cudaSuccess) {
+      error = synced;
+      failed = "cudaStreamSynchronize";
+    }
+    for (cudaEvent_t e : emptied) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    if (error != cudaSuccess) {
+      cudaGetLastError();
+      return CudaError(failed, "through pinned chunks", error);
     }
     return absl::OkStatus();
   }
@@ -535,8 +608,11 @@ void CUDART_CB LandChunk(void* data) {
 CudaStagedInputs::~CudaStagedInputs() {
   if (done_ != nullptr) {
     if (cudaEventSynchronize(done_) != cudaSuccess) {
-      // The copies' fate is unknown (the context failed): host functions
-      // may still read the landings and the memory, so both are kept.
+      // The copies' fate is unknown (the context failed): copies and host
+      // functions may still use the memory, the landings and the progress,
+      // so all of them are leaked on purpose, and the pinned block stays
+      // taken (later calls stage through ordinary memory).
+      (void)progress_.release();
       new std::vector<ChunkLanding>(std::move(landings_));
       new Buffer(std::move(pageable_));
       cudaGetLastError();
