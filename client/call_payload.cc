@@ -33,21 +33,17 @@ std::vector<grpc::Slice> PayloadSlices(const PayloadLayout& layout,
                                        size_t begin, size_t end) {
   std::vector<grpc::Slice> data;
   size_t pos = begin;
-  for (size_t i = 0; i < layout.offsets.size() && pos < end; ++i) {
-    const size_t t_begin = layout.offsets[i];
-    const size_t t_end = t_begin + layout.sizes[i];
-    if (t_end <= pos) continue;
-    if (pos < t_begin) {  // padding before tensor i
-      const size_t pad = std::min(t_begin, end) - pos;
-      data.emplace_back(kZeros, pad, grpc::Slice::STATIC_SLICE);
-      pos += pad;
-      if (pos == end) break;
-    }
-    const size_t take = std::min(t_end, end) - pos;
-    data.emplace_back(static_cast<const char*>(inputs[i]) + (pos - t_begin),
-                      take, grpc::Slice::STATIC_SLICE);
-    pos += take;
-  }
+  auto pad_to = [&](size_t next) {
+    if (pos < next) data.emplace_back(kZeros, next - pos, grpc::Slice::STATIC_SLICE);
+    pos = next;
+  };
+  ForEachTensorPiece(layout, begin, end, [&](size_t i, size_t from, size_t to) {
+    pad_to(from);
+    data.emplace_back(static_cast<const char*>(inputs[i]) + (from - layout.offsets[i]),
+                      to - from, grpc::Slice::STATIC_SLICE);
+    pos = to;
+  });
+  pad_to(end);
   return data;
 }
 
@@ -99,15 +95,11 @@ absl::Status ResultAssembler::Add(const v1::CollectiveResponse& fields,
         "reducerd sent result bytes [", begin, ", ", end,
         ") outside the result's ", layout_.total_bytes, " bytes"));
   }
-  for (size_t i = 0; i < result_.size(); ++i) {
-    const size_t t_begin = layout_.offsets[i];
-    const size_t t_end = t_begin + layout_.sizes[i];
-    const size_t lo = std::max(begin, t_begin);
-    const size_t hi = std::min(end, t_end);
-    if (lo >= hi) continue;
-    data.CopyTo(lo - begin, hi - lo,
-                static_cast<char*>(result_[i].mutable_data()) + (lo - t_begin));
-  }
+  ForEachTensorPiece(layout_, begin, end, [&](size_t i, size_t from, size_t to) {
+    data.CopyTo(from - begin, to - from,
+                static_cast<char*>(result_[i].mutable_data()) +
+                    (from - layout_.offsets[i]));
+  });
   received_ += data.size();
   return absl::OkStatus();
 }

@@ -297,11 +297,14 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   absl::MutexLock lock(&mu_);
   pending->attempt_number_ = next_attempt_++;
   pending->settled_ = false;
-  unsettled_.insert(pending->attempt_number_);
   header.set_attempt_id(absl::StrCat(session_id_, "/", pending->attempt_number_));
-  header.set_received_below(*unsettled_.begin());
-  for (uint64_t n : settled_above_) header.add_received(n);
-  settled_above_.clear();
+  {
+    absl::MutexLock ack_lock(&ack_mu_);
+    unsettled_.insert(pending->attempt_number_);
+    header.set_received_below(*unsettled_.begin());
+    for (uint64_t n : settled_above_) header.add_received(n);
+    settled_above_.clear();
+  }
   // With several shards, each partition carries its own shard's epoch.
   header.set_epoch(links_[0]->epoch());
   if (call.name.empty()) {
@@ -327,7 +330,7 @@ std::unique_ptr<CollectiveAttempt> ClientSession::SendReplay(
 }
 
 void ClientSession::Settle(uint64_t attempt_number) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&ack_mu_);
   unsettled_.erase(attempt_number);
   // Below the smallest unsettled number, received_below says it.
   if (!unsettled_.empty() && attempt_number > *unsettled_.begin()) {
@@ -398,7 +401,8 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitRetrying() {
     if (MayReplay(replayed.status())) continue;  // reducerd not reached: again
     if (replayed.status().code() != absl::StatusCode::kNotFound ||
         !MayRetry(result.status(), received_any, session_->SessionStatus())) {
-      break;  // the first failure stands
+      // The first failure stands.
+      return WithReplayAnswer(result.status(), replayed.status());
     }
     // Not used: send it again.
     attempt_.reset();

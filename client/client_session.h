@@ -15,7 +15,6 @@
 #ifndef REDUCER_CLIENT_CLIENT_SESSION_H_
 #define REDUCER_CLIENT_CLIENT_SESSION_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <set>
@@ -171,12 +170,16 @@ class ClientSession final {
   absl::flat_hash_map<std::string, uint64_t> sequence_ ABSL_GUARDED_BY(mu_);
   // Numbers the collectives this session starts (their attempt ids).
   uint64_t next_attempt_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Apart from mu_, which Start holds while it sends: a call that ends
+  // (Settle) does not wait for another one being sent. Taken after mu_.
+  absl::Mutex ack_mu_;
   // The attempt numbers started and not yet settled: the smallest is what
   // each header's received_below says.
-  std::set<uint64_t> unsettled_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> unsettled_ ABSL_GUARDED_BY(ack_mu_);
   // Numbers settled above the smallest unsettled one, not yet told
   // (the next header's `received`).
-  std::vector<uint64_t> settled_above_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> settled_above_ ABSL_GUARDED_BY(ack_mu_);
 };
 
 }  // namespace reducer

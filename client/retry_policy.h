@@ -20,6 +20,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
 namespace reducer {
@@ -41,6 +42,17 @@ inline bool MayRetry(const absl::Status& outcome, bool received_any,
 // for again: UNAVAILABLE, whatever was received and the session's state.
 inline bool MayReplay(const absl::Status& outcome) {
   return outcome.code() == absl::StatusCode::kUnavailable;
+}
+
+// `failure`, the attempt's outcome that stands, with what reducerd answered
+// when its result was asked for again (`replayed`): why it could not be
+// sent again (none kept, too large to keep) is part of the story.
+inline absl::Status WithReplayAnswer(const absl::Status& failure,
+                                     const absl::Status& replayed) {
+  return absl::Status(failure.code(),
+                      absl::StrCat(failure.message(),
+                                   "; asked for its result again, reducerd answered: ",
+                                   replayed.ToString()));
 }
 
 // The pause after `pause`.

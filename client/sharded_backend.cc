@@ -177,6 +177,7 @@ class ShardedAttempt final : public CollectiveAttempt {
       return;
     }
     const absl::Status session = owner_->session_status_();
+    const bool answered_replay = part->replay;
     bool again = false;
     if (!part->replay) {
       // A resend (or the first attempt) failed: ask for its result first.
@@ -209,8 +210,10 @@ class ShardedAttempt final : public CollectiveAttempt {
       }
     }
     if (failure_.ok()) {
-      failure_ = NameShard(k, part->first_failure.ok() ? outcome.status()
-                                                      : part->first_failure);
+      // The first failure stands (set above whenever a replay began).
+      failure_ = NameShard(k, answered_replay ? WithReplayAnswer(part->first_failure,
+                                                                 outcome.status())
+                                              : part->first_failure);
     }
   }
 

@@ -73,6 +73,7 @@ class FakeShard final : public ShardEndpoint, public CollectiveBackend {
 
   std::unique_ptr<CollectiveAttempt> Start(const Contribution& c) override {
     started.push_back(c.header);
+    payload_bytes.push_back(c.payload_bytes());
     absl::Status outcome;
     bool hang = false;
     if (!script.empty()) {
@@ -89,6 +90,7 @@ class FakeShard final : public ShardEndpoint, public CollectiveBackend {
   };
   std::deque<Step> script;
   std::vector<v1::CollectiveHeader> started;
+  std::vector<size_t> payload_bytes;  // payload_bytes[i]: what started[i] sent
   int cancels = 0;  // Cancel() calls on its attempts
 
  private:
@@ -208,9 +210,12 @@ TEST_F(ShardedBackendTest, PartitionWhoseTransportFailedAsksForItsResultThenIsRe
   EXPECT_EQ(shards_[0]->started.size(), 1u);
   EXPECT_EQ(shards_[1]->started.size(), 1u);
   ASSERT_EQ(shards_[2]->started.size(), 3u);
-  // The replay: the same header, asking for the result.
+  // The replay: the same header, asking for the result, without payload.
   EXPECT_EQ(shards_[2]->started[1].SerializeAsString(),
             AsReplay(shards_[2]->started[0]).SerializeAsString());
+  EXPECT_EQ(shards_[2]->payload_bytes[1], 0u);
+  EXPECT_EQ(shards_[2]->payload_bytes[2], shards_[2]->payload_bytes[0]);
+  EXPECT_GT(shards_[2]->payload_bytes[0], 0u);
   // Not used: the same contribution again, same attempt id.
   EXPECT_EQ(shards_[2]->started[2].SerializeAsString(),
             shards_[2]->started[0].SerializeAsString());
@@ -225,6 +230,7 @@ TEST_F(ShardedBackendTest, APartitionsLostResultComesFromItsReplay) {
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(shards_[1]->started.size(), 2u);
   EXPECT_TRUE(shards_[1]->started[1].replay());
+  EXPECT_EQ(shards_[1]->payload_bytes[1], 0u);  // the result, not a resend
   EXPECT_EQ(std::memcmp((*result)[0].data(), values_.data(), values_.size() * 4), 0);
 }
 
@@ -239,6 +245,8 @@ TEST_F(ShardedBackendTest, OnceTheSessionFailedOnlyTheResultIsAskedFor) {
   ASSERT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(result.status().message(), HasSubstr("reducerd shard 0 of 3 at s0:1"));
   EXPECT_THAT(result.status().message(), HasSubstr("connection reset"));
+  // And what asking for the result again was told.
+  EXPECT_THAT(result.status().message(), HasSubstr("no result kept"));
   ASSERT_EQ(shards_[0]->started.size(), 2u);
   EXPECT_TRUE(shards_[0]->started[1].replay());
 }

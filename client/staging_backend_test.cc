@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/fake_device_tensor.h"
 #include "core/buffer_cache.h"
 #include "core/data_type.h"
 #include "core/device.h"
@@ -22,16 +23,6 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// Host memory standing in for a GPU's, so that every step of the wrapper is
-// seen on a machine without one.
-void FreeFake(void* p) { std::free(p); }
-void* CloneFake(const void* p, size_t bytes) {
-  void* q = std::malloc(bytes == 0 ? 1 : bytes);
-  std::memcpy(q, p, bytes);
-  return q;
-}
-constexpr ForeignMemory kFakeDeviceMemory = {&FreeFake, &CloneFake};
 
 class FakeStagedInputs final : public StagedInputs {
  public:
@@ -64,10 +55,7 @@ class FakeStaging final : public DeviceStaging {
                                   void* stream) override {
     to_device.push_back({device, stream});
     if (!to_device_error.ok()) return to_device_error;
-    void* p = CloneFake(host.data(), host.num_bytes());
-    return Tensor::OnDevice(device, host.dtype(), host.shape(),
-                            Buffer(p, BufferDeleter{nullptr, host.num_bytes(),
-                                                    &kFakeDeviceMemory}));
+    return FakeDeviceTensor(host, device);
   }
   absl::Status CopyInto(const Tensor&, const MutableTensorView&, void*) override {
     return absl::OkStatus();

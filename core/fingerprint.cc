@@ -82,6 +82,12 @@ std::string DescribeTensor(const TensorSpec& spec) {
   return absl::StrCat(ShapeToString(spec.shape), " ", DataTypeName(spec.dtype));
 }
 
+std::string DescribeTensors(const std::vector<TensorSpec>& specs) {
+  if (specs.empty()) return "none";
+  return absl::StrCat(specs.size(), specs.size() == 1 ? " tensor" : " tensors",
+                      ", the first ", DescribeTensor(specs[0]));
+}
+
 // The checks run in the order the header lists; for the per-tensor fields
 // every tensor is checked for an op difference before any for a dtype
 // difference, and so on, so the most fundamental disagreement is reported.

@@ -52,6 +52,8 @@ struct TensorSpec {
 
 // "[4,3] float32".
 std::string DescribeTensor(const TensorSpec& spec);
+// "none", or "2 tensors, the first [4,3] float32" ("1 tensor, ...").
+std::string DescribeTensors(const std::vector<TensorSpec>& specs);
 
 struct Fingerprint {
   CollectiveKind kind = CollectiveKind::kAllReduce;

@@ -10,6 +10,7 @@
 #ifndef REDUCER_CORE_PAYLOAD_LAYOUT_H_
 #define REDUCER_CORE_PAYLOAD_LAYOUT_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -29,6 +30,27 @@ struct PayloadLayout {
   std::vector<size_t> sizes;    // byte size of each tensor
   size_t total_bytes = 0;       // end of the last tensor (no trailing pad)
 };
+
+// Calls fn(i, from, to) for every tensor i whose bytes payload bytes
+// [begin, end) cover, in payload order, with [from, to) the covered part as
+// payload offsets (never empty; padding between tensors is in no call).
+// `layout` must be valid (ComputePayloadLayout's).
+template <typename Fn>
+void ForEachTensorPiece(const PayloadLayout& layout, size_t begin, size_t end,
+                        Fn fn) {
+  const size_t n = layout.offsets.size();
+  // The last tensor starting at or before `begin`: every one before it ends
+  // by its offset, so none of them is covered.
+  size_t i = static_cast<size_t>(
+      std::upper_bound(layout.offsets.begin(), layout.offsets.end(), begin) -
+      layout.offsets.begin());
+  if (i > 0) --i;
+  for (; i < n && layout.offsets[i] < end; ++i) {
+    const size_t from = std::max(begin, layout.offsets[i]);
+    const size_t to = std::min(end, layout.offsets[i] + layout.sizes[i]);
+    if (from < to) fn(i, from, to);
+  }
+}
 
 // INVALID_ARGUMENT naming the tensor index for an unknown dtype, a negative
 // dimension, or an element count or byte size that overflows int64.

@@ -91,5 +91,33 @@ TEST(ComputePayloadLayoutTest, UnknownDtypeIsInvalid) {
       "tensor 0: unknown dtype 9");
 }
 
+// Pieces as (tensor, from, to) triples.
+std::vector<std::vector<size_t>> Pieces(const PayloadLayout& layout,
+                                        size_t begin, size_t end) {
+  std::vector<std::vector<size_t>> pieces;
+  ForEachTensorPiece(layout, begin, end, [&](size_t i, size_t from, size_t to) {
+    pieces.push_back({i, from, to});
+  });
+  return pieces;
+}
+
+TEST(ForEachTensorPieceTest, CutsARangeIntoTheTensorsItCoversSkippingPadding) {
+  // float32 [3] at 0..12, empty at 16, int8 [5] at 16..21, float64 [2] at 24..40.
+  absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(
+      {Spec(DataType::kFloat32, {3}), Spec(DataType::kFloat32, {0}),
+       Spec(DataType::kInt8, {5}), Spec(DataType::kFloat64, {2})});
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  using P = std::vector<size_t>;
+  EXPECT_THAT(Pieces(*layout, 0, 40),
+              ElementsAre(P{0, 0, 12}, P{2, 16, 21}, P{3, 24, 40}));
+  // Starting inside a tensor, ending inside padding.
+  EXPECT_THAT(Pieces(*layout, 4, 23), ElementsAre(P{0, 4, 12}, P{2, 16, 21}));
+  // Padding alone, and an empty range.
+  EXPECT_THAT(Pieces(*layout, 12, 16), ElementsAre());
+  EXPECT_THAT(Pieces(*layout, 30, 30), ElementsAre());
+  // Starting where the empty tensor and the next one share an offset.
+  EXPECT_THAT(Pieces(*layout, 16, 32), ElementsAre(P{2, 16, 21}, P{3, 24, 32}));
+}
+
 }  // namespace
 }  // namespace reducer

@@ -113,13 +113,6 @@ MutableTensorView WriteView(const py::object& x, DataType dtype) {
                            ShapeOf(array));
 }
 
-void UseStreamOf(const py::object& x, CallOptions* options) {
-  if (py::isinstance<DeviceArray>(x)) {
-    options->cuda_stream =
-        reinterpret_cast<void*>(x.cast<const DeviceArray&>().stream);
-  }
-}
-
 py::object ToArray(Tensor tensor) {
   if (tensor.device().is_cuda()) return WrapDeviceResult(std::move(tensor));
   py::dtype dtype = NumpyDtype(tensor.dtype());
@@ -133,8 +126,13 @@ py::object ToArray(Tensor tensor) {
 
 CallOptions MakeCallOptions(const std::optional<std::vector<int>>& group,
                             const std::string& name,
-                            std::optional<double> timeout_s) {
+                            std::optional<double> timeout_s,
+                            const py::object& x) {
   CallOptions options;
+  if (py::isinstance<DeviceArray>(x)) {
+    options.cuda_stream =
+        reinterpret_cast<void*>(x.cast<const DeviceArray&>().stream);
+  }
   if (group.has_value()) options.group = *group;
   options.name = name;
   if (timeout_s.has_value()) {

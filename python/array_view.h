@@ -44,19 +44,18 @@ TensorView ReadView(const pybind11::object& x, DataType dtype);
 // must stay alive for as long as the view is used.
 MutableTensorView WriteView(const pybind11::object& x, DataType dtype);
 
-// Sets options->cuda_stream to the stream of `x` when it is a DeviceArray.
-void UseStreamOf(const pybind11::object& x, CallOptions* options);
-
 // A numpy array that owns `tensor` (moved into it; no copy of the bytes),
 // or for a tensor on a CUDA device a DeviceArray that owns it.
 pybind11::object ToArray(Tensor tensor);
 
 // CallOptions from the keyword arguments every collective takes: `group`
 // (ranks, None for all), `name` (empty: match by call order) and `timeout`
-// in seconds (None: the client's). ValueError for a negative timeout.
+// in seconds (None: the client's), and, when the call's input `x` is a
+// DeviceArray, its stream as cuda_stream. ValueError for a negative timeout.
 CallOptions MakeCallOptions(const std::optional<std::vector<int>>& group,
                             const std::string& name,
-                            std::optional<double> timeout_s);
+                            std::optional<double> timeout_s,
+                            const pybind11::object& x = pybind11::none());
 
 }  // namespace reducer::python
 

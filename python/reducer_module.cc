@@ -78,8 +78,7 @@ class PyClient {
                       const std::string& name, Timeout timeout) {
     TensorView view = ReadView(x, ParseDataType(dtype));
     ReduceOp reduce_op = ParseReduceOp(op);
-    CallOptions options = MakeCallOptions(group, name, timeout);
-    UseStreamOf(x, &options);
+    CallOptions options = MakeCallOptions(group, name, timeout, x);
     absl::StatusOr<Tensor> result;
     {
       py::gil_scoped_release release;
@@ -93,8 +92,7 @@ class PyClient {
                         const std::string& name, Timeout timeout) {
     MutableTensorView view = WriteView(x, ParseDataType(dtype));
     ReduceOp reduce_op = ParseReduceOp(op);
-    CallOptions options = MakeCallOptions(group, name, timeout);
-    UseStreamOf(x, &options);
+    CallOptions options = MakeCallOptions(group, name, timeout, x);
     absl::Status status;
     {
       py::gil_scoped_release release;
@@ -142,8 +140,8 @@ class PyClient {
       views.push_back(ReadView(xs[i], ParseDataType(dtypes[i])));
       reduce_ops.push_back(ParseReduceOp(ops[i]));
     }
-    CallOptions options = MakeCallOptions(group, name, timeout);
-    if (!xs.empty()) UseStreamOf(xs[0], &options);
+    CallOptions options =
+        MakeCallOptions(group, name, timeout, xs.empty() ? py::object(py::none()) : xs[0]);
     absl::StatusOr<std::vector<Tensor>> result;
     {
       py::gil_scoped_release release;
@@ -159,8 +157,7 @@ class PyClient {
                       const Group& group, const std::string& name,
                       Timeout timeout) {
     TensorView view = ReadView(x, ParseDataType(dtype));
-    CallOptions options = MakeCallOptions(group, name, timeout);
-    UseStreamOf(x, &options);
+    CallOptions options = MakeCallOptions(group, name, timeout, x);
     absl::StatusOr<Tensor> result;
     {
       py::gil_scoped_release release;
@@ -175,8 +172,8 @@ class PyClient {
                       const std::string& name, Timeout timeout) {
     TensorView view;
     if (x.has_value()) view = ReadView(*x, ParseDataType(dtype));
-    CallOptions options = MakeCallOptions(group, name, timeout);
-    if (x.has_value()) UseStreamOf(*x, &options);
+    CallOptions options =
+        MakeCallOptions(group, name, timeout, x.value_or(py::none()));
     absl::StatusOr<Tensor> result;
     {
       py::gil_scoped_release release;
@@ -189,8 +186,7 @@ class PyClient {
                         const Group& group, const std::string& name,
                         Timeout timeout) {
     MutableTensorView view = WriteView(x, ParseDataType(dtype));
-    CallOptions options = MakeCallOptions(group, name, timeout);
-    UseStreamOf(x, &options);
+    CallOptions options = MakeCallOptions(group, name, timeout, x);
     absl::Status status;
     {
       py::gil_scoped_release release;
@@ -204,8 +200,7 @@ class PyClient {
                           const std::string& name, Timeout timeout) {
     TensorView view = ReadView(x, ParseDataType(dtype));
     ReduceOp reduce_op = ParseReduceOp(op);
-    CallOptions options = MakeCallOptions(group, name, timeout);
-    UseStreamOf(x, &options);
+    CallOptions options = MakeCallOptions(group, name, timeout, x);
     absl::StatusOr<Tensor> result;
     {
       py::gil_scoped_release release;
@@ -294,8 +289,7 @@ std::unique_ptr<PyHandle> AllReduceAsync(PyClient& self, const py::object& x,
                                          Timeout timeout) {
   DataType data_type = ParseDataType(dtype);
   ReduceOp reduce_op = ParseReduceOp(op);
-  CallOptions options = MakeCallOptions(group, name, timeout);
-  UseStreamOf(x, &options);
+  CallOptions options = MakeCallOptions(group, name, timeout, x);
   std::shared_ptr<Client> client = self.client();
   if (in_place) {
     MutableTensorView view = WriteView(x, data_type);

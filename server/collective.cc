@@ -393,7 +393,9 @@ absl::Status Collective::Resume(int rank, const std::string& attempt_id,
   RankState& m = ranks_[index];
   if (declared != m.fp.tensors) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " is replayed declaring other tensors than it did"));
+        what, " is replayed declaring other tensors than it did (",
+        DescribeTensors(declared), "; it declared ", DescribeTensors(m.fp.tensors),
+        ")"));
   }
   if (!m.cut_off) {
     // Its client gave that call up (its connection broke) before reducerd

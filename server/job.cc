@@ -284,7 +284,8 @@ absl::Status CheckReplay(const v1::CollectiveHeader& header) {
   return absl::InvalidArgumentError(absl::StrCat(
       "job ", header.job(), ": rank ", header.rank(), "'s attempt ", attempt,
       " cannot be replayed: a replay names an attempt of its own session "
-      "(attempt id <session id>/<n>)"));
+      "(attempt id <session id>/<n>; this session is ", header.session_id(),
+      ")"));
 }
 
 absl::StatusOr<std::shared_ptr<Collective>> ReplayKept(
@@ -308,12 +309,8 @@ absl::StatusOr<std::shared_ptr<Collective>> ReplayKept(
   if (fp->tensors != found->declared) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, " is replayed declaring other tensors than it did (",
-        fp->tensors.size(), " tensors, the first ",
-        fp->tensors.empty() ? std::string("none") : DescribeTensor(fp->tensors[0]),
-        "; it declared ",
-        found->declared.empty() ? std::string("none")
-                                : DescribeTensor(found->declared[0]),
-        ")"));
+        DescribeTensors(fp->tensors), "; it declared ",
+        DescribeTensors(found->declared), ")"));
   }
   std::vector<ResultMessage>* messages = &found->messages;
   const int ranks[] = {rank};

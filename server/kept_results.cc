@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
@@ -13,8 +14,7 @@ bool KeptResults::Reserve(size_t bytes) {
   absl::MutexLock lock(&mu_);
   while (!budget_->TryReserve(bytes)) {
     if (oldest_first_.empty()) return false;
-    ForgetLocked(oldest_first_.front().second);
-    oldest_first_.pop_front();
+    PopOldestLocked();
   }
   return true;
 }
@@ -43,6 +43,7 @@ void KeptResults::Keep(const std::string& attempt_id, int rank,
   entry.bytes = bytes;
   entry.kept_at = now;
   bytes_ += bytes;
+  by_session_[entry.session_id].emplace(entry.number, attempt_id);
   by_attempt_[attempt_id] = std::move(entry);
   oldest_first_.emplace_back(now, attempt_id);
 }
@@ -59,17 +60,20 @@ std::optional<KeptResults::Kept> KeptResults::Find(
 void KeptResults::Acknowledge(const std::string& session_id, uint64_t below,
                               absl::Span<const uint64_t> received) {
   absl::MutexLock lock(&mu_);
-  for (auto it = by_attempt_.begin(); it != by_attempt_.end();) {
-    auto current = it++;
-    const Entry& e = current->second;
-    if (e.session_id == session_id &&
-        (e.number < below || std::find(received.begin(), received.end(),
-                                       e.number) != received.end())) {
-      budget_->Release(e.bytes);
-      bytes_ -= e.bytes;
-      by_attempt_.erase(current);
-    }
+  auto session = by_session_.find(session_id);
+  if (session == by_session_.end()) return;
+  std::vector<std::string> settled;
+  const std::multimap<uint64_t, std::string>& numbers = session->second;
+  for (auto it = numbers.begin(); it != numbers.end() && it->first < below; ++it) {
+    settled.push_back(it->second);
   }
+  for (uint64_t number : received) {
+    if (number < below) continue;  // settled above
+    auto [first, last] = numbers.equal_range(number);
+    for (auto it = first; it != last; ++it) settled.push_back(it->second);
+  }
+  // ForgetLocked erases from `numbers` (and may erase the session).
+  for (const std::string& attempt_id : settled) ForgetLocked(attempt_id);
   // Acknowledgements come mostly in order: drop what they emptied.
   while (!oldest_first_.empty() &&
          !by_attempt_.contains(oldest_first_.front().second)) {
@@ -82,6 +86,7 @@ void KeptResults::Clear() {
   budget_->Release(bytes_);
   bytes_ = 0;
   by_attempt_.clear();
+  by_session_.clear();
   oldest_first_.clear();
 }
 
@@ -100,20 +105,33 @@ void KeptResults::ForgetLocked(const std::string& attempt_id) {
   if (it == by_attempt_.end()) return;
   budget_->Release(it->second.bytes);
   bytes_ -= it->second.bytes;
+  auto session = by_session_.find(it->second.session_id);
+  if (session != by_session_.end()) {
+    auto [first, last] = session->second.equal_range(it->second.number);
+    for (auto at = first; at != last; ++at) {
+      if (at->second == attempt_id) {
+        session->second.erase(at);
+        break;
+      }
+    }
+    if (session->second.empty()) by_session_.erase(session);
+  }
   by_attempt_.erase(it);
+}
+
+void KeptResults::PopOldestLocked() {
+  const auto& [kept_at, attempt_id] = oldest_first_.front();
+  auto it = by_attempt_.find(attempt_id);
+  if (it != by_attempt_.end() && it->second.kept_at == kept_at) {
+    ForgetLocked(attempt_id);
+  }
+  oldest_first_.pop_front();
 }
 
 void KeptResults::ExpireLocked(absl::Time now) {
   while (!oldest_first_.empty() &&
          oldest_first_.front().first + keep_for_ <= now) {
-    const std::string& attempt_id = oldest_first_.front().second;
-    auto it = by_attempt_.find(attempt_id);
-    // Only the entry kept at that time: a replaced one is younger.
-    if (it != by_attempt_.end() &&
-        it->second.kept_at == oldest_first_.front().first) {
-      ForgetLocked(attempt_id);
-    }
-    oldest_first_.pop_front();
+    PopOldestLocked();
   }
 }
 

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -109,6 +110,9 @@ class KeptResults {
 
   void ForgetLocked(const std::string& attempt_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the front of oldest_first_, forgetting its entry unless that was
+  // replaced since (a replaced entry is younger).
+  void PopOldestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets entries kept more than keep_for_ ago.
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -117,6 +121,11 @@ class KeptResults {
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> by_attempt_ ABSL_GUARDED_BY(mu_);
+  // The same entries by session, then by attempt number, so that an
+  // acknowledgement touches only what it forgets.
+  // (An id without a number counts as number 0, so numbers may repeat.)
+  absl::flat_hash_map<std::string, std::multimap<uint64_t, std::string>>
+      by_session_ ABSL_GUARDED_BY(mu_);
   // Attempt ids in the order they were kept (some may be forgotten
   // already), for expiry.
   std::deque<std::pair<absl::Time, std::string>> oldest_first_

@@ -25,22 +25,23 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client_session.h"
 #include "client/copy_progress.h"
 #include "client/device_staging.h"
-#include "core/buffer_cache.h"
+#include "client/fake_device_tensor.h"
 #include "core/data_type.h"
 #include "core/device.h"
 #include "core/fingerprint.h"
+#include "core/payload_layout.h"
 #include "core/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/closed_form.h"
 #include "tests/fault_test_base.h"
 #include "tests/process_harness.h"
+#include "tests/rank_threads.h"
 
 namespace reducer {
 namespace testing {
@@ -59,15 +60,6 @@ constexpr size_t kCopyChunkBytes = 4 << 10;
 constexpr int64_t kLargeElements = 768 << 10;  // float32: 3 MiB
 constexpr int64_t kSmallElements = 2048;       // float32: 8 KiB
 constexpr char kGarbage = static_cast<char>(0xA5);
-
-// "Device" memory of the fake: host memory from malloc.
-void FreeFake(void* p) { std::free(p); }
-void* CloneFake(const void* p, size_t bytes) {
-  void* q = std::malloc(bytes == 0 ? 1 : bytes);
-  std::memcpy(q, p, bytes);
-  return q;
-}
-constexpr ForeignMemory kFakeDeviceMemory = {&FreeFake, &CloneFake};
 
 // The host copy of one contribution, filled by a thread of its own a chunk
 // at a time; fails at `fail_at` bytes when that is set.
@@ -88,15 +80,11 @@ class SlowCopy final : public StagedInputs {
               "fake copy failed at byte ", *fail_at)));
           return;
         }
-        for (size_t i = 0; i < layout.offsets.size(); ++i) {
-          const size_t t_begin = layout.offsets[i];
-          const size_t t_end = t_begin + layout.sizes[i];
-          const size_t a = std::max(begin, t_begin);
-          const size_t b = std::min(end, t_end);
-          if (a >= b) continue;
+        ForEachTensorPiece(layout, begin, end, [&](size_t i, size_t a, size_t b) {
           std::memcpy(host_.data() + a,
-                      static_cast<const char*>(from[i]) + (a - t_begin), b - a);
-        }
+                      static_cast<const char*>(from[i]) + (a - layout.offsets[i]),
+                      b - a);
+        });
         progress_.Advance(end);
       }
     });
@@ -130,10 +118,7 @@ class FakeGpuStaging final : public DeviceStaging {
   }
   absl::StatusOr<Tensor> ToDevice(const Tensor& host, Device device,
                                   void*) override {
-    void* p = CloneFake(host.data(), host.num_bytes());
-    return Tensor::OnDevice(
-        device, host.dtype(), host.shape(),
-        Buffer(p, BufferDeleter{nullptr, host.num_bytes(), &kFakeDeviceMemory}));
+    return FakeDeviceTensor(host, device);
   }
   absl::Status CopyInto(const Tensor& result, const MutableTensorView& inout,
                         void*) override {
@@ -175,7 +160,7 @@ class StagedInputsTest : public ::testing::TestWithParam<Route> {
       const std::string& job, std::vector<std::unique_ptr<FakeGpuStaging>> stagings,
       absl::Duration timeout = absl::Seconds(20)) {
     std::vector<std::unique_ptr<ClientSession>> sessions(kWorld);
-    OnEveryRank([&](int rank) {
+    RunOnEveryRank(kWorld, [&](int rank) {
       ClientOptions options;
       options.target = absl::StrJoin(addresses_, ",");
       options.job = job;
@@ -186,7 +171,7 @@ class StagedInputsTest : public ::testing::TestWithParam<Route> {
       absl::StatusOr<std::unique_ptr<ClientSession>> s =
           ClientSession::Open(options, std::move(stagings[rank]));
       if (!s.ok()) {
-        Fail(absl::StrCat("rank ", rank, " Open: ", s.status().ToString()));
+        failures_.Add(absl::StrCat("rank ", rank, " Open: ", s.status().ToString()));
         return;
       }
       sessions[rank] = *std::move(s);
@@ -204,40 +189,22 @@ class StagedInputsTest : public ::testing::TestWithParam<Route> {
     return stagings;
   }
 
-  template <typename Fn>
-  static void OnEveryRank(Fn fn) {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kWorld; ++r) threads.emplace_back(fn, r);
-    for (std::thread& t : threads) t.join();
-  }
-
-  void Fail(const std::string& what) {
-    absl::MutexLock lock(&mu_);
-    failures_.push_back(what);
-  }
-  void ExpectNoFailures() {
-    absl::MutexLock lock(&mu_);
-    for (const std::string& f : failures_) ADD_FAILURE() << f;
-    failures_.clear();
-  }
-
   // Compares result `got` with `want` (n elements of dtype); records a
   // failure naming `what` when they differ.
   void Check(const Tensor& got, DataType dtype, const std::vector<uint8_t>& want,
              int64_t n, const std::string& what) {
     if (got.num_bytes() != want.size()) {
-      Fail(absl::StrCat(what, ": ", got.num_bytes(), " bytes, want ", want.size()));
+      failures_.Add(absl::StrCat(what, ": ", got.num_bytes(), " bytes, want ", want.size()));
       return;
     }
     absl::Status same = CompareElements(dtype, got.data(), want.data(), n, what);
-    if (!same.ok()) Fail(std::string(same.message()));
+    if (!same.ok()) failures_.Add(std::string(same.message()));
   }
 
   Watchdog watchdog_{"StagedInputsTest", absl::Seconds(150)};
   std::vector<std::unique_ptr<ReducerdProcess>> shards_;
   std::vector<std::string> addresses_;
-  absl::Mutex mu_;
-  std::vector<std::string> failures_ ABSL_GUARDED_BY(mu_);
+  RankFailures failures_;
 };
 
 // An all-reduce of two tensors (float32 [n], int32 [n/2 + 1]: the second
@@ -251,7 +218,7 @@ TEST_P(StagedInputsTest, AllReduceSendsEachByteOnlyOnceItsCopyLanded) {
         OpenAll(absl::StrCat("allreduce-", n), std::move(stagings));
     ASSERT_EQ(sessions.size(), static_cast<size_t>(kWorld));
     const int64_t m = n / 2 + 1;
-    OnEveryRank([&](int rank) {
+    RunOnEveryRank(kWorld, [&](int rank) {
       if (sessions[rank] == nullptr) return;
       const std::vector<uint8_t> a =
           ClosedFormInput(ReduceOp::kSum, DataType::kFloat32, rank, n, 1);
@@ -265,7 +232,7 @@ TEST_P(StagedInputsTest, AllReduceSendsEachByteOnlyOnceItsCopyLanded) {
       spec.device = Device::Cuda(0);
       absl::StatusOr<std::vector<Tensor>> out = sessions[rank]->Run(spec, {});
       if (!out.ok() || out->size() != 2) {
-        Fail(absl::StrCat("rank ", rank, ": ", out.status().ToString()));
+        failures_.Add(absl::StrCat("rank ", rank, ": ", out.status().ToString()));
         return;
       }
       Check((*out)[0], DataType::kFloat32,
@@ -275,10 +242,10 @@ TEST_P(StagedInputsTest, AllReduceSendsEachByteOnlyOnceItsCopyLanded) {
             ClosedFormExpected(ReduceOp::kMax, DataType::kInt32, {0, 1}, m, 2), m,
             absl::StrCat("rank ", rank, " int32 max"));
       if ((*out)[0].device() != Device::Cuda(0)) {
-        Fail(absl::StrCat("rank ", rank, ": result on ", (*out)[0].device().ToString()));
+        failures_.Add(absl::StrCat("rank ", rank, ": result on ", (*out)[0].device().ToString()));
       }
     });
-    ExpectNoFailures();
+    failures_.ExpectNone();
     for (FakeGpuStaging* staging : watched) EXPECT_EQ(staging->staged(), 1);
   }
 }
@@ -292,7 +259,7 @@ TEST_P(StagedInputsTest, ReduceScatterReadsItsInputOnlyOnceCopied) {
   ASSERT_EQ(sessions.size(), static_cast<size_t>(kWorld));
   const std::vector<uint8_t> whole =
       ClosedFormExpected(ReduceOp::kSum, DataType::kFloat32, {0, 1}, n, 3);
-  OnEveryRank([&](int rank) {
+  RunOnEveryRank(kWorld, [&](int rank) {
     if (sessions[rank] == nullptr) return;
     const std::vector<uint8_t> x =
         ClosedFormInput(ReduceOp::kSum, DataType::kFloat32, rank, n, 3);
@@ -303,7 +270,7 @@ TEST_P(StagedInputsTest, ReduceScatterReadsItsInputOnlyOnceCopied) {
     spec.device = Device::Cuda(0);
     absl::StatusOr<std::vector<Tensor>> out = sessions[rank]->Run(spec, {});
     if (!out.ok() || out->size() != 1) {
-      Fail(absl::StrCat("rank ", rank, ": ", out.status().ToString()));
+      failures_.Add(absl::StrCat("rank ", rank, ": ", out.status().ToString()));
       return;
     }
     const size_t slice = n / kWorld * sizeof(float);
@@ -312,7 +279,7 @@ TEST_P(StagedInputsTest, ReduceScatterReadsItsInputOnlyOnceCopied) {
     Check((*out)[0], DataType::kFloat32, want, n / kWorld,
           absl::StrCat("rank ", rank, " slice"));
   });
-  ExpectNoFailures();
+  failures_.ExpectNone();
 }
 
 // Rank 0's copy fails half way: its call fails with the copy's error (the
@@ -326,7 +293,7 @@ TEST_P(StagedInputsTest, ACopyThatFailsHalfWayFailsTheCallWithItsError) {
         absl::StrCat("fails-", n), Stagings(fail_at), absl::Seconds(5));
     ASSERT_EQ(sessions.size(), static_cast<size_t>(kWorld));
     std::vector<absl::Status> outcome(kWorld);
-    OnEveryRank([&](int rank) {
+    RunOnEveryRank(kWorld, [&](int rank) {
       if (sessions[rank] == nullptr) return;
       const std::vector<uint8_t> x =
           ClosedFormInput(ReduceOp::kSum, DataType::kFloat32, rank, n, 4);
@@ -337,7 +304,7 @@ TEST_P(StagedInputsTest, ACopyThatFailsHalfWayFailsTheCallWithItsError) {
       spec.device = Device::Cuda(0);
       outcome[rank] = sessions[rank]->Run(spec, {}).status();
     });
-    ExpectNoFailures();
+    failures_.ExpectNone();
     EXPECT_EQ(outcome[0].code(), absl::StatusCode::kInternal) << outcome[0];
     EXPECT_THAT(outcome[0].message(),
                 HasSubstr(absl::StrCat("fake copy failed at byte ", fail_at)));

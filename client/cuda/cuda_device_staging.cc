@@ -37,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,7 @@
 #include "client/copy_progress.h"
 #include "client/device_staging.h"
 #include "core/buffer_cache.h"
+#include "core/payload_layout.h"
 
 namespace reducer {
 namespace {
@@ -266,12 +268,11 @@ class CudaDeviceStaging final : public DeviceStaging {
     // Where the bytes go: the pinned block whole, or ordinary memory
     // (through one pinned chunk when the block is free).
     char* bounce = nullptr;
-    const size_t chunk = kStagingChunkBytes;
     if (void* pinned = AcquirePinned(total)) {
       staged->UsePinned(pinned);
     } else {
       // A block smaller than a chunk is not worth the extra copy.
-      bounce = static_cast<char*>(AcquirePinned(chunk));
+      bounce = static_cast<char*>(AcquirePinned(kStagingChunkBytes));
       staged->UsePageable(AllocateBuffer(total), bounce);
     }
     char* memory = staged->memory();
@@ -294,7 +295,7 @@ class CudaDeviceStaging final : public DeviceStaging {
     }
 
     const absl::Status queued_all =
-        QueueChunks(contribution, *copy, chunk, bounce, staged.get());
+        QueueChunks(contribution, *copy, bounce, staged.get());
     cudaEvent_t done;
     error = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
     if (error == cudaSuccess) {
@@ -311,7 +312,7 @@ class CudaDeviceStaging final : public DeviceStaging {
     if (error != cudaSuccess) {
       return CudaError("cudaEventRecord", "marking the end of the input copies", error);
     }
-    if (total <= chunk) {
+    if (total <= kStagingChunkBytes) {
       // One chunk: nothing to overlap; the transport reads it complete.
       error = cudaStreamSynchronize(*copy);
       if (error != cudaSuccess) {
@@ -402,44 +403,37 @@ class CudaDeviceStaging final : public DeviceStaging {
 
  private:
   // Queues the copies of `contribution`'s payload into staged->memory() on
-  // `copy`, `chunk` bytes at a time (through `bounce`, a pinned chunk, when
+  // `copy`, kStagingChunkBytes at a time (through `bounce`, a pinned chunk, when
   // not null), each followed by the host function that lands it. INTERNAL
   // naming the CUDA call when one cannot be queued (the progress fails with
   // it too; what was queued still runs).
   absl::Status QueueChunks(const Contribution& contribution, cudaStream_t copy,
-                           size_t chunk, char* bounce, CudaStagedInputs* staged) {
+                           char* bounce, CudaStagedInputs* staged) {
     const PayloadLayout& layout = contribution.layout;
     const size_t total = contribution.payload_bytes();
+    const size_t chunk = kStagingChunkBytes;
     const size_t chunks = (total + chunk - 1) / chunk;
     // Reserved whole: host functions hold pointers into it.
     staged->landings().reserve(chunks);
     char* memory = staged->memory();
-    size_t tensor = 0;  // the first tensor that may overlap the chunk
     for (size_t begin = 0; begin < total; begin += chunk) {
       const size_t end = std::min(begin + chunk, total);
-      for (size_t i = tensor; i < layout.offsets.size(); ++i) {
-        const size_t t_begin = layout.offsets[i];
-        const size_t t_end = t_begin + layout.sizes[i];
-        if (t_begin >= end) break;
-        if (t_end <= begin) {
-          tensor = i + 1;
-          continue;
-        }
-        const size_t from = std::max(begin, t_begin);
-        const size_t to = std::min(end, t_end);
-        char* target = bounce != nullptr ? bounce + (from - begin) : memory + from;
-        const cudaError_t error = cudaMemcpyAsync(
-            target, static_cast<const char*>(contribution.inputs[i]) + (from - t_begin),
+      cudaError_t error = cudaSuccess;
+      std::string failed;  // the piece whose copy could not be queued
+      ForEachTensorPiece(layout, begin, end, [&](size_t i, size_t from, size_t to) {
+        if (error != cudaSuccess) return;
+        error = cudaMemcpyAsync(
+            bounce != nullptr ? bounce + (from - begin) : memory + from,
+            static_cast<const char*>(contribution.inputs[i]) + (from - layout.offsets[i]),
             to - from, cudaMemcpyDeviceToHost, copy);
         if (error != cudaSuccess) {
-          return QueueFailed(
-              staged,
-              CudaError("cudaMemcpyAsync",
-                        absl::StrCat("device to host, tensor ", i, ", bytes ",
-                                     from - t_begin, "..", to - t_begin, " from ",
-                                     contribution.device.ToString()),
-                        error));
+          failed = absl::StrCat("device to host, tensor ", i, ", bytes ",
+                                from - layout.offsets[i], "..", to - layout.offsets[i],
+                                " from ", contribution.device.ToString());
         }
+      });
+      if (error != cudaSuccess) {
+        return QueueFailed(staged, CudaError("cudaMemcpyAsync", failed, error));
       }
       ChunkLanding landing;
       landing.progress = staged->progress();
@@ -450,8 +444,7 @@ class CudaDeviceStaging final : public DeviceStaging {
         landing.bytes = end - begin;
       }
       staged->landings().push_back(landing);
-      const cudaError_t error =
-          cudaLaunchHostFunc(copy, &LandChunk, &staged->landings().back());
+      error = cudaLaunchHostFunc(copy, &LandChunk, &staged->landings().back());
       if (error != cudaSuccess) {
         return QueueFailed(
             staged,

@@ -11,17 +11,14 @@
 // tests/closed_form.h.
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/reducer_client.h"
 #include "core/data_type.h"
@@ -33,6 +30,7 @@
 #include "tests/fault_test_base.h"
 #include "tests/gpu/gpu_support.h"
 #include "tests/process_harness.h"
+#include "tests/rank_threads.h"
 
 namespace reducer {
 namespace testing {
@@ -58,7 +56,7 @@ class DeviceBuffersTest : public ::testing::Test {
   std::vector<std::unique_ptr<Client>> ConnectAll(
       const std::string& job, size_t staging_bytes = size_t{64} << 20) {
     std::vector<std::unique_ptr<Client>> clients(kWorld);
-    OnEveryRank([&](int rank) {
+    RunOnEveryRank(kWorld, [&](int rank) {
       ClientOptions options;
       options.target = server_->address();
       options.job = job;
@@ -68,7 +66,7 @@ class DeviceBuffersTest : public ::testing::Test {
       options.cuda_staging_bytes = staging_bytes;
       absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(options);
       if (!c.ok()) {
-        Fail(absl::StrCat("rank ", rank, " Connect: ", c.status().ToString()));
+        failures_.Add(absl::StrCat("rank ", rank, " Connect: ", c.status().ToString()));
         return;
       }
       clients[rank] = *std::move(c);
@@ -76,28 +74,9 @@ class DeviceBuffersTest : public ::testing::Test {
     return clients;
   }
 
-  // Runs fn(rank) for every rank, each in its own thread, and joins them.
-  static void OnEveryRank(const std::function<void(int)>& fn) {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kWorld; ++r) threads.emplace_back(fn, r);
-    for (std::thread& t : threads) t.join();
-  }
-
-  // Failures seen on rank threads, reported on the test's thread.
-  void Fail(const std::string& what) {
-    absl::MutexLock lock(&mu_);
-    failures_.push_back(what);
-  }
-  void ExpectNoFailures() {
-    absl::MutexLock lock(&mu_);
-    for (const std::string& f : failures_) ADD_FAILURE() << f;
-    failures_.clear();
-  }
-
   Watchdog watchdog_{"DeviceBuffersTest", absl::Seconds(120)};
   std::unique_ptr<ReducerdProcess> server_;
-  absl::Mutex mu_;
-  std::vector<std::string> failures_ ABSL_GUARDED_BY(mu_);
+  RankFailures failures_;
 };
 
 // What a CUDA view of host memory gets on this build and machine.
@@ -119,7 +98,7 @@ TEST_F(DeviceBuffersTest, DeviceViewIsRefusedUpFrontAndHostCollectivesStayAsThey
   std::vector<std::unique_ptr<Client>> clients = ConnectAll("refused");
   ASSERT_EQ(clients.size(), static_cast<size_t>(kWorld));
   std::vector<std::vector<float>> values(kWorld);
-  OnEveryRank([&](int rank) {
+  RunOnEveryRank(kWorld, [&](int rank) {
     Client* client = clients[rank].get();
     std::vector<float>& x = values[rank];
     x.assign(8, static_cast<float>(rank + 1));
@@ -152,9 +131,9 @@ TEST_F(DeviceBuffersTest, DeviceViewIsRefusedUpFrontAndHostCollectivesStayAsThey
     // place in the call order, rank 0's would not match rank 1's.
     absl::Status s = client->AllReduceInPlace(
         MutableTensorView::Of<float>(absl::MakeSpan(x)), ReduceOp::kSum);
-    if (!s.ok()) Fail(absl::StrCat("rank ", rank, " host all-reduce: ", s.ToString()));
+    if (!s.ok()) failures_.Add(absl::StrCat("rank ", rank, " host all-reduce: ", s.ToString()));
   });
-  ExpectNoFailures();
+  failures_.ExpectNone();
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_EQ(values[r], std::vector<float>(8, 3.0f)) << "rank " << r;
   }
@@ -252,7 +231,7 @@ TEST_P(GpuCollectiveTest, MatchesTheClosedForm) {
   ASSERT_EQ(clients.size(), static_cast<size_t>(kWorld));
   const std::vector<int> ranks = {0, 1};
   const size_t elem = DataTypeSize(dtype);
-  OnEveryRank([&](int rank) {
+  RunOnEveryRank(kWorld, [&](int rank) {
     Client* client = clients[rank].get();
     const std::vector<uint8_t> input = ClosedFormInput(op, dtype, rank, n, seed);
     DeviceBytes in(input);
@@ -323,18 +302,18 @@ TEST_P(GpuCollectiveTest, MatchesTheClosedForm) {
     const std::string where = absl::StrCat(CallName(call), " ", DataTypeName(dtype),
                                            " [", n, "] rank ", rank);
     if (!s.ok()) {
-      Fail(absl::StrCat(where, ": ", s.ToString()));
+      failures_.Add(absl::StrCat(where, ": ", s.ToString()));
       return;
     }
     if (got.size() != want.size()) {
-      Fail(absl::StrCat(where, ": ", got.size(), " bytes, want ", want.size()));
+      failures_.Add(absl::StrCat(where, ": ", got.size(), " bytes, want ", want.size()));
       return;
     }
     absl::Status same = CompareElements(dtype, got.data(), want.data(),
                                         static_cast<int64_t>(want.size() / elem), where);
-    if (!same.ok()) Fail(same.ToString());
+    if (!same.ok()) failures_.Add(same.ToString());
   });
-  ExpectNoFailures();
+  failures_.ExpectNone();
 }
 
 std::string CaseName(const ::testing::TestParamInfo<GpuCase>& info) {
@@ -392,14 +371,14 @@ TEST_F(GpuTest, InputIsReadAfterTheWorkQueuedOnTheCallersStream) {
   ASSERT_EQ(clients.size(), static_cast<size_t>(kWorld));
   const int64_t n = 5000;
   const std::vector<int> ranks = {0, 1};
-  OnEveryRank([&](int rank) {
+  RunOnEveryRank(kWorld, [&](int rank) {
     const std::vector<uint8_t> values =
         ClosedFormInput(ReduceOp::kSum, DataType::kFloat32, rank, n, 7);
     DeviceBytes source(values);
     DeviceBytes input(std::vector<uint8_t>(values.size(), 0));
     absl::StatusOr<void*> stream = NewStream();
     if (!stream.ok()) {
-      Fail(stream.status().ToString());
+      failures_.Add(stream.status().ToString());
       return;
     }
     // The kernel writes the input 300 ms after it is queued; the call is
@@ -414,7 +393,7 @@ TEST_F(GpuTest, InputIsReadAfterTheWorkQueuedOnTheCallersStream) {
     SyncStream(*stream).IgnoreError();
     DestroyStream(*stream);
     if (!launched.ok() || !sum.ok()) {
-      Fail(absl::StrCat("rank ", rank, ": ", launched.ToString(), " ",
+      failures_.Add(absl::StrCat("rank ", rank, ": ", launched.ToString(), " ",
                         sum.status().ToString()));
       return;
     }
@@ -423,15 +402,15 @@ TEST_F(GpuTest, InputIsReadAfterTheWorkQueuedOnTheCallersStream) {
         ClosedFormExpected(ReduceOp::kSum, DataType::kFloat32, ranks, n, 7);
     absl::Status same = CompareElements(DataType::kFloat32, got.data(), want.data(),
                                         n, absl::StrCat("rank ", rank));
-    if (!same.ok()) Fail(same.ToString());
+    if (!same.ok()) failures_.Add(same.ToString());
   });
-  ExpectNoFailures();
+  failures_.ExpectNone();
 }
 
 TEST_F(GpuTest, InPlaceLeavesTheDeviceBufferUnchangedOnError) {
   std::vector<std::unique_ptr<Client>> clients = ConnectAll("in-place-error");
   ASSERT_EQ(clients.size(), static_cast<size_t>(kWorld));
-  OnEveryRank([&](int rank) {
+  RunOnEveryRank(kWorld, [&](int rank) {
     // Rank 0 sends [5000], rank 1 [5001]: the shapes disagree.
     const int64_t n = 5000 + rank;
     const std::vector<uint8_t> values =
@@ -443,12 +422,12 @@ TEST_F(GpuTest, InPlaceLeavesTheDeviceBufferUnchangedOnError) {
         ReduceOp::kSum);
     if (s.code() != absl::StatusCode::kFailedPrecondition ||
         !absl::StrContains(s.message(), "mismatched shapes")) {
-      Fail(absl::StrCat("rank ", rank, ": want FAILED_PRECONDITION mismatched shapes, got ",
+      failures_.Add(absl::StrCat("rank ", rank, ": want FAILED_PRECONDITION mismatched shapes, got ",
                         s.ToString()));
     }
-    if (buffer.Read() != values) Fail(absl::StrCat("rank ", rank, ": buffer changed"));
+    if (buffer.Read() != values) failures_.Add(absl::StrCat("rank ", rank, ": buffer changed"));
   });
-  ExpectNoFailures();
+  failures_.ExpectNone();
 }
 
 TEST_F(GpuTest, HostMemoryInACudaViewAndDeviceMemoryInACpuViewAreRefused) {
