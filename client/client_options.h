@@ -55,6 +55,13 @@ struct ClientOptions {
   // collectives up to 3x slower. Process-wide; false if the application
   // tunes malloc itself.
   bool keep_freed_memory = true;
+  // At every Connect, unless true, turn Abseil's lock-order (deadlock)
+  // checks off for the process, as reducerd does: where Abseil was built
+  // with them on (Debian's is), every absl::Mutex lock costs a lookup in a
+  // process-wide graph under a global lock, about a microsecond of each
+  // small collective's client CPU. Process-wide; true if the application
+  // wants the checks (its own tests).
+  bool keep_lock_order_checks = false;
   std::optional<TlsOptions> tls;  // unset: plaintext
   std::string token;              // the job's bearer token; empty: none sent
   // Pinned (page-locked) host memory this client allocates once, at its

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "client/call_failure.h"
 #include "client/channel_security.h"
 #include "client/retry_policy.h"
@@ -99,6 +100,9 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   absl::StatusOr<std::vector<std::string>> targets = ExpandTargets(options.target);
   if (!targets.ok()) return targets.status();
   if (options.keep_freed_memory) KeepFreedMemory();
+  if (!options.keep_lock_order_checks) {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  }
   absl::StatusOr<ChannelSecurity> security = ChannelSecurity::Create(options);
   if (!security.ok()) return security.status();
   std::unique_ptr<ClientSession> session(

@@ -11,7 +11,9 @@ namespace reducer {
 namespace {
 
 constexpr char kMagic[8] = {'R', 'D', 'C', 'R', 'C', 'T', 'L', '1'};
-constexpr uint32_t kVersion = 1;
+// 2: doorbell words carry a sleeper bit under the counter (core/doorbell.h);
+// a version-1 peer would ring without clearing it and never wake a sleeper.
+constexpr uint32_t kVersion = 2;
 constexpr size_t kVersionOffset = 8;
 constexpr size_t kNonceOffset = 16;
 

@@ -38,7 +38,8 @@ bool AnyChanged(absl::Span<const Doorbell::Watch> watches) {
   return false;
 }
 
-// One futex_waitv sleep on every word until one changes or `deadline`
+// One futex_waitv sleep on every word (each armed: counter `seen`, sleeper
+// bit set) until one changes or `deadline`
 // (CLOCK_MONOTONIC, as futex_waitv takes it); errno ENOSYS when the kernel
 // has no futex_waitv.
 long FutexWaitv(absl::Span<const Doorbell::Watch> watches,
@@ -47,7 +48,7 @@ long FutexWaitv(absl::Span<const Doorbell::Watch> watches,
   futex_waitv waiters[Doorbell::kMaxWatches];
   std::memset(waiters, 0, sizeof(waiters));
   for (size_t i = 0; i < watches.size(); ++i) {
-    waiters[i].val = watches[i].seen;
+    waiters[i].val = Doorbell::WordFor(watches[i].seen) | Doorbell::kSleeperBit;
     waiters[i].uaddr = reinterpret_cast<uintptr_t>(words[i]);
     waiters[i].flags = FUTEX_32;  // shared: no private flag
   }
@@ -101,8 +102,12 @@ absl::Status Doorbell::WaitAny(absl::Span<const Watch> watches,
       return absl::DeadlineExceededError("no bell rang before the deadline");
     }
     // A ring between the look and the sleep makes either call return at
-    // once (EAGAIN): the kernel compares each word with what was seen.
+    // once (EAGAIN): the kernel compares each word with what was seen, and
+    // a ring after the arming finds the sleeper bit and wakes.
     if (!no_waitv.load(std::memory_order_relaxed)) {
+      for (const Watch& w : watches) {
+        if (!w.bell->ArmSleep(w.seen)) return absl::OkStatus();
+      }
       if (FutexWaitv(watches, words, deadline) < 0) {
         if (errno == ENOSYS) {
           no_waitv.store(true, std::memory_order_relaxed);
@@ -111,9 +116,11 @@ absl::Status Doorbell::WaitAny(absl::Span<const Watch> watches,
         }
       }
     } else {
+      if (!watches[0].bell->ArmSleep(watches[0].seen)) return absl::OkStatus();
       const timespec slice =
           absl::ToTimespec(std::min(deadline - now, kFallbackSlice));
-      if (Futex(words[0], FUTEX_WAIT, watches[0].seen, &slice) != 0 &&
+      if (Futex(words[0], FUTEX_WAIT, WordFor(watches[0].seen) | kSleeperBit,
+                &slice) != 0 &&
           errno != EAGAIN && errno != EINTR && errno != ETIMEDOUT) {
         return absl::ErrnoToStatus(errno, "futex wait on a doorbell");
       }
@@ -124,9 +131,27 @@ absl::Status Doorbell::WaitAny(absl::Span<const Watch> watches,
 }
 
 uint32_t Doorbell::Ring() {
-  uint32_t now = word_->fetch_add(1, std::memory_order_acq_rel) + 1;
-  Futex(word_, FUTEX_WAKE, INT_MAX, nullptr);
-  return now;
+  uint32_t word = word_->load(std::memory_order_relaxed);
+  uint32_t rung;
+  do {
+    rung = (word & ~kSleeperBit) + WordFor(1);
+  } while (!word_->compare_exchange_weak(word, rung, std::memory_order_acq_rel,
+                                         std::memory_order_relaxed));
+  if (word & kSleeperBit) Futex(word_, FUTEX_WAKE, INT_MAX, nullptr);
+  return rung >> kCounterShift;
+}
+
+bool Doorbell::ArmSleep(uint32_t seen) const {
+  const uint32_t armed = WordFor(seen) | kSleeperBit;
+  uint32_t word = word_->load(std::memory_order_acquire);
+  while (word != armed) {
+    if ((word >> kCounterShift) != seen) return false;
+    if (word_->compare_exchange_weak(word, armed, std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+      return true;
+    }
+  }
+  return true;
 }
 
 absl::StatusOr<uint32_t> Doorbell::WaitChange(uint32_t seen,
@@ -146,9 +171,13 @@ absl::StatusOr<uint32_t> Doorbell::WaitChange(uint32_t seen,
           absl::StrCat("doorbell still at ", seen, " at the deadline"));
     }
     timespec timeout = absl::ToTimespec(left);
-    // Sleeps only while the word still holds `seen`; a ring in between makes
-    // the call return EAGAIN at once.
-    if (Futex(word_, FUTEX_WAIT, seen,
+    if (!ArmSleep(seen)) {
+      now = value();
+      continue;
+    }
+    // Sleeps only while the word still holds `seen`, armed; a ring in
+    // between makes the call return EAGAIN at once.
+    if (Futex(word_, FUTEX_WAIT, WordFor(seen) | kSleeperBit,
               deadline == absl::InfiniteFuture() ? nullptr : &timeout) != 0 &&
         errno != EAGAIN && errno != EINTR && errno != ETIMEDOUT) {
       return absl::ErrnoToStatus(errno, "futex wait on a doorbell");

@@ -13,7 +13,15 @@
 //
 // Ring() is a release and WaitChange() an acquire: what the ringer wrote
 // before ringing is visible to a waiter once WaitChange returns. The counter
-// wraps around (2^32 rings later it reads the same again).
+// wraps around (2^31 rings later it reads the same again).
+//
+// The word holds the counter in its upper 31 bits and, in bit 0, whether a
+// waiter may be asleep on it: a waiter sets the bit before it sleeps, and
+// Ring() clears it with the same atomic step that counts, making the
+// FUTEX_WAKE system call only when it found the bit set. A ring that a
+// watching waiter sees thus costs no system call on either side. Both sides
+// must read the word this way (the control segment's layout version says
+// so); WordFor() gives the word that holds a given count.
 //
 // A waiter first watches the word for kSpin, yielding the CPU between looks
 // (sched_yield), then sleeps on the futex. The watch is what makes a quick
@@ -54,11 +62,24 @@ class Doorbell {
       : word_(word), spin_(spin) {}
 
   // Increments the counter and wakes every waiter, in any process (one
-  // FUTEX_WAKE system call, whether or not anyone waits). Returns the new
-  // value.
+  // FUTEX_WAKE system call when a waiter said it sleeps, none otherwise).
+  // Returns the new value.
   uint32_t Ring();
 
-  uint32_t value() const { return word_->load(std::memory_order_acquire); }
+  // The counter (the word without its sleeper bit).
+  uint32_t value() const {
+    return word_->load(std::memory_order_acquire) >> kCounterShift;
+  }
+
+  // The word's layout: the counter above kCounterShift, the sleeper bit.
+  static constexpr uint32_t kCounterShift = 1;
+  static constexpr uint32_t kSleeperBit = 1;
+
+  // The word that holds `count` with no sleeper, for placing a counter that
+  // does not start at zero (tests).
+  static constexpr uint32_t WordFor(uint32_t count) {
+    return count << kCounterShift;
+  }
 
   // One bell of WaitAny(), with the value its waiter saw last.
   struct Watch {
@@ -90,6 +111,11 @@ class Doorbell {
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
                     std::atomic<uint32_t>::is_always_lock_free,
                 "a futex needs a plain lock-free 32-bit word");
+
+  // Sets the sleeper bit unless the counter moved from `seen`; true when the
+  // word now reads WordFor(seen) | kSleeperBit (what to sleep on), false when
+  // it moved.
+  bool ArmSleep(uint32_t seen) const;
 
   std::atomic<uint32_t>* word_;
   absl::Duration spin_;

@@ -46,15 +46,15 @@ void AwaitSleep(const std::string& stat_path) {
 }
 
 TEST(DoorbellTest, WaitWithoutARingEndsAtTheDeadline) {
-  std::atomic<uint32_t> word{7};
+  std::atomic<uint32_t> word{Doorbell::WordFor(7)};
   Doorbell bell(&word);
   auto now = bell.WaitChange(7, absl::Now() + absl::Milliseconds(20));
   EXPECT_EQ(now.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(word.load(), 7u);
+  EXPECT_EQ(bell.value(), 7u);
 }
 
 TEST(DoorbellTest, ValueAlreadyDifferentReturnsAtOnceEvenPastTheDeadline) {
-  std::atomic<uint32_t> word{5};
+  std::atomic<uint32_t> word{Doorbell::WordFor(5)};
   Doorbell bell(&word);
   auto now = bell.WaitChange(4, absl::InfinitePast());
   ASSERT_TRUE(now.ok()) << now.status();
@@ -62,12 +62,13 @@ TEST(DoorbellTest, ValueAlreadyDifferentReturnsAtOnceEvenPastTheDeadline) {
 }
 
 TEST(DoorbellTest, RingCountsUpAndWrapsAround) {
-  std::atomic<uint32_t> word{UINT32_MAX - 1};
+  constexpr uint32_t kLast = UINT32_MAX >> Doorbell::kCounterShift;
+  std::atomic<uint32_t> word{Doorbell::WordFor(kLast - 1)};
   Doorbell bell(&word);
-  EXPECT_EQ(bell.Ring(), UINT32_MAX);
+  EXPECT_EQ(bell.Ring(), kLast);
   EXPECT_EQ(bell.Ring(), 0u);
   EXPECT_EQ(bell.value(), 0u);
-  auto now = bell.WaitChange(UINT32_MAX, absl::InfinitePast());
+  auto now = bell.WaitChange(kLast, absl::InfinitePast());
   ASSERT_TRUE(now.ok());
   EXPECT_EQ(*now, 0u);
 }
@@ -90,16 +91,53 @@ TEST(DoorbellTest, RingWakesEverySleepingWaiter) {
     while (tids[i] == 0) absl::SleepFor(absl::Milliseconds(1));
     AwaitSleep(absl::StrCat("/proc/self/task/", tids[i].load(), "/stat"));
   }
+  EXPECT_EQ(word.load(), Doorbell::WordFor(0) | Doorbell::kSleeperBit)
+      << "a sleeping waiter must have said so";
   bell.Ring();
   for (std::thread& t : waiters) t.join();
+  EXPECT_EQ(word.load(), Doorbell::WordFor(1)) << "the ring clears the bit";
   for (int i = 0; i < kWaiters; ++i) {
     ASSERT_TRUE(seen[i].ok()) << i << ": " << seen[i].status();
     EXPECT_EQ(*seen[i], 1u);
   }
 }
 
+// Two threads hand a turn back and forth, each ring racing the other's
+// arming and sleep. A lost wake would leave a waiter asleep until its
+// deadline (DEADLINE_EXCEEDED), far longer than a hand-off takes. Run with
+// no watch (every wait arms and sleeps) and with a short one (waits that end
+// in the watch and waits that sleep, mixed).
+TEST(DoorbellTest, HandOffsNeverLoseAWake) {
+  for (absl::Duration spin : {absl::ZeroDuration(), absl::Microseconds(2)}) {
+    std::atomic<uint32_t> ping_word{0}, pong_word{0};
+    constexpr uint32_t kRounds = 20000;
+    absl::Status pinger = absl::OkStatus();
+    std::thread ponger_thread([&] {
+      Doorbell ping(&ping_word, spin), pong(&pong_word, spin);
+      for (uint32_t i = 0; i < kRounds; ++i) {
+        auto now = ping.WaitChange(i, absl::Now() + absl::Seconds(10));
+        if (!now.ok()) return;
+        pong.Ring();
+      }
+    });
+    Doorbell ping(&ping_word, spin), pong(&pong_word, spin);
+    for (uint32_t i = 0; i < kRounds && pinger.ok(); ++i) {
+      ping.Ring();
+      pinger = pong.WaitChange(i, absl::Now() + absl::Seconds(10)).status();
+      if (!pinger.ok()) {
+        pinger = absl::Status(pinger.code(), absl::StrCat("round ", i, " with a ",
+            absl::FormatDuration(spin), " watch: ", pinger.message()));
+      }
+    }
+    ponger_thread.join();
+    EXPECT_TRUE(pinger.ok()) << pinger;
+    EXPECT_EQ(pong_word.load() & Doorbell::kSleeperBit, 0u);
+  }
+}
+
 TEST(DoorbellTest, WaitAnyEndsAtTheDeadlineAndReturnsAtOnceOnAChange) {
-  std::atomic<uint32_t> words[3] = {{1}, {2}, {3}};
+  std::atomic<uint32_t> words[3] = {
+      {Doorbell::WordFor(1)}, {Doorbell::WordFor(2)}, {Doorbell::WordFor(3)}};
   Doorbell bells[3] = {Doorbell(&words[0]), Doorbell(&words[1]),
                        Doorbell(&words[2])};
   const Doorbell::Watch still[3] = {{&bells[0], 1}, {&bells[1], 2},
