@@ -382,37 +382,18 @@ absl::Status NameWhereItFailed(const absl::Status& status,
 
 absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitRetrying() {
   absl::StatusOr<std::vector<Tensor>> result = attempt_->Wait();
-  // Whether any of `result`'s answer had arrived (then it is not resent).
-  bool received_any = attempt_->received_any();
-  absl::Time give_up = absl::InfiniteFuture();  // set at the first failure
-  absl::Duration pause = kFirstRetryPause;
-  while (!result.ok() && MayReplay(result.status()) &&
-         !attempt_->retries_itself()) {
-    if (give_up == absl::InfiniteFuture()) {
-      const bool intact = session_->SessionStatus().ok();
-      give_up = std::min(absl::Now() + (intact ? kRetryBudget : kReplayBudget),
-                         contribution_.deadline);
-    }
-    if (absl::Now() + pause >= give_up) break;
-    absl::SleepFor(pause);
-    pause = NextRetryPause(pause);
-    // The contribution may have been used and its result lost on the way:
-    // ask for that result first.
+  if (result.ok() || attempt_->retries_itself()) return result;
+  RetrySequence retries(contribution_.deadline);
+  while (!result.ok()) {
+    const RetrySequence::Next next =
+        retries.AfterFailure(result.status(), attempt_->received_any(),
+                             session_->SessionStatus(), absl::Now());
+    if (next == RetrySequence::Next::kStop) return retries.failure();
+    absl::SleepFor(retries.next_at() - absl::Now());
     attempt_.reset();
-    attempt_ = session_->SendReplay(*this);
-    absl::StatusOr<std::vector<Tensor>> replayed = attempt_->Wait();
-    if (replayed.ok()) return replayed;
-    if (MayReplay(replayed.status())) continue;  // reducerd not reached: again
-    if (replayed.status().code() != absl::StatusCode::kNotFound ||
-        !MayRetry(result.status(), received_any, session_->SessionStatus())) {
-      // The first failure stands.
-      return WithReplayAnswer(result.status(), replayed.status());
-    }
-    // Not used: send it again.
-    attempt_.reset();
-    attempt_ = session_->SendAttempt(*this);
+    attempt_ = next == RetrySequence::Next::kReplay ? session_->SendReplay(*this)
+                                                    : session_->SendAttempt(*this);
     result = attempt_->Wait();
-    received_any = attempt_->received_any();
   }
   return result;
 }

@@ -18,6 +18,7 @@
 #define REDUCER_CLIENT_RETRY_POLICY_H_
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -59,6 +60,97 @@ inline absl::Status WithReplayAnswer(const absl::Status& failure,
 inline absl::Duration NextRetryPause(absl::Duration pause) {
   return std::min(pause * 2, kLastRetryPause);
 }
+
+// The tries after one attempt failed, as described above, for whoever sends
+// them (a whole collective's call, a partition of a sharded one): fed the
+// outcome of each attempt that failed, it says what to send next and when,
+// and which failure stands once nothing is left to try. Not thread-safe.
+//
+//   RetrySequence retries(deadline);
+//   while (!outcome.ok()) {
+//     auto next = retries.AfterFailure(outcome.status(), received_any,
+//                                       session_status, absl::Now());
+//     if (next == RetrySequence::Next::kStop) return retries.failure();
+//     ... at retries.next_at(): a replay or a resend, its outcome ...
+//   }
+class RetrySequence {
+ public:
+  enum class Next {
+    kStop,    // nothing more to try: failure() stands
+    kReplay,  // ask for the result of the attempt that failed (no payload)
+    kResend,  // send the contribution again, the same header
+  };
+
+  // `deadline`: the collective's; the budget never runs past it.
+  explicit RetrySequence(absl::Time deadline = absl::InfiniteFuture())
+      : deadline_(deadline) {}
+
+  // Files the failure `outcome` of the attempt that just ended (a replay
+  // when replaying() said so), whether any of its answer had arrived, and
+  // its session's state `session`, at `now`. A replay follows a failed
+  // attempt or a replay that did not reach reducerd, after a pause; a
+  // resend follows at once a replay answered NOT_FOUND when the attempt may
+  // be retried (MayRetry). kStop when neither applies or the budget is
+  // spent.
+  Next AfterFailure(const absl::Status& outcome, bool received_any,
+                    const absl::Status& session, absl::Time now) {
+    Next next;
+    if (!replaying_) {
+      first_failure_ = outcome;
+      first_received_any_ = received_any;
+      if (!MayReplay(outcome)) return Stop(outcome);
+      next = Next::kReplay;
+    } else if (MayReplay(outcome)) {
+      next = Next::kReplay;  // reducerd not reached: ask again
+    } else if (outcome.code() == absl::StatusCode::kNotFound &&
+               MayRetry(first_failure_, first_received_any_, session)) {
+      next = Next::kResend;  // not used: send it again
+    } else {
+      return Stop(WithReplayAnswer(first_failure_, outcome));
+    }
+    if (give_up_ == absl::InfiniteFuture()) {
+      give_up_ =
+          std::min(now + (session.ok() ? kRetryBudget : kReplayBudget), deadline_);
+    }
+    if (next == Next::kResend) {
+      replaying_ = false;
+      next_at_ = now;
+      return next;
+    }
+    if (now + pause_ >= give_up_) {
+      return Stop(replaying_ ? WithReplayAnswer(first_failure_, outcome)
+                             : first_failure_);
+    }
+    replaying_ = true;
+    next_at_ = now + pause_;
+    pause_ = NextRetryPause(pause_);
+    return next;
+  }
+
+  // Whether the attempt to send next (or running now) is a replay.
+  bool replaying() const { return replaying_; }
+  // When the try that AfterFailure asked for may be sent.
+  absl::Time next_at() const { return next_at_; }
+  // The failure that stands once AfterFailure said kStop.
+  const absl::Status& failure() const { return failure_; }
+
+ private:
+  Next Stop(absl::Status failure) {
+    failure_ = std::move(failure);
+    return Next::kStop;
+  }
+
+  absl::Time deadline_;
+  absl::Time give_up_ = absl::InfiniteFuture();  // set at the first failure
+  absl::Duration pause_ = kFirstRetryPause;
+  absl::Time next_at_ = absl::InfinitePast();
+  // The failure of the last attempt that was not a replay, and whether any
+  // of its answer had arrived.
+  absl::Status first_failure_;
+  bool first_received_any_ = false;
+  bool replaying_ = false;
+  absl::Status failure_;
+};
 
 }  // namespace reducer
 

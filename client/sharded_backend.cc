@@ -29,6 +29,7 @@ class ShardedAttempt final : public CollectiveAttempt {
       PartitionContribution& part = split_.parts[k];
       part.contribution.header.set_epoch(owner_->shards_[part.shard]->epoch());
       parts_[k].attempt = ShardOf(k)->backend()->Start(part.contribution);
+      parts_[k].retries = RetrySequence(whole.deadline);
     }
   }
 
@@ -110,14 +111,8 @@ class ShardedAttempt final : public CollectiveAttempt {
   struct Part {
     std::unique_ptr<CollectiveAttempt> attempt;  // null: done, or to retry
     std::optional<std::vector<Tensor>> result;   // once it succeeded
-    absl::Time give_up = absl::InfiniteFuture();  // set at the first failure
-    absl::Duration pause = kFirstRetryPause;
     absl::Time retry_at = absl::InfiniteFuture();  // when attempt is null
-    // The failure that started the retries, and what the next attempt
-    // (or the running one) is: a replay of its result or a resend.
-    absl::Status first_failure;
-    bool first_received_any = false;  // of the attempt that failed first
-    bool replay = false;
+    RetrySequence retries;  // its replays and resends once it failed
     Contribution replay_contribution;  // the part's, as a replay sends it
   };
 
@@ -156,7 +151,8 @@ class ShardedAttempt final : public CollectiveAttempt {
         if (part.retry_at <= now) {
           part.retry_at = absl::InfiniteFuture();
           part.attempt = ShardOf(k)->backend()->Start(
-              part.replay ? part.replay_contribution : split_.parts[k].contribution);
+              part.retries.replaying() ? part.replay_contribution
+                                       : split_.parts[k].contribution);
         }
         continue;
       }
@@ -165,8 +161,8 @@ class ShardedAttempt final : public CollectiveAttempt {
   }
 
   // Waits for `part`'s attempt (settled, or past its deadline) and files
-  // its outcome: a result, a replay or a retry (as PendingCollective::Wait
-  // does for a whole collective; client/retry_policy.h), or failure_.
+  // its outcome: a result, a replay or a resend when its retries say so
+  // (client/retry_policy.h, as for a whole collective), or failure_.
   void TakeOutcomeLocked(Part* part) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const size_t k = static_cast<size_t>(part - parts_.data());
     absl::StatusOr<std::vector<Tensor>> outcome = part->attempt->Wait();
@@ -176,45 +172,18 @@ class ShardedAttempt final : public CollectiveAttempt {
       part->result = *std::move(outcome);
       return;
     }
-    const absl::Status session = owner_->session_status_();
-    const bool answered_replay = part->replay;
-    bool again = false;
-    if (!part->replay) {
-      // A resend (or the first attempt) failed: ask for its result first.
-      again = MayReplay(outcome.status());
-      part->first_failure = outcome.status();
-      part->first_received_any = received_any;
-      part->replay = true;
-    } else if (MayReplay(outcome.status())) {
-      again = true;  // the shard not reached: again
-    } else if (outcome.status().code() == absl::StatusCode::kNotFound &&
-               MayRetry(part->first_failure, part->first_received_any, session)) {
-      again = true;  // not used: send it again
-      part->replay = false;
+    const RetrySequence::Next next = part->retries.AfterFailure(
+        outcome.status(), received_any, owner_->session_status_(), absl::Now());
+    if (next == RetrySequence::Next::kStop) {
+      if (failure_.ok()) failure_ = NameShard(k, part->retries.failure());
+      return;
     }
-    if (again) {
-      const absl::Time now = absl::Now();
-      if (part->give_up == absl::InfiniteFuture()) {
-        part->give_up = std::min(
-            now + (session.ok() ? kRetryBudget : kReplayBudget), whole_.deadline);
-      }
-      if (now + part->pause < part->give_up) {
-        if (part->replay) {
-          part->replay_contribution = split_.parts[k].contribution;
-          part->replay_contribution.header.set_replay(true);
-          part->replay_contribution.send_payload = false;
-        }
-        part->retry_at = now + part->pause;
-        part->pause = NextRetryPause(part->pause);
-        return;
-      }
+    if (next == RetrySequence::Next::kReplay) {
+      part->replay_contribution = split_.parts[k].contribution;
+      part->replay_contribution.header.set_replay(true);
+      part->replay_contribution.send_payload = false;
     }
-    if (failure_.ok()) {
-      // The first failure stands (set above whenever a replay began).
-      failure_ = NameShard(k, answered_replay ? WithReplayAnswer(part->first_failure,
-                                                                 outcome.status())
-                                              : part->first_failure);
-    }
+    part->retry_at = part->retries.next_at();
   }
 
   // Waits for the parts still running, until they let go of memory. They
