@@ -3,26 +3,23 @@
 #include <utility>
 #include <vector>
 
+#include "client/failed_attempt.h"
+
 namespace reducer {
 namespace {
 
-// One attempt of a device contribution: staged to the host when created,
-// its results staged back to the device in Wait().
+// One attempt of a device contribution whose inputs are being staged to
+// the host; its results are staged back to the device in Wait().
 class StagedAttempt final : public CollectiveAttempt {
  public:
-  StagedAttempt(const Contribution& contribution, CollectiveBackend* host,
+  StagedAttempt(const Contribution& contribution,
+                std::unique_ptr<StagedInputs> staged, CollectiveBackend* host,
                 DeviceStaging* staging)
       : device_(contribution.device),
         cuda_stream_(contribution.cuda_stream),
-        staging_(staging) {
-    absl::StatusOr<std::unique_ptr<StagedInputs>> staged =
-        staging->ToHost(contribution);
-    if (!staged.ok()) {
-      error_ = staged.status();
-      return;
-    }
-    staged_ = *std::move(staged);
-    host_contribution_ = contribution;
+        staging_(staging),
+        staged_(std::move(staged)),
+        host_contribution_(contribution) {
     host_contribution_.inputs = staged_->inputs();
     host_contribution_.device = Device::Cpu();
     host_contribution_.cuda_stream = nullptr;
@@ -32,7 +29,6 @@ class StagedAttempt final : public CollectiveAttempt {
   }
 
   absl::StatusOr<std::vector<Tensor>> Wait() override {
-    if (!error_.ok()) return error_;
     absl::StatusOr<std::vector<Tensor>> result = attempt_->Wait();
     // The host copies of the inputs are no longer read.
     staged_.reset();
@@ -47,24 +43,17 @@ class StagedAttempt final : public CollectiveAttempt {
     return on_device;
   }
 
-  bool Ready() override { return !error_.ok() || attempt_->Ready(); }
-  bool Settled() override { return !error_.ok() || attempt_->Settled(); }
-  void Cancel() override {
-    if (attempt_ != nullptr) attempt_->Cancel();
-  }
+  bool Ready() override { return attempt_->Ready(); }
+  bool Settled() override { return attempt_->Settled(); }
+  void Cancel() override { attempt_->Cancel(); }
 
-  bool received_any() const override {
-    return attempt_ != nullptr && attempt_->received_any();
-  }
-  bool retries_itself() const override {
-    return attempt_ != nullptr && attempt_->retries_itself();
-  }
+  bool received_any() const override { return attempt_->received_any(); }
+  bool retries_itself() const override { return attempt_->retries_itself(); }
 
  private:
   const Device device_;
   void* const cuda_stream_;
   DeviceStaging* const staging_;  // not owned
-  absl::Status error_;            // staging the inputs failed
   std::unique_ptr<StagedInputs> staged_;
   Contribution host_contribution_;  // read by attempt_ until it is done
   std::unique_ptr<CollectiveAttempt> attempt_;
@@ -75,7 +64,11 @@ class StagedAttempt final : public CollectiveAttempt {
 std::unique_ptr<CollectiveAttempt> StagingBackend::Start(
     const Contribution& contribution) {
   if (contribution.device.is_cpu()) return host_->Start(contribution);
-  return std::make_unique<StagedAttempt>(contribution, host_, staging_);
+  absl::StatusOr<std::unique_ptr<StagedInputs>> staged =
+      staging_->ToHost(contribution);
+  if (!staged.ok()) return std::make_unique<FailedAttempt>(staged.status());
+  return std::make_unique<StagedAttempt>(contribution, *std::move(staged),
+                                         host_, staging_);
 }
 
 }  // namespace reducer

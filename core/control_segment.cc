@@ -80,7 +80,11 @@ absl::StatusOr<std::unique_ptr<ControlSegment>> ControlSegment::Adopt(int fd) {
   if (version != kVersion) {
     return absl::InvalidArgumentError(
         absl::StrCat("the control segment has layout version ", version,
-                     "; this build reads version ", kVersion));
+                     "; this build reads version ", kVersion,
+                     ": the client library and reducerd come from releases "
+                     "whose same-host layouts differ. Run matching releases, "
+                     "or set ClientOptions::shared_memory to kOff (gRPC "
+                     "alone)"));
   }
   return std::make_unique<ControlSegment>(*std::move(segment));
 }
