@@ -28,6 +28,7 @@
 #include "server/rank_channel.h"
 #include "server/server_options.h"
 #include "server/shared_bytes.h"
+#include "server/string_bytes.h"
 #include "server/thread_pool.h"
 #include "server/timer_queue.h"
 
@@ -193,16 +194,6 @@ Fingerprint Fp(CollectiveKind kind, std::vector<TensorSpec> tensors,
   fp.root = root;
   return fp;
 }
-
-// Owns a copy of a test's bytes for the SharedBytes made from it.
-class StringOwner final : public ByteOwner {
- public:
-  explicit StringOwner(std::string bytes) : bytes_(std::move(bytes)) {}
-  const std::string& bytes() const { return bytes_; }
-
- private:
-  const std::string bytes_;
-};
 
 // A payload message of `bytes`, split in two pieces (as a received buffer
 // may be) so that copies across piece boundaries are exercised.

@@ -7,7 +7,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/chunk_pool.h"
@@ -16,6 +19,8 @@
 #include "server/memory_budget.h"
 #include "server/metrics_sink.h"
 #include "server/server_options.h"
+#include "server/shared_bytes.h"
+#include "server/string_bytes.h"
 #include "server/thread_pool.h"
 #include "server/timer_queue.h"
 
@@ -79,6 +84,13 @@ class FakeRankChannel final : public RankChannel {
     absl::MutexLock lock(&mu_);
     return finished_ok_;
   }
+  // Waits up to 10 s for the call to end well (its result sent on a pool
+  // thread); finished_ok() then.
+  bool WaitFinishedOk() {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&finished_ok_), absl::Seconds(10));
+    return finished_ok_;
+  }
 
  private:
   absl::Mutex mu_;
@@ -111,8 +123,24 @@ class JobTest : public ::testing::Test {
     return h;
   }
 
-  // Runs one barrier of `job` (job j1), whose ranks 0 and 1 are held by
+  // A float32 [kFloats] sum all-reduce contribution, as Barrier's.
+  static constexpr int kFloats = 4;
+  static v1::CollectiveHeader AllReduce(int rank, const std::string& session,
+                                        uint64_t epoch, uint64_t sequence) {
+    v1::CollectiveHeader h = Barrier(rank, session, epoch, sequence);
+    h.set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
+    v1::TensorSpec* tensor = h.add_tensors();
+    tensor->set_dtype(v1::DATA_TYPE_FLOAT32);
+    tensor->add_shape(kFloats);
+    tensor->set_op(v1::REDUCE_OP_SUM);
+    return h;
+  }
+
+  // Runs one collective of `job` (job j1), whose ranks 0 and 1 are held by
   // sessions a and b, as attempts a/1 and b/1; returns rank 0's header.
+  using RunOfBoth = v1::CollectiveHeader (*)(Job& job);
+
+  // A RunOfBoth: one barrier.
   static v1::CollectiveHeader BarrierOfBoth(Job& job) {
     v1::CollectiveHeader h0 = Barrier(0, "a", 1, 0);
     v1::CollectiveHeader h1 = Barrier(1, "b", 1, 0);
@@ -122,11 +150,35 @@ class JobTest : public ::testing::Test {
     EXPECT_TRUE(job.Attach(h1, std::make_shared<FakeRankChannel>()).ok());
     return h0;
   }
-  // Joins sessions a and b to job_ as ranks 0 and 1, then BarrierOfBoth.
-  v1::CollectiveHeader JoinAndBarrier() {
+  // A RunOfBoth: one all-reduce, each rank's input sent in one message,
+  // returned once both ranks have their result (kFloats * 4 bytes each,
+  // kept for a replay).
+  static v1::CollectiveHeader AllReduceOfBoth(Job& job) {
+    v1::CollectiveHeader headers[] = {AllReduce(0, "a", 1, 0),
+                                      AllReduce(1, "b", 1, 0)};
+    std::shared_ptr<FakeRankChannel> channels[2];
+    for (int rank = 0; rank < 2; ++rank) {
+      headers[rank].set_attempt_id(absl::StrCat(headers[rank].session_id(), "/1"));
+      channels[rank] = std::make_shared<FakeRankChannel>();
+      absl::StatusOr<std::shared_ptr<Collective>> c =
+          job.Attach(headers[rank], channels[rank]);
+      EXPECT_TRUE(c.ok() && *c != nullptr) << c.status();
+      if (!c.ok() || *c == nullptr) return headers[0];
+      const float input[kFloats] = {1, 2, 3, 4};
+      Payload payload;
+      payload.Append(StringBytes(std::string(
+          reinterpret_cast<const char*>(input), sizeof(input))));
+      (*c)->OnData(rank, 0, std::move(payload));
+    }
+    for (const auto& channel : channels) EXPECT_TRUE(channel->WaitFinishedOk());
+    return headers[0];
+  }
+
+  // Joins sessions a and b to job_ as ranks 0 and 1, then `run`.
+  v1::CollectiveHeader JoinAndRun(RunOfBoth run = BarrierOfBoth) {
     EXPECT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
     EXPECT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
-    return BarrierOfBoth(job_);
+    return run(job_);
   }
 
   ServerOptions options_;
@@ -312,7 +364,7 @@ TEST_F(JobTest, RetryOfAnUnusedAttemptReplacesItsFirstCall) {
 }
 
 TEST_F(JobTest, RetryOfAnAttemptAlreadyUsedIsAbortedNotCountedAgain) {
-  const v1::CollectiveHeader first = JoinAndBarrier();
+  const v1::CollectiveHeader first = JoinAndRun();
   absl::StatusOr<std::shared_ptr<Collective>> again =
       job_.Attach(first, std::make_shared<FakeRankChannel>());
   EXPECT_EQ(again.status().code(), absl::StatusCode::kAborted);
@@ -328,7 +380,7 @@ v1::CollectiveHeader Replay(v1::CollectiveHeader header) {
 }
 
 TEST_F(JobTest, AReplayAfterTheSessionWasLostSendsTheKeptResultAgain) {
-  const v1::CollectiveHeader first = JoinAndBarrier();
+  const v1::CollectiveHeader first = JoinAndRun();
   // Rank 0's session is lost (its answer with it): the epoch ends.
   job_.Leave("a", "keepalive watchdog timeout",
              EpochEndReason::kSessionCancelled);
@@ -357,7 +409,9 @@ TEST_F(JobTest, AReplayAfterTheSessionWasLostSendsTheKeptResultAgain) {
 }
 
 TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
-  const v1::CollectiveHeader first = JoinAndBarrier();
+  const v1::CollectiveHeader first = JoinAndRun(AllReduceOfBoth);
+  constexpr size_t kResultBytes = kFloats * sizeof(float);
+  EXPECT_EQ(kept_memory_.used(), 2 * kResultBytes);  // both ranks' results
   v1::CollectiveHeader unknown = first;
   unknown.set_attempt_id("a/9");
   absl::Status none =
@@ -372,11 +426,12 @@ TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
   EXPECT_EQ(
       job_.Attach(Replay(first), std::make_shared<FakeRankChannel>()).status().code(),
       absl::StatusCode::kNotFound);
-  EXPECT_EQ(kept_memory_.used(), 0u);
+  // Rank 0's result is forgotten; rank 1 acknowledged nothing yet.
+  EXPECT_EQ(kept_memory_.used(), kResultBytes);
 }
 
 TEST_F(JobTest, AReplayNamesAnAttemptOfItsOwnSession) {
-  v1::CollectiveHeader stolen = Replay(JoinAndBarrier());
+  v1::CollectiveHeader stolen = Replay(JoinAndRun());
   stolen.set_session_id("b");  // session b asks for a's result
   absl::Status refused =
       job_.Attach(stolen, std::make_shared<FakeRankChannel>()).status();
@@ -456,12 +511,13 @@ class JobRegistryTest : public JobTest {
                          &chunks_,  &metrics_, &log_, &kept_memory_};
   }
 
-  // Joins job j1 in `registry` as JoinAndBarrier does; returns rank 0's
-  // header as a replay.
-  static v1::CollectiveHeader RunBarrier(JobRegistry& registry) {
+  // Joins job j1 in `registry` as JoinAndRun does, then `run`; returns
+  // rank 0's header as a replay.
+  static v1::CollectiveHeader JoinAndRun(JobRegistry& registry,
+                                         RunOfBoth run = BarrierOfBoth) {
     EXPECT_TRUE(registry.Join(Join("j1", 0, 2, "a"), std::make_shared<FakeSession>()).ok());
     EXPECT_TRUE(registry.Join(Join("j1", 1, 2, "b"), std::make_shared<FakeSession>()).ok());
-    v1::CollectiveHeader h0 = BarrierOfBoth(**registry.Find("j1"));
+    v1::CollectiveHeader h0 = run(**registry.Find("j1"));
     h0.set_replay(true);
     return h0;
   }
@@ -469,7 +525,7 @@ class JobRegistryTest : public JobTest {
 
 TEST_F(JobRegistryTest, AFreedJobWhoseRankWasLostKeepsItsResultsForAReplay) {
   JobRegistry registry(Env());
-  const v1::CollectiveHeader replay = RunBarrier(registry);
+  const v1::CollectiveHeader replay = JoinAndRun(registry);
   // Rank 0 is lost, then rank 1 finishes and leaves: the job is freed.
   registry.Leave("j1", "a", "keepalive watchdog timeout",
                  EpochEndReason::kSessionCancelled);
@@ -484,7 +540,7 @@ TEST_F(JobRegistryTest, AFreedJobWhoseRankWasLostKeepsItsResultsForAReplay) {
 
 TEST_F(JobRegistryTest, AFreedJobStillAnswersAfterItsNameWasJoinedAgain) {
   JobRegistry registry(Env());
-  const v1::CollectiveHeader replay = RunBarrier(registry);
+  const v1::CollectiveHeader replay = JoinAndRun(registry);
   registry.Leave("j1", "a", "keepalive watchdog timeout",
                  EpochEndReason::kSessionCancelled);
   registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
@@ -502,7 +558,8 @@ TEST_F(JobRegistryTest, AFreedJobStillAnswersAfterItsNameWasJoinedAgain) {
 
 TEST_F(JobRegistryTest, AFreedJobThatEndedCleanlyKeepsNothing) {
   JobRegistry registry(Env());
-  const v1::CollectiveHeader replay = RunBarrier(registry);
+  const v1::CollectiveHeader replay = JoinAndRun(registry, AllReduceOfBoth);
+  EXPECT_EQ(kept_memory_.used(), 2 * kFloats * sizeof(float));
   (*registry.Find("j1"))->Depart("a");
   (*registry.Find("j1"))->Depart("b");
   registry.Leave("j1", "a", "closed", EpochEndReason::kSessionEnded);

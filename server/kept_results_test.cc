@@ -8,25 +8,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "server/string_bytes.h"
 
 namespace reducer {
 namespace {
 
-class StringOwner final : public ByteOwner {
- public:
-  explicit StringOwner(std::string bytes) : bytes_(std::move(bytes)) {}
-  const std::string& bytes() const { return bytes_; }
-
- private:
-  std::string bytes_;
-};
-
 // One message holding `bytes` at `offset`.
 ResultMessage Message(uint64_t offset, const std::string& bytes) {
-  auto owner = std::make_shared<const StringOwner>(bytes);
   ResultMessage m;
   m.offset = offset;
-  m.data.push_back(SharedBytes(owner, owner->bytes().data(), bytes.size()));
+  m.data.push_back(StringBytes(bytes));
   return m;
 }
 
