@@ -188,6 +188,39 @@ class ShardsTest : public FaultTest {
                     std::vector<std::string>(kWorld, target), extra_flags);
   }
 
+  // A TcpProxy in front of shard 1, and ranks of Job() running fault_worker
+  // `steps` over gRPC with the proxy's address in shard 1's place in the
+  // target. Over gRPC because the faults are injected in the proxy's TCP
+  // streams, which the same-host path would go around.
+  struct ProxiedRanks {
+    std::unique_ptr<TcpProxy> proxy;  // null if it could not start
+    std::vector<std::unique_ptr<ChildProcess>> workers;
+  };
+  // ProxiedRanks whose every rank has connected; a null proxy (and a
+  // failure recorded) when that did not happen.
+  ProxiedRanks StartRanksWithShard1Proxied(const std::string& steps) {
+    ProxiedRanks ranks;
+    absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
+        TcpProxy::Start(shards_[1]->port());
+    if (!proxy.ok()) {
+      ADD_FAILURE() << proxy.status();
+      return ranks;
+    }
+    const std::string target = absl::StrJoin(
+        {shards_[0]->address(), (*proxy)->address(), shards_[2]->address()},
+        ",");
+    ranks.workers = StartRanks(fault_worker_, Job(), target, {steps},
+                               {"--shared_memory=off"});
+    bool connected = ranks.workers.size() == static_cast<size_t>(kWorld);
+    for (auto& w : ranks.workers) {
+      connected = connected && w != nullptr &&
+                  WaitForOutput(*w, "RESULT 0 connect");
+    }
+    if (connected) ranks.proxy = *std::move(proxy);
+    EXPECT_TRUE(connected) << "not every rank connected";
+    return ranks;
+  }
+
   // Every shard's reducer_payload_received_bytes_total.
   std::vector<double> ReceivedBytes() {
     std::vector<double> bytes;
@@ -345,12 +378,6 @@ TEST_F(ShardsTest, RankWithAnotherShardListFailsToConnectNamingBoth) {
 // wire when it is SIGKILLed. Every rank's two calls (the pending one and the
 // next) fail naming the lost shard's address.
 TEST_F(ShardsTest, ShardKilledMidAllReduceFailsEveryRankThenConnectWorks) {
-  absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
-      TcpProxy::Start(shards_[1]->port());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
-  const std::string lost = (*proxy)->address();
-  const std::string target = absl::StrJoin(
-      {shards_[0]->address(), lost, shards_[2]->address()}, ",");
   const std::string steps =
       "allreduce_inplace:shape=16777216,timeout_ms=60000;"  // 64 MiB float32
       "allreduce:shape=8,seed=2,timeout_ms=60000;"
@@ -358,34 +385,23 @@ TEST_F(ShardsTest, ShardKilledMidAllReduceFailsEveryRankThenConnectWorks) {
       "reconnect:timeout_ms=30000,attempts=20;"
       "allreduce_inplace:shape=1572865,seed=5,timeout_ms=30000;"
       "allreduce:shape=8,seed=6,timeout_ms=30000";
-  // Over gRPC: the fault is injected in the proxy's TCP stream, which the
-  // same-host path would go around.
-  std::vector<std::unique_ptr<ChildProcess>> workers = StartRanks(
-      fault_worker_, Job(), target, {steps}, {"--shared_memory=off"});
-  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorld));
-  for (auto& w : workers) {
-    ASSERT_NE(w, nullptr);
-    ASSERT_TRUE(WaitForOutput(*w, "RESULT 0 connect"));
-  }
-  (*proxy)->SetDelay(absl::Milliseconds(10), 64 << 10);  // ~6 MB/s a link
+  ProxiedRanks ranks = StartRanksWithShard1Proxied(steps);
+  ASSERT_NE(ranks.proxy, nullptr);
+  TcpProxy& proxy = *ranks.proxy;
+  std::vector<std::unique_ptr<ChildProcess>>& workers = ranks.workers;
+  const std::string lost = proxy.address();
+  proxy.SetDelay(absl::Milliseconds(10), 64 << 10);  // ~6 MB/s a link
   for (auto& w : workers) ASSERT_TRUE(WaitForOutput(*w, "BEGIN 1 "));
   // 4 MiB of the ~84 MiB the ranks send shard 1 have passed.
-  const absl::Time wait_until = absl::Now() + absl::Seconds(30);
-  uint64_t up = 0;
-  while (absl::Now() < wait_until) {
-    up = 0;
-    const int n = (*proxy)->num_connections();
-    for (int c = 0; c < n; ++c) up += (*proxy)->connection(c).bytes_up;
-    if (up >= (uint64_t{4} << 20)) break;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  ASSERT_GE(up, uint64_t{4} << 20) << "the all-reduce never reached shard 1";
+  ASSERT_TRUE(proxy.WaitForBytesForwarded(TcpProxy::kUpstream, uint64_t{4} << 20,
+                                          absl::Seconds(30)))
+      << "the all-reduce never reached shard 1";
   const absl::Time killed_at = absl::Now();
   shards_[1]->Kill();
   killed_[1] = true;
   // The kernel resets a killed process's connections at once; the proxy
   // would let its throttled queues drain first, so it resets them too.
-  (*proxy)->DropAll();
+  proxy.DropAll();
   for (auto& w : workers) {
     ASSERT_TRUE(WaitForOutput(*w, "RESULT 2 ", absl::Seconds(30)));
   }
@@ -394,7 +410,7 @@ TEST_F(ShardsTest, ShardKilledMidAllReduceFailsEveryRankThenConnectWorks) {
               absl::FormatDuration(heard).c_str());
   EXPECT_LT(heard, kPromptly) << "every rank should learn of the loss promptly";
 
-  (*proxy)->SetDelay(absl::ZeroDuration());
+  proxy.SetDelay(absl::ZeroDuration());
   absl::StatusOr<std::unique_ptr<ReducerdProcess>> back =
       ReducerdProcess::StartOnPort(shards_[1]->port(), kShardFlags);
   ASSERT_TRUE(back.ok()) << back.status();
@@ -432,53 +448,33 @@ TEST_F(ShardsTest, ShardKilledMidAllReduceFailsEveryRankThenConnectWorks) {
 // although the cut also ended every rank's session with shard 1 (the
 // next call says so).
 TEST_F(ShardsTest, APartitionsLostAnswerIsSentAgainAndTheWholeIsExact) {
-  absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
-      TcpProxy::Start(shards_[1]->port());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
-  const std::string target = absl::StrJoin(
-      {shards_[0]->address(), (*proxy)->address(), shards_[2]->address()}, ",");
   const std::string steps =
       "wait_file:path=go;"
       "allreduce_inplace:shape=3145728,seed=3,timeout_ms=60000;"  // 12 MiB
       "allreduce:shape=8,seed=4,timeout_ms=60000";
-  std::vector<std::unique_ptr<ChildProcess>> workers = StartRanks(
-      fault_worker_, Job(), target, {steps}, {"--shared_memory=off"});
-  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorld));
-  for (auto& w : workers) {
-    ASSERT_NE(w, nullptr);
-    ASSERT_TRUE(WaitForOutput(*w, "RESULT 0 connect"));
-  }
-  // Bytes through the proxy so far, up (to shard 1) or down.
-  auto through = [&](bool up) {
-    uint64_t bytes = 0;
-    const int n = (*proxy)->num_connections();
-    for (int c = 0; c < n; ++c) {
-      const TcpProxy::ConnectionInfo info = (*proxy)->connection(c);
-      bytes += up ? info.bytes_up : info.bytes_down;
-    }
-    return bytes;
-  };
-  const uint64_t up_before = through(true);
-  (*proxy)->SetDelay(absl::Milliseconds(10), 64 << 10);  // ~6 MB/s a link
+  ProxiedRanks ranks = StartRanksWithShard1Proxied(steps);
+  ASSERT_NE(ranks.proxy, nullptr);
+  TcpProxy& proxy = *ranks.proxy;
+  std::vector<std::unique_ptr<ChildProcess>>& workers = ranks.workers;
+  const uint64_t up_before = proxy.BytesForwarded(TcpProxy::kUpstream);
+  proxy.SetDelay(absl::Milliseconds(10), 64 << 10);  // ~6 MB/s a link
   Touch("go");
   // Every rank's 4 MiB partition is in (shard 1's result is decided) while
   // its results, held back by the throttle and the window, still travel.
   const uint64_t inputs = uint64_t{kWorld} * (4u << 20);
-  const absl::Time wait_until = absl::Now() + absl::Seconds(40);
-  while (through(true) < up_before + inputs && absl::Now() < wait_until) {
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  ASSERT_GE(through(true), up_before + inputs) << "the partitions never reached shard 1";
+  ASSERT_TRUE(proxy.WaitForBytesForwarded(TcpProxy::kUpstream,
+                                          up_before + inputs, absl::Seconds(40)))
+      << "the partitions never reached shard 1";
   absl::SleepFor(absl::Milliseconds(100));  // the last chunk is reduced
-  (*proxy)->DropAll();
-  (*proxy)->SetDelay(absl::ZeroDuration());
+  proxy.DropAll();
+  proxy.SetDelay(absl::ZeroDuration());
   std::vector<ProcessResult> results = WaitWorkers(workers);
   ASSERT_EQ(results.size(), static_cast<size_t>(kWorld));
   for (const ProcessResult& r : results) {
     ExpectStep(r, "2", absl::StatusCode::kOk);
     // The cut took the sessions too: the next call says so.
     ExpectStep(r, "3", absl::StatusCode::kUnavailable,
-               {"lost the session with reducerd at " + (*proxy)->address()});
+               {"lost the session with reducerd at " + proxy.address()});
   }
   const std::string log = shards_[1]->Stderr();
   EXPECT_THAT(log, AnyOf(HasSubstr("sent again from what was kept"),

@@ -133,6 +133,28 @@ bool TcpProxy::WaitForBytes(int index, Direction direction, uint64_t bytes,
   return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
 }
 
+uint64_t TcpProxy::BytesForwarded(Direction direction) {
+  absl::MutexLock lock(&mu_);
+  return BytesForwardedLocked(direction);
+}
+
+bool TcpProxy::WaitForBytesForwarded(Direction direction, uint64_t bytes,
+                                     absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return BytesForwardedLocked(direction) >= bytes;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+}
+
+uint64_t TcpProxy::BytesForwardedLocked(Direction direction) const {
+  uint64_t total = 0;
+  for (const auto& c : connections_) {
+    total += direction == kDownstream ? c->info.bytes_down : c->info.bytes_up;
+  }
+  return total;
+}
+
 TcpProxy::ConnectionInfo TcpProxy::connection(int index) {
   absl::MutexLock lock(&mu_);
   if (index < 0 || index >= static_cast<int>(connections_.size())) return {};

@@ -76,6 +76,12 @@ class TcpProxy {
   bool WaitForBytes(int index, Direction direction, uint64_t bytes,
                     absl::Duration timeout);
   ConnectionInfo connection(int index);
+  // Bytes forwarded in `direction` (kUpstream or kDownstream) over every
+  // connection accepted so far, closed ones included.
+  uint64_t BytesForwarded(Direction direction);
+  // Waits until BytesForwarded(direction) >= `bytes`; false at timeout.
+  bool WaitForBytesForwarded(Direction direction, uint64_t bytes,
+                             absl::Duration timeout);
 
   // Every forwarded read (at most `max_read` bytes) waits `delay` before it
   // is written, and the next read from that side waits for it, so the
@@ -130,6 +136,8 @@ class TcpProxy {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the due bytes of `queue` to `to`; false when `to` failed.
   bool WriteSide(int to, std::deque<Pending>* queue, uint64_t* counter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t BytesForwardedLocked(Direction direction) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.

@@ -181,6 +181,30 @@ TEST(TcpProxyTest, DropClosesTheClientSide) {
   close(fd);
 }
 
+TEST(TcpProxyTest, TotalsCountClosedConnectionsToo) {
+  EchoServer echo;
+  auto proxy = TcpProxy::Start(echo.port());
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  int first = ConnectTo((*proxy)->port());
+  ASSERT_GE(first, 0);
+  ASSERT_EQ(send(first, "abc", 3, 0), 3);
+  EXPECT_EQ(ReadFor(first, 3, absl::Seconds(5)), "abc");
+  (*proxy)->Drop(0);
+  close(first);
+  int second = ConnectTo((*proxy)->port());
+  ASSERT_GE(second, 0);
+  ASSERT_EQ(send(second, "defgh", 5, 0), 5);
+  EXPECT_EQ(ReadFor(second, 5, absl::Seconds(5)), "defgh");
+  EXPECT_TRUE((*proxy)->WaitForBytesForwarded(TcpProxy::kUpstream, 8,
+                                              absl::Seconds(5)));
+  EXPECT_EQ((*proxy)->BytesForwarded(TcpProxy::kUpstream), 8u);
+  EXPECT_EQ((*proxy)->BytesForwarded(TcpProxy::kDownstream), 8u);
+  // Nothing more comes: the wait times out.
+  EXPECT_FALSE((*proxy)->WaitForBytesForwarded(TcpProxy::kUpstream, 9,
+                                               absl::Milliseconds(50)));
+  close(second);
+}
+
 TEST(TcpProxyTest, DelayThrottlesForwarding) {
   EchoServer echo;
   auto proxy = TcpProxy::Start(echo.port());
