@@ -28,6 +28,7 @@
 #ifndef REDUCER_SERVER_SHM_RESULTS_H_
 #define REDUCER_SERVER_SHM_RESULTS_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -60,6 +61,18 @@ class SharedResults {
     int writers = 0;  // calls that opened it and did not close it
     // Message offset -> the end of the bytes copied in from there.
     absl::flat_hash_map<uint64_t, uint64_t> written;
+
+    // True when some call copied a message starting at `offset` at least
+    // as far as `end`: the range holds those bytes, nothing to copy.
+    bool Holds(uint64_t offset, uint64_t end) const {
+      auto it = written.find(offset);
+      return it != written.end() && it->second >= end;
+    }
+    // Records that a call copied the message from `offset` to `end`.
+    void MarkCopied(uint64_t offset, uint64_t end) {
+      uint64_t& copied_to = written[offset];
+      copied_to = std::max(copied_to, end);
+    }
   };
 
   // A new segment of `bytes` (SharedSegment::Create's RESOURCE_EXHAUSTED

@@ -81,6 +81,29 @@ TEST(SharedResultsTest, TheSameFirstPieceSharesARangeWhileItIsWritten) {
   EXPECT_NE(later->range, a->range);
 }
 
+// A call skips only a message whose bytes another call of the range copied
+// from the same offset at least as far; a longer message or one cut
+// elsewhere is copied again (the same bytes).
+TEST(SharedResultsTest, AMessageIsSkippedOnlyWhereItsBytesWereCopied) {
+  std::unique_ptr<SharedResults> r = Make();
+  ASSERT_NE(r, nullptr);
+  auto owner = std::make_shared<const Bytes>();
+  auto w = r->Open(Of(owner, 0, 1000));
+  ASSERT_NE(w, nullptr);
+  EXPECT_FALSE(w->Holds(0, 400));  // nothing copied yet
+  w->MarkCopied(0, 400);
+  EXPECT_TRUE(w->Holds(0, 400));
+  EXPECT_TRUE(w->Holds(0, 300));    // a shorter message from there
+  EXPECT_FALSE(w->Holds(0, 401));   // one reaching further
+  EXPECT_FALSE(w->Holds(200, 400)); // one cut elsewhere, inside the copy
+  EXPECT_FALSE(w->Holds(400, 800)); // the next one
+  // A shorter copy later never shrinks what the range holds.
+  w->MarkCopied(0, 100);
+  EXPECT_TRUE(w->Holds(0, 400));
+  w->MarkCopied(0, 1000);
+  EXPECT_TRUE(w->Holds(0, 1000));
+}
+
 TEST(SharedResultsTest, ARangeIsFreeOnlyOnceEveryReferenceWent) {
   std::unique_ptr<SharedResults> r = Make();
   ASSERT_NE(r, nullptr);

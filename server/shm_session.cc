@@ -549,11 +549,8 @@ void SharedMemorySession::ProcessMessage(Call& call, Item& item) {
     const uint64_t message_end = message.offset + message_bytes;
     // A range another call of the same result copied this message's bytes
     // into already holds them.
-    bool written = false;
-    if (call.writing != nullptr) {
-      auto it = call.writing->written.find(message.offset);
-      written = it != call.writing->written.end() && it->second >= message_end;
-    }
+    const bool written = call.writing != nullptr &&
+                         call.writing->Holds(message.offset, message_end);
     uint64_t at = message.offset;
     for (const SharedBytes& piece : message.data) {
       if (written) break;
@@ -569,8 +566,7 @@ void SharedMemorySession::ProcessMessage(Call& call, Item& item) {
       at += piece.size();
     }
     if (copied.ok() && !written && call.writing != nullptr) {
-      uint64_t& end = call.writing->written[message.offset];
-      end = std::max(end, message_end);
+      call.writing->MarkCopied(message.offset, message_end);
     }
     message.data.clear();
   }
