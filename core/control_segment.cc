@@ -21,6 +21,14 @@ char* Base(const SharedSegment& segment) {
   return static_cast<char*>(segment.data());
 }
 
+// Maps every page of `segment` now. Records walk through each ring, so
+// without this each side faults once per page on its first pass, which
+// doubled the time of a 4 KiB all-reduce for its job's first few hundred
+// calls. Only a hint: refused (an old kernel), pages fault in as touched.
+void PopulateRings(SharedSegment& segment) {
+  segment.Populate().IgnoreError();
+}
+
 }  // namespace
 
 std::string RandomBytes(size_t n) {
@@ -54,6 +62,7 @@ absl::StatusOr<std::unique_ptr<ControlSegment>> ControlSegment::Create(
   std::memcpy(base, kMagic, sizeof(kMagic));
   std::memcpy(base + kVersionOffset, &kVersion, sizeof(kVersion));
   std::memcpy(base + kNonceOffset, nonce.data(), kNonceBytes);
+  PopulateRings(*segment);
   return std::make_unique<ControlSegment>(*std::move(segment));
 }
 
@@ -86,6 +95,7 @@ absl::StatusOr<std::unique_ptr<ControlSegment>> ControlSegment::Adopt(int fd) {
                      "or set ClientOptions::shared_memory to kOff (gRPC "
                      "alone)"));
   }
+  PopulateRings(*segment);  // only now that its size is this layout's
   return std::make_unique<ControlSegment>(*std::move(segment));
 }
 

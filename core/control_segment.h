@@ -42,6 +42,9 @@ class ControlSegment {
   // The nonce in the header, as it reads now.
   std::string nonce() const;
   int fd() const { return segment_.fd(); }
+  // Where it is mapped in this process (every page of it mapped already:
+  // Create and Adopt populate it, SharedSegment::Populate).
+  const void* data() const { return segment_.data(); }
   MessageRing& requests() { return requests_; }
   MessageRing& responses() { return responses_; }
 

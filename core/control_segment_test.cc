@@ -17,6 +17,7 @@
 #include "core/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "core/mapped_bytes.h"
 
 namespace reducer {
 namespace {
@@ -45,6 +46,19 @@ TEST(ControlSegmentTest, AdoptReadsTheNonceAndSharesTheRings) {
   // Each ring held only its own record.
   EXPECT_FALSE(*(*adopted)->requests().TryPop(&got));
   EXPECT_FALSE(*(*created)->responses().TryPop(&got));
+}
+
+// Records walk through the rings: both sides map every page up front
+// rather than faulting on each one at their first pass.
+TEST(ControlSegmentTest, BothSidesMapEveryPageAtOnce) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t pages = (ControlSegment::kBytes + page - 1) / page * page;
+  auto created = ControlSegment::Create(kNonce);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(MappedBytes((*created)->data()).value_or(0), pages);
+  auto adopted = ControlSegment::Adopt(dup((*created)->fd()));
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  EXPECT_EQ(MappedBytes((*adopted)->data()).value_or(0), pages);
 }
 
 TEST(ControlSegmentTest, LayoutSizeIsTheHeaderPageAndTwoRings) {

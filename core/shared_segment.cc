@@ -107,6 +107,19 @@ absl::Status SharedSegment::CheckRoom(size_t bytes,
   return CheckMemoryRoom(bytes, sources);
 }
 
+absl::Status SharedSegment::Populate() {
+  const bool read_only = access_ == Access::kReadOnly;
+  if (madvise(data_, size_, read_only ? MADV_POPULATE_READ
+                                      : MADV_POPULATE_WRITE) != 0) {
+    return Errno(errno, absl::StrCat("madvise(", read_only
+                                                     ? "MADV_POPULATE_READ"
+                                                     : "MADV_POPULATE_WRITE",
+                                     ") of a shared segment of ", size_,
+                                     " bytes (fd ", fd_.get(), ")"));
+  }
+  return absl::OkStatus();
+}
+
 SharedSegment::SharedSegment(SharedSegment&& other) noexcept
     : fd_(std::move(other.fd_)),
       data_(std::exchange(other.data_, nullptr)),

@@ -17,8 +17,9 @@
 //   auto peer = SharedSegment::Adopt(received.fds[0].release(),  // the other
 //                                    SharedSegment::Access::kReadOnly);
 //
-// Contents start zeroed. Memory is committed page by page as it is touched,
-// and charged to the memory cgroup of the process that touches it first.
+// Contents start zeroed. Memory is committed page by page as it is touched
+// (or all at once by Populate), and charged to the memory cgroup of the
+// process that touches it first.
 // A segment owns its descriptor and its mapping: move-only; the destructor
 // unmaps and closes. Errors name what failed, the size and the errno text.
 #ifndef REDUCER_CORE_SHARED_SEGMENT_H_
@@ -61,6 +62,15 @@ class SharedSegment {
   SharedSegment(const SharedSegment&) = delete;
   SharedSegment& operator=(const SharedSegment&) = delete;
   ~SharedSegment();
+
+  // Commits every page and maps it into this process now, as touching each
+  // would (MADV_POPULATE_WRITE; _READ for a read-only mapping); the contents
+  // are unchanged. For a small segment soon touched all over, such as a
+  // ring whose records walk through it, which would otherwise fault once
+  // per page on each side's first pass. The errno's status, naming the
+  // advice and the segment, when the kernel refuses (before Linux 5.14 it
+  // does not know the advice); the segment stays usable either way.
+  absl::Status Populate();
 
   void* data() const { return data_; }
   size_t size() const { return size_; }

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "core/mapped_bytes.h"
 
 namespace reducer {
 namespace {
@@ -90,6 +91,27 @@ TEST(SharedSegmentTest, AdoptionMapsTheSamePagesAtItsOwnAddress) {
   EXPECT_NE(adopted->data(), segment->data());
   static_cast<char*>(segment->data())[kBytes - 1] = 'z';
   EXPECT_EQ(static_cast<const char*>(adopted->data())[kBytes - 1], 'z');
+}
+
+// Pages are mapped as they are touched, or all at once by Populate, which
+// leaves the contents as they were; each side's page tables are its own.
+TEST(SharedSegmentTest, PopulateMapsEveryPageAndKeepsTheContents) {
+  constexpr size_t kBytes = 1 << 20;
+  auto segment = SharedSegment::Create("populate", kBytes);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  EXPECT_EQ(MappedBytes(segment->data()).value_or(kBytes), 0u);
+  std::memcpy(segment->data(), "kept", 4);
+  EXPECT_EQ(MappedBytes(segment->data()).value_or(0),
+            static_cast<size_t>(sysconf(_SC_PAGESIZE)));  // one touched
+  ASSERT_TRUE(segment->Populate().ok());
+  EXPECT_EQ(MappedBytes(segment->data()).value_or(0), kBytes);
+  auto adopted = SharedSegment::Adopt(dup(segment->fd()),
+                                      SharedSegment::Access::kReadOnly);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  EXPECT_EQ(MappedBytes(adopted->data()).value_or(kBytes), 0u);
+  ASSERT_TRUE(adopted->Populate().ok());
+  EXPECT_EQ(MappedBytes(adopted->data()).value_or(0), kBytes);
+  EXPECT_EQ(std::memcmp(adopted->data(), "kept", 4), 0);
 }
 
 TEST(SharedSegmentTest, AdoptRefusesAnUnsealedMemfdAndClosesIt) {
