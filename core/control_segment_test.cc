@@ -14,10 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/mapped_bytes.h"
 #include "core/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/mapped_bytes.h"
 
 namespace reducer {
 namespace {

@@ -13,9 +13,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/mapped_bytes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/mapped_bytes.h"
 
 namespace reducer {
 namespace {
