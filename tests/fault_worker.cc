@@ -47,7 +47,7 @@
 //                         Destroys the client and connects again; retries
 //                         up to K times (default 1) while Connect answers
 //                         UNAVAILABLE (reducerd restarting).
-//   soak:iters=N,mismatch_every=M,seed=S,timeout_ms=T,reconnects=R
+//   soak:iters=N,mismatch_every=M,seed=S,timeout_ms=T,reconnects=R,mark_at=K
 //                         N iterations of a mix of small collectives with
 //                         exact checks (see RunSoak). One RESULT line for
 //                         the whole run.
@@ -592,12 +592,16 @@ class Worker {
   // its restarted peer does; it prints "SOAKLOST ..." when that happens. The
   // RESULT line says OK once all N iterations of one epoch passed; a line
   // "SOAK ..." before it tells how many iterations and reconnects it took.
+  // With `mark_at` K (0 < K < N), it prints "SOAKMARK iteration=K" as each
+  // epoch reaches iteration K: a test kills it after that line, while it
+  // is surely mid-soak however fast the iterations go.
   Outcome RunSoak(const Step& step) {
     Outcome out;
     const int64_t iters = step.GetInt("iters", 100);
     const int64_t mismatch_every = step.GetInt("mismatch_every", 0);
     const uint64_t seed = static_cast<uint64_t>(step.GetInt("seed", 1));
     const int64_t max_reconnects = step.GetInt("reconnects", 0);
+    const int64_t mark_at = step.GetInt("mark_at", 0);
     CallOptions call;
     call.timeout = absl::Milliseconds(step.GetInt("timeout_ms", 20000));
     int64_t done = 0, total = 0, mismatches = 0, reconnects = 0;
@@ -629,6 +633,9 @@ class Worker {
         return out;
       }
       ++total;
+      if (mark_at > 0 && k == mark_at) {
+        Emit(absl::StrCat("SOAKMARK iteration=", k));
+      }
       // Never on the last iteration: the ranks that see the failure first
       // would finish and leave while the others still call.
       const bool inject = mismatch_every > 0 &&
