@@ -327,9 +327,7 @@ std::unique_ptr<CollectiveAttempt> ClientSession::SendAttempt(
 
 std::unique_ptr<CollectiveAttempt> ClientSession::SendReplay(
     PendingCollective& pending) {
-  pending.replay_ = pending.contribution_;
-  pending.replay_.header.set_replay(true);
-  pending.replay_.send_payload = false;
+  pending.replay_ = pending.contribution_.AsReplay();
   return staging_backend_->Start(pending.replay_);
 }
 

@@ -43,6 +43,16 @@ struct Contribution {
 
   size_t payload_bytes() const { return send_payload ? layout.total_bytes : 0; }
 
+  // This contribution as a replay sends it: the same header marked replay
+  // (reducerd answers with the result it kept for that attempt), no
+  // payload.
+  Contribution AsReplay() const {
+    Contribution replay = *this;
+    replay.header.set_replay(true);
+    replay.send_payload = false;
+    return replay;
+  }
+
   // OK once payload bytes [0, end) may be read; InputGate::Await's errors
   // (the copy's own, or DEADLINE_EXCEEDED at `deadline`) otherwise.
   absl::Status AwaitPayload(size_t end) const {

@@ -179,9 +179,7 @@ class ShardedAttempt final : public CollectiveAttempt {
       return;
     }
     if (next == RetrySequence::Next::kReplay) {
-      part->replay_contribution = split_.parts[k].contribution;
-      part->replay_contribution.header.set_replay(true);
-      part->replay_contribution.send_payload = false;
+      part->replay_contribution = split_.parts[k].contribution.AsReplay();
     }
     part->retry_at = part->retries.next_at();
   }

@@ -48,7 +48,7 @@ long FutexWaitv(absl::Span<const Doorbell::Watch> watches,
   futex_waitv waiters[Doorbell::kMaxWatches];
   std::memset(waiters, 0, sizeof(waiters));
   for (size_t i = 0; i < watches.size(); ++i) {
-    waiters[i].val = Doorbell::WordFor(watches[i].seen) | Doorbell::kSleeperBit;
+    waiters[i].val = Doorbell::SleepingWordFor(watches[i].seen);
     waiters[i].uaddr = reinterpret_cast<uintptr_t>(words[i]);
     waiters[i].flags = FUTEX_32;  // shared: no private flag
   }
@@ -119,7 +119,7 @@ absl::Status Doorbell::WaitAny(absl::Span<const Watch> watches,
       if (!watches[0].bell->ArmSleep(watches[0].seen)) return absl::OkStatus();
       const timespec slice =
           absl::ToTimespec(std::min(deadline - now, kFallbackSlice));
-      if (Futex(words[0], FUTEX_WAIT, WordFor(watches[0].seen) | kSleeperBit,
+      if (Futex(words[0], FUTEX_WAIT, SleepingWordFor(watches[0].seen),
                 &slice) != 0 &&
           errno != EAGAIN && errno != EINTR && errno != ETIMEDOUT) {
         return absl::ErrnoToStatus(errno, "futex wait on a doorbell");
@@ -142,7 +142,7 @@ uint32_t Doorbell::Ring() {
 }
 
 bool Doorbell::ArmSleep(uint32_t seen) const {
-  const uint32_t armed = WordFor(seen) | kSleeperBit;
+  const uint32_t armed = SleepingWordFor(seen);
   uint32_t word = word_->load(std::memory_order_acquire);
   while (word != armed) {
     if ((word >> kCounterShift) != seen) return false;
@@ -177,7 +177,7 @@ absl::StatusOr<uint32_t> Doorbell::WaitChange(uint32_t seen,
     }
     // Sleeps only while the word still holds `seen`, armed; a ring in
     // between makes the call return EAGAIN at once.
-    if (Futex(word_, FUTEX_WAIT, WordFor(seen) | kSleeperBit,
+    if (Futex(word_, FUTEX_WAIT, SleepingWordFor(seen),
               deadline == absl::InfiniteFuture() ? nullptr : &timeout) != 0 &&
         errno != EAGAIN && errno != EINTR && errno != ETIMEDOUT) {
       return absl::ErrnoToStatus(errno, "futex wait on a doorbell");

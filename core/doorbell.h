@@ -80,6 +80,11 @@ class Doorbell {
   static constexpr uint32_t WordFor(uint32_t count) {
     return count << kCounterShift;
   }
+  // The word a waiter that saw `count` sleeps on: that count, sleeper bit
+  // set.
+  static constexpr uint32_t SleepingWordFor(uint32_t count) {
+    return WordFor(count) | kSleeperBit;
+  }
 
   // One bell of WaitAny(), with the value its waiter saw last.
   struct Watch {
@@ -113,8 +118,8 @@ class Doorbell {
                 "a futex needs a plain lock-free 32-bit word");
 
   // Sets the sleeper bit unless the counter moved from `seen`; true when the
-  // word now reads WordFor(seen) | kSleeperBit (what to sleep on), false when
-  // it moved.
+  // word now reads SleepingWordFor(seen) (what to sleep on), false when it
+  // moved.
   bool ArmSleep(uint32_t seen) const;
 
   std::atomic<uint32_t>* word_;

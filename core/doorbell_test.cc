@@ -91,7 +91,7 @@ TEST(DoorbellTest, RingWakesEverySleepingWaiter) {
     while (tids[i] == 0) absl::SleepFor(absl::Milliseconds(1));
     AwaitSleep(absl::StrCat("/proc/self/task/", tids[i].load(), "/stat"));
   }
-  EXPECT_EQ(word.load(), Doorbell::WordFor(0) | Doorbell::kSleeperBit)
+  EXPECT_EQ(word.load(), Doorbell::SleepingWordFor(0))
       << "a sleeping waiter must have said so";
   bell.Ring();
   for (std::thread& t : waiters) t.join();

@@ -33,6 +33,12 @@ void SetNonBlocking(int fd) {
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
+// What `info` counts forwarded in `direction` (kUpstream or kDownstream).
+uint64_t BytesOf(const TcpProxy::ConnectionInfo& info,
+                 TcpProxy::Direction direction) {
+  return direction == TcpProxy::kDownstream ? info.bytes_down : info.bytes_up;
+}
+
 void SetNoDelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -127,8 +133,7 @@ bool TcpProxy::WaitForBytes(int index, Direction direction, uint64_t bytes,
   absl::MutexLock lock(&mu_);
   auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (index >= static_cast<int>(connections_.size())) return false;
-    const ConnectionInfo& info = connections_[index]->info;
-    return (direction == kDownstream ? info.bytes_down : info.bytes_up) >= bytes;
+    return BytesOf(connections_[index]->info, direction) >= bytes;
   };
   return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
 }
@@ -149,9 +154,7 @@ bool TcpProxy::WaitForBytesForwarded(Direction direction, uint64_t bytes,
 
 uint64_t TcpProxy::BytesForwardedLocked(Direction direction) const {
   uint64_t total = 0;
-  for (const auto& c : connections_) {
-    total += direction == kDownstream ? c->info.bytes_down : c->info.bytes_up;
-  }
+  for (const auto& c : connections_) total += BytesOf(c->info, direction);
   return total;
 }
 
