@@ -99,6 +99,84 @@ CollectiveRequestSpec OneTensor(CollectiveKind kind, const TensorView& input,
   return spec;
 }
 
+// The request of a collective of one input (`what` names it in errors), or
+// INVALID_ARGUMENT when the input cannot be sent.
+absl::StatusOr<CollectiveRequestSpec> OneInputSpec(DeviceStaging* staging,
+                                                   CollectiveKind kind,
+                                                   const TensorView& input,
+                                                   ReduceOp op,
+                                                   absl::string_view what) {
+  absl::Status valid = CheckView(input, what);
+  if (valid.ok()) valid = CheckPlacement(staging, input, what);
+  if (!valid.ok()) return valid;
+  return OneTensor(kind, input, op);
+}
+
+// AllReduceMany's request: inputs[i] reduced with ops[i], all on one device.
+absl::StatusOr<CollectiveRequestSpec> AllReduceManySpec(
+    DeviceStaging* staging, absl::Span<const TensorView> inputs,
+    absl::Span<const ReduceOp> ops) {
+  if (inputs.size() != ops.size() || inputs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AllReduceMany needs one op per input and at least one input; got ",
+        inputs.size(), " inputs and ", ops.size(), " ops"));
+  }
+  CollectiveRequestSpec spec;
+  spec.kind = CollectiveKind::kAllReduce;
+  spec.tensors.reserve(inputs.size());
+  spec.inputs.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    absl::Status valid =
+        CheckView(inputs[i], "AllReduceMany input", static_cast<int>(i));
+    if (valid.ok() && inputs[i].device() != inputs[0].device()) {
+      valid = absl::InvalidArgumentError(absl::StrCat(
+          "AllReduceMany input ", i, " is on ", inputs[i].device().ToString(),
+          " but input 0 is on ", inputs[0].device().ToString(),
+          "; one call reduces tensors of one device"));
+    }
+    if (valid.ok()) {
+      valid = CheckPlacement(staging, inputs[i], "AllReduceMany input",
+                             static_cast<int>(i));
+    }
+    if (!valid.ok()) return valid;
+    spec.device = inputs[i].device();
+    spec.tensors.push_back(SpecOf(inputs[i], ops[i]));
+    spec.inputs.push_back(inputs[i].data());
+  }
+  return spec;
+}
+
+// Broadcast's request from rank `rank`: the root sends its tensor, the
+// others declare theirs (or nothing, given TensorView()).
+absl::StatusOr<CollectiveRequestSpec> BroadcastSpec(DeviceStaging* staging,
+                                                    const TensorView& input,
+                                                    int root, int rank) {
+  CollectiveRequestSpec spec;
+  spec.kind = CollectiveKind::kBroadcast;
+  spec.root = root;
+  const bool is_root = root == rank;
+  if (is_root && input.is_empty_input()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Broadcast: rank ", root, " is the root and must pass its tensor"));
+  }
+  if (!input.is_empty_input()) {
+    absl::Status valid = CheckView(input, "Broadcast input");
+    if (valid.ok()) valid = CheckPlacement(staging, input, "Broadcast input");
+    if (!valid.ok()) return valid;
+    spec.tensors.push_back(SpecOf(input));
+    spec.inputs.push_back(input.data());
+    spec.device = input.device();
+  }
+  spec.send_payload = is_root;
+  return spec;
+}
+
+CollectiveRequestSpec BarrierSpec() {
+  CollectiveRequestSpec spec;
+  spec.kind = CollectiveKind::kBarrier;
+  return spec;
+}
+
 }  // namespace
 
 Client::Client(std::unique_ptr<ClientSession> session)
@@ -119,13 +197,22 @@ DeviceStaging* Client::staging() const { return session_->staging(); }
 int Client::rank() const { return session_->options().rank; }
 int Client::world_size() const { return session_->options().world_size; }
 
+std::unique_ptr<CollectiveHandle> Client::StartOrRefuse(
+    absl::StatusOr<CollectiveRequestSpec> spec, const CallOptions& call) {
+  if (!spec.ok()) {
+    return std::unique_ptr<CollectiveHandle>(
+        new CollectiveHandle(nullptr, spec.status()));
+  }
+  return std::unique_ptr<CollectiveHandle>(
+      new CollectiveHandle(session_->Start(*spec, call), absl::OkStatus()));
+}
+
 absl::StatusOr<Tensor> Client::AllReduce(const TensorView& input, ReduceOp op,
                                          const CallOptions& call) {
-  absl::Status valid = CheckView(input, "AllReduce input");
-  if (valid.ok()) valid = CheckPlacement(staging(), input, "AllReduce input");
-  if (!valid.ok()) return valid;
-  return Single(
-      session_->Run(OneTensor(CollectiveKind::kAllReduce, input, op), call));
+  absl::StatusOr<CollectiveRequestSpec> spec = OneInputSpec(
+      staging(), CollectiveKind::kAllReduce, input, op, "AllReduce input");
+  if (!spec.ok()) return spec.status();
+  return Single(session_->Run(*spec, call));
 }
 
 absl::Status Client::AllReduceInPlace(const MutableTensorView& inout,
@@ -138,16 +225,10 @@ absl::Status Client::AllReduceInPlace(const MutableTensorView& inout,
 
 std::unique_ptr<AllReduceHandle> Client::AllReduceAsync(
     const TensorView& input, ReduceOp op, const CallOptions& call) {
-  absl::Status valid = CheckView(input, "AllReduceAsync input");
-  if (valid.ok()) {
-    valid = CheckPlacement(staging(), input, "AllReduceAsync input");
-  }
-  if (!valid.ok()) {
-    return std::unique_ptr<AllReduceHandle>(new AllReduceHandle(nullptr, valid));
-  }
-  return std::unique_ptr<AllReduceHandle>(new AllReduceHandle(
-      session_->Start(OneTensor(CollectiveKind::kAllReduce, input, op), call),
-      absl::OkStatus()));
+  return std::unique_ptr<AllReduceHandle>(new AllReduceHandle(StartOrRefuse(
+      OneInputSpec(staging(), CollectiveKind::kAllReduce, input, op,
+                   "AllReduceAsync input"),
+      call)));
 }
 
 std::unique_ptr<AllReduceInPlaceHandle> Client::AllReduceInPlaceAsync(
@@ -157,27 +238,63 @@ std::unique_ptr<AllReduceInPlaceHandle> Client::AllReduceInPlaceAsync(
       call.cuda_stream));
 }
 
-AllReduceHandle::AllReduceHandle(std::unique_ptr<PendingCollective> pending,
-                                 absl::Status invalid)
+std::unique_ptr<CollectiveHandle> Client::AllReduceManyAsync(
+    absl::Span<const TensorView> inputs, absl::Span<const ReduceOp> ops,
+    const CallOptions& call) {
+  return StartOrRefuse(AllReduceManySpec(staging(), inputs, ops), call);
+}
+
+std::unique_ptr<CollectiveHandle> Client::AllGatherAsync(
+    const TensorView& input, const CallOptions& call) {
+  return StartOrRefuse(OneInputSpec(staging(), CollectiveKind::kAllGather,
+                                    input, ReduceOp::kSum, "AllGather input"),
+                       call);
+}
+
+std::unique_ptr<CollectiveHandle> Client::BroadcastAsync(
+    const TensorView& input, int root, const CallOptions& call) {
+  return StartOrRefuse(BroadcastSpec(staging(), input, root, rank()), call);
+}
+
+std::unique_ptr<CollectiveHandle> Client::ReduceScatterAsync(
+    const TensorView& input, ReduceOp op, const CallOptions& call) {
+  return StartOrRefuse(OneInputSpec(staging(), CollectiveKind::kReduceScatter,
+                                    input, op, "ReduceScatter input"),
+                       call);
+}
+
+std::unique_ptr<CollectiveHandle> Client::BarrierAsync(const CallOptions& call) {
+  return StartOrRefuse(BarrierSpec(), call);
+}
+
+CollectiveHandle::CollectiveHandle(std::unique_ptr<PendingCollective> pending,
+                                   absl::Status invalid)
     : pending_(std::move(pending)), invalid_(std::move(invalid)) {}
 
-AllReduceHandle::~AllReduceHandle() {
+CollectiveHandle::~CollectiveHandle() {
   if (pending_ != nullptr) pending_->Wait().IgnoreError();
 }
 
-bool AllReduceHandle::Ready() {
+bool CollectiveHandle::Ready() {
   return waited_ || !invalid_.ok() || pending_->Ready();
 }
 
-absl::StatusOr<Tensor> AllReduceHandle::Wait() {
+absl::StatusOr<std::vector<Tensor>> CollectiveHandle::Wait() {
   if (waited_) {
     return absl::FailedPreconditionError(
-        "AllReduceHandle::Wait called a second time");
+        "Wait() was called a second time on the handle of one collective");
   }
   waited_ = true;
   if (!invalid_.ok()) return invalid_;
   std::unique_ptr<PendingCollective> pending = std::move(pending_);
-  return Single(pending->Wait());
+  return pending->Wait();
+}
+
+AllReduceHandle::AllReduceHandle(std::unique_ptr<CollectiveHandle> handle)
+    : handle_(std::move(handle)) {}
+
+absl::StatusOr<Tensor> AllReduceHandle::Wait() {
+  return Single(handle_->Wait());
 }
 
 AllReduceInPlaceHandle::AllReduceInPlaceHandle(
@@ -212,65 +329,27 @@ absl::StatusOr<int64_t> Client::AllReduce(int64_t value, ReduceOp op,
 absl::StatusOr<std::vector<Tensor>> Client::AllReduceMany(
     absl::Span<const TensorView> inputs, absl::Span<const ReduceOp> ops,
     const CallOptions& call) {
-  if (inputs.size() != ops.size() || inputs.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AllReduceMany needs one op per input and at least one input; got ",
-        inputs.size(), " inputs and ", ops.size(), " ops"));
-  }
-  CollectiveRequestSpec spec;
-  spec.kind = CollectiveKind::kAllReduce;
-  spec.tensors.reserve(inputs.size());
-  spec.inputs.reserve(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    absl::Status valid =
-        CheckView(inputs[i], "AllReduceMany input", static_cast<int>(i));
-    if (valid.ok() && inputs[i].device() != inputs[0].device()) {
-      valid = absl::InvalidArgumentError(absl::StrCat(
-          "AllReduceMany input ", i, " is on ", inputs[i].device().ToString(),
-          " but input 0 is on ", inputs[0].device().ToString(),
-          "; one call reduces tensors of one device"));
-    }
-    if (valid.ok()) {
-      valid = CheckPlacement(staging(), inputs[i], "AllReduceMany input",
-                             static_cast<int>(i));
-    }
-    if (!valid.ok()) return valid;
-    spec.device = inputs[i].device();
-    spec.tensors.push_back(SpecOf(inputs[i], ops[i]));
-    spec.inputs.push_back(inputs[i].data());
-  }
-  return session_->Run(spec, call);
+  absl::StatusOr<CollectiveRequestSpec> spec =
+      AllReduceManySpec(staging(), inputs, ops);
+  if (!spec.ok()) return spec.status();
+  return session_->Run(*spec, call);
 }
 
 absl::StatusOr<Tensor> Client::AllGather(const TensorView& input,
                                          const CallOptions& call) {
-  absl::Status valid = CheckView(input, "AllGather input");
-  if (valid.ok()) valid = CheckPlacement(staging(), input, "AllGather input");
-  if (!valid.ok()) return valid;
-  return Single(session_->Run(
-      OneTensor(CollectiveKind::kAllGather, input, ReduceOp::kSum), call));
+  absl::StatusOr<CollectiveRequestSpec> spec =
+      OneInputSpec(staging(), CollectiveKind::kAllGather, input,
+                   ReduceOp::kSum, "AllGather input");
+  if (!spec.ok()) return spec.status();
+  return Single(session_->Run(*spec, call));
 }
 
 absl::StatusOr<Tensor> Client::Broadcast(const TensorView& input, int root,
                                          const CallOptions& call) {
-  CollectiveRequestSpec spec;
-  spec.kind = CollectiveKind::kBroadcast;
-  spec.root = root;
-  const bool is_root = root == rank();
-  if (is_root && input.is_empty_input()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Broadcast: rank ", root, " is the root and must pass its tensor"));
-  }
-  if (!input.is_empty_input()) {
-    absl::Status valid = CheckView(input, "Broadcast input");
-    if (valid.ok()) valid = CheckPlacement(staging(), input, "Broadcast input");
-    if (!valid.ok()) return valid;
-    spec.tensors.push_back(SpecOf(input));
-    spec.inputs.push_back(input.data());
-    spec.device = input.device();
-  }
-  spec.send_payload = is_root;
-  return Single(session_->Run(spec, call));
+  absl::StatusOr<CollectiveRequestSpec> spec =
+      BroadcastSpec(staging(), input, root, rank());
+  if (!spec.ok()) return spec.status();
+  return Single(session_->Run(*spec, call));
 }
 
 absl::Status Client::BroadcastInPlace(const MutableTensorView& inout, int root,
@@ -284,19 +363,15 @@ absl::Status Client::BroadcastInPlace(const MutableTensorView& inout, int root,
 absl::StatusOr<Tensor> Client::ReduceScatter(const TensorView& input,
                                              ReduceOp op,
                                              const CallOptions& call) {
-  absl::Status valid = CheckView(input, "ReduceScatter input");
-  if (valid.ok()) {
-    valid = CheckPlacement(staging(), input, "ReduceScatter input");
-  }
-  if (!valid.ok()) return valid;
-  return Single(session_->Run(
-      OneTensor(CollectiveKind::kReduceScatter, input, op), call));
+  absl::StatusOr<CollectiveRequestSpec> spec =
+      OneInputSpec(staging(), CollectiveKind::kReduceScatter, input, op,
+                   "ReduceScatter input");
+  if (!spec.ok()) return spec.status();
+  return Single(session_->Run(*spec, call));
 }
 
 absl::Status Client::Barrier(const CallOptions& call) {
-  CollectiveRequestSpec spec;
-  spec.kind = CollectiveKind::kBarrier;
-  return session_->Run(spec, call).status();
+  return session_->Run(BarrierSpec(), call).status();
 }
 
 MetricSync::MetricSync(Client* client) : client_(client) {}

@@ -81,26 +81,29 @@ namespace reducer {
 class ClientSession;      // internal: channels and the job session
 class DeviceStaging;      // internal: copies between GPUs and the host
 class PendingCollective;  // internal: a collective started, not waited for
+struct CollectiveRequestSpec;  // internal: one collective's request
 
-// An all-reduce started by Client::AllReduceAsync. It took its place in the
-// group's call order, and its contribution was sent, when it started; Wait()
-// blocks for the result. Errors found before anything was sent (a malformed
-// input, a bad group) are returned by Wait().
+// A collective started by one of Client's *Async methods. It took its place
+// in the group's call order, and its contribution was sent, when it
+// started; Wait() blocks for the outcome. Errors found before anything was
+// sent (a malformed input, a bad group) are returned by Wait().
 //
-// Contract: the input's memory stays valid and unchanged until Wait()
+// Contract: the inputs' memory stays valid and unchanged until Wait()
 // returns, and the Client outlives the handle. Destroying a handle that was
-// not waited for waits first (its input is in use until then). One thread
+// not waited for waits first (its inputs are in use until then). One thread
 // waits on a handle; different handles may be waited on from different
 // threads, in any order.
-class AllReduceHandle {
+class CollectiveHandle {
  public:
-  ~AllReduceHandle();
-  AllReduceHandle(const AllReduceHandle&) = delete;
-  AllReduceHandle& operator=(const AllReduceHandle&) = delete;
+  ~CollectiveHandle();
+  CollectiveHandle(const CollectiveHandle&) = delete;
+  CollectiveHandle& operator=(const CollectiveHandle&) = delete;
 
-  // The result, or the collective's error. Call once; a second call
-  // returns FAILED_PRECONDITION.
-  absl::StatusOr<Tensor> Wait();
+  // The results, or the collective's error: what the blocking form
+  // returns, as a vector (one tensor for AllReduce, AllGather, Broadcast and
+  // ReduceScatter, one per input for AllReduceMany, none for Barrier). Call
+  // once; a second call returns FAILED_PRECONDITION.
+  absl::StatusOr<std::vector<Tensor>> Wait();
 
   // Never blocks: true once the outcome is known, so that Wait() returns
   // without waiting for other ranks (Horovod's poll, torch's
@@ -110,10 +113,27 @@ class AllReduceHandle {
 
  private:
   friend class Client;
-  AllReduceHandle(std::unique_ptr<PendingCollective> pending, absl::Status invalid);
+  CollectiveHandle(std::unique_ptr<PendingCollective> pending, absl::Status invalid);
   std::unique_ptr<PendingCollective> pending_;  // null once waited for
   absl::Status invalid_;  // the call was refused before it started
   bool waited_ = false;
+};
+
+// An all-reduce started by Client::AllReduceAsync: a CollectiveHandle whose
+// Wait() gives the one result tensor. Contract as CollectiveHandle's.
+class AllReduceHandle {
+ public:
+  // The result, or the collective's error. Call once; a second call
+  // returns FAILED_PRECONDITION.
+  absl::StatusOr<Tensor> Wait();
+
+  // As CollectiveHandle::Ready.
+  bool Ready() { return handle_->Ready(); }
+
+ private:
+  friend class Client;
+  explicit AllReduceHandle(std::unique_ptr<CollectiveHandle> handle);
+  std::unique_ptr<CollectiveHandle> handle_;
 };
 
 // An in-place all-reduce started by Client::AllReduceInPlaceAsync. Wait()
@@ -165,6 +185,24 @@ class Client {
                                                   const CallOptions& = {});
   std::unique_ptr<AllReduceInPlaceHandle> AllReduceInPlaceAsync(
       const MutableTensorView& inout, ReduceOp op, const CallOptions& = {});
+  // Asynchronous forms of the collectives below, for overlapping them with
+  // computation (torch's async_op=True, DDP's gradient buckets): each
+  // checks its input, takes its place in the group's call order and sends
+  // its contribution, then returns at once; CollectiveHandle::Wait() gives
+  // what the blocking form returns. Started in the same order on every rank
+  // (or named), as AllReduceAsync.
+  std::unique_ptr<CollectiveHandle> AllReduceManyAsync(
+      absl::Span<const TensorView> inputs, absl::Span<const ReduceOp> ops,
+      const CallOptions& = {});
+  std::unique_ptr<CollectiveHandle> AllGatherAsync(const TensorView& input,
+                                                   const CallOptions& = {});
+  std::unique_ptr<CollectiveHandle> BroadcastAsync(const TensorView& input,
+                                                   int root,
+                                                   const CallOptions& = {});
+  std::unique_ptr<CollectiveHandle> ReduceScatterAsync(const TensorView& input,
+                                                       ReduceOp op,
+                                                       const CallOptions& = {});
+  std::unique_ptr<CollectiveHandle> BarrierAsync(const CallOptions& = {});
   // Scalars: a new value; float64 and int64 on the wire.
   absl::StatusOr<double> AllReduce(double value, ReduceOp op,
                                    const CallOptions& = {});
@@ -203,6 +241,10 @@ class Client {
   friend class MetricSync;
   explicit Client(std::unique_ptr<ClientSession> session);
   DeviceStaging* staging() const;
+  // Starts the collective `spec` describes, or makes a handle whose Wait()
+  // returns `spec`'s error.
+  std::unique_ptr<CollectiveHandle> StartOrRefuse(
+      absl::StatusOr<CollectiveRequestSpec> spec, const CallOptions& call);
   std::unique_ptr<ClientSession> session_;
 };
 

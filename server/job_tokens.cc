@@ -164,41 +164,61 @@ void JobTokens::RefreshIfChanged() {
                                        ": ", tokens_.size(), " jobs"));
 }
 
+const JobTokens::HashMap::value_type* JobTokens::Governing(
+    absl::string_view job) const {
+  auto it = tokens_.find(job);
+  // Shorter prefixes, longest first: every '/' from the right.
+  for (size_t slash = job.size(); it == tokens_.end() && slash > 0;) {
+    slash = job.rfind('/', slash - 1);
+    if (slash == absl::string_view::npos) break;
+    it = tokens_.find(job.substr(0, slash));
+  }
+  return it == tokens_.end() ? nullptr : &*it;
+}
+
 absl::Status JobTokens::Check(absl::string_view job,
                               const PresentedToken& token) {
   RefreshIfChanged();
+  absl::MutexLock lock(&mu_);
+  const HashMap::value_type* governing = Governing(job);
+  // "job J/x (tokens-file line J)" when a prefix line governs J/x.
+  const std::string named =
+      governing == nullptr || governing->first == job
+          ? absl::StrCat("job ", job)
+          : absl::StrCat("job ", job, " (tokens-file line ", governing->first,
+                         ")");
   if (!token.present) {
     return absl::UnauthenticatedError(absl::StrCat(
-        "job ", job, ": the call carries no `authorization: Bearer TOKEN` "
-        "metadata, and reducerd requires the job's token "
-        "(set ClientOptions::token)"));
+        named, ": the call carries no `authorization: Bearer TOKEN` "
+        "metadata, and reducerd requires the job's token (set ",
+        kTokenSettings, ")"));
   }
-  absl::MutexLock lock(&mu_);
-  // Compare with every job's hash, each in constant time, so that the time
-  // taken does not depend on which job (if any) the token belongs to.
+  // Compare with every line's hash, each in constant time, so that the time
+  // taken does not depend on which line (if any) the token belongs to.
   bool is_job = false;
   bool is_other = false;
-  for (const auto& [name, hash] : tokens_) {
-    const bool same = SameHash(hash, token.hash);
-    if (name == job) {
+  for (const auto& entry : tokens_) {
+    const bool same = SameHash(entry.second, token.hash);
+    if (&entry == governing) {
       is_job = same;
     } else {
       is_other |= same;
     }
   }
   if (is_job) return absl::OkStatus();
-  if (!tokens_.contains(job)) {
+  if (governing == nullptr) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "job ", job, " has no token in reducerd's --job_tokens_file, so no "
-        "call may use it"));
+        "job ", job, " has no token in reducerd's --job_tokens_file (no line "
+        "for it or for a prefix of it ending before a '/'), so no call may "
+        "use it"));
   }
   if (is_other) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "job ", job, ": the token presented belongs to another job"));
+        named, ": the token presented belongs to another job"));
   }
   return absl::UnauthenticatedError(absl::StrCat(
-      "job ", job, ": the token presented is not one reducerd knows "
-      "(wrong or revoked token; check ClientOptions::token)"));
+      named, ": the token presented is not one reducerd knows "
+      "(wrong or revoked token; check ", kTokenSettings, ")"));
 }
 
 absl::Status JobTokens::CheckAnyJob(const PresentedToken& token) {

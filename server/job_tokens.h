@@ -9,8 +9,13 @@
 //
 // The file has one line per job, `JOB SHA256_HEX_OF_TOKEN` (what
 // `printf %s "$TOKEN" | sha256sum` prints); blank lines and lines starting
-// with '#' are skipped. Only the hashes are kept; a presented token is hashed
-// and compared with the job's hash in constant time. Tokens are never logged
+// with '#' are skipped. A line for JOB also covers every job named
+// `JOB/anything` (the torch backend names a job per process group,
+// `REDUCER_JOB/<suffix>`, so one token covers them all). The line governing
+// job N is N's own line when there is one, else the line of the longest
+// listed name P with N starting with P + "/"; N's calls must carry that
+// line's token. Only the hashes are kept; a presented token is hashed and
+// compared with every line's hash in constant time. Tokens are never logged
 // or put in an error message.
 //
 // Thread-safe.
@@ -31,6 +36,12 @@
 #include "absl/time/time.h"
 
 namespace reducer {
+
+// Where each client takes the job's token, for error messages that tell
+// the caller how to send one.
+inline constexpr absl::string_view kTokenSettings =
+    "ClientOptions::token in C++, token= in Python's reducer.Client, "
+    "REDUCER_TOKEN or REDUCER_TOKEN_FILE for the torch backend";
 
 // The SHA-256 digest of a token.
 using TokenHash = std::array<uint8_t, 32>;
@@ -60,11 +71,13 @@ class JobTokens {
   static absl::StatusOr<std::unique_ptr<JobTokens>> Load(
       std::string path, absl::Duration refresh_interval = absl::Seconds(1));
 
-  // OK when `token` is `job`'s. UNAUTHENTICATED when the call carried no
-  // token or one no job has; PERMISSION_DENIED when it is another job's or
-  // the job has no token in the file. The message names the job and the
-  // file, never the token. Re-reads the file first when it changed (a
-  // malformed new version is logged and the old tokens stay).
+  // OK when `token` is the token of the line governing `job` (see the top
+  // of this file). UNAUTHENTICATED when the call carried no token or one no
+  // line has; PERMISSION_DENIED when it is another line's or no line
+  // governs the job. The message names the job and the governing line's
+  // job, and says how each client sends a token (kTokenSettings), never the
+  // token. Re-reads the file first when it changed (a malformed new version
+  // is logged and the old tokens stay).
   absl::Status Check(absl::string_view job, const PresentedToken& token);
 
   // OK when `token` is the token of some job in the file (which one is not
@@ -90,6 +103,9 @@ class JobTokens {
   // Parses the file now into `tokens` and `stamp`; Load's errors.
   absl::Status Read(HashMap* tokens, FileStamp* stamp) const;
   void RefreshIfChanged() ABSL_LOCKS_EXCLUDED(mu_);
+  // The entry of the line governing `job`; null when none does.
+  const HashMap::value_type* Governing(absl::string_view job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const std::string path_;

@@ -94,6 +94,61 @@ TEST_F(JobTokensTest, ChecksEachCase) {
   EXPECT_THAT(unlisted.message(), HasSubstr("job-c has no token"));
 }
 
+// A line for JOB governs every JOB/... job (the torch backend's jobs) that
+// has no line of its own nor a longer prefix line; names that merely start
+// with JOB do not count.
+TEST(JobTokensPrefixTest, ALineCoversItsJobsSlashNames) {
+  const std::string path = TempPath("prefix_tokens");
+  WriteFile(path, absl::StrCat("train ", Hex(HashToken("secret-train")), "\n",
+                               "train/pinned ", Hex(HashToken("secret-pinned")),
+                               "\n", "other ", Hex(HashToken("secret-other")),
+                               "\n"));
+  auto tokens = JobTokens::Load(path);
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  const PresentedToken train = Present("secret-train");
+  EXPECT_TRUE((*tokens)->Check("train", train).ok());
+  EXPECT_TRUE((*tokens)->Check("train/x", train).ok());
+  EXPECT_TRUE((*tokens)->Check("train/x/y", train).ok());
+  EXPECT_TRUE((*tokens)->Check("train/pinned/z", Present("secret-pinned")).ok());
+
+  // Not a prefix at a '/': no line governs these.
+  for (const char* job : {"trainX", "train-x", "trai"}) {
+    SCOPED_TRACE(job);
+    absl::Status s = (*tokens)->Check(job, train);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("job ", job, " has no token")));
+  }
+
+  // An exact line wins over the prefix line, and over a shorter prefix.
+  EXPECT_TRUE((*tokens)->Check("train/pinned", Present("secret-pinned")).ok());
+  absl::Status shadowed = (*tokens)->Check("train/pinned", train);
+  EXPECT_EQ(shadowed.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(shadowed.message(), HasSubstr("another job"));
+  EXPECT_EQ((*tokens)->Check("train/pinned/z", train).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*tokens)->Check("train/x", Present("secret-pinned")).code(),
+            absl::StatusCode::kPermissionDenied);
+
+  // Another job's token, a wrong one, none: the usual codes, naming the job
+  // and the governing line, never the token.
+  absl::Status other = (*tokens)->Check("train/x", Present("secret-other"));
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(other.message(), HasSubstr("job train/x (tokens-file line train)"));
+  EXPECT_THAT(other.message(), HasSubstr("another job"));
+  EXPECT_THAT(other.message(), Not(HasSubstr("secret")));
+  absl::Status wrong = (*tokens)->Check("train/x", Present("wrong-token-5"));
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(wrong.message(), HasSubstr("job train/x (tokens-file line train)"));
+  EXPECT_THAT(wrong.message(), Not(HasSubstr("wrong-token-5")));
+  absl::Status none = (*tokens)->Check("train/x", PresentedToken{});
+  EXPECT_EQ(none.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(none.message(), HasSubstr("job train/x"));
+  // How to send one, in each client's words.
+  EXPECT_THAT(none.message(), HasSubstr("ClientOptions::token"));
+  EXPECT_THAT(none.message(), HasSubstr("token="));
+  EXPECT_THAT(none.message(), HasSubstr("REDUCER_TOKEN"));
+}
+
 TEST_F(JobTokensTest, CheckAnyJobKnowsEveryJobsTokenAndNoOther) {
   auto tokens = JobTokens::Load(path_, absl::Milliseconds(1));
   ASSERT_TRUE(tokens.ok()) << tokens.status();

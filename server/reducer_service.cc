@@ -164,10 +164,10 @@ ReducerService::StartStream(
     metrics_->RequestRefused(absl::StatusCode::kUnauthenticated,
                              RefusedLimit::kNone);
     return RankStream::CreateFailed(
-        absl::UnauthenticatedError(
+        absl::UnauthenticatedError(absl::StrCat(
             "the collective stream carries no `authorization: Bearer TOKEN` "
-            "metadata, and reducerd requires each job's token (set "
-            "ClientOptions::token)"),
+            "metadata, and reducerd requires each job's token (set ",
+            kTokenSettings, ")")),
         std::move(on_done), metrics);
   }
   return Stream::Create(context, std::move(on_done), AttachWithToken(token),

@@ -246,6 +246,12 @@ TEST_P(ConformanceTest, MetricSyncReducesOutOfPlaceAndInPlace) {
   RunAtEverySize("metricsync");
 }
 
+// AllReduceManyAsync, AllGatherAsync, BroadcastAsync, ReduceScatterAsync
+// and BarrierAsync all in flight at once, waited for in reverse order.
+TEST_P(ConformanceTest, AsyncFormOfEveryKindIsExact) {
+  RunAtEverySize("asynckinds");
+}
+
 TEST_P(ConformanceTest, BarrierWaitsForEveryRank) {
   RunChecks("barrier;barrier;barrier", 3,
             [](size_t i) { return absl::StrCat("barrier ", i + 1); });

@@ -190,6 +190,8 @@ class Checks {
       s = BarrierCheck(seed);
     } else if (verb == "async") {
       s = Async(bytes, seed);
+    } else if (verb == "asynckinds") {
+      s = AsyncKinds(bytes, seed);
     } else {
       s = absl::InvalidArgumentError(
           absl::StrCat("conformance_worker: unknown verb ", verb));
@@ -643,6 +645,102 @@ class Checks {
     }
     if (!first_error.ok()) return first_error;
     for (const absl::Status& c : checks) {
+      if (!c.ok()) return Wrong(c);
+    }
+    return absl::OkStatus();
+  }
+
+  // The asynchronous form of every kind but AllReduce (which Async
+  // checks): all started before any is waited for, then waited for in
+  // reverse order, each result against its closed form.
+  absl::Status AsyncKinds(int64_t bytes, uint64_t seed) {
+    const DataType dtype = DataType::kFloat32;
+    const int64_t n = ElementsFor(bytes, dtype);
+    const uint64_t s = Mix64(seed * 89 + 1);
+    const int root = static_cast<int>(seed % static_cast<uint64_t>(world_size_));
+    // AllReduceMany: a float32 sum and an int64 max.
+    const int64_t many_n = ElementsFor(bytes / 2 + 8, DataType::kInt64);
+    absl::StatusOr<ReadOnlyBuffer> many_a =
+        ReadOnly(ClosedFormInput(ReduceOp::kSum, dtype, rank_, n, s));
+    absl::StatusOr<ReadOnlyBuffer> many_b = ReadOnly(
+        ClosedFormInput(ReduceOp::kMax, DataType::kInt64, rank_, many_n, s + 1));
+    // AllGather: rank r sends r + 1 rows of 3.
+    const std::vector<int64_t> gather_shape = {rank_ + 1, 3};
+    absl::StatusOr<ReadOnlyBuffer> gather =
+        ReadOnly(MovedBytes(dtype, rank_, Elements(gather_shape), s + 2));
+    // Broadcast from `root`; the others pass no view.
+    absl::StatusOr<ReadOnlyBuffer> broadcast =
+        ReadOnly(MovedBytes(dtype, root, n, s + 3));
+    // ReduceScatter: world_size rows of n elements.
+    const std::vector<int64_t> scatter_shape = {world_size_, n};
+    absl::StatusOr<ReadOnlyBuffer> scatter = ReadOnly(ClosedFormInput(
+        ReduceOp::kSum, dtype, rank_, world_size_ * n, s + 4));
+    for (const absl::StatusOr<ReadOnlyBuffer>* b :
+         {&many_a, &many_b, &gather, &broadcast, &scatter}) {
+      if (!b->ok()) return b->status();
+    }
+    const std::vector<TensorView> many_inputs = {
+        TensorView(many_a->data(), dtype, ShapeFor(n)),
+        TensorView(many_b->data(), DataType::kInt64, ShapeFor(many_n))};
+    const std::vector<ReduceOp> many_ops = {ReduceOp::kSum, ReduceOp::kMax};
+    std::vector<std::unique_ptr<CollectiveHandle>> handles;
+    handles.push_back(client_->AllReduceManyAsync(many_inputs, many_ops, Call()));
+    handles.push_back(client_->AllGatherAsync(
+        TensorView(gather->data(), dtype, gather_shape), Call()));
+    handles.push_back(client_->BroadcastAsync(
+        rank_ == root ? TensorView(broadcast->data(), dtype, ShapeFor(n))
+                      : TensorView(),
+        root, Call()));
+    handles.push_back(client_->ReduceScatterAsync(
+        TensorView(scatter->data(), dtype, scatter_shape), ReduceOp::kSum,
+        Call()));
+    handles.push_back(client_->BarrierAsync(Call()));
+    const char* const whats[] = {"async allreducemany", "async allgather",
+                                 "async broadcast", "async reducescatter",
+                                 "async barrier"};
+    std::vector<absl::StatusOr<std::vector<Tensor>>> got(handles.size());
+    for (size_t i = handles.size(); i-- > 0;) got[i] = handles[i]->Wait();
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!got[i].ok()) return Annotate(got[i].status(), whats[i]);
+    }
+    // Expected values, computed from the closed forms.
+    std::vector<uint8_t> gathered;
+    for (int r : all_) {
+      std::vector<uint8_t> part = MovedBytes(dtype, r, (r + 1) * 3, s + 2);
+      gathered.insert(gathered.end(), part.begin(), part.end());
+    }
+    const std::vector<uint8_t> reduced =
+        ClosedFormExpected(ReduceOp::kSum, dtype, all_, world_size_ * n, s + 4);
+    const size_t slice = reduced.size() / static_cast<size_t>(world_size_);
+    const std::vector<uint8_t> my_slice(reduced.begin() + rank_ * slice,
+                                        reduced.begin() + (rank_ + 1) * slice);
+    const int64_t gathered_rows = world_size_ * (world_size_ + 1) / 2;
+    struct Expect {
+      const Tensor* got;
+      DataType dtype;
+      std::vector<int64_t> shape;
+      std::vector<uint8_t> want;
+      std::string what;
+    };
+    if (got[0]->size() != 2 || got[1]->size() != 1 || got[2]->size() != 1 ||
+        got[3]->size() != 1 || !got[4]->empty()) {
+      return Wrong(absl::InternalError(absl::StrCat(
+          "async results: want 2, 1, 1, 1, 0 tensors, got ", got[0]->size(),
+          ", ", got[1]->size(), ", ", got[2]->size(), ", ", got[3]->size(),
+          ", ", got[4]->size())));
+    }
+    const Expect expects[] = {
+        {&(*got[0])[0], dtype, ShapeFor(n),
+         ClosedFormExpected(ReduceOp::kSum, dtype, all_, n, s), whats[0]},
+        {&(*got[0])[1], DataType::kInt64, ShapeFor(many_n),
+         ClosedFormExpected(ReduceOp::kMax, DataType::kInt64, all_, many_n, s + 1),
+         whats[0]},
+        {&(*got[1])[0], dtype, {gathered_rows, 3}, gathered, whats[1]},
+        {&(*got[2])[0], dtype, ShapeFor(n), MovedBytes(dtype, root, n, s + 3),
+         whats[2]},
+        {&(*got[3])[0], dtype, {1, n}, my_slice, whats[3]}};
+    for (const Expect& e : expects) {
+      absl::Status c = Checked(*e.got, e.dtype, e.shape, e.want.data(), e.what);
       if (!c.ok()) return Wrong(c);
     }
     return absl::OkStatus();

@@ -86,6 +86,7 @@ constexpr SuiteStep kSuiteSteps[] = {
     {"metricsync:bytes=64", false},
     {"barrier", false},
     {"async:bytes=2097152", false},
+    {"asynckinds:bytes=1048576", false},
     {"allreduce:bytes=3145733,dtype=float64,op=product,name=n_allreduce", false},
     {"many:bytes=2097152,name=n_many", false},
     {"allgather:bytes=300,name=n_allgather", false},

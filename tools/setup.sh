@@ -7,6 +7,8 @@
 #   tools/setup.sh --deploy also what deploy/test.sh needs (podman and runc,
 #                           CA certificates for the image, and kubectl and
 #                           Node.js with npm where the machine has none)
+#   tools/setup.sh --python also what tools/install_python.sh needs to build
+#                           and install the `reducer` package with pip
 #
 # Flags combine (tools/setup.sh --bench --deploy).
 # Run as root on Debian 12. Packages already present are not reinstalled, and
@@ -20,9 +22,18 @@ build_packages=(
   nftables  # tests/campaign: blackholed hosts
   # python/: the extension module, its torch backend, and their tests
   pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
+  # python/: `pip install ./python` (//python:pip_install_test), offline
+  python3-pip python3-venv python3-setuptools python3-wheel python3-pybind11
   # server/ metrics (prometheus-cpp) and the Prometheus server its test scrapes with
   prometheus-cpp-dev prometheus
   libssl-dev openssl  # TLS: SHA-256 of tokens, the client's TLS probe, test certificates
+)
+# tools/install_python.sh: pip builds the package offline (no build
+# isolation) with these, against the client library found by pkg-config.
+# All are build packages too; the list says what the pip build itself needs.
+python_packages=(
+  python3-pip python3-venv python3-setuptools python3-wheel python3-pybind11
+  python3-dev g++ pkg-config libabsl-dev python3-numpy python3-torch
 )
 bench_packages=(
   python3-torch python3-numpy python3-matplotlib openmpi-bin libopenmpi-dev
@@ -44,7 +55,8 @@ for arg in "$@"; do
   case $arg in
     --bench) packages+=("${bench_packages[@]}") ;;
     --deploy) packages+=("${deploy_packages[@]}") ;;
-    *) echo "usage: $0 [--bench] [--deploy]" >&2; exit 2 ;;
+    --python) packages+=("${python_packages[@]}") ;;
+    *) echo "usage: $0 [--bench] [--deploy] [--python]" >&2; exit 2 ;;
   esac
 done
 

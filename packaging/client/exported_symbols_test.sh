@@ -27,7 +27,7 @@ done
 
 # Public classes (every member) and free functions, as declared in the
 # installed headers.
-classes='Client|MetricSync|AllReduceHandle|AllReduceInPlaceHandle|TensorView|MutableTensorView|Tensor|Device|BufferCache|BufferDeleter'
+classes='Client|MetricSync|CollectiveHandle|AllReduceHandle|AllReduceInPlaceHandle|TensorView|MutableTensorView|Tensor|Device|BufferCache|BufferDeleter'
 functions='operator<<|NumElements|NumBytes|ShapeToString|DataTypeSize|DataTypeName|ReduceOpName|IsFloatingPoint|CheckOpSupported|DataTypeFromWire|ReduceOpFromWire|DataTypeToWire|ReduceOpToWire|AllocateBuffer'
 public="^reducer::(($classes)::|($functions)(\\(|\\[abi))"
 internal='^(grpc|grpc_|gpr_|google::|absl::|std::|reducer::v1::|reducer::ClientSession|reducer::CollectiveCall|reducer::SmallCallStream|reducer::CompletionDriver|reducer::Fingerprint)'
@@ -65,6 +65,9 @@ for required in \
     'reducer::MetricSync::ReduceInPlace(' \
     'reducer::AllReduceHandle::Wait()' \
     'reducer::AllReduceInPlaceHandle::Wait()' \
+    'reducer::CollectiveHandle::Wait()' \
+    'reducer::CollectiveHandle::Ready()' \
+    'reducer::Client::AllGatherAsync(' \
     'reducer::TensorView::TensorView(void const*, reducer::DataType' \
     'reducer::MutableTensorView::MutableTensorView(void*, reducer::DataType' \
     'reducer::Tensor::Tensor(reducer::Tensor const&)' \

@@ -72,8 +72,10 @@ def new_job():
     return f"pytest-{uuid.uuid4().hex}"
 
 
-def run_ranks(world_size, target, job, fn, timeout=30.0, client_timeout=20.0):
-    """Connects `world_size` reducer.Clients (one thread each), runs fn(client)
+def run_ranks(world_size, target, job, fn, timeout=30.0, client_timeout=20.0,
+              client_options=None):
+    """Connects `world_size` reducer.Clients (one thread each, with the keyword
+    arguments `client_options`, e.g. token and TLS files), runs fn(client)
     on each, and returns the results in rank order. Re-raises the first
     rank's exception; AssertionError if a rank is still running at
     `timeout` seconds."""
@@ -85,7 +87,8 @@ def run_ranks(world_size, target, job, fn, timeout=30.0, client_timeout=20.0):
     def rank_main(rank):
         try:
             with reducer.Client(target=target, job=job, rank=rank,
-                                world_size=world_size, timeout=client_timeout) as c:
+                                world_size=world_size, timeout=client_timeout,
+                                **(client_options or {})) as c:
                 results[rank] = fn(c)
         except BaseException as e:  # collected, re-raised in the caller
             errors[rank] = e

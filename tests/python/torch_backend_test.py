@@ -10,12 +10,12 @@ import tempfile
 
 import pytest
 
+from rank_processes import run_ranks, wait_all
 from reducerd_process import ReducerdProcess, free_port
+from secure_reducerd import client_tls, make_certs, secure_flags, write_tokens
 
 WORLD = 4
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_worker.py")
-# Hard limit for one scenario's processes; they are killed past it.
-SCENARIO_TIME_LIMIT_S = 120
 
 
 @pytest.fixture(scope="module")
@@ -24,36 +24,36 @@ def server():
         yield s
 
 
+# The secure reducerd's one tokens-file line: the torch jobs' prefix.
+SECURE_JOB = "torchsec"
+SECURE_TOKEN = "torch-token-of-torchsec-6d21b0"
+
+
+@pytest.fixture(scope="module")
+def secure_server(tmp_path_factory):
+    """reducerd as deploy/k8s/overlays/tls runs it (TLS, client CA, tokens),
+    with a `certs` attribute: the directory of make_test_certs.sh's files."""
+    certs = make_certs(tmp_path_factory.mktemp("certs"))
+    tokens = write_tokens(tmp_path_factory.mktemp("tokens") / "tokens",
+                          {SECURE_JOB: SECURE_TOKEN})
+    with ReducerdProcess(secure_flags(certs, tokens)) as s:
+        s.certs = certs
+        yield s
+
+
+def secure_env(server, **more):
+    """The workers' environment for the secure reducerd: REDUCER_JOB and the
+    REDUCER_TLS_* files, plus `more` (the token variables)."""
+    tls = client_tls(server.certs)
+    return {"REDUCER_JOB": SECURE_JOB, "REDUCER_TLS_CA_FILE": tls["tls_ca_file"],
+            "REDUCER_TLS_CERT_FILE": tls["tls_cert_file"],
+            "REDUCER_TLS_KEY_FILE": tls["tls_key_file"], **more}
+
+
 def run_scenario(server, scenario, port=None, extra_env=None):
-    """Runs WORLD worker processes (env:// variables set); returns their
-    outputs in rank order after asserting that every one exited 0."""
-    port = port or free_port()
-    procs = []
-    for rank in range(WORLD):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   RANK=str(rank), WORLD_SIZE=str(WORLD), REDUCER_TARGET=server.target,
-                   **(extra_env or {}))
-        procs.append(subprocess.Popen([sys.executable, WORKER, scenario], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
-    return wait_all(procs, scenario)
-
-
-def wait_all(procs, what):
-    outputs, failures = [], []
-    for rank, p in enumerate(procs):
-        try:
-            out, _ = p.communicate(timeout=SCENARIO_TIME_LIMIT_S)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            out, _ = p.communicate()
-            failures.append(f"rank {rank} timed out after {SCENARIO_TIME_LIMIT_S} s")
-        outputs.append(out)
-        if p.returncode != 0:
-            failures.append(f"rank {rank} exited {p.returncode}:\n{out}")
-    assert not failures, f"{what}:\n" + "\n".join(failures)
-    return outputs
+    """Runs WORLD worker processes of `scenario`; their outputs in rank order."""
+    return run_ranks(WORKER, scenario, WORLD, server.target, port=port,
+                     extra_env=extra_env)
 
 
 def jobs(output):
@@ -110,3 +110,59 @@ def test_torchrun(server):
 
 def test_ignite_style_metric_equals_one_process(server):
     run_scenario(server, "metric")
+
+
+def test_secure_reducerd_configured_by_environment_only(secure_server, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text(SECURE_TOKEN + "\n")  # stripped by the backend
+    outputs = run_scenario(secure_server, "secure",
+                           extra_env=secure_env(secure_server,
+                                                REDUCER_TOKEN_FILE=str(token_file)))
+    per_rank = [jobs(o) for o in outputs]
+    assert [len(j) for j in per_rank] == [1, 2, 1, 2], per_rank
+    assert all(j.startswith(SECURE_JOB + "/") for js in per_rank for j in js), per_rank
+    assert len({j[0] for j in per_rank}) == 1  # the default group, agreed
+    assert per_rank[1][1] == per_rank[3][1] != per_rank[1][0]  # the subgroup [1, 3]
+
+
+def test_wrong_token_fails_init_naming_the_job(secure_server):
+    wrong = "wrong-token-for-torchsec-11aa"
+    outputs = run_scenario(secure_server, "refused",
+                           extra_env=secure_env(secure_server, REDUCER_TOKEN=wrong))
+    for out in outputs:
+        assert re.search(rf"^refused=Unauthenticated: job {SECURE_JOB}/\w+", out, re.M), out
+        assert wrong not in out and SECURE_TOKEN not in out
+
+
+def test_environment_errors_name_the_variable(monkeypatch, tmp_path):
+    import reducer.torch
+
+    for name in ("REDUCER_TOKEN", "REDUCER_TOKEN_FILE", "REDUCER_JOB",
+                 "REDUCER_TLS_CA_FILE", "REDUCER_TLS_CERT_FILE", "REDUCER_TLS_KEY_FILE",
+                 "REDUCER_TLS_SERVER_NAME", "REDUCER_SHARED_MEMORY"):
+        monkeypatch.delenv(name, raising=False)
+    assert reducer.torch._client_settings()[0] == "torch"
+    token_file = tmp_path / "token"
+    token_file.write_text("  secret-7\n")
+    monkeypatch.setenv("REDUCER_TOKEN_FILE", str(token_file))
+    assert reducer.torch._client_settings()[1]["token"] == "secret-7"
+    monkeypatch.setenv("REDUCER_TOKEN", "secret-7")
+    with pytest.raises(ValueError, match="set one"):
+        reducer.torch._client_settings()
+    monkeypatch.delenv("REDUCER_TOKEN")
+    token_file.write_text("\n")
+    with pytest.raises(ValueError, match="empty"):
+        reducer.torch._client_settings()
+    absent = str(tmp_path / "absent")
+    monkeypatch.setenv("REDUCER_TOKEN_FILE", absent)
+    with pytest.raises(ValueError, match="REDUCER_TOKEN_FILE") as info:
+        reducer.torch._client_settings()
+    assert absent in str(info.value)
+    monkeypatch.delenv("REDUCER_TOKEN_FILE")
+    monkeypatch.setenv("REDUCER_TLS_CA_FILE", absent)
+    with pytest.raises(ValueError, match="REDUCER_TLS_CA_FILE"):
+        reducer.torch._client_settings()
+    monkeypatch.delenv("REDUCER_TLS_CA_FILE")
+    monkeypatch.setenv("REDUCER_SHARED_MEMORY", "sometimes")
+    with pytest.raises(ValueError, match="REDUCER_SHARED_MEMORY"):
+        reducer.torch._client_settings()

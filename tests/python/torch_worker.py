@@ -12,6 +12,7 @@ Every rank prints "job=<reducer job name>" for each reducer group it used.
 import datetime
 import os
 import sys
+import time
 import warnings
 
 import torch
@@ -319,7 +320,57 @@ def metric():
     dist.destroy_process_group()
 
 
-SCENARIOS = {f.__name__: f for f in (collectives, subgroups, repeated, smoke, metric)}
+def secure():
+    """Against a reducerd requiring tokens and mutual TLS, configured only by
+    the environment (REDUCER_JOB, REDUCER_TOKEN(_FILE), REDUCER_TLS_*): the
+    default group and a new_group subgroup [1, 3], each a job of its own
+    under REDUCER_JOB/, reduce correctly."""
+    dist.init_process_group("reducer", timeout=TIMEOUT)
+    report_job(dist.group.WORLD)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    prefix = os.environ["REDUCER_JOB"] + "/"
+    assert dist.group.WORLD.job.startswith(prefix), dist.group.WORLD.job
+    x = rank_input(rank, torch.float32)
+    dist.all_reduce(x)
+    check_equal(x, reference_all_reduce(
+        [rank_input(r, torch.float32) for r in range(world)], dist.ReduceOp.SUM),
+        "all_reduce on the default group")
+    ranks = [1, 3]
+    group = dist.new_group(ranks, backend="reducer")
+    if rank in ranks:
+        report_job(group)
+        assert group.job.startswith(prefix) and group.job != dist.group.WORLD.job
+        x = rank_input(rank, torch.int64)
+        dist.all_reduce(x, op=dist.ReduceOp.MAX, group=group)
+        check_equal(x, reference_all_reduce(
+            [rank_input(r, torch.int64) for r in ranks], dist.ReduceOp.MAX),
+            f"all_reduce MAX in group {ranks}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def refused():
+    """With a token reducerd does not know, init_process_group raises a
+    ReducerError naming the job at once; prints "refused=CLASS: MESSAGE". The
+    store is the test's own, so that rank 0 (its server) stays until every
+    rank has been refused."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), world, rank == 0,
+                          timeout=TIMEOUT)
+    try:
+        dist.init_process_group("reducer", store=store, rank=rank, world_size=world,
+                                timeout=TIMEOUT)
+        raise AssertionError("init_process_group let a wrong token in")
+    except reducer.ReducerError as e:
+        print(f"refused={type(e).__name__}: {e}", flush=True)
+    store.add("refused", 1)
+    if rank == 0:
+        while store.add("refused", 0) < world:
+            time.sleep(0.05)
+
+
+SCENARIOS = {f.__name__: f for f in (collectives, subgroups, repeated, smoke, metric,
+                                     secure, refused)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]]()

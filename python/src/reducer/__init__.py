@@ -39,8 +39,9 @@ from reducer import _arrays
 from reducer import _reducer
 from reducer._errors import *  # noqa: F401,F403  (the exception classes)
 from reducer._errors import ERROR_CLASSES, ReducerError
+from reducer._version import __version__
 
-__all__ = ["Client", "MetricSync", "Work", "ReducerError"] + [
+__all__ = ["Client", "MetricSync", "Work", "ReducerError", "__version__"] + [
     c.__name__ for c in ERROR_CLASSES]
 
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -63,13 +64,16 @@ def _result_dtype(array):
 
 
 class Work:
-    """An all-reduce in flight (all_reduce_async / all_reduce_async_).
+    """A collective in flight, from one of the *_async methods.
 
-    wait() blocks (GIL released) and returns the result: a new array or
-    tensor (out of place) or the input, now holding the result (in place).
-    is_completed() never blocks. The input must stay unchanged until wait()
-    returns. Not thread-safe.
+    wait() blocks (GIL released) and returns what the blocking method
+    returns: a new array or tensor, a list of them (all_reduce_many_async),
+    the input now holding the result (in place), or None (barrier_async).
+    is_completed() never blocks. The inputs must stay unchanged until wait()
+    returns. Not thread-safe: one thread waits on a Work.
     """
+
+    __slots__ = ("_handle", "_finish")
 
     def __init__(self, handle, finish):
         self._handle = handle
@@ -89,15 +93,45 @@ class Client:
     world_size ranks have joined (or raises after `timeout` seconds, which is
     also every collective's default deadline). close() (or leaving a `with`
     block) leaves the job.
+
+    Keyword-only, for a secured reducerd (README: "Securing reducerd"):
+
+      token          the job's bearer token, sent on every call (None: none).
+                     Needed when reducerd has --job_tokens_file; a line for
+                     job J there also covers jobs named J/anything.
+      tls_ca_file    PEM file of the CA that signed reducerd's certificate.
+                     Giving it (or any TLS argument below) turns TLS on.
+      tls_cert_file, tls_key_file
+                     this worker's certificate and key, for mutual TLS
+                     (reducerd with --tls_client_ca_file); both or neither.
+      server_name    the name to check in reducerd's certificate (None: the
+                     target's host).
+      shared_memory  "auto" (the same-host path when reducerd offers it),
+                     "off", or "required" (Connect fails without it).
+
+    Files (str or pathlib.Path) must be readable now; they are read again
+    when they change. A bad combination or an unreadable file raises
+    ValueError naming the argument; reducerd's refusals raise ReducerError
+    subclasses (Unauthenticated, PermissionDenied, FailedPrecondition for a
+    TLS mismatch). No message or repr ever holds the token.
     """
 
     def __init__(self, target=DEFAULT_TARGET, job=None, rank=0, world_size=1,
-                 timeout=300.0):
+                 timeout=300.0, *, token=None, tls_ca_file=None, tls_cert_file=None,
+                 tls_key_file=None, server_name=None, shared_memory="auto"):
         if not job:
             raise ValueError("reducer: Client needs a job name, the same on every rank")
-        self._client = _reducer.Client(target=target, job=str(job), rank=int(rank),
-                                       world_size=int(world_size),
-                                       timeout=float(timeout))
+
+        def path(p):
+            return None if p is None else str(p)
+
+        self._client = _reducer.Client(
+            target=target, job=str(job), rank=int(rank), world_size=int(world_size),
+            timeout=float(timeout), token=None if token is None else str(token),
+            tls_ca_file=path(tls_ca_file), tls_cert_file=path(tls_cert_file),
+            tls_key_file=path(tls_key_file),
+            server_name=None if server_name is None else str(server_name),
+            shared_memory=str(shared_memory))
 
     @property
     def rank(self):
@@ -147,6 +181,15 @@ class Client:
         handle = self._client.all_reduce_async(array, dtype, op, True, **call_options)
         return Work(handle, lambda _: x)
 
+    def all_reduce_many_async(self, xs, ops="sum", **call_options):
+        """Starts all_reduce_many; Work.wait() returns the list of results."""
+        converted = [_arrays.to_array(x, f"input {i}") for i, x in enumerate(xs)]
+        handle = self._client.all_reduce_many_async(
+            [c[0] for c in converted], [c[1] for c in converted],
+            _ops(ops, len(converted)), **call_options)
+        return Work(handle, lambda results: [
+            _arrays.from_array(r, c[1], c[2]) for r, c in zip(results, converted)])
+
     def all_reduce_many(self, xs, ops="sum", **call_options):
         """One round trip for many tensors: a list of new results, one op each
         (`ops` a name for all, or one per tensor)."""
@@ -189,6 +232,41 @@ class Client:
         array, dtype, kind = _arrays.to_array(x)
         return _arrays.from_array(
             self._client.reduce_scatter(array, dtype, op, **call_options), dtype, kind)
+
+    # --- asynchronous forms -----------------------------------------------
+    # Each starts the collective (its place in the call order taken, its
+    # contribution sent) and returns a Work at once; wait() gives what the
+    # blocking method returns.
+
+    def all_gather_async(self, x, **call_options):
+        """Starts all_gather; Work.wait() returns the concatenation."""
+        array, dtype, kind = _arrays.to_array(x)
+        handle = self._client.all_gather_async(array, dtype, **call_options)
+        return Work(handle, lambda results: _arrays.from_array(results[0], dtype, kind))
+
+    def broadcast_async(self, x, root, kind=None, **call_options):
+        """Starts broadcast (x None on a non-root that does not know the
+        root's dtype or shape); Work.wait() returns the root's tensor."""
+        if x is None:
+            handle = self._client.broadcast_async(None, "float32", int(root),
+                                                  **call_options)
+            return Work(handle, lambda results: _arrays.from_array(
+                results[0], _result_dtype(results[0]), kind or _arrays.NUMPY))
+        array, dtype, given_kind = _arrays.to_array(x)
+        handle = self._client.broadcast_async(array, dtype, int(root), **call_options)
+        return Work(handle, lambda results: _arrays.from_array(
+            results[0], dtype, kind or given_kind))
+
+    def reduce_scatter_async(self, x, op="sum", **call_options):
+        """Starts reduce_scatter; Work.wait() returns this rank's slice."""
+        array, dtype, kind = _arrays.to_array(x)
+        handle = self._client.reduce_scatter_async(array, dtype, op, **call_options)
+        return Work(handle, lambda results: _arrays.from_array(results[0], dtype, kind))
+
+    def barrier_async(self, **call_options):
+        """Starts barrier; Work.wait() returns None once every rank called it."""
+        handle = self._client.barrier_async(**call_options)
+        return Work(handle, lambda results: None)
 
     def barrier(self, **call_options):
         """Returns once every rank of the group has called barrier."""

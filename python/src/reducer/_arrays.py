@@ -31,23 +31,23 @@ _NUMPY_DTYPES = {
 }
 
 
+_TORCH_DTYPES = {}  # torch dtype -> Reducer dtype name, filled on first use
+
+
 def _torch_dtypes(torch):
-    return {
-        torch.float32: "float32",
-        torch.float64: "float64",
-        torch.float16: "float16",
-        torch.bfloat16: "bfloat16",
-        torch.int8: "int8",
-        torch.uint8: "uint8",
-        torch.int32: "int32",
-        torch.int64: "int64",
-        torch.bool: "bool",
-    }
-
-
-def _is_tensor(x):
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
+    if not _TORCH_DTYPES:
+        _TORCH_DTYPES.update({
+            torch.float32: "float32",
+            torch.float64: "float64",
+            torch.float16: "float16",
+            torch.bfloat16: "bfloat16",
+            torch.int8: "int8",
+            torch.uint8: "uint8",
+            torch.int32: "int32",
+            torch.int64: "int64",
+            torch.bool: "bool",
+        })
+    return _TORCH_DTYPES
 
 
 def to_array(x, what="input"):
@@ -68,13 +68,14 @@ def to_array(x, what="input"):
                 f"reducer: {what} (numpy, shape {list(x.shape)}) is not C-contiguous; "
                 "pass numpy.ascontiguousarray(x)")
         return x, dtype, NUMPY
-    if _is_tensor(x):
-        import torch
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        # Every check is an attribute read: this runs on every call.
         dtype = _torch_dtypes(torch).get(x.dtype)
         if dtype is None:
             raise TypeError(f"reducer: {what} has torch dtype {x.dtype}, which Reducer "
                             "does not carry")
-        if x.device.type not in ("cpu", "cuda"):
+        if not x.is_cuda and x.device.type != "cpu":
             raise ValueError(f"reducer: {what} is on {x.device}; only CPU and CUDA "
                              "tensors are supported")
         if x.layout != torch.strided:
@@ -84,10 +85,10 @@ def to_array(x, what="input"):
             raise ValueError(
                 f"reducer: {what} (torch, shape {list(x.shape)}) is not contiguous; "
                 "pass x.contiguous()")
-        t = x.detach()
-        if t.is_conj() or t.is_neg():
-            t = t.resolve_conj().resolve_neg()
-        if t.device.type == "cuda":
+        t = x.detach() if x.requires_grad else x
+        if t.is_neg():  # a lazily negated view: its memory holds -x
+            t = t.resolve_neg()
+        if t.is_cuda:
             stream = torch.cuda.current_stream(t.device).cuda_stream
             return (_reducer.DeviceArray(t.data_ptr(), list(t.shape), t.device.index,
                                          stream, t), dtype, TORCH)

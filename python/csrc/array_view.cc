@@ -1,4 +1,4 @@
-#include "python/array_view.h"
+#include "python/csrc/array_view.h"
 
 #include <cmath>
 #include <memory>

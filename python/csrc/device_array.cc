@@ -1,4 +1,4 @@
-#include "python/device_array.h"
+#include "python/csrc/device_array.h"
 
 #include <utility>
 

@@ -11,8 +11,8 @@
 // dtype or op name or an array whose item size does not fit the dtype,
 // ValueError for a non-contiguous array or a read-only one given to an
 // in-place call. Call these with the GIL held. Not thread-safe beyond that.
-#ifndef REDUCER_PYTHON_ARRAY_VIEW_H_
-#define REDUCER_PYTHON_ARRAY_VIEW_H_
+#ifndef REDUCER_PYTHON_CSRC_ARRAY_VIEW_H_
+#define REDUCER_PYTHON_CSRC_ARRAY_VIEW_H_
 
 #include <optional>
 #include <string>
@@ -22,7 +22,7 @@
 #include "core/data_type.h"
 #include "core/tensor.h"
 #include "pybind11/numpy.h"
-#include "python/device_array.h"
+#include "python/csrc/device_array.h"
 #include "pybind11/pybind11.h"
 
 namespace reducer::python {
@@ -37,7 +37,7 @@ ReduceOp ParseReduceOp(const std::string& name);
 
 // A read-only view of `x`'s memory, which must stay alive (and unchanged)
 // for as long as the view is used. `x` is a numpy array, or a DeviceArray
-// (python/device_array.h) for memory of a CUDA device.
+// (python/csrc/device_array.h) for memory of a CUDA device.
 TensorView ReadView(const pybind11::object& x, DataType dtype);
 
 // A writable view of `x`'s memory (a numpy array must be writeable), which
@@ -59,4 +59,4 @@ CallOptions MakeCallOptions(const std::optional<std::vector<int>>& group,
 
 }  // namespace reducer::python
 
-#endif  // REDUCER_PYTHON_ARRAY_VIEW_H_
+#endif  // REDUCER_PYTHON_CSRC_ARRAY_VIEW_H_

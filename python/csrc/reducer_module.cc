@@ -1,5 +1,5 @@
 // `_reducer`: the Reducer client library as a Python extension module. The
-// public face is the `reducer` package (python/reducer/__init__.py), which
+// public face is the `reducer` package (python/src/reducer/__init__.py), which
 // turns numpy arrays and torch tensors into the (array, dtype name) pairs
 // this module takes and wraps results back into the caller's kind.
 //
@@ -7,6 +7,9 @@
 // Python threads (and other ranks' clients in the same process) keep running.
 // Arrays given to a call are referenced until the call (or, for async calls,
 // the handle's wait()) is done, so their memory stays valid.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,9 +21,10 @@
 #include "pybind11/numpy.h"
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
-#include "python/array_view.h"
-#include "python/device_array.h"
-#include "python/status_error.h"
+#include "python/csrc/array_view.h"
+#include "python/csrc/device_array.h"
+#include "python/csrc/released_gil.h"
+#include "python/csrc/status_error.h"
 
 namespace reducer::python {
 namespace {
@@ -35,8 +39,20 @@ using Timeout = std::optional<double>;
 // job; handles still pending keep the underlying client alive until waited.
 class PyClient {
  public:
+  // Connects (GIL released). The keyword arguments after timeout_s are
+  // reducer.Client's (its docstring): `token` None sends none; TLS is on
+  // when any of the tls_* files or `server_name` is given. ValueError,
+  // naming the argument (and the path, never the token), for a bad
+  // combination or value, or a given file that cannot be read; Connect's
+  // errors raise ReducerError subclasses.
   PyClient(const std::string& target, const std::string& job, int rank,
-           int world_size, double timeout_s) {
+           int world_size, double timeout_s,
+           const std::optional<std::string>& token,
+           const std::optional<std::string>& tls_ca_file,
+           const std::optional<std::string>& tls_cert_file,
+           const std::optional<std::string>& tls_key_file,
+           const std::optional<std::string>& server_name,
+           const std::string& shared_memory) {
     ClientOptions options;
     options.target = target;
     options.job = job;
@@ -46,9 +62,74 @@ class PyClient {
       throw py::value_error("reducer: timeout must be positive seconds");
     }
     options.timeout = absl::Seconds(timeout_s);
+    if (token.has_value()) {
+      // gRPC metadata and the Bearer scheme take printable ASCII, no
+      // spaces; a token read from a file with its newline lands here.
+      if (token->empty()) {
+        throw py::value_error(
+            "reducer: token is empty; pass the job's token, or None to send "
+            "none");
+      }
+      for (size_t i = 0; i < token->size(); ++i) {
+        const unsigned char c = (*token)[i];
+        if (c <= ' ' || c >= 0x7f) {
+          throw py::value_error(
+              "reducer: token holds whitespace or a non-printable character "
+              "at position " + std::to_string(i) +
+              "; strip the token (one read from a file ends in a newline)");
+        }
+      }
+      options.token = *token;
+    }
+    // A file given must be readable now; the client re-reads it later
+    // (rotation), so only its presence is checked here.
+    auto check_file = [](const char* name, const std::string& path) {
+      std::FILE* file = std::fopen(path.c_str(), "r");
+      if (file == nullptr) {
+        const int error = errno;
+        throw py::value_error(std::string("reducer: ") + name + "='" + path +
+                              "' cannot be read: " + std::strerror(error));
+      }
+      std::fclose(file);
+    };
+    if (tls_ca_file || tls_cert_file || tls_key_file || server_name) {
+      if (tls_cert_file.has_value() != tls_key_file.has_value()) {
+        throw py::value_error(
+            tls_cert_file ? "reducer: tls_cert_file is given without "
+                            "tls_key_file; mutual TLS needs both (or neither)"
+                          : "reducer: tls_key_file is given without "
+                            "tls_cert_file; mutual TLS needs both (or neither)");
+      }
+      if (!tls_ca_file.has_value()) {
+        throw py::value_error(
+            "reducer: TLS (a tls_* file or server_name was given) needs "
+            "tls_ca_file, the PEM file of the CA that signed reducerd's "
+            "certificate");
+      }
+      options.tls = TlsOptions{};
+      check_file("tls_ca_file", *tls_ca_file);
+      options.tls->ca_file = *tls_ca_file;
+      if (tls_cert_file.has_value()) {
+        check_file("tls_cert_file", *tls_cert_file);
+        check_file("tls_key_file", *tls_key_file);
+        options.tls->cert_file = *tls_cert_file;
+        options.tls->key_file = *tls_key_file;
+      }
+      options.tls->server_name = server_name.value_or("");
+    }
+    if (shared_memory == "auto") {
+      options.shared_memory = SharedMemory::kAuto;
+    } else if (shared_memory == "off") {
+      options.shared_memory = SharedMemory::kOff;
+    } else if (shared_memory == "required") {
+      options.shared_memory = SharedMemory::kRequired;
+    } else {
+      throw py::value_error("reducer: shared_memory='" + shared_memory +
+                            "' is not one of 'auto', 'off', 'required'");
+    }
     absl::StatusOr<std::unique_ptr<Client>> client;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       client = Client::Connect(options);
     }
     client_ = std::shared_ptr<Client>(ValueOrThrow(std::move(client)));
@@ -59,7 +140,7 @@ class PyClient {
   // Leaves the job (the session closes). Later calls raise ValueError.
   void Close() {
     std::shared_ptr<Client> client = std::move(client_);
-    py::gil_scoped_release release;
+    ReleasedGil released;
     client.reset();
   }
 
@@ -81,7 +162,7 @@ class PyClient {
     CallOptions options = MakeCallOptions(group, name, timeout, x);
     absl::StatusOr<Tensor> result;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       result = client()->AllReduce(view, reduce_op, options);
     }
     return ToArray(ValueOrThrow(std::move(result)));
@@ -95,7 +176,7 @@ class PyClient {
     CallOptions options = MakeCallOptions(group, name, timeout, x);
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       status = client()->AllReduceInPlace(view, reduce_op, options);
     }
     ThrowIfError(status);
@@ -107,7 +188,7 @@ class PyClient {
     CallOptions options = MakeCallOptions(group, name, timeout);
     absl::StatusOr<double> result;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       result = client()->AllReduce(value, reduce_op, options);
     }
     return ValueOrThrow(std::move(result));
@@ -119,7 +200,7 @@ class PyClient {
     CallOptions options = MakeCallOptions(group, name, timeout);
     absl::StatusOr<int64_t> result;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       result = client()->AllReduce(value, reduce_op, options);
     }
     return ValueOrThrow(std::move(result));
@@ -144,7 +225,7 @@ class PyClient {
         MakeCallOptions(group, name, timeout, xs.empty() ? py::object(py::none()) : xs[0]);
     absl::StatusOr<std::vector<Tensor>> result;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       result = client()->AllReduceMany(views, reduce_ops, options);
     }
     std::vector<Tensor> tensors = ValueOrThrow(std::move(result));
@@ -160,7 +241,7 @@ class PyClient {
     CallOptions options = MakeCallOptions(group, name, timeout, x);
     absl::StatusOr<Tensor> result;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       result = client()->AllGather(view, options);
     }
     return ToArray(ValueOrThrow(std::move(result)));
@@ -176,7 +257,7 @@ class PyClient {
         MakeCallOptions(group, name, timeout, x.value_or(py::none()));
     absl::StatusOr<Tensor> result;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       result = client()->Broadcast(view, root, options);
     }
     return ToArray(ValueOrThrow(std::move(result)));
@@ -189,7 +270,7 @@ class PyClient {
     CallOptions options = MakeCallOptions(group, name, timeout, x);
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       status = client()->BroadcastInPlace(view, root, options);
     }
     ThrowIfError(status);
@@ -203,7 +284,7 @@ class PyClient {
     CallOptions options = MakeCallOptions(group, name, timeout, x);
     absl::StatusOr<Tensor> result;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       result = client()->ReduceScatter(view, reduce_op, options);
     }
     return ToArray(ValueOrThrow(std::move(result)));
@@ -213,7 +294,7 @@ class PyClient {
     CallOptions options = MakeCallOptions(group, name, timeout);
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       status = client()->Barrier(options);
     }
     ThrowIfError(status);
@@ -239,7 +320,7 @@ class PyHandle {
   // A handle dropped without wait() waits first (its input is in use until
   // then), with the GIL released.
   ~PyHandle() {
-    py::gil_scoped_release release;
+    ReleasedGil released;
     out_of_place_.reset();
     in_place_.reset();
   }
@@ -252,14 +333,14 @@ class PyHandle {
     if (out_of_place_ != nullptr) {
       absl::StatusOr<Tensor> result;
       {
-        py::gil_scoped_release release;
+        ReleasedGil released;
         result = out_of_place_->Wait();
       }
       return ToArray(ValueOrThrow(std::move(result)));
     }
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       status = in_place_->Wait();
     }
     ThrowIfError(status);
@@ -295,7 +376,7 @@ std::unique_ptr<PyHandle> AllReduceAsync(PyClient& self, const py::object& x,
     MutableTensorView view = WriteView(x, data_type);
     std::unique_ptr<AllReduceInPlaceHandle> handle;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       handle = client->AllReduceInPlaceAsync(view, reduce_op, options);
     }
     return std::make_unique<PyHandle>(client, x, nullptr, std::move(handle));
@@ -303,10 +384,145 @@ std::unique_ptr<PyHandle> AllReduceAsync(PyClient& self, const py::object& x,
   TensorView view = ReadView(x, data_type);
   std::unique_ptr<AllReduceHandle> handle;
   {
-    py::gil_scoped_release release;
+    ReleasedGil released;
     handle = client->AllReduceAsync(view, reduce_op, options);
   }
   return std::make_unique<PyHandle>(client, x, std::move(handle), nullptr);
+}
+
+// A collective started by one of the other *_async methods: references its
+// input arrays and the client until waited for. Not thread-safe: one
+// thread waits on a handle.
+class PyPending {
+ public:
+  PyPending(std::shared_ptr<Client> client, std::vector<py::object> inputs,
+            std::unique_ptr<CollectiveHandle> handle)
+      : client_(std::move(client)),
+        inputs_(std::move(inputs)),
+        handle_(std::move(handle)) {}
+
+  // A handle dropped without wait() waits first (its inputs are in use
+  // until then), with the GIL released.
+  ~PyPending() {
+    ReleasedGil released;
+    handle_.reset();
+  }
+
+  // The results, one array per result tensor (none for a barrier); raises
+  // the collective's error. A second call raises ValueError.
+  std::vector<py::object> Wait() {
+    if (handle_ == nullptr) {
+      throw py::value_error("reducer: wait() was already called");
+    }
+    absl::StatusOr<std::vector<Tensor>> result;
+    {
+      ReleasedGil released;
+      result = handle_->Wait();
+      handle_.reset();
+    }
+    inputs_.clear();
+    std::vector<py::object> arrays;
+    for (Tensor& t : ValueOrThrow(std::move(result))) {
+      arrays.push_back(ToArray(std::move(t)));
+    }
+    return arrays;
+  }
+
+  // Never blocks: true once wait() would return without waiting for peers.
+  bool IsCompleted() { return handle_ == nullptr || handle_->Ready(); }
+
+ private:
+  std::shared_ptr<Client> client_;
+  std::vector<py::object> inputs_;
+  std::unique_ptr<CollectiveHandle> handle_;  // null once waited for
+};
+
+// Starts `start(client)` with the GIL released; the pending call keeps
+// `inputs` referenced.
+template <typename Start>
+std::unique_ptr<PyPending> StartPending(PyClient& self,
+                                        std::vector<py::object> inputs,
+                                        Start start) {
+  std::shared_ptr<Client> client = self.client();
+  std::unique_ptr<CollectiveHandle> handle;
+  {
+    ReleasedGil released;
+    handle = start(*client);
+  }
+  return std::make_unique<PyPending>(std::move(client), std::move(inputs),
+                                     std::move(handle));
+}
+
+std::unique_ptr<PyPending> AllReduceManyAsync(
+    PyClient& self, const std::vector<py::object>& xs,
+    const std::vector<std::string>& dtypes, const std::vector<std::string>& ops,
+    const Group& group, const std::string& name, Timeout timeout) {
+  if (xs.size() != dtypes.size() || xs.size() != ops.size()) {
+    throw py::value_error("reducer: all_reduce_many needs one op per tensor");
+  }
+  std::vector<TensorView> views;
+  std::vector<ReduceOp> reduce_ops;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    views.push_back(ReadView(xs[i], ParseDataType(dtypes[i])));
+    reduce_ops.push_back(ParseReduceOp(ops[i]));
+  }
+  CallOptions options = MakeCallOptions(
+      group, name, timeout, xs.empty() ? py::object(py::none()) : xs[0]);
+  return StartPending(self, xs, [&](Client& client) {
+    return client.AllReduceManyAsync(views, reduce_ops, options);
+  });
+}
+
+std::unique_ptr<PyPending> AllGatherAsync(PyClient& self, const py::object& x,
+                                          const std::string& dtype,
+                                          const Group& group,
+                                          const std::string& name,
+                                          Timeout timeout) {
+  TensorView view = ReadView(x, ParseDataType(dtype));
+  CallOptions options = MakeCallOptions(group, name, timeout, x);
+  return StartPending(self, {x}, [&](Client& client) {
+    return client.AllGatherAsync(view, options);
+  });
+}
+
+// `x` None: this rank does not know the root's dtype or shape.
+std::unique_ptr<PyPending> BroadcastAsync(PyClient& self,
+                                          const std::optional<py::object>& x,
+                                          const std::string& dtype, int root,
+                                          const Group& group,
+                                          const std::string& name,
+                                          Timeout timeout) {
+  TensorView view;
+  if (x.has_value()) view = ReadView(*x, ParseDataType(dtype));
+  CallOptions options =
+      MakeCallOptions(group, name, timeout, x.value_or(py::none()));
+  return StartPending(self, {x.value_or(py::none())}, [&](Client& client) {
+    return client.BroadcastAsync(view, root, options);
+  });
+}
+
+std::unique_ptr<PyPending> ReduceScatterAsync(PyClient& self,
+                                              const py::object& x,
+                                              const std::string& dtype,
+                                              const std::string& op,
+                                              const Group& group,
+                                              const std::string& name,
+                                              Timeout timeout) {
+  TensorView view = ReadView(x, ParseDataType(dtype));
+  ReduceOp reduce_op = ParseReduceOp(op);
+  CallOptions options = MakeCallOptions(group, name, timeout, x);
+  return StartPending(self, {x}, [&](Client& client) {
+    return client.ReduceScatterAsync(view, reduce_op, options);
+  });
+}
+
+std::unique_ptr<PyPending> BarrierAsync(PyClient& self, const Group& group,
+                                        const std::string& name,
+                                        Timeout timeout) {
+  CallOptions options = MakeCallOptions(group, name, timeout);
+  return StartPending(self, {}, [&](Client& client) {
+    return client.BarrierAsync(options);
+  });
 }
 
 // reducer::MetricSync over arrays the caller keeps. Not thread-safe.
@@ -336,7 +552,7 @@ class PyMetricSync {
     CallOptions options = MakeCallOptions(group, name, timeout);
     absl::StatusOr<absl::flat_hash_map<std::string, Tensor>> result;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       result = sync_.Reduce(options);
     }
     py::dict out;
@@ -358,7 +574,7 @@ class PyMetricSync {
     CallOptions options = MakeCallOptions(group, name, timeout);
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      ReleasedGil released;
       status = sync_.ReduceInPlace(options);
     }
     ThrowIfError(status);
@@ -387,9 +603,17 @@ void DefineModule(py::module_& m) {
 
   py::class_<PyClient> client(m, "Client");
   client
-      .def(py::init<const std::string&, const std::string&, int, int, double>(),
+      .def(py::init<const std::string&, const std::string&, int, int, double,
+                    const std::optional<std::string>&,
+                    const std::optional<std::string>&,
+                    const std::optional<std::string>&,
+                    const std::optional<std::string>&,
+                    const std::optional<std::string>&, const std::string&>(),
            arg("target"), arg("job"), arg("rank"), arg("world_size"),
-           arg("timeout"))
+           arg("timeout"), py::kw_only(), arg("token") = py::none(),
+           arg("tls_ca_file") = py::none(), arg("tls_cert_file") = py::none(),
+           arg("tls_key_file") = py::none(), arg("server_name") = py::none(),
+           arg("shared_memory") = "auto")
       .def("close", &PyClient::Close)
       .def_property_readonly("rank", &PyClient::rank)
       .def_property_readonly("world_size", &PyClient::world_size);
@@ -413,6 +637,19 @@ void DefineModule(py::module_& m) {
   DefCall(client, "barrier", &PyClient::Barrier);
   DefCall(client, "all_reduce_async", &AllReduceAsync, arg("x"), arg("dtype"),
           arg("op"), arg("in_place"));
+
+  DefCall(client, "all_reduce_many_async", &AllReduceManyAsync, arg("xs"),
+          arg("dtypes"), arg("ops"));
+  DefCall(client, "all_gather_async", &AllGatherAsync, arg("x"), arg("dtype"));
+  DefCall(client, "broadcast_async", &BroadcastAsync, arg("x").none(true),
+          arg("dtype"), arg("root"));
+  DefCall(client, "reduce_scatter_async", &ReduceScatterAsync, arg("x"),
+          arg("dtype"), arg("op"));
+  DefCall(client, "barrier_async", &BarrierAsync);
+
+  py::class_<PyPending>(m, "Pending")
+      .def("wait", &PyPending::Wait)
+      .def("is_completed", &PyPending::IsCompleted);
 
   py::class_<PyHandle>(m, "Handle")
       .def("wait", &PyHandle::Wait)

@@ -6,8 +6,8 @@
 //
 // Thread-safe: ThrowIfError may be called with or without the GIL; the
 // exception is translated into a Python one once pybind11 holds the GIL again.
-#ifndef REDUCER_PYTHON_STATUS_ERROR_H_
-#define REDUCER_PYTHON_STATUS_ERROR_H_
+#ifndef REDUCER_PYTHON_CSRC_STATUS_ERROR_H_
+#define REDUCER_PYTHON_CSRC_STATUS_ERROR_H_
 
 #include <stdexcept>
 #include <string>
@@ -48,4 +48,4 @@ void RegisterStatusErrorTranslator();
 
 }  // namespace reducer::python
 
-#endif  // REDUCER_PYTHON_STATUS_ERROR_H_
+#endif  // REDUCER_PYTHON_CSRC_STATUS_ERROR_H_

@@ -1,4 +1,4 @@
-#include "python/status_error.h"
+#include "python/csrc/status_error.h"
 
 #include <exception>
 

@@ -14,8 +14,8 @@
 //   out = torch.as_tensor(r, device=t.device)
 //
 // Call with the GIL held. Not thread-safe beyond that.
-#ifndef REDUCER_PYTHON_DEVICE_ARRAY_H_
-#define REDUCER_PYTHON_DEVICE_ARRAY_H_
+#ifndef REDUCER_PYTHON_CSRC_DEVICE_ARRAY_H_
+#define REDUCER_PYTHON_CSRC_DEVICE_ARRAY_H_
 
 #include <cstdint>
 #include <optional>
@@ -49,4 +49,4 @@ pybind11::dict CudaArrayInterface(const DeviceArray& array, DataType dtype);
 
 }  // namespace reducer::python
 
-#endif  // REDUCER_PYTHON_DEVICE_ARRAY_H_
+#endif  // REDUCER_PYTHON_CSRC_DEVICE_ARRAY_H_
