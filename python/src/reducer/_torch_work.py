@@ -102,15 +102,17 @@ class TorchWork(dist.Work):
 
     `pending` is a reducer.Work; `finish(value)` receives what its wait()
     returns, writes it into the output tensors and returns them (the work's
-    result). `what` names the collective in errors. Thread-safe.
+    result). `what` and `where` name the collective and its group in errors.
+    Thread-safe.
     """
 
-    def __init__(self, completer, pending, finish, what):
+    def __init__(self, completer, pending, finish, what, where):
         super().__init__()
         self._completer = completer
         self._pending = pending
         self._finish = finish
-        self._what = what
+        self._what = what    # the collective: "all_reduce"
+        self._where = where  # its group: "in job J (rank R)"
         # Guarded by _STATE_LOCK:
         self._claimed = False      # a thread collects it, or has
         self._completed = False    # collected: result or exception final
@@ -122,8 +124,7 @@ class TorchWork(dist.Work):
         self._result = []
         self._exception = None
         self._future = None
-        if completer is not None:
-            completer.keep(self)
+        completer.keep(self)
 
     # --- torch's Work API ---------------------------------------------------
 
@@ -143,11 +144,10 @@ class TorchWork(dist.Work):
                 self._completer.submit(self)
             if not self._await_done(seconds):
                 raise reducer.DeadlineExceeded(
-                    f"{self._what}: Work.wait(timeout={seconds:g} s) timed out before "
-                    "the collective ended (it goes on; a rank that never calls it "
-                    "fails it at the collective's own deadline)")
-        if self._completer is not None:
-            self._completer.release(self)
+                    f"{self._what} {self._where}: Work.wait(timeout={seconds:g} s) "
+                    "timed out before the collective ended (it goes on; a rank "
+                    "that never calls it fails it at the collective's own deadline)")
+        self._completer.release(self)
         if self._exception is not None:
             raise self._exception
         return True

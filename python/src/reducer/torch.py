@@ -134,6 +134,7 @@ class ProcessGroupReducer(dist.ProcessGroup):
         super().__init__(rank, size)
         self._client = client
         self.job = job  # the Reducer job name agreed through the store
+        self._where = f"in job {job} (rank {rank})"  # for errors
         self._completer = Completer(f"reducer-futures-{job}")
         # The completer's thread ends when the group is dropped.
         weakref.finalize(self, self._completer.close)
@@ -148,8 +149,7 @@ class ProcessGroupReducer(dist.ProcessGroup):
         return BACKEND_NAME
 
     def _work(self, pending, finish, what):
-        return TorchWork(self._completer, pending, finish,
-                         f"{what} in job {self.job} (rank {self.rank()})")
+        return TorchWork(self._completer, pending, finish, what, self._where)
 
     def allreduce(self, tensors, opts=None):
         tensor = _one(tensors, "all_reduce")
