@@ -10,7 +10,6 @@ Environment (set by the driver):
 """
 
 import datetime
-import faulthandler
 import os
 import sys
 from pathlib import Path
@@ -21,16 +20,8 @@ import pytest
 import reducer
 from reducerd_process import ReducerdProcess, new_job, run_ranks
 
-TEST_TIME_LIMIT_S = 60
 VENV = Path(os.environ["REDUCER_VENV"]).resolve()
 PREFIX = Path(os.environ["REDUCER_PREFIX"]).resolve()
-
-
-@pytest.fixture(autouse=True)
-def time_limit():
-    faulthandler.dump_traceback_later(TEST_TIME_LIMIT_S, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="module")

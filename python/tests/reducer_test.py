@@ -5,7 +5,6 @@ released while a call waits, which the tests depend on and one proves).
 Expected values come from numpy on the ranks' inputs, computed here.
 """
 
-import faulthandler
 import subprocess
 import sys
 import threading
@@ -19,20 +18,11 @@ import reducer
 from reducerd_process import ReducerdProcess, new_job, run_ranks
 
 W = 4
-# Every test's hard limit: the process dumps its threads and exits.
-TEST_TIME_LIMIT_S = 60
 
 NUMPY_DTYPES = [np.float32, np.float64, np.float16, np.int8, np.uint8, np.int32,
                 np.int64, np.bool_]
 TORCH_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16,
                 torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool]
-
-
-@pytest.fixture(autouse=True)
-def time_limit():
-    faulthandler.dump_traceback_later(TEST_TIME_LIMIT_S, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="module")

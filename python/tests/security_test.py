@@ -7,7 +7,6 @@ every job named JOB_A/...; each test runs a job of that form of its own.
 No exception text may ever hold a token: every error raised here is checked.
 """
 
-import faulthandler
 import uuid
 
 import numpy as np
@@ -17,21 +16,12 @@ import reducer
 from reducerd_process import ReducerdProcess, run_ranks
 from secure_reducerd import client_tls, make_certs, secure_flags, write_tokens
 
-# Every test's hard limit: the process dumps its threads and exits.
-TEST_TIME_LIMIT_S = 60
 
 JOB_A = "pysec-a"
 JOB_B = "pysec-b"
 TOKEN_A = "py-token-of-job-a-5e0c1d"
 TOKEN_B = "py-token-of-job-b-9a4f27"
 ALL_TOKENS = (TOKEN_A, TOKEN_B, "not-a-token-3b8e")
-
-
-@pytest.fixture(autouse=True)
-def time_limit():
-    faulthandler.dump_traceback_later(TEST_TIME_LIMIT_S, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="module")
