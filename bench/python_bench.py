@@ -10,17 +10,19 @@ default) and measures, at W = --world_size worker processes on this host,
 against Gloo in the same invocation, float32 SUM throughout:
 
 1. all_reduce: torch.distributed.all_reduce (in place) on backend "reducer"
-   and on a gloo group in the same processes, 4 B to 64 MiB, the systems
-   alternating size by size; per data path of the reducer backend (see
-   below) the median and its ratio to Gloo's.
+   and on a gloo group in the same processes, 4 B, 4 KiB, 256 KiB, 4 MiB and
+   64 MiB, the two alternating size by size; per data path of the reducer
+   backend (see below) the median and its ratio to Gloo's (Gloo measured in
+   that path's processes).
 2. per call: a 4 B all-reduce through (a) the C++ client
    (bench/reducer_allreduce_worker, Client::AllReduce), (b)
    reducer.Client.all_reduce on a numpy array, (c)
    torch.distributed.all_reduce on the reducer backend; the medians and the
    ratios python/C++ and torch/C++, per data path.
 3. DDP: the median step time (zero_grad, forward, backward, SGD step) of a
-   4 x Linear(1024, 1024) MLP (16 MiB of float32 parameters, CPU batch of
-   --ddp_batch) under DistributedDataParallel on the reducer backend and on
+   4 x Linear(1024, 1024) MLP (16 MiB of float32 parameters, a CPU batch of
+   --ddp_batch rows, default 8: Debian's torch uses a generic BLAS, a few
+   GFLOP/s per core) under DistributedDataParallel on the reducer backend and on
    the gloo group, bucket_cap_mb 25 (the default) and 1, the systems
    alternating step by step, with the same model stepped without DDP (no
    communication) as the compute-only reference. Both DDPs run a
@@ -38,9 +40,16 @@ The data paths: "shm", the same-host shared-memory path (the C++ worker's
 --shared_memory=required, reducer.Client(shared_memory="required"),
 REDUCER_SHARED_MEMORY=required for the torch backend; skipped, with the
 reason, when a probe of two C++ workers finds it unavailable, exit 77), and
-"grpc", the tensors over gRPC on loopback (the same with "off"). Parts 1 and
-2 run --rounds times (fresh processes each round, so all systems see the same
-machine over the run); DDP runs once, in the last round's torch processes.
+"grpc", the tensors over gRPC on loopback (the same with "off"). Each path
+gets launches of its own: the client library reads REDUCER_SHARED_MEMORY
+once per process and lets it override every client's setting, so one
+process cannot hold torch groups on both paths (and the driver removes an
+inherited REDUCER_SHARED_MEMORY; each worker checks that it maps memfd
+segments exactly when its path is shm). A round is, per path, a launch of
+the C++ workers, of the Python workers and of the torch workers; parts 1 and
+2 run --rounds rounds (fresh processes each, so all systems see the same
+machine over the run); DDP runs once, in the last round's torch processes
+of the first path (shm where it is available).
 Workers run under --python (default /usr/bin/python3, Debian's torch) with
 OMP_NUM_THREADS=1 (as torchrun sets it for several ranks per host),
 GLOO_SOCKET_IFNAME=lo and bench/run_bench.py's MALLOC_ENV, in one process
@@ -112,30 +121,36 @@ def expected_sum(world):
     return world * (world + 1) / 2  # rank r contributes r + 1
 
 
+def check_path(path):
+    """Exits unless this process maps memfds exactly when `path` is shm: the
+    client library lets REDUCER_SHARED_MEMORY, read once per process,
+    override every client's own setting, so a stray one would mislabel rows."""
+    if maps_memfd() != (path == "shm"):
+        raise SystemExit(f"path {path}, but this process {'maps' if maps_memfd() else 'maps no'}"
+                         f" memfd (REDUCER_SHARED_MEMORY={os.environ.get('REDUCER_SHARED_MEMORY')})")
+
+
 def python_worker(args):
-    """Part 2b: 4 B reducer.Client.all_reduce (out of place) per path."""
+    """Part 2b: 4 B reducer.Client.all_reduce (out of place) on args.path."""
     import numpy as np
     import reducer
     x = np.full(PER_CALL_BYTES // 4, args.rank + 1, np.float32)
-    for path in args.paths:
-        job = f"{args.job}-{path}"
-        with reducer.Client(target=args.target, job=job, rank=args.rank,
-                            world_size=args.world_size, timeout=120,
-                            shared_memory=PATH_MODES[path]) as client:
-            if path == "shm" and not maps_memfd():
-                raise SystemExit("shared_memory=required but no memfd is mapped")
-            latencies = []
-            for i in range(args.warmup + args.iters):
-                start = time.perf_counter()
-                result = client.all_reduce(x)
-                if i >= args.warmup:
-                    latencies.append((time.perf_counter() - start) * 1e6)
-            if not (result == expected_sum(args.world_size)).all():
-                raise SystemExit(f"wrong all_reduce result {result}")
-        if args.rank == 0:
-            emit({"part": "per_call", "system": "python", "path": path,
-                  "world_size": args.world_size, "size_bytes": PER_CALL_BYTES,
-                  "latencies_us": latencies})
+    with reducer.Client(target=args.target, job=args.job, rank=args.rank,
+                        world_size=args.world_size, timeout=args.timeout_s,
+                        shared_memory=PATH_MODES[args.path]) as client:
+        check_path(args.path)
+        latencies = []
+        for i in range(args.warmup + args.iters):
+            start = time.perf_counter()
+            result = client.all_reduce(x)
+            if i >= args.warmup:
+                latencies.append((time.perf_counter() - start) * 1e6)
+        if not (result == expected_sum(args.world_size)).all():
+            raise SystemExit(f"wrong all_reduce result {result}")
+    if args.rank == 0:
+        emit({"part": "per_call", "system": "python", "path": args.path,
+              "world_size": args.world_size, "size_bytes": PER_CALL_BYTES,
+              "latencies_us": latencies})
 
 
 def timed_all_reduce(torch, dist, rank, world, size, group, iters, warmup):
@@ -250,36 +265,30 @@ def ddp_part(torch, dist, args, groups, path):
 
 
 def torch_worker(args):
-    """Parts 1, 2c and (with --ddp_steps) 3, in one set of processes: the
-    default group on the reducer backend (path args.paths[0]), a reducer group
-    per further path, and a gloo group."""
+    """Parts 1, 2c and (with --ddp_steps) 3 on args.path, in one set of
+    processes: the default group on the reducer backend and a gloo group.
+    One path per process: the client library reads REDUCER_SHARED_MEMORY once
+    per process and lets it override every later client's setting, so two
+    groups of one process cannot be put on different paths through it."""
     import torch
     import torch.distributed as dist
     import reducer.torch  # noqa: F401  (registers the backend)
     del reducer
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port),
-                      REDUCER_TARGET=args.target, REDUCER_JOB=args.job)
+                      REDUCER_TARGET=args.target, REDUCER_JOB=args.job,
+                      REDUCER_SHARED_MEMORY=PATH_MODES[args.path])
     timeout = datetime.timedelta(seconds=args.timeout_s)
-    reducer_groups = {}
-    for i, path in enumerate(args.paths):
-        os.environ["REDUCER_SHARED_MEMORY"] = PATH_MODES[path]  # read at creation
-        if i == 0:
-            dist.init_process_group("reducer", rank=args.rank,
-                                    world_size=args.world_size, timeout=timeout)
-            reducer_groups[path] = None  # the default group
-        else:
-            reducer_groups[path] = dist.new_group(backend="reducer", timeout=timeout)
+    dist.init_process_group("reducer", rank=args.rank, world_size=args.world_size,
+                            timeout=timeout)
     gloo = dist.new_group(backend="gloo", timeout=timeout)
-    if "shm" in args.paths and not maps_memfd():
-        raise SystemExit("REDUCER_SHARED_MEMORY=required but no memfd is mapped")
-    rank, world = args.rank, args.world_size
-    systems = [("reducer", path, g) for path, g in reducer_groups.items()]
-    systems.append(("gloo", None, gloo))
+    check_path(args.path)
+    rank, world, path = args.rank, args.world_size, args.path
+    systems = [("reducer", None), ("gloo", gloo)]
 
     for size in args.sizes:  # part 1
         iters, warmup = allreduce_iters(size, args.smoke)
-        for system, path, group in systems:
+        for system, group in systems:
             latencies = timed_all_reduce(torch, dist, rank, world, size, group,
                                          iters, warmup)
             if rank == 0:
@@ -287,15 +296,14 @@ def torch_worker(args):
                       "world_size": world, "size_bytes": size,
                       "latencies_us": latencies})
     iters, warmup = per_call_iters(args.smoke)
-    for system, path, group in systems[:-1]:  # part 2c
-        latencies = timed_all_reduce(torch, dist, rank, world, PER_CALL_BYTES, group,
-                                     iters, warmup)
-        if rank == 0:
-            emit({"part": "per_call", "system": "torch", "path": path,
-                  "world_size": world, "size_bytes": PER_CALL_BYTES,
-                  "latencies_us": latencies})
+    latencies = timed_all_reduce(torch, dist, rank, world, PER_CALL_BYTES, None,
+                                 iters, warmup)  # part 2c
+    if rank == 0:
+        emit({"part": "per_call", "system": "torch", "path": path,
+              "world_size": world, "size_bytes": PER_CALL_BYTES,
+              "latencies_us": latencies})
     if args.ddp_steps > 0:  # part 3
-        ddp_part(torch, dist, args, {"reducer": None, "gloo": gloo}, args.paths[0])
+        ddp_part(torch, dist, args, {"reducer": None, "gloo": gloo}, path)
     dist.destroy_process_group()
 
 
@@ -310,8 +318,10 @@ class Bench:
         self.log_dir = log_dir
         self.daemon = daemon
         self.launches = 0
-        self.env = dict(os.environ, **run_bench.MALLOC_ENV, OMP_NUM_THREADS="1",
-                        GLOO_SOCKET_IFNAME="lo",
+        # Each client's path is set explicitly (the torch workers set
+        # REDUCER_SHARED_MEMORY themselves); one inherited would override it.
+        self.env = {k: v for k, v in os.environ.items() if k != "REDUCER_SHARED_MEMORY"}
+        self.env.update(run_bench.MALLOC_ENV, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
                         PYTHONPATH=os.pathsep.join(
                             [str(args.pythonpath)] + ([os.environ["PYTHONPATH"]]
                                                       if os.environ.get("PYTHONPATH") else [])))
@@ -363,42 +373,44 @@ def check_records(records, part, system, path, iters, sizes):
 
 
 def one_round(bench, paths, world, sizes, ddp_steps, samples):
-    """One round: C++ per path, Python (all paths), torch (all paths, gloo);
-    appends latencies to samples[(part, system, path, size)]; returns DDP records."""
+    """One round: per path, the C++, Python and torch workers, one launch
+    each; appends this round's latencies as one list to
+    samples[(part, system, path, size)] (Gloo's under the path of the torch
+    launch it ran in); DDP runs in the first
+    path's torch launch when ddp_steps > 0. Returns the DDP records."""
     args = bench.args
     iters, warmup = per_call_iters(args.smoke)
+    ddp = []
     for path in paths:
         for r in bench.cpp(world, path, iters, warmup):
             if r.get("shared_memory") != PATH_MODES[path] or len(r["latencies_us"]) != iters:
                 raise RunError(f"unexpected C++ record {json.dumps(r)[:200]}")
-            samples.setdefault(("per_call", "cpp", path, PER_CALL_BYTES), []).extend(
+            samples.setdefault(("per_call", "cpp", path, PER_CALL_BYTES), []).append(
                 r["latencies_us"])
-    extra = [f"--paths={','.join(paths)}", f"--iters={iters}", f"--warmup={warmup}"]
-    py = bench.launch("python", bench.python_cmds("python", world, extra))
-    torch_extra = [f"--paths={','.join(paths)}", f"--port={run_bench.free_port()}",
-                   "--sizes=" + ",".join(map(str, sizes)), f"--ddp_steps={ddp_steps}",
-                   f"--ddp_warmup={args.ddp_warmup}", f"--ddp_batch={args.ddp_batch}"]
-    if args.smoke:
-        torch_extra.append("--smoke")
-    tr = bench.launch("torch", bench.python_cmds("torch", world, torch_extra))
-    for path in paths:
-        check_records([r for r in py if r["path"] == path], "per_call", "python", path,
+        common = [f"--path={path}", f"--iters={iters}", f"--warmup={warmup}"]
+        py = bench.launch(f"python-{path}", bench.python_cmds("python", world, common))
+        check_records(py, "per_call", "python", path, iters, [PER_CALL_BYTES])
+        steps = ddp_steps if path == paths[0] else 0
+        torch_extra = common + [
+            f"--port={run_bench.free_port()}", "--sizes=" + ",".join(map(str, sizes)),
+            f"--ddp_steps={steps}", f"--ddp_warmup={args.ddp_warmup}",
+            f"--ddp_batch={args.ddp_batch}"] + (["--smoke"] if args.smoke else [])
+        tr = bench.launch(f"torch-{path}", bench.python_cmds("torch", world, torch_extra))
+        check_records([r for r in tr if r["part"] == "per_call"], "per_call", "torch", path,
                       iters, [PER_CALL_BYTES])
-        check_records([r for r in tr if r["system"] == "torch" and r["path"] == path],
-                      "per_call", "torch", path, iters, [PER_CALL_BYTES])
-    for system, path in [("reducer", p) for p in paths] + [("gloo", None)]:
-        got = [r for r in tr if r["part"] == "allreduce" and r["system"] == system
-               and r["path"] == path]
-        if [r["size_bytes"] for r in got] != sizes:
-            raise RunError(f"all_reduce {system} {path}: sizes {[r['size_bytes'] for r in got]}")
-        for r in got:
-            if len(r["latencies_us"]) != allreduce_iters(r["size_bytes"], args.smoke)[0]:
-                raise RunError(f"all_reduce {system} {path}: wrong number of latencies")
-    for r in py + tr:
-        if r["part"] in ("allreduce", "per_call"):
-            samples.setdefault((r["part"], r["system"], r["path"], r["size_bytes"]),
-                               []).extend(r["latencies_us"])
-    ddp = [r for r in tr if r["part"] == "ddp"]
+        for system in ("reducer", "gloo"):
+            got = [r for r in tr if r["part"] == "allreduce" and r["system"] == system]
+            if [r["size_bytes"] for r in got] != sizes:
+                raise RunError(f"all_reduce {system} ({path} launch): sizes "
+                               f"{[r['size_bytes'] for r in got]}")
+            for r in got:
+                if len(r["latencies_us"]) != allreduce_iters(r["size_bytes"], args.smoke)[0]:
+                    raise RunError(f"all_reduce {system} ({path}): wrong number of latencies")
+        for r in py + tr:
+            if r["part"] in ("allreduce", "per_call"):
+                samples.setdefault((r["part"], r["system"], path, r["size_bytes"]),
+                                   []).append(r["latencies_us"])
+        ddp += [r for r in tr if r["part"] == "ddp"]
     if ddp_steps and len(ddp) != len(DDP_CAPS_MB) * len(DDP_SYSTEMS):
         raise RunError(f"expected {len(DDP_CAPS_MB) * len(DDP_SYSTEMS)} DDP records, "
                        f"got {len(ddp)}")
@@ -422,30 +434,51 @@ def median(values):
     return statistics.median(values) if values else float("nan")
 
 
+def pooled(rounds):
+    return [v for r in rounds for v in r]
+
+
+def round_ratios(samples, key, base):
+    """Each round's median of samples[key] over that of samples[base]."""
+    return [median(a) / median(b) for a, b in zip(samples[key], samples[base])]
+
+
+def fmt_range(values):
+    return f"{min(values):.2f}-{max(values):.2f}"
+
+
 def summarize_allreduce(samples, paths, sizes):
+    """Per size and path: medians over all rounds, the ratio, and the ratio
+    of each round's medians (the spread between rounds)."""
     out = []
     for size in sizes:
-        gloo = median(samples[("allreduce", "gloo", None, size)])
         for path in paths:
-            red = median(samples[("allreduce", "reducer", path, size)])
+            red_key = ("allreduce", "reducer", path, size)
+            gloo_key = ("allreduce", "gloo", path, size)
+            red, gloo = median(pooled(samples[red_key])), median(pooled(samples[gloo_key]))
             out.append({"size_bytes": size, "path": path,
-                        "calls": len(samples[("allreduce", "reducer", path, size)]),
+                        "calls": len(pooled(samples[red_key])),
                         "reducer_median_us": red, "gloo_median_us": gloo,
-                        "reducer_vs_gloo": red / gloo})
+                        "reducer_vs_gloo": red / gloo,
+                        "reducer_vs_gloo_per_round": round_ratios(samples, red_key, gloo_key)})
     return out
 
 
 def summarize_per_call(samples, paths):
+    """Per path: the three medians over all rounds, the ratios to C++ and
+    each round's ratios."""
     out = []
     for path in paths:
-        m = {s: median(samples[("per_call", s, path, PER_CALL_BYTES)])
-             for s in ("cpp", "python", "torch")}
+        keys = {s: ("per_call", s, path, PER_CALL_BYTES) for s in ("cpp", "python", "torch")}
+        m = {s: median(pooled(samples[k])) for s, k in keys.items()}
         out.append({"path": path, "size_bytes": PER_CALL_BYTES,
-                    "calls": len(samples[("per_call", "cpp", path, PER_CALL_BYTES)]),
+                    "calls": len(pooled(samples[keys["cpp"]])),
                     "cpp_median_us": m["cpp"], "python_median_us": m["python"],
                     "torch_median_us": m["torch"],
                     "python_vs_cpp": m["python"] / m["cpp"],
                     "torch_vs_cpp": m["torch"] / m["cpp"],
+                    "python_vs_cpp_per_round": round_ratios(samples, keys["python"], keys["cpp"]),
+                    "torch_vs_cpp_per_round": round_ratios(samples, keys["torch"], keys["cpp"]),
                     "python_minus_cpp_us": m["python"] - m["cpp"],
                     "torch_minus_cpp_us": m["torch"] - m["cpp"]})
     return out
@@ -494,21 +527,26 @@ def report(args, command, paths, skipped, sizes, allreduce, per_call, ddp, ddp_r
         f"1. torch.distributed.all_reduce, float32 SUM in place, W = {w}: backend "
         f"\"reducer\" vs a gloo group in the same processes (median over {args.rounds} "
         "round(s))",
-        command, ["size", "path", "calls", "reducer", "gloo", "reducer/gloo"],
+        command, ["size", "path", "calls", "reducer", "gloo", "reducer/gloo", "per round"],
         [[fmt_size(s["size_bytes"]), s["path"], s["calls"], fmt_time(s["reducer_median_us"]),
-          fmt_time(s["gloo_median_us"]), f"{s['reducer_vs_gloo']:.2f}"] for s in allreduce],
-        skip_note)
+          fmt_time(s["gloo_median_us"]), f"{s['reducer_vs_gloo']:.2f}",
+          fmt_range(s["reducer_vs_gloo_per_round"])] for s in allreduce],
+        skip_note + ["per round: the lowest and highest ratio of one round's medians"])
     print_table(
         f"2. Python's cost per call: {PER_CALL_BYTES} B float32 SUM all-reduce, W = {w}, "
         f"median over {args.rounds} round(s)",
         command, ["path", "calls", "C++ Client::AllReduce", "reducer.Client.all_reduce",
-                  "torch all_reduce", "python/C++", "torch/C++", "python-C++", "torch-C++"],
+                  "torch all_reduce", "python/C++", "per round", "torch/C++", "per round",
+                  "python-C++", "torch-C++"],
         [[s["path"], s["calls"], fmt_time(s["cpp_median_us"]), fmt_time(s["python_median_us"]),
           fmt_time(s["torch_median_us"]), f"{s['python_vs_cpp']:.2f}",
-          f"{s['torch_vs_cpp']:.2f}", fmt_time(s["python_minus_cpp_us"]),
+          fmt_range(s["python_vs_cpp_per_round"]), f"{s['torch_vs_cpp']:.2f}",
+          fmt_range(s["torch_vs_cpp_per_round"]), fmt_time(s["python_minus_cpp_us"]),
           fmt_time(s["torch_minus_cpp_us"])] for s in per_call],
         skip_note + ["C++: bench/reducer_allreduce_worker (out of place); python: numpy, "
-                     "out of place; torch: in place, synchronous"])
+                     "out of place; torch: in place, synchronous; each on its own launch "
+                     "of W processes per round. per round: lowest and highest ratio of one "
+                     "round's medians"])
     if not ddp_records:
         print("\n== 3. DDP step: not run (--ddp_steps=0)")
         return
@@ -538,7 +576,8 @@ def report(args, command, paths, skipped, sizes, allreduce, per_call, ddp, ddp_r
         skip_note + [
             "system none: the same model without DDP (compute only, no communication).",
             "overlapped: buckets whose all-reduce completed before the last bucket was "
-            "handed to the hook (gradients still being computed); median (min-max) over steps.",
+            "handed to the hook (gradients still being computed); median (min-max) over steps; "
+            "at most buckets - 1.",
             "done<=bwd end: buckets completed before loss.backward() returned, fewest in any "
             "step (always all: DDP waits for every bucket inside backward()).",
             "exposed: backward() time after the last bucket was handed over (communication "
@@ -560,7 +599,7 @@ def parse_args(argv):
     p.add_argument("--ddp_steps", type=int, default=None,
                    help="timed DDP steps per system and cap (default 20; smoke 3; 0: no DDP)")
     p.add_argument("--ddp_warmup", type=int, default=None, help="untimed DDP steps (default 3)")
-    p.add_argument("--ddp_batch", type=int, default=None, help="DDP batch (default 64; smoke 16)")
+    p.add_argument("--ddp_batch", type=int, default=None, help="DDP batch rows (default 8)")
     p.add_argument("--smoke", action="store_true",
                    help="W = 2, 4 B and 4 KiB, few calls, 3 DDP steps, one round")
     p.add_argument("--json", type=Path, help="write the results here")
@@ -580,7 +619,7 @@ def parse_args(argv):
     p.add_argument("--target", help=argparse.SUPPRESS)
     p.add_argument("--job", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    p.add_argument("--paths", type=lambda s: s.split(","), help=argparse.SUPPRESS)
+    p.add_argument("--path", choices=sorted(PATH_MODES), help=argparse.SUPPRESS)
     p.add_argument("--iters", type=int, help=argparse.SUPPRESS)
     p.add_argument("--warmup", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -588,7 +627,7 @@ def parse_args(argv):
     defaults = {"world_size": (2 if smoke else 4), "rounds": (1 if smoke else 3),
                 "sizes": (SMOKE_SIZES if smoke else ALLREDUCE_SIZES),
                 "ddp_steps": (3 if smoke else 20), "ddp_warmup": (1 if smoke else 3),
-                "ddp_batch": (16 if smoke else 64)}
+                "ddp_batch": 8}
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -654,7 +693,7 @@ def main(argv):
             "allreduce": allreduce, "per_call": per_call, "ddp": ddp,
             "ddp_records": ddp_records,
             "samples": [{"part": k[0], "system": k[1], "path": k[2], "size_bytes": k[3],
-                         "latencies_us": v} for k, v in sorted(
+                         "latencies_us_per_round": v} for k, v in sorted(
                              samples.items(), key=lambda kv: str(kv[0]))]}, indent=1))
     return 0
 

@@ -94,7 +94,7 @@ class Client:
     also every collective's default deadline). close() (or leaving a `with`
     block) leaves the job.
 
-    Keyword-only, for a secured reducerd (README: "Securing reducerd"):
+    For a secured reducerd (README: "Securing reducerd"):
 
       token          the job's bearer token, sent on every call (None: none).
                      Needed when reducerd has --job_tokens_file; a line for
@@ -117,7 +117,7 @@ class Client:
     """
 
     def __init__(self, target=DEFAULT_TARGET, job=None, rank=0, world_size=1,
-                 timeout=300.0, *, token=None, tls_ca_file=None, tls_cert_file=None,
+                 timeout=300.0, token=None, tls_ca_file=None, tls_cert_file=None,
                  tls_key_file=None, server_name=None, shared_memory="auto"):
         if not job:
             raise ValueError("reducer: Client needs a job name, the same on every rank")
