@@ -107,7 +107,9 @@ class Client:
       server_name    the name to check in reducerd's certificate (None: the
                      target's host).
       shared_memory  "auto" (the same-host path when reducerd offers it),
-                     "off", or "required" (Connect fails without it).
+                     "off", or "required" (Connect fails without it);
+                     REDUCER_SHARED_MEMORY in the environment overrides it
+                     for the whole process.
 
     Files (str or pathlib.Path) must be readable now; they are read again
     when they change. A bad combination or an unreadable file raises

@@ -17,7 +17,10 @@ Configuration comes from the environment, read at each group's creation:
     REDUCER_TLS_CERT_FILE     mutual TLS: this worker's certificate and key
     REDUCER_TLS_KEY_FILE
     REDUCER_TLS_SERVER_NAME   the name to check in reducerd's certificate
-    REDUCER_SHARED_MEMORY     auto (default), off or required
+    REDUCER_SHARED_MEMORY     auto (default), off or required: the client
+                                library's own override of the data path, for
+                                the whole process, read at its first
+                                connection (checked here, so a typo raises)
 
 Each process group becomes a Reducer job of its own, named
 REDUCER_JOB/<uuid> with a fresh uuid that the group's rank 0 puts in torch's
@@ -325,7 +328,6 @@ def _client_settings():
         "target": os.environ.get(TARGET_ENV, reducer.DEFAULT_TARGET),
         "token": _token_from_env(),
         "server_name": _nonempty_env(SERVER_NAME_ENV),
-        "shared_memory": _nonempty_env(SHARED_MEMORY_ENV) or "auto",
     }
     for argument, name in _TLS_FILE_ENVS:
         path = _nonempty_env(name)
@@ -336,10 +338,12 @@ def _client_settings():
                 raise ValueError(f"reducer backend: {name}={path!r} cannot be read: "
                                  f"{e.strerror}") from None
         settings[argument] = path
-    if settings["shared_memory"] not in ("auto", "off", "required"):
-        raise ValueError(f"reducer backend: {SHARED_MEMORY_ENV}="
-                         f"{settings['shared_memory']!r} is not one of auto, off, "
-                         "required")
+    # The client library applies this one itself (and ignores a value it
+    # does not know): only checked here.
+    shared_memory = _nonempty_env(SHARED_MEMORY_ENV)
+    if shared_memory not in (None, "auto", "off", "required"):
+        raise ValueError(f"reducer backend: {SHARED_MEMORY_ENV}={shared_memory!r} "
+                         "is not one of auto, off, required")
     if (settings["tls_cert_file"] is None) != (settings["tls_key_file"] is None):
         raise ValueError("reducer backend: REDUCER_TLS_CERT_FILE and "
                          "REDUCER_TLS_KEY_FILE go together (mutual TLS); set both "
