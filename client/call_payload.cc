@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "proto/reducer/v1/wire_conversion.h"
 
 namespace reducer {
@@ -20,10 +21,10 @@ absl::StatusOr<PayloadLayout> LayoutOfSpecs(
     absl::string_view field, std::vector<TensorSpec>* out) {
   out->reserve(out->size() + specs.size());
   for (int i = 0; i < specs.size(); ++i) {
-    absl::StatusOr<TensorSpec> spec =
-        TensorSpecFromWire(specs.Get(i), /*with_op=*/false, field, i);
-    if (!spec.ok()) return spec.status();
-    out->push_back(*std::move(spec));
+    REDUCER_ASSIGN_OR_RETURN(
+        TensorSpec spec,
+        TensorSpecFromWire(specs.Get(i), /*with_op=*/false, field, i));
+    out->push_back(std::move(spec));
   }
   return ComputePayloadLayout(*out);
 }

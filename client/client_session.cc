@@ -17,6 +17,7 @@
 #include "client/retry_policy.h"
 #include "client/shard_targets.h"
 #include "core/process_memory.h"
+#include "core/status_macros.h"
 #include "proto/reducer/v1/status_conversion.h"
 #include "proto/reducer/v1/wire_conversion.h"
 
@@ -97,23 +98,23 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("ClientOptions.timeout must be positive");
   }
-  absl::StatusOr<std::vector<std::string>> targets = ExpandTargets(options.target);
-  if (!targets.ok()) return targets.status();
+  REDUCER_ASSIGN_OR_RETURN(std::vector<std::string> targets,
+                           ExpandTargets(options.target));
   if (options.keep_freed_memory) KeepFreedMemory();
   if (!options.keep_lock_order_checks) {
     absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   }
-  absl::StatusOr<ChannelSecurity> security = ChannelSecurity::Create(options);
-  if (!security.ok()) return security.status();
+  REDUCER_ASSIGN_OR_RETURN(ChannelSecurity security,
+                           ChannelSecurity::Create(options));
   std::unique_ptr<ClientSession> session(
-      new ClientSession(options, *std::move(targets)));
+      new ClientSession(options, std::move(targets)));
   ClientSession* raw = session.get();
   raw->driver_ = std::make_unique<CompletionDriver>();
   std::vector<ShardEndpoint*> endpoints;
   for (const std::string& target : raw->targets_) {
     raw->links_.push_back(std::make_unique<ShardLink>(
         raw->options_, target, raw->driver_.get(), raw->buffers_));
-    raw->links_.back()->Open(*security);
+    raw->links_.back()->Open(security);
     endpoints.push_back(raw->links_.back().get());
   }
   if (raw->links_.size() == 1) {
@@ -135,8 +136,7 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
     absl::Status connected = raw->links_[i]->WaitForChannel(deadline);
     if (!connected.ok()) return raw->NameShard(i, connected);
   }
-  absl::Status joined = raw->JoinAll(deadline);
-  if (!joined.ok()) return joined;
+  REDUCER_RETURN_IF_ERROR(raw->JoinAll(deadline));
   return session;
   // On error, ~ClientSession cancels the Join streams.
 }
@@ -151,8 +151,7 @@ absl::Status ClientSession::JoinAll(absl::Time deadline) {
   // ranks name the same ones in the same order.
   for (const std::string& target : targets_) request.add_shards(target);
   for (const std::unique_ptr<ShardLink>& link : links_) {
-    absl::Status started = link->StartJoin(request);
-    if (!started.ok()) return started;
+    REDUCER_RETURN_IF_ERROR(link->StartJoin(request));
   }
   // Until every shard is ready, or one refused.
   auto settled = [this] {

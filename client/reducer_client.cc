@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client_session.h"
 #include "client/device_staging.h"
+#include "core/status_macros.h"
 
 namespace reducer {
 namespace {
@@ -69,8 +70,7 @@ absl::Status CheckFits(const Tensor& result, const MutableTensorView& inout,
 absl::Status CopyInto(const Tensor& result, const MutableTensorView& inout,
                       absl::string_view what, DeviceStaging* staging,
                       void* cuda_stream) {
-  absl::Status fits = CheckFits(result, inout, what);
-  if (!fits.ok()) return fits;
+  REDUCER_RETURN_IF_ERROR(CheckFits(result, inout, what));
   if (inout.device().is_cuda()) {
     return staging->CopyInto(result, inout, cuda_stream);
   }
@@ -186,10 +186,9 @@ Client::~Client() = default;
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     const ClientOptions& options) {
-  absl::StatusOr<std::unique_ptr<ClientSession>> session =
-      ClientSession::Open(options);
-  if (!session.ok()) return session.status();
-  return std::unique_ptr<Client>(new Client(*std::move(session)));
+  REDUCER_ASSIGN_OR_RETURN(std::unique_ptr<ClientSession> session,
+                           ClientSession::Open(options));
+  return std::unique_ptr<Client>(new Client(std::move(session)));
 }
 
 DeviceStaging* Client::staging() const { return session_->staging(); }
@@ -209,17 +208,17 @@ std::unique_ptr<CollectiveHandle> Client::StartOrRefuse(
 
 absl::StatusOr<Tensor> Client::AllReduce(const TensorView& input, ReduceOp op,
                                          const CallOptions& call) {
-  absl::StatusOr<CollectiveRequestSpec> spec = OneInputSpec(
-      staging(), CollectiveKind::kAllReduce, input, op, "AllReduce input");
-  if (!spec.ok()) return spec.status();
-  return Single(session_->Run(*spec, call));
+  REDUCER_ASSIGN_OR_RETURN(
+      CollectiveRequestSpec spec,
+      OneInputSpec(staging(), CollectiveKind::kAllReduce, input, op,
+                   "AllReduce input"));
+  return Single(session_->Run(spec, call));
 }
 
 absl::Status Client::AllReduceInPlace(const MutableTensorView& inout,
                                       ReduceOp op, const CallOptions& call) {
-  absl::StatusOr<Tensor> result = AllReduce(inout.view(), op, call);
-  if (!result.ok()) return result.status();
-  return CopyInto(*result, inout, "AllReduceInPlace", staging(),
+  REDUCER_ASSIGN_OR_RETURN(Tensor result, AllReduce(inout.view(), op, call));
+  return CopyInto(result, inout, "AllReduceInPlace", staging(),
                   call.cuda_stream);
 }
 
@@ -304,70 +303,66 @@ AllReduceInPlaceHandle::AllReduceInPlaceHandle(
       cuda_stream_(cuda_stream) {}
 
 absl::Status AllReduceInPlaceHandle::Wait() {
-  absl::StatusOr<Tensor> result = handle_->Wait();
-  if (!result.ok()) return result.status();
-  return CopyInto(*result, inout_, "AllReduceInPlaceAsync", staging_,
+  REDUCER_ASSIGN_OR_RETURN(Tensor result, handle_->Wait());
+  return CopyInto(result, inout_, "AllReduceInPlaceAsync", staging_,
                   cuda_stream_);
 }
 
 absl::StatusOr<double> Client::AllReduce(double value, ReduceOp op,
                                          const CallOptions& call) {
-  absl::StatusOr<Tensor> result =
-      AllReduce(TensorView(&value, DataType::kFloat64, {}), op, call);
-  if (!result.ok()) return result.status();
-  return result->values<double>()[0];
+  REDUCER_ASSIGN_OR_RETURN(
+      Tensor result,
+      AllReduce(TensorView(&value, DataType::kFloat64, {}), op, call));
+  return result.values<double>()[0];
 }
 
 absl::StatusOr<int64_t> Client::AllReduce(int64_t value, ReduceOp op,
                                           const CallOptions& call) {
-  absl::StatusOr<Tensor> result =
-      AllReduce(TensorView(&value, DataType::kInt64, {}), op, call);
-  if (!result.ok()) return result.status();
-  return result->values<int64_t>()[0];
+  REDUCER_ASSIGN_OR_RETURN(
+      Tensor result,
+      AllReduce(TensorView(&value, DataType::kInt64, {}), op, call));
+  return result.values<int64_t>()[0];
 }
 
 absl::StatusOr<std::vector<Tensor>> Client::AllReduceMany(
     absl::Span<const TensorView> inputs, absl::Span<const ReduceOp> ops,
     const CallOptions& call) {
-  absl::StatusOr<CollectiveRequestSpec> spec =
-      AllReduceManySpec(staging(), inputs, ops);
-  if (!spec.ok()) return spec.status();
-  return session_->Run(*spec, call);
+  REDUCER_ASSIGN_OR_RETURN(CollectiveRequestSpec spec,
+                           AllReduceManySpec(staging(), inputs, ops));
+  return session_->Run(spec, call);
 }
 
 absl::StatusOr<Tensor> Client::AllGather(const TensorView& input,
                                          const CallOptions& call) {
-  absl::StatusOr<CollectiveRequestSpec> spec =
+  REDUCER_ASSIGN_OR_RETURN(
+      CollectiveRequestSpec spec,
       OneInputSpec(staging(), CollectiveKind::kAllGather, input,
-                   ReduceOp::kSum, "AllGather input");
-  if (!spec.ok()) return spec.status();
-  return Single(session_->Run(*spec, call));
+                   ReduceOp::kSum, "AllGather input"));
+  return Single(session_->Run(spec, call));
 }
 
 absl::StatusOr<Tensor> Client::Broadcast(const TensorView& input, int root,
                                          const CallOptions& call) {
-  absl::StatusOr<CollectiveRequestSpec> spec =
-      BroadcastSpec(staging(), input, root, rank());
-  if (!spec.ok()) return spec.status();
-  return Single(session_->Run(*spec, call));
+  REDUCER_ASSIGN_OR_RETURN(CollectiveRequestSpec spec,
+                           BroadcastSpec(staging(), input, root, rank()));
+  return Single(session_->Run(spec, call));
 }
 
 absl::Status Client::BroadcastInPlace(const MutableTensorView& inout, int root,
                                       const CallOptions& call) {
-  absl::StatusOr<Tensor> result = Broadcast(inout.view(), root, call);
-  if (!result.ok()) return result.status();
-  return CopyInto(*result, inout, "BroadcastInPlace", staging(),
+  REDUCER_ASSIGN_OR_RETURN(Tensor result, Broadcast(inout.view(), root, call));
+  return CopyInto(result, inout, "BroadcastInPlace", staging(),
                   call.cuda_stream);
 }
 
 absl::StatusOr<Tensor> Client::ReduceScatter(const TensorView& input,
                                              ReduceOp op,
                                              const CallOptions& call) {
-  absl::StatusOr<CollectiveRequestSpec> spec =
+  REDUCER_ASSIGN_OR_RETURN(
+      CollectiveRequestSpec spec,
       OneInputSpec(staging(), CollectiveKind::kReduceScatter, input, op,
-                   "ReduceScatter input");
-  if (!spec.ok()) return spec.status();
-  return Single(session_->Run(*spec, call));
+                   "ReduceScatter input"));
+  return Single(session_->Run(spec, call));
 }
 
 absl::Status Client::Barrier(const CallOptions& call) {
@@ -399,12 +394,11 @@ absl::StatusOr<absl::flat_hash_map<std::string, Tensor>> MetricSync::Reduce(
     inputs.push_back(e.state.view());
     ops.push_back(e.op);
   }
-  absl::StatusOr<std::vector<Tensor>> reduced =
-      client_->AllReduceMany(inputs, ops, call);
-  if (!reduced.ok()) return reduced.status();
+  REDUCER_ASSIGN_OR_RETURN(std::vector<Tensor> reduced,
+                           client_->AllReduceMany(inputs, ops, call));
   absl::flat_hash_map<std::string, Tensor> out;
   for (size_t i = 0; i < entries_.size(); ++i) {
-    out.emplace(entries_[i].name, std::move((*reduced)[i]));
+    out.emplace(entries_[i].name, std::move(reduced[i]));
   }
   return out;
 }
@@ -415,17 +409,15 @@ absl::Status MetricSync::ReduceInPlace(const CallOptions& call) {
   if (!reduced.ok()) return reduced.status();
   // Check every state first so that either all are written or none.
   for (const Entry& e : entries_) {
-    absl::Status fits =
+    REDUCER_RETURN_IF_ERROR(
         CheckFits(reduced->at(e.name), e.state,
                   absl::StrCat("MetricSync::ReduceInPlace: state \"", e.name,
-                               "\" (no state was written)"));
-    if (!fits.ok()) return fits;
+                               "\" (no state was written)")));
   }
   for (const Entry& e : entries_) {
-    absl::Status copied =
+    REDUCER_RETURN_IF_ERROR(
         CopyInto(reduced->at(e.name), e.state, "MetricSync::ReduceInPlace",
-                 client_->staging(), call.cuda_stream);
-    if (!copied.ok()) return copied;
+                 client_->staging(), call.cuda_stream));
   }
   return absl::OkStatus();
 }

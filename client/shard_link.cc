@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/shared_memory_handshake.h"
 #include "client/tls_diagnosis.h"
+#include "core/status_macros.h"
 #include "proto/reducer/v1/status_conversion.h"
 
 namespace reducer {
@@ -89,9 +90,8 @@ absl::Status ShardLink::WaitForChannel(absl::Time deadline) {
     const absl::Time now = absl::Now();
     if (now >= deadline) break;
     if (state == GRPC_CHANNEL_TRANSIENT_FAILURE && now >= next_probe) {
-      absl::Status diagnosis = DiagnoseTls(
-          target_, options_.tls, std::min(kProbeTimeout, deadline - now));
-      if (!diagnosis.ok()) return diagnosis;
+      REDUCER_RETURN_IF_ERROR(DiagnoseTls(
+          target_, options_.tls, std::min(kProbeTimeout, deadline - now)));
       next_probe = absl::Now() + kProbeEvery;
     }
     channel_->WaitForStateChange(

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/status_macros.h"
 
 namespace reducer {
 namespace {
@@ -84,8 +85,7 @@ absl::StatusOr<std::vector<std::string>> ExpandTargets(absl::string_view target)
     if (address.empty()) {
       return Invalid(target, "an empty address (a stray comma?)");
     }
-    absl::Status expanded = ExpandOne(target, address, &out);
-    if (!expanded.ok()) return expanded;
+    REDUCER_RETURN_IF_ERROR(ExpandOne(target, address, &out));
     if (static_cast<int>(out.size()) > kMaxShards) {
       return Invalid(target, absl::StrCat("more than ", kMaxShards, " shards"));
     }

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/fd_passing.h"
+#include "core/status_macros.h"
 
 namespace reducer {
 namespace {
@@ -73,23 +74,16 @@ absl::StatusOr<SharedMemoryChannel> ShakeHands(const std::string& socket_name,
                                                absl::Time deadline) {
   SharedMemoryChannel channel;
   const std::string nonce = RandomBytes(ControlSegment::kNonceBytes);
-  absl::StatusOr<std::unique_ptr<ControlSegment>> control =
-      ControlSegment::Create(nonce);
-  if (!control.ok()) return control.status();
-  channel.control = *std::move(control);
-  absl::StatusOr<SharedSegment> input =
-      SharedSegment::Create("reducer-input", input_bytes);
-  if (!input.ok()) return input.status();
-  channel.input = std::make_unique<SharedSegment>(*std::move(input));
+  REDUCER_ASSIGN_OR_RETURN(channel.control, ControlSegment::Create(nonce));
+  REDUCER_ASSIGN_OR_RETURN(SharedSegment input,
+                           SharedSegment::Create("reducer-input", input_bytes));
+  channel.input = std::make_unique<SharedSegment>(std::move(input));
 
-  absl::StatusOr<UniqueFd> sock = ConnectAbstract(socket_name);
-  if (!sock.ok()) return sock.status();
-  channel.socket = *std::move(sock);
+  REDUCER_ASSIGN_OR_RETURN(channel.socket, ConnectAbstract(socket_name));
   hello.set_nonce(nonce);
   const int fds[] = {channel.control->fd(), channel.input->fd()};
-  absl::Status sent =
-      SendWithFds(channel.socket.get(), hello.SerializeAsString(), fds);
-  if (!sent.ok()) return sent;
+  REDUCER_RETURN_IF_ERROR(
+      SendWithFds(channel.socket.get(), hello.SerializeAsString(), fds));
 
   absl::StatusOr<Received> answer = ReceiveWithFds(
       channel.socket.get(), kMaxWelcomeBytes, /*max_fds=*/1, deadline);
@@ -114,10 +108,11 @@ absl::StatusOr<SharedMemoryChannel> ShakeHands(const std::string& socket_name,
         "reducerd's shared-memory welcome carried ", answer->fds.size(),
         " descriptors; the result segment is one"));
   }
-  absl::StatusOr<SharedSegment> result = SharedSegment::Adopt(
-      answer->fds[0].release(), SharedSegment::Access::kReadOnly);
-  if (!result.ok()) return result.status();
-  channel.result = std::make_unique<SharedSegment>(*std::move(result));
+  REDUCER_ASSIGN_OR_RETURN(
+      SharedSegment result,
+      SharedSegment::Adopt(answer->fds[0].release(),
+                           SharedSegment::Access::kReadOnly));
+  channel.result = std::make_unique<SharedSegment>(std::move(result));
   if (welcome.nonce().size() != kResultNonceBytes ||
       channel.result->size() < kResultNonceBytes ||
       std::memcmp(channel.result->data(), welcome.nonce().data(),

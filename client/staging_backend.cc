@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "client/failed_attempt.h"
+#include "core/status_macros.h"
 
 namespace reducer {
 namespace {
@@ -36,9 +37,9 @@ class StagedAttempt final : public CollectiveAttempt {
     std::vector<Tensor> on_device;
     on_device.reserve(result->size());
     for (const Tensor& t : *result) {
-      absl::StatusOr<Tensor> moved = staging_->ToDevice(t, device_, cuda_stream_);
-      if (!moved.ok()) return moved.status();
-      on_device.push_back(*std::move(moved));
+      REDUCER_ASSIGN_OR_RETURN(Tensor moved,
+                               staging_->ToDevice(t, device_, cuda_stream_));
+      on_device.push_back(std::move(moved));
     }
     return on_device;
   }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace reducer {
 namespace {
@@ -55,29 +56,28 @@ absl::StatusOr<std::unique_ptr<ControlSegment>> ControlSegment::Create(
         absl::StrCat("a control segment's nonce has ", kNonceBytes,
                      " bytes, not ", nonce.size()));
   }
-  absl::StatusOr<SharedSegment> segment =
-      SharedSegment::Create("reducer-control", kBytes);
-  if (!segment.ok()) return segment.status();
-  char* base = Base(*segment);
+  REDUCER_ASSIGN_OR_RETURN(SharedSegment segment,
+                           SharedSegment::Create("reducer-control", kBytes));
+  char* base = Base(segment);
   std::memcpy(base, kMagic, sizeof(kMagic));
   std::memcpy(base + kVersionOffset, &kVersion, sizeof(kVersion));
   std::memcpy(base + kNonceOffset, nonce.data(), kNonceBytes);
-  PopulateRings(*segment);
-  return std::make_unique<ControlSegment>(*std::move(segment));
+  PopulateRings(segment);
+  return std::make_unique<ControlSegment>(std::move(segment));
 }
 
 absl::StatusOr<std::unique_ptr<ControlSegment>> ControlSegment::Adopt(int fd) {
-  absl::StatusOr<SharedSegment> segment =
-      SharedSegment::Adopt(fd, SharedSegment::Access::kReadWrite);
-  if (!segment.ok()) return segment.status();
-  if (segment->size() != kBytes) {
+  REDUCER_ASSIGN_OR_RETURN(
+      SharedSegment segment,
+      SharedSegment::Adopt(fd, SharedSegment::Access::kReadWrite));
+  if (segment.size() != kBytes) {
     return absl::InvalidArgumentError(absl::StrCat("the control segment has ",
-                                                   segment->size(),
+                                                   segment.size(),
                                                    " bytes; this layout "
                                                    "has ",
                                                    kBytes));
   }
-  const char* base = Base(*segment);
+  const char* base = Base(segment);
   if (std::memcmp(base, kMagic, sizeof(kMagic)) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("the control segment's magic is \"",
@@ -95,8 +95,8 @@ absl::StatusOr<std::unique_ptr<ControlSegment>> ControlSegment::Adopt(int fd) {
                      "or set ClientOptions::shared_memory to kOff (gRPC "
                      "alone)"));
   }
-  PopulateRings(*segment);  // only now that its size is this layout's
-  return std::make_unique<ControlSegment>(*std::move(segment));
+  PopulateRings(segment);  // only now that its size is this layout's
+  return std::make_unique<ControlSegment>(std::move(segment));
 }
 
 std::string ControlSegment::nonce() const {

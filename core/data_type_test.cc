@@ -6,10 +6,14 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr DataType kAllDataTypes[] = {
@@ -77,13 +81,12 @@ TEST_P(OpSupportTest, MatchesTheDocumentedMatrix) {
   const ReduceOp op = kAllReduceOps[o];
   absl::Status s = CheckOpSupported(op, dtype);
   if (kMatrix[d][o] == 'Y') {
-    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_THAT(s, IsOk());
   } else {
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(s.message()),
-                HasSubstr(std::string(ReduceOpName(op))));
-    EXPECT_THAT(std::string(s.message()),
-                HasSubstr(std::string(DataTypeName(dtype))));
+    EXPECT_THAT(
+        s, StatusIs(absl::StatusCode::kInvalidArgument,
+                    AllOf(HasSubstr(std::string(ReduceOpName(op))),
+                          HasSubstr(std::string(DataTypeName(dtype))))));
   }
 }
 
@@ -93,71 +96,68 @@ INSTANTIATE_TEST_SUITE_P(AllPairs, OpSupportTest,
                                                              kNumReduceOps)));
 
 TEST(DataTypeTest, AvgOnIntegerSaysFloatingOnly) {
-  absl::Status s = CheckOpSupported(ReduceOp::kAvg, DataType::kInt32);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(),
-            "avg is defined for floating-point dtypes only, not int32");
+  EXPECT_THAT(CheckOpSupported(ReduceOp::kAvg, DataType::kInt32),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "avg is defined for floating-point dtypes only, not "
+                       "int32"));
 }
 
 TEST(DataTypeTest, BitwiseOnFloatSaysIntegerAndBoolOnly) {
-  absl::Status s = CheckOpSupported(ReduceOp::kBitXor, DataType::kBFloat16);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(
-      s.message(),
-      "bit_xor is defined for integer and bool dtypes only, not bfloat16");
+  EXPECT_THAT(CheckOpSupported(ReduceOp::kBitXor, DataType::kBFloat16),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "bit_xor is defined for integer and bool dtypes only, "
+                       "not bfloat16"));
 }
 
 TEST(DataTypeTest, OutOfRangeEnumsAreRejected) {
-  absl::Status s = CheckOpSupported(static_cast<ReduceOp>(8), DataType::kInt32);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("unknown reduce op 8"));
-  s = CheckOpSupported(ReduceOp::kSum, static_cast<DataType>(-1));
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("unknown dtype -1"));
+  EXPECT_THAT(CheckOpSupported(static_cast<ReduceOp>(8), DataType::kInt32),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("unknown reduce op 8")));
+  EXPECT_THAT(CheckOpSupported(ReduceOp::kSum, static_cast<DataType>(-1)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("unknown dtype -1")));
 }
 
 TEST(DataTypeTest, WireValuesAreEnumPlusOneAndRoundTrip) {
   for (int i = 0; i < kNumDataTypes; ++i) {
     EXPECT_EQ(DataTypeToWire(kAllDataTypes[i]), i + 1);
     absl::StatusOr<DataType> d = DataTypeFromWire(i + 1);
-    ASSERT_TRUE(d.ok()) << d.status();
+    ASSERT_THAT(d, IsOk());
     EXPECT_EQ(*d, kAllDataTypes[i]);
   }
   for (int i = 0; i < kNumReduceOps; ++i) {
     EXPECT_EQ(ReduceOpToWire(kAllReduceOps[i]), i + 1);
     absl::StatusOr<ReduceOp> op = ReduceOpFromWire(i + 1);
-    ASSERT_TRUE(op.ok()) << op.status();
+    ASSERT_THAT(op, IsOk());
     EXPECT_EQ(*op, kAllReduceOps[i]);
   }
 }
 
 TEST(DataTypeTest, UnspecifiedWireDataTypeIsInvalid) {
-  absl::StatusOr<DataType> d = DataTypeFromWire(0);
-  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(d.status().message()), HasSubstr("unspecified"));
+  EXPECT_THAT(DataTypeFromWire(0), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("unspecified")));
 }
 
 TEST(DataTypeTest, UnknownWireDataTypesNameTheValue) {
   for (int v : {10, 11, -1, 1000}) {
-    absl::StatusOr<DataType> d = DataTypeFromWire(v);
-    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << v;
-    EXPECT_THAT(std::string(d.status().message()),
-                HasSubstr("unknown dtype wire value " + std::to_string(v)));
+    EXPECT_THAT(DataTypeFromWire(v),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("unknown dtype wire value " +
+                                   std::to_string(v))));
   }
 }
 
 TEST(DataTypeTest, UnspecifiedWireReduceOpIsInvalid) {
-  absl::StatusOr<ReduceOp> op = ReduceOpFromWire(0);
-  EXPECT_EQ(op.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(op.status().message()), HasSubstr("unspecified"));
+  EXPECT_THAT(ReduceOpFromWire(0), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("unspecified")));
 }
 
 TEST(DataTypeTest, UnknownWireReduceOpsNameTheValue) {
   for (int v : {9, -3, 77}) {
-    absl::StatusOr<ReduceOp> op = ReduceOpFromWire(v);
-    EXPECT_EQ(op.status().code(), absl::StatusCode::kInvalidArgument) << v;
-    EXPECT_THAT(std::string(op.status().message()),
-                HasSubstr("unknown reduce op wire value " + std::to_string(v)));
+    EXPECT_THAT(ReduceOpFromWire(v),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("unknown reduce op wire value " +
+                                   std::to_string(v))));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace reducer {
 namespace {
@@ -74,10 +75,7 @@ absl::Status SendWithFds(int sock, absl::string_view bytes,
     if (n >= 0) return absl::OkStatus();
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (absl::Status s = WaitFor(sock, POLLOUT, absl::InfiniteFuture());
-          !s.ok()) {
-        return s;
-      }
+      REDUCER_RETURN_IF_ERROR(WaitFor(sock, POLLOUT, absl::InfiniteFuture()));
       continue;
     }
     return absl::ErrnoToStatus(
@@ -96,7 +94,7 @@ absl::StatusOr<Received> ReceiveWithFds(int sock, size_t max_bytes,
   std::vector<char> control(max_fds > 0 ? CMSG_SPACE(max_fds * sizeof(int))
                                         : 0);
   while (true) {
-    if (absl::Status s = WaitFor(sock, POLLIN, deadline); !s.ok()) return s;
+    REDUCER_RETURN_IF_ERROR(WaitFor(sock, POLLIN, deadline));
     iovec iov{buffer.data(), buffer.size()};
     msghdr msg{};
     msg.msg_iov = &iov;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "core/status_macros.h"
 #include "core/unique_fd.h"
 
 namespace reducer {
@@ -62,34 +63,33 @@ absl::StatusOr<uint64_t> ParseCount(const std::string& path,
 absl::Status CheckCgroupAt(size_t bytes, const std::string& dir) {
   std::string max_path = absl::StrCat(dir, "/memory.max");
   std::string current_path = absl::StrCat(dir, "/memory.current");
-  auto max_text = ReadIfPresent(max_path);
-  if (!max_text.ok()) return max_text.status();
-  auto current_text = ReadIfPresent(current_path);
-  if (!current_text.ok()) return current_text.status();
-  if (!max_text->has_value() || !current_text->has_value()) {
+  REDUCER_ASSIGN_OR_RETURN(std::optional<std::string> max_text,
+                           ReadIfPresent(max_path));
+  REDUCER_ASSIGN_OR_RETURN(std::optional<std::string> current_text,
+                           ReadIfPresent(current_path));
+  if (!max_text.has_value() || !current_text.has_value()) {
     return absl::OkStatus();
   }
-  if (absl::StripAsciiWhitespace(**max_text) == "max") return absl::OkStatus();
-  auto max = ParseCount(max_path, **max_text);
-  if (!max.ok()) return max.status();
-  auto current = ParseCount(current_path, **current_text);
-  if (!current.ok()) return current.status();
-  uint64_t room = *max > *current ? *max - *current : 0;
+  if (absl::StripAsciiWhitespace(*max_text) == "max") return absl::OkStatus();
+  REDUCER_ASSIGN_OR_RETURN(uint64_t max, ParseCount(max_path, *max_text));
+  REDUCER_ASSIGN_OR_RETURN(uint64_t current,
+                           ParseCount(current_path, *current_text));
+  uint64_t room = max > current ? max - current : 0;
   if (bytes <= room) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "a shared segment of ", bytes,
-      " bytes does not fit in the memory cgroup: ", max_path, " is ", *max,
-      " and ", current_path, " is ", *current, ", leaving ", room, " bytes"));
+      " bytes does not fit in the memory cgroup: ", max_path, " is ", max,
+      " and ", current_path, " is ", current, ", leaving ", room, " bytes"));
 }
 
 // The process's cgroup v2 path below the root ("" for the root itself): the
 // "0::" line of `self_cgroup`. The root when the file or the line is missing,
 // or the path leads outside the root (a cgroup namespace's "/..").
 absl::StatusOr<std::string> OwnCgroup(const MemorySources& sources) {
-  auto text = ReadIfPresent(sources.self_cgroup);
-  if (!text.ok()) return text.status();
-  if (!text->has_value()) return std::string();
-  for (absl::string_view line : absl::StrSplit(**text, '\n')) {
+  REDUCER_ASSIGN_OR_RETURN(std::optional<std::string> text,
+                           ReadIfPresent(sources.self_cgroup));
+  if (!text.has_value()) return std::string();
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     if (!absl::ConsumePrefix(&line, "0::")) continue;
     line = absl::StripAsciiWhitespace(line);
     if (absl::StrContains(line, "..")) return std::string();
@@ -102,25 +102,20 @@ absl::StatusOr<std::string> OwnCgroup(const MemorySources& sources) {
 // Every cgroup from the process's own up to the root: a parent's limit binds
 // its children, and its memory.current includes theirs.
 absl::Status CheckCgroups(size_t bytes, const MemorySources& sources) {
-  auto own = OwnCgroup(sources);
-  if (!own.ok()) return own.status();
-  std::string path = *own;
+  REDUCER_ASSIGN_OR_RETURN(std::string path, OwnCgroup(sources));
   while (true) {
-    if (absl::Status s =
-            CheckCgroupAt(bytes, absl::StrCat(sources.cgroup_root, path));
-        !s.ok()) {
-      return s;
-    }
+    REDUCER_RETURN_IF_ERROR(
+        CheckCgroupAt(bytes, absl::StrCat(sources.cgroup_root, path)));
     if (path.empty()) return absl::OkStatus();
     path.resize(path.rfind('/'));
   }
 }
 
 absl::Status CheckMeminfo(size_t bytes, const MemorySources& sources) {
-  auto text = ReadIfPresent(sources.meminfo);
-  if (!text.ok()) return text.status();
-  if (!text->has_value()) return absl::OkStatus();
-  for (absl::string_view line : absl::StrSplit(**text, '\n')) {
+  REDUCER_ASSIGN_OR_RETURN(std::optional<std::string> text,
+                           ReadIfPresent(sources.meminfo));
+  if (!text.has_value()) return absl::OkStatus();
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     if (!absl::ConsumePrefix(&line, "MemAvailable:")) continue;
     line = absl::StripAsciiWhitespace(line);
     uint64_t kib;
@@ -144,7 +139,7 @@ absl::Status CheckMeminfo(size_t bytes, const MemorySources& sources) {
 }  // namespace
 
 absl::Status CheckMemoryRoom(size_t bytes, const MemorySources& sources) {
-  if (absl::Status s = CheckCgroups(bytes, sources); !s.ok()) return s;
+  REDUCER_RETURN_IF_ERROR(CheckCgroups(bytes, sources));
   return CheckMeminfo(bytes, sources);
 }
 

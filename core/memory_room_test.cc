@@ -8,10 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
@@ -59,18 +62,18 @@ class MemoryRoomTest : public ::testing::Test {
 TEST_F(MemoryRoomTest, FitsUnderTheCgroupLimitAndMemAvailable) {
   WriteCgroup(own_, "1000000\n", "400000\n");
   WriteMeminfo("2000");  // 2048000 bytes
-  EXPECT_TRUE(CheckMemoryRoom(600000, sources_).ok());
+  EXPECT_THAT(CheckMemoryRoom(600000, sources_), IsOk());
 }
 
 TEST_F(MemoryRoomTest, RefusesWhatExceedsTheCgroupLimitNamingFileAndNumbers) {
   WriteCgroup(own_, "1000000\n", "400000\n");
   WriteMeminfo("2000");
-  absl::Status s = CheckMemoryRoom(600001, sources_);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(s.message()),
-              AllOf(HasSubstr(absl::StrCat(own_, "/memory.max is 1000000")),
-                    HasSubstr(absl::StrCat(own_, "/memory.current is 400000")),
-                    HasSubstr("leaving 600000 bytes"), HasSubstr("600001")));
+  EXPECT_THAT(
+      CheckMemoryRoom(600001, sources_),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               AllOf(HasSubstr(absl::StrCat(own_, "/memory.max is 1000000")),
+                     HasSubstr(absl::StrCat(own_, "/memory.current is 400000")),
+                     HasSubstr("leaving 600000 bytes"), HasSubstr("600001"))));
 }
 
 TEST_F(MemoryRoomTest, AnAncestorsTighterLimitBinds) {
@@ -78,11 +81,11 @@ TEST_F(MemoryRoomTest, AnAncestorsTighterLimitBinds) {
   WriteCgroup(parent_, "1000000\n", "900000\n");
   WriteCgroup(sources_.cgroup_root, "50000000\n", "1000000\n");
   WriteMeminfo("2000");
-  EXPECT_TRUE(CheckMemoryRoom(100000, sources_).ok());
-  absl::Status s = CheckMemoryRoom(100001, sources_);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr(absl::StrCat(parent_, "/memory.max is 1000000")));
+  EXPECT_THAT(CheckMemoryRoom(100000, sources_), IsOk());
+  EXPECT_THAT(CheckMemoryRoom(100001, sources_),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr(absl::StrCat(parent_,
+                                              "/memory.max is 1000000"))));
 }
 
 TEST_F(MemoryRoomTest, InACgroupNamespaceTheRootIsTheOwnCgroup) {
@@ -90,7 +93,7 @@ TEST_F(MemoryRoomTest, InACgroupNamespaceTheRootIsTheOwnCgroup) {
   WriteCgroup(own_, "10\n", "0\n");  // not this process's: ignored
   WriteCgroup(sources_.cgroup_root, "1000000\n", "400000\n");
   WriteMeminfo("2000");
-  EXPECT_TRUE(CheckMemoryRoom(600000, sources_).ok());
+  EXPECT_THAT(CheckMemoryRoom(600000, sources_), IsOk());
   absl::Status s = CheckMemoryRoom(600001, sources_);
   EXPECT_THAT(
       std::string(s.message()),
@@ -101,68 +104,66 @@ TEST_F(MemoryRoomTest, WithoutTheCgroupFileOnlyTheRootIsConsulted) {
   std::filesystem::remove(sources_.self_cgroup);
   WriteCgroup(own_, "10\n", "0\n");
   WriteMeminfo("2000");
-  EXPECT_TRUE(CheckMemoryRoom(600000, sources_).ok());
+  EXPECT_THAT(CheckMemoryRoom(600000, sources_), IsOk());
   WriteCgroup(sources_.cgroup_root, "1000\n", "0\n");
-  EXPECT_EQ(CheckMemoryRoom(1001, sources_).code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(CheckMemoryRoom(1001, sources_),
+              StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 TEST_F(MemoryRoomTest, CurrentAboveTheLimitLeavesNoRoom) {
   WriteCgroup(own_, "1000\n", "5000\n");
   WriteMeminfo("2000");
-  EXPECT_EQ(CheckMemoryRoom(1, sources_).code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(CheckMemoryRoom(1, sources_),
+              StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 TEST_F(MemoryRoomTest, UnlimitedCgroupLeavesMemAvailableToDecide) {
   WriteCgroup(own_, "max\n", "400000\n");
   WriteMeminfo("100");  // 102400 bytes
-  EXPECT_TRUE(CheckMemoryRoom(102400, sources_).ok());
-  absl::Status s = CheckMemoryRoom(102401, sources_);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(s.message()),
-              AllOf(HasSubstr(sources_.meminfo), HasSubstr("100 kB"),
-                    HasSubstr("102400"), HasSubstr("102401")));
+  EXPECT_THAT(CheckMemoryRoom(102400, sources_), IsOk());
+  EXPECT_THAT(CheckMemoryRoom(102401, sources_),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr(sources_.meminfo), HasSubstr("100 kB"),
+                             HasSubstr("102400"), HasSubstr("102401"))));
 }
 
 TEST_F(MemoryRoomTest, MissingCgroupFilesFallBackToMeminfo) {
   WriteMeminfo("100");
-  EXPECT_TRUE(CheckMemoryRoom(102400, sources_).ok());
-  EXPECT_EQ(CheckMemoryRoom(102401, sources_).code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(CheckMemoryRoom(102400, sources_), IsOk());
+  EXPECT_THAT(CheckMemoryRoom(102401, sources_),
+              StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 TEST_F(MemoryRoomTest, CgroupWithOnlyOneOfItsFilesIsSkipped) {
   Write(absl::StrCat(own_, "/memory.max"), "10\n");
   WriteMeminfo("100");
-  EXPECT_TRUE(CheckMemoryRoom(102400, sources_).ok());
+  EXPECT_THAT(CheckMemoryRoom(102400, sources_), IsOk());
 }
 
 TEST_F(MemoryRoomTest, WithNoFileAtAllEverythingFits) {
   std::filesystem::remove(sources_.self_cgroup);
-  EXPECT_TRUE(CheckMemoryRoom(size_t{1} << 60, sources_).ok());
+  EXPECT_THAT(CheckMemoryRoom(size_t{1} << 60, sources_), IsOk());
 }
 
 TEST_F(MemoryRoomTest, MalformedFileIsAnErrorNamingIt) {
   WriteCgroup(own_, "lots\n", "400000\n");
   WriteMeminfo("2000");
-  absl::Status s = CheckMemoryRoom(1, sources_);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(
-      std::string(s.message()),
-      AllOf(HasSubstr(absl::StrCat(own_, "/memory.max")), HasSubstr("lots")));
+  EXPECT_THAT(CheckMemoryRoom(1, sources_),
+              StatusIs(absl::StatusCode::kInternal,
+                       AllOf(HasSubstr(absl::StrCat(own_, "/memory.max")),
+                             HasSubstr("lots"))));
 
   WriteCgroup(own_, "max\n", "400000\n");
   WriteMeminfo("many");
-  s = CheckMemoryRoom(1, sources_);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(std::string(s.message()), HasSubstr(sources_.meminfo));
+  EXPECT_THAT(CheckMemoryRoom(1, sources_),
+              StatusIs(absl::StatusCode::kInternal,
+                       HasSubstr(sources_.meminfo)));
 }
 
 TEST(MemoryRoomDefaultsTest, ThisMachineHasRoomForOnePageButNotForAnExbibyte) {
-  EXPECT_TRUE(CheckMemoryRoom(4096).ok());
-  EXPECT_EQ(CheckMemoryRoom(size_t{1} << 60).code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(CheckMemoryRoom(4096), IsOk());
+  EXPECT_THAT(CheckMemoryRoom(size_t{1} << 60),
+              StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 }  // namespace

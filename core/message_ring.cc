@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace reducer {
 namespace {
@@ -40,14 +41,13 @@ absl::StatusOr<bool> MessageRing::TryPush(absl::string_view record) {
   }
   const uint64_t head = header_->head.index.load(std::memory_order_relaxed);
   const uint64_t tail = header_->tail.index.load(std::memory_order_acquire);
-  absl::StatusOr<uint64_t> used = Used(head, tail);
-  if (!used.ok()) return used.status();
+  REDUCER_ASSIGN_OR_RETURN(const uint64_t used, Used(head, tail));
   const uint64_t at = head % capacity_;
   const uint64_t to_end = capacity_ - at;
   const uint64_t record_bytes = 8 + Padded(record.size());
   const bool wraps = record_bytes > to_end;
   const uint64_t needed = record_bytes + (wraps ? to_end : 0);
-  if (*used + needed > capacity_) return false;
+  if (used + needed > capacity_) return false;
   uint64_t start = at;
   if (wraps) {
     std::memcpy(data_ + at, &kWrapMarker, 8);
@@ -66,9 +66,8 @@ absl::Status MessageRing::Push(absl::string_view record, absl::Time deadline) {
   const absl::Time start = absl::Now();
   while (true) {
     const uint32_t seen = space_bell_.value();
-    absl::StatusOr<bool> pushed = TryPush(record);
-    if (!pushed.ok()) return pushed.status();
-    if (*pushed) return absl::OkStatus();
+    REDUCER_ASSIGN_OR_RETURN(const bool pushed, TryPush(record));
+    if (pushed) return absl::OkStatus();
     if (!space_bell_.WaitChange(seen, deadline).ok()) {
       return absl::DeadlineExceededError(
           absl::StrCat("the shared-memory ring stayed full for ",
@@ -81,13 +80,12 @@ absl::Status MessageRing::Push(absl::string_view record, absl::Time deadline) {
 absl::StatusOr<bool> MessageRing::TryPop(std::string* record) {
   uint64_t tail = header_->tail.index.load(std::memory_order_relaxed);
   const uint64_t head = header_->head.index.load(std::memory_order_acquire);
-  absl::StatusOr<uint64_t> used = Used(head, tail);
-  if (!used.ok()) return used.status();
-  if (*used == 0) return false;
+  REDUCER_ASSIGN_OR_RETURN(const uint64_t used, Used(head, tail));
+  if (used == 0) return false;
   uint64_t at = tail % capacity_;
   uint64_t length;
   std::memcpy(&length, data_ + at, 8);
-  uint64_t available = *used;
+  uint64_t available = used;
   if (length == kWrapMarker) {
     const uint64_t to_end = capacity_ - at;
     if (to_end >= available) {

@@ -34,6 +34,7 @@
 #include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
 #include "core/kernel_clones.h"
+#include "core/status_macros.h"
 
 namespace reducer {
 namespace {
@@ -529,7 +530,7 @@ KernelFn SelectKernel(ReduceOp op, DataType dtype) {
 absl::Status Reduce(ReduceOp op, DataType dtype,
                     absl::Span<const void* const> inputs, size_t num_elements,
                     void* out) {
-  if (absl::Status s = CheckOpSupported(op, dtype); !s.ok()) return s;
+  REDUCER_RETURN_IF_ERROR(CheckOpSupported(op, dtype));
   if (inputs.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("reduce ", ReduceOpName(op), " on ", DataTypeName(dtype),

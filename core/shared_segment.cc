@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace reducer {
 namespace {
@@ -55,7 +56,7 @@ absl::StatusOr<SharedSegment> SharedSegment::Create(absl::string_view name,
   if (bytes == 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, " of 0 bytes"));
   }
-  if (absl::Status room = CheckRoom(bytes); !room.ok()) return room;
+  REDUCER_RETURN_IF_ERROR(CheckRoom(bytes));
   UniqueFd fd(memfd_create(label.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd.valid()) {
     return Errno(errno, absl::StrCat("memfd_create for ", what, " of ", bytes,
@@ -69,9 +70,9 @@ absl::StatusOr<SharedSegment> SharedSegment::Create(absl::string_view name,
     return Errno(
         errno, absl::StrCat("F_ADD_SEALS on ", what, " of ", bytes, " bytes"));
   }
-  auto data = Map(fd.get(), bytes, Access::kReadWrite, what);
-  if (!data.ok()) return data.status();
-  return SharedSegment(std::move(fd), *data, bytes, Access::kReadWrite);
+  REDUCER_ASSIGN_OR_RETURN(void* data,
+                           Map(fd.get(), bytes, Access::kReadWrite, what));
+  return SharedSegment(std::move(fd), data, bytes, Access::kReadWrite);
 }
 
 absl::StatusOr<SharedSegment> SharedSegment::Adopt(int raw_fd, Access access) {
@@ -97,9 +98,8 @@ absl::StatusOr<SharedSegment> SharedSegment::Adopt(int raw_fd, Access access) {
         absl::StrCat(what, " is empty (", st.st_size, " bytes)"));
   }
   size_t bytes = static_cast<size_t>(st.st_size);
-  auto data = Map(fd.get(), bytes, access, what);
-  if (!data.ok()) return data.status();
-  return SharedSegment(std::move(fd), *data, bytes, access);
+  REDUCER_ASSIGN_OR_RETURN(void* data, Map(fd.get(), bytes, access, what));
+  return SharedSegment(std::move(fd), data, bytes, access);
 }
 
 absl::Status SharedSegment::CheckRoom(size_t bytes,

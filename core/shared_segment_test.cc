@@ -16,10 +16,13 @@
 #include "core/mapped_bytes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
@@ -27,7 +30,7 @@ constexpr size_t kBytes = 3 * 4096 + 100;
 
 TEST(SharedSegmentTest, CreateGivesZeroedWritableMemoryOfTheSize) {
   auto segment = SharedSegment::Create("zeroed", kBytes);
-  ASSERT_TRUE(segment.ok()) << segment.status();
+  ASSERT_THAT(segment, IsOk());
   EXPECT_EQ(segment->size(), kBytes);
   auto* bytes = static_cast<unsigned char*>(segment->data());
   size_t nonzero = 0;
@@ -38,15 +41,14 @@ TEST(SharedSegmentTest, CreateGivesZeroedWritableMemoryOfTheSize) {
 }
 
 TEST(SharedSegmentTest, CreateOfNothingIsRefused) {
-  auto segment = SharedSegment::Create("empty", 0);
-  EXPECT_EQ(segment.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(SharedSegment::Create("empty", 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(SharedSegmentTest, CreateRefusesWhatDoesNotFitInMemory) {
-  auto segment = SharedSegment::Create("huge", size_t{1} << 60);
-  EXPECT_EQ(segment.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(segment.status().message()),
-              HasSubstr(absl::StrCat(size_t{1} << 60)));
+  EXPECT_THAT(SharedSegment::Create("huge", size_t{1} << 60),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr(absl::StrCat(size_t{1} << 60))));
 }
 
 TEST(SharedSegmentTest, CheckRoomReadsTheSourcesItIsGiven) {
@@ -54,12 +56,12 @@ TEST(SharedSegmentTest, CheckRoomReadsTheSourcesItIsGiven) {
   sources.cgroup_root = absl::StrCat(::testing::TempDir(), "/no_cgroup");
   sources.self_cgroup = absl::StrCat(::testing::TempDir(), "/no_self_cgroup");
   sources.meminfo = absl::StrCat(::testing::TempDir(), "/none.meminfo");
-  EXPECT_TRUE(SharedSegment::CheckRoom(size_t{1} << 60, sources).ok());
+  EXPECT_THAT(SharedSegment::CheckRoom(size_t{1} << 60, sources), IsOk());
 }
 
 TEST(SharedSegmentTest, CreatedMemfdIsSealedAgainstResizing) {
   auto segment = SharedSegment::Create("sealed", kBytes);
-  ASSERT_TRUE(segment.ok()) << segment.status();
+  ASSERT_THAT(segment, IsOk());
   int seals = fcntl(segment->fd(), F_GET_SEALS);
   EXPECT_EQ(seals, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
   EXPECT_NE(fcntl(segment->fd(), F_GETFD) & FD_CLOEXEC, 0);
@@ -67,10 +69,10 @@ TEST(SharedSegmentTest, CreatedMemfdIsSealedAgainstResizing) {
 
 TEST(SharedSegmentTest, AdoptedFdCannotBeTruncatedNorGrown) {
   auto segment = SharedSegment::Create("truncate", kBytes);
-  ASSERT_TRUE(segment.ok()) << segment.status();
+  ASSERT_THAT(segment, IsOk());
   auto adopted = SharedSegment::Adopt(dup(segment->fd()),
                                       SharedSegment::Access::kReadWrite);
-  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  ASSERT_THAT(adopted, IsOk());
   EXPECT_EQ(ftruncate(adopted->fd(), 4096), -1);
   EXPECT_EQ(errno, EPERM);
   EXPECT_EQ(ftruncate(adopted->fd(), 0), -1);
@@ -83,10 +85,10 @@ TEST(SharedSegmentTest, AdoptedFdCannotBeTruncatedNorGrown) {
 
 TEST(SharedSegmentTest, AdoptionMapsTheSamePagesAtItsOwnAddress) {
   auto segment = SharedSegment::Create("same-pages", kBytes);
-  ASSERT_TRUE(segment.ok()) << segment.status();
+  ASSERT_THAT(segment, IsOk());
   auto adopted = SharedSegment::Adopt(dup(segment->fd()),
                                       SharedSegment::Access::kReadOnly);
-  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  ASSERT_THAT(adopted, IsOk());
   EXPECT_EQ(adopted->size(), kBytes);
   EXPECT_NE(adopted->data(), segment->data());
   static_cast<char*>(segment->data())[kBytes - 1] = 'z';
@@ -98,18 +100,18 @@ TEST(SharedSegmentTest, AdoptionMapsTheSamePagesAtItsOwnAddress) {
 TEST(SharedSegmentTest, PopulateMapsEveryPageAndKeepsTheContents) {
   constexpr size_t kBytes = 1 << 20;
   auto segment = SharedSegment::Create("populate", kBytes);
-  ASSERT_TRUE(segment.ok()) << segment.status();
+  ASSERT_THAT(segment, IsOk());
   EXPECT_EQ(MappedBytes(segment->data()).value_or(kBytes), 0u);
   std::memcpy(segment->data(), "kept", 4);
   EXPECT_EQ(MappedBytes(segment->data()).value_or(0),
             static_cast<size_t>(sysconf(_SC_PAGESIZE)));  // one touched
-  ASSERT_TRUE(segment->Populate().ok());
+  ASSERT_THAT(segment->Populate(), IsOk());
   EXPECT_EQ(MappedBytes(segment->data()).value_or(0), kBytes);
   auto adopted = SharedSegment::Adopt(dup(segment->fd()),
                                       SharedSegment::Access::kReadOnly);
-  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  ASSERT_THAT(adopted, IsOk());
   EXPECT_EQ(MappedBytes(adopted->data()).value_or(kBytes), 0u);
-  ASSERT_TRUE(adopted->Populate().ok());
+  ASSERT_THAT(adopted->Populate(), IsOk());
   EXPECT_EQ(MappedBytes(adopted->data()).value_or(0), kBytes);
   EXPECT_EQ(std::memcmp(adopted->data(), "kept", 4), 0);
 }
@@ -119,11 +121,11 @@ TEST(SharedSegmentTest, AdoptRefusesAnUnsealedMemfdAndClosesIt) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, kBytes), 0);
   auto adopted = SharedSegment::Adopt(fd, SharedSegment::Access::kReadWrite);
-  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(adopted.status().message()),
-              AllOf(HasSubstr("not sealed against resizing"),
-                    HasSubstr(absl::StrCat(kBytes, " bytes")),
-                    HasSubstr("F_SEAL_SHRINK")));
+  EXPECT_THAT(adopted,
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("not sealed against resizing"),
+                             HasSubstr(absl::StrCat(kBytes, " bytes")),
+                             HasSubstr("F_SEAL_SHRINK"))));
   EXPECT_EQ(fcntl(fd, F_GETFD), -1);
   EXPECT_EQ(errno, EBADF);
 }
@@ -134,9 +136,8 @@ TEST(SharedSegmentTest, AdoptRefusesAMemfdSealedOnlyAgainstGrowth) {
   ASSERT_EQ(ftruncate(fd, kBytes), 0);
   ASSERT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_GROW), 0);
   auto adopted = SharedSegment::Adopt(fd, SharedSegment::Access::kReadOnly);
-  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(adopted.status().message()),
-              HasSubstr("has F_SEAL_GROW, needs"));
+  EXPECT_THAT(adopted, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                HasSubstr("has F_SEAL_GROW, needs")));
 }
 
 TEST(SharedSegmentTest, AdoptRefusesARegularFile) {
@@ -160,9 +161,8 @@ TEST(SharedSegmentTest, AdoptRefusesAnEmptySealedMemfd) {
   ASSERT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL),
             0);
   auto adopted = SharedSegment::Adopt(fd, SharedSegment::Access::kReadWrite);
-  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(adopted.status().message()),
-              HasSubstr("is empty (0 bytes)"));
+  EXPECT_THAT(adopted, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                HasSubstr("is empty (0 bytes)")));
 }
 
 TEST(SharedSegmentTest, AdoptRefusesAClosedFd) {
@@ -179,7 +179,7 @@ TEST(SharedSegmentTest, AdoptRefusesAClosedFd) {
 // before that).
 TEST(SharedSegmentTest, WriteThroughReadOnlyAdoptionKillsTheWriter) {
   auto segment = SharedSegment::Create("read-only", kBytes);
-  ASSERT_TRUE(segment.ok()) << segment.status();
+  ASSERT_THAT(segment, IsOk());
   static_cast<char*>(segment->data())[10] = 'r';
   pid_t child = fork();
   ASSERT_GE(child, 0);
@@ -206,7 +206,7 @@ TEST(SharedSegmentTest, WriteThroughReadOnlyAdoptionKillsTheWriter) {
 
 TEST(SharedSegmentTest, MovedSegmentKeepsTheMappingAndTheFd) {
   auto segment = SharedSegment::Create("moved", kBytes);
-  ASSERT_TRUE(segment.ok()) << segment.status();
+  ASSERT_THAT(segment, IsOk());
   void* data = segment->data();
   int fd = segment->fd();
   SharedSegment moved = std::move(*segment);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 
 namespace reducer {
 namespace {
@@ -53,10 +54,9 @@ absl::StatusOr<int64_t> NumElements(absl::Span<const int64_t> shape) {
 
 absl::StatusOr<int64_t> NumBytes(DataType dtype,
                                  absl::Span<const int64_t> shape) {
-  absl::StatusOr<int64_t> n = NumElements(shape);
-  if (!n.ok()) return n.status();
+  REDUCER_ASSIGN_OR_RETURN(const int64_t n, NumElements(shape));
   int64_t bytes;
-  if (__builtin_mul_overflow(*n, static_cast<int64_t>(DataTypeSize(dtype)),
+  if (__builtin_mul_overflow(n, static_cast<int64_t>(DataTypeSize(dtype)),
                              &bytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat("byte size of shape ", ShapeToString(shape), " ",

@@ -12,10 +12,13 @@
 #include "absl/types/span.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -27,7 +30,7 @@ bool IsAligned64(const void* p) {
 
 TEST(NumElementsTest, ScalarHasOneElement) {
   absl::StatusOr<int64_t> n = NumElements({});
-  ASSERT_TRUE(n.ok());
+  ASSERT_THAT(n, IsOk());
   EXPECT_EQ(*n, 1);
 }
 
@@ -42,21 +45,21 @@ TEST(NumElementsTest, AZeroDimensionGivesZeroEvenWithHugeOthers) {
 }
 
 TEST(NumElementsTest, NegativeDimensionIsInvalidAndNamed) {
-  absl::StatusOr<int64_t> n = NumElements({2, -3});
-  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(n.status().message(), "negative dimension -3 in shape [2,-3]");
+  EXPECT_THAT(NumElements({2, -3}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "negative dimension -3 in shape [2,-3]"));
 }
 
 TEST(NumElementsTest, NegativeDimensionWinsOverZero) {
-  absl::StatusOr<int64_t> n = NumElements({0, -1});
-  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(NumElements({0, -1}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(NumElementsTest, OverflowIsInvalid) {
-  absl::StatusOr<int64_t> n = NumElements({int64_t{1} << 32, int64_t{1} << 31});
-  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(n.status().message()), HasSubstr("overflows int64"));
-  EXPECT_TRUE(NumElements({int64_t{1} << 31, int64_t{1} << 31}).ok());
+  EXPECT_THAT(NumElements({int64_t{1} << 32, int64_t{1} << 31}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("overflows int64")));
+  EXPECT_THAT(NumElements({int64_t{1} << 31, int64_t{1} << 31}), IsOk());
 }
 
 TEST(NumBytesTest, MultipliesByElementSize) {
@@ -68,17 +71,16 @@ TEST(NumBytesTest, MultipliesByElementSize) {
 
 TEST(NumBytesTest, ByteOverflowIsInvalidEvenWhenElementCountFits) {
   const int64_t elements = kInt64Max / 4;  // fits; x8 does not
-  ASSERT_TRUE(NumElements({elements}).ok());
-  absl::StatusOr<int64_t> b = NumBytes(DataType::kFloat64, {elements});
-  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(b.status().message()),
-              HasSubstr("float64 overflows int64"));
-  EXPECT_TRUE(NumBytes(DataType::kInt8, {elements}).ok());
+  ASSERT_THAT(NumElements({elements}), IsOk());
+  EXPECT_THAT(NumBytes(DataType::kFloat64, {elements}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("float64 overflows int64")));
+  EXPECT_THAT(NumBytes(DataType::kInt8, {elements}), IsOk());
 }
 
 TEST(NumBytesTest, NegativeDimensionIsInvalid) {
-  EXPECT_EQ(NumBytes(DataType::kInt8, {-1}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(NumBytes(DataType::kInt8, {-1}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(ShapeToStringTest, FormatsWithoutSpaces) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/data_type.h"
 #include "core/payload_layout.h"
+#include "core/status_macros.h"
 #include "core/tensor.h"
 
 namespace reducer {
@@ -110,16 +111,14 @@ absl::Status ValidateContribution(const Fingerprint& fp, int rank,
         absl::StrCat("unknown collective kind ", static_cast<int>(fp.kind)));
   }
   const absl::string_view kind = CollectiveKindName(fp.kind);
-  if (absl::Status s = CheckGroup(fp.group, rank, world_size); !s.ok()) {
-    return s;
-  }
+  REDUCER_RETURN_IF_ERROR(CheckGroup(fp.group, rank, world_size));
   if (fp.kind == CollectiveKind::kBroadcast &&
       !std::binary_search(fp.group.begin(), fp.group.end(), fp.root)) {
     return absl::InvalidArgumentError(absl::StrCat("broadcast root ", fp.root,
                                                    " is not in group ",
                                                    GroupToString(fp.group)));
   }
-  if (absl::Status s = CheckTensorCount(fp, rank); !s.ok()) return s;
+  REDUCER_RETURN_IF_ERROR(CheckTensorCount(fp, rank));
 
   const bool reduces = fp.kind == CollectiveKind::kAllReduce ||
                        fp.kind == CollectiveKind::kReduceScatter;

@@ -1,5 +1,6 @@
 // reducerd: the Reducer daemon. Parses flags once, starts one Server, prints
 // the address it serves, and on SIGTERM or SIGINT drains and exits 0.
+// `reducerd --version` prints "reducerd VERSION" and exits 0.
 #include <signal.h>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -17,6 +19,7 @@
 #include "server/sd_notify.h"
 #include "server/server.h"
 #include "server/server_options.h"
+#include "server/version.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "host:port to serve on; port 0 picks a free port");
@@ -77,6 +80,12 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "reducerd: the Reducer tensor reduction daemon.\n"
       "Usage: reducerd [--listen=127.0.0.1:50051] [flags]");
+  // --version (Abseil's own flag) prints "reducerd VERSION" and exits 0.
+  absl::FlagsUsageConfig usage_config;
+  usage_config.version_string = [] {
+    return absl::StrCat("reducerd ", reducer::kReducerVersion, "\n");
+  };
+  absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
 
   // Memory in use stays bounded by the window and the chunk pool; what is

@@ -9,6 +9,7 @@
 //   reducerctl [--target=...] services              the services reducerd
 //                                                   lists through gRPC
 //                                                   server reflection
+//   reducerctl --version                            prints "reducerctl VERSION"
 //
 // TLS and tokens as for workers (README: "Securing reducerd"):
 // --tls_ca_file (with --tls_cert_file/--tls_key_file for mutual TLS,
@@ -29,6 +30,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
@@ -40,6 +42,7 @@
 #include "client/tls_diagnosis.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/reducer/v1/admin.grpc.pb.h"
+#include "server/version.h"
 #include "tools/proto/health.grpc.pb.h"
 #include "tools/proto/reflection.grpc.pb.h"
 #include "tools/status_format.h"
@@ -224,6 +227,12 @@ int main(int argc, char** argv) {
       "[--tls_ca_file=F [--tls_cert_file=F --tls_key_file=F] "
       "[--tls_server_name=N]] [--token=T | --token_file=F] "
       "status|health|services");
+  // --version (Abseil's own flag) prints "reducerctl VERSION" and exits 0.
+  absl::FlagsUsageConfig usage_config;
+  usage_config.version_string = [] {
+    return absl::StrCat("reducerctl ", reducer::kReducerVersion, "\n");
+  };
+  absl::SetFlagsUsageConfig(usage_config);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     std::fprintf(stderr,

@@ -48,6 +48,7 @@
 #include "client/device_staging.h"
 #include "core/buffer_cache.h"
 #include "core/payload_layout.h"
+#include "core/status_macros.h"
 
 namespace reducer {
 namespace {
@@ -260,10 +261,9 @@ class CudaDeviceStaging final : public DeviceStaging {
       return staged;
     }
     ScopedDevice scoped;
-    absl::Status set = scoped.Set(contribution.device.index());
-    if (!set.ok()) return set;
-    absl::StatusOr<cudaStream_t> copy = CopyStream(contribution.device.index());
-    if (!copy.ok()) return copy.status();
+    REDUCER_RETURN_IF_ERROR(scoped.Set(contribution.device.index()));
+    REDUCER_ASSIGN_OR_RETURN(cudaStream_t copy,
+                             CopyStream(contribution.device.index()));
 
     // Where the bytes go: the pinned block whole, or ordinary memory
     // (through one pinned chunk when the block is free).
@@ -287,7 +287,7 @@ class CudaDeviceStaging final : public DeviceStaging {
       return CudaError("cudaEventCreateWithFlags", "staging inputs", error);
     }
     error = cudaEventRecord(queued, caller);
-    if (error == cudaSuccess) error = cudaStreamWaitEvent(*copy, queued, 0);
+    if (error == cudaSuccess) error = cudaStreamWaitEvent(copy, queued, 0);
     cudaEventDestroy(queued);  // released once the wait is done
     if (error != cudaSuccess) {
       return CudaError("cudaEventRecord/cudaStreamWaitEvent",
@@ -295,18 +295,18 @@ class CudaDeviceStaging final : public DeviceStaging {
     }
 
     const absl::Status queued_all =
-        QueueChunks(contribution, *copy, bounce, staged.get());
+        QueueChunks(contribution, copy, bounce, staged.get());
     cudaEvent_t done;
     error = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
     if (error == cudaSuccess) {
-      error = cudaEventRecord(done, *copy);
+      error = cudaEventRecord(done, copy);
       if (error != cudaSuccess) cudaEventDestroy(done);
     }
     if (error == cudaSuccess) {
       staged->set_done(done);
     } else {
       // Without the event, wait here for what was queued.
-      cudaStreamSynchronize(*copy);
+      cudaStreamSynchronize(copy);
     }
     if (!queued_all.ok()) return queued_all;  // staged waits for its copies
     if (error != cudaSuccess) {
@@ -314,7 +314,7 @@ class CudaDeviceStaging final : public DeviceStaging {
     }
     if (total <= kStagingChunkBytes) {
       // One chunk: nothing to overlap; the transport reads it complete.
-      error = cudaStreamSynchronize(*copy);
+      error = cudaStreamSynchronize(copy);
       if (error != cudaSuccess) {
         return CudaError("cudaStreamSynchronize",
                          absl::StrCat("device to host copies of ", n, " tensors (",
@@ -331,10 +331,8 @@ class CudaDeviceStaging final : public DeviceStaging {
   absl::StatusOr<Tensor> ToDevice(const Tensor& host, Device device,
                                   void* /*cuda_stream*/) override {
     ScopedDevice scoped;
-    absl::Status set = scoped.Set(device.index());
-    if (!set.ok()) return set;
-    absl::StatusOr<cudaStream_t> copy = CopyStream(device.index());
-    if (!copy.ok()) return copy.status();
+    REDUCER_RETURN_IF_ERROR(scoped.Set(device.index()));
+    REDUCER_ASSIGN_OR_RETURN(cudaStream_t copy, CopyStream(device.index()));
     const size_t bytes = host.num_bytes();
     void* p = nullptr;
     cudaError_t error = cudaMalloc(&p, std::max<size_t>(bytes, 1));
@@ -354,11 +352,11 @@ class CudaDeviceStaging final : public DeviceStaging {
       if (pinned != nullptr) {
         copied = CopyToDeviceThroughPinned(static_cast<const char*>(host.data()),
                                            static_cast<char*>(p), bytes,
-                                           static_cast<char*>(pinned), *copy);
+                                           static_cast<char*>(pinned), copy);
         ReleasePinned();
       } else {
-        error = cudaMemcpyAsync(p, host.data(), bytes, cudaMemcpyHostToDevice, *copy);
-        const cudaError_t synced = cudaStreamSynchronize(*copy);
+        error = cudaMemcpyAsync(p, host.data(), bytes, cudaMemcpyHostToDevice, copy);
+        const cudaError_t synced = cudaStreamSynchronize(copy);
         if (error == cudaSuccess) error = synced;
         if (error != cudaSuccess) {
           copied = CudaError("cudaMemcpyAsync", "from pageable memory", error);
@@ -376,8 +374,7 @@ class CudaDeviceStaging final : public DeviceStaging {
   absl::Status CopyInto(const Tensor& result, const MutableTensorView& inout,
                         void* cuda_stream) override {
     ScopedDevice scoped;
-    absl::Status set = scoped.Set(inout.device().index());
-    if (!set.ok()) return set;
+    REDUCER_RETURN_IF_ERROR(scoped.Set(inout.device().index()));
     cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
     const size_t bytes = result.num_bytes();
     if (bytes == 0) return absl::OkStatus();
@@ -541,8 +538,7 @@ class CudaDeviceStaging final : public DeviceStaging {
   // The copy stream of `index` (the current device), created at first use.
   absl::StatusOr<cudaStream_t> CopyStream(int index) {
     int devices = 0;
-    absl::Status usable = Probe(&devices);
-    if (!usable.ok()) return usable;
+    REDUCER_RETURN_IF_ERROR(Probe(&devices));
     absl::MutexLock lock(&mu_);
     if (index < 0 || static_cast<size_t>(index) >= copy_streams_.size()) {
       return absl::InternalError(absl::StrCat("no copy stream for device ", index));
