@@ -880,7 +880,7 @@ def mem_available():
 
 
 # --------------------------------------------------------------------------
-# The project's performance targets (README, Performance), checked on this run's numbers.
+# The project's performance targets (docs/performance.md), checked on this run's numbers.
 
 def check_targets(records, kernel, rss):
     """Returns a list of (figure, value, target, ok) from this run's data."""

@@ -569,7 +569,7 @@ def parse_args(argv):
                         "to go away (default: only warn)")
     p.add_argument("--reducerd_flags", default="--chunk_bytes=262144",
                    help="extra reducerd flags, space-separated; the default "
-                        "is the chunk size the README advises for links of "
+                        "is the chunk size docs/api.md advises for links of "
                         "1 Gbit/s or less (\"\" for reducerd's own defaults)")
     p.add_argument("--reducerd", default=str(REPO_ROOT / "bazel-bin/server/reducerd"))
     p.add_argument("--reducer_worker",

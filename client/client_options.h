@@ -23,7 +23,7 @@
 
 namespace reducer {
 
-// TLS to reducerd (README: "Securing reducerd"). Files are PEM, re-read
+// TLS to reducerd (docs/security.md). Files are PEM, re-read
 // when they change (a rotated Kubernetes Secret), by new connections.
 struct TlsOptions {               // paths to PEM files
   std::string ca_file;            // roots that sign reducerd's certificate
@@ -32,7 +32,7 @@ struct TlsOptions {               // paths to PEM files
   std::string server_name;        // name to check in reducerd's certificate; empty: the target's host
 };
 
-// Whether a session uses the same-host shared-memory path (README:
+// Whether a session uses the same-host shared-memory path (docs/api.md,
 // "Same-host shared memory").
 enum class SharedMemory {
   kAuto,      // when reducerd offers it and the handshake proves that both
@@ -66,7 +66,7 @@ struct ClientOptions {
   std::string token;              // the job's bearer token; empty: none sent
   // Pinned (page-locked) host memory this client allocates once, at its
   // first collective on a CUDA device, and reuses to stage device tensors
-  // (README: "CUDA device buffers"). A payload that does not fit lands in
+  // (docs/api.md, "CUDA device buffers"). A payload that does not fit lands in
   // ordinary host memory, a 4 MiB chunk at a time through this buffer; a
   // call made while another holds it stages through ordinary memory alone,
   // which copies more slowly. 0: never pin.

@@ -47,7 +47,7 @@
 //   absl::StatusOr<reducer::Tensor> sum_b = b->Wait();   // stay unchanged until
 //                                                        // their Wait() returns
 //
-// CUDA device buffers (README: "CUDA device buffers"): a view made with
+// CUDA device buffers (docs/api.md, "CUDA device buffers"): a view made with
 // OnDevice(Device::Cuda(i), ...) runs the collective on GPU memory. The
 // input is read after the work queued on CallOptions::cuda_stream; an
 // out-of-place result is a new Tensor on the same device; in place writes

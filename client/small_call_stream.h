@@ -1,8 +1,8 @@
 // SmallCallStream: the CollectiveBackend of the Collectives stream, one long-lived
 // stream to reducerd that carries every collective whose payload fits in one
 // message, so that each costs one message each way and no stream setup
-// (per-call stream setup is most of a small collective's latency; see the
-// README's Performance section).
+// (per-call stream setup is most of a small collective's latency; see
+// docs/performance.md).
 //
 // A call is sent when it starts, from any thread. Its answer is read by the
 // thread that waits for it: waiting polls the client's completion queue on

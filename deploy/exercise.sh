@@ -78,7 +78,7 @@ grpc_port=$(tr ',' '\n' <<<"$(fact "$shard_facts" ports)" | sed -n 's/^grpc=//p'
 
 secret_args=()
 if [[ $tls -eq 1 ]]; then
-  # The two Secrets the README has operators create, from test certificates.
+  # The two Secrets docs/deployment.md has operators create, from test certificates.
   tests/make_test_certs.sh "$work/certs" >/dev/null
   mkdir -p "$work/secrets/tls" "$work/secrets/tokens"
   cp "$work/certs/server.pem" "$work/secrets/tls/tls.crt"

@@ -57,7 +57,7 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, log_format, "text",
           "stderr log lines: text, or json (one object per line)");
 
-// Transport security (README: "Securing reducerd").
+// Transport security (docs/security.md).
 ABSL_FLAG(std::string, tls_cert_file, "",
           "PEM certificate (chain) to serve TLS with; empty: plaintext");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");

@@ -54,7 +54,7 @@ std::string RunCommand(const std::string& command) {
   return out;
 }
 
-// `printf %s TOKEN | sha256sum`: the hash the README tells users to write,
+// `printf %s TOKEN | sha256sum`: the hash docs/security.md tells users to write,
 // computed by coreutils (independent of reducerd's own SHA-256).
 std::string Sha256Hex(const std::string& token) {
   std::string out = RunCommand(absl::StrCat("printf %s '", token, "' | sha256sum"));

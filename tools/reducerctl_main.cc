@@ -11,7 +11,7 @@
 //                                                   server reflection
 //   reducerctl --version                            prints "reducerctl VERSION"
 //
-// TLS and tokens as for workers (README: "Securing reducerd"):
+// TLS and tokens as for workers (docs/security.md):
 // --tls_ca_file (with --tls_cert_file/--tls_key_file for mutual TLS,
 // --tls_server_name to check another name), and --token or --token_file
 // (the file's contents, surrounding whitespace trimmed) when reducerd runs

@@ -367,7 +367,7 @@ export function policyProblems(objs, { reducerdFlags, workerFlags }) {
   return problems;
 }
 
-// Expands a client target's "{A..B}" ranges as the client does (README:
+// Expands a client target's "{A..B}" ranges as the client does (docs/api.md,
 // "Several shards"): "r-{0..2}.x:1" -> ["r-0.x:1", "r-1.x:1", "r-2.x:1"].
 export function expandTarget(target) {
   const out = [];

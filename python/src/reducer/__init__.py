@@ -94,7 +94,7 @@ class Client:
     also every collective's default deadline). close() (or leaving a `with`
     block) leaves the job.
 
-    For a secured reducerd (README: "Securing reducerd"):
+    For a secured reducerd (docs/security.md):
 
       token          the job's bearer token, sent on every call (None: none).
                      Needed when reducerd has --job_tokens_file; a line for
