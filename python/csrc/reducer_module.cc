@@ -7,9 +7,6 @@
 // Python threads (and other ranks' clients in the same process) keep running.
 // Arrays given to a call are referenced until the call (or, for async calls,
 // the handle's wait()) is done, so their memory stays valid.
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +19,7 @@
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
 #include "python/csrc/array_view.h"
+#include "python/csrc/client_settings.h"
 #include "python/csrc/device_array.h"
 #include "python/csrc/released_gil.h"
 #include "python/csrc/status_error.h"
@@ -39,12 +37,9 @@ using Timeout = std::optional<double>;
 // job; handles still pending keep the underlying client alive until waited.
 class PyClient {
  public:
-  // Connects (GIL released). The keyword arguments after timeout_s are
-  // reducer.Client's (its docstring): `token` None sends none; TLS is on
-  // when any of the tls_* files or `server_name` is given. ValueError,
-  // naming the argument (and the path, never the token), for a bad
-  // combination or value, or a given file that cannot be read; Connect's
-  // errors raise ReducerError subclasses.
+  // Connects (GIL released) with the options MakeClientOptions builds from
+  // reducer.Client's arguments (its ValueErrors); Connect's errors raise
+  // ReducerError subclasses.
   PyClient(const std::string& target, const std::string& job, int rank,
            int world_size, double timeout_s,
            const std::optional<std::string>& token,
@@ -53,80 +48,9 @@ class PyClient {
            const std::optional<std::string>& tls_key_file,
            const std::optional<std::string>& server_name,
            const std::string& shared_memory) {
-    ClientOptions options;
-    options.target = target;
-    options.job = job;
-    options.rank = rank;
-    options.world_size = world_size;
-    if (!(timeout_s > 0)) {
-      throw py::value_error("reducer: timeout must be positive seconds");
-    }
-    options.timeout = absl::Seconds(timeout_s);
-    if (token.has_value()) {
-      // gRPC metadata and the Bearer scheme take printable ASCII, no
-      // spaces; a token read from a file with its newline lands here.
-      if (token->empty()) {
-        throw py::value_error(
-            "reducer: token is empty; pass the job's token, or None to send "
-            "none");
-      }
-      for (size_t i = 0; i < token->size(); ++i) {
-        const unsigned char c = (*token)[i];
-        if (c <= ' ' || c >= 0x7f) {
-          throw py::value_error(
-              "reducer: token holds whitespace or a non-printable character "
-              "at position " + std::to_string(i) +
-              "; strip the token (one read from a file ends in a newline)");
-        }
-      }
-      options.token = *token;
-    }
-    // A file given must be readable now; the client re-reads it later
-    // (rotation), so only its presence is checked here.
-    auto check_file = [](const char* name, const std::string& path) {
-      std::FILE* file = std::fopen(path.c_str(), "r");
-      if (file == nullptr) {
-        const int error = errno;
-        throw py::value_error(std::string("reducer: ") + name + "='" + path +
-                              "' cannot be read: " + std::strerror(error));
-      }
-      std::fclose(file);
-    };
-    if (tls_ca_file || tls_cert_file || tls_key_file || server_name) {
-      if (tls_cert_file.has_value() != tls_key_file.has_value()) {
-        throw py::value_error(
-            tls_cert_file ? "reducer: tls_cert_file is given without "
-                            "tls_key_file; mutual TLS needs both (or neither)"
-                          : "reducer: tls_key_file is given without "
-                            "tls_cert_file; mutual TLS needs both (or neither)");
-      }
-      if (!tls_ca_file.has_value()) {
-        throw py::value_error(
-            "reducer: TLS (a tls_* file or server_name was given) needs "
-            "tls_ca_file, the PEM file of the CA that signed reducerd's "
-            "certificate");
-      }
-      options.tls = TlsOptions{};
-      check_file("tls_ca_file", *tls_ca_file);
-      options.tls->ca_file = *tls_ca_file;
-      if (tls_cert_file.has_value()) {
-        check_file("tls_cert_file", *tls_cert_file);
-        check_file("tls_key_file", *tls_key_file);
-        options.tls->cert_file = *tls_cert_file;
-        options.tls->key_file = *tls_key_file;
-      }
-      options.tls->server_name = server_name.value_or("");
-    }
-    if (shared_memory == "auto") {
-      options.shared_memory = SharedMemory::kAuto;
-    } else if (shared_memory == "off") {
-      options.shared_memory = SharedMemory::kOff;
-    } else if (shared_memory == "required") {
-      options.shared_memory = SharedMemory::kRequired;
-    } else {
-      throw py::value_error("reducer: shared_memory='" + shared_memory +
-                            "' is not one of 'auto', 'off', 'required'");
-    }
+    const ClientOptions options = MakeClientOptions(
+        target, job, rank, world_size, timeout_s, token, tls_ca_file,
+        tls_cert_file, tls_key_file, server_name, shared_memory);
     absl::StatusOr<std::unique_ptr<Client>> client;
     {
       ReleasedGil released;
