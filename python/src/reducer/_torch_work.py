@@ -75,7 +75,8 @@ class Completer:
         self._live.discard(work)
 
     def submit(self, work):
-        """Collects `work` (claimed by the caller) on the completer thread."""
+        """Collects `work` (claimed by the caller) on the completer thread,
+        starting one if there is none (or close() ended it)."""
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self._name,
@@ -84,10 +85,14 @@ class Completer:
         self._queue.put(work)
 
     def close(self):
+        """Ends the thread once what was handed over before is collected (a
+        later submit starts another: whichever thread takes the end marker
+        first ends, the other goes on)."""
         self._live.clear()
         with self._lock:
             if self._thread is not None:
                 self._queue.put(None)
+                self._thread = None
 
     def _loop(self):
         while True:

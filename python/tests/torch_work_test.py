@@ -1,0 +1,143 @@
+"""reducer._torch_work in process, through a fake of the started call: who
+collects a work, its future, wait(timeout), errors, and the completer's end.
+"""
+
+import threading
+import time
+
+import pytest
+import torch
+
+import reducer
+from reducer._torch_work import Completer, TorchWork
+
+
+class FakePending:
+    """A started call that ends when release() is called (or at once)."""
+
+    def __init__(self, result=None, error=None, ended=False):
+        self._ended = threading.Event()
+        if ended:
+            self._ended.set()
+        self.result = result
+        self.error = error
+        self.waited_on = []  # the threads that waited
+
+    def release(self):
+        self._ended.set()
+
+    def wait(self):
+        self.waited_on.append(threading.current_thread())
+        if not self._ended.wait(10):
+            raise AssertionError("the fake call was never released")
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    def is_completed(self):
+        return self._ended.is_set()
+
+
+def make_work(pending, completer=None, outputs=None):
+    out = outputs if outputs is not None else [torch.zeros(2)]
+
+    def finish(value):
+        out[0].copy_(value)
+        return out
+    return TorchWork(completer or Completer("test"), pending, finish, "all_reduce",
+                     "in job j (rank 0)")
+
+
+def test_wait_collects_on_the_calling_thread():
+    pending = FakePending(result=torch.ones(2), ended=True)
+    work = make_work(pending)
+    assert work.wait() is True
+    assert pending.waited_on == [threading.current_thread()]
+    assert torch.equal(work.result()[0], torch.ones(2))
+    assert work.is_completed() and work.is_success() and work.exception() is None
+
+
+def test_future_is_returned_at_once_and_completed_by_the_completer():
+    pending = FakePending(result=torch.full((2,), 3.0))
+    work = make_work(pending)
+    ran = []
+    t0 = time.monotonic()
+    future = work.get_future()
+    chained = future.then(lambda f: ran.append(f.value()[0].sum().item()) or 7)
+    assert time.monotonic() - t0 < 0.5
+    assert not future.done() and not ran
+    pending.release()
+    assert chained.wait() == 7
+    assert ran == [6.0]
+    assert pending.waited_on[0] is not threading.current_thread()
+    assert work.wait() is True  # after the future: returns at once
+    assert work.get_future() is future
+
+
+def test_wait_with_a_timeout_raises_and_the_call_goes_on():
+    pending = FakePending(result=torch.ones(2))
+    outputs = [torch.zeros(2)]
+    work = make_work(pending, outputs=outputs)
+    t0 = time.monotonic()
+    with pytest.raises(reducer.DeadlineExceeded, match="all_reduce in job j .*timed out"):
+        work.wait(timeout=0.2)
+    assert 0.15 < time.monotonic() - t0 < 2
+    assert torch.equal(outputs[0], torch.zeros(2)), "outputs changed before the end"
+    assert not work.is_completed()
+    pending.release()
+    assert work.wait() is True
+    assert torch.equal(outputs[0], torch.ones(2))
+
+
+def test_an_error_reaches_wait_exception_and_the_future():
+    error = reducer.Aborted("job j epoch 1 aborted: rank 2's session was lost")
+    pending = FakePending(error=error, ended=True)
+    work = make_work(pending)
+    future = work.get_future()
+    with pytest.raises(reducer.Aborted, match="rank 2"):
+        future.wait()
+    with pytest.raises(reducer.Aborted):
+        work.wait()
+    assert work.is_completed() and not work.is_success()
+    assert work.exception() is error
+
+
+def test_is_completed_never_blocks_and_hands_a_ready_call_over():
+    pending = FakePending(result=torch.ones(2))
+    work = make_work(pending)
+    t0 = time.monotonic()
+    assert not work.is_completed()
+    assert time.monotonic() - t0 < 0.1
+    pending.release()
+    deadline = time.monotonic() + 5
+    while not work.is_completed():
+        assert time.monotonic() < deadline, "a ready call never completed"
+        time.sleep(0.001)
+    assert pending.waited_on[0] is not threading.current_thread()
+
+
+def test_the_group_keeps_a_work_until_it_was_waited_for():
+    completer = Completer("test")
+    pending = FakePending(result=torch.ones(2), ended=True)
+    work = make_work(pending, completer)
+    assert work in completer._live
+    work.wait()
+    assert work not in completer._live
+    futured = make_work(FakePending(result=torch.ones(2)), completer)
+    futured.get_future()
+    assert futured in completer._live
+    futured._pending.release()
+    futured.get_future().wait()
+    deadline = time.monotonic() + 5
+    while futured in completer._live:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+
+
+def test_a_closed_completer_still_collects_what_is_handed_over_later():
+    completer = Completer("test")
+    first = make_work(FakePending(result=torch.ones(2), ended=True), completer)
+    first.get_future().wait()
+    completer.close()
+    later = make_work(FakePending(result=torch.ones(2), ended=True), completer)
+    assert later.get_future().wait()[0].sum().item() == 2.0
