@@ -14,18 +14,17 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/process_harness.h"
+#include "tests/watchdog.h"
 
 namespace reducer {
 namespace testing {
@@ -37,34 +36,6 @@ constexpr absl::Duration kTestLimit = absl::Seconds(100);
 
 // How long reducerd gets to drain and exit after SIGTERM.
 constexpr absl::Duration kServerStopGrace = absl::Seconds(15);
-
-// Aborts the whole test process if a test runs past its limit: a hung
-// collective must fail the test, not wait for Bazel's timeout. The children
-// are killed along with the process (PR_SET_PDEATHSIG).
-class Watchdog {
- public:
-  Watchdog(std::string what, absl::Duration limit)
-      : thread_([this, what = std::move(what), limit] {
-          if (!stopped_.WaitForNotificationWithTimeout(limit)) {
-            std::fprintf(stderr,
-                         "\n*** WATCHDOG: %s exceeded its hard limit of %s; "
-                         "aborting the test process (and its children).\n",
-                         what.c_str(), absl::FormatDuration(limit).c_str());
-            std::fflush(stderr);
-            std::abort();
-          }
-        }) {}
-  ~Watchdog() {
-    stopped_.Notify();
-    thread_.join();
-  }
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-
- private:
-  absl::Notification stopped_;
-  std::thread thread_;  // last: starts after stopped_ exists
-};
 
 class E2eTest : public ::testing::Test {
  protected:

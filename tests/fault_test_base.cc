@@ -88,23 +88,6 @@ absl::flat_hash_map<std::string, StepResult> ParseStepResults(
   return results;
 }
 
-Watchdog::Watchdog(std::string what, absl::Duration limit)
-    : thread_([this, what = std::move(what), limit] {
-        if (!stopped_.WaitForNotificationWithTimeout(limit)) {
-          std::fprintf(stderr,
-                       "\n*** WATCHDOG: %s exceeded its hard limit of %s; "
-                       "aborting the test process (and its children).\n",
-                       what.c_str(), absl::FormatDuration(limit).c_str());
-          std::fflush(stderr);
-          std::abort();
-        }
-      }) {}
-
-Watchdog::~Watchdog() {
-  stopped_.Notify();
-  thread_.join();
-}
-
 void FaultTest::SetUp() {
   const ::testing::TestInfo* info =
       ::testing::UnitTest::GetInstance()->current_test_info();

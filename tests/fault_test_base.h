@@ -24,15 +24,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/process_harness.h"
+#include "tests/watchdog.h"
 
 namespace reducer {
 namespace testing {
@@ -55,21 +54,6 @@ bool RssChecksApply();
 // The RESULT lines of a worker's stdout, by step index ("0" is Connect).
 absl::flat_hash_map<std::string, StepResult> ParseStepResults(
     const std::string& stdout_text);
-
-// Aborts the whole test process if it outlives `limit`: a hung collective
-// must fail the test rather than wait for Bazel's timeout. The children die
-// with the process (PR_SET_PDEATHSIG).
-class Watchdog {
- public:
-  Watchdog(std::string what, absl::Duration limit);
-  ~Watchdog();
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-
- private:
-  absl::Notification stopped_;
-  std::thread thread_;  // last: starts after stopped_ exists
-};
 
 // How a test starts one worker.
 struct WorkerSpec {
