@@ -21,6 +21,8 @@
 #include "python/csrc/array_view.h"
 #include "python/csrc/client_settings.h"
 #include "python/csrc/device_array.h"
+#include "python/csrc/native_api.h"
+#include "python/csrc/native_api_impl.h"
 #include "python/csrc/released_gil.h"
 #include "python/csrc/status_error.h"
 
@@ -510,6 +512,24 @@ class PyMetricSync {
   absl::flat_hash_map<std::string, py::object> states_;
 };
 
+// NativeApi::connection_of: the connection of a `_reducer.Client`.
+std::unique_ptr<NativeConnection> ConnectionOf(PyObject* client) {
+  try {
+    return MakeNativeConnection(
+        py::reinterpret_borrow<py::object>(client).cast<PyClient&>().client());
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::cast_error&) {
+    PyErr_SetString(PyExc_TypeError,
+                    "reducer: the native API needs a _reducer.Client");
+  } catch (const std::exception& e) {  // the client was closed
+    PyErr_SetString(PyExc_ValueError, e.what());
+  }
+  return nullptr;
+}
+
+const NativeApi kNativeApi = {kNativeApiVersion, &ConnectionOf};
+
 // Defines method `name` of `cls` with the positional `args` followed by the
 // keyword-only CallOptions every collective takes: group, name, timeout.
 template <typename Class, typename F, typename... Args>
@@ -524,6 +544,7 @@ void DefineModule(py::module_& m) {
   RegisterStatusErrorTranslator();
 
   DefineDeviceArray(m);
+  m.attr("_native_api") = py::capsule(&kNativeApi, kNativeApiCapsule);
 
   py::class_<PyClient> client(m, "Client");
   client

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+import torch_paths
 from rank_processes import SCENARIO_TIME_LIMIT_S, run_ranks
 from reducerd_process import ReducerdProcess, free_port
 
@@ -22,8 +23,10 @@ def server():
         yield s
 
 
-def test_every_collective_returns_at_once_with_a_real_future(server):
-    run_ranks(WORKER, "futures", world=2, target=server.target)
+@pytest.mark.parametrize("path", torch_paths.params())
+def test_every_collective_returns_at_once_with_a_real_future(server, path):
+    run_ranks(WORKER, "futures", world=2, target=server.target,
+              extra_env=torch_paths.env(path))
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -33,6 +36,15 @@ def test_ddp_matches_gloo_and_is_bit_identical_across_ranks(server, world, hook)
     digests = [re.findall(r"^params_sha256=(\w+)$", out, re.M) for out in outputs]
     assert all(len(d) == 1 for d in digests), outputs
     assert len({d[0] for d in digests}) == 1, digests
+
+
+def test_ddp_on_the_python_path(server):
+    """The same at W = 2 with the fp16 hook (its futures) where all_reduce
+    takes the backend's Python path (a package without reducer._torch_c)."""
+    outputs = run_ranks(WORKER, "ddp", world=2, target=server.target, args=["fp16"],
+                        extra_env=torch_paths.env("python"))
+    digests = [re.findall(r"^params_sha256=(\w+)$", out, re.M) for out in outputs]
+    assert len({d[0] for d in digests if len(d) == 1}) == 1, outputs
 
 
 def test_readme_ddp_example_under_torchrun(server):

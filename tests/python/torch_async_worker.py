@@ -21,6 +21,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import reducer
 import reducer.torch  # noqa: F401  (registers the backend)
+import torch_paths
+import torch_paths
 
 TIMEOUT = datetime.timedelta(seconds=60)
 # How long the other ranks sleep before each call in `futures`: rank 0's
@@ -87,7 +89,7 @@ def futures():
         return work
 
     x = mine(rank)
-    call("all_reduce", lambda: dist.all_reduce(x, async_op=True))
+    torch_paths.check_work(call("all_reduce", lambda: dist.all_reduce(x, async_op=True)))
     assert torch.equal(x, total), (x, total)
 
     # all_reduce_coalesced(async_op=True) hands back the work's future.
@@ -224,6 +226,7 @@ def ddp(hook):
 
 if __name__ == "__main__":
     scenario = sys.argv[1]
+    torch_paths.choose()
     if scenario == "futures":
         futures()
     elif scenario == "ddp":

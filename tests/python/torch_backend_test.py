@@ -6,10 +6,10 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
+import torch_paths
 from rank_processes import run_ranks, wait_all
 from reducerd_process import ReducerdProcess, free_port
 from secure_reducerd import client_tls, make_certs, secure_flags, write_tokens
@@ -60,8 +60,9 @@ def jobs(output):
     return re.findall(r"^job=(\S+)$", output, re.M)
 
 
-def test_every_collective_equals_gloo(server):
-    outputs = run_scenario(server, "collectives")
+@pytest.mark.parametrize("path", torch_paths.params())
+def test_every_collective_equals_gloo(server, path):
+    outputs = run_scenario(server, "collectives", extra_env=torch_paths.env(path))
     assert len({tuple(jobs(o)) for o in outputs}) == 1  # one job, agreed by all
 
 

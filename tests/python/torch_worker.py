@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 import reducer
 import reducer.torch  # noqa: F401  (registers the backend)
+import torch_paths
 
 TIMEOUT = datetime.timedelta(seconds=30)
 OPS = [dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
@@ -73,6 +74,7 @@ def all_reduce_both(x, op, gloo, async_op=False, inputs=None):
     mine, theirs = x.clone(), x.clone()
     work = dist.all_reduce(mine, op=op, async_op=async_op)
     if async_op:
+        torch_paths.check_work(work)
         work.wait()
         assert work.is_completed()
     if x.dtype in GLOO_LACKS:
@@ -373,5 +375,6 @@ SCENARIOS = {f.__name__: f for f in (collectives, subgroups, repeated, smoke, me
                                      secure, refused)}
 
 if __name__ == "__main__":
+    torch_paths.choose()
     SCENARIOS[sys.argv[1]]()
     print(f"rank {os.environ.get('RANK')} {sys.argv[1]} ok", flush=True)

@@ -71,6 +71,14 @@ import reducer
 from reducer import _arrays
 from reducer._torch_work import Completer, TorchWork
 
+try:
+    # The all-reduce in C++ (python/csrc/torch/), built where torch's C++
+    # headers matched the torch it was compiled for; absent, every
+    # collective goes through Python (same results, more time per call).
+    from reducer import _torch_c
+except ImportError:
+    _torch_c = None
+
 BACKEND_NAME = "reducer"
 TARGET_ENV = "REDUCER_TARGET"
 
@@ -140,6 +148,8 @@ class ProcessGroupReducer(dist.ProcessGroup):
         self.job = job  # the Reducer job name agreed through the store
         self._where = f"in job {job} (rank {rank})"  # for errors
         self._completer = Completer(f"reducer-futures-{job}")
+        self._native = (_torch_c.Group(client._client, self._where)
+                        if _torch_c is not None else None)
         # The completer's thread ends when the group is dropped.
         weakref.finalize(self, self._completer.close)
 
@@ -156,6 +166,12 @@ class ProcessGroupReducer(dist.ProcessGroup):
         return TorchWork(self._completer, pending, finish, what, self._where)
 
     def allreduce(self, tensors, opts=None):
+        if self._native is not None:
+            # A torch Work of C++ (reducer._torch_c) for one contiguous CPU
+            # tensor; None for what it leaves to the code below.
+            work = self._native.allreduce(tensors, opts)
+            if work is not None:
+                return work
         tensor = _one(tensors, "all_reduce")
         op = _op_name(opts.reduceOp if isinstance(opts, dist.AllreduceOptions)
                       else opts if opts is not None else dist.ReduceOp.SUM)
