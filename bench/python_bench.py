@@ -17,7 +17,9 @@ against Gloo in the same invocation, float32 SUM throughout:
 2. per call: a 4 B all-reduce through (a) the C++ client
    (bench/reducer_allreduce_worker, Client::AllReduce), (b)
    reducer.Client.all_reduce on a numpy array, (c)
-   torch.distributed.all_reduce on the reducer backend; the medians and the
+   torch.distributed.all_reduce on the reducer backend (in place on a
+   tensor of zeros, which the sums keep, so that no rank refills it between
+   calls while its peers wait: the others run out of place); the medians and the
    ratios python/C++ and torch/C++, per data path.
 3. DDP: the median step time (zero_grad, forward, backward, SGD step) of a
    4 x Linear(1024, 1024) MLP (16 MiB of float32 parameters, a CPU batch of
@@ -153,17 +155,30 @@ def python_worker(args):
               "latencies_us": latencies})
 
 
-def timed_all_reduce(torch, dist, rank, world, size, group, iters, warmup):
+def timed_all_reduce(torch, dist, rank, world, size, group, iters, warmup,
+                     refill=True):
     """Latencies (us) of in-place all_reduce calls on one tensor, refilled
-    with rank + 1 before each call (untimed); checks the last result."""
+    with rank + 1 before each call (untimed); checks the last result.
+
+    refill=False (part 2c, set against out-of-place calls that need no
+    refill): the tensor holds zeros, which every call's sum keeps, so no
+    rank does work between calls that its peers would wait for; one more
+    call, on rank + 1 and untimed, checks the result."""
     x = torch.empty(size // 4, dtype=torch.float32)
+    x.fill_(rank + 1 if refill else 0)
     latencies = []
     for i in range(warmup + iters):
-        x.fill_(rank + 1)
+        if refill:
+            x.fill_(rank + 1)
         start = time.perf_counter()
         dist.all_reduce(x, group=group)
         if i >= warmup:
             latencies.append((time.perf_counter() - start) * 1e6)
+    if not refill:
+        if not bool((x == 0).all()):
+            raise SystemExit(f"wrong all_reduce result on {size} B of zeros: {x[:4]}")
+        x.fill_(rank + 1)
+        dist.all_reduce(x, group=group)
     if not bool((x == expected_sum(world)).all()):
         raise SystemExit(f"wrong all_reduce result on {size} B: {x[:4]}")
     return latencies
@@ -297,7 +312,7 @@ def torch_worker(args):
                       "latencies_us": latencies})
     iters, warmup = per_call_iters(args.smoke)
     latencies = timed_all_reduce(torch, dist, rank, world, PER_CALL_BYTES, None,
-                                 iters, warmup)  # part 2c
+                                 iters, warmup, refill=False)  # part 2c
     if rank == 0:
         emit({"part": "per_call", "system": "torch", "path": path,
               "world_size": world, "size_bytes": PER_CALL_BYTES,
@@ -544,7 +559,8 @@ def report(args, command, paths, skipped, sizes, allreduce, per_call, ddp, ddp_r
           fmt_range(s["torch_vs_cpp_per_round"]), fmt_time(s["python_minus_cpp_us"]),
           fmt_time(s["torch_minus_cpp_us"])] for s in per_call],
         skip_note + ["C++: bench/reducer_allreduce_worker (out of place); python: numpy, "
-                     "out of place; torch: in place, synchronous; each on its own launch "
+                     "out of place; torch: in place on zeros (no refill between calls), "
+                     "synchronous; each on its own launch "
                      "of W processes per round. per round: lowest and highest ratio of one "
                      "round's medians"])
     if not ddp_records:

@@ -1,7 +1,9 @@
 """Builds the `reducer` package with pip: the Python sources under src/ and
 the extension reducer._reducer from every csrc/*.cc, compiled against the
 INSTALLED client library (headers, libreducer_client.so and Abseil, all as
-`pkg-config --cflags --libs reducer` says; PKG_CONFIG_PATH is honoured).
+`pkg-config --cflags --libs reducer` says; PKG_CONFIG_PATH is honoured);
+and, where torch's C++ headers are installed, reducer._torch_c from
+csrc/torch/ (torch_extension()).
 
     PKG_CONFIG_PATH=PREFIX/lib/pkgconfig pip install --no-build-isolation --no-index ./python
 
@@ -144,11 +146,55 @@ extension = Extension(
     extra_link_args=pkg_config("--libs-only-other"),
 )
 
+
+
+def torch_extension():
+    """reducer._torch_c, the torch backend's all-reduce in C++, where the
+    torch this Python imports has its C++ headers installed (Debian:
+    libtorch-dev); None, saying why, where not: the backend then runs every
+    collective through Python. Compiled with torch's own ABI settings (the
+    C++ library ABI and pybind11's tags), so that its types are torch's."""
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except Exception as e:  # noqa: BLE001 (torch's import can fail many ways)
+        print(f"reducer: building without reducer._torch_c: torch cannot be imported ({e})")
+        return None
+    roots = [p for p in cpp_extension.include_paths()
+             if os.path.isfile(os.path.join(p, "torch/csrc/distributed/c10d/Work.hpp"))]
+    if not roots:
+        print("reducer: building without reducer._torch_c: torch's C++ headers are not "
+              "installed (Debian: apt-get install libtorch-dev); all_reduce on the torch "
+              "backend takes the Python path")
+        return None
+    root = roots[0]
+    libdirs = [os.path.realpath(p) for p in cpp_extension.library_paths()
+               if os.path.isfile(os.path.join(p, "libtorch_python.so"))]
+    abi = torch._C
+    return Extension(
+        "reducer._torch_c",
+        sources=[os.path.join("csrc", "torch", f) for f in ("native_work.cc", "torch_module.cc")],
+        # torch's own pybind11 first where its wheel ships one.
+        include_dirs=[root, os.path.join(root, "torch/csrc/api/include"), pybind11_include()],
+        library_dirs=libdirs,
+        libraries=["torch", "torch_cpu", "c10", "torch_python"],
+        runtime_library_dirs=[d for d in libdirs if d not in SYSTEM_LIBRARY_DIRS],
+        define_macros=[
+            ("_GLIBCXX_USE_CXX11_ABI", str(int(abi._GLIBCXX_USE_CXX11_ABI))),
+            ("PYBIND11_COMPILER_TYPE", f'"{abi._PYBIND11_COMPILER_TYPE}"'),
+            ("PYBIND11_STDLIB", f'"{abi._PYBIND11_STDLIB}"'),
+            ("PYBIND11_BUILD_ABI", f'"{abi._PYBIND11_BUILD_ABI}"'),
+        ],
+        language="c++",
+        extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden"],
+    )
+
+
 setup(
     version=VERSION,
     package_dir={"": "src"},
     packages=["reducer"],
-    ext_modules=[extension],
+    ext_modules=[extension] + [e for e in [torch_extension()] if e is not None],
     cmdclass={"build_py": BuildPy, "build_ext": BuildExt},
     zip_safe=False,
 )

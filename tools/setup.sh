@@ -22,6 +22,7 @@ build_packages=(
   nftables  # tests/campaign: blackholed hosts
   # python/: the extension module, its torch backend, and their tests
   pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
+  libtorch-dev  # torch's C++ headers: the backend's C++ all-reduce (reducer._torch_c)
   # python/: `pip install ./python` (//python:pip_install_test), offline
   python3-pip python3-venv python3-setuptools python3-wheel python3-pybind11
   # server/ metrics (prometheus-cpp) and the Prometheus server its test scrapes with
@@ -33,7 +34,7 @@ build_packages=(
 # All are build packages too; the list says what the pip build itself needs.
 python_packages=(
   python3-pip python3-venv python3-setuptools python3-wheel python3-pybind11
-  python3-dev g++ pkg-config libabsl-dev python3-numpy python3-torch
+  python3-dev g++ pkg-config libabsl-dev python3-numpy python3-torch libtorch-dev
 )
 bench_packages=(
   python3-torch python3-numpy python3-matplotlib openmpi-bin libopenmpi-dev

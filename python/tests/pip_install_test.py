@@ -84,5 +84,15 @@ def test_torch_backend(server, monkeypatch):
         t = torch.tensor([1.0, 2.0, 3.0])
         dist.all_reduce(t)
         assert torch.equal(t, torch.tensor([1.0, 2.0, 3.0]))
+        # Where torch's C++ headers are installed, pip built the C++
+        # all-reduce and the backend takes it.
+        from torch.utils import cpp_extension
+        headers = any(os.path.isfile(os.path.join(p, "torch/csrc/distributed/c10d/Work.hpp"))
+                      for p in cpp_extension.include_paths())
+        assert (reducer.torch._torch_c is not None) == headers
+        if headers:
+            work = dist.all_reduce(t, async_op=True)
+            assert type(work).__name__ == "Work", type(work)  # torch's, not TorchWork
+            work.wait()
     finally:
         dist.destroy_process_group()
