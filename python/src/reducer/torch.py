@@ -52,7 +52,9 @@ MIN, MAX, AVG (floating types), BAND, BOR, BXOR. Every collective is
 asynchronous: it returns its Work at once; the Work's get_future() returns at
 once a future completed when the collective ends (DDP's communication hooks
 and torch.futures chains overlap with computation), wait(timeout) honours
-its timeout, is_completed() never blocks (reducer._torch_work). Other
+its timeout, is_completed() never blocks (reducer._torch_work; an
+all_reduce of one contiguous CPU tensor runs in C++, reducer._torch_c,
+where the package has it). Other
 operations (point-to-point, reduce,
 gather, scatter, all_to_all, PREMUL_SUM) raise RuntimeError naming them.
 Tensors: CPU or CUDA (staged through host memory, after the work queued on
@@ -140,7 +142,9 @@ class ProcessGroupReducer(dist.ProcessGroup):
     """One torch process group as one Reducer job. Thread-safe as
     reducer.Client; collectives must be issued in the same order on every rank
     of the group (torch's rule). Every collective returns at once with a
-    TorchWork (see reducer._torch_work)."""
+    TorchWork (see reducer._torch_work), except an all_reduce that
+    reducer._torch_c takes, which returns its C++ work of the same
+    contract."""
 
     def __init__(self, client, job, rank, size):
         super().__init__(rank, size)
