@@ -50,6 +50,10 @@ ABSL_FLAG(int, iters, 20, "timed iterations per size");
 ABSL_FLAG(int, warmup, 3, "untimed iterations per size");
 ABSL_FLAG(bool, metric_sync, false, "run the metric-sync pattern instead");
 ABSL_FLAG(bool, in_place, false, "use AllReduceInPlace");
+ABSL_FLAG(bool, async, false,
+          "start each call with the async form (AllReduceAsync, or with "
+          "--in_place AllReduceInPlaceAsync) and wait for it at once, as "
+          "the torch backend does");
 ABSL_FLAG(int, split, 1,
           "K > 1: each step is K AllReduceAsync calls on 1/K of the tensor "
           "each, all in flight, then K waits");
@@ -207,6 +211,20 @@ int main(int argc, char** argv) {
         }
       } else if (fused > 1) {
         status = (*client)->AllReduceMany(many, ops).status();
+      } else if (absl::GetFlag(FLAGS_async) && absl::GetFlag(FLAGS_in_place)) {
+        status = (*client)
+                     ->AllReduceInPlaceAsync(
+                         reducer::MutableTensorView::Of<float>(absl::MakeSpan(data)),
+                         reducer::ReduceOp::kSum)
+                     ->Wait();
+      } else if (absl::GetFlag(FLAGS_async)) {
+        absl::StatusOr<reducer::Tensor> result =
+            (*client)
+                ->AllReduceAsync(reducer::TensorView::Of<float>(data),
+                                 reducer::ReduceOp::kSum)
+                ->Wait();
+        status = result.status();
+        if (status.ok() && i + 1 == warmup + iters) last = *std::move(result);
       } else if (absl::GetFlag(FLAGS_in_place)) {
         status = (*client)->AllReduceInPlace(
             reducer::MutableTensorView::Of<float>(absl::MakeSpan(data)),

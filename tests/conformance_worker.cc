@@ -63,7 +63,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
@@ -79,12 +78,8 @@
 #include "tests/closed_form.h"
 #include "tests/worker_script.h"
 #include "tests/process_harness.h"
+#include "tests/worker_flags.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "reducerd address");
-ABSL_FLAG(std::string, job, "", "job name, shared by the ranks of one job");
-ABSL_FLAG(int, rank, 0, "this process's rank");
-ABSL_FLAG(int, world_size, 1, "ranks in the job");
-ABSL_FLAG(int, timeout_s, 30, "ClientOptions::timeout in seconds");
 ABSL_FLAG(std::string, steps, "", "the script; see the file comment");
 ABSL_FLAG(std::string, scratch_dir, "", "a directory the ranks share");
 
@@ -820,13 +815,9 @@ int Run(const ClientOptions& options, const std::string& scratch_dir,
 }  // namespace reducer
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  reducer::ClientOptions options;
-  options.target = absl::GetFlag(FLAGS_target);
-  options.job = absl::GetFlag(FLAGS_job);
-  options.rank = absl::GetFlag(FLAGS_rank);
-  options.world_size = absl::GetFlag(FLAGS_world_size);
-  options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/30);
+  const reducer::ClientOptions options =
+      reducer::testing::WorkerClientOptions();
   if (options.job.empty()) {
     std::fprintf(stderr, "conformance_worker: --job is required\n");
     return 2;

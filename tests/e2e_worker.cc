@@ -53,7 +53,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -70,14 +69,10 @@
 #include "core/tensor.h"
 #include "tests/closed_form.h"
 #include "tests/process_harness.h"
+#include "tests/worker_flags.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "reducerd address");
-ABSL_FLAG(std::string, job, "", "job name, shared by the ranks of one job");
-ABSL_FLAG(int, rank, 0, "this process's rank");
-ABSL_FLAG(int, world_size, 1, "ranks in the job");
 ABSL_FLAG(std::string, scenario, "",
           "all_ops | determinism | metric_sync | async | duplicate_rank");
-ABSL_FLAG(int, timeout_s, 60, "ClientOptions::timeout, seconds");
 ABSL_FLAG(std::vector<std::string>, sizes,
           std::vector<std::string>({"0", "1", "7", "1000"}),
           "all_ops: element counts run for every op x dtype pair");
@@ -1272,12 +1267,7 @@ absl::Status RunDuplicateRankIntruder(const ClientOptions& options,
 // ---------------------------------------------------------------------------
 
 absl::Status Main() {
-  ClientOptions options;
-  options.target = absl::GetFlag(FLAGS_target);
-  options.job = absl::GetFlag(FLAGS_job);
-  options.rank = absl::GetFlag(FLAGS_rank);
-  options.world_size = absl::GetFlag(FLAGS_world_size);
-  options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  const ClientOptions options = WorkerClientOptions();
   const std::string scenario = absl::GetFlag(FLAGS_scenario);
   const std::string scratch_dir = absl::GetFlag(FLAGS_scratch_dir);
 
@@ -1326,10 +1316,11 @@ absl::Status Main() {
 }  // namespace reducer
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  const int rank = absl::GetFlag(FLAGS_rank);
-  if (absl::GetFlag(FLAGS_job).empty() || rank < 0 ||
-      rank >= absl::GetFlag(FLAGS_world_size)) {
+  reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/60);
+  const reducer::ClientOptions options =
+      reducer::testing::WorkerClientOptions();
+  const int rank = options.rank;
+  if (options.job.empty() || rank < 0 || rank >= options.world_size) {
     absl::FPrintF(stderr, "e2e_worker: need --job and 0 <= --rank < "
                           "--world_size\n");
     return 2;

@@ -68,7 +68,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -87,13 +86,8 @@
 #include "tests/closed_form.h"
 #include "tests/worker_script.h"
 #include "tests/process_harness.h"
+#include "tests/worker_flags.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "reducerd address");
-ABSL_FLAG(std::string, job, "", "job name, shared by the ranks of one job");
-ABSL_FLAG(int, rank, 0, "this process's rank");
-ABSL_FLAG(int, world_size, 1, "ranks in the job");
-ABSL_FLAG(int, timeout_s, 30,
-          "ClientOptions::timeout in seconds (Connect and default calls)");
 ABSL_FLAG(std::string, steps, "", "the script; see the file comment");
 ABSL_FLAG(std::string, scratch_dir, "",
           "a directory shared with the test, for file handshakes");
@@ -778,13 +772,8 @@ class Worker {
 }  // namespace reducer
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  reducer::ClientOptions options;
-  options.target = absl::GetFlag(FLAGS_target);
-  options.job = absl::GetFlag(FLAGS_job);
-  options.rank = absl::GetFlag(FLAGS_rank);
-  options.world_size = absl::GetFlag(FLAGS_world_size);
-  options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/30);
+  reducer::ClientOptions options = reducer::testing::WorkerClientOptions();
   reducer::TlsOptions tls;
   tls.ca_file = absl::GetFlag(FLAGS_tls_ca_file);
   tls.cert_file = absl::GetFlag(FLAGS_tls_cert_file);
