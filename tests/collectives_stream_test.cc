@@ -47,13 +47,8 @@ std::string Expected(const std::vector<int>& ranks, int64_t n, uint64_t seed) {
 // One whole call: float32 [n] SUM all-reduce number `sequence` of the job.
 v1::CollectiveRequest WholeCall(const RawSession& raw, uint64_t call_id,
                                 uint64_t sequence, int64_t n, std::string data) {
-  v1::CollectiveRequest m;
-  *m.mutable_header() = raw.Header(v1::COLLECTIVE_KIND_ALL_REDUCE);
+  v1::CollectiveRequest m = raw.AllReduceRequest({n});
   m.mutable_header()->set_sequence(sequence);
-  v1::TensorSpec* spec = m.mutable_header()->add_tensors();
-  spec->set_dtype(v1::DATA_TYPE_FLOAT32);
-  spec->set_op(v1::REDUCE_OP_SUM);
-  spec->add_shape(n);
   m.set_call_id(call_id);
   m.set_data(std::move(data));
   return m;

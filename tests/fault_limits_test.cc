@@ -244,13 +244,8 @@ TEST_F(LimitsTest, MessageOverTheReceiveLimit) {
   ASSERT_TRUE(WaitUntilOnlyRankMissing(server()->address(), job, 1,
                                        absl::Seconds(20)));
 
-  v1::CollectiveRequest header;
-  *header.mutable_header() = (*raw)->Header(v1::COLLECTIVE_KIND_ALL_REDUCE);
+  v1::CollectiveRequest header = (*raw)->AllReduceRequest({1048576});  // 4 MiB
   header.mutable_header()->set_timeout_ms(8000);
-  v1::TensorSpec* spec = header.mutable_header()->add_tensors();
-  spec->set_dtype(v1::DATA_TYPE_FLOAT32);
-  spec->set_op(v1::REDUCE_OP_SUM);
-  spec->add_shape(1048576);  // 4 MiB
   v1::CollectiveRequest huge;
   huge.set_offset(0);
   huge.set_data(std::string(size_t{4} << 20, '\0'));  // all of it at once

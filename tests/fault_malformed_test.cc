@@ -173,14 +173,6 @@ std::string RawPayload(int rank, int64_t n, uint64_t seed) {
   return std::string(bytes.begin(), bytes.end());
 }
 
-v1::TensorSpec Float32Spec(std::vector<int64_t> shape) {
-  v1::TensorSpec spec;
-  spec.set_dtype(v1::DATA_TYPE_FLOAT32);
-  spec.set_op(v1::REDUCE_OP_SUM);
-  for (int64_t d : shape) spec.add_shape(d);
-  return spec;
-}
-
 // One malformed contribution of the raw rank (rank 1 of 2) to the first
 // all-reduce of the job, for which rank 0 (a fault_worker) sends a valid
 // float32 [4].
@@ -205,10 +197,8 @@ void PrintTo(const RawCase& c, std::ostream* os) { *os << c.label; }
 v1::CollectiveRequest FirstMessage(const RawSession& raw,
                                    std::vector<int64_t> shape,
                                    std::string data) {
-  v1::CollectiveRequest m;
-  *m.mutable_header() = raw.Header(v1::COLLECTIVE_KIND_ALL_REDUCE);
+  v1::CollectiveRequest m = raw.AllReduceRequest(shape);
   m.mutable_header()->set_timeout_ms(kTimeoutMs);
-  *m.mutable_header()->add_tensors() = Float32Spec(std::move(shape));
   m.set_offset(0);
   m.set_data(std::move(data));
   return m;

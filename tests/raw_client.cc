@@ -115,6 +115,17 @@ v1::CollectiveHeader RawSession::Header(v1::CollectiveKind kind) const {
   return header;
 }
 
+v1::CollectiveRequest RawSession::AllReduceRequest(
+    const std::vector<int64_t>& shape) const {
+  v1::CollectiveRequest request;
+  *request.mutable_header() = Header(v1::COLLECTIVE_KIND_ALL_REDUCE);
+  v1::TensorSpec* spec = request.mutable_header()->add_tensors();
+  spec->set_dtype(v1::DATA_TYPE_FLOAT32);
+  spec->set_op(v1::REDUCE_OP_SUM);
+  for (int64_t d : shape) spec->add_shape(d);
+  return request;
+}
+
 RawCallResult RawSession::Call(
     const std::vector<v1::CollectiveRequest>& requests, absl::Duration timeout,
     bool half_close, bool many_calls) {

@@ -63,6 +63,12 @@ class RawSession {
   // timeout 10 s, a fresh attempt id); tests then break what they need.
   v1::CollectiveHeader Header(v1::CollectiveKind kind) const;
 
+  // The first request of this rank's next float32 SUM all-reduce of one
+  // tensor of `shape`: Header(ALL_REDUCE) and the tensor's spec, no data;
+  // tests set the sequence, call id, offset and data, or break what they
+  // need.
+  v1::CollectiveRequest AllReduceRequest(const std::vector<int64_t>& shape) const;
+
   // Runs one Collective stream on a channel of its own: writes `requests`
   // in order, half-closes unless `half_close` is false, reads every
   // response, and returns the final status. Writes stop at the first one
