@@ -26,9 +26,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/time.h"
-#include "core/doorbell.h"
-#include "core/fd_passing.h"
-#include "core/shared_segment.h"
+#include "core/shm/doorbell.h"
+#include "core/shm/fd_passing.h"
+#include "core/shm/shared_segment.h"
 
 ABSL_FLAG(int, round_trips, 5000, "timed round trips per round and way");
 ABSL_FLAG(int, rounds, 3, "rounds (each runs every way once)");

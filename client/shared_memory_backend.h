@@ -44,7 +44,7 @@
 #include "client/collective_backend.h"
 #include "client/shared_memory_handshake.h"
 #include "core/buffer_cache.h"
-#include "core/range_allocator.h"
+#include "core/shm/range_allocator.h"
 
 namespace reducer {
 

@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/fd_passing.h"
+#include "core/shm/fd_passing.h"
 #include "core/status_macros.h"
 
 namespace reducer {

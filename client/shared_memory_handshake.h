@@ -12,7 +12,7 @@
 // runs on another host or in another network namespace); reducerd's own
 // status when it refused (a wrong token, a session not holding the rank, a
 // nonce that differs: not the same memory); RESOURCE_EXHAUSTED naming the
-// limit when a segment does not fit (core/memory_room.h); DATA_LOSS when
+// limit when a segment does not fit (core/shm/memory_room.h); DATA_LOSS when
 // the result segment does not hold reducerd's nonce; DEADLINE_EXCEEDED.
 #ifndef REDUCER_CLIENT_SHARED_MEMORY_HANDSHAKE_H_
 #define REDUCER_CLIENT_SHARED_MEMORY_HANDSHAKE_H_
@@ -24,9 +24,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/client_options.h"
-#include "core/control_segment.h"
-#include "core/shared_segment.h"
-#include "core/unique_fd.h"
+#include "core/shm/control_segment.h"
+#include "core/shm/shared_segment.h"
+#include "core/shm/unique_fd.h"
 #include "proto/reducer/v1/reducer.pb.h"
 
 namespace reducer {

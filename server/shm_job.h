@@ -39,7 +39,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/doorbell.h"
+#include "core/shm/doorbell.h"
 #include "server/log.h"
 #include "server/rank_stream.h"
 #include "server/shm_results.h"

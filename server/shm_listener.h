@@ -45,7 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/unique_fd.h"
+#include "core/shm/unique_fd.h"
 #include "server/job_registry.h"
 #include "server/job_tokens.h"
 #include "server/log.h"

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <utility>
 
-#include "core/control_segment.h"
+#include "core/shm/control_segment.h"
 
 namespace reducer {
 namespace {

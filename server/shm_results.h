@@ -38,8 +38,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "core/range_allocator.h"
-#include "core/shared_segment.h"
+#include "core/shm/range_allocator.h"
+#include "core/shm/shared_segment.h"
 #include "server/shared_bytes.h"
 
 namespace reducer {

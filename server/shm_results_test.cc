@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "core/control_segment.h"
+#include "core/shm/control_segment.h"
 #include "gtest/gtest.h"
 
 namespace reducer {

@@ -1,4 +1,4 @@
-#include "core/fd_passing.h"
+#include "core/shm/fd_passing.h"
 
 #include <poll.h>
 #include <sys/socket.h>

@@ -1,7 +1,7 @@
 // ControlSegment's contract (control_segment.h): what Create writes is what
 // Adopt reads through the descriptor, both mappings share the rings, and
 // Adopt refuses a segment of another size, magic or version, naming which.
-#include "core/control_segment.h"
+#include "core/shm/control_segment.h"
 
 #include <unistd.h>
 
@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/mapped_bytes.h"
-#include "core/shared_segment.h"
+#include "core/shm/mapped_bytes.h"
+#include "core/shm/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "core/doorbell.h"
+#include "core/shm/doorbell.h"
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/shared_segment.h"
+#include "core/shm/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

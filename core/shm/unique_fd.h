@@ -1,8 +1,8 @@
 // UniqueFd: sole owner of one file descriptor, closed when the owner is
 // destroyed or reset. Move-only; -1 means "owns nothing". release() hands the
 // descriptor to the caller, who then closes it.
-#ifndef REDUCER_CORE_UNIQUE_FD_H_
-#define REDUCER_CORE_UNIQUE_FD_H_
+#ifndef REDUCER_CORE_SHM_UNIQUE_FD_H_
+#define REDUCER_CORE_SHM_UNIQUE_FD_H_
 
 namespace reducer {
 
@@ -29,4 +29,4 @@ class UniqueFd {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CORE_UNIQUE_FD_H_
+#endif  // REDUCER_CORE_SHM_UNIQUE_FD_H_

@@ -1,4 +1,4 @@
-#include "core/memory_room.h"
+#include "core/shm/memory_room.h"
 
 #include <filesystem>
 #include <fstream>

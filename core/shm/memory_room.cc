@@ -1,4 +1,4 @@
-#include "core/memory_room.h"
+#include "core/shm/memory_room.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -17,7 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "core/status_macros.h"
-#include "core/unique_fd.h"
+#include "core/shm/unique_fd.h"
 
 namespace reducer {
 namespace {

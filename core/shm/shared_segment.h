@@ -22,16 +22,16 @@
 // process that touches it first.
 // A segment owns its descriptor and its mapping: move-only; the destructor
 // unmaps and closes. Errors name what failed, the size and the errno text.
-#ifndef REDUCER_CORE_SHARED_SEGMENT_H_
-#define REDUCER_CORE_SHARED_SEGMENT_H_
+#ifndef REDUCER_CORE_SHM_SHARED_SEGMENT_H_
+#define REDUCER_CORE_SHM_SHARED_SEGMENT_H_
 
 #include <cstddef>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/memory_room.h"
-#include "core/unique_fd.h"
+#include "core/shm/memory_room.h"
+#include "core/shm/unique_fd.h"
 
 namespace reducer {
 
@@ -91,4 +91,4 @@ class SharedSegment {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CORE_SHARED_SEGMENT_H_
+#endif  // REDUCER_CORE_SHM_SHARED_SEGMENT_H_

@@ -1,4 +1,4 @@
-#include "core/doorbell.h"
+#include "core/shm/doorbell.h"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>

@@ -1,4 +1,4 @@
-#include "core/message_ring.h"
+#include "core/shm/message_ring.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "core/fd_passing.h"
+#include "core/shm/fd_passing.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/unique_fd.h"
+#include "core/shm/unique_fd.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -19,8 +19,8 @@
 // one exists but cannot be read or parsed.
 //
 // The answer is a snapshot: other processes may take the room afterwards.
-#ifndef REDUCER_CORE_MEMORY_ROOM_H_
-#define REDUCER_CORE_MEMORY_ROOM_H_
+#ifndef REDUCER_CORE_SHM_MEMORY_ROOM_H_
+#define REDUCER_CORE_SHM_MEMORY_ROOM_H_
 
 #include <cstddef>
 #include <string>
@@ -42,4 +42,4 @@ absl::Status CheckMemoryRoom(size_t bytes,
 
 }  // namespace reducer
 
-#endif  // REDUCER_CORE_MEMORY_ROOM_H_
+#endif  // REDUCER_CORE_SHM_MEMORY_ROOM_H_

@@ -22,8 +22,8 @@
 // what is published and the space before the buffer's end), and a
 // violation is DATA_LOSS naming what was wrong, never an access outside the
 // ring. One thread at a time may produce and one consume.
-#ifndef REDUCER_CORE_MESSAGE_RING_H_
-#define REDUCER_CORE_MESSAGE_RING_H_
+#ifndef REDUCER_CORE_SHM_MESSAGE_RING_H_
+#define REDUCER_CORE_SHM_MESSAGE_RING_H_
 
 #include <atomic>
 #include <cstddef>
@@ -34,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "core/doorbell.h"
+#include "core/shm/doorbell.h"
 
 namespace reducer {
 
@@ -95,4 +95,4 @@ class MessageRing {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CORE_MESSAGE_RING_H_
+#endif  // REDUCER_CORE_SHM_MESSAGE_RING_H_

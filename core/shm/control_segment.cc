@@ -1,4 +1,4 @@
-#include "core/control_segment.h"
+#include "core/shm/control_segment.h"
 
 #include <sys/random.h>
 
@@ -12,7 +12,7 @@ namespace reducer {
 namespace {
 
 constexpr char kMagic[8] = {'R', 'D', 'C', 'R', 'C', 'T', 'L', '1'};
-// 2: doorbell words carry a sleeper bit under the counter (core/doorbell.h);
+// 2: doorbell words carry a sleeper bit under the counter (core/shm/doorbell.h);
 // a version-1 peer would ring without clearing it and never wake a sleeper.
 constexpr uint32_t kVersion = 2;
 constexpr size_t kVersionOffset = 8;

@@ -38,8 +38,8 @@
 // (ENOSYS), it sleeps on the first word in slices of at most kFallbackSlice
 // and looks at every word between slices, so a ring on another word is seen
 // within a slice: slower, never lost.
-#ifndef REDUCER_CORE_DOORBELL_H_
-#define REDUCER_CORE_DOORBELL_H_
+#ifndef REDUCER_CORE_SHM_DOORBELL_H_
+#define REDUCER_CORE_SHM_DOORBELL_H_
 
 #include <atomic>
 #include <cstdint>
@@ -128,4 +128,4 @@ class Doorbell {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CORE_DOORBELL_H_
+#endif  // REDUCER_CORE_SHM_DOORBELL_H_

@@ -2,7 +2,7 @@
 // range 64-byte aligned and rounded up to 64 bytes, freed ranges merged with
 // free neighbours, and no two live ranges overlapping; checked against a
 // bitmap of 64-byte slots that computes first fit on its own.
-#include "core/range_allocator.h"
+#include "core/shm/range_allocator.h"
 
 #include <cstddef>
 #include <cstdint>

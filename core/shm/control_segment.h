@@ -12,16 +12,16 @@
 // Layout: bytes [0, 4096) hold the magic "RDCRCTL1", the layout version and
 // the 16-byte nonce; the request ring starts at 4096 and the response ring
 // right after it, each of MessageRing::kDefaultCapacity.
-#ifndef REDUCER_CORE_CONTROL_SEGMENT_H_
-#define REDUCER_CORE_CONTROL_SEGMENT_H_
+#ifndef REDUCER_CORE_SHM_CONTROL_SEGMENT_H_
+#define REDUCER_CORE_SHM_CONTROL_SEGMENT_H_
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/message_ring.h"
-#include "core/shared_segment.h"
+#include "core/shm/message_ring.h"
+#include "core/shm/shared_segment.h"
 
 namespace reducer {
 
@@ -61,4 +61,4 @@ std::string RandomBytes(size_t n);
 
 }  // namespace reducer
 
-#endif  // REDUCER_CORE_CONTROL_SEGMENT_H_
+#endif  // REDUCER_CORE_SHM_CONTROL_SEGMENT_H_

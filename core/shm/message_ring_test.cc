@@ -3,7 +3,7 @@
 // accepts once the consumer moves, and whatever the peer writes into the
 // header or the records is DATA_LOSS, never an access outside the ring (the
 // ring sits against an inaccessible page, so an overrun would fault).
-#include "core/message_ring.h"
+#include "core/shm/message_ring.h"
 
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/shared_segment.h"
+#include "core/shm/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -8,8 +8,8 @@
 // A message whose bytes or descriptors do not fit the receiver's limits is an
 // error, and every descriptor of it that arrived is closed, so nothing leaks.
 // EINTR is retried everywhere. Blocking or nonblocking sockets both work.
-#ifndef REDUCER_CORE_FD_PASSING_H_
-#define REDUCER_CORE_FD_PASSING_H_
+#ifndef REDUCER_CORE_SHM_FD_PASSING_H_
+#define REDUCER_CORE_SHM_FD_PASSING_H_
 
 #include <sys/types.h>
 
@@ -22,7 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "core/unique_fd.h"
+#include "core/shm/unique_fd.h"
 
 namespace reducer {
 
@@ -59,4 +59,4 @@ absl::StatusOr<PeerCredentials> PeerOf(int sock);
 
 }  // namespace reducer
 
-#endif  // REDUCER_CORE_FD_PASSING_H_
+#endif  // REDUCER_CORE_SHM_FD_PASSING_H_

@@ -1,4 +1,4 @@
-#include "core/shared_segment.h"
+#include "core/shm/shared_segment.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

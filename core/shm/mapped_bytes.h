@@ -3,8 +3,8 @@
 // segment's pages are faulted in.
 //
 //   absl::StatusOr<size_t> mapped = MappedBytes(segment.data());
-#ifndef REDUCER_CORE_MAPPED_BYTES_H_
-#define REDUCER_CORE_MAPPED_BYTES_H_
+#ifndef REDUCER_CORE_SHM_MAPPED_BYTES_H_
+#define REDUCER_CORE_SHM_MAPPED_BYTES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -52,4 +52,4 @@ inline absl::StatusOr<size_t> MappedBytes(const void* start) {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CORE_MAPPED_BYTES_H_
+#endif  // REDUCER_CORE_SHM_MAPPED_BYTES_H_

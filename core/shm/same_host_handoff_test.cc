@@ -18,9 +18,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/doorbell.h"
-#include "core/fd_passing.h"
-#include "core/shared_segment.h"
+#include "core/shm/doorbell.h"
+#include "core/shm/fd_passing.h"
+#include "core/shm/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

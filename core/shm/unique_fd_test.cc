@@ -1,4 +1,4 @@
-#include "core/unique_fd.h"
+#include "core/shm/unique_fd.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "core/range_allocator.h"
+#include "core/shm/range_allocator.h"
 
 #include <iterator>
 

@@ -1,4 +1,4 @@
-#include "core/shared_segment.h"
+#include "core/shm/shared_segment.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/mapped_bytes.h"
+#include "core/shm/mapped_bytes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/status_matchers.h"

@@ -8,8 +8,8 @@
 //   ranges.Free(*at);
 //
 // Thread-safe.
-#ifndef REDUCER_CORE_RANGE_ALLOCATOR_H_
-#define REDUCER_CORE_RANGE_ALLOCATOR_H_
+#ifndef REDUCER_CORE_SHM_RANGE_ALLOCATOR_H_
+#define REDUCER_CORE_SHM_RANGE_ALLOCATOR_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -48,4 +48,4 @@ class RangeAllocator {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CORE_RANGE_ALLOCATOR_H_
+#endif  // REDUCER_CORE_SHM_RANGE_ALLOCATOR_H_
