@@ -147,7 +147,6 @@ extension = Extension(
 )
 
 
-
 def torch_extension():
     """reducer._torch_c, the torch backend's all-reduce in C++, where the
     torch this Python imports has its C++ headers installed (Debian:

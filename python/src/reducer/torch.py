@@ -54,8 +54,7 @@ once a future completed when the collective ends (DDP's communication hooks
 and torch.futures chains overlap with computation), wait(timeout) honours
 its timeout, is_completed() never blocks (reducer._torch_work; an
 all_reduce of one contiguous CPU tensor runs in C++, reducer._torch_c,
-where the package has it). Other
-operations (point-to-point, reduce,
+where the package has it). Other operations (point-to-point, reduce,
 gather, scatter, all_to_all, PREMUL_SUM) raise RuntimeError naming them.
 Tensors: CPU or CUDA (staged through host memory, after the work queued on
 the current stream), contiguous, one per call.
