@@ -172,7 +172,8 @@ def torch_extension():
     abi = torch._C
     return Extension(
         "reducer._torch_c",
-        sources=[os.path.join("csrc", "torch", f) for f in ("native_work.cc", "torch_module.cc")],
+        sources=[os.path.join("csrc", "status_exception.cc")] + [
+            os.path.join("csrc", "torch", f) for f in ("native_work.cc", "torch_module.cc")],
         # torch's own pybind11 first where its wheel ships one.
         include_dirs=[root, os.path.join(root, "torch/csrc/api/include"), pybind11_include()],
         library_dirs=libdirs,

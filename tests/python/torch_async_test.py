@@ -29,13 +29,19 @@ def test_every_collective_returns_at_once_with_a_real_future(server, path):
               extra_env=torch_paths.env(path))
 
 
+def assert_identical_parameters(outputs):
+    """Every rank printed one parameter digest, and all are the same (each
+    rank checked its parameters against DDP on gloo itself)."""
+    digests = [re.findall(r"^params_sha256=(\w+)$", out, re.M) for out in outputs]
+    assert all(len(d) == 1 for d in digests), outputs
+    assert len({d[0] for d in digests}) == 1, digests
+
+
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("hook", ["none", "fp16", "bf16"])
 def test_ddp_matches_gloo_and_is_bit_identical_across_ranks(server, world, hook):
     outputs = run_ranks(WORKER, "ddp", world=world, target=server.target, args=[hook])
-    digests = [re.findall(r"^params_sha256=(\w+)$", out, re.M) for out in outputs]
-    assert all(len(d) == 1 for d in digests), outputs
-    assert len({d[0] for d in digests}) == 1, digests
+    assert_identical_parameters(outputs)
 
 
 def test_ddp_on_the_python_path(server):
@@ -43,8 +49,7 @@ def test_ddp_on_the_python_path(server):
     takes the backend's Python path (a package without reducer._torch_c)."""
     outputs = run_ranks(WORKER, "ddp", world=2, target=server.target, args=["fp16"],
                         extra_env=torch_paths.env("python"))
-    digests = [re.findall(r"^params_sha256=(\w+)$", out, re.M) for out in outputs]
-    assert len({d[0] for d in digests if len(d) == 1}) == 1, outputs
+    assert_identical_parameters(outputs)
 
 
 def test_readme_ddp_example_under_torchrun(server):

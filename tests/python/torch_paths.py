@@ -18,6 +18,8 @@ import os
 
 ENV = "REDUCER_TEST_TORCH_PATH"
 
+_chosen = None  # in a worker: the path choose() chose
+
 
 def native_available():
     """Whether the package under test carries reducer._torch_c."""
@@ -42,19 +44,22 @@ def choose():
     """In a worker: makes the backend take the path the test asked for (by
     default native where available); SystemExit when native was asked for
     and the package has none."""
+    global _chosen
     import reducer.torch
     path = os.environ.get(ENV, "native" if reducer.torch._torch_c else "python")
     if path == "python":
         reducer.torch._torch_c = None
     elif reducer.torch._torch_c is None:
         raise SystemExit(f"{ENV}=native but the package has no reducer._torch_c")
+    _chosen = path
     return path
 
 
 def check_work(work):
     """Asserts that an all_reduce work came from the path choose() chose."""
     from reducer._torch_work import TorchWork
-    path = os.environ.get(ENV)
-    if path is not None and isinstance(work, TorchWork) != (path == "python"):
-        raise AssertionError(f"{ENV}={path} but all_reduce returned a "
+    if _chosen is None:
+        raise AssertionError("torch_paths.check_work before torch_paths.choose")
+    if isinstance(work, TorchWork) != (_chosen == "python"):
+        raise AssertionError(f"the {_chosen} path was chosen but all_reduce returned a "
                              f"{type(work).__module__}.{type(work).__name__}")

@@ -49,7 +49,7 @@ void WorkCompleter::Loop(std::shared_ptr<Queue> queue) {
 NativeWork::NativeWork(at::Tensor tensor,
                        std::unique_ptr<NativePending> pending,
                        std::shared_ptr<WorkCompleter> completer,
-                       std::string what)
+                       std::shared_ptr<const std::string> what)
     : c10d::Work(-1, c10d::OpType::ALLREDUCE, "reducer:all_reduce"),
       tensor_(std::move(tensor)),
       pending_(std::move(pending)),
@@ -82,7 +82,7 @@ void NativeWork::Collect() {
   std::exception_ptr error;
   if (outcome.code != 0) {
     error = std::make_exception_ptr(
-        CollectiveError(outcome.code, std::move(outcome.message)));
+        StatusError(outcome.code, outcome.message));
   }
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::function<void()> record_end;
@@ -98,12 +98,14 @@ void NativeWork::Collect() {
   }
   if (record_end) record_end();
   cv_.notify_all();
-  if (future) {
-    if (error) {
-      future->setError(error);
-    } else {
-      future->markCompleted(c10::IValue(std::vector<at::Tensor>{tensor_}));
-    }
+  if (future) Settle(*future);
+}
+
+void NativeWork::Settle(c10::ivalue::Future& future) {
+  if (exception_) {
+    future.setError(exception_);
+  } else {
+    future.markCompleted(c10::IValue(std::vector<at::Tensor>{tensor_}));
   }
 }
 
@@ -136,9 +138,9 @@ bool NativeWork::wait(std::chrono::milliseconds timeout) {
     }
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-      throw CollectiveError(
+      throw StatusError(
           kDeadlineExceeded,
-          what_ + ": Work.wait(timeout=" + std::to_string(timeout.count()) +
+          *what_ + ": Work.wait(timeout=" + std::to_string(timeout.count()) +
               " ms) timed out before the collective ended (it goes on; a "
               "rank that never calls it fails it at the collective's own "
               "deadline)");
@@ -163,11 +165,7 @@ c10::intrusive_ptr<c10::ivalue::Future> NativeWork::getFuture() {
     claimed_ = true;
   }
   if (settle_now) {
-    if (exception_) {
-      future->setError(exception_);
-    } else {
-      future->markCompleted(c10::IValue(std::vector<at::Tensor>{tensor_}));
-    }
+    Settle(*future);
   } else if (hand_over) {
     completer_->Submit(
         c10::intrusive_ptr<NativeWork>::unsafe_reclaim_from_nonowning(this));

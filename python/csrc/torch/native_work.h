@@ -29,25 +29,13 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "python/csrc/native_api.h"
+#include "python/csrc/status_exception.h"
 
 namespace reducer::python {
-
-// A collective's failure on its way to Python, where the module's
-// translator raises `reducer._errors.error_for_code(code)(message)`.
-class CollectiveError : public std::runtime_error {
- public:
-  CollectiveError(int code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
-  int code() const { return code_; }
-
- private:
-  int code_;
-};
 
 class NativeWork;
 
@@ -87,9 +75,10 @@ class NativeWork : public c10d::Work {
  public:
   // `tensor` is the in-place all-reduce's buffer, which `pending` writes;
   // `what` names the collective and its group in errors ("all_reduce in job
-  // J (rank R)").
+  // J (rank R)"), shared by the group's works (made once, not per call).
   NativeWork(at::Tensor tensor, std::unique_ptr<NativePending> pending,
-             std::shared_ptr<WorkCompleter> completer, std::string what);
+             std::shared_ptr<WorkCompleter> completer,
+             std::shared_ptr<const std::string> what);
   ~NativeWork() override;
 
   // torch's Work API.
@@ -97,7 +86,7 @@ class NativeWork : public c10d::Work {
   bool isCompleted() override;
   std::vector<at::Tensor> result() override;
   // kNoTimeout (zero): until the collective ends. A positive timeout throws
-  // CollectiveError(DEADLINE_EXCEEDED) when it has not ended by then; the
+  // StatusError(DEADLINE_EXCEEDED) when it has not ended by then; the
   // collective itself goes on. Rethrows the collective's error.
   bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
@@ -109,11 +98,13 @@ class NativeWork : public c10d::Work {
  private:
   // True when the caller is now the one thread that collects.
   bool Claim();
+  // Completes `future` with the outcome (collected, final).
+  void Settle(c10::ivalue::Future& future);
 
   const at::Tensor tensor_;
   std::unique_ptr<NativePending> pending_;  // the collector's; null once done
   const std::shared_ptr<WorkCompleter> completer_;
-  const std::string what_;
+  const std::shared_ptr<const std::string> what_;
   // Guarded by the base's mutex_ (completed_ and exception_ too):
   bool claimed_ = false;
   c10::intrusive_ptr<c10::ivalue::Future> future_;

@@ -21,6 +21,7 @@
 
 #include "python/csrc/native_api.h"
 #include "python/csrc/released_gil.h"
+#include "python/csrc/status_exception.h"
 #include "python/csrc/torch/native_work.h"
 
 namespace reducer::python {
@@ -74,8 +75,10 @@ class Group {
  public:
   // `client` is a `_reducer.Client`; `where` names the group in errors
   // ("in job J (rank R)").
-  Group(const py::object& client, std::string where)
-      : where_(std::move(where)), completer_(std::make_shared<WorkCompleter>()) {
+  Group(const py::object& client, const std::string& where)
+      : all_reduce_what_(
+            std::make_shared<const std::string>("all_reduce " + where)),
+        completer_(std::make_shared<WorkCompleter>()) {
     connection_ = ImportNativeApi().connection_of(client.ptr());
     if (connection_ == nullptr) throw py::error_already_set();
   }
@@ -105,28 +108,15 @@ class Group {
                                               *dtype, *op, timeout_s);
     }
     c10::intrusive_ptr<c10d::Work> work = c10::make_intrusive<NativeWork>(
-        tensor, std::move(pending), completer_, "all_reduce " + where_);
+        tensor, std::move(pending), completer_, all_reduce_what_);
     return py::cast(work);
   }
 
  private:
-  const std::string where_;
+  const std::shared_ptr<const std::string> all_reduce_what_;
   const std::shared_ptr<WorkCompleter> completer_;
   std::unique_ptr<NativeConnection> connection_;
 };
-
-void RegisterCollectiveErrorTranslator() {
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const CollectiveError& e) {
-      py::object cls =
-          py::module_::import("reducer._errors").attr("error_for_code")(e.code());
-      py::object error = cls(py::str(e.what()));
-      PyErr_SetObject(cls.ptr(), error.ptr());
-    }
-  });
-}
 
 }  // namespace
 }  // namespace reducer::python
@@ -138,9 +128,9 @@ PYBIND11_MODULE(_torch_c, m) {
   // torch's types (Work, AllreduceOptions, tensors) are registered by
   // torch.distributed; it must be imported before they are cast.
   py::module_::import("torch.distributed");
-  reducer::python::RegisterCollectiveErrorTranslator();
+  reducer::python::RegisterStatusErrorTranslator();
   py::class_<Group>(m, "Group")
-      .def(py::init<const py::object&, std::string>(), py::arg("client"),
+      .def(py::init<const py::object&, const std::string&>(), py::arg("client"),
            py::arg("where"))
       .def("allreduce", &Group::AllReduce, py::arg("tensors"), py::arg("opts"));
 }

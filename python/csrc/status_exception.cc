@@ -1,6 +1,8 @@
-#include "python/csrc/status_error.h"
+#include "python/csrc/status_exception.h"
 
 #include <exception>
+
+#include "pybind11/pybind11.h"
 
 namespace reducer::python {
 
