@@ -69,7 +69,7 @@ FULL_SIZES = [4 * KiB * 4**i for i in range(8)]       # 4 KiB .. 64 MiB
 SMOKE_SIZES = [4 * KiB, 2 * MiB]
 REDUCERD_PORT = 50051
 GLOO_PORT = 29500
-# client/partition_plan.h's kMinPartitionBytes: no partition is cut smaller,
+# client/shards/partition_plan.h's kMinPartitionBytes: no partition is cut smaller,
 # so a collective of N bytes uses min(S, N / 1 MiB) shards (at least one).
 MIN_PARTITION_BYTES = 1 * MiB
 SUBNET = "10.77.0.0/24"  # tests/netns_harness.h's addresses

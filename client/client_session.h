@@ -29,11 +29,11 @@
 #include "client/client_options.h"
 #include "client/collective_attempt.h"
 #include "client/collective_backend.h"
-#include "client/completion_driver.h"
-#include "client/device_staging.h"
-#include "client/shard_link.h"
-#include "client/sharded_backend.h"
-#include "client/staging_backend.h"
+#include "client/shards/sharded_backend.h"
+#include "client/staging/device_staging.h"
+#include "client/staging/staging_backend.h"
+#include "client/transport/grpc/completion_driver.h"
+#include "client/transport/grpc/shard_link.h"
 #include "core/buffer_cache.h"
 #include "core/device.h"
 #include "core/fingerprint.h"
@@ -66,7 +66,7 @@ class PendingCollective {
   // came, asks reducerd for the result again (it may have been decided and
   // lost on the way), then retries the attempt where that is safe: the
   // session is intact (the retry carries the same attempt_id, so the server
-  // never counts it twice). See client/retry_policy.h.
+  // never counts it twice). See client/retry_sequence.h.
   absl::StatusOr<std::vector<Tensor>> Wait();
   // A call never waited for counts as settled (its result is not wanted).
   ~PendingCollective();
@@ -97,7 +97,7 @@ class ClientSession final {
  public:
   // Opens the channels and the Join stream of every shard; returns once the
   // job is ready on all of them. INVALID_ARGUMENT for a malformed target
-  // (client/shard_targets.h); a shard's failure names its address.
+  // (client/shards/shard_targets.h); a shard's failure names its address.
   static absl::StatusOr<std::unique_ptr<ClientSession>> Open(
       const ClientOptions& options);
   // As Open, moving device tensors through `staging` instead of this

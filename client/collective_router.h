@@ -13,16 +13,16 @@
 // (for tests that hold both transports to one contract, and for diagnosis).
 //
 // Where the next parts plug in, each as files of its own:
-// - Shards (built): ShardedBackend (client/sharded_backend.h) sits above
+// - Shards (built): ShardedBackend (client/shards/sharded_backend.h) sits above
 //   one router per reducerd shard; its Start cuts the contribution into
 //   the partitions every rank computes alike (or hashes a small one to one
 //   shard), starts each on its shard's router, and its attempt succeeds
 //   only when every partition did. One address is one router, as before.
-// - Same host (built): SharedMemoryBackend (client/shared_memory_backend.h),
+// - Same host (built): SharedMemoryBackend (client/transport/shm/shared_memory_backend.h),
 //   set with UseSharedMemory once Connect's handshake proved that reducerd
 //   maps the same memory; then every collective goes there first, and over
 //   gRPC only when it declines (its segment full, or its session over).
-// - CUDA device staging (built): StagingBackend (client/staging_backend.h)
+// - CUDA device staging (built): StagingBackend (client/staging/staging_backend.h)
 //   wraps the router, copying device inputs to host memory before Start
 //   and results back after Wait; the transports below never see device
 //   memory.

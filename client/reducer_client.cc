@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client_session.h"
-#include "client/device_staging.h"
+#include "client/staging/device_staging.h"
 #include "core/status_macros.h"
 
 namespace reducer {

@@ -1,6 +1,7 @@
 #include "core/payload_layout.h"
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -60,6 +61,18 @@ absl::StatusOr<PayloadLayout> ComputePayloadLayout(
   }
   layout.total_bytes = end;
   return layout;
+}
+
+void PackPayloadTo(const PayloadLayout& layout,
+                   const std::vector<const void*>& inputs, char* out) {
+  size_t pos = 0;
+  for (size_t i = 0; i < layout.offsets.size(); ++i) {
+    std::memset(out + pos, 0, layout.offsets[i] - pos);  // padding
+    if (layout.sizes[i] > 0) {
+      std::memcpy(out + layout.offsets[i], inputs[i], layout.sizes[i]);
+    }
+    pos = layout.offsets[i] + layout.sizes[i];
+  }
 }
 
 }  // namespace reducer

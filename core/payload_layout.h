@@ -57,6 +57,12 @@ void ForEachTensorPiece(const PayloadLayout& layout, size_t begin, size_t end,
 absl::StatusOr<PayloadLayout> ComputePayloadLayout(
     absl::Span<const TensorSpec> tensors);
 
+// Copies the tensors `inputs` (inputs[i] holds tensor i of `layout`) into
+// `out`, which holds layout.total_bytes, each at its offset, padding zeroed:
+// the packed payload in one piece.
+void PackPayloadTo(const PayloadLayout& layout,
+                   const std::vector<const void*>& inputs, char* out);
+
 }  // namespace reducer
 
 #endif  // REDUCER_CORE_PAYLOAD_LAYOUT_H_

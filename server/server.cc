@@ -9,7 +9,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/log.h"
-#include "server/server_credentials.h"
+#include "server/security/server_credentials.h"
 #include "server/version.h"
 
 namespace reducer {
@@ -57,8 +57,9 @@ Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
                         : std::make_unique<GrpcServerMetrics>(
                               &prometheus_->registry(), ServedMethods())),
       tokens_(std::move(tokens)),
-      service_(&registry_, options_.max_concurrent_calls, metrics_,
-               grpc_metrics_.get(), tokens_.get()),
+      door_(&registry_, metrics_, tokens_.get()),
+      service_(&door_, options_.max_concurrent_calls, metrics_,
+               grpc_metrics_.get()),
       admin_(&registry_, &memory_, kReducerVersion, &serving_,
              tokens_.get()) {}
 
@@ -72,7 +73,7 @@ void Server::RegisterServices(grpc::ServerBuilder& builder) {
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
         interceptors;
     // The Reducer service's reactors count their own calls (see
-    // server/grpc_server_metrics.h for why).
+    // server/metrics/grpc_server_metrics.h for why).
     interceptors.push_back(grpc_metrics_->MakeInterceptorFactory(
         {v1::Reducer::service_full_name()}));
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -139,7 +140,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   if (o.shared_memory) {
     // Before serving, so that every JobReady names the socket.
     absl::StatusOr<std::unique_ptr<SharedMemoryListener>> listener =
-        SharedMemoryListener::Start(&server->registry_, &server->service_,
+        SharedMemoryListener::Start(&server->registry_, &server->door_,
                                     &server->log_, o.chunk_bytes);
     if (listener.ok()) {
       server->shm_listener_ = *std::move(listener);

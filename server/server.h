@@ -18,20 +18,21 @@
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
-#include "server/admin_service.h"
-#include "server/chunk_pool.h"
-#include "server/grpc_server_metrics.h"
-#include "server/job_registry.h"
+#include "server/engine/chunk_pool.h"
+#include "server/engine/memory_budget.h"
+#include "server/engine/thread_pool.h"
+#include "server/engine/timer_queue.h"
+#include "server/grpc/admin_service.h"
+#include "server/grpc/reducer_service.h"
+#include "server/jobs/job_door.h"
+#include "server/jobs/job_registry.h"
 #include "server/log.h"
-#include "server/job_tokens.h"
-#include "server/memory_budget.h"
-#include "server/metrics_sink.h"
-#include "server/prometheus_metrics.h"
-#include "server/reducer_service.h"
+#include "server/metrics/grpc_server_metrics.h"
+#include "server/metrics/metrics_sink.h"
+#include "server/metrics/prometheus_metrics.h"
+#include "server/security/job_tokens.h"
 #include "server/server_options.h"
-#include "server/shm_listener.h"
-#include "server/thread_pool.h"
-#include "server/timer_queue.h"
+#include "server/shm/shared_memory_listener.h"
 
 namespace reducer {
 
@@ -93,6 +94,8 @@ class Server {
   // Null when metrics are off; outlives the gRPC server and its reactors.
   const std::unique_ptr<GrpcServerMetrics> grpc_metrics_;
   const std::unique_ptr<JobTokens> tokens_;  // null: no tokens required
+  // How both transports enter the jobs.
+  JobDoor door_;
   ReducerService service_;
   // False once Shutdown began. Atomic: read by Admin calls without mu_.
   std::atomic<bool> serving_{true};

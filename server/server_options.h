@@ -36,7 +36,7 @@ struct ServerOptions {
   int max_concurrent_calls = 4096;  // Collective and Collectives streams open at once
   size_t memory_budget_bytes = size_t{2} << 30;  // staged and result chunks
   // Room, apart from memory_budget_bytes, for results kept until a later
-  // call acknowledges their receipt (server/kept_results.h); 0: none kept.
+  // call acknowledges their receipt (server/engine/kept_results.h); 0: none kept.
   size_t kept_results_bytes = size_t{64} << 20;
   // Reductions of chunks at least this large run on the reduction pool
   // rather than the gRPC thread that received the last contribution.

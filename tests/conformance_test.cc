@@ -5,8 +5,8 @@
 // There are three client transports, the suite's parameter:
 //   default        over gRPC (REDUCER_SHARED_MEMORY=off): a collective whose
 //                  payload fits one chunk goes on the shared Collectives
-//                  stream (reducerd's MultiplexedStream), a larger one on a
-//                  Collective stream of its own (RankStream);
+//                  stream (reducerd's CollectivesReactor), a larger one on a
+//                  Collective stream of its own (CollectiveReactor);
 //   per_call       also REDUCER_CLIENT_TRANSPORT=per_call: every collective
 //                  on a stream of its own;
 //   shared_memory  REDUCER_SHARED_MEMORY=required: the same-host path

@@ -1,10 +1,10 @@
 // Sharded reducerd: ClientOptions::target naming several reducerd shards
-// (client/shard_targets.h), with real processes: three reducerd daemons on
+// (client/shards/shard_targets.h), with real processes: three reducerd daemons on
 // loopback and W = 4 rank processes.
 //
 // - Every collective kind (both forms, the async forms, named and by call
 //   order, every op x dtype pair, payloads below 1 MiB and of several MiB,
-//   which client/partition_plan.h cuts over the shards) runs once with one
+//   which client/shards/partition_plan.h cuts over the shards) runs once with one
 //   shard and once with three: every result equals the closed form
 //   (conformance_worker's check=ok), the digests of the result bytes of the
 //   two runs are equal step by step, and with three shards every shard

@@ -30,7 +30,7 @@ done
 classes='Client|MetricSync|CollectiveHandle|AllReduceHandle|AllReduceInPlaceHandle|TensorView|MutableTensorView|Tensor|Device|BufferCache|BufferDeleter'
 functions='operator<<|NumElements|NumBytes|ShapeToString|DataTypeSize|DataTypeName|ReduceOpName|IsFloatingPoint|CheckOpSupported|DataTypeFromWire|ReduceOpFromWire|DataTypeToWire|ReduceOpToWire|AllocateBuffer'
 public="^reducer::(($classes)::|($functions)(\\(|\\[abi))"
-internal='^(grpc|grpc_|gpr_|google::|absl::|std::|reducer::v1::|reducer::ClientSession|reducer::CollectiveCall|reducer::SmallCallStream|reducer::CompletionDriver|reducer::Fingerprint)'
+internal='^(grpc|grpc_|gpr_|google::|absl::|std::|reducer::v1::|reducer::ClientSession|reducer::CollectiveRpc|reducer::CollectivesRpc|reducer::CompletionDriver|reducer::Fingerprint)'
 
 symbols=$(nm -D --defined-only "$library" | c++filt) || {
   fail "nm -D --defined-only $library failed"; symbols=""; }

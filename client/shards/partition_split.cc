@@ -1,0 +1,209 @@
+#include "client/shards/partition_split.h"
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/data_type.h"
+#include "core/fingerprint.h"
+#include "core/payload_layout.h"
+#include "proto/reducer/v1/wire_conversion.h"
+
+namespace reducer {
+namespace {
+
+// The header's tensors, or nullopt when one does not convert.
+std::optional<std::vector<TensorSpec>> DeclaredTensors(
+    const v1::CollectiveHeader& header) {
+  std::vector<TensorSpec> specs;
+  specs.reserve(header.tensors_size());
+  for (int i = 0; i < header.tensors_size(); ++i) {
+    absl::StatusOr<TensorSpec> spec =
+        TensorSpecFromWire(header.tensors(i), /*with_op=*/true, "tensors", i);
+    if (!spec.ok() || !NumBytes(spec->dtype, spec->shape).ok()) return std::nullopt;
+    specs.push_back(*std::move(spec));
+  }
+  return specs;
+}
+
+// A copy of `whole` declaring `tensors` (read from `inputs`) instead.
+Contribution PartOf(const Contribution& whole, const std::vector<TensorSpec>& tensors,
+                    std::vector<const void*> inputs) {
+  Contribution part;
+  part.header = whole.header;
+  part.header.clear_tensors();
+  for (const TensorSpec& t : tensors) *part.header.add_tensors() = TensorSpecToWire(t);
+  // The specs come from a layout that was valid whole, so pieces of it are.
+  part.layout = *ComputePayloadLayout(tensors);
+  part.inputs = std::move(inputs);
+  part.send_payload = whole.send_payload;
+  part.deadline = whole.deadline;
+  part.device = whole.device;
+  part.cuda_stream = whole.cuda_stream;
+  return part;
+}
+
+SplitCollective Whole(const Contribution& whole, int shard) {
+  SplitCollective split;
+  split.whole = true;
+  split.parts.emplace_back();
+  split.parts[0].shard = shard;
+  split.parts[0].contribution = whole;
+  return split;
+}
+
+SplitCollective SplitAllReduce(const Contribution& whole,
+                               const std::vector<TensorSpec>& tensors,
+                               int shards, uint64_t key,
+                               size_t min_partition_bytes) {
+  std::vector<ReducePartition> plan =
+      PlanAllReduce(tensors, shards, key, min_partition_bytes);
+  if (plan.size() == 1) return Whole(whole, plan[0].shard);
+  SplitCollective split;
+  split.whole = false;
+  split.parts.resize(plan.size());
+  for (size_t k = 0; k < plan.size(); ++k) {
+    std::vector<TensorSpec> specs;
+    std::vector<const void*> inputs;
+    for (const TensorPiece& piece : plan[k].pieces) {
+      const TensorSpec& source = tensors[piece.tensor];
+      specs.push_back(TensorSpec{source.dtype, {piece.count}, source.op});
+      inputs.push_back(static_cast<const unsigned char*>(whole.inputs[piece.tensor]) +
+                       piece.begin * DataTypeSize(source.dtype));
+    }
+    PartitionContribution& part = split.parts[k];
+    part.shard = plan[k].shard;
+    part.pieces = std::move(plan[k].pieces);
+    part.contribution = PartOf(whole, specs, std::move(inputs));
+  }
+  return split;
+}
+
+SplitCollective SplitReduceScatter(const Contribution& whole,
+                                   const TensorSpec& input, int shards,
+                                   uint64_t key, size_t min_partition_bytes) {
+  const int group = whole.header.group_size();
+  const int64_t elements = *NumElements(input.shape);
+  std::vector<ScatterPartition> plan =
+      PlanReduceScatter(input, group, shards, key, min_partition_bytes);
+  if (plan.size() == 1) return Whole(whole, plan[0].shard);
+  const size_t es = DataTypeSize(input.dtype);
+  const int64_t slice = elements / group;
+  const unsigned char* source = static_cast<const unsigned char*>(whole.inputs[0]);
+  SplitCollective split;
+  split.whole = false;
+  split.parts.resize(plan.size());
+  for (size_t k = 0; k < plan.size(); ++k) {
+    PartitionContribution& part = split.parts[k];
+    part.shard = plan[k].shard;
+    part.begin = plan[k].begin;
+    part.count = plan[k].count;
+    const size_t piece_bytes = part.count * es;
+    part.gathered.reset(new unsigned char[group * piece_bytes + 1]);
+    for (int g = 0; g < group; ++g) {
+      std::memcpy(part.gathered.get() + g * piece_bytes,
+                  source + (g * slice + part.begin) * es, piece_bytes);
+    }
+    const TensorSpec spec{input.dtype, {group * part.count}, input.op};
+    part.contribution = PartOf(whole, {spec}, {part.gathered.get()});
+  }
+  return split;
+}
+
+absl::Status WrongShape(size_t part, const Tensor& got, int64_t want) {
+  return absl::InternalError(absl::StrCat(
+      "partition ", part, " came back with ", got.num_elements(),
+      " elements where its shard was sent ", want));
+}
+
+}  // namespace
+
+SplitCollective SplitContribution(const Contribution& whole, int shards,
+                                  size_t min_partition_bytes) {
+  const v1::CollectiveHeader& header = whole.header;
+  const std::vector<int> group(header.group().begin(), header.group().end());
+  const uint64_t key = CollectiveKeyHash(header.name(), group, header.sequence());
+  const int whole_shard = ShardForKey(key, shards);
+  absl::StatusOr<CollectiveKind> kind = CollectiveKindFromWire(header.kind());
+  if (!kind.ok() || shards <= 1 || !whole.send_payload) {
+    return Whole(whole, whole_shard);
+  }
+  std::optional<std::vector<TensorSpec>> tensors = DeclaredTensors(header);
+  if (!tensors.has_value() || whole.inputs.size() != tensors->size()) {
+    return Whole(whole, whole_shard);
+  }
+  switch (*kind) {
+    case CollectiveKind::kAllReduce:
+      if (tensors->empty()) break;
+      return SplitAllReduce(whole, *tensors, shards, key, min_partition_bytes);
+    case CollectiveKind::kReduceScatter: {
+      if (tensors->size() != 1 || header.group_size() < 1) break;
+      const TensorSpec& input = (*tensors)[0];
+      if (input.shape.empty() || input.shape[0] % header.group_size() != 0) break;
+      return SplitReduceScatter(whole, input, shards, key, min_partition_bytes);
+    }
+    default:
+      break;
+  }
+  return Whole(whole, whole_shard);
+}
+
+absl::StatusOr<std::vector<Tensor>> JoinPartitionResults(
+    const Contribution& whole, const SplitCollective& split,
+    std::vector<std::vector<Tensor>>* results,
+    const std::shared_ptr<BufferCache>& buffers) {
+  if (split.whole) return std::move((*results)[0]);
+  std::optional<std::vector<TensorSpec>> tensors = DeclaredTensors(whole.header);
+  absl::StatusOr<CollectiveKind> kind = CollectiveKindFromWire(whole.header.kind());
+  if (!tensors.has_value() || !kind.ok()) {
+    return absl::InternalError("a split collective's header no longer converts");
+  }
+  if (*kind == CollectiveKind::kReduceScatter) {
+    const TensorSpec& input = (*tensors)[0];
+    std::vector<int64_t> shape = input.shape;
+    shape[0] /= whole.header.group_size();
+    Tensor out = Tensor::Uninitialized(input.dtype, shape, buffers);
+    const size_t es = DataTypeSize(input.dtype);
+    for (size_t k = 0; k < split.parts.size(); ++k) {
+      const PartitionContribution& part = split.parts[k];
+      const std::vector<Tensor>& got = (*results)[k];
+      if (got.size() != 1 || got[0].num_elements() != part.count) {
+        return got.empty() ? absl::InternalError(absl::StrCat(
+                                 "partition ", k, " came back with no tensor"))
+                           : WrongShape(k, got[0], part.count);
+      }
+      std::memcpy(static_cast<unsigned char*>(out.mutable_data()) + part.begin * es,
+                  got[0].data(), part.count * es);
+    }
+    std::vector<Tensor> joined;
+    joined.push_back(std::move(out));
+    return joined;
+  }
+  std::vector<Tensor> joined;
+  joined.reserve(tensors->size());
+  for (const TensorSpec& t : *tensors) {
+    joined.push_back(Tensor::Uninitialized(t.dtype, t.shape, buffers));
+  }
+  for (size_t k = 0; k < split.parts.size(); ++k) {
+    const PartitionContribution& part = split.parts[k];
+    const std::vector<Tensor>& got = (*results)[k];
+    if (got.size() != part.pieces.size()) {
+      return absl::InternalError(absl::StrCat(
+          "partition ", k, " came back with ", got.size(), " tensors where ",
+          part.pieces.size(), " were sent"));
+    }
+    for (size_t p = 0; p < part.pieces.size(); ++p) {
+      const TensorPiece& piece = part.pieces[p];
+      if (got[p].num_elements() != piece.count) return WrongShape(k, got[p], piece.count);
+      const size_t es = DataTypeSize((*tensors)[piece.tensor].dtype);
+      std::memcpy(static_cast<unsigned char*>(joined[piece.tensor].mutable_data()) +
+                      piece.begin * es,
+                  got[p].data(), piece.count * es);
+    }
+  }
+  return joined;
+}
+
+}  // namespace reducer

@@ -1,0 +1,71 @@
+// The partition plan (client/shards/partition_plan.h) applied to one contribution:
+// the contributions this rank sends to its shards, and the whole result put
+// back together from theirs.
+//
+//   SplitCollective split = SplitContribution(contribution, shards);
+//   for (PartitionContribution& part : split.parts) {
+//     part.contribution.header.set_epoch(epoch of shard part.shard);
+//     ... send part.contribution to part.shard, collect its result ...
+//   }
+//   absl::StatusOr<std::vector<Tensor>> whole =
+//       JoinPartitionResults(contribution, split, &results, buffers);
+//
+// An AllReduce partition declares one 1-D tensor per piece of a source
+// tensor it covers and reads those bytes from caller memory in place. A
+// ReduceScatter partition declares one 1-D tensor of group x count elements
+// gathered (copied) from every rank-slice of the input. A collective the plan
+// keeps whole is sent as it is, to one shard.
+//
+// Pure functions; thread-safe.
+#ifndef REDUCER_CLIENT_SHARDS_PARTITION_SPLIT_H_
+#define REDUCER_CLIENT_SHARDS_PARTITION_SPLIT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/collective_attempt.h"
+#include "client/shards/partition_plan.h"
+#include "core/buffer_cache.h"
+#include "core/tensor.h"
+
+namespace reducer {
+
+// One partition: what goes to one shard, and where its result belongs.
+struct PartitionContribution {
+  int shard = 0;
+  // Its header is the whole collective's (job, group, sequence or name,
+  // attempt id) with the partition's tensors; its inputs point into the
+  // caller's memory or into `gathered`.
+  Contribution contribution;
+  std::vector<TensorPiece> pieces;  // AllReduce: the source pieces, in order
+  int64_t begin = 0;                // ReduceScatter: elements of the slice
+  int64_t count = 0;
+  std::unique_ptr<unsigned char[]> gathered;  // ReduceScatter's input
+};
+
+struct SplitCollective {
+  bool whole = true;  // parts[0] is the contribution unchanged
+  std::vector<PartitionContribution> parts;  // one at least
+};
+
+// The plan of `whole` over `shards` >= 1 shards, its key hashed from the
+// header's name, or group and sequence. A header the plan cannot read (an
+// unknown kind or dtype, a ReduceScatter input that does not divide among
+// the group) is kept whole, for its shard to refuse with reducerd's message.
+SplitCollective SplitContribution(const Contribution& whole, int shards,
+                                  size_t min_partition_bytes = kMinPartitionBytes);
+
+// The whole collective's result from `results` (results[k]: part k's),
+// moved out of them. INTERNAL when a part's result is not the shape its
+// partition declares.
+absl::StatusOr<std::vector<Tensor>> JoinPartitionResults(
+    const Contribution& whole, const SplitCollective& split,
+    std::vector<std::vector<Tensor>>* results,
+    const std::shared_ptr<BufferCache>& buffers);
+
+}  // namespace reducer
+
+#endif  // REDUCER_CLIENT_SHARDS_PARTITION_SPLIT_H_

@@ -1,0 +1,222 @@
+#include "client/shards/partition_split.h"
+
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "core/data_type.h"
+#include "core/fingerprint.h"
+#include "core/payload_layout.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/reducer/v1/wire_conversion.h"
+
+namespace reducer {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+// A contribution of `tensors` read from `inputs`, for a group of `group`
+// ranks, sequence `sequence`.
+Contribution ContributionOf(CollectiveKind kind, const std::vector<TensorSpec>& tensors,
+                            std::vector<const void*> inputs, int group = 4,
+                            uint64_t sequence = 7) {
+  Contribution c;
+  c.header.set_job("j");
+  c.header.set_kind(static_cast<v1::CollectiveKind>(CollectiveKindToWire(kind)));
+  for (int r = 0; r < group; ++r) c.header.add_group(r);
+  c.header.set_sequence(sequence);
+  c.header.set_attempt_id("s/1");
+  for (const TensorSpec& t : tensors) *c.header.add_tensors() = TensorSpecToWire(t);
+  c.layout = *ComputePayloadLayout(tensors);
+  c.inputs = std::move(inputs);
+  return c;
+}
+
+// What a shard answers one rank alone: its partition's tensors, unchanged.
+std::vector<Tensor> EchoOf(const Contribution& part) {
+  std::vector<Tensor> out;
+  for (int i = 0; i < part.header.tensors_size(); ++i) {
+    TensorSpec spec = *TensorSpecFromWire(part.header.tensors(i), true, "t", i);
+    Tensor t(spec.dtype, spec.shape);
+    std::memcpy(t.mutable_data(), part.inputs[i], t.num_bytes());
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+TEST(PartitionSplitTest, SmallCollectiveGoesWholeToTheShardOfItsKey) {
+  std::vector<float> x(1000, 1.0f);
+  Contribution c = ContributionOf(CollectiveKind::kAllReduce,
+                                  {{DataType::kFloat32, {1000}, ReduceOp::kSum}},
+                                  {x.data()});
+  SplitCollective split = SplitContribution(c, 3);
+  ASSERT_TRUE(split.whole);
+  ASSERT_EQ(split.parts.size(), 1u);
+  const std::vector<int> group = {0, 1, 2, 3};
+  EXPECT_EQ(split.parts[0].shard, ShardForKey(CollectiveKeyHash("", group, 7), 3));
+  EXPECT_EQ(split.parts[0].contribution.header.SerializeAsString(),
+            c.header.SerializeAsString());
+  EXPECT_EQ(split.parts[0].contribution.inputs[0], x.data());
+}
+
+TEST(PartitionSplitTest, SmallCollectivesSpreadOverEveryShard) {
+  std::vector<float> x(16, 1.0f);
+  std::set<int> used;
+  for (uint64_t seq = 0; seq < 64; ++seq) {
+    Contribution c = ContributionOf(CollectiveKind::kAllReduce,
+                                    {{DataType::kFloat32, {16}, ReduceOp::kSum}},
+                                    {x.data()}, 4, seq);
+    used.insert(SplitContribution(c, 4).parts[0].shard);
+  }
+  EXPECT_EQ(used, (std::set<int>{0, 1, 2, 3}));
+}
+
+TEST(PartitionSplitTest, AllReduceOfManyTensorsCutsAndJoinsBackByteForByte) {
+  std::vector<float> a(1000 * 300);
+  std::vector<int64_t> b(5);
+  std::vector<double> c(600000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = -static_cast<int64_t>(i) * 1000003;
+  for (size_t i = 0; i < c.size(); ++i) c[i] = 1.0 / (i + 1);
+  const std::vector<TensorSpec> specs = {
+      {DataType::kFloat32, {1000, 300}, ReduceOp::kSum},
+      {DataType::kInt64, {5}, ReduceOp::kMax},
+      {DataType::kFloat64, {600000}, ReduceOp::kMin}};
+  Contribution whole = ContributionOf(CollectiveKind::kAllReduce, specs,
+                                      {a.data(), b.data(), c.data()});
+  SplitCollective split = SplitContribution(whole, 3, kMiB);
+  ASSERT_FALSE(split.whole);
+  ASSERT_EQ(split.parts.size(), 3u);
+  std::set<int> shards;
+  size_t bytes = 0;
+  for (const PartitionContribution& part : split.parts) {
+    shards.insert(part.shard);
+    const v1::CollectiveHeader& h = part.contribution.header;
+    EXPECT_EQ(h.sequence(), 7u);
+    EXPECT_EQ(h.attempt_id(), "s/1");
+    ASSERT_EQ(h.tensors_size(), static_cast<int>(part.pieces.size()));
+    for (int i = 0; i < h.tensors_size(); ++i) {
+      EXPECT_EQ(h.tensors(i).shape_size(), 1);  // every piece is 1-D
+      EXPECT_EQ(h.tensors(i).op(), TensorSpecToWire(specs[part.pieces[i].tensor]).op());
+    }
+    bytes += part.contribution.layout.total_bytes;
+  }
+  EXPECT_EQ(shards.size(), 3u);  // one partition per shard
+  // Near-equal: no partition above 40 % of the bytes.
+  for (const PartitionContribution& part : split.parts) {
+    EXPECT_LT(part.contribution.layout.total_bytes, bytes * 2 / 5);
+  }
+  std::vector<std::vector<Tensor>> results;
+  for (const PartitionContribution& part : split.parts) {
+    results.push_back(EchoOf(part.contribution));
+  }
+  absl::StatusOr<std::vector<Tensor>> joined =
+      JoinPartitionResults(whole, split, &results, nullptr);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  ASSERT_EQ(joined->size(), 3u);
+  EXPECT_EQ((*joined)[0].shape(), (std::vector<int64_t>{1000, 300}));
+  EXPECT_EQ(std::memcmp((*joined)[0].data(), a.data(), a.size() * 4), 0);
+  EXPECT_EQ(std::memcmp((*joined)[1].data(), b.data(), b.size() * 8), 0);
+  EXPECT_EQ(std::memcmp((*joined)[2].data(), c.data(), c.size() * 8), 0);
+}
+
+TEST(PartitionSplitTest, ReduceScatterPartitionsReduceToTheClosedForm) {
+  constexpr int kRanks = 4;
+  constexpr int64_t kRows = 4 * 100000;  // dim 0: 100000 rows per rank
+  constexpr int64_t kCols = 3;
+  const TensorSpec spec{DataType::kFloat32, {kRows, kCols}, ReduceOp::kSum};
+  std::vector<std::vector<float>> inputs(kRanks, std::vector<float>(kRows * kCols));
+  for (int q = 0; q < kRanks; ++q) {
+    for (size_t i = 0; i < inputs[q].size(); ++i) {
+      inputs[q][i] = static_cast<float>((q + 1) * 1000 + i % 997);
+    }
+  }
+  std::vector<Contribution> wholes;
+  std::vector<SplitCollective> splits;
+  for (int q = 0; q < kRanks; ++q) {
+    wholes.push_back(ContributionOf(CollectiveKind::kReduceScatter, {spec},
+                                    {inputs[q].data()}));
+  }
+  for (int q = 0; q < kRanks; ++q) splits.push_back(SplitContribution(wholes[q], 3, kMiB));
+  ASSERT_FALSE(splits[0].whole);
+  const size_t parts = splits[0].parts.size();
+  ASSERT_EQ(parts, 3u);
+  const int64_t slice = kRows * kCols / kRanks;
+  for (int r = 0; r < kRanks; ++r) {
+    // Each shard's reduce-scatter for rank r: sum over the ranks of piece r
+    // of their gathered partition input.
+    std::vector<std::vector<Tensor>> results;
+    for (size_t k = 0; k < parts; ++k) {
+      const int64_t count = splits[0].parts[k].count;
+      Tensor t(DataType::kFloat32, {count});
+      float* out = static_cast<float*>(t.mutable_data());
+      for (int64_t e = 0; e < count; ++e) {
+        float sum = 0;
+        for (int q = 0; q < kRanks; ++q) {
+          ASSERT_EQ(splits[q].parts[k].count, count);
+          const float* g =
+              static_cast<const float*>(splits[q].parts[k].contribution.inputs[0]);
+          sum += g[r * count + e];
+        }
+        out[e] = sum;
+      }
+      results.push_back({});
+      results.back().push_back(std::move(t));
+    }
+    absl::StatusOr<std::vector<Tensor>> joined =
+        JoinPartitionResults(wholes[r], splits[r], &results, nullptr);
+    ASSERT_TRUE(joined.ok()) << joined.status();
+    ASSERT_EQ((*joined)[0].shape(), (std::vector<int64_t>{kRows / kRanks, kCols}));
+    const float* got = static_cast<const float*>((*joined)[0].data());
+    for (int64_t e = 0; e < slice; ++e) {
+      float want = 0;
+      for (int q = 0; q < kRanks; ++q) want += inputs[q][r * slice + e];
+      ASSERT_EQ(got[e], want) << "rank " << r << " element " << e;
+    }
+  }
+}
+
+TEST(PartitionSplitTest, AllGatherBroadcastAndBarrierGoWhole) {
+  std::vector<float> x(4 * kMiB / 4);
+  for (CollectiveKind kind : {CollectiveKind::kAllGather, CollectiveKind::kBroadcast}) {
+    Contribution c = ContributionOf(
+        kind, {{DataType::kFloat32, {static_cast<int64_t>(x.size())}, ReduceOp::kSum}},
+        {x.data()});
+    EXPECT_TRUE(SplitContribution(c, 4, kMiB).whole);
+  }
+  Contribution barrier = ContributionOf(CollectiveKind::kBarrier, {}, {});
+  EXPECT_TRUE(SplitContribution(barrier, 4, kMiB).whole);
+}
+
+TEST(PartitionSplitTest, ReduceScatterThatDoesNotDivideGoesWholeForItsShardToRefuse) {
+  std::vector<float> x(4 * kMiB / 4 + 1);
+  Contribution c = ContributionOf(
+      CollectiveKind::kReduceScatter,
+      {{DataType::kFloat32, {static_cast<int64_t>(x.size())}, ReduceOp::kSum}},
+      {x.data()});
+  EXPECT_TRUE(SplitContribution(c, 4, kMiB).whole);
+}
+
+TEST(PartitionSplitTest, ResultOfTheWrongSizeIsAnInternalError) {
+  std::vector<float> x(3 * kMiB / 4);
+  Contribution whole = ContributionOf(
+      CollectiveKind::kAllReduce,
+      {{DataType::kFloat32, {static_cast<int64_t>(x.size())}, ReduceOp::kSum}},
+      {x.data()});
+  SplitCollective split = SplitContribution(whole, 3, kMiB);
+  ASSERT_EQ(split.parts.size(), 3u);
+  std::vector<std::vector<Tensor>> results;
+  for (const PartitionContribution& part : split.parts) {
+    results.push_back(EchoOf(part.contribution));
+  }
+  results[1][0] = Tensor(DataType::kFloat32, {3});
+  absl::StatusOr<std::vector<Tensor>> joined =
+      JoinPartitionResults(whole, split, &results, nullptr);
+  EXPECT_EQ(joined.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(joined.status().message(), ::testing::HasSubstr("partition 1"));
+}
+
+}  // namespace
+}  // namespace reducer

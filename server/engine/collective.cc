@@ -1,0 +1,589 @@
+#include "server/engine/collective.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/payload_layout.h"
+#include "server/log.h"
+
+namespace reducer {
+namespace {
+
+size_t TotalBytes(const std::vector<TensorSpec>& tensors) {
+  absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(tensors);
+  return layout.ok() ? layout->total_bytes : 0;  // validated by the caller
+}
+
+}  // namespace
+
+Collective::Collective(CollectiveEnv env, CollectiveLabel label,
+                       std::string description, std::vector<int> group,
+                       absl::Duration timeout)
+    : env_(env),
+      label_(std::move(label)),
+      description_(std::move(description)),
+      group_(std::move(group)),
+      timeout_(timeout),
+      created_(absl::Now()),
+      ranks_(group_.size()) {}
+
+Collective::~Collective() {
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < ranks_.size(); ++i) ReleaseMemory(i);
+  StopKeeping();
+  for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
+}
+
+void Collective::StartTimers() {
+  std::weak_ptr<Collective> weak = weak_from_this();
+  absl::MutexLock lock(&mu_);
+  timer_ids_.push_back(env_.timers->Schedule(created_ + timeout_ / 2, [weak] {
+    if (auto self = weak.lock()) self->OnStallTimer();
+  }));
+  timer_ids_.push_back(env_.timers->Schedule(created_ + timeout_, [weak] {
+    if (auto self = weak.lock()) self->OnDeadline();
+  }));
+}
+
+int Collective::IndexOf(int rank) const {
+  auto it = std::lower_bound(group_.begin(), group_.end(), rank);
+  return (it != group_.end() && *it == rank) ? static_cast<int>(it - group_.begin())
+                                             : -1;
+}
+
+bool Collective::all_attached() const {
+  absl::MutexLock lock(&mu_);
+  return attached_ == static_cast<int>(group_.size());
+}
+
+bool Collective::done() const {
+  absl::MutexLock lock(&mu_);
+  return done_;
+}
+
+void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
+                        Fingerprint fp, const std::string& attempt_id) {
+  absl::MutexLock lock(&mu_);
+  const int index = IndexOf(rank);
+  if (index < 0) {
+    // Only named collectives meet across groups: the groups disagree.
+    // A collective failed before any rank attached has no reference rank.
+    const std::string first =
+        reference_rank_ >= 0 ? absl::StrCat("rank ", reference_rank_, " sent")
+                             : std::string("the collective's group is");
+    const absl::Status status = absl::FailedPreconditionError(absl::StrCat(
+        description_, ": mismatched groups: ", first, " [",
+        absl::StrJoin(group_, ","), "], rank ", rank, " sent [",
+        absl::StrJoin(fp.group, ","), "]"));
+    channel->Fail(status);
+    FailLocked(status, {reference_rank_, rank});
+    return;
+  }
+  RankState& m = ranks_[index];
+  if (m.attached) {
+    if (!attempt_id.empty() && attempt_id == m.attempt_id && !done_ &&
+        m.received == 0 && !m.header_sent) {
+      // A retry of a contribution whose first call moved no data: the new
+      // call takes its place and nothing is counted twice.
+      m.channel->Fail(absl::AbortedError(
+          absl::StrCat(description_, ": rank ", rank,
+                       "'s contribution was replaced by its retry")));
+      m.channel = std::move(channel);
+      return;
+    }
+    if (!attempt_id.empty() && attempt_id == m.attempt_id) {
+      channel->Fail(absl::AbortedError(absl::StrCat(
+          description_, ": rank ", rank,
+          " retried after its first attempt had already moved data; the "
+          "collective cannot be resumed, so it is not counted twice")));
+      return;
+    }
+    channel->Fail(absl::FailedPreconditionError(absl::StrCat(
+        description_, ": rank ", rank,
+        " contributed twice; a name must not be reused while a collective "
+        "of that name is in flight")));
+    return;
+  }
+  m.attached = true;
+  m.channel = std::move(channel);
+  m.attempt_id = attempt_id;
+  ++attached_;
+  if (done_) {
+    m.channel->Fail(failure_);
+    return;
+  }
+  if (!Agree(rank, fp)) return;
+  const bool sends_data =
+      fp.kind != CollectiveKind::kBroadcast || rank == fp.root;
+  m.input_bytes = sends_data ? TotalBytes(fp.tensors) : 0;
+  m.fp = std::move(fp);
+
+  // Reserve the worst case this rank can make the server hold before
+  // accepting any of its payload.
+  const size_t reserve = strategy_->Reservation(m.input_bytes);
+  if (!env_.memory->TryReserve(reserve)) {
+    FailLocked(absl::ResourceExhaustedError(absl::StrCat(
+        description_, ": the server's memory budget of ",
+        env_.memory->limit(), " bytes (--memory_budget_bytes) is exhausted: ",
+        env_.memory->used(), " bytes in use, rank ", rank, " needs ", reserve,
+        " more; retry later or raise the limit")), {rank});
+    env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                 RefusedLimit::kMemoryBudgetBytes);
+    return;
+  }
+  m.reserved = reserve;
+  if (attached_ == static_cast<int>(group_.size())) OnAllAttached();
+}
+
+bool Collective::Agree(int rank, const Fingerprint& fp) {
+  if (!has_reference_ || attached_ == 1) {
+    reference_ = fp;
+    reference_rank_ = rank;
+    has_reference_ = true;
+    // No other rank is attached, so nothing is staged yet.
+    strategy_ = MakeKindStrategy(fp.kind, static_cast<int>(group_.size()),
+                                 env_.options->chunk_bytes,
+                                 env_.options->window, env_.chunks);
+    return true;
+  }
+  absl::Status agree = CheckAgreement(reference_rank_, reference_, rank, fp);
+  if (!agree.ok()) {
+    FailLocked(absl::FailedPreconditionError(
+                   absl::StrCat(description_, ": ", agree.message())),
+               {reference_rank_, rank});
+    return false;
+  }
+  if (reference_.tensors.empty() && !fp.tensors.empty()) {
+    reference_ = fp;  // Broadcast: the first rank that names a tensor
+    reference_rank_ = rank;
+  }
+  return true;
+}
+
+void Collective::OnAllAttached() {
+  all_headers_ = true;
+  result_specs_ = std::make_shared<const std::vector<TensorSpec>>(
+      strategy_->PlanResult(reference_, ranks_));
+  StartKeeping();
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (ranks_[i].output_bytes == 0) {
+      SendTo(i, 0, {});
+      MaybeFinish(i);
+    }
+  }
+  strategy_->OnAllAttached(*this);
+  ResumeReaders();
+}
+
+bool Collective::OnData(int rank, uint64_t offset, Payload data) {
+  std::vector<StagedChunk> ready;
+  std::shared_ptr<KindStrategy> strategy;
+  bool may_read;
+  {
+    absl::MutexLock lock(&mu_);
+    const int index = IndexOf(rank);
+    RankState& m = ranks_[index];
+    if (done_) return false;
+    if (offset != m.received) {
+      FailLocked(absl::InvalidArgumentError(absl::StrCat(
+          description_, ": rank ", rank, " sent payload bytes at offset ",
+          offset, ", expected offset ", m.received,
+          " (chunks must come in order)")));
+      return false;
+    }
+    if (data.size() > m.input_bytes - m.received) {
+      FailLocked(absl::InvalidArgumentError(absl::StrCat(
+          description_, ": rank ", rank, " sent ", m.received + data.size(),
+          " payload bytes or more, but its tensors (",
+          m.fp.tensors.empty() ? std::string("none")
+                               : DescribeTensor(m.fp.tensors[0]),
+          m.fp.tensors.size() > 1 ? ", ..." : "", ") hold ", m.input_bytes,
+          m.input_bytes == 0 ? " (a non-root rank sends no broadcast payload)"
+                             : "")));
+      return false;
+    }
+    if (data.size() > 0) {
+      m.received += data.size();
+      strategy_->Accept(index, m, offset, std::move(data), all_headers_, *this,
+                        &ready);
+    }
+    MaybeFinish(index);
+    may_read = MayRead(index);
+    if (!may_read) m.read_paused = true;
+    strategy = strategy_;
+  }
+  for (StagedChunk& chunk : ready) {
+    ScheduleReduction(strategy, std::move(chunk));
+  }
+  return may_read;
+}
+
+void Collective::ScheduleReduction(std::shared_ptr<KindStrategy> strategy,
+                                   StagedChunk chunk) {
+  if (chunk.bytes < env_.options->offload_bytes) {
+    ReduceChunk(*strategy, std::move(chunk));
+    return;
+  }
+  auto shared_chunk = std::make_shared<StagedChunk>(std::move(chunk));
+  env_.reduction_pool->Schedule(
+      [self = shared_from_this(), strategy, shared_chunk] {
+        self->ReduceChunk(*strategy, std::move(*shared_chunk));
+      });
+}
+
+void Collective::ReduceChunk(const KindStrategy& strategy, StagedChunk chunk) {
+  const size_t index = chunk.index;
+  absl::StatusOr<SharedBytes> result = strategy.Reduce(std::move(chunk));
+
+  absl::MutexLock lock(&mu_);
+  strategy_->OnChunkReduced();
+  for (size_t i = 0; i < ranks_.size(); ++i) ReleaseIfDone(i);
+  if (done_) return;
+  if (!result.ok()) {
+    FailLocked(absl::Status(result.status().code(),
+                            absl::StrCat(description_, ": ",
+                                         result.status().message())));
+    return;
+  }
+  strategy_->Deliver(index, *std::move(result), *this);
+  ResumeReaders();
+}
+
+void Collective::SendTo(int index, uint64_t offset,
+                        std::vector<SharedBytes> data) {
+  RankState& m = ranks_[index];
+  if (m.cut_off && !m.keeping) return;  // nobody to send it to
+  ResultMessage message;
+  message.offset = offset;
+  if (!m.header_sent) message.result_specs = result_specs_;
+  m.header_sent = true;
+  for (const SharedBytes& s : data) m.sent += s.size();
+  message.data = std::move(data);
+  if (m.keeping) {
+    // Shares the bytes, unless a client lent them.
+    ResultMessage kept;
+    kept.offset = message.offset;
+    kept.result_specs = message.result_specs;
+    for (const SharedBytes& piece : message.data) {
+      kept.data.push_back(Keepable(piece));
+    }
+    m.kept.push_back(std::move(kept));
+  }
+  const bool last = IsComplete(m);
+  if (m.cut_off) {
+    // Kept for a replay of the call that was cut off.
+    if (last) MarkFinished(index);
+    return;
+  }
+  // The last write completes with the call (no OnWriteDone), so it is not
+  // counted as pending.
+  if (!last) ++m.pending_writes;
+  m.channel->Send(std::move(message), last);
+  if (last) MarkFinished(index);
+}
+
+bool Collective::IsComplete(const RankState& m) const {
+  // A rank is done once it has its whole result and has sent its whole
+  // payload (a ReduceScatter rank may get its slice before it sent all).
+  return !m.finished && all_headers_ && m.header_sent &&
+         m.sent == m.output_bytes && m.received == m.input_bytes;
+}
+
+void Collective::MarkFinished(int index) {
+  RankState& m = ranks_[index];
+  if (m.keeping) {
+    env_.kept->Keep(m.attempt_id, group_[index], m.fp.tensors,
+                    std::move(m.kept), m.output_bytes);
+    m.keeping = false;
+    m.kept.clear();
+  }
+  m.finished = true;
+  ReleaseIfDone(index);
+  if (++finished_ == static_cast<int>(ranks_.size())) {
+    done_ = true;
+    ReportEnd(absl::StatusCode::kOk);
+    for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
+    timer_ids_.clear();
+  }
+}
+
+void Collective::StartKeeping() {
+  if (env_.kept == nullptr) return;
+  for (RankState& m : ranks_) {
+    m.keeping = !m.attempt_id.empty() && env_.kept->Reserve(m.output_bytes);
+  }
+}
+
+void Collective::StopKeeping() {
+  for (RankState& m : ranks_) {
+    if (!m.keeping) continue;
+    env_.kept->Unreserve(m.output_bytes);
+    m.keeping = false;
+    m.kept.clear();
+  }
+}
+
+void Collective::ReleaseIfDone(int index) {
+  const RankState& m = ranks_[index];
+  if (m.finished && m.reserved > 0 && !strategy_->HoldsBytesOf(index)) {
+    ReleaseMemory(index);
+  }
+}
+
+bool Collective::MayRead(int index) const {
+  if (done_ || strategy_ == nullptr) return false;
+  return strategy_->MayRead(index, ranks_, all_headers_);
+}
+
+void Collective::ResumeReaders() {
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    RankState& m = ranks_[i];
+    if (m.read_paused && MayRead(i)) {
+      m.read_paused = false;
+      m.channel->ResumeReading();
+    }
+  }
+}
+
+void Collective::MaybeFinish(int index) {
+  RankState& m = ranks_[index];
+  if (!IsComplete(m)) return;
+  m.channel->FinishWhenSent();
+  MarkFinished(index);
+}
+
+void Collective::ReleaseMemory(int index) {
+  RankState& m = ranks_[index];
+  env_.memory->Release(m.reserved);
+  m.reserved = 0;
+}
+
+void Collective::OnWriteDone(int rank) {
+  absl::MutexLock lock(&mu_);
+  RankState& m = ranks_[IndexOf(rank)];
+  // A call a replay replaced may still report its last writes.
+  if (m.pending_writes > 0) --m.pending_writes;
+  ResumeReaders();
+}
+
+void Collective::OnInputEnd(int rank) {
+  absl::MutexLock lock(&mu_);
+  const RankState& m = ranks_[IndexOf(rank)];
+  if (done_ || m.received == m.input_bytes) return;
+  FailLocked(absl::InvalidArgumentError(absl::StrCat(
+      description_, ": rank ", rank, " closed its stream after ", m.received,
+      " of ", m.input_bytes, " payload bytes")));
+}
+
+absl::Status Collective::Resume(int rank, const std::string& attempt_id,
+                                const std::vector<TensorSpec>& declared,
+                                std::shared_ptr<RankChannel> channel) {
+  absl::MutexLock lock(&mu_);
+  const int index = IndexOf(rank);
+  const std::string what = absl::StrCat(description_, ": rank ", rank,
+                                        "'s attempt ", attempt_id);
+  if (index < 0 || done_ || !ranks_[index].attached ||
+      ranks_[index].attempt_id != attempt_id || !ranks_[index].keeping ||
+      ranks_[index].finished) {
+    return absl::NotFoundError(
+        absl::StrCat(what, " has no result being kept to resume"));
+  }
+  RankState& m = ranks_[index];
+  if (declared != m.fp.tensors) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " is replayed declaring other tensors than it did (",
+        DescribeTensors(declared), "; it declared ", DescribeTensors(m.fp.tensors),
+        ")"));
+  }
+  if (!m.cut_off) {
+    // Its client gave that call up (its connection broke) before reducerd
+    // saw it end: the replay takes its place.
+    m.channel->Fail(absl::AbortedError(
+        absl::StrCat(what, "'s call was replaced by its replay")));
+  }
+  m.cut_off = false;
+  m.channel = std::move(channel);
+  m.pending_writes = 0;
+  // Not the last message: a whole result was handed to KeptResults.
+  for (const ResultMessage& sent : m.kept) {
+    ++m.pending_writes;
+    m.channel->Send(sent, /*last=*/false);
+  }
+  const int ranks[] = {rank};
+  env_.log->Log({LogSeverity::kInfo, "result_resumed",
+                 absl::StrCat(what, " asked again for its result: ",
+                              m.kept.size(), " messages sent again, the rest "
+                              "follows as it is made"),
+                 label_.job, label_.epoch, label_.name, ranks});
+  return absl::OkStatus();
+}
+
+bool Collective::HasFinished(int rank) const {
+  absl::MutexLock lock(&mu_);
+  const int index = IndexOf(rank);
+  return index >= 0 && ranks_[index].finished;
+}
+
+void Collective::OnRankCancelled(int rank, const RankChannel* channel) {
+  absl::MutexLock lock(&mu_);
+  if (done_) return;
+  RankState& m = ranks_[IndexOf(rank)];
+  if (m.channel.get() != channel) return;  // a retry already replaced it
+  if (!all_headers_ && m.received == 0) {
+    // Nothing of this rank's was used yet: forget the contribution.
+    ReleaseMemory(IndexOf(rank));
+    m = RankState();
+    --attached_;
+    return;
+  }
+  const std::string why = absl::StrCat(
+      description_, ": rank ", rank,
+      "'s call was cancelled (it timed out, gave up, or lost its connection)");
+  if (AllInputInLocked()) {
+    if (m.finished) return;  // all of its result was queued already
+    const int ranks[] = {rank};
+    env_.log->Log({LogSeverity::kWarning, "rank_cut_off",
+                   absl::StrCat(why, " after every input was in; the other "
+                                     "ranks get their result",
+                                m.keeping ? ", and its own is kept for a replay"
+                                          : ""),
+                   label_.job, label_.epoch, label_.name, ranks});
+    m.cut_off = true;
+    m.pending_writes = 0;
+    // Without keeping, it counts as finished now; else once its whole
+    // result is collected (SendTo).
+    if (!m.keeping) MarkFinished(IndexOf(rank));
+    return;
+  }
+  FailLocked(absl::AbortedError(why), {rank});
+}
+
+void Collective::Fail(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  FailLocked(status);
+}
+
+void Collective::FailUnlessDecided(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (AllInputInLocked()) return;
+  FailLocked(status);
+}
+
+bool Collective::AllInputInLocked() const {
+  if (!all_headers_) return false;
+  for (const RankState& m : ranks_) {
+    if (m.received != m.input_bytes) return false;
+  }
+  return true;
+}
+
+void Collective::ReportEnd(absl::StatusCode outcome) {
+  uint64_t bytes_in = 0, bytes_out = 0;
+  for (const RankState& m : ranks_) {
+    bytes_in += m.received;
+    bytes_out += m.sent;
+  }
+  env_.metrics->CollectiveEnded(label_.kind, outcome, absl::Now() - created_,
+                                bytes_in, bytes_out);
+}
+
+void Collective::FailLocked(const absl::Status& status,
+                            std::vector<int> ranks) {
+  if (done_) return;
+  done_ = true;
+  failure_ = status;
+  ReportEnd(status.code());
+  const std::string message = status.ToString();
+  env_.log->Log({LogSeverity::kWarning, "collective_failed", message,
+                 label_.job, label_.epoch, label_.name,
+                 ranks.empty() ? absl::Span<const int>(group_)
+                               : absl::Span<const int>(ranks)});
+  // Memory first: by the time any rank learns of the failure, every
+  // reservation is back in the budget.
+  for (size_t i = 0; i < ranks_.size(); ++i) ReleaseMemory(i);
+  StopKeeping();
+  for (RankState& m : ranks_) {
+    if (m.attached && !m.finished && !m.cut_off) m.channel->Fail(status);
+  }
+  if (strategy_ != nullptr) strategy_->Clear();
+  for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
+  timer_ids_.clear();
+}
+
+std::vector<int> Collective::AbsentRanks() const {
+  std::vector<int> absent;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (!ranks_[i].attached) absent.push_back(group_[i]);
+  }
+  return absent;
+}
+
+std::optional<CollectiveSnapshot> Collective::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  if (done_) return std::nullopt;
+  CollectiveSnapshot s;
+  s.name = label_.name;
+  s.kind = label_.kind;
+  s.group = group_;
+  s.missing_ranks = AbsentRanks();
+  s.age = absl::Now() - created_;
+  s.stalled = stalled_;
+  return s;
+}
+
+std::string Collective::MissingRanks() const {
+  std::vector<int> absent, present;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    (ranks_[i].attached ? present : absent).push_back(group_[i]);
+  }
+  if (!absent.empty()) {
+    return absl::StrCat(absent.size() == 1 ? "rank " : "ranks ",
+                        absl::StrJoin(absent, ","), " never arrived (",
+                        present.empty() ? std::string("no rank")
+                                        : absl::StrCat("ranks ",
+                                                       absl::StrJoin(present, ",")),
+                        " waited)");
+  }
+  std::vector<std::string> slow;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    const RankState& m = ranks_[i];
+    if (m.received < m.input_bytes) {
+      slow.push_back(absl::StrCat("rank ", group_[i], " sent ", m.received,
+                                  " of ", m.input_bytes, " bytes"));
+    } else if (!m.finished) {
+      slow.push_back(absl::StrCat("rank ", group_[i], " has received ",
+                                  m.sent, " of ", m.output_bytes,
+                                  " result bytes"));
+    }
+  }
+  return absl::StrCat("every rank arrived but payload is missing: ",
+                      absl::StrJoin(slow, "; "));
+}
+
+void Collective::OnStallTimer() {
+  absl::MutexLock lock(&mu_);
+  if (done_) return;
+  stalled_ = true;
+  if (label_.kind.has_value()) env_.metrics->CollectiveStalled(*label_.kind);
+  const std::string message = absl::StrCat(
+      description_, " stalled for ", absl::FormatDuration(absl::Now() - created_),
+      ": ", MissingRanks(), "; it fails at the timeout of ",
+      absl::FormatDuration(timeout_));
+  const std::vector<int> absent = AbsentRanks();
+  env_.log->Log({LogSeverity::kWarning, "collective_stalled", message,
+                 label_.job, label_.epoch, label_.name, absent});
+}
+
+void Collective::OnDeadline() {
+  absl::MutexLock lock(&mu_);
+  if (done_) return;
+  FailLocked(absl::DeadlineExceededError(
+                 absl::StrCat(description_, " timed out after ",
+                              absl::FormatDuration(timeout_), ": ",
+                              MissingRanks())),
+             AbsentRanks());
+}
+
+}  // namespace reducer

@@ -1,0 +1,259 @@
+// Collective: one matched collective of a job, the rendezvous of its group's
+// contributions and the engine that turns them into each rank's result.
+// Transport-free: bytes come in as a Payload and go out as SharedBytes
+// through each rank's RankChannel; what differs by kind is a KindStrategy
+// (server/engine/kind_strategy.h) chosen once, when the first rank attaches.
+//
+// Protocol, step by step:
+//  1. Each rank's call attaches with its fingerprint. The first attach
+//     creates the Collective and starts its timers; every later attach is
+//     checked against the reference fingerprint (the first, or for
+//     Broadcast the first that carries a tensor). A disagreement fails the
+//     collective for every rank at once.
+//  2. Before accepting any payload of a rank, the Collective reserves the
+//     most its kind can make reducerd hold for it in the memory budget;
+//     without room, the collective fails with RESOURCE_EXHAUSTED.
+//  3. Payload bytes arrive per rank in order (OnData) and go to the kind's
+//     strategy: staged per chunk and reduced once every rank's part is in
+//     (AllReduce, ReduceScatter; large chunks on the reduction pool), or
+//     forwarded as received once every header is in (AllGather, Broadcast),
+//     or none at all (Barrier).
+//  4. A rank's call finishes OK once all of its result bytes are queued
+//     and written, and its reservation is released once nothing of it is
+//     held any more. The first message carries the result specs.
+//  5. Back-pressure: a rank's call stops reading when the strategy says so
+//     (chunks staged or messages queued reach `window`); the Collective
+//     resumes it as chunks are reduced and writes complete. Memory is thus
+//     bounded by 2 x ranks x window x chunk (staged in plus queued out),
+//     whatever the tensor size.
+//  6. Timers: at half the timeout a stall warning names the ranks still
+//     missing; at the timeout every rank gets DEADLINE_EXCEEDED naming them.
+//
+// Thread-safe: all state is under mu_. Lock order: Collective::mu_ before a
+// RankChannel's own lock; channels call in without holding theirs.
+#ifndef REDUCER_SERVER_ENGINE_COLLECTIVE_H_
+#define REDUCER_SERVER_ENGINE_COLLECTIVE_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/fingerprint.h"
+#include "server/engine/chunk_pool.h"
+#include "server/engine/kept_results.h"
+#include "server/engine/kind_strategy.h"
+#include "server/engine/memory_budget.h"
+#include "server/engine/rank_channel.h"
+#include "server/engine/shared_bytes.h"
+#include "server/engine/thread_pool.h"
+#include "server/engine/timer_queue.h"
+#include "server/log.h"
+#include "server/metrics/metrics_sink.h"
+#include "server/server_options.h"
+
+namespace reducer {
+
+// What a Collective needs from the server; every pointer outlives it.
+struct CollectiveEnv {
+  const ServerOptions* options;
+  ThreadPool* reduction_pool;
+  TimerQueue* timers;
+  MemoryBudget* memory;
+  ChunkPool* chunks;  // chunk_bytes() == options->chunk_bytes
+  MetricsSink* metrics;  // the null sink when metrics are off
+  const Logger* log;
+  // The server-wide room for kept results (--kept_results_bytes); null:
+  // results are not kept. Each Job makes its own `kept` from it.
+  MemoryBudget* kept_memory = nullptr;
+  // Where each rank's whole result is kept until its receipt is
+  // acknowledged (server/engine/kept_results.h); null: results are not kept.
+  std::shared_ptr<KeptResults> kept;
+};
+
+// Who a collective is, for logs, metrics and status reports.
+struct CollectiveLabel {
+  std::string job;
+  uint64_t epoch = 0;
+  std::string name;  // `allreduce "step7"`, `allreduce #12`
+  // Unknown for a collective failed before a well-formed header named it.
+  std::optional<CollectiveKind> kind;
+};
+
+// A collective not yet done, as a status report shows it.
+struct CollectiveSnapshot {
+  std::string name;                   // as CollectiveLabel::name
+  std::optional<CollectiveKind> kind;
+  std::vector<int> group;             // global ranks taking part
+  std::vector<int> missing_ranks;     // in the group, not yet arrived
+  absl::Duration age;                 // since the first rank arrived
+  bool stalled = false;               // past its stall warning
+};
+
+class Collective final : public std::enable_shared_from_this<Collective>,
+                         private KindStrategy::Output {
+ public:
+  // `description` names it in messages: `allreduce "step7" in job j1`.
+  // `group` holds the sorted global ranks taking part.
+  Collective(CollectiveEnv env, CollectiveLabel label, std::string description,
+             std::vector<int> group, absl::Duration timeout);
+  ~Collective();
+  Collective(const Collective&) = delete;
+  Collective& operator=(const Collective&) = delete;
+
+  // Starts the stall and deadline timers. Call once, right after creation.
+  void StartTimers();
+
+  // Adds `rank`'s contribution (its fingerprint must already be valid on
+  // its own). On a mismatch with the reference, fails the collective for
+  // everyone (this rank included, through `channel`). A rank attaching a
+  // second time is failed with FAILED_PRECONDITION, unless `attempt_id`
+  // matches its first attach (a retry after the first stream was lost),
+  // which is answered ABORTED if the first attempt already moved data.
+  void Attach(std::shared_ptr<RankChannel> channel, int rank, Fingerprint fp,
+              const std::string& attempt_id);
+
+  // `rank`'s payload bytes [offset, offset + data.size()). Returns true if
+  // the channel may read its next message now, false if it must wait for
+  // ResumeReading(). Out-of-order or excess bytes fail the collective.
+  bool OnData(int rank, uint64_t offset, Payload data);
+
+  // `rank`'s client closed its side. Fails the collective with
+  // INVALID_ARGUMENT if payload bytes are missing.
+  void OnInputEnd(int rank);
+
+  // A message queued for `rank` was written.
+  void OnWriteDone(int rank);
+
+  // `rank`'s call on `channel` was cancelled (its connection dropped or it
+  // gave up). Before every rank has arrived, the rank is detached, so that a
+  // retry can attach again and nothing is counted twice. Once every input
+  // is in, the result is decided: only this rank's call ends (it is gone),
+  // and the others go on receiving theirs. In between, the collective
+  // fails for everyone with ABORTED.
+  void OnRankCancelled(int rank, const RankChannel* channel);
+
+  // A replay (CollectiveHeader.replay) of `rank`'s attempt `attempt_id`,
+  // whose result is being kept and not yet whole: `channel` takes the
+  // place of the attempt's call (cut off, or failed ABORTED now: its client
+  // gave it up before reducerd saw it end), gets every message sent so far
+  // at once, and the rest as it comes. NOT_FOUND when there is nothing to
+  // resume (another attempt, a result not kept, finished, failed);
+  // INVALID_ARGUMENT when `declared` (the replay's tensors) are not those
+  // the attempt declared.
+  absl::Status Resume(int rank, const std::string& attempt_id,
+                      const std::vector<TensorSpec>& declared,
+                      std::shared_ptr<RankChannel> channel);
+
+  // True once `rank` received its whole result (it may start another
+  // collective of the same name).
+  bool HasFinished(int rank) const;
+
+  // Fails the collective for every attached rank and every later attach.
+  void Fail(const absl::Status& status);
+
+  // Fail, unless every input is in: then the result is decided, and the
+  // ranks still connected get it (a job's epoch ending, a rank departing,
+  // must not take away a result other ranks already have or are receiving).
+  // Ranks that cannot receive it end by their own cancellation or by the
+  // deadline.
+  void FailUnlessDecided(const absl::Status& status);
+
+  // True when `rank` is in the group.
+  bool Includes(int rank) const {
+    return std::binary_search(group_.begin(), group_.end(), rank);
+  }
+
+  // True once every rank of the group has attached.
+  bool all_attached() const;
+  // True once the collective succeeded or failed.
+  bool done() const;
+  const std::string& description() const { return description_; }
+
+  // Its state now, for status reports; nullopt once done.
+  std::optional<CollectiveSnapshot> Snapshot() const;
+
+ private:
+  int IndexOf(int rank) const;
+  // True once every rank attached and sent its whole payload.
+  bool AllInputInLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the collective for everyone; `ranks` are those the failure is
+  // about (for the log), default: the whole group.
+  void FailLocked(const absl::Status& status, std::vector<int> ranks = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reports the collective's end (done_ was just set) to the metrics.
+  void ReportEnd(absl::StatusCode outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<int> AbsentRanks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks `fp` against the reference (or makes it the reference) and picks
+  // the strategy; false if the collective failed.
+  bool Agree(int rank, const Fingerprint& fp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnAllAttached() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reduces a chunk whose every part has arrived: inline when small, else
+  // on the reduction pool. Called without mu_.
+  void ScheduleReduction(std::shared_ptr<KindStrategy> strategy,
+                         StagedChunk chunk);
+  void ReduceChunk(const KindStrategy& strategy, StagedChunk chunk);
+  // KindStrategy::Output: queues `data` for ranks_[index] at `offset`.
+  void SendTo(int index, uint64_t offset, std::vector<SharedBytes> data)
+      override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool MayRead(int index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ResumeReaders() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finishes `index`'s call if IsComplete (used when its last payload
+  // arrives after its last result byte was sent).
+  void MaybeFinish(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IsComplete(const RankState& r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts ranks_[index] as finished, handing its kept result, if it was
+  // collecting one, to KeptResults.
+  void MarkFinished(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts collecting each rank's result for KeptResults where there is
+  // room (once every header is in and result sizes are known).
+  void StartKeeping() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives back the room of results being collected that will not be kept.
+  void StopKeeping() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases the reservation of a finished rank that holds nothing staged.
+  void ReleaseIfDone(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseMemory(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string MissingRanks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnStallTimer();
+  void OnDeadline();
+
+  // Constant after construction.
+  const CollectiveEnv env_;
+  const CollectiveLabel label_;
+  const std::string description_;
+  const std::vector<int> group_;
+  const absl::Duration timeout_;
+  const absl::Time created_;
+
+  mutable absl::Mutex mu_;
+  std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);  // in group order
+  int attached_ ABSL_GUARDED_BY(mu_) = 0;
+  int finished_ ABSL_GUARDED_BY(mu_) = 0;
+  bool all_headers_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool stalled_ ABSL_GUARDED_BY(mu_) = false;  // the stall warning fired
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  // The fingerprint later ranks are checked against, and who sent it.
+  Fingerprint reference_ ABSL_GUARDED_BY(mu_);
+  int reference_rank_ ABSL_GUARDED_BY(mu_) = -1;
+  bool has_reference_ ABSL_GUARDED_BY(mu_) = false;
+  // The kind's part; set with the reference. Shared with reductions running
+  // on the pool, which use only its immutable plan.
+  std::shared_ptr<KindStrategy> strategy_ ABSL_GUARDED_BY(mu_);
+  // Known once every header is in; every rank's first message carries it.
+  std::shared_ptr<const std::vector<TensorSpec>> result_specs_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<TimerQueue::Id> timer_ids_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_ENGINE_COLLECTIVE_H_

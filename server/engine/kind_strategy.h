@@ -1,0 +1,167 @@
+// KindStrategy: what differs between collective kinds inside the engine,
+// chosen once per collective from its kind (MakeKindStrategy):
+//
+//   kind                       strategy          payload path
+//   AllReduce, ReduceScatter   ReduceStrategy    staged per chunk, reduced when
+//                                                every rank's part is in
+//   AllGather, Broadcast       ForwardStrategy   forwarded as received, each
+//                                                rank's bytes at its offset
+//   Barrier                    BarrierStrategy   none
+//
+// Everything else (attach and agreement, offsets and bounds, the memory
+// budget, timers, failure, finishing, metrics) is the Collective's, the same
+// for every kind. The Collective calls a strategy only with its own lock
+// held, except Reduce, which runs without it (on the reduction pool) and
+// touches nothing but its arguments and the strategy's immutable plan.
+#ifndef REDUCER_SERVER_ENGINE_KIND_STRATEGY_H_
+#define REDUCER_SERVER_ENGINE_KIND_STRATEGY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/fingerprint.h"
+#include "server/engine/chunk_pool.h"
+#include "server/engine/rank_channel.h"
+#include "server/engine/shared_bytes.h"
+
+namespace reducer {
+
+// What the Collective tracks for one rank of its group, whatever the kind.
+// Indices are positions in the group (sorted global ranks).
+struct RankState {
+  std::shared_ptr<RankChannel> channel;
+  bool attached = false;
+  Fingerprint fp;
+  std::string attempt_id;
+  size_t input_bytes = 0;   // payload this rank sends
+  size_t received = 0;      // of input_bytes, so far
+  size_t output_bytes = 0;  // result bytes it gets; known once all attached
+  size_t sent = 0;          // of output_bytes, queued so far
+  int pending_writes = 0;   // queued messages not yet written
+  bool read_paused = false;
+  bool header_sent = false;
+  bool finished = false;
+  // Its call was cancelled after every input was in (see
+  // Collective::OnRankCancelled): counted as finished, sent nothing more.
+  bool cut_off = false;
+  size_t reserved = 0;      // bytes it holds in the memory budget
+  // Its result is being collected for KeptResults (its room reserved
+  // there): every message sent to it, until MarkFinished hands them over.
+  bool keeping = false;
+  std::vector<ResultMessage> kept;
+};
+
+// One rank's part of a staged chunk: where its bytes are and what keeps them
+// alive, either a pooled buffer they were copied into or the received
+// storage they are held in without a copy. Move-only.
+class StagedPart {
+ public:
+  StagedPart() = default;
+  static StagedPart Copied(ChunkPool::Buffer buffer) {
+    StagedPart part;
+    part.data_ = buffer.get();
+    part.buffer_ = std::move(buffer);
+    return part;
+  }
+  static StagedPart Held(SharedBytes bytes) {
+    StagedPart part;
+    part.data_ = bytes.data();
+    part.held_ = std::move(bytes);
+    return part;
+  }
+
+  const char* data() const { return data_; }
+  // Writable only when copied (null when held).
+  char* buffer() const { return buffer_.get(); }
+  bool held() const { return data_ != nullptr && buffer_ == nullptr; }
+  explicit operator bool() const { return data_ != nullptr; }
+
+ private:
+  const char* data_ = nullptr;
+  ChunkPool::Buffer buffer_;
+  SharedBytes held_;
+};
+
+// Every part of one chunk of a reduction, one per rank in group order.
+struct StagedChunk {
+  size_t index = 0;  // chunk k holds payload bytes [k * chunk, (k+1) * chunk)
+  size_t bytes = 0;  // in each part: chunk_bytes, or less for the last chunk
+  std::vector<StagedPart> parts;
+};
+
+class KindStrategy {
+ public:
+  // How a strategy hands result bytes to its collective: queues `data` for
+  // ranks[index] at `offset` of its result, and finishes it if complete.
+  class Output {
+   public:
+    virtual void SendTo(int index, uint64_t offset,
+                        std::vector<SharedBytes> data) = 0;
+
+   protected:
+    ~Output() = default;
+  };
+
+  virtual ~KindStrategy() = default;
+
+  // The memory budget a rank sending `input_bytes` reserves before any of its
+  // payload is accepted: the most this kind can make reducerd hold for it at
+  // once (`window` chunks staged in, `window` queued out).
+  virtual size_t Reservation(size_t input_bytes) const = 0;
+
+  // Every rank attached, `reference` agreed by all: sets each rank's
+  // output_bytes and returns the result's tensors (every rank gets the same).
+  virtual std::vector<TensorSpec> PlanResult(const Fingerprint& reference,
+                                             std::vector<RankState>& ranks) = 0;
+
+  // Right after PlanResult: sends what was held back until every rank's
+  // offset was known.
+  virtual void OnAllAttached(Output& out) {}
+
+  // `rank` (ranks[index]) sent payload bytes [offset, offset + data.size()),
+  // in order and within its input (checked by the Collective). Appends the
+  // chunks whose every part is now in to `ready`, for the Collective to
+  // Reduce.
+  virtual void Accept(int index, const RankState& rank, uint64_t offset,
+                      Payload data, bool all_attached, Output& out,
+                      std::vector<StagedChunk>* ready) = 0;
+
+  // Reduces a ready chunk into a result chunk. Thread-safe; without the lock.
+  virtual absl::StatusOr<SharedBytes> Reduce(StagedChunk chunk) const {
+    return absl::InternalError("this collective kind reduces nothing");
+  }
+
+  // A chunk Accept made ready was reduced (or its reduction failed) and its
+  // parts are freed. Called first, whatever happens next.
+  virtual void OnChunkReduced() {}
+  // Sends the reduced `result` of chunk `chunk_index` to the ranks that get
+  // it. Not called when the reduction or the collective failed.
+  virtual void Deliver(size_t chunk_index, SharedBytes result, Output& out) {}
+
+  // Whether ranks[index]'s call may read its next message now.
+  virtual bool MayRead(int index, const std::vector<RankState>& ranks,
+                       bool all_attached) const = 0;
+
+  // Whether ranks[index] still has bytes staged here (its reservation must
+  // stay until they are gone, even once it is finished).
+  virtual bool HoldsBytesOf(int index) const { return false; }
+
+  // The collective failed: drops every byte held.
+  virtual void Clear() {}
+};
+
+// The strategy for `kind` over `group_size` ranks; `chunk_bytes` and
+// `window` as in ServerOptions, `chunks` holding chunk_bytes each.
+std::unique_ptr<KindStrategy> MakeKindStrategy(CollectiveKind kind,
+                                               int group_size,
+                                               size_t chunk_bytes, int window,
+                                               ChunkPool* chunks);
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_ENGINE_KIND_STRATEGY_H_

@@ -1,0 +1,146 @@
+#include "server/engine/reduce_strategy.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "core/packed_reduce.h"
+
+namespace reducer {
+namespace {
+
+// ReducePackedRange reads each part's elements in place, so a held part
+// must start where a pooled buffer would be aligned for them.
+bool IsPartAligned(const char* p) {
+  return reinterpret_cast<uintptr_t>(p) % kPayloadAlignment == 0;
+}
+
+}  // namespace
+
+ReduceStrategy::ReduceStrategy(bool scatter, int group_size,
+                               size_t chunk_bytes, int window,
+                               ChunkPool* chunks)
+    : scatter_(scatter),
+      group_size_(group_size),
+      chunk_bytes_(chunk_bytes),
+      window_(window),
+      chunks_(chunks),
+      staged_parts_(group_size, 0) {}
+
+size_t ReduceStrategy::Reservation(size_t input_bytes) const {
+  const size_t window_bytes = static_cast<size_t>(window_) * chunk_bytes_;
+  // In: at most `window` chunks staged. Out: AllReduce queues no more than
+  // its input; a ReduceScatter slice may arrive in pieces up to a window.
+  const size_t staged = std::min(input_bytes, window_bytes);
+  return staged + (scatter_ ? window_bytes : staged);
+}
+
+std::vector<TensorSpec> ReduceStrategy::PlanResult(
+    const Fingerprint& reference, std::vector<RankState>& ranks) {
+  // The reference passed ValidateContribution, so its layout exists.
+  auto plan = std::make_shared<Plan>();
+  plan->layout = *ComputePayloadLayout(reference.tensors);
+  plan->tensors = reference.tensors;
+  const size_t total = plan->layout.total_bytes;
+  plan_ = std::move(plan);
+  const size_t n = ranks.size();
+  for (RankState& r : ranks) r.output_bytes = scatter_ ? total / n : total;
+  if (!scatter_) return reference.tensors;
+  TensorSpec slice = reference.tensors[0];
+  slice.shape[0] /= static_cast<int64_t>(n);
+  return {slice};
+}
+
+void ReduceStrategy::Accept(int index, const RankState& rank, uint64_t offset,
+                            Payload data, bool /*all_attached*/,
+                            Output& /*out*/, std::vector<StagedChunk>* ready) {
+  size_t pos = offset, consumed = 0;
+  while (consumed < data.size()) {
+    const size_t k = pos / chunk_bytes_;
+    const size_t chunk_begin = k * chunk_bytes_;
+    const size_t chunk_len = std::min(chunk_bytes_, rank.input_bytes - chunk_begin);
+    const size_t in_chunk = pos - chunk_begin;
+    const size_t n = std::min(chunk_len - in_chunk, data.size() - consumed);
+    Staging& staging = staging_[k];
+    if (staging.parts.empty()) {
+      staging.parts.resize(group_size_);
+      staging.filled.resize(group_size_);
+    }
+    StagedPart& part = staging.parts[index];
+    if (!part) {
+      // This rank's whole part in one piece, aligned for the kernels: held
+      // where it is. Anything else is copied into a pooled buffer.
+      SharedBytes whole;
+      if (in_chunk == 0 && n == chunk_len) whole = data.Within(consumed, n);
+      if (!whole.empty() && IsPartAligned(whole.data())) {
+        part = StagedPart::Held(std::move(whole));
+      } else {
+        part = StagedPart::Copied(chunks_->Get());
+      }
+      ++staged_parts_[index];
+    }
+    if (!part.held()) data.CopyTo(consumed, n, part.buffer() + in_chunk);
+    staging.filled[index] += n;
+    if (staging.filled[index] == chunk_len && ++staging.complete == group_size_) {
+      ready->push_back(StagedChunk{k, chunk_len, std::move(staging.parts)});
+      staging_.erase(k);
+    }
+    pos += n;
+    consumed += n;
+  }
+}
+
+absl::StatusOr<SharedBytes> ReduceStrategy::Reduce(StagedChunk chunk) const {
+  const Plan& plan = *plan_;
+  const size_t begin = chunk.index * chunk_bytes_;
+  const size_t end = std::min(begin + chunk_bytes_, plan.layout.total_bytes);
+  std::vector<const void*> inputs;
+  inputs.reserve(chunk.parts.size());
+  for (const StagedPart& p : chunk.parts) inputs.push_back(p.data());
+  ChunkPool::Buffer out = chunks_->Get();
+  absl::Status status = ReducePackedRange(plan.layout, plan.tensors, inputs,
+                                          begin, end, out.get());
+  if (!status.ok()) return status;
+  return chunks_->Share(std::move(out), end - begin);
+}
+
+void ReduceStrategy::OnChunkReduced() {
+  for (int& parts : staged_parts_) --parts;
+}
+
+void ReduceStrategy::Deliver(size_t chunk_index, SharedBytes result,
+                             Output& out) {
+  const size_t begin = chunk_index * chunk_bytes_;
+  const size_t end = begin + result.size();
+  if (!scatter_) {
+    for (int i = 0; i < group_size_; ++i) out.SendTo(i, begin, {result});
+    return;
+  }
+  const size_t share = plan_->layout.total_bytes / group_size_;
+  for (int i = 0; i < group_size_; ++i) {
+    const size_t lo = std::max(begin, i * share);
+    const size_t hi = std::min(end, (i + 1) * share);
+    if (lo >= hi) continue;
+    out.SendTo(i, lo - i * share, {result.Sub(lo - begin, hi - lo)});
+  }
+}
+
+bool ReduceStrategy::MayRead(int index, const std::vector<RankState>& ranks,
+                             bool /*all_attached*/) const {
+  return staged_parts_[index] < window_ && ranks[index].pending_writes < window_;
+}
+
+bool ReduceStrategy::HoldsBytesOf(int index) const {
+  return staged_parts_[index] > 0;
+}
+
+void ReduceStrategy::Clear() {
+  for (const auto& [k, staging] : staging_) {
+    for (int i = 0; i < group_size_; ++i) {
+      if (staging.parts[i]) --staged_parts_[i];
+    }
+  }
+  staging_.clear();
+}
+
+}  // namespace reducer

@@ -1,0 +1,75 @@
+// ReduceStrategy: AllReduce and ReduceScatter. Each rank's payload is
+// staged in chunks of chunk_bytes; once every rank's part of chunk k is in,
+// the chunk is reduced in group order (ReducePackedRange) and its result
+// goes to every rank (AllReduce) or, cut at the slice boundaries, to the
+// ranks whose slices it overlaps (ReduceScatter: rank i owns bytes
+// [i * total / n, (i + 1) * total / n)).
+//
+// A rank's part of chunk k that arrives whole in one piece of a Payload,
+// starting at a multiple of kPayloadAlignment in memory (what the kernels
+// need), is held in that piece's storage rather than copied; any other part
+// is copied into a pooled chunk. Either way it counts as one staged part.
+//
+// Back-pressure: a rank may read while it has fewer than `window` chunks
+// staged and fewer than `window` messages queued for it.
+#ifndef REDUCER_SERVER_ENGINE_REDUCE_STRATEGY_H_
+#define REDUCER_SERVER_ENGINE_REDUCE_STRATEGY_H_
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/payload_layout.h"
+#include "server/engine/kind_strategy.h"
+
+namespace reducer {
+
+class ReduceStrategy final : public KindStrategy {
+ public:
+  ReduceStrategy(bool scatter, int group_size, size_t chunk_bytes, int window,
+                 ChunkPool* chunks);
+
+  size_t Reservation(size_t input_bytes) const override;
+  std::vector<TensorSpec> PlanResult(const Fingerprint& reference,
+                                     std::vector<RankState>& ranks) override;
+  void Accept(int index, const RankState& rank, uint64_t offset, Payload data,
+              bool all_attached, Output& out,
+              std::vector<StagedChunk>* ready) override;
+  absl::StatusOr<SharedBytes> Reduce(StagedChunk chunk) const override;
+  void OnChunkReduced() override;
+  void Deliver(size_t chunk_index, SharedBytes result, Output& out) override;
+  bool MayRead(int index, const std::vector<RankState>& ranks,
+               bool all_attached) const override;
+  bool HoldsBytesOf(int index) const override;
+  void Clear() override;
+
+ private:
+  // What reducing a chunk needs; fixed by PlanResult, read without the lock.
+  struct Plan {
+    PayloadLayout layout;
+    std::vector<TensorSpec> tensors;
+  };
+  // One chunk being staged: a part per rank, filled in order.
+  struct Staging {
+    std::vector<StagedPart> parts;
+    std::vector<size_t> filled;
+    int complete = 0;  // ranks whose part is whole
+  };
+
+  const bool scatter_;
+  const int group_size_;
+  const size_t chunk_bytes_;
+  const int window_;
+  ChunkPool* const chunks_;
+
+  std::shared_ptr<const Plan> plan_;
+  // Chunks staged but not yet whole, by chunk index.
+  absl::flat_hash_map<size_t, Staging> staging_;
+  // Per rank: its parts staged or being reduced.
+  std::vector<int> staged_parts_;
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_ENGINE_REDUCE_STRATEGY_H_

@@ -1,0 +1,127 @@
+// CollectivesReactor: the server side of one Collectives stream, a client's
+// long-lived gRPC bidi stream that carries many small collectives, so that
+// each costs one message each way and no stream setup.
+//
+// Every request message is one whole call: `call_id`, `header` and the whole
+// payload at offset 0. For each, a StreamAttempt (the RankChannel of that call)
+// is attached to its Collective through the same AttachFn as CollectiveReactor, the
+// payload is handed over, and what the Collective sends back is tagged with
+// the call's id (and, on the call's last message, its status) and written in
+// order, one write at a time, shared by all calls.
+//
+// A call's failure ends only that call. A message that cannot be routed to a
+// call (it does not parse, lacks a header or call id, reuses the id of a call
+// in flight, or carries a nonzero offset) ends the stream with
+// INVALID_ARGUMENT. When the stream ends before a call was answered
+// (cancelled, connection lost), the call counts as cancelled, exactly as on a
+// broken Collective stream. The stream finishes OK once the client closed its
+// side and every call was answered.
+//
+// Ownership: created by ReducerService::Collectives with Create(); owns
+// itself through a shared_ptr that OnDone() drops; each StreamAttempt holds a
+// weak reference back. Thread-safe.
+#ifndef REDUCER_SERVER_GRPC_COLLECTIVES_REACTOR_H_
+#define REDUCER_SERVER_GRPC_COLLECTIVES_REACTOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "google/protobuf/arena.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/engine/collective.h"
+#include "server/grpc/collective_reactor.h"
+#include "server/grpc/write_queue.h"
+#include "server/metrics/grpc_server_metrics.h"
+
+namespace reducer {
+
+class CollectivesReactor final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public std::enable_shared_from_this<CollectivesReactor> {
+ public:
+  // Starts reading. The returned pointer is what the service hands to gRPC.
+  // `on_done` runs once the stream is over; `metrics` counts its messages.
+  static CollectivesReactor* Create(grpc::CallbackServerContext* context,
+                                   std::function<void()> on_done,
+                                   CollectiveReactor::AttachFn attach,
+                                   CallMetrics metrics);
+
+  // grpc::ServerBidiReactor.
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+  CollectivesReactor(grpc::CallbackServerContext* context,
+                    std::function<void()> on_done,
+                    CollectiveReactor::AttachFn attach);  // Create()
+
+ private:
+  class StreamAttempt;
+  friend class StreamAttempt;
+
+  // A call whose last message was not written yet.
+  struct LiveCall {
+    std::shared_ptr<StreamAttempt> channel;
+    std::shared_ptr<Collective> collective;  // null until attached
+    int rank = -1;
+    uint64_t serial = 0;  // tells apart calls that reuse an id
+    bool ended = false;   // its last message is queued
+  };
+  struct Outgoing {
+    grpc::ByteBuffer message;
+    uint64_t call_id = 0;
+    uint64_t serial = 0;
+    // The call's last message; else its Collective hears when it is written.
+    bool ends_call = false;
+  };
+
+  void HandleMessage();
+  // Queues `message` for `call_id`; with `ends_call`, the call is over and
+  // later messages for it are dropped. Ignored for calls already over.
+  void Enqueue(uint64_t call_id, grpc::ByteBuffer message, bool ends_call);
+  // Ends `call_id` with `status` (a status-only message).
+  void EndCall(uint64_t call_id, const absl::Status& status);
+  // Writes outgoing_.front() (TakeNext said so).
+  void WriteFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finish(status), counted.
+  void FinishCounted(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every live call counts as cancelled; called once the stream is broken.
+  void CancelLiveCalls();
+
+  // Constant after construction.
+  grpc::CallbackServerContext* const context_;  // owned by gRPC
+  const std::function<void()> on_done_;
+  const CollectiveReactor::AttachFn attach_;
+  CallMetrics metrics_;  // set once, in Create, before the call starts
+
+  // Only touched by the reading side: one read is outstanding at a time.
+  grpc::ByteBuffer incoming_;
+  // Where each request's fields are parsed: an arena reset per message and
+  // backed by a block kept for the stream's life, so that a fused call's
+  // specs (one per tensor) cost no malloc or free each. Nothing keeps a
+  // reference into it past HandleMessage().
+  std::unique_ptr<char[]> arena_block_;
+  google::protobuf::Arena arena_;
+
+  absl::Mutex mu_;
+  std::shared_ptr<CollectivesReactor> self_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, LiveCall> live_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_serial_ ABSL_GUARDED_BY(mu_) = 0;
+  WriteQueue<Outgoing> outgoing_ ABSL_GUARDED_BY(mu_);
+  bool input_ended_ ABSL_GUARDED_BY(mu_) = false;  // client closed its side
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_GRPC_COLLECTIVES_REACTOR_H_

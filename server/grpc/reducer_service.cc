@@ -1,0 +1,130 @@
+#include "server/grpc/reducer_service.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+#include "proto/reducer/v1/status_conversion.h"
+#include "server/grpc/call_token.h"
+#include "server/grpc/collective_reactor.h"
+#include "server/grpc/collectives_reactor.h"
+#include "server/grpc/session_stream.h"
+
+namespace reducer {
+namespace {
+
+const GrpcServerMetrics::MethodMetrics* MethodOf(
+    const GrpcServerMetrics* metrics, absl::string_view method) {
+  if (metrics == nullptr) return nullptr;
+  return metrics->Find(absl::StrCat("/", v1::Reducer::service_full_name(), "/",
+                                    method));
+}
+
+// A Join refused before it joined anything: finishes at once with the
+// error. Deletes itself in OnDone().
+class RefusedJoin final : public grpc::ServerWriteReactor<v1::JoinEvent> {
+ public:
+  RefusedJoin(const absl::Status& status, const CallMetrics& metrics) {
+    metrics.Received();
+    const grpc::Status refused = ToGrpcStatus(status);
+    metrics.Handled(refused.error_code());
+    Finish(refused);
+  }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+ReducerService::ReducerService(JobDoor* door, int max_concurrent_calls,
+                               MetricsSink* metrics,
+                               const GrpcServerMetrics* grpc_metrics)
+    : door_(door),
+      max_concurrent_calls_(max_concurrent_calls),
+      metrics_(metrics),
+      join_metrics_(MethodOf(grpc_metrics, "Join")),
+      leave_metrics_(MethodOf(grpc_metrics, "Leave")),
+      collective_metrics_(MethodOf(grpc_metrics, "Collective")),
+      collectives_metrics_(MethodOf(grpc_metrics, "Collectives")) {}
+
+grpc::ServerWriteReactor<v1::JoinEvent>* ReducerService::Join(
+    grpc::CallbackServerContext* context, const v1::JoinRequest* request) {
+  const CallMetrics metrics(join_metrics_);
+  const PresentedToken token = TokenOf(context);
+  absl::Status allowed = door_->Authorize(request->job(), token);
+  if (!allowed.ok()) return new RefusedJoin(allowed, metrics);
+  return SessionStream::Create(door_, *request, token, metrics);
+}
+
+grpc::ServerUnaryReactor* ReducerService::Leave(
+    grpc::CallbackServerContext* context, const v1::LeaveRequest* request,
+    v1::LeaveResponse* /*response*/) {
+  const CallMetrics metrics(leave_metrics_);
+  metrics.Received();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status left = door_->Leave(*request, TokenOf(context));
+  if (!left.ok()) {
+    const grpc::Status refused = ToGrpcStatus(left);
+    metrics.Handled(refused.error_code());
+    reactor->Finish(refused);
+    return reactor;
+  }
+  metrics.Sent();
+  metrics.Handled(grpc::StatusCode::OK);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+absl::Status ReducerService::Admit() {
+  const int in_flight = active_calls_.fetch_add(1) + 1;
+  if (in_flight <= max_concurrent_calls_) return absl::OkStatus();
+  metrics_->RequestRefused(absl::StatusCode::kResourceExhausted,
+                           RefusedLimit::kMaxConcurrentCalls);
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "reducerd already serves ", in_flight - 1,
+      " collective calls (--max_concurrent_calls=", max_concurrent_calls_,
+      "); retry later"));
+}
+
+template <typename Stream>
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+ReducerService::StartStream(
+    grpc::CallbackServerContext* context,
+    const GrpcServerMetrics::MethodMetrics* method_metrics) {
+  const CallMetrics metrics(method_metrics);
+  std::atomic<int>* active = &active_calls_;
+  auto on_done = [active] { active->fetch_sub(1); };
+  absl::Status admitted = Admit();
+  if (!admitted.ok()) {
+    return CollectiveReactor::CreateFailed(admitted, std::move(on_done), metrics);
+  }
+  // A stream without any token is refused at once; a token is checked
+  // against each collective's job as it attaches (a Collectives stream
+  // carries many).
+  const PresentedToken token =
+      door_->tokens_required() ? TokenOf(context) : PresentedToken{};
+  if (door_->tokens_required() && !token.present) {
+    metrics_->RequestRefused(absl::StatusCode::kUnauthenticated,
+                             RefusedLimit::kNone);
+    return CollectiveReactor::CreateFailed(
+        absl::UnauthenticatedError(absl::StrCat(
+            "the collective stream carries no `authorization: Bearer TOKEN` "
+            "metadata, and reducerd requires each job's token (set ",
+            kTokenSettings, ")")),
+        std::move(on_done), metrics);
+  }
+  return Stream::Create(context, std::move(on_done), door_->AttachWithToken(token),
+                        metrics);
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+ReducerService::Collective(grpc::CallbackServerContext* context) {
+  return StartStream<CollectiveReactor>(context, collective_metrics_);
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+ReducerService::Collectives(grpc::CallbackServerContext* context) {
+  return StartStream<CollectivesReactor>(context, collectives_metrics_);
+}
+
+}  // namespace reducer

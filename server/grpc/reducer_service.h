@@ -1,0 +1,78 @@
+// ReducerService: the reducer.v1.Reducer gRPC service. Join and Leave are
+// typed callback methods; Collective and Collectives are raw (ByteBuffer)
+// callback methods so that tensor bytes skip protobuf's string copies.
+//
+// Thread-safe; every pointer given to the constructor must outlive it.
+#ifndef REDUCER_SERVER_GRPC_REDUCER_SERVICE_H_
+#define REDUCER_SERVER_GRPC_REDUCER_SERVICE_H_
+
+#include <atomic>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/reducer/v1/reducer.grpc.pb.h"
+#include "server/grpc/collective_reactor.h"
+#include "server/jobs/job_door.h"
+#include "server/metrics/grpc_server_metrics.h"
+#include "server/metrics/metrics_sink.h"
+
+namespace reducer {
+
+class ReducerService final
+    : public v1::Reducer::WithRawCallbackMethod_Collective<
+          v1::Reducer::WithRawCallbackMethod_Collectives<
+              v1::Reducer::WithCallbackMethod_Join<
+                  v1::Reducer::WithCallbackMethod_Leave<
+                      v1::Reducer::Service>>>> {
+ public:
+  // Every call enters its job through `door`. At most
+  // `max_concurrent_calls` Collective and Collectives streams are served at
+  // once; more are answered RESOURCE_EXHAUSTED. `metrics` counts the calls
+  // refused; `grpc_metrics` (null: metrics off) this service's calls, which
+  // its reactors count themselves. When the door requires tokens, Join,
+  // Leave and every collective must carry the job's token
+  // (`authorization: Bearer TOKEN`), or get JobTokens::Check's error.
+  ReducerService(JobDoor* door, int max_concurrent_calls,
+                 MetricsSink* metrics, const GrpcServerMetrics* grpc_metrics);
+
+  grpc::ServerWriteReactor<v1::JoinEvent>* Join(
+      grpc::CallbackServerContext* context,
+      const v1::JoinRequest* request) override;
+
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
+                                  const v1::LeaveRequest* request,
+                                  v1::LeaveResponse* response) override;
+
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Collective(
+      grpc::CallbackServerContext* context) override;
+
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Collectives(
+      grpc::CallbackServerContext* context) override;
+
+ private:
+  // Counts a new stream; the error to refuse it with when over the limit.
+  absl::Status Admit();
+  // Admits a stream and starts a `Stream` (CollectiveReactor or
+  // CollectivesReactor) on it, or refuses it with RESOURCE_EXHAUSTED.
+  template <typename Stream>
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStream(
+      grpc::CallbackServerContext* context,
+      const GrpcServerMetrics::MethodMetrics* method_metrics);
+
+  JobDoor* const door_;  // not owned
+  const int max_concurrent_calls_;
+  MetricsSink* const metrics_;  // not owned
+  // Each method's gRPC series; null when metrics are off. Not owned.
+  const GrpcServerMetrics::MethodMetrics* const join_metrics_;
+  const GrpcServerMetrics::MethodMetrics* const leave_metrics_;
+  const GrpcServerMetrics::MethodMetrics* const collective_metrics_;
+  const GrpcServerMetrics::MethodMetrics* const collectives_metrics_;
+  // Collective and Collectives streams not yet done. Atomic rather than under a lock: it is
+  // touched once at the start and once at the end of every call, alone.
+  std::atomic<int> active_calls_{0};
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_GRPC_REDUCER_SERVICE_H_

@@ -1,0 +1,73 @@
+// AttemptCache: ids map to the collective they joined until capacity pushes
+// the oldest out; Clear forgets all. The cache only holds weak pointers, so
+// stand-in objects of an incomplete type are enough here.
+#include "server/jobs/attempt_cache.h"
+
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace reducer {
+
+// The cache never touches a Collective; the test gives the type a body.
+class Collective {};
+
+namespace {
+
+TEST(AttemptCacheTest, FindsTheCollectiveAnIdJoined) {
+  AttemptCache cache(4);
+  auto a = std::make_shared<Collective>();
+  auto b = std::make_shared<Collective>();
+  cache.Remember("s/1", a);
+  cache.Remember("s/2", b);
+  ASSERT_TRUE(cache.Find("s/1").has_value());
+  EXPECT_EQ(cache.Find("s/1")->lock(), a);
+  EXPECT_EQ(cache.Find("s/2")->lock(), b);
+  EXPECT_FALSE(cache.Find("s/3").has_value());
+}
+
+TEST(AttemptCacheTest, AnExpiredCollectiveIsStillRememberedAsSeen) {
+  AttemptCache cache(4);
+  {
+    auto gone = std::make_shared<Collective>();
+    cache.Remember("s/1", gone);
+  }
+  ASSERT_TRUE(cache.Find("s/1").has_value());  // seen: a retry is refused
+  EXPECT_EQ(cache.Find("s/1")->lock(), nullptr);
+}
+
+TEST(AttemptCacheTest, ForgetsTheOldestPastCapacity) {
+  AttemptCache cache(3);
+  auto c = std::make_shared<Collective>();
+  for (int i = 0; i < 5; ++i) cache.Remember("s/" + std::to_string(i), c);
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_FALSE(cache.Find("s/0").has_value());
+  EXPECT_FALSE(cache.Find("s/1").has_value());
+  EXPECT_TRUE(cache.Find("s/2").has_value());
+  EXPECT_TRUE(cache.Find("s/4").has_value());
+}
+
+TEST(AttemptCacheTest, RememberingAnIdAgainMovesItWithoutGrowing) {
+  AttemptCache cache(2);
+  auto a = std::make_shared<Collective>();
+  auto b = std::make_shared<Collective>();
+  cache.Remember("s/1", a);
+  cache.Remember("s/1", b);
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_EQ(cache.Find("s/1")->lock(), b);
+  cache.Remember("s/2", a);
+  EXPECT_TRUE(cache.Find("s/1").has_value());  // not pushed out by its twin
+}
+
+TEST(AttemptCacheTest, ClearForgetsEverything) {
+  AttemptCache cache(4);
+  auto a = std::make_shared<Collective>();
+  cache.Remember("s/1", a);
+  cache.Clear();
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_FALSE(cache.Find("s/1").has_value());
+}
+
+}  // namespace
+}  // namespace reducer

@@ -1,0 +1,230 @@
+// Job: the server's state for one job: its sessions (one per rank per
+// epoch), its epoch, and the table that matches its ranks' collectives.
+//
+// Lifecycle. Ranks Join; once all world_size ranks hold a session in the
+// current epoch, the job runs and every member gets JobReady. When a running
+// member's session is lost, the epoch ends: pending collectives fail with
+// ABORTED naming the rank, the other members get JobAborted, and calls still
+// made in that epoch fail the same way. The next Join starts a new epoch,
+// which runs once all world_size ranks have joined again.
+//
+// Thread-safe: state is under mu_. Lock order: JobRegistry, then Job, then
+// Collective, then a stream's own lock.
+#ifndef REDUCER_SERVER_JOBS_JOB_H_
+#define REDUCER_SERVER_JOBS_JOB_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/engine/collective.h"
+#include "server/jobs/attempt_cache.h"
+
+namespace reducer {
+
+// A job as a status report shows it.
+struct JobSnapshot {
+  std::string name;
+  int world_size = 0;
+  uint64_t epoch = 0;
+  // "running" (every rank joined this epoch), "joining" (waiting for ranks
+  // to join), or "aborted" (the epoch lost a rank; the next Join starts a
+  // new one).
+  std::string state;
+  std::string end_reason;         // why the epoch was aborted
+  std::vector<int> joined_ranks;  // ranks holding a session this epoch
+  std::vector<CollectiveSnapshot> pending;  // collectives not yet done
+};
+
+// How a Job talks to one session stream (SessionStream over gRPC).
+class SessionChannel {
+ public:
+  virtual ~SessionChannel() = default;
+  virtual void SendEvent(const v1::JoinEvent& event) = 0;
+  virtual void Fail(const absl::Status& status) = 0;
+};
+
+// OK when replay `header` names an attempt of its own session (attempt id
+// `<session id>/<n>`); else INVALID_ARGUMENT.
+absl::Status CheckReplay(const v1::CollectiveHeader& header);
+
+// Sends `header`'s result (a replay) from `kept` on `stream`, whole, and
+// returns null; NOT_FOUND (naming the attempt) when none is kept,
+// INVALID_ARGUMENT as CheckReplay.
+absl::StatusOr<std::shared_ptr<Collective>> ReplayKept(
+    KeptResults* kept, const v1::CollectiveHeader& header, RankChannel& stream,
+    const Logger& log);
+
+class Job {
+ public:
+  // `shared_memory_socket`: what JobReady names as the same-host path's
+  // socket (empty: not offered).
+  // Unless `env` brings its own, the job keeps results in a KeptResults of
+  // its own when env.kept_memory is set.
+  Job(std::string name, int world_size, CollectiveEnv env,
+      std::string shared_memory_socket = "");
+
+  // Adds `session` as `rank`. OK, or FAILED_PRECONDITION when `world_size`
+  // differs from the job's, ALREADY_EXISTS when a live session holds the
+  // rank in the current epoch or `session_id` already joined.
+  // A rank that departed (closed its client) and joins again ends the
+  // running epoch first, as a lost rank does: its new session's call order
+  // starts over, which the other ranks' sessions cannot match.
+  // `shards` is the shard list the rank was given; at most one address
+  // means one shard, whose address is not compared (a proxy, a Service
+  // name and a pod address may all reach this reducerd). A list of two or
+  // more must equal the list of the job's first rank, and one shard must
+  // meet one shard: FAILED_PRECONDITION naming both lists otherwise. The
+  // first rank's list is the job's for as long as it lives.
+  absl::Status Join(int rank, int world_size, const std::string& session_id,
+                    std::shared_ptr<SessionChannel> session,
+                    std::vector<std::string> shards = {});
+
+  // Removes a session whose stream ended (`why` says how). Returns true when
+  // the job has no open session left and can be freed. Ends the epoch if the
+  // session held a rank of the running epoch and had not departed.
+  // `reason` classifies `why` for the metrics.
+  bool Leave(const std::string& session_id, const std::string& why,
+             EpochEndReason reason);
+
+  // The session's client is closing on purpose: its rank departs without
+  // ending the epoch. Collectives that include the rank and are not done
+  // fail with FAILED_PRECONDITION, and so do later ones that include it.
+  void Depart(const std::string& session_id);
+
+  // The session's job failed on another of its shards (`cause` says how):
+  // ends the running epoch as Leave would, naming the rank and the cause,
+  // so that the ranks here learn the first failure rather than this rank's
+  // departure. The session stays open until its stream ends. No-op for an
+  // unknown session, one that departed, or an epoch already over.
+  void EndForOtherShard(const std::string& session_id,
+                        const std::string& cause);
+
+  // Finds or creates the collective `header` names and attaches `stream`.
+  // Errors, before anything is attached: ABORTED for an ended epoch,
+  // FAILED_PRECONDITION for a session that does not hold the rank,
+  // INVALID_ARGUMENT for a malformed header, RESOURCE_EXHAUSTED for the
+  // pending-collectives limit.
+  // `header.received_below` first lets the session's kept results below it
+  // go. A replay header (`header.replay`: the caller sends no payload and
+  // wants the result of its attempt again) is answered by Replay: then
+  // the caller must feed nothing, and a null collective means the result
+  // was already sent on `stream` in full.
+  absl::StatusOr<std::shared_ptr<Collective>> Attach(
+      const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
+
+  // The rank `session_id` holds in the running epoch; nullopt when it holds
+  // none (unknown, replaced) or no epoch is running.
+  std::optional<int> RunningRank(const std::string& session_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Fails every collective and session (server shutdown).
+  void Shutdown(const absl::Status& status);
+
+  // True while some collective of the job has not finished.
+  bool HasActiveCollectives();
+
+  // Its state now, for status reports and metrics.
+  JobSnapshot Snapshot();
+
+  const std::string& name() const { return name_; }
+
+  // Where its results are kept (null: they are not). Shared: it may
+  // outlive the job (JobRegistry keeps it a while after a job whose epoch
+  // ended by a loss is freed).
+  std::shared_ptr<KeptResults> kept_results() const;
+  // True when its current epoch ended by a loss (a session lost, a rank
+  // back after closing, another shard's failure): ranks may have lost a
+  // result on the way.
+  bool EndedByALoss() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // RunningRank, with mu_ held.
+  std::optional<int> RunningRankLocked(const std::string& session_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A replay of the attempt `header` names, in any epoch and whether or
+  // not its session still holds the rank: the collective whose result for
+  // it is still being made resumes it on `stream` (Collective::Resume), or
+  // a kept result is sent whole and null returned. NOT_FOUND: nothing to
+  // send; INVALID_ARGUMENT: an attempt id not of `header.session_id`, or
+  // other tensors than the attempt declared.
+  absl::StatusOr<std::shared_ptr<Collective>> Replay(
+      const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  struct Member {
+    std::string session_id;
+    std::shared_ptr<SessionChannel> session;
+  };
+
+  void EndEpoch(const std::string& reason, int lost_rank,
+                EpochEndReason kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `header`'s fingerprint, if well formed and within the limits; else the
+  // error, also sent to the peers waiting in the collective it names.
+  absl::StatusOr<Fingerprint> CheckedFingerprint(
+      const v1::CollectiveHeader& header) ABSL_LOCKS_EXCLUDED(mu_);
+  // OK when `header` is of the running epoch and its session holds its rank.
+  absl::Status CheckSessionLocked(const v1::CollectiveHeader& header,
+                                  const std::string& description)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The collective `header` joins: the one a retried attempt joined, the
+  // one waiting under its matching key, or a new one.
+  absl::StatusOr<std::shared_ptr<Collective>> CollectiveForLocked(
+      const v1::CollectiveHeader& header, const Fingerprint& fp,
+      const std::string& description) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new collective with its timers started, unless a rank of its group
+  // departed or the job is at its pending-collectives limit.
+  absl::StatusOr<std::shared_ptr<Collective>> NewCollectiveLocked(
+      const v1::CollectiveHeader& header, const Fingerprint& fp,
+      const std::string& description) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `allreduce #3` for a collective `description` of this job names.
+  std::string ShortName(const std::string& description) const;
+  // Fails, for every rank, the collective a malformed `header` names (so
+  // that its well-formed peers do not wait for the timeout).
+  void FailNamedCollective(const v1::CollectiveHeader& header,
+                           const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets destroyed collectives and matching entries nobody can still
+  // need (every rank attached, collective done).
+  void PruneFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const std::string name_;
+  const int world_size_;
+  const CollectiveEnv env_;  // with this job's KeptResults, if any
+  const std::string shared_memory_socket_;
+
+  absl::Mutex mu_;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;  // all ranks joined this epoch
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;    // this epoch lost a rank
+  std::string end_reason_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::optional<Member>> members_ ABSL_GUARDED_BY(mu_);
+  // The shard list of the job's first rank; unset until one joined.
+  std::optional<std::vector<std::string>> shards_ ABSL_GUARDED_BY(mu_);
+  // Ranks of this epoch whose client closed on purpose.
+  std::vector<bool> departed_ ABSL_GUARDED_BY(mu_);
+  // Every open session, of any epoch: session id -> rank.
+  absl::flat_hash_map<std::string, int> open_sessions_ ABSL_GUARDED_BY(mu_);
+  // Collectives by matching key, kept until every rank has attached and the
+  // collective is done, so that late ranks learn a failure and retries find
+  // the contribution they repeat.
+  absl::flat_hash_map<std::string, std::shared_ptr<Collective>> matching_
+      ABSL_GUARDED_BY(mu_);
+  // The collective each recent contribution (by attempt id) joined, so
+  // that retries are recognised.
+  static constexpr size_t kRememberedAttempts = 4096;
+  AttemptCache attempts_ ABSL_GUARDED_BY(mu_){kRememberedAttempts};
+  // Every collective of this epoch not yet destroyed.
+  std::vector<std::weak_ptr<Collective>> active_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_JOBS_JOB_H_

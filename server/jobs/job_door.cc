@@ -1,0 +1,96 @@
+#include "server/jobs/job_door.h"
+
+#include <utility>
+
+namespace reducer {
+namespace {
+
+// How much of LeaveRequest.cause a job's abort message repeats.
+constexpr size_t kMaxLeaveCauseBytes = 2048;
+
+// `text`'s first `max_bytes` bytes or fewer, never ending inside a UTF-8
+// sequence (the result goes into string fields, which must be UTF-8).
+std::string Utf8Prefix(const std::string& text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t end = max_bytes;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
+    --end;
+  }
+  return text.substr(0, end);
+}
+
+}  // namespace
+
+JobDoor::JobDoor(JobRegistry* registry, MetricsSink* metrics, JobTokens* tokens)
+    : registry_(registry), metrics_(metrics), tokens_(tokens) {}
+
+absl::Status JobDoor::Authorize(absl::string_view job,
+                                const PresentedToken& token) {
+  if (tokens_ == nullptr) return absl::OkStatus();
+  absl::Status allowed = tokens_->Check(job, token);
+  if (!allowed.ok()) metrics_->RequestRefused(allowed.code(), RefusedLimit::kNone);
+  return allowed;
+}
+
+absl::Status JobDoor::Join(const v1::JoinRequest& request,
+                           const PresentedToken& token,
+                           std::shared_ptr<SessionChannel> session) {
+  absl::Status allowed = Authorize(request.job(), token);
+  if (!allowed.ok()) return allowed;
+  return registry_->Join(request, std::move(session));
+}
+
+void JobDoor::Leave(const std::string& job, const std::string& session_id,
+                    const std::string& why, EpochEndReason reason) {
+  registry_->Leave(job, session_id, why, reason);
+}
+
+absl::Status JobDoor::Leave(const v1::LeaveRequest& request,
+                            const PresentedToken& token) {
+  absl::Status allowed = Authorize(request.job(), token);
+  if (!allowed.ok()) return allowed;
+  if (request.cause().empty()) {
+    registry_->Depart(request.job(), request.session_id());
+  } else {
+    registry_->EndForOtherShard(
+        request.job(), request.session_id(),
+        Utf8Prefix(request.cause(), kMaxLeaveCauseBytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Collective>> JobDoor::Attach(
+    const v1::CollectiveHeader& header, const PresentedToken& token,
+    std::shared_ptr<RankChannel> channel) {
+  absl::Status allowed = Authorize(header.job(), token);
+  if (!allowed.ok()) return allowed;
+  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Find(header.job());
+  if (!job.ok() && header.replay() &&
+      job.status().code() == absl::StatusCode::kFailedPrecondition) {
+    return registry_->ReplayForFreedJob(header, std::move(channel));
+  }
+  absl::StatusOr<std::shared_ptr<Collective>> attached =
+      job.ok() ? (*job)->Attach(header, channel) : job.status();
+  // The job may have been freed and joined again since the attempt: the
+  // freed one has its result.
+  if (header.replay() && attached.status().code() == absl::StatusCode::kNotFound) {
+    absl::StatusOr<std::shared_ptr<Collective>> freed =
+        registry_->ReplayForFreedJob(header, std::move(channel));
+    if (freed.status().code() != absl::StatusCode::kNotFound) return freed;
+  }
+  // Refusals over a limit are counted where the limit is known.
+  if (!attached.ok() &&
+      attached.status().code() != absl::StatusCode::kResourceExhausted) {
+    metrics_->RequestRefused(attached.status().code(), RefusedLimit::kNone);
+  }
+  return attached;
+}
+
+JobDoor::AttachFn JobDoor::AttachWithToken(const PresentedToken& token) {
+  return [this, token](const v1::CollectiveHeader& header,
+                       std::shared_ptr<RankChannel> channel) {
+    return Attach(header, token, std::move(channel));
+  };
+}
+
+}  // namespace reducer

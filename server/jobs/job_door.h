@@ -1,0 +1,78 @@
+// JobDoor: the one way into reducerd's jobs, whatever the transport. The
+// gRPC reactors (server/grpc) and the same-host path's sessions (server/shm)
+// both call it to join a job, check a token, attach a call to its
+// collective (with the replay fallbacks) and leave; neither knows the other.
+//
+// Thread-safe; every pointer given to the constructor must outlive it.
+#ifndef REDUCER_SERVER_JOBS_JOB_DOOR_H_
+#define REDUCER_SERVER_JOBS_JOB_DOOR_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/engine/collective.h"
+#include "server/engine/rank_channel.h"
+#include "server/jobs/job_registry.h"
+#include "server/metrics/metrics_sink.h"
+#include "server/security/job_tokens.h"
+
+namespace reducer {
+
+class JobDoor {
+ public:
+  // Finds or creates the collective for `header` and attaches `channel` to
+  // it (the Collective may fail the channel right away). Returns the
+  // Collective, or the error to end the call with before anything was
+  // attached. Bound to the token the call's connection presented.
+  using AttachFn = std::function<absl::StatusOr<std::shared_ptr<Collective>>(
+      const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> channel)>;
+
+  // `metrics` counts refused requests. With `tokens` (null: no tokens
+  // required) every entry must present the job's token.
+  JobDoor(JobRegistry* registry, MetricsSink* metrics, JobTokens* tokens);
+
+  bool tokens_required() const { return tokens_ != nullptr; }
+
+  // OK when tokens are off or `token` is `job`'s; else JobTokens::Check's
+  // error (counted as a refused request).
+  absl::Status Authorize(absl::string_view job, const PresentedToken& token);
+
+  // Authorizes, then joins `session` to the request's job (JobRegistry::Join).
+  absl::Status Join(const v1::JoinRequest& request, const PresentedToken& token,
+                    std::shared_ptr<SessionChannel> session);
+
+  // The session's channel ended (JobRegistry::Leave).
+  void Leave(const std::string& job, const std::string& session_id,
+             const std::string& why, EpochEndReason reason);
+
+  // A client's Leave request: authorizes, then departs on purpose, or, with
+  // a `cause` (the job failed on another shard), ends the job's epoch with
+  // the first 2 KiB of it.
+  absl::Status Leave(const v1::LeaveRequest& request,
+                     const PresentedToken& token);
+
+  // Authorizes against the header's job, then attaches `channel` to its
+  // collective. A replayed attempt whose job was freed (and perhaps joined
+  // again since) gets the freed job's kept result. Refusals other than
+  // RESOURCE_EXHAUSTED (counted where the limit is known) are counted.
+  absl::StatusOr<std::shared_ptr<Collective>> Attach(
+      const v1::CollectiveHeader& header, const PresentedToken& token,
+      std::shared_ptr<RankChannel> channel);
+
+  // Attach bound to `token`, for a transport's stream or session.
+  AttachFn AttachWithToken(const PresentedToken& token);
+
+ private:
+  JobRegistry* const registry_;  // not owned
+  MetricsSink* const metrics_;   // not owned
+  JobTokens* const tokens_;      // not owned; null: no tokens required
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_JOBS_JOB_DOOR_H_

@@ -1,0 +1,194 @@
+#include "server/jobs/job_registry.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace reducer {
+namespace {
+
+constexpr absl::string_view kShuttingDown =
+    "reducerd is shutting down; retry against another instance or after "
+    "it restarts";
+
+}  // namespace
+
+absl::Status JobRegistry::Join(const v1::JoinRequest& request,
+                               std::shared_ptr<SessionChannel> session) {
+  absl::Status joined = JoinOrRefuse(request, std::move(session));
+  // Refusals over a limit are counted where the limit is known.
+  if (!joined.ok() && joined.code() != absl::StatusCode::kResourceExhausted) {
+    env_.metrics->RequestRefused(joined.code(), RefusedLimit::kNone);
+  }
+  return joined;
+}
+
+absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
+                                       std::shared_ptr<SessionChannel> session) {
+  if (request.job().empty()) {
+    return absl::InvalidArgumentError("JoinRequest.job must not be empty");
+  }
+  if (request.world_size() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "JoinRequest.world_size must be at least 1, got ",
+        request.world_size()));
+  }
+  if (request.rank() < 0 || request.rank() >= request.world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("JoinRequest.rank ", request.rank(),
+                     " is outside the world of ", request.world_size()));
+  }
+  if (request.session_id().empty()) {
+    return absl::InvalidArgumentError(
+        "JoinRequest.session_id must not be empty");
+  }
+  absl::MutexLock lock(&mu_);
+  if (!accepting_) return absl::UnavailableError(kShuttingDown);
+  auto it = jobs_.find(request.job());
+  if (it == jobs_.end()) {
+    if (static_cast<int>(jobs_.size()) >= env_.options->max_jobs) {
+      env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                   RefusedLimit::kMaxJobs);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot create job ", request.job(), ": reducerd already serves ",
+          jobs_.size(), " jobs (--max_jobs=", env_.options->max_jobs, ")"));
+    }
+    it = jobs_
+             .emplace(request.job(),
+                      std::make_shared<Job>(request.job(), request.world_size(),
+                                            env_, shared_memory_socket_))
+             .first;
+  }
+  std::shared_ptr<Job> job = it->second;
+  absl::Status joined = job->Join(
+      request.rank(), request.world_size(), request.session_id(),
+      std::move(session),
+      std::vector<std::string>(request.shards().begin(), request.shards().end()));
+  if (!joined.ok() && job->Leave(request.session_id(), "join rejected",
+                                 EpochEndReason::kSessionEnded)) {
+    FreeLocked(jobs_.find(request.job()));  // a job created by a rejected Join
+  }
+  return joined;
+}
+
+void JobRegistry::Leave(const std::string& job, const std::string& session_id,
+                        const std::string& why, EpochEndReason reason) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return;
+  if (it->second->Leave(session_id, why, reason)) FreeLocked(it);
+}
+
+void JobRegistry::FreeLocked(
+    absl::flat_hash_map<std::string, std::shared_ptr<Job>>::iterator it) {
+  const absl::Time now = absl::Now();
+  ExpireFreedLocked(now);
+  std::shared_ptr<KeptResults> kept = it->second->kept_results();
+  if (kept != nullptr && it->second->EndedByALoss()) {
+    // Its collectives may still be making (and keeping) results.
+    freed_[it->first] = FreedJob{it->second, now + kKeepFreedResultsFor};
+  } else if (kept != nullptr) {
+    kept->Clear();
+  }
+  jobs_.erase(it);
+}
+
+void JobRegistry::ExpireFreedLocked(absl::Time now) {
+  for (auto it = freed_.begin(); it != freed_.end();) {
+    auto current = it++;
+    if (current->second.until <= now) {
+      current->second.job->kept_results()->Clear();
+      freed_.erase(current);
+    }
+  }
+}
+
+absl::StatusOr<std::shared_ptr<Collective>> JobRegistry::ReplayForFreedJob(
+    const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
+  std::shared_ptr<Job> job;
+  {
+    absl::MutexLock lock(&mu_);
+    ExpireFreedLocked(absl::Now());
+    auto it = freed_.find(header.job());
+    if (it != freed_.end()) job = it->second.job;
+  }
+  if (job == nullptr) return ReplayKept(nullptr, header, *stream, *env_.log);
+  return job->Attach(header, std::move(stream));
+}
+
+void JobRegistry::SetSharedMemorySocket(std::string name) {
+  absl::MutexLock lock(&mu_);
+  shared_memory_socket_ = std::move(name);
+}
+
+std::shared_ptr<Job> JobRegistry::Lookup(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+void JobRegistry::Depart(const std::string& job,
+                         const std::string& session_id) {
+  if (std::shared_ptr<Job> found = Lookup(job)) found->Depart(session_id);
+}
+
+void JobRegistry::EndForOtherShard(const std::string& job,
+                                   const std::string& session_id,
+                                   const std::string& cause) {
+  if (std::shared_ptr<Job> found = Lookup(job)) {
+    found->EndForOtherShard(session_id, cause);
+  }
+}
+
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Find(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  if (!accepting_) return absl::UnavailableError(kShuttingDown);
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job, " has no open session on this reducerd (it restarted, "
+        "or every rank left); Connect again"));
+  }
+  return it->second;
+}
+
+void JobRegistry::StopAccepting() {
+  absl::MutexLock lock(&mu_);
+  accepting_ = false;
+}
+
+bool JobRegistry::HasActiveCollectives() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [name, job] : jobs_) jobs.push_back(job);
+  }
+  for (auto& job : jobs) {
+    if (job->HasActiveCollectives()) return true;
+  }
+  return false;
+}
+
+std::vector<JobSnapshot> JobRegistry::Snapshot() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [name, job] : jobs_) jobs.push_back(job);
+  }
+  std::vector<JobSnapshot> out;
+  out.reserve(jobs.size());
+  for (auto& job : jobs) out.push_back(job->Snapshot());
+  std::sort(out.begin(), out.end(),
+            [](const JobSnapshot& a, const JobSnapshot& b) {
+              return a.name < b.name;
+            });
+  return out;
+}
+
+void JobRegistry::ShutdownAll(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [name, job] : jobs_) job->Shutdown(status);
+}
+
+}  // namespace reducer

@@ -1,0 +1,104 @@
+// JobRegistry: every job the server knows, by name. A job is created by the
+// first Join naming it and freed when its last session closes. A job freed
+// after its epoch ended by a loss still answers replays (and keeps what its
+// collectives still make) for kKeepFreedResultsFor: the rank that was lost
+// may ask for the result of its last collective after the others had
+// theirs and left, or were lost at once.
+//
+// Thread-safe. Lock order: JobRegistry::mu_ before any Job's lock.
+#ifndef REDUCER_SERVER_JOBS_JOB_REGISTRY_H_
+#define REDUCER_SERVER_JOBS_JOB_REGISTRY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/engine/collective.h"
+#include "server/jobs/job.h"
+
+namespace reducer {
+
+class JobRegistry {
+ public:
+  explicit JobRegistry(CollectiveEnv env) : env_(env) {}
+
+  // The same-host path's socket name, for the JobReady of jobs created from
+  // now on (set before serving; empty: not offered).
+  void SetSharedMemorySocket(std::string name);
+
+  // Validates `request` and joins its job, creating the job if needed.
+  // INVALID_ARGUMENT for a bad field, RESOURCE_EXHAUSTED when --max_jobs
+  // jobs exist, UNAVAILABLE while shutting down; else as Job::Join.
+  absl::Status Join(const v1::JoinRequest& request,
+                    std::shared_ptr<SessionChannel> session);
+
+  // A session stream ended; frees the job when it was the last session.
+  void Leave(const std::string& job, const std::string& session_id,
+             const std::string& why, EpochEndReason reason);
+
+  // The session's client is closing on purpose (see Job::Depart).
+  void Depart(const std::string& job, const std::string& session_id);
+
+  // The session's job failed on another shard (see Job::EndForOtherShard).
+  void EndForOtherShard(const std::string& job, const std::string& session_id,
+                        const std::string& cause);
+
+  // The job named `job`; FAILED_PRECONDITION when no session of it is open
+  // (reducerd restarted, or every rank left), UNAVAILABLE while shutting down.
+  absl::StatusOr<std::shared_ptr<Job>> Find(const std::string& job);
+
+  // A replay (`header.replay`) for a job that was freed (and may have been
+  // joined again since): answered by the freed job as Job::Attach answers
+  // one; NOT_FOUND when no such job is kept.
+  absl::StatusOr<std::shared_ptr<Collective>> ReplayForFreedJob(
+      const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
+
+  // Refuses new work from now on (UNAVAILABLE).
+  void StopAccepting();
+  // True while some job has a collective in flight.
+  bool HasActiveCollectives();
+  // Fails every collective and session with `status`.
+  void ShutdownAll(const absl::Status& status);
+
+  // Every job's state now, sorted by name (status reports, metrics).
+  std::vector<JobSnapshot> Snapshot();
+
+
+ private:
+  // Join, without counting a refusal.
+  absl::Status JoinOrRefuse(const v1::JoinRequest& request,
+                            std::shared_ptr<SessionChannel> session);
+  // The job named `job`, or null; without any status (see Find).
+  std::shared_ptr<Job> Lookup(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
+  // Frees the job `it` points at, keeping it for replays for
+  // kKeepFreedResultsFor if its epoch ended by a loss.
+  void FreeLocked(
+      absl::flat_hash_map<std::string, std::shared_ptr<Job>>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the freed jobs whose time is up, and what they kept.
+  void ExpireFreedLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  struct FreedJob {
+    std::shared_ptr<Job> job;
+    absl::Time until;
+  };
+  static constexpr absl::Duration kKeepFreedResultsFor = absl::Seconds(30);
+
+  const CollectiveEnv env_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_
+      ABSL_GUARDED_BY(mu_);
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  std::string shared_memory_socket_ ABSL_GUARDED_BY(mu_);
+  // Jobs freed after a loss, kept for replays, by name.
+  absl::flat_hash_map<std::string, FreedJob> freed_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_JOBS_JOB_REGISTRY_H_

@@ -1,0 +1,608 @@
+// Job in process, through fake session and rank channels: joining, epochs,
+// departures, and which contributions it attaches or refuses.
+#include "server/jobs/job.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/chunk_pool.h"
+#include "server/engine/memory_budget.h"
+#include "server/engine/shared_bytes.h"
+#include "server/engine/string_bytes.h"
+#include "server/engine/thread_pool.h"
+#include "server/engine/timer_queue.h"
+#include "server/jobs/job_registry.h"
+#include "server/log.h"
+#include "server/metrics/metrics_sink.h"
+#include "server/server_options.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+// Records what the Job sends to one session. Thread-safe.
+class FakeSession final : public SessionChannel {
+ public:
+  void SendEvent(const v1::JoinEvent& event) override {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(event);
+  }
+  void Fail(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    failure_ = status;
+  }
+  std::vector<v1::JoinEvent> events() {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+  int ready_count() {
+    int n = 0;
+    for (const auto& e : events()) n += e.has_ready() ? 1 : 0;
+    return n;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::JoinEvent> events_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+};
+
+// Records how a Collective ends one rank's call. Thread-safe.
+class FakeRankChannel final : public RankChannel {
+ public:
+  void Send(ResultMessage, bool last) override {
+    absl::MutexLock lock(&mu_);
+    ++sent_;
+    if (last) finished_ok_ = true;
+  }
+  void FinishWhenSent() override {
+    absl::MutexLock lock(&mu_);
+    finished_ok_ = true;
+  }
+  void Fail(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    failure_ = status;
+  }
+  void ResumeReading() override {}
+
+  absl::Status failure() {
+    absl::MutexLock lock(&mu_);
+    return failure_;
+  }
+  bool finished_ok() {
+    absl::MutexLock lock(&mu_);
+    return finished_ok_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int sent_ ABSL_GUARDED_BY(mu_) = 0;
+  bool finished_ok_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+};
+
+class JobTest : public ::testing::Test {
+ protected:
+  JobTest()
+      : memory_(options_.memory_budget_bytes),
+        chunks_(options_.chunk_bytes, 4),
+        pool_(1),
+        job_("j1", 2, CollectiveEnv{&options_, &pool_, &timers_, &memory_,
+                                    &chunks_, &metrics_, &log_,
+                                    &kept_memory_}) {}
+
+  // A Barrier contribution of `rank` in `epoch`, matched by `sequence`.
+  static v1::CollectiveHeader Barrier(int rank, const std::string& session,
+                                      uint64_t epoch, uint64_t sequence) {
+    v1::CollectiveHeader h;
+    h.set_job("j1");
+    h.set_epoch(epoch);
+    h.set_session_id(session);
+    h.set_rank(rank);
+    h.set_sequence(sequence);
+    h.set_kind(v1::COLLECTIVE_KIND_BARRIER);
+    h.set_timeout_ms(10000);
+    return h;
+  }
+
+  // A float32 [kFloats] sum all-reduce contribution, as Barrier's.
+  static constexpr int kFloats = 4;
+  static v1::CollectiveHeader AllReduce(int rank, const std::string& session,
+                                        uint64_t epoch, uint64_t sequence) {
+    v1::CollectiveHeader h = Barrier(rank, session, epoch, sequence);
+    h.set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
+    v1::TensorSpec* tensor = h.add_tensors();
+    tensor->set_dtype(v1::DATA_TYPE_FLOAT32);
+    tensor->add_shape(kFloats);
+    tensor->set_op(v1::REDUCE_OP_SUM);
+    return h;
+  }
+
+  // Runs one collective of `job` (job j1), whose ranks 0 and 1 are held by
+  // sessions a and b, as attempts a/1 and b/1; returns rank 0's header.
+  using RunOfBoth = v1::CollectiveHeader (*)(Job& job);
+
+  // A RunOfBoth: one barrier.
+  static v1::CollectiveHeader BarrierOfBoth(Job& job) {
+    v1::CollectiveHeader h0 = Barrier(0, "a", 1, 0);
+    v1::CollectiveHeader h1 = Barrier(1, "b", 1, 0);
+    h0.set_attempt_id("a/1");
+    h1.set_attempt_id("b/1");
+    EXPECT_TRUE(job.Attach(h0, std::make_shared<FakeRankChannel>()).ok());
+    EXPECT_TRUE(job.Attach(h1, std::make_shared<FakeRankChannel>()).ok());
+    return h0;
+  }
+  // A RunOfBoth: one all-reduce, each rank's input sent in one message.
+  // Its 16 bytes are below ServerOptions::offload_bytes, so the last
+  // OnData reduces on this thread and answers both ranks, keeping each
+  // one's result (kFloats * 4 bytes) for a replay, before it returns.
+  static v1::CollectiveHeader AllReduceOfBoth(Job& job) {
+    v1::CollectiveHeader headers[] = {AllReduce(0, "a", 1, 0),
+                                      AllReduce(1, "b", 1, 0)};
+    std::shared_ptr<FakeRankChannel> channels[2];
+    for (int rank = 0; rank < 2; ++rank) {
+      headers[rank].set_attempt_id(absl::StrCat(headers[rank].session_id(), "/1"));
+      channels[rank] = std::make_shared<FakeRankChannel>();
+      absl::StatusOr<std::shared_ptr<Collective>> c =
+          job.Attach(headers[rank], channels[rank]);
+      EXPECT_TRUE(c.ok() && *c != nullptr) << c.status();
+      if (!c.ok() || *c == nullptr) return headers[0];
+      const float input[kFloats] = {1, 2, 3, 4};
+      Payload payload;
+      payload.Append(StringBytes(std::string(
+          reinterpret_cast<const char*>(input), sizeof(input))));
+      (*c)->OnData(rank, 0, std::move(payload));
+    }
+    for (const auto& channel : channels) EXPECT_TRUE(channel->finished_ok());
+    return headers[0];
+  }
+
+  // Joins sessions a and b to job_ as ranks 0 and 1, then `run`.
+  v1::CollectiveHeader JoinAndRun(RunOfBoth run = BarrierOfBoth) {
+    EXPECT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+    EXPECT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+    return run(job_);
+  }
+
+  ServerOptions options_;
+  MemoryBudget memory_;
+  MemoryBudget kept_memory_{1 << 20};
+  ChunkPool chunks_;
+  TimerQueue timers_;
+  ThreadPool pool_;
+  MetricsSink metrics_;  // counts nothing
+  Logger log_;
+  Job job_;
+};
+
+TEST_F(JobTest, EveryRankGetsReadyOnceAllHaveJoined) {
+  auto s0 = std::make_shared<FakeSession>();
+  auto s1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "a", s0).ok());
+  EXPECT_THAT(s0->events(), IsEmpty());
+  ASSERT_TRUE(job_.Join(1, 2, "b", s1).ok());
+  ASSERT_THAT(s0->events(), SizeIs(1));
+  EXPECT_EQ(s0->events()[0].ready().epoch(), 1u);
+  EXPECT_EQ(s1->events()[0].ready().epoch(), 1u);
+}
+
+TEST_F(JobTest, WorldSizeDisagreementIsRefused) {
+  absl::Status s = job_.Join(0, 3, "a", std::make_shared<FakeSession>());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("has world size 2"));
+  EXPECT_THAT(s.message(), HasSubstr("asked for 3"));
+}
+
+TEST_F(JobTest, SecondSessionForSameRankIsRejected) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  absl::Status s = job_.Join(0, 2, "b", std::make_shared<FakeSession>());
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(s.message(), HasSubstr("rank 0 of job j1"));
+  s = job_.Join(1, 2, "a", std::make_shared<FakeSession>());
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(JobTest, LostSessionAbortsEpochAndNextJoinStartsAnother) {
+  auto s0 = std::make_shared<FakeSession>();
+  auto s1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "a", s0).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", s1).ok());
+
+  auto waiting = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 0), waiting).ok());
+  EXPECT_FALSE(job_.Leave("b", "connection lost", EpochEndReason::kSessionCancelled));
+
+  EXPECT_EQ(waiting->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(waiting->failure().message(), HasSubstr("rank 1's session was lost"));
+  ASSERT_THAT(s0->events(), SizeIs(2));
+  EXPECT_TRUE(s0->events()[1].has_aborted());
+
+  // A contribution still made in the old epoch is refused the same way.
+  auto late = std::make_shared<FakeRankChannel>();
+  absl::StatusOr<std::shared_ptr<Collective>> c =
+      job_.Attach(Barrier(0, "a", 1, 1), late);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kAborted);
+
+  auto r0 = std::make_shared<FakeSession>();
+  auto r1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "c", r0).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "d", r1).ok());
+  ASSERT_THAT(r1->events(), SizeIs(1));
+  EXPECT_EQ(r1->events()[0].ready().epoch(), 2u);
+}
+
+TEST_F(JobTest, AFailureOnAnotherShardEndsTheEpochNamingItsCause) {
+  auto s0 = std::make_shared<FakeSession>();
+  auto s1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "a", s0).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", s1).ok());
+  auto waiting = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 0), waiting).ok());
+
+  job_.EndForOtherShard("b", "shard 0 of 2: rank 7's session was lost");
+  EXPECT_EQ(waiting->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(waiting->failure().message(),
+              HasSubstr("rank 1's job failed on another of its shards (shard "
+                        "0 of 2: rank 7's session was lost)"));
+  ASSERT_THAT(s0->events(), SizeIs(2));
+  EXPECT_THAT(s0->events()[1].aborted().reason(), HasSubstr("rank 7"));
+
+  // The stream's end that follows names nobody else, and frees nothing
+  // while rank 0 is still there.
+  EXPECT_FALSE(job_.Leave("b", "cancelled", EpochEndReason::kSessionCancelled));
+  EXPECT_THAT(s0->events(), SizeIs(2));
+}
+
+TEST_F(JobTest, AFailureOnAnotherShardIsIgnoredForUnknownOrEndedSessions) {
+  auto s0 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "a", s0).ok());
+  job_.EndForOtherShard("a", "not running yet");
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  job_.EndForOtherShard("zz", "not a session of the job");
+  ASSERT_THAT(s0->events(), SizeIs(1));
+  EXPECT_TRUE(s0->events()[0].has_ready());
+  job_.Depart("b");
+  job_.EndForOtherShard("b", "departed already");
+  EXPECT_THAT(s0->events(), SizeIs(1));
+}
+
+TEST_F(JobTest, BarrierCompletesOnceEveryRankAttached) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  auto c0 = std::make_shared<FakeRankChannel>();
+  auto c1 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 0), c0).ok());
+  EXPECT_FALSE(c0->finished_ok());
+  ASSERT_TRUE(job_.Attach(Barrier(1, "b", 1, 0), c1).ok());
+  EXPECT_TRUE(c0->finished_ok());
+  EXPECT_TRUE(c1->finished_ok());
+  EXPECT_TRUE(c0->failure().ok());
+}
+
+TEST_F(JobTest, SessionThatDoesNotHoldTheRankIsRefused) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  absl::StatusOr<std::shared_ptr<Collective>> c =
+      job_.Attach(Barrier(1, "a", 1, 0), std::make_shared<FakeRankChannel>());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(c.status().message(), HasSubstr("does not hold rank 1"));
+}
+
+// A rank that closed its client and connects again starts its call order
+// from the beginning, which the other ranks' sessions cannot match: the job
+// moves to a new epoch, and runs once every rank has connected again.
+TEST_F(JobTest, RankRejoiningAfterLeavingStartsNewEpoch) {
+  auto s0 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "a", s0).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  job_.Depart("b");
+  EXPECT_FALSE(job_.Leave("b", "closed", EpochEndReason::kSessionEnded));
+  // Leaving on purpose does not end the epoch.
+  ASSERT_THAT(s0->events(), SizeIs(1));
+
+  auto again = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(1, 2, "c", again).ok());
+  ASSERT_THAT(s0->events(), SizeIs(2));
+  ASSERT_TRUE(s0->events()[1].has_aborted());
+  EXPECT_THAT(s0->events()[1].aborted().reason(),
+              HasSubstr("rank 1 connected again after closing its client"));
+  EXPECT_EQ(again->ready_count(), 0);
+
+  auto r0 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "d", r0).ok());
+  ASSERT_EQ(again->ready_count(), 1);
+  EXPECT_EQ(again->events().back().ready().epoch(), 2u);
+
+  // Both ranks take part again in the new epoch.
+  auto c0 = std::make_shared<FakeRankChannel>();
+  auto c1 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(Barrier(0, "d", 2, 0), c0).ok());
+  ASSERT_TRUE(job_.Attach(Barrier(1, "c", 2, 0), c1).ok());
+  EXPECT_TRUE(c0->finished_ok());
+  EXPECT_TRUE(c1->finished_ok());
+}
+
+TEST_F(JobTest, LastSessionLeavingFreesTheJob) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  EXPECT_FALSE(job_.Leave("a", "closed", EpochEndReason::kSessionEnded));
+  EXPECT_TRUE(job_.Leave("b", "closed", EpochEndReason::kSessionEnded));
+}
+
+TEST_F(JobTest, RetryOfAnUnusedAttemptReplacesItsFirstCall) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  v1::CollectiveHeader first = Barrier(0, "a", 1, 0);
+  first.set_attempt_id("a/1");
+  auto lost = std::make_shared<FakeRankChannel>();
+  auto retry = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(first, lost).ok());
+  ASSERT_TRUE(job_.Attach(first, retry).ok());  // same attempt id
+  EXPECT_EQ(lost->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(lost->failure().message(), HasSubstr("replaced by its retry"));
+  auto c1 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(Barrier(1, "b", 1, 0), c1).ok());
+  EXPECT_TRUE(retry->finished_ok());
+  EXPECT_TRUE(c1->finished_ok());
+}
+
+TEST_F(JobTest, RetryOfAnAttemptAlreadyUsedIsAbortedNotCountedAgain) {
+  const v1::CollectiveHeader first = JoinAndRun();
+  absl::StatusOr<std::shared_ptr<Collective>> again =
+      job_.Attach(first, std::make_shared<FakeRankChannel>());
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(again.status().message(),
+              HasSubstr("retried a contribution (attempt a/1) that was "
+                        "already used"));
+}
+
+// `header` as a replay of its attempt.
+v1::CollectiveHeader Replay(v1::CollectiveHeader header) {
+  header.set_replay(true);
+  return header;
+}
+
+TEST_F(JobTest, AReplayAfterTheSessionWasLostSendsTheKeptResultAgain) {
+  const v1::CollectiveHeader first = JoinAndRun();
+  // Rank 0's session is lost (its answer with it): the epoch ends.
+  job_.Leave("a", "keepalive watchdog timeout",
+             EpochEndReason::kSessionCancelled);
+  auto again = std::make_shared<FakeRankChannel>();
+  absl::StatusOr<std::shared_ptr<Collective>> replayed =
+      job_.Attach(Replay(first), again);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_EQ(*replayed, nullptr);  // answered in full, nothing to feed
+  EXPECT_TRUE(again->finished_ok());
+  // A replay declaring other tensors than its attempt did gets nothing.
+  v1::CollectiveHeader changed = Replay(first);
+  changed.set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
+  *changed.add_tensors() = v1::TensorSpec();
+  changed.mutable_tensors(0)->set_dtype(v1::DATA_TYPE_FLOAT32);
+  changed.mutable_tensors(0)->add_shape(4);
+  changed.mutable_tensors(0)->set_op(v1::REDUCE_OP_SUM);
+  absl::Status refused =
+      job_.Attach(changed, std::make_shared<FakeRankChannel>()).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("declaring other tensors"));
+  // A normal retry of the same attempt is still never counted again.
+  EXPECT_EQ(job_.Attach(first, std::make_shared<FakeRankChannel>())
+                .status()
+                .code(),
+            absl::StatusCode::kAborted);
+}
+
+TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
+  const v1::CollectiveHeader first = JoinAndRun(AllReduceOfBoth);
+  constexpr size_t kResultBytes = kFloats * sizeof(float);
+  EXPECT_EQ(kept_memory_.used(), 2 * kResultBytes);  // both ranks' results
+  v1::CollectiveHeader unknown = first;
+  unknown.set_attempt_id("a/9");
+  absl::Status none =
+      job_.Attach(Replay(unknown), std::make_shared<FakeRankChannel>()).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(none.message(), HasSubstr("rank 0's attempt a/9 has no result kept"));
+  // Rank 0's next call says every attempt below 2 has its outcome.
+  v1::CollectiveHeader next = Barrier(0, "a", 1, 1);
+  next.set_attempt_id("a/2");
+  next.set_received_below(2);
+  ASSERT_TRUE(job_.Attach(next, std::make_shared<FakeRankChannel>()).ok());
+  EXPECT_EQ(
+      job_.Attach(Replay(first), std::make_shared<FakeRankChannel>()).status().code(),
+      absl::StatusCode::kNotFound);
+  // Rank 0's result is forgotten; rank 1 acknowledged nothing yet.
+  EXPECT_EQ(kept_memory_.used(), kResultBytes);
+}
+
+TEST_F(JobTest, AReplayNamesAnAttemptOfItsOwnSession) {
+  v1::CollectiveHeader stolen = Replay(JoinAndRun());
+  stolen.set_session_id("b");  // session b asks for a's result
+  absl::Status refused =
+      job_.Attach(stolen, std::make_shared<FakeRankChannel>()).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("an attempt of its own session"));
+}
+
+TEST_F(JobTest, AttemptsOfAnEndedEpochAreForgotten) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  v1::CollectiveHeader used = Barrier(0, "a", 1, 0);
+  used.set_attempt_id("x/1");
+  ASSERT_TRUE(job_.Attach(used, std::make_shared<FakeRankChannel>()).ok());
+  ASSERT_TRUE(
+      job_.Attach(Barrier(1, "b", 1, 0), std::make_shared<FakeRankChannel>())
+          .ok());
+  job_.Leave("b", "killed", EpochEndReason::kSessionCancelled);
+  job_.Leave("a", "killed", EpochEndReason::kSessionCancelled);
+  ASSERT_TRUE(job_.Join(0, 2, "c", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "d", std::make_shared<FakeSession>()).ok());
+  // The same id in epoch 2 is a new contribution, not a retry.
+  v1::CollectiveHeader fresh = Barrier(0, "c", 2, 0);
+  fresh.set_attempt_id("x/1");
+  auto c0 = std::make_shared<FakeRankChannel>();
+  auto c1 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(fresh, c0).ok());
+  ASSERT_TRUE(job_.Attach(Barrier(1, "d", 2, 0), c1).ok());
+  EXPECT_TRUE(c0->finished_ok()) << c0->failure();
+  EXPECT_TRUE(c1->finished_ok()) << c1->failure();
+}
+
+TEST_F(JobTest, ShardListsMustAgreeAcrossRanks) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>(),
+                        {"r0:1", "r1:1"})
+                  .ok());
+  absl::Status swapped = job_.Join(1, 2, "b", std::make_shared<FakeSession>(),
+                                   {"r1:1", "r0:1"});
+  EXPECT_EQ(swapped.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(swapped.message(),
+              HasSubstr("rank 1 names the shards [r1:1,r0:1], but the ranks "
+                        "already joined named [r0:1,r1:1]"));
+  // The same list is accepted.
+  auto ready = std::make_shared<FakeSession>();
+  EXPECT_TRUE(job_.Join(1, 2, "c", ready, {"r0:1", "r1:1"}).ok());
+  EXPECT_EQ(ready->ready_count(), 1);
+}
+
+TEST_F(JobTest, OneShardsAddressIsNotCompared) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  EXPECT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>(), {"proxy:1"}).ok());
+}
+
+TEST_F(JobTest, OneShardDoesNotMeetSeveral) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>(), {"r0:1"}).ok());
+  absl::Status several = job_.Join(1, 2, "b", std::make_shared<FakeSession>(),
+                                   {"r0:1", "r1:1"});
+  EXPECT_EQ(several.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(several.message(),
+              HasSubstr("names the shards [r0:1,r1:1], but the ranks already "
+                        "joined named [r0:1]"));
+}
+
+// JobRegistry: jobs by name, the job limit, refusing work when stopping.
+class JobRegistryTest : public JobTest {
+ protected:
+  static v1::JoinRequest Join(const std::string& job, int rank, int world,
+                              const std::string& session) {
+    v1::JoinRequest r;
+    r.set_job(job);
+    r.set_rank(rank);
+    r.set_world_size(world);
+    r.set_session_id(session);
+    return r;
+  }
+  CollectiveEnv Env() {
+    return CollectiveEnv{&options_, &pool_,    &timers_, &memory_,
+                         &chunks_,  &metrics_, &log_, &kept_memory_};
+  }
+
+  // Joins job j1 in `registry` as JoinAndRun does, then `run`; returns
+  // rank 0's header as a replay.
+  static v1::CollectiveHeader JoinAndRun(JobRegistry& registry,
+                                         RunOfBoth run = BarrierOfBoth) {
+    EXPECT_TRUE(registry.Join(Join("j1", 0, 2, "a"), std::make_shared<FakeSession>()).ok());
+    EXPECT_TRUE(registry.Join(Join("j1", 1, 2, "b"), std::make_shared<FakeSession>()).ok());
+    v1::CollectiveHeader h0 = run(**registry.Find("j1"));
+    h0.set_replay(true);
+    return h0;
+  }
+};
+
+TEST_F(JobRegistryTest, AFreedJobWhoseRankWasLostKeepsItsResultsForAReplay) {
+  JobRegistry registry(Env());
+  const v1::CollectiveHeader replay = JoinAndRun(registry);
+  // Rank 0 is lost, then rank 1 finishes and leaves: the job is freed.
+  registry.Leave("j1", "a", "keepalive watchdog timeout",
+                 EpochEndReason::kSessionCancelled);
+  registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
+  EXPECT_FALSE(registry.Find("j1").ok());
+  auto again = std::make_shared<FakeRankChannel>();
+  absl::StatusOr<std::shared_ptr<Collective>> replayed =
+      registry.ReplayForFreedJob(replay, again);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_TRUE(again->finished_ok());
+}
+
+TEST_F(JobRegistryTest, AFreedJobStillAnswersAfterItsNameWasJoinedAgain) {
+  JobRegistry registry(Env());
+  const v1::CollectiveHeader replay = JoinAndRun(registry);
+  registry.Leave("j1", "a", "keepalive watchdog timeout",
+                 EpochEndReason::kSessionCancelled);
+  registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
+  // Rank 1 connects again at once: a new job of the same name.
+  ASSERT_TRUE(registry.Join(Join("j1", 1, 2, "c"), std::make_shared<FakeSession>()).ok());
+  EXPECT_EQ((*registry.Find("j1"))
+                ->Attach(replay, std::make_shared<FakeRankChannel>())
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  auto again = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(registry.ReplayForFreedJob(replay, again).ok());
+  EXPECT_TRUE(again->finished_ok());
+}
+
+TEST_F(JobRegistryTest, AFreedJobThatEndedCleanlyKeepsNothing) {
+  JobRegistry registry(Env());
+  const v1::CollectiveHeader replay = JoinAndRun(registry, AllReduceOfBoth);
+  EXPECT_EQ(kept_memory_.used(), 2 * kFloats * sizeof(float));
+  (*registry.Find("j1"))->Depart("a");
+  (*registry.Find("j1"))->Depart("b");
+  registry.Leave("j1", "a", "closed", EpochEndReason::kSessionEnded);
+  registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
+  EXPECT_EQ(registry.ReplayForFreedJob(replay, std::make_shared<FakeRankChannel>())
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(kept_memory_.used(), 0u);
+}
+
+TEST_F(JobRegistryTest, FindsAJoinedJobAndNotAnUnknownOne) {
+  JobRegistry registry(Env());
+  ASSERT_TRUE(registry.Join(Join("j1", 0, 1, "a"), std::make_shared<FakeSession>()).ok());
+  EXPECT_TRUE(registry.Find("j1").ok());
+  absl::StatusOr<std::shared_ptr<Job>> unknown = registry.Find("nope");
+  EXPECT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.status().message(), HasSubstr("nope"));
+}
+
+TEST_F(JobRegistryTest, JobsBeyondTheLimitAreRefusedNamingIt) {
+  options_.max_jobs = 2;
+  JobRegistry registry(Env());
+  ASSERT_TRUE(registry.Join(Join("j1", 0, 1, "a"), std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(registry.Join(Join("j2", 0, 1, "b"), std::make_shared<FakeSession>()).ok());
+  absl::Status third =
+      registry.Join(Join("j3", 0, 1, "c"), std::make_shared<FakeSession>());
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(third.message(), HasSubstr("--max_jobs=2"));
+  // A job freed by its last session makes room again.
+  registry.Leave("j1", "a", "closed", EpochEndReason::kSessionEnded);
+  EXPECT_TRUE(registry.Join(Join("j3", 0, 1, "c"), std::make_shared<FakeSession>()).ok());
+}
+
+TEST_F(JobRegistryTest, ARejectedJoinDoesNotLeaveAJobBehind) {
+  options_.max_jobs = 1;
+  JobRegistry registry(Env());
+  // Rank 2 of a world of 2 is refused; the job it created must go again.
+  EXPECT_FALSE(registry.Join(Join("j1", 2, 2, "a"), std::make_shared<FakeSession>()).ok());
+  EXPECT_FALSE(registry.Find("j1").ok());
+  EXPECT_TRUE(registry.Join(Join("j2", 0, 1, "b"), std::make_shared<FakeSession>()).ok());
+}
+
+TEST_F(JobRegistryTest, StoppedRegistryRefusesJoinsAsUnavailable) {
+  JobRegistry registry(Env());
+  registry.StopAccepting();
+  absl::Status joined =
+      registry.Join(Join("j1", 0, 1, "a"), std::make_shared<FakeSession>());
+  EXPECT_EQ(joined.code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace reducer

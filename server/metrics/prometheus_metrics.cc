@@ -1,0 +1,182 @@
+#include "server/metrics/prometheus_metrics.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "grpcpp/grpcpp.h"
+#include "prometheus/metric_family.h"
+#include "server/metrics/metric_labels.h"
+
+namespace reducer {
+namespace {
+
+// From 100 us (a small all-reduce on loopback) to a minute (large tensors
+// on slow links); past that the count and sum still say how many and how
+// long in all.
+const prometheus::Histogram::BucketBoundaries& DurationBuckets() {
+  static const auto* const kBuckets = new prometheus::Histogram::BucketBoundaries{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+      0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
+  return *kBuckets;
+}
+
+std::optional<CollectiveKind> KindAt(int i) {
+  if (i == kNumCollectiveKinds) return std::nullopt;
+  return static_cast<CollectiveKind>(i);
+}
+
+int IndexOf(std::optional<CollectiveKind> kind) {
+  return kind.has_value() ? static_cast<int>(*kind) : kNumCollectiveKinds;
+}
+
+}  // namespace
+
+class PrometheusMetrics::ScrapeTarget final : public prometheus::Collectable {
+ public:
+  ScrapeTarget(std::shared_ptr<prometheus::Registry> registry, Gauges gauges,
+               std::function<ServerState()> state)
+      : registry_(std::move(registry)),
+        gauges_(gauges),
+        state_(std::move(state)) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    const ServerState s = state_();
+    gauges_.jobs->Set(static_cast<double>(s.jobs));
+    gauges_.ranks_connected->Set(static_cast<double>(s.ranks_connected));
+    gauges_.collectives_pending->Set(static_cast<double>(s.collectives_pending));
+    gauges_.collectives_stalled->Set(static_cast<double>(s.collectives_stalled));
+    gauges_.memory_reserved->Set(static_cast<double>(s.memory_reserved_bytes));
+    gauges_.memory_total->Set(static_cast<double>(s.memory_budget_bytes));
+    return registry_->Collect();
+  }
+
+ private:
+  const std::shared_ptr<prometheus::Registry> registry_;
+  const Gauges gauges_;
+  const std::function<ServerState()> state_;
+};
+
+PrometheusMetrics::PrometheusMetrics(absl::string_view version)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      collectives_(prometheus::BuildCounter()
+                       .Name("reducer_collectives_total")
+                       .Help("Collectives ended, by kind and outcome (the "
+                             "status code every rank got)")
+                       .Register(*registry_)),
+      epochs_aborted_(prometheus::BuildCounter()
+                          .Name("reducer_epochs_aborted_total")
+                          .Help("Job epochs aborted because a rank's session "
+                                "was lost, by how it ended")
+                          .Register(*registry_)),
+      refused_(prometheus::BuildCounter()
+                   .Name("reducer_requests_refused_total")
+                   .Help("Joins and collective calls refused before taking "
+                         "part, by status code and the limit they hit "
+                         "(none: not a limit)")
+                   .Register(*registry_)) {
+  auto& duration = prometheus::BuildHistogram()
+                       .Name("reducer_collective_duration_seconds")
+                       .Help("Time from a collective's first rank arriving to "
+                             "its last rank's result, collectives that "
+                             "succeeded")
+                       .Register(*registry_);
+  auto& bytes_in = prometheus::BuildCounter()
+                       .Name("reducer_payload_received_bytes_total")
+                       .Help("Payload bytes received from ranks")
+                       .Register(*registry_);
+  auto& bytes_out = prometheus::BuildCounter()
+                        .Name("reducer_payload_sent_bytes_total")
+                        .Help("Result bytes sent to ranks")
+                        .Register(*registry_);
+  auto& stalls = prometheus::BuildCounter()
+                     .Name("reducer_collective_stalls_total")
+                     .Help("Collectives that reached their stall warning (half "
+                           "their timeout) with ranks or payload missing")
+                     .Register(*registry_);
+  for (int i = 0; i < kKinds; ++i) {
+    const prometheus::Labels kind{{"kind", std::string(KindLabel(KindAt(i)))}};
+    prometheus::Labels ok = kind;
+    ok["outcome"] = std::string(StatusCodeLabel(absl::StatusCode::kOk));
+    per_kind_[i] = PerKind{&collectives_.Add(ok),
+                           &duration.Add(kind, DurationBuckets()),
+                           &bytes_in.Add(kind), &bytes_out.Add(kind),
+                           &stalls.Add(kind)};
+  }
+  auto gauge = [this](const std::string& name, const std::string& help) {
+    return &prometheus::BuildGauge().Name(name).Help(help).Register(*registry_).Add({});
+  };
+  gauges_.jobs = gauge("reducer_jobs", "Jobs with an open session");
+  gauges_.ranks_connected = gauge(
+      "reducer_ranks_connected",
+      "Ranks holding a session in their job's current epoch, all jobs");
+  gauges_.collectives_pending =
+      gauge("reducer_collectives_pending",
+            "Collectives not yet done (waiting for ranks or in flight)");
+  gauges_.collectives_stalled = gauge(
+      "reducer_collectives_stalled",
+      "Pending collectives past their stall warning (half their timeout)");
+  gauges_.memory_reserved =
+      gauge("reducer_memory_budget_reserved_bytes",
+            "Payload bytes reserved in the memory budget now");
+  gauges_.memory_total = gauge("reducer_memory_budget_bytes",
+                               "The memory budget (--memory_budget_bytes)");
+  for (int r = 0; r < kNumEpochEndReasons; ++r) {
+    epochs_aborted_.Add({{"reason", std::string(EpochEndReasonLabel(
+                                        static_cast<EpochEndReason>(r)))}});
+  }
+  for (int l = 1; l < kNumRefusedLimits; ++l) {
+    refused_.Add(
+        {{"code", std::string(StatusCodeLabel(absl::StatusCode::kResourceExhausted))},
+         {"limit", std::string(LimitLabel(static_cast<RefusedLimit>(l)))}});
+  }
+  prometheus::BuildGauge()
+      .Name("reducer_build_info")
+      .Help("Always 1; the labels name the reducerd build")
+      .Register(*registry_)
+      .Add({{"version", std::string(version)}, {"grpc_version", grpc::Version()}})
+      .Set(1);
+}
+
+std::shared_ptr<prometheus::Collectable> PrometheusMetrics::MakeScrapeTarget(
+    std::function<ServerState()> state) {
+  return std::make_shared<ScrapeTarget>(registry_, gauges_, std::move(state));
+}
+
+void PrometheusMetrics::CollectiveEnded(std::optional<CollectiveKind> kind,
+                                        absl::StatusCode outcome,
+                                        absl::Duration duration,
+                                        uint64_t bytes_in, uint64_t bytes_out) {
+  const PerKind& k = per_kind_[IndexOf(kind)];
+  if (outcome == absl::StatusCode::kOk) {
+    k.succeeded->Increment();
+    k.duration->Observe(absl::ToDoubleSeconds(duration));
+  } else {
+    collectives_
+        .Add({{"kind", std::string(KindLabel(kind))},
+              {"outcome", std::string(StatusCodeLabel(outcome))}})
+        .Increment();
+  }
+  if (bytes_in > 0) k.bytes_in->Increment(static_cast<double>(bytes_in));
+  if (bytes_out > 0) k.bytes_out->Increment(static_cast<double>(bytes_out));
+}
+
+void PrometheusMetrics::CollectiveStalled(CollectiveKind kind) {
+  per_kind_[IndexOf(kind)].stalls->Increment();
+}
+
+void PrometheusMetrics::EpochAborted(EpochEndReason reason) {
+  epochs_aborted_
+      .Add({{"reason", std::string(EpochEndReasonLabel(reason))}})
+      .Increment();
+}
+
+void PrometheusMetrics::RequestRefused(absl::StatusCode code,
+                                       RefusedLimit limit) {
+  refused_
+      .Add({{"code", std::string(StatusCodeLabel(code))},
+            {"limit", std::string(LimitLabel(limit))}})
+      .Increment();
+}
+
+}  // namespace reducer

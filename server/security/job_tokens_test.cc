@@ -1,0 +1,209 @@
+#include "server/security/job_tokens.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A well-formed hash (64 hex digits) for the file-format tests.
+constexpr char kHashA[] =
+    "e0a9b1a8ee2a0f1ac5fa16e5ac2e8b1ee0fe2d4dbbb4cc5f9ad2b5bcc34a4fa3";
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+}
+
+PresentedToken Present(const std::string& token) {
+  const std::string header = "Bearer " + token;
+  return PresentToken(&header);
+}
+
+std::string Hex(const TokenHash& hash) {
+  std::string hex;
+  for (uint8_t b : hash) absl::StrAppend(&hex, absl::Hex(b, absl::kZeroPad2));
+  return hex;
+}
+
+TEST(HashTokenTest, MatchesSha256sum) {
+  // Independent reference: coreutils' sha256sum of the same bytes.
+  const std::string path = TempPath("sum.txt");
+  ASSERT_EQ(std::system(("printf %s secret-a | sha256sum > " + path).c_str()), 0);
+  std::ifstream in(path);
+  std::string expected;
+  in >> expected;
+  EXPECT_EQ(Hex(HashToken("secret-a")), expected);
+}
+
+TEST(BearerTokenTest, ParsesSchemeCaseInsensitively) {
+  EXPECT_EQ(BearerToken("Bearer abc"), "abc");
+  EXPECT_EQ(BearerToken("bearer abc"), "abc");
+  EXPECT_EQ(BearerToken("Basic abc"), "");
+  EXPECT_EQ(BearerToken("Bearer "), "");
+  EXPECT_FALSE(PresentToken(nullptr).present);
+}
+
+class JobTokensTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = TempPath(absl::StrCat("tokens_", ::testing::UnitTest::GetInstance()
+                                               ->current_test_info()
+                                               ->name()));
+    WriteFile(path_, absl::StrCat("# comment\n\njob-a ", Hex(HashToken("secret-a")),
+                                  "\njob-b ", Hex(HashToken("secret-b")), "\n"));
+  }
+  std::string path_;
+};
+
+TEST_F(JobTokensTest, ChecksEachCase) {
+  auto tokens = JobTokens::Load(path_, absl::Milliseconds(1));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_TRUE((*tokens)->Check("job-a", Present("secret-a")).ok());
+  EXPECT_TRUE((*tokens)->Check("job-b", Present("secret-b")).ok());
+  absl::Status missing = (*tokens)->Check("job-a", PresentedToken{});
+  EXPECT_EQ(missing.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(missing.message(), HasSubstr("job-a"));
+  absl::Status other = (*tokens)->Check("job-b", Present("secret-a"));
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(other.message(), HasSubstr("another job"));
+  EXPECT_THAT(other.message(), Not(HasSubstr("secret-a")));
+  absl::Status unknown = (*tokens)->Check("job-a", Present("wrong"));
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kUnauthenticated);
+  absl::Status unlisted = (*tokens)->Check("job-c", Present("secret-a"));
+  EXPECT_EQ(unlisted.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(unlisted.message(), HasSubstr("job-c has no token"));
+}
+
+// A line for JOB governs every JOB/... job (the torch backend's jobs) that
+// has no line of its own nor a longer prefix line; names that merely start
+// with JOB do not count.
+TEST(JobTokensPrefixTest, ALineCoversItsJobsSlashNames) {
+  const std::string path = TempPath("prefix_tokens");
+  WriteFile(path, absl::StrCat("train ", Hex(HashToken("secret-train")), "\n",
+                               "train/pinned ", Hex(HashToken("secret-pinned")),
+                               "\n", "other ", Hex(HashToken("secret-other")),
+                               "\n"));
+  auto tokens = JobTokens::Load(path);
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  const PresentedToken train = Present("secret-train");
+  EXPECT_TRUE((*tokens)->Check("train", train).ok());
+  EXPECT_TRUE((*tokens)->Check("train/x", train).ok());
+  EXPECT_TRUE((*tokens)->Check("train/x/y", train).ok());
+  EXPECT_TRUE((*tokens)->Check("train/pinned/z", Present("secret-pinned")).ok());
+
+  // Not a prefix at a '/': no line governs these.
+  for (const char* job : {"trainX", "train-x", "trai"}) {
+    SCOPED_TRACE(job);
+    absl::Status s = (*tokens)->Check(job, train);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("job ", job, " has no token")));
+  }
+
+  // An exact line wins over the prefix line, and over a shorter prefix.
+  EXPECT_TRUE((*tokens)->Check("train/pinned", Present("secret-pinned")).ok());
+  absl::Status shadowed = (*tokens)->Check("train/pinned", train);
+  EXPECT_EQ(shadowed.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(shadowed.message(), HasSubstr("another job"));
+  EXPECT_EQ((*tokens)->Check("train/pinned/z", train).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*tokens)->Check("train/x", Present("secret-pinned")).code(),
+            absl::StatusCode::kPermissionDenied);
+
+  // Another job's token, a wrong one, none: the usual codes, naming the job
+  // and the governing line, never the token.
+  absl::Status other = (*tokens)->Check("train/x", Present("secret-other"));
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(other.message(), HasSubstr("job train/x (tokens-file line train)"));
+  EXPECT_THAT(other.message(), HasSubstr("another job"));
+  EXPECT_THAT(other.message(), Not(HasSubstr("secret")));
+  absl::Status wrong = (*tokens)->Check("train/x", Present("wrong-token-5"));
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(wrong.message(), HasSubstr("job train/x (tokens-file line train)"));
+  EXPECT_THAT(wrong.message(), Not(HasSubstr("wrong-token-5")));
+  absl::Status none = (*tokens)->Check("train/x", PresentedToken{});
+  EXPECT_EQ(none.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(none.message(), HasSubstr("job train/x"));
+  // How to send one, in each client's words.
+  EXPECT_THAT(none.message(), HasSubstr("ClientOptions::token"));
+  EXPECT_THAT(none.message(), HasSubstr("token="));
+  EXPECT_THAT(none.message(), HasSubstr("REDUCER_TOKEN"));
+}
+
+TEST_F(JobTokensTest, CheckAnyJobKnowsEveryJobsTokenAndNoOther) {
+  auto tokens = JobTokens::Load(path_, absl::Milliseconds(1));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_TRUE((*tokens)->CheckAnyJob(Present("secret-a")).ok());
+  EXPECT_TRUE((*tokens)->CheckAnyJob(Present("secret-b")).ok());
+  EXPECT_EQ((*tokens)->CheckAnyJob(PresentedToken{}).code(),
+            absl::StatusCode::kUnauthenticated);
+  absl::Status unknown = (*tokens)->CheckAnyJob(Present("bogus-token-9"));
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(unknown.message(), HasSubstr("not one reducerd knows"));
+  EXPECT_THAT(unknown.message(), Not(HasSubstr("bogus-token-9")));
+}
+
+TEST_F(JobTokensTest, ReadsTheFileAgainWhenASymlinkIsSwapped) {
+  const std::string v1 = path_ + ".v1";
+  const std::string v2 = path_ + ".v2";
+  const std::string link = path_ + ".link";
+  WriteFile(v1, absl::StrCat("job-a ", Hex(HashToken("secret-a")), "\n"));
+  WriteFile(v2, absl::StrCat("job-a ", Hex(HashToken("rotated")), "\n"));
+  std::remove(link.c_str());
+  ASSERT_EQ(symlink(v1.c_str(), link.c_str()), 0);
+  auto tokens = JobTokens::Load(link, absl::Milliseconds(1));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_TRUE((*tokens)->Check("job-a", Present("secret-a")).ok());
+  // Swap as Kubernetes does: a new link renamed over the old one.
+  const std::string tmp = link + ".tmp";
+  ASSERT_EQ(symlink(v2.c_str(), tmp.c_str()), 0);
+  ASSERT_EQ(std::rename(tmp.c_str(), link.c_str()), 0);
+  absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE((*tokens)->Check("job-a", Present("rotated")).ok());
+  EXPECT_EQ((*tokens)->Check("job-a", Present("secret-a")).code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+TEST_F(JobTokensTest, AMalformedNewVersionKeepsTheOldTokens) {
+  auto tokens = JobTokens::Load(path_, absl::Milliseconds(1));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  WriteFile(path_, "job-a not-a-hash-and-longer-than-before\n");
+  absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE((*tokens)->Check("job-a", Present("secret-a")).ok());
+}
+
+TEST(JobTokensLoadTest, NamesTheFileAndLineOfAMalformedLine) {
+  const std::string path = TempPath("bad_tokens");
+  WriteFile(path, absl::StrCat("job-a ", kHashA, "\njob-b 1234\n"));
+  auto tokens = JobTokens::Load(path);
+  ASSERT_FALSE(tokens.ok());
+  EXPECT_EQ(tokens.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(tokens.status().message(), HasSubstr(path + " line 2"));
+  WriteFile(path, absl::StrCat("job-a ", kHashA, "\njob-a ", kHashA, "\n"));
+  EXPECT_THAT(JobTokens::Load(path).status().message(),
+              HasSubstr("listed twice"));
+  EXPECT_EQ(JobTokens::Load(path + ".absent").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace reducer

@@ -1,0 +1,114 @@
+#include "server/shm/shared_memory_job.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace reducer {
+
+absl::StatusOr<std::shared_ptr<SharedMemoryJob>> SharedMemoryJob::Create(
+    std::string job, size_t result_bytes, const Logger* log) {
+  absl::StatusOr<std::unique_ptr<SharedMemoryResults>> results =
+      SharedMemoryResults::Create(result_bytes);
+  if (!results.ok()) return results.status();
+  auto created =
+      std::make_shared<SharedMemoryJob>(std::move(job), *std::move(results), log);
+  SharedMemoryJob* raw = created.get();
+  created->thread_ = std::thread([raw] { raw->Run(); });
+  return created;
+}
+
+SharedMemoryJob::SharedMemoryJob(std::string job,
+                                 std::unique_ptr<SharedMemoryResults> results,
+                                 const Logger* log)
+    : job_(std::move(job)), log_(log), results_(std::move(results)) {}
+
+SharedMemoryJob::~SharedMemoryJob() {
+  Stop();
+  Join();
+}
+
+void SharedMemoryJob::Reserve() { live_.fetch_add(1, std::memory_order_acq_rel); }
+
+void SharedMemoryJob::Unreserve() {
+  live_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void SharedMemoryJob::Add(SharedMemorySession::Parts parts,
+                          JobDoor::AttachFn attach, size_t chunk_bytes) {
+  std::shared_ptr<SharedMemorySession> session = SharedMemorySession::Create(
+      std::move(parts), results_.get(), std::move(attach), chunk_bytes, log_);
+  {
+    absl::MutexLock lock(&mu_);
+    added_.push_back(std::move(session));
+  }
+  wake_.Ring();
+}
+
+void SharedMemoryJob::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  wake_.Ring();
+}
+
+void SharedMemoryJob::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void SharedMemoryJob::Run() {
+  std::vector<std::shared_ptr<SharedMemorySession>> sessions;
+  std::vector<Doorbell::Watch> watches;
+  bool stopping = false;
+  while (true) {
+    const uint32_t woke = wake_.value();
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& s : added_) {
+        if (stopping_) s->Stop();
+        sessions.push_back(std::move(s));
+      }
+      added_.clear();
+      if (stopping_ && !stopping) {
+        stopping = true;
+        for (auto& s : sessions) s->Stop();
+      }
+    }
+    if (stopping && sessions.empty()) return;
+    watches.clear();
+    watches.push_back({&wake_, woke});
+    const absl::Time now = absl::Now();
+    absl::Time wake_by = now + SharedMemorySession::kSocketCheck;
+    for (size_t i = 0; i < sessions.size();) {
+      SharedMemorySession& s = *sessions[i];
+      const uint32_t seen = s.bell().value();
+      bool soon = false;
+      const absl::Status why = s.Step(now, &soon);
+      if (!why.ok()) {
+        s.End(why);
+        sessions.erase(sessions.begin() + i);
+        live_.fetch_sub(1, std::memory_order_acq_rel);
+        continue;
+      }
+      watches.push_back({&s.bell(), seen});
+      wake_by = std::min(wake_by, s.next_socket_check());
+      // A full response ring frees up without ringing a bell: look again
+      // soon.
+      if (soon) wake_by = std::min(wake_by, now + absl::Milliseconds(1));
+      ++i;
+    }
+    if (stopping && sessions.empty()) return;
+    if (watches.size() > Doorbell::kMaxWatches) {
+      // More sessions than one sleep watches: the rest are looked at
+      // within a slice.
+      watches.resize(Doorbell::kMaxWatches);
+      wake_by = std::min(wake_by, now + Doorbell::kFallbackSlice);
+    }
+    Doorbell::WaitAny(watches, wake_by).IgnoreError();
+  }
+}
+
+}  // namespace reducer

@@ -1,0 +1,311 @@
+#include "server/shm/shared_memory_listener.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/shm/control_segment.h"
+#include "core/shm/fd_passing.h"
+#include "core/shm/range_allocator.h"
+#include "core/shm/shared_segment.h"
+#include "proto/reducer/v1/call_status.h"
+#include "proto/reducer/v1/reducer.pb.h"
+
+namespace reducer {
+namespace {
+
+// A hello is a few names and a token; anything longer is not one.
+constexpr size_t kMaxHelloBytes = 64 << 10;
+// How often the accept thread frees the sessions that ended.
+constexpr int kReapIntervalMs = 1000;
+
+absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(what, status.message()));
+}
+
+}  // namespace
+
+SharedMemoryListener::SharedMemoryListener(JobRegistry* registry,
+                                           JobDoor* door,
+                                           const Logger* log,
+                                           size_t chunk_bytes,
+                                           absl::Duration handshake_timeout)
+    : registry_(registry),
+      door_(door),
+      log_(log),
+      chunk_bytes_(chunk_bytes),
+      handshake_timeout_(handshake_timeout) {}
+
+absl::StatusOr<std::unique_ptr<SharedMemoryListener>> SharedMemoryListener::Start(
+    JobRegistry* registry, JobDoor* door, const Logger* log,
+    size_t chunk_bytes, absl::Duration handshake_timeout) {
+  std::unique_ptr<SharedMemoryListener> listener(new SharedMemoryListener(
+      registry, door, log, chunk_bytes, handshake_timeout));
+  listener->name_ = absl::StrCat("reducerd-", getpid(), "-",
+                                 absl::BytesToHexString(RandomBytes(8)));
+  const std::string& name = listener->name_;
+  listener->listen_fd_.reset(
+      socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!listener->listen_fd_.valid()) {
+    return absl::UnavailableError(absl::StrCat(
+        "same-host path: socket(AF_UNIX, SOCK_SEQPACKET): ", strerror(errno)));
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  addr.sun_path[0] = '\0';  // abstract: no file behind it
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  const socklen_t len =
+      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  if (bind(listener->listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr),
+           len) != 0 ||
+      listen(listener->listen_fd_.get(), SOMAXCONN) != 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "same-host path: cannot listen on abstract socket ", name, ": ",
+        strerror(errno)));
+  }
+  listener->stop_fd_.reset(eventfd(0, EFD_CLOEXEC));
+  if (!listener->stop_fd_.valid()) {
+    return absl::UnavailableError(
+        absl::StrCat("same-host path: eventfd: ", strerror(errno)));
+  }
+  SharedMemoryListener* raw = listener.get();
+  listener->accept_thread_ = std::thread([raw] { raw->AcceptLoop(); });
+  log->Log({LogSeverity::kInfo, "shm_listening",
+            absl::StrCat("same-host path offered on abstract socket ", name)});
+  return listener;
+}
+
+SharedMemoryListener::~SharedMemoryListener() { Stop(); }
+
+void SharedMemoryListener::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    // Wakes handshakes waiting for their hello.
+    for (Handshake& h : handshakes_) {
+      if (h.fd >= 0) shutdown(h.fd, SHUT_RDWR);
+    }
+  }
+  if (stop_fd_.valid()) {
+    const uint64_t one = 1;
+    (void)!write(stop_fd_.get(), &one, sizeof(one));
+  }
+  if (accept_thread_.joinable()) accept_thread_.join();
+  // Nodes keep their addresses when spliced: handshakes still running
+  // update theirs.
+  std::list<Handshake> handshakes;
+  {
+    absl::MutexLock lock(&mu_);
+    handshakes.splice(handshakes.end(), handshakes_);
+  }
+  for (Handshake& h : handshakes) {
+    if (h.thread.joinable()) h.thread.join();
+  }
+  std::map<std::string, std::shared_ptr<SharedMemoryJob>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    jobs.swap(jobs_);
+  }
+  for (auto& [name, job] : jobs) job->Stop();
+  for (auto& [name, job] : jobs) job->Join();
+}
+
+void SharedMemoryListener::AcceptLoop() {
+  while (true) {
+    pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
+    const int n = poll(fds, 2, kReapIntervalMs);
+    if (n < 0 && errno != EINTR) {
+      log_->Log({LogSeverity::kError, "shm_accept_failed",
+                 absl::StrCat("same-host path: poll of socket ", name_, ": ",
+                              strerror(errno), "; no more sessions accepted")});
+      return;
+    }
+    if (n > 0 && (fds[1].revents & POLLIN) != 0) return;
+    int connection = -1;
+    if (n > 0 && (fds[0].revents & POLLIN) != 0) {
+      connection = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+      if (connection < 0 && errno != EAGAIN && errno != EINTR &&
+          errno != ECONNABORTED) {
+        // Out of descriptors or memory: say so, and do not spin on it.
+        log_->Log({LogSeverity::kWarning, "shm_accept_failed",
+                   absl::StrCat("same-host path: accept on socket ", name_,
+                                ": ", strerror(errno))});
+        absl::SleepFor(absl::Milliseconds(100));
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    ReapLocked();
+    if (connection < 0) continue;
+    if (stopping_) {
+      close(connection);
+      return;
+    }
+    handshakes_.emplace_back();
+    Handshake* h = &handshakes_.back();
+    h->fd = connection;
+    h->thread = std::thread(
+        [this, h, connection] { Shake(h, UniqueFd(connection)); });
+  }
+}
+
+void SharedMemoryListener::ReapLocked() {
+  for (auto it = handshakes_.begin(); it != handshakes_.end();) {
+    if (!it->done) {
+      ++it;
+      continue;
+    }
+    if (it->thread.joinable()) it->thread.join();
+    it = handshakes_.erase(it);
+  }
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if (it->second->live() > 0) {
+      ++it;
+      continue;
+    }
+    // No session, and none can come: reserving takes mu_.
+    it->second->Stop();
+    it->second->Join();
+    it = jobs_.erase(it);
+  }
+}
+
+absl::StatusOr<std::shared_ptr<SharedMemoryJob>> SharedMemoryListener::ReserveJob(
+    const std::string& job, size_t result_bytes) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("reducerd is shutting down");
+  std::shared_ptr<SharedMemoryJob>& found = jobs_[job];
+  if (found == nullptr) {
+    absl::StatusOr<std::shared_ptr<SharedMemoryJob>> created =
+        SharedMemoryJob::Create(job, result_bytes, log_);
+    if (!created.ok()) {
+      jobs_.erase(job);
+      return Prefixed("the result segment: ", created.status());
+    }
+    found = *std::move(created);
+  }
+  found->Reserve();
+  return found;
+}
+
+void SharedMemoryListener::Shake(Handshake* handshake, UniqueFd connection) {
+  SharedMemoryPeer peer;
+  PresentedToken token;
+  absl::StatusOr<SharedMemorySession::Parts> parts =
+      Check(connection.get(), &peer, &token);
+  absl::Status outcome = parts.status();
+  std::shared_ptr<SharedMemoryJob> job;
+  if (parts.ok()) {
+    // 64 bytes more than the input segment, for the nonce: a result as
+    // large as the whole input segment still fits.
+    absl::StatusOr<std::shared_ptr<SharedMemoryJob>> reserved = ReserveJob(
+        peer.job, parts->input.size() + RangeAllocator::kAlignment);
+    outcome = reserved.status();
+    if (reserved.ok()) job = *std::move(reserved);
+  }
+  if (outcome.ok()) {
+    v1::SharedMemoryWelcome welcome;
+    *welcome.mutable_status() = ToCallStatus(absl::OkStatus());
+    welcome.set_nonce(job->results_nonce());
+    outcome = SendWithFds(connection.get(), welcome.SerializeAsString(),
+                          {job->results_fd()});
+    if (!outcome.ok()) outcome = Prefixed("sending the welcome: ", outcome);
+  } else {
+    v1::SharedMemoryWelcome refusal;
+    *refusal.mutable_status() = ToCallStatus(outcome);
+    SendWithFds(connection.get(), refusal.SerializeAsString(), {})
+        .IgnoreError();  // the peer may be gone; the refusal is logged
+  }
+  absl::MutexLock lock(&mu_);
+  handshake->fd = -1;
+  if (outcome.ok() && stopping_) {
+    outcome = absl::UnavailableError("reducerd is shutting down");
+  }
+  if (outcome.ok()) {
+    parts->peer = peer;
+    parts->socket = std::move(connection);
+    job->Add(*std::move(parts), door_->AttachWithToken(token), chunk_bytes_);
+  } else {
+    if (job != nullptr) job->Unreserve();
+    const int ranks[] = {peer.rank};
+    log_->Log({LogSeverity::kWarning, "shm_refused",
+               absl::StrCat("same-host session refused for job ",
+                            peer.job.empty() ? "?" : peer.job, " rank ",
+                            peer.rank, " (pid ", peer.pid, ", uid ", peer.uid,
+                            "): ", outcome.ToString()),
+               peer.job, std::nullopt, "",
+               peer.rank >= 0 ? absl::Span<const int>(ranks)
+                              : absl::Span<const int>()});
+  }
+  handshake->done = true;
+  // `connection`, unless the session took it, closes after the lock.
+}
+
+absl::StatusOr<SharedMemorySession::Parts> SharedMemoryListener::Check(
+    int connection, SharedMemoryPeer* peer, PresentedToken* token) {
+  if (absl::StatusOr<PeerCredentials> who = PeerOf(connection); who.ok()) {
+    peer->pid = who->pid;
+    peer->uid = who->uid;
+  }
+  absl::StatusOr<Received> received = ReceiveWithFds(
+      connection, kMaxHelloBytes, 2, absl::Now() + handshake_timeout_);
+  if (!received.ok()) {
+    return Prefixed("no SharedMemoryHello: ", received.status());
+  }
+  v1::SharedMemoryHello hello;
+  if (!hello.ParseFromString(received->bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the first message (", received->bytes.size(),
+        " bytes) does not parse as a SharedMemoryHello"));
+  }
+  peer->job = hello.job();
+  peer->session_id = hello.session_id();
+  peer->rank = hello.rank();
+  if (received->fds.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the SharedMemoryHello carries ", received->fds.size(),
+        " memfds; it needs 2 (the control segment, then the input segment)"));
+  }
+  absl::StatusOr<std::unique_ptr<ControlSegment>> control =
+      ControlSegment::Adopt(received->fds[0].release());
+  if (!control.ok()) return Prefixed("the control segment: ", control.status());
+  absl::StatusOr<SharedSegment> input = SharedSegment::Adopt(
+      received->fds[1].release(), SharedSegment::Access::kReadOnly);
+  if (!input.ok()) return Prefixed("the input segment: ", input.status());
+  if (hello.nonce().size() != ControlSegment::kNonceBytes ||
+      hello.nonce() != (*control)->nonce()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the nonce in the control segment differs from the hello's nonce (",
+        hello.nonce().size(), " bytes, of ", ControlSegment::kNonceBytes,
+        "): the memfd sent is not the memory the client wrote"));
+  }
+  token->present = !hello.token().empty();
+  if (token->present) token->hash = HashToken(hello.token());
+  if (absl::Status allowed = door_->Authorize(hello.job(), *token);
+      !allowed.ok()) {
+    return allowed;
+  }
+  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Find(hello.job());
+  if (!job.ok()) return job.status();
+  if ((*job)->RunningRank(hello.session_id()) != hello.rank()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session ", hello.session_id(), " does not hold rank ", hello.rank(),
+        " in the running epoch of job ", hello.job(),
+        " (it never joined, was replaced, or the epoch ended)"));
+  }
+  SharedMemorySession::Parts parts{*peer, UniqueFd(), *std::move(control),
+                                   *std::move(input)};
+  return parts;
+}
+
+}  // namespace reducer

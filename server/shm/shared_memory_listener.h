@@ -1,0 +1,126 @@
+// SharedMemoryListener: where reducerd offers the same-host shared-memory
+// path (docs/same_host.md, "Discovery and handshake"): an abstract AF_UNIX
+// SOCK_SEQPACKET socket named `reducerd-<pid>-<16 hex digits>`, whose
+// name() JobReady carries.
+//
+//   absl::StatusOr<std::unique_ptr<SharedMemoryListener>> listener =
+//       SharedMemoryListener::Start(&registry, &door, &log, chunk_bytes);
+//   registry.SetSharedMemorySocket((*listener)->name());
+//   ...
+//   (*listener)->Stop();   // ends every session and joins every thread
+//
+// One thread accepts; each connection gets a short-lived thread for its
+// handshake, bounded by `handshake_timeout`, so a silent peer never holds up
+// the others. The handshake reads one SharedMemoryHello with two memfds
+// (the control segment, mapped read-write; the input segment, read-only)
+// and refuses, with SharedMemoryWelcome.status saying why, unless: both
+// segments adopt (sealed memfds of the right layout); the nonce in the
+// control segment equals the hello's (FAILED_PRECONDITION); the token is
+// the job's when reducerd requires tokens (JobDoor::Authorize's
+// UNAUTHENTICATED or PERMISSION_DENIED); the session id holds the rank in
+// the job's running epoch (FAILED_PRECONDITION); for the job's first
+// session here, its result segment of the input segment's size and 64
+// bytes more fits (SharedSegment::Create's RESOURCE_EXHAUSTED). Accepted,
+// it answers OK with the job's result segment (its memfd, and the nonce in
+// its first 64 bytes) and hands the session to the job's SharedMemoryJob,
+// whose one thread serves every session of the job. A job is forgotten
+// (its thread joined, its result segment closed) once it has no session
+// left. Every refusal and every session's start and end is logged with the
+// job, rank, and the peer's pid and uid (SO_PEERCRED).
+//
+// Thread-safe. `registry`, `door` and `log` outlive the listener.
+#ifndef REDUCER_SERVER_SHM_SHARED_MEMORY_LISTENER_H_
+#define REDUCER_SERVER_SHM_SHARED_MEMORY_LISTENER_H_
+
+#include <cstddef>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/shm/unique_fd.h"
+#include "server/jobs/job_door.h"
+#include "server/jobs/job_registry.h"
+#include "server/log.h"
+#include "server/security/job_tokens.h"
+#include "server/shm/shared_memory_job.h"
+#include "server/shm/shared_memory_session.h"
+
+namespace reducer {
+
+class SharedMemoryListener {
+ public:
+  static constexpr absl::Duration kDefaultHandshakeTimeout = absl::Seconds(3);
+
+  // Binds the socket and starts accepting. UNAVAILABLE (with the errno
+  // text) when the socket cannot be made or bound.
+  static absl::StatusOr<std::unique_ptr<SharedMemoryListener>> Start(
+      JobRegistry* registry, JobDoor* door, const Logger* log,
+      size_t chunk_bytes,
+      absl::Duration handshake_timeout = kDefaultHandshakeTimeout);
+
+  ~SharedMemoryListener();  // Stop()
+  SharedMemoryListener(const SharedMemoryListener&) = delete;
+  SharedMemoryListener& operator=(const SharedMemoryListener&) = delete;
+
+  // The abstract socket's name, without the leading NUL.
+  const std::string& name() const { return name_; }
+
+  // Stops accepting, ends every handshake and session (their calls not yet
+  // answered count as cancelled) and joins every thread. Idempotent.
+  void Stop();
+
+  SharedMemoryListener(JobRegistry* registry, JobDoor* door,
+                       const Logger* log, size_t chunk_bytes,
+                       absl::Duration handshake_timeout);  // Start()
+
+ private:
+  struct Handshake {
+    std::thread thread;
+    int fd = -1;  // the connection while the handshake owns it, else -1
+    bool done = false;
+  };
+
+  void AcceptLoop();
+  // Runs one connection's handshake; starts its session when accepted.
+  void Shake(Handshake* handshake, UniqueFd connection);
+  // The session to start for the hello received on `connection`, or why
+  // not; fills in `peer` and `token` as far as the hello got.
+  absl::StatusOr<SharedMemorySession::Parts> Check(int connection,
+                                                   SharedMemoryPeer* peer,
+                                                   PresentedToken* token);
+  // The job named `job`, reserved for one more session (created, with a
+  // result segment of `result_bytes`, if it has none here); or why not.
+  absl::StatusOr<std::shared_ptr<SharedMemoryJob>> ReserveJob(
+      const std::string& job, size_t result_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // Joins finished handshakes, and forgets jobs with no session left.
+  void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after Start.
+  JobRegistry* const registry_;
+  JobDoor* const door_;
+  const Logger* const log_;
+  const size_t chunk_bytes_;
+  const absl::Duration handshake_timeout_;
+  std::string name_;
+  UniqueFd listen_fd_;
+  UniqueFd stop_fd_;  // an eventfd, written by Stop()
+  std::thread accept_thread_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::list<Handshake> handshakes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<SharedMemoryJob>> jobs_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_SHM_SHARED_MEMORY_LISTENER_H_
