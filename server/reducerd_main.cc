@@ -35,6 +35,12 @@ ABSL_FLAG(absl::Duration, drain_budget, absl::Seconds(10),
 ABSL_FLAG(int64_t, max_tensor_bytes, int64_t{4} << 30,
           "largest payload one rank may contribute to one collective");
 ABSL_FLAG(int, max_jobs, 1024, "jobs served at once");
+ABSL_FLAG(int, max_world_size, 16384,
+          "most ranks one job may have (its per-rank state also counts "
+          "against --memory_budget_bytes)");
+ABSL_FLAG(int64_t, max_name_bytes, 512,
+          "longest job, session, collective or attempt name a request may "
+          "carry");
 ABSL_FLAG(int, max_pending_collectives_per_job, 1024,
           "collectives of one job waiting for ranks at once");
 ABSL_FLAG(int, max_concurrent_calls, 4096,
@@ -104,6 +110,16 @@ int main(int argc, char** argv) {
   options.max_tensor_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_tensor_bytes));
   options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  options.max_world_size = absl::GetFlag(FLAGS_max_world_size);
+  options.max_name_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_name_bytes));
+  if (options.max_world_size < 1 || absl::GetFlag(FLAGS_max_name_bytes) < 64) {
+    std::fprintf(stderr,
+                 "reducerd: --max_world_size must be at least 1 and "
+                 "--max_name_bytes at least 64 (the client library's own "
+                 "session and attempt ids are up to 64 bytes)\n");
+    return 1;
+  }
   options.max_pending_collectives_per_job =
       absl::GetFlag(FLAGS_max_pending_collectives_per_job);
   options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);

@@ -57,7 +57,7 @@ Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
                         : std::make_unique<GrpcServerMetrics>(
                               &prometheus_->registry(), ServedMethods())),
       tokens_(std::move(tokens)),
-      door_(&registry_, metrics_, tokens_.get()),
+      door_(&registry_, metrics_, tokens_.get(), options_.max_name_bytes),
       service_(&door_, options_.max_concurrent_calls, metrics_,
                grpc_metrics_.get()),
       admin_(&registry_, &memory_, kReducerVersion, &serving_,

@@ -32,6 +32,12 @@ struct ServerOptions {
   // Limits: over any of them a request gets RESOURCE_EXHAUSTED.
   size_t max_tensor_bytes = size_t{4} << 30;   // one contribution's payload
   int max_jobs = 1024;
+  // Ranks of one job; a Join naming more gets INVALID_ARGUMENT. A job's
+  // per-rank state is counted in memory_budget_bytes as well.
+  int max_world_size = 16384;
+  // Longest job, session, collective or attempt name a request may carry
+  // (INVALID_ARGUMENT beyond): reducerd keeps names in its tables.
+  size_t max_name_bytes = 512;
   int max_pending_collectives_per_job = 1024;
   int max_concurrent_calls = 4096;  // Collective and Collectives streams open at once
   size_t memory_budget_bytes = size_t{2} << 30;  // staged and result chunks

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <utility>
 
 namespace reducer {
 
@@ -36,6 +37,44 @@ class MemoryBudget {
  private:
   const size_t limit_;
   std::atomic<size_t> used_{0};
+};
+
+// Bytes reserved from a MemoryBudget for as long as this object lives (an
+// empty one holds nothing). Move-only. Thread-compatible.
+class MemoryReservation {
+ public:
+  MemoryReservation() = default;
+  // `bytes` of `budget`, or an empty reservation with ok() false when they
+  // do not fit.
+  static MemoryReservation Try(MemoryBudget* budget, size_t bytes) {
+    if (!budget->TryReserve(bytes)) return MemoryReservation(nullptr, bytes);
+    return MemoryReservation(budget, bytes);
+  }
+  MemoryReservation(MemoryReservation&& other) noexcept
+      : budget_(std::exchange(other.budget_, nullptr)), bytes_(other.bytes_) {}
+  MemoryReservation& operator=(MemoryReservation&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      budget_ = std::exchange(other.budget_, nullptr);
+      bytes_ = other.bytes_;
+    }
+    return *this;
+  }
+  ~MemoryReservation() { Reset(); }
+
+  bool ok() const { return budget_ != nullptr; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  MemoryReservation(MemoryBudget* budget, size_t bytes)
+      : budget_(budget), bytes_(bytes) {}
+  void Reset() {
+    if (budget_ != nullptr) budget_->Release(bytes_);
+    budget_ = nullptr;
+  }
+
+  MemoryBudget* budget_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 }  // namespace reducer

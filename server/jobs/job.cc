@@ -38,13 +38,19 @@ CollectiveEnv WithKeptResults(CollectiveEnv env) {
 }  // namespace
 
 Job::Job(std::string name, int world_size, CollectiveEnv env,
-         std::string shared_memory_socket)
+         std::string shared_memory_socket, MemoryReservation rank_state)
     : name_(std::move(name)),
       world_size_(world_size),
       env_(WithKeptResults(std::move(env))),
       shared_memory_socket_(std::move(shared_memory_socket)),
+      rank_state_(std::move(rank_state)),
       members_(world_size),
       departed_(world_size, false) {}
+
+size_t Job::RankStateBytes(int world_size) {
+  // members_ and departed_ (a bit, counted as a byte).
+  return static_cast<size_t>(world_size) * (sizeof(std::optional<Member>) + 1);
+}
 
 absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
                        std::shared_ptr<SessionChannel> session,

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/engine/collective.h"
+#include "server/engine/memory_budget.h"
 #include "server/jobs/attempt_cache.h"
 
 namespace reducer {
@@ -69,8 +70,14 @@ class Job {
   // socket (empty: not offered).
   // Unless `env` brings its own, the job keeps results in a KeptResults of
   // its own when env.kept_memory is set.
+  // `rank_state` holds RankStateBytes(world_size) of the memory budget for
+  // the job's lifetime (JobRegistry reserves it before creating the job).
   Job(std::string name, int world_size, CollectiveEnv env,
-      std::string shared_memory_socket = "");
+      std::string shared_memory_socket = "",
+      MemoryReservation rank_state = MemoryReservation());
+
+  // What a job of `world_size` ranks holds per rank from its creation on.
+  static size_t RankStateBytes(int world_size);
 
   // Adds `session` as `rank`. OK, or FAILED_PRECONDITION when `world_size`
   // differs from the job's, ALREADY_EXISTS when a live session holds the
@@ -199,6 +206,7 @@ class Job {
   const int world_size_;
   const CollectiveEnv env_;  // with this job's KeptResults, if any
   const std::string shared_memory_socket_;
+  const MemoryReservation rank_state_;  // RankStateBytes(world_size_)
 
   absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;

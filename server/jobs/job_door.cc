@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
 namespace reducer {
 namespace {
 
@@ -21,8 +24,32 @@ std::string Utf8Prefix(const std::string& text, size_t max_bytes) {
 
 }  // namespace
 
-JobDoor::JobDoor(JobRegistry* registry, MetricsSink* metrics, JobTokens* tokens)
-    : registry_(registry), metrics_(metrics), tokens_(tokens) {}
+JobDoor::JobDoor(JobRegistry* registry, MetricsSink* metrics, JobTokens* tokens,
+                 size_t max_name_bytes)
+    : registry_(registry),
+      metrics_(metrics),
+      tokens_(tokens),
+      max_name_bytes_(max_name_bytes) {}
+
+absl::Status JobDoor::CheckName(absl::string_view field,
+                                absl::string_view value) const {
+  if (value.size() <= max_name_bytes_) return absl::OkStatus();
+  metrics_->RequestRefused(absl::StatusCode::kInvalidArgument,
+                           RefusedLimit::kNone);
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, " is ", value.size(), " bytes long, over the limit of ",
+      max_name_bytes_, " bytes (--max_name_bytes)"));
+}
+
+absl::Status JobDoor::CheckNames(const v1::CollectiveHeader& header) const {
+  REDUCER_RETURN_IF_ERROR(CheckName("CollectiveHeader.job", header.job()));
+  REDUCER_RETURN_IF_ERROR(
+      CheckName("CollectiveHeader.session_id", header.session_id()));
+  REDUCER_RETURN_IF_ERROR(CheckName("CollectiveHeader.name", header.name()));
+  REDUCER_RETURN_IF_ERROR(
+      CheckName("CollectiveHeader.attempt_id", header.attempt_id()));
+  return absl::OkStatus();
+}
 
 absl::Status JobDoor::Authorize(absl::string_view job,
                                 const PresentedToken& token) {
@@ -35,6 +62,9 @@ absl::Status JobDoor::Authorize(absl::string_view job,
 absl::Status JobDoor::Join(const v1::JoinRequest& request,
                            const PresentedToken& token,
                            std::shared_ptr<SessionChannel> session) {
+  REDUCER_RETURN_IF_ERROR(CheckName("JoinRequest.job", request.job()));
+  REDUCER_RETURN_IF_ERROR(
+      CheckName("JoinRequest.session_id", request.session_id()));
   absl::Status allowed = Authorize(request.job(), token);
   if (!allowed.ok()) return allowed;
   return registry_->Join(request, std::move(session));
@@ -47,6 +77,9 @@ void JobDoor::Leave(const std::string& job, const std::string& session_id,
 
 absl::Status JobDoor::Leave(const v1::LeaveRequest& request,
                             const PresentedToken& token) {
+  REDUCER_RETURN_IF_ERROR(CheckName("LeaveRequest.job", request.job()));
+  REDUCER_RETURN_IF_ERROR(
+      CheckName("LeaveRequest.session_id", request.session_id()));
   absl::Status allowed = Authorize(request.job(), token);
   if (!allowed.ok()) return allowed;
   if (request.cause().empty()) {
@@ -62,6 +95,7 @@ absl::Status JobDoor::Leave(const v1::LeaveRequest& request,
 absl::StatusOr<std::shared_ptr<Collective>> JobDoor::Attach(
     const v1::CollectiveHeader& header, const PresentedToken& token,
     std::shared_ptr<RankChannel> channel) {
+  REDUCER_RETURN_IF_ERROR(CheckNames(header));
   absl::Status allowed = Authorize(header.job(), token);
   if (!allowed.ok()) return allowed;
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Find(header.job());

@@ -33,8 +33,12 @@ class JobDoor {
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> channel)>;
 
   // `metrics` counts refused requests. With `tokens` (null: no tokens
-  // required) every entry must present the job's token.
-  JobDoor(JobRegistry* registry, MetricsSink* metrics, JobTokens* tokens);
+  // required) every entry must present the job's token. Every name a
+  // request carries (job, session, collective, attempt) is at most
+  // `max_name_bytes` long, or the request gets INVALID_ARGUMENT naming the
+  // field and --max_name_bytes before anything is looked up or kept.
+  JobDoor(JobRegistry* registry, MetricsSink* metrics, JobTokens* tokens,
+          size_t max_name_bytes);
 
   bool tokens_required() const { return tokens_ != nullptr; }
 
@@ -42,7 +46,8 @@ class JobDoor {
   // error (counted as a refused request).
   absl::Status Authorize(absl::string_view job, const PresentedToken& token);
 
-  // Authorizes, then joins `session` to the request's job (JobRegistry::Join).
+  // Checks the names, authorizes, then joins `session` to the request's job
+  // (JobRegistry::Join).
   absl::Status Join(const v1::JoinRequest& request, const PresentedToken& token,
                     std::shared_ptr<SessionChannel> session);
 
@@ -50,13 +55,13 @@ class JobDoor {
   void Leave(const std::string& job, const std::string& session_id,
              const std::string& why, EpochEndReason reason);
 
-  // A client's Leave request: authorizes, then departs on purpose, or, with
+  // A client's Leave request: checks the names, authorizes, then departs on purpose, or, with
   // a `cause` (the job failed on another shard), ends the job's epoch with
   // the first 2 KiB of it.
   absl::Status Leave(const v1::LeaveRequest& request,
                      const PresentedToken& token);
 
-  // Authorizes against the header's job, then attaches `channel` to its
+  // Checks the header's names, authorizes against its job, then attaches `channel` to its
   // collective. A replayed attempt whose job was freed (and perhaps joined
   // again since) gets the freed job's kept result. Refusals other than
   // RESOURCE_EXHAUSTED (counted where the limit is known) are counted.
@@ -68,9 +73,15 @@ class JobDoor {
   AttachFn AttachWithToken(const PresentedToken& token);
 
  private:
+  // INVALID_ARGUMENT naming `field` when `value` is over max_name_bytes_.
+  absl::Status CheckName(absl::string_view field,
+                         absl::string_view value) const;
+  absl::Status CheckNames(const v1::CollectiveHeader& header) const;
+
   JobRegistry* const registry_;  // not owned
   MetricsSink* const metrics_;   // not owned
   JobTokens* const tokens_;      // not owned; null: no tokens required
+  const size_t max_name_bytes_;
 };
 
 }  // namespace reducer

@@ -34,6 +34,12 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
         "JoinRequest.world_size must be at least 1, got ",
         request.world_size()));
   }
+  if (request.world_size() > env_.options->max_world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "JoinRequest.world_size ", request.world_size(),
+        " is over the limit of ", env_.options->max_world_size,
+        " ranks per job (--max_world_size)"));
+  }
   if (request.rank() < 0 || request.rank() >= request.world_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("JoinRequest.rank ", request.rank(),
@@ -54,10 +60,23 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
           "cannot create job ", request.job(), ": reducerd already serves ",
           jobs_.size(), " jobs (--max_jobs=", env_.options->max_jobs, ")"));
     }
+    const size_t rank_state_bytes = Job::RankStateBytes(request.world_size());
+    MemoryReservation rank_state =
+        MemoryReservation::Try(env_.memory, rank_state_bytes);
+    if (!rank_state.ok()) {
+      env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                   RefusedLimit::kMemoryBudgetBytes);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot create job ", request.job(), " of ", request.world_size(),
+          " ranks: its per-rank state (", rank_state_bytes,
+          " bytes) does not fit in the memory budget (--memory_budget_bytes=",
+          env_.memory->limit(), ", ", env_.memory->used(), " in use)"));
+    }
     it = jobs_
              .emplace(request.job(),
                       std::make_shared<Job>(request.job(), request.world_size(),
-                                            env_, shared_memory_socket_))
+                                            env_, shared_memory_socket_,
+                                            std::move(rank_state)))
              .first;
   }
   std::shared_ptr<Job> job = it->second;

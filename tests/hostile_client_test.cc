@@ -1,0 +1,197 @@
+// Hostile clients: requests that try to make reducerd hold more than any job
+// should (a world of forty million ranks, names as long as a message) are
+// refused before anything is committed, with an error that names the bound
+// and its flag; reducerd's resident memory stays put; and a healthy job
+// running at the same time is unaffected.
+//
+// The hostile side is a raw gRPC client on the generated stubs, so it can
+// send what the client library never would.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/reducer/v1/reducer.grpc.pb.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "proto/reducer/v1/status_conversion.h"
+#include "tests/fault_test_base.h"
+#include "tests/raw_client.h"
+
+namespace reducer {
+namespace testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A refusal must come at once, not after some wait.
+constexpr absl::Duration kFast = absl::Seconds(3);
+
+// How a raw Join of `request` ended: OK once JobReady arrived, else the
+// stream's status (DEADLINE_EXCEEDED when neither came within `timeout`).
+absl::Status RawJoin(const std::string& address, const v1::JoinRequest& request,
+                     absl::Duration timeout) {
+  std::unique_ptr<v1::Reducer::Stub> stub = v1::Reducer::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  std::unique_ptr<grpc::ClientReader<v1::JoinEvent>> reader =
+      stub->Join(&context, request);
+  v1::JoinEvent event;
+  if (reader->Read(&event) && event.has_ready()) {
+    context.TryCancel();
+    reader->Finish();
+    return absl::OkStatus();
+  }
+  return FromGrpcStatus(reader->Finish());
+}
+
+v1::JoinRequest JoinRequestFor(const std::string& job, int world_size) {
+  v1::JoinRequest request;
+  request.set_job(job);
+  request.set_rank(0);
+  request.set_world_size(world_size);
+  request.set_session_id("0123456789abcdef0123456789abcdef");
+  return request;
+}
+
+class HostileClientTest : public FaultTest {};
+
+TEST_F(HostileClientTest, HugeWorldSizeIsRefusedWithoutGrowingReducerd) {
+  ASSERT_TRUE(StartServer());
+  // A healthy two-rank job all-reduces throughout.
+  std::vector<std::unique_ptr<ChildProcess>> healthy = StartJob(
+      Job("healthy"), 2,
+      {"allreduce:shape=1024,timeout_ms=20000;sleep:ms=300;"
+       "allreduce:shape=1024,timeout_ms=20000;sleep:ms=300;"
+       "allreduce:shape=1024,timeout_ms=20000"});
+  const int64_t rss_before_kib = ServerRssKib();
+  for (int i = 0; i < 3; ++i) {
+    const absl::Time start = absl::Now();
+    const absl::Status joined = RawJoin(
+        server()->address(),
+        JoinRequestFor(absl::StrCat(Job("huge"), i), 40000000),
+        absl::Seconds(10));
+    EXPECT_EQ(joined.code(), absl::StatusCode::kInvalidArgument) << joined;
+    EXPECT_THAT(joined.message(),
+                HasSubstr("JoinRequest.world_size 40000000 is over the limit "
+                          "of 16384 ranks per job (--max_world_size)"));
+    EXPECT_LE(absl::Now() - start, kFast);
+  }
+  // Three such Joins once took reducerd from 17 MiB to 2.2 GiB resident.
+  const int64_t rss_after_kib = ServerRssKib();
+  EXPECT_LE(rss_after_kib - rss_before_kib, 16 * 1024)
+      << "reducerd grew from " << rss_before_kib << " KiB to "
+      << rss_after_kib << " KiB";
+
+  std::vector<ProcessResult> results = WaitWorkers(healthy);
+  ASSERT_EQ(results.size(), 2u);
+  for (const ProcessResult& r : results) {
+    for (const char* step : {"0", "1", "3", "5"}) {
+      ExpectStep(r, step, absl::StatusCode::kOk);
+    }
+  }
+}
+
+TEST_F(HostileClientTest, PerRankStateCountsAgainstTheMemoryBudget) {
+  ASSERT_TRUE(StartServer(
+      {"--max_world_size=1000000", "--memory_budget_bytes=1048576"}));
+  // A million ranks' state does not fit in 1 MiB; the job is never created.
+  const absl::Status joined =
+      RawJoin(server()->address(), JoinRequestFor(Job("wide"), 1000000),
+              absl::Seconds(10));
+  EXPECT_EQ(joined.code(), absl::StatusCode::kResourceExhausted) << joined;
+  EXPECT_THAT(joined.message(),
+              HasSubstr(absl::StrCat("cannot create job ", Job("wide"),
+                                     " of 1000000 ranks: its per-rank state")));
+  EXPECT_THAT(joined.message(), HasSubstr("--memory_budget_bytes=1048576"));
+
+  // A job that fits still runs, and so does the next one: the refused job
+  // kept nothing of the budget.
+  for (const char* name : {"small", "next"}) {
+    std::vector<std::unique_ptr<ChildProcess>> workers =
+        StartJob(Job(name), 2, {"allreduce:shape=1024,timeout_ms=20000"});
+    std::vector<ProcessResult> results = WaitWorkers(workers);
+    ASSERT_EQ(results.size(), 2u);
+    for (const ProcessResult& r : results) ExpectStep(r, "1", absl::StatusCode::kOk);
+  }
+}
+
+TEST_F(HostileClientTest, NamesOverTheLimitAreRefusedNamingTheField) {
+  ASSERT_TRUE(StartServer());
+  const std::string at_limit(512, 'j');
+  const std::string over(513, 'x');
+
+  // Join: the job's name and the session id.
+  absl::Status joined =
+      RawJoin(server()->address(), JoinRequestFor(over, 1), absl::Seconds(10));
+  EXPECT_EQ(joined.code(), absl::StatusCode::kInvalidArgument) << joined;
+  EXPECT_THAT(joined.message(),
+              HasSubstr("JoinRequest.job is 513 bytes long, over the limit of "
+                        "512 bytes (--max_name_bytes)"));
+  v1::JoinRequest long_session = JoinRequestFor(Job("session"), 1);
+  long_session.set_session_id(over);
+  joined = RawJoin(server()->address(), long_session, absl::Seconds(10));
+  EXPECT_EQ(joined.code(), absl::StatusCode::kInvalidArgument) << joined;
+  EXPECT_THAT(joined.message(),
+              HasSubstr("JoinRequest.session_id is 513 bytes long"));
+  // A name of exactly the limit is fine.
+  EXPECT_TRUE(RawJoin(server()->address(), JoinRequestFor(at_limit, 1),
+                      absl::Seconds(10))
+                  .ok());
+
+  // A collective's name and attempt id, on a session of a one-rank job.
+  absl::StatusOr<std::unique_ptr<RawSession>> raw = RawSession::Join(
+      server()->address(), Job("calls"), 0, 1, absl::Seconds(30));
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  struct Case {
+    const char* field;
+    void (*breaks)(v1::CollectiveHeader*, const std::string&);
+  };
+  const Case cases[] = {
+      {"CollectiveHeader.name",
+       [](v1::CollectiveHeader* h, const std::string& v) { h->set_name(v); }},
+      {"CollectiveHeader.attempt_id",
+       [](v1::CollectiveHeader* h, const std::string& v) { h->set_attempt_id(v); }},
+  };
+  for (bool many_calls : {false, true}) {
+    for (const Case& c : cases) {
+      v1::CollectiveRequest request = (*raw)->AllReduceRequest({4});
+      request.set_data(std::string(16, '\0'));
+      if (many_calls) request.set_call_id(1);
+      c.breaks(request.mutable_header(), over);
+      const RawCallResult result = (*raw)->Call(
+          {request}, absl::Seconds(10), /*half_close=*/true, many_calls);
+      const std::string where =
+          absl::StrCat(c.field, many_calls ? " (Collectives)" : " (Collective)");
+      absl::Status status = result.status;
+      if (many_calls && status.ok() && !result.responses.empty() &&
+          result.responses.back().has_status()) {
+        status = FromCallStatus(result.responses.back().status());
+      }
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument)
+          << where << ": " << status;
+      EXPECT_THAT(status.message(),
+                  HasSubstr(absl::StrCat(c.field, " is 513 bytes long, over "
+                                         "the limit of 512 bytes")))
+          << where;
+      EXPECT_TRUE(result.data.empty()) << where;
+    }
+  }
+  // The session goes on.
+  v1::CollectiveRequest good = (*raw)->AllReduceRequest({4});
+  good.mutable_header()->set_name("after");
+  good.set_data(std::string(16, '\0'));
+  const RawCallResult after = (*raw)->Call({good}, absl::Seconds(10));
+  EXPECT_TRUE(after.status.ok()) << after.status;
+  EXPECT_EQ(after.data, std::string(16, '\0'));
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace reducer
