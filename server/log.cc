@@ -43,6 +43,29 @@ void AppendJsonString(std::string* out, absl::string_view s) {
   out->push_back('"');
 }
 
+// `s` for a text line: control characters (a newline a client put in a job
+// or collective name would forge a line) as \n, \r, \t or \xNN; every
+// other byte as it is.
+void AppendTextEscaped(std::string* out, absl::string_view s) {
+  for (char c : s) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '\n': out->append("\\n"); break;
+      case '\r': out->append("\\r"); break;
+      case '\t': out->append("\\t"); break;
+      default:
+        if (u < 0x20 || u == 0x7f) {
+          static constexpr char kHex[] = "0123456789abcdef";
+          out->append("\\x");
+          out->push_back(kHex[u >> 4]);
+          out->push_back(kHex[u & 0xf]);
+        } else {
+          out->push_back(c);
+        }
+    }
+  }
+}
+
 void AppendField(std::string* out, absl::string_view key,
                  absl::string_view value) {
   out->push_back(',');
@@ -70,8 +93,10 @@ std::string Logger::FormatLine(const LogEvent& event, absl::Time time) const {
   const std::string when =
       absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", time, absl::UTCTimeZone());
   if (format_ == LogFormat::kText) {
-    return absl::StrCat(when, " ", LevelName(event.severity), " ",
-                        event.message, "\n");
+    std::string line = absl::StrCat(when, " ", LevelName(event.severity), " ");
+    AppendTextEscaped(&line, event.message);
+    line.push_back('\n');
+    return line;
   }
   std::string out = "{\"time\":";
   AppendJsonString(&out, when);

@@ -39,7 +39,8 @@ struct LogEvent {
   LogSeverity severity = LogSeverity::kInfo;
   // A stable, machine-readable name: "job_ready", "collective_failed", ...
   absl::string_view event;
-  // The human-readable line, exactly as the text format prints it.
+  // The human-readable line, as the text format prints it (control
+  // characters escaped, so that one event is always one line).
   absl::string_view message;
   absl::string_view job;                   // empty: not about a job
   std::optional<uint64_t> epoch;           // the job's epoch, when known

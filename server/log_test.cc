@@ -25,6 +25,15 @@ TEST(LoggerTest, TextLineIsTimeLevelMessage) {
             "2026-11-30T08:00:00.123Z WARN allreduce #5 in job j1 timed out\n");
 }
 
+TEST(LoggerTest, TextEscapesControlCharactersSoOneEventIsOneLine) {
+  // A job name with a newline must not forge a second log line.
+  const LogEvent event{LogSeverity::kInfo, "job_ready",
+                       "job a\n2026-11-30T08:00:00.000Z ERROR forged\r\t\x01 ready"};
+  EXPECT_EQ(Logger(LogFormat::kText).FormatLine(event, Noon()),
+            "2026-11-30T08:00:00.123Z INFO job a\\n2026-11-30T08:00:00.000Z "
+            "ERROR forged\\r\\t\\x01 ready\n");
+}
+
 TEST(LoggerTest, JsonLineCarriesEveryField) {
   const int ranks[] = {1, 3};
   const LogEvent event{LogSeverity::kWarning, "collective_stalled",

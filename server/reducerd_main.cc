@@ -120,6 +120,16 @@ int main(int argc, char** argv) {
                  "session and attempt ids are up to 64 bytes)\n");
     return 1;
   }
+  // An all-gather's result adds every rank's dim 0 and bytes; with both
+  // bounds below 2^62 together, those sums cannot overflow.
+  if (static_cast<double>(options.max_world_size) *
+          static_cast<double>(options.max_tensor_bytes) >
+      static_cast<double>(int64_t{1} << 62)) {
+    std::fprintf(stderr,
+                 "reducerd: --max_world_size x --max_tensor_bytes must stay "
+                 "below 2^62 (an all-gather's result adds them up)\n");
+    return 1;
+  }
   options.max_pending_collectives_per_job =
       absl::GetFlag(FLAGS_max_pending_collectives_per_job);
   options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);

@@ -1,6 +1,8 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <exception>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -8,6 +10,8 @@
 #include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/impl/server_builder_option.h"
+#include "grpcpp/impl/server_builder_plugin.h"
 #include "server/log.h"
 #include "server/security/server_credentials.h"
 #include "server/version.h"
@@ -30,6 +34,25 @@ std::vector<GrpcMethod> ServedMethods() {
   methods.push_back({"grpc.health.v1.Health", "Watch", false, true});
   return methods;
 }
+
+// Drops server reflection from a builder: its plugin, once initialised,
+// joins every ServerBuilder of the process, and the plaintext health port
+// must serve health alone.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(
+      std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(
+        std::remove_if(plugins->begin(), plugins->end(),
+                       [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                         return dynamic_cast<grpc::reflection::
+                                                 ProtoServerReflectionPlugin*>(
+                                    p.get()) != nullptr;
+                       }),
+        plugins->end());
+  }
+};
 
 // "HOST:PORT" of `listen` with the port actually bound.
 std::string BoundAddress(const std::string& listen, int port) {
@@ -184,6 +207,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     // The default health service is the only service of this server; the
     // main server's serving state is mirrored onto it in Shutdown().
     grpc::ServerBuilder health_builder;
+    health_builder.SetOption(std::make_unique<WithoutReflection>());
     // Any other method is answered UNIMPLEMENTED by this generic service,
     // which also gives the server the callback queue the health service
     // runs on.

@@ -30,6 +30,7 @@
 #include "proto/reducer/v1/reducer.grpc.pb.h"
 #include "tests/fault_test_base.h"
 #include "tests/process_harness.h"
+#include "tests/raw_client.h"
 
 namespace reducer {
 namespace testing {
@@ -278,6 +279,34 @@ TEST_F(SecurityTest, CertificateRotatedBySymlinkSwapKeepsSessionsGoing) {
   ProcessResult fresh = ConnectOnce(Job("fresh"), TlsWorkerFlags());
   ExpectStep(fresh, "1", absl::StatusCode::kOk);
   EXPECT_EQ(server()->pid(), pid);
+}
+
+// A collective stream is checked for a known token before it takes one of
+// --max_concurrent_calls' slots: a silent stream with a token no job has is
+// refused at once, and a job's call gets the only slot.
+TEST_F(SecurityTest, StreamWithAnUnknownTokenTakesNoSlot) {
+  ASSERT_TRUE(StartServer({"--job_tokens_file=" + WriteTokens("tokens", kTokenA),
+                           "--max_concurrent_calls=1"}));
+  std::unique_ptr<v1::Reducer::Stub> stub = v1::Reducer::NewStub(
+      grpc::CreateChannel(server()->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext silent;
+  silent.AddMetadata("authorization", "Bearer not-a-token");
+  silent.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  auto stream = stub->Collective(&silent);  // opened, and no header sent
+  absl::SleepFor(absl::Milliseconds(300));
+
+  absl::StatusOr<std::unique_ptr<RawSession>> raw = RawSession::Join(
+      server()->address(), Job("a"), 0, 1, absl::Seconds(30), kTokenA);
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  v1::CollectiveRequest request = (*raw)->AllReduceRequest({4});
+  request.set_data(std::string(16, '\0'));
+  const RawCallResult call = (*raw)->Call({request}, absl::Seconds(10));
+  EXPECT_TRUE(call.status.ok()) << call.status;
+
+  const grpc::Status refused = stream->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+      << refused.error_message();
+  EXPECT_THAT(refused.error_message(), HasSubstr("not one reducerd knows"));
 }
 
 // Tokens: job B runs while a call without a token is UNAUTHENTICATED and
@@ -580,6 +609,11 @@ TEST_F(SecurityTest, ReducerctlObeysTlsAndShowsOnlyTheTokensJob) {
   ProcessResult services = RunToCompletion({*ctl, target, ca, "services"}, "ctl_services");
   EXPECT_TRUE(services.Succeeded()) << services.Describe();
   EXPECT_THAT(services.stdout_text, HasSubstr("reducer.v1.Admin\n"));
+  // The plaintext health port serves health alone: no reflection there.
+  ProcessResult health_services = RunToCompletion(
+      {*ctl, "--target=" + health, "services"}, "ctl_health_port_services");
+  EXPECT_EQ(health_services.exit_code, 1) << health_services.Describe();
+  EXPECT_THAT(health_services.stderr_text, HasSubstr("UNIMPLEMENTED"));
 
   Touch("seen");
   for (const ProcessResult& w : WaitWorkers(job_a)) ExpectStep(w, "3", absl::StatusCode::kOk);

@@ -29,6 +29,8 @@ std::vector<TensorSpec> ForwardStrategy::PlanResult(
     for (RankState& r : ranks) r.output_bytes = ranks[root].input_bytes;
     return {ranks[root].fp.tensors[0]};
   }
+  // No overflow: each rank's payload is within --max_tensor_bytes and the
+  // group within --max_world_size, whose product reducerd keeps below 2^62.
   TensorSpec gathered = reference.tensors[0];
   gathered.shape[0] = 0;
   size_t offset = 0;

@@ -92,13 +92,9 @@ ReducerService::StartStream(
     grpc::CallbackServerContext* context,
     const GrpcServerMetrics::MethodMetrics* method_metrics) {
   const CallMetrics metrics(method_metrics);
-  std::atomic<int>* active = &active_calls_;
-  auto on_done = [active] { active->fetch_sub(1); };
-  absl::Status admitted = Admit();
-  if (!admitted.ok()) {
-    return CollectiveReactor::CreateFailed(admitted, std::move(on_done), metrics);
-  }
-  // A stream without any token is refused at once; a token is checked
+  // The token is checked before the stream takes a slot, so that streams
+  // without a valid token cannot crowd out the jobs': a stream without any
+  // token, or with one no job has, is refused at once. It is checked again
   // against each collective's job as it attaches (a Collectives stream
   // carries many).
   const PresentedToken token =
@@ -111,7 +107,16 @@ ReducerService::StartStream(
             "the collective stream carries no `authorization: Bearer TOKEN` "
             "metadata, and reducerd requires each job's token (set ",
             kTokenSettings, ")")),
-        std::move(on_done), metrics);
+        [] {}, metrics);
+  }
+  if (absl::Status known = door_->AuthorizeAnyJob(token); !known.ok()) {
+    return CollectiveReactor::CreateFailed(known, [] {}, metrics);
+  }
+  std::atomic<int>* active = &active_calls_;
+  auto on_done = [active] { active->fetch_sub(1); };
+  absl::Status admitted = Admit();
+  if (!admitted.ok()) {
+    return CollectiveReactor::CreateFailed(admitted, std::move(on_done), metrics);
   }
   return Stream::Create(context, std::move(on_done), door_->AttachWithToken(token),
                         metrics);

@@ -59,6 +59,13 @@ absl::Status JobDoor::Authorize(absl::string_view job,
   return allowed;
 }
 
+absl::Status JobDoor::AuthorizeAnyJob(const PresentedToken& token) {
+  if (tokens_ == nullptr) return absl::OkStatus();
+  absl::Status known = tokens_->CheckAnyJob(token);
+  if (!known.ok()) metrics_->RequestRefused(known.code(), RefusedLimit::kNone);
+  return known;
+}
+
 absl::Status JobDoor::Join(const v1::JoinRequest& request,
                            const PresentedToken& token,
                            std::shared_ptr<SessionChannel> session) {

@@ -46,6 +46,11 @@ class JobDoor {
   // error (counted as a refused request).
   absl::Status Authorize(absl::string_view job, const PresentedToken& token);
 
+  // OK when tokens are off or `token` is some job's (JobTokens::CheckAnyJob;
+  // a refusal is counted): what a stream that may carry several jobs'
+  // calls must present before it takes a slot.
+  absl::Status AuthorizeAnyJob(const PresentedToken& token);
+
   // Checks the names, authorizes, then joins `session` to the request's job
   // (JobRegistry::Join).
   absl::Status Join(const v1::JoinRequest& request, const PresentedToken& token,

@@ -234,9 +234,9 @@ absl::Status JobTokens::CheckAnyJob(const PresentedToken& token) {
   bool known = false;
   for (const auto& [name, hash] : tokens_) known |= SameHash(hash, token.hash);
   if (known) return absl::OkStatus();
-  return absl::UnauthenticatedError(
+  return absl::UnauthenticatedError(absl::StrCat(
       "the token presented is not one reducerd knows (wrong or revoked "
-      "token)");
+      "token; check ", kTokenSettings, ")"));
 }
 
 }  // namespace reducer
