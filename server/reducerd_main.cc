@@ -45,8 +45,17 @@ ABSL_FLAG(int, max_pending_collectives_per_job, 1024,
           "collectives of one job waiting for ranks at once");
 ABSL_FLAG(int, max_concurrent_calls, 4096,
           "collective calls (streams) served at once");
+ABSL_FLAG(int, max_same_host_handshakes, 64,
+          "same-host handshakes (a thread each) run at once; more "
+          "connections are refused at once");
+ABSL_FLAG(absl::Duration, header_timeout, absl::Seconds(10),
+          "a collective stream that sends no message this long after opening "
+          "is closed (DEADLINE_EXCEEDED), giving its slot back");
 ABSL_FLAG(int64_t, memory_budget_bytes, int64_t{2} << 30,
           "payload bytes the server may hold in all (reserved up front)");
+ABSL_FLAG(double, max_job_memory_fraction, 0.5,
+          "the most of --memory_budget_bytes one job's collectives may hold "
+          "at once (1: no limit of its own)");
 ABSL_FLAG(int64_t, kept_results_bytes, int64_t{64} << 20,
           "room for results kept until their receipt is acknowledged, so "
           "that a rank whose connection broke can ask again (0: none kept; "
@@ -133,8 +142,19 @@ int main(int argc, char** argv) {
   options.max_pending_collectives_per_job =
       absl::GetFlag(FLAGS_max_pending_collectives_per_job);
   options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
+  options.header_timeout = absl::GetFlag(FLAGS_header_timeout);
+  options.max_same_host_handshakes =
+      absl::GetFlag(FLAGS_max_same_host_handshakes);
   options.memory_budget_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_memory_budget_bytes));
+  options.max_job_memory_fraction =
+      absl::GetFlag(FLAGS_max_job_memory_fraction);
+  if (!(options.max_job_memory_fraction > 0 &&
+        options.max_job_memory_fraction <= 1)) {
+    std::fprintf(stderr,
+                 "reducerd: --max_job_memory_fraction must be in (0, 1]\n");
+    return 1;
+  }
   options.kept_results_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_kept_results_bytes));
   options.reduction_threads = absl::GetFlag(FLAGS_reduction_threads);

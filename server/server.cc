@@ -81,8 +81,8 @@ Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
                               &prometheus_->registry(), ServedMethods())),
       tokens_(std::move(tokens)),
       door_(&registry_, metrics_, tokens_.get(), options_.max_name_bytes),
-      service_(&door_, options_.max_concurrent_calls, metrics_,
-               grpc_metrics_.get()),
+      service_(&door_, options_.max_concurrent_calls, options_.header_timeout,
+               &timers_, metrics_, grpc_metrics_.get()),
       admin_(&registry_, &memory_, kReducerVersion, &serving_,
              tokens_.get()) {}
 
@@ -164,7 +164,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     // Before serving, so that every JobReady names the socket.
     absl::StatusOr<std::unique_ptr<SharedMemoryListener>> listener =
         SharedMemoryListener::Start(&server->registry_, &server->door_,
-                                    &server->log_, o.chunk_bytes);
+                                    &server->log_, o.chunk_bytes,
+                                    o.max_same_host_handshakes);
     if (listener.ok()) {
       server->shm_listener_ = *std::move(listener);
       server->registry_.SetSharedMemorySocket(server->shm_listener_->name());

@@ -40,7 +40,14 @@ struct ServerOptions {
   size_t max_name_bytes = 512;
   int max_pending_collectives_per_job = 1024;
   int max_concurrent_calls = 4096;  // Collective and Collectives streams open at once
+  // Same-host handshakes (a thread each) running at once.
+  int max_same_host_handshakes = 64;
+  // A collective stream must send its first message this soon after opening.
+  absl::Duration header_timeout = absl::Seconds(10);
   size_t memory_budget_bytes = size_t{2} << 30;  // staged and result chunks
+  // The most of memory_budget_bytes one job's collectives may hold at once
+  // (1: no share of its own), so that one job cannot starve the others.
+  double max_job_memory_fraction = 0.5;
   // Room, apart from memory_budget_bytes, for results kept until a later
   // call acknowledges their receipt (server/engine/kept_results.h); 0: none kept.
   size_t kept_results_bytes = size_t{64} << 20;

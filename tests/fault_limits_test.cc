@@ -296,6 +296,39 @@ TEST_F(LimitsTest, JobOverALimitDoesNotDisturbAnotherJob) {
              {"--max_pending_collectives_per_job=2"}, kFast);
 }
 
+// Fair shares: a job's collectives hold at most --max_job_memory_fraction of
+// the memory budget. Two ranks of job "hog" each reserve 1.6 MB for a
+// collective its third rank never joins: the second reservation would take
+// the job past its half of the 4 MB budget and is refused at once, naming
+// the flag, so job "other" (1 MB) still fits. With no share of its own
+// (fraction 1), hog would hold 3.2 MB until its timeout and other would be
+// refused.
+TEST_F(LimitsTest, MaxJobMemoryFractionKeepsRoomForOtherJobs) {
+  ASSERT_TRUE(StartServer(
+      {"--memory_budget_bytes=4000000", "--max_job_memory_fraction=0.5"}));
+  const std::string big = "allreduce:name=big,shape=200000,timeout_ms=6000";
+  std::vector<std::unique_ptr<ChildProcess>> hog =
+      StartJob(Job("hog"), 3, {big, big, "sleep:ms=7000"});
+  ASSERT_TRUE(WaitForOutput(*hog[0], "BEGIN 1 "));
+  ASSERT_TRUE(WaitForOutput(*hog[1], "BEGIN 1 "));
+  absl::SleepFor(absl::Milliseconds(300));
+  std::vector<std::unique_ptr<ChildProcess>> other = StartJob(
+      Job("other"), 2, {"allreduce:shape=62500,timeout_ms=5000"});
+  for (const ProcessResult& r : WaitWorkers(other)) {
+    ExpectStep(r, "1", absl::StatusCode::kOk);
+  }
+  std::vector<ProcessResult> hog_results = WaitWorkers(hog);
+  ASSERT_EQ(hog_results.size(), 3u);
+  for (int r = 0; r < 2; ++r) {
+    ExpectStep(hog_results[r], "1", absl::StatusCode::kResourceExhausted,
+               {absl::StrCat("job ", Job("hog"), "'s share of the memory "
+                             "budget, 2000000 bytes "
+                             "(--max_job_memory_fraction=0.5 of "
+                             "--memory_budget_bytes), is exhausted")},
+               kFast);
+  }
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace reducer

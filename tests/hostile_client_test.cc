@@ -192,6 +192,50 @@ TEST_F(HostileClientTest, NamesOverTheLimitAreRefusedNamingTheField) {
   EXPECT_EQ(after.data, std::string(16, '\0'));
 }
 
+// Streams that open and never send are closed after --header_timeout,
+// giving their slots of --max_concurrent_calls back: a job's call that found
+// every slot taken by them gets in afterwards.
+TEST_F(HostileClientTest, SilentStreamsAreClosedAndGiveTheirSlotsBack) {
+  ASSERT_TRUE(StartServer({"--header_timeout=1s", "--max_concurrent_calls=2"}));
+  std::unique_ptr<v1::Reducer::Stub> stub = v1::Reducer::NewStub(
+      grpc::CreateChannel(server()->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext one_context;
+  grpc::ClientContext many_context;
+  for (grpc::ClientContext* c : {&one_context, &many_context}) {
+    c->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+  }
+  const absl::Time opened = absl::Now();
+  auto one = stub->Collective(&one_context);     // silent Collective stream
+  auto many = stub->Collectives(&many_context);  // silent Collectives stream
+  absl::SleepFor(absl::Milliseconds(300));
+
+  absl::StatusOr<std::unique_ptr<RawSession>> raw = RawSession::Join(
+      server()->address(), Job("busy"), 0, 1, absl::Seconds(30));
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  v1::CollectiveRequest request = (*raw)->AllReduceRequest({4});
+  request.set_data(std::string(16, '\0'));
+  const RawCallResult crowded = (*raw)->Call({request}, absl::Seconds(10));
+  EXPECT_EQ(crowded.status.code(), absl::StatusCode::kResourceExhausted)
+      << crowded.status;
+  EXPECT_THAT(crowded.status.message(), HasSubstr("--max_concurrent_calls=2"));
+
+  for (auto* silent : {one.get(), many.get()}) {
+    const grpc::Status closed =
+        silent == one.get() ? one->Finish() : many->Finish();
+    EXPECT_EQ(closed.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+        << closed.error_message();
+    EXPECT_THAT(closed.error_message(),
+                HasSubstr("no message within --header_timeout=1s of opening"));
+  }
+  // Closed by reducerd near the timeout, well before the clients' deadline.
+  EXPECT_LE(absl::Now() - opened, absl::Seconds(5));
+
+  request.mutable_header()->set_attempt_id("after-the-silent-streams");
+  const RawCallResult after = (*raw)->Call({request}, absl::Seconds(10));
+  EXPECT_TRUE(after.status.ok()) << after.status;
+  EXPECT_EQ(after.data, std::string(16, '\0'));
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace reducer

@@ -77,11 +77,17 @@ struct HelloTweak {
   std::string nonce;       // empty: the control segment's
   std::string session_id;  // empty: the raw session's
   std::string token;       // empty: none
+  size_t input_bytes = 0;  // 0: kSegmentBytes
 };
 
 // The client half of the protocol, by hand.
 class ShmClient {
  public:
+  // A connection to `socket` that says nothing (invalid if it fails).
+  static UniqueFd ConnectOnly(const std::string& socket) {
+    return UniqueFd(socket_fd(socket));
+  }
+
   // Creates the segments, connects to `socket` and says hello as `raw`'s
   // rank. The welcome's status (the refusal, or OK) is in `*welcome`; the
   // client is null unless it is OK.
@@ -94,7 +100,9 @@ class ShmClient {
     absl::StatusOr<std::unique_ptr<ControlSegment>> control =
         ControlSegment::Create(nonce);
     absl::StatusOr<SharedSegment> input =
-        SharedSegment::Create("test-input", kSegmentBytes);
+        SharedSegment::Create("test-input", tweak.input_bytes == 0
+                                                ? kSegmentBytes
+                                                : tweak.input_bytes);
     if (!control.ok() || !input.ok()) {
       *welcome = control.ok() ? input.status() : control.status();
       return nullptr;
@@ -115,9 +123,11 @@ class ShmClient {
     hello.set_token(tweak.token);
     *welcome = SendWithFds(client->socket_.get(), hello.SerializeAsString(),
                            {client->control_->fd(), client->input_->fd()});
-    if (!welcome->ok()) return nullptr;
+    // A refusal sent before reducerd read the hello is read even when the
+    // send failed (reducerd closed the socket after it).
     absl::StatusOr<Received> answer = ReceiveWithFds(
         client->socket_.get(), 1 << 16, 1, absl::Now() + kPatience);
+    if (!answer.ok() && !welcome->ok()) return nullptr;
     if (!answer.ok()) {
       *welcome = answer.status();
       return nullptr;
@@ -863,6 +873,65 @@ TEST_F(ShmTokenTest, TheHelloMustCarryTheJobsToken) {
                               tweak);
   EXPECT_TRUE(welcome.ok()) << welcome;
   EXPECT_NE(client, nullptr);
+}
+
+// The job's result segment is sized by its first same-host session; a later
+// session with a larger input segment is refused, naming the option.
+TEST_F(ShmServerTest, ALaterSessionsLargerInputSegmentIsRefused) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-sizes");
+  ASSERT_EQ(s.size(), 2u);
+  std::unique_ptr<ShmClient> first = Connect(*s[0]);
+  ASSERT_NE(first, nullptr);
+  absl::Status welcome;
+  HelloTweak larger;
+  larger.input_bytes = 2 * kSegmentBytes;
+  std::unique_ptr<ShmClient> second = ShmClient::Connect(
+      s[1]->shared_memory_socket(), *s[1], &welcome, larger);
+  EXPECT_EQ(second, nullptr);
+  EXPECT_EQ(welcome.code(), absl::StatusCode::kInvalidArgument) << welcome;
+  EXPECT_THAT(welcome.message(), HasSubstr("ClientOptions::shared_memory_bytes"));
+  // The same size is fine.
+  second = Connect(*s[1]);
+  EXPECT_NE(second, nullptr);
+}
+
+class ShmHandshakeLimitTest : public ShmServerTest {
+ protected:
+  ServerOptions Options() override {
+    ServerOptions options = ShmServerTest::Options();
+    options.max_same_host_handshakes = 2;
+    return options;
+  }
+};
+
+// Connections that say nothing hold a handshake thread each until their
+// handshake times out; beyond the bound, a connection is refused at once
+// (no thread), and once the silent ones go, handshakes are served again.
+TEST_F(ShmHandshakeLimitTest, ConnectionsBeyondTheBoundAreRefusedAtOnce) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-crowd");
+  ASSERT_EQ(s.size(), 2u);
+  std::vector<UniqueFd> silent;
+  for (int i = 0; i < 2; ++i) {
+    silent.emplace_back(ShmClient::ConnectOnly(s[0]->shared_memory_socket()));
+    ASSERT_TRUE(silent.back().valid()) << strerror(errno);
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // both accepted, both waiting
+  absl::Status welcome;
+  const absl::Time start = absl::Now();
+  std::unique_ptr<ShmClient> crowded =
+      ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome);
+  EXPECT_EQ(crowded, nullptr);
+  EXPECT_EQ(welcome.code(), absl::StatusCode::kResourceExhausted) << welcome;
+  EXPECT_THAT(welcome.message(), HasSubstr("--max_same_host_handshakes=2"));
+  EXPECT_LE(absl::Now() - start, absl::Seconds(2));
+
+  silent.clear();  // their handshakes end at once
+  std::unique_ptr<ShmClient> served;
+  for (int attempt = 0; attempt < 30 && served == nullptr; ++attempt) {
+    absl::SleepFor(absl::Milliseconds(100));
+    served = ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome);
+  }
+  EXPECT_NE(served, nullptr) << welcome;
 }
 
 }  // namespace

@@ -133,6 +133,19 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
                                  RefusedLimit::kMemoryBudgetBytes);
     return;
   }
+  if (env_.job_memory != nullptr && !env_.job_memory->TryReserve(reserve)) {
+    env_.memory->Release(reserve);
+    FailLocked(absl::ResourceExhaustedError(absl::StrCat(
+        description_, ": job ", label_.job, "'s share of the memory budget, ",
+        env_.job_memory->limit(), " bytes (--max_job_memory_fraction=",
+        env_.options->max_job_memory_fraction,
+        " of --memory_budget_bytes), is exhausted: ",
+        env_.job_memory->used(), " bytes in use by the job, rank ", rank,
+        " needs ", reserve, " more; other jobs keep the rest")), {rank});
+    env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                 RefusedLimit::kMaxJobMemoryFraction);
+    return;
+  }
   m.reserved = reserve;
   if (attached_ == static_cast<int>(group_.size())) OnAllAttached();
 }
@@ -357,6 +370,7 @@ void Collective::MaybeFinish(int index) {
 void Collective::ReleaseMemory(int index) {
   RankState& m = ranks_[index];
   env_.memory->Release(m.reserved);
+  if (env_.job_memory != nullptr) env_.job_memory->Release(m.reserved);
   m.reserved = 0;
 }
 

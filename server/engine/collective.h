@@ -77,6 +77,10 @@ struct CollectiveEnv {
   // Where each rank's whole result is kept until its receipt is
   // acknowledged (server/engine/kept_results.h); null: results are not kept.
   std::shared_ptr<KeptResults> kept;
+  // The job's share of `memory` (--max_job_memory_fraction), reserved as
+  // well as `memory`; null: no share of its own. Shared: a collective may
+  // outlive its job.
+  std::shared_ptr<MemoryBudget> job_memory;
 };
 
 // Who a collective is, for logs, metrics and status reports.

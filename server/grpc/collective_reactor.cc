@@ -57,7 +57,17 @@ void CollectiveReactor::OnReadDone(bool ok) {
     return;
   }
   metrics_.Received();
+  if (!message_arrived_) {
+    absl::MutexLock lock(&mu_);
+    message_arrived_ = true;
+    if (finished_) return;  // closed as silent just before
+  }
   HandleMessage();
+}
+
+void CollectiveReactor::EndUnlessMessageArrived(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (!message_arrived_) FinishLocked(status);
 }
 
 void CollectiveReactor::HandleMessage() {

@@ -45,6 +45,10 @@ class CollectiveReactor final
                                   std::function<void()> on_done,
                                   CallMetrics metrics);
 
+  // Ends the stream with `status` unless its first message has arrived:
+  // ReducerService closes streams that stay silent past --header_timeout.
+  void EndUnlessMessageArrived(const absl::Status& status);
+
   // RankChannel, called by the Collective.
   void Send(ResultMessage message, bool last) override;
   void FinishWhenSent() override;
@@ -81,6 +85,9 @@ class CollectiveReactor final
   // Set once, by the reading side under mu_, from the first message; the
   // reading side may read it without the lock, other threads take mu_.
   std::shared_ptr<Collective> collective_;
+  // Set once, by the reading side under mu_, when the first message
+  // arrives; the reading side may read it without the lock.
+  bool message_arrived_ = false;
 
   absl::Mutex mu_;
   std::shared_ptr<CollectiveReactor> self_ ABSL_GUARDED_BY(mu_);  // dropped in OnDone

@@ -92,9 +92,19 @@ void CollectivesReactor::OnReadDone(bool ok) {
     return;
   }
   metrics_.Received();
+  if (!message_arrived_) {
+    absl::MutexLock lock(&mu_);
+    message_arrived_ = true;
+    if (finished_) return;  // closed as silent just before
+  }
   HandleMessage();
   absl::MutexLock lock(&mu_);
   if (!finished_) StartRead(&incoming_);
+}
+
+void CollectivesReactor::EndUnlessMessageArrived(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (!message_arrived_) FinishLocked(status);
 }
 
 void CollectivesReactor::HandleMessage() {

@@ -52,6 +52,10 @@ class CollectivesReactor final
                                    CollectiveReactor::AttachFn attach,
                                    CallMetrics metrics);
 
+  // Ends the stream with `status` unless its first message has arrived:
+  // ReducerService closes streams that stay silent past --header_timeout.
+  void EndUnlessMessageArrived(const absl::Status& status);
+
   // grpc::ServerBidiReactor.
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -112,6 +116,10 @@ class CollectivesReactor final
   // reference into it past HandleMessage().
   std::unique_ptr<char[]> arena_block_;
   google::protobuf::Arena arena_;
+
+  // Set once, by the reading side under mu_, when the first message
+  // arrives; the reading side may read it without the lock.
+  bool message_arrived_ = false;
 
   absl::Mutex mu_;
   std::shared_ptr<CollectivesReactor> self_ ABSL_GUARDED_BY(mu_);

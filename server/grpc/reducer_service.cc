@@ -37,10 +37,13 @@ class RefusedJoin final : public grpc::ServerWriteReactor<v1::JoinEvent> {
 }  // namespace
 
 ReducerService::ReducerService(JobDoor* door, int max_concurrent_calls,
-                               MetricsSink* metrics,
+                               absl::Duration header_timeout,
+                               TimerQueue* timers, MetricsSink* metrics,
                                const GrpcServerMetrics* grpc_metrics)
     : door_(door),
       max_concurrent_calls_(max_concurrent_calls),
+      header_timeout_(header_timeout),
+      timers_(timers),
       metrics_(metrics),
       join_metrics_(MethodOf(grpc_metrics, "Join")),
       leave_metrics_(MethodOf(grpc_metrics, "Leave")),
@@ -118,8 +121,21 @@ ReducerService::StartStream(
   if (!admitted.ok()) {
     return CollectiveReactor::CreateFailed(admitted, std::move(on_done), metrics);
   }
-  return Stream::Create(context, std::move(on_done), door_->AttachWithToken(token),
-                        metrics);
+  Stream* stream = Stream::Create(context, std::move(on_done),
+                                  door_->AttachWithToken(token), metrics);
+  std::weak_ptr<Stream> weak = stream->weak_from_this();
+  timers_->Schedule(
+      absl::Now() + header_timeout_,
+      [weak, timeout = header_timeout_] {
+        if (std::shared_ptr<Stream> silent = weak.lock()) {
+          silent->EndUnlessMessageArrived(absl::DeadlineExceededError(
+              absl::StrCat("the stream sent no message within "
+                           "--header_timeout=",
+                           absl::FormatDuration(timeout),
+                           " of opening; reducerd closes silent streams")));
+        }
+      });
+  return stream;
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*

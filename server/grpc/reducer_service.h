@@ -13,6 +13,8 @@
 #include "absl/status/statusor.h"
 #include "proto/reducer/v1/reducer.grpc.pb.h"
 #include "server/grpc/collective_reactor.h"
+#include "absl/time/time.h"
+#include "server/engine/timer_queue.h"
 #include "server/jobs/job_door.h"
 #include "server/metrics/grpc_server_metrics.h"
 #include "server/metrics/metrics_sink.h"
@@ -32,8 +34,12 @@ class ReducerService final
   // refused; `grpc_metrics` (null: metrics off) this service's calls, which
   // its reactors count themselves. When the door requires tokens, Join,
   // Leave and every collective must carry the job's token
-  // (`authorization: Bearer TOKEN`), or get JobTokens::Check's error.
+  // (`authorization: Bearer TOKEN`), or get JobTokens::Check's error. A
+  // collective stream whose first message has not come `header_timeout`
+  // after it opened is ended DEADLINE_EXCEEDED (on `timers`), so silent
+  // streams give their slots back.
   ReducerService(JobDoor* door, int max_concurrent_calls,
+                 absl::Duration header_timeout, TimerQueue* timers,
                  MetricsSink* metrics, const GrpcServerMetrics* grpc_metrics);
 
   grpc::ServerWriteReactor<v1::JoinEvent>* Join(
@@ -62,6 +68,8 @@ class ReducerService final
 
   JobDoor* const door_;  // not owned
   const int max_concurrent_calls_;
+  const absl::Duration header_timeout_;
+  TimerQueue* const timers_;  // not owned
   MetricsSink* const metrics_;  // not owned
   // Each method's gRPC series; null when metrics are off. Not owned.
   const GrpcServerMetrics::MethodMetrics* const join_metrics_;

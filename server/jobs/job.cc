@@ -28,9 +28,16 @@ std::string MatchingKey(const v1::CollectiveHeader& header,
 constexpr absl::Duration kKeepResultsFor = absl::Seconds(30);
 
 // `env` with a KeptResults of the job's own, when the server keeps results.
-CollectiveEnv WithKeptResults(CollectiveEnv env) {
+// `env` with the job's own kept results and its share of the memory
+// budget (--max_job_memory_fraction), unless the caller gave its own.
+CollectiveEnv ForJob(CollectiveEnv env) {
   if (env.kept == nullptr && env.kept_memory != nullptr) {
     env.kept = std::make_shared<KeptResults>(env.kept_memory, kKeepResultsFor);
+  }
+  if (env.job_memory == nullptr && env.options->max_job_memory_fraction < 1) {
+    env.job_memory = std::make_shared<MemoryBudget>(static_cast<size_t>(
+        static_cast<double>(env.memory->limit()) *
+        env.options->max_job_memory_fraction));
   }
   return env;
 }
@@ -41,7 +48,7 @@ Job::Job(std::string name, int world_size, CollectiveEnv env,
          std::string shared_memory_socket, MemoryReservation rank_state)
     : name_(std::move(name)),
       world_size_(world_size),
-      env_(WithKeptResults(std::move(env))),
+      env_(ForJob(std::move(env))),
       shared_memory_socket_(std::move(shared_memory_socket)),
       rank_state_(std::move(rank_state)),
       members_(world_size),

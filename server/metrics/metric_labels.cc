@@ -44,6 +44,8 @@ absl::string_view LimitLabel(RefusedLimit limit) {
       return "max_concurrent_calls";
     case RefusedLimit::kMemoryBudgetBytes:
       return "memory_budget_bytes";
+    case RefusedLimit::kMaxJobMemoryFraction:
+      return "max_job_memory_fraction";
   }
   return "none";
 }

@@ -31,8 +31,9 @@ enum class RefusedLimit {
   kMaxPendingCollectivesPerJob,
   kMaxConcurrentCalls,
   kMemoryBudgetBytes,
+  kMaxJobMemoryFraction,
 };
-inline constexpr int kNumRefusedLimits = 6;
+inline constexpr int kNumRefusedLimits = 7;
 
 // Why a job's epoch ended.
 enum class EpochEndReason {

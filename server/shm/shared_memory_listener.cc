@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -39,18 +40,20 @@ SharedMemoryListener::SharedMemoryListener(JobRegistry* registry,
                                            JobDoor* door,
                                            const Logger* log,
                                            size_t chunk_bytes,
+                                           int max_handshakes,
                                            absl::Duration handshake_timeout)
     : registry_(registry),
       door_(door),
       log_(log),
       chunk_bytes_(chunk_bytes),
+      max_handshakes_(max_handshakes),
       handshake_timeout_(handshake_timeout) {}
 
 absl::StatusOr<std::unique_ptr<SharedMemoryListener>> SharedMemoryListener::Start(
     JobRegistry* registry, JobDoor* door, const Logger* log,
-    size_t chunk_bytes, absl::Duration handshake_timeout) {
+    size_t chunk_bytes, int max_handshakes, absl::Duration handshake_timeout) {
   std::unique_ptr<SharedMemoryListener> listener(new SharedMemoryListener(
-      registry, door, log, chunk_bytes, handshake_timeout));
+      registry, door, log, chunk_bytes, max_handshakes, handshake_timeout));
   listener->name_ = absl::StrCat("reducerd-", getpid(), "-",
                                  absl::BytesToHexString(RandomBytes(8)));
   const std::string& name = listener->name_;
@@ -151,12 +154,43 @@ void SharedMemoryListener::AcceptLoop() {
       close(connection);
       return;
     }
+    if (static_cast<int>(handshakes_.size()) >= max_handshakes_) {
+      RefuseAtOnce(UniqueFd(connection),
+                   absl::ResourceExhaustedError(absl::StrCat(
+                       "reducerd is already shaking hands with ",
+                       handshakes_.size(), " same-host peers "
+                       "(--max_same_host_handshakes=", max_handshakes_,
+                       "); retry later")));
+      continue;
+    }
     handshakes_.emplace_back();
     Handshake* h = &handshakes_.back();
     h->fd = connection;
-    h->thread = std::thread(
-        [this, h, connection] { Shake(h, UniqueFd(connection)); });
+    try {
+      h->thread = std::thread(
+          [this, h, connection] { Shake(h, UniqueFd(connection)); });
+    } catch (const std::system_error& e) {
+      // Out of threads (or memory for one): that peer's error, not
+      // reducerd's end.
+      handshakes_.pop_back();
+      RefuseAtOnce(UniqueFd(connection),
+                   absl::ResourceExhaustedError(absl::StrCat(
+                       "reducerd cannot start a thread for this handshake (",
+                       e.what(), "); retry later")));
+    }
   }
+}
+
+void SharedMemoryListener::RefuseAtOnce(UniqueFd connection,
+                                        const absl::Status& why) {
+  v1::SharedMemoryWelcome refusal;
+  *refusal.mutable_status() = ToCallStatus(why);
+  // One small message into a fresh connection's empty buffer: no wait.
+  SendWithFds(connection.get(), refusal.SerializeAsString(), {})
+      .IgnoreError();  // the peer may be gone; the refusal is logged
+  log_->Log({LogSeverity::kWarning, "shm_session_refused",
+             absl::StrCat("same-host path: refused a connection before its "
+                          "handshake: ", why.message())});
 }
 
 void SharedMemoryListener::ReapLocked() {
@@ -193,6 +227,15 @@ absl::StatusOr<std::shared_ptr<SharedMemoryJob>> SharedMemoryListener::ReserveJo
       return Prefixed("the result segment: ", created.status());
     }
     found = *std::move(created);
+  } else if (result_bytes > found->results_bytes()) {
+    // The first session sized the job's result segment; a larger input
+    // segment could make results that do not fit in it.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this session's input segment needs a result segment of ",
+        result_bytes, " bytes, but job ", job, "'s is ",
+        found->results_bytes(), " bytes (sized by its first same-host "
+        "session): every rank of a job must use the same "
+        "ClientOptions::shared_memory_bytes"));
   }
   found->Reserve();
   return found;

@@ -20,7 +20,9 @@
 // UNAUTHENTICATED or PERMISSION_DENIED); the session id holds the rank in
 // the job's running epoch (FAILED_PRECONDITION); for the job's first
 // session here, its result segment of the input segment's size and 64
-// bytes more fits (SharedSegment::Create's RESOURCE_EXHAUSTED). Accepted,
+// bytes more fits (SharedSegment::Create's RESOURCE_EXHAUSTED), and for a
+// later one, that its input segment is no larger than the first's
+// (INVALID_ARGUMENT). Accepted,
 // it answers OK with the job's result segment (its memfd, and the nonce in
 // its first 64 bytes) and hands the session to the job's SharedMemoryJob,
 // whose one thread serves every session of the job. A job is forgotten
@@ -60,10 +62,13 @@ class SharedMemoryListener {
   static constexpr absl::Duration kDefaultHandshakeTimeout = absl::Seconds(3);
 
   // Binds the socket and starts accepting. UNAVAILABLE (with the errno
-  // text) when the socket cannot be made or bound.
+  // text) when the socket cannot be made or bound. At most
+  // `max_handshakes` handshakes (each a thread) run at once; a connection
+  // beyond them, or one whose thread cannot be started, is refused at once
+  // with RESOURCE_EXHAUSTED.
   static absl::StatusOr<std::unique_ptr<SharedMemoryListener>> Start(
       JobRegistry* registry, JobDoor* door, const Logger* log,
-      size_t chunk_bytes,
+      size_t chunk_bytes, int max_handshakes,
       absl::Duration handshake_timeout = kDefaultHandshakeTimeout);
 
   ~SharedMemoryListener();  // Stop()
@@ -79,6 +84,7 @@ class SharedMemoryListener {
 
   SharedMemoryListener(JobRegistry* registry, JobDoor* door,
                        const Logger* log, size_t chunk_bytes,
+                       int max_handshakes,
                        absl::Duration handshake_timeout);  // Start()
 
  private:
@@ -100,6 +106,9 @@ class SharedMemoryListener {
   // result segment of `result_bytes`, if it has none here); or why not.
   absl::StatusOr<std::shared_ptr<SharedMemoryJob>> ReserveJob(
       const std::string& job, size_t result_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // Sends `connection` a refusal with `why` and closes it, without a
+  // handshake thread (the peer may have sent nothing yet).
+  void RefuseAtOnce(UniqueFd connection, const absl::Status& why);
   // Joins finished handshakes, and forgets jobs with no session left.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -108,6 +117,7 @@ class SharedMemoryListener {
   JobDoor* const door_;
   const Logger* const log_;
   const size_t chunk_bytes_;
+  const int max_handshakes_;
   const absl::Duration handshake_timeout_;
   std::string name_;
   UniqueFd listen_fd_;

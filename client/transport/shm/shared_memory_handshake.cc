@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/shm/fd_passing.h"
 #include "core/status_macros.h"
 
@@ -82,11 +84,15 @@ absl::StatusOr<SharedMemoryChannel> ShakeHands(const std::string& socket_name,
   REDUCER_ASSIGN_OR_RETURN(channel.socket, ConnectAbstract(socket_name));
   hello.set_nonce(nonce);
   const int fds[] = {channel.control->fd(), channel.input->fd()};
-  REDUCER_RETURN_IF_ERROR(
-      SendWithFds(channel.socket.get(), hello.SerializeAsString(), fds));
-
+  // reducerd may refuse before reading the hello (too many handshakes at
+  // once), and close: the send then fails, but its refusal is still there to
+  // read, and says more than the send's error.
+  const absl::Status sent =
+      SendWithFds(channel.socket.get(), hello.SerializeAsString(), fds);
   absl::StatusOr<Received> answer = ReceiveWithFds(
-      channel.socket.get(), kMaxWelcomeBytes, /*max_fds=*/1, deadline);
+      channel.socket.get(), kMaxWelcomeBytes, /*max_fds=*/1,
+      sent.ok() ? deadline : std::min(deadline, absl::Now() + absl::Seconds(1)));
+  if (!answer.ok() && !sent.ok()) return sent;
   if (!answer.ok()) {
     return absl::Status(answer.status().code(),
                         absl::StrCat("no answer from reducerd's shared-memory "
