@@ -253,6 +253,14 @@ class ShmClient {
 
   void CloseSocket() { socket_.reset(); }
 
+  // Whether this client could map its result segment writable (it must
+  // not: the segment is reducerd's to write alone).
+  bool ResultMapsWritable() const {
+    absl::StatusOr<SharedSegment> writable = SharedSegment::Adopt(
+        dup(result_->fd()), SharedSegment::Access::kReadWrite);
+    return writable.ok();
+  }
+
   // The result segment's inode: equal for two clients that map one memfd.
   ino_t ResultInode() const {
     struct stat st {};
@@ -405,7 +413,10 @@ TEST_F(ShmServerTest, JobReadyNamesTheSocketAndTheHandshakeIsAccepted) {
   std::unique_ptr<ShmClient> client =
       ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome);
   EXPECT_TRUE(welcome.ok()) << welcome;
-  EXPECT_NE(client, nullptr);
+  ASSERT_NE(client, nullptr);
+  // The job's result segment, which every rank of the job maps, is
+  // reducerd's alone to write: no rank can change what another reads.
+  EXPECT_FALSE(client->ResultMapsWritable());
 }
 
 TEST_F(ShmServerTest, ANonceThatDiffersFromTheControlSegmentsIsRefused) {

@@ -31,6 +31,7 @@ std::string SealNames(int seals) {
   add(F_SEAL_SHRINK, "F_SEAL_SHRINK");
   add(F_SEAL_GROW, "F_SEAL_GROW");
   add(F_SEAL_WRITE, "F_SEAL_WRITE");
+  add(F_SEAL_FUTURE_WRITE, "F_SEAL_FUTURE_WRITE");
   return names.empty() ? "none" : names;
 }
 
@@ -50,7 +51,8 @@ absl::StatusOr<void*> Map(int fd, size_t bytes, SharedSegment::Access access,
 }  // namespace
 
 absl::StatusOr<SharedSegment> SharedSegment::Create(absl::string_view name,
-                                                    size_t bytes) {
+                                                    size_t bytes,
+                                                    Writers writers) {
   std::string label(name);
   std::string what = absl::StrCat("shared segment \"", label, "\"");
   if (bytes == 0) {
@@ -66,13 +68,19 @@ absl::StatusOr<SharedSegment> SharedSegment::Create(absl::string_view name,
     return Errno(errno,
                  absl::StrCat("ftruncate of ", what, " to ", bytes, " bytes"));
   }
-  if (fcntl(fd.get(), F_ADD_SEALS, kRequiredSeals) != 0) {
-    return Errno(
-        errno, absl::StrCat("F_ADD_SEALS on ", what, " of ", bytes, " bytes"));
-  }
+  // Mapped before the seals: F_SEAL_FUTURE_WRITE spares mappings that
+  // exist already, and this one is the creator's.
   REDUCER_ASSIGN_OR_RETURN(void* data,
                            Map(fd.get(), bytes, Access::kReadWrite, what));
-  return SharedSegment(std::move(fd), data, bytes, Access::kReadWrite);
+  SharedSegment segment(std::move(fd), data, bytes, Access::kReadWrite);
+  const int seals = writers == Writers::kCreatorOnly
+                        ? kRequiredSeals | F_SEAL_FUTURE_WRITE
+                        : kRequiredSeals;
+  if (fcntl(segment.fd(), F_ADD_SEALS, seals) != 0) {
+    return Errno(errno, absl::StrCat("F_ADD_SEALS ", SealNames(seals), " on ",
+                                     what, " of ", bytes, " bytes"));
+  }
+  return segment;
 }
 
 absl::StatusOr<SharedSegment> SharedSegment::Adopt(int raw_fd, Access access) {

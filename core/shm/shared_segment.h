@@ -42,11 +42,22 @@ class SharedSegment {
     kReadOnly,  // mapped PROT_READ: a write through data() faults (SIGSEGV)
   };
 
+  // Who may write the segment.
+  enum class Writers {
+    kAnyHolder,    // whoever holds the descriptor may map it read-write
+    // The creator's own mapping alone: the memfd is sealed with
+    // F_SEAL_FUTURE_WRITE once mapped, so no holder of the descriptor
+    // (nor a reopening of it through /proc) can map it writable or write()
+    // it again (EPERM).
+    kCreatorOnly,
+  };
+
   // A new zeroed segment of `bytes` (> 0) bytes, mapped read-write. `name`
   // only labels it in /proc/<pid>/fd and /proc/<pid>/maps ("/memfd:<name>").
   // Refused with CheckRoom's answer when `bytes` does not fit.
-  static absl::StatusOr<SharedSegment> Create(absl::string_view name,
-                                              size_t bytes);
+  static absl::StatusOr<SharedSegment> Create(
+      absl::string_view name, size_t bytes,
+      Writers writers = Writers::kAnyHolder);
 
   // Maps the memfd `fd`, whose ownership passes to the call (closed on
   // error). Refused unless `fd` is a memfd carrying F_SEAL_GROW,

@@ -95,6 +95,39 @@ TEST(SharedSegmentTest, AdoptionMapsTheSamePagesAtItsOwnAddress) {
   EXPECT_EQ(static_cast<const char*>(adopted->data())[kBytes - 1], 'z');
 }
 
+// A creator-only segment: the creator writes through its mapping, every
+// other holder of the memfd maps it read-only at most, even through a
+// reopening of /proc/self/fd (the seal is on the memfd, not the descriptor).
+TEST(SharedSegmentTest, CreatorOnlySegmentIsWritableByItsCreatorAlone) {
+  auto segment = SharedSegment::Create("creator-only", kBytes,
+                                       SharedSegment::Writers::kCreatorOnly);
+  ASSERT_THAT(segment, IsOk());
+  static_cast<char*>(segment->data())[0] = 'c';
+  auto reader = SharedSegment::Adopt(dup(segment->fd()),
+                                     SharedSegment::Access::kReadOnly);
+  ASSERT_THAT(reader, IsOk());
+  EXPECT_EQ(static_cast<const char*>(reader->data())[0], 'c');
+
+  auto writer = SharedSegment::Adopt(dup(segment->fd()),
+                                     SharedSegment::Access::kReadWrite);
+  EXPECT_FALSE(writer.ok());
+  const std::string proc = absl::StrCat("/proc/self/fd/", segment->fd());
+  const int reopened = open(proc.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(reopened, 0) << strerror(errno);
+  void* p = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, reopened, 0);
+  EXPECT_EQ(p, MAP_FAILED);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_LT(pwrite(reopened, "x", 1, 0), 0);
+  close(reopened);
+  EXPECT_EQ(static_cast<const char*>(reader->data())[0], 'c');
+  // The default: any holder may map it writable.
+  auto open_segment = SharedSegment::Create("any-holder", kBytes);
+  ASSERT_THAT(open_segment, IsOk());
+  EXPECT_THAT(SharedSegment::Adopt(dup(open_segment->fd()),
+                                   SharedSegment::Access::kReadWrite),
+              IsOk());
+}
+
 // Pages are mapped as they are touched, or all at once by Populate, which
 // leaves the contents as they were; each side's page tables are its own.
 TEST(SharedSegmentTest, PopulateMapsEveryPageAndKeepsTheContents) {

@@ -1,8 +1,10 @@
 #include "server/shm/shared_memory_job.h"
 
 #include <algorithm>
+#include <system_error>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -16,7 +18,14 @@ absl::StatusOr<std::shared_ptr<SharedMemoryJob>> SharedMemoryJob::Create(
   auto created =
       std::make_shared<SharedMemoryJob>(std::move(job), *std::move(results), log);
   SharedMemoryJob* raw = created.get();
-  created->thread_ = std::thread([raw] { raw->Run(); });
+  try {
+    created->thread_ = std::thread([raw] { raw->Run(); });
+  } catch (const std::system_error& e) {
+    // Out of threads: this session's refusal, not reducerd's end.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "reducerd cannot start the same-host thread of job ", raw->job(),
+        ": ", e.what()));
+  }
   return created;
 }
 
@@ -63,6 +72,7 @@ void SharedMemoryJob::Run() {
   std::vector<std::shared_ptr<SharedMemorySession>> sessions;
   std::vector<Doorbell::Watch> watches;
   bool stopping = false;
+  bool futex_refused = false;
   while (true) {
     const uint32_t woke = wake_.value();
     {
@@ -107,7 +117,24 @@ void SharedMemoryJob::Run() {
       watches.resize(Doorbell::kMaxWatches);
       wake_by = std::min(wake_by, now + Doorbell::kFallbackSlice);
     }
-    Doorbell::WaitAny(watches, wake_by).IgnoreError();
+    const absl::Status waited = Doorbell::WaitAny(watches, wake_by);
+    if (!waited.ok()) {
+      // The kernel refuses to sleep on the bells (a seccomp profile that
+      // answers futex with EPERM): look again every millisecond rather than
+      // spin, and say so once.
+      if (!futex_refused) {
+        futex_refused = true;
+        log_->Log({LogSeverity::kWarning, "shm_wait_refused",
+                   absl::StrCat("same-host path of job ", job_,
+                                ": cannot sleep on doorbells (",
+                                waited.message(),
+                                "); polling every millisecond instead"),
+                   job_});
+      }
+      absl::SleepFor(std::max(absl::ZeroDuration(),
+                              std::min(wake_by - absl::Now(),
+                                       absl::Milliseconds(1))));
+    }
   }
 }
 

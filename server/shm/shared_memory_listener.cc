@@ -29,6 +29,10 @@ namespace {
 constexpr size_t kMaxHelloBytes = 64 << 10;
 // How often the accept thread frees the sessions that ended.
 constexpr int kReapIntervalMs = 1000;
+// How long a refused connection stays open for its peer to read the refusal,
+// and how many are kept so at once (beyond, they are closed at once).
+constexpr absl::Duration kRefusedGrace = absl::Seconds(1);
+constexpr size_t kMaxRefusedKept = 256;
 
 absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(what, status.message()));
@@ -99,6 +103,7 @@ void SharedMemoryListener::Stop() {
     for (Handshake& h : handshakes_) {
       if (h.fd >= 0) shutdown(h.fd, SHUT_RDWR);
     }
+    refused_.clear();
   }
   if (stop_fd_.valid()) {
     const uint64_t one = 1;
@@ -191,9 +196,14 @@ void SharedMemoryListener::RefuseAtOnce(UniqueFd connection,
   log_->Log({LogSeverity::kWarning, "shm_session_refused",
              absl::StrCat("same-host path: refused a connection before its "
                           "handshake: ", why.message())});
+  if (refused_.size() < kMaxRefusedKept) {
+    refused_.emplace_back(absl::Now() + kRefusedGrace, std::move(connection));
+  }
 }
 
 void SharedMemoryListener::ReapLocked() {
+  const absl::Time now = absl::Now();
+  while (!refused_.empty() && refused_.front().first <= now) refused_.pop_front();
   for (auto it = handshakes_.begin(); it != handshakes_.end();) {
     if (!it->done) {
       ++it;

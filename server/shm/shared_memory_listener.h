@@ -35,6 +35,7 @@
 #define REDUCER_SERVER_SHM_SHARED_MEMORY_LISTENER_H_
 
 #include <cstddef>
+#include <deque>
 #include <list>
 #include <map>
 #include <memory>
@@ -106,9 +107,12 @@ class SharedMemoryListener {
   // result segment of `result_bytes`, if it has none here); or why not.
   absl::StatusOr<std::shared_ptr<SharedMemoryJob>> ReserveJob(
       const std::string& job, size_t result_bytes) ABSL_LOCKS_EXCLUDED(mu_);
-  // Sends `connection` a refusal with `why` and closes it, without a
-  // handshake thread (the peer may have sent nothing yet).
-  void RefuseAtOnce(UniqueFd connection, const absl::Status& why);
+  // Sends `connection` a refusal with `why`, without a handshake thread
+  // (the peer may have sent nothing yet), and keeps the connection for
+  // kRefusedGrace before closing it: closing a socket whose hello is
+  // unread would reset the peer's end before it read the refusal.
+  void RefuseAtOnce(UniqueFd connection, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Joins finished handshakes, and forgets jobs with no session left.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -127,6 +131,8 @@ class SharedMemoryListener {
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::list<Handshake> handshakes_ ABSL_GUARDED_BY(mu_);
+  // Refused connections and when to close them (at most kMaxRefusedKept).
+  std::deque<std::pair<absl::Time, UniqueFd>> refused_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<SharedMemoryJob>> jobs_
       ABSL_GUARDED_BY(mu_);
 };

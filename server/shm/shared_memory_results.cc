@@ -25,7 +25,8 @@ bool Matches(const SharedMemoryResults::Identity& a,
 absl::StatusOr<std::unique_ptr<SharedMemoryResults>> SharedMemoryResults::Create(
     size_t bytes) {
   absl::StatusOr<SharedSegment> segment =
-      SharedSegment::Create("reducer-result", bytes);
+      SharedSegment::Create("reducer-result", bytes,
+                            SharedSegment::Writers::kCreatorOnly);
   if (!segment.ok()) return segment.status();
   return std::make_unique<SharedMemoryResults>(*std::move(segment));
 }

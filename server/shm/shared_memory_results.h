@@ -1,5 +1,6 @@
 // SharedMemoryResults: one job's result segment on one reducerd (docs/same_host.md,
-// "Results"): the memfd every same-host session of the job maps read-only,
+// "Results"): the memfd every same-host session of the job maps read-only (sealed with
+// F_SEAL_FUTURE_WRITE: no session can map it writable),
 // whose ranges reducerd fills with results and hands to ranks, each range
 // counted by references and freed with its last.
 //
