@@ -11,7 +11,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/process_memory.h"
@@ -48,6 +50,10 @@ ABSL_FLAG(int, max_concurrent_calls, 4096,
 ABSL_FLAG(int, max_same_host_handshakes, 64,
           "same-host handshakes (a thread each) run at once; more "
           "connections are refused at once");
+ABSL_FLAG(std::string, shared_memory_uids, "same",
+          "local users whose processes may use the same-host path: same "
+          "(reducerd's own), any, or a comma-separated list of uids "
+          "(besides reducerd's own)");
 ABSL_FLAG(absl::Duration, header_timeout, absl::Seconds(10),
           "a collective stream that sends no message this long after opening "
           "is closed (DEADLINE_EXCEEDED), giving its slot back");
@@ -145,6 +151,22 @@ int main(int argc, char** argv) {
   options.header_timeout = absl::GetFlag(FLAGS_header_timeout);
   options.max_same_host_handshakes =
       absl::GetFlag(FLAGS_max_same_host_handshakes);
+  const std::string uids = absl::GetFlag(FLAGS_shared_memory_uids);
+  if (uids == "any") {
+    options.shared_memory_any_uid = true;
+  } else if (uids != "same") {
+    for (absl::string_view uid : absl::StrSplit(uids, ',')) {
+      uint32_t parsed = 0;
+      if (!absl::SimpleAtoi(uid, &parsed)) {
+        std::fprintf(stderr,
+                     "reducerd: --shared_memory_uids must be same, any or a "
+                     "comma-separated list of uids, got '%s'\n",
+                     uids.c_str());
+        return 1;
+      }
+      options.shared_memory_uids.push_back(parsed);
+    }
+  }
   options.memory_budget_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_memory_budget_bytes));
   options.max_job_memory_fraction =

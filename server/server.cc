@@ -165,7 +165,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     absl::StatusOr<std::unique_ptr<SharedMemoryListener>> listener =
         SharedMemoryListener::Start(&server->registry_, &server->door_,
                                     &server->log_, o.chunk_bytes,
-                                    o.max_same_host_handshakes);
+                                    o.max_same_host_handshakes,
+                                    PeerUids{o.shared_memory_any_uid,
+                                             o.shared_memory_uids});
     if (listener.ok()) {
       server->shm_listener_ = *std::move(listener);
       server->registry_.SetSharedMemorySocket(server->shm_listener_->name());

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "server/log.h"
@@ -40,6 +41,10 @@ struct ServerOptions {
   size_t max_name_bytes = 512;
   int max_pending_collectives_per_job = 1024;
   int max_concurrent_calls = 4096;  // Collective and Collectives streams open at once
+  // Local users, besides reducerd's own, whose processes may use the
+  // same-host path (any: every user).
+  bool shared_memory_any_uid = false;
+  std::vector<uint32_t> shared_memory_uids;
   // Same-host handshakes (a thread each) running at once.
   int max_same_host_handshakes = 64;
   // A collective stream must send its first message this soon after opening.

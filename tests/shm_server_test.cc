@@ -13,7 +13,9 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -904,6 +906,61 @@ TEST_F(ShmServerTest, ALaterSessionsLargerInputSegmentIsRefused) {
   // The same size is fine.
   second = Connect(*s[1]);
   EXPECT_NE(second, nullptr);
+}
+
+// A peer of another uid is refused, naming the flag that would allow it.
+// The peer is a child process that drops to uid 65534 and speaks only
+// system calls (it is forked from a threaded process).
+TEST_F(ShmServerTest, APeerOfAnotherUidIsRefusedUnlessAllowed) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a peer as uid 65534";
+  v1::SharedMemoryHello hello;
+  hello.set_job("shm-other-uid");
+  const std::string hello_bytes = hello.SerializeAsString();
+  const std::string socket_name = server_->shared_memory_socket();
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(out[0]);
+    if (syscall(SYS_setresgid, 65534, 65534, 65534) != 0 ||
+        syscall(SYS_setresuid, 65534, 65534, 65534) != 0) {
+      _exit(2);
+    }
+    const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, socket_name.data(), socket_name.size());
+    const socklen_t len = static_cast<socklen_t>(
+        offsetof(sockaddr_un, sun_path) + 1 + socket_name.size());
+    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        send(fd, hello_bytes.data(), hello_bytes.size(), MSG_NOSIGNAL) < 0) {
+      _exit(3);
+    }
+    pollfd p{fd, POLLIN, 0};
+    char answer[1 << 12];
+    ssize_t n = poll(&p, 1, 10000) == 1 ? recv(fd, answer, sizeof(answer), 0) : -1;
+    if (n <= 0) _exit(4);
+    (void)!write(out[1], answer, static_cast<size_t>(n));
+    _exit(0);
+  }
+  close(out[1]);
+  std::string answer;
+  char buffer[1 << 12];
+  for (ssize_t n; (n = read(out[0], buffer, sizeof(buffer))) > 0;) {
+    answer.append(buffer, static_cast<size_t>(n));
+  }
+  close(out[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the peer exited with " << status;
+  v1::SharedMemoryWelcome welcome;
+  ASSERT_TRUE(welcome.ParseFromString(answer));
+  const absl::Status refused = FromCallStatus(welcome.status());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("runs as uid 65534"));
+  EXPECT_THAT(refused.message(), HasSubstr("--shared_memory_uids=65534"));
 }
 
 class ShmHandshakeLimitTest : public ShmServerTest {

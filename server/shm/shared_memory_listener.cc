@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -45,19 +46,23 @@ SharedMemoryListener::SharedMemoryListener(JobRegistry* registry,
                                            const Logger* log,
                                            size_t chunk_bytes,
                                            int max_handshakes,
+                                           PeerUids peer_uids,
                                            absl::Duration handshake_timeout)
     : registry_(registry),
       door_(door),
       log_(log),
       chunk_bytes_(chunk_bytes),
       max_handshakes_(max_handshakes),
+      peer_uids_(std::move(peer_uids)),
       handshake_timeout_(handshake_timeout) {}
 
 absl::StatusOr<std::unique_ptr<SharedMemoryListener>> SharedMemoryListener::Start(
     JobRegistry* registry, JobDoor* door, const Logger* log,
-    size_t chunk_bytes, int max_handshakes, absl::Duration handshake_timeout) {
+    size_t chunk_bytes, int max_handshakes, PeerUids peer_uids,
+    absl::Duration handshake_timeout) {
   std::unique_ptr<SharedMemoryListener> listener(new SharedMemoryListener(
-      registry, door, log, chunk_bytes, max_handshakes, handshake_timeout));
+      registry, door, log, chunk_bytes, max_handshakes, std::move(peer_uids),
+      handshake_timeout));
   listener->name_ = absl::StrCat("reducerd-", getpid(), "-",
                                  absl::BytesToHexString(RandomBytes(8)));
   const std::string& name = listener->name_;
@@ -306,7 +311,8 @@ void SharedMemoryListener::Shake(Handshake* handshake, UniqueFd connection) {
 
 absl::StatusOr<SharedMemorySession::Parts> SharedMemoryListener::Check(
     int connection, SharedMemoryPeer* peer, PresentedToken* token) {
-  if (absl::StatusOr<PeerCredentials> who = PeerOf(connection); who.ok()) {
+  absl::StatusOr<PeerCredentials> who = PeerOf(connection);
+  if (who.ok()) {
     peer->pid = who->pid;
     peer->uid = who->uid;
   }
@@ -314,6 +320,17 @@ absl::StatusOr<SharedMemorySession::Parts> SharedMemoryListener::Check(
       connection, kMaxHelloBytes, 2, absl::Now() + handshake_timeout_);
   if (!received.ok()) {
     return Prefixed("no SharedMemoryHello: ", received.status());
+  }
+  // Checked once the hello is read, so that the refusal reaches the peer.
+  if (!who.ok()) return Prefixed("SO_PEERCRED: ", who.status());
+  const uint32_t own = geteuid();
+  if (!peer_uids_.any && who->uid != own &&
+      std::find(peer_uids_.uids.begin(), peer_uids_.uids.end(), who->uid) ==
+          peer_uids_.uids.end()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the same-host peer runs as uid ", who->uid, ", not reducerd's (",
+        own, "); start reducerd with --shared_memory_uids=", who->uid,
+        " (or any) to let it share memory, or it uses gRPC"));
   }
   v1::SharedMemoryHello hello;
   if (!hello.ParseFromString(received->bytes)) {

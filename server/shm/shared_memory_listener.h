@@ -35,6 +35,7 @@
 #define REDUCER_SERVER_SHM_SHARED_MEMORY_LISTENER_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <list>
 #include <map>
@@ -58,6 +59,12 @@
 
 namespace reducer {
 
+// Which local users may use the same-host path (--shared_memory_uids).
+struct PeerUids {
+  bool any = false;             // every uid
+  std::vector<uint32_t> uids;   // besides reducerd's own
+};
+
 class SharedMemoryListener {
  public:
   static constexpr absl::Duration kDefaultHandshakeTimeout = absl::Seconds(3);
@@ -67,9 +74,11 @@ class SharedMemoryListener {
   // `max_handshakes` handshakes (each a thread) run at once; a connection
   // beyond them, or one whose thread cannot be started, is refused at once
   // with RESOURCE_EXHAUSTED.
+  // A peer whose uid (SO_PEERCRED) is neither reducerd's own nor in
+  // `peer_uids` is refused with PERMISSION_DENIED, unless `peer_uids.any`.
   static absl::StatusOr<std::unique_ptr<SharedMemoryListener>> Start(
       JobRegistry* registry, JobDoor* door, const Logger* log,
-      size_t chunk_bytes, int max_handshakes,
+      size_t chunk_bytes, int max_handshakes, PeerUids peer_uids,
       absl::Duration handshake_timeout = kDefaultHandshakeTimeout);
 
   ~SharedMemoryListener();  // Stop()
@@ -85,7 +94,7 @@ class SharedMemoryListener {
 
   SharedMemoryListener(JobRegistry* registry, JobDoor* door,
                        const Logger* log, size_t chunk_bytes,
-                       int max_handshakes,
+                       int max_handshakes, PeerUids peer_uids,
                        absl::Duration handshake_timeout);  // Start()
 
  private:
@@ -122,6 +131,7 @@ class SharedMemoryListener {
   const Logger* const log_;
   const size_t chunk_bytes_;
   const int max_handshakes_;
+  const PeerUids peer_uids_;
   const absl::Duration handshake_timeout_;
   std::string name_;
   UniqueFd listen_fd_;
