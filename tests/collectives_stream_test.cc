@@ -170,6 +170,48 @@ TEST_F(CollectivesStreamTest, AFailedCallEndsOnlyItselfForEveryRank) {
   }
 }
 
+// A call the collective refuses (its name reused while a call of that name
+// is in flight) feeds none of its bytes: the call in flight, and so the
+// collective, are untouched, and complete with the right result.
+TEST_F(CollectivesStreamTest, ARefusedCallFeedsNothingIntoTheCollective) {
+  ASSERT_TRUE(StartServer());
+  std::vector<std::unique_ptr<RawSession>> s = JoinAll(Job(), 2);
+  ASSERT_EQ(s.size(), 2u);
+  auto named = [](v1::CollectiveRequest m) {
+    m.mutable_header()->set_name("dup");
+    return m;
+  };
+  // Rank 0 sends "dup", then "dup" again with other bytes; rank 1 joins the
+  // collective only after both are in.
+  const std::vector<v1::CollectiveRequest> rank0 = {
+      named(WholeCall(*s[0], 1, 0, 4, Payload(0, 4, 31))),
+      named(WholeCall(*s[0], 2, 0, 4, Payload(0, 4, 99)))};
+  RawCallResult first;
+  std::thread sender([&] {
+    first = s[0]->Call(rank0, kCallTimeout, /*half_close=*/true,
+                       /*many_calls=*/true);
+  });
+  absl::SleepFor(absl::Milliseconds(500));
+  const RawCallResult second =
+      s[1]->Call({named(WholeCall(*s[1], 1, 0, 4, Payload(1, 4, 31)))},
+                 kCallTimeout, /*half_close=*/true, /*many_calls=*/true);
+  sender.join();
+
+  absl::flat_hash_map<uint64_t, CallOutcome> by_call = ByCall(first);
+  const CallOutcome& refused = by_call[2];
+  EXPECT_TRUE(refused.ended);
+  EXPECT_EQ(refused.code, static_cast<int>(absl::StatusCode::kFailedPrecondition))
+      << refused.message;
+  EXPECT_THAT(refused.message, HasSubstr("rank 0 contributed twice"));
+  EXPECT_TRUE(refused.data.empty());
+  const CallOutcome& kept = by_call[1];
+  EXPECT_EQ(kept.code, 0) << kept.message;
+  EXPECT_EQ(kept.data, Expected({0, 1}, 4, 31));
+  absl::flat_hash_map<uint64_t, CallOutcome> peer = ByCall(second);
+  EXPECT_EQ(peer[1].code, 0) << peer[1].message;
+  EXPECT_EQ(peer[1].data, Expected({0, 1}, 4, 31));
+}
+
 TEST_F(CollectivesStreamTest, MessagesThatNameNoCallEndTheStream) {
   ASSERT_TRUE(StartServer());
   std::vector<std::unique_ptr<RawSession>> s = JoinAll(Job(), 1);

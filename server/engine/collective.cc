@@ -63,7 +63,7 @@ bool Collective::done() const {
   return done_;
 }
 
-void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
+bool Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
                         Fingerprint fp, const std::string& attempt_id) {
   absl::MutexLock lock(&mu_);
   const int index = IndexOf(rank);
@@ -79,7 +79,7 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
         absl::StrJoin(fp.group, ","), "]"));
     channel->Fail(status);
     FailLocked(status, {reference_rank_, rank});
-    return;
+    return false;
   }
   RankState& m = ranks_[index];
   if (m.attached) {
@@ -91,20 +91,20 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
           absl::StrCat(description_, ": rank ", rank,
                        "'s contribution was replaced by its retry")));
       m.channel = std::move(channel);
-      return;
+      return true;
     }
     if (!attempt_id.empty() && attempt_id == m.attempt_id) {
       channel->Fail(absl::AbortedError(absl::StrCat(
           description_, ": rank ", rank,
           " retried after its first attempt had already moved data; the "
           "collective cannot be resumed, so it is not counted twice")));
-      return;
+      return false;
     }
     channel->Fail(absl::FailedPreconditionError(absl::StrCat(
         description_, ": rank ", rank,
         " contributed twice; a name must not be reused while a collective "
         "of that name is in flight")));
-    return;
+    return false;
   }
   m.attached = true;
   m.channel = std::move(channel);
@@ -112,9 +112,9 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
   ++attached_;
   if (done_) {
     m.channel->Fail(failure_);
-    return;
+    return false;
   }
-  if (!Agree(rank, fp)) return;
+  if (!Agree(rank, fp)) return false;
   const bool sends_data =
       fp.kind != CollectiveKind::kBroadcast || rank == fp.root;
   m.input_bytes = sends_data ? TotalBytes(fp.tensors) : 0;
@@ -131,7 +131,7 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
         " more; retry later or raise the limit")), {rank});
     env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
                                  RefusedLimit::kMemoryBudgetBytes);
-    return;
+    return false;
   }
   if (env_.job_memory != nullptr && !env_.job_memory->TryReserve(reserve)) {
     env_.memory->Release(reserve);
@@ -144,10 +144,11 @@ void Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
         " needs ", reserve, " more; other jobs keep the rest")), {rank});
     env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
                                  RefusedLimit::kMaxJobMemoryFraction);
-    return;
+    return false;
   }
   m.reserved = reserve;
   if (attached_ == static_cast<int>(group_.size())) OnAllAttached();
+  return true;
 }
 
 bool Collective::Agree(int rank, const Fingerprint& fp) {

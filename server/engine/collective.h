@@ -122,7 +122,11 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // second time is failed with FAILED_PRECONDITION, unless `attempt_id`
   // matches its first attach (a retry after the first stream was lost),
   // which is answered ABORTED if the first attempt already moved data.
-  void Attach(std::shared_ptr<RankChannel> channel, int rank, Fingerprint fp,
+  // Returns true when `channel` now carries `rank`'s contribution and its
+  // bytes may be fed (OnData, OnInputEnd); false when it was refused or the
+  // collective failed (`channel` was told why): its bytes must not be fed,
+  // since `rank` may have another call in this collective.
+  bool Attach(std::shared_ptr<RankChannel> channel, int rank, Fingerprint fp,
               const std::string& attempt_id);
 
   // `rank`'s payload bytes [offset, offset + data.size()). Returns true if

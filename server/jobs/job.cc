@@ -245,8 +245,10 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
   absl::StatusOr<std::shared_ptr<Collective>> collective =
       CollectiveForLocked(header, *fp, description);
   if (!collective.ok()) return collective.status();
-  (*collective)->Attach(std::move(stream), header.rank(), *std::move(fp),
-                        header.attempt_id());
+  if (!(*collective)->Attach(std::move(stream), header.rank(), *std::move(fp),
+                             header.attempt_id())) {
+    return RefusedByCollectiveError();
+  }
   return collective;
 }
 
@@ -286,6 +288,15 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Replay(
     if (resumed.code() != absl::StatusCode::kNotFound) return resumed;
   }
   return ReplayKept(env_.kept.get(), header, *stream, *env_.log);
+}
+
+absl::Status RefusedByCollectiveError() {
+  return absl::AbortedError(kRefusedByCollective);
+}
+
+bool IsRefusedByCollective(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kAborted &&
+         status.message() == kRefusedByCollective;
 }
 
 absl::Status CheckReplay(const v1::CollectiveHeader& header) {

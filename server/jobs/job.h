@@ -53,6 +53,16 @@ class SessionChannel {
   virtual void Fail(const absl::Status& status) = 0;
 };
 
+// What Job::Attach returns when the collective itself refused the call (a
+// name reused while in flight, a retry after data moved) or failed at its
+// attach: the call's channel has been told why already, so the caller must
+// feed none of its bytes (the rank may have another call in that
+// collective) and need not answer it again.
+inline constexpr char kRefusedByCollective[] =
+    "the collective refused this call; the call was told why";
+absl::Status RefusedByCollectiveError();
+bool IsRefusedByCollective(const absl::Status& status);
+
 // OK when replay `header` names an attempt of its own session (attempt id
 // `<session id>/<n>`); else INVALID_ARGUMENT.
 absl::Status CheckReplay(const v1::CollectiveHeader& header);

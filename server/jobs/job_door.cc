@@ -119,9 +119,11 @@ absl::StatusOr<std::shared_ptr<Collective>> JobDoor::Attach(
         registry_->ReplayForFreedJob(header, std::move(channel));
     if (freed.status().code() != absl::StatusCode::kNotFound) return freed;
   }
-  // Refusals over a limit are counted where the limit is known.
+  // Refusals over a limit are counted where the limit is known, and so
+  // are the collective's own.
   if (!attached.ok() &&
-      attached.status().code() != absl::StatusCode::kResourceExhausted) {
+      attached.status().code() != absl::StatusCode::kResourceExhausted &&
+      !IsRefusedByCollective(attached.status())) {
     metrics_->RequestRefused(attached.status().code(), RefusedLimit::kNone);
   }
   return attached;

@@ -403,7 +403,11 @@ absl::Status SharedMemorySession::StartCall(v1::CollectiveRequest& request) {
   absl::StatusOr<std::shared_ptr<Collective>> attached =
       attach_(header, call.channel);
   if (!attached.ok()) {
-    EndCall(call, attached.status());
+    // A call the collective refused is ended by its channel's own Fail,
+    // queued already, which says why.
+    if (!IsRefusedByCollective(attached.status())) {
+      EndCall(call, attached.status());
+    }
     return absl::OkStatus();
   }
   call.collective = *std::move(attached);
