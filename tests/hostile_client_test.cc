@@ -84,10 +84,13 @@ TEST_F(HostileClientTest, HugeWorldSizeIsRefusedWithoutGrowingReducerd) {
     EXPECT_LE(absl::Now() - start, kFast);
   }
   // Three such Joins once took reducerd from 17 MiB to 2.2 GiB resident.
+  // (Sanitizer builds keep their own heap accounting: no RSS bound there.)
   const int64_t rss_after_kib = ServerRssKib();
-  EXPECT_LE(rss_after_kib - rss_before_kib, 16 * 1024)
-      << "reducerd grew from " << rss_before_kib << " KiB to "
-      << rss_after_kib << " KiB";
+  if (RssChecksApply()) {
+    EXPECT_LE(rss_after_kib - rss_before_kib, 16 * 1024)
+        << "reducerd grew from " << rss_before_kib << " KiB to "
+        << rss_after_kib << " KiB";
+  }
 
   std::vector<ProcessResult> results = WaitWorkers(healthy);
   ASSERT_EQ(results.size(), 2u);
