@@ -17,52 +17,45 @@ absl::string_view LevelName(LogSeverity severity) {
                                              : "ERROR";
 }
 
+// Appends control character `c` escaped (\n, \r, \t, else `hex_prefix`
+// and two hex digits) and returns true; returns false for any other byte.
+bool AppendEscapedControl(std::string* out, char c, const char* hex_prefix) {
+  const unsigned char u = static_cast<unsigned char>(c);
+  switch (c) {
+    case '\n': out->append("\\n"); return true;
+    case '\r': out->append("\\r"); return true;
+    case '\t': out->append("\\t"); return true;
+    default:
+      if (u >= 0x20 && u != 0x7f) return false;
+      static constexpr char kHex[] = "0123456789abcdef";
+      out->append(hex_prefix);
+      out->push_back(kHex[u >> 4]);
+      out->push_back(kHex[u & 0xf]);
+      return true;
+  }
+}
+
 // `s` as a JSON string literal. Bytes from 0x80 up pass through as they are
 // (job names are UTF-8 in practice); control characters are escaped.
 void AppendJsonString(std::string* out, absl::string_view s) {
   out->push_back('"');
   for (char c : s) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      default:
-        if (u < 0x20 || u == 0x7f) {
-          static constexpr char kHex[] = "0123456789abcdef";
-          out->append("\\u00");
-          out->push_back(kHex[u >> 4]);
-          out->push_back(kHex[u & 0xf]);
-        } else {
-          out->push_back(c);
-        }
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (!AppendEscapedControl(out, c, "\\u00")) {
+      out->push_back(c);
     }
   }
   out->push_back('"');
 }
 
 // `s` for a text line: control characters (a newline a client put in a job
-// or collective name would forge a line) as \n, \r, \t or \xNN; every
-// other byte as it is.
+// or collective name would forge a line) escaped as \n, \r, \t or \xNN;
+// every other byte as it is.
 void AppendTextEscaped(std::string* out, absl::string_view s) {
   for (char c : s) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      default:
-        if (u < 0x20 || u == 0x7f) {
-          static constexpr char kHex[] = "0123456789abcdef";
-          out->append("\\x");
-          out->push_back(kHex[u >> 4]);
-          out->push_back(kHex[u & 0xf]);
-        } else {
-          out->push_back(c);
-        }
-    }
+    if (!AppendEscapedControl(out, c, "\\x")) out->push_back(c);
   }
 }
 
