@@ -76,7 +76,7 @@ class CollectiveAttempt {
 
   // True once the attempt's outcome is known, judged from what has been
   // received so far: unlike Ready(), it neither polls nor blocks, so it may
-  // be called inside CompletionDriver::DriveUntil's condition (to wait for
+  // be called inside ProgressEngine::DriveUntil's condition (to wait for
   // the first of several attempts).
   virtual bool Settled() = 0;
 

@@ -57,8 +57,8 @@ class SharedMemoryBackend final : public CollectiveBackend {
   // `on_watched_settle` (may be null) runs, on any thread and with no lock
   // held, when a call settles whose attempt was asked Settled() before:
   // whoever waits for several attempts that way (ShardedBackend, in
-  // CompletionDriver::DriveUntil) must hear of it, since the outcome does
-  // not come through the completion queue.
+  // ProgressEngine::DriveUntil) must hear of it, since the outcome does
+  // not come through the gRPC completion queue.
   SharedMemoryBackend(SharedMemoryChannel channel, std::string target,
                       std::shared_ptr<BufferCache> buffers,
                       std::function<void()> on_watched_settle = nullptr);
