@@ -54,6 +54,11 @@ Job::Job(std::string name, int world_size, CollectiveEnv env,
       members_(world_size),
       departed_(world_size, false) {}
 
+void Job::ReleaseRankState() {
+  absl::MutexLock lock(&mu_);
+  rank_state_ = MemoryReservation();
+}
+
 size_t Job::RankStateBytes(int world_size) {
   // members_ and departed_ (a bit, counted as a byte).
   return static_cast<size_t>(world_size) * (sizeof(std::optional<Member>) + 1);

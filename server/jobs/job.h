@@ -89,6 +89,10 @@ class Job {
   // What a job of `world_size` ranks holds per rank from its creation on.
   static size_t RankStateBytes(int world_size);
 
+  // Gives the job's per-rank state back to the memory budget: the registry
+  // has freed the job, which may live on a while only for replays.
+  void ReleaseRankState() ABSL_LOCKS_EXCLUDED(mu_);
+
   // Adds `session` as `rank`. OK, or FAILED_PRECONDITION when `world_size`
   // differs from the job's, ALREADY_EXISTS when a live session holds the
   // rank in the current epoch or `session_id` already joined.
@@ -216,7 +220,9 @@ class Job {
   const int world_size_;
   const CollectiveEnv env_;  // with this job's KeptResults, if any
   const std::string shared_memory_socket_;
-  const MemoryReservation rank_state_;  // RankStateBytes(world_size_)
+  // RankStateBytes(world_size_) of the budget, until the registry frees the
+  // job (a freed job kept for replays no longer counts).
+  MemoryReservation rank_state_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;

@@ -103,6 +103,7 @@ void JobRegistry::FreeLocked(
     absl::flat_hash_map<std::string, std::shared_ptr<Job>>::iterator it) {
   const absl::Time now = absl::Now();
   ExpireFreedLocked(now);
+  it->second->ReleaseRankState();
   std::shared_ptr<KeptResults> kept = it->second->kept_results();
   if (kept != nullptr && it->second->EndedByALoss()) {
     // Its collectives may still be making (and keeping) results.
