@@ -54,9 +54,11 @@ ABSL_FLAG(std::string, shared_memory_uids, "same",
           "local users whose processes may use the same-host path: same "
           "(reducerd's own), any, or a comma-separated list of uids "
           "(besides reducerd's own)");
-ABSL_FLAG(absl::Duration, header_timeout, absl::Seconds(10),
-          "a collective stream that sends no message this long after opening "
-          "is closed (DEADLINE_EXCEEDED), giving its slot back");
+ABSL_FLAG(absl::Duration, header_timeout, absl::ZeroDuration(),
+          "a collective stream that sends no whole message this long after "
+          "opening is closed (DEADLINE_EXCEEDED), giving its slot back; 0: "
+          "never. Set it above the time one --chunk_bytes message takes on "
+          "the slowest link");
 ABSL_FLAG(int64_t, memory_budget_bytes, int64_t{2} << 30,
           "payload bytes the server may hold in all (reserved up front)");
 ABSL_FLAG(double, max_job_memory_fraction, 0.5,

@@ -47,8 +47,10 @@ struct ServerOptions {
   std::vector<uint32_t> shared_memory_uids;
   // Same-host handshakes (a thread each) running at once.
   int max_same_host_handshakes = 64;
-  // A collective stream must send its first message this soon after opening.
-  absl::Duration header_timeout = absl::Seconds(10);
+  // A collective stream must send its first message this soon after
+  // opening; zero: no limit. Off by default: on a slow link a stream's
+  // first message (up to a chunk) can take minutes to arrive whole.
+  absl::Duration header_timeout = absl::ZeroDuration();
   size_t memory_budget_bytes = size_t{2} << 30;  // staged and result chunks
   // The most of memory_budget_bytes one job's collectives may hold at once
   // (1: no share of its own), so that one job cannot starve the others.

@@ -123,6 +123,7 @@ ReducerService::StartStream(
   }
   Stream* stream = Stream::Create(context, std::move(on_done),
                                   door_->AttachWithToken(token), metrics);
+  if (header_timeout_ <= absl::ZeroDuration()) return stream;
   std::weak_ptr<Stream> weak = stream->weak_from_this();
   timers_->Schedule(
       absl::Now() + header_timeout_,

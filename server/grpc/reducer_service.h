@@ -36,8 +36,8 @@ class ReducerService final
   // Leave and every collective must carry the job's token
   // (`authorization: Bearer TOKEN`), or get JobTokens::Check's error. A
   // collective stream whose first message has not come `header_timeout`
-  // after it opened is ended DEADLINE_EXCEEDED (on `timers`), so silent
-  // streams give their slots back.
+  // (when positive) after it opened is ended DEADLINE_EXCEEDED (on
+  // `timers`), so silent streams give their slots back.
   ReducerService(JobDoor* door, int max_concurrent_calls,
                  absl::Duration header_timeout, TimerQueue* timers,
                  MetricsSink* metrics, const GrpcServerMetrics* grpc_metrics);
