@@ -199,12 +199,15 @@ class Bench:
         self.launches = 0
 
     def daemon(self, host):
-        """The reducerd of a shard host, (re)started when not running."""
+        """The reducerd of a shard host, (re)started when not running: on
+        the host's own address, plaintext without tokens, so with
+        --allow_unauthenticated."""
         d = self.daemons.get(host)
         if d is None or not d.alive():
             d = rb.ReducerDaemon(
                 self.args.reducerd, self.log_dir / f"reducerd-{host}.log",
-                extra_flags=self.args.reducerd_flags.split(),
+                extra_flags=["--allow_unauthenticated",
+                             *self.args.reducerd_flags.split()],
                 address=f"{self.net.address(host)}:{REDUCERD_PORT}",
                 command_prefix=self.net.prefix(host))
             self.daemons[host] = d

@@ -8,18 +8,23 @@
 # WORKERS.yaml the rendered worker-job overlay. In a network namespace of
 # its own (loopback only, so the template's ports are used as declared),
 # one shard runs with exactly the template's command, args, env, user,
-# read-only root, dropped capabilities and ConfigMap volumes
-# (deploy/validate/pod_run.mjs). Checks: the readiness and liveness gRPC
-# probes pass on the ports they declare; every rank of the worker Job, with
-# its container's command, args and env, REDUCER_TARGET pointed at the
-# shard's gRPC port on loopback and the rank as its completion index,
-# reduces through it; the declared metrics port serves the flagfile's memory
-# budget and counts the job; SIGTERM with the template's grace period ends the
-# shard with exit code 0; and the same command with one flag reducerd does
-# not know fails.
+# read-only root, dropped capabilities, ConfigMap volumes and Secret volumes
+# (deploy/validate/pod_run.mjs). The Secrets are made here: one job token,
+# its hash in the shards' reducer-job-tokens and the token itself in the
+# workers' metric-sync-token. Checks: the readiness and liveness gRPC
+# probes pass on the ports they declare; the gRPC port refuses a call
+# without the job's token and takes one with it (or, for an overlay with
+# --allow_unauthenticated, takes a call without a token); every rank of the
+# worker Job, with its container's command, args, env and token,
+# REDUCER_TARGET pointed at the shard's gRPC port on loopback, REDUCER_JOB
+# the token's job and the rank as its completion index, reduces through
+# it; the declared metrics port serves the flagfile's memory budget and
+# counts the job; SIGTERM with the template's grace period ends the shard
+# with exit code 0; and the same command with one flag reducerd does not
+# know fails.
 #
 # With --tls, TLS.yaml is the rendered tls overlay: its Secrets are made
-# here (tests/make_test_certs.sh's CA, server and client certificates, one
+# here (tests/make_test_certs.sh's CA, server and client certificates, the
 # job token) and mounted as kubelet would; instead of the worker Job,
 # reducerctl checks that the gRPC port serves mutual TLS with tokens only
 # (status with the client certificate and token works; plaintext, no client
@@ -76,17 +81,23 @@ grpc_port=$(tr ',' '\n' <<<"$(fact "$shard_facts" ports)" | sed -n 's/^grpc=//p'
 [[ -n "$grpc_port" && "$readiness" != none && "$liveness" != none ]] ||
   fail "the template declares no grpc port or no gRPC probes: $shard_facts"
 
-secret_args=()
+# The Secrets docs/deployment.md has operators create: the job's token,
+# hashed for the shards and as it is for the workers; with --tls, the
+# certificates too, from test certificates. A template that mounts no
+# Secret of these names leaves it unused.
+readonly job=exercise
+mkdir -p "$work/secrets/tokens" "$work/secrets/token"
+token=$(openssl rand -hex 32)
+printf '%s %s\n' "$job" "$(printf %s "$token" | sha256sum | cut -d' ' -f1)" >"$work/secrets/tokens/tokens"
+printf %s "$token" >"$work/secrets/token/token"
+secret_args=(--secret=reducer-job-tokens="$work/secrets/tokens")
 if [[ $tls -eq 1 ]]; then
-  # The two Secrets docs/deployment.md has operators create, from test certificates.
   tests/make_test_certs.sh "$work/certs" >/dev/null
-  mkdir -p "$work/secrets/tls" "$work/secrets/tokens"
+  mkdir -p "$work/secrets/tls"
   cp "$work/certs/server.pem" "$work/secrets/tls/tls.crt"
   cp "$work/certs/server.key" "$work/secrets/tls/tls.key"
   cp "$work/certs/ca.pem" "$work/secrets/tls/ca.crt"
-  token=$(openssl rand -hex 32)
-  printf 'exercise %s\n' "$(printf %s "$token" | sha256sum | cut -d' ' -f1)" >"$work/secrets/tokens/tokens"
-  secret_args=(--secret=reducer-tls="$work/secrets/tls" --secret=reducer-job-tokens="$work/secrets/tokens")
+  secret_args+=(--secret=reducer-tls="$work/secrets/tls")
 fi
 mapfile -t run_args < <("${pod_run[@]}" run "$shards" StatefulSet \
   --network="ns:/run/netns/$ns" --name="$shard" --volumes_dir="$work/volumes" "${secret_args[@]}")
@@ -117,13 +128,31 @@ if [[ $tls -eq 1 ]]; then
     fail "the gRPC port takes a call without a token"
   echo "==> gRPC port $grpc_port: mutual TLS and tokens from the mounted Secrets (plaintext, no certificate, no token refused)"
 else
-# The worker Job, one container per completion index, all at once.
+# Who may call: with --job_tokens_file only the job's token; with
+# --allow_unauthenticated anyone.
+ctl() { in_ns bazel-bin/tools/reducerctl --target="127.0.0.1:$grpc_port" --timeout=3s "$@" status >/dev/null 2>&1; }
+if printf '%s\n' "${run_args[@]}" | grep -q '^--job_tokens_file='; then
+  ctl --token="$token" || fail "status with the job's token fails"
+  ! ctl || fail "the gRPC port takes a call without a token"
+  ! ctl --token="not-$token" || fail "the gRPC port takes a call with another token"
+  echo "==> gRPC port $grpc_port: job tokens from the mounted Secret (no token, another token refused)"
+elif printf '%s\n' "${run_args[@]}" | grep -Eq '^--allow_unauthenticated(=true)?$'; then
+  ctl || fail "status without a token fails, with --allow_unauthenticated"
+  echo "==> gRPC port $grpc_port: serves anyone without a token (--allow_unauthenticated)"
+else
+  fail "the template has neither --job_tokens_file nor --allow_unauthenticated in its args"
+fi
+
+# The worker Job, one container per completion index, all at once, each
+# with the job's token from its Secret.
 worker_facts=$("${pod_run[@]}" facts "$workers" Job)
 completions=$(fact "$worker_facts" completions)
 pids=()
 for ((rank = 0; rank < completions; rank++)); do
   mapfile -t wargs < <("${pod_run[@]}" run "$workers" Job --network="ns:/run/netns/$ns" \
-    --name="reducer-exercise-rank$rank-$$" --rank=$rank --env=REDUCER_TARGET="127.0.0.1:$grpc_port")
+    --name="reducer-exercise-rank$rank-$$" --rank=$rank --env=REDUCER_TARGET="127.0.0.1:$grpc_port" \
+    --env=REDUCER_JOB="$job" --volumes_dir="$work/volumes-rank$rank" \
+    --secret=metric-sync-token="$work/secrets/token")
   [[ $rank -eq 0 ]] && echo "    podman run ${wargs[*]}"
   podman run --rm "${wargs[@]}" >"$work/rank$rank.log" 2>&1 &
   pids+=($!)

@@ -8,9 +8,11 @@
 #   render-OVERLAY   kubectl kustomize of each deploy/k8s overlay
 #   flag-help        reducerd's and the worker's --helpfull, from the image
 #   npm-ci           deploy/validate's packages, as package-lock.json pins them
-#   validate         schemas, client-node round trip, policy, flags, shards
+#   validate         schemas, client-node round trip, policy, flags, shards,
+#                    job tokens everywhere but open
 #   checks-test      node --test of deploy/validate/checks_test.mjs
-#   exercise         deploy/exercise.sh of one-shard and worker-job
+#   exercise         deploy/exercise.sh of one-shard and worker-job (tokens)
+#   exercise-open    deploy/exercise.sh of open and worker-job (no tokens)
 #   exercise-tls     deploy/exercise.sh --tls of tls, with Secrets made for it
 #
 # Run as root (podman, ip netns) after tools/setup.sh --deploy. --junit
@@ -30,10 +32,10 @@ for arg in "$@"; do
 done
 
 readonly kStepLimit=300   # seconds, any one step
-overlays=(one-shard four-shards tls worker-job)
+overlays=(one-shard four-shards tls open worker-job)
 steps=(image-build image-test)
 for o in "${overlays[@]}"; do steps+=("render-$o"); done
-steps+=(flag-help npm-ci validate checks-test exercise exercise-tls)
+steps+=(flag-help npm-ci validate checks-test exercise exercise-open exercise-tls)
 
 work=$(mktemp -d /tmp/reducer-deploy-test.XXXXXX)
 rendered="$work/rendered"
@@ -98,14 +100,15 @@ flag_help() {
   podman run --rm --network=none reducer:latest --helpfull >"$rendered/reducerd.help" 2>&1
   podman run --rm --network=none --entrypoint=/usr/bin/metric_sync_worker reducer:latest \
     --helpfull >"$rendered/worker.help" 2>&1
-  grep -q -- '--health_listen' "$rendered/reducerd.help" && grep -q -- '--world_size' "$rendered/worker.help"
+  grep -q -- '--health_listen' "$rendered/reducerd.help" && grep -q -- '--allow_unauthenticated' "$rendered/reducerd.help" &&
+    grep -q -- '--world_size' "$rendered/worker.help" && grep -q -- '--token_file' "$rendered/worker.help"
 }
 
 validate() {
   local args=() o
-  for o in one-shard four-shards tls worker-job; do args+=("$o=$rendered/$o.yaml"); done
+  for o in one-shard four-shards tls open worker-job; do args+=("$o=$rendered/$o.yaml"); done
   node deploy/validate/validate.mjs --reducerd_help="$rendered/reducerd.help" \
-    --worker_help="$rendered/worker.help" --shards=four-shards --workers=worker-job "${args[@]}"
+    --worker_help="$rendered/worker.help" --shards=four-shards --workers=worker-job --open=open "${args[@]}"
 }
 
 checks_test() {
@@ -127,5 +130,6 @@ step npm-ci bash -c 'cd deploy/validate && npm ci --no-audit --no-fund'
 step validate validate
 step checks-test checks_test
 step exercise deploy/exercise.sh "$rendered/one-shard.yaml" "$rendered/worker-job.yaml"
+step exercise-open deploy/exercise.sh "$rendered/open.yaml" "$rendered/worker-job.yaml"
 step exercise-tls deploy/exercise.sh --tls "$rendered/tls.yaml"
 finish

@@ -11,14 +11,21 @@
 //   bazel-bin/examples/metric_sync_worker --job=eval --rank=0 --world_size=2 &
 //   bazel-bin/examples/metric_sync_worker --job=eval --rank=1 --world_size=2
 //
+// Against a reducerd with --job_tokens_file, --token_file names a file
+// holding the job's token (deploy/k8s/overlays/worker-job mounts it from a
+// Secret).
+//
 // Reduce() is out-of-place: the local counters keep this rank's values, so
 // each rank can still report its own accuracy next to the global one.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/flags/flag.h"
@@ -27,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/types/span.h"
 #include "client/reducer_client.h"
 #include "core/data_type.h"
@@ -39,6 +47,9 @@ ABSL_FLAG(int, world_size, 1, "number of ranks");
 ABSL_FLAG(int, epochs, 3, "evaluation epochs");
 ABSL_FLAG(int, batches, 20, "batches per epoch on each rank");
 ABSL_FLAG(int, batch_size, 32, "samples per batch");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the job's token (whitespace around it trimmed), for "
+          "reducerd with --job_tokens_file; empty: no token sent");
 
 namespace {
 
@@ -72,12 +83,35 @@ struct EvalState {
   double loss_sum = 0.0;
 };
 
+// The token in --token_file; empty without one. INVALID_ARGUMENT naming the
+// flag when the file cannot be read or holds nothing.
+absl::StatusOr<std::string> TokenFromFlag() {
+  const std::string path = absl::GetFlag(FLAGS_token_file);
+  if (path.empty()) return std::string();
+  std::ifstream in(path);
+  if (!in.is_open()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--token_file=", path, ": cannot read the file"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string token(absl::StripAsciiWhitespace(text.str()));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--token_file=", path, ": the file is empty"));
+  }
+  return token;
+}
+
 absl::Status Run() {
   reducer::ClientOptions options;
   options.target = absl::GetFlag(FLAGS_target);
   options.job = absl::GetFlag(FLAGS_job);
   options.rank = absl::GetFlag(FLAGS_rank);
   options.world_size = absl::GetFlag(FLAGS_world_size);
+  absl::StatusOr<std::string> token = TokenFromFlag();
+  if (!token.ok()) return token.status();
+  options.token = *std::move(token);
   absl::StatusOr<std::unique_ptr<reducer::Client>> client =
       reducer::Client::Connect(options);
   if (!client.ok()) return client.status();

@@ -47,10 +47,13 @@ ABSL_FLAG(int, max_pending_collectives_per_job, 1024,
           "collectives of one job waiting for ranks at once");
 ABSL_FLAG(int, max_concurrent_calls, 4096,
           "collective calls (streams) served at once");
+ABSL_FLAG(int, max_streams_per_job, 1024,
+          "collective streams one job may hold at once, so that one job "
+          "cannot take every --max_concurrent_calls slot");
 ABSL_FLAG(int, max_same_host_handshakes, 64,
           "same-host handshakes (a thread each) run at once; more "
           "connections are refused at once");
-ABSL_FLAG(std::string, shared_memory_uids, "same",
+ABSL_FLAG(std::string, shared_memory_allowed_uids, "same",
           "local users whose processes may use the same-host path: same "
           "(reducerd's own), any, or a comma-separated list of uids "
           "(besides reducerd's own)");
@@ -92,6 +95,11 @@ ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(10),
 ABSL_FLAG(std::string, job_tokens_file, "",
           "lines `JOB SHA256_HEX_OF_TOKEN`; when set, every call must carry "
           "`authorization: Bearer TOKEN` of its job; re-read on change");
+ABSL_FLAG(bool, allow_unauthenticated, false,
+          "serve a --listen address other hosts can reach (anything but "
+          "127.0.0.0/8, [::1], localhost or unix:) with neither TLS nor "
+          "--job_tokens_file, to anyone who can reach the port; without "
+          "it, reducerd refuses to start so");
 ABSL_FLAG(bool, shared_memory, true,
           "offer same-host clients the shared-memory path (an abstract "
           "unix socket JobReady names; docs/same_host.md)");
@@ -150,10 +158,15 @@ int main(int argc, char** argv) {
   options.max_pending_collectives_per_job =
       absl::GetFlag(FLAGS_max_pending_collectives_per_job);
   options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
+  options.max_streams_per_job = absl::GetFlag(FLAGS_max_streams_per_job);
+  if (options.max_streams_per_job < 1) {
+    std::fprintf(stderr, "reducerd: --max_streams_per_job must be at least 1\n");
+    return 1;
+  }
   options.header_timeout = absl::GetFlag(FLAGS_header_timeout);
   options.max_same_host_handshakes =
       absl::GetFlag(FLAGS_max_same_host_handshakes);
-  const std::string uids = absl::GetFlag(FLAGS_shared_memory_uids);
+  const std::string uids = absl::GetFlag(FLAGS_shared_memory_allowed_uids);
   if (uids == "any") {
     options.shared_memory_any_uid = true;
   } else if (uids != "same") {
@@ -161,12 +174,12 @@ int main(int argc, char** argv) {
       uint32_t parsed = 0;
       if (!absl::SimpleAtoi(uid, &parsed)) {
         std::fprintf(stderr,
-                     "reducerd: --shared_memory_uids must be same, any or a "
-                     "comma-separated list of uids, got '%s'\n",
+                     "reducerd: --shared_memory_allowed_uids must be same, "
+                     "any or a comma-separated list of uids, got '%s'\n",
                      uids.c_str());
         return 1;
       }
-      options.shared_memory_uids.push_back(parsed);
+      options.shared_memory_allowed_uids.push_back(parsed);
     }
   }
   options.memory_budget_bytes =
@@ -197,6 +210,7 @@ int main(int argc, char** argv) {
   options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
   options.tls_refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval);
   options.job_tokens_file = absl::GetFlag(FLAGS_job_tokens_file);
+  options.allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated);
   options.health_listen = absl::GetFlag(FLAGS_health_listen);
   options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
 

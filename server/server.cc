@@ -12,6 +12,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/impl/server_builder_option.h"
 #include "grpcpp/impl/server_builder_plugin.h"
+#include "server/listen_exposure.h"
 #include "server/log.h"
 #include "server/security/server_credentials.h"
 #include "server/version.h"
@@ -81,7 +82,8 @@ Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
                               &prometheus_->registry(), ServedMethods())),
       tokens_(std::move(tokens)),
       door_(&registry_, metrics_, tokens_.get(), options_.max_name_bytes),
-      service_(&door_, options_.max_concurrent_calls, options_.header_timeout,
+      service_(&door_, options_.max_concurrent_calls,
+               options_.max_streams_per_job, options_.header_timeout,
                &timers_, metrics_, grpc_metrics_.get()),
       admin_(&registry_, &memory_, kReducerVersion, &serving_,
              tokens_.get()) {}
@@ -143,6 +145,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
         "--chunk_bytes must be a positive multiple of 8, got ",
         options.chunk_bytes));
   }
+  ListenSecurity security;
+  security.tls = !options.tls_cert_file.empty();
+  security.job_tokens = !options.job_tokens_file.empty();
+  security.allow_unauthenticated = options.allow_unauthenticated;
+  absl::Status exposure = CheckListenExposure(options.listen, security);
+  if (!exposure.ok()) return exposure;
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       MakeServerCredentials(options);
   if (!credentials.ok()) return credentials.status();
@@ -167,7 +175,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
                                     &server->log_, o.chunk_bytes,
                                     o.max_same_host_handshakes,
                                     PeerUids{o.shared_memory_any_uid,
-                                             o.shared_memory_uids});
+                                             o.shared_memory_allowed_uids});
     if (listener.ok()) {
       server->shm_listener_ = *std::move(listener);
       server->registry_.SetSharedMemorySocket(server->shm_listener_->name());

@@ -41,7 +41,9 @@ class Server {
   // Binds options.listen (and options.metrics_listen and
   // options.health_listen, when set) and starts serving. UNAVAILABLE when an
   // address cannot be bound; INVALID_ARGUMENT or NOT_FOUND for TLS or token
-  // files that are unusable (see MakeServerCredentials and JobTokens::Load).
+  // files that are unusable (see MakeServerCredentials and JobTokens::Load);
+  // FAILED_PRECONDITION for a listen address other hosts can reach with
+  // neither TLS nor tokens nor allow_unauthenticated (listen_exposure.h).
   static absl::StatusOr<std::unique_ptr<Server>> Start(ServerOptions options);
   ~Server();
 

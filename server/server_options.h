@@ -41,10 +41,13 @@ struct ServerOptions {
   size_t max_name_bytes = 512;
   int max_pending_collectives_per_job = 1024;
   int max_concurrent_calls = 4096;  // Collective and Collectives streams open at once
+  // Of those, the most one job may hold (a stream counts for a job once a
+  // call of the job arrives on it), so that no job takes every slot.
+  int max_streams_per_job = 1024;
   // Local users, besides reducerd's own, whose processes may use the
   // same-host path (any: every user).
   bool shared_memory_any_uid = false;
-  std::vector<uint32_t> shared_memory_uids;
+  std::vector<uint32_t> shared_memory_allowed_uids;
   // Same-host handshakes (a thread each) running at once.
   int max_same_host_handshakes = 64;
   // A collective stream must send its first message this soon after
@@ -86,6 +89,11 @@ struct ServerOptions {
   std::string job_tokens_file;  // `JOB SHA256_HEX` per line
   // How often, at most, the tokens file is looked at for a new version.
   absl::Duration job_tokens_refresh_interval = absl::Seconds(1);
+  // Protected mode (listen_exposure.h): with neither TLS nor a tokens file,
+  // Server::Start refuses a `listen` address other hosts can reach
+  // (anything but 127.0.0.0/8, [::1], localhost and Unix sockets) unless
+  // this is true, which serves anyone who can reach the port.
+  bool allow_unauthenticated = false;
   // Offer same-host clients the shared-memory path (docs/same_host.md): an
   // abstract AF_UNIX socket that JobReady names. A socket that cannot be
   // bound is logged, and clients then use gRPC.

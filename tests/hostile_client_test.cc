@@ -8,6 +8,7 @@
 // send what the client library never would.
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -237,6 +238,84 @@ TEST_F(HostileClientTest, SilentStreamsAreClosedAndGiveTheirSlotsBack) {
   const RawCallResult after = (*raw)->Call({request}, absl::Seconds(10));
   EXPECT_TRUE(after.status.ok()) << after.status;
   EXPECT_EQ(after.data, std::string(16, '\0'));
+}
+
+// One job may hold --max_streams_per_job collective streams: its next stream
+// is refused at once naming the flag, while another job's calls go on; once
+// the job's streams end, its calls get in again.
+TEST_F(HostileClientTest, AJobOverItsStreamShareIsRefusedAndOthersGoOn) {
+  ASSERT_TRUE(StartServer({"--max_streams_per_job=2"}));
+  const std::string hog_job = Job("hog");
+  absl::StatusOr<std::unique_ptr<RawSession>> hog0;
+  std::thread join0([&] {
+    hog0 = RawSession::Join(server()->address(), hog_job, 0, 2,
+                            absl::Seconds(30));
+  });
+  absl::StatusOr<std::unique_ptr<RawSession>> hog1 = RawSession::Join(
+      server()->address(), hog_job, 1, 2, absl::Seconds(30));
+  join0.join();
+  ASSERT_TRUE(hog0.ok() && hog1.ok()) << hog0.status() << hog1.status();
+
+  // Rank 0 of the hog opens two calls that wait for rank 1, which never
+  // sends: each holds a stream until its 3 s deadline.
+  auto waiting_call = [&](const std::string& name) {
+    v1::CollectiveRequest request = (*hog0)->AllReduceRequest({4});
+    request.mutable_header()->set_name(name);
+    request.mutable_header()->set_timeout_ms(3000);
+    request.set_data(std::string(16, '\0'));
+    return request;
+  };
+  std::vector<std::thread> hogs;
+  std::vector<RawCallResult> held(2);
+  for (int i = 0; i < 2; ++i) {
+    hogs.emplace_back([&, i] {
+      held[i] = (*hog0)->Call({waiting_call(absl::StrCat("held-", i))},
+                              absl::Seconds(20));
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(500));
+
+  const absl::Time asked = absl::Now();
+  const RawCallResult third =
+      (*hog0)->Call({waiting_call("third")}, absl::Seconds(20));
+  EXPECT_EQ(third.status.code(), absl::StatusCode::kResourceExhausted)
+      << third.status;
+  EXPECT_THAT(third.status.message(),
+              HasSubstr(absl::StrCat("job ", hog_job, " already holds 2 "
+                                     "collective streams "
+                                     "(--max_streams_per_job=2)")));
+  EXPECT_LE(absl::Now() - asked, kFast);
+  EXPECT_TRUE(third.data.empty());
+
+  // Another job is not held back by the hog's share.
+  absl::StatusOr<std::unique_ptr<RawSession>> healthy = RawSession::Join(
+      server()->address(), Job("healthy"), 0, 1, absl::Seconds(30));
+  ASSERT_TRUE(healthy.ok()) << healthy.status();
+  v1::CollectiveRequest request = (*healthy)->AllReduceRequest({4});
+  request.set_data(std::string(16, '\0'));
+  const RawCallResult other = (*healthy)->Call({request}, absl::Seconds(10));
+  EXPECT_TRUE(other.status.ok()) << other.status;
+  EXPECT_EQ(other.data, std::string(16, '\0'));
+
+  for (std::thread& hog : hogs) hog.join();
+  for (const RawCallResult& result : held) {
+    EXPECT_EQ(result.status.code(), absl::StatusCode::kDeadlineExceeded)
+        << result.status;
+  }
+  // The held streams ended, so the hog's share is free again: both ranks'
+  // next call gets in and completes.
+  RawCallResult after;
+  std::thread rank1([&] {
+    v1::CollectiveRequest request = (*hog1)->AllReduceRequest({4});
+    request.mutable_header()->set_name("again");
+    request.set_data(std::string(16, '\0'));
+    (*hog1)->Call({request}, absl::Seconds(10));
+  });
+  v1::CollectiveRequest again = waiting_call("again");
+  again.mutable_header()->set_timeout_ms(10000);
+  after = (*hog0)->Call({again}, absl::Seconds(10));
+  rank1.join();
+  EXPECT_TRUE(after.status.ok()) << after.status;
 }
 
 }  // namespace

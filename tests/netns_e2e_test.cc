@@ -39,9 +39,11 @@ constexpr char kLinkRate[] = "200mbit";
 constexpr double kLinkBitsPerSecond = 200e6;
 
 // A silent peer is dropped after keepalive 1 s + 2 s (as the loopback
-// liveness tests do).
+// liveness tests do). Each shard listens on its namespace's own address,
+// with neither TLS nor tokens: --allow_unauthenticated.
 const std::vector<std::string> kServerFlags = {"--keepalive_time=1s",
-                                               "--keepalive_timeout=2s"};
+                                               "--keepalive_timeout=2s",
+                                               "--allow_unauthenticated"};
 
 // One 4 MiB float32 tensor per rank (1 Mi elements), and the 16 MiB one of
 // the cut (4 Mi elements): 2.7 s through s0's link at the cap, so the cut

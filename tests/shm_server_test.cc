@@ -860,9 +860,38 @@ class ShmTokenTest : public ShmServerTest {
                f);
     std::fclose(f);
     options.job_tokens_file = path;
+    options.job_tokens_refresh_interval = absl::Milliseconds(100);
     return options;
   }
 };
+
+// A session whose peer lost its seat is ended by reducerd, within a second
+// of reducerd seeing the change (kSeatCheck, 250 ms): the bound asserted
+// below leaves room for a loaded machine.
+constexpr absl::Duration kSeatLossNoticed = absl::Seconds(2);
+
+TEST_F(ShmTokenTest, RemovingTheJobsTokenEndsItsSessions) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-token", "secret");
+  ASSERT_EQ(s.size(), 2u);
+  absl::Status welcome;
+  HelloTweak tweak;
+  tweak.token = "secret";
+  std::unique_ptr<ShmClient> client =
+      ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome, tweak);
+  ASSERT_TRUE(welcome.ok()) << welcome;
+  absl::SleepFor(absl::Milliseconds(300));  // the session is being served
+
+  const std::string path =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/job_tokens");
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs("another-job "
+             "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b\n",
+             f);
+  std::fclose(f);
+  const absl::Time revoked = absl::Now();
+  EXPECT_TRUE(client->ClosedByServer());
+  EXPECT_LE(absl::Now() - revoked, kSeatLossNoticed);
+}
 
 TEST_F(ShmTokenTest, TheHelloMustCarryTheJobsToken) {
   std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-token", "secret");
@@ -886,6 +915,30 @@ TEST_F(ShmTokenTest, TheHelloMustCarryTheJobsToken) {
                               tweak);
   EXPECT_TRUE(welcome.ok()) << welcome;
   EXPECT_NE(client, nullptr);
+}
+
+// When a rank's session is lost, the epoch ends: the other rank's same-host
+// session is ended by reducerd, and the next epoch's sessions are handed a
+// new result segment, which no peer of the old epoch maps.
+TEST_F(ShmServerTest, AnEndedEpochEndsItsSessionsAndTheNextGetsAFreshSegment) {
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-epoch");
+  ASSERT_EQ(s.size(), 2u);
+  std::unique_ptr<ShmClient> old_session = Connect(*s[0]);
+  ASSERT_NE(old_session, nullptr);
+  const ino_t old_segment = old_session->ResultInode();
+  absl::SleepFor(absl::Milliseconds(300));  // the session is being served
+
+  s[1].reset();  // rank 1's session stream is cancelled: the epoch ends
+  const absl::Time ended = absl::Now();
+  EXPECT_TRUE(old_session->ClosedByServer());
+  EXPECT_LE(absl::Now() - ended, kSeatLossNoticed);
+
+  s.clear();
+  std::vector<std::unique_ptr<RawSession>> next = JoinTwo("shm-epoch");
+  ASSERT_EQ(next.size(), 2u);
+  std::unique_ptr<ShmClient> new_session = Connect(*next[0]);
+  ASSERT_NE(new_session, nullptr);
+  EXPECT_NE(new_session->ResultInode(), old_segment);
 }
 
 // The job's result segment is sized by its first same-host session; a later
@@ -960,7 +1013,7 @@ TEST_F(ShmServerTest, APeerOfAnotherUidIsRefusedUnlessAllowed) {
   const absl::Status refused = FromCallStatus(welcome.status());
   EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
   EXPECT_THAT(refused.message(), HasSubstr("runs as uid 65534"));
-  EXPECT_THAT(refused.message(), HasSubstr("--shared_memory_uids=65534"));
+  EXPECT_THAT(refused.message(), HasSubstr("--shared_memory_allowed_uids=65534"));
 }
 
 class ShmHandshakeLimitTest : public ShmServerTest {

@@ -9,7 +9,8 @@
 # loopback ports picked free. Checks, in order: the health port answers
 # SERVING (reducerctl on the host, and the image's own reducerctl); a W = 2
 # metric-sync job on the host reduces through it (rank 0's global count is
-# ranks x epochs' batches x batch size); `podman stop -t GRACE` (SIGTERM)
+# ranks x epochs' batches x batch size); the image's default command (no
+# arguments) serves 0.0.0.0:50051; `podman stop -t GRACE` (SIGTERM)
 # ends it with exit code 0 before GRACE runs out. Each check prints "==> "
 # on success. Exits 0 when all passed. Needs bazel-bin/ from build.sh.
 set -euo pipefail
@@ -23,6 +24,7 @@ name="reducer-image-test-$$"
 log=$(mktemp /tmp/reducer-image-test.XXXXXX)
 cleanup() {
   podman rm -f "$name" >/dev/null 2>&1 || true
+  podman rm -f "$name-default" >/dev/null 2>&1 || true
   rm -f "$log"
 }
 trap cleanup EXIT
@@ -98,6 +100,22 @@ count=$(grep -c "global accuracy .* over $expected examples" "$log.0" || true)
 rm -f "$log".?
 [[ $count -eq 2 ]] || fail "rank 0 printed $count epochs over $expected examples, not 2"
 echo "==> a W = 2 metric-sync job reduced through it: $expected examples per epoch"
+
+# The default command (no arguments): every interface, plaintext, no tokens,
+# which reducerd serves only because the CMD says --allow_unauthenticated.
+default_cmd="$name-default"
+podman run -d --name "$default_cmd" --user 65532 --read-only --cap-drop=ALL \
+  --security-opt=no-new-privileges --network=none "$image" >/dev/null
+listening=0
+for _ in $(seq 40); do
+  if podman logs "$default_cmd" 2>&1 | grep -q 'listening on 0.0.0.0:50051'; then listening=1; break; fi
+  [[ $(podman inspect --format '{{.State.Running}}' "$default_cmd") == true ]] || break
+  sleep 0.5
+done
+default_log=$(podman logs "$default_cmd" 2>&1 | tail -5)
+podman rm -f "$default_cmd" >/dev/null 2>&1 || true
+[[ $listening -eq 1 ]] || fail "the default command does not serve 0.0.0.0:50051: $default_log"
+echo "==> the default command serves 0.0.0.0:50051 (plaintext, --allow_unauthenticated)"
 
 # SIGTERM: podman stop waits kGraceSeconds before SIGKILL (exit code 137).
 t0=$(date +%s%N)

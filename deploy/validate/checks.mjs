@@ -11,7 +11,13 @@
 //                              restricted security context, resources, the
 //                              probes on the --health_listen port, flags
 //                              reducerd (or the worker) knows, selectors
-//                              that select the StatefulSet's pods
+//                              that select the StatefulSet's pods, no
+//                              --listen reducerd would refuse (protected
+//                              mode), the worker's token in a Secret
+//   tokenProblems(objs, {open})
+//                              an open overlay serves with
+//                              --allow_unauthenticated and no job tokens;
+//                              every other one requires job tokens
 //   shardProblems(statefulSet, job)
 //                              the workers' target names every shard
 import { isDeepStrictEqual } from "node:util";
@@ -36,6 +42,8 @@ const kKinds = {
 export const kReducerdBinary = "/usr/bin/reducerd";
 export const kWorkerBinary = "/usr/bin/metric_sync_worker";
 const kUid = 65532;
+// The Secret holding the shards' tokens file (deploy/k8s/base).
+export const kTokensSecret = "reducer-job-tokens";
 
 export function describe(obj) {
   return `${obj?.kind ?? "?"}/${obj?.metadata?.name ?? "?"}`;
@@ -185,6 +193,22 @@ function portOf(hostPort) {
   return m ? Number(m[1]) : NaN;
 }
 
+// An absl bool flag's value read as true ("--x=true", "--x=1", ...).
+function isTrue(value) {
+  return /^(true|t|yes|y|1)$/i.test(value ?? "");
+}
+
+// Whether reducerd counts a --listen address as reachable from this host
+// only (server/listen_exposure.h): 127.0.0.0/8, [::1], localhost, Unix
+// sockets.
+export function isLoopbackListen(listen) {
+  if (/^unix(-abstract)?:/.test(listen)) return true;
+  const host = listen.startsWith("[") ? listen.slice(1, listen.indexOf("]"))
+                                      : listen.replace(/:[0-9]*$/, "");
+  return /^127\.[0-9]+\.[0-9]+\.[0-9]+$/.test(host) || host === "::1" ||
+         host.toLowerCase() === "localhost";
+}
+
 // --- policy --------------------------------------------------------------
 
 // The Pod Security Standard "restricted", as this project's pods meet it.
@@ -270,6 +294,52 @@ function reducerdProblems(sts, container, objs, reducerdFlags, where) {
   if ((value.tls_cert_file === undefined) !== (value.tls_key_file === undefined)) {
     problems.push(`${where}: --tls_cert_file and --tls_key_file go together`);
   }
+  // Protected mode: reducerd would refuse to start.
+  if (value.listen !== undefined && !isLoopbackListen(value.listen) &&
+      value.tls_cert_file === undefined && value.job_tokens_file === undefined &&
+      !isTrue(value.allow_unauthenticated)) {
+    problems.push(`${where}: --listen=${value.listen} with neither TLS nor --job_tokens_file: ` +
+                  "reducerd refuses it without --allow_unauthenticated");
+  }
+  return problems;
+}
+
+// The flags of each StatefulSet's reducerd container, by name, with where
+// they are: [{where, value, podSpec, container}].
+function shardFlags(objs) {
+  const out = [];
+  for (const sts of objs.filter((o) => o.kind === "StatefulSet")) {
+    const podSpec = sts.spec.template.spec;
+    const container = podSpec.containers[0];
+    const where = `${describe(sts)} container ${container.name}`;
+    const value = {};
+    for (const f of effectiveFlags(container, podSpec, objs, where).flags) value[f.name] = f.value;
+    out.push({ where, value, podSpec, container });
+  }
+  return out;
+}
+
+// The open overlay (`open`) serves anyone who can reach the port:
+// --allow_unauthenticated, no --job_tokens_file and no volume of the tokens
+// Secret. Every other shard overlay requires job tokens and has no
+// --allow_unauthenticated.
+export function tokenProblems(objs, { open }) {
+  const problems = [];
+  for (const { where, value, podSpec } of shardFlags(objs)) {
+    const tokensVolume = (podSpec.volumes ?? []).some((v) => v.secret?.secretName === kTokensSecret);
+    if (open) {
+      if (!isTrue(value.allow_unauthenticated)) problems.push(`${where}: open, but no --allow_unauthenticated=true`);
+      if (value.job_tokens_file !== undefined) problems.push(`${where}: open, but --job_tokens_file=${value.job_tokens_file}`);
+      if (tokensVolume) problems.push(`${where}: open, but mounts the Secret ${kTokensSecret}`);
+    } else {
+      if (value.job_tokens_file === undefined) {
+        problems.push(`${where}: no --job_tokens_file: calls carry no job token (only overlays/open serves without)`);
+      }
+      if (value.allow_unauthenticated !== undefined && isTrue(value.allow_unauthenticated)) {
+        problems.push(`${where}: --allow_unauthenticated serves anyone (only overlays/open may)`);
+      }
+    }
+  }
   return problems;
 }
 
@@ -345,6 +415,12 @@ function jobProblems(job, workerFlags) {
     problems.push(`${where}: --rank is not the completion index`);
   }
   if (value.target !== "$(REDUCER_TARGET)") problems.push(`${where}: --target is not $(REDUCER_TARGET)`);
+  // The shards require the job's token (the base's --job_tokens_file).
+  if (value.token_file === undefined) {
+    problems.push(`${where}: no --token_file: the shards require the job's token`);
+  } else if (!secretMountOf(value.token_file, c, spec.template.spec)) {
+    problems.push(`${where}: --token_file=${value.token_file} is not in a mounted Secret`);
+  }
   return problems;
 }
 

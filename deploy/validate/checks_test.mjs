@@ -3,17 +3,17 @@
 //
 //   DEPLOY_RENDERED=DIR node --test checks_test.mjs
 //
-// DIR holds one-shard.yaml, four-shards.yaml, tls.yaml, worker-job.yaml
-// (`kubectl kustomize` of each overlay), reducerd.help and worker.help
-// (`--helpfull` of reducerd and metric_sync_worker).
+// DIR holds one-shard.yaml, four-shards.yaml, tls.yaml, open.yaml,
+// worker-job.yaml (`kubectl kustomize` of each overlay), reducerd.help and
+// worker.help (`--helpfull` of reducerd and metric_sync_worker).
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import { parseAllDocuments } from "yaml";
 
 import {
-  bytesOf, expandTarget, flagsInHelp, policyProblems, roundTripProblems, schemaProblems,
-  secondsOf, shardProblems,
+  bytesOf, expandTarget, flagsInHelp, isLoopbackListen, kTokensSecret, policyProblems,
+  roundTripProblems, schemaProblems, secondsOf, shardProblems, tokenProblems,
 } from "./checks.mjs";
 
 const dir = process.env.DEPLOY_RENDERED;
@@ -30,30 +30,86 @@ const find = (objs, kind) => objs.find((o) => o.kind === kind);
 const reducerd = (objs) => find(objs, "StatefulSet").spec.template.spec.containers[0];
 const worker = (objs) => find(objs, "Job").spec.template.spec.containers[0];
 const flagfile = (objs) => find(objs, "ConfigMap").data;
-function allProblems(objs) {
+// Every problem of overlay `name`'s objects; "open" is the open overlay.
+function allProblems(objs, name) {
   const out = [];
   for (const o of objs) out.push(...schemaProblems(o), ...roundTripProblems(o));
-  return out.concat(policyProblems(objs, flagSets));
+  return out.concat(policyProblems(objs, flagSets), tokenProblems(objs, { open: name === "open" }));
 }
 // The problems of `name` after `mutate` changed a copy of it.
 function problemsAfter(name, mutate) {
   const objs = load(name);
   mutate(objs);
-  return allProblems(objs).join("\n");
+  return allProblems(objs, name).join("\n");
 }
 
 test("every rendered overlay passes", () => {
-  for (const name of ["one-shard", "four-shards", "tls", "worker-job"]) {
-    assert.deepEqual(allProblems(load(name)), [], name);
+  for (const name of ["one-shard", "four-shards", "tls", "open", "worker-job"]) {
+    assert.deepEqual(allProblems(load(name), name), [], name);
   }
-  assert.deepEqual(shardProblems(find(load("four-shards"), "StatefulSet"), find(load("worker-job"), "Job")), []);
+  for (const shards of ["four-shards", "open"]) {
+    assert.deepEqual(shardProblems(find(load(shards), "StatefulSet"), find(load("worker-job"), "Job")), [], shards);
+  }
+});
+
+test("job tokens: every shard overlay requires them but open, which allows anyone", () => {
+  for (const name of ["one-shard", "four-shards", "tls"]) {
+    assert.ok(reducerd(load(name)).args.includes("--job_tokens_file=/etc/reducer/tokens/tokens"), name);
+    assert.ok(!reducerd(load(name)).args.some((a) => a.startsWith("--allow_unauthenticated")), name);
+  }
+  const open = load("open");
+  assert.ok(reducerd(open).args.includes("--allow_unauthenticated=true"));
+  assert.ok(!reducerd(open).args.some((a) => a.startsWith("--job_tokens_file")));
+  assert.ok(!flagfile(open)["reducerd.flags"].includes("job_tokens_file"));
+  assert.ok(!find(open, "StatefulSet").spec.template.spec.volumes.some((v) => v.secret?.secretName === kTokensSecret));
+  assert.ok(worker(load("worker-job")).args.includes("--token_file=/etc/reducer/token/token"));
+});
+
+test("job tokens: a shard overlay without them, open with them", () => {
+  const dropTokens = (o) => { reducerd(o).args = reducerd(o).args.filter((a) => !a.startsWith("--job_tokens_file")); };
+  assert.match(problemsAfter("one-shard", dropTokens), /no --job_tokens_file: calls carry no job token/);
+  assert.match(problemsAfter("one-shard", dropTokens),
+               /--listen=0\.0\.0\.0:50051 with neither TLS nor --job_tokens_file: reducerd refuses it without --allow_unauthenticated/);
+  assert.match(problemsAfter("four-shards", (o) => { reducerd(o).args.push("--allow_unauthenticated=true"); }),
+               /--allow_unauthenticated serves anyone \(only overlays\/open may\)/);
+  const notAllowed = problemsAfter("open", (o) => {
+    reducerd(o).args = reducerd(o).args.filter((a) => !a.startsWith("--allow_unauthenticated"));
+  });
+  assert.match(notAllowed, /open, but no --allow_unauthenticated=true/);
+  assert.match(notAllowed, /reducerd refuses it without --allow_unauthenticated/);
+  assert.match(problemsAfter("open", (o) => { reducerd(o).args.push("--job_tokens_file=/etc/reducer/tokens/tokens"); }),
+               /open, but --job_tokens_file=/);
+  assert.match(problemsAfter("open", (o) => {
+    find(o, "StatefulSet").spec.template.spec.volumes.push({ name: "t", secret: { secretName: kTokensSecret } });
+  }), /open, but mounts the Secret reducer-job-tokens/);
+  assert.match(problemsAfter("tls", (o) => {
+    reducerd(o).volumeMounts = reducerd(o).volumeMounts.filter((m) => m.name !== "job-tokens");
+  }), /--job_tokens_file=\/etc\/reducer\/tokens\/tokens is not in a mounted Secret/);
+});
+
+test("the worker's token: given, and from a mounted Secret", () => {
+  assert.match(problemsAfter("worker-job", (o) => { worker(o).args = worker(o).args.filter((a) => !a.startsWith("--token_file")); }),
+               /no --token_file: the shards require the job's token/);
+  assert.match(problemsAfter("worker-job", (o) => { delete worker(o).volumeMounts; }),
+               /--token_file=\/etc\/reducer\/token\/token is not in a mounted Secret/);
+});
+
+test("loopback --listen addresses, as reducerd tells them", () => {
+  for (const a of ["127.0.0.1:50051", "127.1.2.3:1", "[::1]:50051", "localhost:50051", "unix:/run/r.sock", "unix-abstract:r"]) {
+    assert.ok(isLoopbackListen(a), a);
+  }
+  for (const a of ["0.0.0.0:50051", "[::]:50051", ":50051", "10.0.0.5:50051", "reducer-0.reducer:50051"]) {
+    assert.ok(!isLoopbackListen(a), a);
+  }
 });
 
 test("help parsing finds reducerd's own and absl's flags", () => {
-  for (const f of ["listen", "health_listen", "memory_budget_bytes", "drain_budget", "flagfile", "tls_cert_file"]) {
+  for (const f of ["listen", "health_listen", "memory_budget_bytes", "drain_budget", "flagfile", "tls_cert_file",
+                   "job_tokens_file", "allow_unauthenticated"]) {
     assert.ok(flagSets.reducerdFlags.has(f), f);
   }
   assert.ok(flagSets.workerFlags.has("world_size"));
+  assert.ok(flagSets.workerFlags.has("token_file"));
   assert.ok(!flagSets.reducerdFlags.has("world_size"));
 });
 

@@ -1,20 +1,22 @@
 // Validates rendered deploy/k8s overlays offline:
 //
 //   node validate.mjs --reducerd_help=FILE --worker_help=FILE \
-//       --shards=OVERLAY --workers=OVERLAY NAME=RENDERED.yaml ...
+//       --shards=OVERLAY --workers=OVERLAY --open=OVERLAY NAME=RENDERED.yaml ...
 //
 // FILEs hold `reducerd --helpfull` and `metric_sync_worker --helpfull`;
 // each RENDERED.yaml is `kubectl kustomize` of overlay NAME. Every object is
 // checked against Kubernetes' schema, round-tripped through client-node, and
 // held to the policy of checks.mjs; the Job of the --workers overlay must
-// name every shard of the StatefulSet of the --shards overlay. Prints one
-// "==> " line per overlay that passed and every problem found; exits 1 on
-// any problem.
+// name every shard of the StatefulSet of the --shards overlay. The --open
+// overlay's shards must serve without job tokens (--allow_unauthenticated),
+// every other overlay's must require them. Prints one "==> " line per
+// overlay that passed and every problem found; exits 1 on any problem.
 import { readFileSync } from "node:fs";
 import { parseAllDocuments } from "yaml";
 
 import {
   describe, flagsInHelp, policyProblems, roundTripProblems, schemaProblems, shardProblems,
+  tokenProblems,
 } from "./checks.mjs";
 
 const options = {};
@@ -31,7 +33,7 @@ for (const arg of process.argv.slice(2)) {
 }
 if (!options.reducerd_help || !options.worker_help || !overlays.length) {
   console.error("usage: node validate.mjs --reducerd_help=FILE --worker_help=FILE " +
-                "[--shards=NAME --workers=NAME] NAME=RENDERED.yaml ...");
+                "[--shards=NAME --workers=NAME] [--open=NAME] NAME=RENDERED.yaml ...");
   process.exit(2);
 }
 
@@ -61,12 +63,20 @@ for (const { name, file } of overlays) {
   if (!objs.length) problems.push("renders no object");
   for (const obj of objs) problems.push(...schemaProblems(obj), ...roundTripProblems(obj));
   problems.push(...policyProblems(objs, flagSets));
+  const open = name === options.open;
+  problems.push(...tokenProblems(objs, { open }));
+  const shards = objs.some((o) => o.kind === "StatefulSet");
+  const tokens = !shards ? "" : open ? ", open (no tokens)" : ", job tokens";
   if (problems.length) {
     failed = true;
     for (const p of problems) console.log(`FAIL ${name}: ${p}`);
   } else {
-    console.log(`==> ${name}: ${objs.map(describe).join(", ")}: schema, round trip, policy ok`);
+    console.log(`==> ${name}: ${objs.map(describe).join(", ")}: schema, round trip, policy${tokens} ok`);
   }
+}
+if (options.open && !(options.open in rendered)) {
+  failed = true;
+  console.log(`FAIL --open=${options.open} names no rendered overlay`);
 }
 
 if (options.shards && options.workers) {

@@ -36,6 +36,15 @@ Collective::~Collective() {
   for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
 }
 
+size_t Collective::StateBytes(size_t group_size) {
+  return sizeof(Collective) + group_size * (sizeof(RankState) + sizeof(int));
+}
+
+void Collective::HoldState(std::vector<MemoryReservation> state) {
+  absl::MutexLock lock(&mu_);
+  state_ = std::move(state);
+}
+
 void Collective::StartTimers() {
   std::weak_ptr<Collective> weak = weak_from_this();
   absl::MutexLock lock(&mu_);

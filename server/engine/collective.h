@@ -116,6 +116,14 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // Starts the stall and deadline timers. Call once, right after creation.
   void StartTimers();
 
+  // What a collective of `group_size` ranks holds for its bookkeeping,
+  // whatever its payload: its creator reserves it from the memory budget
+  // (and the job's share) before creating it.
+  static size_t StateBytes(size_t group_size);
+  // Keeps `state` (StateBytes reserved by the creator, one reservation per
+  // budget) until the collective is destroyed.
+  void HoldState(std::vector<MemoryReservation> state);
+
   // Adds `rank`'s contribution (its fingerprint must already be valid on
   // its own). On a mismatch with the reference, fails the collective for
   // everyone (this rank included, through `channel`). A rank attaching a
@@ -260,6 +268,7 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   std::shared_ptr<const std::vector<TensorSpec>> result_specs_
       ABSL_GUARDED_BY(mu_);
   std::vector<TimerQueue::Id> timer_ids_ ABSL_GUARDED_BY(mu_);
+  std::vector<MemoryReservation> state_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace reducer

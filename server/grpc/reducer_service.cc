@@ -37,11 +37,13 @@ class RefusedJoin final : public grpc::ServerWriteReactor<v1::JoinEvent> {
 }  // namespace
 
 ReducerService::ReducerService(JobDoor* door, int max_concurrent_calls,
+                               int max_streams_per_job,
                                absl::Duration header_timeout,
                                TimerQueue* timers, MetricsSink* metrics,
                                const GrpcServerMetrics* grpc_metrics)
     : door_(door),
       max_concurrent_calls_(max_concurrent_calls),
+      stream_shares_(max_streams_per_job, metrics),
       header_timeout_(header_timeout),
       timers_(timers),
       metrics_(metrics),
@@ -116,13 +118,18 @@ ReducerService::StartStream(
     return CollectiveReactor::CreateFailed(known, [] {}, metrics);
   }
   std::atomic<int>* active = &active_calls_;
-  auto on_done = [active] { active->fetch_sub(1); };
+  auto shares = std::make_shared<HeldStreamShares>(&stream_shares_);
+  auto on_done = [active, shares] {
+    shares->GiveBack();
+    active->fetch_sub(1);
+  };
   absl::Status admitted = Admit();
   if (!admitted.ok()) {
     return CollectiveReactor::CreateFailed(admitted, std::move(on_done), metrics);
   }
   Stream* stream = Stream::Create(context, std::move(on_done),
-                                  door_->AttachWithToken(token), metrics);
+                                  door_->AttachForStream(token, shares),
+                                  metrics);
   if (header_timeout_ <= absl::ZeroDuration()) return stream;
   std::weak_ptr<Stream> weak = stream->weak_from_this();
   timers_->Schedule(

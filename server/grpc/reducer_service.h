@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "server/engine/timer_queue.h"
 #include "server/jobs/job_door.h"
+#include "server/jobs/job_stream_shares.h"
 #include "server/metrics/grpc_server_metrics.h"
 #include "server/metrics/metrics_sink.h"
 
@@ -30,7 +31,9 @@ class ReducerService final
  public:
   // Every call enters its job through `door`. At most
   // `max_concurrent_calls` Collective and Collectives streams are served at
-  // once; more are answered RESOURCE_EXHAUSTED. `metrics` counts the calls
+  // once; more are answered RESOURCE_EXHAUSTED, and so is a stream whose
+  // call would make its job hold more than `max_streams_per_job` of them
+  // (JobStreamShares). `metrics` counts the calls
   // refused; `grpc_metrics` (null: metrics off) this service's calls, which
   // its reactors count themselves. When the door requires tokens, Join,
   // Leave and every collective must carry the job's token
@@ -39,7 +42,7 @@ class ReducerService final
   // (when positive) after it opened is ended DEADLINE_EXCEEDED (on
   // `timers`), so silent streams give their slots back.
   ReducerService(JobDoor* door, int max_concurrent_calls,
-                 absl::Duration header_timeout, TimerQueue* timers,
+                 int max_streams_per_job, absl::Duration header_timeout, TimerQueue* timers,
                  MetricsSink* metrics, const GrpcServerMetrics* grpc_metrics);
 
   grpc::ServerWriteReactor<v1::JoinEvent>* Join(
@@ -68,6 +71,7 @@ class ReducerService final
 
   JobDoor* const door_;  // not owned
   const int max_concurrent_calls_;
+  JobStreamShares stream_shares_;
   const absl::Duration header_timeout_;
   TimerQueue* const timers_;  // not owned
   MetricsSink* const metrics_;  // not owned

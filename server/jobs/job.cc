@@ -1,6 +1,7 @@
 #include "server/jobs/job.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -25,6 +26,12 @@ std::string MatchingKey(const v1::CollectiveHeader& header,
 
 // How long a result is kept for a replay at most: a client asks again only
 // within its call's replay window (client/retry_sequence.h), which is shorter.
+// A fresh Job::Seat::epoch_id.
+uint64_t NextEpochId() {
+  static std::atomic<uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
 constexpr absl::Duration kKeepResultsFor = absl::Seconds(30);
 
 // `env` with a KeptResults of the job's own, when the server keeps results.
@@ -51,6 +58,7 @@ Job::Job(std::string name, int world_size, CollectiveEnv env,
       env_(ForJob(std::move(env))),
       shared_memory_socket_(std::move(shared_memory_socket)),
       rank_state_(std::move(rank_state)),
+      epoch_id_(NextEpochId()),
       members_(world_size),
       departed_(world_size, false) {}
 
@@ -99,6 +107,7 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
   if (ended_) {
     // The first Join after a loss starts the next epoch.
     ++epoch_;
+    epoch_id_ = NextEpochId();
     ended_ = false;
     running_ = false;
     end_reason_.clear();
@@ -162,6 +171,13 @@ void Job::EndForOtherShard(const std::string& session_id,
 std::optional<int> Job::RunningRank(const std::string& session_id) {
   absl::MutexLock lock(&mu_);
   return RunningRankLocked(session_id);
+}
+
+std::optional<Job::Seat> Job::RunningSeat(const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  const std::optional<int> rank = RunningRankLocked(session_id);
+  if (!rank.has_value()) return std::nullopt;
+  return Seat{*rank, epoch_id_};
 }
 
 std::optional<int> Job::RunningRankLocked(const std::string& session_id) const {
@@ -460,6 +476,34 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::NewCollectiveLocked(
         " collectives waiting for ranks (--max_pending_collectives_per_job=",
         limit, ")"));
   }
+  // Its per-rank bookkeeping counts in the budget and the job's share, as
+  // its payload will.
+  const size_t state_bytes = Collective::StateBytes(fp.group.size());
+  std::vector<MemoryReservation> state;
+  state.push_back(MemoryReservation::Try(env_.memory, state_bytes));
+  if (!state.back().ok()) {
+    env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                 RefusedLimit::kMemoryBudgetBytes);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        description, ": the server's memory budget of ", env_.memory->limit(),
+        " bytes (--memory_budget_bytes) cannot hold the bookkeeping of a "
+        "collective of ", fp.group.size(), " ranks (", state_bytes,
+        " bytes) now; retry later or raise the limit"));
+  }
+  if (env_.job_memory != nullptr) {
+    state.push_back(MemoryReservation::Try(env_.job_memory.get(), state_bytes));
+    if (!state.back().ok()) {
+      env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                   RefusedLimit::kMaxJobMemoryFraction);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          description, ": job ", name_, "'s share of the memory budget, ",
+          env_.job_memory->limit(), " bytes (--max_job_memory_fraction=",
+          env_.options->max_job_memory_fraction,
+          " of --memory_budget_bytes), cannot hold the bookkeeping of a "
+          "collective of ", fp.group.size(), " ranks (", state_bytes,
+          " bytes) now; other jobs keep the rest"));
+    }
+  }
   absl::Duration timeout = absl::Milliseconds(header.timeout_ms());
   if (timeout <= absl::ZeroDuration() ||
       timeout > env_.options->max_collective_timeout) {
@@ -468,6 +512,7 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::NewCollectiveLocked(
   auto collective = std::make_shared<Collective>(
       env_, CollectiveLabel{name_, epoch_, ShortName(description), fp.kind},
       description, fp.group, timeout);
+  collective->HoldState(std::move(state));
   collective->StartTimers();
   active_.push_back(collective);
   return collective;

@@ -147,6 +147,17 @@ class Job {
   std::optional<int> RunningRank(const std::string& session_id)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A rank held in one running epoch of one incarnation of a job: two
+  // Seats with the same `epoch_id` are of the same epoch, and no other
+  // epoch of any job in this process has that id.
+  struct Seat {
+    int rank = -1;
+    uint64_t epoch_id = 0;
+  };
+  // RunningRank, with the epoch it holds the rank in.
+  std::optional<Seat> RunningSeat(const std::string& session_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Fails every collective and session (server shutdown).
   void Shutdown(const absl::Status& status);
 
@@ -226,6 +237,8 @@ class Job {
 
   absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
+  // Unique in this process for each epoch of each job (RunningSeat).
+  uint64_t epoch_id_ ABSL_GUARDED_BY(mu_);
   bool running_ ABSL_GUARDED_BY(mu_) = false;  // all ranks joined this epoch
   bool ended_ ABSL_GUARDED_BY(mu_) = false;    // this epoch lost a rank
   std::string end_reason_ ABSL_GUARDED_BY(mu_);

@@ -103,8 +103,12 @@ absl::StatusOr<std::shared_ptr<Collective>> JobDoor::Attach(
     const v1::CollectiveHeader& header, const PresentedToken& token,
     std::shared_ptr<RankChannel> channel) {
   REDUCER_RETURN_IF_ERROR(CheckNames(header));
-  absl::Status allowed = Authorize(header.job(), token);
-  if (!allowed.ok()) return allowed;
+  REDUCER_RETURN_IF_ERROR(Authorize(header.job(), token));
+  return AttachChecked(header, std::move(channel));
+}
+
+absl::StatusOr<std::shared_ptr<Collective>> JobDoor::AttachChecked(
+    const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> channel) {
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Find(header.job());
   if (!job.ok() && header.replay() &&
       job.status().code() == absl::StatusCode::kFailedPrecondition) {
@@ -129,10 +133,38 @@ absl::StatusOr<std::shared_ptr<Collective>> JobDoor::Attach(
   return attached;
 }
 
+absl::StatusOr<uint64_t> JobDoor::CheckSeat(const std::string& job,
+                                            const std::string& session_id,
+                                            int rank,
+                                            const PresentedToken& token) {
+  REDUCER_RETURN_IF_ERROR(Authorize(job, token));
+  REDUCER_ASSIGN_OR_RETURN(std::shared_ptr<Job> found, registry_->Find(job));
+  const std::optional<Job::Seat> seat = found->RunningSeat(session_id);
+  if (!seat.has_value() || seat->rank != rank) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session ", session_id, " does not hold rank ", rank,
+        " in the running epoch of job ", job,
+        " (it never joined, was replaced, or the epoch ended)"));
+  }
+  return seat->epoch_id;
+}
+
 JobDoor::AttachFn JobDoor::AttachWithToken(const PresentedToken& token) {
   return [this, token](const v1::CollectiveHeader& header,
                        std::shared_ptr<RankChannel> channel) {
     return Attach(header, token, std::move(channel));
+  };
+}
+
+JobDoor::AttachFn JobDoor::AttachForStream(
+    const PresentedToken& token, std::shared_ptr<HeldStreamShares> held) {
+  return [this, token, held](const v1::CollectiveHeader& header,
+                             std::shared_ptr<RankChannel> channel)
+             -> absl::StatusOr<std::shared_ptr<Collective>> {
+    REDUCER_RETURN_IF_ERROR(CheckNames(header));
+    REDUCER_RETURN_IF_ERROR(Authorize(header.job(), token));
+    REDUCER_RETURN_IF_ERROR(held->Hold(header.job()));
+    return AttachChecked(header, std::move(channel));
   };
 }
 

@@ -18,6 +18,7 @@
 #include "server/engine/collective.h"
 #include "server/engine/rank_channel.h"
 #include "server/jobs/job_registry.h"
+#include "server/jobs/job_stream_shares.h"
 #include "server/metrics/metrics_sink.h"
 #include "server/security/job_tokens.h"
 
@@ -51,6 +52,15 @@ class JobDoor {
   // calls must present before it takes a slot.
   absl::Status AuthorizeAnyJob(const PresentedToken& token);
 
+  // What a same-host session must hold, at its handshake and all along:
+  // `token` authorizes `job` (Authorize's error otherwise), and `session_id`
+  // holds `rank` in the job's running epoch (FAILED_PRECONDITION otherwise:
+  // it never joined, was replaced, or the epoch ended). The epoch's
+  // Job::Seat::epoch_id.
+  absl::StatusOr<uint64_t> CheckSeat(const std::string& job,
+                                     const std::string& session_id, int rank,
+                                     const PresentedToken& token);
+
   // Checks the names, authorizes, then joins `session` to the request's job
   // (JobRegistry::Join).
   absl::Status Join(const v1::JoinRequest& request, const PresentedToken& token,
@@ -74,14 +84,25 @@ class JobDoor {
       const v1::CollectiveHeader& header, const PresentedToken& token,
       std::shared_ptr<RankChannel> channel);
 
-  // Attach bound to `token`, for a transport's stream or session.
+  // Attach bound to `token`, for a same-host session.
   AttachFn AttachWithToken(const PresentedToken& token);
+
+  // Attach bound to `token`, for one gRPC stream: once the header's names
+  // and token pass, a call to a job the stream has not attached to yet
+  // first takes a share of that job into `stream_shares` (refused with
+  // JobStreamShares::Take's error, nothing attached). The stream gives them
+  // back when it ends (HeldStreamShares::GiveBack).
+  AttachFn AttachForStream(const PresentedToken& token,
+                           std::shared_ptr<HeldStreamShares> stream_shares);
 
  private:
   // INVALID_ARGUMENT naming `field` when `value` is over max_name_bytes_.
   absl::Status CheckName(absl::string_view field,
                          absl::string_view value) const;
   absl::Status CheckNames(const v1::CollectiveHeader& header) const;
+  // Attach once the header's names and token have passed.
+  absl::StatusOr<std::shared_ptr<Collective>> AttachChecked(
+      const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> channel);
 
   JobRegistry* const registry_;  // not owned
   MetricsSink* const metrics_;   // not owned

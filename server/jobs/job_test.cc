@@ -196,6 +196,50 @@ TEST_F(JobTest, EveryRankGetsReadyOnceAllHaveJoined) {
   EXPECT_EQ(s1->events()[0].ready().epoch(), 1u);
 }
 
+// A pending collective's per-rank bookkeeping is held in the memory budget
+// until the collective is gone, and a budget that cannot hold it refuses
+// the call before anything is created.
+TEST_F(JobTest, ACollectivesBookkeepingCountsInTheMemoryBudget) {
+  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  const size_t before = memory_.used();
+  {
+    absl::StatusOr<std::shared_ptr<Collective>> pending = job_.Attach(
+        Barrier(0, "a", 1, 0), std::make_shared<FakeRankChannel>());
+    ASSERT_TRUE(pending.ok()) << pending.status();
+    // At least the two ranks' states, whatever else it counts.
+    EXPECT_GE(memory_.used(), before + 2 * sizeof(RankState));
+    ASSERT_TRUE(job_.Attach(Barrier(1, "b", 1, 0),
+                            std::make_shared<FakeRankChannel>())
+                    .ok());
+  }
+  // Done and no longer referenced (the next call prunes it): given back.
+  ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 1),
+                          std::make_shared<FakeRankChannel>())
+                  .ok());
+  ASSERT_TRUE(job_.Attach(Barrier(1, "b", 1, 1),
+                          std::make_shared<FakeRankChannel>())
+                  .ok());
+  ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 2),
+                          std::make_shared<FakeRankChannel>())
+                  .ok());
+  EXPECT_LT(memory_.used(), before + 2 * Collective::StateBytes(2));
+
+  MemoryBudget tiny(64);
+  Job small("j2", 2, CollectiveEnv{&options_, &pool_, &timers_, &tiny,
+                                   &chunks_, &metrics_, &log_, &kept_memory_});
+  ASSERT_TRUE(small.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(small.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  v1::CollectiveHeader header = Barrier(0, "a", 1, 0);
+  header.set_job("j2");
+  const absl::Status refused =
+      small.Attach(header, std::make_shared<FakeRankChannel>()).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("--memory_budget_bytes"));
+  EXPECT_THAT(refused.message(), HasSubstr("collective of 2 ranks"));
+  EXPECT_EQ(tiny.used(), 0u);
+}
+
 TEST_F(JobTest, WorldSizeDisagreementIsRefused) {
   absl::Status s = job_.Join(0, 3, "a", std::make_shared<FakeSession>());
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);

@@ -46,6 +46,8 @@ absl::string_view LimitLabel(RefusedLimit limit) {
       return "memory_budget_bytes";
     case RefusedLimit::kMaxJobMemoryFraction:
       return "max_job_memory_fraction";
+    case RefusedLimit::kMaxStreamsPerJob:
+      return "max_streams_per_job";
   }
   return "none";
 }

@@ -32,8 +32,9 @@ enum class RefusedLimit {
   kMaxConcurrentCalls,
   kMemoryBudgetBytes,
   kMaxJobMemoryFraction,
+  kMaxStreamsPerJob,
 };
-inline constexpr int kNumRefusedLimits = 7;
+inline constexpr int kNumRefusedLimits = 8;
 
 // Why a job's epoch ended.
 enum class EpochEndReason {

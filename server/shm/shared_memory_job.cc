@@ -11,12 +11,14 @@
 namespace reducer {
 
 absl::StatusOr<std::shared_ptr<SharedMemoryJob>> SharedMemoryJob::Create(
-    std::string job, size_t result_bytes, const Logger* log) {
+    std::string job, uint64_t epoch_id, size_t result_bytes,
+    const Logger* log) {
   absl::StatusOr<std::unique_ptr<SharedMemoryResults>> results =
       SharedMemoryResults::Create(result_bytes);
   if (!results.ok()) return results.status();
   auto created =
-      std::make_shared<SharedMemoryJob>(std::move(job), *std::move(results), log);
+      std::make_shared<SharedMemoryJob>(std::move(job), epoch_id,
+                                        *std::move(results), log);
   SharedMemoryJob* raw = created.get();
   try {
     created->thread_ = std::thread([raw] { raw->Run(); });
@@ -29,10 +31,13 @@ absl::StatusOr<std::shared_ptr<SharedMemoryJob>> SharedMemoryJob::Create(
   return created;
 }
 
-SharedMemoryJob::SharedMemoryJob(std::string job,
+SharedMemoryJob::SharedMemoryJob(std::string job, uint64_t epoch_id,
                                  std::unique_ptr<SharedMemoryResults> results,
                                  const Logger* log)
-    : job_(std::move(job)), log_(log), results_(std::move(results)) {}
+    : job_(std::move(job)),
+      epoch_id_(epoch_id),
+      log_(log),
+      results_(std::move(results)) {}
 
 SharedMemoryJob::~SharedMemoryJob() {
   Stop();
@@ -98,6 +103,7 @@ void SharedMemoryJob::Run() {
       bool soon = false;
       const absl::Status why = s.Step(now, &soon);
       if (!why.ok()) {
+        if (s.lost_seat()) retired_.store(true, std::memory_order_release);
         s.End(why);
         sessions.erase(sessions.begin() + i);
         live_.fetch_sub(1, std::memory_order_acq_rel);

@@ -4,7 +4,7 @@
 // (SharedMemoryResults), which every session of the job hands its client.
 //
 //   absl::StatusOr<std::shared_ptr<SharedMemoryJob>> job =
-//       SharedMemoryJob::Create("job-a", result_bytes, &log);
+//       SharedMemoryJob::Create("job-a", epoch_id, result_bytes, &log);
 //   (*job)->Reserve();                   // a handshake is under way
 //   ... send the welcome with (*job)->results_fd() ...
 //   (*job)->Add(session_parts, ...);     // or Unreserve() if it failed
@@ -50,15 +50,22 @@ namespace reducer {
 class SharedMemoryJob {
  public:
   // A job whose result segment has `result_bytes` (SharedMemoryResults::Create's
-  // error when it does not fit), its thread started. `log` outlives it.
+  // error when it does not fit), its thread started, for the sessions of
+  // one epoch of the job (Job::Seat::epoch_id). `log` outlives it.
   static absl::StatusOr<std::shared_ptr<SharedMemoryJob>> Create(
-      std::string job, size_t result_bytes, const Logger* log);
+      std::string job, uint64_t epoch_id, size_t result_bytes,
+      const Logger* log);
 
   ~SharedMemoryJob();  // Stop(), Join()
   SharedMemoryJob(const SharedMemoryJob&) = delete;
   SharedMemoryJob& operator=(const SharedMemoryJob&) = delete;
 
   const std::string& job() const { return job_; }
+  uint64_t epoch_id() const { return epoch_id_; }
+  // True once a session ended because its peer lost its seat (a revoked
+  // token, a replaced rank, an ended epoch): that peer may still map the
+  // result segment, so no later session may be handed it.
+  bool retired() const { return retired_.load(std::memory_order_acquire); }
   // The result segment's memfd and nonce, for each session's welcome.
   int results_fd() const { return results_->segment().fd(); }
   const std::string& results_nonce() const { return results_->nonce(); }
@@ -81,13 +88,15 @@ class SharedMemoryJob {
   // Waits for the thread to return. Not from the thread.
   void Join();
 
-  SharedMemoryJob(std::string job, std::unique_ptr<SharedMemoryResults> results,
+  SharedMemoryJob(std::string job, uint64_t epoch_id,
+                  std::unique_ptr<SharedMemoryResults> results,
                   const Logger* log);  // Create()
 
  private:
   void Run();
 
   const std::string job_;
+  const uint64_t epoch_id_;
   const Logger* const log_;
   // Only the thread touches it (and its sessions).
   const std::unique_ptr<SharedMemoryResults> results_;
@@ -95,6 +104,7 @@ class SharedMemoryJob {
   std::atomic<uint32_t> wake_word_{0};
   Doorbell wake_{&wake_word_};  // rung by Add and Stop
   std::atomic<int> live_{0};
+  std::atomic<bool> retired_{false};
   std::thread thread_;
 
   absl::Mutex mu_;

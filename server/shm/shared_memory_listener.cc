@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/shm/control_segment.h"
+#include "core/status_macros.h"
 #include "core/shm/fd_passing.h"
 #include "core/shm/range_allocator.h"
 #include "core/shm/shared_segment.h"
@@ -125,13 +126,16 @@ void SharedMemoryListener::Stop() {
   for (Handshake& h : handshakes) {
     if (h.thread.joinable()) h.thread.join();
   }
-  std::map<std::string, std::shared_ptr<SharedMemoryJob>> jobs;
+  std::vector<std::shared_ptr<SharedMemoryJob>> jobs;
   {
     absl::MutexLock lock(&mu_);
-    jobs.swap(jobs_);
+    for (auto& [name, job] : jobs_) jobs.push_back(std::move(job));
+    jobs_.clear();
+    for (auto& job : superseded_) jobs.push_back(std::move(job));
+    superseded_.clear();
   }
-  for (auto& [name, job] : jobs) job->Stop();
-  for (auto& [name, job] : jobs) job->Join();
+  for (auto& job : jobs) job->Stop();
+  for (auto& job : jobs) job->Join();
 }
 
 void SharedMemoryListener::AcceptLoop() {
@@ -227,16 +231,32 @@ void SharedMemoryListener::ReapLocked() {
     it->second->Join();
     it = jobs_.erase(it);
   }
+  for (auto it = superseded_.begin(); it != superseded_.end();) {
+    if ((*it)->live() > 0) {
+      ++it;
+      continue;
+    }
+    (*it)->Stop();
+    (*it)->Join();
+    it = superseded_.erase(it);
+  }
 }
 
 absl::StatusOr<std::shared_ptr<SharedMemoryJob>> SharedMemoryListener::ReserveJob(
-    const std::string& job, size_t result_bytes) {
+    const std::string& job, uint64_t epoch_id, size_t result_bytes) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("reducerd is shutting down");
   std::shared_ptr<SharedMemoryJob>& found = jobs_[job];
+  // A segment that a peer of another epoch, or one that lost its seat, may
+  // still map is never handed to a new session: it gets a fresh one.
+  if (found != nullptr &&
+      (found->epoch_id() != epoch_id || found->retired())) {
+    superseded_.push_back(std::move(found));
+    found = nullptr;
+  }
   if (found == nullptr) {
     absl::StatusOr<std::shared_ptr<SharedMemoryJob>> created =
-        SharedMemoryJob::Create(job, result_bytes, log_);
+        SharedMemoryJob::Create(job, epoch_id, result_bytes, log_);
     if (!created.ok()) {
       jobs_.erase(job);
       return Prefixed("the result segment: ", created.status());
@@ -267,7 +287,8 @@ void SharedMemoryListener::Shake(Handshake* handshake, UniqueFd connection) {
     // 64 bytes more than the input segment, for the nonce: a result as
     // large as the whole input segment still fits.
     absl::StatusOr<std::shared_ptr<SharedMemoryJob>> reserved = ReserveJob(
-        peer.job, parts->input.size() + RangeAllocator::kAlignment);
+        peer.job, peer.epoch_id,
+        parts->input.size() + RangeAllocator::kAlignment);
     outcome = reserved.status();
     if (reserved.ok()) job = *std::move(reserved);
   }
@@ -292,6 +313,15 @@ void SharedMemoryListener::Shake(Handshake* handshake, UniqueFd connection) {
   if (outcome.ok()) {
     parts->peer = peer;
     parts->socket = std::move(connection);
+    parts->check_seat = [door = door_, peer, token]() -> absl::Status {
+      REDUCER_ASSIGN_OR_RETURN(
+          uint64_t epoch_id,
+          door->CheckSeat(peer.job, peer.session_id, peer.rank, token));
+      if (epoch_id == peer.epoch_id) return absl::OkStatus();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", peer.job, " began a new epoch since this session's "
+          "handshake"));
+    };
     job->Add(*std::move(parts), door_->AttachWithToken(token), chunk_bytes_);
   } else {
     if (job != nullptr) job->Unreserve();
@@ -329,7 +359,7 @@ absl::StatusOr<SharedMemorySession::Parts> SharedMemoryListener::Check(
           peer_uids_.uids.end()) {
     return absl::PermissionDeniedError(absl::StrCat(
         "the same-host peer runs as uid ", who->uid, ", not reducerd's (",
-        own, "); start reducerd with --shared_memory_uids=", who->uid,
+        own, "); start reducerd with --shared_memory_allowed_uids=", who->uid,
         " (or any) to let it share memory, or it uses gRPC"));
   }
   v1::SharedMemoryHello hello;
@@ -361,18 +391,9 @@ absl::StatusOr<SharedMemorySession::Parts> SharedMemoryListener::Check(
   }
   token->present = !hello.token().empty();
   if (token->present) token->hash = HashToken(hello.token());
-  if (absl::Status allowed = door_->Authorize(hello.job(), *token);
-      !allowed.ok()) {
-    return allowed;
-  }
-  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Find(hello.job());
-  if (!job.ok()) return job.status();
-  if ((*job)->RunningRank(hello.session_id()) != hello.rank()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session ", hello.session_id(), " does not hold rank ", hello.rank(),
-        " in the running epoch of job ", hello.job(),
-        " (it never joined, was replaced, or the epoch ended)"));
-  }
+  REDUCER_ASSIGN_OR_RETURN(
+      peer->epoch_id,
+      door_->CheckSeat(hello.job(), hello.session_id(), hello.rank(), *token));
   SharedMemorySession::Parts parts{*peer, UniqueFd(), *std::move(control),
                                    *std::move(input)};
   return parts;

@@ -59,7 +59,7 @@
 
 namespace reducer {
 
-// Which local users may use the same-host path (--shared_memory_uids).
+// Which local users may use the same-host path (--shared_memory_allowed_uids).
 struct PeerUids {
   bool any = false;             // every uid
   std::vector<uint32_t> uids;   // besides reducerd's own
@@ -112,10 +112,12 @@ class SharedMemoryListener {
   absl::StatusOr<SharedMemorySession::Parts> Check(int connection,
                                                    SharedMemoryPeer* peer,
                                                    PresentedToken* token);
-  // The job named `job`, reserved for one more session (created, with a
-  // result segment of `result_bytes`, if it has none here); or why not.
+  // The job named `job`, reserved for one more session of epoch
+  // `epoch_id` (created, with a result segment of `result_bytes`, if it has
+  // none here for that epoch, or only a retired one); or why not.
   absl::StatusOr<std::shared_ptr<SharedMemoryJob>> ReserveJob(
-      const std::string& job, size_t result_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+      const std::string& job, uint64_t epoch_id, size_t result_bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Sends `connection` a refusal with `why`, without a handshake thread
   // (the peer may have sent nothing yet), and keeps the connection for
   // kRefusedGrace before closing it: closing a socket whose hello is
@@ -143,7 +145,13 @@ class SharedMemoryListener {
   std::list<Handshake> handshakes_ ABSL_GUARDED_BY(mu_);
   // Refused connections and when to close them (at most kMaxRefusedKept).
   std::deque<std::pair<absl::Time, UniqueFd>> refused_ ABSL_GUARDED_BY(mu_);
+  // The job each name's new sessions join: of the job's running epoch,
+  // and not retired.
   std::map<std::string, std::shared_ptr<SharedMemoryJob>> jobs_
+      ABSL_GUARDED_BY(mu_);
+  // Jobs of an earlier epoch, or retired, whose sessions have not all
+  // ended yet; no new session joins them.
+  std::vector<std::shared_ptr<SharedMemoryJob>> superseded_
       ABSL_GUARDED_BY(mu_);
 };
 

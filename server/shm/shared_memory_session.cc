@@ -149,9 +149,11 @@ SharedMemorySession::SharedMemorySession(Parts parts, SharedMemoryResults* resul
       control_(std::move(parts.control)),
       input_(std::make_shared<const SharedSegment>(std::move(parts.input))),
       attach_(std::move(attach)),
+      check_seat_(std::move(parts.check_seat)),
       chunk_bytes_(chunk_bytes),
       log_(log),
-      next_socket_check_(absl::Now() + kSocketCheck) {}
+      next_socket_check_(absl::Now() + kSocketCheck),
+      next_seat_check_(absl::Now() + kSeatCheck) {}
 
 std::shared_ptr<SharedMemorySession> SharedMemorySession::Create(
     Parts parts, SharedMemoryResults* results, JobDoor::AttachFn attach,
@@ -296,6 +298,15 @@ absl::Status SharedMemorySession::Step(absl::Time now, bool* look_again_soon) {
   if (now >= next_socket_check_) {
     next_socket_check_ = now + kSocketCheck;
     if (absl::Status s = CheckSocket(); !s.ok()) return s;
+  }
+  if (now >= next_seat_check_ && check_seat_ != nullptr) {
+    next_seat_check_ = now + kSeatCheck;
+    if (absl::Status seat = check_seat_(); !seat.ok()) {
+      lost_seat_ = true;
+      return absl::Status(seat.code(),
+                          absl::StrCat("the peer lost its seat: ",
+                                       seat.message()));
+    }
   }
   return absl::OkStatus();
 }

@@ -50,7 +50,8 @@
 //
 // The session ends when the client closes its socket (seen within
 // kSocketCheck: Step() looks at the socket once that has passed since it
-// last did, and the job's thread wakes by then), on a corrupt ring
+// last did, and the job's thread wakes by then), when its peer lost its
+// seat (Parts::check_seat, asked every kSeatCheck), on a corrupt ring
 // (MessageRing's DATA_LOSS) or a bad record, or on Stop(). Then every call
 // not answered counts as cancelled (OnRankCancelled), its references to
 // result ranges are dropped, the end is logged naming the rank and the
@@ -71,6 +72,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -101,6 +103,7 @@ struct SharedMemoryPeer {
   int rank = -1;
   pid_t pid = 0;  // SO_PEERCRED, for logs
   uid_t uid = 0;
+  uint64_t epoch_id = 0;  // the job's epoch it holds its rank in (Job::Seat)
 };
 
 class SharedMemorySession
@@ -110,6 +113,8 @@ class SharedMemorySession
   static constexpr size_t kInlineResultBytes = 64 << 10;
   // How often the socket is looked at when no record arrives.
   static constexpr absl::Duration kSocketCheck = absl::Milliseconds(50);
+  // How often the session asks whether its peer still holds its seat.
+  static constexpr absl::Duration kSeatCheck = absl::Milliseconds(250);
 
   // What the session is given (the result segment is its job's).
   struct Parts {
@@ -117,6 +122,10 @@ class SharedMemorySession
     UniqueFd socket;
     std::unique_ptr<ControlSegment> control;
     SharedSegment input;  // read-only
+    // OK while the peer may go on: its token still authorizes the job and
+    // it still holds its rank in the epoch it shook hands in. Asked every
+    // kSeatCheck; an error ends the session (lost_seat()).
+    std::function<absl::Status()> check_seat;
   };
 
   // `results` is the job's result segment, which the client maps (it
@@ -153,6 +162,9 @@ class SharedMemorySession
   void End(const absl::Status& why);
 
   const SharedMemoryPeer& peer() const { return peer_; }
+  // True once Step() ended the session because check_seat failed: its token
+  // was revoked, its rank replaced or its epoch ended.
+  bool lost_seat() const { return lost_seat_; }
 
   SharedMemorySession(Parts parts, SharedMemoryResults* results,
                       JobDoor::AttachFn attach, size_t chunk_bytes,
@@ -215,6 +227,7 @@ class SharedMemorySession
   const std::shared_ptr<ControlSegment> control_;
   const std::shared_ptr<const SharedSegment> input_;
   const JobDoor::AttachFn attach_;
+  const std::function<absl::Status()> check_seat_;
   const size_t chunk_bytes_;
   const Logger* const log_;
 
@@ -232,6 +245,8 @@ class SharedMemorySession
   uint64_t last_serial_ = 0;
   uint64_t calls_served_ = 0;
   absl::Time next_socket_check_;
+  absl::Time next_seat_check_;
+  bool lost_seat_ = false;
 
   std::atomic<bool> stop_{false};
 

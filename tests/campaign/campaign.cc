@@ -221,10 +221,12 @@ class Campaign {
 
   absl::Status StartShard(int s) {
     // A restarted shard's baseline is its predecessor's: same flags, same
-    // work.
+    // work. It listens on its namespace's own address, plaintext and
+    // without tokens: --allow_unauthenticated.
     std::vector<std::string> argv = net_->CommandPrefix(ShardHost(s));
     argv.insert(argv.end(), {PathOf(options_.reducerd),
-                             absl::StrCat("--listen=", targets_[s]), "--drain_budget=2s"});
+                             absl::StrCat("--listen=", targets_[s]), "--drain_budget=2s",
+                             "--allow_unauthenticated"});
     absl::StatusOr<std::unique_ptr<ChildProcess>> child =
         ChildProcess::Start(argv, absl::StrCat("campaign-", options_.seed, "-shard", s, ".",
                                                starts_++));

@@ -1,0 +1,98 @@
+// Tests for JobStreamShares and HeldStreamShares: per-job stream counts,
+// refusals naming the flag, and shares given back when their holders go.
+#include "server/jobs/job_stream_shares.h"
+
+#include <optional>
+#include <utility>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/metrics/metrics_sink.h"
+#include "tests/status_matchers.h"
+
+namespace reducer {
+namespace {
+
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// Counts the refusals it is told of, by limit.
+class RefusalCounter : public MetricsSink {
+ public:
+  void RequestRefused(absl::StatusCode, RefusedLimit limit) override {
+    if (limit == RefusedLimit::kMaxStreamsPerJob) ++refused_streams;
+  }
+  int refused_streams = 0;
+};
+
+TEST(JobStreamSharesTest, AJobGetsItsLimitAndNoMore) {
+  RefusalCounter metrics;
+  JobStreamShares shares(/*max_streams_per_job=*/2, &metrics);
+  absl::StatusOr<JobStreamShares::Share> first = shares.Take("hog");
+  absl::StatusOr<JobStreamShares::Share> second = shares.Take("hog");
+  ASSERT_THAT(first, IsOk());
+  ASSERT_THAT(second, IsOk());
+  absl::StatusOr<JobStreamShares::Share> third = shares.Take("hog");
+  EXPECT_THAT(third.status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("--max_streams_per_job=2")));
+  EXPECT_THAT(third.status().message(), HasSubstr("job hog"));
+  EXPECT_EQ(metrics.refused_streams, 1);
+  // Another job is not touched by the first one's streams.
+  EXPECT_THAT(shares.Take("other"), IsOk());
+  EXPECT_EQ(shares.StreamsOf("hog"), 2);
+}
+
+TEST(JobStreamSharesTest, AShareGoesBackWhenDestroyedOrMovedOver) {
+  RefusalCounter metrics;
+  JobStreamShares shares(/*max_streams_per_job=*/1, &metrics);
+  {
+    absl::StatusOr<JobStreamShares::Share> held = shares.Take("job");
+    ASSERT_THAT(held, IsOk());
+    JobStreamShares::Share moved = *std::move(held);
+    EXPECT_EQ(shares.StreamsOf("job"), 1);
+    EXPECT_FALSE(shares.Take("job").ok());
+  }
+  EXPECT_EQ(shares.StreamsOf("job"), 0);
+  absl::StatusOr<JobStreamShares::Share> again = shares.Take("job");
+  ASSERT_THAT(again, IsOk());
+  // Assigning over a held share gives the old one back first.
+  *again = JobStreamShares::Share();
+  EXPECT_EQ(shares.StreamsOf("job"), 0);
+}
+
+TEST(HeldStreamSharesTest, OneStreamTakesOneShareOfEachJobItAttachesTo) {
+  RefusalCounter metrics;
+  JobStreamShares shares(/*max_streams_per_job=*/1, &metrics);
+  {
+    HeldStreamShares stream(&shares);
+    EXPECT_THAT(stream.Hold("a"), IsOk());
+    EXPECT_THAT(stream.Hold("a"), IsOk());  // a second call of the same job: no new share
+    EXPECT_THAT(stream.Hold("b"), IsOk());
+    EXPECT_EQ(shares.StreamsOf("a"), 1);
+    EXPECT_EQ(shares.StreamsOf("b"), 1);
+    HeldStreamShares other_stream(&shares);
+    EXPECT_THAT(other_stream.Hold("a"),
+                StatusIs(absl::StatusCode::kResourceExhausted));
+    EXPECT_EQ(metrics.refused_streams, 1);
+  }
+  EXPECT_EQ(shares.StreamsOf("a"), 0);
+  EXPECT_EQ(shares.StreamsOf("b"), 0);
+}
+
+TEST(HeldStreamSharesTest, GiveBackReturnsEveryShareAtOnce) {
+  RefusalCounter metrics;
+  JobStreamShares shares(/*max_streams_per_job=*/1, &metrics);
+  HeldStreamShares stream(&shares);
+  ASSERT_THAT(stream.Hold("a"), IsOk());
+  ASSERT_THAT(stream.Hold("b"), IsOk());
+  stream.GiveBack();
+  EXPECT_EQ(shares.StreamsOf("a"), 0);
+  EXPECT_EQ(shares.StreamsOf("b"), 0);
+  HeldStreamShares next(&shares);
+  EXPECT_THAT(next.Hold("a"), IsOk());
+}
+
+}  // namespace
+}  // namespace reducer
