@@ -99,7 +99,10 @@ class Doorbell {
   // OK once any bell's value differs from its `seen` (at once if one already
   // does); DEADLINE_EXCEEDED if none does at `deadline`. Watches for `spin`
   // first, as WaitChange does. INVALID_ARGUMENT for no bells or more than
-  // kMaxWatches. An acquire of the bell that changed.
+  // kMaxWatches; PERMISSION_DENIED, after the watch, when the kernel
+  // refuses the sleep (a seccomp profile answering futex with EPERM): the
+  // caller then polls, it must not call again at once. An acquire of the
+  // bell that changed.
   static absl::Status WaitAny(absl::Span<const Watch> watches,
                               absl::Time deadline,
                               absl::Duration spin = kSpin);
@@ -109,7 +112,8 @@ class Doorbell {
   static void UseWaitvForTesting(bool use);
 
   // The counter's value once it differs from `seen` (at once if it already
-  // does); DEADLINE_EXCEEDED if it still equals `seen` at `deadline`.
+  // does); DEADLINE_EXCEEDED if it still equals `seen` at `deadline`;
+  // PERMISSION_DENIED as WaitAny's.
   absl::StatusOr<uint32_t> WaitChange(uint32_t seen, absl::Time deadline) const;
 
  private:

@@ -123,7 +123,11 @@ void SharedMemoryJob::Run() {
       watches.resize(Doorbell::kMaxWatches);
       wake_by = std::min(wake_by, now + Doorbell::kFallbackSlice);
     }
-    const absl::Status waited = Doorbell::WaitAny(watches, wake_by);
+    // Once the kernel refused to sleep, watching the words first only burns
+    // the CPU: the millisecond's sleep below does the waiting.
+    const absl::Status waited = Doorbell::WaitAny(
+        watches, wake_by,
+        futex_refused ? absl::ZeroDuration() : Doorbell::kSpin);
     if (!waited.ok()) {
       // The kernel refuses to sleep on the bells (a seccomp profile that
       // answers futex with EPERM): look again every millisecond rather than

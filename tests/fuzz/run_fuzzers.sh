@@ -11,10 +11,11 @@ seconds="${1:-60}"
 # A separate output base keeps the clang build from evicting the gcc one.
 bazel_clang=(bazel --output_base="${HOME}/.cache/reducer-clang")
 "${bazel_clang[@]}" build --config=clang --config=fuzz --symlink_prefix=/ \
-  //tests/fuzz:core_validation_fuzzer //tests/fuzz:request_decoding_fuzzer
+  //tests/fuzz:core_validation_fuzzer //tests/fuzz:request_decoding_fuzzer \
+  //tests/fuzz:shared_memory_reads_fuzzer
 bin="$("${bazel_clang[@]}" info --config=clang --config=fuzz bazel-bin)"
 scratch="$(mktemp -d)"
-for name in core_validation request_decoding; do
+for name in core_validation request_decoding shared_memory_reads; do
   mkdir -p "$scratch/$name"
   echo "=== fuzzing $name for ${seconds}s"
   (cd "$scratch" && "$bin/tests/fuzz/${name}_fuzzer" -max_total_time="$seconds" \

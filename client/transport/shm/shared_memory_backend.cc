@@ -280,10 +280,14 @@ void SharedMemoryBackend::PollUntil(const std::function<bool()>& done,
     }
     const absl::Time now = absl::Now();
     if (now >= deadline) return;
-    if (responses.data_bell()
-            .WaitChange(seen, std::min(deadline, now + kSocketCheckEvery))
-            .ok()) {
-      continue;
+    const absl::StatusOr<uint32_t> waited = responses.data_bell().WaitChange(
+        seen, std::min(deadline, now + kSocketCheckEvery));
+    if (waited.ok()) continue;
+    if (waited.status().code() == absl::StatusCode::kPermissionDenied) {
+      // The kernel refuses to sleep on the bell (a seccomp profile that
+      // answers futex with EPERM): look again every millisecond rather
+      // than spin.
+      absl::SleepFor(absl::Milliseconds(1));
     }
     if (SocketClosed()) {
       Break(absl::UnavailableError(absl::StrCat(
