@@ -9,7 +9,8 @@
 
 namespace reducer {
 
-bool KeptResults::Reserve(size_t bytes) {
+bool KeptResults::Reserve(size_t result_bytes) {
+  const size_t bytes = result_bytes + entry_bytes_;
   if (bytes > budget_->limit() / 8) return false;
   absl::MutexLock lock(&mu_);
   while (!budget_->TryReserve(bytes)) {
@@ -19,11 +20,15 @@ bool KeptResults::Reserve(size_t bytes) {
   return true;
 }
 
-void KeptResults::Unreserve(size_t bytes) { budget_->Release(bytes); }
+void KeptResults::Unreserve(size_t result_bytes) {
+  budget_->Release(result_bytes + entry_bytes_);
+}
 
 void KeptResults::Keep(const std::string& attempt_id, int rank,
                        std::vector<TensorSpec> declared,
-                       std::vector<ResultMessage> messages, size_t bytes) {
+                       std::vector<ResultMessage> messages,
+                       size_t result_bytes) {
+  const size_t bytes = result_bytes + entry_bytes_;
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
   ExpireLocked(now);

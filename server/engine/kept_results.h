@@ -13,7 +13,8 @@
 //   - `keep_for` after it was kept (a client asks again only within its
 //     call's retry window, which is shorter);
 //   - Clear() (the job is freed).
-// Room: every kept result holds its size in `budget`, a server-wide
+// Room: every kept result holds its size, plus `entry_bytes` for its entry
+// (so that results of no bytes, barriers', are bounded too), in `budget`, a server-wide
 // MemoryBudget of its own (--kept_results_bytes) apart from the budget of
 // collectives in flight, so keeping results never makes a collective fail.
 // A result larger than an eighth of that budget is never kept, and one that
@@ -58,14 +59,20 @@ class KeptResults {
     std::vector<ResultMessage> messages;
   };
 
-  // `budget` outlives this and is shared by every job's KeptResults.
-  KeptResults(MemoryBudget* budget, absl::Duration keep_for)
-      : budget_(budget), keep_for_(keep_for) {}
+  // What a kept result's entry costs besides its bytes: the attempt id and
+  // the specs, the tables' nodes.
+  static constexpr size_t kEntryBytes = 256;
+
+  // `budget` outlives this and is shared by every job's KeptResults. Each
+  // result kept holds `entry_bytes` of it besides its own bytes.
+  KeptResults(MemoryBudget* budget, absl::Duration keep_for,
+              size_t entry_bytes = kEntryBytes)
+      : budget_(budget), keep_for_(keep_for), entry_bytes_(entry_bytes) {}
   ~KeptResults() { Clear(); }
   KeptResults(const KeptResults&) = delete;
   KeptResults& operator=(const KeptResults&) = delete;
 
-  // Takes room for a result of `bytes` about to be collected for keeping,
+  // Takes room for a result of `bytes` (and its entry) about to be collected for keeping,
   // forgetting this job's oldest kept results while there is none (a
   // newer result is the likelier to be asked for). False when it is too
   // large to keep or there is no room even so: then it is not kept.
@@ -94,7 +101,7 @@ class KeptResults {
   // Forgets everything and gives back its room.
   void Clear();
 
-  // Results kept now, and the bytes they hold.
+  // Results kept now, and the bytes they hold (their entries' included).
   size_t size();
   size_t bytes();
 
@@ -118,6 +125,7 @@ class KeptResults {
 
   MemoryBudget* const budget_;
   const absl::Duration keep_for_;
+  const size_t entry_bytes_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> by_attempt_ ABSL_GUARDED_BY(mu_);

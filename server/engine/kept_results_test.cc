@@ -31,7 +31,7 @@ std::string Joined(const std::vector<ResultMessage>& messages) {
 
 TEST(KeptResultsTest, AKeptResultIsFoundByItsAttemptAndRankOnly) {
   MemoryBudget budget(1 << 20);
-  KeptResults kept(&budget, absl::Seconds(30));
+  KeptResults kept(&budget, absl::Seconds(30), /*entry_bytes=*/0);
   ASSERT_TRUE(kept.Reserve(8));
   kept.Keep("s1/7", 2, {}, {Message(0, "abcd"), Message(4, "efgh")}, 8);
   std::optional<KeptResults::Kept> found = kept.Find("s1/7", 2);
@@ -47,7 +47,7 @@ TEST(KeptResultsTest, AKeptResultIsFoundByItsAttemptAndRankOnly) {
 
 TEST(KeptResultsTest, AnAcknowledgementForgetsTheSessionsAttemptsBelowIt) {
   MemoryBudget budget(1 << 20);
-  KeptResults kept(&budget, absl::Seconds(30));
+  KeptResults kept(&budget, absl::Seconds(30), /*entry_bytes=*/0);
   for (const char* id : {"s1/3", "s1/4", "s1/5", "s2/3"}) {
     ASSERT_TRUE(kept.Reserve(4));
     kept.Keep(id, 0, {}, {Message(0, "wxyz")}, 4);
@@ -66,7 +66,7 @@ TEST(KeptResultsTest, AnAcknowledgementForgetsTheSessionsAttemptsBelowIt) {
 
 TEST(KeptResultsTest, AResultIsForgottenOnceItsTimeIsUp) {
   MemoryBudget budget(1 << 20);
-  KeptResults kept(&budget, absl::ZeroDuration());
+  KeptResults kept(&budget, absl::ZeroDuration(), /*entry_bytes=*/0);
   ASSERT_TRUE(kept.Reserve(4));
   kept.Keep("s1/1", 0, {}, {Message(0, "wxyz")}, 4);
   EXPECT_FALSE(kept.Find("s1/1", 0).has_value());
@@ -75,7 +75,7 @@ TEST(KeptResultsTest, AResultIsForgottenOnceItsTimeIsUp) {
 
 TEST(KeptResultsTest, KeepingTheSameAttemptAgainReplacesIt) {
   MemoryBudget budget(1 << 20);
-  KeptResults kept(&budget, absl::Seconds(30));
+  KeptResults kept(&budget, absl::Seconds(30), /*entry_bytes=*/0);
   ASSERT_TRUE(kept.Reserve(4));
   kept.Keep("s1/1", 0, {}, {Message(0, "old!")}, 4);
   ASSERT_TRUE(kept.Reserve(8));
@@ -87,7 +87,7 @@ TEST(KeptResultsTest, KeepingTheSameAttemptAgainReplacesIt) {
 
 TEST(KeptResultsTest, RoomIsLimitedAndEveryByteGoesBack) {
   MemoryBudget budget(800);
-  KeptResults kept(&budget, absl::Seconds(30));
+  KeptResults kept(&budget, absl::Seconds(30), /*entry_bytes=*/0);
   EXPECT_FALSE(kept.Reserve(101));  // over an eighth of the budget
   for (int i = 0; i < 8; ++i) ASSERT_TRUE(kept.Reserve(100)) << i;
   EXPECT_FALSE(kept.Reserve(1));  // no room left
@@ -103,7 +103,7 @@ TEST(KeptResultsTest, RoomIsLimitedAndEveryByteGoesBack) {
 
 TEST(KeptResultsTest, NoRoomForgetsTheOldestKeptFirst) {
   MemoryBudget budget(800);
-  KeptResults kept(&budget, absl::Seconds(30));
+  KeptResults kept(&budget, absl::Seconds(30), /*entry_bytes=*/0);
   for (int i = 0; i < 8; ++i) {
     ASSERT_TRUE(kept.Reserve(100)) << i;
     kept.Keep(absl::StrCat("s/", i), 0, {}, {Message(0, "x")}, 100);
@@ -116,7 +116,7 @@ TEST(KeptResultsTest, NoRoomForgetsTheOldestKeptFirst) {
 
 TEST(KeptResultsTest, NumbersReceivedAboveTheMarkAreForgottenToo) {
   MemoryBudget budget(1 << 20);
-  KeptResults kept(&budget, absl::Seconds(30));
+  KeptResults kept(&budget, absl::Seconds(30), /*entry_bytes=*/0);
   for (const char* id : {"s1/3", "s1/4", "s1/5"}) {
     ASSERT_TRUE(kept.Reserve(4));
     kept.Keep(id, 0, {}, {Message(0, "wxyz")}, 4);
@@ -131,10 +131,27 @@ TEST(KeptResultsTest, NumbersReceivedAboveTheMarkAreForgottenToo) {
 TEST(KeptResultsTest, DestructionGivesBackWhatItHeld) {
   MemoryBudget budget(1 << 20);
   {
-    KeptResults kept(&budget, absl::Seconds(30));
+    KeptResults kept(&budget, absl::Seconds(30), /*entry_bytes=*/0);
     ASSERT_TRUE(kept.Reserve(4));
     kept.Keep("s1/1", 0, {}, {Message(0, "wxyz")}, 4);
   }
+  EXPECT_EQ(budget.used(), 0u);
+}
+
+// Results of no bytes (a barrier's) hold their entry's room, so that even
+// they are bounded: past the room, the oldest are forgotten.
+TEST(KeptResultsTest, EntriesOfNoBytesAreBoundedByTheirEntryRoom) {
+  MemoryBudget budget(800);
+  KeptResults kept(&budget, absl::Seconds(30), /*entry_bytes=*/100);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(kept.Reserve(0)) << i;
+    kept.Keep(absl::StrCat("s/", i), 0, {}, {}, 0);
+  }
+  EXPECT_EQ(kept.size(), 8u);
+  EXPECT_EQ(budget.used(), 800u);
+  EXPECT_FALSE(kept.Find("s/11", 0).has_value());
+  EXPECT_TRUE(kept.Find("s/12", 0).has_value());
+  kept.Clear();
   EXPECT_EQ(budget.used(), 0u);
 }
 

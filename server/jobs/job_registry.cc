@@ -53,6 +53,7 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
   if (!accepting_) return absl::UnavailableError(kShuttingDown);
   auto it = jobs_.find(request.job());
   if (it == jobs_.end()) {
+    MakeRoomForAJobLocked();
     if (static_cast<int>(jobs_.size()) >= env_.options->max_jobs) {
       env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
                                    RefusedLimit::kMaxJobs);
@@ -105,7 +106,8 @@ void JobRegistry::FreeLocked(
   ExpireFreedLocked(now);
   it->second->ReleaseRankState();
   std::shared_ptr<KeptResults> kept = it->second->kept_results();
-  if (kept != nullptr && it->second->EndedByALoss()) {
+  if (kept != nullptr && it->second->EndedByALoss() &&
+      (kept->size() > 0 || it->second->HasActiveCollectives())) {
     // Its collectives may still be making (and keeping) results.
     freed_[it->first] = FreedJob{it->second, now + kKeepFreedResultsFor};
   } else if (kept != nullptr) {
@@ -121,6 +123,19 @@ void JobRegistry::ExpireFreedLocked(absl::Time now) {
       current->second.job->kept_results()->Clear();
       freed_.erase(current);
     }
+  }
+}
+
+void JobRegistry::MakeRoomForAJobLocked() {
+  ExpireFreedLocked(absl::Now());
+  const size_t max_jobs = static_cast<size_t>(env_.options->max_jobs);
+  while (!freed_.empty() && jobs_.size() + freed_.size() >= max_jobs) {
+    auto oldest = freed_.begin();
+    for (auto f = freed_.begin(); f != freed_.end(); ++f) {
+      if (f->second.until < oldest->second.until) oldest = f;
+    }
+    oldest->second.job->kept_results()->Clear();
+    freed_.erase(oldest);
   }
 }
 

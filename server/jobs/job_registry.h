@@ -76,12 +76,17 @@ class JobRegistry {
   // The job named `job`, or null; without any status (see Find).
   std::shared_ptr<Job> Lookup(const std::string& job) ABSL_LOCKS_EXCLUDED(mu_);
   // Frees the job `it` points at, keeping it for replays for
-  // kKeepFreedResultsFor if its epoch ended by a loss.
+  // kKeepFreedResultsFor if its epoch ended by a loss and it has something
+  // to replay (kept results, or collectives still making them).
   void FreeLocked(
       absl::flat_hash_map<std::string, std::shared_ptr<Job>>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the freed jobs whose time is up, and what they kept.
   void ExpireFreedLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets freed jobs, the oldest first, until the jobs served and kept
+  // leave room for one more under --max_jobs: freed jobs count toward it,
+  // but never keep a new job out.
+  void MakeRoomForAJobLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct FreedJob {
     std::shared_ptr<Job> job;

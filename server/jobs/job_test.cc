@@ -447,7 +447,9 @@ TEST_F(JobTest, AReplayAfterTheSessionWasLostSendsTheKeptResultAgain) {
 
 TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
   const v1::CollectiveHeader first = JoinAndRun(AllReduceOfBoth);
-  constexpr size_t kResultBytes = kFloats * sizeof(float);
+  // A result's bytes and its entry's.
+  constexpr size_t kResultBytes =
+      kFloats * sizeof(float) + KeptResults::kEntryBytes;
   EXPECT_EQ(kept_memory_.used(), 2 * kResultBytes);  // both ranks' results
   v1::CollectiveHeader unknown = first;
   unknown.set_attempt_id("a/9");
@@ -596,7 +598,8 @@ TEST_F(JobRegistryTest, AFreedJobStillAnswersAfterItsNameWasJoinedAgain) {
 TEST_F(JobRegistryTest, AFreedJobThatEndedCleanlyKeepsNothing) {
   JobRegistry registry(Env());
   const v1::CollectiveHeader replay = JoinAndRun(registry, AllReduceOfBoth);
-  EXPECT_EQ(kept_memory_.used(), 2 * kFloats * sizeof(float));
+  EXPECT_EQ(kept_memory_.used(),
+            2 * (kFloats * sizeof(float) + KeptResults::kEntryBytes));
   (*registry.Find("j1"))->Depart("a");
   (*registry.Find("j1"))->Depart("b");
   registry.Leave("j1", "a", "closed", EpochEndReason::kSessionEnded);
@@ -606,6 +609,33 @@ TEST_F(JobRegistryTest, AFreedJobThatEndedCleanlyKeepsNothing) {
                 .code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(kept_memory_.used(), 0u);
+}
+
+// Jobs kept for replays count toward --max_jobs, but a new job forgets the
+// oldest of them rather than being refused for them.
+TEST_F(JobRegistryTest, FreedJobsCountTowardTheJobLimitAndMakeRoomForNewOnes) {
+  options_.max_jobs = 2;
+  JobRegistry registry(Env());
+  const v1::CollectiveHeader replay = JoinAndRun(registry, AllReduceOfBoth);
+  registry.Leave("j1", "a", "keepalive watchdog timeout",
+                 EpochEndReason::kSessionCancelled);
+  registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
+  ASSERT_TRUE(registry.Join(Join("j2", 0, 1, "c"), std::make_shared<FakeSession>()).ok());
+  // j1 is still kept: one served and one kept make the limit.
+  ASSERT_TRUE(registry.ReplayForFreedJob(replay, std::make_shared<FakeRankChannel>())
+                  .ok());
+  // A third job is let in, and j1 is forgotten for it, with what it kept.
+  ASSERT_TRUE(registry.Join(Join("j3", 0, 1, "d"), std::make_shared<FakeSession>()).ok());
+  EXPECT_EQ(registry.ReplayForFreedJob(replay, std::make_shared<FakeRankChannel>())
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(kept_memory_.used(), 0u);
+  // Two jobs served: a fourth is refused, naming the limit.
+  absl::Status fourth =
+      registry.Join(Join("j4", 0, 1, "e"), std::make_shared<FakeSession>());
+  EXPECT_EQ(fourth.code(), absl::StatusCode::kResourceExhausted) << fourth;
+  EXPECT_THAT(fourth.message(), HasSubstr("--max_jobs=2"));
 }
 
 TEST_F(JobRegistryTest, FindsAJoinedJobAndNotAnUnknownOne) {
