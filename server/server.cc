@@ -171,8 +171,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   if (o.shared_memory) {
     // Before serving, so that every JobReady names the socket.
     absl::StatusOr<std::unique_ptr<SharedMemoryListener>> listener =
-        SharedMemoryListener::Start(&server->registry_, &server->door_,
-                                    &server->log_, o.chunk_bytes,
+        SharedMemoryListener::Start(&server->door_, &server->log_,
+                                    o.chunk_bytes,
                                     o.max_same_host_handshakes,
                                     PeerUids{o.shared_memory_any_uid,
                                              o.shared_memory_allowed_uids});

@@ -111,10 +111,21 @@ TEST_F(RetryTest, AnAnswerCutHalfWayIsSentAgainWhole) {
                        absl::StrCat(kWarm, ";", big, ";", after)});
   const uint64_t down_before = proxy_->connection(1).bytes_down;
   proxy_->SetDelay(absl::Milliseconds(20), 64 << 10);  // ~3 MB/s each way
-  // 2.5 MiB: at least two whole result messages (about 1 MiB each) have
-  // reached rank 0's client.
+  // Rank 0's whole contribution has gone up (its 4 MiB and more than the
+  // 2 KiB of framing they take), so that every input is in once reducerd
+  // reads it: a cut before that must fail the collective, which could not
+  // end without it. Its result trails it by about a chunk, so about 3 MiB
+  // of it has come down by then, and at least 2.5 MiB (two whole result
+  // messages of about 1 MiB) by the time the rest is held back.
+  ASSERT_TRUE(proxy_->WaitForBytes(1, TcpProxy::kUpstream,
+                                   data_bytes_up_ + (4 << 20) + (2 << 10),
+                                   absl::Seconds(30)));
   ASSERT_TRUE(proxy_->WaitForBytes(1, TcpProxy::kDownstream,
                                    down_before + (5 << 19), absl::Seconds(30)));
+  proxy_->Pause(1, TcpProxy::kDownstream);
+  ASSERT_LT(proxy_->connection(1).bytes_down, down_before + (4 << 20))
+      << "the whole result came down before the cut";
+  absl::SleepFor(absl::Milliseconds(300));  // reducerd reads the last input
   proxy_->Drop(1);
   proxy_->SetDelay(absl::ZeroDuration());
   std::vector<ProcessResult> results = WaitWorkers(workers_);

@@ -42,15 +42,13 @@ absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
 
 }  // namespace
 
-SharedMemoryListener::SharedMemoryListener(JobRegistry* registry,
-                                           JobDoor* door,
+SharedMemoryListener::SharedMemoryListener(JobDoor* door,
                                            const Logger* log,
                                            size_t chunk_bytes,
                                            int max_handshakes,
                                            PeerUids peer_uids,
                                            absl::Duration handshake_timeout)
-    : registry_(registry),
-      door_(door),
+    : door_(door),
       log_(log),
       chunk_bytes_(chunk_bytes),
       max_handshakes_(max_handshakes),
@@ -58,11 +56,10 @@ SharedMemoryListener::SharedMemoryListener(JobRegistry* registry,
       handshake_timeout_(handshake_timeout) {}
 
 absl::StatusOr<std::unique_ptr<SharedMemoryListener>> SharedMemoryListener::Start(
-    JobRegistry* registry, JobDoor* door, const Logger* log,
-    size_t chunk_bytes, int max_handshakes, PeerUids peer_uids,
-    absl::Duration handshake_timeout) {
+    JobDoor* door, const Logger* log, size_t chunk_bytes, int max_handshakes,
+    PeerUids peer_uids, absl::Duration handshake_timeout) {
   std::unique_ptr<SharedMemoryListener> listener(new SharedMemoryListener(
-      registry, door, log, chunk_bytes, max_handshakes, std::move(peer_uids),
+      door, log, chunk_bytes, max_handshakes, std::move(peer_uids),
       handshake_timeout));
   listener->name_ = absl::StrCat("reducerd-", getpid(), "-",
                                  absl::BytesToHexString(RandomBytes(8)));

@@ -4,7 +4,7 @@
 // name() JobReady carries.
 //
 //   absl::StatusOr<std::unique_ptr<SharedMemoryListener>> listener =
-//       SharedMemoryListener::Start(&registry, &door, &log, chunk_bytes);
+//       SharedMemoryListener::Start(&door, &log, chunk_bytes, ...);
 //   registry.SetSharedMemorySocket((*listener)->name());
 //   ...
 //   (*listener)->Stop();   // ends every session and joins every thread
@@ -25,12 +25,14 @@
 // (INVALID_ARGUMENT). Accepted,
 // it answers OK with the job's result segment (its memfd, and the nonce in
 // its first 64 bytes) and hands the session to the job's SharedMemoryJob,
-// whose one thread serves every session of the job. A job is forgotten
+// whose one thread serves every session of the job (of one epoch of it:
+// a session of a later epoch, or one after a session lost its seat, gets a
+// new SharedMemoryJob and result segment). A job is forgotten
 // (its thread joined, its result segment closed) once it has no session
 // left. Every refusal and every session's start and end is logged with the
 // job, rank, and the peer's pid and uid (SO_PEERCRED).
 //
-// Thread-safe. `registry`, `door` and `log` outlive the listener.
+// Thread-safe. `door` and `log` outlive the listener.
 #ifndef REDUCER_SERVER_SHM_SHARED_MEMORY_LISTENER_H_
 #define REDUCER_SERVER_SHM_SHARED_MEMORY_LISTENER_H_
 
@@ -51,7 +53,6 @@
 #include "absl/time/time.h"
 #include "core/shm/unique_fd.h"
 #include "server/jobs/job_door.h"
-#include "server/jobs/job_registry.h"
 #include "server/log.h"
 #include "server/security/job_tokens.h"
 #include "server/shm/shared_memory_job.h"
@@ -77,8 +78,8 @@ class SharedMemoryListener {
   // A peer whose uid (SO_PEERCRED) is neither reducerd's own nor in
   // `peer_uids` is refused with PERMISSION_DENIED, unless `peer_uids.any`.
   static absl::StatusOr<std::unique_ptr<SharedMemoryListener>> Start(
-      JobRegistry* registry, JobDoor* door, const Logger* log,
-      size_t chunk_bytes, int max_handshakes, PeerUids peer_uids,
+      JobDoor* door, const Logger* log, size_t chunk_bytes,
+      int max_handshakes, PeerUids peer_uids,
       absl::Duration handshake_timeout = kDefaultHandshakeTimeout);
 
   ~SharedMemoryListener();  // Stop()
@@ -92,8 +93,7 @@ class SharedMemoryListener {
   // answered count as cancelled) and joins every thread. Idempotent.
   void Stop();
 
-  SharedMemoryListener(JobRegistry* registry, JobDoor* door,
-                       const Logger* log, size_t chunk_bytes,
+  SharedMemoryListener(JobDoor* door, const Logger* log, size_t chunk_bytes,
                        int max_handshakes, PeerUids peer_uids,
                        absl::Duration handshake_timeout);  // Start()
 
@@ -128,7 +128,6 @@ class SharedMemoryListener {
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after Start.
-  JobRegistry* const registry_;
   JobDoor* const door_;
   const Logger* const log_;
   const size_t chunk_bytes_;
