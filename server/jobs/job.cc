@@ -4,6 +4,7 @@
 #include <atomic>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -312,12 +313,14 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Replay(
 }
 
 absl::Status RefusedByCollectiveError() {
-  return absl::AbortedError(kRefusedByCollective);
+  absl::Status refused = absl::AbortedError(
+      "the collective refused this call; the call was told why");
+  refused.SetPayload(kRefusedByCollectiveMark, absl::Cord());
+  return refused;
 }
 
 bool IsRefusedByCollective(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kAborted &&
-         status.message() == kRefusedByCollective;
+  return status.GetPayload(kRefusedByCollectiveMark).has_value();
 }
 
 absl::Status CheckReplay(const v1::CollectiveHeader& header) {

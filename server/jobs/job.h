@@ -57,9 +57,11 @@ class SessionChannel {
 // name reused while in flight, a retry after data moved) or failed at its
 // attach: the call's channel has been told why already, so the caller must
 // feed none of its bytes (the rank may have another call in that
-// collective) and need not answer it again.
-inline constexpr char kRefusedByCollective[] =
-    "the collective refused this call; the call was told why";
+// collective) and need not answer it again. The mark is a payload of the
+// status (kRefusedByCollectiveMark), not its text, so no other status is
+// taken for it.
+inline constexpr char kRefusedByCollectiveMark[] =
+    "reducer.server/refused_by_collective";
 absl::Status RefusedByCollectiveError();
 bool IsRefusedByCollective(const absl::Status& status);
 
