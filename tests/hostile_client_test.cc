@@ -240,6 +240,47 @@ TEST_F(HostileClientTest, SilentStreamsAreClosedAndGiveTheirSlotsBack) {
   EXPECT_EQ(after.data, std::string(16, '\0'));
 }
 
+// A peer's streams that have sent no call yet are bounded by
+// --max_streams_per_job, with no timeout set: the next stream it opens is
+// refused at once, and once a silent stream ends, a call gets in.
+TEST_F(HostileClientTest, APeersSilentStreamsAreBoundedWithoutATimeout) {
+  ASSERT_TRUE(StartServer({"--max_streams_per_job=2"}));
+  std::unique_ptr<v1::Reducer::Stub> stub = v1::Reducer::NewStub(
+      grpc::CreateChannel(server()->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext one_context;
+  grpc::ClientContext many_context;
+  for (grpc::ClientContext* c : {&one_context, &many_context}) {
+    c->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+  }
+  auto one = stub->Collective(&one_context);     // silent Collective stream
+  auto many = stub->Collectives(&many_context);  // silent Collectives stream
+  absl::SleepFor(absl::Milliseconds(300));
+
+  absl::StatusOr<std::unique_ptr<RawSession>> raw = RawSession::Join(
+      server()->address(), Job("busy"), 0, 1, absl::Seconds(30));
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  v1::CollectiveRequest request = (*raw)->AllReduceRequest({4});
+  request.set_data(std::string(16, '\0'));
+  const absl::Time asked = absl::Now();
+  const RawCallResult crowded = (*raw)->Call({request}, absl::Seconds(10));
+  EXPECT_EQ(crowded.status.code(), absl::StatusCode::kResourceExhausted)
+      << crowded.status;
+  EXPECT_THAT(crowded.status.message(),
+              HasSubstr("collective streams that sent no call yet "
+                        "(--max_streams_per_job=2)"));
+  EXPECT_LE(absl::Now() - asked, kFast);
+
+  one_context.TryCancel();
+  one->Finish();  // CANCELLED, by the test
+  absl::SleepFor(absl::Milliseconds(300));  // reducerd sees it end
+  request.mutable_header()->set_attempt_id("after-a-silent-stream-ended");
+  const RawCallResult after = (*raw)->Call({request}, absl::Seconds(10));
+  EXPECT_TRUE(after.status.ok()) << after.status;
+  EXPECT_EQ(after.data, std::string(16, '\0'));
+  many_context.TryCancel();
+  many->Finish();
+}
+
 // One job may hold --max_streams_per_job collective streams: its next stream
 // is refused at once naming the flag, while another job's calls go on; once
 // the job's streams end, its calls get in again.

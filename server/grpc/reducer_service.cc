@@ -3,6 +3,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 #include "proto/reducer/v1/status_conversion.h"
@@ -19,6 +20,17 @@ const GrpcServerMetrics::MethodMetrics* MethodOf(
   if (metrics == nullptr) return nullptr;
   return metrics->Find(absl::StrCat("/", v1::Reducer::service_full_name(), "/",
                                     method));
+}
+
+// The peer's address without its port ("ipv4:10.0.0.7" of
+// "ipv4:10.0.0.7:41234", "ipv6:[::1]" of "ipv6:[::1]:5"); a Unix socket's
+// peer as it is. Streams of one client host count together.
+std::string PeerHost(const std::string& peer) {
+  if (!absl::StartsWith(peer, "ipv4:") && !absl::StartsWith(peer, "ipv6:")) {
+    return peer;
+  }
+  const size_t colon = peer.rfind(':');
+  return colon <= 4 ? peer : peer.substr(0, colon);
 }
 
 // A Join refused before it joined anything: finishes at once with the
@@ -43,7 +55,9 @@ ReducerService::ReducerService(JobDoor* door, int max_concurrent_calls,
                                const GrpcServerMetrics* grpc_metrics)
     : door_(door),
       max_concurrent_calls_(max_concurrent_calls),
-      stream_shares_(max_streams_per_job, metrics),
+      stream_shares_(StreamShares::Holder::kJob, max_streams_per_job, metrics),
+      silent_peer_shares_(StreamShares::Holder::kSilentPeer,
+                          max_streams_per_job, metrics),
       header_timeout_(header_timeout),
       timers_(timers),
       metrics_(metrics),
@@ -117,8 +131,14 @@ ReducerService::StartStream(
   if (absl::Status known = door_->AuthorizeAnyJob(token); !known.ok()) {
     return CollectiveReactor::CreateFailed(known, [] {}, metrics);
   }
+  absl::StatusOr<StreamShares::Share> silent =
+      silent_peer_shares_.Take(PeerHost(context->peer()));
+  if (!silent.ok()) {
+    return CollectiveReactor::CreateFailed(silent.status(), [] {}, metrics);
+  }
   std::atomic<int>* active = &active_calls_;
-  auto shares = std::make_shared<HeldStreamShares>(&stream_shares_);
+  auto shares =
+      std::make_shared<HeldStreamShares>(&stream_shares_, *std::move(silent));
   auto on_done = [active, shares] {
     shares->GiveBack();
     active->fetch_sub(1);

@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "server/engine/timer_queue.h"
 #include "server/jobs/job_door.h"
-#include "server/jobs/job_stream_shares.h"
+#include "server/jobs/stream_shares.h"
 #include "server/metrics/grpc_server_metrics.h"
 #include "server/metrics/metrics_sink.h"
 
@@ -33,7 +33,9 @@ class ReducerService final
   // `max_concurrent_calls` Collective and Collectives streams are served at
   // once; more are answered RESOURCE_EXHAUSTED, and so is a stream whose
   // call would make its job hold more than `max_streams_per_job` of them
-  // (JobStreamShares). `metrics` counts the calls
+  // (StreamShares), or one that would make its peer hold more than
+  // `max_streams_per_job` streams that have sent no call yet. `metrics`
+  // counts the calls
   // refused; `grpc_metrics` (null: metrics off) this service's calls, which
   // its reactors count themselves. When the door requires tokens, Join,
   // Leave and every collective must carry the job's token
@@ -71,7 +73,8 @@ class ReducerService final
 
   JobDoor* const door_;  // not owned
   const int max_concurrent_calls_;
-  JobStreamShares stream_shares_;
+  StreamShares stream_shares_;         // by job
+  StreamShares silent_peer_shares_;    // by peer, until a stream's first call
   const absl::Duration header_timeout_;
   TimerQueue* const timers_;  // not owned
   MetricsSink* const metrics_;  // not owned

@@ -18,7 +18,7 @@
 #include "server/engine/collective.h"
 #include "server/engine/rank_channel.h"
 #include "server/jobs/job_registry.h"
-#include "server/jobs/job_stream_shares.h"
+#include "server/jobs/stream_shares.h"
 #include "server/metrics/metrics_sink.h"
 #include "server/security/job_tokens.h"
 
@@ -90,7 +90,7 @@ class JobDoor {
   // Attach bound to `token`, for one gRPC stream: once the header's names
   // and token pass, a call to a job the stream has not attached to yet
   // first takes a share of that job into `stream_shares` (refused with
-  // JobStreamShares::Take's error, nothing attached). The stream gives them
+  // StreamShares::Take's error, nothing attached). The stream gives them
   // back when it ends (HeldStreamShares::GiveBack).
   AttachFn AttachForStream(const PresentedToken& token,
                            std::shared_ptr<HeldStreamShares> stream_shares);
