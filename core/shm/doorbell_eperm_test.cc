@@ -3,7 +3,8 @@
 // watch (Doorbell::kSpin) is over, not spun out to its deadline; a ring
 // still counts; and a waiter that polls each millisecond on refusal, as
 // reducerd's job thread does (server/shm/shared_memory_job.cc), sees the
-// ring while using little CPU.
+// ring while using little CPU; and a MessageRing push into a full ring
+// polls until there is room rather than give up at once.
 //
 // Each test forks a child that installs a seccomp filter refusing futex on
 // the doorbell's word alone (glibc's own locks keep theirs) and futex_waitv
@@ -39,6 +40,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/shm/doorbell.h"
+#include "core/shm/message_ring.h"
 #include "core/shm/shared_segment.h"
 #include "gtest/gtest.h"
 
@@ -255,6 +257,59 @@ TEST_F(DoorbellEpermTest, PollingWaiterSeesARingAndDoesNotSpin) {
                  absl::StrCat("Ring() gave ", rung.load(), ", the bell reads ",
                               bell.value()));
   });
+}
+
+// The word a ring's space bell counts in, found as the one word of the
+// ring's header that its Ring() changes.
+std::atomic<uint32_t>* SpaceBellWord(MessageRing& ring, char* base) {
+  char before[MessageRing::kHeaderBytes];
+  std::memcpy(before, base, sizeof(before));
+  ring.space_bell().Ring();
+  for (size_t at = 0; at < sizeof(before); at += 4) {
+    if (std::memcmp(before + at, base + at, 4) != 0) {
+      return reinterpret_cast<std::atomic<uint32_t>*>(base + at);
+    }
+  }
+  return nullptr;
+}
+
+TEST(MessageRingEpermTest, APushIntoAFullRingPollsUntilThereIsRoom) {
+  if (!kX86_64) GTEST_SKIP() << "the seccomp filter is written for x86-64";
+  constexpr size_t kCapacity = 4096;
+  auto segment = SharedSegment::Create(
+      "ring-eperm", MessageRing::FootprintBytes(kCapacity));
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  char* base = static_cast<char*>(segment->data());
+  MessageRing ring(base, kCapacity);
+  std::atomic<uint32_t>* space_word = SpaceBellWord(ring, base);
+  ASSERT_NE(space_word, nullptr);
+  const std::string record(ring.max_record_bytes() / 2, 'r');
+  while (true) {
+    absl::StatusOr<bool> pushed = ring.TryPush(record);
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    if (!*pushed) break;  // full
+  }
+  const int status = RunRefused(space_word, [&] {
+    // The reader frees room 50 ms from now; the push must wait for it.
+    std::thread reader([&] {
+      absl::SleepFor(absl::Milliseconds(50));
+      std::string popped;
+      ring.TryPop(&popped).IgnoreError();
+    });
+    const absl::Time start = absl::Now();
+    const absl::Status pushed = ring.Push(record, start + absl::Seconds(5));
+    const absl::Duration took = absl::Now() - start;
+    reader.join();
+    return Check(pushed.ok(), absl::StrCat("Push: ", pushed.ToString())) &&
+           Check(took >= absl::Milliseconds(40),
+                 absl::StrCat("Push returned after ",
+                              absl::FormatDuration(took),
+                              ", before there was room"));
+  });
+  if (status == kCannotFilter) {
+    GTEST_SKIP() << "seccomp filters cannot be installed here";
+  }
+  EXPECT_EQ(status, 0) << "the child's checks failed: see its stderr above";
 }
 
 }  // namespace

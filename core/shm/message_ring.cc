@@ -1,5 +1,6 @@
 #include "core/shm/message_ring.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -68,12 +69,20 @@ absl::Status MessageRing::Push(absl::string_view record, absl::Time deadline) {
     const uint32_t seen = space_bell_.value();
     REDUCER_ASSIGN_OR_RETURN(const bool pushed, TryPush(record));
     if (pushed) return absl::OkStatus();
-    if (!space_bell_.WaitChange(seen, deadline).ok()) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("the shared-memory ring stayed full for ",
-                       absl::FormatDuration(absl::Now() - start),
-                       ": its reader (the other process) is not consuming"));
+    const absl::StatusOr<uint32_t> waited =
+        space_bell_.WaitChange(seen, deadline);
+    if (waited.ok()) continue;
+    if (waited.status().code() == absl::StatusCode::kPermissionDenied &&
+        absl::Now() < deadline) {
+      // The kernel refuses to sleep on the bell (a seccomp profile that
+      // answers futex with EPERM): look again every millisecond.
+      absl::SleepFor(std::min(deadline - absl::Now(), absl::Milliseconds(1)));
+      continue;
     }
+    return absl::DeadlineExceededError(
+        absl::StrCat("the shared-memory ring stayed full for ",
+                     absl::FormatDuration(absl::Now() - start),
+                     ": its reader (the other process) is not consuming"));
   }
 }
 

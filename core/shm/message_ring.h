@@ -59,7 +59,8 @@ class MessageRing {
   // False when the ring is full; INVALID_ARGUMENT when `record` is larger
   // than max_record_bytes(); DATA_LOSS when the consumer's index is corrupt.
   absl::StatusOr<bool> TryPush(absl::string_view record);
-  // TryPush, waiting on space_bell while the ring is full; DEADLINE_EXCEEDED
+  // TryPush, waiting on space_bell while the ring is full (polling each
+  // millisecond where the kernel refuses the sleep); DEADLINE_EXCEEDED
   // (naming how long it waited) if it is still full at `deadline`.
   absl::Status Push(absl::string_view record, absl::Time deadline);
 
