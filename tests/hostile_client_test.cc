@@ -77,6 +77,29 @@ RawCallResult CallOnceAdmitted(RawSession& raw,
   }
 }
 
+// A silent Collective stream and a silent Collectives stream: opened, and
+// nothing sent on them. Each ends when the test Finishes it (or cancels it
+// first); the client's deadline is 20 s.
+struct SilentStreams {
+  explicit SilentStreams(const std::string& address)
+      : stub(v1::Reducer::NewStub(grpc::CreateChannel(
+            address, grpc::InsecureChannelCredentials()))) {
+    for (grpc::ClientContext* c : {&one_context, &many_context}) {
+      c->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+    }
+    one = stub->Collective(&one_context);
+    many = stub->Collectives(&many_context);
+  }
+
+  std::unique_ptr<v1::Reducer::Stub> stub;
+  grpc::ClientContext one_context;
+  grpc::ClientContext many_context;
+  std::unique_ptr<grpc::ClientReaderWriterInterface<v1::CollectiveRequest,
+                                                    v1::CollectiveResponse>> one;
+  std::unique_ptr<grpc::ClientReaderWriterInterface<v1::CollectiveRequest,
+                                                    v1::CollectiveResponse>> many;
+};
+
 class HostileClientTest : public FaultTest {};
 
 TEST_F(HostileClientTest, HugeWorldSizeIsRefusedWithoutGrowingReducerd) {
@@ -217,16 +240,8 @@ TEST_F(HostileClientTest, NamesOverTheLimitAreRefusedNamingTheField) {
 // every slot taken by them gets in afterwards.
 TEST_F(HostileClientTest, SilentStreamsAreClosedAndGiveTheirSlotsBack) {
   ASSERT_TRUE(StartServer({"--header_timeout=1s", "--max_concurrent_calls=2"}));
-  std::unique_ptr<v1::Reducer::Stub> stub = v1::Reducer::NewStub(
-      grpc::CreateChannel(server()->address(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext one_context;
-  grpc::ClientContext many_context;
-  for (grpc::ClientContext* c : {&one_context, &many_context}) {
-    c->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
-  }
   const absl::Time opened = absl::Now();
-  auto one = stub->Collective(&one_context);     // silent Collective stream
-  auto many = stub->Collectives(&many_context);  // silent Collectives stream
+  SilentStreams silent(server()->address());
   absl::SleepFor(absl::Milliseconds(300));
 
   absl::StatusOr<std::unique_ptr<RawSession>> raw = RawSession::Join(
@@ -239,9 +254,8 @@ TEST_F(HostileClientTest, SilentStreamsAreClosedAndGiveTheirSlotsBack) {
       << crowded.status;
   EXPECT_THAT(crowded.status.message(), HasSubstr("--max_concurrent_calls=2"));
 
-  for (auto* silent : {one.get(), many.get()}) {
-    const grpc::Status closed =
-        silent == one.get() ? one->Finish() : many->Finish();
+  for (auto* stream : {silent.one.get(), silent.many.get()}) {
+    const grpc::Status closed = stream->Finish();
     EXPECT_EQ(closed.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
         << closed.error_message();
     EXPECT_THAT(closed.error_message(),
@@ -261,15 +275,7 @@ TEST_F(HostileClientTest, SilentStreamsAreClosedAndGiveTheirSlotsBack) {
 // refused at once, and once a silent stream ends, a call gets in.
 TEST_F(HostileClientTest, APeersSilentStreamsAreBoundedWithoutATimeout) {
   ASSERT_TRUE(StartServer({"--max_streams_per_job=2"}));
-  std::unique_ptr<v1::Reducer::Stub> stub = v1::Reducer::NewStub(
-      grpc::CreateChannel(server()->address(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext one_context;
-  grpc::ClientContext many_context;
-  for (grpc::ClientContext* c : {&one_context, &many_context}) {
-    c->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
-  }
-  auto one = stub->Collective(&one_context);     // silent Collective stream
-  auto many = stub->Collectives(&many_context);  // silent Collectives stream
+  SilentStreams silent(server()->address());
   absl::SleepFor(absl::Milliseconds(300));
 
   absl::StatusOr<std::unique_ptr<RawSession>> raw = RawSession::Join(
@@ -286,14 +292,14 @@ TEST_F(HostileClientTest, APeersSilentStreamsAreBoundedWithoutATimeout) {
                         "(--max_streams_per_job=2)"));
   EXPECT_LE(absl::Now() - asked, kFast);
 
-  one_context.TryCancel();
-  one->Finish();  // CANCELLED, by the test
+  silent.one_context.TryCancel();
+  silent.one->Finish();  // CANCELLED, by the test
   request.mutable_header()->set_attempt_id("after-a-silent-stream-ended");
   const RawCallResult after = CallOnceAdmitted(**raw, request);
   EXPECT_TRUE(after.status.ok()) << after.status;
   EXPECT_EQ(after.data, std::string(16, '\0'));
-  many_context.TryCancel();
-  many->Finish();
+  silent.many_context.TryCancel();
+  silent.many->Finish();
 }
 
 // One job may hold --max_streams_per_job collective streams: its next stream

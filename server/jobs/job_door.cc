@@ -102,9 +102,14 @@ absl::Status JobDoor::Leave(const v1::LeaveRequest& request,
 absl::StatusOr<std::shared_ptr<Collective>> JobDoor::Attach(
     const v1::CollectiveHeader& header, const PresentedToken& token,
     std::shared_ptr<RankChannel> channel) {
-  REDUCER_RETURN_IF_ERROR(CheckNames(header));
-  REDUCER_RETURN_IF_ERROR(Authorize(header.job(), token));
+  REDUCER_RETURN_IF_ERROR(CheckCall(header, token));
   return AttachChecked(header, std::move(channel));
+}
+
+absl::Status JobDoor::CheckCall(const v1::CollectiveHeader& header,
+                                const PresentedToken& token) {
+  REDUCER_RETURN_IF_ERROR(CheckNames(header));
+  return Authorize(header.job(), token);
 }
 
 absl::StatusOr<std::shared_ptr<Collective>> JobDoor::AttachChecked(
@@ -161,8 +166,7 @@ JobDoor::AttachFn JobDoor::AttachForStream(
   return [this, token, held](const v1::CollectiveHeader& header,
                              std::shared_ptr<RankChannel> channel)
              -> absl::StatusOr<std::shared_ptr<Collective>> {
-    REDUCER_RETURN_IF_ERROR(CheckNames(header));
-    REDUCER_RETURN_IF_ERROR(Authorize(header.job(), token));
+    REDUCER_RETURN_IF_ERROR(CheckCall(header, token));
     REDUCER_RETURN_IF_ERROR(held->Hold(header.job()));
     return AttachChecked(header, std::move(channel));
   };

@@ -100,7 +100,10 @@ class JobDoor {
   absl::Status CheckName(absl::string_view field,
                          absl::string_view value) const;
   absl::Status CheckNames(const v1::CollectiveHeader& header) const;
-  // Attach once the header's names and token have passed.
+  // The header's names (CheckNames), then its token against its job.
+  absl::Status CheckCall(const v1::CollectiveHeader& header,
+                         const PresentedToken& token);
+  // Attach once CheckCall has passed.
   absl::StatusOr<std::shared_ptr<Collective>> AttachChecked(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> channel);
 

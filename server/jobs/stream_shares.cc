@@ -8,14 +8,14 @@ namespace reducer {
 
 StreamShares::Share::Share(Share&& other) noexcept
     : shares_(std::exchange(other.shares_, nullptr)),
-      holder_(std::move(other.holder_)) {}
+      holder_(std::exchange(other.holder_, std::string())) {}
 
 StreamShares::Share& StreamShares::Share::operator=(
     Share&& other) noexcept {
   if (this != &other) {
     GiveBack();
     shares_ = std::exchange(other.shares_, nullptr);
-    holder_ = std::move(other.holder_);
+    holder_ = std::exchange(other.holder_, std::string());
   }
   return *this;
 }
@@ -49,7 +49,8 @@ absl::StatusOr<StreamShares::Share> StreamShares::Take(
     return absl::ResourceExhaustedError(absl::StrCat(
         "peer ", holder, " already holds ", max_streams_per_job_,
         " collective streams that sent no call yet (--max_streams_per_job=",
-        max_streams_per_job_, "); a stream must send its call as it opens"));
+        max_streams_per_job_, "); a stream must send its call as it opens: look for a client that "
+        "opens streams and sends nothing, or raise the flag"));
   }
   return absl::ResourceExhaustedError(absl::StrCat(
       "job ", holder, " already holds ", max_streams_per_job_,
@@ -73,13 +74,12 @@ void StreamShares::GiveBack(const std::string& holder) {
 absl::Status HeldStreamShares::Hold(absl::string_view job) {
   absl::MutexLock lock(&mu_);
   silent_ = StreamShares::Share();  // a call came: the stream is not silent
-  for (const std::string& held : jobs_) {
-    if (held == job) return absl::OkStatus();
+  for (const StreamShares::Share& held : held_) {
+    if (held.holder() == job) return absl::OkStatus();
   }
   absl::StatusOr<StreamShares::Share> share = shares_->Take(job);
   if (!share.ok()) return share.status();
   held_.push_back(*std::move(share));
-  jobs_.emplace_back(job);
   return absl::OkStatus();
 }
 
@@ -89,7 +89,6 @@ void HeldStreamShares::GiveBack() {
     absl::MutexLock lock(&mu_);
     held.swap(held_);
     held.push_back(std::move(silent_));
-    jobs_.clear();
   }
 }
 

@@ -42,6 +42,9 @@ class StreamShares {
     Share& operator=(const Share&) = delete;
     ~Share();
 
+    // Whose share it is; empty when it holds nothing.
+    const std::string& holder() const { return holder_; }
+
    private:
     friend class StreamShares;
     Share(StreamShares* shares, std::string holder)
@@ -92,8 +95,7 @@ class HeldStreamShares {
  private:
   StreamShares* const shares_;  // not owned
   absl::Mutex mu_;
-  std::vector<std::string> jobs_ ABSL_GUARDED_BY(mu_);
-  std::vector<StreamShares::Share> held_ ABSL_GUARDED_BY(mu_);
+  std::vector<StreamShares::Share> held_ ABSL_GUARDED_BY(mu_);  // one per job
   StreamShares::Share silent_ ABSL_GUARDED_BY(mu_);
 };
 
