@@ -511,6 +511,34 @@ TEST_F(ShmServerTest, AllReduceInlineAndThroughTheSegments) {
   }
 }
 
+// The job's thread wakes every 50 ms (SharedMemorySession::kSocketCheck) to
+// look at its sessions' sockets; that wake-up is not the kernel refusing to sleep,
+// which would make the thread stop watching its bells (a futex wake on every
+// later call) and log that it cannot sleep.
+TEST_F(ShmServerTest, AJobIdlePastItsSocketChecksStillWatchesItsBells) {
+  ::testing::internal::CaptureStderr();
+  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-idle");
+  ASSERT_EQ(s.size(), 2u);
+  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
+  ASSERT_NE(c[0], nullptr);
+  ASSERT_NE(c[1], nullptr);
+  absl::SleepFor(absl::Milliseconds(200));  // four socket checks
+  const int64_t n = 16;
+  for (int r = 0; r < 2; ++r) {
+    v1::CollectiveRequest call = AllReduce(*s[r], 1, 0, n);
+    call.set_data(Input(r, n, 1));
+    ASSERT_TRUE(c[r]->Push(call).ok());
+  }
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<v1::CollectiveResponse> got = c[r]->Next();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->data(), Expected(n, 1)) << "rank " << r;
+  }
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(logged, HasSubstr("same-host session of job shm-idle rank 1 started"));
+  EXPECT_THAT(logged, Not(HasSubstr("cannot sleep on doorbells")));
+}
+
 TEST_F(ShmServerTest, AWholeSegmentsResultFitsAndAHeldOneLeavesNoRoom) {
   std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-room");
   ASSERT_EQ(s.size(), 2u);

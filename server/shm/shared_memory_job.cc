@@ -4,6 +4,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -128,7 +129,10 @@ void SharedMemoryJob::Run() {
     const absl::Status waited = Doorbell::WaitAny(
         watches, wake_by,
         futex_refused ? absl::ZeroDuration() : Doorbell::kSpin);
-    if (!waited.ok()) {
+    // DEADLINE_EXCEEDED is the wake-up for the sessions' periodic checks
+    // (every kSocketCheck), not a refusal: taking it for one would stop the
+    // watch for good and put a futex wake on every later call's path.
+    if (!waited.ok() && !absl::IsDeadlineExceeded(waited)) {
       // The kernel refuses to sleep on the bells (a seccomp profile that
       // answers futex with EPERM): look again every millisecond rather than
       // spin, and say so once.
