@@ -103,7 +103,7 @@ def allreduce_iters(size, smoke):
 
 def per_call_iters(smoke):
     """(timed, warmup) 4 B calls per system, path and round in part 2."""
-    return (20, 3) if smoke else (500, 50)
+    return (20, 3) if smoke else (3000, 500)
 
 
 # --------------------------------------------------------------------------
