@@ -58,6 +58,16 @@ absl::string_view CollectiveKindName(CollectiveKind kind) {
       return "reducescatter";
     case CollectiveKind::kBarrier:
       return "barrier";
+    case CollectiveKind::kReduce:
+      return "reduce";
+    case CollectiveKind::kGather:
+      return "gather";
+    case CollectiveKind::kScatter:
+      return "scatter";
+    case CollectiveKind::kAllToAll:
+      return "alltoall";
+    case CollectiveKind::kSendReceive:
+      return "sendreceive";
   }
   return "unknown_collective";
 }

@@ -30,10 +30,16 @@ enum class CollectiveKind {
   kBroadcast,
   kReduceScatter,
   kBarrier,
+  kReduce,         // the root gets the reduction; the others send only
+  kGather,         // the root gets the concatenation along dim 0
+  kScatter,        // the root's input, cut along dim 0, one part per rank
+  kAllToAll,       // part j of rank i goes to rank j
+  kSendReceive,    // point to point: group {source, destination}, root = source
 };
-inline constexpr int kNumCollectiveKinds = 5;
+inline constexpr int kNumCollectiveKinds = 10;
 
-// "allreduce", "allgather", "broadcast", "reducescatter", "barrier".
+// "allreduce", "allgather", "broadcast", "reducescatter", "barrier",
+// "reduce", "gather", "scatter", "alltoall", "sendreceive".
 absl::string_view CollectiveKindName(CollectiveKind kind);
 absl::StatusOr<CollectiveKind> CollectiveKindFromWire(int value);
 int CollectiveKindToWire(CollectiveKind kind);

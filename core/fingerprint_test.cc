@@ -1,5 +1,6 @@
 #include "core/fingerprint.h"
 
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,9 @@ void ExpectMismatch(const absl::Status& s, const std::string& message) {
 
 TEST(CollectiveKindTest, NamesAndWireValues) {
   const char* names[] = {"allreduce", "allgather", "broadcast", "reducescatter",
-                         "barrier"};
+                         "barrier",   "reduce",    "gather",    "scatter",
+                         "alltoall",  "sendreceive"};
+  ASSERT_EQ(std::size(names), static_cast<size_t>(kNumCollectiveKinds));
   for (int i = 0; i < kNumCollectiveKinds; ++i) {
     const CollectiveKind kind = static_cast<CollectiveKind>(i);
     EXPECT_EQ(CollectiveKindName(kind), names[i]);
@@ -61,7 +64,7 @@ TEST(CollectiveKindTest, UnspecifiedAndUnknownWireValuesAreInvalid) {
   absl::StatusOr<CollectiveKind> k = CollectiveKindFromWire(0);
   EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(k.status().message()), HasSubstr("unspecified"));
-  for (int v : {6, -1, 99}) {
+  for (int v : {11, -1, 99}) {
     k = CollectiveKindFromWire(v);
     EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument) << v;
     EXPECT_THAT(
