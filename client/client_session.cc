@@ -16,6 +16,7 @@
 #include "client/retry_sequence.h"
 #include "client/security/channel_security.h"
 #include "client/shards/shard_targets.h"
+#include "core/point_to_point_name.h"
 #include "core/process_memory.h"
 #include "core/status_macros.h"
 #include "proto/reducer/v1/status_conversion.h"
@@ -68,6 +69,51 @@ absl::StatusOr<std::vector<int>> NormalizeGroup(const std::vector<int>& requeste
         "] does not contain this rank (", rank, ")"));
   }
   return group;
+}
+
+// A point-to-point call's own checks, before anything is sent: the other
+// rank (`spec.peer`; the destination when spec.send_payload, else the
+// source) is another rank of the world, the tag is not negative,
+// and the call options leave matching and the group to the message.
+// INVALID_ARGUMENT naming the value; `Send` or `Receive` by who calls.
+absl::Status CheckPointToPointCall(const CollectiveRequestSpec& spec,
+                                   const CallOptions& call,
+                                   const ClientOptions& options) {
+  const bool sends = spec.send_payload;
+  const absl::string_view what = sends ? "Send" : "Receive";
+  const absl::string_view peer = sends ? "destination" : "source";
+  if (spec.peer == options.rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", peer, " ", spec.peer, " is this rank itself"));
+  }
+  if (spec.peer < 0 || spec.peer >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", peer, " ", spec.peer,
+                     " is outside the world of ", options.world_size));
+  }
+  if (spec.tag < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": tag ", spec.tag, " is negative"));
+  }
+  if (!call.name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": CallOptions.name \"", call.name,
+        "\" must be empty; point-to-point messages are matched by (source, "
+        "destination, tag) in call order"));
+  }
+  if (!call.group.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": CallOptions.group [", absl::StrJoin(call.group, ","),
+        "] must be empty; a point-to-point message's group is its source and "
+        "destination"));
+  }
+  return absl::OkStatus();
+}
+
+// The group of a point-to-point message between `rank` and `peer` (checked
+// distinct): both, sorted.
+absl::StatusOr<std::vector<int>> PointToPointGroup(int rank, int peer) {
+  return std::vector<int>{std::min(rank, peer), std::max(rank, peer)};
 }
 
 }  // namespace
@@ -255,8 +301,14 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   std::unique_ptr<PendingCollective> pending(new PendingCollective(this));
   pending->invalid_ = SessionStatus();
   if (!pending->invalid_.ok()) return pending;
+  const bool p2p = spec.kind == CollectiveKind::kSendReceive;
+  if (p2p) {
+    pending->invalid_ = CheckPointToPointCall(spec, call, options_);
+    if (!pending->invalid_.ok()) return pending;
+  }
   absl::StatusOr<std::vector<int>> normalized =
-      NormalizeGroup(call.group, options_.rank, options_.world_size);
+      p2p ? PointToPointGroup(options_.rank, spec.peer)
+          : NormalizeGroup(call.group, options_.rank, options_.world_size);
   if (!normalized.ok()) {
     pending->invalid_ = normalized.status();
     return pending;
@@ -310,7 +362,12 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   }
   // With several shards, each partition carries its own shard's epoch.
   header.set_epoch(links_[0]->epoch());
-  if (call.name.empty()) {
+  if (p2p) {
+    const int destination = spec.send_payload ? spec.peer : options_.rank;
+    uint64_t& n = p2p_count_[absl::StrCat(header.epoch(), "|", spec.root, ">",
+                                          destination, "|", spec.tag)];
+    header.set_name(PointToPointName(spec.root, destination, spec.tag, n++));
+  } else if (call.name.empty()) {
     header.set_sequence(sequence_[absl::StrJoin(group, ",")]++);
   } else {
     header.set_name(call.name);

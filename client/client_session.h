@@ -48,8 +48,14 @@ struct CollectiveRequestSpec {
   std::vector<TensorSpec> tensors;  // declared to the server
   std::vector<const void*> inputs;  // bytes of each tensor (caller memory)
   bool send_payload = true;         // false: declare shapes, send no bytes
-  int root = -1;                    // Broadcast
+  int root = -1;                    // Broadcast; SendReceive: the source
   Device device;                    // of every input, and of the results
+  // SendReceive: the other rank (the destination on the source, which sets
+  // send_payload; the source on the destination) and the tag; root is the
+  // source. Matched by the reserved name Start
+  // gives it (core/point_to_point_name.h), never by the group's sequence.
+  int peer = -1;
+  int64_t tag = 0;
 };
 
 class ClientSession;
@@ -110,7 +116,10 @@ class ClientSession final {
 
   // Starts one collective: checks the call options (group, timeout; an
   // error is INVALID_ARGUMENT naming what is wrong, returned by Wait()),
-  // takes the next sequence number of its group, and sends it.
+  // takes the next sequence number of its group, and sends it. A
+  // SendReceive refuses CallOptions.name and CallOptions.group (its group is
+  // {source, destination}) and takes instead the next count of its
+  // (source, destination, tag) in this epoch, for its reserved name.
   std::unique_ptr<PendingCollective> Start(const CollectiveRequestSpec& spec,
                                            const CallOptions& call);
 
@@ -168,6 +177,9 @@ class ClientSession final {
   absl::Mutex mu_;
   // Next sequence number per group (key: the group's ranks).
   absl::flat_hash_map<std::string, uint64_t> sequence_ ABSL_GUARDED_BY(mu_);
+  // Next count per point-to-point (epoch, source, destination, tag): the
+  // source counts its sends, the destination its receives, alike.
+  absl::flat_hash_map<std::string, uint64_t> p2p_count_ ABSL_GUARDED_BY(mu_);
   // Numbers the collectives this session starts (their attempt ids).
   uint64_t next_attempt_ ABSL_GUARDED_BY(mu_) = 0;
 

@@ -1,10 +1,12 @@
 #include "client/reducer_client.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/client_session.h"
 #include "client/staging/device_staging.h"
 #include "core/status_macros.h"
@@ -168,6 +170,103 @@ absl::StatusOr<CollectiveRequestSpec> BroadcastSpec(DeviceStaging* staging,
     spec.device = input.device();
   }
   spec.send_payload = is_root;
+  return spec;
+}
+
+// OK when `root` is a rank of the call's group (CallOptions.group, empty:
+// the whole world of `world_size`); else INVALID_ARGUMENT naming `what`.
+absl::Status CheckRoot(absl::string_view what, int root,
+                       const CallOptions& call, int world_size) {
+  if (root < 0 || root >= world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": root ", root, " is outside the world of ", world_size));
+  }
+  if (!call.group.empty() &&
+      std::find(call.group.begin(), call.group.end(), root) ==
+          call.group.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": root ", root, " is not in CallOptions.group [",
+                     absl::StrJoin(call.group, ","), "]"));
+  }
+  return absl::OkStatus();
+}
+
+// The request of a collective of one input with a root (Reduce, Gather).
+absl::StatusOr<CollectiveRequestSpec> RootedSpec(
+    DeviceStaging* staging, CollectiveKind kind, const TensorView& input,
+    ReduceOp op, int root, const CallOptions& call, int world_size,
+    absl::string_view what) {
+  REDUCER_RETURN_IF_ERROR(CheckRoot(what, root, call, world_size));
+  REDUCER_ASSIGN_OR_RETURN(
+      CollectiveRequestSpec spec,
+      OneInputSpec(staging, kind, input, op, absl::StrCat(what, " input")));
+  spec.root = root;
+  return spec;
+}
+
+// Scatter's request from rank `rank`: the root sends its tensor, the others
+// nothing (they pass TensorView()).
+absl::StatusOr<CollectiveRequestSpec> ScatterSpec(DeviceStaging* staging,
+                                                  const TensorView& input,
+                                                  int root, int rank,
+                                                  const CallOptions& call,
+                                                  int world_size) {
+  REDUCER_RETURN_IF_ERROR(CheckRoot("Scatter", root, call, world_size));
+  if (root != rank) {
+    if (!input.is_empty_input()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Scatter: rank ", rank, " is not the root (", root,
+          ") and must pass TensorView(), got ", ShapeToString(input.shape()),
+          " ", DataTypeName(input.dtype())));
+    }
+    CollectiveRequestSpec spec;
+    spec.kind = CollectiveKind::kScatter;
+    spec.root = root;
+    spec.send_payload = false;
+    return spec;
+  }
+  if (input.is_empty_input()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Scatter: rank ", root, " is the root and must pass its tensor"));
+  }
+  REDUCER_ASSIGN_OR_RETURN(
+      CollectiveRequestSpec spec,
+      OneInputSpec(staging, CollectiveKind::kScatter, input, ReduceOp::kSum,
+                   "Scatter input"));
+  spec.root = root;
+  return spec;
+}
+
+// The one tensor of a rooted collective's result: the root's, or an empty
+// Tensor() for a rank that gets none.
+absl::StatusOr<Tensor> SingleOrNone(
+    absl::StatusOr<std::vector<Tensor>> result) {
+  if (result.ok() && result->empty()) return Tensor();
+  return Single(std::move(result));
+}
+
+// A point-to-point message's request: as the source (`sends`; `source` is
+// this rank) it sends `input` to `peer`; as the destination it
+// declares `input`'s spec (its buffer's, for ReceiveInPlace) or nothing
+// (TensorView()) and sends no bytes. The peer, tag and call options are
+// checked by ClientSession::Start.
+absl::StatusOr<CollectiveRequestSpec> PointToPointSpec(
+    DeviceStaging* staging, const TensorView& input, int source, int peer,
+    int tag, bool sends, absl::string_view what) {
+  CollectiveRequestSpec spec;
+  spec.kind = CollectiveKind::kSendReceive;
+  spec.root = source;
+  spec.peer = peer;
+  spec.tag = tag;
+  spec.send_payload = sends;
+  if (!input.is_empty_input()) {
+    absl::Status valid = CheckView(input, what);
+    if (valid.ok()) valid = CheckPlacement(staging, input, what);
+    if (!valid.ok()) return valid;
+    spec.tensors.push_back(SpecOf(input));
+    spec.inputs.push_back(input.data());
+    spec.device = input.device();
+  }
   return spec;
 }
 
@@ -367,6 +466,133 @@ absl::StatusOr<Tensor> Client::ReduceScatter(const TensorView& input,
 
 absl::Status Client::Barrier(const CallOptions& call) {
   return session_->Run(BarrierSpec(), call).status();
+}
+
+std::unique_ptr<CollectiveHandle> Client::ReduceAsync(const TensorView& input,
+                                                      ReduceOp op, int root,
+                                                      const CallOptions& call) {
+  return StartOrRefuse(RootedSpec(staging(), CollectiveKind::kReduce, input,
+                                  op, root, call, world_size(), "Reduce"),
+                       call);
+}
+
+std::unique_ptr<CollectiveHandle> Client::GatherAsync(const TensorView& input,
+                                                      int root,
+                                                      const CallOptions& call) {
+  return StartOrRefuse(RootedSpec(staging(), CollectiveKind::kGather, input,
+                                  ReduceOp::kSum, root, call, world_size(),
+                                  "Gather"),
+                       call);
+}
+
+std::unique_ptr<CollectiveHandle> Client::ScatterAsync(
+    const TensorView& input, int root, const CallOptions& call) {
+  return StartOrRefuse(
+      ScatterSpec(staging(), input, root, rank(), call, world_size()), call);
+}
+
+std::unique_ptr<CollectiveHandle> Client::AllToAllAsync(
+    const TensorView& input, const CallOptions& call) {
+  return StartOrRefuse(OneInputSpec(staging(), CollectiveKind::kAllToAll,
+                                    input, ReduceOp::kSum, "AllToAll input"),
+                       call);
+}
+
+absl::StatusOr<Tensor> Client::Reduce(const TensorView& input, ReduceOp op,
+                                      int root, const CallOptions& call) {
+  REDUCER_ASSIGN_OR_RETURN(
+      CollectiveRequestSpec spec,
+      RootedSpec(staging(), CollectiveKind::kReduce, input, op, root, call,
+                 world_size(), "Reduce"));
+  return SingleOrNone(session_->Run(spec, call));
+}
+
+absl::Status Client::ReduceInPlace(const MutableTensorView& inout, ReduceOp op,
+                                   int root, const CallOptions& call) {
+  REDUCER_ASSIGN_OR_RETURN(
+      CollectiveRequestSpec spec,
+      RootedSpec(staging(), CollectiveKind::kReduce, inout.view(), op, root,
+                 call, world_size(), "ReduceInPlace"));
+  REDUCER_ASSIGN_OR_RETURN(std::vector<Tensor> result,
+                           session_->Run(spec, call));
+  if (root != rank()) {
+    if (result.empty()) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat(
+        "ReduceInPlace: reducerd returned ", result.size(),
+        " tensors to non-root rank ", rank(), " where none was expected"));
+  }
+  REDUCER_ASSIGN_OR_RETURN(Tensor reduced, Single(std::move(result)));
+  return CopyInto(reduced, inout, "ReduceInPlace", staging(),
+                  call.cuda_stream);
+}
+
+absl::StatusOr<Tensor> Client::Gather(const TensorView& input, int root,
+                                      const CallOptions& call) {
+  REDUCER_ASSIGN_OR_RETURN(
+      CollectiveRequestSpec spec,
+      RootedSpec(staging(), CollectiveKind::kGather, input, ReduceOp::kSum,
+                 root, call, world_size(), "Gather"));
+  return SingleOrNone(session_->Run(spec, call));
+}
+
+absl::StatusOr<Tensor> Client::Scatter(const TensorView& input, int root,
+                                       const CallOptions& call) {
+  REDUCER_ASSIGN_OR_RETURN(
+      CollectiveRequestSpec spec,
+      ScatterSpec(staging(), input, root, rank(), call, world_size()));
+  return Single(session_->Run(spec, call));
+}
+
+absl::StatusOr<Tensor> Client::AllToAll(const TensorView& input,
+                                        const CallOptions& call) {
+  REDUCER_ASSIGN_OR_RETURN(
+      CollectiveRequestSpec spec,
+      OneInputSpec(staging(), CollectiveKind::kAllToAll, input, ReduceOp::kSum,
+                   "AllToAll input"));
+  return Single(session_->Run(spec, call));
+}
+
+absl::Status Client::Send(const TensorView& input, int destination, int tag,
+                          const CallOptions& call) {
+  return SendAsync(input, destination, tag, call)->Wait().status();
+}
+
+absl::StatusOr<Tensor> Client::Receive(int source, int tag,
+                                       const CallOptions& call) {
+  return Single(ReceiveAsync(source, tag, call)->Wait());
+}
+
+absl::Status Client::ReceiveInPlace(const MutableTensorView& out, int source,
+                                    int tag, const CallOptions& call) {
+  REDUCER_ASSIGN_OR_RETURN(
+      Tensor result,
+      Single(StartOrRefuse(PointToPointSpec(staging(), out.view(), source,
+                                            source, tag, /*sends=*/false,
+                                            "ReceiveInPlace buffer"),
+                           call)
+                 ->Wait()));
+  return CopyInto(result, out, "ReceiveInPlace", staging(), call.cuda_stream);
+}
+
+std::unique_ptr<CollectiveHandle> Client::SendAsync(const TensorView& input,
+                                                    int destination, int tag,
+                                                    const CallOptions& call) {
+  if (input.is_empty_input()) {
+    return StartOrRefuse(absl::InvalidArgumentError(
+                             "Send: the source must pass its tensor"),
+                         call);
+  }
+  return StartOrRefuse(PointToPointSpec(staging(), input, rank(), destination,
+                                        tag, /*sends=*/true, "Send input"),
+                       call);
+}
+
+std::unique_ptr<CollectiveHandle> Client::ReceiveAsync(
+    int source, int tag, const CallOptions& call) {
+  return StartOrRefuse(PointToPointSpec(staging(), TensorView(), source,
+                                        source, tag, /*sends=*/false,
+                                        "Receive"),
+                       call);
 }
 
 MetricSync::MetricSync(Client* client) : client_(client) {}

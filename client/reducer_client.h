@@ -100,9 +100,11 @@ class CollectiveHandle {
   CollectiveHandle& operator=(const CollectiveHandle&) = delete;
 
   // The results, or the collective's error: what the blocking form
-  // returns, as a vector (one tensor for AllReduce, AllGather, Broadcast and
-  // ReduceScatter, one per input for AllReduceMany, none for Barrier). Call
-  // once; a second call returns FAILED_PRECONDITION.
+  // returns, as a vector (one tensor for AllReduce, AllGather, Broadcast,
+  // ReduceScatter, Scatter, AllToAll, and for the root of Reduce and Gather;
+  // one per input for AllReduceMany; none for Barrier and for the non-roots
+  // of Reduce and Gather, whose blocking forms return an empty Tensor()).
+  // Call once; a second call returns FAILED_PRECONDITION.
   absl::StatusOr<std::vector<Tensor>> Wait();
 
   // Never blocks: true once the outcome is known, so that Wait() returns
@@ -203,6 +205,18 @@ class Client {
                                                        ReduceOp op,
                                                        const CallOptions& = {});
   std::unique_ptr<CollectiveHandle> BarrierAsync(const CallOptions& = {});
+  // A non-root's Reduce and Gather handles yield zero tensors.
+  std::unique_ptr<CollectiveHandle> ReduceAsync(const TensorView& input,
+                                                ReduceOp op, int root,
+                                                const CallOptions& = {});
+  std::unique_ptr<CollectiveHandle> GatherAsync(const TensorView& input,
+                                                int root,
+                                                const CallOptions& = {});
+  std::unique_ptr<CollectiveHandle> ScatterAsync(const TensorView& input,
+                                                 int root,
+                                                 const CallOptions& = {});
+  std::unique_ptr<CollectiveHandle> AllToAllAsync(const TensorView& input,
+                                                  const CallOptions& = {});
   // Scalars: a new value; float64 and int64 on the wire.
   absl::StatusOr<double> AllReduce(double value, ReduceOp op,
                                    const CallOptions& = {});
@@ -233,6 +247,64 @@ class Client {
   // Returns once every rank of the group has called Barrier.
   absl::Status Barrier(const CallOptions& = {});
 
+  // In Reduce, Gather and Scatter `root` is a global rank that must be in the
+  // call's group (CallOptions.group); otherwise INVALID_ARGUMENT, before
+  // anything is sent.
+  //
+  // Reduces across ranks; the root gets the reduction, the others an empty
+  // Tensor() (they only send, and return once reducerd has their input).
+  // Ops and dtypes as AllReduce.
+  absl::StatusOr<Tensor> Reduce(const TensorView& input, ReduceOp op, int root,
+                                const CallOptions& = {});
+  // The root's `inout` holds the reduction on success (all or nothing, as
+  // AllReduceInPlace); the other ranks' buffers are only read, never written.
+  absl::Status ReduceInPlace(const MutableTensorView& inout, ReduceOp op,
+                             int root, const CallOptions& = {});
+  // The root gets the concatenation along dim 0 in group-rank order (dim 0
+  // may differ between ranks, as AllGather); the others an empty Tensor().
+  absl::StatusOr<Tensor> Gather(const TensorView& input, int root,
+                                const CallOptions& = {});
+  // The root's input, dim 0 divisible by the group size, is cut along dim 0
+  // in group-rank order; the rank at position i of the group gets part i.
+  // Non-roots pass TensorView().
+  absl::StatusOr<Tensor> Scatter(const TensorView& input, int root,
+                                 const CallOptions& = {});
+  // dim 0 divisible by the group size, dtype and shape the same on every
+  // rank: part j of rank i goes to rank j; each rank gets the concatenation
+  // of the parts sent to it, in group-rank order (the shape of its input).
+  absl::StatusOr<Tensor> AllToAll(const TensorView& input,
+                                  const CallOptions& = {});
+
+  // Point to point through reducerd, matched by (source, destination, tag)
+  // in call order: this rank's k-th Send to `destination` with `tag` meets
+  // that rank's k-th Receive from this rank with `tag` (counted per epoch).
+  // Send is buffered: it returns OK once reducerd holds the whole of
+  // `input` (reserved from --memory_budget_bytes and the job's share, else
+  // RESOURCE_EXHAUSTED naming the flag), whether or not the destination has
+  // called Receive yet; a message whose Receive never comes is dropped at
+  // its deadline, after the Send returned OK. Receive returns the sent
+  // tensor, or DEADLINE_EXCEEDED naming the source when no Send came in
+  // time; ABORTED when a rank of the job was lost before the whole message
+  // was held. ReceiveInPlace writes it into `out` (all or nothing), whose
+  // dtype and shape must be the sent tensor's (else FAILED_PRECONDITION
+  // naming both ranks). INVALID_ARGUMENT, before anything is sent, for a
+  // destination or source that is this rank or outside the world, a
+  // negative tag, or CallOptions.name or CallOptions.group set (the
+  // message's group is its two ranks, its name reserved).
+  absl::Status Send(const TensorView& input, int destination, int tag = 0,
+                    const CallOptions& = {});
+  absl::StatusOr<Tensor> Receive(int source, int tag = 0,
+                                 const CallOptions& = {});
+  absl::Status ReceiveInPlace(const MutableTensorView& out, int source,
+                              int tag = 0, const CallOptions& = {});
+  // Asynchronous forms (torch's isend / irecv): Wait() gives no tensor for
+  // SendAsync (once reducerd holds it all), the received one for
+  // ReceiveAsync. Contract as CollectiveHandle's.
+  std::unique_ptr<CollectiveHandle> SendAsync(const TensorView& input,
+                                              int destination, int tag = 0,
+                                              const CallOptions& = {});
+  std::unique_ptr<CollectiveHandle> ReceiveAsync(int source, int tag = 0,
+                                                 const CallOptions& = {});
   // This rank and the job's world size, as given to Connect.
   int rank() const;
   int world_size() const;

@@ -20,13 +20,33 @@ std::string TensorCount(size_t n) {
 // Whether ops matter for this kind of collective.
 bool Reduces(CollectiveKind kind) {
   return kind == CollectiveKind::kAllReduce ||
-         kind == CollectiveKind::kReduceScatter;
+         kind == CollectiveKind::kReduceScatter ||
+         kind == CollectiveKind::kReduce;
 }
 
-// Shapes agree; for kAllGather dimension 0 may differ.
+// Whether this kind of collective names a root that every rank must agree on.
+bool HasRoot(CollectiveKind kind) {
+  return kind == CollectiveKind::kBroadcast ||
+         kind == CollectiveKind::kReduce ||
+         kind == CollectiveKind::kGather || kind == CollectiveKind::kScatter ||
+         kind == CollectiveKind::kSendReceive;
+}
+
+// Whether a rank of this kind may contribute no tensor (and then agrees with
+// any spec): Broadcast's non-roots may, Scatter's send none, and so may a
+// point-to-point message's destination (Receive declares nothing).
+bool MayHaveNoInput(CollectiveKind kind) {
+  return kind == CollectiveKind::kBroadcast ||
+         kind == CollectiveKind::kScatter ||
+         kind == CollectiveKind::kSendReceive;
+}
+
+// Shapes agree; for kAllGather and kGather dimension 0 may differ.
 bool ShapesAgree(CollectiveKind kind, const std::vector<int64_t>& a,
                  const std::vector<int64_t>& b) {
-  if (kind != CollectiveKind::kAllGather) return a == b;
+  if (kind != CollectiveKind::kAllGather && kind != CollectiveKind::kGather) {
+    return a == b;
+  }
   if (a.size() != b.size()) return false;
   for (size_t d = 1; d < a.size(); ++d) {
     if (a[d] != b[d]) return false;
@@ -114,12 +134,11 @@ absl::Status CheckAgreement(int rank_a, const Fingerprint& a, int rank_b,
     return Mismatch(0, 0, "groups", rank_a, GroupToString(a.group), rank_b,
                     GroupToString(b.group));
   }
-  if (kind == CollectiveKind::kBroadcast && a.root != b.root) {
+  if (HasRoot(kind) && a.root != b.root) {
     return Mismatch(0, 0, "roots", rank_a, absl::StrCat(a.root), rank_b,
                     absl::StrCat(b.root));
   }
-  if (kind == CollectiveKind::kBroadcast &&
-      (a.tensors.empty() || b.tensors.empty())) {
+  if (MayHaveNoInput(kind) && (a.tensors.empty() || b.tensors.empty())) {
     return absl::OkStatus();  // A rank with no input agrees with any spec.
   }
   if (a.tensors.size() != b.tensors.size()) {

@@ -44,8 +44,8 @@ absl::string_view CollectiveKindName(CollectiveKind kind);
 absl::StatusOr<CollectiveKind> CollectiveKindFromWire(int value);
 int CollectiveKindToWire(CollectiveKind kind);
 
-// One tensor of a contribution. `op` matters for kAllReduce and
-// kReduceScatter only.
+// One tensor of a contribution. `op` matters for kAllReduce, kReduceScatter
+// and kReduce only.
 struct TensorSpec {
   DataType dtype = DataType::kFloat32;
   std::vector<int64_t> shape;
@@ -65,9 +65,14 @@ struct Fingerprint {
   CollectiveKind kind = CollectiveKind::kAllReduce;
   // kAllReduce: one or more; kAllGather, kReduceScatter: exactly one;
   // kBroadcast: one on the root, zero or one elsewhere ("no input");
-  // kBarrier: none.
+  // kBarrier: none; kReduce, kGather, kAllToAll: exactly one; kScatter: one
+  // on the root (dim 0 divisible by the group size), none elsewhere;
+  // kSendReceive: one on the source (the root), zero or one on the
+  // destination (the spec its buffer expects).
   std::vector<TensorSpec> tensors;
-  int root = -1;           // kBroadcast only; a global rank
+  // kBroadcast, kReduce, kGather, kScatter: a global rank in `group`;
+  // kSendReceive: the source, one of the two ranks of `group`.
+  int root = -1;
   std::vector<int> group;  // sorted global ranks taking part
 };
 
@@ -81,9 +86,12 @@ struct Fingerprint {
 //   "mismatched ops: rank 0 sent sum, rank 1 sent max"
 //   "mismatched dtypes: rank 0 sent [4] float32, rank 1 sent [4] float64"
 //   "mismatched shapes: rank 0 sent [4,3] float32, rank 2 sent [4,4] float32"
-// For several tensors the message starts with "tensor 3: ". For kAllGather
-// dimension 0 may differ; the rest of the shape and the dtype must agree. For
-// kBroadcast a rank with no input agrees with any spec.
+// For several tensors the message starts with "tensor 3: ". Roots are
+// compared for kBroadcast, kReduce, kGather, kScatter and kSendReceive; ops for kAllReduce,
+// kReduceScatter and kReduce. For kAllGather and kGather dimension 0 may
+// differ; the rest of the shape and the dtype must agree (kAllToAll: the
+// whole shape). For kBroadcast, kScatter and kSendReceive a rank with no
+// input agrees with any spec.
 absl::Status CheckAgreement(int rank_a, const Fingerprint& a, int rank_b,
                             const Fingerprint& b);
 

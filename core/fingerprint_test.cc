@@ -268,5 +268,122 @@ TEST(CheckAgreementTest, BroadcastRankWithoutInputAgreesWithAnySpec) {
                  "[8,9] bfloat16");
 }
 
+
+Fingerprint Rooted(CollectiveKind kind, int root,
+                   std::vector<TensorSpec> tensors) {
+  Fingerprint fp;
+  fp.kind = kind;
+  fp.root = root;
+  fp.tensors = std::move(tensors);
+  fp.group = {0, 1, 2};
+  return fp;
+}
+
+TEST(CheckAgreementTest, ReduceComparesRootsOpsAndWholeShapes) {
+  const Fingerprint a =
+      Rooted(CollectiveKind::kReduce, 1, {Spec(DataType::kInt32, {4, 2})});
+  EXPECT_TRUE(CheckAgreement(0, a, 2, a).ok());
+  ExpectMismatch(CheckAgreement(0, a, 2,
+                                Rooted(CollectiveKind::kReduce, 0,
+                                       {Spec(DataType::kInt32, {4, 2})})),
+                 "mismatched roots: rank 0 sent 1, rank 2 sent 0");
+  ExpectMismatch(
+      CheckAgreement(0, a, 2,
+                     Rooted(CollectiveKind::kReduce, 1,
+                            {Spec(DataType::kInt32, {4, 2}, ReduceOp::kMax)})),
+      "mismatched ops: rank 0 sent sum, rank 2 sent max");
+  ExpectMismatch(CheckAgreement(0, a, 2,
+                                Rooted(CollectiveKind::kReduce, 1,
+                                       {Spec(DataType::kInt32, {3, 2})})),
+                 "mismatched shapes: rank 0 sent [4,2] int32, rank 2 sent "
+                 "[3,2] int32");
+}
+
+TEST(CheckAgreementTest, GatherComparesRootsAndAllowsDimensionZeroToDiffer) {
+  const Fingerprint a =
+      Rooted(CollectiveKind::kGather, 2, {Spec(DataType::kFloat32, {3, 5})});
+  EXPECT_TRUE(CheckAgreement(0, a, 1,
+                             Rooted(CollectiveKind::kGather, 2,
+                                    {Spec(DataType::kFloat32, {7, 5})}))
+                  .ok());
+  ExpectMismatch(CheckAgreement(0, a, 1,
+                                Rooted(CollectiveKind::kGather, 0,
+                                       {Spec(DataType::kFloat32, {3, 5})})),
+                 "mismatched roots: rank 0 sent 2, rank 1 sent 0");
+  ExpectMismatch(CheckAgreement(0, a, 1,
+                                Rooted(CollectiveKind::kGather, 2,
+                                       {Spec(DataType::kFloat32, {3, 6})})),
+                 "mismatched shapes: rank 0 sent [3,5] float32, rank 1 sent "
+                 "[3,6] float32");
+  // Nothing is reduced: ops are ignored.
+  EXPECT_TRUE(CheckAgreement(
+                  0, a, 1,
+                  Rooted(CollectiveKind::kGather, 2,
+                         {Spec(DataType::kFloat32, {3, 5}, ReduceOp::kMin)}))
+                  .ok());
+}
+
+TEST(CheckAgreementTest, ScatterNonRootsSendNothingAndRootsMustAgree) {
+  const Fingerprint root =
+      Rooted(CollectiveKind::kScatter, 0, {Spec(DataType::kInt8, {6})});
+  const Fingerprint other = Rooted(CollectiveKind::kScatter, 0, {});
+  EXPECT_TRUE(CheckAgreement(0, root, 1, other).ok());
+  EXPECT_TRUE(CheckAgreement(2, other, 0, root).ok());
+  EXPECT_TRUE(CheckAgreement(1, other, 2, other).ok());
+  ExpectMismatch(
+      CheckAgreement(0, root, 1, Rooted(CollectiveKind::kScatter, 1, {})),
+      "mismatched roots: rank 0 sent 0, rank 1 sent 1");
+}
+
+TEST(CheckAgreementTest, AllToAllComparesWholeShapesAndDtypes) {
+  Fingerprint a;
+  a.kind = CollectiveKind::kAllToAll;
+  a.group = {0, 1};
+  a.tensors = {Spec(DataType::kInt32, {4, 2})};
+  Fingerprint b = a;
+  b.tensors[0].shape = {2, 2};
+  ExpectMismatch(
+      CheckAgreement(0, a, 1, b),
+      "mismatched shapes: rank 0 sent [4,2] int32, rank 1 sent [2,2] int32");
+  b.tensors[0] = Spec(DataType::kFloat32, {4, 2});
+  ExpectMismatch(CheckAgreement(0, a, 1, b),
+                 "mismatched dtypes: rank 0 sent [4,2] int32, rank 1 sent "
+                 "[4,2] float32");
+  // No root: it is not compared.
+  b = a;
+  b.root = 1;
+  EXPECT_TRUE(CheckAgreement(0, a, 1, b).ok());
+}
+
+TEST(CheckAgreementTest, SendReceiveComparesSourcesAndDeclaredSpecs) {
+  Fingerprint send;
+  send.kind = CollectiveKind::kSendReceive;
+  send.root = 0;
+  send.group = {0, 3};
+  send.tensors = {Spec(DataType::kFloat32, {4, 2})};
+  // Receive declares nothing: it agrees with any spec.
+  Fingerprint receive = send;
+  receive.tensors.clear();
+  EXPECT_TRUE(CheckAgreement(0, send, 3, receive).ok());
+  EXPECT_TRUE(CheckAgreement(3, receive, 0, send).ok());
+  // ReceiveInPlace declares its buffer's spec: it must be the sent one.
+  Fingerprint in_place = send;
+  EXPECT_TRUE(CheckAgreement(0, send, 3, in_place).ok());
+  in_place.tensors = {Spec(DataType::kFloat32, {4, 3})};
+  ExpectMismatch(CheckAgreement(0, send, 3, in_place),
+                 "mismatched shapes: rank 0 sent [4,2] float32, rank 3 sent "
+                 "[4,3] float32");
+  in_place.tensors = {Spec(DataType::kInt32, {4, 2})};
+  ExpectMismatch(CheckAgreement(0, send, 3, in_place),
+                 "mismatched dtypes: rank 0 sent [4,2] float32, rank 3 sent "
+                 "[4,2] int32");
+  // Dimension 0 may not differ (unlike AllGather's), nor may the source.
+  in_place.tensors = {Spec(DataType::kFloat32, {5, 2})};
+  EXPECT_FALSE(CheckAgreement(0, send, 3, in_place).ok());
+  receive.root = 3;
+  ExpectMismatch(CheckAgreement(0, send, 3, receive),
+                 "mismatched roots: rank 0 sent 0, rank 3 sent 3");
+}
+
 }  // namespace
 }  // namespace reducer

@@ -32,6 +32,27 @@ bool IsValidKind(CollectiveKind kind) {
   return v >= 0 && v < kNumCollectiveKinds;
 }
 
+// The kinds whose root must be a rank of the group.
+bool HasRoot(CollectiveKind kind) {
+  return kind == CollectiveKind::kBroadcast ||
+         kind == CollectiveKind::kReduce ||
+         kind == CollectiveKind::kGather || kind == CollectiveKind::kScatter ||
+         kind == CollectiveKind::kSendReceive;
+}
+
+// The kinds that cut or concatenate their tensor along dimension 0, so that
+// it needs one; the last three of them cut it into one part per rank.
+bool UsesDim0(CollectiveKind kind) {
+  return kind == CollectiveKind::kAllGather ||
+         kind == CollectiveKind::kReduceScatter ||
+         kind == CollectiveKind::kGather || kind == CollectiveKind::kScatter ||
+         kind == CollectiveKind::kAllToAll;
+}
+bool CutsDim0(CollectiveKind kind) {
+  return kind == CollectiveKind::kReduceScatter ||
+         kind == CollectiveKind::kScatter || kind == CollectiveKind::kAllToAll;
+}
+
 bool IsValidDataType(DataType dtype) {
   const int v = static_cast<int>(dtype);
   return v >= 0 && v < kNumDataTypes;
@@ -72,6 +93,9 @@ absl::Status CheckTensorCount(const Fingerprint& fp, int rank) {
           absl::StrCat(kind, " needs at least one tensor, got 0"));
     case CollectiveKind::kAllGather:
     case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kReduce:
+    case CollectiveKind::kGather:
+    case CollectiveKind::kAllToAll:
       if (n == 1) return absl::OkStatus();
       return absl::InvalidArgumentError(
           absl::StrCat(kind, " needs exactly one tensor, got ", n));
@@ -89,6 +113,30 @@ absl::Status CheckTensorCount(const Fingerprint& fp, int rank) {
       if (n == 0) return absl::OkStatus();
       return absl::InvalidArgumentError(
           absl::StrCat("barrier takes no tensors, got ", n));
+    case CollectiveKind::kSendReceive:
+      // The source sends its tensor; the destination declares its buffer's
+      // (ReceiveInPlace) or nothing (Receive).
+      if (rank == fp.root && n != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sendreceive source ", rank, " needs exactly one tensor, got ", n));
+      }
+      if (n > 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sendreceive destination ", rank,
+            " declares at most one tensor, got ", n));
+      }
+      return absl::OkStatus();
+    case CollectiveKind::kScatter:
+      if (rank == fp.root && n != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "scatter root ", rank, " needs exactly one tensor, got ", n));
+      }
+      if (rank != fp.root && n != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "scatter rank ", rank, " is not the root (", fp.root,
+            ") and sends no tensor, got ", n));
+      }
+      return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown collective kind ", static_cast<int>(fp.kind)));
@@ -112,16 +160,22 @@ absl::Status ValidateContribution(const Fingerprint& fp, int rank,
   }
   const absl::string_view kind = CollectiveKindName(fp.kind);
   REDUCER_RETURN_IF_ERROR(CheckGroup(fp.group, rank, world_size));
-  if (fp.kind == CollectiveKind::kBroadcast &&
+  if (fp.kind == CollectiveKind::kSendReceive && fp.group.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sendreceive group ", GroupToString(fp.group),
+        " must be exactly its source and its destination, two distinct ranks"));
+  }
+  if (HasRoot(fp.kind) &&
       !std::binary_search(fp.group.begin(), fp.group.end(), fp.root)) {
-    return absl::InvalidArgumentError(absl::StrCat("broadcast root ", fp.root,
+    return absl::InvalidArgumentError(absl::StrCat(kind, " root ", fp.root,
                                                    " is not in group ",
                                                    GroupToString(fp.group)));
   }
   REDUCER_RETURN_IF_ERROR(CheckTensorCount(fp, rank));
 
   const bool reduces = fp.kind == CollectiveKind::kAllReduce ||
-                       fp.kind == CollectiveKind::kReduceScatter;
+                       fp.kind == CollectiveKind::kReduceScatter ||
+                       fp.kind == CollectiveKind::kReduce;
   for (size_t i = 0; i < fp.tensors.size(); ++i) {
     const TensorSpec& t = fp.tensors[i];
     if (!IsValidDataType(t.dtype)) {
@@ -137,8 +191,7 @@ absl::Status ValidateContribution(const Fingerprint& fp, int rank,
   absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(fp.tensors);
   if (!layout.ok()) return layout.status();
 
-  if (fp.kind == CollectiveKind::kAllGather ||
-      fp.kind == CollectiveKind::kReduceScatter) {
+  if (UsesDim0(fp.kind) && !fp.tensors.empty()) {
     const TensorSpec& t = fp.tensors[0];
     if (t.shape.empty()) {
       return absl::InvalidArgumentError(
@@ -146,10 +199,9 @@ absl::Status ValidateContribution(const Fingerprint& fp, int rank,
                        " needs at least one dimension, got shape []"));
     }
     const int64_t group_size = static_cast<int64_t>(fp.group.size());
-    if (fp.kind == CollectiveKind::kReduceScatter &&
-        t.shape[0] % group_size != 0) {
+    if (CutsDim0(fp.kind) && t.shape[0] % group_size != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(TensorPrefix(0), "reducescatter dimension 0 of shape ",
+          absl::StrCat(TensorPrefix(0), kind, " dimension 0 of shape ",
                        ShapeToString(t.shape),
                        " is not divisible by the group size ", group_size));
     }

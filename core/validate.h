@@ -23,8 +23,12 @@ namespace reducer {
 // - tensor counts as Fingerprint documents for the kind;
 // - every op defined on its dtype (CheckOpSupported), no negative dimension,
 //   no overflow of elements x element size;
-// - kBroadcast: root inside the group; kAllGather and kReduceScatter: at least
-//   one dimension; kReduceScatter: dimension 0 divisible by the group size;
+// - kBroadcast, kReduce, kGather, kScatter: root inside the group
+//   ("gather root 5 is not in group [0,1]");
+// - kAllGather, kReduceScatter, kGather, kScatter, kAllToAll: at least one
+//   dimension; kReduceScatter, kScatter (its root's tensor) and kAllToAll:
+//   dimension 0 divisible by the group size ("tensor 0: alltoall dimension 0
+//   of shape [5,2] is not divisible by the group size 2");
 // - total payload bytes at most `max_payload_bytes`.
 // Returns INVALID_ARGUMENT naming the field and value ("rank 5 outside world
 // of 4", "tensor 1: negative dimension -3 in shape [2,-3]"), except

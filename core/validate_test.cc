@@ -95,9 +95,9 @@ TEST(ValidateContributionTest, RankOutsideWorldIsInvalid) {
 }
 
 TEST(ValidateContributionTest, UnknownCollectiveKindIsInvalid) {
-  ExpectInvalid(ValidateContribution(Make(static_cast<CollectiveKind>(7), {}),
+  ExpectInvalid(ValidateContribution(Make(static_cast<CollectiveKind>(10), {}),
                                      0, 4, kNoLimit),
-                "unknown collective kind 7");
+                "unknown collective kind 10");
 }
 
 TEST(ValidateContributionTest, EmptyGroupIsInvalid) {
@@ -269,6 +269,169 @@ TEST(ValidateContributionTest,
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_EQ(s.message(),
             "allreduce payload of 40 bytes exceeds the limit of 39 bytes");
+}
+
+
+TEST(ValidateContributionTest, RootOfReduceGatherScatterMustBeInTheGroup) {
+  const TensorSpec t = Spec(DataType::kFloat32, {4});
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kReduce, {t}, {0, 1, 2}, 3), 0, 4,
+                    kNoLimit),
+                "reduce root 3 is not in group [0,1,2]");
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kGather, {t}, {0, 2}, 1), 0, 4,
+                    kNoLimit),
+                "gather root 1 is not in group [0,2]");
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kScatter, {}, {0, 1}, -1), 0, 4,
+                    kNoLimit),
+                "scatter root -1 is not in group [0,1]");
+  EXPECT_TRUE(ValidateContribution(
+                  Make(CollectiveKind::kReduce, {t}, {0, 2}, 2), 0, 4, kNoLimit)
+                  .ok());
+}
+
+TEST(ValidateContributionTest, TensorCountsOfReduceGatherScatterAllToAll) {
+  const TensorSpec t = Spec(DataType::kFloat32, {4});
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kReduce, {}, {0, 1, 2, 3}, 0), 1, 4,
+                    kNoLimit),
+                "reduce needs exactly one tensor, got 0");
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kGather, {t, t}, {0, 1, 2, 3}, 0), 0,
+                    4, kNoLimit),
+                "gather needs exactly one tensor, got 2");
+  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kAllToAll, {}), 0, 4,
+                                     kNoLimit),
+                "alltoall needs exactly one tensor, got 0");
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kScatter, {}, {0, 1, 2, 3}, 2), 2, 4,
+                    kNoLimit),
+                "scatter root 2 needs exactly one tensor, got 0");
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kScatter, {t}, {0, 1, 2, 3}, 2), 1, 4,
+                    kNoLimit),
+                "scatter rank 1 is not the root (2) and sends no tensor, "
+                "got 1");
+  EXPECT_TRUE(ValidateContribution(
+                  Make(CollectiveKind::kScatter, {}, {0, 1, 2, 3}, 2), 1, 4,
+                  kNoLimit)
+                  .ok());
+  EXPECT_TRUE(ValidateContribution(
+                  Make(CollectiveKind::kScatter, {t}, {0, 1, 2, 3}, 2), 2, 4,
+                  kNoLimit)
+                  .ok());
+}
+
+TEST(ValidateContributionTest, ReduceChecksItsOpOnTheDtype) {
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kReduce,
+                         {Spec(DataType::kFloat32, {4}, ReduceOp::kBitXor)},
+                         {0, 1, 2, 3}, 0),
+                    0, 4, kNoLimit),
+                "tensor 0: ");
+  // Gather reduces nothing: its op is ignored.
+  EXPECT_TRUE(ValidateContribution(
+                  Make(CollectiveKind::kGather,
+                       {Spec(DataType::kFloat32, {4}, ReduceOp::kBitXor)},
+                       {0, 1, 2, 3}, 0),
+                  0, 4, kNoLimit)
+                  .ok());
+}
+
+TEST(ValidateContributionTest, ScatterAndAllToAllDimensionZeroMustDivide) {
+  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kAllToAll,
+                                          {Spec(DataType::kInt32, {6, 2})}),
+                                     0, 4, kNoLimit),
+                "tensor 0: alltoall dimension 0 of shape [6,2] is not "
+                "divisible by the group size 4");
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kScatter,
+                         {Spec(DataType::kInt32, {5})}, {0, 1}, 0),
+                    0, 4, kNoLimit),
+                "tensor 0: scatter dimension 0 of shape [5] is not divisible "
+                "by the group size 2");
+  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kGather,
+                                          {Spec(DataType::kInt8, {})},
+                                          {0, 1, 2, 3}, 0),
+                                     0, 4, kNoLimit),
+                "tensor 0: gather needs at least one dimension, got shape []");
+  // Gather's dim 0 need not divide; AllToAll's is counted in the group.
+  EXPECT_TRUE(ValidateContribution(Make(CollectiveKind::kGather,
+                                        {Spec(DataType::kInt32, {5, 2})},
+                                        {0, 1, 2, 3}, 0),
+                                   0, 4, kNoLimit)
+                  .ok());
+  EXPECT_TRUE(ValidateContribution(Make(CollectiveKind::kAllToAll,
+                                        {Spec(DataType::kInt32, {6, 2})},
+                                        {0, 1, 3}),
+                                   0, 4, kNoLimit)
+                  .ok());
+}
+
+TEST(ValidateContributionTest, SendReceiveSourceSendsOneTensorToOneOtherRank) {
+  // Rank 2 sends to rank 0: group {0, 2}, root (the source) 2.
+  const Fingerprint send =
+      Make(CollectiveKind::kSendReceive, {Spec(DataType::kFloat32, {3, 2})},
+           {0, 2}, 2);
+  EXPECT_TRUE(ValidateContribution(send, 2, 4, kNoLimit).ok());
+  // The destination declares nothing (Receive) or its buffer's spec.
+  EXPECT_TRUE(ValidateContribution(
+                  Make(CollectiveKind::kSendReceive, {}, {0, 2}, 2), 0, 4,
+                  kNoLimit)
+                  .ok());
+  EXPECT_TRUE(ValidateContribution(send, 0, 4, kNoLimit).ok());
+  // An empty message is a message.
+  EXPECT_TRUE(ValidateContribution(
+                  Make(CollectiveKind::kSendReceive,
+                       {Spec(DataType::kInt8, {0})}, {0, 2}, 2),
+                  2, 4, kNoLimit)
+                  .ok());
+}
+
+TEST(ValidateContributionTest, SendReceiveRefusesMalformedMessages) {
+  // The source without a tensor, or with two.
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kSendReceive, {}, {0, 2}, 2), 2, 4,
+                    kNoLimit),
+                "sendreceive source 2 needs exactly one tensor, got 0");
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kSendReceive,
+                         {Spec(DataType::kFloat32, {1}),
+                          Spec(DataType::kFloat32, {1})},
+                         {0, 2}, 2),
+                    2, 4, kNoLimit),
+                "sendreceive source 2 needs exactly one tensor, got 2");
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kSendReceive,
+                         {Spec(DataType::kFloat32, {1}),
+                          Spec(DataType::kFloat32, {1})},
+                         {0, 2}, 2),
+                    0, 4, kNoLimit),
+                "sendreceive destination 0 declares at most one tensor, got 2");
+  // Source and destination the same rank, or more than two ranks.
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kSendReceive,
+                         {Spec(DataType::kFloat32, {1})}, {1}, 1),
+                    1, 4, kNoLimit),
+                "sendreceive group [1] must be exactly its source and its "
+                "destination");
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kSendReceive,
+                         {Spec(DataType::kFloat32, {1})}, {0, 1, 2}, 1),
+                    1, 4, kNoLimit),
+                "sendreceive group [0,1,2] must be exactly");
+  // A destination outside the world; a source outside the group.
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kSendReceive,
+                         {Spec(DataType::kFloat32, {1})}, {1, 4}, 1),
+                    1, 4, kNoLimit),
+                "rank 4 outside world of 4");
+  ExpectInvalid(ValidateContribution(
+                    Make(CollectiveKind::kSendReceive,
+                         {Spec(DataType::kFloat32, {1})}, {0, 1}, 3),
+                    1, 4, kNoLimit),
+                "sendreceive root 3 is not in group [0,1]");
 }
 
 }  // namespace

@@ -18,7 +18,8 @@
 // carried the case (per_call: never the Collectives stream; shared_memory:
 // neither).
 //
-// The checks: every collective kind out of place and in place at 0 bytes,
+// The checks: every collective kind (Reduce, Gather and Scatter from every
+// root) out of place and in place at 0 bytes,
 // one element, exactly one chunk, one chunk + 1 byte and several chunks,
 // bit-identical to the closed form (conformance_worker); a mismatch of
 // shape, dtype or op fails every rank with FAILED_PRECONDITION naming both
@@ -246,10 +247,33 @@ TEST_P(ConformanceTest, MetricSyncReducesOutOfPlaceAndInPlace) {
   RunAtEverySize("metricsync");
 }
 
+TEST_P(ConformanceTest, ReduceToEveryRootOutOfPlaceAndInPlace) {
+  RunAtEverySize("reduce");
+}
+
+TEST_P(ConformanceTest, GatherToEveryRootConcatenatesUnevenDim0) {
+  RunAtEverySize("gather");
+}
+
+TEST_P(ConformanceTest, ScatterFromEveryRootGivesEachRankItsPart) {
+  RunAtEverySize("scatter");
+}
+
+TEST_P(ConformanceTest, AllToAllGivesEachRankItsPartOfEveryRank) {
+  RunAtEverySize("alltoall");
+}
+
 // AllReduceManyAsync, AllGatherAsync, BroadcastAsync, ReduceScatterAsync
-// and BarrierAsync all in flight at once, waited for in reverse order.
+// and BarrierAsync all in flight at once, waited for in reverse order; then
+// ReduceAsync, GatherAsync, ScatterAsync and AllToAllAsync likewise.
 TEST_P(ConformanceTest, AsyncFormOfEveryKindIsExact) {
   RunAtEverySize("asynckinds");
+}
+
+// Point to point around the ring, both orders, tags interleaved, in place
+// and async (conformance_worker's sendreceive).
+TEST_P(ConformanceTest, SendReceiveRingMatchesByTagInCallOrder) {
+  RunAtEverySize("sendreceive");
 }
 
 TEST_P(ConformanceTest, BarrierWaitsForEveryRank) {

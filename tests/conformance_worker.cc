@@ -34,8 +34,22 @@
 //                          op x dtype pairs
 //   metricsync:bytes=B     MetricSync::Reduce on read-only states, then
 //                          ReduceInPlace
+//   sendreceive:bytes=B    ring point to point (r to r + 1): sends before
+//                          receives, then both orders, interleaved tags,
+//                          ReceiveInPlace, SendAsync and ReceiveAsync
 //   barrier                rank r creates a file r x 40 ms late, then
 //                          Barrier; every rank's file must exist after it
+//   reduce:bytes=B         to every root, several op x dtype pairs, out
+//                          of place and in place (non-roots: an empty
+//                          Tensor(), and their buffer left as it was)
+//   gather:bytes=B         to every root, rank r sends rows0 + r rows
+//   scatter:bytes=B        from every root, dim 0 a multiple of the world
+//                          size; non-roots pass TensorView()
+//   alltoall:bytes=B       dim 0 a multiple of the world size, several
+//                          dtypes
+//   asynckinds:bytes=B     every other kind's asynchronous form (with
+//                          ReduceAsync, GatherAsync, ScatterAsync and
+//                          AllToAllAsync in a second round)
 //   async:bytes=B          AllReduceAsync of three tensors (float32 sum of
 //                          B bytes, int64 max of B / 2, float64 sum of 5
 //                          elements) and AllReduceInPlaceAsync of bfloat16
@@ -187,6 +201,17 @@ class Checks {
       s = Async(bytes, seed);
     } else if (verb == "asynckinds") {
       s = AsyncKinds(bytes, seed);
+      if (s.ok()) s = AsyncRootedKinds(bytes, seed);
+    } else if (verb == "reduce") {
+      s = Reduce(bytes, seed);
+    } else if (verb == "gather") {
+      s = Gather(bytes, seed);
+    } else if (verb == "scatter") {
+      s = Scatter(bytes, seed);
+    } else if (verb == "alltoall") {
+      s = AllToAll(bytes, seed);
+    } else if (verb == "sendreceive") {
+      s = SendReceiveCheck(bytes, seed);
     } else {
       s = absl::InvalidArgumentError(
           absl::StrCat("conformance_worker: unknown verb ", verb));
@@ -255,6 +280,104 @@ class Checks {
 
   absl::StatusOr<ReadOnlyBuffer> ReadOnly(const std::vector<uint8_t>& bytes) {
     return ReadOnlyBuffer::Create(bytes.data(), bytes.size());
+  }
+
+  // A point-to-point call's options: never named (Send and Receive refuse
+  // names), counted as a call of the step.
+  CallOptions P2pCall() {
+    ++calls_;
+    return CallOptions();
+  }
+
+  // Point to point around the ring: rank r sends to r + 1 and receives from
+  // r - 1. Message k of rank r is MovedBytes(dtype, r, n, seed of k), so
+  // that a receive matched to the wrong send (or rank) is caught.
+  //  0  every rank sends, then receives (tag 0): only a buffered Send lets
+  //     every rank send before any receives;
+  //  1  odd ranks receive first, even ranks send first (tag 0);
+  //  2-4  tags interleaved: sends with tags 2, 1, 2, receives with tags
+  //     1, 2, 2, each matching its own tag's sends in call order;
+  //  5  ReceiveInPlace into a buffer of the right spec (tag 0);
+  //  6  SendAsync and ReceiveAsync (tag 3), waited for in reverse order.
+  absl::Status SendReceiveCheck(int64_t bytes, uint64_t seed) {
+    const int next = (rank_ + 1) % world_size_;
+    const int prev = (rank_ + world_size_ - 1) % world_size_;
+    for (DataType dtype : {DataType::kFloat32, DataType::kInt64}) {
+      if (!Wanted(dtype)) continue;
+      const int64_t n = ElementsFor(bytes, dtype);
+      const std::vector<int64_t> shape = ShapeFor(n);
+      auto message = [&](int from, int k) {
+        return MovedBytes(dtype, from, n,
+                          Mix64(seed * 61 + static_cast<uint64_t>(dtype) * 11 +
+                                static_cast<uint64_t>(k)));
+      };
+      std::vector<ReadOnlyBuffer> mine;
+      for (int k = 0; k < 7; ++k) {
+        absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(message(rank_, k));
+        if (!in.ok()) return in.status();
+        mine.push_back(*std::move(in));
+      }
+      auto view = [&](int k) { return TensorView(mine[k].data(), dtype, shape); };
+      const std::string what = absl::StrCat(
+          "sendreceive ", DataTypeName(dtype), " ", ShapeText(shape), " ", rank_,
+          ">", next, " and ", prev, ">", rank_);
+      auto send = [&](int k, int tag) {
+        return Annotate(client_->Send(view(k), next, tag, P2pCall()),
+                        absl::StrCat(what, ": send ", k, " tag ", tag));
+      };
+      auto receive = [&](int k, int tag) -> absl::Status {
+        const std::string context =
+            absl::StrCat(what, ": receive ", k, " tag ", tag);
+        absl::StatusOr<Tensor> got = client_->Receive(prev, tag, P2pCall());
+        if (!got.ok()) return Annotate(got.status(), context);
+        return Wrong(Checked(*got, dtype, shape, message(prev, k).data(),
+                             context));
+      };
+      absl::Status s = send(0, 0);
+      if (s.ok()) s = receive(0, 0);
+      if (s.ok() && rank_ % 2 == 1) {
+        s = receive(1, 0);
+        if (s.ok()) s = send(1, 0);
+      } else if (s.ok()) {
+        s = send(1, 0);
+        if (s.ok()) s = receive(1, 0);
+      }
+      if (s.ok()) s = send(2, 2);
+      if (s.ok()) s = send(3, 1);
+      if (s.ok()) s = send(4, 2);
+      if (s.ok()) s = receive(3, 1);
+      if (s.ok()) s = receive(2, 2);
+      if (s.ok()) s = receive(4, 2);
+      if (s.ok()) s = send(5, 0);
+      if (!s.ok()) return s;
+      std::vector<uint8_t> inout = MovedBytes(dtype, rank_ + 100, n, seed);
+      absl::Status ip = client_->ReceiveInPlace(
+          MutableTensorView(inout.data(), dtype, shape), prev, 0, P2pCall());
+      if (!ip.ok()) return Annotate(ip, what + ": receive 5 in place");
+      s = CheckedElements(dtype, inout.data(), message(prev, 5).data(), n,
+                          what + ": receive 5 in place");
+      if (!s.ok()) return Wrong(s);
+      std::unique_ptr<CollectiveHandle> sent =
+          client_->SendAsync(view(6), next, 3, P2pCall());
+      std::unique_ptr<CollectiveHandle> received =
+          client_->ReceiveAsync(prev, 3, P2pCall());
+      absl::StatusOr<std::vector<Tensor>> got = received->Wait();
+      if (!got.ok()) return Annotate(got.status(), what + ": receive 6 async");
+      if (got->size() != 1) {
+        return Wrong(absl::InternalError(absl::StrCat(
+            what, ": receive 6 async gave ", got->size(), " tensors")));
+      }
+      s = Checked((*got)[0], dtype, shape, message(prev, 6).data(),
+                  what + ": receive 6 async");
+      if (!s.ok()) return Wrong(s);
+      absl::StatusOr<std::vector<Tensor>> none = sent->Wait();
+      if (!none.ok()) return Annotate(none.status(), what + ": send 6 async");
+      if (!none->empty()) {
+        return Wrong(absl::InternalError(absl::StrCat(
+            what, ": send 6 async gave ", none->size(), " tensors, want none")));
+      }
+    }
+    return absl::OkStatus();
   }
 
   absl::Status AllReduce(int64_t bytes, uint64_t seed) {
@@ -738,6 +861,269 @@ class Checks {
       absl::Status c = Checked(*e.got, e.dtype, e.shape, e.want.data(), e.what);
       if (!c.ok()) return Wrong(c);
     }
+    return absl::OkStatus();
+  }
+
+  // The step's rows of kCols elements of `dtype` for about `bytes` bytes,
+  // rounded up to a multiple of the world size (kinds that cut dim 0).
+  int64_t RowsDividedByWorld(int64_t bytes, DataType dtype, int64_t cols) {
+    const int64_t row_bytes = cols * static_cast<int64_t>(ElementSize(dtype));
+    const int64_t rows = (bytes + row_bytes - 1) / row_bytes;
+    return (rows + world_size_ - 1) / world_size_ * world_size_;
+  }
+
+  // OK when a rank that gets no result got an empty Tensor().
+  absl::Status CheckNoResult(const Tensor& got, absl::string_view what) {
+    if (got.num_bytes() == 0 && got.shape() == std::vector<int64_t>{0}) {
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": rank ", rank_, " is not the root and got ",
+        DataTypeName(got.dtype()), " ", ShapeText(got.shape()),
+        ", want an empty Tensor()"));
+  }
+
+  // Reduce from every root: out of place (the input on read-only pages),
+  // then in place (a non-root's buffer must keep its bytes).
+  absl::Status Reduce(int64_t bytes, uint64_t seed) {
+    struct Pair {
+      ReduceOp op;
+      DataType dtype;
+    };
+    for (Pair p : {Pair{ReduceOp::kSum, DataType::kFloat32},
+                   Pair{ReduceOp::kMax, DataType::kInt64},
+                   Pair{ReduceOp::kAvg, DataType::kBFloat16},
+                   Pair{ReduceOp::kBitOr, DataType::kBool}}) {
+      if (!Wanted(p.dtype) || !Wanted(p.op)) continue;
+      const int64_t n = ElementsFor(bytes, p.dtype);
+      const std::vector<int64_t> shape = ShapeFor(n);
+      for (int root = 0; root < world_size_; ++root) {
+        const uint64_t s = Mix64(seed * 61 + static_cast<uint64_t>(p.op) * 13 +
+                                 static_cast<uint64_t>(p.dtype) * 5 + root);
+        const std::string what = absl::StrCat(
+            "reduce ", ReduceOpName(p.op), " ", DataTypeName(p.dtype), " ",
+            ShapeText(shape), " root ", root);
+        const std::vector<uint8_t> input =
+            ClosedFormInput(p.op, p.dtype, rank_, n, s);
+        const std::vector<uint8_t> want =
+            ClosedFormExpected(p.op, p.dtype, all_, n, s);
+        absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(input);
+        if (!in.ok()) return in.status();
+        absl::StatusOr<Tensor> got = client_->Reduce(
+            TensorView(in->data(), p.dtype, shape), p.op, root, Call());
+        if (!got.ok()) return Annotate(got.status(), what + " out of place");
+        absl::Status c =
+            rank_ == root
+                ? Checked(*got, p.dtype, shape, want.data(),
+                          what + " out of place")
+                : CheckNoResult(*got, what + " out of place");
+        if (!c.ok()) return Wrong(c);
+        std::vector<uint8_t> inout = input;
+        absl::Status ip = client_->ReduceInPlace(
+            MutableTensorView(inout.data(), p.dtype, shape), p.op, root,
+            Call());
+        if (!ip.ok()) return Annotate(ip, what + " in place");
+        c = CheckedElements(p.dtype, inout.data(),
+                            rank_ == root ? want.data() : input.data(), n,
+                            what + (rank_ == root
+                                        ? " in place"
+                                        : " in place (a non-root's buffer)"));
+        if (!c.ok()) return Wrong(c);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Gather to every root: rank r sends rows0 + r rows (uneven dim 0).
+  absl::Status Gather(int64_t bytes, uint64_t seed) {
+    for (DataType dtype : {DataType::kFloat32, DataType::kInt8,
+                           DataType::kFloat64}) {
+      if (!Wanted(dtype)) continue;
+      constexpr int64_t kCols = 3;
+      const int64_t row_bytes =
+          kCols * static_cast<int64_t>(ElementSize(dtype));
+      const int64_t rows0 = (bytes + row_bytes - 1) / row_bytes;
+      auto rows_of = [&](int r) { return rows0 + r; };
+      const std::vector<int64_t> shape = {rows_of(rank_), kCols};
+      for (int root = 0; root < world_size_; ++root) {
+        const uint64_t s =
+            Mix64(seed * 37 + static_cast<uint64_t>(dtype) * 3 + root);
+        absl::StatusOr<ReadOnlyBuffer> in =
+            ReadOnly(MovedBytes(dtype, rank_, Elements(shape), s));
+        if (!in.ok()) return in.status();
+        std::vector<uint8_t> want;
+        int64_t total_rows = 0;
+        for (int r : all_) {
+          std::vector<uint8_t> part =
+              MovedBytes(dtype, r, rows_of(r) * kCols, s);
+          want.insert(want.end(), part.begin(), part.end());
+          total_rows += rows_of(r);
+        }
+        const std::string what =
+            absl::StrCat("gather ", DataTypeName(dtype), " ", ShapeText(shape),
+                         " root ", root);
+        absl::StatusOr<Tensor> got = client_->Gather(
+            TensorView(in->data(), dtype, shape), root, Call());
+        if (!got.ok()) return Annotate(got.status(), what);
+        absl::Status c =
+            rank_ == root
+                ? Checked(*got, dtype, {total_rows, kCols}, want.data(), what)
+                : CheckNoResult(*got, what);
+        if (!c.ok()) return Wrong(c);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Scatter from every root: the root's [rows, 2] (rows a multiple of the
+  // world size, about `bytes` in all) cut in world-size parts; non-roots
+  // pass TensorView().
+  absl::Status Scatter(int64_t bytes, uint64_t seed) {
+    for (DataType dtype : {DataType::kFloat32, DataType::kInt64,
+                           DataType::kBool}) {
+      if (!Wanted(dtype)) continue;
+      constexpr int64_t kCols = 2;
+      const int64_t rows = RowsDividedByWorld(bytes, dtype, kCols);
+      const std::vector<int64_t> shape = {rows, kCols};
+      const std::vector<int64_t> part_shape = {rows / world_size_, kCols};
+      for (int root = 0; root < world_size_; ++root) {
+        const uint64_t s =
+            Mix64(seed * 43 + static_cast<uint64_t>(dtype) * 3 + root);
+        const std::vector<uint8_t> all =
+            MovedBytes(dtype, root, rows * kCols, s);
+        const size_t part = all.size() / static_cast<size_t>(world_size_);
+        const std::vector<uint8_t> want(all.begin() + rank_ * part,
+                                        all.begin() + (rank_ + 1) * part);
+        absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(all);
+        if (!in.ok()) return in.status();
+        const std::string what =
+            absl::StrCat("scatter ", DataTypeName(dtype), " ", ShapeText(shape),
+                         " root ", root);
+        absl::StatusOr<Tensor> got = client_->Scatter(
+            rank_ == root ? TensorView(in->data(), dtype, shape) : TensorView(),
+            root, Call());
+        if (!got.ok()) return Annotate(got.status(), what);
+        absl::Status c = Checked(*got, dtype, part_shape, want.data(), what);
+        if (!c.ok()) return Wrong(c);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // AllToAll: every rank sends [rows, 3] (rows a multiple of the world
+  // size); rank j gets part j of every rank, in rank order.
+  absl::Status AllToAll(int64_t bytes, uint64_t seed) {
+    for (DataType dtype : {DataType::kFloat32, DataType::kInt8,
+                           DataType::kFloat16}) {
+      if (!Wanted(dtype)) continue;
+      constexpr int64_t kCols = 3;
+      const int64_t rows = RowsDividedByWorld(bytes, dtype, kCols);
+      const std::vector<int64_t> shape = {rows, kCols};
+      const uint64_t s = Mix64(seed * 47 + static_cast<uint64_t>(dtype));
+      absl::StatusOr<ReadOnlyBuffer> in =
+          ReadOnly(MovedBytes(dtype, rank_, rows * kCols, s));
+      if (!in.ok()) return in.status();
+      std::vector<uint8_t> want;
+      for (int r : all_) {
+        const std::vector<uint8_t> theirs =
+            MovedBytes(dtype, r, rows * kCols, s);
+        const size_t part = theirs.size() / static_cast<size_t>(world_size_);
+        want.insert(want.end(), theirs.begin() + rank_ * part,
+                    theirs.begin() + (rank_ + 1) * part);
+      }
+      const std::string what =
+          absl::StrCat("alltoall ", DataTypeName(dtype), " ", ShapeText(shape));
+      absl::StatusOr<Tensor> got =
+          client_->AllToAll(TensorView(in->data(), dtype, shape), Call());
+      if (!got.ok()) return Annotate(got.status(), what);
+      absl::Status c = Checked(*got, dtype, shape, want.data(), what);
+      if (!c.ok()) return Wrong(c);
+    }
+    return absl::OkStatus();
+  }
+
+  // ReduceAsync, GatherAsync, ScatterAsync and AllToAllAsync all in flight
+  // at once, waited for in reverse order: a non-root's Reduce and Gather
+  // handles yield no tensor.
+  absl::Status AsyncRootedKinds(int64_t bytes, uint64_t seed) {
+    const DataType dtype = DataType::kFloat32;
+    const int64_t n = ElementsFor(bytes, dtype);
+    const uint64_t s = Mix64(seed * 83 + 5);
+    const int root =
+        static_cast<int>((seed + 1) % static_cast<uint64_t>(world_size_));
+    const bool is_root = rank_ == root;
+    const int64_t rows = RowsDividedByWorld(bytes, dtype, 1);
+    const std::vector<int64_t> cut_shape = {rows, 1};
+    absl::StatusOr<ReadOnlyBuffer> reduce =
+        ReadOnly(ClosedFormInput(ReduceOp::kSum, dtype, rank_, n, s));
+    absl::StatusOr<ReadOnlyBuffer> gather =
+        ReadOnly(MovedBytes(dtype, rank_, (rank_ + 1) * 2, s + 1));
+    absl::StatusOr<ReadOnlyBuffer> scatter =
+        ReadOnly(MovedBytes(dtype, root, rows, s + 2));
+    absl::StatusOr<ReadOnlyBuffer> alltoall =
+        ReadOnly(MovedBytes(dtype, rank_, rows, s + 3));
+    for (const absl::StatusOr<ReadOnlyBuffer>* b :
+         {&reduce, &gather, &scatter, &alltoall}) {
+      if (!b->ok()) return b->status();
+    }
+    std::vector<std::unique_ptr<CollectiveHandle>> handles;
+    handles.push_back(client_->ReduceAsync(
+        TensorView(reduce->data(), dtype, ShapeFor(n)), ReduceOp::kSum, root,
+        Call()));
+    handles.push_back(client_->GatherAsync(
+        TensorView(gather->data(), dtype, {rank_ + 1, 2}), root, Call()));
+    handles.push_back(client_->ScatterAsync(
+        is_root ? TensorView(scatter->data(), dtype, cut_shape) : TensorView(),
+        root, Call()));
+    handles.push_back(client_->AllToAllAsync(
+        TensorView(alltoall->data(), dtype, cut_shape), Call()));
+    const char* const whats[] = {"async reduce", "async gather",
+                                 "async scatter", "async alltoall"};
+    std::vector<absl::StatusOr<std::vector<Tensor>>> got(handles.size());
+    for (size_t i = handles.size(); i-- > 0;) got[i] = handles[i]->Wait();
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!got[i].ok()) return Annotate(got[i].status(), whats[i]);
+    }
+    const size_t rooted = is_root ? 1 : 0;
+    if (got[0]->size() != rooted || got[1]->size() != rooted ||
+        got[2]->size() != 1 || got[3]->size() != 1) {
+      return Wrong(absl::InternalError(absl::StrCat(
+          "async rooted results on rank ", rank_, " (root ", root, "): want ",
+          rooted, ", ", rooted, ", 1, 1 tensors, got ", got[0]->size(), ", ",
+          got[1]->size(), ", ", got[2]->size(), ", ", got[3]->size())));
+    }
+    const int64_t part_rows = rows / world_size_;
+    const size_t part_bytes = static_cast<size_t>(part_rows) * sizeof(float);
+    const std::vector<uint8_t> scattered = MovedBytes(dtype, root, rows, s + 2);
+    std::vector<uint8_t> exchanged;
+    for (int r : all_) {
+      const std::vector<uint8_t> theirs = MovedBytes(dtype, r, rows, s + 3);
+      exchanged.insert(exchanged.end(), theirs.begin() + rank_ * part_bytes,
+                       theirs.begin() + (rank_ + 1) * part_bytes);
+    }
+    absl::Status c = Checked(
+        (*got[2])[0], dtype, {part_rows, 1},
+        std::vector<uint8_t>(scattered.begin() + rank_ * part_bytes,
+                             scattered.begin() + (rank_ + 1) * part_bytes)
+            .data(),
+        whats[2]);
+    if (!c.ok()) return Wrong(c);
+    c = Checked((*got[3])[0], dtype, cut_shape, exchanged.data(), whats[3]);
+    if (!c.ok()) return Wrong(c);
+    if (!is_root) return absl::OkStatus();
+    std::vector<uint8_t> gathered;
+    for (int r : all_) {
+      std::vector<uint8_t> part = MovedBytes(dtype, r, (r + 1) * 2, s + 1);
+      gathered.insert(gathered.end(), part.begin(), part.end());
+    }
+    c = Checked((*got[0])[0], dtype, ShapeFor(n),
+                ClosedFormExpected(ReduceOp::kSum, dtype, all_, n, s).data(),
+                whats[0]);
+    if (!c.ok()) return Wrong(c);
+    c = Checked((*got[1])[0], dtype,
+                {world_size_ * (world_size_ + 1) / 2, 2}, gathered.data(),
+                whats[1]);
+    if (!c.ok()) return Wrong(c);
     return absl::OkStatus();
   }
 

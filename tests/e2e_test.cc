@@ -184,6 +184,24 @@ TEST_F(E2eTest, ResultBitsDoNotDependOnArrivalOrder) {
   }
 }
 
+// pipeline over W = 2, 4, 8 workers: a running sum passed from rank to rank
+// with Send and Receive, checked against its closed form at every rank.
+class PipelineTest : public E2eTest,
+                     public ::testing::WithParamInterface<int> {};
+
+TEST_P(PipelineTest, RunningSumPassedRankToRankIsExact) {
+  const int world_size = GetParam();
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  StartJob(absl::StrCat("pipeline-w", world_size), world_size,
+           {"--scenario=pipeline"}, &workers);
+  WaitAndExpectSuccess(workers);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, PipelineTest, ::testing::Values(2, 4, 8),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("W", info.param);
+                         });
+
 TEST_F(E2eTest, TwoJobsAtOnceDoNotDisturbEachOther) {
   // Different world sizes and values (salt); both run the all_ops suite at
   // the same time on one reducerd.

@@ -12,10 +12,12 @@
 //                   read-only pages, AllReduceInPlace compared bit for bit
 //                   with it, disallowed pairs rejected, scalars,
 //                   AllReduceMany, AllGather with uneven dim 0, Broadcast and
-//                   BroadcastInPlace from every root, ReduceScatter, Barrier
-//                   and concurrent named collectives. Then the even and the
-//                   odd ranks run the suite again, at once, each in its own
-//                   group. With --group_split=parity only the group part runs.
+//                   BroadcastInPlace from every root, ReduceScatter, Reduce,
+//                   ReduceInPlace, Gather and Scatter to and from every root,
+//                   AllToAll, Barrier and concurrent named collectives. Then
+//                   the even and the odd ranks run the suite again, at once,
+//                   each in its own group. With --group_split=parity only
+//                   the group part runs.
 //   determinism     Ranks arrive in --delay_order (--delay_ms apart) at
 //                   float32 all-reduces whose bits depend on summation order;
 //                   the result must be the left fold in rank order, and its
@@ -30,6 +32,11 @@
 //                   Ready() (false while a rank is missing, true without
 //                   Wait), a handle dropped unwaited, an idle pause, and the
 //                   errors a handle reports (bad input, a second Wait).
+//   pipeline        Send / Receive along the ranks: rank r receives the
+//                   running int64 sum from r - 1, adds its own and sends it
+//                   to r + 1; the last sends the total back to rank 0.
+//                   Every received value is checked against the closed
+//                   form, out of place and in place.
 //   duplicate_rank  --role=member ranks connect and wait until the
 //                   --role=intruder process, claiming a taken rank, has been
 //                   refused with ALREADY_EXISTS; then they check that their
@@ -631,6 +638,158 @@ absl::Status RunReduceScatter(Context& ctx, int64_t big_size) {
   return absl::OkStatus();
 }
 
+// Reduce (out of place and in place), Gather, Scatter to and from every
+// member as root, and AllToAll, small tensors. Roots are global ranks of
+// the group; a non-root's Reduce and Gather give an empty Tensor(), and its
+// ReduceInPlace buffer keeps its bytes.
+absl::Status RunRootedKinds(Context& ctx) {
+  const int64_t group = static_cast<int64_t>(ctx.members.size());
+  const int k = ctx.member_index();
+  auto expect_nothing = [&](const Tensor& got, const std::string& context) {
+    if (got.num_bytes() == 0 && got.shape() == std::vector<int64_t>{0}) {
+      return absl::OkStatus();
+    }
+    return Fail(absl::StrCat(context, ": a non-root got ",
+                             ShapeText(got.shape()),
+                             ", want an empty Tensor()"));
+  };
+  // Roots outside the world or the group are refused before anything is
+  // sent, naming the root.
+  auto expect_refused = [&](const absl::Status& got, const std::string& want,
+                            const std::string& context) {
+    if (got.code() == absl::StatusCode::kInvalidArgument &&
+        absl::StrContains(got.message(), want)) {
+      return absl::OkStatus();
+    }
+    return Fail(absl::StrCat(context, ": got ", got.ToString(),
+                             ", want INVALID_ARGUMENT with \"", want, "\""));
+  };
+  const float one = 1;
+  const TensorView scalar(&one, DataType::kFloat32, {1});
+  absl::Status refused = expect_refused(
+      ctx.client->Reduce(scalar, ReduceOp::kSum, ctx.world_size, ctx.call)
+          .status(),
+      absl::StrCat("Reduce: root ", ctx.world_size,
+                   " is outside the world of ", ctx.world_size),
+      ctx.label + " reduce to a root outside the world");
+  if (!refused.ok()) return refused;
+  refused = expect_refused(
+      ctx.client->Scatter(scalar, ctx.members[0] == ctx.rank && group > 1
+                                      ? ctx.members[1]
+                                      : ctx.members[0],
+                          ctx.call)
+          .status(),
+      "is not the root",
+      ctx.label + " scatter with a tensor on a non-root");
+  if (!refused.ok() && !(group == 1)) return refused;
+  if (!ctx.call.group.empty() && group < ctx.world_size) {
+    int outsider = 0;
+    while (std::find(ctx.members.begin(), ctx.members.end(), outsider) !=
+           ctx.members.end()) {
+      ++outsider;
+    }
+    refused = expect_refused(
+        ctx.client->Gather(scalar, outsider, ctx.call).status(),
+        absl::StrCat("Gather: root ", outsider,
+                     " is not in CallOptions.group"),
+        ctx.label + " gather to a root outside the group");
+    if (!refused.ok()) return refused;
+  }
+  for (int root : ctx.members) {
+    const bool is_root = root == ctx.rank;
+    const uint64_t seed = Mix64(ctx.seed + 9500 + root);
+    // Reduce: float32 sum of [2 x group, 3].
+    const std::vector<int64_t> shape = {2 * group, 3};
+    const int64_t n = Product(shape);
+    const std::vector<uint8_t> input =
+        ClosedFormInput(ReduceOp::kSum, DataType::kFloat32, ctx.rank, n, seed);
+    const std::vector<uint8_t> sum = ClosedFormExpected(
+        ReduceOp::kSum, DataType::kFloat32, ctx.members, n, seed);
+    absl::StatusOr<ReadOnlyBuffer> buffer = ReadOnlyCopy(input);
+    if (!buffer.ok()) return buffer.status();
+    std::string context = absl::StrCat(ctx.label, " reduce root ", root);
+    absl::StatusOr<Tensor> result = ctx.client->Reduce(
+        TensorView(buffer->data(), DataType::kFloat32, shape), ReduceOp::kSum,
+        root, ctx.call);
+    if (!result.ok()) return Annotate(result.status(), context);
+    absl::Status s =
+        is_root ? CheckTensor(*result, DataType::kFloat32, shape, sum.data(),
+                              context)
+                : expect_nothing(*result, context);
+    if (!s.ok()) return s;
+    std::vector<uint8_t> inout = input;
+    s = ctx.client->ReduceInPlace(
+        MutableTensorView(inout.data(), DataType::kFloat32, shape),
+        ReduceOp::kSum, root, ctx.call);
+    if (!s.ok()) return Annotate(s, context + " in place");
+    s = CompareElements(DataType::kFloat32, inout.data(),
+                        is_root ? sum.data() : input.data(), n,
+                        context + " in place");
+    if (!s.ok()) return s;
+
+    // Gather: member i sends i + 1 rows of 2 int32.
+    std::vector<uint8_t> gathered;
+    for (size_t i = 0; i < ctx.members.size(); ++i) {
+      const std::vector<uint8_t> part = ClosedFormInput(
+          ReduceOp::kSum, DataType::kInt32, ctx.members[i],
+          2 * static_cast<int64_t>(i + 1), seed + 1);
+      gathered.insert(gathered.end(), part.begin(), part.end());
+    }
+    buffer = ReadOnlyCopy(ClosedFormInput(ReduceOp::kSum, DataType::kInt32,
+                                          ctx.rank, 2 * (k + 1), seed + 1));
+    if (!buffer.ok()) return buffer.status();
+    context = absl::StrCat(ctx.label, " gather root ", root);
+    result = ctx.client->Gather(
+        TensorView(buffer->data(), DataType::kInt32, {k + 1, 2}), root,
+        ctx.call);
+    if (!result.ok()) return Annotate(result.status(), context);
+    s = is_root ? CheckTensor(*result, DataType::kInt32,
+                              {group * (group + 1) / 2, 2}, gathered.data(),
+                              context)
+                : expect_nothing(*result, context);
+    if (!s.ok()) return s;
+
+    // Scatter: the root's [3 x group, 2] int64, three rows per member.
+    const std::vector<uint8_t> whole = ClosedFormInput(
+        ReduceOp::kSum, DataType::kInt64, root, 6 * group, seed + 2);
+    buffer = ReadOnlyCopy(whole);
+    if (!buffer.ok()) return buffer.status();
+    context = absl::StrCat(ctx.label, " scatter root ", root);
+    result = ctx.client->Scatter(
+        is_root ? TensorView(buffer->data(), DataType::kInt64, {3 * group, 2})
+                : TensorView(),
+        root, ctx.call);
+    if (!result.ok()) return Annotate(result.status(), context);
+    s = CheckTensor(*result, DataType::kInt64, {3, 2}, whole.data() + k * 48,
+                    context);
+    if (!s.ok()) return s;
+  }
+  // AllToAll: every member sends [2 x group, 3] float64; member j gets
+  // rows [2 j, 2 j + 2) of every member, in member order.
+  const uint64_t seed = Mix64(ctx.seed + 9600);
+  const int64_t n = 6 * group;
+  std::vector<uint8_t> exchanged;
+  for (int r : ctx.members) {
+    const std::vector<uint8_t> theirs =
+        ClosedFormInput(ReduceOp::kSum, DataType::kFloat64, r, n, seed);
+    exchanged.insert(exchanged.end(), theirs.begin() + k * 48,
+                     theirs.begin() + (k + 1) * 48);
+  }
+  absl::StatusOr<ReadOnlyBuffer> buffer = ReadOnlyCopy(
+      ClosedFormInput(ReduceOp::kSum, DataType::kFloat64, ctx.rank, n, seed));
+  if (!buffer.ok()) return buffer.status();
+  const std::string context = absl::StrCat(ctx.label, " alltoall");
+  absl::StatusOr<Tensor> result = ctx.client->AllToAll(
+      TensorView(buffer->data(), DataType::kFloat64, {2 * group, 3}),
+      ctx.call);
+  if (!result.ok()) return Annotate(result.status(), context);
+  absl::Status s = CheckTensor(*result, DataType::kFloat64, {2 * group, 3},
+                               exchanged.data(), context);
+  if (!s.ok()) return s;
+  Log(ctx, "reduce, gather, scatter, alltoall ok");
+  return absl::OkStatus();
+}
+
 bool FileExists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 absl::Status TouchFile(const std::string& path, absl::string_view contents) {
@@ -720,6 +879,7 @@ absl::Status RunSuite(Context& ctx, const SuiteOptions& options) {
   if (s.ok()) s = RunBroadcast(ctx, options.big_size);
   if (s.ok()) s = RunBroadcastInPlace(ctx);
   if (s.ok()) s = RunReduceScatter(ctx, options.big_size);
+  if (s.ok()) s = RunRootedKinds(ctx);
   if (s.ok()) s = RunBarrier(ctx);
   if (s.ok()) s = RunNamed(ctx);
   return s;
@@ -937,6 +1097,77 @@ absl::Status CheckMetricValues(const MetricState& got, const MetricState& want,
       got.max_batch_loss, got.confusion[0][0], want.num_correct,
       want.num_examples, want.loss_sum, want.max_batch_loss,
       want.confusion[0][0]));
+}
+
+// pipeline: rank r receives the running sum from rank r - 1, adds its own
+// int64 contribution (element i: (r + 1)(i + 1)) and sends it on to rank
+// r + 1; the last rank sends the total back to rank 0. Rank r must receive
+// r(r + 1)/2 (i + 1) (rank 0, from the last: W(W + 1)/2 (i + 1)). Pass p
+// uses tag p; pass 1 receives in place.
+absl::Status RunPipeline(Context& ctx) {
+  const int w = ctx.world_size;
+  const int r = ctx.rank;
+  if (w < 2) return absl::OkStatus();
+  const int next = (r + 1) % w;
+  const int prev = (r + w - 1) % w;
+  for (int64_t n : {int64_t{1000}, int64_t{300000}}) {
+    for (int pass = 0; pass < 2; ++pass) {
+      const std::string what = absl::StrCat("pipeline pass ", pass, " of ", n,
+                                            " int64 at rank ", r);
+      // What rank r holds after adding its own: the sum over ranks 0..r.
+      auto partial = [n](int64_t ranks) {
+        std::vector<int64_t> v(n);
+        for (int64_t i = 0; i < n; ++i) v[i] = ranks * (ranks + 1) / 2 * (i + 1);
+        return v;
+      };
+      std::vector<int64_t> running(n, 0);
+      if (r > 0) {
+        if (pass == 0) {
+          absl::StatusOr<Tensor> got = ctx.client->Receive(prev, pass);
+          if (!got.ok()) return Annotate(got.status(), what);
+          if (got->dtype() != DataType::kInt64 ||
+              got->shape() != std::vector<int64_t>{n}) {
+            return absl::InternalError(absl::StrCat(
+                what, ": received ", DataTypeName(got->dtype()), " ",
+                ShapeToString(got->shape())));
+          }
+          std::memcpy(running.data(), got->data(), got->num_bytes());
+        } else {
+          absl::Status s = ctx.client->ReceiveInPlace(
+              MutableTensorView::Of<int64_t>(absl::MakeSpan(running)), prev,
+              pass);
+          if (!s.ok()) return Annotate(s, what);
+        }
+        const std::vector<int64_t> want = partial(r);
+        if (running != want) {
+          for (int64_t i = 0; i < n; ++i) {
+            if (running[i] != want[i]) {
+              return absl::InternalError(absl::StrCat(
+                  what, ": element ", i, " is ", running[i], ", want ",
+                  want[i]));
+            }
+          }
+        }
+      }
+      for (int64_t i = 0; i < n; ++i) running[i] += (r + 1) * (i + 1);
+      absl::Status s = ctx.client->Send(
+          TensorView::Of<int64_t>(absl::MakeConstSpan(running)), next, pass);
+      if (!s.ok()) return Annotate(s, what + ": send");
+      if (r == 0) {
+        // The total comes back from the last rank.
+        absl::StatusOr<Tensor> total = ctx.client->Receive(prev, pass);
+        if (!total.ok()) return Annotate(total.status(), what + ": total");
+        const std::vector<int64_t> want = partial(w);
+        if (total->num_bytes() != want.size() * sizeof(int64_t) ||
+            std::memcmp(total->data(), want.data(), total->num_bytes()) != 0) {
+          return absl::InternalError(
+              absl::StrCat(what, ": the total is not W(W+1)/2 (i+1)"));
+        }
+      }
+    }
+  }
+  Log(ctx, "pipeline passes exact");
+  return absl::OkStatus();
 }
 
 absl::Status RunMetricSync(Context& ctx) {
@@ -1301,6 +1532,7 @@ absl::Status Main() {
   if (scenario == "all_ops") return RunAllOps(ctx);
   if (scenario == "determinism") return RunDeterminism(ctx);
   if (scenario == "metric_sync") return RunMetricSync(ctx);
+  if (scenario == "pipeline") return RunPipeline(ctx);
   if (scenario == "async") return RunAsync(ctx);
   if (scenario == "duplicate_rank") {
     if (scratch_dir.empty()) {

@@ -440,6 +440,70 @@ TEST_F(LivenessTest, CutConnectionAbortsPeersAndTheRankReconnects) {
   ExpectStep(results[2], "5", absl::StatusCode::kOk);
 }
 
+
+// The root of a Gather, and of a Reduce, never arrives: the other ranks
+// (which only send) fail at the deadline naming it, not before.
+TEST_F(LivenessTest, RootThatNeverArrivesIsNamedAtTheDeadline) {
+  ASSERT_TRUE(StartServer());
+  const std::string job = Job();
+  const std::string after = "allreduce:name=after,seed=3,timeout_ms=20000";
+  const std::string waiting = absl::StrCat(
+      "gather:shape=3x2,root=2,timeout_ms=1500;"
+      "reduce:name=r,shape=5,root=2,timeout_ms=1500;",
+      after);
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
+      job, 3, {waiting, waiting, absl::StrCat("sleep:ms=3500;", after)});
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), 3u);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ExpectStep(results[r], "1", absl::StatusCode::kDeadlineExceeded,
+               {absl::StrCat("gather #0 in job ", job, " timed out after "
+                             "1.5s: rank 2 never arrived (ranks 0,1 waited)")},
+               absl::Seconds(6));
+    ExpectStep(results[r], "2", absl::StatusCode::kDeadlineExceeded,
+               {absl::StrCat("reduce \"r\" in job ", job, " timed out after "
+                             "1.5s: rank 2 never arrived (ranks 0,1 waited)")},
+               absl::Seconds(6));
+    for (const char* step : {"1", "2"}) {
+      EXPECT_GE(Step(results[r], step).elapsed, absl::Milliseconds(1400))
+          << "step " << step << " gave up before the timeout";
+    }
+    ExpectStep(results[r], "3", absl::StatusCode::kOk);
+  }
+  ExpectStep(results[2], "2", absl::StatusCode::kOk);
+}
+
+// Ranks 0 (the root) and 1 are in a Reduce when rank 2's process is
+// SIGKILLed before it called: both get ABORTED naming rank 2 within
+// seconds, long before their timeout.
+TEST_F(LivenessTest, RankKilledMidReduceAbortsTheOthers) {
+  ASSERT_TRUE(StartServer());
+  const std::string job = Job();
+  const std::string waiting =
+      absl::StrCat("reduce:shape=50000,root=0,timeout_ms=", kLongTimeoutMs);
+  std::vector<std::unique_ptr<ChildProcess>> workers =
+      StartJob(job, 3, {waiting, waiting, "hang"});
+  ASSERT_EQ(workers.size(), 3u);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_NE(workers[r], nullptr);
+    ASSERT_TRUE(WaitForOutput(*workers[r], "BEGIN 1 "));
+  }
+  ASSERT_NE(workers[2], nullptr);
+  ASSERT_TRUE(WaitForOutput(*workers[2], "BEGIN 1 hang"));
+  // Their contributions reach reducerd.
+  absl::SleepFor(absl::Milliseconds(500));
+  ASSERT_TRUE(workers[2]->Signal(SIGKILL));
+  const ProcessResult killed = workers[2]->Wait(absl::Seconds(10));
+  EXPECT_EQ(killed.term_signal, SIGKILL) << killed.Describe();
+  workers.pop_back();
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), 2u);
+  for (const ProcessResult& r : results) {
+    ExpectStep(r, "1", absl::StatusCode::kAborted, {"rank 2"}, kSoon);
+  }
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace reducer

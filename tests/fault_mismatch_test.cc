@@ -115,6 +115,18 @@ INSTANTIATE_TEST_SUITE_P(
                      "broadcast:shape=4x3,root=1",
                      {"broadcast #0 in job $JOB: mismatched roots: rank 0 "
                       "sent 0, rank 2 sent 1"}},
+        MismatchCase{"alltoall_shape", "alltoall:shape=6x2",
+                     "alltoall:shape=3x2",
+                     {"alltoall #0 in job $JOB: mismatched shapes: rank $REF "
+                      "sent [6,2] float32, rank 2 sent [3,2] float32"}},
+        MismatchCase{"reduce_root", "reduce:shape=4x3,root=0",
+                     "reduce:shape=4x3,root=1",
+                     {"reduce #0 in job $JOB: mismatched roots: rank $REF "
+                      "sent 0, rank 2 sent 1"}},
+        MismatchCase{"gather_inner_dims", "gather:shape=2x3,root=1",
+                     "gather:shape=5x4,root=1",
+                     {"gather #0 in job $JOB: mismatched shapes: rank $REF "
+                      "sent [2,3] float32, rank 2 sent [5,4] float32"}},
         MismatchCase{"broadcast_dtype", "broadcast:shape=4x3,root=0",
                      "broadcast:shape=4x3,root=0,dtype=int32",
                      {"mismatched dtypes: rank $REF sent [4,3] float32, rank 2 "

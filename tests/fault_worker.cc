@@ -25,15 +25,21 @@
 // A script is steps separated by ';', each `verb` or `verb:key=value,...`:
 //
 //   allreduce, allreduce_inplace, many, allgather, broadcast,
-//   broadcast_inplace, reducescatter, barrier
+//   broadcast_inplace, reducescatter, barrier, reduce, gather, alltoall
 //       Collectives. Keys: dtype (float32, float64, int32, int64, ...;
 //       default float32), shape (4x3; "scalar" for []; default 8), op (sum,
 //       max, ...; default sum), fill (closed: the closed form for op, dtype,
 //       rank and seed; onehot: int64, element i is `scale` where i == rank),
 //       scale, seed, name, group (ranks joined by '+': 0+2), timeout_ms
 //       (CallOptions::timeout; default: the client's), count (many: number
-//       of tensors), root (broadcast), noinput=1 (broadcast: pass
+//       of tensors), root (broadcast, reduce, gather; reduce, gather and
+//       alltoall results are not checked), noinput=1 (broadcast: pass
 //       TensorView() on a non-root), check=0 (do not check the values).
+//   send:to=D, receive:from=S, receive_inplace:from=S
+//       A point-to-point message (Send, Receive, ReceiveInPlace) with keys
+//       tag (default 0), dtype, shape, seed, timeout_ms; the receiver checks
+//       the source's closed form (in place: a failed call left its buffer
+//       as it was).
 //   async_<collective>
 //       Starts the collective on a thread of its own and goes on at once;
 //       its RESULT line comes when it ends. `join` waits for all of them.
@@ -332,7 +338,68 @@ class Worker {
       out.status = client_->Barrier(*call);
       return out;
     }
+    if (verb == "send" || verb == "receive" || verb == "receive_inplace") {
+      return RunPointToPoint(step, *call);
+    }
     return RunTensorCollective(step, *call);
+  }
+
+  // send (to=D) and receive (from=S): a point-to-point message with `tag`
+  // (default 0) of `dtype` and `shape`; the source's tensor is the closed
+  // form (sum) of its rank and `seed`, which the receiver checks exactly.
+  Outcome RunPointToPoint(const Step& step, const CallOptions& call) {
+    Outcome out;
+    absl::StatusOr<DataType> dtype = ParseDataType(step.Get("dtype", "float32"));
+    absl::StatusOr<std::vector<int64_t>> shape = ParseShape(step.Get("shape", "8"));
+    if (!dtype.ok() || !shape.ok()) {
+      out.status = !dtype.ok() ? dtype.status() : shape.status();
+      return out;
+    }
+    const int64_t n = Elements(*shape);
+    const uint64_t seed = static_cast<uint64_t>(step.GetInt("seed", 1)) * 1000;
+    const int tag = static_cast<int>(step.GetInt("tag", 0));
+    if (step.verb == "send") {
+      const std::vector<uint8_t> input =
+          ClosedFormInput(ReduceOp::kSum, *dtype, options_.rank, n, seed);
+      out.status = client_->Send(TensorView(input.data(), *dtype, *shape),
+                                 static_cast<int>(step.GetInt("to", -1)), tag,
+                                 call);
+      return out;
+    }
+    const int source = static_cast<int>(step.GetInt("from", -1));
+    const std::vector<uint8_t> want =
+        ClosedFormInput(ReduceOp::kSum, *dtype, source, n, seed);
+    if (step.verb == "receive_inplace") {
+      // The buffer starts as this rank's own closed form: on failure it
+      // must still hold exactly that.
+      const std::vector<uint8_t> before =
+          ClosedFormInput(ReduceOp::kSum, *dtype, options_.rank, n, seed + 1);
+      std::vector<uint8_t> buffer = before;
+      out.status = client_->ReceiveInPlace(
+          MutableTensorView(buffer.data(), *dtype, *shape), source, tag, call);
+      const std::vector<uint8_t>& expected = out.status.ok() ? want : before;
+      out.check = buffer == expected ? "ok" : "bad";
+      if (out.check == "bad") {
+        out.detail = out.status.ok()
+                         ? "the buffer does not hold the source's closed form"
+                         : "the buffer changed although the call failed";
+      }
+      return out;
+    }
+    absl::StatusOr<Tensor> got = client_->Receive(source, tag, call);
+    out.status = got.status();
+    if (!got.ok()) return out;
+    if (got->dtype() != *dtype || got->shape() != *shape ||
+        got->num_bytes() != want.size() ||
+        std::memcmp(got->data(), want.data(), want.size()) != 0) {
+      out.check = "bad";
+      out.detail = absl::StrCat("received ", DataTypeName(got->dtype()), " ",
+                                ShapeToString(got->shape()),
+                                ", not the closed form of rank ", source);
+      return out;
+    }
+    out.check = "ok";
+    return out;
   }
 
   // The input this rank contributes for `step`, and (when it can be known)
@@ -541,6 +608,16 @@ class Worker {
       }
       out.status = r.status();
       if (r.ok()) results.push_back(*std::move(r));
+    } else if (verb == "reduce" || verb == "gather" || verb == "alltoall") {
+      // Results unchecked (check=none): these steps are for failures.
+      const int root = static_cast<int>(step.GetInt("root", 0));
+      absl::StatusOr<Tensor> r =
+          verb == "reduce"   ? client_->Reduce(views[0], p.op, root, call)
+          : verb == "gather" ? client_->Gather(views[0], root, call)
+                             : client_->AllToAll(views[0], call);
+      out.status = r.status();
+      if (r.ok()) results.push_back(*std::move(r));
+      for (Prepared& q : prepared) q.checkable = false;
     } else if (verb == "many") {
       std::vector<ReduceOp> ops(prepared.size(), p.op);
       absl::StatusOr<std::vector<Tensor>> r =

@@ -15,9 +15,12 @@
 //   partition for shard s reduce-scatters, from every rank's slice, the
 //   piece [begin, begin + count) of elements, declared as one 1-D tensor of
 //   group_size x count elements.
-// - AllGather, Broadcast and Barrier go whole to one shard chosen by the
-//   key's hash: a rank does not know the others' AllGather sizes, nor a
-//   non-root the Broadcast size, before the server has them all.
+// - Reduce is cut as an AllReduce of its one tensor (every partition a
+//   Reduce with the same root).
+// - AllGather, Broadcast, Gather, Scatter, AllToAll and Barrier go whole to
+//   one shard chosen by the key's hash: a rank does not know the others'
+//   AllGather or Gather sizes, nor a non-root the Broadcast or Scatter size,
+//   before the server has them all.
 //
 // Why one partition per shard (at most), not BytePS's 4 MB pieces: each
 // partition is a collective of its own, with its fixed cost (a stream, a

@@ -138,6 +138,10 @@ SplitCollective SplitContribution(const Contribution& whole, int shards,
     case CollectiveKind::kAllReduce:
       if (tensors->empty()) break;
       return SplitAllReduce(whole, *tensors, shards, key, min_partition_bytes);
+    case CollectiveKind::kReduce:
+      // Cut as an AllReduce; each partition is a Reduce with the same root.
+      if (tensors->size() != 1) break;
+      return SplitAllReduce(whole, *tensors, shards, key, min_partition_bytes);
     case CollectiveKind::kReduceScatter: {
       if (tensors->size() != 1 || header.group_size() < 1) break;
       const TensorSpec& input = (*tensors)[0];
@@ -159,6 +163,19 @@ absl::StatusOr<std::vector<Tensor>> JoinPartitionResults(
   absl::StatusOr<CollectiveKind> kind = CollectiveKindFromWire(whole.header.kind());
   if (!tensors.has_value() || !kind.ok()) {
     return absl::InternalError("a split collective's header no longer converts");
+  }
+  if (*kind == CollectiveKind::kReduce &&
+      whole.header.root() != whole.header.rank()) {
+    // A Reduce's non-root gets no tensor from any partition, nor in all.
+    for (size_t k = 0; k < split.parts.size(); ++k) {
+      if (!(*results)[k].empty()) {
+        return absl::InternalError(absl::StrCat(
+            "partition ", k, " of a reduce came back with ",
+            (*results)[k].size(), " tensors to non-root rank ",
+            whole.header.rank(), ", which gets none"));
+      }
+    }
+    return std::vector<Tensor>();
   }
   if (*kind == CollectiveKind::kReduceScatter) {
     const TensorSpec& input = (*tensors)[0];

@@ -218,5 +218,67 @@ TEST(PartitionSplitTest, ResultOfTheWrongSizeIsAnInternalError) {
   EXPECT_THAT(joined.status().message(), ::testing::HasSubstr("partition 1"));
 }
 
+
+// Reduce of 4 MiB over 4 shards: cut like an AllReduce, every partition a
+// Reduce with the whole call's root; the root's results join back byte for
+// byte, a non-root's (no tensor from any partition) into no tensor.
+TEST(PartitionSplitTest, ReduceIsCutIntoReducesWithTheSameRoot) {
+  std::vector<float> x(4 * kMiB / 4);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 1000);
+  for (int rank : {2, 1}) {
+    SCOPED_TRACE(rank == 2 ? "root" : "non-root");
+    Contribution whole = ContributionOf(
+        CollectiveKind::kReduce,
+        {{DataType::kFloat32,
+          {static_cast<int64_t>(x.size())},
+          ReduceOp::kMax}},
+        {x.data()});
+    whole.header.set_root(2);
+    whole.header.set_rank(rank);
+    SplitCollective split = SplitContribution(whole, 4, kMiB);
+    ASSERT_FALSE(split.whole);
+    ASSERT_EQ(split.parts.size(), 4u);
+    std::vector<std::vector<Tensor>> results;
+    for (const PartitionContribution& part : split.parts) {
+      const v1::CollectiveHeader& h = part.contribution.header;
+      EXPECT_EQ(h.kind(), v1::COLLECTIVE_KIND_REDUCE);
+      EXPECT_EQ(h.root(), 2);
+      ASSERT_EQ(h.tensors_size(), 1);
+      EXPECT_EQ(h.tensors(0).op(), v1::REDUCE_OP_MAX);
+      results.push_back(rank == 2 ? EchoOf(part.contribution)
+                                  : std::vector<Tensor>());
+    }
+    absl::StatusOr<std::vector<Tensor>> joined =
+        JoinPartitionResults(whole, split, &results, nullptr);
+    ASSERT_TRUE(joined.ok()) << joined.status();
+    if (rank == 2) {
+      ASSERT_EQ(joined->size(), 1u);
+      EXPECT_EQ(std::memcmp((*joined)[0].data(), x.data(), x.size() * 4), 0);
+    } else {
+      EXPECT_TRUE(joined->empty());
+      // A tensor for a non-root is the shard's error, named.
+      results[3].push_back(Tensor(DataType::kFloat32, {1}));
+      joined = JoinPartitionResults(whole, split, &results, nullptr);
+      EXPECT_EQ(joined.status().code(), absl::StatusCode::kInternal);
+      EXPECT_THAT(joined.status().message(),
+                  ::testing::HasSubstr("partition 3 of a reduce"));
+    }
+  }
+}
+
+TEST(PartitionSplitTest, GatherScatterAndAllToAllGoWhole) {
+  std::vector<float> x(4 * kMiB / 4);
+  for (CollectiveKind kind : {CollectiveKind::kGather, CollectiveKind::kScatter,
+                              CollectiveKind::kAllToAll}) {
+    Contribution c = ContributionOf(
+        kind,
+        {{DataType::kFloat32,
+          {static_cast<int64_t>(x.size())},
+          ReduceOp::kSum}},
+        {x.data()});
+    EXPECT_TRUE(SplitContribution(c, 4, kMiB).whole);
+  }
+}
+
 }  // namespace
 }  // namespace reducer

@@ -124,14 +124,19 @@ bool Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
     return false;
   }
   if (!Agree(rank, fp)) return false;
-  const bool sends_data =
-      fp.kind != CollectiveKind::kBroadcast || rank == fp.root;
+  // Broadcast's and Scatter's non-roots send no payload, nor does a
+  // point-to-point message's destination (its tensor, if any, is the spec
+  // its buffer expects).
+  const bool sends_data = (fp.kind != CollectiveKind::kBroadcast &&
+                           fp.kind != CollectiveKind::kScatter &&
+                           fp.kind != CollectiveKind::kSendReceive) ||
+                          rank == fp.root;
   m.input_bytes = sends_data ? TotalBytes(fp.tensors) : 0;
   m.fp = std::move(fp);
 
   // Reserve the worst case this rank can make the server hold before
   // accepting any of its payload.
-  const size_t reserve = strategy_->Reservation(m.input_bytes);
+  const size_t reserve = strategy_->Reservation(index, m.input_bytes);
   if (!env_.memory->TryReserve(reserve)) {
     FailLocked(absl::ResourceExhaustedError(absl::StrCat(
         description_, ": the server's memory budget of ",
@@ -156,7 +161,20 @@ bool Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
     return false;
   }
   m.reserved = reserve;
-  if (attached_ == static_cast<int>(group_.size())) OnAllAttached();
+  m.finishes_alone = strategy_->FinishesAlone(index);
+  if (attached_ == static_cast<int>(group_.size())) {
+    OnAllAttached();
+  } else if (m.finishes_alone) {
+    // Its (empty) result header now; it finishes once its payload is in.
+    if (no_result_specs_ == nullptr) {
+      no_result_specs_ = std::make_shared<const std::vector<TensorSpec>>();
+    }
+    // Its empty result is kept, as every rank's is once all attached, so
+    // that a replay after a lost answer gets it.
+    m.keeping = env_.kept != nullptr && !m.attempt_id.empty() &&
+                env_.kept->Reserve(0);
+    SendTo(index, 0, {});
+  }
   return true;
 }
 
@@ -167,7 +185,7 @@ bool Collective::Agree(int rank, const Fingerprint& fp) {
     has_reference_ = true;
     // No other rank is attached, so nothing is staged yet.
     strategy_ = MakeKindStrategy(fp.kind, static_cast<int>(group_.size()),
-                                 env_.options->chunk_bytes,
+                                 IndexOf(fp.root), env_.options->chunk_bytes,
                                  env_.options->window, env_.chunks);
     return true;
   }
@@ -189,9 +207,11 @@ void Collective::OnAllAttached() {
   all_headers_ = true;
   result_specs_ = std::make_shared<const std::vector<TensorSpec>>(
       strategy_->PlanResult(reference_, ranks_));
+  no_result_specs_ = std::make_shared<const std::vector<TensorSpec>>();
   StartKeeping();
   for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (ranks_[i].output_bytes == 0) {
+    // A rank that finishes alone may have had its header already.
+    if (ranks_[i].output_bytes == 0 && !ranks_[i].header_sent) {
       SendTo(i, 0, {});
       MaybeFinish(i);
     }
@@ -223,8 +243,10 @@ bool Collective::OnData(int rank, uint64_t offset, Payload data) {
           m.fp.tensors.empty() ? std::string("none")
                                : DescribeTensor(m.fp.tensors[0]),
           m.fp.tensors.size() > 1 ? ", ..." : "", ") hold ", m.input_bytes,
-          m.input_bytes == 0 ? " (a non-root rank sends no broadcast payload)"
-                             : "")));
+          m.input_bytes == 0
+              ? absl::StrCat(" (a non-root rank sends no ",
+                             CollectiveKindName(m.fp.kind), " payload)")
+              : std::string())));
       return false;
     }
     if (data.size() > 0) {
@@ -280,7 +302,10 @@ void Collective::SendTo(int index, uint64_t offset,
   if (m.cut_off && !m.keeping) return;  // nobody to send it to
   ResultMessage message;
   message.offset = offset;
-  if (!m.header_sent) message.result_specs = result_specs_;
+  if (!m.header_sent) {
+    message.result_specs =
+        strategy_->GetsResult(index) ? result_specs_ : no_result_specs_;
+  }
   m.header_sent = true;
   for (const SharedBytes& s : data) m.sent += s.size();
   message.data = std::move(data);
@@ -309,8 +334,9 @@ void Collective::SendTo(int index, uint64_t offset,
 
 bool Collective::IsComplete(const RankState& m) const {
   // A rank is done once it has its whole result and has sent its whole
-  // payload (a ReduceScatter rank may get its slice before it sent all).
-  return !m.finished && all_headers_ && m.header_sent &&
+  // payload (a ReduceScatter rank may get its slice before it sent all);
+  // one that finishes alone (a buffered send) needs no other rank's header.
+  return !m.finished && (all_headers_ || m.finishes_alone) && m.header_sent &&
          m.sent == m.output_bytes && m.received == m.input_bytes;
 }
 
@@ -326,6 +352,9 @@ void Collective::MarkFinished(int index) {
   ReleaseIfDone(index);
   if (++finished_ == static_cast<int>(ranks_.size())) {
     done_ = true;
+    // Every rank has its whole result: nothing is held for any of them (a
+    // buffered send's bytes were held until now, see FinishesAlone).
+    for (size_t i = 0; i < ranks_.size(); ++i) ReleaseMemory(i);
     ReportEnd(absl::StatusCode::kOk);
     for (TimerQueue::Id id : timer_ids_) env_.timers->Cancel(id);
     timer_ids_.clear();
@@ -335,6 +364,7 @@ void Collective::MarkFinished(int index) {
 void Collective::StartKeeping() {
   if (env_.kept == nullptr) return;
   for (RankState& m : ranks_) {
+    if (m.finished) continue;  // finished alone, before every rank attached
     m.keeping = !m.attempt_id.empty() && env_.kept->Reserve(m.output_bytes);
   }
 }
@@ -455,9 +485,13 @@ void Collective::OnRankCancelled(int rank, const RankChannel* channel) {
   if (done_) return;
   RankState& m = ranks_[IndexOf(rank)];
   if (m.channel.get() != channel) return;  // a retry already replaced it
+  // A rank that finished alone (a buffered send) is not used any more.
+  if (m.finished) return;
   if (!all_headers_ && m.received == 0) {
-    // Nothing of this rank's was used yet: forget the contribution.
+    // Nothing of this rank's was used yet: forget the contribution (and the
+    // room for keeping the empty result of one that finishes alone).
     ReleaseMemory(IndexOf(rank));
+    if (m.keeping) env_.kept->Unreserve(m.output_bytes);
     m = RankState();
     --attached_;
     return;

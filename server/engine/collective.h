@@ -15,12 +15,21 @@
 //     without room, the collective fails with RESOURCE_EXHAUSTED.
 //  3. Payload bytes arrive per rank in order (OnData) and go to the kind's
 //     strategy: staged per chunk and reduced once every rank's part is in
-//     (AllReduce, ReduceScatter; large chunks on the reduction pool), or
-//     forwarded as received once every header is in (AllGather, Broadcast),
+//     (AllReduce, ReduceScatter, Reduce; large chunks on the reduction
+//     pool), or forwarded as received once every header is in (AllGather,
+//     Broadcast, Gather; Scatter and AllToAll each part only to its rank),
 //     or none at all (Barrier).
-//  4. A rank's call finishes OK once all of its result bytes are queued
-//     and written, and its reservation is released once nothing of it is
-//     held any more. The first message carries the result specs.
+//  4. A rank's call finishes OK once all of its payload is in and all of its
+//     result bytes are queued and written, and its reservation is released
+//     once nothing of it is held any more. The first message carries the
+//     rank's result specs: those of the kind's result, or an empty list for
+//     a rank that gets none (the non-roots of Reduce and Gather, which get
+//     0 result bytes and finish as soon as their payload is in). A rank
+//     that finishes alone (KindStrategy::FinishesAlone: a point-to-point
+//     message's source, whose whole payload is reserved and held) gets its
+//     empty header when it attaches and finishes once its payload is in,
+//     before the other ranks arrive; its bytes stay reserved until the
+//     collective is done or failed.
 //  5. Back-pressure: a rank's call stops reading when the strategy says so
 //     (chunks staged or messages queued reach `window`); the Collective
 //     resumes it as chunks are reduced and writes complete. Memory is thus
@@ -264,8 +273,12 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // The kind's part; set with the reference. Shared with reductions running
   // on the pool, which use only its immutable plan.
   std::shared_ptr<KindStrategy> strategy_ ABSL_GUARDED_BY(mu_);
-  // Known once every header is in; every rank's first message carries it.
+  // Known once every header is in; the first message to every rank that
+  // gets a result (KindStrategy::GetsResult) carries result_specs_, to every
+  // other rank no_result_specs_ (empty).
   std::shared_ptr<const std::vector<TensorSpec>> result_specs_
+      ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const std::vector<TensorSpec>> no_result_specs_
       ABSL_GUARDED_BY(mu_);
   std::vector<TimerQueue::Id> timer_ids_ ABSL_GUARDED_BY(mu_);
   std::vector<MemoryReservation> state_ ABSL_GUARDED_BY(mu_);

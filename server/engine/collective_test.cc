@@ -1083,5 +1083,269 @@ TEST_F(CollectiveTest, FinishedReduceScatterRankStagedChunksStayInTheBudget) {
   EXPECT_EQ(memory_->used(), 0u);
 }
 
+// Total result payload bytes a rank was sent, over all its messages.
+size_t BytesSentTo(FakeRankChannel& ch) {
+  size_t total = 0;
+  for (const SentMessage& m : ch.messages()) total += m.data.size();
+  return total;
+}
+
+// `n` int32 values, element k being 1000 * tag + k.
+std::vector<int32_t> Tagged(int tag, int n) {
+  std::vector<int32_t> v(n);
+  for (int k = 0; k < n; ++k) v[k] = 1000 * tag + k;
+  return v;
+}
+
+TEST_F(CollectiveTest, ReduceSendsTheSumToTheRootOnlyAndNonRootsNoBytes) {
+  // 40 floats = 160 bytes: chunks of 64, 64 and 32 (an uneven last chunk),
+  // fed in messages of 48 bytes. Every root in turn.
+  constexpr int kN = 40;
+  const std::string expected = Bytes(RampSum(3, kN));
+  for (int root = 0; root < 3; ++root) {
+    SCOPED_TRACE(absl::StrCat("root ", root));
+    std::shared_ptr<Collective> c = Make(CollectiveKind::kReduce, {0, 1, 2});
+    auto ch = Channels(3);
+    for (int r : {2, 0, 1}) {
+      c->Attach(ch[r], r,
+                Fp(CollectiveKind::kReduce, {Spec(DataType::kFloat32, {kN})},
+                   {0, 1, 2}, root),
+                "");
+      Feed(*c, r, Bytes(Ramp(r, kN)));
+    }
+    for (int r = 0; r < 3; ++r) {
+      SCOPED_TRACE(absl::StrCat("rank ", r));
+      ASSERT_TRUE(ch[r]->WaitEnded());
+      EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+      std::vector<SentMessage> messages = ch[r]->messages();
+      ASSERT_THAT(messages, Not(IsEmpty()));
+      if (r == root) {
+        EXPECT_EQ(ch[r]->Result(), expected);
+        EXPECT_EQ(BytesSentTo(*ch[r]), 160u);
+        ASSERT_THAT(messages[0].result, SizeIs(1));
+        ExpectSpec(messages[0].result[0], DataType::kFloat32, {kN});
+        ExpectSpecsOnlyFirst(*ch[r]);
+      } else {
+        // One empty message with no specs: an empty result.
+        EXPECT_EQ(BytesSentTo(*ch[r]), 0u);
+        EXPECT_THAT(messages, SizeIs(1));
+        EXPECT_THAT(messages[0].result, IsEmpty());
+      }
+    }
+    EXPECT_TRUE(Settles(*c));
+  }
+}
+
+TEST_F(CollectiveTest, ReduceNonRootsFinishOnceTheirInputIsInBeforeTheSum) {
+  // Every full chunk is reduced on the pool, which is held: the non-roots
+  // end while no reduction has run; the root ends once the pool is let go.
+  options_.offload_bytes = 64;
+  constexpr int kN = 32;  // two chunks of 64 bytes
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kReduce, {0, 1, 2});
+  auto ch = Channels(3);
+  {
+    PoolHold hold(pool_);
+    for (int r = 0; r < 3; ++r) {
+      c->Attach(ch[r], r,
+                Fp(CollectiveKind::kReduce, {Spec(DataType::kFloat32, {kN})},
+                   {0, 1, 2}, 2),
+                "");
+      Feed(*c, r, Bytes(Ramp(r, kN)), 64);
+    }
+    EXPECT_TRUE(ch[0]->finished_ok());
+    EXPECT_TRUE(ch[1]->finished_ok());
+    EXPECT_FALSE(ch[2]->finished_ok());
+  }
+  ASSERT_TRUE(ch[2]->WaitEnded());
+  EXPECT_TRUE(ch[2]->finished_ok()) << ch[2]->failure();
+  EXPECT_EQ(ch[2]->Result(), Bytes(RampSum(3, kN)));
+  EXPECT_TRUE(Settles(*c));
+}
+
+TEST_F(CollectiveTest, GatherConcatenatesInRankOrderAtTheRootOnly) {
+  // Rank r sends [4 (r + 1), 2] int32 (32, 64, 96 bytes: more than a chunk
+  // for ranks 1 and 2), in messages of 40 bytes; root 1.
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kGather, {0, 1, 2});
+  auto ch = Channels(3);
+  std::vector<int32_t> gathered;
+  for (int r : {0, 1, 2}) {
+    const std::vector<int32_t> v = Tagged(r, 8 * (r + 1));
+    gathered.insert(gathered.end(), v.begin(), v.end());
+  }
+  for (int r : {2, 1, 0}) {
+    c->Attach(ch[r], r,
+              Fp(CollectiveKind::kGather,
+                 {Spec(DataType::kInt32, {4 * (r + 1), 2})}, {0, 1, 2}, 1),
+              "");
+    Feed(*c, r, Bytes(Tagged(r, 8 * (r + 1))), 40);
+  }
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+    std::vector<SentMessage> messages = ch[r]->messages();
+    ASSERT_THAT(messages, Not(IsEmpty()));
+    if (r == 1) {
+      EXPECT_EQ(ch[r]->Result(), Bytes(gathered));
+      EXPECT_EQ(BytesSentTo(*ch[r]), 192u);
+      ASSERT_THAT(messages[0].result, SizeIs(1));
+      ExpectSpec(messages[0].result[0], DataType::kInt32, {24, 2});
+      ExpectSpecsOnlyFirst(*ch[r]);
+    } else {
+      EXPECT_EQ(BytesSentTo(*ch[r]), 0u);
+      EXPECT_THAT(messages, SizeIs(1));
+      EXPECT_THAT(messages[0].result, IsEmpty());
+    }
+  }
+  EXPECT_TRUE(Settles(*c));
+}
+
+TEST_F(CollectiveTest, ScatterSendsEachRankOnlyTheBytesOfItsPart) {
+  // Root 2 sends [12, 2] int32 = 96 bytes in messages of 20 bytes (which
+  // straddle the parts' boundaries at 32 and 64); ranks 0 and 1 send none.
+  // Rank i gets elements [16 i, 16 (i + 1)) and not one byte more.
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kScatter, {0, 1, 2});
+  auto ch = Channels(3);
+  const std::vector<int32_t> input = Tagged(7, 24);
+  c->Attach(ch[0], 0, Fp(CollectiveKind::kScatter, {}, {0, 1, 2}, 2), "");
+  c->Attach(ch[2], 2,
+            Fp(CollectiveKind::kScatter, {Spec(DataType::kInt32, {12, 2})},
+               {0, 1, 2}, 2),
+            "");
+  // Before every header is in: held back.
+  c->OnData(2, 0, Range(Bytes(input).substr(0, 20)));
+  c->Attach(ch[1], 1, Fp(CollectiveKind::kScatter, {}, {0, 1, 2}, 2), "");
+  Feed(*c, 2, Bytes(input).substr(20), 20, 20);
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+    EXPECT_EQ(ch[r]->Result(),
+              Bytes(std::vector<int32_t>(input.begin() + 8 * r,
+                                         input.begin() + 8 * (r + 1))));
+    EXPECT_EQ(BytesSentTo(*ch[r]), 32u);
+    std::vector<SentMessage> messages = ch[r]->messages();
+    ASSERT_THAT(messages, Not(IsEmpty()));
+    ASSERT_THAT(messages[0].result, SizeIs(1));
+    ExpectSpec(messages[0].result[0], DataType::kInt32, {4, 2});
+    ExpectSpecsOnlyFirst(*ch[r]);
+  }
+  EXPECT_TRUE(Settles(*c));
+}
+
+TEST_F(CollectiveTest, AllToAllSendsPartJOfRankIToRankJAtOffsetI) {
+  // Every rank sends [12, 2] int32 = 96 bytes (parts of 32), in messages
+  // of 20 bytes. Rank j gets part j of ranks 0, 1, 2 in that order.
+  constexpr int kRanks = 3;
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllToAll, {0, 1, 2});
+  auto ch = Channels(kRanks);
+  for (int r : {1, 2, 0}) {
+    c->Attach(ch[r], r,
+              Fp(CollectiveKind::kAllToAll, {Spec(DataType::kInt32, {12, 2})},
+                 {0, 1, 2}),
+              "");
+    Feed(*c, r, Bytes(Tagged(r, 24)), 20);
+  }
+  for (int j = 0; j < kRanks; ++j) {
+    SCOPED_TRACE(absl::StrCat("rank ", j));
+    std::vector<int32_t> expected;
+    for (int i = 0; i < kRanks; ++i) {
+      for (int k = 8 * j; k < 8 * (j + 1); ++k) {
+        expected.push_back(1000 * i + k);
+      }
+    }
+    ASSERT_TRUE(ch[j]->WaitEnded());
+    EXPECT_TRUE(ch[j]->finished_ok()) << ch[j]->failure();
+    EXPECT_EQ(ch[j]->Result(), Bytes(expected));
+    EXPECT_EQ(BytesSentTo(*ch[j]), 96u);
+    std::vector<SentMessage> messages = ch[j]->messages();
+    ASSERT_THAT(messages, Not(IsEmpty()));
+    ASSERT_THAT(messages[0].result, SizeIs(1));
+    ExpectSpec(messages[0].result[0], DataType::kInt32, {12, 2});
+    ExpectSpecsOnlyFirst(*ch[j]);
+  }
+  EXPECT_TRUE(Settles(*c));
+}
+
+TEST_F(CollectiveTest, AllToAllShapeMismatchFailsEveryRankNamingBoth) {
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllToAll, {0, 1, 2});
+  auto ch = Channels(3);
+  auto fp = [](std::vector<int64_t> shape) {
+    return Fp(CollectiveKind::kAllToAll,
+              {Spec(DataType::kInt32, std::move(shape))}, {0, 1, 2});
+  };
+  c->Attach(ch[0], 0, fp({6, 2}), "");
+  c->Attach(ch[1], 1, fp({6, 2}), "");
+  c->Attach(ch[2], 2, fp({3, 2}), "");
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(ch[r]->failure().message(),
+                HasSubstr("mismatched shapes: rank 0 sent [6,2] int32, "
+                          "rank 2 sent [3,2] int32"));
+    EXPECT_THAT(ch[r]->messages(), IsEmpty());
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveTest, ReduceRootMismatchFailsEveryRankNamingBoth) {
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kReduce, {0, 1});
+  auto ch = Channels(2);
+  c->Attach(ch[0], 0,
+            Fp(CollectiveKind::kReduce, {Spec(DataType::kFloat32, {4})},
+               {0, 1}, 0),
+            "");
+  c->Attach(ch[1], 1,
+            Fp(CollectiveKind::kReduce, {Spec(DataType::kFloat32, {4})},
+               {0, 1}, 1),
+            "");
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(ch[r]->failure().message(),
+                HasSubstr("mismatched roots: rank 0 sent 0, rank 1 sent 1"));
+  }
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveTest, GatherWhoseRootNeverArrivesTimesOutNamingIt) {
+  std::shared_ptr<Collective> c =
+      Make(CollectiveKind::kGather, {0, 1, 2}, absl::Milliseconds(200));
+  auto ch = Channels(3);
+  for (int r : {0, 2}) {
+    c->Attach(ch[r], r,
+              Fp(CollectiveKind::kGather, {Spec(DataType::kInt32, {2})},
+                 {0, 1, 2}, 1),
+              "");
+    Feed(*c, r, Bytes(Tagged(r, 2)));
+  }
+  for (int r : {0, 2}) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(ch[r]->failure().message(),
+                HasSubstr("rank 1 never arrived (ranks 0,2 waited)"));
+  }
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveTest, NonRootScatterPayloadFailsTheCollective) {
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kScatter, {0, 1});
+  auto ch = Channels(2);
+  c->Attach(ch[0], 0,
+            Fp(CollectiveKind::kScatter, {Spec(DataType::kInt32, {2})},
+               {0, 1}, 0),
+            "");
+  c->Attach(ch[1], 1, Fp(CollectiveKind::kScatter, {}, {0, 1}, 0), "");
+  c->OnData(1, 0, Range(Bytes(Tagged(1, 1))));
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(ch[r]->failure().message(),
+                HasSubstr("a non-root rank sends no scatter payload"));
+  }
+}
+
 }  // namespace
 }  // namespace reducer

@@ -4,25 +4,31 @@
 
 namespace reducer {
 
-ForwardStrategy::ForwardStrategy(bool broadcast, int group_size,
+ForwardStrategy::ForwardStrategy(Mode mode, int root_index, int group_size,
                                  size_t chunk_bytes, int window)
-    : broadcast_(broadcast),
+    : mode_(mode),
+      root_index_(root_index),
       group_size_(group_size),
       chunk_bytes_(chunk_bytes),
       window_(window),
       base_offset_(group_size, 0),
       early_(group_size) {}
 
-size_t ForwardStrategy::Reservation(size_t input_bytes) const {
+size_t ForwardStrategy::Reservation(int /*index*/, size_t input_bytes) const {
   // In: a window of messages held back before every header is in. Out: the
-  // rank's share of the group's queued messages.
+  // rank's share of the group's queued messages (for Gather, all queued for
+  // the root, at most `window` per rank of the group).
   const size_t window_bytes = static_cast<size_t>(window_) * chunk_bytes_;
   return std::min(input_bytes, window_bytes) + window_bytes;
 }
 
+bool ForwardStrategy::GetsResult(int index) const {
+  return mode_ != Mode::kGather || index == root_index_;
+}
+
 std::vector<TensorSpec> ForwardStrategy::PlanResult(
     const Fingerprint& reference, std::vector<RankState>& ranks) {
-  if (broadcast_) {
+  if (mode_ == Mode::kBroadcast) {
     const std::vector<int>& group = reference.group;
     const size_t root = std::lower_bound(group.begin(), group.end(),
                                          reference.root) - group.begin();
@@ -39,7 +45,9 @@ std::vector<TensorSpec> ForwardStrategy::PlanResult(
     base_offset_[i] = offset;
     offset += ranks[i].input_bytes;
   }
-  for (RankState& r : ranks) r.output_bytes = offset;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    ranks[i].output_bytes = GetsResult(static_cast<int>(i)) ? offset : 0;
+  }
   return {gathered};
 }
 
@@ -64,6 +72,10 @@ void ForwardStrategy::Accept(int index, const RankState& /*rank*/,
 void ForwardStrategy::Forward(int index, uint64_t offset, const Payload& data,
                               Output& out) {
   const uint64_t out_offset = base_offset_[index] + offset;
+  if (mode_ == Mode::kGather) {
+    out.SendTo(root_index_, out_offset, data.pieces());
+    return;
+  }
   for (int j = 0; j < group_size_; ++j) {
     out.SendTo(j, out_offset, data.pieces());
   }

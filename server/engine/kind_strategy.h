@@ -2,11 +2,28 @@
 // chosen once per collective from its kind (MakeKindStrategy):
 //
 //   kind                       strategy          payload path
-//   AllReduce, ReduceScatter   ReduceStrategy    staged per chunk, reduced when
-//                                                every rank's part is in
-//   AllGather, Broadcast       ForwardStrategy   forwarded as received, each
-//                                                rank's bytes at its offset
+//   AllReduce, ReduceScatter,  ReduceStrategy    staged per chunk, reduced when
+//   Reduce                                       every rank's part is in;
+//                                                Reduce's only to the root
+//   AllGather, Broadcast,      ForwardStrategy   forwarded as received, each
+//   Gather                                       rank's bytes at its offset;
+//                                                Gather's only to the root
+//   Scatter, AllToAll          ExchangeStrategy  forwarded as received, part j
+//                                                of a sender's input only to
+//                                                rank j
+//   SendReceive                SendReceiveStrategy
+//                                                the source's whole payload
+//                                                held (a buffered send) until
+//                                                the destination attached,
+//                                                forwarded to it only
 //   Barrier                    BarrierStrategy   none
+//
+// Result specs are per rank: a rank for which GetsResult is false (the
+// non-roots of Reduce and Gather, a point-to-point message's source) gets an
+// empty spec list and 0 result bytes; every other rank gets what PlanResult
+// returns. A rank that FinishesAlone (a point-to-point message's source)
+// gets that empty header when it attaches and may finish before the others
+// arrive.
 //
 // Everything else (attach and agreement, offsets and bounds, the memory
 // budget, timers, failure, finishing, metrics) is the Collective's, the same
@@ -46,6 +63,9 @@ struct RankState {
   bool read_paused = false;
   bool header_sent = false;
   bool finished = false;
+  // KindStrategy::FinishesAlone: its call may finish before every rank
+  // attached.
+  bool finishes_alone = false;
   // Its call was cancelled after every input was in (see
   // Collective::OnRankCancelled): counted as finished, sent nothing more.
   bool cut_off = false;
@@ -109,15 +129,28 @@ class KindStrategy {
 
   virtual ~KindStrategy() = default;
 
-  // The memory budget a rank sending `input_bytes` reserves before any of its
-  // payload is accepted: the most this kind can make reducerd hold for it at
-  // once (`window` chunks staged in, `window` queued out).
-  virtual size_t Reservation(size_t input_bytes) const = 0;
+  // The memory budget ranks[index], sending `input_bytes`, reserves before
+  // any of its payload is accepted: the most this kind can make reducerd
+  // hold for it at once (`window` chunks staged in, `window` queued out, the
+  // latter only for a rank that gets a result).
+  virtual size_t Reservation(int index, size_t input_bytes) const = 0;
 
   // Every rank attached, `reference` agreed by all: sets each rank's
-  // output_bytes and returns the result's tensors (every rank gets the same).
+  // output_bytes and returns the result's tensors, the same for every rank
+  // that GetsResult (each part of them in its own result).
   virtual std::vector<TensorSpec> PlanResult(const Fingerprint& reference,
                                              std::vector<RankState>& ranks) = 0;
+
+  // Whether ranks[index] gets a result (the specs PlanResult returned);
+  // false: an empty spec list and no result bytes (its output_bytes is 0).
+  virtual bool GetsResult(int index) const { return true; }
+
+  // Whether ranks[index] needs no other rank to finish: it gets no result
+  // (GetsResult is false) and its call ends OK as soon as its whole payload
+  // is held, whether or not the others attached (a buffered send). Its
+  // Reservation must then cover everything it can make reducerd hold, and
+  // HoldsBytesOf keep it until the collective is done or failed.
+  virtual bool FinishesAlone(int index) const { return false; }
 
   // Right after PlanResult: sends what was held back until every rank's
   // offset was known.
@@ -155,10 +188,11 @@ class KindStrategy {
   virtual void Clear() {}
 };
 
-// The strategy for `kind` over `group_size` ranks; `chunk_bytes` and
+// The strategy for `kind` over `group_size` ranks; `root_index` the root's
+// position in the group (kinds with a root; else ignored); `chunk_bytes` and
 // `window` as in ServerOptions, `chunks` holding chunk_bytes each.
 std::unique_ptr<KindStrategy> MakeKindStrategy(CollectiveKind kind,
-                                               int group_size,
+                                               int group_size, int root_index,
                                                size_t chunk_bytes, int window,
                                                ChunkPool* chunks);
 

@@ -17,22 +17,36 @@ bool IsPartAligned(const char* p) {
 
 }  // namespace
 
-ReduceStrategy::ReduceStrategy(bool scatter, int group_size,
+ReduceStrategy::ReduceStrategy(Mode mode, int root_index, int group_size,
                                size_t chunk_bytes, int window,
                                ChunkPool* chunks)
-    : scatter_(scatter),
+    : mode_(mode),
+      root_index_(root_index),
       group_size_(group_size),
       chunk_bytes_(chunk_bytes),
       window_(window),
       chunks_(chunks),
       staged_parts_(group_size, 0) {}
 
-size_t ReduceStrategy::Reservation(size_t input_bytes) const {
+size_t ReduceStrategy::Reservation(int index, size_t input_bytes) const {
   const size_t window_bytes = static_cast<size_t>(window_) * chunk_bytes_;
-  // In: at most `window` chunks staged. Out: AllReduce queues no more than
-  // its input; a ReduceScatter slice may arrive in pieces up to a window.
+  // In: at most `window` chunks staged. Out: AllReduce and Reduce's root
+  // queue no more than their input; a ReduceScatter slice may arrive in
+  // pieces up to a window; Reduce's other ranks get nothing.
   const size_t staged = std::min(input_bytes, window_bytes);
-  return staged + (scatter_ ? window_bytes : staged);
+  switch (mode_) {
+    case Mode::kReduceScatter:
+      return staged + window_bytes;
+    case Mode::kReduce:
+      return index == root_index_ ? 2 * staged : staged;
+    case Mode::kAllReduce:
+      break;
+  }
+  return 2 * staged;
+}
+
+bool ReduceStrategy::GetsResult(int index) const {
+  return mode_ != Mode::kReduce || index == root_index_;
 }
 
 std::vector<TensorSpec> ReduceStrategy::PlanResult(
@@ -44,8 +58,12 @@ std::vector<TensorSpec> ReduceStrategy::PlanResult(
   const size_t total = plan->layout.total_bytes;
   plan_ = std::move(plan);
   const size_t n = ranks.size();
-  for (RankState& r : ranks) r.output_bytes = scatter_ ? total / n : total;
-  if (!scatter_) return reference.tensors;
+  for (size_t i = 0; i < n; ++i) {
+    ranks[i].output_bytes = mode_ == Mode::kReduceScatter ? total / n
+                            : GetsResult(static_cast<int>(i)) ? total
+                                                              : 0;
+  }
+  if (mode_ != Mode::kReduceScatter) return reference.tensors;
   TensorSpec slice = reference.tensors[0];
   slice.shape[0] /= static_cast<int64_t>(n);
   return {slice};
@@ -112,7 +130,11 @@ void ReduceStrategy::Deliver(size_t chunk_index, SharedBytes result,
                              Output& out) {
   const size_t begin = chunk_index * chunk_bytes_;
   const size_t end = begin + result.size();
-  if (!scatter_) {
+  if (mode_ == Mode::kReduce) {
+    out.SendTo(root_index_, begin, {result});
+    return;
+  }
+  if (mode_ == Mode::kAllReduce) {
     for (int i = 0; i < group_size_; ++i) out.SendTo(i, begin, {result});
     return;
   }

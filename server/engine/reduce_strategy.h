@@ -1,9 +1,10 @@
-// ReduceStrategy: AllReduce and ReduceScatter. Each rank's payload is
-// staged in chunks of chunk_bytes; once every rank's part of chunk k is in,
-// the chunk is reduced in group order (ReducePackedRange) and its result
-// goes to every rank (AllReduce) or, cut at the slice boundaries, to the
+// ReduceStrategy: AllReduce, ReduceScatter and Reduce. Each rank's payload
+// is staged in chunks of chunk_bytes; once every rank's part of chunk k is
+// in, the chunk is reduced in group order (ReducePackedRange) and its result
+// goes to every rank (AllReduce), or, cut at the slice boundaries, to the
 // ranks whose slices it overlaps (ReduceScatter: rank i owns bytes
-// [i * total / n, (i + 1) * total / n)).
+// [i * total / n, (i + 1) * total / n)), or to the root only (Reduce: the
+// other ranks get no result and finish once all their payload is in).
 //
 // A rank's part of chunk k that arrives whole in one piece of a Payload,
 // starting at a multiple of kPayloadAlignment in memory (what the kernels
@@ -11,7 +12,8 @@
 // is copied into a pooled chunk. Either way it counts as one staged part.
 //
 // Back-pressure: a rank may read while it has fewer than `window` chunks
-// staged and fewer than `window` messages queued for it.
+// staged and fewer than `window` messages queued for it. Reduce's non-roots
+// reserve only their staged window (nothing is queued for them).
 #ifndef REDUCER_SERVER_ENGINE_REDUCE_STRATEGY_H_
 #define REDUCER_SERVER_ENGINE_REDUCE_STRATEGY_H_
 
@@ -27,12 +29,16 @@ namespace reducer {
 
 class ReduceStrategy final : public KindStrategy {
  public:
-  ReduceStrategy(bool scatter, int group_size, size_t chunk_bytes, int window,
-                 ChunkPool* chunks);
+  enum class Mode { kAllReduce, kReduceScatter, kReduce };
 
-  size_t Reservation(size_t input_bytes) const override;
+  // `root_index`: for kReduce, the root's position in the group.
+  ReduceStrategy(Mode mode, int root_index, int group_size, size_t chunk_bytes,
+                 int window, ChunkPool* chunks);
+
+  size_t Reservation(int index, size_t input_bytes) const override;
   std::vector<TensorSpec> PlanResult(const Fingerprint& reference,
                                      std::vector<RankState>& ranks) override;
+  bool GetsResult(int index) const override;
   void Accept(int index, const RankState& rank, uint64_t offset, Payload data,
               bool all_attached, Output& out,
               std::vector<StagedChunk>* ready) override;
@@ -57,7 +63,8 @@ class ReduceStrategy final : public KindStrategy {
     int complete = 0;  // ranks whose part is whole
   };
 
-  const bool scatter_;
+  const Mode mode_;
+  const int root_index_;
   const int group_size_;
   const size_t chunk_bytes_;
   const int window_;

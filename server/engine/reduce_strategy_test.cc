@@ -73,8 +73,8 @@ std::vector<float> Floats(const SharedBytes& bytes) {
 class ReduceStrategyTest : public ::testing::Test {
  protected:
   void Plan(int w, int n, int window = 8) {
-    strategy_ = std::make_unique<ReduceStrategy>(/*scatter=*/false, w,
-                                                 kChunkBytes, window, &pool_);
+    strategy_ = std::make_unique<ReduceStrategy>(
+        ReduceStrategy::Mode::kAllReduce, -1, w, kChunkBytes, window, &pool_);
     Fingerprint fp;
     fp.kind = CollectiveKind::kAllReduce;
     TensorSpec t;

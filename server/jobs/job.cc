@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "core/point_to_point_name.h"
 #include "core/validate.h"
 #include "proto/reducer/v1/wire_conversion.h"
 #include "server/log.h"
@@ -379,6 +380,14 @@ absl::StatusOr<Fingerprint> Job::CheckedFingerprint(
   absl::Status valid = fp.ok() ? ValidateContribution(*fp, rank, world_size_,
                                                       env_.options->max_tensor_bytes)
                                : fp.status();
+  // Point-to-point messages are matched by their reserved names alone, and
+  // no other collective may take one (core/point_to_point_name.h). A name
+  // refused here fails only this call: it may name another pair's message.
+  bool bad_name = false;
+  if (valid.ok()) {
+    valid = CheckPointToPointName(header.name(), *fp);
+    bad_name = !valid.ok();
+  }
   if (valid.ok()) return fp;
   const bool over_limit = valid.code() == absl::StatusCode::kResourceExhausted;
   const absl::Status status(
@@ -392,7 +401,7 @@ absl::StatusOr<Fingerprint> Job::CheckedFingerprint(
   if (over_limit) {
     env_.metrics->RequestRefused(status.code(), RefusedLimit::kMaxTensorBytes);
   }
-  FailNamedCollective(header, status);
+  if (!bad_name) FailNamedCollective(header, status);
   return status;
 }
 

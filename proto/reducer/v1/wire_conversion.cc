@@ -16,7 +16,8 @@ absl::StatusOr<Fingerprint> FingerprintFromHeader(
   }
   fp.kind = *kind;
   const bool with_op = fp.kind == CollectiveKind::kAllReduce ||
-                       fp.kind == CollectiveKind::kReduceScatter;
+                       fp.kind == CollectiveKind::kReduceScatter ||
+                       fp.kind == CollectiveKind::kReduce;
   fp.tensors.reserve(header.tensors_size());
   for (int i = 0; i < header.tensors_size(); ++i) {
     absl::StatusOr<TensorSpec> spec =
@@ -29,7 +30,13 @@ absl::StatusOr<Fingerprint> FingerprintFromHeader(
   } else {
     fp.group.assign(header.group().begin(), header.group().end());
   }
-  fp.root = fp.kind == CollectiveKind::kBroadcast ? header.root() : -1;
+  fp.root = fp.kind == CollectiveKind::kBroadcast ||
+                    fp.kind == CollectiveKind::kReduce ||
+                    fp.kind == CollectiveKind::kGather ||
+                    fp.kind == CollectiveKind::kScatter ||
+                    fp.kind == CollectiveKind::kSendReceive
+                ? header.root()
+                : -1;
   return fp;
 }
 

@@ -1,0 +1,458 @@
+// Point-to-point messages (CollectiveKind::kSendReceive) through a
+// Collective and its SendReceiveStrategy, with fake rank channels: the
+// buffered send finishing before the destination attaches, the memory held
+// for it and when it is given back, either arrival order, several chunks,
+// a destination's declared spec that disagrees, and that only the
+// destination gets bytes. Payloads are closed-form ramps built here.
+#include "server/engine/send_receive_strategy.h"
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/data_type.h"
+#include "core/fingerprint.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/chunk_pool.h"
+#include "server/engine/collective.h"
+#include "server/engine/kept_results.h"
+#include "server/engine/memory_budget.h"
+#include "server/engine/rank_channel.h"
+#include "server/engine/shared_bytes.h"
+#include "server/engine/string_bytes.h"
+#include "server/engine/thread_pool.h"
+#include "server/engine/timer_queue.h"
+#include "server/log.h"
+#include "server/metrics/metrics_sink.h"
+#include "server/server_options.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr absl::Duration kWait = absl::Seconds(20);
+
+// Records what a Collective does to one rank's call.
+class FakeRankChannel final : public RankChannel {
+ public:
+  void Send(ResultMessage message, bool last) override {
+    absl::MutexLock lock(&mu_);
+    if (message.result_specs != nullptr) {
+      ++headers_;
+      specs_ = *message.result_specs;
+    }
+    for (const SharedBytes& piece : message.data) {
+      if (result_.size() < message.offset + piece.size()) {
+        result_.resize(message.offset + piece.size(), '\xee');
+      }
+      std::memcpy(&result_[message.offset], piece.data(), piece.size());
+      message.offset += piece.size();
+      bytes_ += piece.size();
+    }
+    ++messages_;
+    if (last) ended_ok_ = true;
+  }
+  void FinishWhenSent() override {
+    absl::MutexLock lock(&mu_);
+    ended_ok_ = true;
+  }
+  void Fail(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    failure_ = status;
+  }
+  void ResumeReading() override {}
+
+  bool WaitEnded() {
+    absl::MutexLock lock(&mu_);
+    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return ended_ok_ || !failure_.ok();
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&ended), kWait);
+  }
+  bool ended_ok() {
+    absl::MutexLock lock(&mu_);
+    return ended_ok_;
+  }
+  absl::Status failure() {
+    absl::MutexLock lock(&mu_);
+    return failure_;
+  }
+  std::string result() {
+    absl::MutexLock lock(&mu_);
+    return result_;
+  }
+  size_t bytes() {
+    absl::MutexLock lock(&mu_);
+    return bytes_;
+  }
+  int headers() {
+    absl::MutexLock lock(&mu_);
+    return headers_;
+  }
+  int messages() {
+    absl::MutexLock lock(&mu_);
+    return messages_;
+  }
+  std::vector<TensorSpec> specs() {
+    absl::MutexLock lock(&mu_);
+    return specs_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::string result_ ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int headers_ ABSL_GUARDED_BY(mu_) = 0;
+  int messages_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<TensorSpec> specs_ ABSL_GUARDED_BY(mu_);
+  bool ended_ok_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+};
+
+// n float32 values, element i = 1000 * tag + i + 1: bytes that differ at
+// every position and between messages.
+std::string Ramp(int tag, int n) {
+  std::vector<float> v(n);
+  for (int i = 0; i < n; ++i) v[i] = static_cast<float>(1000 * tag + i + 1);
+  std::string out(v.size() * sizeof(float), '\0');
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+TensorSpec Floats(int64_t n) {
+  TensorSpec t;
+  t.dtype = DataType::kFloat32;
+  t.shape = {n};
+  return t;
+}
+
+// `rank`'s fingerprint in a message from `source` to `destination`;
+// `declared`: its tensors (the source's input, the destination's buffer).
+Fingerprint P2p(int source, int destination, std::vector<TensorSpec> declared) {
+  Fingerprint fp;
+  fp.kind = CollectiveKind::kSendReceive;
+  fp.root = source;
+  fp.group = source < destination ? std::vector<int>{source, destination}
+                                  : std::vector<int>{destination, source};
+  fp.tensors = std::move(declared);
+  return fp;
+}
+
+class SendReceiveTest : public ::testing::Test {
+ protected:
+  SendReceiveTest() { options_.chunk_bytes = 64; }
+
+  std::shared_ptr<Collective> Make(int source, int destination,
+                                   absl::Duration timeout = absl::Seconds(60)) {
+    if (memory_ == nullptr) {
+      memory_ = std::make_unique<MemoryBudget>(options_.memory_budget_bytes);
+    }
+    std::vector<int> group = source < destination
+                                 ? std::vector<int>{source, destination}
+                                 : std::vector<int>{destination, source};
+    const std::string name = absl::StrCat("sendreceive \"p2p ", source, ">",
+                                          destination, " tag 0 #0\"");
+    auto c = std::make_shared<Collective>(
+        CollectiveEnv{&options_, &pool_, &timers_, memory_.get(), &chunks_,
+                      &metrics_, &log_},
+        CollectiveLabel{"j1", 1, name, CollectiveKind::kSendReceive},
+        absl::StrCat(name, " in job j1"), std::move(group), timeout);
+    c->StartTimers();
+    return c;
+  }
+
+  // Feeds `bytes` as `rank`'s payload in messages of `message_bytes`.
+  static void Feed(Collective& c, int rank, const std::string& bytes,
+                   size_t message_bytes = 48) {
+    for (size_t pos = 0; pos < bytes.size(); pos += message_bytes) {
+      auto owner = std::make_shared<const StringOwner>(
+          bytes.substr(pos, message_bytes));
+      Payload p;
+      p.Append(SharedBytes(owner, owner->bytes().data(), owner->bytes().size()));
+      c.OnData(rank, pos, std::move(p));
+    }
+  }
+
+  ServerOptions options_;
+  MetricsSink metrics_;
+  Logger log_;
+  std::unique_ptr<MemoryBudget> memory_;
+  ChunkPool chunks_{64, 4};
+  TimerQueue timers_;
+  ThreadPool pool_{1};
+};
+
+TEST_F(SendReceiveTest, SendCompletesBeforeTheDestinationAttaches) {
+  std::shared_ptr<Collective> c = Make(0, 1);
+  auto src = std::make_shared<FakeRankChannel>();
+  const std::string payload = Ramp(1, 40);  // 160 bytes, 4 messages
+  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(40)}), "s0/0"));
+  Feed(*c, 0, payload);
+  ASSERT_TRUE(src->WaitEnded());
+  EXPECT_TRUE(src->ended_ok());
+  EXPECT_EQ(src->bytes(), 0u);
+  EXPECT_EQ(src->headers(), 1);
+  EXPECT_THAT(src->specs(), IsEmpty());
+  EXPECT_TRUE(c->HasFinished(0));
+  EXPECT_FALSE(c->done());
+  // The whole payload stays reserved while reducerd holds it.
+  EXPECT_EQ(memory_->used(), payload.size());
+
+  auto dst = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), "s1/0"));
+  ASSERT_TRUE(dst->WaitEnded());
+  EXPECT_TRUE(dst->ended_ok());
+  EXPECT_EQ(dst->result(), payload);
+  ASSERT_THAT(dst->specs(), SizeIs(1));
+  EXPECT_EQ(dst->specs()[0], Floats(40));
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(SendReceiveTest, DestinationAttachedFirstGetsTheBytesAsTheyArrive) {
+  std::shared_ptr<Collective> c = Make(3, 1);
+  auto dst = std::make_shared<FakeRankChannel>();
+  auto src = std::make_shared<FakeRankChannel>();
+  const std::string payload = Ramp(2, 50);  // 200 bytes, several chunks
+  ASSERT_TRUE(c->Attach(dst, 1, P2p(3, 1, {}), ""));
+  ASSERT_TRUE(c->Attach(src, 3, P2p(3, 1, {Floats(50)}), ""));
+  EXPECT_EQ(memory_->used(), payload.size());
+  Feed(*c, 3, payload.substr(0, 96));
+  // Forwarded at once, before the rest was sent.
+  EXPECT_EQ(dst->bytes(), 96u);
+  EXPECT_FALSE(dst->ended_ok());
+  EXPECT_FALSE(src->ended_ok());
+  for (size_t pos = 96; pos < payload.size(); pos += 48) {
+    auto owner =
+        std::make_shared<const StringOwner>(payload.substr(pos, 48));
+    Payload p;
+    p.Append(SharedBytes(owner, owner->bytes().data(), owner->bytes().size()));
+    c->OnData(3, pos, std::move(p));
+  }
+  ASSERT_TRUE(src->WaitEnded());
+  ASSERT_TRUE(dst->WaitEnded());
+  EXPECT_TRUE(src->ended_ok());
+  EXPECT_TRUE(dst->ended_ok());
+  EXPECT_EQ(dst->result(), payload);
+  EXPECT_GE(dst->messages(), 5);
+  EXPECT_EQ(src->bytes(), 0u);
+  EXPECT_THAT(src->specs(), IsEmpty());
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(SendReceiveTest, EmptyMessageCompletesBothSides) {
+  std::shared_ptr<Collective> c = Make(0, 1);
+  auto src = std::make_shared<FakeRankChannel>();
+  auto dst = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(0)}), ""));
+  ASSERT_TRUE(src->WaitEnded());
+  EXPECT_TRUE(src->ended_ok());
+  ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
+  ASSERT_TRUE(dst->WaitEnded());
+  EXPECT_TRUE(dst->ended_ok());
+  EXPECT_EQ(dst->bytes(), 0u);
+  ASSERT_THAT(dst->specs(), SizeIs(1));
+  EXPECT_EQ(dst->specs()[0], Floats(0));
+  EXPECT_TRUE(c->done());
+}
+
+TEST_F(SendReceiveTest, DeclaredSpecThatDisagreesFailsTheDestination) {
+  std::shared_ptr<Collective> c = Make(0, 1);
+  auto src = std::make_shared<FakeRankChannel>();
+  auto dst = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(8)}), ""));
+  Feed(*c, 0, Ramp(3, 8));
+  ASSERT_TRUE(src->WaitEnded());
+  EXPECT_TRUE(src->ended_ok());  // already returned: its send was buffered
+  EXPECT_FALSE(c->Attach(dst, 1, P2p(0, 1, {Floats(9)}), ""));
+  ASSERT_TRUE(dst->WaitEnded());
+  EXPECT_EQ(dst->failure().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(dst->failure().message(),
+              HasSubstr("mismatched shapes: rank 0 sent [8] float32, rank 1 "
+                        "sent [9] float32"));
+  EXPECT_EQ(dst->bytes(), 0u);
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(SendReceiveTest, DisagreementWhileTheSourceIsAttachedFailsBoth) {
+  std::shared_ptr<Collective> c = Make(0, 1);
+  auto src = std::make_shared<FakeRankChannel>();
+  auto dst = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {Floats(9)}), ""));
+  EXPECT_FALSE(c->Attach(src, 0, P2p(0, 1, {Floats(8)}), ""));
+  for (auto* ch : {src.get(), dst.get()}) {
+    ASSERT_TRUE(ch->WaitEnded());
+    EXPECT_EQ(ch->failure().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(ch->failure().message(),
+                HasSubstr("mismatched shapes: rank 1 sent [9] float32, rank 0 "
+                          "sent [8] float32"));
+  }
+  EXPECT_EQ(dst->bytes(), 0u);
+}
+
+TEST_F(SendReceiveTest, HeldMessageWhoseReceiveNeverComesIsDroppedAtTheDeadline) {
+  std::shared_ptr<Collective> c = Make(0, 1, absl::Milliseconds(200));
+  auto src = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(16)}), ""));
+  Feed(*c, 0, Ramp(4, 16));
+  ASSERT_TRUE(src->WaitEnded());
+  EXPECT_TRUE(src->ended_ok());
+  EXPECT_EQ(memory_->used(), 64u);
+  const absl::Time give_up = absl::Now() + kWait;
+  while (!c->done() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
+  EXPECT_TRUE(src->failure().ok());  // its call had already ended OK
+  // A late destination gets the deadline's failure, naming itself missing.
+  auto dst = std::make_shared<FakeRankChannel>();
+  EXPECT_FALSE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
+  EXPECT_EQ(dst->failure().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(dst->failure().message(), HasSubstr("rank 1 never arrived"));
+}
+
+TEST_F(SendReceiveTest, ReceiveWhoseSendNeverComesNamesTheSource) {
+  std::shared_ptr<Collective> c = Make(2, 0, absl::Milliseconds(200));
+  auto dst = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(dst, 0, P2p(2, 0, {}), ""));
+  ASSERT_TRUE(dst->WaitEnded());
+  EXPECT_EQ(dst->failure().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(dst->failure().message(),
+              HasSubstr("rank 2 never arrived (ranks 0 waited)"));
+}
+
+TEST_F(SendReceiveTest, SendBeyondTheMemoryBudgetIsRefused) {
+  options_.memory_budget_bytes = 100;
+  std::shared_ptr<Collective> c = Make(0, 1);
+  auto src = std::make_shared<FakeRankChannel>();
+  EXPECT_FALSE(c->Attach(src, 0, P2p(0, 1, {Floats(40)}), ""));
+  ASSERT_TRUE(src->WaitEnded());
+  EXPECT_EQ(src->failure().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(src->failure().message(), HasSubstr("--memory_budget_bytes"));
+  EXPECT_THAT(src->failure().message(), HasSubstr("rank 0 needs 160"));
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(SendReceiveTest, EpochEndOnceTheWholeMessageIsHeldStillDeliversIt) {
+  std::shared_ptr<Collective> c = Make(0, 1);
+  auto src = std::make_shared<FakeRankChannel>();
+  auto dst = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
+  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), ""));
+  Feed(*c, 0, Ramp(5, 4));
+  c->FailUnlessDecided(absl::AbortedError("epoch ended"));
+  ASSERT_TRUE(dst->WaitEnded());
+  EXPECT_TRUE(dst->ended_ok());
+  EXPECT_EQ(dst->result(), Ramp(5, 4));
+}
+
+TEST_F(SendReceiveTest, EpochEndBeforeTheMessageIsWholeAbortsTheReceive) {
+  std::shared_ptr<Collective> c = Make(0, 1);
+  auto dst = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
+  c->FailUnlessDecided(absl::AbortedError("epoch ended: rank 0 was lost"));
+  ASSERT_TRUE(dst->WaitEnded());
+  EXPECT_EQ(dst->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(dst->failure().message(), HasSubstr("rank 0 was lost"));
+}
+
+TEST_F(SendReceiveTest, SourceCancelledAfterItsSendEndedChangesNothing) {
+  std::shared_ptr<Collective> c = Make(0, 1);
+  auto src = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), ""));
+  Feed(*c, 0, Ramp(6, 4));
+  ASSERT_TRUE(src->WaitEnded());
+  c->OnRankCancelled(0, src.get());
+  auto dst = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
+  ASSERT_TRUE(dst->WaitEnded());
+  EXPECT_TRUE(dst->ended_ok());
+  EXPECT_EQ(dst->result(), Ramp(6, 4));
+}
+
+TEST_F(SendReceiveTest, ASourceThatFinishedAloneHasItsEmptyResultKept) {
+  if (memory_ == nullptr) {
+    memory_ = std::make_unique<MemoryBudget>(options_.memory_budget_bytes);
+  }
+  MemoryBudget kept_memory(1 << 20);
+  auto kept = std::make_shared<KeptResults>(&kept_memory, absl::Seconds(30));
+  auto c = std::make_shared<Collective>(
+      CollectiveEnv{&options_, &pool_, &timers_, memory_.get(), &chunks_,
+                    &metrics_, &log_, &kept_memory, kept},
+      CollectiveLabel{"j1", 1, "p2p", CollectiveKind::kSendReceive},
+      "sendreceive \"p2p 0>1 tag 0 #0\" in job j1", std::vector<int>{0, 1},
+      absl::Seconds(60));
+  c->StartTimers();
+  auto src = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), "s0/7"));
+  Feed(*c, 0, Ramp(7, 4));
+  ASSERT_TRUE(src->WaitEnded());
+  EXPECT_TRUE(src->ended_ok());
+  std::optional<KeptResults::Kept> found = kept->Find("s0/7", 0);
+  ASSERT_TRUE(found.has_value());
+  ASSERT_THAT(found->messages, SizeIs(1));
+  ASSERT_NE(found->messages[0].result_specs, nullptr);
+  EXPECT_THAT(*found->messages[0].result_specs, IsEmpty());
+  EXPECT_THAT(found->messages[0].data, IsEmpty());
+}
+
+TEST_F(SendReceiveTest, SourceCancelledBeforeSendingIsDetachedAndGivesItsRoomBack) {
+  if (memory_ == nullptr) {
+    memory_ = std::make_unique<MemoryBudget>(options_.memory_budget_bytes);
+  }
+  MemoryBudget kept_memory(1 << 20);
+  auto kept = std::make_shared<KeptResults>(&kept_memory, absl::Seconds(30));
+  auto c = std::make_shared<Collective>(
+      CollectiveEnv{&options_, &pool_, &timers_, memory_.get(), &chunks_,
+                    &metrics_, &log_, &kept_memory, kept},
+      CollectiveLabel{"j1", 1, "p2p", CollectiveKind::kSendReceive},
+      "sendreceive \"p2p 0>1 tag 0 #0\" in job j1", std::vector<int>{0, 1},
+      absl::Seconds(60));
+  c->StartTimers();
+  auto first = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(first, 0, P2p(0, 1, {Floats(4)}), "s0/8"));
+  EXPECT_EQ(memory_->used(), 16u);
+  EXPECT_GT(kept_memory.used(), 0u);
+  c->OnRankCancelled(0, first.get());
+  EXPECT_EQ(memory_->used(), 0u);
+  EXPECT_EQ(kept_memory.used(), 0u);
+  // A new call of rank 0 takes its place, and the message goes through.
+  auto src = std::make_shared<FakeRankChannel>();
+  auto dst = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), "s0/9"));
+  Feed(*c, 0, Ramp(8, 4));
+  ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
+  ASSERT_TRUE(dst->WaitEnded());
+  EXPECT_TRUE(dst->ended_ok());
+  EXPECT_EQ(dst->result(), Ramp(8, 4));
+}
+
+TEST_F(SendReceiveTest, StrategyPlansTheSourcesTensorForTheDestinationOnly) {
+  SendReceiveStrategy s(/*source_index=*/1);
+  EXPECT_EQ(s.Reservation(1, 160), 160u);
+  EXPECT_EQ(s.Reservation(0, 0), 0u);
+  EXPECT_TRUE(s.GetsResult(0));
+  EXPECT_FALSE(s.GetsResult(1));
+  EXPECT_TRUE(s.FinishesAlone(1));
+  EXPECT_FALSE(s.FinishesAlone(0));
+  EXPECT_TRUE(s.HoldsBytesOf(1));
+  EXPECT_FALSE(s.HoldsBytesOf(0));
+  s.Clear();
+  EXPECT_FALSE(s.HoldsBytesOf(1));
+}
+
+}  // namespace
+}  // namespace reducer

@@ -1,0 +1,181 @@
+// Fault tests of point-to-point messages (Client::Send / Receive): a send
+// is buffered (it returns once reducerd holds it, before the receiver
+// calls); a Receive whose Send never comes fails at its deadline naming the
+// source; a receiver waiting on a source that is SIGKILLed before sending
+// gets ABORTED within seconds; a ReceiveInPlace of another shape fails
+// naming both ranks and leaves its buffer as it was; calls naming no other
+// rank, negative tags, names and groups are refused before sending, and
+// user collectives taking the reserved names by reducerd; a send larger
+// than the job's share of the memory budget is refused at once, naming the
+// flag.
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/fault_test_base.h"
+#include "tests/process_harness.h"
+
+namespace reducer {
+namespace testing {
+namespace {
+
+// A timeout far beyond anything these tests wait for.
+constexpr int kLongTimeoutMs = 60000;
+// How soon a loss or a refusal must be reported.
+constexpr absl::Duration kSoon = absl::Seconds(10);
+
+class SendReceiveFaultTest : public FaultTest {};
+
+// Rank 0's Send returns while rank 1 is still asleep; rank 1's Receive,
+// 1.5 s later, still gets the closed-form bytes.
+TEST_F(SendReceiveFaultTest, SendReturnsBeforeTheReceiverCalls) {
+  ASSERT_TRUE(StartServer());
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
+      Job(), 2,
+      {"send:to=1,shape=3000,seed=4;touch:path=sent",
+       "wait_file:path=sent;sleep:ms=1500;receive:from=0,shape=3000,seed=4"});
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), 2u);
+  ExpectStep(results[0], "1", absl::StatusCode::kOk, {}, absl::Seconds(5),
+             /*require_check=*/false);
+  ExpectStep(results[1], "3", absl::StatusCode::kOk);
+}
+
+TEST_F(SendReceiveFaultTest, ReceiveWhoseSendNeverComesNamesTheSource) {
+  ASSERT_TRUE(StartServer());
+  const std::string job = Job();
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
+      job, 3,
+      {"sleep:ms=3000", "sleep:ms=3000",
+       "receive:from=1,tag=5,timeout_ms=1500"});
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), 3u);
+  ExpectStep(results[2], "1", absl::StatusCode::kDeadlineExceeded,
+             {absl::StrCat("sendreceive \"p2p 1>2 tag 5 #0\" of group [1,2] "
+                           "in job ", job,
+                           " timed out after 1.5s: rank 1 never arrived "
+                           "(ranks 2 waited)")},
+             absl::Seconds(6));
+  EXPECT_GE(Step(results[2], "1").elapsed, absl::Milliseconds(1400))
+      << "the receive gave up before its timeout";
+}
+
+TEST_F(SendReceiveFaultTest, ReceiverOfAKilledSourceIsAbortedWithinSeconds) {
+  ASSERT_TRUE(StartServer());
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
+      Job(), 2,
+      {"hang", absl::StrCat("receive:from=0,timeout_ms=", kLongTimeoutMs)});
+  ASSERT_EQ(workers.size(), 2u);
+  ASSERT_NE(workers[0], nullptr);
+  ASSERT_NE(workers[1], nullptr);
+  ASSERT_TRUE(WaitForOutput(*workers[0], "BEGIN 1 hang"));
+  ASSERT_TRUE(WaitForOutput(*workers[1], "BEGIN 1 receive"));
+  absl::SleepFor(absl::Milliseconds(500));  // the receive reaches reducerd
+  ASSERT_TRUE(workers[0]->Signal(SIGKILL));
+  const ProcessResult killed = workers[0]->Wait(absl::Seconds(10));
+  EXPECT_EQ(killed.term_signal, SIGKILL) << killed.Describe();
+  workers.erase(workers.begin());
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), 1u);
+  ExpectStep(results[0], "1", absl::StatusCode::kAborted, {"rank 0"}, kSoon);
+}
+
+// Calls that name no other rank of the world, a negative tag, or call
+// options a message must not have are refused before anything is sent; a
+// user collective taking the reserved name form is refused by reducerd
+// without disturbing anyone; the job then goes on.
+TEST_F(SendReceiveFaultTest, MalformedCallsAndReservedNamesAreRefused) {
+  ASSERT_TRUE(StartServer());
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
+      Job(), 2,
+      {"send:to=0;send:to=2;send:to=1,tag=-1;send:to=1,name=x;"
+       "send:to=1,group=0+1;receive:from=0;receive:from=-1;"
+       "barrier:name=p2p 0>1 tag 0 #0;barrier;send:to=1,seed=7",
+       "barrier;receive:from=0,seed=7"});
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), 2u);
+  const absl::StatusCode invalid = absl::StatusCode::kInvalidArgument;
+  ExpectStep(results[0], "1", invalid,
+             {"Send: destination 0 is this rank itself"}, kSoon);
+  ExpectStep(results[0], "2", invalid,
+             {"Send: destination 2 is outside the world of 2"}, kSoon);
+  ExpectStep(results[0], "3", invalid, {"Send: tag -1 is negative"}, kSoon);
+  ExpectStep(results[0], "4", invalid,
+             {"Send: CallOptions.name \"x\" must be empty"}, kSoon);
+  ExpectStep(results[0], "5", invalid,
+             {"Send: CallOptions.group [0,1] must be empty"}, kSoon);
+  ExpectStep(results[0], "6", invalid,
+             {"Receive: source 0 is this rank itself"}, kSoon);
+  ExpectStep(results[0], "7", invalid,
+             {"Receive: source -1 is outside the world of 2"}, kSoon);
+  ExpectStep(results[0], "8", invalid,
+             {"collective name \"p2p 0>1 tag 0 #0\" is reserved for "
+              "point-to-point messages; barrier must not use the prefix"},
+             kSoon);
+  ExpectStep(results[0], "9", absl::StatusCode::kOk);
+  ExpectStep(results[0], "10", absl::StatusCode::kOk, {}, kSoon,
+             /*require_check=*/false);
+  ExpectStep(results[1], "1", absl::StatusCode::kOk);
+  // The refused calls took no place in the count: this is message #0.
+  ExpectStep(results[1], "2", absl::StatusCode::kOk);
+}
+
+// ReceiveInPlace into a buffer of another shape fails, naming both ranks'
+// specs, and leaves the buffer as it was; one of the right shape gets the
+// message. Rank 1 receives second, after the send of the first message was
+// held, and first for the second message.
+TEST_F(SendReceiveFaultTest, ReceiveInPlaceOfAnotherShapeFailsNamingBothRanks) {
+  ASSERT_TRUE(StartServer());
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
+      Job(), 2,
+      {"send:to=1,shape=6,seed=2;touch:path=sent;wait_file:path=waiting;"
+       "sleep:ms=300;send:to=1,shape=4x3,seed=3",
+       "wait_file:path=sent;receive_inplace:from=0,shape=7,seed=2;"
+       "touch:path=waiting;receive_inplace:from=0,shape=4x3,seed=3"});
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), 2u);
+  ExpectStep(results[0], "1", absl::StatusCode::kOk, {}, kSoon,
+             /*require_check=*/false);
+  ExpectStep(results[0], "5", absl::StatusCode::kOk, {}, kSoon,
+             /*require_check=*/false);
+  // Step 2's check=ok: the failed call left the buffer as it was.
+  ExpectStep(results[1], "2", absl::StatusCode::kFailedPrecondition,
+             {"mismatched shapes: rank 0 sent [6] float32, rank 1 sent [7] "
+              "float32"},
+             kSoon);
+  EXPECT_EQ(Step(results[1], "2").check, "ok");
+  ExpectStep(results[1], "4", absl::StatusCode::kOk);
+}
+
+// The job's share is 2 MB of a 4 MB budget; a 2.4 MB send must be refused
+// whole, at once, and its receiver gets the same refusal.
+TEST_F(SendReceiveFaultTest, SendBeyondTheJobsMemoryShareIsRefused) {
+  ASSERT_TRUE(StartServer(
+      {"--memory_budget_bytes=4000000", "--max_job_memory_fraction=0.5"}));
+  const std::string job = Job();
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
+      job, 2,
+      {"send:to=1,shape=600000,timeout_ms=20000",
+       "receive:from=0,shape=600000,timeout_ms=20000"});
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), 2u);
+  for (const ProcessResult& r : results) {
+    ExpectStep(r, "1", absl::StatusCode::kResourceExhausted,
+               {absl::StrCat("job ", job, "'s share of the memory budget, "
+                             "2000000 bytes (--max_job_memory_fraction=0.5 "
+                             "of --memory_budget_bytes), is exhausted"),
+                "rank 0 needs 2400000 more"},
+               kSoon);
+  }
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace reducer
