@@ -23,6 +23,9 @@
 #include "python/csrc/device_array.h"
 #include "python/csrc/native_api.h"
 #include "python/csrc/native_api_impl.h"
+#include "python/csrc/py_client.h"
+#include "python/csrc/py_pending.h"
+#include "python/csrc/routed_collectives.h"
 #include "python/csrc/released_gil.h"
 #include "python/csrc/status_error.h"
 
@@ -31,204 +34,6 @@ namespace {
 
 namespace py = pybind11;
 using py::arg;
-
-using Group = std::optional<std::vector<int>>;
-using Timeout = std::optional<double>;
-
-// A connected client. Thread-safe (as reducer::Client). close() leaves the
-// job; handles still pending keep the underlying client alive until waited.
-class PyClient {
- public:
-  // Connects (GIL released) with the options MakeClientOptions builds from
-  // reducer.Client's arguments (its ValueErrors); Connect's errors raise
-  // ReducerError subclasses.
-  PyClient(const std::string& target, const std::string& job, int rank,
-           int world_size, double timeout_s,
-           const std::optional<std::string>& token,
-           const std::optional<std::string>& tls_ca_file,
-           const std::optional<std::string>& tls_cert_file,
-           const std::optional<std::string>& tls_key_file,
-           const std::optional<std::string>& server_name,
-           const std::string& shared_memory) {
-    const ClientOptions options = MakeClientOptions(
-        target, job, rank, world_size, timeout_s, token, tls_ca_file,
-        tls_cert_file, tls_key_file, server_name, shared_memory);
-    absl::StatusOr<std::unique_ptr<Client>> client;
-    {
-      ReleasedGil released;
-      client = Client::Connect(options);
-    }
-    client_ = std::shared_ptr<Client>(ValueOrThrow(std::move(client)));
-  }
-
-  ~PyClient() { Close(); }
-
-  // Leaves the job (the session closes). Later calls raise ValueError.
-  void Close() {
-    std::shared_ptr<Client> client = std::move(client_);
-    ReleasedGil released;
-    client.reset();
-  }
-
-  const std::shared_ptr<Client>& client() const {
-    if (client_ == nullptr) {
-      throw py::value_error("reducer: the client was closed");
-    }
-    return client_;
-  }
-
-  int rank() const { return client()->rank(); }
-  int world_size() const { return client()->world_size(); }
-
-  py::object AllReduce(const py::object& x, const std::string& dtype,
-                      const std::string& op, const Group& group,
-                      const std::string& name, Timeout timeout) {
-    TensorView view = ReadView(x, ParseDataType(dtype));
-    ReduceOp reduce_op = ParseReduceOp(op);
-    CallOptions options = MakeCallOptions(group, name, timeout, x);
-    absl::StatusOr<Tensor> result;
-    {
-      ReleasedGil released;
-      result = client()->AllReduce(view, reduce_op, options);
-    }
-    return ToArray(ValueOrThrow(std::move(result)));
-  }
-
-  void AllReduceInPlace(const py::object& x, const std::string& dtype,
-                        const std::string& op, const Group& group,
-                        const std::string& name, Timeout timeout) {
-    MutableTensorView view = WriteView(x, ParseDataType(dtype));
-    ReduceOp reduce_op = ParseReduceOp(op);
-    CallOptions options = MakeCallOptions(group, name, timeout, x);
-    absl::Status status;
-    {
-      ReleasedGil released;
-      status = client()->AllReduceInPlace(view, reduce_op, options);
-    }
-    ThrowIfError(status);
-  }
-
-  double AllReduceFloat(double value, const std::string& op, const Group& group,
-                        const std::string& name, Timeout timeout) {
-    ReduceOp reduce_op = ParseReduceOp(op);
-    CallOptions options = MakeCallOptions(group, name, timeout);
-    absl::StatusOr<double> result;
-    {
-      ReleasedGil released;
-      result = client()->AllReduce(value, reduce_op, options);
-    }
-    return ValueOrThrow(std::move(result));
-  }
-
-  int64_t AllReduceInt(int64_t value, const std::string& op, const Group& group,
-                       const std::string& name, Timeout timeout) {
-    ReduceOp reduce_op = ParseReduceOp(op);
-    CallOptions options = MakeCallOptions(group, name, timeout);
-    absl::StatusOr<int64_t> result;
-    {
-      ReleasedGil released;
-      result = client()->AllReduce(value, reduce_op, options);
-    }
-    return ValueOrThrow(std::move(result));
-  }
-
-  std::vector<py::object> AllReduceMany(const std::vector<py::object>& xs,
-                                       const std::vector<std::string>& dtypes,
-                                       const std::vector<std::string>& ops,
-                                       const Group& group,
-                                       const std::string& name,
-                                       Timeout timeout) {
-    if (xs.size() != dtypes.size() || xs.size() != ops.size()) {
-      throw py::value_error("reducer: all_reduce_many needs one op per tensor");
-    }
-    std::vector<TensorView> views;
-    std::vector<ReduceOp> reduce_ops;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      views.push_back(ReadView(xs[i], ParseDataType(dtypes[i])));
-      reduce_ops.push_back(ParseReduceOp(ops[i]));
-    }
-    CallOptions options =
-        MakeCallOptions(group, name, timeout, xs.empty() ? py::object(py::none()) : xs[0]);
-    absl::StatusOr<std::vector<Tensor>> result;
-    {
-      ReleasedGil released;
-      result = client()->AllReduceMany(views, reduce_ops, options);
-    }
-    std::vector<Tensor> tensors = ValueOrThrow(std::move(result));
-    std::vector<py::object> arrays;
-    for (Tensor& t : tensors) arrays.push_back(ToArray(std::move(t)));
-    return arrays;
-  }
-
-  py::object AllGather(const py::object& x, const std::string& dtype,
-                      const Group& group, const std::string& name,
-                      Timeout timeout) {
-    TensorView view = ReadView(x, ParseDataType(dtype));
-    CallOptions options = MakeCallOptions(group, name, timeout, x);
-    absl::StatusOr<Tensor> result;
-    {
-      ReleasedGil released;
-      result = client()->AllGather(view, options);
-    }
-    return ToArray(ValueOrThrow(std::move(result)));
-  }
-
-  // `x` None: this rank does not know the root's dtype or shape.
-  py::object Broadcast(const std::optional<py::object>& x,
-                      const std::string& dtype, int root, const Group& group,
-                      const std::string& name, Timeout timeout) {
-    TensorView view;
-    if (x.has_value()) view = ReadView(*x, ParseDataType(dtype));
-    CallOptions options =
-        MakeCallOptions(group, name, timeout, x.value_or(py::none()));
-    absl::StatusOr<Tensor> result;
-    {
-      ReleasedGil released;
-      result = client()->Broadcast(view, root, options);
-    }
-    return ToArray(ValueOrThrow(std::move(result)));
-  }
-
-  void BroadcastInPlace(const py::object& x, const std::string& dtype, int root,
-                        const Group& group, const std::string& name,
-                        Timeout timeout) {
-    MutableTensorView view = WriteView(x, ParseDataType(dtype));
-    CallOptions options = MakeCallOptions(group, name, timeout, x);
-    absl::Status status;
-    {
-      ReleasedGil released;
-      status = client()->BroadcastInPlace(view, root, options);
-    }
-    ThrowIfError(status);
-  }
-
-  py::object ReduceScatter(const py::object& x, const std::string& dtype,
-                          const std::string& op, const Group& group,
-                          const std::string& name, Timeout timeout) {
-    TensorView view = ReadView(x, ParseDataType(dtype));
-    ReduceOp reduce_op = ParseReduceOp(op);
-    CallOptions options = MakeCallOptions(group, name, timeout, x);
-    absl::StatusOr<Tensor> result;
-    {
-      ReleasedGil released;
-      result = client()->ReduceScatter(view, reduce_op, options);
-    }
-    return ToArray(ValueOrThrow(std::move(result)));
-  }
-
-  void Barrier(const Group& group, const std::string& name, Timeout timeout) {
-    CallOptions options = MakeCallOptions(group, name, timeout);
-    absl::Status status;
-    {
-      ReleasedGil released;
-      status = client()->Barrier(options);
-    }
-    ThrowIfError(status);
-  }
-
- private:
-  std::shared_ptr<Client> client_;  // null once closed
-};
 
 // An all-reduce started by all_reduce_async (out of place, `in_place` false)
 // or all_reduce_async_ (in place). Holds the input array and the client until
@@ -314,69 +119,6 @@ std::unique_ptr<PyHandle> AllReduceAsync(PyClient& self, const py::object& x,
     handle = client->AllReduceAsync(view, reduce_op, options);
   }
   return std::make_unique<PyHandle>(client, x, std::move(handle), nullptr);
-}
-
-// A collective started by one of the other *_async methods: references its
-// input arrays and the client until waited for. Not thread-safe: one
-// thread waits on a handle.
-class PyPending {
- public:
-  PyPending(std::shared_ptr<Client> client, std::vector<py::object> inputs,
-            std::unique_ptr<CollectiveHandle> handle)
-      : client_(std::move(client)),
-        inputs_(std::move(inputs)),
-        handle_(std::move(handle)) {}
-
-  // A handle dropped without wait() waits first (its inputs are in use
-  // until then), with the GIL released.
-  ~PyPending() {
-    ReleasedGil released;
-    handle_.reset();
-  }
-
-  // The results, one array per result tensor (none for a barrier); raises
-  // the collective's error. A second call raises ValueError.
-  std::vector<py::object> Wait() {
-    if (handle_ == nullptr) {
-      throw py::value_error("reducer: wait() was already called");
-    }
-    absl::StatusOr<std::vector<Tensor>> result;
-    {
-      ReleasedGil released;
-      result = handle_->Wait();
-      handle_.reset();
-    }
-    inputs_.clear();
-    std::vector<py::object> arrays;
-    for (Tensor& t : ValueOrThrow(std::move(result))) {
-      arrays.push_back(ToArray(std::move(t)));
-    }
-    return arrays;
-  }
-
-  // Never blocks: true once wait() would return without waiting for peers.
-  bool IsCompleted() { return handle_ == nullptr || handle_->Ready(); }
-
- private:
-  std::shared_ptr<Client> client_;
-  std::vector<py::object> inputs_;
-  std::unique_ptr<CollectiveHandle> handle_;  // null once waited for
-};
-
-// Starts `start(client)` with the GIL released; the pending call keeps
-// `inputs` referenced.
-template <typename Start>
-std::unique_ptr<PyPending> StartPending(PyClient& self,
-                                        std::vector<py::object> inputs,
-                                        Start start) {
-  std::shared_ptr<Client> client = self.client();
-  std::unique_ptr<CollectiveHandle> handle;
-  {
-    ReleasedGil released;
-    handle = start(*client);
-  }
-  return std::make_unique<PyPending>(std::move(client), std::move(inputs),
-                                     std::move(handle));
 }
 
 std::unique_ptr<PyPending> AllReduceManyAsync(
@@ -530,15 +272,6 @@ std::unique_ptr<NativeConnection> ConnectionOf(PyObject* client) {
 
 const NativeApi kNativeApi = {kNativeApiVersion, &ConnectionOf};
 
-// Defines method `name` of `cls` with the positional `args` followed by the
-// keyword-only CallOptions every collective takes: group, name, timeout.
-template <typename Class, typename F, typename... Args>
-void DefCall(Class& cls, const char* name, F&& f, Args&&... args) {
-  cls.def(name, std::forward<F>(f), std::forward<Args>(args)..., py::kw_only(),
-          arg("group") = py::none(), arg("name") = "",
-          arg("timeout") = py::none());
-}
-
 void DefineModule(py::module_& m) {
   m.doc() = "Reducer client (use the `reducer` package, not this module)";
   RegisterStatusErrorTranslator();
@@ -591,6 +324,7 @@ void DefineModule(py::module_& m) {
   DefCall(client, "reduce_scatter_async", &ReduceScatterAsync, arg("x"),
           arg("dtype"), arg("op"));
   DefCall(client, "barrier_async", &BarrierAsync);
+  DefineRoutedCollectives(client);
 
   py::class_<PyPending>(m, "Pending")
       .def("wait", &PyPending::Wait)

@@ -47,15 +47,19 @@ meet as one.
 Collectives: all_reduce (in place, all or nothing: the tensor changes only
 once the whole result has arrived), all_reduce_coalesced, all_gather,
 all_gather_into_tensor (_allgather_base), broadcast, reduce_scatter,
-reduce_scatter_tensor (_reduce_scatter_base), barrier; ReduceOp SUM, PRODUCT,
-MIN, MAX, AVG (floating types), BAND, BOR, BXOR. Every collective is
-asynchronous: it returns its Work at once; the Work's get_future() returns at
-once a future completed when the collective ends (DDP's communication hooks
-and torch.futures chains overlap with computation), wait(timeout) honours
-its timeout, is_completed() never blocks (reducer._torch_work; an
-all_reduce of one contiguous CPU tensor runs in C++, reducer._torch_c,
-where the package has it). Other operations (point-to-point, reduce,
-gather, scatter, all_to_all, PREMUL_SUM) raise RuntimeError naming them.
+reduce_scatter_tensor (_reduce_scatter_base), barrier, and those whose bytes
+reducerd routes to some ranks only (reducer._torch_routed): reduce, gather,
+scatter, all_to_all (equal parts), all_to_all_single (even splits), send
+and recv (so isend, irecv, batch_isend_irecv and the object collectives);
+ReduceOp SUM, PRODUCT, MIN, MAX, AVG (floating types), BAND, BOR, BXOR.
+Every collective is asynchronous: it returns its Work at once; the Work's
+get_future() returns at once a future completed when the collective ends
+(DDP's communication hooks and torch.futures chains overlap with
+computation), wait(timeout) honours its timeout, is_completed() never blocks
+(reducer._torch_work; an all_reduce of one contiguous CPU tensor runs in
+C++, reducer._torch_c, where the package has it). Not supported, each
+raising RuntimeError naming it: recv from any source, all_gather_coalesced,
+monitored_barrier, PREMUL_SUM, all_to_all with uneven parts.
 Tensors: CPU or CUDA (staged through host memory, after the work queued on
 the current stream), contiguous, one per call.
 """
@@ -70,6 +74,8 @@ import torch.distributed as dist
 
 import reducer
 from reducer import _arrays
+from reducer._torch_args import _check_parts, _one, _op_name, _reduce_op, _timeout
+from reducer._torch_routed import RoutedOps
 from reducer._torch_work import Completer, TorchWork
 
 try:
@@ -83,61 +89,11 @@ except ImportError:
 BACKEND_NAME = "reducer"
 TARGET_ENV = "REDUCER_TARGET"
 
-_OP_NAMES = [
-    (dist.ReduceOp.SUM, "sum"),
-    (dist.ReduceOp.PRODUCT, "product"),
-    (dist.ReduceOp.MIN, "min"),
-    (dist.ReduceOp.MAX, "max"),
-    (dist.ReduceOp.AVG, "avg"),
-    (dist.ReduceOp.BAND, "bit_and"),
-    (dist.ReduceOp.BOR, "bit_or"),
-    (dist.ReduceOp.BXOR, "bit_xor"),
-]
-
 # group name -> how many process groups of that name this process created.
 _incarnations = collections.Counter()
 
 
-def _op_name(op):
-    for torch_op, name in _OP_NAMES:
-        if op == torch_op:
-            return name
-    raise RuntimeError(f"the reducer backend does not support ReduceOp {op!r} "
-                       "(supported: SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR)")
-
-
-def _timeout(opts):
-    # torch's "unset" timeout is negative: the client's default applies.
-    timeout = getattr(opts, "timeout", None)
-    if timeout is None or timeout.total_seconds() <= 0:
-        return None
-    return timeout.total_seconds()
-
-
-def _reduce_op(opts):
-    """The Reducer op of torch's options (SUM when none are given)."""
-    return _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
-
-
-def _check_parts(parts, count, like, what, role):
-    """Checks that `parts` holds `count` tensors of `like`'s dtype and size."""
-    if len(parts) != count:
-        raise ValueError(f"{what} needs {count} {role} tensors, got {len(parts)}")
-    n = like.numel()
-    for i, x in enumerate(parts):
-        if x.numel() != n or x.dtype != like.dtype:
-            raise ValueError(f"{what} {role} {i} is {x.dtype} {list(x.shape)}; "
-                             f"expected {like.dtype} with {n} elements")
-
-
-def _one(tensors, what):
-    if len(tensors) != 1:
-        raise ValueError(f"the reducer backend takes one tensor per {what}, "
-                         f"got {len(tensors)}")
-    return tensors[0]
-
-
-class ProcessGroupReducer(dist.ProcessGroup):
+class ProcessGroupReducer(RoutedOps, dist.ProcessGroup):
     """One torch process group as one Reducer job. Thread-safe as
     reducer.Client; collectives must be issued in the same order on every rank
     of the group (torch's rule). Every collective returns at once with a
@@ -266,25 +222,19 @@ class ProcessGroupReducer(dist.ProcessGroup):
         pending = self._client.barrier_async(timeout=_timeout(opts))
         return self._work(pending, lambda _: [], "barrier")
 
-    def _unsupported(name):
+    def _unsupported(name, why):
         def method(self, *args, **kwargs):
-            raise RuntimeError(f"the reducer backend does not support {name} "
-                               "(supported: all_reduce, all_reduce_coalesced, all_gather, "
-                               "all_gather_into_tensor, broadcast, reduce_scatter, "
-                               "reduce_scatter_tensor, barrier)")
+            raise RuntimeError(f"the reducer backend does not support {name}: {why}")
         method.__name__ = name
         return method
 
-    reduce = _unsupported("reduce")
-    gather = _unsupported("gather")
-    scatter = _unsupported("scatter")
-    alltoall = _unsupported("all_to_all")
-    alltoall_base = _unsupported("all_to_all_single")
-    allgather_coalesced = _unsupported("all_gather_coalesced")
-    send = _unsupported("send")
-    recv = _unsupported("recv")
-    recv_anysource = _unsupported("recv (any source)")
-    monitored_barrier = _unsupported("monitored_barrier")
+    allgather_coalesced = _unsupported(
+        "all_gather_coalesced", "call all_gather once per tensor")
+    recv_anysource = _unsupported(
+        "recv from any source", "Reducer matches a receive by its source; pass src=")
+    monitored_barrier = _unsupported(
+        "monitored_barrier", "use barrier, whose timeout names the ranks that "
+        "did not arrive")
     del _unsupported
 
 

@@ -1,0 +1,21 @@
+// The collectives whose bytes reducerd routes to some ranks only, on
+// `_reducer.Client`: reduce, reduce_, gather, scatter, all_to_all, send,
+// recv, recv_ and their *_async forms (which return a `_reducer.Pending`).
+//
+// Results: an array, or None where the rank gets nothing (the non-roots of
+// reduce and gather); send returns None once reducerd holds the message.
+// Every call takes the keyword-only group, name and timeout (DefCall), and
+// releases the GIL while it waits.
+#ifndef REDUCER_PYTHON_CSRC_ROUTED_COLLECTIVES_H_
+#define REDUCER_PYTHON_CSRC_ROUTED_COLLECTIVES_H_
+
+#include "pybind11/pybind11.h"
+#include "python/csrc/py_client.h"
+
+namespace reducer::python {
+
+void DefineRoutedCollectives(pybind11::class_<PyClient>& client);
+
+}  // namespace reducer::python
+
+#endif  // REDUCER_PYTHON_CSRC_ROUTED_COLLECTIVES_H_

@@ -1,0 +1,142 @@
+"""The collectives whose bytes reducerd routes to some ranks only, as methods
+of reducer.Client (this class is one of its bases):
+
+    total = client.reduce(x, root=0)         # the root: a new array; others: None
+    client.reduce_(x, root=0)                # the root's x holds the reduction
+    rows = client.gather(x, root=0)          # the root: every rank's x along dim 0
+    part = client.scatter(x if root else None, root=0)   # rank i: part i of the root's x
+    mine = client.all_to_all(x)              # part j of rank i goes to rank j
+    client.send(x, destination=1, tag=0)     # returns once reducerd holds x
+    y = client.recv(source=0, tag=0)         # the matching send's tensor, new
+    client.recv_(y, source=0, tag=0)         # or written into y (same dtype and shape)
+
+Ranks are the job's (global) ranks; `root` must be in the call's group.
+reduce, gather and scatter cut or join along dim 0 in group-rank order:
+scatter's and all_to_all's dim 0 must divide by the group size. Sends and
+receives between two ranks match by (source, destination, tag) in call
+order; a send is buffered by reducerd, so a ring of sends then receives
+does not deadlock. The *_async forms return a Work whose wait() gives what
+the blocking form returns. Every method takes the keyword-only group, name
+and timeout (send and recv: timeout only).
+"""
+
+from reducer import _arrays
+from reducer._work import Work, _result_dtype
+
+
+class RoutedCollectives:
+    """Mixin of reducer.Client: needs self._client (a _reducer.Client)."""
+
+    # --- to one rank: reduce, gather -------------------------------------
+
+    def reduce(self, x, op="sum", root=0, **call_options):
+        """The reduction of every rank's x, new, on the root; None elsewhere.
+        x is only read."""
+        array, dtype, kind = _arrays.to_array(x)
+        result = self._client.reduce(array, dtype, op, int(root), **call_options)
+        return None if result is None else _arrays.from_array(result, dtype, kind)
+
+    def reduce_(self, x, op="sum", root=0, **call_options):
+        """Writes the reduction into the root's x (all or nothing) and returns
+        x; the other ranks' x are only read."""
+        array, dtype, _ = _arrays.to_array(x)
+        self._client.reduce_(array, dtype, op, int(root), **call_options)
+        return x
+
+    def gather(self, x, root=0, **call_options):
+        """Every rank's x concatenated along dim 0 in rank order, on the root
+        (dim 0 may differ between ranks); None elsewhere."""
+        array, dtype, kind = _arrays.to_array(x)
+        result = self._client.gather(array, dtype, int(root), **call_options)
+        return None if result is None else _arrays.from_array(result, dtype, kind)
+
+    # --- from one rank, and among all: scatter, all_to_all ----------------
+
+    def scatter(self, x, root=0, kind=None, **call_options):
+        """Part i (along dim 0) of the root's x, new, on rank i. The other
+        ranks pass None; they get a numpy array, or a torch tensor with
+        kind="torch"."""
+        if x is None:
+            result = self._client.scatter(None, "float32", int(root), **call_options)
+            return _arrays.from_array(result, _result_dtype(result), kind or _arrays.NUMPY)
+        array, dtype, given_kind = _arrays.to_array(x)
+        result = self._client.scatter(array, dtype, int(root), **call_options)
+        return _arrays.from_array(result, dtype, kind or given_kind)
+
+    def all_to_all(self, x, **call_options):
+        """x cut along dim 0 into one part per rank; part j goes to rank j.
+        Returns the parts sent to this rank, concatenated in rank order (the
+        shape of x, which must be the same on every rank)."""
+        array, dtype, kind = _arrays.to_array(x)
+        return _arrays.from_array(self._client.all_to_all(array, dtype, **call_options),
+                                  dtype, kind)
+
+    # --- point to point: send, recv --------------------------------------
+
+    def send(self, x, destination, tag=0, **call_options):
+        """Sends x to rank `destination`; returns None once reducerd holds it
+        (the matching recv may come later)."""
+        array, dtype, _ = _arrays.to_array(x)
+        self._client.send(array, dtype, int(destination), int(tag), **call_options)
+
+    def recv(self, source, tag=0, kind=None, **call_options):
+        """The tensor of rank `source`'s matching send, new: a numpy array, or
+        a torch tensor with kind="torch"."""
+        result = self._client.recv(int(source), int(tag), **call_options)
+        return _arrays.from_array(result, _result_dtype(result), kind or _arrays.NUMPY)
+
+    def recv_(self, x, source, tag=0, **call_options):
+        """Writes the matching send's tensor into x (same dtype and shape, all
+        or nothing) and returns x."""
+        array, dtype, _ = _arrays.to_array(x)
+        self._client.recv_(array, dtype, int(source), int(tag), **call_options)
+        return x
+
+    # --- asynchronous forms ------------------------------------------------
+
+    def reduce_async(self, x, op="sum", root=0, **call_options):
+        """Starts reduce; Work.wait() returns what reduce returns."""
+        array, dtype, kind = _arrays.to_array(x)
+        is_root = int(root) == self.rank
+        handle = self._client.reduce_async(array, dtype, op, int(root), **call_options)
+        return Work(handle, lambda results: _arrays.from_array(results[0], dtype, kind)
+                    if is_root else None)
+
+    def gather_async(self, x, root=0, **call_options):
+        """Starts gather; Work.wait() returns what gather returns."""
+        array, dtype, kind = _arrays.to_array(x)
+        is_root = int(root) == self.rank
+        handle = self._client.gather_async(array, dtype, int(root), **call_options)
+        return Work(handle, lambda results: _arrays.from_array(results[0], dtype, kind)
+                    if is_root else None)
+
+    def scatter_async(self, x, root=0, kind=None, **call_options):
+        """Starts scatter (x None on the other ranks); Work.wait() returns
+        this rank's part."""
+        if x is None:
+            handle = self._client.scatter_async(None, "float32", int(root), **call_options)
+            return Work(handle, lambda results: _arrays.from_array(
+                results[0], _result_dtype(results[0]), kind or _arrays.NUMPY))
+        array, dtype, given_kind = _arrays.to_array(x)
+        handle = self._client.scatter_async(array, dtype, int(root), **call_options)
+        return Work(handle, lambda results: _arrays.from_array(
+            results[0], dtype, kind or given_kind))
+
+    def all_to_all_async(self, x, **call_options):
+        """Starts all_to_all; Work.wait() returns what all_to_all returns."""
+        array, dtype, kind = _arrays.to_array(x)
+        handle = self._client.all_to_all_async(array, dtype, **call_options)
+        return Work(handle, lambda results: _arrays.from_array(results[0], dtype, kind))
+
+    def send_async(self, x, destination, tag=0, **call_options):
+        """Starts send; Work.wait() returns None once reducerd holds x."""
+        array, dtype, _ = _arrays.to_array(x)
+        handle = self._client.send_async(array, dtype, int(destination), int(tag),
+                                         **call_options)
+        return Work(handle, lambda results: None)
+
+    def recv_async(self, source, tag=0, kind=None, **call_options):
+        """Starts recv; Work.wait() returns the received tensor."""
+        handle = self._client.recv_async(int(source), int(tag), **call_options)
+        return Work(handle, lambda results: _arrays.from_array(
+            results[0], _result_dtype(results[0]), kind or _arrays.NUMPY))

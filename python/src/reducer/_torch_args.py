@@ -1,0 +1,54 @@
+"""How the torch backend reads torch's collective arguments: ops, timeouts,
+the one tensor per call it takes, lists of parts."""
+
+import torch.distributed as dist
+
+_OP_NAMES = [
+    (dist.ReduceOp.SUM, "sum"),
+    (dist.ReduceOp.PRODUCT, "product"),
+    (dist.ReduceOp.MIN, "min"),
+    (dist.ReduceOp.MAX, "max"),
+    (dist.ReduceOp.AVG, "avg"),
+    (dist.ReduceOp.BAND, "bit_and"),
+    (dist.ReduceOp.BOR, "bit_or"),
+    (dist.ReduceOp.BXOR, "bit_xor"),
+]
+
+
+def _op_name(op):
+    for torch_op, name in _OP_NAMES:
+        if op == torch_op:
+            return name
+    raise RuntimeError(f"the reducer backend does not support ReduceOp {op!r} "
+                       "(supported: SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR)")
+
+
+def _timeout(opts):
+    # torch's "unset" timeout is negative: the client's default applies.
+    timeout = getattr(opts, "timeout", None)
+    if timeout is None or timeout.total_seconds() <= 0:
+        return None
+    return timeout.total_seconds()
+
+
+def _reduce_op(opts):
+    """The Reducer op of torch's options (SUM when none are given)."""
+    return _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+
+
+def _check_parts(parts, count, like, what, role):
+    """Checks that `parts` holds `count` tensors of `like`'s dtype and size."""
+    if len(parts) != count:
+        raise ValueError(f"{what} needs {count} {role} tensors, got {len(parts)}")
+    n = like.numel()
+    for i, x in enumerate(parts):
+        if x.numel() != n or x.dtype != like.dtype:
+            raise ValueError(f"{what} {role} {i} is {x.dtype} {list(x.shape)}; "
+                             f"expected {like.dtype} with {n} elements")
+
+
+def _one(tensors, what):
+    if len(tensors) != 1:
+        raise ValueError(f"the reducer backend takes one tensor per {what}, "
+                         f"got {len(tensors)}")
+    return tensors[0]

@@ -1,0 +1,27 @@
+"""The torch backend's routed collectives (reduce, gather, scatter,
+all_to_all, all_to_all_single, send/recv and what torch builds on them) in
+4 real processes against a real reducerd, each result checked against Gloo
+in the same processes or the closed form (see torch_routed_worker.py)."""
+
+import os
+
+import pytest
+
+from rank_processes import run_ranks
+from reducerd_process import ReducerdProcess
+
+WORLD = 4
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_routed_worker.py")
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ReducerdProcess() as s:
+        yield s
+
+
+@pytest.mark.parametrize("shared_memory", ["off", "required"])
+@pytest.mark.parametrize("scenario", ["collectives", "point_to_point"])
+def test_scenario_equals_gloo(server, scenario, shared_memory):
+    run_ranks(WORKER, scenario, WORLD, server.target,
+              extra_env={"REDUCER_SHARED_MEMORY": shared_memory})
