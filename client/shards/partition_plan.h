@@ -17,7 +17,10 @@
 //   group_size x count elements.
 // - Reduce is cut as an AllReduce of its one tensor (every partition a
 //   Reduce with the same root).
-// - AllGather, Broadcast, Gather, Scatter, AllToAll and Barrier go whole to
+// - AllToAll is cut as a ReduceScatter (PlanReduceScatter): its parts are
+//   the rank-slices, and the partition for shard s exchanges piece [begin,
+//   begin + count) of every part.
+// - AllGather, Broadcast, Gather, Scatter and Barrier go whole to
 //   one shard chosen by the key's hash: a rank does not know the others'
 //   AllGather or Gather sizes, nor a non-root the Broadcast or Scatter size,
 //   before the server has them all.

@@ -81,7 +81,7 @@ SplitCollective SplitAllReduce(const Contribution& whole,
   return split;
 }
 
-SplitCollective SplitReduceScatter(const Contribution& whole,
+SplitCollective SplitBySlices(const Contribution& whole,
                                    const TensorSpec& input, int shards,
                                    uint64_t key, size_t min_partition_bytes) {
   const int group = whole.header.group_size();
@@ -142,11 +142,14 @@ SplitCollective SplitContribution(const Contribution& whole, int shards,
       // Cut as an AllReduce; each partition is a Reduce with the same root.
       if (tensors->size() != 1) break;
       return SplitAllReduce(whole, *tensors, shards, key, min_partition_bytes);
-    case CollectiveKind::kReduceScatter: {
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllToAll: {
+      // Both cut each rank-slice (an all-to-all's part) the same way, so a
+      // partition is itself a collective of its kind over every slice's piece.
       if (tensors->size() != 1 || header.group_size() < 1) break;
       const TensorSpec& input = (*tensors)[0];
       if (input.shape.empty() || input.shape[0] % header.group_size() != 0) break;
-      return SplitReduceScatter(whole, input, shards, key, min_partition_bytes);
+      return SplitBySlices(whole, input, shards, key, min_partition_bytes);
     }
     default:
       break;
@@ -176,6 +179,34 @@ absl::StatusOr<std::vector<Tensor>> JoinPartitionResults(
       }
     }
     return std::vector<Tensor>();
+  }
+  if (*kind == CollectiveKind::kAllToAll) {
+    // Partition k's result holds, for each sender i in group order, the
+    // piece [begin, begin + count) of the part i sent to this rank.
+    const TensorSpec& input = (*tensors)[0];
+    const int group = whole.header.group_size();
+    const int64_t slice = *NumElements(input.shape) / group;
+    Tensor out = Tensor::Uninitialized(input.dtype, input.shape, buffers);
+    const size_t es = DataTypeSize(input.dtype);
+    for (size_t k = 0; k < split.parts.size(); ++k) {
+      const PartitionContribution& part = split.parts[k];
+      const std::vector<Tensor>& got = (*results)[k];
+      if (got.size() != 1 || got[0].num_elements() != group * part.count) {
+        return got.empty() ? absl::InternalError(absl::StrCat(
+                                 "partition ", k, " came back with no tensor"))
+                           : WrongShape(k, got[0], group * part.count);
+      }
+      for (int i = 0; i < group; ++i) {
+        std::memcpy(static_cast<unsigned char*>(out.mutable_data()) +
+                        (i * slice + part.begin) * es,
+                    static_cast<const unsigned char*>(got[0].data()) +
+                        i * part.count * es,
+                    part.count * es);
+      }
+    }
+    std::vector<Tensor> joined;
+    joined.push_back(std::move(out));
+    return joined;
   }
   if (*kind == CollectiveKind::kReduceScatter) {
     const TensorSpec& input = (*tensors)[0];

@@ -15,8 +15,10 @@
 // Reduce is cut the same way, each partition a Reduce with the same root
 // (a non-root's whole result is then no tensor, as each partition's is). A
 // ReduceScatter partition declares one 1-D tensor of group x count elements
-// gathered (copied) from every rank-slice of the input. A collective the plan
-// keeps whole is sent as it is, to one shard.
+// gathered (copied) from every rank-slice of the input; an AllToAll is cut
+// the same way (its parts are the rank-slices), each partition an AllToAll
+// whose result holds the same piece of every part sent to this rank. A
+// collective the plan keeps whole is sent as it is, to one shard.
 //
 // Pure functions; thread-safe.
 #ifndef REDUCER_CLIENT_SHARDS_PARTITION_SPLIT_H_
@@ -43,9 +45,9 @@ struct PartitionContribution {
   // caller's memory or into `gathered`.
   Contribution contribution;
   std::vector<TensorPiece> pieces;  // AllReduce: the source pieces, in order
-  int64_t begin = 0;                // ReduceScatter: elements of the slice
+  int64_t begin = 0;                // ReduceScatter, AllToAll: elements of the slice
   int64_t count = 0;
-  std::unique_ptr<unsigned char[]> gathered;  // ReduceScatter's input
+  std::unique_ptr<unsigned char[]> gathered;  // ReduceScatter's, AllToAll's input
 };
 
 struct SplitCollective {
@@ -55,7 +57,7 @@ struct SplitCollective {
 
 // The plan of `whole` over `shards` >= 1 shards, its key hashed from the
 // header's name, or group and sequence. A header the plan cannot read (an
-// unknown kind or dtype, a ReduceScatter input that does not divide among
+// unknown kind or dtype, a ReduceScatter or AllToAll input that does not divide among
 // the group) is kept whole, for its shard to refuse with reducerd's message.
 SplitCollective SplitContribution(const Contribution& whole, int shards,
                                   size_t min_partition_bytes = kMinPartitionBytes);

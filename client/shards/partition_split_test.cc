@@ -266,10 +266,66 @@ TEST(PartitionSplitTest, ReduceIsCutIntoReducesWithTheSameRoot) {
   }
 }
 
-TEST(PartitionSplitTest, GatherScatterAndAllToAllGoWhole) {
+TEST(PartitionSplitTest, AllToAllPartitionsJoinToTheClosedForm) {
+  constexpr int kRanks = 4;
+  constexpr int64_t kRows = 4 * 100000;  // dim 0: 100000 rows per part
+  constexpr int64_t kCols = 3;
+  const TensorSpec spec{DataType::kFloat32, {kRows, kCols}, ReduceOp::kSum};
+  std::vector<std::vector<float>> inputs(kRanks, std::vector<float>(kRows * kCols));
+  for (int q = 0; q < kRanks; ++q) {
+    for (size_t i = 0; i < inputs[q].size(); ++i) {
+      inputs[q][i] = static_cast<float>((q + 1) * 1000000 + i);
+    }
+  }
+  std::vector<Contribution> wholes;
+  std::vector<SplitCollective> splits;
+  for (int q = 0; q < kRanks; ++q) {
+    wholes.push_back(ContributionOf(CollectiveKind::kAllToAll, {spec},
+                                    {inputs[q].data()}));
+  }
+  for (int q = 0; q < kRanks; ++q) splits.push_back(SplitContribution(wholes[q], 3, kMiB));
+  ASSERT_FALSE(splits[0].whole);
+  const size_t parts = splits[0].parts.size();
+  ASSERT_EQ(parts, 3u);
+  std::set<int> shards;
+  for (const PartitionContribution& part : splits[0].parts) shards.insert(part.shard);
+  EXPECT_EQ(shards.size(), 3u);  // one partition per shard
+  const int64_t slice = kRows * kCols / kRanks;
+  for (int r = 0; r < kRanks; ++r) {
+    // Each shard's all-to-all for rank r: piece r of every rank's partition
+    // input, in rank order.
+    std::vector<std::vector<Tensor>> results;
+    for (size_t k = 0; k < parts; ++k) {
+      const int64_t count = splits[0].parts[k].count;
+      Tensor t(DataType::kFloat32, {kRanks * count});
+      float* out = static_cast<float*>(t.mutable_data());
+      for (int q = 0; q < kRanks; ++q) {
+        ASSERT_EQ(splits[q].parts[k].count, count);
+        const float* g =
+            static_cast<const float*>(splits[q].parts[k].contribution.inputs[0]);
+        std::memcpy(out + q * count, g + r * count, count * sizeof(float));
+      }
+      results.push_back({});
+      results.back().push_back(std::move(t));
+    }
+    absl::StatusOr<std::vector<Tensor>> joined =
+        JoinPartitionResults(wholes[r], splits[r], &results, nullptr);
+    ASSERT_TRUE(joined.ok()) << joined.status();
+    ASSERT_EQ((*joined)[0].shape(), (std::vector<int64_t>{kRows, kCols}));
+    const float* got = static_cast<const float*>((*joined)[0].data());
+    for (int q = 0; q < kRanks; ++q) {
+      for (int64_t e = 0; e < slice; ++e) {
+        // Part r of rank q, element e: inputs[q][r * slice + e].
+        ASSERT_EQ(got[q * slice + e], inputs[q][r * slice + e])
+            << "rank " << r << " from rank " << q << " element " << e;
+      }
+    }
+  }
+}
+
+TEST(PartitionSplitTest, GatherAndScatterGoWhole) {
   std::vector<float> x(4 * kMiB / 4);
-  for (CollectiveKind kind : {CollectiveKind::kGather, CollectiveKind::kScatter,
-                              CollectiveKind::kAllToAll}) {
+  for (CollectiveKind kind : {CollectiveKind::kGather, CollectiveKind::kScatter}) {
     Contribution c = ContributionOf(
         kind,
         {{DataType::kFloat32,
