@@ -364,9 +364,11 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   header.set_epoch(links_[0]->epoch());
   if (p2p) {
     const int destination = spec.send_payload ? spec.peer : options_.rank;
-    uint64_t& n = p2p_count_[absl::StrCat(header.epoch(), "|", spec.root, ">",
-                                          destination, "|", spec.tag)];
-    header.set_name(PointToPointName(spec.root, destination, spec.tag, n++));
+    PointToPointCount& count =
+        p2p_count_[absl::StrCat(spec.root, ">", destination, "|", spec.tag)];
+    if (count.epoch != header.epoch()) count = {header.epoch(), 0};
+    header.set_name(
+        PointToPointName(spec.root, destination, spec.tag, count.next++));
   } else if (call.name.empty()) {
     header.set_sequence(sequence_[absl::StrJoin(group, ",")]++);
   } else {

@@ -177,9 +177,15 @@ class ClientSession final {
   absl::Mutex mu_;
   // Next sequence number per group (key: the group's ranks).
   absl::flat_hash_map<std::string, uint64_t> sequence_ ABSL_GUARDED_BY(mu_);
-  // Next count per point-to-point (epoch, source, destination, tag): the
-  // source counts its sends, the destination its receives, alike.
-  absl::flat_hash_map<std::string, uint64_t> p2p_count_ ABSL_GUARDED_BY(mu_);
+  // Per point-to-point (source, destination, tag): the epoch its count is
+  // of, and the next count in that epoch (the source counts its sends, the
+  // destination its receives, alike; a new epoch starts again at 0).
+  struct PointToPointCount {
+    uint64_t epoch = 0;
+    uint64_t next = 0;
+  };
+  absl::flat_hash_map<std::string, PointToPointCount> p2p_count_
+      ABSL_GUARDED_BY(mu_);
   // Numbers the collectives this session starts (their attempt ids).
   uint64_t next_attempt_ ABSL_GUARDED_BY(mu_) = 0;
 

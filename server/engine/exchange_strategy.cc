@@ -7,12 +7,12 @@ namespace {
 
 // The pieces of `data` holding its bytes [begin, begin + n), sharing their
 // storage.
-std::vector<SharedBytes> PiecesWithin(const Payload &data, size_t begin,
+std::vector<SharedBytes> PiecesWithin(const Payload& data, size_t begin,
                                       size_t n) {
   std::vector<SharedBytes> out;
   size_t at = 0;  // where the current piece starts in `data`
   const size_t end = begin + n;
-  for (const SharedBytes &piece : data.pieces()) {
+  for (const SharedBytes& piece : data.pieces()) {
     const size_t lo = std::max(begin, at);
     const size_t hi = std::min(end, at + piece.size());
     if (lo < hi) out.push_back(piece.Sub(lo - at, hi - lo));
@@ -26,58 +26,29 @@ std::vector<SharedBytes> PiecesWithin(const Payload &data, size_t begin,
 
 ExchangeStrategy::ExchangeStrategy(Mode mode, int root_index, int group_size,
                                    size_t chunk_bytes, int window)
-    : mode_(mode),
+    : HeldBackForwarding(group_size, chunk_bytes, window),
+      mode_(mode),
       root_index_(root_index),
-      group_size_(group_size),
-      chunk_bytes_(chunk_bytes),
-      window_(window),
-      part_bytes_(group_size, 0),
-      early_(group_size) {}
-
-size_t ExchangeStrategy::Reservation(int /*index*/, size_t input_bytes) const {
-  // In: a window of messages held back before every header is in. Out: the
-  // rank's share of the group's queued messages.
-  const size_t window_bytes = static_cast<size_t>(window_) * chunk_bytes_;
-  return std::min(input_bytes, window_bytes) + window_bytes;
-}
+      part_bytes_(group_size, 0) {}
 
 std::vector<TensorSpec> ExchangeStrategy::PlanResult(
-    const Fingerprint &reference, std::vector<RankState> &ranks) {
+    const Fingerprint& reference, std::vector<RankState>& ranks) {
   const size_t n = ranks.size();
   for (size_t i = 0; i < n; ++i) part_bytes_[i] = ranks[i].input_bytes / n;
   if (mode_ == Mode::kScatter) {
     // The reference is the root's (the first fingerprint naming a tensor).
     TensorSpec part = reference.tensors[0];
     part.shape[0] /= static_cast<int64_t>(n);
-    for (RankState &r : ranks) r.output_bytes = part_bytes_[root_index_];
+    for (RankState& r : ranks) r.output_bytes = part_bytes_[root_index_];
     return {part};
   }
   // AllToAll: every rank sends as many bytes as it gets, one part from each.
-  for (RankState &r : ranks) r.output_bytes = r.input_bytes;
+  for (RankState& r : ranks) r.output_bytes = r.input_bytes;
   return {reference.tensors[0]};
 }
 
-void ExchangeStrategy::OnAllAttached(Output &out) {
-  for (int i = 0; i < group_size_; ++i) {
-    std::vector<std::pair<uint64_t, Payload>> early = std::move(early_[i]);
-    early_[i].clear();
-    for (const auto &[offset, data] : early) Forward(i, offset, data, out);
-  }
-}
-
-void ExchangeStrategy::Accept(int index, const RankState & /*rank*/,
-                              uint64_t offset, Payload data, bool all_attached,
-                              Output &out,
-                              std::vector<StagedChunk> * /*ready*/) {
-  if (!all_attached) {
-    early_[index].emplace_back(offset, std::move(data));
-    return;
-  }
-  Forward(index, offset, data, out);
-}
-
-void ExchangeStrategy::Forward(int index, uint64_t offset, const Payload &data,
-                               Output &out) {
+void ExchangeStrategy::Forward(int index, uint64_t offset, const Payload& data,
+                               Output& out) {
   const size_t part = part_bytes_[index];
   // A sender's place in every receiver's result.
   const uint64_t base = mode_ == Mode::kAllToAll ? index * part : 0;
@@ -90,18 +61,6 @@ void ExchangeStrategy::Forward(int index, uint64_t offset, const Payload &data,
     out.SendTo(to, base + in_part, PiecesWithin(data, consumed, n));
     consumed += n;
   }
-}
-
-bool ExchangeStrategy::MayRead(int index, const std::vector<RankState> &ranks,
-                               bool all_attached) const {
-  if (!all_attached) return early_[index].empty();
-  int queued = 0;
-  for (const RankState &r : ranks) queued += r.pending_writes;
-  return queued < window_ * group_size_;
-}
-
-void ExchangeStrategy::Clear() {
-  for (auto &early : early_) early.clear();
 }
 
 }  // namespace reducer

@@ -5,11 +5,7 @@
 // and Gather place rank i's bytes after those of ranks 0..i-1 (dim 0 may
 // differ by rank); Broadcast's only sender is the root, at offset 0.
 // Gather's other ranks get no result and finish once their payload is in.
-// Payload that arrives before every header is in waits, and its rank stops
-// reading until it is sent.
-//
-// Back-pressure: ranks may read while fewer than `window` messages per rank
-// are queued across the group.
+// Holding back early payload, memory and back-pressure: HeldBackForwarding.
 #ifndef REDUCER_SERVER_ENGINE_FORWARD_STRATEGY_H_
 #define REDUCER_SERVER_ENGINE_FORWARD_STRATEGY_H_
 
@@ -18,11 +14,11 @@
 #include <utility>
 #include <vector>
 
-#include "server/engine/kind_strategy.h"
+#include "server/engine/held_back_forwarding.h"
 
 namespace reducer {
 
-class ForwardStrategy final : public KindStrategy {
+class ForwardStrategy final : public HeldBackForwarding {
  public:
   enum class Mode { kAllGather, kBroadcast, kGather };
 
@@ -31,31 +27,18 @@ class ForwardStrategy final : public KindStrategy {
   ForwardStrategy(Mode mode, int root_index, int group_size,
                   size_t chunk_bytes, int window);
 
-  size_t Reservation(int index, size_t input_bytes) const override;
   std::vector<TensorSpec> PlanResult(const Fingerprint& reference,
                                      std::vector<RankState>& ranks) override;
   bool GetsResult(int index) const override;
-  void OnAllAttached(Output& out) override;
-  void Accept(int index, const RankState& rank, uint64_t offset, Payload data,
-              bool all_attached, Output& out,
-              std::vector<StagedChunk>* ready) override;
-  bool MayRead(int index, const std::vector<RankState>& ranks,
-               bool all_attached) const override;
-  void Clear() override;
 
  private:
-  void Forward(int index, uint64_t offset, const Payload& data, Output& out);
+  void Forward(int index, uint64_t offset, const Payload& data,
+               Output& out) override;
 
   const Mode mode_;
   const int root_index_;
-  const int group_size_;
-  const size_t chunk_bytes_;
-  const int window_;
-
-  // Per rank: where its bytes land in the result (known once all attached),
-  // and what it sent before then.
+  // Per rank: where its bytes land in the result (known once all attached).
   std::vector<size_t> base_offset_;
-  std::vector<std::vector<std::pair<uint64_t, Payload>>> early_;
 };
 
 }  // namespace reducer
