@@ -1,6 +1,7 @@
 #include "python/csrc/array_view.h"
 
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <utility>
 
@@ -14,18 +15,24 @@ namespace py = pybind11;
 
 namespace {
 
-// The numpy dtype that carries `dtype`'s bytes.
+// numpy's type number of float16 (NPY_HALF), which pybind11 names no C++
+// type for.
+constexpr int kNumpyHalfTypeNumber = 23;
+
+// The numpy dtype that carries `dtype`'s bytes. By type number rather than by
+// name: a result is made on every call, and parsing a dtype name costs more
+// than the rest of wrapping it.
 py::dtype NumpyDtype(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32: return py::dtype("float32");
-    case DataType::kFloat64: return py::dtype("float64");
-    case DataType::kFloat16: return py::dtype("float16");
-    case DataType::kBFloat16: return py::dtype("int16");  // raw bits
-    case DataType::kInt8: return py::dtype("int8");
-    case DataType::kUInt8: return py::dtype("uint8");
-    case DataType::kInt32: return py::dtype("int32");
-    case DataType::kInt64: return py::dtype("int64");
-    case DataType::kBool: return py::dtype("bool");
+    case DataType::kFloat32: return py::dtype::of<float>();
+    case DataType::kFloat64: return py::dtype::of<double>();
+    case DataType::kFloat16: return py::dtype(kNumpyHalfTypeNumber);
+    case DataType::kBFloat16: return py::dtype::of<int16_t>();  // raw bits
+    case DataType::kInt8: return py::dtype::of<int8_t>();
+    case DataType::kUInt8: return py::dtype::of<uint8_t>();
+    case DataType::kInt32: return py::dtype::of<int32_t>();
+    case DataType::kInt64: return py::dtype::of<int64_t>();
+    case DataType::kBool: return py::dtype::of<bool>();
   }
   throw py::type_error("unknown reducer dtype");
 }
@@ -72,11 +79,13 @@ DataType ParseDataType(const std::string& name) {
 }
 
 ReduceOp ParseReduceOp(const std::string& name) {
-  std::vector<std::string> names;
   for (int i = 0; i < kNumReduceOps; ++i) {
     ReduceOp op = static_cast<ReduceOp>(i);
     if (ReduceOpName(op) == name) return op;
-    names.emplace_back(ReduceOpName(op));
+  }
+  std::vector<std::string> names;
+  for (int i = 0; i < kNumReduceOps; ++i) {
+    names.emplace_back(ReduceOpName(static_cast<ReduceOp>(i)));
   }
   throw py::value_error(absl::StrCat("reducer: unknown op '", name,
                                      "'; expected one of ",

@@ -129,10 +129,11 @@ class Client(RoutedCollectives):
 
     def all_reduce(self, x, op="sum", **call_options):
         """A new array/tensor (or scalar) holding the reduction; x is only read."""
-        if isinstance(x, (numbers.Integral, np.integer)) and not isinstance(x, np.bool_):
-            return self._client.all_reduce_int(int(x), op, **call_options)
-        if isinstance(x, (numbers.Real, np.floating)) and not isinstance(x, np.bool_):
-            return self._client.all_reduce_float(float(x), op, **call_options)
+        if type(x) is not np.ndarray:  # arrays, the common case, skip these checks
+            if isinstance(x, (numbers.Integral, np.integer)) and not isinstance(x, np.bool_):
+                return self._client.all_reduce_int(int(x), op, **call_options)
+            if isinstance(x, (numbers.Real, np.floating)) and not isinstance(x, np.bool_):
+                return self._client.all_reduce_float(float(x), op, **call_options)
         array, dtype, kind = _arrays.to_array(x)
         return _arrays.from_array(
             self._client.all_reduce(array, dtype, op, **call_options), dtype, kind)
