@@ -101,10 +101,10 @@ absl::Status FillIdentity(ReduceOp op, DataType dtype, void* out,
       Fill(FloatIdentity<double>(op), out, num_elements);
       break;
     case DataType::kFloat16:
-      Fill(SixteenBitFloatIdentity(op, kHalfNegativeZero, kHalfOne,
-                                   kHalfPositiveInfinity,
-                                   kHalfNegativeInfinity),
-           out, num_elements);
+      Fill(
+          SixteenBitFloatIdentity(op, kHalfNegativeZero, kHalfOne,
+                                  kHalfPositiveInfinity, kHalfNegativeInfinity),
+          out, num_elements);
       break;
     case DataType::kBFloat16:
       Fill(SixteenBitFloatIdentity(op, kBFloat16NegativeZero, kBFloat16One,

@@ -62,10 +62,8 @@ TEST(FillIdentityTest, FloatingTypesHaveNegativeZeroOneAndInfinities) {
   EXPECT_EQ(IdentityAs<uint16_t>(ReduceOp::kMax, DataType::kFloat16), 0xFC00);
   EXPECT_EQ(IdentityAs<uint16_t>(ReduceOp::kProduct, DataType::kBFloat16),
             0x3F80);
-  EXPECT_EQ(IdentityAs<uint16_t>(ReduceOp::kMin, DataType::kBFloat16),
-            0x7F80);
-  EXPECT_EQ(IdentityAs<uint16_t>(ReduceOp::kMax, DataType::kBFloat16),
-            0xFF80);
+  EXPECT_EQ(IdentityAs<uint16_t>(ReduceOp::kMin, DataType::kBFloat16), 0x7F80);
+  EXPECT_EQ(IdentityAs<uint16_t>(ReduceOp::kMax, DataType::kBFloat16), 0xFF80);
 }
 
 TEST(FillIdentityTest, IntegersAndBool) {
@@ -102,9 +100,8 @@ TEST(FillIdentityTest, AvgTakesTheSumsIdentity) {
 
 TEST(FillIdentityTest, FillsEveryElementAndRefusesUndefinedPairs) {
   std::vector<float> out(5, 7.0f);
-  ASSERT_TRUE(FillIdentity(ReduceOp::kProduct, DataType::kFloat32, out.data(),
-                           4)
-                  .ok());
+  ASSERT_TRUE(
+      FillIdentity(ReduceOp::kProduct, DataType::kFloat32, out.data(), 4).ok());
   EXPECT_EQ(out, (std::vector<float>{1, 1, 1, 1, 7}));
 
   std::vector<int32_t> untouched(3, 9);
@@ -114,10 +111,10 @@ TEST(FillIdentityTest, FillsEveryElementAndRefusesUndefinedPairs) {
   EXPECT_THAT(status.message(), HasSubstr("avg"));
   EXPECT_THAT(status.message(), HasSubstr("int32"));
   EXPECT_EQ(untouched, (std::vector<int32_t>(3, 9)));
-  EXPECT_EQ(FillIdentity(ReduceOp::kBitXor, DataType::kFloat16,
-                         untouched.data(), 1)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      FillIdentity(ReduceOp::kBitXor, DataType::kFloat16, untouched.data(), 1)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 // Element values to try for `dtype`, as raw bytes: every pattern of the
@@ -137,14 +134,14 @@ std::vector<uint64_t> Samples(DataType dtype) {
   const uint64_t all = size == 8 ? ~uint64_t{0} : (uint64_t{1} << 32) - 1;
   samples = {0, sign, 1, sign | 1, all, all >> 1, sign - 1, 2};
   if (dtype == DataType::kFloat32) {
-    samples.insert(samples.end(), {0x7F800000, 0xFF800000, 0x7FC00000,
-                                   0x00800000, 0x007FFFFF, 0x7F7FFFFF,
-                                   0x3F800000});
-  } else if (dtype == DataType::kFloat64) {
     samples.insert(samples.end(),
-                   {0x7FF0000000000000ull, 0xFFF0000000000000ull,
-                    0x7FF8000000000000ull, 0x0010000000000000ull,
-                    0x000FFFFFFFFFFFFFull, 0x7FEFFFFFFFFFFFFFull});
+                   {0x7F800000, 0xFF800000, 0x7FC00000, 0x00800000, 0x007FFFFF,
+                    0x7F7FFFFF, 0x3F800000});
+  } else if (dtype == DataType::kFloat64) {
+    samples.insert(
+        samples.end(),
+        {0x7FF0000000000000ull, 0xFFF0000000000000ull, 0x7FF8000000000000ull,
+         0x0010000000000000ull, 0x000FFFFFFFFFFFFFull, 0x7FEFFFFFFFFFFFFFull});
   }
   std::mt19937_64 random(20261204);
   for (int i = 0; i < 20000; ++i) samples.push_back(random() & all);
@@ -188,20 +185,19 @@ TEST(FillIdentityTest, ReducingWithTheIdentityGivesTheOtherInputBack) {
         const void* inputs[] = {identity_first ? identity.data() : xs.data(),
                                 identity_first ? xs.data() : identity.data()};
         std::vector<char> out(xs.size());
-        ASSERT_TRUE(
-            Reduce(op, dtype, inputs, samples.size(), out.data()).ok());
+        ASSERT_TRUE(Reduce(op, dtype, inputs, samples.size(), out.data()).ok());
         int mismatches = 0;
         for (size_t i = 0; i < samples.size() && mismatches < 3; ++i) {
           uint64_t got = 0;
           std::memcpy(&got, out.data() + i * size, size);
-          const bool same = IsNaN(dtype, samples[i]) ? IsNaN(dtype, got)
-                                                     : got == samples[i];
+          const bool same =
+              IsNaN(dtype, samples[i]) ? IsNaN(dtype, got) : got == samples[i];
           if (!same) {
             ++mismatches;
             ADD_FAILURE() << ReduceOpName(op) << " on " << DataTypeName(dtype)
                           << (identity_first ? ", identity first" : "")
-                          << ": x = 0x" << std::hex << samples[i]
-                          << " gave 0x" << got;
+                          << ": x = 0x" << std::hex << samples[i] << " gave 0x"
+                          << got;
           }
         }
       }

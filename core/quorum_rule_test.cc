@@ -1,0 +1,139 @@
+#include "core/quorum_rule.h"
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using State = QuorumDecision::State;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1000);
+const absl::Duration kGrace = absl::Seconds(2);
+const absl::Duration kMs = absl::Milliseconds(1);
+
+QuorumSettings Settings(int min_ranks, absl::Duration grace) {
+  QuorumSettings settings;
+  settings.min_ranks = min_ranks;
+  settings.grace = grace;
+  return settings;
+}
+
+TEST(QuorumRuleTest, EveryRankInEndsAtOnceBeforeTheGrace) {
+  QuorumRule rule(4, Settings(0, kGrace));
+  for (int i : {2, 0, 3}) rule.Arrived(i, kT0 + i * kMs);
+  QuorumDecision waiting = rule.Decide(kT0 + 5 * kMs);
+  EXPECT_EQ(waiting.state, State::kWaiting);
+  EXPECT_EQ(waiting.wake_at, kT0 + 2 * kMs + kGrace);  // from the first (2)
+  rule.Arrived(1, kT0 + 6 * kMs);
+  QuorumDecision decided = rule.Decide(kT0 + 6 * kMs);
+  EXPECT_EQ(decided.state, State::kDecided);
+  EXPECT_THAT(decided.contributors, ElementsAre(0, 1, 2, 3));
+}
+
+TEST(QuorumRuleTest, NothingArrivedWaitsForAnArrival) {
+  QuorumRule rule(3, Settings(1, kGrace));
+  QuorumDecision decision = rule.Decide(kT0 + absl::Hours(1));
+  EXPECT_EQ(decision.state, State::kWaiting);
+  EXPECT_EQ(decision.wake_at, absl::InfiniteFuture());
+}
+
+TEST(QuorumRuleTest, ALateRankIsLeftOutAtTheGracesEnd) {
+  QuorumRule rule(4, Settings(3, kGrace));
+  for (int i : {1, 0, 2}) rule.Arrived(i, kT0 + i * kMs);
+  EXPECT_EQ(rule.Decide(kT0 + kGrace - kMs).state, State::kWaiting);
+  QuorumDecision decided = rule.Decide(kT0 + kMs + kGrace);
+  EXPECT_EQ(decided.state, State::kDecided);
+  EXPECT_THAT(decided.contributors, ElementsAre(0, 1, 2));
+}
+
+TEST(QuorumRuleTest, TooFewAtTheGracesEndWaitForTheArrivalThatMakesEnough) {
+  QuorumRule rule(4, Settings(3, kGrace));
+  rule.Arrived(3, kT0);
+  rule.Arrived(1, kT0 + kMs);
+  QuorumDecision short_one = rule.Decide(kT0 + 2 * kGrace);
+  EXPECT_EQ(short_one.state, State::kWaiting);
+  EXPECT_EQ(short_one.wake_at, absl::InfiniteFuture());
+  rule.Arrived(0, kT0 + 3 * kGrace);
+  QuorumDecision decided = rule.Decide(kT0 + 3 * kGrace);
+  EXPECT_EQ(decided.state, State::kDecided);
+  EXPECT_THAT(decided.contributors, ElementsAre(0, 1, 3));
+}
+
+TEST(QuorumRuleTest, ADeadRankIsNotWaitedFor) {
+  QuorumRule rule(4, Settings(2, kGrace));
+  rule.Arrived(0, kT0);
+  rule.Arrived(1, kT0);
+  rule.Arrived(2, kT0);
+  EXPECT_EQ(rule.Decide(kT0 + kMs).state, State::kWaiting);
+  rule.Died(3);
+  QuorumDecision decided = rule.Decide(kT0 + kMs);  // long before the grace
+  EXPECT_EQ(decided.state, State::kDecided);
+  EXPECT_THAT(decided.contributors, ElementsAre(0, 1, 2));
+}
+
+TEST(QuorumRuleTest, ARankThatDiedAfterArrivingDoesNotContribute) {
+  QuorumRule rule(3, Settings(1, kGrace));
+  rule.Arrived(0, kT0);
+  rule.Arrived(2, kT0 + kMs);
+  rule.Died(0);
+  rule.Arrived(0, kT0 + 2 * kMs);  // a dead rank's arrival is ignored
+  QuorumDecision waiting = rule.Decide(kT0 + 2 * kMs);
+  EXPECT_EQ(waiting.state, State::kWaiting);
+  EXPECT_EQ(waiting.wake_at, kT0 + kGrace);  // still from the first arrival
+  rule.Arrived(1, kT0 + 3 * kMs);
+  QuorumDecision decided = rule.Decide(kT0 + 3 * kMs);
+  EXPECT_EQ(decided.state, State::kDecided);
+  EXPECT_THAT(decided.contributors, ElementsAre(1, 2));
+}
+
+TEST(QuorumRuleTest, TooManyDeadMakeItImpossible) {
+  QuorumRule whole(3, Settings(0, kGrace));
+  whole.Arrived(0, kT0);
+  whole.Died(2);
+  QuorumDecision decision = whole.Decide(kT0);
+  EXPECT_EQ(decision.state, State::kImpossible);
+  EXPECT_EQ(decision.why.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(decision.why.message(), HasSubstr("needs 3 contributing"));
+  EXPECT_THAT(decision.why.message(), HasSubstr("[2]"));
+
+  QuorumRule two(4, Settings(3, kGrace));
+  two.Died(1);
+  EXPECT_EQ(two.Decide(kT0).state, State::kWaiting);
+  two.Died(3);
+  QuorumDecision impossible = two.Decide(kT0);
+  EXPECT_EQ(impossible.state, State::kImpossible);
+  EXPECT_THAT(impossible.why.message(), HasSubstr("[1, 3]"));
+  EXPECT_THAT(impossible.why.message(), HasSubstr("at most 2"));
+}
+
+TEST(QuorumRuleTest, ZeroGraceEndsAtTheFirstArrivalThatMeetsMinRanks) {
+  QuorumRule rule(3, Settings(1, absl::ZeroDuration()));
+  rule.Arrived(1, kT0);
+  QuorumDecision decided = rule.Decide(kT0);
+  EXPECT_EQ(decided.state, State::kDecided);
+  EXPECT_THAT(decided.contributors, ElementsAre(1));
+}
+
+TEST(QuorumRuleTest, ValidateNamesTheBadSetting) {
+  EXPECT_TRUE(QuorumRule::Validate(4, Settings(4, kGrace)).ok());
+  absl::Status too_many = QuorumRule::Validate(4, Settings(5, kGrace));
+  EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_many.message(), HasSubstr("min_ranks is 5"));
+  EXPECT_THAT(QuorumRule::Validate(4, Settings(-1, kGrace)).message(),
+              HasSubstr("min_ranks is -1"));
+  EXPECT_THAT(QuorumRule::Validate(4, Settings(1, -absl::Seconds(1))).message(),
+              HasSubstr("grace is -1s"));
+  EXPECT_THAT(
+      QuorumRule::Validate(4, Settings(1, absl::InfiniteDuration())).message(),
+      HasSubstr("finite"));
+}
+
+}  // namespace
+}  // namespace reducer
