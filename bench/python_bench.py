@@ -21,7 +21,9 @@ against Gloo in the same invocation, float32 SUM throughout:
    torch.distributed.all_reduce on the reducer backend (in place on a
    tensor of zeros, which the sums keep, so that no rank refills it between
    calls while its peers wait: the others run out of place); the medians and the
-   ratios python/C++ and torch/C++, per data path.
+   ratios python/C++ and torch/C++, per data path, with each system's CPU
+   time per call (rank 0's process, every thread: what W ranks on fewer
+   cores than W + 1 pay for in latency).
 3. DDP: the median step time (zero_grad, forward, backward, SGD step) of a
    4 x Linear(1024, 1024) MLP (16 MiB of float32 parameters, a CPU batch of
    --ddp_batch rows, default 8: Debian's torch uses a generic BLAS, a few
@@ -124,6 +126,12 @@ def expected_sum(world):
     return world * (world + 1) / 2  # rank r contributes r + 1
 
 
+def cpu_per_call_us(cpu_start, calls):
+    """This process's CPU time (every thread) since time.process_time() was
+    `cpu_start`, per call, in microseconds."""
+    return (time.process_time() - cpu_start) * 1e6 / calls
+
+
 def check_path(path):
     """Exits unless this process maps memfds exactly when `path` is shm: the
     client library lets REDUCER_SHARED_MEMORY, read once per process,
@@ -143,17 +151,19 @@ def python_worker(args):
                         shared_memory=PATH_MODES[args.path]) as client:
         check_path(args.path)
         latencies = []
+        cpu_start = time.process_time()
         for i in range(args.warmup + args.iters):
             start = time.perf_counter()
             result = client.all_reduce(x)
             if i >= args.warmup:
                 latencies.append((time.perf_counter() - start) * 1e6)
+        cpu_us_per_call = cpu_per_call_us(cpu_start, args.warmup + args.iters)
         if not (result == expected_sum(args.world_size)).all():
             raise SystemExit(f"wrong all_reduce result {result}")
     if args.rank == 0:
         emit({"part": "per_call", "system": "python", "path": args.path,
               "world_size": args.world_size, "size_bytes": PER_CALL_BYTES,
-              "latencies_us": latencies})
+              "cpu_us_per_call": cpu_us_per_call, "latencies_us": latencies})
 
 
 def timed_all_reduce(torch, dist, rank, world, size, group, iters, warmup,
@@ -312,12 +322,14 @@ def torch_worker(args):
                       "world_size": world, "size_bytes": size,
                       "latencies_us": latencies})
     iters, warmup = per_call_iters(args.smoke)
+    cpu_start = time.process_time()
     latencies = timed_all_reduce(torch, dist, rank, world, PER_CALL_BYTES, None,
                                  iters, warmup, refill=False)  # part 2c
+    cpu_us_per_call = cpu_per_call_us(cpu_start, warmup + iters + 1)  # + the check
     if rank == 0:
         emit({"part": "per_call", "system": "torch", "path": path,
               "world_size": world, "size_bytes": PER_CALL_BYTES,
-              "latencies_us": latencies})
+              "cpu_us_per_call": cpu_us_per_call, "latencies_us": latencies})
     if args.ddp_steps > 0:  # part 3
         ddp_part(torch, dist, args, {"reducer": None, "gloo": gloo}, path)
     dist.destroy_process_group()
@@ -403,6 +415,7 @@ def one_round(bench, paths, world, sizes, ddp_steps, samples):
                 raise RunError(f"unexpected C++ record {json.dumps(r)[:200]}")
             samples.setdefault(("per_call", "cpp", path, PER_CALL_BYTES), []).append(
                 r["latencies_us"])
+            samples.setdefault(("cpu", "cpp", path), []).append(r["cpu_us_per_call"])
         common = [f"--path={path}", f"--iters={iters}", f"--warmup={warmup}"]
         py = bench.launch(f"python-{path}", bench.python_cmds("python", world, common))
         check_records(py, "per_call", "python", path, iters, [PER_CALL_BYTES])
@@ -426,6 +439,9 @@ def one_round(bench, paths, world, sizes, ddp_steps, samples):
             if r["part"] in ("allreduce", "per_call"):
                 samples.setdefault((r["part"], r["system"], path, r["size_bytes"]),
                                    []).append(r["latencies_us"])
+            if r["part"] == "per_call":
+                samples.setdefault(("cpu", r["system"], path), []).append(
+                    r["cpu_us_per_call"])
         ddp += [r for r in tr if r["part"] == "ddp"]
     if ddp_steps and len(ddp) != len(DDP_CAPS_MB) * len(DDP_SYSTEMS):
         raise RunError(f"expected {len(DDP_CAPS_MB) * len(DDP_SYSTEMS)} DDP records, "
@@ -496,7 +512,10 @@ def summarize_per_call(samples, paths):
                     "python_vs_cpp_per_round": round_ratios(samples, keys["python"], keys["cpp"]),
                     "torch_vs_cpp_per_round": round_ratios(samples, keys["torch"], keys["cpp"]),
                     "python_minus_cpp_us": m["python"] - m["cpp"],
-                    "torch_minus_cpp_us": m["torch"] - m["cpp"]})
+                    "torch_minus_cpp_us": m["torch"] - m["cpp"],
+                    # Median over the rounds of rank 0's CPU time per call.
+                    "cpu_us_per_call": {s: median(samples[("cpu", s, path)])
+                                        for s in ("cpp", "python", "torch")}})
     return out
 
 
@@ -553,17 +572,20 @@ def report(args, command, paths, skipped, sizes, allreduce, per_call, ddp, ddp_r
         f"median over {args.rounds} round(s)",
         command, ["path", "calls", "C++ Client::AllReduce", "reducer.Client.all_reduce",
                   "torch all_reduce", "python/C++", "per round", "torch/C++", "per round",
-                  "python-C++", "torch-C++"],
+                  "python-C++", "torch-C++", "CPU/call C++", "Python", "torch"],
         [[s["path"], s["calls"], fmt_time(s["cpp_median_us"]), fmt_time(s["python_median_us"]),
           fmt_time(s["torch_median_us"]), f"{s['python_vs_cpp']:.2f}",
           fmt_range(s["python_vs_cpp_per_round"]), f"{s['torch_vs_cpp']:.2f}",
           fmt_range(s["torch_vs_cpp_per_round"]), fmt_time(s["python_minus_cpp_us"]),
-          fmt_time(s["torch_minus_cpp_us"])] for s in per_call],
+          fmt_time(s["torch_minus_cpp_us"])] +
+         [fmt_time(s["cpu_us_per_call"][k]) for k in ("cpp", "python", "torch")]
+         for s in per_call],
         skip_note + ["C++: bench/reducer_allreduce_worker (out of place); python: numpy, "
                      "out of place; torch: in place on zeros (no refill between calls), "
                      "synchronous; each on its own launch "
                      "of W processes per round. per round: lowest and highest ratio of one "
-                     "round's medians"])
+                     "round's medians. CPU/call: rank 0's process CPU time (every thread) "
+                     "over its calls, warm-up included, per call; median over the rounds"])
     if not ddp_records:
         print("\n== 3. DDP step: not run (--ddp_steps=0)")
         return

@@ -11,7 +11,9 @@
 // probe of what several chunks in flight would gain). Rank r contributes
 // 1 + r in every element; the plain out-of-place form checks every element
 // of each size's last result against the closed form W + W(W-1)/2 and
-// exits 1 naming the first wrong one.
+// exits 1 naming the first wrong one. Every record also carries
+// "cpu_us_per_call": the process's CPU time (every thread, user and system)
+// over that size's calls, warm-up included, divided by their number.
 //
 // --shared_memory=off|auto|required sets ClientOptions::shared_memory (default
 // off: the gRPC path). With required the worker also checks, after Connect,
@@ -24,6 +26,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -103,13 +106,21 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+// The CPU time this process has used so far, every thread, in microseconds.
+double ProcessCpuMicros() {
+  timespec now;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return now.tv_sec * 1e6 + now.tv_nsec / 1e3;
+}
+
 void Report(int world_size, size_t size_bytes, const char* pattern,
-            const std::vector<double>& latencies_us) {
+            double cpu_us_per_call, const std::vector<double>& latencies_us) {
   std::printf(
       "{\"system\":\"reducer\",\"world_size\":%d,\"size_bytes\":%zu,%s"
-      "\"shared_memory\":\"%s\",\"latencies_us\":[%s]}\n",
+      "\"shared_memory\":\"%s\",\"cpu_us_per_call\":%.3f,"
+      "\"latencies_us\":[%s]}\n",
       world_size, size_bytes, pattern,
-      absl::GetFlag(FLAGS_shared_memory).c_str(),
+      absl::GetFlag(FLAGS_shared_memory).c_str(), cpu_us_per_call,
       absl::StrJoin(latencies_us, ",", [](std::string* out, double v) {
         out->append(std::to_string(v));
       }).c_str());
@@ -166,6 +177,7 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_metric_sync)) {
     double state[2] = {1.0 * options.rank, 2.0};
     std::vector<double> latencies;
+    const double cpu_start = ProcessCpuMicros();
     for (int i = 0; i < warmup + iters; ++i) {
       auto start = Clock::now();
       auto result = (*client)->AllReduce(
@@ -175,7 +187,12 @@ int main(int argc, char** argv) {
       std::chrono::duration<double, std::micro> took = Clock::now() - start;
       if (i >= warmup) latencies.push_back(took.count());
     }
-    if (print) Report(options.world_size, 16, "\"pattern\":\"metric_sync\",", latencies);
+    const double cpu_per_call =
+        (ProcessCpuMicros() - cpu_start) / (warmup + iters);
+    if (print) {
+      Report(options.world_size, 16, "\"pattern\":\"metric_sync\",",
+             cpu_per_call, latencies);
+    }
     return 0;
   }
 
@@ -192,6 +209,7 @@ int main(int argc, char** argv) {
     const std::vector<reducer::ReduceOp> ops(fused, reducer::ReduceOp::kSum);
     std::vector<double> latencies;
     std::optional<reducer::Tensor> last;  // the plain form's last result
+    const double cpu_start = ProcessCpuMicros();
     for (int i = 0; i < warmup + iters; ++i) {
       auto start = Clock::now();
       absl::Status status;
@@ -239,6 +257,8 @@ int main(int argc, char** argv) {
       std::chrono::duration<double, std::micro> took = Clock::now() - start;
       if (i >= warmup) latencies.push_back(took.count());
     }
+    const double cpu_per_call =
+        (ProcessCpuMicros() - cpu_start) / (warmup + iters);
     if (last.has_value()) {
       if (absl::Status checked = CheckSum(*last, options.world_size);
           !checked.ok()) {
@@ -248,7 +268,10 @@ int main(int argc, char** argv) {
     const std::string pattern =
         fused > 1 ? absl::StrCat("\"pattern\":\"fused\",\"tensors\":", fused, ",")
                   : std::string();
-    if (print) Report(options.world_size, size_bytes, pattern.c_str(), latencies);
+    if (print) {
+      Report(options.world_size, size_bytes, pattern.c_str(), cpu_per_call,
+             latencies);
+    }
   }
   return 0;
 }
