@@ -733,7 +733,11 @@ def main(argv):
             "ddp_records": ddp_records,
             "samples": [{"part": k[0], "system": k[1], "path": k[2], "size_bytes": k[3],
                          "latencies_us_per_round": v} for k, v in sorted(
-                             samples.items(), key=lambda kv: str(kv[0]))]}, indent=1))
+                             samples.items(), key=lambda kv: str(kv[0])) if k[0] != "cpu"],
+            "cpu_us_per_call_per_round": [
+                {"system": k[1], "path": k[2], "values": v} for k, v in sorted(
+                    samples.items(), key=lambda kv: str(kv[0])) if k[0] == "cpu"]},
+            indent=1))
     return 0
 
 
