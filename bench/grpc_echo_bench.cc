@@ -10,7 +10,14 @@
 //   cq_per_call        a new bidi stream per round trip, driven by the
 //                      calling thread on its own CompletionQueue
 //   cq_stream          one long-lived bidi stream, one message each way per
-//                      round trip, driven by the calling thread
+//                      round trip, driven by the calling thread; each read
+//                      is started once the write has completed
+//   cq_stream_preread  the same, with the read started before the write, so
+//                      that a read is waiting when the answer arrives, as
+//                      Reducer's client streams keep one (gRPC then sends a
+//                      flow-control update of its own after every message
+//                      read: one more sendmsg, and one more wake-up of the
+//                      server, per round trip)
 //   callback_stream    one long-lived bidi stream, completions on gRPC's
 //                      callback threads
 //
@@ -32,7 +39,9 @@
 
 ABSL_FLAG(std::string, listen, "", "serve on this address and echo");
 ABSL_FLAG(std::string, target, "127.0.0.1:50052", "echo server address");
-ABSL_FLAG(std::string, mode, "cq_stream", "callback_per_call|cq_per_call|cq_stream");
+ABSL_FLAG(std::string, mode, "cq_stream",
+          "callback_per_call|cq_per_call|cq_stream|cq_stream_preread|"
+          "callback_stream");
 ABSL_FLAG(int, bytes, 4, "message size");
 ABSL_FLAG(int, iters, 2000, "timed round trips");
 ABSL_FLAG(int, warmup, 100, "untimed round trips");
@@ -220,7 +229,7 @@ int Measure() {
   grpc::CompletionQueue cq;
   grpc::ClientContext stream_context;
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream;
-  if (mode == "cq_stream") {
+  if (mode == "cq_stream" || mode == "cq_stream_preread") {
     stream = stub.PrepareCall(&stream_context, kMethod, &cq);
     stream->StartCall(nullptr);
     if (!Await(&cq)) return 1;
@@ -236,6 +245,12 @@ int Measure() {
       trip.Wait();
     } else if (mode == "cq_per_call") {
       if (!CqRoundTrip(&stub, &cq, message)) return 1;
+    } else if (mode == "cq_stream_preread") {
+      grpc::ByteBuffer in;
+      stream->Read(&in, nullptr);
+      stream->Write(message, nullptr);
+      if (!Await(&cq)) return 1;
+      if (!Await(&cq)) return 1;
     } else if (mode == "cq_stream") {
       stream->Write(message, nullptr);
       if (!Await(&cq)) return 1;
