@@ -13,8 +13,11 @@ With --metric_sync it instead times all_reduce of a 2-element float64 tensor
 
 Rank 0 prints one JSON line per size on stdout, in the format every worker of
 the benchmark shares:
-  {"system": "gloo", "world_size": W, "size_bytes": N, "latencies_us": [...]}
+  {"system": "gloo", "world_size": W, "size_bytes": N, "latencies_us": [...],
+   "cpu_us_per_call": C}
 (metric sync adds "pattern": "metric_sync" and has size_bytes 16).
+cpu_us_per_call is rank 0's process CPU time (every thread) over the size's
+calls, warm-up and refills included, divided by their number.
 """
 
 import argparse
@@ -81,12 +84,14 @@ def init_group(args):
 
 def time_allreduce(tensor, fill_value, iters, warmup):
     """Runs warmup + iters all_reduce(SUM) calls on `tensor` and returns the
-    timed ones' latencies in microseconds.
+    timed ones' latencies in microseconds and the process's CPU time per
+    call (every call).
 
     all_reduce is in place, so the tensor is refilled (untimed) before each
     call; that keeps the values finite and lets us check the result."""
     world = dist.get_world_size()
     latencies = []
+    cpu_start = time.process_time()
     for i in range(warmup + iters):
         tensor.fill_(fill_value)
         t0 = time.perf_counter()
@@ -94,8 +99,9 @@ def time_allreduce(tensor, fill_value, iters, warmup):
         t1 = time.perf_counter()
         if i >= warmup:
             latencies.append((t1 - t0) * 1e6)
+    cpu_us_per_call = (time.process_time() - cpu_start) * 1e6 / (warmup + iters)
     check_result(tensor, fill_value * world)
-    return latencies
+    return latencies, cpu_us_per_call
 
 
 def check_result(tensor, expected):
@@ -117,9 +123,9 @@ def run_sizes(args):
     for size in parse_sizes(args.sizes):
         tensor = torch.empty(size // 4, dtype=torch.float32)
         dist.barrier()  # align ranks before this size's run, outside the timing
-        lat = time_allreduce(tensor, 1.0, args.iters, args.warmup)
+        lat, cpu = time_allreduce(tensor, 1.0, args.iters, args.warmup)
         emit({"system": "gloo", "world_size": args.world_size,
-              "size_bytes": size, "latencies_us": lat})
+              "size_bytes": size, "latencies_us": lat, "cpu_us_per_call": cpu})
         del tensor
 
 
@@ -127,10 +133,10 @@ def run_metric_sync(args):
     """Times all_reduce of a 2-element float64 tensor (the metric-sync pattern)."""
     tensor = torch.empty(METRIC_SYNC_ELEMENTS, dtype=torch.float64)
     dist.barrier()
-    lat = time_allreduce(tensor, 1.0, args.iters, args.warmup)
+    lat, cpu = time_allreduce(tensor, 1.0, args.iters, args.warmup)
     emit({"system": "gloo", "world_size": args.world_size,
           "size_bytes": tensor.numel() * tensor.element_size(),
-          "pattern": "metric_sync", "latencies_us": lat})
+          "pattern": "metric_sync", "latencies_us": lat, "cpu_us_per_call": cpu})
 
 
 def main(argv):
