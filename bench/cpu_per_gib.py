@@ -35,16 +35,13 @@ import shlex
 import statistics
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
-import run_bench  # noqa: E402  (processes, reducerd)
-
-GIB = 1 << 30
-MIB = 1 << 20
+import run_bench  # noqa: E402  (processes, reducerd, formatting)
+from run_bench import GiB, MiB, fmt_size, fmt_time  # noqa: E402
 
 
 def iters_for(size, smoke):
@@ -52,7 +49,7 @@ def iters_for(size, smoke):
     sizes, enough calls for small ones."""
     if smoke:
         return 3, 1
-    return max(10, min(200, GIB // size)), 2
+    return max(10, min(200, GiB // size)), 2
 
 
 def process_cpu_s(pid):
@@ -72,8 +69,9 @@ def rank0_record(stdout, system, size):
     return records[0]
 
 
-def per_gib(cpu_s, size, calls):
-    return cpu_s / (size * calls / GIB)
+def per_gib(cpu_s, bytes_reduced):
+    """CPU seconds per GiB of tensor all-reduced."""
+    return cpu_s * GiB / bytes_reduced
 
 
 def run_reducer(args, daemon, size, log_prefix):
@@ -88,9 +86,8 @@ def run_reducer(args, daemon, size, log_prefix):
                                   dict(os.environ, **run_bench.MALLOC_ENV))
     daemon_cpu = process_cpu_s(daemon.proc.pid) - before
     record = rank0_record(out, "reducer", size)
-    calls = iters + warmup
-    rank = per_gib(record["cpu_us_per_call"] * 1e-6, size, 1)
-    server = per_gib(daemon_cpu, size, calls)
+    rank = per_gib(record["cpu_us_per_call"] * 1e-6, size)
+    server = per_gib(daemon_cpu, size * (iters + warmup))
     return {"latency_us": statistics.median(record["latencies_us"]), "rank": rank,
             "reducerd": server, "total": args.world_size * rank + server}
 
@@ -106,17 +103,9 @@ def run_gloo(args, size, log_prefix):
                **run_bench.MALLOC_ENV)
     out = run_bench.run_processes(cmds, log_prefix, args.timeout_s, env)
     record = rank0_record(out, "gloo", size)
-    rank = per_gib(record["cpu_us_per_call"] * 1e-6, size, 1)
+    rank = per_gib(record["cpu_us_per_call"] * 1e-6, size)
     return {"latency_us": statistics.median(record["latencies_us"]), "rank": rank,
             "reducerd": None, "total": args.world_size * rank}
-
-
-def fmt_size(size):
-    return f"{size // MIB} MiB" if size >= MIB and size % MIB == 0 else f"{size // 1024} KiB"
-
-
-def fmt_time(us):
-    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} us"
 
 
 def summarize(rounds, size, system):
@@ -180,7 +169,7 @@ def parse_args(argv):
     if args.rounds is None:
         args.rounds = 1 if args.smoke else 3
     if args.sizes is None:
-        args.sizes = str(MIB) if args.smoke else f"{4 * MIB},{64 * MIB}"
+        args.sizes = str(MiB) if args.smoke else f"{4 * MiB},{64 * MiB}"
     args.sizes = [int(s) for s in args.sizes.split(",") if s]
     if args.world_size < 1 or args.rounds < 1:
         p.error("--world_size and --rounds must be at least 1")

@@ -400,11 +400,12 @@ def check_records(records, part, system, path, iters, sizes):
                            f"{len(r['latencies_us'])}")
 
 
-def one_round(bench, paths, world, sizes, ddp_steps, samples):
+def one_round(bench, paths, world, sizes, ddp_steps, samples, cpu):
     """One round: per path, the C++, Python and torch workers, one launch
     each; appends this round's latencies as one list to
     samples[(part, system, path, size)] (Gloo's under the path of the torch
-    launch it ran in); DDP runs in the first
+    launch it ran in) and each per-call system's CPU per call to
+    cpu[(system, path)]; DDP runs in the first
     path's torch launch when ddp_steps > 0. Returns the DDP records."""
     args = bench.args
     iters, warmup = per_call_iters(args.smoke)
@@ -415,7 +416,7 @@ def one_round(bench, paths, world, sizes, ddp_steps, samples):
                 raise RunError(f"unexpected C++ record {json.dumps(r)[:200]}")
             samples.setdefault(("per_call", "cpp", path, PER_CALL_BYTES), []).append(
                 r["latencies_us"])
-            samples.setdefault(("cpu", "cpp", path), []).append(r["cpu_us_per_call"])
+            cpu.setdefault(("cpp", path), []).append(r["cpu_us_per_call"])
         common = [f"--path={path}", f"--iters={iters}", f"--warmup={warmup}"]
         py = bench.launch(f"python-{path}", bench.python_cmds("python", world, common))
         check_records(py, "per_call", "python", path, iters, [PER_CALL_BYTES])
@@ -440,8 +441,7 @@ def one_round(bench, paths, world, sizes, ddp_steps, samples):
                 samples.setdefault((r["part"], r["system"], path, r["size_bytes"]),
                                    []).append(r["latencies_us"])
             if r["part"] == "per_call":
-                samples.setdefault(("cpu", r["system"], path), []).append(
-                    r["cpu_us_per_call"])
+                cpu.setdefault((r["system"], path), []).append(r["cpu_us_per_call"])
         ddp += [r for r in tr if r["part"] == "ddp"]
     if ddp_steps and len(ddp) != len(DDP_CAPS_MB) * len(DDP_SYSTEMS):
         raise RunError(f"expected {len(DDP_CAPS_MB) * len(DDP_SYSTEMS)} DDP records, "
@@ -496,7 +496,7 @@ def summarize_allreduce(samples, paths, sizes):
     return out
 
 
-def summarize_per_call(samples, paths):
+def summarize_per_call(samples, cpu, paths):
     """Per path: the three medians over all rounds, the ratios to C++ and
     each round's ratios."""
     out = []
@@ -514,7 +514,7 @@ def summarize_per_call(samples, paths):
                     "python_minus_cpp_us": m["python"] - m["cpp"],
                     "torch_minus_cpp_us": m["torch"] - m["cpp"],
                     # Median over the rounds of rank 0's CPU time per call.
-                    "cpu_us_per_call": {s: median(samples[("cpu", s, path)])
+                    "cpu_us_per_call": {s: median(cpu[(s, path)])
                                         for s in ("cpp", "python", "torch")}})
     return out
 
@@ -694,7 +694,7 @@ def main(argv):
     except (subprocess.SubprocessError, OSError) as e:
         sys.exit(f"{args.python} cannot import torch and numpy: {e}")
     t0 = time.monotonic()
-    samples, ddp_records = {}, []
+    samples, cpu, ddp_records = {}, {}, []
     with tempfile.TemporaryDirectory(prefix="python_bench-") as tmp:
         log_dir = Path(tmp)
         daemon = None
@@ -708,7 +708,7 @@ def main(argv):
             for i in range(args.rounds):
                 last = i + 1 == args.rounds
                 ddp_records += one_round(bench, paths, args.world_size, args.sizes,
-                                         args.ddp_steps if last else 0, samples)
+                                         args.ddp_steps if last else 0, samples, cpu)
                 print(f"round {i + 1}/{args.rounds} done after "
                       f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         except RunError as e:
@@ -721,7 +721,7 @@ def main(argv):
             if daemon is not None:
                 daemon.stop()
     allreduce = summarize_allreduce(samples, paths, args.sizes)
-    per_call = summarize_per_call(samples, paths)
+    per_call = summarize_per_call(samples, cpu, paths)
     ddp = summarize_ddp(ddp_records) if ddp_records else []
     report(args, command, paths, skipped, args.sizes, allreduce, per_call, ddp, ddp_records)
     print(f"\ntotal {time.monotonic() - t0:.0f} s", flush=True)
@@ -733,10 +733,9 @@ def main(argv):
             "ddp_records": ddp_records,
             "samples": [{"part": k[0], "system": k[1], "path": k[2], "size_bytes": k[3],
                          "latencies_us_per_round": v} for k, v in sorted(
-                             samples.items(), key=lambda kv: str(kv[0])) if k[0] != "cpu"],
+                             samples.items(), key=lambda kv: str(kv[0]))],
             "cpu_us_per_call_per_round": [
-                {"system": k[1], "path": k[2], "values": v} for k, v in sorted(
-                    samples.items(), key=lambda kv: str(kv[0])) if k[0] == "cpu"]},
+                {"system": k[0], "path": k[1], "values": v} for k, v in sorted(cpu.items())]},
             indent=1))
     return 0
 

@@ -67,12 +67,9 @@ class QuorumRule {
 
   QuorumDecision Decide(absl::Time now) const;
 
-  // How many must contribute: min_ranks, or the group size for 0.
-  int needed() const { return needed_; }
-
  private:
   const int group_size_;
-  const int needed_;
+  const int needed_;  // min_ranks, or the group size for 0
   const absl::Duration grace_;
   std::vector<bool> arrived_;
   std::vector<bool> dead_;

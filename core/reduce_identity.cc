@@ -4,20 +4,11 @@
 #include <cstring>
 #include <limits>
 
+#include "core/reduce.h"
 #include "core/status_macros.h"
 
 namespace reducer {
 namespace {
-
-// float16 and bfloat16 bit patterns (sign, exponent, mantissa fields).
-constexpr uint16_t kHalfNegativeZero = 0x8000;
-constexpr uint16_t kHalfOne = 0x3C00;
-constexpr uint16_t kHalfPositiveInfinity = 0x7C00;
-constexpr uint16_t kHalfNegativeInfinity = 0xFC00;
-constexpr uint16_t kBFloat16NegativeZero = 0x8000;
-constexpr uint16_t kBFloat16One = 0x3F80;
-constexpr uint16_t kBFloat16PositiveInfinity = 0x7F80;
-constexpr uint16_t kBFloat16NegativeInfinity = 0xFF80;
 
 // The identity of `op` on a float or double.
 template <typename T>
@@ -48,22 +39,6 @@ T IntegerIdentity(ReduceOp op) {
       return static_cast<T>(~T(0));
     default:  // kSum, kBitOr, kBitXor (kAvg is not defined on integers)
       return T(0);
-  }
-}
-
-// The identity of `op` on a 16-bit float with the given bit patterns.
-uint16_t SixteenBitFloatIdentity(ReduceOp op, uint16_t negative_zero,
-                                 uint16_t one, uint16_t positive_infinity,
-                                 uint16_t negative_infinity) {
-  switch (op) {
-    case ReduceOp::kProduct:
-      return one;
-    case ReduceOp::kMin:
-      return positive_infinity;
-    case ReduceOp::kMax:
-      return negative_infinity;
-    default:  // kSum, kAvg (bitwise ops are not defined on floats)
-      return negative_zero;
   }
 }
 
@@ -100,17 +75,11 @@ absl::Status FillIdentity(ReduceOp op, DataType dtype, void* out,
     case DataType::kFloat64:
       Fill(FloatIdentity<double>(op), out, num_elements);
       break;
-    case DataType::kFloat16:
-      Fill(
-          SixteenBitFloatIdentity(op, kHalfNegativeZero, kHalfOne,
-                                  kHalfPositiveInfinity, kHalfNegativeInfinity),
-          out, num_elements);
+    case DataType::kFloat16:  // -0, 1 and the infinities convert exactly
+      Fill(FloatToHalf(FloatIdentity<float>(op)), out, num_elements);
       break;
     case DataType::kBFloat16:
-      Fill(SixteenBitFloatIdentity(op, kBFloat16NegativeZero, kBFloat16One,
-                                   kBFloat16PositiveInfinity,
-                                   kBFloat16NegativeInfinity),
-           out, num_elements);
+      Fill(FloatToBFloat16(FloatIdentity<float>(op)), out, num_elements);
       break;
     case DataType::kInt8:
       Fill(IntegerIdentity<int8_t>(op), out, num_elements);
