@@ -88,6 +88,8 @@ absl::string_view CollectiveKindName(CollectiveKind kind) {
       return "alltoall";
     case CollectiveKind::kSendReceive:
       return "sendreceive";
+    case CollectiveKind::kQuorumBarrier:
+      return "quorum";
   }
   return "unknown_collective";
 }
@@ -137,6 +139,16 @@ absl::Status CheckAgreement(int rank_a, const Fingerprint& a, int rank_b,
   if (HasRoot(kind) && a.root != b.root) {
     return Mismatch(0, 0, "roots", rank_a, absl::StrCat(a.root), rank_b,
                     absl::StrCat(b.root));
+  }
+  if (kind == CollectiveKind::kQuorumBarrier &&
+      (a.quorum.min_ranks != b.quorum.min_ranks ||
+       a.quorum.grace != b.quorum.grace)) {
+    auto settings = [](const QuorumSettings& q) {
+      return absl::StrCat("min_ranks ", q.min_ranks, ", grace ",
+                          absl::FormatDuration(q.grace));
+    };
+    return Mismatch(0, 0, "quorum settings", rank_a, settings(a.quorum), rank_b,
+                    settings(b.quorum));
   }
   if (MayHaveNoInput(kind) && (a.tensors.empty() || b.tensors.empty())) {
     return absl::OkStatus();  // A rank with no input agrees with any spec.

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/data_type.h"
+#include "core/quorum_rule.h"
 
 namespace reducer {
 
@@ -35,11 +36,12 @@ enum class CollectiveKind {
   kScatter,        // the root's input, cut along dim 0, one part per rank
   kAllToAll,       // part j of rank i goes to rank j
   kSendReceive,    // point to point: group {source, destination}, root = source
+  kQuorumBarrier,  // a quorum step's decision: which ranks contribute
 };
-inline constexpr int kNumCollectiveKinds = 10;
+inline constexpr int kNumCollectiveKinds = 11;
 
 // "allreduce", "allgather", "broadcast", "reducescatter", "barrier",
-// "reduce", "gather", "scatter", "alltoall", "sendreceive".
+// "reduce", "gather", "scatter", "alltoall", "sendreceive", "quorum".
 absl::string_view CollectiveKindName(CollectiveKind kind);
 absl::StatusOr<CollectiveKind> CollectiveKindFromWire(int value);
 int CollectiveKindToWire(CollectiveKind kind);
@@ -74,6 +76,8 @@ struct Fingerprint {
   // kSendReceive: the source, one of the two ranks of `group`.
   int root = -1;
   std::vector<int> group;  // sorted global ranks taking part
+  // kQuorumBarrier only: when its step may end (no tensors).
+  QuorumSettings quorum;
 };
 
 // Compares rank_b's fingerprint with rank_a's. OK when they agree; otherwise
@@ -82,6 +86,7 @@ struct Fingerprint {
 //   "mismatched collectives: rank 0 called allreduce, rank 1 called broadcast"
 //   "mismatched groups: rank 0 sent [0,1], rank 1 sent [0,1,2]"
 //   "mismatched roots: rank 0 sent 0, rank 1 sent 2"
+//   "mismatched quorum settings: rank 0 sent min_ranks 3, grace 2s, ..."
 //   "mismatched tensor counts: rank 0 sent 3 tensors, rank 1 sent 2 tensors"
 //   "mismatched ops: rank 0 sent sum, rank 1 sent max"
 //   "mismatched dtypes: rank 0 sent [4] float32, rank 1 sent [4] float64"

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -48,7 +49,7 @@ void ExpectMismatch(const absl::Status& s, const std::string& message) {
 TEST(CollectiveKindTest, NamesAndWireValues) {
   const char* names[] = {"allreduce", "allgather", "broadcast", "reducescatter",
                          "barrier",   "reduce",    "gather",    "scatter",
-                         "alltoall",  "sendreceive"};
+                         "alltoall",  "sendreceive", "quorum"};
   ASSERT_EQ(std::size(names), static_cast<size_t>(kNumCollectiveKinds));
   for (int i = 0; i < kNumCollectiveKinds; ++i) {
     const CollectiveKind kind = static_cast<CollectiveKind>(i);
@@ -64,7 +65,7 @@ TEST(CollectiveKindTest, UnspecifiedAndUnknownWireValuesAreInvalid) {
   absl::StatusOr<CollectiveKind> k = CollectiveKindFromWire(0);
   EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(k.status().message()), HasSubstr("unspecified"));
-  for (int v : {11, -1, 99}) {
+  for (int v : {12, -1, 99}) {
     k = CollectiveKindFromWire(v);
     EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument) << v;
     EXPECT_THAT(
@@ -93,6 +94,25 @@ TEST(CheckAgreementTest, DifferentCollectivesAreNamed) {
                      Broadcast(0, {Spec(DataType::kFloat32, {4})})),
       "mismatched collectives: rank 0 called allreduce, rank 1 called "
       "broadcast");
+}
+
+TEST(CheckAgreementTest, DifferentQuorumSettingsAreNamed) {
+  Fingerprint a;
+  a.kind = CollectiveKind::kQuorumBarrier;
+  a.group = {0, 1, 2};
+  a.quorum.min_ranks = 2;
+  a.quorum.grace = absl::Seconds(2);
+  Fingerprint b = a;
+  EXPECT_TRUE(CheckAgreement(0, a, 1, b).ok());
+  b.quorum.grace = absl::Milliseconds(500);
+  ExpectMismatch(CheckAgreement(0, a, 1, b),
+                 "mismatched quorum settings: rank 0 sent min_ranks 2, grace "
+                 "2s, rank 1 sent min_ranks 2, grace 500ms");
+  b = a;
+  b.quorum.min_ranks = 3;
+  ExpectMismatch(CheckAgreement(0, a, 2, b),
+                 "mismatched quorum settings: rank 0 sent min_ranks 2, grace "
+                 "2s, rank 2 sent min_ranks 3, grace 2s");
 }
 
 TEST(CheckAgreementTest, DifferentGroupsAreNamed) {

@@ -17,6 +17,13 @@
 // order of arrival, so that a reduction over them in that order gives the
 // same bits on every rank.
 //
+// A joining position (a rank that connected again since the previous step)
+// takes part without contributing: the step waits for it as for any rank
+// not dead, but its arrival neither starts the grace nor counts toward
+// `min_ranks` (0 then means every rank not joining), and the decision
+// lists it in `joined` once it arrived. One that has not arrived when the
+// step ends is left out.
+//
 // Time is passed in, never read: the caller's clock and timers drive it.
 // Not thread-safe; the caller's lock guards it.
 #ifndef REDUCER_CORE_QUORUM_RULE_H_
@@ -41,8 +48,10 @@ struct QuorumDecision {
   // kWaiting: when the decision may change without another arrival or
   // death (the grace's end); InfiniteFuture when only one of those can.
   absl::Time wake_at = absl::InfiniteFuture();
-  // kDecided: the positions in the group that contribute, ascending.
+  // kDecided: the positions in the group that contribute, ascending, and
+  // the joining positions that arrived, ascending.
   std::vector<int> contributors;
+  std::vector<int> joined;
   // kImpossible: FAILED_PRECONDITION naming min_ranks and the dead ranks.
   absl::Status why;
 };
@@ -65,14 +74,22 @@ class QuorumRule {
   // runs from the first arrival, whoever made it.
   void Died(int index);
 
+  // Position `index` withdrew its arrival (its call was cancelled before
+  // the step ended; it may arrive again). The grace still runs.
+  void Withdrew(int index);
+
+  // Position `index` is joining (see above). Call before it arrives.
+  void Joining(int index);
+
   QuorumDecision Decide(absl::Time now) const;
 
  private:
   const int group_size_;
-  const int needed_;  // min_ranks, or the group size for 0
+  const int min_ranks_;
   const absl::Duration grace_;
   std::vector<bool> arrived_;
   std::vector<bool> dead_;
+  std::vector<bool> joining_;
   std::optional<absl::Time> first_arrival_;
 };
 

@@ -135,5 +135,57 @@ TEST(QuorumRuleTest, ValidateNamesTheBadSetting) {
       HasSubstr("finite"));
 }
 
+TEST(QuorumRuleTest, AJoiningRankIsWaitedForButNeitherStartsTheGraceNorCounts) {
+  QuorumRule rule(4, Settings(3, kGrace));
+  rule.Joining(3);
+  rule.Arrived(3, kT0);
+  QuorumDecision alone = rule.Decide(kT0 + 10 * kGrace);
+  EXPECT_EQ(alone.state, State::kWaiting);  // no grace runs from a joiner
+  EXPECT_EQ(alone.wake_at, absl::InfiniteFuture());
+  for (int i : {0, 1}) rule.Arrived(i, kT0 + 11 * kGrace);
+  // 0, 1 and 3 arrived, but 3 does not count toward min_ranks 3.
+  EXPECT_EQ(rule.Decide(kT0 + 13 * kGrace).state, State::kWaiting);
+  rule.Arrived(2, kT0 + 13 * kGrace);
+  QuorumDecision decided = rule.Decide(kT0 + 13 * kGrace);
+  EXPECT_EQ(decided.state, State::kDecided);
+  EXPECT_THAT(decided.contributors, ElementsAre(0, 1, 2));
+  EXPECT_THAT(decided.joined, ElementsAre(3));
+}
+
+TEST(QuorumRuleTest, AJoiningRankNotArrivedAtTheGracesEndIsLeftOut) {
+  QuorumRule rule(4, Settings(2, kGrace));
+  rule.Joining(1);
+  for (int i : {0, 2, 3}) rule.Arrived(i, kT0);
+  EXPECT_EQ(rule.Decide(kT0 + kMs).state, State::kWaiting);  // waits for 1
+  QuorumDecision decided = rule.Decide(kT0 + kGrace);
+  EXPECT_EQ(decided.state, State::kDecided);
+  EXPECT_THAT(decided.contributors, ElementsAre(0, 2, 3));
+  EXPECT_TRUE(decided.joined.empty());
+}
+
+TEST(QuorumRuleTest, MinRanksZeroMeansEveryRankNotJoining) {
+  QuorumRule rule(3, Settings(0, kGrace));
+  rule.Joining(2);
+  rule.Arrived(0, kT0);
+  rule.Arrived(2, kT0);
+  EXPECT_EQ(rule.Decide(kT0 + kGrace).state, State::kWaiting);
+  rule.Arrived(1, kT0 + kGrace);
+  QuorumDecision decided = rule.Decide(kT0 + kGrace);
+  EXPECT_EQ(decided.state, State::kDecided);
+  EXPECT_THAT(decided.contributors, ElementsAre(0, 1));
+  EXPECT_THAT(decided.joined, ElementsAre(2));
+}
+
+TEST(QuorumRuleTest, AWithdrawnArrivalIsWaitedForAgain) {
+  QuorumRule rule(2, Settings(0, kGrace));
+  rule.Arrived(0, kT0);
+  rule.Arrived(1, kT0);
+  rule.Withdrew(1);
+  EXPECT_EQ(rule.Decide(kT0 + kMs).state, State::kWaiting);
+  EXPECT_EQ(rule.Decide(kT0 + kGrace).state, State::kWaiting);  // needs both
+  rule.Arrived(1, kT0 + kGrace);
+  EXPECT_EQ(rule.Decide(kT0 + kGrace).state, State::kDecided);
+}
+
 }  // namespace
 }  // namespace reducer

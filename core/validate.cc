@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/data_type.h"
 #include "core/payload_layout.h"
+#include "core/quorum_rule.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
 
@@ -110,9 +111,10 @@ absl::Status CheckTensorCount(const Fingerprint& fp, int rank) {
       }
       return absl::OkStatus();
     case CollectiveKind::kBarrier:
+    case CollectiveKind::kQuorumBarrier:
       if (n == 0) return absl::OkStatus();
       return absl::InvalidArgumentError(
-          absl::StrCat("barrier takes no tensors, got ", n));
+          absl::StrCat(kind, " takes no tensors, got ", n));
     case CollectiveKind::kSendReceive:
       // The source sends its tensor; the destination declares its buffer's
       // (ReceiveInPlace) or nothing (Receive).
@@ -172,6 +174,10 @@ absl::Status ValidateContribution(const Fingerprint& fp, int rank,
                                                    GroupToString(fp.group)));
   }
   REDUCER_RETURN_IF_ERROR(CheckTensorCount(fp, rank));
+  if (fp.kind == CollectiveKind::kQuorumBarrier) {
+    REDUCER_RETURN_IF_ERROR(QuorumRule::Validate(
+        static_cast<int>(fp.group.size()), fp.quorum));
+  }
 
   const bool reduces = fp.kind == CollectiveKind::kAllReduce ||
                        fp.kind == CollectiveKind::kReduceScatter ||

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "core/data_type.h"
 #include "core/fingerprint.h"
 #include "gmock/gmock.h"
@@ -95,9 +96,9 @@ TEST(ValidateContributionTest, RankOutsideWorldIsInvalid) {
 }
 
 TEST(ValidateContributionTest, UnknownCollectiveKindIsInvalid) {
-  ExpectInvalid(ValidateContribution(Make(static_cast<CollectiveKind>(10), {}),
+  ExpectInvalid(ValidateContribution(Make(static_cast<CollectiveKind>(11), {}),
                                      0, 4, kNoLimit),
-                "unknown collective kind 10");
+                "unknown collective kind 11");
 }
 
 TEST(ValidateContributionTest, EmptyGroupIsInvalid) {
@@ -166,6 +167,22 @@ TEST(ValidateContributionTest, TensorCountsFollowTheCollectiveKind) {
   ExpectInvalid(
       ValidateContribution(Make(CollectiveKind::kBarrier, {t}), 0, 4, kNoLimit),
       "barrier takes no tensors, got 1");
+  ExpectInvalid(ValidateContribution(Make(CollectiveKind::kQuorumBarrier, {t}),
+                                     0, 4, kNoLimit),
+                "quorum takes no tensors, got 1");
+}
+
+TEST(ValidateContributionTest, QuorumSettingsAreChecked) {
+  Fingerprint fp = Make(CollectiveKind::kQuorumBarrier, {});
+  EXPECT_TRUE(ValidateContribution(fp, 0, 4, kNoLimit).ok());
+  fp.quorum.min_ranks = 5;
+  ExpectInvalid(ValidateContribution(fp, 0, 4, kNoLimit),
+                "quorum min_ranks is 5; it must be between 0 (every rank) and "
+                "the group's size, 4");
+  fp.quorum.min_ranks = 2;
+  fp.quorum.grace = -absl::Seconds(1);
+  ExpectInvalid(ValidateContribution(fp, 0, 4, kNoLimit),
+                "quorum grace is -1s");
 }
 
 TEST(ValidateContributionTest, OpNotSupportedOnDtypeNamesTensorOpAndDtype) {

@@ -91,6 +91,13 @@ bool Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
     return false;
   }
   RankState& m = ranks_[index];
+  if (m.left_out) {
+    channel->Fail(absl::FailedPreconditionError(absl::StrCat(
+        description_, " finished without rank ", rank,
+        ": it arrived after the step ended over the ranks in time; Connect "
+        "again to rejoin at the next step")));
+    return false;
+  }
   if (m.attached) {
     if (!attempt_id.empty() && attempt_id == m.attempt_id && !done_ &&
         m.received == 0 && !m.header_sent) {
@@ -162,6 +169,11 @@ bool Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
   }
   m.reserved = reserve;
   m.finishes_alone = strategy_->FinishesAlone(index);
+  if (quorum_.has_value()) {
+    quorum_->Arrived(index, absl::Now());
+    DecideQuorumLocked();
+    return !done_ || m.finished;
+  }
   if (attached_ == static_cast<int>(group_.size())) {
     OnAllAttached();
   } else if (m.finishes_alone) {
@@ -299,6 +311,7 @@ void Collective::ReduceChunk(const KindStrategy& strategy, StagedChunk chunk) {
 void Collective::SendTo(int index, uint64_t offset,
                         std::vector<SharedBytes> data) {
   RankState& m = ranks_[index];
+  if (m.left_out) return;  // a quorum step ended without it
   if (m.cut_off && !m.keeping) return;  // nobody to send it to
   ResultMessage message;
   message.offset = offset;
@@ -492,8 +505,11 @@ void Collective::OnRankCancelled(int rank, const RankChannel* channel) {
     // room for keeping the empty result of one that finishes alone).
     ReleaseMemory(IndexOf(rank));
     if (m.keeping) env_.kept->Unreserve(m.output_bytes);
+    const bool joining = m.joining;
     m = RankState();
+    m.joining = joining;
     --attached_;
+    if (quorum_.has_value()) quorum_->Withdrew(IndexOf(rank));
     return;
   }
   const std::string why = absl::StrCat(
@@ -642,6 +658,97 @@ void Collective::OnDeadline() {
                               absl::FormatDuration(timeout_), ": ",
                               MissingRanks())),
              AbsentRanks());
+}
+
+void Collective::StartQuorum(const QuorumSettings& settings,
+                             const std::vector<int>& absent,
+                             const std::vector<int>& joining) {
+  absl::MutexLock lock(&mu_);
+  quorum_.emplace(static_cast<int>(group_.size()), settings);
+  for (int rank : joining) {
+    const int index = IndexOf(rank);
+    if (index < 0) continue;
+    ranks_[index].joining = true;
+    quorum_->Joining(index);
+  }
+  for (int rank : absent) {
+    if (const int index = IndexOf(rank); index >= 0) quorum_->Died(index);
+  }
+}
+
+void Collective::OnRankLost(int rank) {
+  absl::MutexLock lock(&mu_);
+  const int index = IndexOf(rank);
+  if (!quorum_.has_value() || done_ || index < 0 || all_headers_) return;
+  quorum_->Died(index);
+  DecideQuorumLocked();
+}
+
+bool Collective::LeftOut(int rank) const {
+  absl::MutexLock lock(&mu_);
+  const int index = IndexOf(rank);
+  return index >= 0 && ranks_[index].left_out;
+}
+
+bool Collective::LeftAnyOut() const {
+  absl::MutexLock lock(&mu_);
+  return std::any_of(ranks_.begin(), ranks_.end(),
+                     [](const RankState& m) { return m.left_out; });
+}
+
+void Collective::DecideQuorumLocked() {
+  if (done_ || all_headers_) return;
+  QuorumDecision decision = quorum_->Decide(absl::Now());
+  switch (decision.state) {
+    case QuorumDecision::State::kWaiting:
+      if (decision.wake_at != absl::InfiniteFuture() &&
+          decision.wake_at != quorum_wake_at_) {
+        quorum_wake_at_ = decision.wake_at;
+        std::weak_ptr<Collective> weak = weak_from_this();
+        timer_ids_.push_back(env_.timers->Schedule(decision.wake_at, [weak] {
+          if (auto self = weak.lock()) self->OnQuorumTimer();
+        }));
+      }
+      return;
+    case QuorumDecision::State::kImpossible:
+      FailLocked(absl::FailedPreconditionError(
+          absl::StrCat(description_, ": ", decision.why.message())));
+      return;
+    case QuorumDecision::State::kDecided:
+      break;
+  }
+  std::vector<bool> takes_part(ranks_.size(), false);
+  for (int i : decision.contributors) takes_part[i] = true;
+  for (int i : decision.joined) takes_part[i] = true;
+  std::vector<int> left_out;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (takes_part[i]) continue;
+    RankState& m = ranks_[i];
+    // A rank lost after it attached has no call left to answer.
+    if (!m.attached) ++attached_;
+    ReleaseMemory(i);
+    m.attached = true;
+    m.left_out = true;
+    m.finished = true;
+    ++finished_;
+    left_out.push_back(group_[i]);
+  }
+  if (!left_out.empty()) {
+    std::vector<int> contributors;
+    for (int i : decision.contributors) contributors.push_back(group_[i]);
+    env_.log->Log({LogSeverity::kWarning, "quorum_left_out",
+                   absl::StrCat(description_, " ended over ranks [",
+                                absl::StrJoin(contributors, ","),
+                                "] without ranks [", absl::StrJoin(left_out, ","),
+                                "]"),
+                   label_.job, label_.epoch, label_.name, left_out});
+  }
+  OnAllAttached();
+}
+
+void Collective::OnQuorumTimer() {
+  absl::MutexLock lock(&mu_);
+  if (quorum_.has_value()) DecideQuorumLocked();
 }
 
 }  // namespace reducer

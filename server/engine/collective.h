@@ -37,6 +37,13 @@
 //     whatever the tensor size.
 //  6. Timers: at half the timeout a stall warning names the ranks still
 //     missing; at the timeout every rank gets DEADLINE_EXCEEDED naming them.
+//  7. Quorum barriers (StartQuorum) end before every rank attached: each
+//     attach is an arrival for a QuorumRule (core/quorum_rule.h), each lost
+//     rank a death, and a timer asks again at the grace's end. Once the
+//     rule decides, every rank that did not arrive is left out (counted as
+//     attached and finished, sent nothing) and the others get the step's
+//     marks (server/engine/quorum_barrier_strategy.h). A left-out rank's
+//     late call gets FAILED_PRECONDITION naming the step.
 //
 // Thread-safe: all state is under mu_. Lock order: Collective::mu_ before a
 // RankChannel's own lock; channels call in without holding theirs.
@@ -57,6 +64,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/fingerprint.h"
+#include "core/quorum_rule.h"
 #include "server/engine/chunk_pool.h"
 #include "server/engine/kept_results.h"
 #include "server/engine/kind_strategy.h"
@@ -178,6 +186,24 @@ class Collective final : public std::enable_shared_from_this<Collective>,
                       const std::vector<TensorSpec>& declared,
                       std::shared_ptr<RankChannel> channel);
 
+  // Quorum barriers only (CollectiveKind::kQuorumBarrier), right after
+  // creation: the step ends by `settings`; `absent` ranks of the group
+  // count as dead from the start, `joining` ranks take part without
+  // contributing (QuorumRule::Joining).
+  void StartQuorum(const QuorumSettings& settings,
+                   const std::vector<int>& absent,
+                   const std::vector<int>& joining);
+  // A quorum barrier's `rank` is known dead (its session was lost): the
+  // step no longer waits for it. No-op for other collectives.
+  void OnRankLost(int rank);
+  // True when `rank` is in the group of a quorum barrier that ended
+  // without it; LeftAnyOut: when it ended without some rank.
+  bool LeftOut(int rank) const;
+  bool LeftAnyOut() const;
+  bool IsQuorumBarrier() const {
+    return label_.kind == CollectiveKind::kQuorumBarrier;
+  }
+
   // True once `rank` received its whole result (it may start another
   // collective of the same name).
   bool HasFinished(int rank) const;
@@ -249,6 +275,10 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   std::string MissingRanks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnStallTimer();
   void OnDeadline();
+  // Asks the quorum rule again: schedules its next look, fails the
+  // collective when the step cannot end, or ends it over the contributors.
+  void DecideQuorumLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnQuorumTimer();
 
   // Constant after construction.
   const CollectiveEnv env_;
@@ -282,6 +312,9 @@ class Collective final : public std::enable_shared_from_this<Collective>,
       ABSL_GUARDED_BY(mu_);
   std::vector<TimerQueue::Id> timer_ids_ ABSL_GUARDED_BY(mu_);
   std::vector<MemoryReservation> state_ ABSL_GUARDED_BY(mu_);
+  // Quorum barriers only: the rule, and when its timer looks next.
+  std::optional<QuorumRule> quorum_ ABSL_GUARDED_BY(mu_);
+  absl::Time quorum_wake_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };
 
 }  // namespace reducer

@@ -2,6 +2,7 @@
 
 #include "server/engine/exchange_strategy.h"
 #include "server/engine/forward_strategy.h"
+#include "server/engine/quorum_barrier_strategy.h"
 #include "server/engine/reduce_strategy.h"
 #include "server/engine/send_receive_strategy.h"
 
@@ -68,6 +69,8 @@ std::unique_ptr<KindStrategy> MakeKindStrategy(CollectiveKind kind,
           window);
     case CollectiveKind::kSendReceive:
       return std::make_unique<SendReceiveStrategy>(root_index);
+    case CollectiveKind::kQuorumBarrier:
+      return std::make_unique<QuorumBarrierStrategy>();
     case CollectiveKind::kBarrier:
       break;
   }

@@ -17,6 +17,9 @@
 //                                                the destination attached,
 //                                                forwarded to it only
 //   Barrier                    BarrierStrategy   none
+//   QuorumBarrier              QuorumBarrierStrategy
+//                                                none; each rank that takes
+//                                                part gets the step's marks
 //
 // Result specs are per rank: a rank for which GetsResult is false (the
 // non-roots of Reduce and Gather, a point-to-point message's source) gets an
@@ -69,6 +72,12 @@ struct RankState {
   // Its call was cancelled after every input was in (see
   // Collective::OnRankCancelled): counted as finished, sent nothing more.
   bool cut_off = false;
+  // Quorum barriers: a rank joining the job again (it takes part without
+  // contributing), and one the step ended without (never attached, or lost
+  // before the end; counted as finished, sent nothing, its late call
+  // refused).
+  bool joining = false;
+  bool left_out = false;
   size_t reserved = 0;      // bytes it holds in the memory budget
   // Its result is being collected for KeptResults (its room reserved
   // there): every message sent to it, until MarkFinished hands them over.

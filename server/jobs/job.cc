@@ -62,7 +62,9 @@ Job::Job(std::string name, int world_size, CollectiveEnv env,
       rank_state_(std::move(rank_state)),
       epoch_id_(NextEpochId()),
       members_(world_size),
-      departed_(world_size, false) {}
+      departed_(world_size, false),
+      absent_(world_size, false),
+      rejoined_(world_size, false) {}
 
 void Job::ReleaseRankState() {
   absl::MutexLock lock(&mu_);
@@ -70,8 +72,9 @@ void Job::ReleaseRankState() {
 }
 
 size_t Job::RankStateBytes(int world_size) {
-  // members_ and departed_ (a bit, counted as a byte).
-  return static_cast<size_t>(world_size) * (sizeof(std::optional<Member>) + 1);
+  // members_, and departed_, absent_ and rejoined_ (a bit each, counted
+  // as a byte).
+  return static_cast<size_t>(world_size) * (sizeof(std::optional<Member>) + 3);
 }
 
 absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
@@ -118,6 +121,11 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     matching_.clear();
     attempts_.Clear();
     active_.clear();
+    quorum_mode_ = false;
+    absent_.assign(world_size_, false);
+    rejoined_.assign(world_size_, false);
+    quorum_steps_started_ = 0;
+    recent_quorum_steps_.clear();
   }
   if (members_[rank].has_value()) {
     return absl::AlreadyExistsError(absl::StrCat(
@@ -127,6 +135,25 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
   }
   members_[rank] = Member{session_id, std::move(session)};
   open_sessions_[session_id] = rank;
+  if (running_ && absent_[rank]) {
+    // Back into the running epoch of a job in quorum mode: the others go
+    // on, and the next quorum barrier counts this rank as joining.
+    absent_[rank] = false;
+    rejoined_[rank] = true;
+    v1::JoinEvent event;
+    event.mutable_ready()->set_epoch(epoch_);
+    event.mutable_ready()->set_chunk_bytes(env_.options->chunk_bytes);
+    event.mutable_ready()->set_shared_memory_socket(shared_memory_socket_);
+    event.mutable_ready()->set_quorum_steps_started(quorum_steps_started_);
+    members_[rank]->session->SendEvent(event);
+    const int ranks[] = {rank};
+    env_.log->Log({LogSeverity::kInfo, "rank_rejoined",
+                   absl::StrCat("job ", name_, " epoch ", epoch_, ": rank ",
+                                rank, " joined again; it takes part from quorum "
+                                "step ", quorum_steps_started_),
+                   name_, epoch_, "", ranks});
+    return absl::OkStatus();
+  }
   if (std::all_of(members_.begin(), members_.end(),
                   [](const auto& m) { return m.has_value(); })) {
     running_ = true;
@@ -150,6 +177,10 @@ bool Job::Leave(const std::string& session_id, const std::string& why,
   const int rank = it->second;
   open_sessions_.erase(it);
   if (members_[rank].has_value() && members_[rank]->session_id == session_id) {
+    if (running_ && !ended_ && !departed_[rank] && quorum_mode_) {
+      MarkAbsentLocked(rank, absl::StrCat("its session was lost (", why, ")"));
+      return open_sessions_.empty();
+    }
     members_[rank].reset();
     if (running_ && !ended_ && !departed_[rank]) {
       EndEpoch(absl::StrCat("rank ", rank, "'s session was lost (", why, ")"),
@@ -205,7 +236,9 @@ void Job::Depart(const std::string& session_id) {
   env_.log->Log(
       {LogSeverity::kInfo, "rank_left", message, name_, epoch_, "", ranks});
   auto fail_if_waiting = [&](const std::shared_ptr<Collective>& c) {
-    if (c->Includes(rank) && !c->HasFinished(rank)) {
+    if (c->IsQuorumBarrier()) {
+      c->OnRankLost(rank);
+    } else if (c->Includes(rank) && !c->HasFinished(rank)) {
       c->FailUnlessDecided(absl::FailedPreconditionError(absl::StrCat(
           c->description(), ": rank ", rank,
           " left the job (its client was closed) before taking part")));
@@ -270,6 +303,10 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
   if (!collective.ok()) return collective.status();
   if (!(*collective)->Attach(std::move(stream), header.rank(), *std::move(fp),
                              header.attempt_id())) {
+    if ((*collective)->LeftOut(header.rank())) {
+      MarkAbsentLocked(header.rank(),
+                       absl::StrCat("it was late for ", ShortName(description)));
+    }
     return RefusedByCollectiveError();
   }
   return collective;
@@ -420,6 +457,13 @@ absl::Status Job::CheckSessionLocked(const v1::CollectiveHeader& header,
         description, ": epoch ", header.epoch(), " of job ", name_,
         " has not started (current epoch ", epoch_, ")"));
   }
+  if (running_ && absent_[rank]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        description, ": rank ", rank, " of job ", name_,
+        " is absent from epoch ", epoch_,
+        " (lost, or late for a quorum step); Connect again to rejoin at the "
+        "next quorum step"));
+  }
   if (!running_ || !members_[rank].has_value() ||
       members_[rank]->session_id != header.session_id()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -451,6 +495,9 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
     }
   }
   const std::string key = MatchingKey(header, fp);
+  if (std::shared_ptr<Collective> step = LeftOutStepLocked(key, rank)) {
+    return step;  // its Attach refuses the late call
+  }
   std::shared_ptr<Collective> collective;
   auto it = matching_.find(key);
   // A rank that already has its result from a collective of this name is
@@ -471,11 +518,19 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
 absl::StatusOr<std::shared_ptr<Collective>> Job::NewCollectiveLocked(
     const v1::CollectiveHeader& header, const Fingerprint& fp,
     const std::string& description) {
+  const bool quorum = fp.kind == CollectiveKind::kQuorumBarrier;
   for (int r : fp.group) {
+    if (quorum) break;  // a quorum step goes on without them
     if (departed_[r]) {
       return absl::FailedPreconditionError(absl::StrCat(
           description, ": rank ", r,
           " has left the job (its client was closed)"));
+    }
+    if (absent_[r]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          description, ": rank ", r,
+          " is absent (lost, or late for a quorum step); it takes part again "
+          "from the quorum step after it connects again"));
     }
   }
   PruneFinished();
@@ -526,6 +581,21 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::NewCollectiveLocked(
       description, fp.group, timeout);
   collective->HoldState(std::move(state));
   collective->StartTimers();
+  if (quorum) {
+    std::vector<int> absent, joining;
+    for (int r : fp.group) {
+      if (absent_[r] || departed_[r] || !members_[r].has_value()) {
+        absent.push_back(r);
+      } else if (rejoined_[r]) {
+        joining.push_back(r);
+        rejoined_[r] = false;
+      }
+    }
+    collective->StartQuorum(fp.quorum, absent, joining);
+    quorum_mode_ = true;
+    quorum_steps_started_ =
+        std::max<uint64_t>(quorum_steps_started_, header.sequence() + 1);
+  }
   active_.push_back(collective);
   return collective;
 }
@@ -576,9 +646,58 @@ void Job::PruneFinished() {
   for (auto it = matching_.begin(); it != matching_.end();) {
     auto current = it++;
     if (current->second->all_attached() && current->second->done()) {
+      if (current->second->LeftAnyOut()) {
+        recent_quorum_steps_.emplace_back(current->first, current->second);
+        if (recent_quorum_steps_.size() > kRememberedQuorumSteps) {
+          recent_quorum_steps_.erase(recent_quorum_steps_.begin());
+        }
+      }
       matching_.erase(current);
     }
   }
+}
+
+void Job::MarkAbsentLocked(int rank, const std::string& why) {
+  members_[rank].reset();
+  absent_[rank] = true;
+  rejoined_[rank] = false;
+  const std::string message = absl::StrCat(
+      "job ", name_, " epoch ", epoch_, ": rank ", rank, " is absent: ", why,
+      "; the others go on, and it rejoins at a quorum step once it connects "
+      "again");
+  const int ranks[] = {rank};
+  env_.log->Log(
+      {LogSeverity::kWarning, "rank_absent", message, name_, epoch_, "", ranks});
+  auto lose = [&](const std::shared_ptr<Collective>& c) {
+    if (c->IsQuorumBarrier()) {
+      c->OnRankLost(rank);
+    } else if (c->Includes(rank) && !c->HasFinished(rank)) {
+      c->FailUnlessDecided(absl::AbortedError(absl::StrCat(
+          c->description(), ": rank ", rank, " was lost (", why,
+          "); a quorum step run again goes on without it")));
+    }
+  };
+  for (auto& [key, collective] : matching_) lose(collective);
+  for (auto& weak : active_) {
+    if (auto collective = weak.lock()) lose(collective);
+  }
+}
+
+std::shared_ptr<Collective> Job::LeftOutStepLocked(const std::string& key,
+                                                   int rank) {
+  if (auto it = matching_.find(key);
+      it != matching_.end() && it->second->LeftOut(rank)) {
+    return it->second;
+  }
+  for (auto& [remembered, collective] : recent_quorum_steps_) {
+    if (remembered == key && collective->LeftOut(rank)) return collective;
+  }
+  return nullptr;
+}
+
+bool Job::InQuorumMode() {
+  absl::MutexLock lock(&mu_);
+  return quorum_mode_ && running_ && !ended_;
 }
 
 void Job::Shutdown(const absl::Status& status) {

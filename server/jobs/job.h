@@ -8,6 +8,16 @@
 // made in that epoch fail the same way. The next Join starts a new epoch,
 // which runs once all world_size ranks have joined again.
 //
+// Quorum mode. A job enters it with its epoch's first quorum barrier
+// (CollectiveKind::kQuorumBarrier). From then on a running member whose
+// session is lost, or whose late call a quorum step refused, becomes
+// absent instead of ending the epoch: pending quorum barriers stop waiting
+// for it, pending plain collectives that include it fail ABORTED naming it,
+// and new plain ones that include it are refused (FAILED_PRECONDITION). A
+// Join of an absent rank is admitted into the running epoch at once (its
+// JobReady carries the count of quorum steps started); the first quorum
+// barrier created after that counts it as joining (QuorumRule::Joining).
+//
 // Thread-safe: state is under mu_. Lock order: JobRegistry, then Job, then
 // Collective, then a stream's own lock.
 #ifndef REDUCER_SERVER_JOBS_JOB_H_
@@ -17,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -160,6 +171,9 @@ class Job {
   std::optional<Seat> RunningSeat(const std::string& session_id)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // True once the running epoch has entered quorum mode.
+  bool InQuorumMode() ABSL_LOCKS_EXCLUDED(mu_);
+
   // Fails every collective and session (server shutdown).
   void Shutdown(const absl::Status& status);
 
@@ -200,6 +214,16 @@ class Job {
 
   void EndEpoch(const std::string& reason, int lost_rank,
                 EpochEndReason kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Quorum mode: `rank` no longer holds a session of the running epoch
+  // (`why` says how it was lost); see the class comment.
+  void MarkAbsentLocked(int rank, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank of a quorum step that ended without it: the collective of that
+  // name still remembered (in matching_ or recent_quorum_steps_), else
+  // null.
+  std::shared_ptr<Collective> LeftOutStepLocked(const std::string& key,
+                                                int rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `header`'s fingerprint, if well formed and within the limits; else the
   // error, also sent to the peers waiting in the collective it names.
   absl::StatusOr<Fingerprint> CheckedFingerprint(
@@ -262,6 +286,19 @@ class Job {
   AttemptCache attempts_ ABSL_GUARDED_BY(mu_){kRememberedAttempts};
   // Every collective of this epoch not yet destroyed.
   std::vector<std::weak_ptr<Collective>> active_ ABSL_GUARDED_BY(mu_);
+  // Quorum mode (see the class comment), for the running epoch.
+  bool quorum_mode_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<bool> absent_ ABSL_GUARDED_BY(mu_);
+  // Admitted since the last quorum barrier was created.
+  std::vector<bool> rejoined_ ABSL_GUARDED_BY(mu_);
+  // One more than the highest step number (header.sequence) of the quorum
+  // barriers created this epoch.
+  uint64_t quorum_steps_started_ ABSL_GUARDED_BY(mu_) = 0;
+  // Quorum barriers done that left ranks out, by matching key, newest
+  // last: their late calls are refused by name, not matched anew.
+  static constexpr size_t kRememberedQuorumSteps = 16;
+  std::vector<std::pair<std::string, std::shared_ptr<Collective>>>
+      recent_quorum_steps_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace reducer

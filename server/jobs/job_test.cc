@@ -18,6 +18,7 @@
 #include "server/engine/string_bytes.h"
 #include "server/engine/thread_pool.h"
 #include "server/engine/timer_queue.h"
+#include "server/jobs/fake_job_channels.h"
 #include "server/jobs/job_registry.h"
 #include "server/log.h"
 #include "server/metrics/metrics_sink.h"
@@ -29,67 +30,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
-
-// Records what the Job sends to one session. Thread-safe.
-class FakeSession final : public SessionChannel {
- public:
-  void SendEvent(const v1::JoinEvent& event) override {
-    absl::MutexLock lock(&mu_);
-    events_.push_back(event);
-  }
-  void Fail(const absl::Status& status) override {
-    absl::MutexLock lock(&mu_);
-    failure_ = status;
-  }
-  std::vector<v1::JoinEvent> events() {
-    absl::MutexLock lock(&mu_);
-    return events_;
-  }
-  int ready_count() {
-    int n = 0;
-    for (const auto& e : events()) n += e.has_ready() ? 1 : 0;
-    return n;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<v1::JoinEvent> events_ ABSL_GUARDED_BY(mu_);
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);
-};
-
-// Records how a Collective ends one rank's call. Thread-safe.
-class FakeRankChannel final : public RankChannel {
- public:
-  void Send(ResultMessage, bool last) override {
-    absl::MutexLock lock(&mu_);
-    ++sent_;
-    if (last) finished_ok_ = true;
-  }
-  void FinishWhenSent() override {
-    absl::MutexLock lock(&mu_);
-    finished_ok_ = true;
-  }
-  void Fail(const absl::Status& status) override {
-    absl::MutexLock lock(&mu_);
-    failure_ = status;
-  }
-  void ResumeReading() override {}
-
-  absl::Status failure() {
-    absl::MutexLock lock(&mu_);
-    return failure_;
-  }
-  bool finished_ok() {
-    absl::MutexLock lock(&mu_);
-    return finished_ok_;
-  }
-
- private:
-  absl::Mutex mu_;
-  int sent_ ABSL_GUARDED_BY(mu_) = 0;
-  bool finished_ok_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);
-};
 
 class JobTest : public ::testing::Test {
  protected:

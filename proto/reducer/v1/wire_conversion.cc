@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 
 namespace reducer {
@@ -37,6 +38,10 @@ absl::StatusOr<Fingerprint> FingerprintFromHeader(
                     fp.kind == CollectiveKind::kSendReceive
                 ? header.root()
                 : -1;
+  if (fp.kind == CollectiveKind::kQuorumBarrier) {
+    fp.quorum.min_ranks = header.quorum_min_ranks();
+    fp.quorum.grace = absl::Milliseconds(header.quorum_grace_ms());
+  }
   return fp;
 }
 

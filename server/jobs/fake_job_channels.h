@@ -1,0 +1,92 @@
+// Test doubles for a Job's sessions and calls: FakeSession records the
+// events a Job sends to one session, FakeRankChannel how a Collective ends
+// one rank's call and the result bytes it sent.
+#ifndef REDUCER_SERVER_JOBS_FAKE_JOB_CHANNELS_H_
+#define REDUCER_SERVER_JOBS_FAKE_JOB_CHANNELS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/engine/rank_channel.h"
+#include "server/engine/shared_bytes.h"
+#include "server/jobs/job.h"
+
+namespace reducer {
+
+// Records what the Job sends to one session. Thread-safe.
+class FakeSession final : public SessionChannel {
+ public:
+  void SendEvent(const v1::JoinEvent& event) override {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(event);
+  }
+  void Fail(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    failure_ = status;
+  }
+  std::vector<v1::JoinEvent> events() {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+  int ready_count() {
+    int n = 0;
+    for (const auto& e : events()) n += e.has_ready() ? 1 : 0;
+    return n;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::JoinEvent> events_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+};
+
+// Records how a Collective ends one rank's call. Thread-safe.
+class FakeRankChannel final : public RankChannel {
+ public:
+  void Send(ResultMessage message, bool last) override {
+    absl::MutexLock lock(&mu_);
+    ++sent_;
+    for (const SharedBytes& piece : message.data) {
+      bytes_.append(piece.data(), piece.size());
+    }
+    if (last) finished_ok_ = true;
+  }
+  void FinishWhenSent() override {
+    absl::MutexLock lock(&mu_);
+    finished_ok_ = true;
+  }
+  void Fail(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    failure_ = status;
+  }
+  void ResumeReading() override {}
+
+  absl::Status failure() {
+    absl::MutexLock lock(&mu_);
+    return failure_;
+  }
+  bool finished_ok() {
+    absl::MutexLock lock(&mu_);
+    return finished_ok_;
+  }
+  // Every result byte sent, in order.
+  std::string bytes() {
+    absl::MutexLock lock(&mu_);
+    return bytes_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int sent_ ABSL_GUARDED_BY(mu_) = 0;
+  bool finished_ok_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  std::string bytes_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_JOBS_FAKE_JOB_CHANNELS_H_

@@ -1,0 +1,277 @@
+// Job in quorum mode, in process: a quorum step ends without a lost or
+// late rank, the epoch goes on, and the rank rejoins at a later step.
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/chunk_pool.h"
+#include "server/engine/memory_budget.h"
+#include "server/engine/thread_pool.h"
+#include "server/engine/timer_queue.h"
+#include "server/jobs/fake_job_channels.h"
+#include "server/jobs/job.h"
+#include "server/log.h"
+#include "server/metrics/metrics_sink.h"
+#include "server/server_options.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int kWorld = 3;
+
+class JobQuorumTest : public ::testing::Test {
+ protected:
+  JobQuorumTest()
+      : memory_(options_.memory_budget_bytes),
+        chunks_(options_.chunk_bytes, 4),
+        pool_(1),
+        job_("j1", kWorld, CollectiveEnv{&options_, &pool_, &timers_, &memory_,
+                                         &chunks_, &metrics_, &log_}) {
+    for (int r = 0; r < kWorld; ++r) {
+      sessions_.push_back(std::make_shared<FakeSession>());
+      EXPECT_TRUE(job_.Join(r, kWorld, Session(r), sessions_[r]).ok());
+    }
+  }
+
+  static std::string Session(int rank, int incarnation = 0) {
+    return absl::StrCat("s", rank, "-", incarnation);
+  }
+
+  // Rank `rank`'s call of quorum step `step`, from session `session`.
+  static v1::CollectiveHeader Step(int rank, uint64_t step,
+                                   const std::string& session,
+                                   absl::Duration grace) {
+    v1::CollectiveHeader h;
+    h.set_job("j1");
+    h.set_epoch(1);
+    h.set_session_id(session);
+    h.set_rank(rank);
+    h.set_name(absl::StrCat("quorum step ", step));
+    h.set_sequence(step);
+    h.set_kind(v1::COLLECTIVE_KIND_QUORUM_BARRIER);
+    h.set_timeout_ms(10000);
+    h.set_quorum_min_ranks(2);
+    h.set_quorum_grace_ms(absl::ToInt64Milliseconds(grace));
+    return h;
+  }
+
+  // A float32 [1] sum all-reduce of `group`, named `name`.
+  static v1::CollectiveHeader Plain(int rank, const std::string& session,
+                                    std::vector<int> group,
+                                    const std::string& name) {
+    v1::CollectiveHeader h;
+    h.set_job("j1");
+    h.set_epoch(1);
+    h.set_session_id(session);
+    h.set_rank(rank);
+    h.set_name(name);
+    for (int r : group) h.add_group(r);
+    h.set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
+    h.set_timeout_ms(10000);
+    v1::TensorSpec* tensor = h.add_tensors();
+    tensor->set_dtype(v1::DATA_TYPE_FLOAT32);
+    tensor->add_shape(1);
+    tensor->set_op(v1::REDUCE_OP_SUM);
+    return h;
+  }
+
+  // Quorum step `step` of every rank, all in time.
+  void StepOfAll(uint64_t step) {
+    std::vector<std::shared_ptr<FakeRankChannel>> calls;
+    for (int r = 0; r < kWorld; ++r) {
+      calls.push_back(Attach(Step(r, step, Session(r), absl::Seconds(60))));
+    }
+    for (auto& call : calls) EXPECT_TRUE(call->finished_ok()) << call->failure();
+  }
+
+  std::shared_ptr<FakeRankChannel> Attach(const v1::CollectiveHeader& h) {
+    auto channel = std::make_shared<FakeRankChannel>();
+    absl::StatusOr<std::shared_ptr<Collective>> c = job_.Attach(h, channel);
+    if (!c.ok() && !IsRefusedByCollective(c.status())) channel->Fail(c.status());
+    return channel;
+  }
+
+  // The marks a rank's quorum barrier result holds, one per rank.
+  static std::vector<int32_t> Marks(FakeRankChannel& channel) {
+    const std::string bytes = channel.bytes();
+    std::vector<int32_t> marks(bytes.size() / sizeof(int32_t));
+    std::memcpy(marks.data(), bytes.data(), marks.size() * sizeof(int32_t));
+    return marks;
+  }
+
+  static bool WaitFinished(FakeRankChannel& channel) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (!channel.finished_ok() && channel.failure().ok() &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return channel.finished_ok();
+  }
+
+  bool AnyAborted() {
+    for (auto& s : sessions_) {
+      for (const auto& e : s->events()) {
+        if (e.has_aborted()) return true;
+      }
+    }
+    return false;
+  }
+
+  ServerOptions options_;
+  MemoryBudget memory_;
+  ChunkPool chunks_;
+  TimerQueue timers_;
+  ThreadPool pool_;
+  MetricsSink metrics_;  // counts nothing
+  Logger log_;
+  Job job_;
+  std::vector<std::shared_ptr<FakeSession>> sessions_;
+};
+
+TEST_F(JobQuorumTest, EveryRankInEndsTheStepOverAll) {
+  std::vector<std::shared_ptr<FakeRankChannel>> calls;
+  for (int r = 0; r < kWorld; ++r) {
+    calls.push_back(Attach(Step(r, 0, Session(r), absl::Seconds(60))));
+    EXPECT_EQ(calls.back()->finished_ok(), r == kWorld - 1);
+  }
+  for (auto& call : calls) {
+    ASSERT_TRUE(call->finished_ok()) << call->failure();
+    EXPECT_THAT(Marks(*call), ElementsAre(1, 1, 1));
+  }
+  EXPECT_TRUE(job_.InQuorumMode());
+}
+
+// A lost rank is not waited for, even with a grace of a minute, and the
+// epoch goes on: nobody is told the job aborted.
+TEST_F(JobQuorumTest, ALostRankIsLeftOutAtOnceAndTheEpochGoesOn) {
+  auto c0 = Attach(Step(0, 0, Session(0), absl::Seconds(60)));
+  auto c1 = Attach(Step(1, 0, Session(1), absl::Seconds(60)));
+  EXPECT_FALSE(c0->finished_ok());
+  job_.Leave(Session(2), "killed", EpochEndReason::kSessionCancelled);
+  ASSERT_TRUE(c0->finished_ok()) << c0->failure();
+  ASSERT_TRUE(c1->finished_ok()) << c1->failure();
+  EXPECT_THAT(Marks(*c0), ElementsAre(1, 1, 0));
+  EXPECT_THAT(Marks(*c1), ElementsAre(1, 1, 0));
+  EXPECT_FALSE(AnyAborted());
+  EXPECT_TRUE(job_.InQuorumMode());
+
+  // The survivors' data goes on over the two of them; a plain collective
+  // that includes the absent rank is refused, naming it.
+  auto d0 = Attach(Plain(0, Session(0), {0, 1}, "step 0 data"));
+  EXPECT_TRUE(d0->failure().ok()) << d0->failure();
+  auto all = Attach(Plain(0, Session(0), {0, 1, 2}, "everyone"));
+  EXPECT_EQ(all->failure().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(all->failure().message(), HasSubstr("rank 2 is absent"));
+}
+
+// A plain collective waiting for a rank when it is lost fails ABORTED
+// naming it; a quorum step then goes on without it.
+TEST_F(JobQuorumTest, APendingPlainCollectiveOfALostRankFailsNamingIt) {
+  StepOfAll(0);
+  auto waiting = Attach(Plain(0, Session(0), {0, 1, 2}, "step 0 data"));
+  job_.Leave(Session(2), "killed", EpochEndReason::kSessionCancelled);
+  EXPECT_EQ(waiting->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(waiting->failure().message(), HasSubstr("rank 2 was lost"));
+  auto c0 = Attach(Step(0, 1, Session(0), absl::Seconds(60)));
+  auto c1 = Attach(Step(1, 1, Session(1), absl::Seconds(60)));
+  ASSERT_TRUE(c1->finished_ok()) << c1->failure();
+  EXPECT_THAT(Marks(*c0), ElementsAre(1, 1, 0));
+}
+
+// A late rank is left out at the grace's end; its late call is refused
+// naming the step, its session no longer holds the rank, and the rank
+// rejoins with a new session: admitted into the running epoch at once,
+// told which step to take part from, and counted as joining there.
+TEST_F(JobQuorumTest, ALateRankIsLeftOutAndRejoinsAtALaterStep) {
+  const absl::Duration grace = absl::Milliseconds(100);
+  const absl::Time start = absl::Now();
+  auto c0 = Attach(Step(0, 0, Session(0), grace));
+  auto c1 = Attach(Step(1, 0, Session(1), grace));
+  ASSERT_TRUE(WaitFinished(*c0)) << c0->failure();
+  EXPECT_GE(absl::Now() - start, grace);
+  ASSERT_TRUE(WaitFinished(*c1)) << c1->failure();
+  EXPECT_THAT(Marks(*c0), ElementsAre(1, 1, 0));
+
+  auto late = Attach(Step(2, 0, Session(2), grace));
+  EXPECT_EQ(late->failure().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late->failure().message(),
+              HasSubstr("quorum \"quorum step 0\" in job j1 finished without "
+                        "rank 2"));
+  EXPECT_THAT(late->failure().message(), HasSubstr("Connect again"));
+  auto again = Attach(Step(2, 1, Session(2), grace));
+  EXPECT_EQ(again->failure().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(again->failure().message(), HasSubstr("rank 2 of job j1 is absent"));
+  EXPECT_FALSE(AnyAborted());
+
+  // Step 1 is under way (rank 0 in) when rank 2 connects again: it counts
+  // as dead there, and joins at step 2, as its JobReady says.
+  auto s1r0 = Attach(Step(0, 1, Session(0), grace));
+  auto back = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(2, kWorld, Session(2, 1), back).ok());
+  ASSERT_EQ(back->ready_count(), 1);
+  EXPECT_EQ(back->events()[0].ready().quorum_steps_started(), 2u);
+  EXPECT_EQ(back->events()[0].ready().epoch(), 1u);
+  for (auto& s : sessions_) EXPECT_EQ(s->ready_count(), 1);  // not again
+  auto s1r1 = Attach(Step(1, 1, Session(1), grace));
+  ASSERT_TRUE(s1r1->finished_ok()) << s1r1->failure();
+  EXPECT_THAT(Marks(*s1r1), ElementsAre(1, 1, 0));
+
+  // Step 2: the joining rank arrives first; its arrival starts no grace,
+  // so the step waits for the others and lists it as joined.
+  auto j = Attach(Step(2, 2, Session(2, 1), grace));
+  absl::SleepFor(2 * grace);
+  EXPECT_FALSE(j->finished_ok()) << j->failure();
+  auto s2r0 = Attach(Step(0, 2, Session(0), grace));
+  auto s2r1 = Attach(Step(1, 2, Session(1), grace));
+  for (auto* call : {&j, &s2r0, &s2r1}) {
+    ASSERT_TRUE((*call)->finished_ok()) << (*call)->failure();
+    EXPECT_THAT(Marks(**call), ElementsAre(1, 1, 2));
+  }
+  // From then on it is a member like the others.
+  auto everyone = Attach(Plain(2, Session(2, 1), {0, 1, 2}, "everyone"));
+  EXPECT_TRUE(everyone->failure().ok()) << everyone->failure();
+}
+
+TEST_F(JobQuorumTest, ARankLostBeforeAnyQuorumStepEndsTheEpochAsBefore) {
+  job_.Leave(Session(1), "killed", EpochEndReason::kSessionCancelled);
+  job_.Leave(Session(2), "killed", EpochEndReason::kSessionCancelled);
+  // Not in quorum mode yet when they were lost: the epoch ended.
+  EXPECT_TRUE(AnyAborted());
+  EXPECT_FALSE(job_.InQuorumMode());
+}
+
+TEST_F(JobQuorumTest, AStepThatCannotReachMinRanksFails) {
+  StepOfAll(0);
+  auto c0 = Attach(Step(0, 1, Session(0), absl::Seconds(60)));
+  job_.Leave(Session(1), "killed", EpochEndReason::kSessionCancelled);
+  EXPECT_TRUE(c0->failure().ok());  // 0 and 2 can still make min_ranks 2
+  job_.Leave(Session(2), "killed", EpochEndReason::kSessionCancelled);
+  EXPECT_EQ(c0->failure().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(c0->failure().message(),
+              HasSubstr("the step needs 2 contributing ranks"));
+}
+
+TEST_F(JobQuorumTest, RanksThatDisagreeOnTheSettingsAreTold) {
+  auto c0 = Attach(Step(0, 0, Session(0), absl::Seconds(2)));
+  auto c1 = Attach(Step(1, 0, Session(1), absl::Seconds(3)));
+  EXPECT_EQ(c1->failure().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(c1->failure().message(),
+              HasSubstr("mismatched quorum settings: rank 0 sent min_ranks 2, "
+                        "grace 2s, rank 1 sent min_ranks 2, grace 3s"));
+  EXPECT_EQ(c0->failure().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace reducer
