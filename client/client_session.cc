@@ -374,8 +374,17 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   } else {
     header.set_name(call.name);
   }
+  if (spec.kind == CollectiveKind::kQuorumBarrier) {
+    header.set_sequence(spec.quorum_step);
+    header.set_quorum_min_ranks(spec.quorum_min_ranks);
+    header.set_quorum_grace_ms(absl::ToInt64Milliseconds(spec.quorum_grace));
+  }
   pending->attempt_ = SendAttempt(*pending);
   return pending;
+}
+
+uint64_t ClientSession::FirstQuorumStep() const {
+  return links_[0]->quorum_steps_started();
 }
 
 std::unique_ptr<CollectiveAttempt> ClientSession::SendAttempt(

@@ -56,6 +56,11 @@ struct CollectiveRequestSpec {
   // gives it (core/point_to_point_name.h), never by the group's sequence.
   int peer = -1;
   int64_t tag = 0;
+  // QuorumBarrier: its settings, and the step's number (sent as the
+  // header's sequence; the name, from CallOptions, matches it).
+  int quorum_min_ranks = 0;
+  absl::Duration quorum_grace;
+  uint64_t quorum_step = 0;
 };
 
 class ClientSession;
@@ -128,6 +133,9 @@ class ClientSession final {
                                           const CallOptions& call);
 
   const ClientOptions& options() const { return options_; }
+  // The number of this session's first quorum step: what reducerd's
+  // JobReady said for a rank admitted into a running epoch, else 0.
+  uint64_t FirstQuorumStep() const;
   // Moves tensors between GPUs and the host; lives as long as the session.
   DeviceStaging* staging() const { return device_staging_.get(); }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/client_session.h"
+#include "client/quorum_step.h"
 #include "client/staging/device_staging.h"
 #include "core/status_macros.h"
 
@@ -276,6 +277,33 @@ CollectiveRequestSpec BarrierSpec() {
   return spec;
 }
 
+// How many times a quorum step runs again when a contributor is lost
+// between its decision and its data, before the ABORTED is returned.
+constexpr int kQuorumStepAttempts = 8;
+
+absl::Status CheckQuorumCall(const QuorumOptions& options,
+                             const CallOptions& call, int world_size) {
+  if (!call.group.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AllReduceQuorum: CallOptions.group is [", absl::StrJoin(call.group, ","),
+        "]; a quorum step is over the whole job, so the group must be empty"));
+  }
+  if (options.min_ranks < 0 || options.min_ranks > world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AllReduceQuorum: QuorumOptions.min_ranks is ", options.min_ranks,
+        "; it must be between 0 (every rank) and the world size, ",
+        world_size));
+  }
+  if (options.grace < absl::ZeroDuration() ||
+      options.grace == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AllReduceQuorum: QuorumOptions.grace is ",
+                     absl::FormatDuration(options.grace),
+                     "; it must be finite and not negative"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Client::Client(std::unique_ptr<ClientSession> session)
@@ -466,6 +494,82 @@ absl::StatusOr<Tensor> Client::ReduceScatter(const TensorView& input,
 
 absl::Status Client::Barrier(const CallOptions& call) {
   return session_->Run(BarrierSpec(), call).status();
+}
+
+uint64_t Client::NextQuorumStep() {
+  absl::MutexLock lock(&quorum_mu_);
+  if (!next_quorum_step_.has_value()) {
+    next_quorum_step_ = session_->FirstQuorumStep();
+  }
+  return (*next_quorum_step_)++;
+}
+
+absl::StatusOr<QuorumResult> Client::AllReduceQuorum(
+    const TensorView& input, ReduceOp op, const QuorumOptions& options,
+    const CallOptions& call) {
+  REDUCER_RETURN_IF_ERROR(CheckQuorumCall(options, call, world_size()));
+  REDUCER_RETURN_IF_ERROR(CheckView(input, "AllReduceQuorum input"));
+  REDUCER_RETURN_IF_ERROR(
+      CheckPlacement(staging(), input, "AllReduceQuorum input"));
+  REDUCER_RETURN_IF_ERROR(CheckOpSupported(op, input.dtype()));
+  QuorumResult out;
+  out.step = NextQuorumStep();
+  const std::string base =
+      call.name.empty() ? absl::StrCat("quorum step ", out.step) : call.name;
+  CollectiveRequestSpec barrier;
+  barrier.kind = CollectiveKind::kQuorumBarrier;
+  barrier.quorum_min_ranks = options.min_ranks;
+  barrier.quorum_grace = options.grace;
+  barrier.quorum_step = out.step;
+  absl::Status aborted;
+  for (int attempt = 0; attempt < kQuorumStepAttempts; ++attempt) {
+    CallOptions step_call = call;
+    step_call.name = QuorumBarrierName(base, attempt);
+    REDUCER_ASSIGN_OR_RETURN(Tensor marks_tensor,
+                             Single(session_->Run(barrier, step_call)));
+    REDUCER_ASSIGN_OR_RETURN(
+        QuorumMarks marks,
+        ReadQuorumMarks(marks_tensor, world_size(), rank()));
+    // A joining rank counts as the identity; kAvg then sums and divides
+    // by the contributors alone.
+    const bool divide = op == ReduceOp::kAvg && !marks.joined.empty();
+    const ReduceOp data_op = divide ? ReduceOp::kSum : op;
+    std::optional<Tensor> identity;
+    if (std::binary_search(marks.joined.begin(), marks.joined.end(), rank())) {
+      REDUCER_ASSIGN_OR_RETURN(
+          identity, IdentityTensor(data_op, input.dtype(), input.shape()));
+    }
+    step_call.name = QuorumDataName(base, attempt);
+    step_call.group = marks.taking_part;
+    absl::StatusOr<Tensor> result = AllReduce(
+        identity.has_value() ? identity->view() : input, data_op, step_call);
+    if (result.status().code() == absl::StatusCode::kAborted) {
+      aborted = result.status();  // a contributor was lost: decide again
+      continue;
+    }
+    if (!result.ok()) return result.status();
+    if (divide) {
+      REDUCER_RETURN_IF_ERROR(DivideInPlace(
+          *result, static_cast<int>(marks.contributors.size())));
+    }
+    out.tensor = *std::move(result);
+    out.contributors = std::move(marks.contributors);
+    out.joined = std::move(marks.joined);
+    return out;
+  }
+  return aborted;
+}
+
+absl::StatusOr<QuorumResult> Client::AllReduceQuorumInPlace(
+    const MutableTensorView& inout, ReduceOp op, const QuorumOptions& options,
+    const CallOptions& call) {
+  REDUCER_ASSIGN_OR_RETURN(QuorumResult result,
+                           AllReduceQuorum(inout.view(), op, options, call));
+  REDUCER_RETURN_IF_ERROR(CopyInto(result.tensor, inout,
+                                   "AllReduceQuorumInPlace", staging(),
+                                   call.cuda_stream));
+  result.tensor = Tensor();
+  return result;
 }
 
 std::unique_ptr<CollectiveHandle> Client::ReduceAsync(const TensorView& input,

@@ -64,12 +64,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/client_options.h"
@@ -77,6 +79,23 @@
 #include "core/tensor.h"
 
 namespace reducer {
+
+// When a quorum step (Client::AllReduceQuorum) may end.
+struct QuorumOptions {
+  int min_ranks = 0;                        // at least this many must contribute; 0: all
+  absl::Duration grace = absl::Seconds(2);  // how long past the first arrival to wait for the rest
+};
+
+// A quorum step's outcome.
+struct QuorumResult {
+  Tensor tensor;                  // reduced over `contributors` only; kAvg divides by their count
+  std::vector<int> contributors;  // ranks whose input is in the result, ascending
+  // Ranks that connected again since the previous step and took part in
+  // this one without contributing (their input counted as the op's
+  // identity), ascending: hand them the state (see AllReduceQuorum).
+  std::vector<int> joined;
+  uint64_t step = 0;              // the job's number for this step, the same on every rank
+};
 
 class ClientSession;      // internal: channels and the job session
 class DeviceStaging;      // internal: copies between GPUs and the host
@@ -305,6 +324,42 @@ class Client {
                                               const CallOptions& = {});
   std::unique_ptr<CollectiveHandle> ReceiveAsync(int source, int tag = 0,
                                                  const CallOptions& = {});
+  // Fault-tolerant steps. A quorum step ends over the ranks that
+  // contributed within `options.grace` of the first arrival, or as soon as
+  // every rank not known dead has arrived, provided at least
+  // `options.min_ranks` did; the result names its contributors and is the
+  // same bits on each of them (reduced in rank order over the
+  // contributors, whatever the order of arrival). The first quorum step
+  // puts the job in quorum mode: from then on a lost rank (its process
+  // died, its connection dropped) does not end the job's epoch. Steps are
+  // counted by the job: every rank calls AllReduceQuorum in the same order.
+  //
+  // A rank left out of a step (dead, or later than the grace) gets
+  // FAILED_PRECONDITION on its late call, naming the step; it must
+  // destroy its Client and Connect again, which admits it into the running
+  // job at once. Its first step after that lists it in `joined` on every
+  // rank: its input counts as the op's identity and its result is the
+  // contributors'. A survivor then hands it the state, for instance with a
+  // Broadcast whose CallOptions.name derives from `step` (the plain
+  // collectives of a job in quorum mode must be named: a rank that joined
+  // again does not share the others' count of unnamed calls).
+  //
+  // CallOptions.group must be empty (a step is over the whole job);
+  // CallOptions.name, if set, names the step instead of its number (every
+  // rank must then use the same name, and a rank that joins again must
+  // know it). INVALID_ARGUMENT for a bad min_ranks or grace, before
+  // anything is sent. FAILED_PRECONDITION when too few ranks are left to
+  // reach min_ranks, naming the dead. Not yet across several shards.
+  absl::StatusOr<QuorumResult> AllReduceQuorum(const TensorView& input,
+                                               ReduceOp op,
+                                               const QuorumOptions& options,
+                                               const CallOptions& = {});
+  // In place: on success `inout` holds the result (all or nothing, as
+  // AllReduceInPlace); the returned QuorumResult's tensor is empty.
+  absl::StatusOr<QuorumResult> AllReduceQuorumInPlace(
+      const MutableTensorView& inout, ReduceOp op, const QuorumOptions& options,
+      const CallOptions& = {});
+
   // This rank and the job's world size, as given to Connect.
   int rank() const;
   int world_size() const;
@@ -317,7 +372,11 @@ class Client {
   // returns `spec`'s error.
   std::unique_ptr<CollectiveHandle> StartOrRefuse(
       absl::StatusOr<CollectiveRequestSpec> spec, const CallOptions& call);
+  // The number of this rank's next quorum step.
+  uint64_t NextQuorumStep();
   std::unique_ptr<ClientSession> session_;
+  absl::Mutex quorum_mu_;
+  std::optional<uint64_t> next_quorum_step_ ABSL_GUARDED_BY(quorum_mu_);
 };
 
 // Ignite's sync_all_reduce / torchmetrics' sync, done in one round trip.

@@ -527,10 +527,12 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::NewCollectiveLocked(
           " has left the job (its client was closed)"));
     }
     if (absent_[r]) {
-      return absl::FailedPreconditionError(absl::StrCat(
+      // ABORTED, as for a rank lost while the collective waited: a quorum
+      // step whose contributor was lost between its two phases runs again.
+      return absl::AbortedError(absl::StrCat(
           description, ": rank ", r,
-          " is absent (lost, or late for a quorum step); it takes part again "
-          "from the quorum step after it connects again"));
+          " was lost (or was late for a quorum step) and is absent; it takes "
+          "part again from the quorum step after it connects again"));
     }
   }
   PruneFinished();

@@ -13,7 +13,7 @@
 // session is lost, or whose late call a quorum step refused, becomes
 // absent instead of ending the epoch: pending quorum barriers stop waiting
 // for it, pending plain collectives that include it fail ABORTED naming it,
-// and new plain ones that include it are refused (FAILED_PRECONDITION). A
+// and new plain ones that include it are refused the same way. A
 // Join of an absent rank is admitted into the running epoch at once (its
 // JobReady carries the count of quorum steps started); the first quorum
 // barrier created after that counts it as joining (QuorumRule::Joining).

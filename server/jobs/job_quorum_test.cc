@@ -172,8 +172,8 @@ TEST_F(JobQuorumTest, ALostRankIsLeftOutAtOnceAndTheEpochGoesOn) {
   auto d0 = Attach(Plain(0, Session(0), {0, 1}, "step 0 data"));
   EXPECT_TRUE(d0->failure().ok()) << d0->failure();
   auto all = Attach(Plain(0, Session(0), {0, 1, 2}, "everyone"));
-  EXPECT_EQ(all->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(all->failure().message(), HasSubstr("rank 2 is absent"));
+  EXPECT_EQ(all->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(all->failure().message(), HasSubstr("rank 2 was lost"));
 }
 
 // A plain collective waiting for a rank when it is lost fails ABORTED

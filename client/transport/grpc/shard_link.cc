@@ -175,6 +175,11 @@ absl::Status ShardLink::SessionStatus() {
   return absl::OkStatus();
 }
 
+uint64_t ShardLink::quorum_steps_started() {
+  absl::MutexLock lock(&mu_);
+  return quorum_steps_started_;
+}
+
 uint64_t ShardLink::epoch() {
   absl::MutexLock lock(&mu_);
   return epoch_;
@@ -284,6 +289,7 @@ void ShardLink::OnRead(grpc::ByteBuffer* message) {
   if (join_event_.has_ready()) {
     ready_ = true;
     epoch_ = join_event_.ready().epoch();
+    quorum_steps_started_ = join_event_.ready().quorum_steps_started();
     const uint64_t chunk = join_event_.ready().chunk_bytes();
     chunk_bytes_.store(chunk > 0 ? chunk : kDefaultChunkBytes,
                        std::memory_order_relaxed);

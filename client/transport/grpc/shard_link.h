@@ -87,6 +87,9 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   absl::Status SessionStatus();
   // ShardEndpoint: the epoch JobReady gave.
   uint64_t epoch() override;
+  // The count of quorum steps started that JobReady gave (nonzero for a
+  // rank admitted into a running epoch).
+  uint64_t quorum_steps_started();
 
   // Ends the session on purpose, best effort within a second: the shard
   // sees this rank depart (Leave), then the Join stream is cancelled. Once.
@@ -152,6 +155,7 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   v1::JoinEvent join_event_ ABSL_GUARDED_BY(mu_);  // the last one read
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t quorum_steps_started_ ABSL_GUARDED_BY(mu_) = 0;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;  // the Join stream ended
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);  // JobAborted received
