@@ -734,6 +734,7 @@ void Collective::DecideQuorumLocked() {
     left_out.push_back(group_[i]);
   }
   if (!left_out.empty()) {
+    env_.metrics->QuorumRanksLeftOut(static_cast<int>(left_out.size()));
     std::vector<int> contributors;
     for (int i : decision.contributors) contributors.push_back(group_[i]);
     env_.log->Log({LogSeverity::kWarning, "quorum_left_out",

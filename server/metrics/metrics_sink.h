@@ -73,6 +73,10 @@ class MetricsSink {
   // A job's running epoch ended.
   virtual void EpochAborted(EpochEndReason /*reason*/) {}
 
+  // A quorum step ended without `ranks` of its group (dead or late); the
+  // log names them (event quorum_left_out).
+  virtual void QuorumRanksLeftOut(int /*ranks*/) {}
+
   // A Join or a collective was refused with `code` before it took part.
   virtual void RequestRefused(absl::StatusCode /*code*/,
                               RefusedLimit /*limit*/) {}

@@ -69,6 +69,12 @@ PrometheusMetrics::PrometheusMetrics(absl::string_view version)
                           .Help("Job epochs aborted because a rank's session "
                                 "was lost, by how it ended")
                           .Register(*registry_)),
+      quorum_left_out_(prometheus::BuildCounter()
+                           .Name("reducer_quorum_ranks_left_out_total")
+                           .Help("Ranks that a quorum step ended without "
+                                 "(dead or later than its grace)")
+                           .Register(*registry_)
+                           .Add({})),
       refused_(prometheus::BuildCounter()
                    .Name("reducer_requests_refused_total")
                    .Help("Joins and collective calls refused before taking "
@@ -169,6 +175,10 @@ void PrometheusMetrics::EpochAborted(EpochEndReason reason) {
   epochs_aborted_
       .Add({{"reason", std::string(EpochEndReasonLabel(reason))}})
       .Increment();
+}
+
+void PrometheusMetrics::QuorumRanksLeftOut(int ranks) {
+  quorum_left_out_.Increment(ranks);
 }
 
 void PrometheusMetrics::RequestRefused(absl::StatusCode code,

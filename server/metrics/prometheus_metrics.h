@@ -13,6 +13,7 @@
 //   reducer_payload_sent_bytes_total{kind}           counter
 //   reducer_collective_stalls_total{kind}            counter
 //   reducer_epochs_aborted_total{reason}             counter
+//   reducer_quorum_ranks_left_out_total              counter
 //   reducer_requests_refused_total{code,limit}       counter
 //   reducer_jobs, reducer_ranks_connected, reducer_collectives_pending,
 //   reducer_collectives_stalled, reducer_memory_budget_reserved_bytes,
@@ -74,6 +75,7 @@ class PrometheusMetrics final : public MetricsSink {
                        uint64_t bytes_in, uint64_t bytes_out) override;
   void CollectiveStalled(CollectiveKind kind) override;
   void EpochAborted(EpochEndReason reason) override;
+  void QuorumRanksLeftOut(int ranks) override;
   void RequestRefused(absl::StatusCode code, RefusedLimit limit) override;
 
  private:
@@ -101,6 +103,7 @@ class PrometheusMetrics final : public MetricsSink {
   const std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& collectives_;
   prometheus::Family<prometheus::Counter>& epochs_aborted_;
+  prometheus::Counter& quorum_left_out_;
   prometheus::Family<prometheus::Counter>& refused_;
   std::array<PerKind, kKinds> per_kind_;
   Gauges gauges_;

@@ -48,6 +48,8 @@ TEST(PrometheusMetricsTest, CountsStallsAbortsAndRefusals) {
   metrics.CollectiveStalled(CollectiveKind::kBroadcast);
   metrics.EpochAborted(EpochEndReason::kSessionCancelled);
   metrics.EpochAborted(EpochEndReason::kSessionCancelled);
+  metrics.QuorumRanksLeftOut(2);
+  metrics.QuorumRanksLeftOut(1);
   metrics.RequestRefused(absl::StatusCode::kResourceExhausted,
                          RefusedLimit::kMaxJobs);
   metrics.RequestRefused(absl::StatusCode::kFailedPrecondition,
@@ -56,6 +58,7 @@ TEST(PrometheusMetricsTest, CountsStallsAbortsAndRefusals) {
   EXPECT_THAT(text, HasSubstr("reducer_collective_stalls_total{kind=\"broadcast\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("reducer_epochs_aborted_total{reason=\"session_cancelled\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("reducer_epochs_aborted_total{reason=\"session_ended\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("reducer_quorum_ranks_left_out_total 3\n"));
   EXPECT_THAT(text, HasSubstr("reducer_requests_refused_total{code=\"ResourceExhausted\",limit=\"max_jobs\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("reducer_requests_refused_total{code=\"FailedPrecondition\",limit=\"none\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("reducer_requests_refused_total{code=\"ResourceExhausted\",limit=\"memory_budget_bytes\"} 0\n"));
