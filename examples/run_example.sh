@@ -12,7 +12,7 @@
 set -uo pipefail
 
 usage() {
-  echo "usage: $0 <metric_sync_worker|allreduce_worker> <num_ranks> [worker flags...]" >&2
+  echo "usage: $0 <metric_sync_worker|allreduce_worker|quorum_worker> <num_ranks> [worker flags...]" >&2
   exit 2
 }
 

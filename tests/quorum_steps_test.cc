@@ -1,5 +1,5 @@
 // Quorum steps with real processes: a W = 4 training loop
-// (tests/quorum_worker) where rank 3 is SIGKILLed, or SIGSTOPped and let go
+// (examples/quorum_worker) where rank 3 is SIGKILLed, or SIGSTOPped and let go
 // again, before a step. The survivors' step ends over [0, 1, 2] without
 // waiting for the collective's timeout, the later steps go on without
 // anyone restarting, rank 3 connects again into the running job, takes the
@@ -122,13 +122,14 @@ class QuorumStepsTest : public ::testing::TestWithParam<const char*> {
   std::unique_ptr<ChildProcess> StartRank(int rank, const std::string& name,
                                           std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {
-        RunfilePath("tests/quorum_worker").value(),
+        RunfilePath("examples/quorum_worker").value(),
         "--target=" + server_->address(),
         "--job=quorum-" + std::string(GetParam()),
         absl::StrCat("--rank=", rank),
         absl::StrCat("--world_size=", kWorld),
         absl::StrCat("--steps=", kSteps),
         absl::StrCat("--params=", kParams),
+        "--min_ranks=3",
         absl::StrCat("--grace_ms=", absl::ToInt64Milliseconds(kGrace))};
     argv.insert(argv.end(), extra.begin(), extra.end());
     absl::StatusOr<std::unique_ptr<ChildProcess>> child =

@@ -671,8 +671,19 @@ void Collective::StartQuorum(const QuorumSettings& settings,
     ranks_[index].joining = true;
     quorum_->Joining(index);
   }
+  // Absent from the start: left out already, and not named again in the
+  // log (the job named them when they were lost).
   for (int rank : absent) {
-    if (const int index = IndexOf(rank); index >= 0) quorum_->Died(index);
+    const int index = IndexOf(rank);
+    if (index < 0) continue;
+    quorum_->Died(index);
+    RankState& m = ranks_[index];
+    if (m.left_out) continue;
+    if (!m.attached) ++attached_;
+    m.attached = true;
+    m.left_out = true;
+    m.finished = true;
+    ++finished_;
   }
 }
 
@@ -722,7 +733,7 @@ void Collective::DecideQuorumLocked() {
   for (int i : decision.joined) takes_part[i] = true;
   std::vector<int> left_out;
   for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (takes_part[i]) continue;
+    if (takes_part[i] || ranks_[i].left_out) continue;
     RankState& m = ranks_[i];
     // A rank lost after it attached has no call left to answer.
     if (!m.attached) ++attached_;

@@ -1,5 +1,17 @@
-// quorum_worker: one rank of a training loop made of quorum steps
-// (Client::AllReduceQuorum), for tests/quorum_steps_test.
+// quorum_worker: one rank of a training loop that survives a lost rank.
+// Every step is a quorum step (Client::AllReduceQuorum): it ends over the
+// ranks that arrived in time, so the others go on when one dies or stalls,
+// and the lost rank, started again (or connecting again after it was left
+// out), joins a later step and takes the parameters from a survivor by
+// Broadcast. Try it: start 4 ranks, kill one, start it again.
+//
+//   bazel-bin/server/reducerd &
+//   REDUCER_JOB=demo examples/run_example.sh quorum_worker 4 --step_ms=500 &
+//   pkill -9 -f 'quorum_worker.*--rank=3'     # the others go on
+//   bazel-bin/examples/quorum_worker --job=demo --rank=3 --world_size=4 \
+//       --step_ms=500                         # joins a later step
+//
+// tests/quorum_steps_test drives it with real kills and stops.
 //
 // The model is --params float64 values, p[i] = i / 2 at the start. Step s
 // sums, over its contributors r, the gradient g_r(s)[i] = (r + 1) * (s + 1)
@@ -30,6 +42,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -38,17 +51,21 @@
 #include "absl/time/time.h"
 #include "client/reducer_client.h"
 #include "core/tensor.h"
-#include "tests/worker_flags.h"
 
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "reducerd address");
+ABSL_FLAG(std::string, job, "quorum-example", "job name, same on every rank");
+ABSL_FLAG(int, rank, 0, "this process's rank");
+ABSL_FLAG(int, world_size, 1, "number of ranks");
+ABSL_FLAG(int, timeout_s, 60, "ClientOptions::timeout, in seconds");
 ABSL_FLAG(int, steps, 40, "Quorum steps in the whole run.");
 ABSL_FLAG(int, params, 64, "float64 parameters of the model.");
-ABSL_FLAG(int, min_ranks, 3, "QuorumOptions::min_ranks.");
+ABSL_FLAG(int, min_ranks, 1, "QuorumOptions::min_ranks.");
 ABSL_FLAG(int, grace_ms, 2000, "QuorumOptions::grace.");
 ABSL_FLAG(int, step_ms, 50, "How long each step's computation sleeps.");
 ABSL_FLAG(int, pause_at, -1, "Before this step, print PAUSE and sleep.");
 ABSL_FLAG(int, pause_ms, 1000, "How long the pause sleeps.");
 
-namespace reducer::testing {
+namespace reducer {
 namespace {
 
 void Say(const std::string& line) {
@@ -70,7 +87,12 @@ Tensor Gradient(int rank, int step, int n) {
 }
 
 int Run() {
-  const ClientOptions options = WorkerClientOptions();
+  ClientOptions options;
+  options.target = absl::GetFlag(FLAGS_target);
+  options.job = absl::GetFlag(FLAGS_job);
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.world_size = absl::GetFlag(FLAGS_world_size);
+  options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   const int n = absl::GetFlag(FLAGS_params);
   QuorumOptions quorum;
   quorum.min_ranks = absl::GetFlag(FLAGS_min_ranks);
@@ -139,9 +161,9 @@ int Run() {
 }
 
 }  // namespace
-}  // namespace reducer::testing
+}  // namespace reducer
 
 int main(int argc, char** argv) {
-  reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/60);
-  return reducer::testing::Run();
+  absl::ParseCommandLine(argc, argv);
+  return reducer::Run();
 }
