@@ -560,6 +560,22 @@ absl::StatusOr<QuorumResult> Client::AllReduceQuorum(
   return aborted;
 }
 
+absl::Status Client::Done(const CallOptions& call) {
+  if (!call.group.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Done: CallOptions.group is [", absl::StrJoin(call.group, ","),
+        "]; Done is over the whole job, so the group must be empty"));
+  }
+  CallOptions done_call = call;
+  if (done_call.name.empty()) {
+    absl::MutexLock lock(&quorum_mu_);
+    done_call.name = absl::StrCat("done #", done_calls_++);
+  }
+  CollectiveRequestSpec spec;
+  spec.kind = CollectiveKind::kDone;
+  return session_->Run(spec, done_call).status();
+}
+
 absl::StatusOr<QuorumResult> Client::AllReduceQuorumInPlace(
     const MutableTensorView& inout, ReduceOp op, const QuorumOptions& options,
     const CallOptions& call) {

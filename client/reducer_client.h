@@ -360,6 +360,21 @@ class Client {
       const MutableTensorView& inout, ReduceOp op, const QuorumOptions& options,
       const CallOptions& = {});
 
+  // Uneven inputs (Horovod's join, torch's Join): this rank has no more
+  // data. From now on the job's collectives that include it go on without
+  // it, so its peers never wait for it: an all-reduce reduces the others'
+  // inputs (kAvg divides by their count), an all-gather gives it an empty
+  // part, a barrier counts it as arrived, and a broadcast, reduce or
+  // gather to another root goes on without it; a collective that cannot
+  // (a reduce-scatter, scatter or all-to-all, a root that is done) fails
+  // with FAILED_PRECONDITION saying so. Returns OK once every rank of the
+  // job has called Done(); from then on every rank takes part again, and
+  // unnamed collectives match as before (the ones a rank was left out of
+  // count in its call order). Every rank calls it the same number of
+  // times. CallOptions.group must be empty; CallOptions.timeout bounds the
+  // wait for the others (DEADLINE_EXCEEDED naming the ranks not done).
+  absl::Status Done(const CallOptions& = {});
+
   // This rank and the job's world size, as given to Connect.
   int rank() const;
   int world_size() const;
@@ -377,6 +392,7 @@ class Client {
   std::unique_ptr<ClientSession> session_;
   absl::Mutex quorum_mu_;
   std::optional<uint64_t> next_quorum_step_ ABSL_GUARDED_BY(quorum_mu_);
+  uint64_t done_calls_ ABSL_GUARDED_BY(quorum_mu_) = 0;
 };
 
 // Ignite's sync_all_reduce / torchmetrics' sync, done in one round trip.

@@ -90,6 +90,8 @@ absl::string_view CollectiveKindName(CollectiveKind kind) {
       return "sendreceive";
     case CollectiveKind::kQuorumBarrier:
       return "quorum";
+    case CollectiveKind::kDone:
+      return "done";
   }
   return "unknown_collective";
 }

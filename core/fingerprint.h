@@ -37,11 +37,12 @@ enum class CollectiveKind {
   kAllToAll,       // part j of rank i goes to rank j
   kSendReceive,    // point to point: group {source, destination}, root = source
   kQuorumBarrier,  // a quorum step's decision: which ranks contribute
+  kDone,           // a rank is out of data (Client::Done)
 };
-inline constexpr int kNumCollectiveKinds = 11;
+inline constexpr int kNumCollectiveKinds = 12;
 
 // "allreduce", "allgather", "broadcast", "reducescatter", "barrier",
-// "reduce", "gather", "scatter", "alltoall", "sendreceive", "quorum".
+// "reduce", "gather", "scatter", "alltoall", "sendreceive", "quorum", "done".
 absl::string_view CollectiveKindName(CollectiveKind kind);
 absl::StatusOr<CollectiveKind> CollectiveKindFromWire(int value);
 int CollectiveKindToWire(CollectiveKind kind);

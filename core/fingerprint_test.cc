@@ -49,7 +49,7 @@ void ExpectMismatch(const absl::Status& s, const std::string& message) {
 TEST(CollectiveKindTest, NamesAndWireValues) {
   const char* names[] = {"allreduce", "allgather", "broadcast", "reducescatter",
                          "barrier",   "reduce",    "gather",    "scatter",
-                         "alltoall",  "sendreceive", "quorum"};
+                         "alltoall",  "sendreceive", "quorum", "done"};
   ASSERT_EQ(std::size(names), static_cast<size_t>(kNumCollectiveKinds));
   for (int i = 0; i < kNumCollectiveKinds; ++i) {
     const CollectiveKind kind = static_cast<CollectiveKind>(i);
@@ -65,7 +65,7 @@ TEST(CollectiveKindTest, UnspecifiedAndUnknownWireValuesAreInvalid) {
   absl::StatusOr<CollectiveKind> k = CollectiveKindFromWire(0);
   EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(k.status().message()), HasSubstr("unspecified"));
-  for (int v : {12, -1, 99}) {
+  for (int v : {13, -1, 99}) {
     k = CollectiveKindFromWire(v);
     EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument) << v;
     EXPECT_THAT(

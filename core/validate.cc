@@ -112,6 +112,7 @@ absl::Status CheckTensorCount(const Fingerprint& fp, int rank) {
       return absl::OkStatus();
     case CollectiveKind::kBarrier:
     case CollectiveKind::kQuorumBarrier:
+    case CollectiveKind::kDone:
       if (n == 0) return absl::OkStatus();
       return absl::InvalidArgumentError(
           absl::StrCat(kind, " takes no tensors, got ", n));

@@ -96,9 +96,9 @@ TEST(ValidateContributionTest, RankOutsideWorldIsInvalid) {
 }
 
 TEST(ValidateContributionTest, UnknownCollectiveKindIsInvalid) {
-  ExpectInvalid(ValidateContribution(Make(static_cast<CollectiveKind>(11), {}),
+  ExpectInvalid(ValidateContribution(Make(static_cast<CollectiveKind>(12), {}),
                                      0, 4, kNoLimit),
-                "unknown collective kind 11");
+                "unknown collective kind 12");
 }
 
 TEST(ValidateContributionTest, EmptyGroupIsInvalid) {

@@ -92,10 +92,7 @@ bool Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
   }
   RankState& m = ranks_[index];
   if (m.left_out) {
-    channel->Fail(absl::FailedPreconditionError(absl::StrCat(
-        description_, " finished without rank ", rank,
-        ": it arrived after the step ended over the ranks in time; Connect "
-        "again to rejoin at the next step")));
+    channel->Fail(LeftOutError(rank));
     return false;
   }
   if (m.attached) {
@@ -199,6 +196,20 @@ bool Collective::Agree(int rank, const Fingerprint& fp) {
     strategy_ = MakeKindStrategy(fp.kind, static_cast<int>(group_.size()),
                                  IndexOf(fp.root), env_.options->chunk_bytes,
                                  env_.options->window, env_.chunks);
+    // Ranks left out before the kind's strategy existed (nothing is
+    // staged yet, so no chunk becomes whole).
+    std::vector<StagedChunk> none;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].done && !strategy_->Exclude(static_cast<int>(i), &none)) {
+        FailLocked(absl::FailedPreconditionError(absl::StrCat(
+            description_, ": rank ", group_[i], " called Done(), and a ",
+            CollectiveKindName(fp.kind),
+            " cannot go on without its part (done ranks are left out of "
+            "all-reduce, all-gather, barrier, and of broadcast, reduce and "
+            "gather to another root)")));
+        return false;
+      }
+    }
     return true;
   }
   absl::Status agree = CheckAgreement(reference_rank_, reference_, rank, fp);
@@ -701,6 +712,12 @@ bool Collective::LeftOut(int rank) const {
   return index >= 0 && ranks_[index].left_out;
 }
 
+bool Collective::HasAttached(int rank) const {
+  absl::MutexLock lock(&mu_);
+  const int index = IndexOf(rank);
+  return index >= 0 && ranks_[index].attached;
+}
+
 bool Collective::LeftAnyOut() const {
   absl::MutexLock lock(&mu_);
   return std::any_of(ranks_.begin(), ranks_.end(),
@@ -761,6 +778,57 @@ void Collective::DecideQuorumLocked() {
 void Collective::OnQuorumTimer() {
   absl::MutexLock lock(&mu_);
   if (quorum_.has_value()) DecideQuorumLocked();
+}
+
+void Collective::ExcludeDone(int rank) {
+  std::vector<StagedChunk> ready;
+  std::shared_ptr<KindStrategy> strategy;
+  {
+    absl::MutexLock lock(&mu_);
+    const int index = IndexOf(rank);
+    if (done_ || index < 0 || ranks_[index].attached) return;
+    ranks_[index].done = true;
+    if (!LeaveOutLocked(index, &ready)) return;
+    if (attached_ == static_cast<int>(group_.size()) && strategy_ != nullptr) {
+      OnAllAttached();
+    }
+    strategy = strategy_;
+  }
+  for (StagedChunk& chunk : ready) ScheduleReduction(strategy, std::move(chunk));
+}
+
+bool Collective::LeaveOutLocked(int index, std::vector<StagedChunk>* ready) {
+  RankState& m = ranks_[index];
+  if (strategy_ != nullptr && !strategy_->Exclude(index, ready)) {
+    FailLocked(absl::FailedPreconditionError(absl::StrCat(
+        description_, ": rank ", group_[index], " called Done(), and a ",
+        label_.kind.has_value() ? CollectiveKindName(*label_.kind)
+                                : "collective",
+        " cannot go on without its part (done ranks are left out of "
+        "all-reduce, all-gather, barrier, and of broadcast, reduce and "
+        "gather to another root)")));
+    return false;
+  }
+  if (!m.attached) ++attached_;
+  m.attached = true;
+  m.left_out = true;
+  m.finished = true;
+  ++finished_;
+  return true;
+}
+
+absl::Status Collective::LeftOutError(int rank) const {
+  const RankState& m = ranks_[IndexOf(rank)];
+  if (m.done) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        description_, ": rank ", rank,
+        " called Done(); it takes part in no collective of the job until "
+        "every rank has called Done()"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      description_, " finished without rank ", rank,
+      ": it arrived after the step ended over the ranks in time; Connect "
+      "again to rejoin at the next step"));
 }
 
 }  // namespace reducer

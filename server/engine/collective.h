@@ -203,6 +203,17 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   bool IsQuorumBarrier() const {
     return label_.kind == CollectiveKind::kQuorumBarrier;
   }
+  // A DONE collective (Client::Done).
+  bool IsDone() const { return label_.kind == CollectiveKind::kDone; }
+  // True once `rank` attached (or was left out).
+  bool HasAttached(int rank) const;
+
+  // `rank` called Done(): the collective goes on without it, as the kind's
+  // strategy allows (KindStrategy::Exclude); if the kind cannot, it fails
+  // for everyone with FAILED_PRECONDITION saying so. No-op once the rank
+  // attached or the collective is done. A later attach of the rank is
+  // refused with FAILED_PRECONDITION.
+  void ExcludeDone(int rank);
 
   // True once `rank` received its whole result (it may start another
   // collective of the same name).
@@ -279,6 +290,13 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // collective when the step cannot end, or ends it over the contributors.
   void DecideQuorumLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnQuorumTimer();
+  // Marks ranks_[index] as taking no part: attached, finished, sent
+  // nothing. Returns false (after failing the collective) when the kind
+  // cannot do without it; `ready` gets the chunks it made whole.
+  bool LeaveOutLocked(int index, std::vector<StagedChunk>* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The refusal of a late call from a rank left out (`index`).
+  absl::Status LeftOutError(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const CollectiveEnv env_;

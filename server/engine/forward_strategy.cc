@@ -15,10 +15,16 @@ bool ForwardStrategy::GetsResult(int index) const {
   return mode_ != Mode::kGather || index == root_index_;
 }
 
+bool ForwardStrategy::Exclude(int index, std::vector<StagedChunk>* /*ready*/) {
+  return mode_ == Mode::kAllGather || index != root_index_;
+}
+
 std::vector<TensorSpec> ForwardStrategy::PlanResult(
     const Fingerprint& reference, std::vector<RankState>& ranks) {
   if (mode_ == Mode::kBroadcast) {
-    for (RankState& r : ranks) r.output_bytes = ranks[root_index_].input_bytes;
+    for (RankState& r : ranks) {
+      r.output_bytes = r.left_out ? 0 : ranks[root_index_].input_bytes;
+    }
     return {ranks[root_index_].fp.tensors[0]};
   }
   // No overflow: each rank's payload is within --max_tensor_bytes and the
@@ -27,12 +33,14 @@ std::vector<TensorSpec> ForwardStrategy::PlanResult(
   gathered.shape[0] = 0;
   size_t offset = 0;
   for (size_t i = 0; i < ranks.size(); ++i) {
-    gathered.shape[0] += ranks[i].fp.tensors[0].shape[0];
     base_offset_[i] = offset;
+    if (ranks[i].left_out) continue;  // an empty part
+    gathered.shape[0] += ranks[i].fp.tensors[0].shape[0];
     offset += ranks[i].input_bytes;
   }
   for (size_t i = 0; i < ranks.size(); ++i) {
-    ranks[i].output_bytes = GetsResult(static_cast<int>(i)) ? offset : 0;
+    ranks[i].output_bytes =
+        GetsResult(static_cast<int>(i)) && !ranks[i].left_out ? offset : 0;
   }
   return {gathered};
 }

@@ -30,6 +30,9 @@ class ForwardStrategy final : public HeldBackForwarding {
   std::vector<TensorSpec> PlanResult(const Fingerprint& reference,
                                      std::vector<RankState>& ranks) override;
   bool GetsResult(int index) const override;
+  // AllGather (an empty part), and Broadcast and Gather when it is not the
+  // root.
+  bool Exclude(int index, std::vector<StagedChunk>* ready) override;
 
  private:
   void Forward(int index, uint64_t offset, const Payload& data,

@@ -26,6 +26,8 @@ class BarrierStrategy final : public KindStrategy {
   bool MayRead(int, const std::vector<RankState>&, bool) const override {
     return true;
   }
+  // A rank taking no part counts as arrived.
+  bool Exclude(int, std::vector<StagedChunk>*) override { return true; }
 };
 
 }  // namespace
@@ -72,6 +74,7 @@ std::unique_ptr<KindStrategy> MakeKindStrategy(CollectiveKind kind,
     case CollectiveKind::kQuorumBarrier:
       return std::make_unique<QuorumBarrierStrategy>();
     case CollectiveKind::kBarrier:
+    case CollectiveKind::kDone:
       break;
   }
   return std::make_unique<BarrierStrategy>();

@@ -16,7 +16,7 @@
 //                                                held (a buffered send) until
 //                                                the destination attached,
 //                                                forwarded to it only
-//   Barrier                    BarrierStrategy   none
+//   Barrier, Done              BarrierStrategy   none
 //   QuorumBarrier              QuorumBarrierStrategy
 //                                                none; each rank that takes
 //                                                part gets the step's marks
@@ -78,6 +78,7 @@ struct RankState {
   // refused).
   bool joining = false;
   bool left_out = false;
+  bool done = false;  // left out because its rank called Done()
   size_t reserved = 0;      // bytes it holds in the memory budget
   // Its result is being collected for KeptResults (its room reserved
   // there): every message sent to it, until MarkFinished hands them over.
@@ -153,6 +154,19 @@ class KindStrategy {
   // Whether ranks[index] gets a result (the specs PlanResult returned);
   // false: an empty spec list and no result bytes (its output_bytes is 0).
   virtual bool GetsResult(int index) const { return true; }
+
+  // ranks[index] takes no part (its rank called Done(), or a quorum step
+  // ended without it): it sends nothing and gets nothing, and the result
+  // is made over the others (an all-reduce reduces the others' parts, an
+  // all-gather gives it an empty part, a barrier counts it as arrived).
+  // Called before it attached, before or after PlanResult; appends the
+  // chunks that are now whole to `ready`. False when this kind cannot do
+  // without that rank's part (the root of a rooted kind, a
+  // reduce-scatter's, scatter's or all-to-all's slices, a message's end):
+  // the collective then fails.
+  virtual bool Exclude(int /*index*/, std::vector<StagedChunk>* /*ready*/) {
+    return false;
+  }
 
   // Whether ranks[index] needs no other rank to finish: it gets no result
   // (GetsResult is false) and its call ends OK as soon as its whole payload

@@ -36,6 +36,8 @@ class QuorumBarrierStrategy final : public KindStrategy {
   bool MayRead(int, const std::vector<RankState>&, bool) const override {
     return true;
   }
+  // Marked left out by PlanResult.
+  bool Exclude(int, std::vector<StagedChunk>*) override { return true; }
 
  private:
   std::vector<int32_t> marks_;  // set by PlanResult

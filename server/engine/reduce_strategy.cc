@@ -26,7 +26,31 @@ ReduceStrategy::ReduceStrategy(Mode mode, int root_index, int group_size,
       chunk_bytes_(chunk_bytes),
       window_(window),
       chunks_(chunks),
-      staged_parts_(group_size, 0) {}
+      staged_parts_(group_size, 0),
+      excluded_(group_size, false),
+      taking_part_(group_size) {}
+
+bool ReduceStrategy::Exclude(int index, std::vector<StagedChunk>* ready) {
+  if (mode_ == Mode::kReduceScatter ||
+      (mode_ == Mode::kReduce && index == root_index_)) {
+    return false;
+  }
+  if (excluded_[index]) return true;
+  excluded_[index] = true;
+  --taking_part_;
+  for (auto it = staging_.begin(); it != staging_.end();) {
+    auto current = it++;
+    Staging& staging = current->second;
+    if (staging.complete == taking_part_) {
+      const size_t k = current->first;
+      const size_t len =
+          std::min(chunk_bytes_, plan_input_bytes_ - k * chunk_bytes_);
+      ready->push_back(StagedChunk{k, len, std::move(staging.parts)});
+      staging_.erase(current);
+    }
+  }
+  return true;
+}
 
 size_t ReduceStrategy::Reservation(int index, size_t input_bytes) const {
   const size_t window_bytes = static_cast<size_t>(window_) * chunk_bytes_;
@@ -59,7 +83,8 @@ std::vector<TensorSpec> ReduceStrategy::PlanResult(
   plan_ = std::move(plan);
   const size_t n = ranks.size();
   for (size_t i = 0; i < n; ++i) {
-    ranks[i].output_bytes = mode_ == Mode::kReduceScatter ? total / n
+    ranks[i].output_bytes = ranks[i].left_out ? 0
+                            : mode_ == Mode::kReduceScatter ? total / n
                             : GetsResult(static_cast<int>(i)) ? total
                                                               : 0;
   }
@@ -99,7 +124,9 @@ void ReduceStrategy::Accept(int index, const RankState& rank, uint64_t offset,
     }
     if (!part.held()) data.CopyTo(consumed, n, part.buffer() + in_chunk);
     staging.filled[index] += n;
-    if (staging.filled[index] == chunk_len && ++staging.complete == group_size_) {
+    plan_input_bytes_ = rank.input_bytes;
+    if (staging.filled[index] == chunk_len &&
+        ++staging.complete == taking_part_) {
       ready->push_back(StagedChunk{k, chunk_len, std::move(staging.parts)});
       staging_.erase(k);
     }
@@ -114,7 +141,9 @@ absl::StatusOr<SharedBytes> ReduceStrategy::Reduce(StagedChunk chunk) const {
   const size_t end = std::min(begin + chunk_bytes_, plan.layout.total_bytes);
   std::vector<const void*> inputs;
   inputs.reserve(chunk.parts.size());
-  for (const StagedPart& p : chunk.parts) inputs.push_back(p.data());
+  for (const StagedPart& p : chunk.parts) {
+    if (p) inputs.push_back(p.data());  // none from a rank taking no part
+  }
   ChunkPool::Buffer out = chunks_->Get();
   absl::Status status = ReducePackedRange(plan.layout, plan.tensors, inputs,
                                           begin, end, out.get());

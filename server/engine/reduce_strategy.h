@@ -11,6 +11,10 @@
 // need), is held in that piece's storage rather than copied; any other part
 // is copied into a pooled chunk. Either way it counts as one staged part.
 //
+// Ranks taking no part (Exclude: they called Done()) are left out of every
+// chunk: the reduction runs over the others' parts in group order, so that
+// kAvg divides by the ranks with values.
+//
 // Back-pressure: a rank may read while it has fewer than `window` chunks
 // staged and fewer than `window` messages queued for it. Reduce's non-roots
 // reserve only their staged window (nothing is queued for them).
@@ -49,6 +53,8 @@ class ReduceStrategy final : public KindStrategy {
                bool all_attached) const override;
   bool HoldsBytesOf(int index) const override;
   void Clear() override;
+  // AllReduce, and Reduce when it is not the root.
+  bool Exclude(int index, std::vector<StagedChunk>* ready) override;
 
  private:
   // What reducing a chunk needs; fixed by PlanResult, read without the lock.
@@ -75,6 +81,13 @@ class ReduceStrategy final : public KindStrategy {
   absl::flat_hash_map<size_t, Staging> staging_;
   // Per rank: its parts staged or being reduced.
   std::vector<int> staged_parts_;
+  // Ranks taking no part (Exclude); a chunk is whole once every other
+  // rank's part is in, and is reduced over those parts only.
+  std::vector<bool> excluded_;
+  int taking_part_;
+  // Every rank's payload size (they agree), once one rank sent bytes: the
+  // last chunk's length for chunks made whole by Exclude.
+  size_t plan_input_bytes_ = 0;
 };
 
 }  // namespace reducer

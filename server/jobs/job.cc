@@ -63,6 +63,8 @@ Job::Job(std::string name, int world_size, CollectiveEnv env,
       epoch_id_(NextEpochId()),
       members_(world_size),
       departed_(world_size, false),
+      done_(world_size, false),
+      skipped_(world_size),
       absent_(world_size, false),
       rejoined_(world_size, false) {}
 
@@ -72,9 +74,11 @@ void Job::ReleaseRankState() {
 }
 
 size_t Job::RankStateBytes(int world_size) {
-  // members_, and departed_, absent_ and rejoined_ (a bit each, counted
-  // as a byte).
-  return static_cast<size_t>(world_size) * (sizeof(std::optional<Member>) + 3);
+  // members_, skipped_ (its empty maps), and departed_, done_, absent_ and
+  // rejoined_ (a bit each, counted as a byte).
+  return static_cast<size_t>(world_size) *
+         (sizeof(std::optional<Member>) +
+          sizeof(absl::flat_hash_map<std::string, uint64_t>) + 4);
 }
 
 absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
@@ -121,6 +125,9 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     matching_.clear();
     attempts_.Clear();
     active_.clear();
+    done_.assign(world_size_, false);
+    done_count_ = 0;
+    skipped_.assign(world_size_, {});
     quorum_mode_ = false;
     absent_.assign(world_size_, false);
     rejoined_.assign(world_size_, false);
@@ -298,9 +305,16 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
   absl::MutexLock lock(&mu_);
   absl::Status holds = CheckSessionLocked(header, description);
   if (!holds.ok()) return holds;
+  if (done_[header.rank()] && fp->kind != CollectiveKind::kDone) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        description, ": rank ", header.rank(),
+        " called Done(); it takes part in no collective of the job until "
+        "every rank has called Done()"));
+  }
   absl::StatusOr<std::shared_ptr<Collective>> collective =
       CollectiveForLocked(header, *fp, description);
   if (!collective.ok()) return collective.status();
+  const CollectiveKind kind = fp->kind;
   if (!(*collective)->Attach(std::move(stream), header.rank(), *std::move(fp),
                              header.attempt_id())) {
     if ((*collective)->LeftOut(header.rank())) {
@@ -309,6 +323,7 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
     }
     return RefusedByCollectiveError();
   }
+  if (kind == CollectiveKind::kDone) MarkDoneLocked(header.rank());
   return collective;
 }
 
@@ -494,7 +509,7 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
       return first;
     }
   }
-  const std::string key = MatchingKey(header, fp);
+  const std::string key = MatchingKeyLocked(header, fp);
   if (std::shared_ptr<Collective> step = LeftOutStepLocked(key, rank)) {
     return step;  // its Attach refuses the late call
   }
@@ -510,6 +525,7 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
     if (!created.ok()) return created.status();
     collective = *std::move(created);
     matching_[key] = collective;
+    LeaveOutDoneLocked(collective, key, fp, rank);
   }
   if (!attempt.empty()) attempts_.Remember(attempt, collective);
   return collective;
@@ -695,6 +711,57 @@ std::shared_ptr<Collective> Job::LeftOutStepLocked(const std::string& key,
     if (remembered == key && collective->LeftOut(rank)) return collective;
   }
   return nullptr;
+}
+
+std::string Job::MatchingKeyLocked(const v1::CollectiveHeader& header,
+                                   const Fingerprint& fp) {
+  if (!header.name().empty()) return MatchingKey(header, fp);
+  const std::string group = absl::StrJoin(fp.group, ",");
+  auto it = skipped_[header.rank()].find(group);
+  const uint64_t skipped = it == skipped_[header.rank()].end() ? 0 : it->second;
+  return absl::StrCat(group, "|#", header.sequence() + skipped);
+}
+
+void Job::MarkDoneLocked(int rank) {
+  if (done_[rank]) return;
+  if (++done_count_ == world_size_) {
+    // Every rank is done: the DONE collective ends for all, and they take
+    // part again from their next call.
+    done_.assign(world_size_, false);
+    done_count_ = 0;
+    return;
+  }
+  done_[rank] = true;
+  const int ranks[] = {rank};
+  env_.log->Log({LogSeverity::kInfo, "rank_done",
+                 absl::StrCat("job ", name_, " epoch ", epoch_, ": rank ", rank,
+                              " called Done(); the job's collectives go on "
+                              "without it until every rank has"),
+                 name_, epoch_, "", ranks});
+  for (auto& [key, collective] : matching_) {
+    if (!collective->Includes(rank) || collective->done() ||
+        collective->IsDone()) {
+      continue;
+    }
+    if (collective->all_attached()) continue;
+    if (collective->HasAttached(rank)) continue;
+    collective->ExcludeDone(rank);
+    if (const size_t bar = key.find("|#"); bar != std::string::npos) {
+      ++skipped_[rank][key.substr(0, bar)];
+    }
+  }
+}
+
+void Job::LeaveOutDoneLocked(const std::shared_ptr<Collective>& collective,
+                             const std::string& key, const Fingerprint& fp,
+                             int attaching) {
+  if (done_count_ == 0 || fp.kind == CollectiveKind::kDone) return;
+  const size_t bar = key.find("|#");
+  for (int r : fp.group) {
+    if (r == attaching || !done_[r]) continue;
+    collective->ExcludeDone(r);
+    if (bar != std::string::npos) ++skipped_[r][key.substr(0, bar)];
+  }
 }
 
 bool Job::InQuorumMode() {

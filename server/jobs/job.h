@@ -8,6 +8,14 @@
 // made in that epoch fail the same way. The next Join starts a new epoch,
 // which runs once all world_size ranks have joined again.
 //
+// Done. A rank's DONE (Client::Done) makes every collective of the epoch
+// that includes the rank, pending or later, go on without it
+// (Collective::ExcludeDone), until every rank of the job has called DONE;
+// then the DONE collective ends for all and the ranks take part again. An
+// unnamed collective a rank was left out of still counts in its call
+// order: the Job adds the count to the sequence numbers the rank sends
+// afterwards, so that its calls meet the others' again.
+//
 // Quorum mode. A job enters it with its epoch's first quorum barrier
 // (CollectiveKind::kQuorumBarrier). From then on a running member whose
 // session is lost, or whose late call a quorum step refused, becomes
@@ -218,6 +226,20 @@ class Job {
   // (`why` says how it was lost); see the class comment.
   void MarkAbsentLocked(int rank, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The matching key of `header` (MatchingKey), its sequence number moved
+  // past the unnamed collectives its rank was left out of for Done.
+  std::string MatchingKeyLocked(const v1::CollectiveHeader& header,
+                                const Fingerprint& fp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `rank` called DONE: leaves it out of every pending collective of its
+  // group (counting the unnamed ones in skipped_), or, when it was the
+  // last rank to, lets every rank go.
+  void MarkDoneLocked(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Leaves the ranks that are done out of `collective` (just created
+  // under `key`), `attaching` aside.
+  void LeaveOutDoneLocked(const std::shared_ptr<Collective>& collective,
+                          const std::string& key, const Fingerprint& fp,
+                          int attaching) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank of a quorum step that ended without it: the collective of that
   // name still remembered (in matching_ or recent_quorum_steps_), else
   // null.
@@ -286,6 +308,13 @@ class Job {
   AttemptCache attempts_ ABSL_GUARDED_BY(mu_){kRememberedAttempts};
   // Every collective of this epoch not yet destroyed.
   std::vector<std::weak_ptr<Collective>> active_ ABSL_GUARDED_BY(mu_);
+  // Done (see the class comment), for the running epoch: the ranks that
+  // called DONE and have not been let go; per rank, how many unnamed
+  // collectives of each group (key: the group's ranks) it was left out of.
+  std::vector<bool> done_ ABSL_GUARDED_BY(mu_);
+  int done_count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<absl::flat_hash_map<std::string, uint64_t>> skipped_
+      ABSL_GUARDED_BY(mu_);
   // Quorum mode (see the class comment), for the running epoch.
   bool quorum_mode_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<bool> absent_ ABSL_GUARDED_BY(mu_);

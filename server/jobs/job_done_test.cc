@@ -1,0 +1,202 @@
+// Job with ranks that called Done(), in process: the job's collectives go
+// on without them, kAvg divides by the ranks with values, an all-gather
+// gives them an empty part, and once every rank is done the ranks meet
+// again in call order.
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/chunk_pool.h"
+#include "server/engine/memory_budget.h"
+#include "server/engine/string_bytes.h"
+#include "server/engine/thread_pool.h"
+#include "server/engine/timer_queue.h"
+#include "server/jobs/fake_job_channels.h"
+#include "server/jobs/job.h"
+#include "server/log.h"
+#include "server/metrics/metrics_sink.h"
+#include "server/server_options.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int kWorld = 3;
+
+class JobDoneTest : public ::testing::Test {
+ protected:
+  JobDoneTest()
+      : memory_(options_.memory_budget_bytes),
+        chunks_(options_.chunk_bytes, 4),
+        pool_(1),
+        job_("j1", kWorld, CollectiveEnv{&options_, &pool_, &timers_, &memory_,
+                                         &chunks_, &metrics_, &log_}) {
+    for (int r = 0; r < kWorld; ++r) {
+      EXPECT_TRUE(
+          job_.Join(r, kWorld, Session(r), std::make_shared<FakeSession>()).ok());
+    }
+  }
+
+  static std::string Session(int rank) { return absl::StrCat("s", rank); }
+
+  static v1::CollectiveHeader Header(int rank, v1::CollectiveKind kind) {
+    v1::CollectiveHeader h;
+    h.set_job("j1");
+    h.set_epoch(1);
+    h.set_session_id(Session(rank));
+    h.set_rank(rank);
+    h.set_kind(kind);
+    h.set_timeout_ms(10000);
+    return h;
+  }
+
+  // Rank `rank`'s call of the unnamed collective `sequence` of the whole
+  // job: `kind` over `values` (float32 [values.size()], op `op`).
+  std::shared_ptr<FakeRankChannel> Call(int rank, uint64_t sequence,
+                                        v1::CollectiveKind kind,
+                                        std::vector<float> values,
+                                        v1::ReduceOp op = v1::REDUCE_OP_SUM) {
+    v1::CollectiveHeader h = Header(rank, kind);
+    h.set_sequence(sequence);
+    if (kind != v1::COLLECTIVE_KIND_BARRIER) {
+      v1::TensorSpec* tensor = h.add_tensors();
+      tensor->set_dtype(v1::DATA_TYPE_FLOAT32);
+      tensor->add_shape(static_cast<int64_t>(values.size()));
+      if (kind != v1::COLLECTIVE_KIND_ALL_GATHER) tensor->set_op(op);
+    }
+    auto channel = std::make_shared<FakeRankChannel>();
+    absl::StatusOr<std::shared_ptr<Collective>> c = job_.Attach(h, channel);
+    if (!c.ok()) {
+      if (!IsRefusedByCollective(c.status())) channel->Fail(c.status());
+      return channel;
+    }
+    if (!values.empty()) {
+      Payload payload;
+      payload.Append(StringBytes(std::string(
+          reinterpret_cast<const char*>(values.data()),
+          values.size() * sizeof(float))));
+      (*c)->OnData(rank, 0, std::move(payload));
+    }
+    return channel;
+  }
+
+  std::shared_ptr<FakeRankChannel> Done(int rank, int call = 0) {
+    v1::CollectiveHeader h = Header(rank, v1::COLLECTIVE_KIND_DONE);
+    h.set_name(absl::StrCat("done #", call));
+    auto channel = std::make_shared<FakeRankChannel>();
+    absl::StatusOr<std::shared_ptr<Collective>> c = job_.Attach(h, channel);
+    if (!c.ok()) channel->Fail(c.status());
+    return channel;
+  }
+
+  static std::vector<float> Floats(FakeRankChannel& channel) {
+    const std::string bytes = channel.bytes();
+    std::vector<float> out(bytes.size() / sizeof(float));
+    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+    return out;
+  }
+
+  ServerOptions options_;
+  MemoryBudget memory_;
+  ChunkPool chunks_;
+  TimerQueue timers_;
+  ThreadPool pool_;
+  MetricsSink metrics_;  // counts nothing
+  Logger log_;
+  Job job_;
+};
+
+// Rank 2 runs out of data while ranks 0 and 1 wait for it: their
+// all-reduce ends over the two of them, and so do the later ones, without
+// rank 2 calling anything.
+TEST_F(JobDoneTest, APendingAllReduceGoesOnWithoutTheDoneRank) {
+  auto a0 = Call(0, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {1, 2});
+  auto a1 = Call(1, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {10, 20});
+  EXPECT_FALSE(a0->finished_ok());
+  auto done2 = Done(2);
+  ASSERT_TRUE(a0->finished_ok()) << a0->failure();
+  ASSERT_TRUE(a1->finished_ok()) << a1->failure();
+  EXPECT_THAT(Floats(*a0), ElementsAre(11, 22));
+  EXPECT_THAT(Floats(*a1), ElementsAre(11, 22));
+  EXPECT_FALSE(done2->finished_ok());  // until every rank is done
+
+  // kAvg divides by the two ranks with values, not by three.
+  auto b0 = Call(0, 1, v1::COLLECTIVE_KIND_ALL_REDUCE, {1, 3}, v1::REDUCE_OP_AVG);
+  auto b1 = Call(1, 1, v1::COLLECTIVE_KIND_ALL_REDUCE, {3, 5}, v1::REDUCE_OP_AVG);
+  ASSERT_TRUE(b1->finished_ok()) << b1->failure();
+  EXPECT_THAT(Floats(*b0), ElementsAre(2, 4));
+
+  // An all-gather gives it an empty part; a barrier counts it as arrived.
+  auto g0 = Call(0, 2, v1::COLLECTIVE_KIND_ALL_GATHER, {1});
+  auto g1 = Call(1, 2, v1::COLLECTIVE_KIND_ALL_GATHER, {2, 3});
+  ASSERT_TRUE(g1->finished_ok()) << g1->failure();
+  EXPECT_THAT(Floats(*g0), ElementsAre(1, 2, 3));
+  auto w0 = Call(0, 3, v1::COLLECTIVE_KIND_BARRIER, {});
+  auto w1 = Call(1, 3, v1::COLLECTIVE_KIND_BARRIER, {});
+  EXPECT_TRUE(w1->finished_ok()) << w1->failure();
+  EXPECT_TRUE(w0->finished_ok()) << w0->failure();
+}
+
+TEST_F(JobDoneTest, AKindThatNeedsEveryPartFailsSayingWhy) {
+  auto done2 = Done(2);
+  auto r0 = Call(0, 0, v1::COLLECTIVE_KIND_REDUCE_SCATTER, {1, 2, 3});
+  EXPECT_EQ(r0->failure().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r0->failure().message(),
+              HasSubstr("rank 2 called Done(), and a reducescatter cannot go "
+                        "on without its part"));
+}
+
+TEST_F(JobDoneTest, ADoneRanksOwnCallIsRefused) {
+  auto a0 = Call(0, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
+  auto done2 = Done(2);
+  auto late = Call(2, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
+  EXPECT_EQ(late->failure().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late->failure().message(),
+              HasSubstr("rank 2 called Done(); it takes part in no collective"));
+}
+
+// Uneven data: rank 2 has one batch, rank 1 two, rank 0 three. Once every
+// rank is done, all three meet again in call order, although rank 2 was
+// left out of two unnamed collectives and rank 1 of one.
+TEST_F(JobDoneTest, OnceEveryRankIsDoneTheyMeetAgainInCallOrder) {
+  auto s0 = Call(0, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
+  auto s1 = Call(1, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {2});
+  auto s2 = Call(2, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {4});
+  ASSERT_TRUE(s0->finished_ok());
+  EXPECT_THAT(Floats(*s0), ElementsAre(7));
+  auto d2 = Done(2);
+  auto t0 = Call(0, 1, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
+  auto t1 = Call(1, 1, v1::COLLECTIVE_KIND_ALL_REDUCE, {2});
+  ASSERT_TRUE(t1->finished_ok()) << t1->failure();
+  EXPECT_THAT(Floats(*t0), ElementsAre(3));
+  auto d1 = Done(1);
+  auto u0 = Call(0, 2, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
+  ASSERT_TRUE(u0->finished_ok()) << u0->failure();
+  EXPECT_THAT(Floats(*u0), ElementsAre(1));
+  EXPECT_FALSE(d1->finished_ok());
+  auto d0 = Done(0);
+  for (auto* d : {&d0, &d1, &d2}) {
+    EXPECT_TRUE((*d)->finished_ok()) << (*d)->failure();
+  }
+  // Each rank's own next sequence number: 3 for rank 0, 2 for rank 1, 1
+  // for rank 2.
+  auto v2 = Call(2, 1, v1::COLLECTIVE_KIND_ALL_REDUCE, {4});
+  auto v1r = Call(1, 2, v1::COLLECTIVE_KIND_ALL_REDUCE, {2});
+  auto v0 = Call(0, 3, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
+  for (auto* v : {&v0, &v1r, &v2}) {
+    ASSERT_TRUE((*v)->finished_ok()) << (*v)->failure();
+    EXPECT_THAT(Floats(**v), ElementsAre(7));
+  }
+}
+
+}  // namespace
+}  // namespace reducer
