@@ -1,6 +1,7 @@
 // Test doubles for a Job's sessions and calls: FakeSession records the
 // events a Job sends to one session, FakeRankChannel how a Collective ends
-// one rank's call and the result bytes it sent.
+// one rank's call and the result bytes it sent; JobTestEnv, what a Job
+// needs of the server, on defaults.
 #ifndef REDUCER_SERVER_JOBS_FAKE_JOB_CHANNELS_H_
 #define REDUCER_SERVER_JOBS_FAKE_JOB_CHANNELS_H_
 
@@ -13,7 +14,14 @@
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/engine/rank_channel.h"
 #include "server/engine/shared_bytes.h"
+#include "server/engine/chunk_pool.h"
+#include "server/engine/memory_budget.h"
+#include "server/engine/thread_pool.h"
+#include "server/engine/timer_queue.h"
 #include "server/jobs/job.h"
+#include "server/log.h"
+#include "server/metrics/metrics_sink.h"
+#include "server/server_options.h"
 
 namespace reducer {
 
@@ -85,6 +93,29 @@ class FakeRankChannel final : public RankChannel {
   bool finished_ok_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::string bytes_ ABSL_GUARDED_BY(mu_);
+};
+
+// The server's parts a Job uses, on ServerOptions' defaults, results not
+// kept, metrics counting nothing. Must outlive the jobs made with env().
+class JobTestEnv {
+ public:
+  JobTestEnv()
+      : memory_(options_.memory_budget_bytes),
+        chunks_(options_.chunk_bytes, 4),
+        pool_(1) {}
+  CollectiveEnv env() {
+    return CollectiveEnv{&options_, &pool_,    &timers_, &memory_,
+                         &chunks_,  &metrics_, &log_};
+  }
+
+ private:
+  ServerOptions options_;
+  MemoryBudget memory_;
+  ChunkPool chunks_;
+  TimerQueue timers_;
+  ThreadPool pool_;
+  MetricsSink metrics_;
+  Logger log_;
 };
 
 }  // namespace reducer

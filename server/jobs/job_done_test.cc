@@ -13,16 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/engine/chunk_pool.h"
-#include "server/engine/memory_budget.h"
 #include "server/engine/string_bytes.h"
-#include "server/engine/thread_pool.h"
-#include "server/engine/timer_queue.h"
 #include "server/jobs/fake_job_channels.h"
 #include "server/jobs/job.h"
-#include "server/log.h"
-#include "server/metrics/metrics_sink.h"
-#include "server/server_options.h"
 
 namespace reducer {
 namespace {
@@ -34,12 +27,7 @@ constexpr int kWorld = 3;
 
 class JobDoneTest : public ::testing::Test {
  protected:
-  JobDoneTest()
-      : memory_(options_.memory_budget_bytes),
-        chunks_(options_.chunk_bytes, 4),
-        pool_(1),
-        job_("j1", kWorld, CollectiveEnv{&options_, &pool_, &timers_, &memory_,
-                                         &chunks_, &metrics_, &log_}) {
+  JobDoneTest() : job_("j1", kWorld, server_.env()) {
     for (int r = 0; r < kWorld; ++r) {
       EXPECT_TRUE(
           job_.Join(r, kWorld, Session(r), std::make_shared<FakeSession>()).ok());
@@ -105,13 +93,7 @@ class JobDoneTest : public ::testing::Test {
     return out;
   }
 
-  ServerOptions options_;
-  MemoryBudget memory_;
-  ChunkPool chunks_;
-  TimerQueue timers_;
-  ThreadPool pool_;
-  MetricsSink metrics_;  // counts nothing
-  Logger log_;
+  JobTestEnv server_;
   Job job_;
 };
 

@@ -13,15 +13,8 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/engine/chunk_pool.h"
-#include "server/engine/memory_budget.h"
-#include "server/engine/thread_pool.h"
-#include "server/engine/timer_queue.h"
 #include "server/jobs/fake_job_channels.h"
 #include "server/jobs/job.h"
-#include "server/log.h"
-#include "server/metrics/metrics_sink.h"
-#include "server/server_options.h"
 
 namespace reducer {
 namespace {
@@ -33,12 +26,7 @@ constexpr int kWorld = 3;
 
 class JobQuorumTest : public ::testing::Test {
  protected:
-  JobQuorumTest()
-      : memory_(options_.memory_budget_bytes),
-        chunks_(options_.chunk_bytes, 4),
-        pool_(1),
-        job_("j1", kWorld, CollectiveEnv{&options_, &pool_, &timers_, &memory_,
-                                         &chunks_, &metrics_, &log_}) {
+  JobQuorumTest() : job_("j1", kWorld, server_.env()) {
     for (int r = 0; r < kWorld; ++r) {
       sessions_.push_back(std::make_shared<FakeSession>());
       EXPECT_TRUE(job_.Join(r, kWorld, Session(r), sessions_[r]).ok());
@@ -129,13 +117,7 @@ class JobQuorumTest : public ::testing::Test {
     return false;
   }
 
-  ServerOptions options_;
-  MemoryBudget memory_;
-  ChunkPool chunks_;
-  TimerQueue timers_;
-  ThreadPool pool_;
-  MetricsSink metrics_;  // counts nothing
-  Logger log_;
+  JobTestEnv server_;
   Job job_;
   std::vector<std::shared_ptr<FakeSession>> sessions_;
 };
