@@ -236,6 +236,11 @@ void Job::Depart(const std::string& session_id) {
   const std::optional<int> running = RunningRankLocked(session_id);
   if (!running.has_value()) return;
   const int rank = *running;
+  if (quorum_mode_) {
+    // As a lost rank: the others go on, and it may connect again.
+    MarkAbsentLocked(rank, "its client was closed");
+    return;
+  }
   departed_[rank] = true;
   const std::string message =
       absl::StrCat("job ", name_, " epoch ", epoch_, ": rank ", rank, " left");

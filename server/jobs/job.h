@@ -140,6 +140,7 @@ class Job {
   // The session's client is closing on purpose: its rank departs without
   // ending the epoch. Collectives that include the rank and are not done
   // fail with FAILED_PRECONDITION, and so do later ones that include it.
+  // In quorum mode the rank becomes absent instead, as a lost one does.
   void Depart(const std::string& session_id);
 
   // The session's job failed on another of its shards (`cause` says how):
