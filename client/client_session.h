@@ -136,6 +136,8 @@ class ClientSession final {
   // The number of this session's first quorum step: what reducerd's
   // JobReady said for a rank admitted into a running epoch, else 0.
   uint64_t FirstQuorumStep() const;
+  // How many reducerd shards serve the job.
+  int shard_count() const { return static_cast<int>(targets_.size()); }
   // Moves tensors between GPUs and the host; lives as long as the session.
   DeviceStaging* staging() const { return device_staging_.get(); }
 

@@ -566,6 +566,12 @@ absl::Status Client::Done(const CallOptions& call) {
         "Done: CallOptions.group is [", absl::StrJoin(call.group, ","),
         "]; Done is over the whole job, so the group must be empty"));
   }
+  if (session_->shard_count() > 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Done: the job runs over ", session_->shard_count(),
+        " reducerd shards, and Done() works on one shard only so far; "
+        "pad the data instead"));
+  }
   CallOptions done_call = call;
   if (done_call.name.empty()) {
     absl::MutexLock lock(&quorum_mu_);

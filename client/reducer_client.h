@@ -349,7 +349,8 @@ class Client {
   // rank must then use the same name, and a rank that joins again must
   // know it). INVALID_ARGUMENT for a bad min_ranks or grace, before
   // anything is sent. FAILED_PRECONDITION when too few ranks are left to
-  // reach min_ranks, naming the dead. Not yet across several shards.
+  // reach min_ranks, naming the dead. With several shards, the first one
+  // decides every step.
   absl::StatusOr<QuorumResult> AllReduceQuorum(const TensorView& input,
                                                ReduceOp op,
                                                const QuorumOptions& options,
@@ -372,7 +373,9 @@ class Client {
   // unnamed collectives match as before (the ones a rank was left out of
   // count in its call order). Every rank calls it the same number of
   // times. CallOptions.group must be empty; CallOptions.timeout bounds the
-  // wait for the others (DEADLINE_EXCEEDED naming the ranks not done).
+  // wait for the others (DEADLINE_EXCEEDED naming the ranks not done). A
+  // job over several shards gets FAILED_PRECONDITION: not built for them
+  // yet.
   absl::Status Done(const CallOptions& = {});
 
   // This rank and the job's world size, as given to Connect.

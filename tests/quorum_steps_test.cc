@@ -4,8 +4,8 @@
 // waiting for the collective's timeout, the later steps go on without
 // anyone restarting, rank 3 connects again into the running job, takes the
 // parameters by Broadcast and contributes again, and every rank ends with
-// the parameters of the closed form below. On the gRPC path and on the
-// same-host path.
+// the parameters of the closed form below. On the gRPC path, on the
+// same-host path, and over three reducerd shards.
 #include <signal.h>
 #include <stdlib.h>
 
@@ -109,22 +109,41 @@ bool WaitForOutput(const ChildProcess& child, const std::string& text,
   return false;
 }
 
-class QuorumStepsTest : public ::testing::TestWithParam<const char*> {
+// Where the ranks' collectives travel.
+struct Path {
+  const char* name;
+  const char* shared_memory;  // REDUCER_SHARED_MEMORY
+  int shards;
+};
+
+class QuorumStepsTest : public ::testing::TestWithParam<Path> {
  protected:
   void SetUp() override {
-    setenv("REDUCER_SHARED_MEMORY", GetParam(), 1);
-    absl::StatusOr<std::unique_ptr<ReducerdProcess>> server =
-        ReducerdProcess::Start();
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
+    setenv("REDUCER_SHARED_MEMORY", GetParam().shared_memory, 1);
+    std::vector<std::string> addresses;
+    for (int s = 0; s < GetParam().shards; ++s) {
+      absl::StatusOr<std::unique_ptr<ReducerdProcess>> server =
+          ReducerdProcess::Start();
+      ASSERT_TRUE(server.ok()) << server.status();
+      addresses.push_back((*server)->address());
+      servers_.push_back(*std::move(server));
+    }
+    target_ = absl::StrJoin(addresses, ",");
+  }
+
+  // Every shard's log.
+  std::string Logs() const {
+    std::string logs;
+    for (const auto& server : servers_) absl::StrAppend(&logs, server->Stderr());
+    return logs;
   }
 
   std::unique_ptr<ChildProcess> StartRank(int rank, const std::string& name,
                                           std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {
         RunfilePath("examples/quorum_worker").value(),
-        "--target=" + server_->address(),
-        "--job=quorum-" + std::string(GetParam()),
+        "--target=" + target_,
+        "--job=quorum-" + std::string(GetParam().name),
         absl::StrCat("--rank=", rank),
         absl::StrCat("--world_size=", kWorld),
         absl::StrCat("--steps=", kSteps),
@@ -176,7 +195,8 @@ class QuorumStepsTest : public ::testing::TestWithParam<const char*> {
     for (const Report& r : reports) EXPECT_EQ(r.final_params, expected);
   }
 
-  std::unique_ptr<ReducerdProcess> server_;
+  std::vector<std::unique_ptr<ReducerdProcess>> servers_;
+  std::string target_;
 };
 
 TEST_P(QuorumStepsTest, AKilledRankIsLeftOutAndRejoinsWithoutARestart) {
@@ -201,9 +221,8 @@ TEST_P(QuorumStepsTest, AKilledRankIsLeftOutAndRejoinsWithoutARestart) {
   std::vector<std::unique_ptr<ChildProcess>> final_ranks;
   for (int r : {0, 1, 2, 4}) final_ranks.push_back(std::move(ranks[r]));
   ExpectTrainedThrough(WaitAll(final_ranks, absl::Seconds(90)), 3);
-  EXPECT_THAT(server_->Stderr(), ::testing::HasSubstr("rank 3 is absent"));
-  EXPECT_THAT(server_->Stderr(),
-              ::testing::Not(::testing::HasSubstr("epoch 1 aborted")));
+  EXPECT_THAT(Logs(), ::testing::HasSubstr("rank 3 is absent"));
+  EXPECT_THAT(Logs(), ::testing::Not(::testing::HasSubstr("epoch 1 aborted")));
 }
 
 TEST_P(QuorumStepsTest, ALateRankIsLeftOutAndRejoinsWithoutARestart) {
@@ -237,12 +256,10 @@ TEST_P(QuorumStepsTest, ALateRankIsLeftOutAndRejoinsWithoutARestart) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, QuorumStepsTest,
-                         ::testing::Values("off", "required"),
-                         [](const auto& info) {
-                           return std::string(info.param) == "off"
-                                      ? "Grpc"
-                                      : "SameHost";
-                         });
+                         ::testing::Values(Path{"Grpc", "off", 1},
+                                           Path{"SameHost", "required", 1},
+                                           Path{"ThreeShards", "off", 3}),
+                         [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace testing

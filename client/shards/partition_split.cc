@@ -54,6 +54,21 @@ SplitCollective Whole(const Contribution& whole, int shard) {
   return split;
 }
 
+// A quorum step is decided once, by the first shard; every other shard
+// gets a follower note (CollectiveHeader.quorum_follower), so that its part
+// of the job runs in quorum mode too.
+SplitCollective SplitQuorumBarrier(const Contribution& whole, int shards) {
+  SplitCollective split;
+  split.whole = false;
+  for (int shard = 0; shard < shards; ++shard) {
+    PartitionContribution& part = split.parts.emplace_back();
+    part.shard = shard;
+    part.contribution = whole;
+    if (shard > 0) part.contribution.header.set_quorum_follower(true);
+  }
+  return split;
+}
+
 SplitCollective SplitAllReduce(const Contribution& whole,
                                const std::vector<TensorSpec>& tensors,
                                int shards, uint64_t key,
@@ -127,6 +142,9 @@ SplitCollective SplitContribution(const Contribution& whole, int shards,
   const uint64_t key = CollectiveKeyHash(header.name(), group, header.sequence());
   const int whole_shard = ShardForKey(key, shards);
   absl::StatusOr<CollectiveKind> kind = CollectiveKindFromWire(header.kind());
+  if (kind.ok() && *kind == CollectiveKind::kQuorumBarrier && shards > 1) {
+    return SplitQuorumBarrier(whole, shards);
+  }
   if (!kind.ok() || shards <= 1 || !whole.send_payload) {
     return Whole(whole, whole_shard);
   }
@@ -164,6 +182,9 @@ absl::StatusOr<std::vector<Tensor>> JoinPartitionResults(
   if (split.whole) return std::move((*results)[0]);
   std::optional<std::vector<TensorSpec>> tensors = DeclaredTensors(whole.header);
   absl::StatusOr<CollectiveKind> kind = CollectiveKindFromWire(whole.header.kind());
+  if (kind.ok() && *kind == CollectiveKind::kQuorumBarrier) {
+    return std::move((*results)[0]);  // the deciding shard's marks
+  }
   if (!tensors.has_value() || !kind.ok()) {
     return absl::InternalError("a split collective's header no longer converts");
   }

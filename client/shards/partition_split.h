@@ -18,7 +18,10 @@
 // gathered (copied) from every rank-slice of the input; an AllToAll is cut
 // the same way (its parts are the rank-slices), each partition an AllToAll
 // whose result holds the same piece of every part sent to this rank. A
-// collective the plan keeps whole is sent as it is, to one shard.
+// quorum step's barrier goes whole to the first shard, which decides it,
+// and as a follower note to every other shard; its result is the first
+// shard's. A collective the plan keeps whole is sent as it is, to one
+// shard.
 //
 // Pure functions; thread-safe.
 #ifndef REDUCER_CLIENT_SHARDS_PARTITION_SPLIT_H_

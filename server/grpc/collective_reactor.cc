@@ -99,9 +99,10 @@ void CollectiveReactor::HandleMessage() {
       FinishLocked(attached.status());
       return;
     }
-    if (message.fields.header().replay()) {
-      // Nothing to feed: the result was sent already (no collective), or
-      // comes from the resumed collective. Read on to see the call end.
+    if (message.fields.header().replay() || *attached == nullptr) {
+      // Nothing to feed: the result was sent already (no collective: a
+      // replay's kept result, a quorum follower note), or comes from the
+      // resumed collective. Read on to see the call end.
       absl::MutexLock lock(&mu_);
       collective_ = *std::move(attached);
       if (!finished_) StartRead(&incoming_);

@@ -310,6 +310,15 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
   absl::MutexLock lock(&mu_);
   absl::Status holds = CheckSessionLocked(header, description);
   if (!holds.ok()) return holds;
+  if (fp->kind == CollectiveKind::kQuorumBarrier && header.quorum_follower()) {
+    // Another shard decides the step; this one only learns that the job
+    // runs quorum steps.
+    quorum_mode_ = true;
+    ResultMessage none;
+    none.result_specs = std::make_shared<const std::vector<TensorSpec>>();
+    stream->Send(std::move(none), /*last=*/true);
+    return std::shared_ptr<Collective>();
+  }
   if (done_[header.rank()] && fp->kind != CollectiveKind::kDone) {
     return absl::FailedPreconditionError(absl::StrCat(
         description, ": rank ", header.rank(),

@@ -160,7 +160,9 @@ class Job {
   // go. A replay header (`header.replay`: the caller sends no payload and
   // wants the result of its attempt again) is answered by Replay: then
   // the caller must feed nothing, and a null collective means the result
-  // was already sent on `stream` in full.
+  // was already sent on `stream` in full. A quorum follower note
+  // (`header.quorum_follower`) puts the job in quorum mode and is answered
+  // at once, with a null collective too.
   absl::StatusOr<std::shared_ptr<Collective>> Attach(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
 
