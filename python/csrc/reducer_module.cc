@@ -25,6 +25,7 @@
 #include "python/csrc/native_api_impl.h"
 #include "python/csrc/py_client.h"
 #include "python/csrc/py_pending.h"
+#include "python/csrc/quorum_steps.h"
 #include "python/csrc/routed_collectives.h"
 #include "python/csrc/released_gil.h"
 #include "python/csrc/status_error.h"
@@ -325,6 +326,7 @@ void DefineModule(py::module_& m) {
           arg("dtype"), arg("op"));
   DefCall(client, "barrier_async", &BarrierAsync);
   DefineRoutedCollectives(client);
+  DefineQuorumSteps(client);
 
   py::class_<PyPending>(m, "Pending")
       .def("wait", &PyPending::Wait)

@@ -8,6 +8,7 @@
     total = client.all_reduce(local_counts)           # new array; input untouched
     client.all_reduce_(grad, op="avg")                 # written into grad
     n = client.all_reduce(3, op="sum")                 # scalars: a new int/float
+    result, contributors = client.all_reduce_quorum(grad, min_ranks=3)  # see _quorum
 
 Inputs are numpy arrays or torch CPU tensors (float32, float64, float16,
 bfloat16 (torch only), int8, uint8, int32, int64, bool), C-contiguous; each
@@ -39,11 +40,13 @@ from reducer import _arrays
 from reducer import _reducer
 from reducer._errors import *  # noqa: F401,F403  (the exception classes)
 from reducer._errors import ERROR_CLASSES, ReducerError
+from reducer._quorum import QuorumResult, QuorumSteps
 from reducer._routed import RoutedCollectives
 from reducer._work import Work, _result_dtype
 from reducer._version import __version__
 
-__all__ = ["Client", "MetricSync", "Work", "ReducerError", "__version__"] + [
+__all__ = ["Client", "MetricSync", "QuorumResult", "Work", "ReducerError",
+           "__version__"] + [
     c.__name__ for c in ERROR_CLASSES]
 
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -58,7 +61,7 @@ def _ops(ops, count):
     return ops
 
 
-class Client(RoutedCollectives):
+class Client(RoutedCollectives, QuorumSteps):
     """One rank's connection to a job on reducerd.
 
     Client(target, job, rank, world_size, timeout) returns once all

@@ -62,6 +62,11 @@ raising RuntimeError naming it: recv from any source, all_gather_coalesced,
 monitored_barrier, PREMUL_SUM, all_to_all with uneven parts.
 Tensors: CPU or CUDA (staged through host memory, after the work queued on
 the current stream), contiguous, one per call.
+
+Beside torch's API, two extensions (reducer._torch_quorum):
+all_reduce_quorum(tensor, op, min_ranks, grace, group), a fault-tolerant
+step that ends without a dead or late rank, and done(group) for uneven
+inputs: the group's collectives go on without a rank out of data.
 """
 
 import collections
@@ -75,6 +80,7 @@ import torch.distributed as dist
 import reducer
 from reducer import _arrays
 from reducer._torch_args import _check_parts, _one, _op_name, _reduce_op, _timeout
+from reducer._torch_quorum import all_reduce_quorum, done  # noqa: F401  (extensions)
 from reducer._torch_routed import RoutedOps
 from reducer._torch_work import Completer, TorchWork
 
