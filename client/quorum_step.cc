@@ -24,8 +24,8 @@ void DivideHalf(Tensor& sum, int count) {
 
 }  // namespace
 
-absl::StatusOr<QuorumMarks> ReadQuorumMarks(const Tensor& marks,
-                                            int world_size, int rank) {
+absl::StatusOr<QuorumMarks> ReadQuorumMarks(const Tensor& marks, int world_size,
+                                            int rank) {
   if (marks.dtype() != DataType::kInt32 ||
       marks.shape() != std::vector<int64_t>{world_size}) {
     return absl::InternalError(absl::StrCat(
@@ -37,13 +37,18 @@ absl::StatusOr<QuorumMarks> ReadQuorumMarks(const Tensor& marks,
   absl::Span<const int32_t> values = marks.values<int32_t>();
   for (int r = 0; r < world_size; ++r) {
     switch (values[r]) {
-      case 0: continue;
-      case 1: out.contributors.push_back(r); break;
-      case 2: out.joined.push_back(r); break;
+      case 0:
+        continue;
+      case 1:
+        out.contributors.push_back(r);
+        break;
+      case 2:
+        out.joined.push_back(r);
+        break;
       default:
-        return absl::InternalError(absl::StrCat(
-            "reducerd marked rank ", r, " of a quorum step ", values[r],
-            "; marks are 0, 1 or 2"));
+        return absl::InternalError(absl::StrCat("reducerd marked rank ", r,
+                                                " of a quorum step ", values[r],
+                                                "; marks are 0, 1 or 2"));
     }
     out.taking_part.push_back(r);
   }
@@ -79,12 +84,17 @@ absl::Status DivideInPlace(Tensor& sum, int count) {
   if (!sum.device().is_cpu()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "a quorum step's kAvg over joining ranks divides on the host, but "
-        "the result is on ", sum.device().ToString(),
+        "the result is on ",
+        sum.device().ToString(),
         "; use kSum and divide by the contributors' count"));
   }
   switch (sum.dtype()) {
-    case DataType::kFloat32: Divide<float>(sum, count); break;
-    case DataType::kFloat64: Divide<double>(sum, count); break;
+    case DataType::kFloat32:
+      Divide<float>(sum, count);
+      break;
+    case DataType::kFloat64:
+      Divide<double>(sum, count);
+      break;
     case DataType::kFloat16:
       DivideHalf<HalfToFloat, FloatToHalf>(sum, count);
       break;

@@ -36,8 +36,8 @@ struct QuorumMarks {
 
 // INTERNAL when `marks` is not an int32 vector of `world_size` marks of 0,
 // 1 or 2 with at least one contributor, or `rank` is not taking part.
-absl::StatusOr<QuorumMarks> ReadQuorumMarks(const Tensor& marks,
-                                            int world_size, int rank);
+absl::StatusOr<QuorumMarks> ReadQuorumMarks(const Tensor& marks, int world_size,
+                                            int rank);
 
 // `base` (CallOptions.name, or "quorum step <step>"), for attempt 0, 1, ...
 std::string QuorumBarrierName(const std::string& base, int attempt);

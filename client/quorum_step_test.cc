@@ -17,7 +17,8 @@ using ::testing::HasSubstr;
 
 Tensor Marks(std::vector<int32_t> marks) {
   Tensor t(DataType::kInt32, {static_cast<int64_t>(marks.size())});
-  for (size_t i = 0; i < marks.size(); ++i) t.mutable_values<int32_t>()[i] = marks[i];
+  for (size_t i = 0; i < marks.size(); ++i)
+    t.mutable_values<int32_t>()[i] = marks[i];
   return t;
 }
 
@@ -48,7 +49,8 @@ TEST(QuorumNamesTest, EachAttemptHasItsOwnNames) {
 }
 
 TEST(IdentityTensorTest, HoldsTheIdentityOfTheOp) {
-  absl::StatusOr<Tensor> t = IdentityTensor(ReduceOp::kProduct, DataType::kInt64, {2, 2});
+  absl::StatusOr<Tensor> t =
+      IdentityTensor(ReduceOp::kProduct, DataType::kInt64, {2, 2});
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_THAT(t->values<int64_t>(), ElementsAre(1, 1, 1, 1));
   EXPECT_EQ(t->shape(), (std::vector<int64_t>{2, 2}));

@@ -130,12 +130,13 @@ int Run() {
     }
     if (!result.ok()) return Fail(result.status());
     step = static_cast<int>(result->step);
-    if (std::count(result->joined.begin(), result->joined.end(), options.rank)) {
+    if (std::count(result->joined.begin(), result->joined.end(),
+                   options.rank)) {
       Say(absl::StrCat("JOINED ", step));
     }
     knows_step = true;
-    Say(absl::StrCat("STEP ", step, " contributors=",
-                     absl::StrJoin(result->contributors, ","),
+    Say(absl::StrCat("STEP ", step,
+                     " contributors=", absl::StrJoin(result->contributors, ","),
                      " joined=", absl::StrJoin(result->joined, ","),
                      " ms=", absl::ToInt64Milliseconds(elapsed)));
     for (int i = 0; i < n; ++i) {
@@ -155,7 +156,8 @@ int Run() {
     ++step;
   }
   std::vector<std::string> values;
-  for (double v : params.values<double>()) values.push_back(absl::StrFormat("%.17g", v));
+  for (double v : params.values<double>())
+    values.push_back(absl::StrFormat("%.17g", v));
   Say(absl::StrCat("FINAL ", absl::StrJoin(values, ",")));
   return 0;
 }

@@ -94,8 +94,8 @@ TEST_F(QuorumRerunTest, AContributorLostBetweenDecisionAndDataIsDecidedAway) {
       return;
     }
     const double x[2] = {1.0 + rank, 10.0 * (rank + 1)};
-    results[rank] = clients[rank]->AllReduceQuorum(
-        TensorView::Of<double>(x), ReduceOp::kSum, quorum);
+    results[rank] = clients[rank]->AllReduceQuorum(TensorView::Of<double>(x),
+                                                   ReduceOp::kSum, quorum);
   });
   failures.ExpectNone();
   for (int rank = 0; rank < 2; ++rank) {

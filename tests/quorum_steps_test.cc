@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -134,7 +134,8 @@ class QuorumStepsTest : public ::testing::TestWithParam<Path> {
   // Every shard's log.
   std::string Logs() const {
     std::string logs;
-    for (const auto& server : servers_) absl::StrAppend(&logs, server->Stderr());
+    for (const auto& server : servers_)
+      absl::StrAppend(&logs, server->Stderr());
     return logs;
   }
 
@@ -183,8 +184,8 @@ class QuorumStepsTest : public ::testing::TestWithParam<Path> {
         const bool without = s >= kPauseAt && s <= joined;
         EXPECT_EQ(step.contributors, without ? "0,1,2" : "0,1,2,3")
             << "rank " << r << " step " << s;
-        EXPECT_EQ(step.joined, s == joined ? "3" : "") << "rank " << r
-                                                       << " step " << s;
+        EXPECT_EQ(step.joined, s == joined ? "3" : "")
+            << "rank " << r << " step " << s;
       }
     }
     for (const auto& [s, step] : rank3.steps) {

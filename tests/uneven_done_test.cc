@@ -40,7 +40,8 @@ std::string SingleProcessFinal() {
 class UnevenDoneTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(UnevenDoneTest, EveryRankEndsWithTheSingleProcessMetric) {
-  Watchdog watchdog("EveryRankEndsWithTheSingleProcessMetric", absl::Seconds(90));
+  Watchdog watchdog("EveryRankEndsWithTheSingleProcessMetric",
+                    absl::Seconds(90));
   setenv("REDUCER_SHARED_MEMORY", GetParam(), 1);
   absl::StatusOr<std::unique_ptr<ReducerdProcess>> server =
       ReducerdProcess::Start();
@@ -70,9 +71,8 @@ TEST_P(UnevenDoneTest, EveryRankEndsWithTheSingleProcessMetric) {
 INSTANTIATE_TEST_SUITE_P(Paths, UnevenDoneTest,
                          ::testing::Values("off", "required"),
                          [](const auto& info) {
-                           return std::string(info.param) == "off"
-                                      ? "Grpc"
-                                      : "SameHost";
+                           return std::string(info.param) == "off" ? "Grpc"
+                                                                   : "SameHost";
                          });
 
 }  // namespace

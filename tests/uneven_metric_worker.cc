@@ -41,8 +41,8 @@ int Run() {
   int64_t running[2] = {0, 0};  // correct, total
   for (int b = 0; b < absl::GetFlag(FLAGS_batches); ++b) {
     const int64_t counts[2] = {(7 * options.rank + 3 * b) % 11, 10};
-    absl::StatusOr<Tensor> sum = (*client)->AllReduce(
-        TensorView::Of<int64_t>(counts), ReduceOp::kSum);
+    absl::StatusOr<Tensor> sum =
+        (*client)->AllReduce(TensorView::Of<int64_t>(counts), ReduceOp::kSum);
     if (!sum.ok()) return Fail(sum.status());
     running[0] += sum->values<int64_t>()[0];
     running[1] += sum->values<int64_t>()[1];
@@ -50,8 +50,8 @@ int Run() {
   const absl::Time start = absl::Now();
   if (absl::Status done = (*client)->Done(); !done.ok()) return Fail(done);
   const absl::Duration waited = absl::Now() - start;
-  absl::StatusOr<Tensor> final_counts = (*client)->AllReduce(
-      TensorView::Of<int64_t>(running), ReduceOp::kMax);
+  absl::StatusOr<Tensor> final_counts =
+      (*client)->AllReduce(TensorView::Of<int64_t>(running), ReduceOp::kMax);
   if (!final_counts.ok()) return Fail(final_counts.status());
   std::printf("FINAL %lld %lld %lld\n",
               static_cast<long long>(final_counts->values<int64_t>()[0]),

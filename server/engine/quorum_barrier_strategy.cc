@@ -44,7 +44,8 @@ void QuorumBarrierStrategy::OnAllAttached(Output& out) {
   auto owner = std::make_shared<const MarksOwner>(marks_);
   const SharedBytes bytes = owner->Bytes(owner);
   for (size_t i = 0; i < marks_.size(); ++i) {
-    if (marks_[i] != kQuorumLeftOut) out.SendTo(static_cast<int>(i), 0, {bytes});
+    if (marks_[i] != kQuorumLeftOut)
+      out.SendTo(static_cast<int>(i), 0, {bytes});
   }
 }
 

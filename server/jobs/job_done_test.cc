@@ -30,7 +30,8 @@ class JobDoneTest : public ::testing::Test {
   JobDoneTest() : job_("j1", kWorld, server_.env()) {
     for (int r = 0; r < kWorld; ++r) {
       EXPECT_TRUE(
-          job_.Join(r, kWorld, Session(r), std::make_shared<FakeSession>()).ok());
+          job_.Join(r, kWorld, Session(r), std::make_shared<FakeSession>())
+              .ok());
     }
   }
 
@@ -69,9 +70,9 @@ class JobDoneTest : public ::testing::Test {
     }
     if (!values.empty()) {
       Payload payload;
-      payload.Append(StringBytes(std::string(
-          reinterpret_cast<const char*>(values.data()),
-          values.size() * sizeof(float))));
+      payload.Append(
+          StringBytes(std::string(reinterpret_cast<const char*>(values.data()),
+                                  values.size() * sizeof(float))));
       (*c)->OnData(rank, 0, std::move(payload));
     }
     return channel;
@@ -112,8 +113,10 @@ TEST_F(JobDoneTest, APendingAllReduceGoesOnWithoutTheDoneRank) {
   EXPECT_FALSE(done2->finished_ok());  // until every rank is done
 
   // kAvg divides by the two ranks with values, not by three.
-  auto b0 = Call(0, 1, v1::COLLECTIVE_KIND_ALL_REDUCE, {1, 3}, v1::REDUCE_OP_AVG);
-  auto b1 = Call(1, 1, v1::COLLECTIVE_KIND_ALL_REDUCE, {3, 5}, v1::REDUCE_OP_AVG);
+  auto b0 =
+      Call(0, 1, v1::COLLECTIVE_KIND_ALL_REDUCE, {1, 3}, v1::REDUCE_OP_AVG);
+  auto b1 =
+      Call(1, 1, v1::COLLECTIVE_KIND_ALL_REDUCE, {3, 5}, v1::REDUCE_OP_AVG);
   ASSERT_TRUE(b1->finished_ok()) << b1->failure();
   EXPECT_THAT(Floats(*b0), ElementsAre(2, 4));
 
@@ -142,8 +145,9 @@ TEST_F(JobDoneTest, ADoneRanksOwnCallIsRefused) {
   auto done2 = Done(2);
   auto late = Call(2, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
   EXPECT_EQ(late->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(late->failure().message(),
-              HasSubstr("rank 2 called Done(); it takes part in no collective"));
+  EXPECT_THAT(
+      late->failure().message(),
+      HasSubstr("rank 2 called Done(); it takes part in no collective"));
 }
 
 // Uneven data: rank 2 has one batch, rank 1 two, rank 0 three. Once every

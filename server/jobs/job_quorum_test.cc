@@ -81,13 +81,15 @@ class JobQuorumTest : public ::testing::Test {
     for (int r = 0; r < kWorld; ++r) {
       calls.push_back(Attach(Step(r, step, Session(r), absl::Seconds(60))));
     }
-    for (auto& call : calls) EXPECT_TRUE(call->finished_ok()) << call->failure();
+    for (auto& call : calls)
+      EXPECT_TRUE(call->finished_ok()) << call->failure();
   }
 
   std::shared_ptr<FakeRankChannel> Attach(const v1::CollectiveHeader& h) {
     auto channel = std::make_shared<FakeRankChannel>();
     absl::StatusOr<std::shared_ptr<Collective>> c = job_.Attach(h, channel);
-    if (!c.ok() && !IsRefusedByCollective(c.status())) channel->Fail(c.status());
+    if (!c.ok() && !IsRefusedByCollective(c.status()))
+      channel->Fail(c.status());
     return channel;
   }
 
@@ -194,7 +196,8 @@ TEST_F(JobQuorumTest, ALateRankIsLeftOutAndRejoinsAtALaterStep) {
   EXPECT_THAT(late->failure().message(), HasSubstr("Connect again"));
   auto again = Attach(Step(2, 1, Session(2), grace));
   EXPECT_EQ(again->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(again->failure().message(), HasSubstr("rank 2 of job j1 is absent"));
+  EXPECT_THAT(again->failure().message(),
+              HasSubstr("rank 2 of job j1 is absent"));
   EXPECT_FALSE(AnyAborted());
 
   // Step 1 is under way (rank 0 in) when rank 2 connects again: it counts
