@@ -201,12 +201,7 @@ bool Collective::Agree(int rank, const Fingerprint& fp) {
     std::vector<StagedChunk> none;
     for (size_t i = 0; i < ranks_.size(); ++i) {
       if (ranks_[i].done && !strategy_->Exclude(static_cast<int>(i), &none)) {
-        FailLocked(absl::FailedPreconditionError(absl::StrCat(
-            description_, ": rank ", group_[i], " called Done(), and a ",
-            CollectiveKindName(fp.kind),
-            " cannot go on without its part (done ranks are left out of "
-            "all-reduce, all-gather, barrier, and of broadcast, reduce and "
-            "gather to another root)")));
+        FailLocked(CannotGoOnWithout(static_cast<int>(i)));
         return false;
       }
     }
@@ -688,13 +683,7 @@ void Collective::StartQuorum(const QuorumSettings& settings,
     const int index = IndexOf(rank);
     if (index < 0) continue;
     quorum_->Died(index);
-    RankState& m = ranks_[index];
-    if (m.left_out) continue;
-    if (!m.attached) ++attached_;
-    m.attached = true;
-    m.left_out = true;
-    m.finished = true;
-    ++finished_;
+    if (!ranks_[index].left_out) MarkLeftOutLocked(index);
   }
 }
 
@@ -751,14 +740,9 @@ void Collective::DecideQuorumLocked() {
   std::vector<int> left_out;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (takes_part[i] || ranks_[i].left_out) continue;
-    RankState& m = ranks_[i];
     // A rank lost after it attached has no call left to answer.
-    if (!m.attached) ++attached_;
     ReleaseMemory(i);
-    m.attached = true;
-    m.left_out = true;
-    m.finished = true;
-    ++finished_;
+    MarkLeftOutLocked(i);
     left_out.push_back(group_[i]);
   }
   if (!left_out.empty()) {
@@ -798,23 +782,31 @@ void Collective::ExcludeDone(int rank) {
 }
 
 bool Collective::LeaveOutLocked(int index, std::vector<StagedChunk>* ready) {
-  RankState& m = ranks_[index];
   if (strategy_ != nullptr && !strategy_->Exclude(index, ready)) {
-    FailLocked(absl::FailedPreconditionError(absl::StrCat(
-        description_, ": rank ", group_[index], " called Done(), and a ",
-        label_.kind.has_value() ? CollectiveKindName(*label_.kind)
-                                : "collective",
-        " cannot go on without its part (done ranks are left out of "
-        "all-reduce, all-gather, barrier, and of broadcast, reduce and "
-        "gather to another root)")));
+    FailLocked(CannotGoOnWithout(index));
     return false;
   }
+  MarkLeftOutLocked(index);
+  return true;
+}
+
+void Collective::MarkLeftOutLocked(int index) {
+  RankState& m = ranks_[index];
   if (!m.attached) ++attached_;
   m.attached = true;
   m.left_out = true;
   m.finished = true;
   ++finished_;
-  return true;
+}
+
+absl::Status Collective::CannotGoOnWithout(int index) const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      description_, ": rank ", group_[index], " called Done(), and a ",
+      label_.kind.has_value() ? CollectiveKindName(*label_.kind)
+                              : "collective",
+      " cannot go on without its part (done ranks are left out of "
+      "all-reduce, all-gather, barrier, and of broadcast, reduce and gather "
+      "to another root)"));
 }
 
 absl::Status Collective::LeftOutError(int rank) const {

@@ -295,8 +295,13 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // cannot do without it; `ready` gets the chunks it made whole.
   bool LeaveOutLocked(int index, std::vector<StagedChunk>* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The refusal of a late call from a rank left out (`index`).
+  // Counts ranks_[index] as attached and finished, taking no part.
+  void MarkLeftOutLocked(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The refusal of a late call from a rank left out.
   absl::Status LeftOutError(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The failure of a collective whose kind cannot do without the part of
+  // ranks_[index], which called Done().
+  absl::Status CannotGoOnWithout(int index) const;
 
   // Constant after construction.
   const CollectiveEnv env_;
