@@ -238,7 +238,7 @@ void Job::Depart(const std::string& session_id) {
   const int rank = *running;
   if (quorum_mode_) {
     // As a lost rank: the others go on, and it may connect again.
-    MarkAbsentLocked(rank, "its client was closed");
+    MarkAbsentLocked(rank, "its client was closed", LogSeverity::kInfo);
     return;
   }
   departed_[rank] = true;
@@ -689,7 +689,8 @@ void Job::PruneFinished() {
   }
 }
 
-void Job::MarkAbsentLocked(int rank, const std::string& why) {
+void Job::MarkAbsentLocked(int rank, const std::string& why,
+                           LogSeverity severity) {
   members_[rank].reset();
   absent_[rank] = true;
   rejoined_[rank] = false;
@@ -698,8 +699,7 @@ void Job::MarkAbsentLocked(int rank, const std::string& why) {
       "; the others go on, and it rejoins at a quorum step once it connects "
       "again");
   const int ranks[] = {rank};
-  env_.log->Log(
-      {LogSeverity::kWarning, "rank_absent", message, name_, epoch_, "", ranks});
+  env_.log->Log({severity, "rank_absent", message, name_, epoch_, "", ranks});
   auto lose = [&](const std::shared_ptr<Collective>& c) {
     if (c->IsQuorumBarrier()) {
       c->OnRankLost(rank);

@@ -226,8 +226,10 @@ class Job {
   void EndEpoch(const std::string& reason, int lost_rank,
                 EpochEndReason kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Quorum mode: `rank` no longer holds a session of the running epoch
-  // (`why` says how it was lost); see the class comment.
-  void MarkAbsentLocked(int rank, const std::string& why)
+  // (`why` says how it was lost); see the class comment. Logged as a
+  // warning, or as information for a rank that left on purpose.
+  void MarkAbsentLocked(int rank, const std::string& why,
+                        LogSeverity severity = LogSeverity::kWarning)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The matching key of `header` (MatchingKey), its sequence number moved
   // past the unnamed collectives its rank was left out of for Done.
