@@ -21,6 +21,13 @@ std::string FormatStatus(const v1::StatusResponse& status) {
                         ? std::string("none")
                         : absl::StrJoin(job.joined_ranks(), ","),
                     ")");
+    if (job.quorum_mode()) absl::StrAppend(&out, "; quorum steps");
+    if (!job.absent_ranks().empty()) {
+      absl::StrAppend(&out, "; absent ", absl::StrJoin(job.absent_ranks(), ","));
+    }
+    if (!job.done_ranks().empty()) {
+      absl::StrAppend(&out, "; done ", absl::StrJoin(job.done_ranks(), ","));
+    }
     if (!job.end_reason().empty()) {
       absl::StrAppend(&out, "; ", job.end_reason());
     }

@@ -42,6 +42,25 @@ TEST(FormatStatusTest, NamesJobsRanksAndWhatEachCollectiveWaitsFor) {
             "results still moving\n");
 }
 
+TEST(FormatStatusTest, AJobOfQuorumStepsNamesItsAbsentAndDoneRanks) {
+  v1::StatusResponse status;
+  status.set_version("0.1.0");
+  status.set_serving(true);
+  v1::JobStatus* job = status.add_jobs();
+  job->set_name("ft");
+  job->set_world_size(4);
+  job->set_epoch(1);
+  job->set_state("running");
+  for (int r : {0, 1, 2}) job->add_joined_ranks(r);
+  job->set_quorum_mode(true);
+  job->add_absent_ranks(3);
+  job->add_done_ranks(1);
+  EXPECT_EQ(FormatStatus(status),
+            "reducerd 0.1.0: serving; memory budget 0 of 0 bytes reserved\n"
+            "job ft: epoch 1, running, 3 of 4 ranks joined (0,1,2); quorum "
+            "steps; absent 3; done 1\n");
+}
+
 TEST(FormatStatusTest, AnAbortedJobSaysWhy) {
   v1::StatusResponse status;
   status.set_version("0.1.0");

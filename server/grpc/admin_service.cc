@@ -27,6 +27,9 @@ v1::StatusResponse BuildStatusResponse(JobRegistry* registry,
     out->set_state(job.state);
     out->set_end_reason(job.end_reason);
     for (int r : job.joined_ranks) out->add_joined_ranks(r);
+    out->set_quorum_mode(job.quorum_mode);
+    for (int r : job.absent_ranks) out->add_absent_ranks(r);
+    for (int r : job.done_ranks) out->add_done_ranks(r);
     std::stable_sort(job.pending.begin(), job.pending.end(),
                      [](const CollectiveSnapshot& a, const CollectiveSnapshot& b) {
                        return a.age > b.age;

@@ -804,8 +804,11 @@ JobSnapshot Job::Snapshot() {
   s.epoch = epoch_;
   s.state = ended_ ? "aborted" : running_ ? "running" : "joining";
   s.end_reason = end_reason_;
+  s.quorum_mode = quorum_mode_;
   for (int r = 0; r < world_size_; ++r) {
     if (members_[r].has_value()) s.joined_ranks.push_back(r);
+    if (absent_[r]) s.absent_ranks.push_back(r);
+    if (done_[r]) s.done_ranks.push_back(r);
   }
   for (auto& weak : active_) {
     std::shared_ptr<Collective> collective = weak.lock();

@@ -61,6 +61,9 @@ struct JobSnapshot {
   std::string state;
   std::string end_reason;         // why the epoch was aborted
   std::vector<int> joined_ranks;  // ranks holding a session this epoch
+  bool quorum_mode = false;       // the epoch ran a quorum step
+  std::vector<int> absent_ranks;  // quorum mode: lost, may connect again
+  std::vector<int> done_ranks;    // called Done(), waiting for the others
   std::vector<CollectiveSnapshot> pending;  // collectives not yet done
 };
 

@@ -111,6 +111,7 @@ TEST_F(JobDoneTest, APendingAllReduceGoesOnWithoutTheDoneRank) {
   EXPECT_THAT(Floats(*a0), ElementsAre(11, 22));
   EXPECT_THAT(Floats(*a1), ElementsAre(11, 22));
   EXPECT_FALSE(done2->finished_ok());  // until every rank is done
+  EXPECT_THAT(job_.Snapshot().done_ranks, ElementsAre(2));
 
   // kAvg divides by the two ranks with values, not by three.
   auto b0 =

@@ -150,6 +150,11 @@ TEST_F(JobQuorumTest, ALostRankIsLeftOutAtOnceAndTheEpochGoesOn) {
   EXPECT_THAT(Marks(*c1), ElementsAre(1, 1, 0));
   EXPECT_FALSE(AnyAborted());
   EXPECT_TRUE(job_.InQuorumMode());
+  const JobSnapshot snapshot = job_.Snapshot();
+  EXPECT_TRUE(snapshot.quorum_mode);
+  EXPECT_EQ(snapshot.state, "running");
+  EXPECT_THAT(snapshot.absent_ranks, ElementsAre(2));
+  EXPECT_THAT(snapshot.joined_ranks, ElementsAre(0, 1));
 
   // The survivors' data goes on over the two of them; a plain collective
   // that includes the absent rank is refused, naming it.
