@@ -383,6 +383,14 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   return pending;
 }
 
+void ClientSession::CatchUpWholeSequence(uint64_t next) {
+  std::vector<int> everyone(options_.world_size);
+  for (int r = 0; r < options_.world_size; ++r) everyone[r] = r;
+  absl::MutexLock lock(&mu_);
+  uint64_t& count = sequence_[absl::StrJoin(everyone, ",")];
+  count = std::max(count, next);
+}
+
 uint64_t ClientSession::FirstQuorumStep() const {
   return links_[0]->quorum_steps_started();
 }

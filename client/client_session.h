@@ -136,6 +136,9 @@ class ClientSession final {
   // The number of this session's first quorum step: what reducerd's
   // JobReady said for a rank admitted into a running epoch, else 0.
   uint64_t FirstQuorumStep() const;
+  // Moves this rank's count of unnamed collectives of the whole job to at
+  // least `next` (after Done over several shards).
+  void CatchUpWholeSequence(uint64_t next);
   // How many reducerd shards serve the job.
   int shard_count() const { return static_cast<int>(targets_.size()); }
   // Moves tensors between GPUs and the host; lives as long as the session.

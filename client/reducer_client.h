@@ -373,9 +373,9 @@ class Client {
   // unnamed collectives match as before (the ones a rank was left out of
   // count in its call order). Every rank calls it the same number of
   // times. CallOptions.group must be empty; CallOptions.timeout bounds the
-  // wait for the others (DEADLINE_EXCEEDED naming the ranks not done). A
-  // job over several shards gets FAILED_PRECONDITION: not built for them
-  // yet.
+  // wait for the others (DEADLINE_EXCEEDED naming the ranks not done).
+  // Over several shards, unnamed collectives of a subgroup that a done rank
+  // was left out of are not caught up: name those.
   absl::Status Done(const CallOptions& = {});
 
   // This rank and the job's world size, as given to Connect.

@@ -3,7 +3,7 @@
 // (tests/uneven_metric_worker). The ranks out of batches call Done() and
 // their peers go on without them; afterwards every rank holds the metric a
 // single process computes over all batches. On the gRPC and the same-host
-// paths.
+// paths, and over three reducerd shards.
 #include <stdlib.h>
 
 #include <cstdint>
@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -37,24 +38,38 @@ std::string SingleProcessFinal() {
   return absl::StrCat("FINAL ", correct, " ", total, " ");
 }
 
-class UnevenDoneTest : public ::testing::TestWithParam<const char*> {};
+// Where the ranks' collectives travel.
+struct Path {
+  const char* name;
+  const char* shared_memory;  // REDUCER_SHARED_MEMORY
+  int shards;
+};
+
+class UnevenDoneTest : public ::testing::TestWithParam<Path> {};
 
 TEST_P(UnevenDoneTest, EveryRankEndsWithTheSingleProcessMetric) {
   Watchdog watchdog("EveryRankEndsWithTheSingleProcessMetric",
                     absl::Seconds(90));
-  setenv("REDUCER_SHARED_MEMORY", GetParam(), 1);
-  absl::StatusOr<std::unique_ptr<ReducerdProcess>> server =
-      ReducerdProcess::Start();
-  ASSERT_TRUE(server.ok()) << server.status();
+  setenv("REDUCER_SHARED_MEMORY", GetParam().shared_memory, 1);
+  std::vector<std::unique_ptr<ReducerdProcess>> servers;
+  std::vector<std::string> addresses;
+  for (int s = 0; s < GetParam().shards; ++s) {
+    absl::StatusOr<std::unique_ptr<ReducerdProcess>> server =
+        ReducerdProcess::Start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    addresses.push_back((*server)->address());
+    servers.push_back(*std::move(server));
+  }
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < static_cast<int>(kBatches.size()); ++r) {
-    absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Start(
-        {RunfilePath("tests/uneven_metric_worker").value(),
-         "--target=" + (*server)->address(),
-         absl::StrCat("--job=uneven-", GetParam()), absl::StrCat("--rank=", r),
-         absl::StrCat("--world_size=", kBatches.size()),
-         absl::StrCat("--batches=", kBatches[r])},
-        absl::StrCat("rank", r));
+    absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+        ChildProcess::Start({RunfilePath("tests/uneven_metric_worker").value(),
+                             "--target=" + absl::StrJoin(addresses, ","),
+                             absl::StrCat("--job=uneven-", GetParam().name),
+                             absl::StrCat("--rank=", r),
+                             absl::StrCat("--world_size=", kBatches.size()),
+                             absl::StrCat("--batches=", kBatches[r])},
+                            absl::StrCat("rank", r));
     ASSERT_TRUE(child.ok()) << child.status();
     ranks.push_back(*std::move(child));
   }
@@ -65,15 +80,16 @@ TEST_P(UnevenDoneTest, EveryRankEndsWithTheSingleProcessMetric) {
         << result.name << ": " << result.stdout_text << " expected "
         << expected;
   }
-  EXPECT_THAT((*server)->Stderr(), ::testing::HasSubstr("called Done()"));
+  for (const auto& server : servers) {
+    EXPECT_THAT(server->Stderr(), ::testing::HasSubstr("called Done()"));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, UnevenDoneTest,
-                         ::testing::Values("off", "required"),
-                         [](const auto& info) {
-                           return std::string(info.param) == "off" ? "Grpc"
-                                                                   : "SameHost";
-                         });
+                         ::testing::Values(Path{"Grpc", "off", 1},
+                                           Path{"SameHost", "required", 1},
+                                           Path{"ThreeShards", "off", 3}),
+                         [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace testing

@@ -69,6 +69,19 @@ SplitCollective SplitQuorumBarrier(const Contribution& whole, int shards) {
   return split;
 }
 
+// The same contribution to every shard (Done: each shard's part of the job
+// must leave the rank out).
+SplitCollective ToEveryShard(const Contribution& whole, int shards) {
+  SplitCollective split;
+  split.whole = false;
+  for (int shard = 0; shard < shards; ++shard) {
+    PartitionContribution& part = split.parts.emplace_back();
+    part.shard = shard;
+    part.contribution = whole;
+  }
+  return split;
+}
+
 SplitCollective SplitAllReduce(const Contribution& whole,
                                const std::vector<TensorSpec>& tensors,
                                int shards, uint64_t key,
@@ -145,6 +158,9 @@ SplitCollective SplitContribution(const Contribution& whole, int shards,
   if (kind.ok() && *kind == CollectiveKind::kQuorumBarrier && shards > 1) {
     return SplitQuorumBarrier(whole, shards);
   }
+  if (kind.ok() && *kind == CollectiveKind::kDone && shards > 1) {
+    return ToEveryShard(whole, shards);
+  }
   if (!kind.ok() || shards <= 1 || !whole.send_payload) {
     return Whole(whole, whole_shard);
   }
@@ -184,6 +200,23 @@ absl::StatusOr<std::vector<Tensor>> JoinPartitionResults(
   absl::StatusOr<CollectiveKind> kind = CollectiveKindFromWire(whole.header.kind());
   if (kind.ok() && *kind == CollectiveKind::kQuorumBarrier) {
     return std::move((*results)[0]);  // the deciding shard's marks
+  }
+  if (kind.ok() && *kind == CollectiveKind::kDone) {
+    // Each shard's next sequence number: the largest.
+    std::vector<Tensor> largest;
+    for (size_t k = 0; k < split.parts.size(); ++k) {
+      std::vector<Tensor>& got = (*results)[k];
+      if (got.size() != 1 || got[0].dtype() != DataType::kInt64 ||
+          got[0].num_elements() != 1) {
+        return absl::InternalError(absl::StrCat(
+            "partition ", k, " of a done came back without its one int64"));
+      }
+      if (largest.empty() ||
+          got[0].values<int64_t>()[0] > largest[0].values<int64_t>()[0]) {
+        largest = std::move(got);
+      }
+    }
+    return largest;
   }
   if (!tensors.has_value() || !kind.ok()) {
     return absl::InternalError("a split collective's header no longer converts");

@@ -20,7 +20,8 @@
 // whose result holds the same piece of every part sent to this rank. A
 // quorum step's barrier goes whole to the first shard, which decides it,
 // and as a follower note to every other shard; its result is the first
-// shard's. A collective the plan keeps whole is sent as it is, to one
+// shard's. A Done goes to every shard; its result is the largest of their
+// int64s. A collective the plan keeps whole is sent as it is, to one
 // shard.
 //
 // Pure functions; thread-safe.

@@ -196,6 +196,7 @@ bool Collective::Agree(int rank, const Fingerprint& fp) {
     strategy_ = MakeKindStrategy(fp.kind, static_cast<int>(group_.size()),
                                  IndexOf(fp.root), env_.options->chunk_bytes,
                                  env_.options->window, env_.chunks);
+    strategy_->SetResultValue(result_value_);
     // Ranks left out before the kind's strategy existed (nothing is
     // staged yet, so no chunk becomes whole).
     std::vector<StagedChunk> none;
@@ -699,6 +700,12 @@ bool Collective::LeftOut(int rank) const {
   absl::MutexLock lock(&mu_);
   const int index = IndexOf(rank);
   return index >= 0 && ranks_[index].left_out;
+}
+
+void Collective::SetResultValue(int64_t value) {
+  absl::MutexLock lock(&mu_);
+  result_value_ = value;
+  if (strategy_ != nullptr) strategy_->SetResultValue(value);
 }
 
 bool Collective::HasAttached(int rank) const {

@@ -215,6 +215,10 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // refused with FAILED_PRECONDITION.
   void ExcludeDone(int rank);
 
+  // A DONE collective: the int64 every rank gets (KindStrategy::
+  // SetResultValue); the value set before the last rank attaches is sent.
+  void SetResultValue(int64_t value);
+
   // True once `rank` received its whole result (it may start another
   // collective of the same name).
   bool HasFinished(int rank) const;
@@ -337,6 +341,8 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   std::vector<MemoryReservation> state_ ABSL_GUARDED_BY(mu_);
   // Quorum barriers only: the rule, and when its timer looks next.
   std::optional<QuorumRule> quorum_ ABSL_GUARDED_BY(mu_);
+  // DONE only: SetResultValue's value, handed to the strategy once made.
+  int64_t result_value_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time quorum_wake_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };
 

@@ -30,6 +30,47 @@ class BarrierStrategy final : public KindStrategy {
   bool Exclude(int, std::vector<StagedChunk>*) override { return true; }
 };
 
+// Done: a barrier whose every rank gets one int64, the value the job set
+// last (Job::Attach sets it before each rank's attach).
+class DoneStrategy final : public KindStrategy {
+ public:
+  size_t Reservation(int /*index*/, size_t /*input_bytes*/) const override {
+    return 0;
+  }
+  std::vector<TensorSpec> PlanResult(const Fingerprint& /*reference*/,
+                                     std::vector<RankState>& ranks) override {
+    for (RankState& r : ranks) r.output_bytes = r.left_out ? 0 : sizeof(value_);
+    TensorSpec spec;
+    spec.dtype = DataType::kInt64;
+    spec.shape = {1};
+    return {spec};
+  }
+  void OnAllAttached(Output& out) override {
+    auto owner = std::make_shared<const ValueOwner>(value_);
+    const SharedBytes bytes(owner, owner->data(), sizeof(value_));
+    for (int i = 0; i < group_size_; ++i) out.SendTo(i, 0, {bytes});
+  }
+  void SetResultValue(int64_t value) override { value_ = value; }
+  void Accept(int, const RankState&, uint64_t, Payload, bool, Output&,
+              std::vector<StagedChunk>*) override {}
+  bool MayRead(int, const std::vector<RankState>&, bool) const override {
+    return true;
+  }
+  explicit DoneStrategy(int group_size) : group_size_(group_size) {}
+
+ private:
+  class ValueOwner final : public ByteOwner {
+   public:
+    explicit ValueOwner(int64_t value) : value_(value) {}
+    const char* data() const { return reinterpret_cast<const char*>(&value_); }
+
+   private:
+    const int64_t value_;
+  };
+  const int group_size_;
+  int64_t value_ = 0;
+};
+
 }  // namespace
 
 std::unique_ptr<KindStrategy> MakeKindStrategy(CollectiveKind kind,
@@ -73,8 +114,9 @@ std::unique_ptr<KindStrategy> MakeKindStrategy(CollectiveKind kind,
       return std::make_unique<SendReceiveStrategy>(root_index);
     case CollectiveKind::kQuorumBarrier:
       return std::make_unique<QuorumBarrierStrategy>();
-    case CollectiveKind::kBarrier:
     case CollectiveKind::kDone:
+      return std::make_unique<DoneStrategy>(group_size);
+    case CollectiveKind::kBarrier:
       break;
   }
   return std::make_unique<BarrierStrategy>();

@@ -16,7 +16,9 @@
 //                                                held (a buffered send) until
 //                                                the destination attached,
 //                                                forwarded to it only
-//   Barrier, Done              BarrierStrategy   none
+//   Barrier                    BarrierStrategy   none
+//   Done                       DoneStrategy      none; each rank gets one
+//                                                int64 (SetResultValue)
 //   QuorumBarrier              QuorumBarrierStrategy
 //                                                none; each rank that takes
 //                                                part gets the step's marks
@@ -167,6 +169,10 @@ class KindStrategy {
   virtual bool Exclude(int /*index*/, std::vector<StagedChunk>* /*ready*/) {
     return false;
   }
+
+  // A value the job hands the kind for its result (Done: the next sequence
+  // number of the job's unnamed collectives); ignored by other kinds.
+  virtual void SetResultValue(int64_t /*value*/) {}
 
   // Whether ranks[index] needs no other rank to finish: it gets no result
   // (GetsResult is false) and its call ends OK as soon as its whole payload

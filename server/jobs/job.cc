@@ -128,6 +128,7 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     done_.assign(world_size_, false);
     done_count_ = 0;
     skipped_.assign(world_size_, {});
+    next_whole_sequence_ = 0;
     quorum_mode_ = false;
     absent_.assign(world_size_, false);
     rejoined_.assign(world_size_, false);
@@ -329,6 +330,9 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
       CollectiveForLocked(header, *fp, description);
   if (!collective.ok()) return collective.status();
   const CollectiveKind kind = fp->kind;
+  if (kind == CollectiveKind::kDone) {
+    (*collective)->SetResultValue(static_cast<int64_t>(next_whole_sequence_));
+  }
   if (!(*collective)->Attach(std::move(stream), header.rank(), *std::move(fp),
                              header.attempt_id())) {
     if ((*collective)->LeftOut(header.rank())) {
@@ -540,6 +544,11 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
     collective = *std::move(created);
     matching_[key] = collective;
     LeaveOutDoneLocked(collective, key, fp, rank);
+    if (header.name().empty() &&
+        static_cast<int>(fp.group.size()) == world_size_) {
+      next_whole_sequence_ =
+          std::max<uint64_t>(next_whole_sequence_, header.sequence() + 1);
+    }
   }
   if (!attempt.empty()) attempts_.Remember(attempt, collective);
   return collective;
@@ -729,7 +738,8 @@ std::shared_ptr<Collective> Job::LeftOutStepLocked(const std::string& key,
 
 std::string Job::MatchingKeyLocked(const v1::CollectiveHeader& header,
                                    const Fingerprint& fp) {
-  if (!header.name().empty()) return MatchingKey(header, fp);
+  const bool several_shards = shards_.has_value() && shards_->size() > 1;
+  if (!header.name().empty() || several_shards) return MatchingKey(header, fp);
   const std::string group = absl::StrJoin(fp.group, ",");
   auto it = skipped_[header.rank()].find(group);
   const uint64_t skipped = it == skipped_[header.rank()].end() ? 0 : it->second;

@@ -235,7 +235,8 @@ class Job {
                         LogSeverity severity = LogSeverity::kWarning)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The matching key of `header` (MatchingKey), its sequence number moved
-  // past the unnamed collectives its rank was left out of for Done.
+  // past the unnamed collectives its rank was left out of for Done (on a
+  // job of one shard; over several, the client moves its own count).
   std::string MatchingKeyLocked(const v1::CollectiveHeader& header,
                                 const Fingerprint& fp)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -323,6 +324,9 @@ class Job {
   int done_count_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<absl::flat_hash_map<std::string, uint64_t>> skipped_
       ABSL_GUARDED_BY(mu_);
+  // One more than the highest sequence number of the unnamed collectives
+  // of the whole job created this epoch: what DONE answers.
+  uint64_t next_whole_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   // Quorum mode (see the class comment), for the running epoch.
   bool quorum_mode_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<bool> absent_ ABSL_GUARDED_BY(mu_);
