@@ -251,7 +251,8 @@ TEST_P(QuorumStepsTest, ALateRankIsLeftOutAndRejoinsWithoutARestart) {
   EXPECT_THAT(results[3].stdout_text,
               ::testing::HasSubstr(absl::StrCat(
                   "finished without rank 3: it arrived after the step ended")));
-  const Step& out = Parse(results[0].stdout_text).steps.at(kPauseAt);
+  const Report rank0 = Parse(results[0].stdout_text);
+  const Step& out = rank0.steps.at(kPauseAt);
   EXPECT_GE(out.elapsed, kGrace - absl::Milliseconds(100));
   ExpectTrainedThrough(results, 3);
 }
