@@ -54,21 +54,6 @@ SplitCollective Whole(const Contribution& whole, int shard) {
   return split;
 }
 
-// A quorum step is decided once, by the first shard; every other shard
-// gets a follower note (CollectiveHeader.quorum_follower), so that its part
-// of the job runs in quorum mode too.
-SplitCollective SplitQuorumBarrier(const Contribution& whole, int shards) {
-  SplitCollective split;
-  split.whole = false;
-  for (int shard = 0; shard < shards; ++shard) {
-    PartitionContribution& part = split.parts.emplace_back();
-    part.shard = shard;
-    part.contribution = whole;
-    if (shard > 0) part.contribution.header.set_quorum_follower(true);
-  }
-  return split;
-}
-
 // The same contribution to every shard (Done: each shard's part of the job
 // must leave the rank out).
 SplitCollective ToEveryShard(const Contribution& whole, int shards) {
@@ -78,6 +63,17 @@ SplitCollective ToEveryShard(const Contribution& whole, int shards) {
     PartitionContribution& part = split.parts.emplace_back();
     part.shard = shard;
     part.contribution = whole;
+  }
+  return split;
+}
+
+// A quorum step is decided once, by the first shard; every other shard
+// gets a follower note (CollectiveHeader.quorum_follower), so that its part
+// of the job runs in quorum mode too.
+SplitCollective SplitQuorumBarrier(const Contribution& whole, int shards) {
+  SplitCollective split = ToEveryShard(whole, shards);
+  for (size_t k = 1; k < split.parts.size(); ++k) {
+    split.parts[k].contribution.header.set_quorum_follower(true);
   }
   return split;
 }
