@@ -10,6 +10,7 @@
 #include "client/client_session.h"
 #include "client/quorum_step.h"
 #include "client/staging/device_staging.h"
+#include "core/quorum_rule.h"
 #include "core/status_macros.h"
 
 namespace reducer {
@@ -288,18 +289,15 @@ absl::Status CheckQuorumCall(const QuorumOptions& options,
         "AllReduceQuorum: CallOptions.group is [", absl::StrJoin(call.group, ","),
         "]; a quorum step is over the whole job, so the group must be empty"));
   }
-  if (options.min_ranks < 0 || options.min_ranks > world_size) {
+  // The rule reducerd applies, checked here so that nothing is sent.
+  QuorumSettings settings;
+  settings.min_ranks = options.min_ranks;
+  settings.grace = options.grace;
+  absl::Status valid = QuorumRule::Validate(world_size, settings);
+  if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "AllReduceQuorum: QuorumOptions.min_ranks is ", options.min_ranks,
-        "; it must be between 0 (every rank) and the world size, ",
-        world_size));
-  }
-  if (options.grace < absl::ZeroDuration() ||
-      options.grace == absl::InfiniteDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("AllReduceQuorum: QuorumOptions.grace is ",
-                     absl::FormatDuration(options.grace),
-                     "; it must be finite and not negative"));
+        "AllReduceQuorum: QuorumOptions: ", valid.message(),
+        " (the group is the job's ", world_size, " ranks)"));
   }
   return absl::OkStatus();
 }

@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/job_paths.h"
 #include "tests/process_harness.h"
 #include "tests/watchdog.h"
 
@@ -109,41 +110,19 @@ bool WaitForOutput(const ChildProcess& child, const std::string& text,
   return false;
 }
 
-// Where the ranks' collectives travel.
-struct Path {
-  const char* name;
-  const char* shared_memory;  // REDUCER_SHARED_MEMORY
-  int shards;
-};
-
-class QuorumStepsTest : public ::testing::TestWithParam<Path> {
+class QuorumStepsTest : public ::testing::TestWithParam<JobPath> {
  protected:
   void SetUp() override {
-    setenv("REDUCER_SHARED_MEMORY", GetParam().shared_memory, 1);
-    std::vector<std::string> addresses;
-    for (int s = 0; s < GetParam().shards; ++s) {
-      absl::StatusOr<std::unique_ptr<ReducerdProcess>> server =
-          ReducerdProcess::Start();
-      ASSERT_TRUE(server.ok()) << server.status();
-      addresses.push_back((*server)->address());
-      servers_.push_back(*std::move(server));
-    }
-    target_ = absl::StrJoin(addresses, ",");
-  }
-
-  // Every shard's log.
-  std::string Logs() const {
-    std::string logs;
-    for (const auto& server : servers_)
-      absl::StrAppend(&logs, server->Stderr());
-    return logs;
+    absl::StatusOr<JobPathServers> servers = StartJobPath(GetParam());
+    ASSERT_TRUE(servers.ok()) << servers.status();
+    servers_ = *std::move(servers);
   }
 
   std::unique_ptr<ChildProcess> StartRank(int rank, const std::string& name,
                                           std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {
         RunfilePath("examples/quorum_worker").value(),
-        "--target=" + target_,
+        "--target=" + servers_.target,
         "--job=quorum-" + std::string(GetParam().name),
         absl::StrCat("--rank=", rank),
         absl::StrCat("--world_size=", kWorld),
@@ -196,8 +175,7 @@ class QuorumStepsTest : public ::testing::TestWithParam<Path> {
     for (const Report& r : reports) EXPECT_EQ(r.final_params, expected);
   }
 
-  std::vector<std::unique_ptr<ReducerdProcess>> servers_;
-  std::string target_;
+  JobPathServers servers_;
 };
 
 TEST_P(QuorumStepsTest, AKilledRankIsLeftOutAndRejoinsWithoutARestart) {
@@ -222,8 +200,9 @@ TEST_P(QuorumStepsTest, AKilledRankIsLeftOutAndRejoinsWithoutARestart) {
   std::vector<std::unique_ptr<ChildProcess>> final_ranks;
   for (int r : {0, 1, 2, 4}) final_ranks.push_back(std::move(ranks[r]));
   ExpectTrainedThrough(WaitAll(final_ranks, absl::Seconds(90)), 3);
-  EXPECT_THAT(Logs(), ::testing::HasSubstr("rank 3 is absent"));
-  EXPECT_THAT(Logs(), ::testing::Not(::testing::HasSubstr("epoch 1 aborted")));
+  EXPECT_THAT(servers_.Logs(), ::testing::HasSubstr("rank 3 is absent"));
+  EXPECT_THAT(servers_.Logs(),
+              ::testing::Not(::testing::HasSubstr("epoch 1 aborted")));
 }
 
 TEST_P(QuorumStepsTest, ALateRankIsLeftOutAndRejoinsWithoutARestart) {
@@ -257,11 +236,8 @@ TEST_P(QuorumStepsTest, ALateRankIsLeftOutAndRejoinsWithoutARestart) {
   ExpectTrainedThrough(results, 3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, QuorumStepsTest,
-                         ::testing::Values(Path{"Grpc", "off", 1},
-                                           Path{"SameHost", "required", 1},
-                                           Path{"ThreeShards", "off", 3}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Paths, QuorumStepsTest, ::testing::ValuesIn(kJobPaths),
+                         JobPathName);
 
 }  // namespace
 }  // namespace testing

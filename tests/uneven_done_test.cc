@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/job_paths.h"
 #include "tests/process_harness.h"
 #include "tests/watchdog.h"
 
@@ -38,33 +39,18 @@ std::string SingleProcessFinal() {
   return absl::StrCat("FINAL ", correct, " ", total, " ");
 }
 
-// Where the ranks' collectives travel.
-struct Path {
-  const char* name;
-  const char* shared_memory;  // REDUCER_SHARED_MEMORY
-  int shards;
-};
-
-class UnevenDoneTest : public ::testing::TestWithParam<Path> {};
+class UnevenDoneTest : public ::testing::TestWithParam<JobPath> {};
 
 TEST_P(UnevenDoneTest, EveryRankEndsWithTheSingleProcessMetric) {
   Watchdog watchdog("EveryRankEndsWithTheSingleProcessMetric",
                     absl::Seconds(90));
-  setenv("REDUCER_SHARED_MEMORY", GetParam().shared_memory, 1);
-  std::vector<std::unique_ptr<ReducerdProcess>> servers;
-  std::vector<std::string> addresses;
-  for (int s = 0; s < GetParam().shards; ++s) {
-    absl::StatusOr<std::unique_ptr<ReducerdProcess>> server =
-        ReducerdProcess::Start();
-    ASSERT_TRUE(server.ok()) << server.status();
-    addresses.push_back((*server)->address());
-    servers.push_back(*std::move(server));
-  }
+  absl::StatusOr<JobPathServers> servers = StartJobPath(GetParam());
+  ASSERT_TRUE(servers.ok()) << servers.status();
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < static_cast<int>(kBatches.size()); ++r) {
     absl::StatusOr<std::unique_ptr<ChildProcess>> child =
         ChildProcess::Start({RunfilePath("tests/uneven_metric_worker").value(),
-                             "--target=" + absl::StrJoin(addresses, ","),
+                             "--target=" + servers->target,
                              absl::StrCat("--job=uneven-", GetParam().name),
                              absl::StrCat("--rank=", r),
                              absl::StrCat("--world_size=", kBatches.size()),
@@ -80,16 +66,13 @@ TEST_P(UnevenDoneTest, EveryRankEndsWithTheSingleProcessMetric) {
         << result.name << ": " << result.stdout_text << " expected "
         << expected;
   }
-  for (const auto& server : servers) {
+  for (const auto& server : servers->servers) {
     EXPECT_THAT(server->Stderr(), ::testing::HasSubstr("called Done()"));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, UnevenDoneTest,
-                         ::testing::Values(Path{"Grpc", "off", 1},
-                                           Path{"SameHost", "required", 1},
-                                           Path{"ThreeShards", "off", 3}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Paths, UnevenDoneTest, ::testing::ValuesIn(kJobPaths),
+                         JobPathName);
 
 }  // namespace
 }  // namespace testing
