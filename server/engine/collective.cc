@@ -702,6 +702,15 @@ bool Collective::LeftOut(int rank) const {
   return index >= 0 && ranks_[index].left_out;
 }
 
+std::map<int, absl::Status> Collective::LeftOutRefusals() const {
+  absl::MutexLock lock(&mu_);
+  std::map<int, absl::Status> refusals;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (ranks_[i].left_out) refusals[group_[i]] = LeftOutError(group_[i]);
+  }
+  return refusals;
+}
+
 void Collective::SetResultValue(int64_t value) {
   absl::MutexLock lock(&mu_);
   result_value_ = value;

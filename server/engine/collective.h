@@ -53,6 +53,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -200,6 +201,10 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // without it; LeftAnyOut: when it ended without some rank.
   bool LeftOut(int rank) const;
   bool LeftAnyOut() const;
+  // What a late call of each rank left out gets (what Attach would fail it
+  // with), by rank: a job remembers these for a finished step instead of
+  // the Collective.
+  std::map<int, absl::Status> LeftOutRefusals() const;
   bool IsQuorumBarrier() const {
     return label_.kind == CollectiveKind::kQuorumBarrier;
   }

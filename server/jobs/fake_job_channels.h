@@ -107,6 +107,7 @@ class JobTestEnv {
     return CollectiveEnv{&options_, &pool_,    &timers_, &memory_,
                          &chunks_,  &metrics_, &log_};
   }
+  MemoryBudget& memory() { return memory_; }
 
  private:
   ServerOptions options_;

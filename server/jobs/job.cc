@@ -531,6 +531,9 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
   if (std::shared_ptr<Collective> step = LeftOutStepLocked(key, rank)) {
     return step;  // its Attach refuses the late call
   }
+  if (std::optional<absl::Status> refused = RememberedRefusalLocked(key, rank)) {
+    return *refused;
+  }
   std::shared_ptr<Collective> collective;
   auto it = matching_.find(key);
   // A rank that already has its result from a collective of this name is
@@ -688,7 +691,8 @@ void Job::PruneFinished() {
     auto current = it++;
     if (current->second->all_attached() && current->second->done()) {
       if (current->second->LeftAnyOut()) {
-        recent_quorum_steps_.emplace_back(current->first, current->second);
+        recent_quorum_steps_.push_back(
+            {current->first, current->second->LeftOutRefusals()});
         if (recent_quorum_steps_.size() > kRememberedQuorumSteps) {
           recent_quorum_steps_.erase(recent_quorum_steps_.begin());
         }
@@ -730,10 +734,18 @@ std::shared_ptr<Collective> Job::LeftOutStepLocked(const std::string& key,
       it != matching_.end() && it->second->LeftOut(rank)) {
     return it->second;
   }
-  for (auto& [remembered, collective] : recent_quorum_steps_) {
-    if (remembered == key && collective->LeftOut(rank)) return collective;
-  }
   return nullptr;
+}
+
+std::optional<absl::Status> Job::RememberedRefusalLocked(const std::string& key,
+                                                         int rank) {
+  for (const RememberedStep& step : recent_quorum_steps_) {
+    if (step.key != key) continue;
+    if (auto it = step.refusals.find(rank); it != step.refusals.end()) {
+      return it->second;
+    }
+  }
+  return std::nullopt;
 }
 
 std::string Job::MatchingKeyLocked(const v1::CollectiveHeader& header,

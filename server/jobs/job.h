@@ -32,6 +32,7 @@
 #define REDUCER_SERVER_JOBS_JOB_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -249,11 +250,14 @@ class Job {
   void LeaveOutDoneLocked(const std::shared_ptr<Collective>& collective,
                           const std::string& key, const Fingerprint& fp,
                           int attaching) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A rank of a quorum step that ended without it: the collective of that
-  // name still remembered (in matching_ or recent_quorum_steps_), else
-  // null.
+  // A rank of a quorum step that ended without it, while the step is still
+  // matched: the collective (its Attach refuses the late call), else null.
   std::shared_ptr<Collective> LeftOutStepLocked(const std::string& key,
                                                 int rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same for a finished step still remembered: its refusal.
+  std::optional<absl::Status> RememberedRefusalLocked(const std::string& key,
+                                                      int rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `header`'s fingerprint, if well formed and within the limits; else the
   // error, also sent to the peers waiting in the collective it names.
@@ -338,8 +342,13 @@ class Job {
   // Quorum barriers done that left ranks out, by matching key, newest
   // last: their late calls are refused by name, not matched anew.
   static constexpr size_t kRememberedQuorumSteps = 16;
-  std::vector<std::pair<std::string, std::shared_ptr<Collective>>>
-      recent_quorum_steps_ ABSL_GUARDED_BY(mu_);
+  // A finished step's refusal for each rank it left out (not the
+  // Collective, which would hold its memory reservation).
+  struct RememberedStep {
+    std::string key;
+    std::map<int, absl::Status> refusals;
+  };
+  std::vector<RememberedStep> recent_quorum_steps_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace reducer

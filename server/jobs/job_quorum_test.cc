@@ -234,6 +234,35 @@ TEST_F(JobQuorumTest, ALateRankIsLeftOutAndRejoinsAtALaterStep) {
   EXPECT_TRUE(everyone->failure().ok()) << everyone->failure();
 }
 
+// A finished step that left a rank out is remembered by name, so that the
+// rank's late call is refused naming it, but without its Collective: the
+// memory its bookkeeping reserved goes back (a job freed after its epoch
+// ended keeps its remembered steps for a while).
+TEST_F(JobQuorumTest, RememberedStepsRefuseLateCallsAndHoldNoMemory) {
+  const absl::Duration grace = absl::Milliseconds(50);
+  auto c0 = Attach(Step(0, 0, Session(0), grace));
+  auto c1 = Attach(Step(1, 0, Session(1), grace));
+  ASSERT_TRUE(WaitFinished(*c0)) << c0->failure();
+  ASSERT_TRUE(WaitFinished(*c1)) << c1->failure();
+  // Steps 1 to 10 without rank 2 (each waits out the grace for it) push
+  // step 0 out of the job's matching into its remembered steps.
+  for (uint64_t step = 1; step <= 10; ++step) {
+    auto s0 = Attach(Step(0, step, Session(0), grace));
+    auto s1 = Attach(Step(1, step, Session(1), grace));
+    ASSERT_TRUE(WaitFinished(*s0)) << s0->failure();
+    ASSERT_TRUE(WaitFinished(*s1)) << s1->failure();
+    EXPECT_THAT(Marks(*s0), ElementsAre(1, 1, 0));
+  }
+  auto late = Attach(Step(2, 0, Session(2), grace));
+  EXPECT_EQ(late->failure().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late->failure().message(),
+              HasSubstr("quorum \"quorum step 0\" in job j1 finished without "
+                        "rank 2"));
+  // At most the last step (done, not yet pruned) holds its bookkeeping;
+  // ten remembered steps would hold ten times as much.
+  EXPECT_LT(server_.memory().used(), 2 * Collective::StateBytes(kWorld));
+}
+
 TEST_F(JobQuorumTest, ARankLostBeforeAnyQuorumStepEndsTheEpochAsBefore) {
   job_.Leave(Session(1), "killed", EpochEndReason::kSessionCancelled);
   job_.Leave(Session(2), "killed", EpochEndReason::kSessionCancelled);
