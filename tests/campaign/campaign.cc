@@ -243,13 +243,25 @@ class Campaign {
     return absl::OkStatus();
   }
 
+  bool IsQuorumJob(size_t job) const {
+    return job + options_.quorum_jobs >= options_.job_sizes.size();
+  }
+
   absl::Status StartRank(size_t job, size_t rank) {
     std::vector<std::string> argv = net_->CommandPrefix(RankHost(job, rank));
+    if (IsQuorumJob(job)) {
+      argv.insert(argv.end(),
+                  {PathOf(options_.quorum_worker),
+                   absl::StrCat("--min_ranks=", options_.quorum_min_ranks),
+                   absl::StrCat("--grace_ms=", absl::ToInt64Milliseconds(options_.quorum_grace))});
+    } else {
+      argv.insert(argv.end(), {PathOf(options_.worker),
+                               absl::StrCat("--seed=", options_.seed * 1000 + job)});
+    }
     argv.insert(argv.end(),
-                {PathOf(options_.worker), absl::StrCat("--target=", absl::StrJoin(targets_, ",")),
+                {absl::StrCat("--target=", absl::StrJoin(targets_, ",")),
                  absl::StrCat("--job=", JobName(job)), absl::StrCat("--rank=", rank),
                  absl::StrCat("--world_size=", ranks_[job].size()),
-                 absl::StrCat("--seed=", options_.seed * 1000 + job),
                  absl::StrCat("--max_elements=", options_.max_elements),
                  absl::StrCat("--timeout_ms=",
                               absl::ToInt64Milliseconds(options_.collective_timeout)),
@@ -398,7 +410,7 @@ absl::StatusOr<CampaignReport> RunCampaign(const CampaignOptions& options) {
   }
   report.operations = static_cast<int64_t>(report.history.size());
   for (const Operation& op : report.history) {
-    if (op.step < 0) continue;
+    if (!op.collective()) continue;
     ++report.collectives;
     if (op.ok()) ++report.succeeded;
   }

@@ -1,7 +1,9 @@
 // The robustness campaign: several jobs of several ranks reduce over a few
 // reducerd shards on a network of their own (tests/netns_harness.h: a host
 // namespace per rank and per shard), each rank running its job's seeded mix
-// of collectives (tests/campaign/campaign_worker.cc), while faults drawn
+// of collectives (tests/campaign/campaign_worker.cc) or, in a quorum job,
+// a training loop of quorum steps that goes on without a rank while it is
+// down (tests/campaign/quorum_worker.cc), while faults drawn
 // from the same seed hit them one after another: SIGKILL and SIGSTOP of
 // ranks and of shards, a shard restarted (SIGTERM, then started again), a
 // host's link taken down, slowed to a crawl or blackholed. Every operation
@@ -55,7 +57,11 @@ inline constexpr const char* kFaultKinds[] = {
 
 struct CampaignOptions {
   uint64_t seed = 1;
-  std::vector<int> job_sizes = {3, 2};  // ranks of each job
+  std::vector<int> job_sizes = {3, 2, 3};  // ranks of each job
+  // The last `quorum_jobs` jobs run quorum steps, with these options.
+  int quorum_jobs = 1;
+  int quorum_min_ranks = 2;
+  absl::Duration quorum_grace = absl::Seconds(3);
   int shards = 2;
   std::string rate = "200mbit";         // every host's link
   absl::Duration fault_phase = absl::Seconds(45);
@@ -65,6 +71,7 @@ struct CampaignOptions {
   // Paths of the programs (runfiles-relative or absolute).
   std::string reducerd = "server/reducerd";
   std::string worker = "tests/campaign/campaign_worker";
+  std::string quorum_worker = "tests/campaign/campaign_quorum_worker";
   std::string reducerctl = "tools/reducerctl";
   // Resident memory a shard may keep above its baseline at the end.
   int64_t rss_slack_bytes = int64_t{24} << 20;

@@ -1,12 +1,12 @@
 // The robustness campaign's bounded form, for CI: two fixed seeds, each a
-// campaign of 40 s of faults over 2 jobs (3 and 2 ranks) and 2 shards
-// (tests/campaign/campaign.h). Skips where network namespaces cannot be
-// made. Under the sanitizers (ASAN_OPTIONS set, as --config=asan does)
-// every process runs several times slower, and freed memory sits in
-// ASan's quarantine (256 MiB by default, more with its allocator's own
-// caches) instead of going back: the collectives' timeout is doubled, the
-// second seed skipped, and a shard's resident memory may end up to 512 MiB
-// above its baseline (seen: 279 MiB).
+// campaign of 40 s of faults over 3 jobs (3 and 2 ranks, and a quorum job
+// of 3) and 2 shards (tests/campaign/campaign.h). Skips where network
+// namespaces cannot be made. Under the sanitizers (ASAN_OPTIONS set, as
+// --config=asan does) every process runs several times slower, and freed
+// memory sits in ASan's quarantine (256 MiB by default, more with its
+// allocator's own caches) instead of going back: the collectives' timeout
+// and the quorum grace are doubled, the second seed skipped, and a shard's
+// resident memory may end up to 512 MiB above its baseline (seen: 279 MiB).
 #include <cstdio>
 #include <cstdlib>
 
@@ -29,6 +29,7 @@ TEST_P(CampaignTest, EveryOperationHoldsTheContract) {
   options.fault_phase = absl::Seconds(40);
   if (Sanitized()) {
     options.collective_timeout = absl::Seconds(12);
+    options.quorum_grace = absl::Seconds(6);
     options.rss_slack_bytes = int64_t{512} << 20;
   }
   absl::StatusOr<CampaignReport> report = RunCampaign(options);

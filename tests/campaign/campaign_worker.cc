@@ -5,7 +5,9 @@
 //
 //   {"job":"j0","rank":1,"gen":2,"round":3,"step":57,"kind":"allreduce_inplace",
 //    "elements":70000,"named":false,"start_us":...,"end_us":...,
-//    "timeout_ms":6000,"code":"ABORTED","message":"...","check":"ok"}
+//    "timeout_ms":6000,"code":"ABORTED","message":"...","check":"ok",...}
+//
+// (tests/campaign/history.h, FormatHistoryLine).
 //
 // "check" is "ok" (the result is the closed form, or a failed in-place call
 // left its buffer untouched), "bad: WHAT" (a violation), or "none".
@@ -37,6 +39,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/reducer_client.h"
+#include "tests/campaign/history.h"
 #include "tests/campaign/op_mix.h"
 
 ABSL_FLAG(std::string, target, "", "the shards, as ClientOptions::target");
@@ -56,21 +59,6 @@ namespace testing {
 namespace {
 
 constexpr int kPollEvery = 4;
-
-std::string JsonEscaped(absl::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppendFormat(&out, "\\u%04x", c);
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
 
 // What one operation did.
 struct Outcome {
@@ -355,21 +343,22 @@ class Rank {
 
   void Record(int64_t step, absl::string_view kind, int64_t elements, bool named,
               absl::Time start, const Outcome& outcome) {
-    const std::string line = absl::StrFormat(
-        "{\"job\":\"%s\",\"rank\":%d,\"gen\":%d,\"round\":%d,\"step\":%d,\"kind\":\"%s\","
-        "\"elements\":%d,\"named\":%s,\"start_us\":%d,\"end_us\":%d,"
-        "\"timeout_ms\":%d,\"code\":\"%s\",\"message\":\"%s\",\"check\":\"%s\"}\n",
-        JsonEscaped(options_.job), options_.rank, generation_, round_, step, kind,
-        elements,
-        named ? "true" : "false", absl::ToUnixMicros(start),
-        absl::ToUnixMicros(absl::Now()), absl::GetFlag(FLAGS_timeout_ms),
-        absl::StatusCodeToString(outcome.status.code()),
-        JsonEscaped(outcome.status.message()), JsonEscaped(outcome.check));
-    // One write per line, so a line is whole even if the process is killed.
-    if (log_fd_ >= 0) {
-      ssize_t written = write(log_fd_, line.data(), line.size());
-      (void)written;
-    }
+    Operation op;
+    op.job = options_.job;
+    op.rank = options_.rank;
+    op.gen = generation_;
+    op.round = round_;
+    op.step = step;
+    op.kind = std::string(kind);
+    op.elements = elements;
+    op.named = named;
+    op.start = start;
+    op.end = absl::Now();
+    op.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
+    op.code = absl::StatusCodeToString(outcome.status.code());
+    op.message = std::string(outcome.status.message());
+    op.check = outcome.check;
+    AppendHistoryLine(log_fd_, op);
   }
 
   const int log_fd_;

@@ -1,5 +1,7 @@
 #include "tests/campaign/history.h"
 
+#include <unistd.h>
+
 #include <map>
 #include <optional>
 #include <tuple>
@@ -9,11 +11,38 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "tests/campaign/quorum_check.h"
 
 namespace reducer {
 namespace testing {
 namespace {
+
+std::string JsonEscaped(absl::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppendFormat(&out, "\\u%04x", c);
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// "0,2,3" into {0, 2, 3}; false if a part is not a number.
+bool ParseRanks(absl::string_view text, std::vector<int>* ranks) {
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int rank = 0;
+    if (!absl::SimpleAtoi(part, &rank)) return false;
+    ranks->push_back(rank);
+  }
+  return true;
+}
 
 // The raw value of "key": in a flat JSON object line, unescaped when it is
 // a string. Enough for the worker's own lines.
@@ -73,6 +102,15 @@ std::optional<Operation> ParseLine(absl::string_view line) {
   }
   op.job = *job;
   op.kind = *kind;
+  op.named = Field(line, "named") == "true";
+  // The quorum fields are absent from lines of older workers.
+  if (std::optional<std::string> ranks = Field(line, "contributors")) {
+    if (!ParseRanks(*ranks, &op.contributors)) return std::nullopt;
+  }
+  if (std::optional<std::string> ranks = Field(line, "joined")) {
+    if (!ParseRanks(*ranks, &op.joined)) return std::nullopt;
+  }
+  op.state = Field(line, "state").value_or("");
   op.start = absl::FromUnixMicros(start_us);
   op.end = absl::FromUnixMicros(end_us);
   op.code = *code;
@@ -128,6 +166,30 @@ std::string Operation::Describe(absl::Time origin) const {
                          absl::ToDoubleSeconds(end - origin), code,
                          message.empty() ? "" : ": ", message,
                          check == "ok" || check == "none" ? "" : absl::StrCat(" [", check, "]"));
+}
+
+bool Operation::quorum() const {
+  return absl::StartsWith(kind, "quorum") || kind == "handoff";
+}
+
+std::string FormatHistoryLine(const Operation& op) {
+  return absl::StrFormat(
+      "{\"job\":\"%s\",\"rank\":%d,\"gen\":%d,\"round\":%d,\"step\":%d,\"kind\":\"%s\","
+      "\"elements\":%d,\"named\":%s,\"start_us\":%d,\"end_us\":%d,"
+      "\"timeout_ms\":%d,\"code\":\"%s\",\"message\":\"%s\",\"check\":\"%s\","
+      "\"contributors\":\"%s\",\"joined\":\"%s\",\"state\":\"%s\"}\n",
+      JsonEscaped(op.job), op.rank, op.gen, op.round, op.step, JsonEscaped(op.kind),
+      op.elements, op.named ? "true" : "false", absl::ToUnixMicros(op.start),
+      absl::ToUnixMicros(op.end), op.timeout_ms, JsonEscaped(op.code),
+      JsonEscaped(op.message), JsonEscaped(op.check), absl::StrJoin(op.contributors, ","),
+      absl::StrJoin(op.joined, ","), JsonEscaped(op.state));
+}
+
+void AppendHistoryLine(int fd, const Operation& op) {
+  if (fd < 0) return;
+  const std::string line = FormatHistoryLine(op);
+  ssize_t written = write(fd, line.data(), line.size());
+  (void)written;
 }
 
 std::vector<Operation> ParseHistory(absl::string_view contents) {
@@ -190,6 +252,7 @@ std::vector<Violation> CheckHistory(const std::vector<Operation>& ops,
       collectives;
   for (const Operation& op : ops) {
     if (op.step < 0) continue;  // connect, resync: not one collective
+    if (op.quorum()) continue;  // see CheckQuorumSteps
     collectives[{op.job, op.round, op.step, op.kind}].push_back(&op);
   }
   for (const auto& [key, runs] : collectives) {
@@ -204,6 +267,8 @@ std::vector<Violation> CheckHistory(const std::vector<Operation>& ops,
                                 LostWithItsShard(*failed, faults, limits.aftermath)});
     }
   }
+  std::vector<Violation> quorum = CheckQuorumSteps(ops, faults, limits);
+  violations.insert(violations.end(), quorum.begin(), quorum.end());
   return violations;
 }
 

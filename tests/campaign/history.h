@@ -4,6 +4,9 @@
 //   std::vector<Operation> ops = ParseHistory(file_contents);   // the ranks'
 //   std::vector<Violation> violations = CheckHistory(ops, faults, limits);
 //
+// The workers write their lines with FormatHistoryLine, the parser's
+// inverse.
+//
 // The contract checked, operation by operation:
 // - a result is the closed form, and a failed in-place call left its buffer
 //   untouched (the worker's "check"; tests/campaign/op_mix.h makes a doubled
@@ -14,7 +17,10 @@
 // - no operation outlived its deadline plus the client's slack;
 // - a failure happened while a fault that can reach its job was active (or
 //   within Limits::aftermath of its end), and its message names a cause: a
-//   rank, a shard or reducerd, the epoch, or a deadline.
+//   rank, a shard or reducerd, the epoch, or a deadline;
+// - quorum steps (a quorum job's "quorum", "quorum_inplace" and "handoff"
+//   operations) are held to their own contract instead of the agreement
+//   above: see tests/campaign/quorum_check.h.
 //
 // Pure functions; thread-safe.
 #ifndef REDUCER_TESTS_CAMPAIGN_HISTORY_H_
@@ -36,17 +42,32 @@ struct Operation {
   int rank = 0;
   int gen = 0;
   int64_t round = 0;  // the epoch as the ranks agreed it (see the worker)
-  int64_t step = -1;  // -1: connect and resync
+  // -1: connect and resync. A quorum step: the job's number for it
+  // (QuorumResult::step), or kUnknownStep when it failed before learning it.
+  int64_t step = -1;
   std::string kind;
   int64_t elements = 0;
+  bool named = false;
   absl::Time start;
   absl::Time end;
   int timeout_ms = 0;
   std::string code;  // "OK", "ABORTED", ...
   std::string message;
   std::string check;  // "ok", "none", "bad: ..."
+  // A quorum step that succeeded: the ranks its result lists, and the
+  // rank's replicated state after it (see tests/campaign/quorum_worker.cc;
+  // empty when the rank holds none yet).
+  std::vector<int> contributors;
+  std::vector<int> joined;
+  std::string state;
+
+  static constexpr int64_t kUnknownStep = -2;
 
   bool ok() const { return code == "OK"; }
+  // One of a quorum job's operations ("quorum", "quorum_inplace", "handoff").
+  bool quorum() const;
+  // A collective (not a connect or a resync).
+  bool collective() const { return step >= 0 || step == kUnknownStep; }
   // "j0 rank 1 step 57 allreduce_inplace [t+12.345s..t+12.400s] ABORTED: ..."
   std::string Describe(absl::Time origin) const;
 };
@@ -85,6 +106,13 @@ struct Violation {
   // disagreement is one (results lost on the way are asked for again).
   bool lost_with_shard = false;
 };
+
+// One line of a history file (with its newline): what the workers append.
+std::string FormatHistoryLine(const Operation& op);
+
+// Appends `op`'s line to the open file `fd` in one write, so that a line is
+// whole even if the process is killed; nothing when fd < 0.
+void AppendHistoryLine(int fd, const Operation& op);
 
 // The operations of one or more history files' contents (lines that do not
 // parse, such as a line cut by a SIGKILL, are skipped).

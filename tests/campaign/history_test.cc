@@ -1,5 +1,7 @@
 #include "tests/campaign/history.h"
 
+#include <ostream>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -11,6 +13,13 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
+
+}  // namespace
+
+// gMock prints a violation by its sentence.
+void PrintTo(const Violation& v, std::ostream* os) { *os << v.what; }
+
+namespace {
 
 const absl::Time kT0 = absl::FromUnixSeconds(1000000);
 
@@ -50,6 +59,45 @@ TEST(HistoryTest, ParsesTheWorkersLinesAndSkipsACutOne) {
   EXPECT_EQ(ops[0].round, 1);
   EXPECT_EQ(ops[0].message, "job j0 \"x\" rank 2 lost");
   EXPECT_EQ(ops[0].end - ops[0].start, absl::Seconds(1));
+}
+
+TEST(HistoryTest, FormatHistoryLineIsTheParsersInverse) {
+  Operation op;
+  op.job = "j2";
+  op.rank = 1;
+  op.gen = 3;
+  op.step = 17;
+  op.kind = "quorum_inplace";
+  op.elements = 640;
+  op.named = true;
+  op.start = kT0;
+  op.end = kT0 + absl::Milliseconds(250);
+  op.timeout_ms = 6000;
+  op.code = "FAILED_PRECONDITION";
+  op.message = "quorum \"quorum step 5\" finished\nwithout rank 1";
+  op.check = "ok";
+  op.contributors = {0, 2};
+  op.joined = {1};
+  op.state = "00ab-01";
+  std::vector<Operation> parsed = ParseHistory(FormatHistoryLine(op));
+  ASSERT_THAT(parsed, SizeIs(1));
+  const Operation& back = parsed[0];
+  EXPECT_EQ(back.job, op.job);
+  EXPECT_EQ(back.rank, op.rank);
+  EXPECT_EQ(back.gen, op.gen);
+  EXPECT_EQ(back.step, op.step);
+  EXPECT_EQ(back.kind, op.kind);
+  EXPECT_EQ(back.elements, op.elements);
+  EXPECT_TRUE(back.named);
+  EXPECT_EQ(back.start, op.start);
+  EXPECT_EQ(back.end, op.end);
+  EXPECT_EQ(back.code, op.code);
+  EXPECT_EQ(back.message, op.message);
+  EXPECT_EQ(back.contributors, op.contributors);
+  EXPECT_EQ(back.joined, op.joined);
+  EXPECT_EQ(back.state, op.state);
+  EXPECT_TRUE(back.quorum());
+  EXPECT_TRUE(back.collective());
 }
 
 TEST(HistoryTest, CleanHistoryHasNoViolation) {
@@ -156,6 +204,109 @@ TEST(HistoryTest, AFailureThatNamesNoCauseIsAViolation) {
             {Fault("j0", 0.5, 1.5)});
   ASSERT_THAT(v, SizeIs(1));
   EXPECT_THAT(v[0].what, HasSubstr("names no cause"));
+}
+
+// A quorum job's line: rank `rank` ran `kind` ("quorum", "handoff") over
+// [start_s, end_s] and saw `contributors` and `joined`.
+std::string QuorumLine(int rank, int64_t step, double start_s, double end_s,
+                       std::vector<int> contributors, std::vector<int> joined = {},
+                       const std::string& state = "s1", const std::string& kind = "quorum") {
+  Operation op;
+  op.job = "j2";
+  op.rank = rank;
+  op.step = step;
+  op.kind = kind;
+  op.start = kT0 + absl::Seconds(start_s);
+  op.end = kT0 + absl::Seconds(end_s);
+  op.timeout_ms = 6000;
+  op.code = "OK";
+  op.check = "ok";
+  op.contributors = std::move(contributors);
+  op.joined = std::move(joined);
+  op.state = state;
+  return FormatHistoryLine(op);
+}
+
+FaultWindow RankFault(const std::string& kind, int rank, double start_s, double end_s) {
+  return FaultWindow{kind, absl::StrCat("j2 rank ", rank, " (host 10.77.0.9)"), "j2",
+                     kT0 + absl::Seconds(start_s), kT0 + absl::Seconds(end_s)};
+}
+
+TEST(QuorumCheckTest, AStepOverEveryRankHasNoViolation) {
+  EXPECT_THAT(Check(QuorumLine(0, 4, 1, 1.2, {0, 1, 2}) + QuorumLine(1, 4, 1.05, 1.2, {0, 1, 2}) +
+                    QuorumLine(2, 4, 1.1, 1.21, {0, 1, 2})),
+              IsEmpty());
+}
+
+TEST(QuorumCheckTest, ARankLeftOutWithNoFaultOnItIsAViolation) {
+  // Rank 2's connect says the job has 3 ranks.
+  const std::string history = QuorumLine(0, 4, 1, 4, {0, 1}) +
+                              QuorumLine(1, 4, 1.05, 4, {0, 1}) +
+                              Line("j2", 2, -1, "connect", 0, 0.1, "OK");
+  // Its own fault excuses it; another rank's fault, or none, does not.
+  EXPECT_THAT(Check(history, {RankFault("stop_rank", 2, 0.5, 3.5)}), IsEmpty());
+  EXPECT_THAT(Check(history, {ShardFault("crawl", 0.5, 1.5)}), IsEmpty());
+  for (const std::vector<FaultWindow>& faults :
+       {std::vector<FaultWindow>{}, {RankFault("stop_rank", 1, 0.5, 3.5)},
+        {RankFault("kill_rank", 2, 30, 31)}}) {
+    std::vector<Violation> v = Check(history, faults);
+    ASSERT_THAT(v, SizeIs(1));
+    EXPECT_THAT(v[0].what, HasSubstr("went on without rank 2, alive and in time"));
+  }
+}
+
+TEST(QuorumCheckTest, RanksThatSawDifferentContributorsAreAViolation) {
+  std::vector<Violation> v =
+      Check(QuorumLine(0, 4, 1, 4, {0, 1}) + QuorumLine(1, 4, 1.05, 4, {0, 1, 2}) +
+                QuorumLine(2, 4, 1.1, 4, {0, 1, 2}),
+            {RankFault("stop_rank", 2, 0.5, 3.5)});
+  ASSERT_THAT(v, SizeIs(1));
+  EXPECT_THAT(v[0].what, HasSubstr("ranks disagree on step 4 of j2"));
+}
+
+TEST(QuorumCheckTest, AListedRankWithNoCallInFlightIsAViolation) {
+  // Rank 2's only call ended before the others' began.
+  const std::string history = QuorumLine(0, 4, 1, 1.2, {0, 1, 2}) +
+                              QuorumLine(1, 4, 1.05, 1.2, {0, 1, 2}) +
+                              Line("j2", 2, -1, "connect", 0.2, 0.5, "OK");
+  std::vector<Violation> v = Check(history);
+  ASSERT_THAT(v, SizeIs(1));
+  EXPECT_THAT(v[0].what, HasSubstr("lists rank 2, which had no call in flight"));
+  // Killed around the decision: its line was never written.
+  EXPECT_THAT(Check(history, {RankFault("kill_rank", 2, 1.1, 3)}), IsEmpty());
+}
+
+TEST(QuorumCheckTest, TheSameStepNumberLaterIsAnotherJobsStep) {
+  // A job started afresh counts from 0 again: two collectives, each whole.
+  EXPECT_THAT(Check(QuorumLine(0, 0, 1, 1.2, {0, 1, 2}) + QuorumLine(1, 0, 1.05, 1.2, {0, 1, 2}) +
+                    QuorumLine(2, 0, 1.1, 1.2, {0, 1, 2}) +
+                    QuorumLine(0, 0, 9, 9.2, {0, 1, 2}, {}, "s9") +
+                    QuorumLine(1, 0, 9.05, 9.2, {0, 1, 2}, {}, "s9") +
+                    QuorumLine(2, 0, 9.1, 9.2, {0, 1, 2}, {}, "s9")),
+              IsEmpty());
+}
+
+TEST(QuorumCheckTest, ContributorsOrAHandoffWithDifferentStatesAreAViolation) {
+  // Rank 2 joined step 6: it holds no state until the handoff gives it one.
+  const std::string step = QuorumLine(0, 6, 1, 1.2, {0, 1}, {2}) +
+                           QuorumLine(1, 6, 1.05, 1.2, {0, 1}, {2}) +
+                           QuorumLine(2, 6, 1.1, 1.2, {0, 1}, {2}, "");
+  const std::vector<FaultWindow> kill = {RankFault("kill_rank", 2, 0, 0.8)};
+  EXPECT_THAT(Check(step + QuorumLine(0, 6, 1.3, 1.4, {}, {}, "s1", "handoff") +
+                        QuorumLine(1, 6, 1.3, 1.4, {}, {}, "s1", "handoff") +
+                        QuorumLine(2, 6, 1.3, 1.4, {}, {}, "s1", "handoff"),
+                    kill),
+              IsEmpty());
+  std::vector<Violation> v = Check(step + QuorumLine(0, 6, 1.3, 1.4, {}, {}, "s1", "handoff") +
+                                       QuorumLine(2, 6, 1.3, 1.4, {}, {}, "s0", "handoff"),
+                                   kill);
+  ASSERT_THAT(v, SizeIs(1));
+  EXPECT_THAT(v[0].what, HasSubstr("replicated state differs after the handoff after step 6"));
+  v = Check(QuorumLine(0, 7, 1, 1.2, {0, 1, 2}, {}, "s1") +
+            QuorumLine(1, 7, 1.05, 1.2, {0, 1, 2}, {}, "s1") +
+            QuorumLine(2, 7, 1.1, 1.2, {0, 1, 2}, {}, "s2"));
+  ASSERT_THAT(v, SizeIs(1));
+  EXPECT_THAT(v[0].what, HasSubstr("replicated state differs after step 7"));
 }
 
 }  // namespace
