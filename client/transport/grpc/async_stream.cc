@@ -21,8 +21,22 @@ void AsyncStream::Start(grpc::GenericStub* stub, const char* method) {
   call_ = stub->PrepareCall(&context_, method, driver_->cq());
   call_->StartCall(&start_tag_);
   write_busy_ = true;
+  operations_ = 1;
+  if (!reads_on_demand_) ReadIfIdle();
+}
+
+void AsyncStream::ReadIfIdle() {
+  mu_->AssertHeld();
+  if (call_ == nullptr || reading_ || reads_ended_) return;
+  reading_ = true;
+  ++operations_;
   call_->Read(&incoming_, &read_tag_);
-  operations_ = 2;
+}
+
+void AsyncStream::Cancel() {
+  mu_->AssertHeld();
+  context_.TryCancel();
+  ReadIfIdle();
 }
 
 bool AsyncStream::Write(uint64_t id, grpc::ByteBuffer message, bool last) {
@@ -76,7 +90,10 @@ void AsyncStream::WriteFront() {
 void AsyncStream::WriteSlotFree(bool ok) {
   mu_->AssertHeld();
   write_busy_ = false;
-  if (!ok) writes_over_ = true;
+  if (!ok) {
+    writes_over_ = true;
+    ReadIfIdle();  // the stream is over: its read brings the status
+  }
   if (writes_over_) {
     DropQueue();
   } else if (!outgoing_.empty()) {
@@ -113,11 +130,12 @@ bool AsyncStream::HandleEvent(Op op, bool ok) {
       break;
     }
     case Op::kRead:
+      reading_ = false;
       if (ok) {
         observer_->OnRead(&incoming_);
-        ++operations_;
-        call_->Read(&incoming_, &read_tag_);
+        if (!reads_on_demand_ || observer_->WantsMoreReads()) ReadIfIdle();
       } else {
+        reads_ended_ = true;
         observer_->OnReadsEnded();
         ++operations_;
         call_->Finish(&status_, &finish_tag_);

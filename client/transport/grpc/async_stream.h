@@ -22,6 +22,13 @@
 //    read is issued. The first read that fails (the stream is over) goes to
 //    OnReadsEnded, and the stream asks gRPC for the call's status (Finish);
 //    it comes back through OnFinished.
+//    With reads on demand (set_reads_on_demand, before Start), no read is
+//    issued at the start, nor after a message unless the observer's
+//    WantsMoreReads() says so; ReadIfIdle() issues one. A read left posted
+//    while nothing is expected costs a message each way for every answer:
+//    gRPC announces the freed flow-control window (WINDOW_UPDATE) in a
+//    write of its own. A stream that can write no more (a start or write
+//    failed, or Cancel) issues its read itself, so that its end is learned.
 // 3. Write() queues a message; the front of the queue is written as soon as
 //    the slot is free, `last` ones half-closing the stream. Every queued
 //    message is reported once through OnWritten: ok when gRPC wrote it;
@@ -62,9 +69,13 @@ class AsyncStream {
     // The call's start completed; not ok: the call is over (queued
     // messages are dropped, the read fails and brings the status).
     virtual void OnStarted(bool /*ok*/) {}
-    // A message arrived; the stream reads the next one when this returns.
-    // `message` may be consumed (left empty).
+    // A message arrived; the stream reads the next one when this returns
+    // (with reads on demand: if WantsMoreReads()). `message` may be
+    // consumed (left empty).
     virtual void OnRead(grpc::ByteBuffer* message) = 0;
+    // With reads on demand, after OnRead: whether another message is
+    // expected now.
+    virtual bool WantsMoreReads() { return true; }
     // A read failed: no more messages come; the status is requested.
     virtual void OnReadsEnded() {}
     // The queued message `id` was written (ok) or will never be (not ok).
@@ -93,9 +104,16 @@ class AsyncStream {
   // The call's context: set its deadline before Start.
   grpc::ClientContext* context() { return &context_; }
 
-  // Starts `method` on `stub` (which must outlive the call) and its first
-  // read. Once.
+  // Reads only when asked (see the protocol above). Before Start.
+  void set_reads_on_demand() { reads_on_demand_ = true; }
+
+  // Starts `method` on `stub` (which must outlive the call) and, unless
+  // reads are on demand, its first read. Once.
   void Start(grpc::GenericStub* stub, const char* method);
+
+  // Issues a read if the stream is started, none is in flight and the
+  // reads have not ended.
+  void ReadIfIdle();
 
   // Queues `message` (written in order; `last` half-closes the stream after
   // it, so nothing may be queued behind it). Returns false, dropping the
@@ -107,7 +125,7 @@ class AsyncStream {
   Unqueued Unqueue(uint64_t id);
 
   // Cancels the call: every operation gRPC holds completes promptly.
-  void Cancel() { context_.TryCancel(); }
+  void Cancel();
 
   bool started() const;
   // Start() was called, the status came back, and gRPC holds nothing.
@@ -161,6 +179,9 @@ class AsyncStream {
   bool front_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool writes_over_ ABSL_GUARDED_BY(mu_) = false;  // nothing more is written
   bool finished_ ABSL_GUARDED_BY(mu_) = false;     // Finish came back
+  bool reads_on_demand_ ABSL_GUARDED_BY(mu_) = false;
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;       // a read in flight
+  bool reads_ended_ ABSL_GUARDED_BY(mu_) = false;   // a read failed
   grpc::Status status_ ABSL_GUARDED_BY(mu_);       // filled by Finish
 };
 

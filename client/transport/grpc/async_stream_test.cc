@@ -97,6 +97,10 @@ class Recorder final : public AsyncStream::Observer {
     mu_.AssertHeld();
     reads_.push_back(Text(*message));
   }
+  bool WantsMoreReads() override {
+    mu_.AssertHeld();
+    return static_cast<int>(reads_.size()) < reads_wanted_;
+  }
   void OnReadsEnded() override {
     mu_.AssertHeld();
     events_.push_back("reads ended");
@@ -124,6 +128,8 @@ class Recorder final : public AsyncStream::Observer {
   std::vector<uint64_t> written_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> dropped_ ABSL_GUARDED_BY(mu_);
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  // With reads on demand: how many messages it wants read in all.
+  int reads_wanted_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class AsyncStreamTest : public ::testing::Test {
@@ -266,6 +272,86 @@ TEST_F(AsyncStreamTest, DeadlineOnTheContextEndsACallTheServerNeverEnds) {
   absl::MutexLock lock(&recorder.mu_);
   EXPECT_EQ(recorder.status_.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_THAT(recorder.reads_, ElementsAre("ping"));
+}
+
+// Reads on demand: a message waits in gRPC until a read is asked for, and
+// one read is posted at a time, never one nobody wants.
+TEST_F(AsyncStreamTest, ReadsOnDemandReadOnlyWhatIsWanted) {
+  Recorder recorder(&driver_);
+  // Writes `text` as message `id` and drives until it is written.
+  auto write = [&](uint64_t id, const std::string& text, bool last) {
+    {
+      absl::MutexLock lock(&recorder.mu_);
+      ASSERT_TRUE(recorder.stream_.Write(id, Bytes(text), last));
+    }
+    ASSERT_TRUE(driver_.DriveUntil(
+        [&recorder, id] {
+          absl::MutexLock lock(&recorder.mu_);
+          return !recorder.written_.empty() && recorder.written_.back() == id;
+        },
+        absl::Now() + kLimit));
+  };
+  // Drives for a while, then returns what was read.
+  auto reads_after_a_while = [&] {
+    driver_.DriveUntil([] { return false; }, absl::Now() + absl::Milliseconds(100));
+    absl::MutexLock lock(&recorder.mu_);
+    return recorder.reads_;
+  };
+  {
+    absl::MutexLock lock(&recorder.mu_);
+    recorder.stream_.set_reads_on_demand();
+    recorder.stream_.Start(stub_.get(), kEchoMethod);
+    recorder.reads_wanted_ = 1;
+  }
+  write(1, "one", false);
+  // Its echo is not read before a read is asked for.
+  EXPECT_THAT(reads_after_a_while(), IsEmpty());
+  {
+    absl::MutexLock lock(&recorder.mu_);
+    recorder.stream_.ReadIfIdle();
+    recorder.stream_.ReadIfIdle();  // one read at a time: no-op
+  }
+  EXPECT_THAT(reads_after_a_while(), ElementsAre("one"));
+  // One message wanted: the next echo stays unread.
+  write(2, "two", false);
+  EXPECT_THAT(reads_after_a_while(), ElementsAre("one"));
+  {
+    absl::MutexLock lock(&recorder.mu_);
+    // The rest, and the server's end, learned at the read after the last.
+    recorder.reads_wanted_ = 4;
+    recorder.stream_.ReadIfIdle();
+  }
+  write(3, "three", /*last=*/true);
+  ASSERT_TRUE(DriveUntilDone(&recorder));
+  absl::MutexLock lock(&recorder.mu_);
+  EXPECT_THAT(recorder.reads_, ElementsAre("one", "two", "three"));
+  EXPECT_TRUE(recorder.status_.ok()) << recorder.status_.error_message();
+}
+
+// A stream with no read in flight still ends when cancelled: Cancel issues
+// the read that brings its status.
+TEST_F(AsyncStreamTest, CancellingAStreamThatIsNotReadingEndsIt) {
+  Recorder recorder(&driver_);
+  {
+    absl::MutexLock lock(&recorder.mu_);
+    recorder.stream_.set_reads_on_demand();
+    recorder.stream_.Start(stub_.get(), kEchoMethod);
+    ASSERT_TRUE(recorder.stream_.Write(1, Bytes("one"), false));
+  }
+  ASSERT_TRUE(driver_.DriveUntil(
+      [&recorder] {
+        absl::MutexLock lock(&recorder.mu_);
+        return recorder.written_.size() == 1;
+      },
+      absl::Now() + kLimit));
+  {
+    absl::MutexLock lock(&recorder.mu_);
+    recorder.stream_.Cancel();
+  }
+  ASSERT_TRUE(DriveUntilDone(&recorder));
+  absl::MutexLock lock(&recorder.mu_);
+  EXPECT_EQ(recorder.status_.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(recorder.events_.back(), "done");
 }
 
 }  // namespace

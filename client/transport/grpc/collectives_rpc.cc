@@ -70,6 +70,8 @@ struct CollectivesRpc::Opening final : AsyncStream::Observer {
     owner->mu_.AssertHeld();
     owner->DispatchLocked(this, message);
   }
+  // Reads on demand: a read stays posted only while an answer is due.
+  bool WantsMoreReads() override { return awaiting > 0; }
   void OnReadsEnded() override {
     owner->mu_.AssertHeld();
     owner->RetireLocked(this);
@@ -102,6 +104,7 @@ struct CollectivesRpc::Opening final : AsyncStream::Observer {
   AsyncStream stream;
   // Calls whose messages are queued or being written, by call id.
   absl::flat_hash_map<uint64_t, std::shared_ptr<Call>> unsent;
+  int awaiting = 0;  // calls sent on it and not yet ended
   absl::Status error;  // a client-side reason to fail its calls, if any
   bool retired = false;
 };
@@ -195,12 +198,15 @@ std::unique_ptr<CollectiveAttempt> CollectivesRpc::Start(
       opening->stream.Write(call_id, std::move(message), /*last=*/false);
   assert(queued);
   (void)queued;
+  ++opening->awaiting;
+  opening->stream.ReadIfIdle();
   return std::make_unique<Attempt>(this, call_id, std::move(call),
                                    &contribution);
 }
 
 void CollectivesRpc::OpenLocked() {
   current_ = std::make_unique<Opening>(this);
+  current_->stream.set_reads_on_demand();
   current_->stream.Start(stub_, kCollectivesMethod);
 }
 
@@ -241,6 +247,7 @@ void CollectivesRpc::GiveUpLocked(uint64_t call_id,
     calls_.erase(call_id);
     call->done = true;
     call->status = std::move(why);
+    --call->opening->awaiting;
   }
   if (call->unsent) ForgetMessageLocked(call);
 }
@@ -288,6 +295,7 @@ void CollectivesRpc::DispatchLocked(Opening* opening,
   if (!over) return;
   call.done = true;
   call.status = outcome;
+  --call.opening->awaiting;
   calls_.erase(it);
 }
 
@@ -314,6 +322,7 @@ void CollectivesRpc::FailCallsLocked(Opening* opening,
     }
     call.done = true;
     call.status = status;
+    --opening->awaiting;
     calls_.erase(it++);
   }
 }

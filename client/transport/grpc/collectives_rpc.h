@@ -7,7 +7,10 @@
 // A call is sent when it starts, from any thread. Its answer is read by the
 // thread that waits for it: waiting polls the client's completion queue on
 // the waiting thread (see CompletionDriver), so no thread hand-off lies
-// between the answer and the caller.
+// between the answer and the caller. The stream reads only while an answer
+// is due (AsyncStream's reads on demand): a read left posted between calls
+// would make gRPC announce the freed flow-control window in a message of
+// its own after every answer.
 //
 // The stream opens on first use, and again after it broke. A break fails the
 // calls in flight on it with the stream's status (UNAVAILABLE when reducerd
