@@ -73,8 +73,13 @@ struct CampaignOptions {
   std::string worker = "tests/campaign/campaign_worker";
   std::string quorum_worker = "tests/campaign/campaign_quorum_worker";
   std::string reducerctl = "tools/reducerctl";
-  // Resident memory a shard may keep above its baseline at the end.
-  int64_t rss_slack_bytes = int64_t{24} << 20;
+  // Resident memory a shard may keep above its baseline at the end: what
+  // the allocator keeps of the busiest moment's buffers (2 x ranks x window
+  // x chunk per collective at most). With the quorum job's 2.5 MiB steps
+  // beside the others, seen up to 31 MiB (seed 14, while the machine also
+  // ran other builds), none of it held by a job (the shard's status says
+  // no job and no memory reserved).
+  int64_t rss_slack_bytes = int64_t{48} << 20;
 };
 
 struct CampaignReport {

@@ -17,9 +17,10 @@
 // of a step or a handoff carries the rank's state after it.
 //
 // Lifecycle: Connect (retried until it works or the campaign ends), then
-// steps. A step that fails (left out, session lost) makes the rank destroy
-// its Client and Connect again, which admits it into the running job;
-// DEADLINE_EXCEEDED does not. The ranks stop together after the first
+// steps. A step that fails (left out, session lost, timed out) makes the
+// rank destroy its Client and Connect again, which admits it into the
+// running job: the others may have finished that step, so its state would
+// miss it. The ranks stop together after the first
 // step whose element 0 is not 0; a rank not connected stops as soon as
 // --stop_file exists. Exit 0 then, or 3 at --give_up_unix_s.
 #include <fcntl.h>
@@ -154,19 +155,23 @@ class QuorumRank {
       op.check =
           !in_place || buffer == before ? "ok" : "bad: failed in-place step changed the buffer";
       Finish(&op, result.status());
-      AfterFailure(result.status());
+      // Whatever the failure, the others may have finished the step: this
+      // rank's state would miss it, so it joins again for the state.
+      client_.reset();
       return result.status();
-    }
-    const float* sum = in_place ? buffer.data() : static_cast<const float*>(result->tensor.data());
-    if (!in_place && (result->tensor.dtype() != DataType::kFloat32 ||
-                      result->tensor.shape() != std::vector<int64_t>{n_})) {
-      op.check = "bad: result dtype or shape";
-    } else {
-      op.check = CheckSum(sum, n_, result->contributors);
     }
     op.step = static_cast<int64_t>(result->step);
     op.contributors = result->contributors;
     op.joined = result->joined;
+    if (!in_place && (result->tensor.dtype() != DataType::kFloat32 ||
+                      result->tensor.shape() != std::vector<int64_t>{n_})) {
+      op.check = "bad: result dtype or shape";
+      Finish(&op, absl::OkStatus());
+      client_.reset();  // its state cannot follow: join again
+      return false;
+    }
+    const float* sum = in_place ? buffer.data() : static_cast<const float*>(result->tensor.data());
+    op.check = CheckSum(sum, n_, result->contributors);
     const bool joined = std::count(result->joined.begin(), result->joined.end(), options_.rank);
     if (!joined) {
       // A contributor without a state is in a job started afresh, where
@@ -221,10 +226,6 @@ class QuorumRank {
     // A joined rank without the state cannot go on: it joins again. A
     // contributor keeps its session (the next step says whether it lives).
     if (!sent.ok() && !has_state_) client_.reset();
-  }
-
-  void AfterFailure(const absl::Status& status) {
-    if (status.code() != absl::StatusCode::kDeadlineExceeded) client_.reset();
   }
 
   Operation NewOperation(absl::string_view kind, int64_t step, int64_t elements) const {
