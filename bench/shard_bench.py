@@ -22,7 +22,7 @@ results.md (the table) and shard_bench.png into --out_dir; and checks the
 two targets (S = 4 at 64 MiB at most 0.75x Gloo's time; S = 1 at 64 MiB
 within 20 % of the model).
 
---smoke: sizes 4 KiB and 2 MiB (the smallest cut over two shards), S = 2,
+--smoke: sizes 4 KiB and 2 MiB (cut over both shards), S = 2,
 one round of 2 timed calls; exits 0 with a SKIP line when namespaces cannot
 be made here or torch is missing.
 
@@ -70,8 +70,8 @@ SMOKE_SIZES = [4 * KiB, 2 * MiB]
 REDUCERD_PORT = 50051
 GLOO_PORT = 29500
 # client/shards/partition_plan.h's kMinPartitionBytes: no partition is cut smaller,
-# so a collective of N bytes uses min(S, N / 1 MiB) shards (at least one).
-MIN_PARTITION_BYTES = 1 * MiB
+# so a collective of N bytes uses min(S, N / 64 KiB) shards (at least one).
+MIN_PARTITION_BYTES = 64 * KiB
 SUBNET = "10.77.0.0/24"  # tests/netns_harness.h's addresses
 IP = shutil.which("ip") or "/usr/sbin/ip"
 ENV = shutil.which("env") or "/usr/bin/env"

@@ -5,8 +5,8 @@
 // the middle of a 16 MiB all-reduce, and every other rank must fail promptly
 // with ABORTED naming it, and reducerd still exits 0 on SIGTERM. Sharded:
 // S = 2 reducerd shards in hosts s0 and s1, the same four ranks naming both,
-// all-reduces below and above the 1 MiB a partition needs against the
-// closed form.
+// all-reduces below and above the 128 KiB that two partitions need against
+// the closed form.
 //
 // Skips (saying why) where network namespaces cannot be made.
 #include <cstdint>
@@ -209,8 +209,8 @@ TEST_F(NetnsE2eTest, CutLinkAbortsEveryOtherRankNamingIt) {
 }
 
 // Four ranks on hosts of their own against two shards on hosts of their
-// own: collectives below 1 MiB go whole to one shard, those above are cut
-// over both; every result is the closed form, in place and out of place.
+// own: collectives below 128 KiB go whole to one shard (a partition is at
+// least 64 KiB), those above are cut over both; every result is the closed form, in place and out of place.
 TEST_F(NetnsShardsTest, AllReducesOverTwoShardsMatchTheClosedForm) {
   const std::string steps = absl::StrCat(
       "allreduce:shape=8;"                                     // 1

@@ -3,12 +3,12 @@
 // loopback and W = 4 rank processes.
 //
 // - Every collective kind (both forms, the async forms, named and by call
-//   order, every op x dtype pair, payloads below 1 MiB and of several MiB,
-//   which client/shards/partition_plan.h cuts over the shards) runs once with one
-//   shard and once with three: every result equals the closed form
-//   (conformance_worker's check=ok), the digests of the result bytes of the
-//   two runs are equal step by step, and with three shards every shard
-//   carried payload.
+//   order, every op x dtype pair, payloads below 128 KiB and from a few
+//   hundred KB to several MiB, which client/shards/partition_plan.h cuts over
+//   the shards) runs once with one shard and once with three: every result
+//   equals the closed form (conformance_worker's check=ok), the digests of
+//   the result bytes of the two runs are equal step by step, and with three
+//   shards every shard carried payload.
 // - Send and Receive around the ring over one shard and over two give the
 //   same closed-form results, and each of the two shards carries messages.
 // - A rank whose shard list differs from the others' (same shards, another
@@ -59,8 +59,9 @@ constexpr int kShards = 3;
 // A failure that must come within seconds, far below the calls' timeouts.
 constexpr absl::Duration kPromptly = absl::Seconds(10);
 
-// The conformance_worker steps both runs share: sizes below the 1 MiB a
-// partition needs (whole collectives, spread by their keys' hashes) and of
+// The conformance_worker steps both runs share: sizes below the 128 KiB
+// that two partitions need (whole collectives, spread by their keys'
+// hashes), a few hundred KB (cut over the shards in 64 KiB or more), and of
 // several MiB with odd element counts (cut over the shards on element
 // boundaries, pieces spanning tensor boundaries for AllReduceMany).
 // AddressSanitizer makes the closed forms of the heavy steps take minutes;

@@ -56,7 +56,7 @@ constexpr size_t kMessageBytes = 64 << 10;
 // for several chunks, and even the small payload spans two.
 constexpr size_t kCopyChunkBytes = 4 << 10;
 // Large enough for the shared stream to refuse it (more than one message)
-// and for two shards to cut it (more than 1 MiB a partition).
+// and for two shards to cut it (more than 64 KiB a partition).
 constexpr int64_t kLargeElements = 768 << 10;  // float32: 3 MiB
 constexpr int64_t kSmallElements = 2048;       // float32: 8 KiB
 constexpr char kGarbage = static_cast<char>(0xA5);

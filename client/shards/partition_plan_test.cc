@@ -16,7 +16,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::SizeIs;
 
-constexpr size_t kMiB = size_t{1} << 20;
 
 TensorSpec Spec(DataType dtype, std::vector<int64_t> shape) {
   TensorSpec t;
@@ -80,13 +79,19 @@ TEST(PartitionPlanTest, LargeTensorIsCutIntoOneNearEqualPartitionPerShard) {
 }
 
 TEST(PartitionPlanTest, PartitionsStayAboveTheMinimumSize) {
-  // 2.5 MiB over 4 shards: only 2 partitions of at least 1 MiB.
-  std::vector<ReducePartition> plan = PlanAllReduce(
-      {Spec(DataType::kUInt8, {static_cast<int64_t>(5 * kMiB / 2)})}, 4, 2);
+  // 2.5 x the minimum (160 KiB) over 4 shards: only 2 partitions of at
+  // least the minimum; 256 KiB is cut over all 4, and a partition below it
+  // goes whole.
+  const int64_t min = static_cast<int64_t>(kMinPartitionBytes);
+  EXPECT_EQ(min, 64 << 10);
+  std::vector<ReducePartition> plan =
+      PlanAllReduce({Spec(DataType::kUInt8, {5 * min / 2})}, 4, 2);
   ASSERT_THAT(plan, SizeIs(2));
   EXPECT_EQ(plan[0].shard, 2);
   EXPECT_EQ(plan[1].shard, 3);
-  EXPECT_THAT(plan[0].pieces, ElementsAre(TensorPiece{0, 0, 5 * kMiB / 4}));
+  EXPECT_THAT(plan[0].pieces, ElementsAre(TensorPiece{0, 0, 5 * min / 4}));
+  EXPECT_THAT(PlanAllReduce({Spec(DataType::kFloat32, {64 << 10})}, 4, 2), SizeIs(4));
+  EXPECT_THAT(PlanAllReduce({Spec(DataType::kFloat32, {16 << 10})}, 4, 2), SizeIs(1));
 }
 
 TEST(PartitionPlanTest, ManyTensorsArePiecedAcrossPartitionsInOrder) {
