@@ -28,7 +28,12 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
 ABSL_FLAG(absl::Duration, max_collective_timeout, absl::Minutes(30),
           "cap on any collective's timeout, whatever clients ask for");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20,
-          "bytes per chunk: the unit of transfer, staging and reduction (multiple of 8)");
+          "bytes per chunk, the most (see --chunk_time): the unit of transfer, "
+          "staging and reduction (multiple of 8)");
+ABSL_FLAG(absl::Duration, chunk_time, absl::Milliseconds(20),
+          "a job's reductions use chunks of about this much time at the pace "
+          "its inputs arrive (64 KiB up to --chunk_bytes; slow links get "
+          "smaller ones, and clients are told); 0: always --chunk_bytes");
 ABSL_FLAG(int, window, 4,
           "chunks a rank may have staged or queued before the server stops "
           "reading from it; memory per collective <= 2 x ranks x window x chunk (staged in, queued out)");
@@ -131,6 +136,7 @@ int main(int argc, char** argv) {
   options.max_collective_timeout = absl::GetFlag(FLAGS_max_collective_timeout);
   options.chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_bytes));
   options.window = absl::GetFlag(FLAGS_window);
+  options.chunk_time = absl::GetFlag(FLAGS_chunk_time);
   options.drain_budget = absl::GetFlag(FLAGS_drain_budget);
   options.max_tensor_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_tensor_bytes));

@@ -16,11 +16,18 @@ namespace reducer {
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";
   // The unit of transfer and staging: the server reduces and answers in
-  // chunks of this many bytes (a multiple of 8), and clients cut payloads at
-  // it (they learn it at Connect). About 1 MiB keeps one chunk per gRPC
+  // chunks of this many bytes (a multiple of 8; at most, see chunk_time),
+  // and clients cut payloads at it (they learn it at Connect, and smaller
+  // paced chunks as the job goes). About 1 MiB keeps one chunk per gRPC
   // message, large enough to amortise per-message costs and small enough to
   // pipeline.
   size_t chunk_bytes = 1 << 20;
+  // A job's all-reduces, reduce-scatters and reduces use smaller chunks
+  // where its inputs come slowly: about this much time of payload at the
+  // pace its earlier inputs arrived, between 64 KiB and chunk_bytes
+  // (server/engine/chunk_pacing.h); its clients are told. Zero: always
+  // chunk_bytes.
+  absl::Duration chunk_time = absl::Milliseconds(20);
   // Chunks a rank may have staged (received, not yet reduced) or queued for
   // sending before the server stops reading from it. With the chunk size
   // this bounds memory per collective to 2 x ranks x window x chunk (staged

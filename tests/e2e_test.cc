@@ -238,6 +238,24 @@ TEST_F(E2eTest, SecondProcessForATakenRankIsRejected) {
   WaitAndExpectSuccess(workers);
 }
 
+// reducerd sizes a job's chunks to the pace of its inputs (--chunk_time).
+// With a chunk time so short that any pace gives the smallest chunk,
+// 64 KiB, the job switches after its first large all-reduce, the clients
+// are told (JobPace) and cut their payloads at it, and every collective of
+// all_ops after that is still exact.
+TEST_F(E2eTest, PacedChunksKeepEveryCollectiveExact) {
+  ASSERT_TRUE(server_->Stop(kServerStopGrace).Succeeded());
+  absl::StatusOr<std::unique_ptr<ReducerdProcess>> paced =
+      ReducerdProcess::Start({"--chunk_time=1us"});
+  ASSERT_TRUE(paced.ok()) << paced.status();
+  server_ = *std::move(paced);
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  StartJob("paced", 2, {"--scenario=all_ops"}, &workers);
+  ASSERT_TRUE(WaitAndExpectSuccess(workers));
+  EXPECT_NE(server_->Logs().find("its reductions now use chunks of 64 KiB"), std::string::npos)
+      << server_->Logs();
+}
+
 TEST_F(E2eTest, AsyncAllReducesInFlightTogetherAreExact) {
   std::vector<std::unique_ptr<ChildProcess>> workers;
   StartJob("async", 3, {"--scenario=async"}, &workers);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/payload_layout.h"
+#include "server/engine/chunk_pacing.h"
 #include "server/log.h"
 
 namespace reducer {
@@ -27,7 +28,8 @@ Collective::Collective(CollectiveEnv env, CollectiveLabel label,
       group_(std::move(group)),
       timeout_(timeout),
       created_(absl::Now()),
-      ranks_(group_.size()) {}
+      ranks_(group_.size()),
+      chunk_bytes_(env.options->chunk_bytes) {}
 
 Collective::~Collective() {
   absl::MutexLock lock(&mu_);
@@ -194,7 +196,7 @@ bool Collective::Agree(int rank, const Fingerprint& fp) {
     has_reference_ = true;
     // No other rank is attached, so nothing is staged yet.
     strategy_ = MakeKindStrategy(fp.kind, static_cast<int>(group_.size()),
-                                 IndexOf(fp.root), env_.options->chunk_bytes,
+                                 IndexOf(fp.root), chunk_bytes_,
                                  env_.options->window, env_.chunks);
     strategy_->SetResultValue(result_value_);
     // Ranks left out before the kind's strategy existed (nothing is
@@ -269,6 +271,12 @@ bool Collective::OnData(int rank, uint64_t offset, Payload data) {
       return false;
     }
     if (data.size() > 0) {
+      const absl::Time now = absl::Now();
+      if (m.received == 0) {
+        m.first_data_at = now;
+        m.first_data_bytes = data.size();
+      }
+      m.last_data_at = now;
       m.received += data.size();
       strategy_->Accept(index, m, offset, std::move(data), all_headers_, *this,
                         &ready);
@@ -700,6 +708,27 @@ bool Collective::LeftOut(int rank) const {
   absl::MutexLock lock(&mu_);
   const int index = IndexOf(rank);
   return index >= 0 && ranks_[index].left_out;
+}
+
+void Collective::SetChunkBytes(size_t chunk_bytes) {
+  absl::MutexLock lock(&mu_);
+  chunk_bytes_ = chunk_bytes;
+}
+
+std::optional<double> Collective::InputPace() const {
+  absl::MutexLock lock(&mu_);
+  if (!AllInputInLocked()) return std::nullopt;
+  std::optional<double> slowest;
+  for (const RankState& m : ranks_) {
+    // The first message's own transfer time is not seen: its bytes are
+    // left out.
+    const absl::Duration took = m.last_data_at - m.first_data_at;
+    if (m.received < kMinPacedInputBytes || took <= absl::ZeroDuration()) continue;
+    const double pace =
+        static_cast<double>(m.received - m.first_data_bytes) / absl::ToDoubleSeconds(took);
+    if (!slowest.has_value() || pace < *slowest) slowest = pace;
+  }
+  return slowest;
 }
 
 std::map<int, absl::Status> Collective::LeftOutRefusals() const {

@@ -228,6 +228,15 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // collective of the same name).
   bool HasFinished(int rank) const;
 
+  // Before the first rank attaches: the chunk its reduction stages in and
+  // answers by (server/engine/chunk_pacing.h), instead of --chunk_bytes.
+  void SetChunkBytes(size_t chunk_bytes);
+  // Once every input is in: the pace (bytes per second) at which the
+  // slowest rank's payload arrived, from its first message to its last,
+  // over the ranks that sent at least kMinPacedInputBytes; nullopt when
+  // none did.
+  std::optional<double> InputPace() const;
+
   // Fails the collective for every attached rank and every later attach.
   void Fail(const absl::Status& status);
 
@@ -348,6 +357,7 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   std::optional<QuorumRule> quorum_ ABSL_GUARDED_BY(mu_);
   // DONE only: SetResultValue's value, handed to the strategy once made.
   int64_t result_value_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t chunk_bytes_ ABSL_GUARDED_BY(mu_);  // see SetChunkBytes
   absl::Time quorum_wake_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };
 

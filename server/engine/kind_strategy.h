@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/fingerprint.h"
 #include "server/engine/chunk_pool.h"
 #include "server/engine/rank_channel.h"
@@ -62,6 +63,11 @@ struct RankState {
   std::string attempt_id;
   size_t input_bytes = 0;   // payload this rank sends
   size_t received = 0;      // of input_bytes, so far
+  // When its first and latest payload messages arrived, and the first's
+  // size (Collective::InputPace).
+  absl::Time first_data_at;
+  absl::Time last_data_at;
+  size_t first_data_bytes = 0;
   size_t output_bytes = 0;  // result bytes it gets; known once all attached
   size_t sent = 0;          // of output_bytes, queued so far
   int pending_writes = 0;   // queued messages not yet written

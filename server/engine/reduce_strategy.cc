@@ -53,7 +53,11 @@ bool ReduceStrategy::Exclude(int index, std::vector<StagedChunk>* ready) {
 }
 
 size_t ReduceStrategy::Reservation(int index, size_t input_bytes) const {
-  const size_t window_bytes = static_cast<size_t>(window_) * chunk_bytes_;
+  // A chunk copied in or reduced takes a pooled buffer, which may be larger
+  // than a paced chunk.
+  const size_t buffer_bytes =
+      chunks_ != nullptr ? std::max(chunk_bytes_, chunks_->chunk_bytes()) : chunk_bytes_;
+  const size_t window_bytes = static_cast<size_t>(window_) * buffer_bytes;
   // In: at most `window` chunks staged. Out: AllReduce and Reduce's root
   // queue no more than their input; a ReduceScatter slice may arrive in
   // pieces up to a window; Reduce's other ranks get nothing.

@@ -6,6 +6,7 @@
 #define REDUCER_SERVER_JOBS_FAKE_JOB_CHANNELS_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -81,6 +82,11 @@ class FakeRankChannel final : public RankChannel {
     absl::MutexLock lock(&mu_);
     return finished_ok_;
   }
+  // Result messages sent.
+  int sent() {
+    absl::MutexLock lock(&mu_);
+    return sent_;
+  }
   // Every result byte sent, in order.
   std::string bytes() {
     absl::MutexLock lock(&mu_);
@@ -95,12 +101,14 @@ class FakeRankChannel final : public RankChannel {
   std::string bytes_ ABSL_GUARDED_BY(mu_);
 };
 
-// The server's parts a Job uses, on ServerOptions' defaults, results not
-// kept, metrics counting nothing. Must outlive the jobs made with env().
+// The server's parts a Job uses, on ServerOptions' defaults (or `options`),
+// results not kept, metrics counting nothing. Must outlive the jobs made
+// with env().
 class JobTestEnv {
  public:
-  JobTestEnv()
-      : memory_(options_.memory_budget_bytes),
+  explicit JobTestEnv(ServerOptions options = {})
+      : options_(std::move(options)),
+        memory_(options_.memory_budget_bytes),
         chunks_(options_.chunk_bytes, 4),
         pool_(1) {}
   CollectiveEnv env() {

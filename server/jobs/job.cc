@@ -7,6 +7,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "core/point_to_point_name.h"
@@ -66,7 +67,8 @@ Job::Job(std::string name, int world_size, CollectiveEnv env,
       done_(world_size, false),
       skipped_(world_size),
       absent_(world_size, false),
-      rejoined_(world_size, false) {}
+      rejoined_(world_size, false),
+      chunk_bytes_(env_.options->chunk_bytes) {}
 
 void Job::ReleaseRankState() {
   absl::MutexLock lock(&mu_);
@@ -150,7 +152,7 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     rejoined_[rank] = true;
     v1::JoinEvent event;
     event.mutable_ready()->set_epoch(epoch_);
-    event.mutable_ready()->set_chunk_bytes(env_.options->chunk_bytes);
+    event.mutable_ready()->set_chunk_bytes(chunk_bytes_);
     event.mutable_ready()->set_shared_memory_socket(shared_memory_socket_);
     event.mutable_ready()->set_quorum_steps_started(quorum_steps_started_);
     members_[rank]->session->SendEvent(event);
@@ -167,7 +169,7 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     running_ = true;
     v1::JoinEvent event;
     event.mutable_ready()->set_epoch(epoch_);
-    event.mutable_ready()->set_chunk_bytes(env_.options->chunk_bytes);
+    event.mutable_ready()->set_chunk_bytes(chunk_bytes_);
     event.mutable_ready()->set_shared_memory_socket(shared_memory_socket_);
     for (auto& m : members_) m->session->SendEvent(event);
     const std::string message = absl::StrCat(
@@ -624,6 +626,10 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::NewCollectiveLocked(
       env_, CollectiveLabel{name_, epoch_, ShortName(description), fp.kind},
       description, fp.group, timeout);
   collective->HoldState(std::move(state));
+  if (fp.kind == CollectiveKind::kAllReduce || fp.kind == CollectiveKind::kReduceScatter ||
+      fp.kind == CollectiveKind::kReduce) {
+    collective->SetChunkBytes(chunk_bytes_);
+  }
   collective->StartTimers();
   if (quorum) {
     std::vector<int> absent, joining;
@@ -690,6 +696,9 @@ void Job::PruneFinished() {
   for (auto it = matching_.begin(); it != matching_.end();) {
     auto current = it++;
     if (current->second->all_attached() && current->second->done()) {
+      if (std::optional<double> pace = current->second->InputPace()) {
+        NotePaceLocked(*pace);
+      }
       if (current->second->LeftAnyOut()) {
         recent_quorum_steps_.push_back(
             {current->first, current->second->LeftOutRefusals()});
@@ -700,6 +709,26 @@ void Job::PruneFinished() {
       matching_.erase(current);
     }
   }
+}
+
+void Job::NotePaceLocked(double bytes_per_second) {
+  pace_.Note(bytes_per_second);
+  const size_t chunk = PacedChunkBytes(pace_.bytes_per_second(), env_.options->chunk_time,
+                                       env_.options->chunk_bytes);
+  if (chunk == chunk_bytes_) return;
+  chunk_bytes_ = chunk;
+  v1::JoinEvent event;
+  event.mutable_pace()->set_chunk_bytes(chunk);
+  for (auto& m : members_) {
+    if (m.has_value()) m->session->SendEvent(event);
+  }
+  env_.log->Log({LogSeverity::kInfo, "chunk_paced",
+                 absl::StrCat("job ", name_, " epoch ", epoch_, ": inputs arrive at ",
+                              absl::StrFormat("%.1f", pace_.bytes_per_second() / 1e6),
+                              " MB/s; its reductions now use chunks of ", chunk / 1024,
+                              " KiB (--chunk_time=",
+                              absl::FormatDuration(env_.options->chunk_time), ")"),
+                 name_, epoch_});
 }
 
 void Job::MarkAbsentLocked(int rank, const std::string& why,
@@ -827,6 +856,8 @@ JobSnapshot Job::Snapshot() {
   s.state = ended_ ? "aborted" : running_ ? "running" : "joining";
   s.end_reason = end_reason_;
   s.quorum_mode = quorum_mode_;
+  s.chunk_bytes = chunk_bytes_;
+  s.input_bytes_per_s = pace_.bytes_per_second();
   for (int r = 0; r < world_size_; ++r) {
     if (members_[r].has_value()) s.joined_ranks.push_back(r);
     if (absent_[r]) s.absent_ranks.push_back(r);

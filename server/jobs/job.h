@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/reducer/v1/reducer.pb.h"
+#include "server/engine/chunk_pacing.h"
 #include "server/engine/collective.h"
 #include "server/engine/memory_budget.h"
 #include "server/jobs/attempt_cache.h"
@@ -65,6 +66,8 @@ struct JobSnapshot {
   bool quorum_mode = false;       // the epoch ran a quorum step
   std::vector<int> absent_ranks;  // quorum mode: lost, may connect again
   std::vector<int> done_ranks;    // called Done(), waiting for the others
+  size_t chunk_bytes = 0;         // its reductions' chunk (paced)
+  double input_bytes_per_s = 0;   // the pace of its inputs; 0: not measured
   std::vector<CollectiveSnapshot> pending;  // collectives not yet done
 };
 
@@ -286,6 +289,10 @@ class Job {
   // Forgets destroyed collectives and matching entries nobody can still
   // need (every rank attached, collective done).
   void PruneFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A finished collective's inputs came at `bytes_per_second`: the job's
+  // pace moves, and if its chunk size changes every session is told
+  // (JobPace).
+  void NotePaceLocked(double bytes_per_second) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const std::string name_;
@@ -349,6 +356,11 @@ class Job {
     std::map<int, absl::Status> refusals;
   };
   std::vector<RememberedStep> recent_quorum_steps_ ABSL_GUARDED_BY(mu_);
+  // The pace of the job's inputs, and the chunk size its reductions use and
+  // its sessions were told (server/engine/chunk_pacing.h); kept across
+  // epochs (the links stay).
+  PaceEstimate pace_ ABSL_GUARDED_BY(mu_);
+  size_t chunk_bytes_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace reducer

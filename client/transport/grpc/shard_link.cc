@@ -296,6 +296,9 @@ void ShardLink::OnRead(grpc::ByteBuffer* message) {
     shared_memory_socket_ = join_event_.ready().shared_memory_socket();
   } else if (join_event_.has_aborted()) {
     aborted_ = absl::AbortedError(join_event_.aborted().reason());
+  } else if (join_event_.has_pace() && join_event_.pace().chunk_bytes() > 0) {
+    // Later payloads go in messages of the job's paced chunk size.
+    chunk_bytes_.store(join_event_.pace().chunk_bytes(), std::memory_order_relaxed);
   }
 }
 

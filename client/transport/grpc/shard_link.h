@@ -134,7 +134,8 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   const std::string target_;
   CompletionDriver* const driver_;  // not owned
   const std::shared_ptr<BufferCache> buffers_;
-  // Payload bytes per message, the shard's --chunk_bytes from JobReady;
+  // Payload bytes per message: the shard's --chunk_bytes from JobReady,
+  // then its paced chunk size from JobPace events;
   // atomic so that sending needs no lock for it.
   std::atomic<size_t> chunk_bytes_;
   std::shared_ptr<grpc::Channel> channel_;

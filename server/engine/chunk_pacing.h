@@ -1,0 +1,58 @@
+// Chunks that follow the link: how large a job's next reductions' chunks
+// are, from the pace at which its earlier inputs arrived.
+//
+//   PaceEstimate pace;
+//   pace.Note(12.5e6);                              // a collective's inputs came at 12.5 MB/s
+//   size_t chunk = PacedChunkBytes(pace.bytes_per_second(),
+//                                  absl::Milliseconds(20), 1 << 20);  // 256 KiB
+//
+// A chunk is reducerd's unit of staging, reduction and answer, and the
+// client's payload message (reducerd tells its clients the size). A shard
+// answers chunk k once every rank's part of it is in, and reads each rank
+// at most a window of chunks ahead, so over a slow link large chunks make
+// the fast flows run ahead of the slow ones and the pipeline fill and drain
+// slowly; over a fast link or on one host each chunk's fixed cost
+// dominates and large chunks win. A chunk of about `chunk_time` at the
+// measured pace serves both: 1 MiB (the default --chunk_bytes, the most)
+// from about 50 MB/s up, 256 KiB at 100 Mbit/s. The window (in chunks)
+// stays as it is: 4 chunks of chunk_time at the pace cover a round trip of
+// up to 4 x chunk_time, bytes in flight above the path's bandwidth-delay
+// product.
+//
+// Pure functions and a value type; not synchronized.
+#ifndef REDUCER_SERVER_ENGINE_CHUNK_PACING_H_
+#define REDUCER_SERVER_ENGINE_CHUNK_PACING_H_
+
+#include <cstddef>
+
+#include "absl/time/time.h"
+
+namespace reducer {
+
+// The smallest paced chunk.
+inline constexpr size_t kMinPacedChunkBytes = size_t{64} << 10;
+// A rank's input below this is not timed: too few messages to tell a pace.
+inline constexpr size_t kMinPacedInputBytes = size_t{256} << 10;
+
+// The power of two nearest to `chunk_time` of payload at `bytes_per_second`,
+// within [kMinPacedChunkBytes, max_chunk_bytes]; `max_chunk_bytes` when no
+// pace is known (<= 0) or chunk_time is not positive. `max_chunk_bytes`
+// itself need not be a power of two.
+size_t PacedChunkBytes(double bytes_per_second, absl::Duration chunk_time,
+                       size_t max_chunk_bytes);
+
+// A job's pace: the moving average (half old, half new) of the paces of
+// its collectives' inputs, as they finish.
+class PaceEstimate {
+ public:
+  void Note(double bytes_per_second);
+  // 0 until a pace was noted.
+  double bytes_per_second() const { return bytes_per_second_; }
+
+ private:
+  double bytes_per_second_ = 0;
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_ENGINE_CHUNK_PACING_H_
