@@ -6,11 +6,15 @@
 namespace reducer {
 
 size_t PacedChunkBytes(double bytes_per_second, absl::Duration chunk_time,
-                       size_t max_chunk_bytes) {
+                       size_t max_chunk_bytes, size_t current_chunk_bytes) {
   if (bytes_per_second <= 0 || chunk_time <= absl::ZeroDuration()) {
     return max_chunk_bytes;
   }
   const double target = bytes_per_second * absl::ToDoubleSeconds(chunk_time);
+  const double current = static_cast<double>(current_chunk_bytes);
+  if (current_chunk_bytes <= max_chunk_bytes && target >= current / 2 && target <= current * 2) {
+    return current_chunk_bytes;
+  }
   if (target >= static_cast<double>(max_chunk_bytes)) return max_chunk_bytes;
   if (target <= static_cast<double>(kMinPacedChunkBytes)) {
     return std::min(kMinPacedChunkBytes, max_chunk_bytes);

@@ -3,8 +3,8 @@
 //
 //   PaceEstimate pace;
 //   pace.Note(12.5e6);                              // a collective's inputs came at 12.5 MB/s
-//   size_t chunk = PacedChunkBytes(pace.bytes_per_second(),
-//                                  absl::Milliseconds(20), 1 << 20);  // 256 KiB
+//   size_t chunk = PacedChunkBytes(pace.bytes_per_second(), absl::Milliseconds(20),
+//                                  1 << 20, /*current=*/1 << 20);  // 256 KiB
 //
 // A chunk is reducerd's unit of staging, reduction and answer, and the
 // client's payload message (reducerd tells its clients the size). A shard
@@ -37,9 +37,11 @@ inline constexpr size_t kMinPacedInputBytes = size_t{256} << 10;
 // The power of two nearest to `chunk_time` of payload at `bytes_per_second`,
 // within [kMinPacedChunkBytes, max_chunk_bytes]; `max_chunk_bytes` when no
 // pace is known (<= 0) or chunk_time is not positive. `max_chunk_bytes`
-// itself need not be a power of two.
+// itself need not be a power of two. `current_chunk_bytes` (the size in use)
+// stays while that payload is within a factor of two of it, so that a pace
+// near the midpoint of two sizes does not switch between them every call.
 size_t PacedChunkBytes(double bytes_per_second, absl::Duration chunk_time,
-                       size_t max_chunk_bytes);
+                       size_t max_chunk_bytes, size_t current_chunk_bytes);
 
 // A job's pace: the moving average (half old, half new) of the paces of
 // its collectives' inputs, as they finish.

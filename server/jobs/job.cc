@@ -714,7 +714,7 @@ void Job::PruneFinished() {
 void Job::NotePaceLocked(double bytes_per_second) {
   pace_.Note(bytes_per_second);
   const size_t chunk = PacedChunkBytes(pace_.bytes_per_second(), env_.options->chunk_time,
-                                       env_.options->chunk_bytes);
+                                       env_.options->chunk_bytes, chunk_bytes_);
   if (chunk == chunk_bytes_) return;
   chunk_bytes_ = chunk;
   v1::JoinEvent event;
