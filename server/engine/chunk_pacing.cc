@@ -24,6 +24,11 @@ size_t PacedChunkBytes(double bytes_per_second, absl::Duration chunk_time,
                     max_chunk_bytes);
 }
 
+size_t InitialChunkBytes(absl::Duration chunk_time, size_t max_chunk_bytes) {
+  if (chunk_time <= absl::ZeroDuration()) return max_chunk_bytes;
+  return std::min(kUnpacedChunkBytes, max_chunk_bytes);
+}
+
 void PaceEstimate::Note(double bytes_per_second) {
   if (bytes_per_second <= 0) return;
   bytes_per_second_ = bytes_per_second_ == 0

@@ -33,6 +33,15 @@ namespace reducer {
 inline constexpr size_t kMinPacedChunkBytes = size_t{64} << 10;
 // A rank's input below this is not timed: too few messages to tell a pace.
 inline constexpr size_t kMinPacedInputBytes = size_t{256} << 10;
+// A job's chunk before any pace is measured: an input that arrives in one
+// message cannot be timed, and at 1 MiB a 4 MiB collective cut over four
+// shards is one message per shard.
+inline constexpr size_t kUnpacedChunkBytes = size_t{256} << 10;
+
+// The chunk a job starts with: min(kUnpacedChunkBytes, max_chunk_bytes),
+// or max_chunk_bytes when pacing is off (chunk_time not positive). A fast
+// job moves to max_chunk_bytes after its first timed collective.
+size_t InitialChunkBytes(absl::Duration chunk_time, size_t max_chunk_bytes);
 
 // The power of two nearest to `chunk_time` of payload at `bytes_per_second`,
 // within [kMinPacedChunkBytes, max_chunk_bytes]; `max_chunk_bytes` when no

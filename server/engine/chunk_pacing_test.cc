@@ -57,6 +57,14 @@ TEST(PacedChunkBytesTest, TheSizeInUseStaysWithinAFactorOfTwo) {
   EXPECT_EQ(PacedChunkBytes(125e6, k20ms, kMiB, 64 * kKiB), kMiB);
 }
 
+TEST(InitialChunkBytesTest, SmallEnoughToTimeAPartitionUnlessPacingIsOff) {
+  EXPECT_EQ(InitialChunkBytes(k20ms, kMiB), 256 * kKiB);
+  EXPECT_EQ(InitialChunkBytes(k20ms, 128 * kKiB), 128 * kKiB);
+  EXPECT_EQ(InitialChunkBytes(absl::ZeroDuration(), kMiB), kMiB);
+  // From there a fast job moves to the most at its first timed call.
+  EXPECT_EQ(PacedChunkBytes(100e6, k20ms, kMiB, InitialChunkBytes(k20ms, kMiB)), kMiB);
+}
+
 TEST(PaceEstimateTest, AveragesHalfOldHalfNew) {
   PaceEstimate pace;
   EXPECT_EQ(pace.bytes_per_second(), 0);

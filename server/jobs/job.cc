@@ -68,7 +68,7 @@ Job::Job(std::string name, int world_size, CollectiveEnv env,
       skipped_(world_size),
       absent_(world_size, false),
       rejoined_(world_size, false),
-      chunk_bytes_(env_.options->chunk_bytes) {}
+      chunk_bytes_(InitialChunkBytes(env_.options->chunk_time, env_.options->chunk_bytes)) {}
 
 void Job::ReleaseRankState() {
   absl::MutexLock lock(&mu_);

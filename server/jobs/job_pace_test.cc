@@ -127,13 +127,14 @@ TEST_P(JobPaceTest, SlowInputsMakeSmallerChunksAndTheSessionsAreTold) {
   std::vector<float> want(kFloats);
   for (size_t i = 0; i < kFloats; ++i) want[i] = static_cast<float>(1000 + 2 * (i % 1000));
   const size_t max_chunk = ServerOptions().chunk_bytes;
-  EXPECT_EQ(job_.Snapshot().chunk_bytes, max_chunk);
+  // Before any pace: 256 KiB chunks (two for the 512 KiB), or with pacing
+  // off 1 MiB (one).
+  EXPECT_EQ(job_.Snapshot().chunk_bytes, GetParam() ? size_t{256} << 10 : max_chunk);
   // 7 x 64 KiB in 7 x 40 ms: about 1.6 MB/s, 33 KB in 20 ms, so the
-  // smallest chunk, 64 KiB (slower on a busy machine: the same). One
-  // 1 MiB chunk holds the whole 512 KiB: one result message.
+  // smallest chunk, 64 KiB (slower on a busy machine: the same).
   Outcome slow = RunAllReduce(0, absl::Milliseconds(40));
   EXPECT_EQ(slow.result, want);
-  EXPECT_EQ(slow.messages, 1);
+  EXPECT_EQ(slow.messages, GetParam() ? 2 : 1);
   // The pace is taken once the collective is done and the job makes its
   // next one, which already uses the new chunk.
   Outcome next = RunAllReduce(1, absl::ZeroDuration());
