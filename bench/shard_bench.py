@@ -570,10 +570,10 @@ def parse_args(argv):
     p.add_argument("--wait_idle_s", type=float, default=0,
                    help="before each size, wait up to this long for other load "
                         "to go away (default: only warn)")
-    p.add_argument("--reducerd_flags", default="--chunk_bytes=262144",
-                   help="extra reducerd flags, space-separated; the default "
-                        "is the chunk size docs/api.md advises for links of "
-                        "1 Gbit/s or less (\"\" for reducerd's own defaults)")
+    p.add_argument("--reducerd_flags", default="",
+                   help="extra reducerd flags, space-separated (default: none, "
+                        "reducerd's own defaults, which size chunks to the "
+                        "links; --chunk_time=0 for fixed --chunk_bytes)")
     p.add_argument("--reducerd", default=str(REPO_ROOT / "bazel-bin/server/reducerd"))
     p.add_argument("--reducer_worker",
                    default=str(REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker"))
