@@ -105,7 +105,10 @@ class AsyncStream {
   grpc::ClientContext* context() { return &context_; }
 
   // Reads only when asked (see the protocol above). Before Start.
-  void set_reads_on_demand() { reads_on_demand_ = true; }
+  void set_reads_on_demand() {
+    mu_->AssertHeld();
+    reads_on_demand_ = true;
+  }
 
   // Starts `method` on `stub` (which must outlive the call) and, unless
   // reads are on demand, its first read. Once.
