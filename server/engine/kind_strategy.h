@@ -51,6 +51,7 @@
 #include "server/engine/chunk_pool.h"
 #include "server/engine/rank_channel.h"
 #include "server/engine/shared_bytes.h"
+#include "server/engine/staged_part.h"
 
 namespace reducer {
 
@@ -92,37 +93,6 @@ struct RankState {
   // there): every message sent to it, until MarkFinished hands them over.
   bool keeping = false;
   std::vector<ResultMessage> kept;
-};
-
-// One rank's part of a staged chunk: where its bytes are and what keeps them
-// alive, either a pooled buffer they were copied into or the received
-// storage they are held in without a copy. Move-only.
-class StagedPart {
- public:
-  StagedPart() = default;
-  static StagedPart Copied(ChunkPool::Buffer buffer) {
-    StagedPart part;
-    part.data_ = buffer.get();
-    part.buffer_ = std::move(buffer);
-    return part;
-  }
-  static StagedPart Held(SharedBytes bytes) {
-    StagedPart part;
-    part.data_ = bytes.data();
-    part.held_ = std::move(bytes);
-    return part;
-  }
-
-  const char* data() const { return data_; }
-  // Writable only when copied (null when held).
-  char* buffer() const { return buffer_.get(); }
-  bool held() const { return data_ != nullptr && buffer_ == nullptr; }
-  explicit operator bool() const { return data_ != nullptr; }
-
- private:
-  const char* data_ = nullptr;
-  ChunkPool::Buffer buffer_;
-  SharedBytes held_;
 };
 
 // Every part of one chunk of a reduction, one per rank in group order.

@@ -4,18 +4,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "core/packed_reduce.h"
-
 namespace reducer {
-namespace {
-
-// ReducePackedRange reads each part's elements in place, so a held part
-// must start where a pooled buffer would be aligned for them.
-bool IsPartAligned(const char* p) {
-  return reinterpret_cast<uintptr_t>(p) % kPayloadAlignment == 0;
-}
-
-}  // namespace
 
 ReduceStrategy::ReduceStrategy(Mode mode, int root_index, int group_size,
                                size_t chunk_bytes, int window,
@@ -53,8 +42,8 @@ bool ReduceStrategy::Exclude(int index, std::vector<StagedChunk>* ready) {
 }
 
 size_t ReduceStrategy::Reservation(int index, size_t input_bytes) const {
-  // A chunk copied in or reduced takes a pooled buffer, which may be larger
-  // than a paced chunk.
+  // A staged part holds a chunk's bytes of received storage; a reduced chunk
+  // takes a pooled buffer, which may be larger than a paced chunk.
   const size_t buffer_bytes =
       chunks_ != nullptr ? std::max(chunk_bytes_, chunks_->chunk_bytes()) : chunk_bytes_;
   const size_t window_bytes = static_cast<size_t>(window_) * buffer_bytes;
@@ -109,27 +98,12 @@ void ReduceStrategy::Accept(int index, const RankState& rank, uint64_t offset,
     const size_t in_chunk = pos - chunk_begin;
     const size_t n = std::min(chunk_len - in_chunk, data.size() - consumed);
     Staging& staging = staging_[k];
-    if (staging.parts.empty()) {
-      staging.parts.resize(group_size_);
-      staging.filled.resize(group_size_);
-    }
+    if (staging.parts.empty()) staging.parts.resize(group_size_);
     StagedPart& part = staging.parts[index];
-    if (!part) {
-      // This rank's whole part in one piece, aligned for the kernels: held
-      // where it is. Anything else is copied into a pooled buffer.
-      SharedBytes whole;
-      if (in_chunk == 0 && n == chunk_len) whole = data.Within(consumed, n);
-      if (!whole.empty() && IsPartAligned(whole.data())) {
-        part = StagedPart::Held(std::move(whole));
-      } else {
-        part = StagedPart::Copied(chunks_->Get());
-      }
-      ++staged_parts_[index];
-    }
-    if (!part.held()) data.CopyTo(consumed, n, part.buffer() + in_chunk);
-    staging.filled[index] += n;
+    if (!part) ++staged_parts_[index];
+    part.Append(data, consumed, n);
     plan_input_bytes_ = rank.input_bytes;
-    if (staging.filled[index] == chunk_len &&
+    if (part.size() == chunk_len &&
         ++staging.complete == taking_part_) {
       ready->push_back(StagedChunk{k, chunk_len, std::move(staging.parts)});
       staging_.erase(k);
@@ -143,13 +117,13 @@ absl::StatusOr<SharedBytes> ReduceStrategy::Reduce(StagedChunk chunk) const {
   const Plan& plan = *plan_;
   const size_t begin = chunk.index * chunk_bytes_;
   const size_t end = std::min(begin + chunk_bytes_, plan.layout.total_bytes);
-  std::vector<const void*> inputs;
-  inputs.reserve(chunk.parts.size());
+  std::vector<const StagedPart*> parts;
+  parts.reserve(chunk.parts.size());
   for (const StagedPart& p : chunk.parts) {
-    if (p) inputs.push_back(p.data());  // none from a rank taking no part
+    if (p) parts.push_back(&p);  // none from a rank taking no part
   }
   ChunkPool::Buffer out = chunks_->Get();
-  absl::Status status = ReducePackedRange(plan.layout, plan.tensors, inputs,
+  absl::Status status = ReduceStagedParts(plan.layout, plan.tensors, parts,
                                           begin, end, out.get());
   if (!status.ok()) return status;
   return chunks_->Share(std::move(out), end - begin);

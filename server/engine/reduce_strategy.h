@@ -6,10 +6,10 @@
 // [i * total / n, (i + 1) * total / n)), or to the root only (Reduce: the
 // other ranks get no result and finish once all their payload is in).
 //
-// A rank's part of chunk k that arrives whole in one piece of a Payload,
-// starting at a multiple of kPayloadAlignment in memory (what the kernels
-// need), is held in that piece's storage rather than copied; any other part
-// is copied into a pooled chunk. Either way it counts as one staged part.
+// A rank's part of chunk k is held in the storage it arrived in, in as many
+// pieces as it came in (a StagedPart), and never copied whole: the
+// reduction reads it tile by tile, gathering only tiles that are not in one
+// aligned piece into a cache-sized scratch (ReduceStagedParts).
 //
 // Ranks taking no part (Exclude: they called Done()) are left out of every
 // chunk: the reduction runs over the others' parts in group order, so that
@@ -65,7 +65,6 @@ class ReduceStrategy final : public KindStrategy {
   // One chunk being staged: a part per rank, filled in order.
   struct Staging {
     std::vector<StagedPart> parts;
-    std::vector<size_t> filled;
     int complete = 0;  // ranks whose part is whole
   };
 

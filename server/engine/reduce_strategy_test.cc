@@ -1,6 +1,6 @@
-// ReduceStrategy's staging (reduce_strategy.h): a rank's part of a chunk that
-// arrives whole in one aligned piece is held in that piece's storage, any
-// other part is copied into a pooled chunk, and both count as a staged part.
+// ReduceStrategy's staging (reduce_strategy.h): a rank's part of a chunk is
+// held in the storage it arrived in, however many pieces and whatever their
+// alignment, never copied, and counts as a staged part.
 // Expected sums are closed forms (rank r contributes (r + 1) * (i + 1)).
 #include "server/engine/reduce_strategy.h"
 
@@ -129,14 +129,13 @@ TEST_F(ReduceStrategyTest, AlignedPieceHoldingWholeChunksIsHeldNotCopied) {
   ASSERT_EQ(ready_.size(), 3u);
   for (const StagedChunk& chunk : ready_) {
     for (int r = 0; r < kW; ++r) {
-      EXPECT_TRUE(chunk.parts[r].held()) << "chunk " << chunk.index;
       // The part is the piece's own storage at the chunk's offset.
-      EXPECT_EQ(chunk.parts[r].data(),
+      EXPECT_EQ(chunk.parts[r].contiguous(),
                 owners[r]->data() + chunk.index * kChunkBytes);
     }
   }
   EXPECT_EQ(ready_[2].bytes, 32u);
-  // Every held part counts as staged, as a copy would.
+  // Every held part counts as staged.
   EXPECT_TRUE(strategy_->HoldsBytesOf(0));
   // The staged parts keep the storage alive once the payload is gone.
   owners.clear();
@@ -149,13 +148,13 @@ TEST_F(ReduceStrategyTest, AlignedPieceHoldingWholeChunksIsHeldNotCopied) {
   EXPECT_TRUE(watch[1].expired());
 }
 
-TEST_F(ReduceStrategyTest, MisalignedWholePieceIsCopied) {
+TEST_F(ReduceStrategyTest, MisalignedPiecesAreHeldAndReadWhenReduced) {
   constexpr int kW = 3, kN = 32;
   Plan(kW, kN);
   std::vector<std::shared_ptr<WordOwner>> owners;
   for (int r = 0; r < kW; ++r) {
-    // Rank 1's bytes start 4 bytes past an 8-byte boundary.
-    const size_t shift = r == 1 ? 4 : 0;
+    // Rank 1's bytes start 4 bytes past an 8-byte boundary, rank 2's 3.
+    const size_t shift = r == 1 ? 4 : r == 2 ? 3 : 0;
     owners.push_back(std::make_shared<WordOwner>(Ramp(r, kN), shift));
     Payload one_piece;
     one_piece.Append(
@@ -164,35 +163,49 @@ TEST_F(ReduceStrategyTest, MisalignedWholePieceIsCopied) {
   }
   ASSERT_EQ(ready_.size(), 2u);
   for (const StagedChunk& chunk : ready_) {
-    EXPECT_TRUE(chunk.parts[0].held());
-    EXPECT_FALSE(chunk.parts[1].held());
-    EXPECT_NE(chunk.parts[1].data(),
-              owners[1]->data() + chunk.index * kChunkBytes);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(chunk.parts[1].data()) % 8, 0u);
-    EXPECT_TRUE(chunk.parts[2].held());
+    EXPECT_NE(chunk.parts[0].contiguous(), nullptr);
+    for (int r = 1; r < kW; ++r) {
+      // Not readable by the kernels where it is, but held there all the same.
+      EXPECT_EQ(chunk.parts[r].contiguous(), nullptr);
+      ASSERT_EQ(chunk.parts[r].pieces().size(), 1u);
+      EXPECT_EQ(chunk.parts[r].pieces()[0].data(),
+                owners[r]->data() + chunk.index * kChunkBytes);
+    }
   }
-  // The copies are what the pieces held when accepted: overwriting the
-  // storage now leaves the copied part's sum as it was.
-  std::memset(owners[1]->data(), 0, kN * sizeof(float));
-  for (StagedChunk& chunk : ready_) {
-    const size_t index = chunk.index;
-    absl::StatusOr<SharedBytes> sum = strategy_->Reduce(std::move(chunk));
-    ASSERT_TRUE(sum.ok()) << sum.status();
-    EXPECT_EQ(Floats(*sum), RampSum(kW, index * 16, 16)) << "chunk " << index;
-  }
+  ExpectReadyChunksSum(kW);
 }
 
-TEST_F(ReduceStrategyTest, PartsSpanningPiecesOrMessagesAreCopied) {
+TEST_F(ReduceStrategyTest, HeldBytesAreReadWhenReducedNotWhenAccepted) {
+  constexpr int kW = 2, kN = 16;  // one chunk
+  Plan(kW, kN);
+  std::vector<std::shared_ptr<WordOwner>> owners;
+  for (int r = 0; r < kW; ++r) {
+    owners.push_back(std::make_shared<WordOwner>(Ramp(r, kN), r == 1 ? 1 : 0));
+    Payload one_piece;
+    one_piece.Append(
+        SharedBytes(owners.back(), owners.back()->data(), kN * sizeof(float)));
+    Accept(r, 0, std::move(one_piece));
+  }
+  // No copy was taken at Accept: rank 1's storage, zeroed now, adds nothing.
+  std::memset(owners[1]->data(), 0, kN * sizeof(float));
+  ASSERT_EQ(ready_.size(), 1u);
+  absl::StatusOr<SharedBytes> sum = strategy_->Reduce(std::move(ready_[0]));
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(Floats(*sum), RampSum(1, 0, kN));
+}
+
+TEST_F(ReduceStrategyTest, PartsSpanningPiecesOrMessagesAreHeldInPieces) {
   constexpr int kW = 2, kN = 32;  // chunks 0 and 1, 64 bytes each
   Plan(kW, kN);
   for (int r = 0; r < kW; ++r) {
     auto owner = std::make_shared<WordOwner>(Ramp(r, kN), 0);
     const char* d = owner->data();
     if (r == 0) {
-      // Chunk 0 in two pieces of one message, chunk 1 whole in a third.
+      // Chunk 0 in two pieces of one message, one cut inside an element;
+      // chunk 1 whole in a third.
       Payload message;
-      message.Append(SharedBytes(owner, d, 40));
-      message.Append(SharedBytes(owner, d + 40, 24));
+      message.Append(SharedBytes(owner, d, 41));
+      message.Append(SharedBytes(owner, d + 41, 23));
       message.Append(SharedBytes(owner, d + 64, 64));
       Accept(r, 0, std::move(message));
     } else {
@@ -207,11 +220,12 @@ TEST_F(ReduceStrategyTest, PartsSpanningPiecesOrMessagesAreCopied) {
   }
   ASSERT_EQ(ready_.size(), 2u);
   EXPECT_EQ(ready_[0].index, 0u);
-  EXPECT_FALSE(ready_[0].parts[0].held());
-  EXPECT_FALSE(ready_[0].parts[1].held());
+  EXPECT_EQ(ready_[0].parts[0].pieces().size(), 2u);
+  EXPECT_EQ(ready_[0].parts[1].pieces().size(), 2u);
+  EXPECT_EQ(ready_[0].parts[0].contiguous(), nullptr);
   // Chunk 1 is whole inside one piece for both ranks.
-  EXPECT_TRUE(ready_[1].parts[0].held());
-  EXPECT_TRUE(ready_[1].parts[1].held());
+  EXPECT_NE(ready_[1].parts[0].contiguous(), nullptr);
+  EXPECT_NE(ready_[1].parts[1].contiguous(), nullptr);
   ExpectReadyChunksSum(kW);
 }
 
@@ -223,7 +237,7 @@ TEST_F(ReduceStrategyTest, HeldPartsCountAgainstTheWindow) {
   one_piece.Append(SharedBytes(owner, owner->data(), kN * sizeof(float)));
   EXPECT_TRUE(strategy_->MayRead(0, ranks_, true));
   Accept(0, 0, std::move(one_piece));
-  // Rank 0's held part fills its window of one, as a copied part would.
+  // Rank 0's held part fills its window of one.
   EXPECT_FALSE(strategy_->MayRead(0, ranks_, true));
   EXPECT_TRUE(strategy_->HoldsBytesOf(0));
   EXPECT_FALSE(strategy_->HoldsBytesOf(1));
