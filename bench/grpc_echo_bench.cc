@@ -89,6 +89,7 @@ int Serve(const std::string& address) {
   EchoService service;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  builder.SetMaxReceiveMessageSize(-1);  // echoes of any --bytes
   builder.RegisterCallbackGenericService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) return 1;
@@ -218,8 +219,11 @@ int Measure() {
   if (absl::GetFlag(FLAGS_idle_reader)) {
     idle_thread = std::thread(IdleReader, &idle_cq, &idle_context);
   }
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target),
-                                     grpc::InsecureChannelCredentials());
+  grpc::ChannelArguments channel_args;
+  channel_args.SetMaxReceiveMessageSize(-1);  // echoes of any --bytes
+  auto channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_target),
+                                           grpc::InsecureChannelCredentials(),
+                                           channel_args);
   grpc::GenericStub stub(channel);
   const std::string mode = absl::GetFlag(FLAGS_mode);
   const grpc::ByteBuffer message = MakeMessage(absl::GetFlag(FLAGS_bytes));

@@ -657,24 +657,17 @@ def skip_or_fail(args, why):
     return 1
 
 
-def main(argv):
-    rb.reexec_with_system_python(argv)
-    args = parse_args(argv)
-    try:
-        check_machine(args)
-    except Skip as e:
-        return skip_or_fail(args, e)
+def measure(args):
+    """Builds the network, runs every system on it (logs in --out_dir/logs)
+    and removes it. Returns (records, failures, the network's JSON); raises
+    Skip where the network cannot be made here."""
     shutil.rmtree(args.out_dir / "logs", ignore_errors=True)
     (args.out_dir / "logs").mkdir(parents=True)
     hosts = WORKERS + SHARD_HOSTS[:max(args.shards)]
-    start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="reducer-shard-bench-") as tmp:
         os.environ["TEST_TMPDIR"] = tmp  # the helper's command logs
-        try:
-            net = Network(args.virtual_network, hosts, args.rate,
-                          args.out_dir / "logs" / "virtual_network.err")
-        except Skip as e:
-            return skip_or_fail(args, e)
+        net = Network(args.virtual_network, hosts, args.rate,
+                      args.out_dir / "logs" / "virtual_network.err")
         bench = Bench(args, net, tmp)
         try:
             if "mpi" in args.systems:
@@ -689,10 +682,25 @@ def main(argv):
         if net_status != 0:
             failures.append(f"virtual_network exited {net_status}: "
                             f"{rb.tail(net.log_path)}")
+    return records, failures, net.info
+
+
+def main(argv):
+    rb.reexec_with_system_python(argv)
+    args = parse_args(argv)
+    try:
+        check_machine(args)
+    except Skip as e:
+        return skip_or_fail(args, e)
+    start = time.monotonic()
+    try:
+        records, failures, net_info = measure(args)
+    except Skip as e:
+        return skip_or_fail(args, e)
     bps = rate_bytes_per_s(args.rate)
     summarize(records, bps)
     targets = check_targets(records)
-    report(args, records, failures, targets, net.info, time.monotonic() - start)
+    report(args, records, failures, targets, net_info, time.monotonic() - start)
     for f in failures:
         print(f"FAILED: {f}", file=sys.stderr)
     return 1 if failures else 0
