@@ -340,7 +340,7 @@ TEST_F(ObservabilityTest, ReducerctlNamesTheRankAPendingCollectiveWaitsFor) {
   EXPECT_THAT(status.stdout_text,
               HasSubstr(absl::StrCat("job ", job,
                                      ": epoch 1, running, 3 of 3 ranks joined "
-                                     "(0,1,2)\n")));
+                                     "(0,1,2); chunks 256 KiB\n")));
   EXPECT_THAT(status.stdout_text,
               ::testing::ContainsRegex(
                   "  allreduce \"step7\" \\(ranks 0,1,2\\): waiting "

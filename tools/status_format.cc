@@ -1,10 +1,23 @@
 #include "tools/status_format.h"
 
+#include <cstdint>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace reducer {
+namespace {
+
+// "256 KiB", "1 MiB", or bytes when not a whole number of KiB.
+std::string ChunkSize(uint64_t bytes) {
+  if (bytes % (1 << 20) == 0) return absl::StrCat(bytes >> 20, " MiB");
+  if (bytes % (1 << 10) == 0) return absl::StrCat(bytes >> 10, " KiB");
+  return absl::StrCat(bytes, " bytes");
+}
+
+}  // namespace
 
 std::string FormatStatus(const v1::StatusResponse& status) {
   std::string out = absl::StrCat(
@@ -21,6 +34,13 @@ std::string FormatStatus(const v1::StatusResponse& status) {
                         ? std::string("none")
                         : absl::StrJoin(job.joined_ranks(), ","),
                     ")");
+    if (job.chunk_bytes() > 0) {
+      absl::StrAppend(&out, "; chunks ", ChunkSize(job.chunk_bytes()));
+      if (job.input_bytes_per_s() > 0) {
+        absl::StrAppend(&out, absl::StrFormat(" (inputs at %.1f MB/s)",
+                                              job.input_bytes_per_s() / 1e6));
+      }
+    }
     if (job.quorum_mode()) absl::StrAppend(&out, "; quorum steps");
     if (!job.absent_ranks().empty()) {
       absl::StrAppend(&out, "; absent ", absl::StrJoin(job.absent_ranks(), ","));

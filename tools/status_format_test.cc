@@ -61,6 +61,32 @@ TEST(FormatStatusTest, AJobOfQuorumStepsNamesItsAbsentAndDoneRanks) {
             "steps; absent 3; done 1\n");
 }
 
+TEST(FormatStatusTest, AJobShowsItsPacedChunkAndTheInputPaceBehindIt) {
+  v1::StatusResponse status;
+  status.set_version("0.1.0");
+  status.set_serving(true);
+  v1::JobStatus* job = status.add_jobs();
+  job->set_name("slow");
+  job->set_world_size(2);
+  job->set_epoch(1);
+  job->set_state("running");
+  for (int r : {0, 1}) job->add_joined_ranks(r);
+  job->set_chunk_bytes(65536);
+  job->set_input_bytes_per_s(2.5e6);
+  v1::JobStatus* fresh = status.add_jobs();
+  fresh->set_name("fresh");
+  fresh->set_world_size(1);
+  fresh->set_epoch(1);
+  fresh->set_state("running");
+  fresh->add_joined_ranks(0);
+  fresh->set_chunk_bytes(1 << 20);  // not timed yet: no pace
+  EXPECT_EQ(FormatStatus(status),
+            "reducerd 0.1.0: serving; memory budget 0 of 0 bytes reserved\n"
+            "job slow: epoch 1, running, 2 of 2 ranks joined (0,1); chunks "
+            "64 KiB (inputs at 2.5 MB/s)\n"
+            "job fresh: epoch 1, running, 1 of 1 ranks joined (0); chunks 1 MiB\n");
+}
+
 TEST(FormatStatusTest, AnAbortedJobSaysWhy) {
   v1::StatusResponse status;
   status.set_version("0.1.0");

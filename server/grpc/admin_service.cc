@@ -30,6 +30,8 @@ v1::StatusResponse BuildStatusResponse(JobRegistry* registry,
     out->set_quorum_mode(job.quorum_mode);
     for (int r : job.absent_ranks) out->add_absent_ranks(r);
     for (int r : job.done_ranks) out->add_done_ranks(r);
+    out->set_chunk_bytes(job.chunk_bytes);
+    out->set_input_bytes_per_s(job.input_bytes_per_s);
     std::stable_sort(job.pending.begin(), job.pending.end(),
                      [](const CollectiveSnapshot& a, const CollectiveSnapshot& b) {
                        return a.age > b.age;
