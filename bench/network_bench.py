@@ -66,7 +66,7 @@ WORLD = 4
 SMOKE_WORLD = 2
 LOOPBACK_SIZES = [4, 4 * KiB, 256 * KiB, 4 * MiB, 64 * MiB]
 SMOKE_LOOPBACK_SIZES = [4, 4 * KiB]
-ECHO_SIZES = [4 * MiB, 64 * MiB]
+ECHO_SIZES = [4, 4 * MiB, 64 * MiB]
 SMOKE_ECHO_SIZES = [4 * KiB]
 CLUSTER_SIZES = [4 * MiB, 64 * MiB]
 SMOKE_CLUSTER_SIZES = sb.SMOKE_SIZES  # 4 KiB, 2 MiB
@@ -443,7 +443,7 @@ def parse_args(argv):
     p.add_argument("--loopback_sizes", default="",
                    help="byte sizes of the loopback table (default 4 B..64 MiB, 5 sizes)")
     p.add_argument("--echo_sizes", default="",
-                   help="loopback sizes with the echo beside them (default 4 and 64 MiB)")
+                   help="loopback sizes with the echo beside them (default 4 B, 4 and 64 MiB)")
     p.add_argument("--cluster_sizes", default="",
                    help="byte sizes of the cluster table (default 4 and 64 MiB)")
     p.add_argument("--rate", default="1gbit", help="tc tbf rate of every cluster link")
