@@ -270,8 +270,12 @@ class ShardsTest : public FaultTest {
     return digests;
   }
 
+  // Fixed 1 MiB chunks (--chunk_time=0): the cuts below are timed against a
+  // window of whole chunks still travelling. Paced to the throttled proxy
+  // links (about 6 MB/s) a job's chunks would be 128 KiB, and its last
+  // results through 100 ms after its last input.
   static inline const std::vector<std::string> kShardFlags = {
-      "--metrics_listen=127.0.0.1:0"};
+      "--metrics_listen=127.0.0.1:0", "--chunk_time=0"};
 
   std::string fault_worker_;
   std::string conformance_worker_;

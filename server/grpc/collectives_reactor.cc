@@ -92,6 +92,7 @@ void CollectivesReactor::OnReadDone(bool ok) {
     return;
   }
   metrics_.Received();
+  const size_t message_bytes = incoming_.Length();
   if (!message_arrived_) {
     absl::MutexLock lock(&mu_);
     message_arrived_ = true;
@@ -99,7 +100,33 @@ void CollectivesReactor::OnReadDone(bool ok) {
   }
   HandleMessage();
   absl::MutexLock lock(&mu_);
-  if (!finished_) StartRead(&incoming_);
+  ReadOnLocked(message_bytes);
+}
+
+void CollectivesReactor::ReadOnLocked(size_t message_bytes) {
+  if (finished_) return;
+  if (held_reads_ != nullptr && message_bytes <= kHoldingMessageBytes) {
+    for (const auto& [id, call] : live_) {
+      if (call.ended) continue;
+      // A call waits: its answer, or the deadline, posts the read.
+      read_held_ = true;
+      held_reads_->Hold(weak_from_this());
+      return;
+    }
+  }
+  StartRead(&incoming_);
+}
+
+void CollectivesReactor::HoldReadsWith(HeldReads* held) {
+  absl::MutexLock lock(&mu_);
+  held_reads_ = held;
+}
+
+void CollectivesReactor::ReleaseHeldRead() {
+  absl::MutexLock lock(&mu_);
+  if (!read_held_ || finished_) return;
+  read_held_ = false;
+  StartRead(&incoming_);
 }
 
 void CollectivesReactor::EndUnlessMessageArrived(const absl::Status& status) {
@@ -193,6 +220,11 @@ void CollectivesReactor::Enqueue(uint64_t call_id, grpc::ByteBuffer message,
   // this may run inside the Collective, which must not be released here.
   if (ends_call) it->second.ended = true;
   if (outgoing_.Push(std::move(out))) WriteFrontLocked();
+  if (ends_call && read_held_) {
+    // Read on now: gRPC sends the window update with this answer.
+    read_held_ = false;
+    StartRead(&incoming_);
+  }
 }
 
 void CollectivesReactor::EndCall(uint64_t call_id, const absl::Status& status) {

@@ -9,6 +9,11 @@
 // the call's id (and, on the call's last message, its status) and written in
 // order, one write at a time, shared by all calls.
 //
+// Reading: after a small message whose call must wait for other ranks, the
+// stream holds its next read until one of its calls is answered, or until
+// HeldReads' deadline (see held_reads.h for why on both counts); after any
+// other message it reads on at once.
+//
 // A call's failure ends only that call. A message that cannot be routed to a
 // call (it does not parse, lacks a header or call id, reuses the id of a call
 // in flight, or carries a nonzero offset) ends the stream with
@@ -36,6 +41,7 @@
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/engine/collective.h"
 #include "server/grpc/collective_reactor.h"
+#include "server/grpc/held_reads.h"
 #include "server/grpc/write_queue.h"
 #include "server/metrics/grpc_server_metrics.h"
 
@@ -43,14 +49,25 @@ namespace reducer {
 
 class CollectivesReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public HeldReads::Holder,
       public std::enable_shared_from_this<CollectivesReactor> {
  public:
+  // Messages up to this size may hold the next read; a larger one moves
+  // enough bytes that a window update of its own costs nothing.
+  static constexpr size_t kHoldingMessageBytes = 64 << 10;
+
   // Starts reading. The returned pointer is what the service hands to gRPC.
   // `on_done` runs once the stream is over; `metrics` counts its messages.
   static CollectivesReactor* Create(grpc::CallbackServerContext* context,
                                    std::function<void()> on_done,
                                    CollectiveReactor::AttachFn attach,
                                    CallMetrics metrics);
+
+  // Holds reads back with `held` (must outlive the stream); without it the
+  // stream always reads on at once. Call right after Create.
+  void HoldReadsWith(HeldReads* held);
+  // HeldReads::Holder: posts the held read, if one is held.
+  void ReleaseHeldRead() override;
 
   // Ends the stream with `status` unless its first message has arrived:
   // ReducerService closes streams that stay silent past --header_timeout.
@@ -87,6 +104,9 @@ class CollectivesReactor final
   };
 
   void HandleMessage();
+  // The next read, posted now or held (see the class comment); called
+  // once a message of `message_bytes` was handled.
+  void ReadOnLocked(size_t message_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues `message` for `call_id`; with `ends_call`, the call is over and
   // later messages for it are dropped. Ignored for calls already over.
   void Enqueue(uint64_t call_id, grpc::ByteBuffer message, bool ends_call);
@@ -127,6 +147,8 @@ class CollectivesReactor final
   uint64_t last_serial_ ABSL_GUARDED_BY(mu_) = 0;
   WriteQueue<Outgoing> outgoing_ ABSL_GUARDED_BY(mu_);
   bool input_ended_ ABSL_GUARDED_BY(mu_) = false;  // client closed its side
+  HeldReads* held_reads_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool read_held_ ABSL_GUARDED_BY(mu_) = false;  // the next read waits
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -1,6 +1,7 @@
 #include "server/grpc/reducer_service.h"
 
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -150,6 +151,9 @@ ReducerService::StartStream(
   Stream* stream = Stream::Create(context, std::move(on_done),
                                   door_->AttachForStream(token, shares),
                                   metrics);
+  if constexpr (std::is_same_v<Stream, CollectivesReactor>) {
+    stream->HoldReadsWith(&held_reads_);
+  }
   if (header_timeout_ <= absl::ZeroDuration()) return stream;
   std::weak_ptr<Stream> weak = stream->weak_from_this();
   timers_->Schedule(

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "proto/reducer/v1/reducer.grpc.pb.h"
 #include "server/grpc/collective_reactor.h"
+#include "server/grpc/held_reads.h"
 #include "absl/time/time.h"
 #include "server/engine/timer_queue.h"
 #include "server/jobs/job_door.h"
@@ -83,6 +84,11 @@ class ReducerService final
   const GrpcServerMetrics::MethodMetrics* const leave_metrics_;
   const GrpcServerMetrics::MethodMetrics* const collective_metrics_;
   const GrpcServerMetrics::MethodMetrics* const collectives_metrics_;
+  // The deadline on the reads Collectives streams hold back (held_reads.h):
+  // a few small calls' time, so that ranks starting named collectives in
+  // different orders meet a few ms later rather than never.
+  static constexpr absl::Duration kReadHoldDeadline = absl::Milliseconds(2);
+  HeldReads held_reads_{kReadHoldDeadline};
   // Collective and Collectives streams not yet done. Atomic rather than under a lock: it is
   // touched once at the start and once at the end of every call, alone.
   std::atomic<int> active_calls_{0};
