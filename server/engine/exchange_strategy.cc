@@ -3,27 +3,6 @@
 #include <algorithm>
 
 namespace reducer {
-namespace {
-
-// The pieces of `data` holding its bytes [begin, begin + n), sharing their
-// storage.
-std::vector<SharedBytes> PiecesWithin(const Payload& data, size_t begin,
-                                      size_t n) {
-  std::vector<SharedBytes> out;
-  size_t at = 0;  // where the current piece starts in `data`
-  const size_t end = begin + n;
-  for (const SharedBytes& piece : data.pieces()) {
-    const size_t lo = std::max(begin, at);
-    const size_t hi = std::min(end, at + piece.size());
-    if (lo < hi) out.push_back(piece.Sub(lo - at, hi - lo));
-    at += piece.size();
-    if (at >= end) break;
-  }
-  return out;
-}
-
-}  // namespace
-
 ExchangeStrategy::ExchangeStrategy(Mode mode, int root_index, int group_size,
                                    size_t chunk_bytes, int window)
     : HeldBackForwarding(group_size, chunk_bytes, window),
@@ -58,7 +37,7 @@ void ExchangeStrategy::Forward(int index, uint64_t offset, const Payload& data,
     const int to = static_cast<int>(pos / part);
     const size_t in_part = pos - static_cast<uint64_t>(to) * part;
     const size_t n = std::min(part - in_part, data.size() - consumed);
-    out.SendTo(to, base + in_part, PiecesWithin(data, consumed, n));
+    out.SendTo(to, base + in_part, data.PiecesWithin(consumed, n));
     consumed += n;
   }
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -49,18 +50,9 @@ const char* NextTile(const StagedPart& part, Cursor& at, size_t n,
 }  // namespace
 
 void StagedPart::Append(const Payload& data, size_t begin, size_t n) {
-  size_t skip = begin;
-  for (const SharedBytes& piece : data.pieces()) {
-    if (n == 0) return;
-    if (skip >= piece.size()) {
-      skip -= piece.size();
-      continue;
-    }
-    const size_t len = std::min(piece.size() - skip, n);
-    pieces_.push_back(piece.Sub(skip, len));
-    size_ += len;
-    n -= len;
-    skip = 0;
+  for (SharedBytes& piece : data.PiecesWithin(begin, n)) {
+    size_ += piece.size();
+    pieces_.push_back(std::move(piece));
   }
 }
 

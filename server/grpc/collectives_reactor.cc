@@ -1,5 +1,6 @@
 #include "server/grpc/collectives_reactor.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -105,14 +106,15 @@ void CollectivesReactor::OnReadDone(bool ok) {
 
 void CollectivesReactor::ReadOnLocked(size_t message_bytes) {
   if (finished_) return;
-  if (held_reads_ != nullptr && message_bytes <= kHoldingMessageBytes) {
-    for (const auto& [id, call] : live_) {
-      if (call.ended) continue;
-      // A call waits: its answer, or the deadline, posts the read.
-      read_held_ = true;
-      held_reads_->Hold(weak_from_this());
-      return;
-    }
+  const bool call_waits = std::any_of(
+      live_.begin(), live_.end(),
+      [](const auto& entry) { return !entry.second.ended; });
+  if (held_reads_ != nullptr && message_bytes <= kHoldingMessageBytes &&
+      call_waits) {
+    // Its answer, or the deadline, posts the read.
+    read_held_ = true;
+    held_reads_->Hold(weak_from_this());
+    return;
   }
   StartRead(&incoming_);
 }
