@@ -102,7 +102,11 @@ TEST_F(RetryTest, LostRequestIsRetriedAndCountedOnce) {
 // what reducerd kept: rank 0's buffer holds the exact sum, and so does
 // everyone's.
 TEST_F(RetryTest, AnAnswerCutHalfWayIsSentAgainWhole) {
+  // The big call waits for "go": the byte counts below are taken from
+  // where the warm-up ended, and a rank that went on at once would have
+  // sent part of its 4 MiB before they were read.
   const std::string big =
+      "wait_file:path=go;"
       "allreduce_inplace:shape=1048576,seed=4,timeout_ms=30000";
   const std::string after =
       "allreduce:fill=onehot,shape=3,name=after,timeout_ms=20000";
@@ -111,6 +115,7 @@ TEST_F(RetryTest, AnAnswerCutHalfWayIsSentAgainWhole) {
                        absl::StrCat(kWarm, ";", big, ";", after)});
   const uint64_t down_before = proxy_->connection(1).bytes_down;
   proxy_->SetDelay(absl::Milliseconds(20), 64 << 10);  // ~3 MB/s each way
+  Touch("go");
   // Rank 0's whole contribution has gone up (its 4 MiB and more than the
   // 2 KiB of framing they take), so that every input is in once reducerd
   // reads it: a cut before that must fail the collective, which could not
@@ -131,8 +136,8 @@ TEST_F(RetryTest, AnAnswerCutHalfWayIsSentAgainWhole) {
   std::vector<ProcessResult> results = WaitWorkers(workers_);
   ASSERT_EQ(results.size(), 3u);
   for (const ProcessResult& r : results) {
-    ExpectStep(r, "2", absl::StatusCode::kOk);
     ExpectStep(r, "3", absl::StatusCode::kOk);
+    ExpectStep(r, "4", absl::StatusCode::kOk);
   }
   const std::string log = server()->Stderr();
   EXPECT_THAT(log, ::testing::HasSubstr("sent again from what was kept"));
