@@ -1,6 +1,8 @@
 #include "server/engine/exchange_strategy.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 namespace reducer {
 ExchangeStrategy::ExchangeStrategy(Mode mode, int root_index, int group_size,
@@ -37,7 +39,9 @@ void ExchangeStrategy::Forward(int index, uint64_t offset, const Payload& data,
     const int to = static_cast<int>(pos / part);
     const size_t in_part = pos - static_cast<uint64_t>(to) * part;
     const size_t n = std::min(part - in_part, data.size() - consumed);
-    out.SendTo(to, base + in_part, data.PiecesWithin(consumed, n));
+    std::vector<SharedBytes> pieces;
+    data.AppendPiecesWithin(consumed, n, &pieces);
+    out.SendTo(to, base + in_part, std::move(pieces));
     consumed += n;
   }
 }

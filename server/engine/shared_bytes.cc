@@ -62,18 +62,17 @@ SharedBytes Payload::Within(size_t begin, size_t n) const {
   return SharedBytes();
 }
 
-std::vector<SharedBytes> Payload::PiecesWithin(size_t begin, size_t n) const {
-  std::vector<SharedBytes> out;
+void Payload::AppendPiecesWithin(size_t begin, size_t n,
+                                 std::vector<SharedBytes>* out) const {
   size_t at = 0;  // where the current piece starts
   const size_t end = begin + n;
   for (const SharedBytes& piece : pieces_) {
     const size_t lo = std::max(begin, at);
     const size_t hi = std::min(end, at + piece.size());
-    if (lo < hi) out.push_back(piece.Sub(lo - at, hi - lo));
+    if (lo < hi) out->push_back(piece.Sub(lo - at, hi - lo));
     at += piece.size();
     if (at >= end) break;
   }
-  return out;
 }
 
 }  // namespace reducer

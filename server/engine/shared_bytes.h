@@ -76,9 +76,11 @@ class Payload {
   // Bytes [begin, begin + n) (n > 0) sharing their storage, when one piece
   // holds them all; empty SharedBytes when they span pieces.
   SharedBytes Within(size_t begin, size_t n) const;
-  // The pieces holding bytes [begin, begin + n), cut to that range and
-  // sharing their storage (several when the range spans pieces).
-  std::vector<SharedBytes> PiecesWithin(size_t begin, size_t n) const;
+  // Appends to `out` the pieces holding bytes [begin, begin + n), cut to
+  // that range and sharing their storage (several when the range spans
+  // pieces).
+  void AppendPiecesWithin(size_t begin, size_t n,
+                          std::vector<SharedBytes>* out) const;
   const std::vector<SharedBytes>& pieces() const { return pieces_; }
 
  private:

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -50,10 +49,9 @@ const char* NextTile(const StagedPart& part, Cursor& at, size_t n,
 }  // namespace
 
 void StagedPart::Append(const Payload& data, size_t begin, size_t n) {
-  for (SharedBytes& piece : data.PiecesWithin(begin, n)) {
-    size_ += piece.size();
-    pieces_.push_back(std::move(piece));
-  }
+  const size_t first = pieces_.size();
+  data.AppendPiecesWithin(begin, n, &pieces_);
+  for (size_t i = first; i < pieces_.size(); ++i) size_ += pieces_[i].size();
 }
 
 const char* StagedPart::contiguous() const {

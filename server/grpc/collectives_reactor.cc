@@ -60,18 +60,21 @@ google::protobuf::ArenaOptions ArenaOn(char* block) {
 
 CollectivesReactor::CollectivesReactor(grpc::CallbackServerContext* context,
                                      std::function<void()> on_done,
-                                     CollectiveReactor::AttachFn attach)
+                                     CollectiveReactor::AttachFn attach,
+                                     HeldReads* held_reads)
     : context_(context),
       on_done_(std::move(on_done)),
       attach_(std::move(attach)),
+      held_reads_(held_reads),
       arena_block_(new char[kArenaBlockBytes]),
       arena_(ArenaOn(arena_block_.get())) {}
 
 CollectivesReactor* CollectivesReactor::Create(
     grpc::CallbackServerContext* context, std::function<void()> on_done,
-    CollectiveReactor::AttachFn attach, CallMetrics metrics) {
+    CollectiveReactor::AttachFn attach, CallMetrics metrics,
+    HeldReads* held_reads) {
   auto stream = std::make_shared<CollectivesReactor>(
-      context, std::move(on_done), std::move(attach));
+      context, std::move(on_done), std::move(attach), held_reads);
   CollectivesReactor* raw = stream.get();
   raw->metrics_ = metrics;
   {
@@ -117,11 +120,6 @@ void CollectivesReactor::ReadOnLocked(size_t message_bytes) {
     return;
   }
   StartRead(&incoming_);
-}
-
-void CollectivesReactor::HoldReadsWith(HeldReads* held) {
-  absl::MutexLock lock(&mu_);
-  held_reads_ = held;
 }
 
 void CollectivesReactor::ReleaseHeldRead() {

@@ -58,14 +58,14 @@ class CollectivesReactor final
 
   // Starts reading. The returned pointer is what the service hands to gRPC.
   // `on_done` runs once the stream is over; `metrics` counts its messages.
+  // Reads are held back with `held_reads` (which must outlive the stream);
+  // without it the stream always reads on at once.
   static CollectivesReactor* Create(grpc::CallbackServerContext* context,
                                    std::function<void()> on_done,
                                    CollectiveReactor::AttachFn attach,
-                                   CallMetrics metrics);
+                                   CallMetrics metrics,
+                                   HeldReads* held_reads = nullptr);
 
-  // Holds reads back with `held` (must outlive the stream); without it the
-  // stream always reads on at once. Call right after Create.
-  void HoldReadsWith(HeldReads* held);
   // HeldReads::Holder: posts the held read, if one is held.
   void ReleaseHeldRead() override;
 
@@ -81,7 +81,8 @@ class CollectivesReactor final
 
   CollectivesReactor(grpc::CallbackServerContext* context,
                     std::function<void()> on_done,
-                    CollectiveReactor::AttachFn attach);  // Create()
+                    CollectiveReactor::AttachFn attach,
+                    HeldReads* held_reads);  // Create()
 
  private:
   class StreamAttempt;
@@ -126,6 +127,7 @@ class CollectivesReactor final
   grpc::CallbackServerContext* const context_;  // owned by gRPC
   const std::function<void()> on_done_;
   const CollectiveReactor::AttachFn attach_;
+  HeldReads* const held_reads_;  // not owned; may be null
   CallMetrics metrics_;  // set once, in Create, before the call starts
 
   // Only touched by the reading side: one read is outstanding at a time.
@@ -147,7 +149,6 @@ class CollectivesReactor final
   uint64_t last_serial_ ABSL_GUARDED_BY(mu_) = 0;
   WriteQueue<Outgoing> outgoing_ ABSL_GUARDED_BY(mu_);
   bool input_ended_ ABSL_GUARDED_BY(mu_) = false;  // client closed its side
-  HeldReads* held_reads_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool read_held_ ABSL_GUARDED_BY(mu_) = false;  // the next read waits
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -54,8 +54,6 @@ class HeldReads {
   HeldReads(const HeldReads&) = delete;
   HeldReads& operator=(const HeldReads&) = delete;
 
-  absl::Duration deadline() const { return deadline_; }
-
   // `holder` holds a read from now: its ReleaseHeldRead runs once the
   // deadline is past (between 1 and 1.5 deadlines from now), unless it is
   // destroyed first.

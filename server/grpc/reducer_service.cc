@@ -1,7 +1,6 @@
 #include "server/grpc/reducer_service.h"
 
 #include <memory>
-#include <type_traits>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -106,11 +105,11 @@ absl::Status ReducerService::Admit() {
       "); retry later"));
 }
 
-template <typename Stream>
+template <typename Stream, typename... Extra>
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 ReducerService::StartStream(
     grpc::CallbackServerContext* context,
-    const GrpcServerMetrics::MethodMetrics* method_metrics) {
+    const GrpcServerMetrics::MethodMetrics* method_metrics, Extra... extra) {
   const CallMetrics metrics(method_metrics);
   // The token is checked before the stream takes a slot, so that streams
   // without a valid token cannot crowd out the jobs': a stream without any
@@ -150,10 +149,7 @@ ReducerService::StartStream(
   }
   Stream* stream = Stream::Create(context, std::move(on_done),
                                   door_->AttachForStream(token, shares),
-                                  metrics);
-  if constexpr (std::is_same_v<Stream, CollectivesReactor>) {
-    stream->HoldReadsWith(&held_reads_);
-  }
+                                  metrics, extra...);
   if (header_timeout_ <= absl::ZeroDuration()) return stream;
   std::weak_ptr<Stream> weak = stream->weak_from_this();
   timers_->Schedule(
@@ -177,7 +173,8 @@ ReducerService::Collective(grpc::CallbackServerContext* context) {
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 ReducerService::Collectives(grpc::CallbackServerContext* context) {
-  return StartStream<CollectivesReactor>(context, collectives_metrics_);
+  return StartStream<CollectivesReactor>(context, collectives_metrics_,
+                                         &held_reads_);
 }
 
 }  // namespace reducer

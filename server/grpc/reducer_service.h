@@ -67,10 +67,11 @@ class ReducerService final
   absl::Status Admit();
   // Admits a stream and starts a `Stream` (CollectiveReactor or
   // CollectivesReactor) on it, or refuses it with RESOURCE_EXHAUSTED.
-  template <typename Stream>
+  // `extra` goes to Stream::Create after its common arguments.
+  template <typename Stream, typename... Extra>
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStream(
       grpc::CallbackServerContext* context,
-      const GrpcServerMetrics::MethodMetrics* method_metrics);
+      const GrpcServerMetrics::MethodMetrics* method_metrics, Extra... extra);
 
   JobDoor* const door_;  // not owned
   const int max_concurrent_calls_;
