@@ -41,10 +41,12 @@ bool MayHaveNoInput(CollectiveKind kind) {
          kind == CollectiveKind::kSendReceive;
 }
 
-// Shapes agree; for kAllGather and kGather dimension 0 may differ.
+// Shapes agree; for kAllGather, kGather and kAllToAllV dimension 0 may
+// differ.
 bool ShapesAgree(CollectiveKind kind, const std::vector<int64_t>& a,
                  const std::vector<int64_t>& b) {
-  if (kind != CollectiveKind::kAllGather && kind != CollectiveKind::kGather) {
+  if (kind != CollectiveKind::kAllGather && kind != CollectiveKind::kGather &&
+      kind != CollectiveKind::kAllToAllV) {
     return a == b;
   }
   if (a.size() != b.size()) return false;
@@ -92,6 +94,10 @@ absl::string_view CollectiveKindName(CollectiveKind kind) {
       return "quorum";
     case CollectiveKind::kDone:
       return "done";
+    case CollectiveKind::kAllToAllV:
+      return "alltoallv";
+    case CollectiveKind::kMatch:
+      return "match";
   }
   return "unknown_collective";
 }

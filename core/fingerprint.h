@@ -38,11 +38,14 @@ enum class CollectiveKind {
   kSendReceive,    // point to point: group {source, destination}, root = source
   kQuorumBarrier,  // a quorum step's decision: which ranks contribute
   kDone,           // a rank is out of data (Client::Done)
+  kAllToAllV,      // send_rows[j] rows of rank i go to rank j
+  kMatch,          // which message a receive gets (Client::ReceiveAny)
 };
-inline constexpr int kNumCollectiveKinds = 12;
+inline constexpr int kNumCollectiveKinds = 14;
 
 // "allreduce", "allgather", "broadcast", "reducescatter", "barrier",
-// "reduce", "gather", "scatter", "alltoall", "sendreceive", "quorum", "done".
+// "reduce", "gather", "scatter", "alltoall", "sendreceive", "quorum", "done",
+// "alltoallv", "match".
 absl::string_view CollectiveKindName(CollectiveKind kind);
 absl::StatusOr<CollectiveKind> CollectiveKindFromWire(int value);
 int CollectiveKindToWire(CollectiveKind kind);
@@ -68,17 +71,28 @@ struct Fingerprint {
   CollectiveKind kind = CollectiveKind::kAllReduce;
   // kAllReduce: one or more; kAllGather, kReduceScatter: exactly one;
   // kBroadcast: one on the root, zero or one elsewhere ("no input");
-  // kBarrier: none; kReduce, kGather, kAllToAll: exactly one; kScatter: one
-  // on the root (dim 0 divisible by the group size), none elsewhere;
-  // kSendReceive: one on the source (the root), zero or one on the
-  // destination (the spec its buffer expects).
+  // kBarrier, kMatch: none; kReduce, kGather, kAllToAll, kAllToAllV:
+  // exactly one; kScatter: one on the root (dim 0 divisible by the group
+  // size), none elsewhere; kSendReceive: one on the source (the root), zero
+  // or one on the destination (the spec its buffer expects).
   std::vector<TensorSpec> tensors;
   // kBroadcast, kReduce, kGather, kScatter: a global rank in `group`;
-  // kSendReceive: the source, one of the two ranks of `group`.
+  // kSendReceive: the source, one of the two ranks of `group`; kMatch: the
+  // source it takes a message from, one of `sources`, or -1 for any.
   int root = -1;
   std::vector<int> group;  // sorted global ranks taking part
   // kQuorumBarrier only: when its step may end (no tensors).
   QuorumSettings quorum;
+  // kAllToAllV only: the rows (dim 0) this rank sends to each rank of
+  // `group`, in group order, summing to its tensor's dim 0; and the rows it
+  // expects from each, or empty when it does not say.
+  std::vector<int64_t> send_rows;
+  std::vector<int64_t> recv_rows;
+  // kMatch only (its group is the receiving rank alone): the tag of the
+  // message it matches, and the global ranks it may take one from (sorted,
+  // without the receiver).
+  int64_t tag = 0;
+  std::vector<int> sources;
 };
 
 // Compares rank_b's fingerprint with rank_a's. OK when they agree; otherwise
@@ -94,10 +108,11 @@ struct Fingerprint {
 //   "mismatched shapes: rank 0 sent [4,3] float32, rank 2 sent [4,4] float32"
 // For several tensors the message starts with "tensor 3: ". Roots are
 // compared for kBroadcast, kReduce, kGather, kScatter and kSendReceive; ops for kAllReduce,
-// kReduceScatter and kReduce. For kAllGather and kGather dimension 0 may
-// differ; the rest of the shape and the dtype must agree (kAllToAll: the
-// whole shape). For kBroadcast, kScatter and kSendReceive a rank with no
-// input agrees with any spec.
+// kReduceScatter and kReduce. For kAllGather, kGather and kAllToAllV
+// dimension 0 may differ; the rest of the shape and the dtype must agree
+// (kAllToAll: the whole shape). For kBroadcast, kScatter and kSendReceive a
+// rank with no input agrees with any spec. kAllToAllV's rows are checked
+// pair by pair by its strategy (server/engine/exchange_strategy.h).
 absl::Status CheckAgreement(int rank_a, const Fingerprint& a, int rank_b,
                             const Fingerprint& b);
 

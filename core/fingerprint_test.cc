@@ -49,7 +49,8 @@ void ExpectMismatch(const absl::Status& s, const std::string& message) {
 TEST(CollectiveKindTest, NamesAndWireValues) {
   const char* names[] = {"allreduce", "allgather", "broadcast", "reducescatter",
                          "barrier",   "reduce",    "gather",    "scatter",
-                         "alltoall",  "sendreceive", "quorum", "done"};
+                         "alltoall",  "sendreceive", "quorum", "done",
+                         "alltoallv", "match"};
   ASSERT_EQ(std::size(names), static_cast<size_t>(kNumCollectiveKinds));
   for (int i = 0; i < kNumCollectiveKinds; ++i) {
     const CollectiveKind kind = static_cast<CollectiveKind>(i);
@@ -65,7 +66,7 @@ TEST(CollectiveKindTest, UnspecifiedAndUnknownWireValuesAreInvalid) {
   absl::StatusOr<CollectiveKind> k = CollectiveKindFromWire(0);
   EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(k.status().message()), HasSubstr("unspecified"));
-  for (int v : {13, -1, 99}) {
+  for (int v : {15, -1, 99}) {
     k = CollectiveKindFromWire(v);
     EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument) << v;
     EXPECT_THAT(
@@ -373,6 +374,27 @@ TEST(CheckAgreementTest, AllToAllComparesWholeShapesAndDtypes) {
   b = a;
   b.root = 1;
   EXPECT_TRUE(CheckAgreement(0, a, 1, b).ok());
+}
+
+TEST(CheckAgreementTest, AllToAllVAllowsDimensionZeroToDiffer) {
+  Fingerprint a;
+  a.kind = CollectiveKind::kAllToAllV;
+  a.group = {0, 1, 2};
+  a.tensors = {Spec(DataType::kInt32, {5, 2, 3})};
+  a.send_rows = {1, 4, 0};
+  Fingerprint b = a;
+  b.tensors[0].shape = {0, 2, 3};
+  b.send_rows = {0, 0, 0};
+  b.recv_rows = {1, 0, 7};  // the rows are the strategy's to compare
+  EXPECT_TRUE(CheckAgreement(0, a, 1, b).ok());
+  b.tensors[0].shape = {0, 3, 3};
+  ExpectMismatch(CheckAgreement(0, a, 1, b),
+                 "mismatched shapes: rank 0 sent [5,2,3] int32, rank 1 sent "
+                 "[0,3,3] int32");
+  b.tensors[0] = Spec(DataType::kInt64, {5, 2, 3});
+  ExpectMismatch(CheckAgreement(0, a, 2, b),
+                 "mismatched dtypes: rank 0 sent [5,2,3] int32, rank 2 sent "
+                 "[5,2,3] int64");
 }
 
 TEST(CheckAgreementTest, SendReceiveComparesSourcesAndDeclaredSpecs) {

@@ -11,28 +11,8 @@
 namespace reducer {
 namespace {
 
-// The parts of a well-formed name.
-struct Parsed {
-  int source = -1;
-  int destination = -1;
-  int64_t tag = 0;
-  uint64_t n = 0;
-};
-
-// False unless `name` is exactly "p2p <int>><int> tag <int64> #<uint64>".
-bool Parse(absl::string_view name, Parsed* out) {
-  if (!absl::ConsumePrefix(&name, kPointToPointNamePrefix)) return false;
-  const std::vector<absl::string_view> words = absl::StrSplit(name, ' ');
-  if (words.size() != 4 || words[1] != "tag" ||
-      !absl::StartsWith(words[3], "#")) {
-    return false;
-  }
-  const std::vector<absl::string_view> ends = absl::StrSplit(words[0], '>');
-  return ends.size() == 2 && absl::SimpleAtoi(ends[0], &out->source) &&
-         absl::SimpleAtoi(ends[1], &out->destination) &&
-         absl::SimpleAtoi(words[2], &out->tag) &&
-         absl::SimpleAtoi(words[3].substr(1), &out->n);
-}
+// The source of a match's name.
+constexpr absl::string_view kAnySource = "*";
 
 }  // namespace
 
@@ -42,38 +22,84 @@ std::string PointToPointName(int source, int destination, int64_t tag,
                       " tag ", tag, " #", n);
 }
 
+std::string MatchName(int destination, int64_t tag, uint64_t m) {
+  return absl::StrCat(kPointToPointNamePrefix, kAnySource, ">", destination,
+                      " tag ", tag, " #", m);
+}
+
+// Exactly "p2p <int or *>><int> tag <int64> #<uint64>".
+std::optional<PointToPointNameParts> ParsePointToPointName(
+    absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, kPointToPointNamePrefix)) return std::nullopt;
+  const std::vector<absl::string_view> words = absl::StrSplit(name, ' ');
+  if (words.size() != 4 || words[1] != "tag" ||
+      !absl::StartsWith(words[3], "#")) {
+    return std::nullopt;
+  }
+  const std::vector<absl::string_view> ends = absl::StrSplit(words[0], '>');
+  PointToPointNameParts out;
+  if (ends.size() != 2 ||
+      (ends[0] != kAnySource && !absl::SimpleAtoi(ends[0], &out.source)) ||
+      !absl::SimpleAtoi(ends[1], &out.destination) ||
+      !absl::SimpleAtoi(words[2], &out.tag) ||
+      !absl::SimpleAtoi(words[3].substr(1), &out.n)) {
+    return std::nullopt;
+  }
+  if (ends[0] != kAnySource && out.source < 0) return std::nullopt;
+  return out;
+}
+
 bool IsPointToPointName(absl::string_view name) {
   return absl::StartsWith(name, kPointToPointNamePrefix);
+}
+
+std::string PointToPointRoute(absl::string_view name) {
+  std::optional<PointToPointNameParts> p = ParsePointToPointName(name);
+  if (!p.has_value()) return std::string(name);
+  return absl::StrCat(kPointToPointNamePrefix, ">", p->destination, " tag ",
+                      p->tag);
 }
 
 absl::Status CheckPointToPointName(absl::string_view name,
                                    const Fingerprint& fp) {
   const absl::string_view kind = CollectiveKindName(fp.kind);
-  if (fp.kind != CollectiveKind::kSendReceive) {
+  const bool match = fp.kind == CollectiveKind::kMatch;
+  if (fp.kind != CollectiveKind::kSendReceive && !match) {
     if (!IsPointToPointName(name)) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(
         "collective name \"", name, "\" is reserved for point-to-point "
         "messages; ", kind, " must not use the prefix \"",
         kPointToPointNamePrefix, "\""));
   }
-  Parsed p;
-  if (!Parse(name, &p)) {
+  const std::optional<PointToPointNameParts> p = ParsePointToPointName(name);
+  if (!p.has_value() || match != (p->source == -1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         kind, " collective name \"", name, "\" is not of the form \"",
-        kPointToPointNamePrefix, "<source>><destination> tag <tag> #<n>\""));
+        kPointToPointNamePrefix, match ? "*" : "<source>",
+        "><destination> tag <tag> #<n>\""));
   }
-  if (p.tag < 0) {
+  if (p->tag < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kind, " collective name \"", name, "\": tag ", p.tag,
+        kind, " collective name \"", name, "\": tag ", p->tag,
         " is negative"));
+  }
+  if (match) {
+    if (fp.group.size() != 1 || p->destination != fp.group[0] ||
+        p->tag != fp.tag) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kind, " collective name \"", name, "\" names destination ",
+          p->destination, " and tag ", p->tag, ", but the header's group is [",
+          absl::StrJoin(fp.group, ","), "] and its tag ", fp.tag));
+    }
+    return absl::OkStatus();
   }
   const int other = fp.group.size() == 2
                         ? (fp.group[0] == fp.root ? fp.group[1] : fp.group[0])
                         : -1;
-  if (p.source != fp.root || p.destination != other) {
+  if (p->source != fp.root || p->destination != other) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kind, " collective name \"", name, "\" names source ", p.source,
-        " and destination ", p.destination, ", but the header's root is ",
+        kind, " collective name \"", name, "\" names source ", p->source,
+        " and destination ", p->destination, ", but the header's root is ",
         fp.root, " and its group [", absl::StrJoin(fp.group, ","), "]"));
   }
   return absl::OkStatus();

@@ -47,7 +47,8 @@ bool UsesDim0(CollectiveKind kind) {
   return kind == CollectiveKind::kAllGather ||
          kind == CollectiveKind::kReduceScatter ||
          kind == CollectiveKind::kGather || kind == CollectiveKind::kScatter ||
-         kind == CollectiveKind::kAllToAll;
+         kind == CollectiveKind::kAllToAll ||
+         kind == CollectiveKind::kAllToAllV;
 }
 bool CutsDim0(CollectiveKind kind) {
   return kind == CollectiveKind::kReduceScatter ||
@@ -97,6 +98,7 @@ absl::Status CheckTensorCount(const Fingerprint& fp, int rank) {
     case CollectiveKind::kReduce:
     case CollectiveKind::kGather:
     case CollectiveKind::kAllToAll:
+    case CollectiveKind::kAllToAllV:
       if (n == 1) return absl::OkStatus();
       return absl::InvalidArgumentError(
           absl::StrCat(kind, " needs exactly one tensor, got ", n));
@@ -113,6 +115,7 @@ absl::Status CheckTensorCount(const Fingerprint& fp, int rank) {
     case CollectiveKind::kBarrier:
     case CollectiveKind::kQuorumBarrier:
     case CollectiveKind::kDone:
+    case CollectiveKind::kMatch:
       if (n == 0) return absl::OkStatus();
       return absl::InvalidArgumentError(
           absl::StrCat(kind, " takes no tensors, got ", n));
@@ -145,6 +148,84 @@ absl::Status CheckTensorCount(const Fingerprint& fp, int rank) {
       absl::StrCat("unknown collective kind ", static_cast<int>(fp.kind)));
 }
 
+// kAllToAllV's rows: `send_rows` one entry per rank of the group, none
+// negative, summing to `dim0`; `recv_rows` empty or one entry per rank, none
+// negative.
+absl::Status CheckRows(const Fingerprint& fp, int64_t dim0) {
+  const size_t group_size = fp.group.size();
+  auto check = [&](const std::vector<int64_t>& rows,
+                   absl::string_view field) -> absl::Status {
+    if (rows.size() != group_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "alltoallv ", field, " has ", rows.size(),
+          rows.size() == 1 ? " entry" : " entries", ", but the group ",
+          GroupToString(fp.group), " has ", group_size, " ranks"));
+    }
+    for (size_t j = 0; j < rows.size(); ++j) {
+      if (rows[j] < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "alltoallv ", field, "[", j, "] is ", rows[j], ", negative"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  REDUCER_RETURN_IF_ERROR(check(fp.send_rows, "send_rows"));
+  if (!fp.recv_rows.empty()) {
+    REDUCER_RETURN_IF_ERROR(check(fp.recv_rows, "recv_rows"));
+  }
+  int64_t sum = 0;
+  for (int64_t rows : fp.send_rows) {
+    // Each is at most dim0 when they sum to it: no overflow before that.
+    if (rows > dim0 - sum) {
+      sum = -1;
+      break;
+    }
+    sum += rows;
+  }
+  if (sum != dim0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "alltoallv send_rows [", absl::StrJoin(fp.send_rows, ","),
+        "] do not sum to dimension 0 of its tensor (", dim0, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// kMatch: its group is the receiving rank alone, its tag not negative, its
+// sources other ranks of the world (sorted, at least one), and its root -1
+// or one of them.
+absl::Status CheckMatch(const Fingerprint& fp, int rank, int world_size) {
+  if (fp.group.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "match group ", GroupToString(fp.group),
+        " must be the receiving rank alone"));
+  }
+  if (fp.tag < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("match tag ", fp.tag, " is negative"));
+  }
+  if (fp.sources.empty()) {
+    return absl::InvalidArgumentError(
+        "match names no source rank it may receive from");
+  }
+  for (size_t i = 0; i < fp.sources.size(); ++i) {
+    const int s = fp.sources[i];
+    if (s < 0 || s >= world_size || s == rank ||
+        (i > 0 && s <= fp.sources[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "match sources ", GroupToString(fp.sources),
+          " must be other ranks of the world of ", world_size,
+          " than the receiver ", rank, ", sorted, each once"));
+    }
+  }
+  if (fp.root != -1 &&
+      !std::binary_search(fp.sources.begin(), fp.sources.end(), fp.root)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("match source ", fp.root, " is not in its sources ",
+                     GroupToString(fp.sources)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateContribution(const Fingerprint& fp, int rank,
@@ -175,6 +256,9 @@ absl::Status ValidateContribution(const Fingerprint& fp, int rank,
                                                    GroupToString(fp.group)));
   }
   REDUCER_RETURN_IF_ERROR(CheckTensorCount(fp, rank));
+  if (fp.kind == CollectiveKind::kMatch) {
+    REDUCER_RETURN_IF_ERROR(CheckMatch(fp, rank, world_size));
+  }
   if (fp.kind == CollectiveKind::kQuorumBarrier) {
     REDUCER_RETURN_IF_ERROR(QuorumRule::Validate(
         static_cast<int>(fp.group.size()), fp.quorum));
@@ -211,6 +295,9 @@ absl::Status ValidateContribution(const Fingerprint& fp, int rank,
           absl::StrCat(TensorPrefix(0), kind, " dimension 0 of shape ",
                        ShapeToString(t.shape),
                        " is not divisible by the group size ", group_size));
+    }
+    if (fp.kind == CollectiveKind::kAllToAllV) {
+      REDUCER_RETURN_IF_ERROR(CheckRows(fp, t.shape[0]));
     }
   }
   if (layout->total_bytes > max_payload_bytes) {

@@ -25,10 +25,16 @@ namespace reducer {
 //   no overflow of elements x element size;
 // - kBroadcast, kReduce, kGather, kScatter: root inside the group
 //   ("gather root 5 is not in group [0,1]");
-// - kAllGather, kReduceScatter, kGather, kScatter, kAllToAll: at least one
-//   dimension; kReduceScatter, kScatter (its root's tensor) and kAllToAll:
-//   dimension 0 divisible by the group size ("tensor 0: alltoall dimension 0
-//   of shape [5,2] is not divisible by the group size 2");
+// - kAllGather, kReduceScatter, kGather, kScatter, kAllToAll, kAllToAllV:
+//   at least one dimension; kReduceScatter, kScatter (its root's tensor) and
+//   kAllToAll: dimension 0 divisible by the group size ("tensor 0: alltoall
+//   dimension 0 of shape [5,2] is not divisible by the group size 2");
+// - kAllToAllV: send_rows one entry per rank of the group, none negative,
+//   summing to dimension 0; recv_rows empty or one entry per rank, none
+//   negative ("alltoallv send_rows[2] is -1, negative");
+// - kMatch: the receiving rank alone in its group, a tag not negative, at
+//   least one source, every source another rank of the world (sorted, each
+//   once), and its root -1 or one of them;
 // - total payload bytes at most `max_payload_bytes`.
 // Returns INVALID_ARGUMENT naming the field and value ("rank 5 outside world
 // of 4", "tensor 1: negative dimension -3 in shape [2,-3]"), except

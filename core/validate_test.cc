@@ -96,9 +96,10 @@ TEST(ValidateContributionTest, RankOutsideWorldIsInvalid) {
 }
 
 TEST(ValidateContributionTest, UnknownCollectiveKindIsInvalid) {
-  ExpectInvalid(ValidateContribution(Make(static_cast<CollectiveKind>(12), {}),
-                                     0, 4, kNoLimit),
-                "unknown collective kind 12");
+  ExpectInvalid(ValidateContribution(
+                    Make(static_cast<CollectiveKind>(kNumCollectiveKinds), {}),
+                    0, 4, kNoLimit),
+                "unknown collective kind 14");
 }
 
 TEST(ValidateContributionTest, EmptyGroupIsInvalid) {
@@ -449,6 +450,78 @@ TEST(ValidateContributionTest, SendReceiveRefusesMalformedMessages) {
                          {Spec(DataType::kFloat32, {1})}, {0, 1}, 3),
                     1, 4, kNoLimit),
                 "sendreceive root 3 is not in group [0,1]");
+}
+
+Fingerprint AllToAllV(std::vector<int64_t> shape, std::vector<int64_t> send,
+                      std::vector<int64_t> recv = {}) {
+  Fingerprint fp = Make(CollectiveKind::kAllToAllV,
+                        {Spec(DataType::kFloat32, std::move(shape))}, {0, 1, 2});
+  fp.send_rows = std::move(send);
+  fp.recv_rows = std::move(recv);
+  return fp;
+}
+
+TEST(ValidateContributionTest, AllToAllVRowsCoverItsTensorOnePerRank) {
+  EXPECT_TRUE(
+      ValidateContribution(AllToAllV({5, 2}, {1, 4, 0}), 1, 4, kNoLimit).ok());
+  EXPECT_TRUE(ValidateContribution(AllToAllV({0, 2}, {0, 0, 0}, {3, 0, 2}), 1,
+                                   4, kNoLimit)
+                  .ok());
+  ExpectInvalid(
+      ValidateContribution(AllToAllV({5, 2}, {1, 4}), 1, 4, kNoLimit),
+      "alltoallv send_rows has 2 entries, but the group [0,1,2] has 3 ranks");
+  ExpectInvalid(
+      ValidateContribution(AllToAllV({5, 2}, {6, -1, 0}), 1, 4, kNoLimit),
+      "alltoallv send_rows[1] is -1, negative");
+  ExpectInvalid(
+      ValidateContribution(AllToAllV({5, 2}, {1, 1, 1}), 1, 4, kNoLimit),
+      "alltoallv send_rows [1,1,1] do not sum to dimension 0 of its tensor (5)");
+  ExpectInvalid(ValidateContribution(
+                    AllToAllV({5, 2}, {kInt64Max, kInt64Max, 2}), 1, 4,
+                    kNoLimit),
+                "do not sum to dimension 0");
+  ExpectInvalid(
+      ValidateContribution(AllToAllV({5, 2}, {1, 4, 0}, {1}), 1, 4, kNoLimit),
+      "alltoallv recv_rows has 1 entry, but the group [0,1,2] has 3 ranks");
+  ExpectInvalid(ValidateContribution(AllToAllV({5, 2}, {1, 4, 0}, {0, -2, 0}),
+                                     1, 4, kNoLimit),
+                "alltoallv recv_rows[1] is -2, negative");
+  ExpectInvalid(ValidateContribution(AllToAllV({}, {0, 0, 0}), 1, 4, kNoLimit),
+                "alltoallv needs at least one dimension");
+}
+
+Fingerprint Match(int rank, std::vector<int> sources, int root = -1,
+                  int64_t tag = 0) {
+  Fingerprint fp = Make(CollectiveKind::kMatch, {}, {rank}, root);
+  fp.sources = std::move(sources);
+  fp.tag = tag;
+  return fp;
+}
+
+TEST(ValidateContributionTest, MatchIsTheReceiverAloneFromOtherRanks) {
+  EXPECT_TRUE(ValidateContribution(Match(1, {0, 2, 3}), 1, 4, kNoLimit).ok());
+  EXPECT_TRUE(ValidateContribution(Match(1, {0, 3}, 3, 7), 1, 4, kNoLimit).ok());
+  ExpectInvalid(ValidateContribution(Match(1, {0}, -1, -2), 1, 4, kNoLimit),
+                "match tag -2 is negative");
+  ExpectInvalid(ValidateContribution(Match(1, {}), 1, 4, kNoLimit),
+                "match names no source rank");
+  ExpectInvalid(ValidateContribution(Match(1, {0, 1}), 1, 4, kNoLimit),
+                "match sources [0,1] must be other ranks of the world of 4 "
+                "than the receiver 1");
+  ExpectInvalid(ValidateContribution(Match(1, {2, 0}), 1, 4, kNoLimit),
+                "sorted, each once");
+  ExpectInvalid(ValidateContribution(Match(1, {0, 4}), 1, 4, kNoLimit),
+                "match sources [0,4]");
+  ExpectInvalid(ValidateContribution(Match(1, {0, 2}, 3), 1, 4, kNoLimit),
+                "match source 3 is not in its sources [0,2]");
+  Fingerprint two = Match(1, {2});
+  two.group = {1, 2};
+  ExpectInvalid(ValidateContribution(two, 1, 4, kNoLimit),
+                "match group [1,2] must be the receiving rank alone");
+  Fingerprint with_tensor = Match(1, {2});
+  with_tensor.tensors = {Spec(DataType::kFloat32, {1})};
+  ExpectInvalid(ValidateContribution(with_tensor, 1, 4, kNoLimit),
+                "match takes no tensors, got 1");
 }
 
 }  // namespace

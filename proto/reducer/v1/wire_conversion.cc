@@ -42,6 +42,22 @@ absl::StatusOr<Fingerprint> FingerprintFromHeader(
     fp.quorum.min_ranks = header.quorum_min_ranks();
     fp.quorum.grace = absl::Milliseconds(header.quorum_grace_ms());
   }
+  if (fp.kind == CollectiveKind::kAllToAllV) {
+    fp.send_rows.assign(header.send_rows().begin(), header.send_rows().end());
+    fp.recv_rows.assign(header.recv_rows().begin(), header.recv_rows().end());
+  }
+  if (fp.kind == CollectiveKind::kMatch) {
+    fp.root = header.root();
+    fp.tag = header.match_tag();
+    if (header.match_sources().empty()) {
+      for (int r = 0; r < world_size; ++r) {
+        if (r != header.rank()) fp.sources.push_back(r);
+      }
+    } else {
+      fp.sources.assign(header.match_sources().begin(),
+                        header.match_sources().end());
+    }
+  }
   return fp;
 }
 

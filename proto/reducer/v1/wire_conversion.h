@@ -13,8 +13,9 @@
 namespace reducer {
 
 // The fingerprint `header` declares, with an empty group expanded to every
-// rank of a job of `world_size`. INVALID_ARGUMENT naming the field for an
-// unknown or unspecified enum value.
+// rank of a job of `world_size` (and a match's empty sources to every rank
+// but its own). INVALID_ARGUMENT naming the field for an unknown or
+// unspecified enum value.
 absl::StatusOr<Fingerprint> FingerprintFromHeader(
     const v1::CollectiveHeader& header, int world_size);
 
