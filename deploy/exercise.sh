@@ -9,7 +9,7 @@
 # its own (loopback only, so the template's ports are used as declared),
 # one shard runs with exactly the template's command, args, env, user,
 # read-only root, dropped capabilities, ConfigMap volumes and Secret volumes
-# (deploy/validate/pod_run.mjs). The Secrets are made here: one job token,
+# (deploy/validate/pod_run.py). The Secrets are made here: one job token,
 # its hash in the shards' reducer-job-tokens and the token itself in the
 # workers' metric-sync-token. Checks: the readiness and liveness gRPC
 # probes pass on the ports they declare; the gRPC port refuses a call
@@ -45,7 +45,10 @@ else
   [[ $# -eq 2 ]] || usage
   shards=$1 workers=$2
 fi
-pod_run=(node deploy/validate/pod_run.mjs)
+# pod_run.py runs with deploy/validate's pinned packages (the venv
+# tools/pinned_venv.sh builds, or finds, from its requirements.txt).
+validate_venv=$(tools/pinned_venv.sh deploy/validate/requirements.txt)
+pod_run=("$validate_venv/bin/python" deploy/validate/pod_run.py)
 
 ns="reducer-exercise-$$"
 work=$(mktemp -d /tmp/reducer-exercise.XXXXXX)

@@ -7,10 +7,12 @@
 #   image-test       deploy/image/image_test.sh (restricted run, health, W = 2, SIGTERM)
 #   render-OVERLAY   kubectl kustomize of each deploy/k8s overlay
 #   flag-help        reducerd's and the worker's --helpfull, from the image
-#   npm-ci           deploy/validate's packages, as package-lock.json pins them
-#   validate         schemas, client-node round trip, policy, flags, shards,
-#                    job tokens everywhere but open
-#   checks-test      node --test of deploy/validate/checks_test.mjs
+#   python-deps      deploy/validate's Python packages, as requirements.txt
+#                    pins them, in the venv tools/pinned_venv.sh builds (kept
+#                    between runs; built again only when the file changes)
+#   validate         schemas, Kubernetes client round trip, policy, flags,
+#                    shards, job tokens everywhere but open
+#   checks-test      deploy/validate/checks_test.py (unittest)
 #   exercise         deploy/exercise.sh of one-shard and worker-job (tokens)
 #   exercise-open    deploy/exercise.sh of open and worker-job (no tokens)
 #   exercise-tls     deploy/exercise.sh --tls of tls, with Secrets made for it
@@ -35,7 +37,7 @@ readonly kStepLimit=300   # seconds, any one step
 overlays=(one-shard four-shards tls open worker-job)
 steps=(image-build image-test)
 for o in "${overlays[@]}"; do steps+=("render-$o"); done
-steps+=(flag-help npm-ci validate checks-test exercise exercise-open exercise-tls)
+steps+=(flag-help python-deps validate checks-test exercise exercise-open exercise-tls)
 
 work=$(mktemp -d /tmp/reducer-deploy-test.XXXXXX)
 rendered="$work/rendered"
@@ -104,29 +106,48 @@ flag_help() {
     grep -q -- '--world_size' "$rendered/worker.help" && grep -q -- '--token_file' "$rendered/worker.help"
 }
 
+readonly kValidateRequirements=deploy/validate/requirements.txt
+
+# Builds deploy/validate's venv if it is missing; the steps after it find it
+# the same way, at once.
+python_deps() {
+  local venv
+  venv=$(tools/pinned_venv.sh "$kValidateRequirements") || return 1
+  "$venv/bin/python" -c 'import kubernetes, kubernetes_validate, yaml' || return 1
+  echo "==> $(basename "$venv"): $(grep -c '^[A-Za-z0-9_.-]*==' "$kValidateRequirements") pinned packages"
+}
+
+# deploy/validate's Python, with its pinned packages.
+validate_python() {
+  local venv
+  venv=$(tools/pinned_venv.sh "$kValidateRequirements") || return 1
+  "$venv/bin/python" "$@"
+}
+
 validate() {
   local args=() o
   for o in one-shard four-shards tls open worker-job; do args+=("$o=$rendered/$o.yaml"); done
-  node deploy/validate/validate.mjs --reducerd_help="$rendered/reducerd.help" \
+  validate_python deploy/validate/validate.py --reducerd_help="$rendered/reducerd.help" \
     --worker_help="$rendered/worker.help" --shards=four-shards --workers=worker-job --open=open "${args[@]}"
 }
 
 checks_test() {
   local out rc
-  out=$(DEPLOY_RENDERED="$rendered" node --test deploy/validate/checks_test.mjs 2>&1)
+  out=$(DEPLOY_RENDERED="$rendered" validate_python deploy/validate/checks_test.py 2>&1)
   rc=$?
   printf '%s\n' "$out"
   [[ $rc -eq 0 ]] || return 1
-  echo "==> checks_test.mjs: $(sed -n 's/^# pass //p' <<<"$out") tests passed"
+  echo "==> checks_test.py: $(sed -n 's/^# pass //p' <<<"$out") tests passed"
 }
 
-export -f podman render flag_help validate checks_test
+export -f podman render flag_help python_deps validate_python validate checks_test
+export kValidateRequirements
 export rendered
 step image-build deploy/image/build.sh
 step image-test deploy/image/image_test.sh
 for o in "${overlays[@]}"; do step "render-$o" render "$o"; done
 step flag-help flag_help
-step npm-ci bash -c 'cd deploy/validate && npm ci --no-audit --no-fund'
+step python-deps python_deps
 step validate validate
 step checks-test checks_test
 step exercise deploy/exercise.sh "$rendered/one-shard.yaml" "$rendered/worker-job.yaml"

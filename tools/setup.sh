@@ -5,8 +5,9 @@
 #   tools/setup.sh --bench  also what bench/run_bench.py needs (Gloo through
 #                           torch, Open MPI, matplotlib)
 #   tools/setup.sh --deploy also what deploy/test.sh needs (podman and runc,
-#                           CA certificates for the image, and kubectl and
-#                           Node.js with npm where the machine has none)
+#                           CA certificates for the image, python3-venv for
+#                           deploy/validate's pinned venv, and kubectl
+#                           where the machine has none)
 #   tools/setup.sh --python also what tools/install_python.sh needs to build
 #                           and install the `reducer` package with pip
 #
@@ -45,12 +46,13 @@ packages=("${build_packages[@]}")
 # the CMake consumer build, dpkg-shlibdeps, systemd-analyze, debootstrap.
 packages+=(cmake make dpkg-dev systemd debootstrap debian-archive-keyring)
 # deploy/: podman builds and runs the image with runc; kubectl (Debian's
-# kubernetes-client) renders the kustomize overlays and Node.js runs
-# deploy/validate, each installed only where no such command is present.
-deploy_packages=(podman runc ca-certificates iproute2)
+# kubernetes-client, installed only where no kubectl is present) renders
+# the kustomize overlays; deploy/validate runs in a venv of
+# /usr/bin/python3 (tools/pinned_venv.sh: python3-venv, whose ensurepip
+# brings pip) with the packages of its requirements.txt from the package
+# index.
+deploy_packages=(podman runc ca-certificates iproute2 python3 python3-venv)
 command -v kubectl >/dev/null || deploy_packages+=(kubernetes-client)
-command -v node >/dev/null || deploy_packages+=(nodejs)
-command -v npm >/dev/null || deploy_packages+=(npm)
 
 for arg in "$@"; do
   case $arg in
