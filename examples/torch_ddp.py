@@ -59,7 +59,7 @@ def main():
     with torch.no_grad():
         squared = ((model(vx) - vy) ** 2).sum().reshape(1).double()
     count = torch.tensor([vy.numel()], dtype=torch.float64)
-    sync = reducer.MetricSync(dist.group.WORLD.client)
+    sync = reducer.MetricSync(reducer.torch.backend_of().client)
     sync.add("squared", squared)
     sync.add("count", count)
     totals = sync.reduce()

@@ -2,7 +2,7 @@
 the extension reducer._reducer from every csrc/*.cc, compiled against the
 INSTALLED client library (headers, libreducer_client.so and Abseil, all as
 `pkg-config --cflags --libs reducer` says; PKG_CONFIG_PATH is honoured);
-and, where torch's C++ headers are installed, reducer._torch_c from
+and, against the torch this Python imports, reducer._torch_c from
 csrc/torch/ (torch_extension()).
 
     PKG_CONFIG_PATH=PREFIX/lib/pkgconfig pip install --no-build-isolation --no-index ./python
@@ -148,11 +148,13 @@ extension = Extension(
 
 
 def torch_extension():
-    """reducer._torch_c, the torch backend's all-reduce in C++, where the
-    torch this Python imports has its C++ headers installed (Debian:
-    libtorch-dev); None, saying why, where not: the backend then runs every
-    collective through Python. Compiled with torch's own ABI settings (the
-    C++ library ABI and pybind11's tags), so that its types are torch's."""
+    """reducer._torch_c, the torch backend as a c10d::Backend, from every
+    csrc/torch/*.cc, compiled against the torch this Python imports (pip's
+    torch ships its C++ headers) with torch's own ABI settings (the C++
+    library ABI and, for torch's that export them, pybind11's tags), so that
+    its types are torch's. None, saying why, where torch or its headers are
+    missing: the package then installs without the torch backend, and
+    `import reducer.torch` says how to get it."""
     try:
         import torch
         from torch.utils import cpp_extension
@@ -160,33 +162,34 @@ def torch_extension():
         print(f"reducer: building without reducer._torch_c: torch cannot be imported ({e})")
         return None
     roots = [p for p in cpp_extension.include_paths()
-             if os.path.isfile(os.path.join(p, "torch/csrc/distributed/c10d/Work.hpp"))]
+             if os.path.isfile(os.path.join(p, "torch/csrc/distributed/c10d/Backend.hpp"))]
     if not roots:
-        print("reducer: building without reducer._torch_c: torch's C++ headers are not "
-              "installed (Debian: apt-get install libtorch-dev); all_reduce on the torch "
-              "backend takes the Python path")
+        print("reducer: building without reducer._torch_c: this torch has no C++ "
+              "headers (pip's torch has them); `import reducer.torch` will fail")
         return None
     root = roots[0]
     libdirs = [os.path.realpath(p) for p in cpp_extension.library_paths()
                if os.path.isfile(os.path.join(p, "libtorch_python.so"))]
     abi = torch._C
+    macros = [("_GLIBCXX_USE_CXX11_ABI", str(int(abi._GLIBCXX_USE_CXX11_ABI)))]
+    for name in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI"):  # pybind11 2's tags
+        value = getattr(abi, f"_PYBIND11_{name}", None)
+        if value is not None:
+            macros.append((f"PYBIND11_{name}", f'"{value}"'))
     return Extension(
         "reducer._torch_c",
-        sources=[os.path.join("csrc", "status_exception.cc")] + [
-            os.path.join("csrc", "torch", f) for f in ("native_work.cc", "torch_module.cc")],
-        # torch's own pybind11 first where its wheel ships one.
-        include_dirs=[root, os.path.join(root, "torch/csrc/api/include"), pybind11_include()],
+        sources=[os.path.join("csrc", "status_exception.cc")] + sorted(
+            os.path.relpath(p, HERE)
+            for p in glob.glob(os.path.join(HERE, "csrc", "torch", "*.cc"))),
+        # torch's own pybind11 (in its include root), not the build's.
+        include_dirs=[root, os.path.join(root, "torch/csrc/api/include")],
         library_dirs=libdirs,
         libraries=["torch", "torch_cpu", "c10", "torch_python"],
         runtime_library_dirs=[d for d in libdirs if d not in SYSTEM_LIBRARY_DIRS],
-        define_macros=[
-            ("_GLIBCXX_USE_CXX11_ABI", str(int(abi._GLIBCXX_USE_CXX11_ABI))),
-            ("PYBIND11_COMPILER_TYPE", f'"{abi._PYBIND11_COMPILER_TYPE}"'),
-            ("PYBIND11_STDLIB", f'"{abi._PYBIND11_STDLIB}"'),
-            ("PYBIND11_BUILD_ABI", f'"{abi._PYBIND11_BUILD_ABI}"'),
-        ],
+        define_macros=macros,
         language="c++",
-        extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden"],
+        # torch 2.15's headers need C++20.
+        extra_compile_args=["-std=c++20", "-O2", "-g0", "-fvisibility=hidden"],
     )
 
 

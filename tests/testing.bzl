@@ -1,5 +1,6 @@
-"""Bazel macros for the project's tests: reducer_cc_test (GoogleTest) and
-reducer_py_test (pytest against the Bazel-built `reducer` package).
+"""Bazel macro for the project's GoogleTest tests: reducer_cc_test
+(tests/py_testing.bzl has reducer_py_test, apart, so that only the packages
+with Python tests need the Python venv).
 
     load("//tests:testing.bzl", "reducer_cc_test")
 
@@ -24,20 +25,5 @@ def reducer_cc_test(name, deps = [], srcs = None, size = "small", **kwargs):
         size = size,
         srcs = srcs if srcs != None else [name + ".cc"],
         deps = deps + [d for d in _UNIT_TEST_DEPS if d not in deps],
-        **kwargs
-    )
-
-def reducer_py_test(name, test, data = [], tags = [], **kwargs):
-    """A pytest file (`test`, in this package) run by python/testing/run_pytest.sh
-    under Debian's /usr/bin/python3 against the Bazel-built `reducer` package
-    and the Python test helpers, besides `data`. Tagged "no-asan": the
-    extension built under --config=asan would need libasan preloaded into
-    python3. Other arguments (size, timeout, ...) pass through."""
-    native.sh_test(
-        name = name,
-        srcs = ["//python:testing/run_pytest.sh"],
-        args = [native.package_name() + "/" + test],
-        data = [test] + data + ["//python:reducer", "//python:testing"],
-        tags = tags + [t for t in ["no-asan"] if t not in tags],
         **kwargs
     )

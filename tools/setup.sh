@@ -21,11 +21,10 @@ build_packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev iproute2 procps
   nftables  # tests/campaign: blackholed hosts
-  # python/: the extension module, its torch backend, and their tests
-  pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
-  libtorch-dev  # torch's C++ headers: the backend's C++ all-reduce (reducer._torch_c)
-  # python/: `pip install ./python` (//python:pip_install_test), offline
-  python3-pip python3-venv python3-setuptools python3-wheel python3-pybind11
+  # python/: the extension module and its torch backend, built and tested
+  # in the venv of python/requirements-dev.txt (tools/pinned_venv.sh, run by
+  # the first build: torch and the rest from the package index)
+  pybind11-dev python3-dev python3-venv python3-pip
   # server/ metrics (prometheus-cpp) and the Prometheus server its test scrapes with
   prometheus-cpp-dev prometheus
   libssl-dev openssl  # TLS: SHA-256 of tokens, the client's TLS probe, test certificates
@@ -34,8 +33,7 @@ build_packages=(
 # isolation) with these, against the client library found by pkg-config.
 # All are build packages too; the list says what the pip build itself needs.
 python_packages=(
-  python3-pip python3-venv python3-setuptools python3-wheel python3-pybind11
-  python3-dev g++ pkg-config libabsl-dev python3-numpy python3-torch libtorch-dev
+  python3-pip python3-venv python3-dev g++ pkg-config libabsl-dev
 )
 bench_packages=(
   python3-torch python3-numpy python3-matplotlib openmpi-bin libopenmpi-dev

@@ -35,7 +35,7 @@ def rank_input(rank, dtype, n=6):
 
 
 def report_job(group):
-    print(f"job={group.job}", flush=True)
+    print(f"job={reducer.torch.backend_of(group).job}", flush=True)
 
 
 def check_equal(got, want, what):
@@ -237,7 +237,7 @@ def repeated():
     for i, method in enumerate(methods):
         dist.init_process_group("reducer", init_method=method, rank=rank,
                                 world_size=world, timeout=TIMEOUT)
-        jobs.append(dist.group.WORLD.job)
+        jobs.append(reducer.torch.backend_of().job)
         report_job(dist.group.WORLD)
         x = torch.full((4,), float(rank + i))
         dist.all_reduce(x)
@@ -284,7 +284,7 @@ def metric():
     want_loss = torch.nn.functional.cross_entropy(logits, labels, reduction="mean").item()
 
     # 1. MetricSync (one round trip), out of place: local states unchanged.
-    sync = reducer.MetricSync(dist.group.WORLD.client)
+    sync = reducer.MetricSync(reducer.torch.backend_of().client)
     sync.add("correct", correct)
     sync.add("examples", examples)
     sync.add("loss_sum", loss_sum)
@@ -320,7 +320,7 @@ def secure():
     report_job(dist.group.WORLD)
     rank, world = dist.get_rank(), dist.get_world_size()
     prefix = os.environ["REDUCER_JOB"] + "/"
-    assert dist.group.WORLD.job.startswith(prefix), dist.group.WORLD.job
+    assert reducer.torch.backend_of().job.startswith(prefix), reducer.torch.backend_of().job
     x = rank_input(rank, torch.float32)
     dist.all_reduce(x)
     check_equal(x, reference_all_reduce(
@@ -330,7 +330,7 @@ def secure():
     group = dist.new_group(ranks, backend="reducer")
     if rank in ranks:
         report_job(group)
-        assert group.job.startswith(prefix) and group.job != dist.group.WORLD.job
+        assert reducer.torch.backend_of(group).job.startswith(prefix) and reducer.torch.backend_of(group).job != reducer.torch.backend_of().job
         x = rank_input(rank, torch.int64)
         dist.all_reduce(x, op=dist.ReduceOp.MAX, group=group)
         check_equal(x, reference_all_reduce(

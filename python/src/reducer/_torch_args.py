@@ -52,3 +52,11 @@ def _one(tensors, what):
         raise ValueError(f"the reducer backend takes one tensor per {what}, "
                          f"got {len(tensors)}")
     return tensors[0]
+
+
+def _same_dtype(tensors, what):
+    """Checks that `tensors` share one dtype (a coalesced call sends them as
+    one tensor)."""
+    dtypes = sorted({str(x.dtype) for x in tensors})
+    if len(dtypes) > 1:
+        raise ValueError(f"{what} takes tensors of one dtype, got {', '.join(dtypes)}")

@@ -16,7 +16,8 @@ in place, with the group's timeout. A rank left out of a step gets
 reducer.FailedPrecondition and can no longer use the group: the survivors
 go on with quorum steps, and torch's other collectives on the group, which
 need every rank, fail from then on. Coming back means connecting a
-reducer.Client to the group's job (`group.job`, same rank and world size):
+reducer.Client to the group's job (`reducer.torch.backend_of(group).job`,
+same rank and world size):
 the group itself is not reconnected.
 
     for batch in my_batches:                  # uneven across ranks
@@ -34,25 +35,12 @@ each collective.
 import torch.distributed as dist
 
 from reducer._torch_args import _op_name
-
-BACKEND_NAME = "reducer"
+from reducer._torch_backend import backend_of
 
 
 def _client_of(group):
-    """The reducer.Client behind `group` (None: the default group);
-    ValueError when it is not a group of the "reducer" backend, torch's
-    RuntimeError when there is no such group (or this rank is not in it)."""
-    if group is None:
-        group = dist.group.WORLD
-        if group is None:
-            raise RuntimeError("reducer.torch.all_reduce_quorum: the default process "
-                               "group is not initialized; call init_process_group")
-    name = dist.get_backend(group)
-    client = getattr(group, "client", None)
-    if name != BACKEND_NAME or client is None:
-        raise ValueError("reducer.torch.all_reduce_quorum needs a process group of "
-                         f"the \"{BACKEND_NAME}\" backend; this one is {name!r}")
-    return client
+    """The reducer.Client behind `group` (None: the default group)."""
+    return backend_of(group, "reducer.torch.all_reduce_quorum").client
 
 
 def all_reduce_quorum(tensor, op=dist.ReduceOp.SUM, min_ranks=0, grace=2.0, group=None):

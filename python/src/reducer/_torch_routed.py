@@ -1,6 +1,6 @@
 """The torch backend's collectives whose bytes go to some ranks only:
-reduce, gather, scatter, all_to_all (alltoall), all_to_all_single
-(alltoall_base), send and recv, so isend, irecv, batch_isend_irecv and the
+reduce, gather, scatter, all_to_all (alltoall), all_to_all_single, send
+and recv, so isend, irecv, batch_isend_irecv and the
 object collectives work too. Each returns its TorchWork at once, as the
 others do (reducer._torch_work).
 
@@ -39,7 +39,7 @@ def _even_split(sizes, dim0, parts, what):
 
 
 class RoutedOps:
-    """Mixin of ProcessGroupReducer: needs self._client, self._work,
+    """Mixin of BackendOps: needs self._client, self._work,
     self.rank(), self.size()."""
 
     def reduce(self, tensors, opts=None):
@@ -93,8 +93,8 @@ class RoutedOps:
             return [output]
         return self._work(pending, finish, "scatter")
 
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes,
-                      opts=None):
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
+                          opts=None):
         world = self.size()
         dim0 = input.shape[0] if input.dim() > 0 else 0
         _even_split(input_split_sizes, dim0, world, "all_to_all_single")

@@ -127,6 +127,7 @@ class TorchWork(dist.Work):
         self._done = threading.Lock()
         self._done.acquire()
         self._result = []
+        self._source_rank = -1  # set by a finish that knows the sender
         self._exception = None
         self._future = None
         completer.keep(self)
@@ -173,6 +174,11 @@ class TorchWork(dist.Work):
 
     def result(self):
         return self._result
+
+    def source_rank(self):
+        """The sender's group rank of a receive from any source, once
+        completed; -1 for every other collective (torch's rule)."""
+        return self._source_rank
 
     def get_future(self):
         """A torch.futures.Future, returned at once, completed with the list of

@@ -72,176 +72,41 @@ inputs: the group's collectives go on without a rank out of data.
 import collections
 import os
 import uuid
-import weakref
 
-import torch
-import torch.distributed as dist
+from reducer._torch_version import SUPPORTED_RANGE, check_torch_version
 
-import reducer
-from reducer import _arrays
-from reducer._torch_args import _check_parts, _one, _op_name, _reduce_op, _timeout
-from reducer._torch_quorum import all_reduce_quorum, done  # noqa: F401  (extensions)
-from reducer._torch_routed import RoutedOps
-from reducer._torch_work import Completer, TorchWork
+check_torch_version()
+
+import torch.distributed as dist  # noqa: E402  (after the version check)
+
+import reducer  # noqa: E402
+from reducer._torch_backend import BACKEND_NAME, BackendOps, backend_of  # noqa: E402,F401
+from reducer._torch_quorum import all_reduce_quorum, done  # noqa: E402,F401  (extensions)
 
 try:
-    # The all-reduce in C++ (python/csrc/torch/), built where torch's C++
-    # headers matched the torch it was compiled for; absent, every
-    # collective goes through Python (same results, more time per call).
-    from reducer import _torch_c
-except ImportError:
-    _torch_c = None
+    # The Backend itself (python/csrc/torch/), built against the torch it
+    # was compiled for.
+    from reducer import _torch_c  # noqa: E402
+except ImportError as e:
+    raise ImportError(
+        f"reducer.torch: this reducer package has no working reducer._torch_c ({e}); "
+        "it is built against torch's C++ headers, which pip's torch ships: "
+        f"reinstall it (pip install ./python) with {SUPPORTED_RANGE} installed") from None
 
-BACKEND_NAME = "reducer"
+# Whether a new group's all_reduce of one contiguous CPU tensor runs in C++
+# (reducer._torch_c) rather than through BackendOps; the two give the same
+# results, the C++ one in less time per call. Tests turn it off to run the
+# Python path.
+_native_all_reduce = True
+
+# The devices the backend serves: CUDA tensors go through the client
+# library's device staging (host memory, after the work queued on the
+# current stream).
+DEVICES = ["cpu", "cuda"]
 TARGET_ENV = "REDUCER_TARGET"
 
 # group name -> how many process groups of that name this process created.
 _incarnations = collections.Counter()
-
-
-class ProcessGroupReducer(RoutedOps, dist.ProcessGroup):
-    """One torch process group as one Reducer job. Thread-safe as
-    reducer.Client; collectives must be issued in the same order on every rank
-    of the group (torch's rule). Every collective returns at once with a
-    TorchWork (see reducer._torch_work), except an all_reduce that
-    reducer._torch_c takes, which returns its C++ work of the same
-    contract."""
-
-    def __init__(self, client, job, rank, size):
-        super().__init__(rank, size)
-        self._client = client
-        self.job = job  # the Reducer job name agreed through the store
-        self._where = f"in job {job} (rank {rank})"  # for errors
-        self._completer = Completer(f"reducer-futures-{job}")
-        self._native = (_torch_c.Group(client._client, self._where)
-                        if _torch_c is not None else None)
-        # The completer's thread ends when the group is dropped.
-        weakref.finalize(self, self._completer.close)
-
-    @property
-    def client(self):
-        """The group's reducer.Client, for Reducer's explicit forms
-        (all_reduce vs all_reduce_, MetricSync) on the same job."""
-        return self._client
-
-    def getBackendName(self):
-        return BACKEND_NAME
-
-    def _work(self, pending, finish, what):
-        return TorchWork(self._completer, pending, finish, what, self._where)
-
-    def allreduce(self, tensors, opts=None):
-        if self._native is not None:
-            # A torch Work of C++ (reducer._torch_c) for one contiguous CPU
-            # tensor; None for what it leaves to the code below.
-            work = self._native.allreduce(tensors, opts)
-            if work is not None:
-                return work
-        tensor = _one(tensors, "all_reduce")
-        op = _op_name(opts.reduceOp if isinstance(opts, dist.AllreduceOptions)
-                      else opts if opts is not None else dist.ReduceOp.SUM)
-        # The extension's handle itself (its wait() returns None once the
-        # tensor holds the result): the hot path of DDP and metric code, one
-        # Python layer less than reducer.Work's.
-        array, dtype, _ = _arrays.to_array(tensor)
-        pending = self._client._client.all_reduce_async(array, dtype, op, True,
-                                                        timeout=_timeout(opts))
-        result = [tensor]
-        return self._work(pending, lambda _: result, "all_reduce")
-
-    def allreduce_coalesced(self, tensors, opts=None):
-        pending = self._client.all_reduce_many_async(tensors, _reduce_op(opts),
-                                                     timeout=_timeout(opts))
-
-        def finish(results):
-            for tensor, result in zip(tensors, results):
-                tensor.copy_(result)
-            return tensors
-        return self._work(pending, finish, "all_reduce_coalesced")
-
-    def allgather(self, output_tensors, input_tensors, opts=None):
-        tensor = _one(input_tensors, "all_gather")
-        outputs = _one(output_tensors, "all_gather")
-        _check_parts(outputs, self.size(), tensor, "all_gather", "output")
-        n = tensor.numel()
-        pending = self._client.all_gather_async(tensor.reshape(-1),
-                                                timeout=_timeout(opts))
-
-        def finish(gathered):
-            for i, out in enumerate(outputs):
-                out.copy_(gathered[i * n:(i + 1) * n].view(out.shape))
-            return output_tensors
-        return self._work(pending, finish, "all_gather")
-
-    def _allgather_base(self, output, input, opts=None):
-        if output.numel() != self.size() * input.numel() or output.dtype != input.dtype:
-            raise ValueError(f"all_gather_into_tensor output is {output.dtype} "
-                             f"{list(output.shape)}; expected {input.dtype} with "
-                             f"{self.size()} x {input.numel()} elements")
-        pending = self._client.all_gather_async(input.reshape(-1),
-                                                timeout=_timeout(opts))
-
-        def finish(gathered):
-            output.copy_(gathered.view(output.shape))
-            return [output]
-        return self._work(pending, finish, "all_gather_into_tensor")
-
-    def broadcast(self, tensors, opts=None):
-        tensor = _one(tensors, "broadcast")
-        root = opts.rootRank if opts is not None else 0
-        pending = self._client.broadcast_async(tensor, root, timeout=_timeout(opts))
-        is_root = root == self.rank()
-
-        def finish(result):
-            if not is_root:
-                tensor.copy_(result)
-            return [tensor]
-        return self._work(pending, finish, "broadcast")
-
-    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        output = _one(output_tensors, "reduce_scatter")
-        inputs = _one(input_tensors, "reduce_scatter")
-        _check_parts(inputs, self.size(), output, "reduce_scatter", "input")
-        stacked = torch.cat([x.reshape(-1) for x in inputs])
-        pending = self._client.reduce_scatter_async(stacked, _reduce_op(opts),
-                                                    timeout=_timeout(opts))
-
-        def finish(result):
-            output.copy_(result.view(output.shape))
-            return [output]
-        return self._work(pending, finish, "reduce_scatter")
-
-    def _reduce_scatter_base(self, output, input, opts=None):
-        if input.numel() != self.size() * output.numel() or output.dtype != input.dtype:
-            raise ValueError(f"reduce_scatter_tensor input is {input.dtype} "
-                             f"{list(input.shape)}; expected {output.dtype} with "
-                             f"{self.size()} x {output.numel()} elements")
-        pending = self._client.reduce_scatter_async(input.reshape(-1), _reduce_op(opts),
-                                                    timeout=_timeout(opts))
-
-        def finish(result):
-            output.copy_(result.view(output.shape))
-            return [output]
-        return self._work(pending, finish, "reduce_scatter_tensor")
-
-    def barrier(self, opts=None):
-        pending = self._client.barrier_async(timeout=_timeout(opts))
-        return self._work(pending, lambda _: [], "barrier")
-
-    def _unsupported(name, why):
-        def method(self, *args, **kwargs):
-            raise RuntimeError(f"the reducer backend does not support {name}: {why}")
-        method.__name__ = name
-        return method
-
-    allgather_coalesced = _unsupported(
-        "all_gather_coalesced", "call all_gather once per tensor")
-    recv_anysource = _unsupported(
-        "recv from any source", "Reducer matches a receive by its source; pass src=")
-    monitored_barrier = _unsupported(
-        "monitored_barrier", "use barrier, whose timeout names the ranks that "
-        "did not arrive")
-    del _unsupported
 
 
 JOB_ENV = "REDUCER_JOB"
@@ -346,8 +211,11 @@ def _create(backend_options, pg_options):
     job = store.get(key).decode()
     client = reducer.Client(job=job, rank=rank, world_size=size,
                             timeout=backend_options.timeout.total_seconds(), **settings)
-    return ProcessGroupReducer(client, job, rank, size)
+    ops = BackendOps(client, job, rank, size)
+    return _torch_c.Backend(rank, size, ops, client._client if _native_all_reduce else None,
+                            ops.where)
 
 
 if BACKEND_NAME.upper() not in dist.Backend._plugins:
-    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True)
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True,
+                                  devices=DEVICES)
