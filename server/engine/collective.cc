@@ -195,10 +195,13 @@ bool Collective::Agree(int rank, const Fingerprint& fp) {
     reference_rank_ = rank;
     has_reference_ = true;
     // No other rank is attached, so nothing is staged yet.
-    strategy_ = MakeKindStrategy(fp.kind, static_cast<int>(group_.size()),
+    strategy_ = MakeKindStrategy(fp, static_cast<int>(group_.size()),
                                  IndexOf(fp.root), chunk_bytes_,
                                  env_.options->window, env_.chunks);
-    strategy_->SetResultValue(result_value_);
+    // Not every rank is attached yet: nothing is sent.
+    if (!result_values_.empty()) {
+      strategy_->SetResultValues(result_values_, /*all_attached=*/false, *this);
+    }
     // Ranks left out before the kind's strategy existed (nothing is
     // staged yet, so no chunk becomes whole).
     std::vector<StagedChunk> none;
@@ -217,6 +220,14 @@ bool Collective::Agree(int rank, const Fingerprint& fp) {
                {reference_rank_, rank});
     return false;
   }
+  int other = -1;
+  agree = strategy_->CheckAttached(IndexOf(rank), fp, ranks_, group_, &other);
+  if (!agree.ok()) {
+    FailLocked(absl::Status(agree.code(),
+                            absl::StrCat(description_, ": ", agree.message())),
+               {other >= 0 ? group_[other] : reference_rank_, rank});
+    return false;
+  }
   if (reference_.tensors.empty() && !fp.tensors.empty()) {
     reference_ = fp;  // Broadcast: the first rank that names a tensor
     reference_rank_ = rank;
@@ -229,6 +240,13 @@ void Collective::OnAllAttached() {
   result_specs_ = std::make_shared<const std::vector<TensorSpec>>(
       strategy_->PlanResult(reference_, ranks_));
   no_result_specs_ = std::make_shared<const std::vector<TensorSpec>>();
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    std::optional<std::vector<TensorSpec>> own = strategy_->ResultOf(i);
+    ranks_[i].own_result_specs =
+        own.has_value()
+            ? std::make_shared<const std::vector<TensorSpec>>(*std::move(own))
+            : nullptr;
+  }
   StartKeeping();
   for (size_t i = 0; i < ranks_.size(); ++i) {
     // A rank that finishes alone may have had its header already.
@@ -331,8 +349,9 @@ void Collective::SendTo(int index, uint64_t offset,
   ResultMessage message;
   message.offset = offset;
   if (!m.header_sent) {
-    message.result_specs =
-        strategy_->GetsResult(index) ? result_specs_ : no_result_specs_;
+    message.result_specs = !strategy_->GetsResult(index) ? no_result_specs_
+                           : m.own_result_specs != nullptr ? m.own_result_specs
+                                                           : result_specs_;
   }
   m.header_sent = true;
   for (const SharedBytes& s : data) m.sent += s.size();
@@ -515,7 +534,11 @@ void Collective::OnRankCancelled(int rank, const RankChannel* channel) {
   if (m.channel.get() != channel) return;  // a retry already replaced it
   // A rank that finished alone (a buffered send) is not used any more.
   if (m.finished) return;
-  if (!all_headers_ && m.received == 0) {
+  // Before every rank arrived, or while the job has yet to decide the
+  // result (a match), a rank that sent nothing is detached.
+  const bool undecided =
+      !all_headers_ || (strategy_ != nullptr && !strategy_->Decided());
+  if (undecided && m.received == 0) {
     // Nothing of this rank's was used yet: forget the contribution (and the
     // room for keeping the empty result of one that finishes alone).
     ReleaseMemory(IndexOf(rank));
@@ -524,6 +547,7 @@ void Collective::OnRankCancelled(int rank, const RankChannel* channel) {
     m = RankState();
     m.joining = joining;
     --attached_;
+    all_headers_ = false;  // its retry makes them whole again
     if (quorum_.has_value()) quorum_->Withdrew(IndexOf(rank));
     return;
   }
@@ -561,7 +585,7 @@ void Collective::FailUnlessDecided(const absl::Status& status) {
 }
 
 bool Collective::AllInputInLocked() const {
-  if (!all_headers_) return false;
+  if (!all_headers_ || !strategy_->Decided()) return false;
   for (const RankState& m : ranks_) {
     if (m.received != m.input_bytes) return false;
   }
@@ -651,15 +675,23 @@ std::string Collective::MissingRanks() const {
                       absl::StrJoin(slow, "; "));
 }
 
+std::string Collective::AwaitedLocked() const {
+  if (!all_headers_ || strategy_ == nullptr || strategy_->Decided()) {
+    return std::string();
+  }
+  return strategy_->Awaited();
+}
+
 void Collective::OnStallTimer() {
   absl::MutexLock lock(&mu_);
   if (done_) return;
   stalled_ = true;
   if (label_.kind.has_value()) env_.metrics->CollectiveStalled(*label_.kind);
+  const std::string awaited = AwaitedLocked();
   const std::string message = absl::StrCat(
       description_, " stalled for ", absl::FormatDuration(absl::Now() - created_),
-      ": ", MissingRanks(), "; it fails at the timeout of ",
-      absl::FormatDuration(timeout_));
+      ": ", awaited.empty() ? MissingRanks() : awaited,
+      "; it fails at the timeout of ", absl::FormatDuration(timeout_));
   const std::vector<int> absent = AbsentRanks();
   env_.log->Log({LogSeverity::kWarning, "collective_stalled", message,
                  label_.job, label_.epoch, label_.name, absent});
@@ -668,6 +700,13 @@ void Collective::OnStallTimer() {
 void Collective::OnDeadline() {
   absl::MutexLock lock(&mu_);
   if (done_) return;
+  const std::string awaited = AwaitedLocked();
+  if (!awaited.empty()) {
+    FailLocked(absl::DeadlineExceededError(
+        absl::StrCat(description_, ": ", awaited, " within ",
+                     absl::FormatDuration(timeout_))));
+    return;
+  }
   FailLocked(absl::DeadlineExceededError(
                  absl::StrCat(description_, " timed out after ",
                               absl::FormatDuration(timeout_), ": ",
@@ -740,10 +779,14 @@ std::map<int, absl::Status> Collective::LeftOutRefusals() const {
   return refusals;
 }
 
-void Collective::SetResultValue(int64_t value) {
+bool Collective::SetResultValues(std::vector<int64_t> values) {
   absl::MutexLock lock(&mu_);
-  result_value_ = value;
-  if (strategy_ != nullptr) strategy_->SetResultValue(value);
+  if (done_) return false;
+  result_values_ = std::move(values);
+  if (strategy_ != nullptr) {
+    strategy_->SetResultValues(result_values_, all_headers_, *this);
+  }
+  return true;
 }
 
 bool Collective::HasAttached(int rank) const {

@@ -17,8 +17,15 @@
 //     strategy: staged per chunk and reduced once every rank's part is in
 //     (AllReduce, ReduceScatter, Reduce; large chunks on the reduction
 //     pool), or forwarded as received once every header is in (AllGather,
-//     Broadcast, Gather; Scatter and AllToAll each part only to its rank),
-//     or none at all (Barrier).
+//     Broadcast, Gather; Scatter, AllToAll and AllToAllV each part only to
+//     its rank), or none at all (Barrier, Match). A kind may check each
+//     attaching rank against the ranks attached before it beyond the
+//     reference (AllToAllV's rows, pair by pair), and give a rank result
+//     specs of its own (AllToAllV: the rows it gets).
+//  3a. A match's result is the job's to decide (SetResultValues): until
+//     then it is undecided, so the end of the epoch fails it and a
+//     cancelled call is detached for its retry, and its deadline says what
+//     it waited for.
 //  4. A rank's call finishes OK once all of its payload is in and all of its
 //     result bytes are queued and written, and its reservation is released
 //     once nothing of it is held any more. The first message carries the
@@ -220,9 +227,13 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // refused with FAILED_PRECONDITION.
   void ExcludeDone(int rank);
 
-  // A DONE collective: the int64 every rank gets (KindStrategy::
-  // SetResultValue); the value set before the last rank attaches is sent.
-  void SetResultValue(int64_t value);
+  // The values the job hands the kind for its result (KindStrategy::
+  // SetResultValues): a DONE collective's int64 every rank gets (the value
+  // set before the last rank attaches is sent); a match's message, {source,
+  // n}, sent to its rank at once (or once a detached call's retry
+  // attaches). False when the collective is done (failed, or finished)
+  // and takes none.
+  bool SetResultValues(std::vector<int64_t> values);
 
   // True once `rank` received its whole result (it may start another
   // collective of the same name).
@@ -302,6 +313,9 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   void ReleaseIfDone(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseMemory(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string MissingRanks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What an undecided collective whose every rank arrived waits for
+  // (KindStrategy::Awaited); empty otherwise.
+  std::string AwaitedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnStallTimer();
   void OnDeadline();
   // Asks the quorum rule again: schedules its next look, fails the
@@ -345,8 +359,9 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // on the pool, which use only its immutable plan.
   std::shared_ptr<KindStrategy> strategy_ ABSL_GUARDED_BY(mu_);
   // Known once every header is in; the first message to every rank that
-  // gets a result (KindStrategy::GetsResult) carries result_specs_, to every
-  // other rank no_result_specs_ (empty).
+  // gets a result (KindStrategy::GetsResult) carries its own specs
+  // (RankState::own_result_specs) or else result_specs_, to every other rank
+  // no_result_specs_ (empty).
   std::shared_ptr<const std::vector<TensorSpec>> result_specs_
       ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const std::vector<TensorSpec>> no_result_specs_
@@ -355,8 +370,9 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   std::vector<MemoryReservation> state_ ABSL_GUARDED_BY(mu_);
   // Quorum barriers only: the rule, and when its timer looks next.
   std::optional<QuorumRule> quorum_ ABSL_GUARDED_BY(mu_);
-  // DONE only: SetResultValue's value, handed to the strategy once made.
-  int64_t result_value_ ABSL_GUARDED_BY(mu_) = 0;
+  // SetResultValues' values, handed to the strategy (again, when it is made
+  // anew).
+  std::vector<int64_t> result_values_ ABSL_GUARDED_BY(mu_);
   size_t chunk_bytes_ ABSL_GUARDED_BY(mu_);  // see SetChunkBytes
   absl::Time quorum_wake_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };

@@ -4,44 +4,138 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "core/data_type.h"
+
 namespace reducer {
+namespace {
+
+// The bytes of one row (dim 0) of `spec`: its other dimensions' elements.
+uint64_t RowBytes(const TensorSpec& spec) {
+  uint64_t bytes = DataTypeSize(spec.dtype);
+  for (size_t d = 1; d < spec.shape.size(); ++d) {
+    bytes *= static_cast<uint64_t>(spec.shape[d]);
+  }
+  return bytes;
+}
+
+absl::Status RowsMismatch(int sender, int64_t sends, int receiver,
+                          int64_t expects) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "mismatched rows: rank ", sender, " sends ", sends,
+      sends == 1 ? " row" : " rows", " to rank ", receiver, ", but rank ",
+      receiver, " expects ", expects, " from rank ", sender));
+}
+
+}  // namespace
+
 ExchangeStrategy::ExchangeStrategy(Mode mode, int root_index, int group_size,
                                    size_t chunk_bytes, int window)
     : HeldBackForwarding(group_size, chunk_bytes, window),
       mode_(mode),
       root_index_(root_index),
-      part_bytes_(group_size, 0) {}
+      parts_(group_size) {}
+
+absl::Status ExchangeStrategy::CheckAttached(
+    int index, const Fingerprint& fp, const std::vector<RankState>& ranks,
+    const std::vector<int>& group, int* other) const {
+  if (mode_ != Mode::kAllToAllV) return absl::OkStatus();
+  for (size_t j = 0; j < ranks.size(); ++j) {
+    const RankState& peer = ranks[j];
+    if (static_cast<int>(j) == index || !peer.attached || peer.left_out) {
+      continue;
+    }
+    *other = static_cast<int>(j);
+    // What this rank expects from j, against what j sends it.
+    if (!fp.recv_rows.empty() &&
+        fp.recv_rows[j] != peer.fp.send_rows[index]) {
+      return RowsMismatch(group[j], peer.fp.send_rows[index], group[index],
+                          fp.recv_rows[j]);
+    }
+    // What j expects from this rank, against what this rank sends it.
+    if (!peer.fp.recv_rows.empty() &&
+        peer.fp.recv_rows[index] != fp.send_rows[j]) {
+      return RowsMismatch(group[index], fp.send_rows[j], group[j],
+                          peer.fp.recv_rows[index]);
+    }
+  }
+  return absl::OkStatus();
+}
 
 std::vector<TensorSpec> ExchangeStrategy::PlanResult(
     const Fingerprint& reference, std::vector<RankState>& ranks) {
   const size_t n = ranks.size();
-  for (size_t i = 0; i < n; ++i) part_bytes_[i] = ranks[i].input_bytes / n;
-  if (mode_ == Mode::kScatter) {
-    // The reference is the root's (the first fingerprint naming a tensor).
-    TensorSpec part = reference.tensors[0];
-    part.shape[0] /= static_cast<int64_t>(n);
-    for (RankState& r : ranks) r.output_bytes = part_bytes_[root_index_];
-    return {part};
+  for (auto& parts : parts_) parts.clear();
+  auto add = [this](size_t from, uint64_t begin, uint64_t bytes, size_t to,
+                    uint64_t place) {
+    if (bytes == 0) return;
+    parts_[from].push_back(
+        Part{begin, begin + bytes, static_cast<int>(to), place});
+  };
+  switch (mode_) {
+    case Mode::kScatter: {
+      // The reference is the root's (the first fingerprint naming a tensor).
+      const uint64_t part = ranks[root_index_].input_bytes / n;
+      for (size_t j = 0; j < n; ++j) add(root_index_, j * part, part, j, 0);
+      TensorSpec spec = reference.tensors[0];
+      spec.shape[0] /= static_cast<int64_t>(n);
+      for (RankState& r : ranks) r.output_bytes = part;
+      return {spec};
+    }
+    case Mode::kAllToAll: {
+      // Every rank sends as many bytes as it gets, one part from each.
+      for (size_t i = 0; i < n; ++i) {
+        const uint64_t part = ranks[i].input_bytes / n;
+        for (size_t j = 0; j < n; ++j) add(i, j * part, part, j, i * part);
+      }
+      for (RankState& r : ranks) r.output_bytes = r.input_bytes;
+      return {reference.tensors[0]};
+    }
+    case Mode::kAllToAllV:
+      break;
   }
-  // AllToAll: every rank sends as many bytes as it gets, one part from each.
-  for (RankState& r : ranks) r.output_bytes = r.input_bytes;
+  // AllToAllV: rank j gets, in rank order, the rows every rank sends it.
+  const uint64_t row = RowBytes(reference.tensors[0]);
+  std::vector<int64_t> rows_to(n, 0);  // rows placed in each result so far
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<int64_t>& send = ranks[i].fp.send_rows;
+    uint64_t begin = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const uint64_t bytes = static_cast<uint64_t>(send[j]) * row;
+      add(i, begin, bytes, j, static_cast<uint64_t>(rows_to[j]) * row);
+      begin += bytes;
+      rows_to[j] += send[j];
+    }
+  }
+  own_results_.assign(n, reference.tensors[0]);
+  for (size_t j = 0; j < n; ++j) {
+    own_results_[j].shape[0] = rows_to[j];
+    ranks[j].output_bytes = static_cast<uint64_t>(rows_to[j]) * row;
+  }
   return {reference.tensors[0]};
+}
+
+std::optional<std::vector<TensorSpec>> ExchangeStrategy::ResultOf(
+    int index) const {
+  if (mode_ != Mode::kAllToAllV) return std::nullopt;
+  return std::vector<TensorSpec>{own_results_[index]};
 }
 
 void ExchangeStrategy::Forward(int index, uint64_t offset, const Payload& data,
                                Output& out) {
-  const size_t part = part_bytes_[index];
-  // A sender's place in every receiver's result.
-  const uint64_t base = mode_ == Mode::kAllToAll ? index * part : 0;
+  const std::vector<Part>& parts = parts_[index];
+  // The first part that ends after `offset`.
+  auto it = std::upper_bound(
+      parts.begin(), parts.end(), offset,
+      [](uint64_t pos, const Part& part) { return pos < part.end; });
   size_t consumed = 0;
-  while (consumed < data.size()) {
+  for (; it != parts.end() && consumed < data.size(); ++it) {
     const uint64_t pos = offset + consumed;
-    const int to = static_cast<int>(pos / part);
-    const size_t in_part = pos - static_cast<uint64_t>(to) * part;
-    const size_t n = std::min(part - in_part, data.size() - consumed);
+    const uint64_t in_part = pos - it->begin;
+    const size_t n = std::min<uint64_t>(it->end - pos, data.size() - consumed);
     std::vector<SharedBytes> pieces;
     data.AppendPiecesWithin(consumed, n, &pieces);
-    out.SendTo(to, base + in_part, std::move(pieces));
+    out.SendTo(it->to, it->place + in_part, std::move(pieces));
     consumed += n;
   }
 }

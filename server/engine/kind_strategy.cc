@@ -2,6 +2,7 @@
 
 #include "server/engine/exchange_strategy.h"
 #include "server/engine/forward_strategy.h"
+#include "server/engine/match_strategy.h"
 #include "server/engine/quorum_barrier_strategy.h"
 #include "server/engine/reduce_strategy.h"
 #include "server/engine/send_receive_strategy.h"
@@ -50,7 +51,10 @@ class DoneStrategy final : public KindStrategy {
     const SharedBytes bytes(owner, owner->data(), sizeof(value_));
     for (int i = 0; i < group_size_; ++i) out.SendTo(i, 0, {bytes});
   }
-  void SetResultValue(int64_t value) override { value_ = value; }
+  void SetResultValues(const std::vector<int64_t>& values,
+                       bool /*all_attached*/, Output& /*out*/) override {
+    if (!values.empty()) value_ = values[0];
+  }
   void Accept(int, const RankState&, uint64_t, Payload, bool, Output&,
               std::vector<StagedChunk>*) override {}
   bool MayRead(int, const std::vector<RankState>&, bool) const override {
@@ -73,11 +77,11 @@ class DoneStrategy final : public KindStrategy {
 
 }  // namespace
 
-std::unique_ptr<KindStrategy> MakeKindStrategy(CollectiveKind kind,
+std::unique_ptr<KindStrategy> MakeKindStrategy(const Fingerprint& reference,
                                                int group_size, int root_index,
                                                size_t chunk_bytes, int window,
                                                ChunkPool* chunks) {
-  switch (kind) {
+  switch (reference.kind) {
     case CollectiveKind::kAllReduce:
       return std::make_unique<ReduceStrategy>(ReduceStrategy::Mode::kAllReduce,
                                               -1, group_size, chunk_bytes,
@@ -110,8 +114,14 @@ std::unique_ptr<KindStrategy> MakeKindStrategy(CollectiveKind kind,
       return std::make_unique<ExchangeStrategy>(
           ExchangeStrategy::Mode::kAllToAll, -1, group_size, chunk_bytes,
           window);
+    case CollectiveKind::kAllToAllV:
+      return std::make_unique<ExchangeStrategy>(
+          ExchangeStrategy::Mode::kAllToAllV, -1, group_size, chunk_bytes,
+          window);
     case CollectiveKind::kSendReceive:
       return std::make_unique<SendReceiveStrategy>(root_index);
+    case CollectiveKind::kMatch:
+      return std::make_unique<MatchStrategy>(reference);
     case CollectiveKind::kQuorumBarrier:
       return std::make_unique<QuorumBarrierStrategy>();
     case CollectiveKind::kDone:

@@ -8,9 +8,10 @@
 //   AllGather, Broadcast,      ForwardStrategy   forwarded as received, each
 //   Gather                                       rank's bytes at its offset;
 //                                                Gather's only to the root
-//   Scatter, AllToAll          ExchangeStrategy  forwarded as received, part j
-//                                                of a sender's input only to
-//                                                rank j
+//   Scatter, AllToAll,         ExchangeStrategy  forwarded as received, part j
+//   AllToAllV                                    of a sender's input only to
+//                                                rank j (AllToAllV: parts of
+//                                                the rows each sender gives)
 //   SendReceive                SendReceiveStrategy
 //                                                the source's whole payload
 //                                                held (a buffered send) until
@@ -18,17 +19,23 @@
 //                                                forwarded to it only
 //   Barrier                    BarrierStrategy   none
 //   Done                       DoneStrategy      none; each rank gets one
-//                                                int64 (SetResultValue)
+//                                                int64 (SetResultValues)
 //   QuorumBarrier              QuorumBarrierStrategy
 //                                                none; each rank that takes
 //                                                part gets the step's marks
+//   Match                      MatchStrategy     none; its one rank gets the
+//                                                message the job picked for
+//                                                it (SetResultValues)
 //
 // Result specs are per rank: a rank for which GetsResult is false (the
 // non-roots of Reduce and Gather, a point-to-point message's source) gets an
 // empty spec list and 0 result bytes; every other rank gets what PlanResult
-// returns. A rank that FinishesAlone (a point-to-point message's source)
-// gets that empty header when it attaches and may finish before the others
-// arrive.
+// returns, or what ResultOf returns for it when its result is its own (an
+// uneven all-to-all's). A rank that FinishesAlone (a point-to-point
+// message's source) gets that empty header when it attaches and may finish
+// before the others arrive. A kind whose result the job decides (a match:
+// Decided is false until SetResultValues) fails at the end of the epoch and
+// detaches a cancelled call, as a collective still waiting for a rank does.
 //
 // Everything else (attach and agreement, offsets and bounds, the memory
 // budget, timers, failure, finishing, metrics) is the Collective's, the same
@@ -41,10 +48,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/fingerprint.h"
@@ -62,6 +71,9 @@ struct RankState {
   bool attached = false;
   Fingerprint fp;
   std::string attempt_id;
+  // Its own result specs (KindStrategy::ResultOf), known once all attached;
+  // null: the collective's.
+  std::shared_ptr<const std::vector<TensorSpec>> own_result_specs;
   size_t input_bytes = 0;   // payload this rank sends
   size_t received = 0;      // of input_bytes, so far
   // When its first and latest payload messages arrived, and the first's
@@ -123,11 +135,31 @@ class KindStrategy {
   // latter only for a rank that gets a result).
   virtual size_t Reservation(int index, size_t input_bytes) const = 0;
 
+  // ranks[index] attaches with `fp`, which agrees with the reference
+  // (CheckAgreement): OK, or FAILED_PRECONDITION when it disagrees with a
+  // rank attached before it in a way only this kind knows (an uneven
+  // all-to-all's rows), naming both by their global ranks (`group`), and
+  // `*other` set to that rank's index. The Collective adds its description.
+  virtual absl::Status CheckAttached(int /*index*/, const Fingerprint& /*fp*/,
+                                     const std::vector<RankState>& /*ranks*/,
+                                     const std::vector<int>& /*group*/,
+                                     int* /*other*/) const {
+    return absl::OkStatus();
+  }
+
   // Every rank attached, `reference` agreed by all: sets each rank's
   // output_bytes and returns the result's tensors, the same for every rank
-  // that GetsResult (each part of them in its own result).
+  // that GetsResult (each part of them in its own result) unless ResultOf
+  // says otherwise.
   virtual std::vector<TensorSpec> PlanResult(const Fingerprint& reference,
                                              std::vector<RankState>& ranks) = 0;
+
+  // After PlanResult: ranks[index]'s result specs when they are its own
+  // rather than PlanResult's (an uneven all-to-all's dimension 0 is what
+  // that rank gets); nullopt otherwise.
+  virtual std::optional<std::vector<TensorSpec>> ResultOf(int /*index*/) const {
+    return std::nullopt;
+  }
 
   // Whether ranks[index] gets a result (the specs PlanResult returned);
   // false: an empty spec list and no result bytes (its output_bytes is 0).
@@ -146,9 +178,25 @@ class KindStrategy {
     return false;
   }
 
-  // A value the job hands the kind for its result (Done: the next sequence
-  // number of the job's unnamed collectives); ignored by other kinds.
-  virtual void SetResultValue(int64_t /*value*/) {}
+  // Values the job hands the kind for its result: Done's one int64 (the
+  // next sequence number of the job's unnamed collectives, set before each
+  // attach), a match's message (its source and count, set once it is
+  // picked, whenever that is); ignored by other kinds. `all_attached`: every
+  // rank is attached now, so a result may be sent through `out`. Set again,
+  // with the same values, on a strategy made anew.
+  virtual void SetResultValues(const std::vector<int64_t>& /*values*/,
+                               bool /*all_attached*/, Output& /*out*/) {}
+
+  // Whether the result is decided once every rank attached and sent its
+  // whole payload (true for every kind but a match, which is decided once
+  // the job picked its message: until then the end of the job's epoch fails
+  // it, and a cancelled call is detached for its retry).
+  virtual bool Decided() const { return true; }
+
+  // What an undecided collective whose every rank arrived still waits for,
+  // for its stall warning and its deadline's error ("no rank sent to rank 1
+  // with tag 7"); empty: the Collective's own account of missing payload.
+  virtual std::string Awaited() const { return std::string(); }
 
   // Whether ranks[index] needs no other rank to finish: it gets no result
   // (GetsResult is false) and its call ends OK as soon as its whole payload
@@ -193,10 +241,11 @@ class KindStrategy {
   virtual void Clear() {}
 };
 
-// The strategy for `kind` over `group_size` ranks; `root_index` the root's
-// position in the group (kinds with a root; else ignored); `chunk_bytes` and
-// `window` as in ServerOptions, `chunks` holding chunk_bytes each.
-std::unique_ptr<KindStrategy> MakeKindStrategy(CollectiveKind kind,
+// The strategy for `reference`'s kind over `group_size` ranks; `root_index`
+// the root's position in the group (kinds with a root; else ignored);
+// `chunk_bytes` and `window` as in ServerOptions, `chunks` holding
+// chunk_bytes each.
+std::unique_ptr<KindStrategy> MakeKindStrategy(const Fingerprint& reference,
                                                int group_size, int root_index,
                                                size_t chunk_bytes, int window,
                                                ChunkPool* chunks);

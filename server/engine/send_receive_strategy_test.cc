@@ -26,6 +26,7 @@
 #include "server/engine/kept_results.h"
 #include "server/engine/memory_budget.h"
 #include "server/engine/rank_channel.h"
+#include "server/engine/recording_channel.h"
 #include "server/engine/shared_bytes.h"
 #include "server/engine/string_bytes.h"
 #include "server/engine/thread_pool.h"
@@ -42,83 +43,6 @@ using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
 constexpr absl::Duration kWait = absl::Seconds(20);
-
-// Records what a Collective does to one rank's call.
-class FakeRankChannel final : public RankChannel {
- public:
-  void Send(ResultMessage message, bool last) override {
-    absl::MutexLock lock(&mu_);
-    if (message.result_specs != nullptr) {
-      ++headers_;
-      specs_ = *message.result_specs;
-    }
-    for (const SharedBytes& piece : message.data) {
-      if (result_.size() < message.offset + piece.size()) {
-        result_.resize(message.offset + piece.size(), '\xee');
-      }
-      std::memcpy(&result_[message.offset], piece.data(), piece.size());
-      message.offset += piece.size();
-      bytes_ += piece.size();
-    }
-    ++messages_;
-    if (last) ended_ok_ = true;
-  }
-  void FinishWhenSent() override {
-    absl::MutexLock lock(&mu_);
-    ended_ok_ = true;
-  }
-  void Fail(const absl::Status& status) override {
-    absl::MutexLock lock(&mu_);
-    failure_ = status;
-  }
-  void ResumeReading() override {}
-
-  bool WaitEnded() {
-    absl::MutexLock lock(&mu_);
-    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return ended_ok_ || !failure_.ok();
-    };
-    return mu_.AwaitWithTimeout(absl::Condition(&ended), kWait);
-  }
-  bool ended_ok() {
-    absl::MutexLock lock(&mu_);
-    return ended_ok_;
-  }
-  absl::Status failure() {
-    absl::MutexLock lock(&mu_);
-    return failure_;
-  }
-  std::string result() {
-    absl::MutexLock lock(&mu_);
-    return result_;
-  }
-  size_t bytes() {
-    absl::MutexLock lock(&mu_);
-    return bytes_;
-  }
-  int headers() {
-    absl::MutexLock lock(&mu_);
-    return headers_;
-  }
-  int messages() {
-    absl::MutexLock lock(&mu_);
-    return messages_;
-  }
-  std::vector<TensorSpec> specs() {
-    absl::MutexLock lock(&mu_);
-    return specs_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::string result_ ABSL_GUARDED_BY(mu_);
-  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int headers_ ABSL_GUARDED_BY(mu_) = 0;
-  int messages_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<TensorSpec> specs_ ABSL_GUARDED_BY(mu_);
-  bool ended_ok_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);
-};
 
 // n float32 values, element i = 1000 * tag + i + 1: bytes that differ at
 // every position and between messages.
@@ -195,7 +119,7 @@ class SendReceiveTest : public ::testing::Test {
 
 TEST_F(SendReceiveTest, SendCompletesBeforeTheDestinationAttaches) {
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<FakeRankChannel>();
+  auto src = std::make_shared<RecordingChannel>();
   const std::string payload = Ramp(1, 40);  // 160 bytes, 4 messages
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(40)}), "s0/0"));
   Feed(*c, 0, payload);
@@ -209,7 +133,7 @@ TEST_F(SendReceiveTest, SendCompletesBeforeTheDestinationAttaches) {
   // The whole payload stays reserved while reducerd holds it.
   EXPECT_EQ(memory_->used(), payload.size());
 
-  auto dst = std::make_shared<FakeRankChannel>();
+  auto dst = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), "s1/0"));
   ASSERT_TRUE(dst->WaitEnded());
   EXPECT_TRUE(dst->ended_ok());
@@ -222,8 +146,8 @@ TEST_F(SendReceiveTest, SendCompletesBeforeTheDestinationAttaches) {
 
 TEST_F(SendReceiveTest, DestinationAttachedFirstGetsTheBytesAsTheyArrive) {
   std::shared_ptr<Collective> c = Make(3, 1);
-  auto dst = std::make_shared<FakeRankChannel>();
-  auto src = std::make_shared<FakeRankChannel>();
+  auto dst = std::make_shared<RecordingChannel>();
+  auto src = std::make_shared<RecordingChannel>();
   const std::string payload = Ramp(2, 50);  // 200 bytes, several chunks
   ASSERT_TRUE(c->Attach(dst, 1, P2p(3, 1, {}), ""));
   ASSERT_TRUE(c->Attach(src, 3, P2p(3, 1, {Floats(50)}), ""));
@@ -253,8 +177,8 @@ TEST_F(SendReceiveTest, DestinationAttachedFirstGetsTheBytesAsTheyArrive) {
 
 TEST_F(SendReceiveTest, EmptyMessageCompletesBothSides) {
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<FakeRankChannel>();
-  auto dst = std::make_shared<FakeRankChannel>();
+  auto src = std::make_shared<RecordingChannel>();
+  auto dst = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(0)}), ""));
   ASSERT_TRUE(src->WaitEnded());
   EXPECT_TRUE(src->ended_ok());
@@ -269,8 +193,8 @@ TEST_F(SendReceiveTest, EmptyMessageCompletesBothSides) {
 
 TEST_F(SendReceiveTest, DeclaredSpecThatDisagreesFailsTheDestination) {
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<FakeRankChannel>();
-  auto dst = std::make_shared<FakeRankChannel>();
+  auto src = std::make_shared<RecordingChannel>();
+  auto dst = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(8)}), ""));
   Feed(*c, 0, Ramp(3, 8));
   ASSERT_TRUE(src->WaitEnded());
@@ -288,8 +212,8 @@ TEST_F(SendReceiveTest, DeclaredSpecThatDisagreesFailsTheDestination) {
 
 TEST_F(SendReceiveTest, DisagreementWhileTheSourceIsAttachedFailsBoth) {
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<FakeRankChannel>();
-  auto dst = std::make_shared<FakeRankChannel>();
+  auto src = std::make_shared<RecordingChannel>();
+  auto dst = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {Floats(9)}), ""));
   EXPECT_FALSE(c->Attach(src, 0, P2p(0, 1, {Floats(8)}), ""));
   for (auto* ch : {src.get(), dst.get()}) {
@@ -304,7 +228,7 @@ TEST_F(SendReceiveTest, DisagreementWhileTheSourceIsAttachedFailsBoth) {
 
 TEST_F(SendReceiveTest, HeldMessageWhoseReceiveNeverComesIsDroppedAtTheDeadline) {
   std::shared_ptr<Collective> c = Make(0, 1, absl::Milliseconds(200));
-  auto src = std::make_shared<FakeRankChannel>();
+  auto src = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(16)}), ""));
   Feed(*c, 0, Ramp(4, 16));
   ASSERT_TRUE(src->WaitEnded());
@@ -318,7 +242,7 @@ TEST_F(SendReceiveTest, HeldMessageWhoseReceiveNeverComesIsDroppedAtTheDeadline)
   EXPECT_EQ(memory_->used(), 0u);
   EXPECT_TRUE(src->failure().ok());  // its call had already ended OK
   // A late destination gets the deadline's failure, naming itself missing.
-  auto dst = std::make_shared<FakeRankChannel>();
+  auto dst = std::make_shared<RecordingChannel>();
   EXPECT_FALSE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
   EXPECT_EQ(dst->failure().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(dst->failure().message(), HasSubstr("rank 1 never arrived"));
@@ -326,7 +250,7 @@ TEST_F(SendReceiveTest, HeldMessageWhoseReceiveNeverComesIsDroppedAtTheDeadline)
 
 TEST_F(SendReceiveTest, ReceiveWhoseSendNeverComesNamesTheSource) {
   std::shared_ptr<Collective> c = Make(2, 0, absl::Milliseconds(200));
-  auto dst = std::make_shared<FakeRankChannel>();
+  auto dst = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(dst, 0, P2p(2, 0, {}), ""));
   ASSERT_TRUE(dst->WaitEnded());
   EXPECT_EQ(dst->failure().code(), absl::StatusCode::kDeadlineExceeded);
@@ -337,7 +261,7 @@ TEST_F(SendReceiveTest, ReceiveWhoseSendNeverComesNamesTheSource) {
 TEST_F(SendReceiveTest, SendBeyondTheMemoryBudgetIsRefused) {
   options_.memory_budget_bytes = 100;
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<FakeRankChannel>();
+  auto src = std::make_shared<RecordingChannel>();
   EXPECT_FALSE(c->Attach(src, 0, P2p(0, 1, {Floats(40)}), ""));
   ASSERT_TRUE(src->WaitEnded());
   EXPECT_EQ(src->failure().code(), absl::StatusCode::kResourceExhausted);
@@ -348,8 +272,8 @@ TEST_F(SendReceiveTest, SendBeyondTheMemoryBudgetIsRefused) {
 
 TEST_F(SendReceiveTest, EpochEndOnceTheWholeMessageIsHeldStillDeliversIt) {
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<FakeRankChannel>();
-  auto dst = std::make_shared<FakeRankChannel>();
+  auto src = std::make_shared<RecordingChannel>();
+  auto dst = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), ""));
   Feed(*c, 0, Ramp(5, 4));
@@ -361,7 +285,7 @@ TEST_F(SendReceiveTest, EpochEndOnceTheWholeMessageIsHeldStillDeliversIt) {
 
 TEST_F(SendReceiveTest, EpochEndBeforeTheMessageIsWholeAbortsTheReceive) {
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto dst = std::make_shared<FakeRankChannel>();
+  auto dst = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
   c->FailUnlessDecided(absl::AbortedError("epoch ended: rank 0 was lost"));
   ASSERT_TRUE(dst->WaitEnded());
@@ -371,12 +295,12 @@ TEST_F(SendReceiveTest, EpochEndBeforeTheMessageIsWholeAbortsTheReceive) {
 
 TEST_F(SendReceiveTest, SourceCancelledAfterItsSendEndedChangesNothing) {
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<FakeRankChannel>();
+  auto src = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), ""));
   Feed(*c, 0, Ramp(6, 4));
   ASSERT_TRUE(src->WaitEnded());
   c->OnRankCancelled(0, src.get());
-  auto dst = std::make_shared<FakeRankChannel>();
+  auto dst = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
   ASSERT_TRUE(dst->WaitEnded());
   EXPECT_TRUE(dst->ended_ok());
@@ -396,7 +320,7 @@ TEST_F(SendReceiveTest, ASourceThatFinishedAloneHasItsEmptyResultKept) {
       "sendreceive \"p2p 0>1 tag 0 #0\" in job j1", std::vector<int>{0, 1},
       absl::Seconds(60));
   c->StartTimers();
-  auto src = std::make_shared<FakeRankChannel>();
+  auto src = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), "s0/7"));
   Feed(*c, 0, Ramp(7, 4));
   ASSERT_TRUE(src->WaitEnded());
@@ -422,7 +346,7 @@ TEST_F(SendReceiveTest, SourceCancelledBeforeSendingIsDetachedAndGivesItsRoomBac
       "sendreceive \"p2p 0>1 tag 0 #0\" in job j1", std::vector<int>{0, 1},
       absl::Seconds(60));
   c->StartTimers();
-  auto first = std::make_shared<FakeRankChannel>();
+  auto first = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(first, 0, P2p(0, 1, {Floats(4)}), "s0/8"));
   EXPECT_EQ(memory_->used(), 16u);
   EXPECT_GT(kept_memory.used(), 0u);
@@ -430,8 +354,8 @@ TEST_F(SendReceiveTest, SourceCancelledBeforeSendingIsDetachedAndGivesItsRoomBac
   EXPECT_EQ(memory_->used(), 0u);
   EXPECT_EQ(kept_memory.used(), 0u);
   // A new call of rank 0 takes its place, and the message goes through.
-  auto src = std::make_shared<FakeRankChannel>();
-  auto dst = std::make_shared<FakeRankChannel>();
+  auto src = std::make_shared<RecordingChannel>();
+  auto dst = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), "s0/9"));
   Feed(*c, 0, Ramp(8, 4));
   ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));

@@ -333,7 +333,7 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
   if (!collective.ok()) return collective.status();
   const CollectiveKind kind = fp->kind;
   if (kind == CollectiveKind::kDone) {
-    (*collective)->SetResultValue(static_cast<int64_t>(next_whole_sequence_));
+    (*collective)->SetResultValues({static_cast<int64_t>(next_whole_sequence_)});
   }
   if (!(*collective)->Attach(std::move(stream), header.rank(), *std::move(fp),
                              header.attempt_id())) {
