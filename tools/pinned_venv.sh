@@ -15,9 +15,10 @@
 # the first 12 hex digits of the file's SHA-256: editing the file makes a
 # new venv next to the old one (remove stale ones by hand), and callers that
 # share a file share its venv. It is made with /usr/bin/python3 -m venv
-# (Debian's python3-venv) and `pip install --no-input -r REQUIREMENTS_FILE`;
-# pip keeps its downloads in its own cache (~/.cache/pip), so building it
-# again, or for another file pinning the same packages, downloads nothing.
+# (Debian's python3-venv); the pinned files are downloaded into the
+# wheelhouse ${XDG_CACHE_HOME:-$HOME/.cache}/reducer/wheels (pip skips those
+# already there) and installed from it alone, so building it again, or for
+# another file pinning the same packages, downloads nothing.
 #
 # The venv is built in a temporary folder beside its final path and renamed
 # into place when pip has succeeded (the paths in its scripts rewritten to
@@ -43,6 +44,7 @@ hash=$(sha256sum "$requirements" | cut -c1-12)
 name="$(basename "$(dirname "$requirements")")-$hash"
 root="${XDG_CACHE_HOME:-$HOME/.cache}/reducer/venvs"
 venv="$root/$name"
+wheelhouse="${XDG_CACHE_HOME:-$HOME/.cache}/reducer/wheels"
 
 if [[ ! -x "$venv/bin/python" ]]; then
   mkdir -p "$root"
@@ -55,8 +57,14 @@ if [[ ! -x "$venv/bin/python" ]]; then
     trap 'rm -rf "$tmp"' EXIT
     echo "pinned_venv: building $venv from $1" >&2
     "$kPython" -m venv --prompt "$name" "$tmp" >&2
+    # The pinned files go to a wheelhouse first (pip skips those already
+    # there), then install from it alone: the package index's answers are
+    # not cached by pip itself, and torch's alone are about 3 GB.
+    mkdir -p "$wheelhouse"
+    "$tmp/bin/python" -m pip download --no-input --disable-pip-version-check --no-deps \
+      --dest "$wheelhouse" -r "$requirements" >&2
     "$tmp/bin/python" -m pip install --no-input --disable-pip-version-check --no-compile \
-      -r "$requirements" >&2
+      --no-index --find-links "$wheelhouse" -r "$requirements" >&2
     # The scripts pip wrote (bin/pytest, ...) and activate name the folder
     # they were built in: name the final one.
     { grep -rlF --null "$tmp" "$tmp/bin" "$tmp/pyvenv.cfg" || true; } | xargs -0 -r sed -i "s|$tmp|$venv|g"
