@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the `reducer` Python package from this clone, offline: the client
-# library it is built against, then the package itself with pip.
+# Installs the `reducer` Python package from this clone: the client library
+# it is built against, then the package itself with pip (offline; with
+# --venv, torch and the build's Python packages come from the package index
+# first, where the venv lacks them).
 #
 #   tools/install_python.sh [--prefix DIR] [--venv DIR]
 #
@@ -8,9 +10,13 @@
 #                 lib/libreducer_client.so*, lib/pkgconfig/reducer.pc, lib/cmake);
 #                 default /usr/local
 #   --venv DIR    install the package into the virtual environment DIR,
-#                 created if missing (with Debian's python3 and its system
-#                 site-packages, so that Debian's numpy and torch are seen);
-#                 default: into the system python3 (/usr/local/lib/python3*/dist-packages)
+#                 created if missing (with Debian's python3), with torch from
+#                 the package index: what DIR lacks of torch, numpy, pybind11,
+#                 setuptools and wheel is installed at the versions
+#                 python/requirements-dev.txt pins (a torch DIR already has
+#                 is kept, and the backend built against it);
+#                 default: into the system python3 (/usr/local/lib/python3*/dist-packages),
+#                 without the torch backend unless that python3 has torch 2.15+
 #
 # Run as root on Debian 12 (tools/setup.sh --python installs what the build
 # needs; writing a system prefix needs root too). Idempotent: running it again
@@ -65,9 +71,22 @@ pip_flags=(--no-build-isolation --no-index --root-user-action=ignore)
 if [[ -n $venv ]]; then
   if [[ ! -x $venv/bin/python ]]; then
     say "creating the virtual environment $venv"
-    /usr/bin/python3 -m venv --system-site-packages "$venv"
+    /usr/bin/python3 -m venv "$venv"
   fi
   python=$venv/bin/python
+  # What the build needs, at the pinned versions; what the venv has is kept.
+  build_needs=()
+  for module_package in torch:torch numpy:numpy pybind11:pybind11 setuptools:setuptools \
+      wheel:wheel; do
+    if ! "$python" -c "import ${module_package%%:*}" 2>/dev/null; then
+      build_needs+=("${module_package##*:}")
+    fi
+  done
+  if [[ ${#build_needs[@]} -gt 0 ]]; then
+    say "installing ${build_needs[*]} into $venv from the package index (torch: about 3 GB)"
+    "$python" -m pip install --no-input --root-user-action=ignore \
+      -c "$root/python/requirements-dev.txt" "${build_needs[@]}"
+  fi
 else
   python=/usr/bin/python3
   # Debian 12 marks its Python externally managed (PEP 668). The package goes
