@@ -136,6 +136,8 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     rejoined_.assign(world_size_, false);
     quorum_steps_started_ = 0;
     recent_quorum_steps_.clear();
+    matcher_.Clear();
+    match_waiters_.clear();
   }
   if (members_[rank].has_value()) {
     return absl::AlreadyExistsError(absl::StrCat(
@@ -335,6 +337,9 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
   if (kind == CollectiveKind::kDone) {
     (*collective)->SetResultValues({static_cast<int64_t>(next_whole_sequence_)});
   }
+  const int root = fp->root;
+  std::vector<int> sources;
+  if (kind == CollectiveKind::kMatch) sources = fp->sources;
   if (!(*collective)->Attach(std::move(stream), header.rank(), *std::move(fp),
                              header.attempt_id())) {
     if ((*collective)->LeftOut(header.rank())) {
@@ -344,7 +349,68 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
     return RefusedByCollectiveError();
   }
   if (kind == CollectiveKind::kDone) MarkDoneLocked(header.rank());
+  if (kind == CollectiveKind::kSendReceive) {
+    NoteMessageLocked(header, root, **collective);
+  }
+  if (kind == CollectiveKind::kMatch) {
+    AddMatchLocked(header, root, std::move(sources), *collective);
+  }
   return collective;
+}
+
+void Job::NoteMessageLocked(const v1::CollectiveHeader& header, int source,
+                            const Collective& message) {
+  // The name was checked against the header (CheckPointToPointName).
+  const std::optional<PointToPointNameParts> name =
+      ParsePointToPointName(header.name());
+  if (!name.has_value()) return;
+  if (header.rank() != source) {
+    matcher_.Received(name->source, name->destination, name->tag, name->n);
+    return;
+  }
+  // A message its receive attached to first is taken already.
+  if (message.HasAttached(name->destination)) return;
+  matcher_.Sent(name->source, name->destination, name->tag, name->n,
+                [this](uint64_t token, int from, uint64_t n)
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                      return AnswerMatchLocked(token, from, n);
+                    });
+}
+
+void Job::AddMatchLocked(const v1::CollectiveHeader& header, int source,
+                         std::vector<int> sources,
+                         const std::shared_ptr<Collective>& match) {
+  const std::optional<PointToPointNameParts> name =
+      ParsePointToPointName(header.name());
+  if (!name.has_value()) return;
+  MessageMatcher::Match m;
+  m.destination = header.rank();
+  m.tag = header.match_tag();
+  m.number = name->n;
+  m.source = source;
+  m.sources = std::move(sources);
+  for (const v1::ReceivedCount& count : header.match_received()) {
+    m.received.emplace_back(count.source(), count.count());
+  }
+  m.token = ++last_match_token_;
+  match_waiters_[m.token] = match;
+  const uint64_t token = m.token;
+  if (!matcher_.Add(std::move(m), [this](uint64_t token, int from, uint64_t n)
+                                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                        return AnswerMatchLocked(token, from, n);
+                                      })) {
+    match_waiters_.erase(token);  // a retry: its first attach is the match
+  }
+}
+
+bool Job::AnswerMatchLocked(uint64_t token, int source, uint64_t n) {
+  auto it = match_waiters_.find(token);
+  if (it == match_waiters_.end()) return false;
+  std::shared_ptr<Collective> match = it->second.lock();
+  match_waiters_.erase(it);
+  return match != nullptr &&
+         match->SetResultValues(
+             {static_cast<int64_t>(source), static_cast<int64_t>(n)});
 }
 
 std::shared_ptr<KeptResults> Job::kept_results() const { return env_.kept; }

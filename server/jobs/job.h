@@ -16,6 +16,11 @@
 // order: the Job adds the count to the sequence numbers the rank sends
 // afterwards, so that its calls meet the others' again.
 //
+// Point to point. A message is a collective of its two ranks, matched by
+// its reserved name; a match (CollectiveKind::kMatch, a ReceiveAny) is a
+// collective of its receiver alone, which the job answers with the message
+// it gets (MessageMatcher, told of every message's send and receive).
+//
 // Quorum mode. A job enters it with its epoch's first quorum barrier
 // (CollectiveKind::kQuorumBarrier). From then on a running member whose
 // session is lost, or whose late call a quorum step refused, becomes
@@ -49,6 +54,7 @@
 #include "server/engine/collective.h"
 #include "server/engine/memory_budget.h"
 #include "server/jobs/attempt_cache.h"
+#include "server/jobs/message_matcher.h"
 
 namespace reducer {
 
@@ -293,6 +299,22 @@ class Job {
   // pace moves, and if its chunk size changes every session is told
   // (JobPace).
   void NotePaceLocked(double bytes_per_second) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A point-to-point message's rank (`header`'s, with `source` its source)
+  // attached to `message`: the matcher learns that the message is held (its
+  // send, unless its receive came first) or taken (its plain receive).
+  void NoteMessageLocked(const v1::CollectiveHeader& header, int source,
+                         const Collective& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A match (`header`, from `source` or -1 for any of `sources`) attached
+  // to `match`: handed to the matcher, which answers it when it can.
+  void AddMatchLocked(const v1::CollectiveHeader& header, int source,
+                      std::vector<int> sources,
+                      const std::shared_ptr<Collective>& match)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The matcher's answer to match `token`: message n of `source`. False
+  // when the match is gone or can take no answer (failed, timed out).
+  bool AnswerMatchLocked(uint64_t token, int source, uint64_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const std::string name_;
@@ -356,6 +378,13 @@ class Job {
     std::map<int, absl::Status> refusals;
   };
   std::vector<RememberedStep> recent_quorum_steps_ ABSL_GUARDED_BY(mu_);
+  // Point-to-point messages and matches of the running epoch (see
+  // server/jobs/message_matcher.h), and the matches waiting for their
+  // answer by the matcher's token.
+  MessageMatcher matcher_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::weak_ptr<Collective>> match_waiters_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t last_match_token_ ABSL_GUARDED_BY(mu_) = 0;
   // The pace of the job's inputs, and the chunk size its reductions use and
   // its sessions were told (server/engine/chunk_pacing.h); kept across
   // epochs (the links stay).
