@@ -1,7 +1,6 @@
 """DistributedDataParallel on the "reducer" backend, started by torchrun.
 
-    python3 -m torch.distributed.run --redirects=1 --tee=1 --nproc_per_node=2 \\
-        examples/torch_ddp.py [--steps=50] [--hook=fp16]
+    torchrun --nproc_per_node=2 examples/torch_ddp.py [--steps=50] [--hook=fp16]
 
 reducerd's address comes from REDUCER_TARGET (default 127.0.0.1:50051). Each
 rank trains the same small regression model on its own shard of a synthetic
