@@ -126,22 +126,30 @@ class BackendOps(RoutedOps):
         return self._client.all_gather_async(flat, timeout=_timeout(opts)), counts
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
-        """all_gather_coalesced: output_lists[k][r] gets rank r's
-        input_tensors[k]; one round trip for all of them."""
-        if len(output_lists) != len(input_tensors):
-            raise ValueError(f"all_gather_coalesced: {len(input_tensors)} inputs but "
-                             f"{len(output_lists)} output lists")
-        for outputs, tensor in zip(output_lists, input_tensors):
-            _check_parts(outputs, self.size(), tensor, "all_gather_coalesced", "output")
+        """all_gather_coalesced: output_lists[r][k] gets rank r's
+        input_tensors[k] (one output list per rank, as torch's gloo takes
+        them); one round trip for all of them."""
+        if len(output_lists) != self.size():
+            raise ValueError(f"all_gather_coalesced needs {self.size()} output lists "
+                             f"(one per rank), got {len(output_lists)}")
+        for r, outputs in enumerate(output_lists):
+            if len(outputs) != len(input_tensors):
+                raise ValueError(f"all_gather_coalesced: {len(input_tensors)} inputs but "
+                                 f"output list {r} holds {len(outputs)} tensors")
+            for k, (out, tensor) in enumerate(zip(outputs, input_tensors)):
+                if out.numel() != tensor.numel() or out.dtype != tensor.dtype:
+                    raise ValueError(f"all_gather_coalesced output {r}[{k}] is "
+                                     f"{out.dtype} {list(out.shape)}; expected "
+                                     f"{tensor.dtype} with {tensor.numel()} elements")
         pending, counts = self._gather_concatenated(input_tensors,
                                                     "all_gather_coalesced", opts)
         total = sum(counts)
 
         def finish(gathered):
-            for r in range(self.size()):
+            for r, outputs in enumerate(output_lists):
                 offset = r * total
-                for outputs, n in zip(output_lists, counts):
-                    outputs[r].copy_(gathered[offset:offset + n].view(outputs[r].shape))
+                for out, n in zip(outputs, counts):
+                    out.copy_(gathered[offset:offset + n].view(out.shape))
                     offset += n
             return output_lists
         return self._work(pending, finish, "all_gather_coalesced")
