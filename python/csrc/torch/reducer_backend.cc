@@ -83,6 +83,13 @@ c10::intrusive_ptr<c10d::Work> ReducerBackend::CallOps(const char* method,
   return c10::make_intrusive<PythonWork>(std::move(work));
 }
 
+template <typename... Args>
+c10::intrusive_ptr<c10d::Work> ReducerBackend::CallCollective(const char* method,
+                                                              Args&&... args) {
+  ++sequence_;
+  return CallOps(method, std::forward<Args>(args)...);
+}
+
 c10::intrusive_ptr<c10d::Work> ReducerBackend::NativeAllReduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   if (connection_ == nullptr || tensors.size() != 1) return {};
@@ -109,88 +116,91 @@ c10::intrusive_ptr<c10d::Work> ReducerBackend::NativeAllReduce(
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  if (auto work = NativeAllReduce(tensors, opts)) return work;
-  return CallOps("allreduce", tensors, opts);
+  if (auto work = NativeAllReduce(tensors, opts)) {
+    ++sequence_;
+    return work;
+  }
+  return CallCollective("allreduce", tensors, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
-  return CallOps("broadcast", tensors, opts);
+  return CallCollective("broadcast", tensors, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  return CallOps("allreduce_coalesced", tensors, opts);
+  return CallCollective("allreduce_coalesced", tensors, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
-  return CallOps("reduce", tensors, opts);
+  return CallCollective("reduce", tensors, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  return CallOps("allgather", outputs, inputs, opts);
+  return CallCollective("allgather", outputs, inputs, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::all_gather_single(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  return CallOps("all_gather_single", output, input, opts);
+  return CallCollective("all_gather_single", output, input, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  return CallOps("allgather_coalesced", output_lists, inputs, opts);
+  return CallCollective("allgather_coalesced", output_lists, inputs, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::all_gather_single_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  return CallOps("all_gather_single_coalesced", outputs, inputs, opts);
+  return CallCollective("all_gather_single_coalesced", outputs, inputs, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {
-  return CallOps("gather", outputs, inputs, opts);
+  return CallCollective("gather", outputs, inputs, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
-  return CallOps("scatter", outputs, inputs, opts);
+  return CallCollective("scatter", outputs, inputs, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  return CallOps("reduce_scatter", outputs, inputs, opts);
+  return CallCollective("reduce_scatter", outputs, inputs, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::reduce_scatter_single(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  return CallOps("reduce_scatter_single", output, input, opts);
+  return CallCollective("reduce_scatter_single", output, input, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::reduce_scatter_single_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  return CallOps("reduce_scatter_single_coalesced", outputs, inputs, opts);
+  return CallCollective("reduce_scatter_single_coalesced", outputs, inputs, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::all_to_all_single(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
-  return CallOps("all_to_all_single", output, input, output_split_sizes,
+  return CallCollective("all_to_all_single", output, input, output_split_sizes,
                  input_split_sizes, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::alltoall(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllToAllOptions& opts) {
-  return CallOps("alltoall", outputs, inputs, opts);
+  return CallCollective("alltoall", outputs, inputs, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::send(std::vector<at::Tensor>& tensors,
@@ -209,7 +219,7 @@ c10::intrusive_ptr<c10d::Work> ReducerBackend::recvAnysource(
 }
 
 c10::intrusive_ptr<c10d::Work> ReducerBackend::barrier(const c10d::BarrierOptions& opts) {
-  return CallOps("barrier", opts);
+  return CallCollective("barrier", opts);
 }
 
 void ReducerBackend::monitoredBarrier(const c10d::BarrierOptions& opts,

@@ -21,6 +21,8 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/utils/pybind.h>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +47,12 @@ class ReducerBackend : public c10d::Backend {
   bool native() const { return connection_ != nullptr; }
 
   const std::string getBackendName() const override { return "reducer"; }
+
+  // How many collectives (not sends and receives) this group has issued:
+  // the same on every rank when they call the same collectives in the same
+  // order, which torch's ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL)
+  // checks before each collective.
+  uint64_t getSequenceNumberForGroup() override { return sequence_.load(); }
 
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
@@ -101,6 +109,9 @@ class ReducerBackend : public c10d::Backend {
   // ops_.<method>(args...) under the GIL, its TorchWork as a PythonWork.
   template <typename... Args>
   c10::intrusive_ptr<c10d::Work> CallOps(const char* method, Args&&... args);
+  // CallOps for a collective: counts it first (getSequenceNumberForGroup).
+  template <typename... Args>
+  c10::intrusive_ptr<c10d::Work> CallCollective(const char* method, Args&&... args);
   // The native all-reduce's work, or null for a call it does not take.
   c10::intrusive_ptr<c10d::Work> NativeAllReduce(std::vector<at::Tensor>& tensors,
                                                  const c10d::AllreduceOptions& opts);
@@ -110,6 +121,7 @@ class ReducerBackend : public c10d::Backend {
   std::unique_ptr<NativeConnection> connection_;
   const std::shared_ptr<const std::string> all_reduce_what_;
   const std::shared_ptr<WorkCompleter> completer_;
+  std::atomic<uint64_t> sequence_{0};  // collectives issued
 };
 
 }  // namespace reducer::python
