@@ -185,7 +185,10 @@ def torch_extension():
         include_dirs=[root, os.path.join(root, "torch/csrc/api/include")],
         library_dirs=libdirs,
         libraries=["torch", "torch_cpu", "c10", "torch_python"],
-        runtime_library_dirs=[d for d in libdirs if d not in SYSTEM_LIBRARY_DIRS],
+        # torch's libraries are loaded by `import torch`, which reducer.torch
+        # does first; the rpath finds them beside the package in the same
+        # site-packages too (a wheel installed into another venv included).
+        extra_link_args=["-Wl,-rpath,$ORIGIN/../torch/lib"],
         define_macros=macros,
         language="c++",
         # torch 2.15's headers need C++20.

@@ -127,20 +127,20 @@ class BackendOps(RoutedOps):
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
         """all_gather_coalesced: output_lists[r][k] gets rank r's
-        input_tensors[k] (one output list per rank, as torch's gloo takes
-        them); one round trip for all of them."""
+        input_tensors[k] (torch's layout, gloo's too); one round trip for
+        all of them."""
         if len(output_lists) != self.size():
             raise ValueError(f"all_gather_coalesced needs {self.size()} output lists "
                              f"(one per rank), got {len(output_lists)}")
         for r, outputs in enumerate(output_lists):
             if len(outputs) != len(input_tensors):
-                raise ValueError(f"all_gather_coalesced: {len(input_tensors)} inputs but "
-                                 f"output list {r} holds {len(outputs)} tensors")
-            for k, (out, tensor) in enumerate(zip(outputs, input_tensors)):
-                if out.numel() != tensor.numel() or out.dtype != tensor.dtype:
-                    raise ValueError(f"all_gather_coalesced output {r}[{k}] is "
-                                     f"{out.dtype} {list(out.shape)}; expected "
-                                     f"{tensor.dtype} with {tensor.numel()} elements")
+                raise ValueError(f"all_gather_coalesced output list {r} holds "
+                                 f"{len(outputs)} tensors for {len(input_tensors)} inputs")
+            for k, (out, x) in enumerate(zip(outputs, input_tensors)):
+                if out.numel() != x.numel() or out.dtype != x.dtype:
+                    raise ValueError(f"all_gather_coalesced output [{r}][{k}] is "
+                                     f"{out.dtype} {list(out.shape)}; expected {x.dtype} "
+                                     f"with {x.numel()} elements")
         pending, counts = self._gather_concatenated(input_tensors,
                                                     "all_gather_coalesced", opts)
         total = sum(counts)
