@@ -1,10 +1,15 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """CPU time per GiB all-reduced: reducerd and each Reducer rank against Gloo.
 
     bazel build //server:reducerd //bench:reducer_allreduce_worker
-    bench/cpu_per_gib.py [--world_size=4] [--rounds=3] [--sizes=4194304,67108864]
-    bench/cpu_per_gib.py --shared_memory=required   # the same-host path
-    bench/cpu_per_gib.py --smoke                    # W = 2, 1 MiB, one round
+    py="$(tools/pinned_venv.sh python/requirements-dev.txt)/bin/python"
+    "$py" bench/cpu_per_gib.py [--world_size=4] [--rounds=3] [--sizes=4194304,67108864]
+    "$py" bench/cpu_per_gib.py --shared_memory=required  # the same-host path
+    "$py" bench/cpu_per_gib.py --smoke                   # W = 2, 1 MiB, one round
+
+Run it with the project's Python (the venv of python/requirements-dev.txt,
+torch from the package index): the Gloo ranks run under --python, by
+default the same interpreter.
 
 Starts one reducerd on a free loopback port and, per size and round, one
 launch of W bench/reducer_allreduce_worker ranks (float32 SUM, out of place,
@@ -159,8 +164,8 @@ def parse_args(argv):
                    default=run_bench.REPO_ROOT / "bazel-bin/server/reducerd")
     p.add_argument("--reducer_worker", type=Path,
                    default=run_bench.REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker")
-    p.add_argument("--python", default="/usr/bin/python3",
-                   help="the Python with torch that runs the Gloo ranks")
+    p.add_argument("--python", default=sys.executable,
+                   help="the Python with torch that runs the Gloo ranks (default: this one)")
     p.add_argument("--timeout_s", type=float, default=600,
                    help="hard limit of each launch")
     args = p.parse_args(argv)

@@ -2,17 +2,14 @@
 # bench/cpu_per_gib.py --smoke under Bazel: W = 2, 1 MiB, one round, with the
 # bazel-built reducerd and worker. Passes when the run succeeds (every
 # worker checks its result) and the table has a row per system with numeric
-# CPU figures. Skips (exit 0, a SKIP line) where /usr/bin/python3 has no
-# torch, which the Gloo ranks need.
+# CPU figures. Runs under the project's Python (the first argument), whose
+# torch the Gloo ranks use.
 set -euo pipefail
+python="$1"  # the project's Python (@torch_cc//:defs.bzl's PYTHON, from bench/BUILD)
 cd "${TEST_SRCDIR}/${TEST_WORKSPACE}"
-if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  echo "SKIP: /usr/bin/python3 cannot import torch"
-  exit 0
-fi
 out="${TEST_UNDECLARED_OUTPUTS_DIR:-${TEST_TMPDIR}}"
 report="${TEST_TMPDIR}/report.txt"
-/usr/bin/python3 bench/cpu_per_gib.py --smoke \
+"${python}" bench/cpu_per_gib.py --smoke \
   --reducerd="${PWD}/server/reducerd" \
   --reducer_worker="${PWD}/bench/reducer_allreduce_worker" \
   --timeout_s=120 \

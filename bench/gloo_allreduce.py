@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Gloo peer for Reducer's side-by-side all-reduce benchmark.
 
 One process per rank; bench/run_bench.py launches W of them. Each rank joins a

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """One rank of bench/quorum_bench.py's torchrun comparison: Gloo under elastic
 restart.
 
@@ -48,7 +48,17 @@ def main(argv):
     args = parse_args(argv)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_s))
+    timeout = datetime.timedelta(seconds=args.timeout_s)
+    # torchrun's agent keeps one store for all attempts (its static
+    # rendezvous), and init_process_group's env:// adds no prefix per attempt
+    # there: a restarted rank would read the killed attempt's Gloo addresses.
+    # Each attempt takes its own prefix of the agent's store.
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          world, is_master=not agent_store and rank == 0,
+                          timeout=timeout)
+    dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt_{restart}", store),
+                            rank=rank, world_size=world, timeout=timeout)
     expected = float(world + world * (world - 1) // 2)
     data = torch.full((args.size_bytes // 4,), 1.0 + rank, dtype=torch.float32)
     for step in range(args.steps):

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Load benchmark: one reducerd serving many jobs at once.
 
 The load of tests/load_test.cc at a larger scale: SMALL_JOBS jobs of

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """What metrics cost: reducerd with --metrics_listen (scraped once a second,
 as Prometheus would) against reducerd without, in one invocation.
 

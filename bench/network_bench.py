@@ -1,11 +1,15 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The network path: Reducer over gRPC against Gloo, on loopback and across hosts.
 
     bazel build //server:reducerd //bench:reducer_allreduce_worker \\
         //bench:virtual_network //bench:grpc_echo_bench
-    bench/network_bench.py                    # both tables; writes bench/out-network/
-    bench/network_bench.py --skip_cluster     # the loopback table alone
-    bench/network_bench.py --smoke            # the CI form: W = 2 loopback, S = 1,2 cluster
+    py="$(tools/pinned_venv.sh python/requirements-dev.txt)/bin/python"
+    "$py" bench/network_bench.py                 # both tables; writes bench/out-network/
+    "$py" bench/network_bench.py --skip_cluster  # the loopback table alone
+    "$py" bench/network_bench.py --smoke         # the CI form: W = 2 loopback, S = 1,2 cluster
+
+It runs under the project's Python (the venv of python/requirements-dev.txt,
+torch from the package index), whose torch the Gloo ranks use.
 
 One invocation, one process driving it, runs:
 
@@ -23,7 +27,7 @@ One invocation, one process driving it, runs:
   Reducer with S in --shards against Gloo at --cluster_sizes, reducerd on
   its defaults, with shard_bench's link model (model, t / model, model vs
   gloo) beside each figure. Skipped, with its reason, under --skip_cluster
-  or where namespaces cannot be made or torch is missing;
+  or where namespaces cannot be made (torch missing is a failure);
 - the targets table: every target, the measured value, met or missed (or
   not measured, and why).
 
@@ -41,7 +45,7 @@ Usage: bench/network_bench.py [--smoke] [--skip_cluster]
                               [--loopback_sizes=4,4096,...] [--echo_sizes=...]
                               [--cluster_sizes=4194304,67108864] [--rate=1gbit]
                               [--shards=1,4] [--out_dir=bench/out-network]
-Needs: root (network namespaces), iproute2, python3-torch.
+Needs: root (network namespaces), iproute2, torch in the interpreter.
 """
 
 import argparse
@@ -483,7 +487,6 @@ def parse_args(argv):
 
 def main(argv):
     """Runs both tables and the targets; exit status 1 if a run failed."""
-    rb.reexec_with_system_python(argv)
     args = parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     loopback = run_loopback(args)

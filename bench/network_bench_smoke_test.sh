@@ -4,17 +4,14 @@
 # echo beside 4 KiB), the cluster table (W = 4 worker hosts, S = 1 and 2
 # shard hosts, 4 KiB and 2 MiB, one round) and the targets table. Passes when
 # every run succeeds and the three tables are printed (the cluster's, or a
-# SKIP line with its reason where namespaces cannot be made or torch is
-# missing). Skips (exit 0, a SKIP line) where /usr/bin/python3 has no torch.
+# SKIP line with its reason where namespaces cannot be made). Runs under the
+# project's Python (the first argument), whose torch the Gloo ranks use.
 set -euo pipefail
+python="$1"  # the project's Python (@torch_cc//:defs.bzl's PYTHON, from bench/BUILD)
 cd "${TEST_SRCDIR}/${TEST_WORKSPACE}"
-if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  echo "SKIP: /usr/bin/python3 cannot import torch"
-  exit 0
-fi
 out="${TEST_UNDECLARED_OUTPUTS_DIR:-${TEST_TMPDIR}}/network_bench"
 report="${TEST_TMPDIR}/report.txt"
-/usr/bin/python3 bench/network_bench.py --smoke \
+"${python}" bench/network_bench.py --smoke \
   --reducerd="${PWD}/server/reducerd" \
   --reducer_worker="${PWD}/bench/reducer_allreduce_worker" \
   --virtual_network="${PWD}/bench/virtual_network" \

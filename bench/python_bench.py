@@ -1,9 +1,14 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Python's cost over C++, the torch backend "reducer" against Gloo, and DDP.
 
     bazel build //bench:reducer_allreduce_worker //python:reducer //server:reducerd
-    bench/python_bench.py [--world_size=4] [--rounds=3] [--json=FILE]
-    bench/python_bench.py --smoke        # W = 2, 4 B and 4 KiB, 3 DDP steps
+    py="$(tools/pinned_venv.sh python/requirements-dev.txt)/bin/python"
+    "$py" bench/python_bench.py [--world_size=4] [--rounds=3] [--json=FILE]
+    "$py" bench/python_bench.py --smoke  # W = 2, 4 B and 4 KiB, 3 DDP steps
+
+Run it with the project's Python (the venv of python/requirements-dev.txt:
+torch from the package index, which //python:reducer's torch backend is
+built against).
 
 Starts one reducerd on a free loopback port (the same-host path on, as by
 default) and measures, at W = --world_size worker processes on this host
@@ -55,7 +60,7 @@ the C++ workers, of the Python workers and of the torch workers; parts 1 and
 2 run --rounds rounds (fresh processes each, so all systems see the same
 machine over the run); DDP runs once, in the last round's torch processes
 of the first path (shm where it is available).
-Workers run under --python (default /usr/bin/python3, Debian's torch) with
+Workers run under --python (default: the interpreter running this) with
 OMP_NUM_THREADS=1 (as torchrun sets it for several ranks per host),
 GLOO_SOCKET_IFNAME=lo and bench/run_bench.py's MALLOC_ENV, in one process
 group per launch (run_bench.run_processes), each launch with a hard timeout
@@ -648,8 +653,8 @@ def parse_args(argv):
                    default=run_bench.REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker")
     p.add_argument("--pythonpath", type=Path, default=run_bench.REPO_ROOT / "bazel-bin/python",
                    help="the directory holding the built reducer package")
-    p.add_argument("--python", default="/usr/bin/python3",
-                   help="the workers' interpreter (Debian's torch)")
+    p.add_argument("--python", default=sys.executable,
+                   help="the workers' interpreter, with torch and numpy (default: this one)")
     p.add_argument("--timeout_s", type=float, default=600,
                    help="hard limit for each launch of W workers")
     # Worker mode (the driver runs this file with these).
@@ -683,7 +688,7 @@ def main(argv):
         return python_worker(args)
     if args.worker == "torch":
         return torch_worker(args)
-    command = shlex.join([sys.executable, os.path.relpath(__file__)] + argv)
+    command = shlex.join([Path(sys.executable).name, os.path.relpath(__file__)] + argv)
     for path in (args.reducerd, args.reducer_worker, args.pythonpath / "reducer"):
         if not path.exists():
             sys.exit(f"{path} is missing: bazel build //bench:reducer_allreduce_worker "

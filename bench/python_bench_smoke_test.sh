@@ -6,16 +6,14 @@
 # the run succeeds (every worker checks its results, the DDP models on Reducer
 # and Gloo agree) and the output has all three tables with a gRPC row each
 # (the shm rows are skipped, with the reason, where the same-host path cannot
-# run). Skips (exit 0, a SKIP line) where /usr/bin/python3 has no torch.
+# run). Runs under the project's Python (the first argument: torch and numpy
+# from the package index, which //python:reducer's backend is built against).
 set -euo pipefail
+python="$1"  # the project's Python (@torch_cc//:defs.bzl's PYTHON, from bench/BUILD)
 cd "${TEST_SRCDIR}/${TEST_WORKSPACE}"
-if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
-  echo "SKIP: /usr/bin/python3 cannot import torch and numpy"
-  exit 0
-fi
 out="${TEST_UNDECLARED_OUTPUTS_DIR:-${TEST_TMPDIR}}"
 report="${TEST_TMPDIR}/report.txt"
-/usr/bin/python3 bench/python_bench.py --smoke \
+"${python}" bench/python_bench.py --smoke \
   --reducerd="${PWD}/server/reducerd" \
   --reducer_worker="${PWD}/bench/reducer_allreduce_worker" \
   --pythonpath="${PWD}/python" \

@@ -1,11 +1,16 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Quorum steps: their cost when nobody fails, the survivors' gap after a kill.
 
     bazel build //server:reducerd //bench:quorum_step_worker
-    bench/quorum_bench.py [--world_size=4] [--rounds=3] [--size_bytes=67108864]
-    bench/quorum_bench.py --shared_memory=required   # the same-host path
-    bench/quorum_bench.py --skip_torchrun            # Reducer's figures only
-    bench/quorum_bench.py --smoke                    # W = 3, 1 MiB, no torchrun
+    py="$(tools/pinned_venv.sh python/requirements-dev.txt)/bin/python"
+    "$py" bench/quorum_bench.py [--world_size=4] [--rounds=3] [--size_bytes=67108864]
+    "$py" bench/quorum_bench.py --shared_memory=required  # the same-host path
+    "$py" bench/quorum_bench.py --skip_torchrun           # Reducer's figures only
+    "$py" bench/quorum_bench.py --smoke                   # W = 3, 1 MiB, no torchrun
+
+Run it with the project's Python (the venv of python/requirements-dev.txt,
+torch from the package index): part 3 runs torchrun under --python, by
+default the same interpreter.
 
 Starts one reducerd on a free loopback port and measures, float32 SUM, W
 ranks of bench/quorum_step_worker (the gRPC path unless --shared_memory says
@@ -24,7 +29,7 @@ otherwise):
    survivors' next result, and the contributors of every step after the
    kill (must be 0..W-2; before it, all W).
 3. For scale (not with --smoke or --skip_torchrun): the same kill under
-   `python3 -m torch.distributed.run --nproc_per_node=W --max_restarts=1`
+   `PYTHON -m torch.distributed.run --nproc_per_node=W --max_restarts=1`
    with bench/gloo_restart_worker.py (Gloo, OMP_NUM_THREADS=1,
    GLOO_SOCKET_IFNAME=lo, torchrun's default monitor interval): the time
    from the kill until every restarted rank has finished its first step.
@@ -259,8 +264,8 @@ def parse_args(argv):
                    default=run_bench.REPO_ROOT / "bazel-bin/server/reducerd")
     p.add_argument("--worker", type=Path,
                    default=run_bench.REPO_ROOT / "bazel-bin/bench/quorum_step_worker")
-    p.add_argument("--python", default="/usr/bin/python3",
-                   help="the Python with torch that runs torchrun")
+    p.add_argument("--python", default=sys.executable,
+                   help="the Python with torch that runs torchrun (default: this one)")
     p.add_argument("--timeout_s", type=float, default=300, help="hard limit of each launch")
     args = p.parse_args(argv)
     # Workers run in the repository's root: relative paths are made

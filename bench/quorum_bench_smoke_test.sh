@@ -4,13 +4,15 @@
 # Passes when the run succeeds (every worker checks its results, the driver
 # the contributors after the kill) and the table has its rows with figures.
 # It runs in the test's temporary directory, the runfiles linked in as
-# "runfiles", so that the printed command names relative paths only.
+# "runfiles", so that the printed command names relative paths only. Runs
+# under the project's Python (the first argument).
 set -euo pipefail
+python="$1"  # the project's Python (@torch_cc//:defs.bzl's PYTHON, from bench/BUILD)
 out="${TEST_UNDECLARED_OUTPUTS_DIR:-${TEST_TMPDIR}}"
 cd "${TEST_TMPDIR}"
 ln -sfn "${TEST_SRCDIR}/${TEST_WORKSPACE}" runfiles
 report="report.txt"
-/usr/bin/python3 runfiles/bench/quorum_bench.py --smoke \
+"${python}" runfiles/bench/quorum_bench.py --smoke \
   --reducerd=runfiles/server/reducerd \
   --worker=runfiles/bench/quorum_step_worker \
   --timeout_s=120 \

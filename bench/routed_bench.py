@@ -1,10 +1,16 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Reduce against AllReduce (the root-only downlink), and all-to-all against
 Gloo's, through torch.distributed, in one invocation.
 
     bazel build //python:reducer //server:reducerd
-    bench/routed_bench.py [--world_size=4] [--rounds=3] [--json=FILE]
-    bench/routed_bench.py --smoke        # W = 2, 4 KiB, 2 rounds
+    py="$(tools/pinned_venv.sh python/requirements-dev.txt)/bin/python"
+    "$py" bench/routed_bench.py [--world_size=4] [--rounds=3] [--json=FILE]
+    "$py" bench/routed_bench.py --smoke  # W = 2, 4 KiB, 2 rounds
+
+Run it with the project's Python (the venv of python/requirements-dev.txt,
+torch from the package index, which //python:reducer's torch backend is
+built against); the workers run under the same one unless --python says
+otherwise.
 
 Starts one reducerd on a free loopback port and, per data path ("grpc":
 REDUCER_SHARED_MEMORY=off; "shm": required, skipped with the reason where
@@ -226,8 +232,8 @@ def parse_args(argv):
     p.add_argument("--reducerd", type=Path,
                    default=run_bench.REPO_ROOT / "bazel-bin/server/reducerd")
     p.add_argument("--pythonpath", type=Path, default=run_bench.REPO_ROOT / "bazel-bin/python")
-    p.add_argument("--python", default="/usr/bin/python3",
-                   help="the interpreter with torch (default Debian's)")
+    p.add_argument("--python", default=sys.executable,
+                   help="the workers' interpreter, with torch (default: this one)")
     p.add_argument("--timeout_s", type=float, default=600, help="per launch")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -241,7 +247,7 @@ def main(argv):
     args = parse_args(argv)
     if args.worker:
         return worker(args)
-    command = shlex.join([sys.executable, os.path.relpath(__file__)] + argv)
+    command = shlex.join([Path(sys.executable).name, os.path.relpath(__file__)] + argv)
     for path in (args.reducerd, args.pythonpath / "reducer"):
         if not path.exists():
             sys.exit(f"{path} is missing: bazel build //python:reducer //server:reducerd")

@@ -4,16 +4,14 @@
 # with the bazel-built reducerd and reducer package. Passes when the run
 # succeeds (every worker checks its results) and both tables have a gRPC row
 # (the shm rows are skipped, with the reason, where the same-host path cannot
-# run). Skips (exit 0, a SKIP line) where /usr/bin/python3 has no torch.
+# run). Runs under the project's Python (the first argument: torch from the
+# package index, which //python:reducer's backend is built against).
 set -euo pipefail
+python="$1"  # the project's Python (@torch_cc//:defs.bzl's PYTHON, from bench/BUILD)
 cd "${TEST_SRCDIR}/${TEST_WORKSPACE}"
-if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  echo "SKIP: /usr/bin/python3 cannot import torch"
-  exit 0
-fi
 out="${TEST_UNDECLARED_OUTPUTS_DIR:-${TEST_TMPDIR}}"
 report="${TEST_TMPDIR}/report.txt"
-/usr/bin/python3 bench/routed_bench.py --smoke \
+"${python}" bench/routed_bench.py --smoke \
   --reducerd="${PWD}/server/reducerd" \
   --pythonpath="${PWD}/python" \
   --timeout_s=120 \

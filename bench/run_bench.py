@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Side-by-side all-reduce benchmark: Reducer against Gloo and Open MPI.
 
 One invocation runs, for W in (2, 4) worker processes on this host, float32
@@ -31,16 +31,22 @@ under small collectives; and 4 B, 4 MiB, 64 MiB all-reduces at W = 4 with TLS
 against plaintext, with the AES-GCM throughput of `openssl speed` that
 accounts for the difference (--skip_tls leaves them out).
 
-Peers: bench/gloo_allreduce.py (torch.distributed, Debian's python3-torch) and
+Peers: bench/gloo_allreduce.py (torch.distributed, run by the interpreter
+that runs this script: the project's Python, the venv of
+python/requirements-dev.txt with torch from the package index) and
 bench/mpi_allreduce.c (built here with mpicc into a temporary directory).
 Reducer: bazel-bin/server/reducerd and bazel-bin/bench/reducer_allreduce_worker
 (skipped with a warning when not built). Every subprocess has a hard timeout.
 
-Usage: bench/run_bench.py [--quick] [--suite=same_host]
-                          [--systems=reducer,reducer_shm,gloo,mpi_tcp,mpi_shm]
-                          [--world_sizes=2,4] [--sizes=4,4096]
-                          [--out_dir=bench/out]
-Needs: python3-torch openmpi-bin libopenmpi-dev python3-matplotlib python3-numpy.
+Usage, with the project's Python (the one with torch):
+  "$(tools/pinned_venv.sh python/requirements-dev.txt)/bin/python" \
+      bench/run_bench.py [--quick] [--suite=same_host]
+                         [--systems=reducer,reducer_shm,gloo,mpi_tcp,mpi_shm]
+                         [--world_sizes=2,4] [--sizes=4,4096]
+                         [--out_dir=bench/out]
+Needs: that Python (torch), openmpi-bin and libopenmpi-dev (tools/setup.sh
+--bench); the plot only where the interpreter has matplotlib (not pinned:
+without it, no plot and a warning).
 """
 
 import argparse
@@ -1022,20 +1028,6 @@ def parse_args(argv):
     return args
 
 
-def reexec_with_system_python(argv):
-    """Debian's torch and matplotlib live in /usr/bin/python3's dist-packages;
-    if this interpreter (e.g. a pyenv shim) lacks them, run the script that
-    was started (this one, or one that imports it) again under it."""
-    import importlib.util
-    if all(importlib.util.find_spec(m) for m in ("torch", "matplotlib")):
-        return
-    system_python = "/usr/bin/python3"
-    if (os.path.exists(system_python) and os.environ.get("RUN_BENCH_REEXEC") != "1"
-            and os.path.realpath(sys.executable) != os.path.realpath(system_python)):
-        os.environ["RUN_BENCH_REEXEC"] = "1"
-        os.execv(system_python, [system_python, str(Path(sys.argv[0]).resolve())] + argv)
-
-
 def unavailable_reason(ctx, system, tmp):
     """Why `system` cannot run here, or None; builds the MPI peer into tmp
     and finds the shared-memory BTL on first need, and probes reducer_shm."""
@@ -1045,8 +1037,9 @@ def unavailable_reason(ctx, system, tmp):
         return probe_reducer_shm(ctx) if system == "reducer_shm" else None
     if system == "gloo":
         import importlib.util
-        return None if importlib.util.find_spec("torch") else \
-            f"torch is not importable by {sys.executable}"
+        return None if importlib.util.find_spec("torch") else (
+            f"torch is not importable by {sys.executable} (run this with the "
+            "project's Python: tools/pinned_venv.sh python/requirements-dev.txt)")
     if not (shutil.which("mpicc") and shutil.which("mpirun")):
         return "Open MPI (mpicc, mpirun) is not installed"
     if system == "mpi_shm":
@@ -1225,7 +1218,6 @@ def write_results(args, ctx, records, kernel, rss, targets, failures, timings,
 
 def main(argv):
     """Runs the benchmark; exit status 1 if any requested run failed."""
-    reexec_with_system_python(argv)
     args = parse_args(argv)
     ctx = Context(args)
     shutil.rmtree(ctx.log_dir, ignore_errors=True)

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Sharded all-reduce across hosts: Reducer on S shards against Gloo and MPI.
 
 One invocation builds a network of separate hosts on this machine
@@ -24,18 +24,20 @@ within 20 % of the model).
 
 --smoke: sizes 4 KiB and 2 MiB (cut over both shards), S = 2,
 one round of 2 timed calls; exits 0 with a SKIP line when namespaces cannot
-be made here or torch is missing.
+be made here, and fails when the interpreter has no torch.
 
 Every process but the driver runs inside a host's namespace; nothing is sent
 to an address outside them. Every subprocess has a hard timeout, and the
 network is removed when the driver exits, however it exits (the helper
 removes it when its stdin closes).
 
-Usage: bench/shard_bench.py [--smoke] [--shards=1,2,4] [--rate=200mbit]
-                            [--systems=reducer,gloo,mpi] [--out_dir=bench/out-shard]
-Needs: root (network namespaces), iproute2, python3-torch, openmpi-bin,
-libopenmpi-dev, python3-matplotlib; bazel build //server:reducerd
-//bench:reducer_allreduce_worker //bench:virtual_network.
+Usage, with the project's Python (Gloo's ranks run under the same one):
+  "$(tools/pinned_venv.sh python/requirements-dev.txt)/bin/python" \
+      bench/shard_bench.py [--smoke] [--shards=1,2,4] [--rate=200mbit]
+                           [--systems=reducer,gloo,mpi] [--out_dir=bench/out-shard]
+Needs: root (network namespaces), iproute2, torch in that Python, openmpi-bin,
+libopenmpi-dev (the plot only where that Python has matplotlib); bazel build
+//server:reducerd //bench:reducer_allreduce_worker //bench:virtual_network.
 """
 
 import argparse
@@ -603,9 +605,11 @@ def check_machine(args):
     if not os.path.exists(args.virtual_network):
         raise rb.RunError(f"build {args.virtual_network} first")
     if "gloo" in args.systems and importlib.util.find_spec("torch") is None:
+        why = (f"{sys.executable} cannot import torch (run this with the project's "
+               "Python: tools/pinned_venv.sh python/requirements-dev.txt)")
         if args.smoke:
-            raise Skip("torch is not installed (python3-torch)")
-        print("warning: torch missing: no Gloo", file=sys.stderr)
+            raise rb.RunError(why)
+        print(f"warning: {why}: no Gloo", file=sys.stderr)
         args.systems.remove("gloo")
     if "mpi" in args.systems and not (shutil.which("mpicc") and shutil.which("mpirun")):
         print("warning: mpicc/mpirun missing (openmpi-bin, libopenmpi-dev): no MPI",
@@ -640,11 +644,12 @@ def report(args, records, failures, targets, net_info, wall_s):
     (args.out_dir / "results.json").write_text(json.dumps(doc, indent=1))
     write_csv(records, args.out_dir / "results.csv")
     write_markdown(records, args.out_dir / "results.md")
-    write_plot(records, args.out_dir / "shard_bench.png", args.rate)
+    plotted = write_plot(records, args.out_dir / "shard_bench.png", args.rate)
     # No machine paths in reports: the out dir relative to the repository.
     shown = (os.path.relpath(args.out_dir, REPO_ROOT)
              if args.out_dir.is_relative_to(REPO_ROOT) else args.out_dir.name)
-    print(f"wrote {shown}/results.json, results.csv, results.md, shard_bench.png")
+    print(f"wrote {shown}/results.json, results.csv, results.md"
+          + (", shard_bench.png" if plotted else ""))
 
 
 def skip_or_fail(args, why):
@@ -686,7 +691,6 @@ def measure(args):
 
 
 def main(argv):
-    rb.reexec_with_system_python(argv)
     args = parse_args(argv)
     try:
         check_machine(args)

@@ -3,11 +3,13 @@
 # reducerd shard hosts in network namespaces, 4 KiB and 2 MiB all-reduces of
 # Reducer, Gloo and (when Open MPI is installed) MPI, one round. Passes when
 # every run gave the right number of timings; skips (exit 0, a SKIP line)
-# where namespaces cannot be made or torch is missing.
+# where namespaces cannot be made. Runs under the project's Python (the
+# first argument), whose torch the Gloo ranks use (fails without it).
 set -euo pipefail
+python="$1"  # the project's Python (@torch_cc//:defs.bzl's PYTHON, from bench/BUILD)
 cd "${TEST_SRCDIR}/${TEST_WORKSPACE}"
 out="${TEST_UNDECLARED_OUTPUTS_DIR:-${TEST_TMPDIR}}/shard_bench"
-exec /usr/bin/python3 bench/shard_bench.py --smoke \
+exec "${python}" bench/shard_bench.py --smoke \
   --reducerd="${PWD}/server/reducerd" \
   --reducer_worker="${PWD}/bench/reducer_allreduce_worker" \
   --virtual_network="${PWD}/bench/virtual_network" \

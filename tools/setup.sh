@@ -2,8 +2,9 @@
 # Installs, idempotently, every Debian package Reducer's build and tests need.
 #
 #   tools/setup.sh          build and test packages
-#   tools/setup.sh --bench  also what bench/run_bench.py needs (Gloo through
-#                           torch, Open MPI, matplotlib)
+#   tools/setup.sh --bench  also what bench/run_bench.py needs beyond the
+#                           build's: Open MPI (the benchmarks run under the
+#                           project's venv, whose torch brings Gloo)
 #   tools/setup.sh --deploy also what deploy/test.sh needs (podman and runc,
 #                           CA certificates for the image, python3-venv for
 #                           deploy/validate's pinned venv, and kubectl
@@ -35,9 +36,10 @@ build_packages=(
 python_packages=(
   python3-pip python3-venv python3-dev g++ pkg-config libabsl-dev
 )
-bench_packages=(
-  python3-torch python3-numpy python3-matplotlib openmpi-bin libopenmpi-dev
-)
+# bench/: torch (Gloo) and numpy come from the venv of
+# python/requirements-dev.txt, as for the Python tests; the plots are drawn
+# only where that Python has matplotlib (it is not pinned).
+bench_packages=(openmpi-bin libopenmpi-dev)
 
 packages=("${build_packages[@]}")
 # Packaging (packaging/, tests/client_package_test, packaging/deb_test.sh):
