@@ -27,9 +27,8 @@ for arg in "$@"; do
   esac
 done
 
-# Hard limits of the steps, in seconds: debootstrap and apt download about
-# 60 MB from the mirror.
-readonly kDebootstrapLimit=900
+# Hard limits of the steps, in seconds (debootstrap's is root_steps.sh's):
+# debootstrap and apt download about 60 MB from the mirror.
 readonly kInstallLimit=600
 readonly kServeLimit=30
 readonly kWorkerLimit=120
@@ -41,114 +40,21 @@ daemon_pid=""
 cases=()  # junit <testcase> elements
 failed=0
 started=$(date +%s)
+suite=packaging/deb_test
+source packaging/lib/root_steps.sh
 
 cleanup() {
   if [[ -n "$daemon_pid" ]]; then
     kill -KILL "$daemon_pid" 2>/dev/null
     wait "$daemon_pid" 2>/dev/null
   fi
-  # Unmount everything under the root (deepest first) before removing it;
-  # --one-file-system keeps rm out of anything still mounted.
-  if [[ -d "$rootfs" ]]; then
-    findmnt -rn -o TARGET | grep -F "$rootfs" | sort -r |
-      while read -r target; do umount -l "$target"; done
-  fi
+  unmount_root "$rootfs"
   rm -rf --one-file-system "$work"
 }
 trap cleanup EXIT
 
-xml_escape() { sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' -e 's/"/\&quot;/g'; }
-
-# step NAME COMMAND...: runs one step, timing it; on success prints the
-# lines of its log that start with "==> ", on failure the end of its log,
-# and stops the test (later steps need this one).
-step() {
-  local name=$1; shift
-  local log="$work/$name.log" t0 t1 rc
-  t0=$(date +%s)
-  echo "--- $name"
-  "$@" >"$log" 2>&1
-  rc=$?
-  t1=$(date +%s)
-  if [[ $rc -eq 0 ]]; then
-    echo "    ok in $((t1 - t0)) s"
-    sed -n 's/^==> /    /p' "$log"
-    cases+=("<testcase classname=\"packaging.deb_test\" name=\"$name\" time=\"$((t1 - t0))\"/>")
-  else
-    echo "    FAILED (exit $rc) after $((t1 - t0)) s; its log ends:"
-    tail -40 "$log" | sed 's/^/    | /'
-    local message
-    message=$(tail -40 "$log" | xml_escape)
-    cases+=("<testcase classname=\"packaging.deb_test\" name=\"$name\" time=\"$((t1 - t0))\"><failure message=\"$name failed (exit $rc)\">$message</failure></testcase>")
-    failed=1
-    finish
-  fi
-}
-
-finish() {
-  local total=$(($(date +%s) - started))
-  if [[ -n "$junit" ]]; then
-    mkdir -p "$(dirname "$junit")"
-    {
-      echo "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
-      echo "<testsuites><testsuite name=\"packaging/deb_test\" tests=\"${#cases[@]}\" time=\"$total\">"
-      printf '%s\n' "${cases[@]}"
-      echo "</testsuite></testsuites>"
-    } >"$junit"
-  fi
-  if [[ $failed -eq 0 ]]; then
-    echo "deb_test: passed in $total s"
-  else
-    echo "deb_test: FAILED after $total s"
-  fi
-  exit $failed
-}
-
-# The Debian mirror apt uses here: the first URI serving the bookworm suite
-# in /etc/apt/sources.list or /etc/apt/sources.list.d (one-line and deb822
-# formats). Prints "URI FILE".
-find_mirror() {
-  local file
-  for file in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [[ -f "$file" ]] || continue
-    awk -v f="$file" '$1 == "deb" {
-        i = 2; if ($i ~ /^\[/) { while ($i !~ /\]$/) i++; i++ }
-        if ($(i + 1) == "bookworm") { print $i, f; exit } }' "$file"
-  done
-  for file in /etc/apt/sources.list.d/*.sources; do
-    [[ -f "$file" ]] || continue
-    # deb822: stanzas separated by blank lines.
-    awk -v f="$file" 'BEGIN { RS = ""; FS = "\n" }
-      { uri = ""; bookworm = 0; deb = 0
-        for (i = 1; i <= NF; i++) {
-          if ($i ~ /^URIs:/) { split(substr($i, 6), u, " "); uri = u[1] }
-          if ($i ~ /^Suites:/) { n = split(substr($i, 8), s, " ")
-            for (j = 1; j <= n; j++) if (s[j] == "bookworm") bookworm = 1 }
-          if ($i ~ /^Types:/ && (substr($i, 7) " ") ~ /[ \t]deb[ \t]/) deb = 1
-        }
-        if (uri != "" && bookworm && deb) { print uri, f; exit } }' "$file"
-  done | head -1
-}
-
 build() {
   bazel build //packaging/debian:deb //tests:e2e_worker
-}
-
-make_root() {
-  read -r mirror mirror_file < <(find_mirror)
-  if [[ -z "${mirror:-}" ]]; then
-    echo "no Debian mirror serving bookworm in /etc/apt/sources.list{,.d}" >&2
-    return 1
-  fi
-  echo "==> mirror $mirror (from $mirror_file)"
-  timeout "$kDebootstrapLimit" debootstrap --variant=minbase bookworm "$rootfs" "$mirror" || return 1
-  echo "==> $(du -sm "$rootfs" | cut -f1) MB root, $(chroot "$rootfs" dpkg-query -f '.\n' -W | wc -l) packages"
-  # apt in the root uses this machine's sources (bookworm, its updates and
-  # security suites) and name server.
-  rm -f "$rootfs/etc/apt/sources.list"
-  cp "$mirror_file" "$rootfs/etc/apt/$( [[ $mirror_file == *.sources ]] && echo sources.list.d/debian.sources || echo sources.list)"
-  cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
-  mount -t proc proc "$rootfs/proc"
 }
 
 install_package() {
@@ -178,10 +84,6 @@ install_package() {
     echo "libraries missing in the root" >&2
     return 1
   fi
-}
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 serve() {
@@ -238,7 +140,7 @@ stop() {
 
 step build build
 deb=$(ls -t bazel-bin/packaging/debian/reducer_*_amd64.deb | head -1)
-step debootstrap make_root
+step debootstrap make_root "$rootfs"
 step apt_install install_package
 step serve_from_flag_file serve
 step all_reduce run_ranks all_ops --sizes=1,1000 --big_size=786437 --big_all_pairs=false
