@@ -116,6 +116,46 @@ absl::StatusOr<std::vector<int>> PointToPointGroup(int rank, int peer) {
   return std::vector<int>{std::min(rank, peer), std::max(rank, peer)};
 }
 
+// A ReceiveAny's own checks, before anything is sent: a tag that is not
+// negative, no CallOptions.name, and another rank to receive from in
+// `group` (the call's, normalized). INVALID_ARGUMENT naming the value.
+absl::Status CheckReceiveAnyCall(const CollectiveRequestSpec& spec,
+                                 const CallOptions& call,
+                                 const std::vector<int>& group) {
+  if (spec.tag < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReceiveAny: tag ", spec.tag, " is negative"));
+  }
+  if (!call.name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReceiveAny: CallOptions.name \"", call.name,
+        "\" must be empty; a message is matched by its destination and tag"));
+  }
+  if (group.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReceiveAny: the group [", absl::StrJoin(group, ","),
+        "] has no other rank to receive from"));
+  }
+  return absl::OkStatus();
+}
+
+// The answer of a match: the message's source and count, from its one int64
+// tensor [2]; INTERNAL when reducerd answered anything else.
+absl::StatusOr<std::pair<int, uint64_t>> AnswerOf(
+    const std::vector<Tensor>& answer, int world_size) {
+  if (answer.size() == 1 && answer[0].dtype() == DataType::kInt64 &&
+      answer[0].num_elements() == 2) {
+    const int64_t source = answer[0].values<int64_t>()[0];
+    const int64_t n = answer[0].values<int64_t>()[1];
+    if (source >= 0 && source < world_size && n >= 0) {
+      return std::make_pair(static_cast<int>(source), static_cast<uint64_t>(n));
+    }
+  }
+  return absl::InternalError(
+      "reducerd answered a match (ReceiveAny) without its message's source and "
+      "count (one int64 tensor [2] naming a rank of the job)");
+}
+
 }  // namespace
 
 ClientSession::ClientSession(ClientOptions options,
@@ -298,10 +338,17 @@ absl::StatusOr<std::vector<Tensor>> ClientSession::Run(
 
 std::unique_ptr<PendingCollective> ClientSession::Start(
     const CollectiveRequestSpec& spec, const CallOptions& call) {
+  return StartCounted(spec, call, std::nullopt);
+}
+
+std::unique_ptr<PendingCollective> ClientSession::StartCounted(
+    const CollectiveRequestSpec& spec, const CallOptions& call,
+    std::optional<uint64_t> message) {
   std::unique_ptr<PendingCollective> pending(new PendingCollective(this));
   pending->invalid_ = SessionStatus();
   if (!pending->invalid_.ok()) return pending;
   const bool p2p = spec.kind == CollectiveKind::kSendReceive;
+  const bool match = spec.kind == CollectiveKind::kMatch;
   if (p2p) {
     pending->invalid_ = CheckPointToPointCall(spec, call, options_);
     if (!pending->invalid_.ok()) return pending;
@@ -313,7 +360,11 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
     pending->invalid_ = normalized.status();
     return pending;
   }
-  const std::vector<int> group = *std::move(normalized);
+  std::vector<int> group = *std::move(normalized);
+  if (match) {
+    pending->invalid_ = CheckReceiveAnyCall(spec, call, group);
+    if (!pending->invalid_.ok()) return pending;
+  }
   if (call.timeout < absl::ZeroDuration()) {
     pending->invalid_ =
         absl::InvalidArgumentError("CallOptions.timeout must not be negative");
@@ -362,13 +413,61 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
   }
   // With several shards, each partition carries its own shard's epoch.
   header.set_epoch(links_[0]->epoch());
-  if (p2p) {
+  const bool receives = p2p && !spec.send_payload;
+  if (match || (receives && !message.has_value() &&
+                p2p_.MustMatch(header.epoch(), options_.rank, spec.tag))) {
+    // reducerd picks the message: this call is a match from any rank of
+    // its group (ReceiveAny; the whole job's when CallOptions.group is
+    // empty, which the wire says with no sources), or from the receive's
+    // source.
+    std::vector<int> sources;
+    if (match) {
+      for (int r : group) {
+        if (r != options_.rank) sources.push_back(r);
+      }
+    } else {
+      sources.push_back(spec.root);
+    }
+    const PointToPointCounts::NewMatch m =
+        p2p_.StartMatch(header.epoch(), options_.rank, spec.tag, sources);
+    auto& matched = pending->matched_;
+    matched = std::make_unique<PendingCollective::MatchedReceive>();
+    matched->epoch = header.epoch();
+    matched->tag = spec.tag;
+    matched->declared = spec.tensors;
+    matched->device = spec.device;
+    matched->cuda_stream = call.cuda_stream;
+    matched->any = match;
+    if (match && !call.group.empty()) matched->group = group;
+    header.set_kind(
+        static_cast<v1::CollectiveKind>(CollectiveKindToWire(CollectiveKind::kMatch)));
+    header.clear_group();
+    header.add_group(options_.rank);
+    header.clear_tensors();
+    header.set_root(match ? -1 : spec.root);
+    header.set_name(m.name);
+    header.set_match_tag(spec.tag);
+    if (match && !call.group.empty()) {
+      for (int r : sources) header.add_match_sources(r);
+    }
+    for (const auto& [source, count] : m.received) {
+      v1::ReceivedCount* c = header.add_match_received();
+      c->set_source(source);
+      c->set_count(count);
+    }
+    // The answer is a host tensor, whatever the message's device.
+    contribution.layout = PayloadLayout();
+    contribution.inputs.clear();
+    contribution.send_payload = false;
+    contribution.device = Device::Cpu();
+    contribution.cuda_stream = nullptr;
+  } else if (p2p) {
     const int destination = spec.send_payload ? spec.peer : options_.rank;
-    PointToPointCount& count =
-        p2p_count_[absl::StrCat(spec.root, ">", destination, "|", spec.tag)];
-    if (count.epoch != header.epoch()) count = {header.epoch(), 0};
     header.set_name(
-        PointToPointName(spec.root, destination, spec.tag, count.next++));
+        message.has_value()
+            ? PointToPointName(spec.root, destination, spec.tag, *message)
+            : p2p_.NextMessage(header.epoch(), spec.root, destination,
+                               spec.tag));
   } else if (call.name.empty()) {
     header.set_sequence(sequence_[absl::StrJoin(group, ",")]++);
   } else {
@@ -379,8 +478,40 @@ std::unique_ptr<PendingCollective> ClientSession::Start(
     header.set_quorum_min_ranks(spec.quorum_min_ranks);
     header.set_quorum_grace_ms(absl::ToInt64Milliseconds(spec.quorum_grace));
   }
+  for (int64_t rows : spec.send_rows) header.add_send_rows(rows);
+  for (int64_t rows : spec.recv_rows) header.add_recv_rows(rows);
   pending->attempt_ = SendAttempt(*pending);
   return pending;
+}
+
+std::unique_ptr<PendingCollective> ClientSession::FollowMatch(
+    const PendingCollective& pending, int source, uint64_t n) {
+  const PendingCollective::MatchedReceive& matched = *pending.matched_;
+  {
+    absl::MutexLock lock(&mu_);
+    p2p_.Answered(matched.epoch, options_.rank, matched.tag, source, n);
+  }
+  CollectiveRequestSpec spec;
+  spec.kind = CollectiveKind::kSendReceive;
+  spec.root = source;
+  spec.peer = source;
+  spec.tag = matched.tag;
+  spec.send_payload = false;
+  spec.tensors = matched.declared;
+  spec.device = matched.device;
+  CallOptions call;
+  call.cuda_stream = matched.cuda_stream;
+  // What is left of the call's time, and at least a second for the
+  // message's bytes (the answer may have come at the end of it).
+  call.timeout = std::max(
+      pending.contribution_.deadline - kDeadlineSlack - absl::Now(),
+      absl::Seconds(1));
+  return StartCounted(spec, call, n);
+}
+
+void ClientSession::AbandonMatch(const PendingCollective& pending) {
+  absl::MutexLock lock(&mu_);
+  p2p_.Abandoned(pending.matched_->epoch, options_.rank, pending.matched_->tag);
 }
 
 void ClientSession::CatchUpWholeSequence(uint64_t next) {
@@ -418,10 +549,69 @@ void ClientSession::Settle(uint64_t attempt_number) {
 PendingCollective::~PendingCollective() {
   attempt_.reset();  // before the contributions it may point into
   if (!settled_) session_->Settle(attempt_number_);
+  if (matched_ != nullptr) {
+    absl::MutexLock lock(&matched_->mu);
+    if (!matched_->settled && invalid_.ok()) session_->AbandonMatch(*this);
+  }
 }
 
 bool PendingCollective::Ready() {
-  return !invalid_.ok() || attempt_->Ready();
+  if (!invalid_.ok()) return true;
+  if (matched_ == nullptr) return attempt_->Ready();
+  // Wait() may be moving on from the match: its outcome is not known here.
+  if (!matched_->mu.TryLock()) return false;
+  bool ready = true;
+  if (matched_->receive != nullptr) {
+    ready = matched_->receive->Ready();
+  } else if (!matched_->settled && !first_outcome_.has_value()) {
+    ready = attempt_->Ready();
+    if (ready) {
+      // The answer is in: start the receive of its message now, so that
+      // this says when the message itself is in.
+      absl::StatusOr<std::vector<Tensor>> answer = attempt_->Wait();
+      if (answer.ok()) {
+        TakeAnswer(FinishOwn(std::move(answer)));
+        if (matched_->receive != nullptr) ready = matched_->receive->Ready();
+      } else {
+        first_outcome_ = std::move(answer);  // Wait() may retry it
+      }
+    }
+  }
+  matched_->mu.Unlock();
+  return ready;
+}
+
+int PendingCollective::matched_source() const {
+  if (matched_ == nullptr || !matched_->any || matched_->source < 0) return -1;
+  const std::vector<int>& group = matched_->group;
+  if (group.empty()) return matched_->source;
+  auto it = std::lower_bound(group.begin(), group.end(), matched_->source);
+  return static_cast<int>(it - group.begin());
+}
+
+void PendingCollective::TakeAnswer(absl::StatusOr<std::vector<Tensor>> answer) {
+  matched_->settled = true;
+  absl::StatusOr<std::pair<int, uint64_t>> picked =
+      answer.ok() ? AnswerOf(*answer, session_->options_.world_size)
+                  : absl::StatusOr<std::pair<int, uint64_t>>(answer.status());
+  if (!picked.ok()) {
+    matched_->failure = picked.status();
+    session_->AbandonMatch(*this);
+    return;
+  }
+  matched_->source = picked->first;
+  matched_->receive = session_->FollowMatch(*this, picked->first, picked->second);
+}
+
+absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitMatched() {
+  PendingCollective* receive = nullptr;
+  {
+    absl::MutexLock lock(&matched_->mu);
+    if (!matched_->settled) TakeAnswer(WaitOwn());
+    if (!matched_->failure.ok()) return matched_->failure;
+    receive = matched_->receive.get();
+  }
+  return receive->Wait();
 }
 
 namespace {
@@ -454,7 +644,9 @@ absl::Status NameWhereItFailed(const absl::Status& status,
 }  // namespace
 
 absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitRetrying() {
-  absl::StatusOr<std::vector<Tensor>> result = attempt_->Wait();
+  absl::StatusOr<std::vector<Tensor>> result =
+      first_outcome_.has_value() ? *std::move(first_outcome_) : attempt_->Wait();
+  first_outcome_.reset();
   if (result.ok() || attempt_->retries_itself()) return result;
   RetrySequence retries(contribution_.deadline);
   while (!result.ok()) {
@@ -473,7 +665,16 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitRetrying() {
 
 absl::StatusOr<std::vector<Tensor>> PendingCollective::Wait() {
   if (!invalid_.ok()) return invalid_;
-  absl::StatusOr<std::vector<Tensor>> result = WaitRetrying();
+  if (matched_ != nullptr) return WaitMatched();
+  return WaitOwn();
+}
+
+absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitOwn() {
+  return FinishOwn(WaitRetrying());
+}
+
+absl::StatusOr<std::vector<Tensor>> PendingCollective::FinishOwn(
+    absl::StatusOr<std::vector<Tensor>> result) {
   session_->Settle(attempt_number_);
   settled_ = true;
   if (!result.ok()) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "client/client_options.h"
 #include "client/collective_attempt.h"
 #include "client/collective_backend.h"
+#include "client/point_to_point_counts.h"
 #include "client/shards/sharded_backend.h"
 #include "client/staging/device_staging.h"
 #include "client/staging/staging_backend.h"
@@ -54,8 +56,14 @@ struct CollectiveRequestSpec {
   // send_payload; the source on the destination) and the tag; root is the
   // source. Matched by the reserved name Start
   // gives it (core/point_to_point_name.h), never by the group's sequence.
+  // Match (ReceiveAny): the tag, root -1; its sources are the call's group
+  // (CallOptions.group, else the whole job) but this rank.
   int peer = -1;
   int64_t tag = 0;
+  // AllToAllV: the rows sent to each rank of the group, in group order, and
+  // those expected from each (empty: not checked).
+  std::vector<int64_t> send_rows;
+  std::vector<int64_t> recv_rows;
   // QuorumBarrier: its settings, and the step's number (sent as the
   // header's sequence; the name, from CallOptions, matches it).
   int quorum_min_ranks = 0;
@@ -86,13 +94,53 @@ class PendingCollective {
   // retry a transport failure). Never blocks.
   bool Ready();
 
+  // A receive whose message reducerd picked (ReceiveAny): once Wait()
+  // returned the message, its source as a rank of the call's group (its
+  // position in CallOptions.group, else its global rank); -1 otherwise.
+  int matched_source() const;
+
  private:
   friend class ClientSession;
   explicit PendingCollective(ClientSession* session) : session_(session) {}
 
-  // Waits for the first attempt's outcome, then replays and retries as
-  // Wait() says.
+  // A receive whose message reducerd picks (a ReceiveAny, or a Receive
+  // started while a match of its tag was unanswered) runs in two steps:
+  // this collective is the match (CollectiveKind::kMatch), whose answer
+  // names the message; then `receive`, a plain receive of that message,
+  // whose result is the call's.
+  struct MatchedReceive {
+    uint64_t epoch = 0;
+    int64_t tag = 0;
+    std::vector<TensorSpec> declared;  // ReceiveInPlace's buffer, or none
+    Device device;
+    void* cuda_stream = nullptr;
+    bool any = false;        // a ReceiveAny (else a Receive from one source)
+    std::vector<int> group;  // ReceiveAny's CallOptions.group, sorted
+    // Wait()'s and Ready()'s moves from the match to the receive.
+    absl::Mutex mu;
+    // The match's outcome was handed to the session (answered or not).
+    bool settled ABSL_GUARDED_BY(mu) = false;
+    absl::Status failure ABSL_GUARDED_BY(mu);  // the match's, if it failed
+    int source = -1;  // global, once answered (written before `receive`)
+    std::unique_ptr<PendingCollective> receive ABSL_GUARDED_BY(mu);
+  };
+
+  // Waits for this collective's own outcome: WaitRetrying, then settled and
+  // its failure named.
+  absl::StatusOr<std::vector<Tensor>> WaitOwn();
+  // Waits for the first attempt's outcome (or takes first_outcome_), then
+  // replays and retries as Wait() says.
   absl::StatusOr<std::vector<Tensor>> WaitRetrying();
+  // What Wait() does with this collective's own `result`: settles it and
+  // names its failure.
+  absl::StatusOr<std::vector<Tensor>> FinishOwn(
+      absl::StatusOr<std::vector<Tensor>> result);
+  // The two steps of a receive whose message reducerd picks.
+  absl::StatusOr<std::vector<Tensor>> WaitMatched();
+  // Hands the match's outcome to the session: the receive of the message
+  // it names starts, or the match is abandoned.
+  void TakeAnswer(absl::StatusOr<std::vector<Tensor>> answer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(matched_->mu);
 
   ClientSession* const session_;
   absl::Status invalid_;  // the call was refused before anything was sent
@@ -102,6 +150,9 @@ class PendingCollective {
   uint64_t attempt_number_ = 0;  // in its attempt id
   bool settled_ = true;          // false from its first attempt to Wait()'s end
   std::unique_ptr<CollectiveAttempt> attempt_;  // the latest
+  // The first attempt's outcome, when Ready() took it before Wait().
+  std::optional<absl::StatusOr<std::vector<Tensor>>> first_outcome_;
+  std::unique_ptr<MatchedReceive> matched_;  // null: one step
 };
 
 class ClientSession final {
@@ -124,7 +175,11 @@ class ClientSession final {
   // takes the next sequence number of its group, and sends it. A
   // SendReceive refuses CallOptions.name and CallOptions.group (its group is
   // {source, destination}) and takes instead the next count of its
-  // (source, destination, tag) in this epoch, for its reserved name.
+  // (source, destination, tag) in this epoch, for its reserved name. A
+  // Match (ReceiveAny) refuses CallOptions.name; it is sent as a match, and
+  // so is a receive while a match of its tag is unanswered
+  // (client/point_to_point_counts.h): Wait() then receives the message the
+  // answer names.
   std::unique_ptr<PendingCollective> Start(const CollectiveRequestSpec& spec,
                                            const CallOptions& call);
 
@@ -147,6 +202,17 @@ class ClientSession final {
  private:
   friend class PendingCollective;
   ClientSession(ClientOptions options, std::vector<std::string> targets);
+  // Start, a receive's message count given (`message`: the match's answer)
+  // instead of taken.
+  std::unique_ptr<PendingCollective> StartCounted(
+      const CollectiveRequestSpec& spec, const CallOptions& call,
+      std::optional<uint64_t> message);
+  // `pending`, a match, was answered with message n of `source`: counts it
+  // and starts the receive of that message.
+  std::unique_ptr<PendingCollective> FollowMatch(
+      const PendingCollective& pending, int source, uint64_t n);
+  // `pending`, a match, ended without an answer.
+  void AbandonMatch(const PendingCollective& pending);
   // Joins every shard; OK once all are ready.
   absl::Status JoinAll(absl::Time deadline);
   // Sends one attempt of `pending`'s collective.
@@ -190,15 +256,9 @@ class ClientSession final {
   absl::Mutex mu_;
   // Next sequence number per group (key: the group's ranks).
   absl::flat_hash_map<std::string, uint64_t> sequence_ ABSL_GUARDED_BY(mu_);
-  // Per point-to-point (source, destination, tag): the epoch its count is
-  // of, and the next count in that epoch (the source counts its sends, the
-  // destination its receives, alike; a new epoch starts again at 0).
-  struct PointToPointCount {
-    uint64_t epoch = 0;
-    uint64_t next = 0;
-  };
-  absl::flat_hash_map<std::string, PointToPointCount> p2p_count_
-      ABSL_GUARDED_BY(mu_);
+  // The counts behind point-to-point names: messages per (source,
+  // destination, tag), matches per tag, per epoch.
+  PointToPointCounts p2p_ ABSL_GUARDED_BY(mu_);
   // Numbers the collectives this session starts (their attempt ids).
   uint64_t next_attempt_ ABSL_GUARDED_BY(mu_) = 0;
 

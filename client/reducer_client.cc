@@ -272,6 +272,70 @@ absl::StatusOr<CollectiveRequestSpec> PointToPointSpec(
   return spec;
 }
 
+// AllToAllV's request: `input` (at least one dimension) cut by `send_rows`,
+// one entry per rank of the call's group, none negative, summing to its
+// dim 0; `recv_rows` empty or one entry per rank, none negative. Else
+// INVALID_ARGUMENT naming the value, before anything is sent.
+absl::StatusOr<CollectiveRequestSpec> AllToAllVSpec(
+    DeviceStaging* staging, const TensorView& input,
+    absl::Span<const int64_t> send_rows, absl::Span<const int64_t> recv_rows,
+    const CallOptions& call, int world_size) {
+  REDUCER_ASSIGN_OR_RETURN(
+      CollectiveRequestSpec spec,
+      OneInputSpec(staging, CollectiveKind::kAllToAllV, input, ReduceOp::kSum,
+                   "AllToAllV input"));
+  if (input.shape().empty()) {
+    return absl::InvalidArgumentError(
+        "AllToAllV: the input needs a dimension to cut (dim 0), got shape []");
+  }
+  const size_t group_size =
+      call.group.empty() ? static_cast<size_t>(world_size) : call.group.size();
+  auto check = [&](absl::Span<const int64_t> rows,
+                   absl::string_view name) -> absl::Status {
+    if (rows.size() != group_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "AllToAllV: ", name, " has ", rows.size(),
+          rows.size() == 1 ? " entry" : " entries", ", but the group has ",
+          group_size, " ranks (one entry per group rank)"));
+    }
+    for (size_t j = 0; j < rows.size(); ++j) {
+      if (rows[j] < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "AllToAllV: ", name, "[", j, "] is ", rows[j], ", negative"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  REDUCER_RETURN_IF_ERROR(check(send_rows, "send_rows"));
+  if (!recv_rows.empty()) REDUCER_RETURN_IF_ERROR(check(recv_rows, "recv_rows"));
+  const int64_t dim0 = input.shape()[0];
+  int64_t sum = 0;
+  for (int64_t rows : send_rows) {
+    if (rows > dim0 - sum) {  // more than its dim 0 (and no overflow)
+      sum = -1;
+      break;
+    }
+    sum += rows;
+  }
+  if (sum != dim0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AllToAllV: send_rows [", absl::StrJoin(send_rows, ","),
+        "] do not sum to the input's dim 0 (", dim0, ", shape ",
+        ShapeToString(input.shape()), ")"));
+  }
+  spec.send_rows.assign(send_rows.begin(), send_rows.end());
+  spec.recv_rows.assign(recv_rows.begin(), recv_rows.end());
+  return spec;
+}
+
+CollectiveRequestSpec ReceiveAnySpec(int tag) {
+  CollectiveRequestSpec spec;
+  spec.kind = CollectiveKind::kMatch;
+  spec.tag = tag;
+  spec.send_payload = false;
+  return spec;
+}
+
 CollectiveRequestSpec BarrierSpec() {
   CollectiveRequestSpec spec;
   spec.kind = CollectiveKind::kBarrier;
@@ -411,7 +475,9 @@ absl::StatusOr<std::vector<Tensor>> CollectiveHandle::Wait() {
   waited_ = true;
   if (!invalid_.ok()) return invalid_;
   std::unique_ptr<PendingCollective> pending = std::move(pending_);
-  return pending->Wait();
+  absl::StatusOr<std::vector<Tensor>> result = pending->Wait();
+  if (result.ok()) source_ = pending->matched_source();
+  return result;
 }
 
 AllReduceHandle::AllReduceHandle(std::unique_ptr<CollectiveHandle> handle)
@@ -679,6 +745,49 @@ absl::StatusOr<Tensor> Client::AllToAll(const TensorView& input,
       OneInputSpec(staging(), CollectiveKind::kAllToAll, input, ReduceOp::kSum,
                    "AllToAll input"));
   return Single(session_->Run(spec, call));
+}
+
+std::unique_ptr<CollectiveHandle> Client::AllToAllVAsync(
+    const TensorView& input, absl::Span<const int64_t> send_rows,
+    const CallOptions& call) {
+  return AllToAllVAsync(input, send_rows, {}, call);
+}
+
+std::unique_ptr<CollectiveHandle> Client::AllToAllVAsync(
+    const TensorView& input, absl::Span<const int64_t> send_rows,
+    absl::Span<const int64_t> recv_rows, const CallOptions& call) {
+  return StartOrRefuse(AllToAllVSpec(staging(), input, send_rows, recv_rows,
+                                     call, world_size()),
+                       call);
+}
+
+absl::StatusOr<Tensor> Client::AllToAllV(const TensorView& input,
+                                         absl::Span<const int64_t> send_rows,
+                                         const CallOptions& call) {
+  return AllToAllV(input, send_rows, {}, call);
+}
+
+absl::StatusOr<Tensor> Client::AllToAllV(const TensorView& input,
+                                         absl::Span<const int64_t> send_rows,
+                                         absl::Span<const int64_t> recv_rows,
+                                         const CallOptions& call) {
+  REDUCER_ASSIGN_OR_RETURN(CollectiveRequestSpec spec,
+                           AllToAllVSpec(staging(), input, send_rows,
+                                         recv_rows, call, world_size()));
+  return Single(session_->Run(spec, call));
+}
+
+absl::StatusOr<Tensor> Client::ReceiveAny(int tag, int* source,
+                                          const CallOptions& call) {
+  std::unique_ptr<CollectiveHandle> handle = ReceiveAnyAsync(tag, call);
+  absl::StatusOr<Tensor> result = Single(handle->Wait());
+  if (result.ok() && source != nullptr) *source = handle->source();
+  return result;
+}
+
+std::unique_ptr<CollectiveHandle> Client::ReceiveAnyAsync(
+    int tag, const CallOptions& call) {
+  return StartOrRefuse(ReceiveAnySpec(tag), call);
 }
 
 absl::Status Client::Send(const TensorView& input, int destination, int tag,

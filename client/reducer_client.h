@@ -120,9 +120,10 @@ class CollectiveHandle {
 
   // The results, or the collective's error: what the blocking form
   // returns, as a vector (one tensor for AllReduce, AllGather, Broadcast,
-  // ReduceScatter, Scatter, AllToAll, and for the root of Reduce and Gather;
-  // one per input for AllReduceMany; none for Barrier and for the non-roots
-  // of Reduce and Gather, whose blocking forms return an empty Tensor()).
+  // ReduceScatter, Scatter, AllToAll, AllToAllV, Receive, ReceiveAny, and
+  // for the root of Reduce and Gather; one per input for AllReduceMany;
+  // none for Barrier, Send and for the non-roots of Reduce and Gather,
+  // whose blocking forms return an empty Tensor()).
   // Call once; a second call returns FAILED_PRECONDITION.
   absl::StatusOr<std::vector<Tensor>> Wait();
 
@@ -132,12 +133,18 @@ class CollectiveHandle {
   // as known.
   bool Ready();
 
+  // ReceiveAnyAsync: the sender's group rank (as ReceiveAny's *source) once
+  // Wait() returned its message; -1 before that, after an error, and for
+  // every other collective.
+  int source() const { return source_; }
+
  private:
   friend class Client;
   CollectiveHandle(std::unique_ptr<PendingCollective> pending, absl::Status invalid);
   std::unique_ptr<PendingCollective> pending_;  // null once waited for
   absl::Status invalid_;  // the call was refused before it started
   bool waited_ = false;
+  int source_ = -1;
 };
 
 // An all-reduce started by Client::AllReduceAsync: a CollectiveHandle whose
@@ -236,6 +243,12 @@ class Client {
                                                  const CallOptions& = {});
   std::unique_ptr<CollectiveHandle> AllToAllAsync(const TensorView& input,
                                                   const CallOptions& = {});
+  std::unique_ptr<CollectiveHandle> AllToAllVAsync(
+      const TensorView& input, absl::Span<const int64_t> send_rows,
+      const CallOptions& = {});
+  std::unique_ptr<CollectiveHandle> AllToAllVAsync(
+      const TensorView& input, absl::Span<const int64_t> send_rows,
+      absl::Span<const int64_t> recv_rows, const CallOptions& = {});
   // Scalars: a new value; float64 and int64 on the wire.
   absl::StatusOr<double> AllReduce(double value, ReduceOp op,
                                    const CallOptions& = {});
@@ -293,6 +306,34 @@ class Client {
   // of the parts sent to it, in group-rank order (the shape of its input).
   absl::StatusOr<Tensor> AllToAll(const TensorView& input,
                                   const CallOptions& = {});
+  // Uneven all-to-all (torch's all_to_all_single with split sizes): rank i
+  // sends send_rows[j] rows (dim 0) of its input to group rank j and gets
+  // the rows sent to it, concatenated in group-rank order; reducerd checks
+  // the sizes pairwise (a mismatch fails every rank, naming both).
+  //
+  // send_rows has one entry per rank of the group (the job, or
+  // CallOptions.group; group rank j is the j-th of its sorted ranks), none
+  // negative, summing to input's dim 0: the first send_rows[0] rows go to
+  // group rank 0, the next send_rows[1] to group rank 1, and so on; else
+  // INVALID_ARGUMENT before anything is sent, naming the value. Rows of 0
+  // are allowed, in any place. The input needs a dimension; its other
+  // dimensions and its dtype must be every rank's (else
+  // FAILED_PRECONDITION naming the ranks). The result has as many rows as
+  // the ranks send this one, after those dimensions. With recv_rows (one
+  // entry per group rank, none negative) this rank also says what it
+  // expects from each: reducerd checks recv_rows[i] of rank j against
+  // send_rows[j] of rank i for every pair where one was given, and fails
+  // every rank with FAILED_PRECONDITION naming both ranks and both numbers
+  // ("rank 0 sends 3 rows to rank 2, but rank 2 expects 4 from rank 0").
+  // Done() ranks: as AllToAll (FAILED_PRECONDITION). With several shards,
+  // the whole call goes to one shard.
+  absl::StatusOr<Tensor> AllToAllV(const TensorView& input,
+                                   absl::Span<const int64_t> send_rows,
+                                   const CallOptions& = {});
+  absl::StatusOr<Tensor> AllToAllV(const TensorView& input,
+                                   absl::Span<const int64_t> send_rows,
+                                   absl::Span<const int64_t> recv_rows,
+                                   const CallOptions& = {});
 
   // Point to point through reducerd, matched by (source, destination, tag)
   // in call order: this rank's k-th Send to `destination` with `tag` meets
@@ -324,6 +365,35 @@ class Client {
                                               const CallOptions& = {});
   std::unique_ptr<CollectiveHandle> ReceiveAsync(int source, int tag = 0,
                                                  const CallOptions& = {});
+  // The first Send to this rank with `tag`, from any rank; *source gets the
+  // sender's group rank (torch's recv with src=None, MPI_ANY_SOURCE).
+  //
+  // Which message: reducerd picks, among the messages to this rank with
+  // `tag` that it holds and that are the next of their source (a source's
+  // messages are taken in its order), the one that arrived first; if none
+  // is held, the first to arrive. A Receive(src, tag) after it gets src's
+  // next message (one ReceiveAny took counts in src's order, as a Receive
+  // would). A Receive of the same tag started while a ReceiveAny of it is
+  // still unanswered is matched by reducerd too, in call order: it gets
+  // src's next message not taken by the ReceiveAny. The sources are the
+  // other ranks of the job, or of CallOptions.group, which must contain
+  // this rank and another; *source is then the sender's position in that
+  // group (its global rank is group[*source], sorted). CallOptions.name
+  // must be empty; a negative tag is INVALID_ARGUMENT, before anything is
+  // sent. The message comes in two steps (reducerd names it, then sends it),
+  // so a ReceiveAny costs a round trip more than a Receive.
+  //
+  // DEADLINE_EXCEEDED when no message came in time, naming what it waited
+  // for ("no rank sent to rank 1 with tag 7 within 5s"); ABORTED, naming the
+  // lost rank, when a rank of the job was lost while it waited. With
+  // several shards, every message to one rank with one tag goes to the same
+  // shard. `source` may be null.
+  absl::StatusOr<Tensor> ReceiveAny(int tag, int* source,
+                                    const CallOptions& = {});
+  // Its asynchronous form: Wait() gives the message; the handle's source()
+  // the sender's group rank once Wait() returned it.
+  std::unique_ptr<CollectiveHandle> ReceiveAnyAsync(int tag,
+                                                    const CallOptions& = {});
   // Fault-tolerant steps. A quorum step ends over the ranks that
   // contributed within `options.grace` of the first arrival, or as soon as
   // every rank not known dead has arrived, provided at least

@@ -20,10 +20,11 @@
 // - AllToAll is cut as a ReduceScatter (PlanReduceScatter): its parts are
 //   the rank-slices, and the partition for shard s exchanges piece [begin,
 //   begin + count) of every part.
-// - AllGather, Broadcast, Gather, Scatter and Barrier go whole to
-//   one shard chosen by the key's hash: a rank does not know the others'
-//   AllGather or Gather sizes, nor a non-root the Broadcast or Scatter size,
-//   before the server has them all.
+// - AllGather, Broadcast, Gather, Scatter, AllToAllV and Barrier go whole
+//   to one shard chosen by the key's hash: a rank does not know the others'
+//   AllGather, Gather or AllToAllV sizes, nor a non-root the Broadcast or
+//   Scatter size, before the server has them all. Point-to-point messages
+//   and matches go whole to the shard of their destination and tag.
 //
 // Why one partition per shard (at most), not BytePS's 4 MB pieces: each
 // partition is a collective of its own, with its fixed cost (a stream, a

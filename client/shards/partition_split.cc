@@ -9,6 +9,7 @@
 #include "core/data_type.h"
 #include "core/fingerprint.h"
 #include "core/payload_layout.h"
+#include "core/point_to_point_name.h"
 #include "proto/reducer/v1/wire_conversion.h"
 
 namespace reducer {
@@ -148,7 +149,9 @@ SplitCollective SplitContribution(const Contribution& whole, int shards,
                                   size_t min_partition_bytes) {
   const v1::CollectiveHeader& header = whole.header;
   const std::vector<int> group(header.group().begin(), header.group().end());
-  const uint64_t key = CollectiveKeyHash(header.name(), group, header.sequence());
+  // Point-to-point messages and matches route by destination and tag.
+  const uint64_t key = CollectiveKeyHash(PointToPointRoute(header.name()),
+                                         group, header.sequence());
   const int whole_shard = ShardForKey(key, shards);
   absl::StatusOr<CollectiveKind> kind = CollectiveKindFromWire(header.kind());
   if (kind.ok() && *kind == CollectiveKind::kQuorumBarrier && shards > 1) {

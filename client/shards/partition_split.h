@@ -22,7 +22,11 @@
 // and as a follower note to every other shard; its result is the first
 // shard's. A Done goes to every shard; its result is the largest of their
 // int64s. A collective the plan keeps whole is sent as it is, to one
-// shard.
+// shard: every AllToAllV (no rank knows what the others send each other),
+// and every point-to-point message and match (ReceiveAny) by the hash of
+// its destination and tag alone (core/point_to_point_name.h,
+// PointToPointRoute), so that a match and the messages it picks among meet
+// on one shard.
 //
 // Pure functions; thread-safe.
 #ifndef REDUCER_CLIENT_SHARDS_PARTITION_SPLIT_H_

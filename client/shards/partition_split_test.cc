@@ -3,8 +3,10 @@
 #include <cstdint>
 #include <cstring>
 #include <set>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/data_type.h"
 #include "core/fingerprint.h"
 #include "core/payload_layout.h"
@@ -321,6 +323,55 @@ TEST(PartitionSplitTest, AllToAllPartitionsJoinToTheClosedForm) {
       }
     }
   }
+}
+
+TEST(PartitionSplitTest, MessagesAndMatchesToOneRankWithOneTagShareAShard) {
+  // Every send to rank 1 with tag 7, whatever its source and count, and
+  // every match of rank 1's receives of tag 7 go to one shard; over many
+  // destinations and tags, every shard is used.
+  std::vector<float> x(16, 1.0f);
+  auto shard_of = [&](CollectiveKind kind, const std::string& name,
+                      std::vector<int> group) {
+    Contribution c = ContributionOf(kind, {{DataType::kFloat32, {16}}},
+                                    {x.data()});
+    c.header.clear_group();
+    for (int r : group) c.header.add_group(r);
+    c.header.set_name(name);
+    if (kind == CollectiveKind::kMatch) {
+      c.header.clear_tensors();
+      c.layout = PayloadLayout();
+      c.inputs.clear();
+      c.send_payload = false;
+    }
+    SplitCollective split = SplitContribution(c, 4);
+    EXPECT_TRUE(split.whole) << name;
+    return split.parts[0].shard;
+  };
+  const int shard = shard_of(CollectiveKind::kSendReceive, "p2p 0>1 tag 7 #0", {0, 1});
+  EXPECT_EQ(shard_of(CollectiveKind::kSendReceive, "p2p 0>1 tag 7 #5", {0, 1}), shard);
+  EXPECT_EQ(shard_of(CollectiveKind::kSendReceive, "p2p 3>1 tag 7 #2", {1, 3}), shard);
+  EXPECT_EQ(shard_of(CollectiveKind::kMatch, "p2p *>1 tag 7 #4", {1}), shard);
+  std::set<int> used;
+  for (int destination = 0; destination < 4; ++destination) {
+    for (int tag = 0; tag < 8; ++tag) {
+      used.insert(shard_of(CollectiveKind::kSendReceive,
+                           absl::StrCat("p2p 9>", destination, " tag ", tag, " #0"),
+                           {destination, 9}));
+    }
+  }
+  EXPECT_EQ(used, (std::set<int>{0, 1, 2, 3}));
+}
+
+TEST(PartitionSplitTest, AllToAllVGoesWhole) {
+  std::vector<float> x(3 * 100000, 1.0f);  // over the size that cuts
+  Contribution c = ContributionOf(CollectiveKind::kAllToAllV,
+                                  {{DataType::kFloat32, {3, 100000}}},
+                                  {x.data()}, 3);
+  for (int64_t rows : {1, 0, 2}) c.header.add_send_rows(rows);
+  SplitCollective split = SplitContribution(c, 3);
+  ASSERT_TRUE(split.whole);
+  EXPECT_EQ(split.parts[0].contribution.header.SerializeAsString(),
+            c.header.SerializeAsString());
 }
 
 TEST(PartitionSplitTest, GatherAndScatterGoWhole) {
