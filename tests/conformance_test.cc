@@ -19,7 +19,8 @@
 // neither).
 //
 // The checks: every collective kind (Reduce, Gather and Scatter from every
-// root) out of place and in place at 0 bytes,
+// root; AllToAllV over groups of 2, 3 and 4; ReceiveAny from several
+// senders) out of place and in place at 0 bytes,
 // one element, exactly one chunk, one chunk + 1 byte and several chunks,
 // bit-identical to the closed form (conformance_worker); a mismatch of
 // shape, dtype or op fails every rank with FAILED_PRECONDITION naming both
@@ -274,6 +275,21 @@ TEST_P(ConformanceTest, AsyncFormOfEveryKindIsExact) {
 // and async (conformance_worker's sendreceive).
 TEST_P(ConformanceTest, SendReceiveRingMatchesByTagInCallOrder) {
   RunAtEverySize("sendreceive");
+}
+
+// Uneven all-to-all over groups of 2, 3 and 4 ranks, rows of zero for a
+// quarter of the pairs, blocking, with the expected rows and async, then an
+// exchange of nothing (conformance_worker's alltoallv).
+TEST_P(ConformanceTest, AllToAllVGivesEachRankTheRowsSentToIt) {
+  RunAtEverySize("alltoallv");
+}
+
+// ReceiveAny from three senders: each message once, from the source it
+// names, in its source's order; ReceiveAny then Receive from that source;
+// ReceiveAnyAsync with a ReceiveAsync started while they are unanswered
+// (conformance_worker's receiveany).
+TEST_P(ConformanceTest, ReceiveAnyTakesEachMessageOnceNamingItsSource) {
+  RunAtEverySize("receiveany");
 }
 
 TEST_P(ConformanceTest, BarrierWaitsForEveryRank) {

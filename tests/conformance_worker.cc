@@ -47,6 +47,18 @@
 //                          size; non-roots pass TensorView()
 //   alltoall:bytes=B       dim 0 a multiple of the world size, several
 //                          dtypes
+//   alltoallv:bytes=B      uneven all-to-all over groups of 2, 3 and every
+//                          rank, rows of zero for a quarter of the pairs
+//                          (B = 0: nothing at all), blocking, with the
+//                          expected rows, and asynchronous; then an
+//                          exchange of no row on every rank
+//   receiveany:bytes=B     one rank (the step's seed modulo the world
+//                          size) receives from every other with
+//                          ReceiveAny: each message once, from its source,
+//                          in its source's order; ReceiveAny then Receive
+//                          from the source it named; ReceiveAnyAsync and
+//                          a ReceiveAsync started while they are
+//                          unanswered, waited for in reverse order
 //   asynckinds:bytes=B     every other kind's asynchronous form (with
 //                          ReduceAsync, GatherAsync, ScatterAsync and
 //                          AllToAllAsync in a second round)
@@ -70,8 +82,10 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -82,12 +96,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/reducer_client.h"
 #include "core/data_type.h"
+#include "core/status_macros.h"
 #include "core/tensor.h"
 #include "tests/closed_form.h"
 #include "tests/worker_script.h"
@@ -212,6 +228,10 @@ class Checks {
       s = AllToAll(bytes, seed);
     } else if (verb == "sendreceive") {
       s = SendReceiveCheck(bytes, seed);
+    } else if (verb == "alltoallv") {
+      s = AllToAllV(bytes, seed);
+    } else if (verb == "receiveany") {
+      s = ReceiveAnyCheck(bytes, seed);
     } else {
       s = absl::InvalidArgumentError(
           absl::StrCat("conformance_worker: unknown verb ", verb));
@@ -1038,6 +1058,285 @@ class Checks {
       if (!got.ok()) return Annotate(got.status(), what);
       absl::Status c = Checked(*got, dtype, shape, want.data(), what);
       if (!c.ok()) return Wrong(c);
+    }
+    return absl::OkStatus();
+  }
+
+  // AllToAllV over groups of g = 2, 3 and every rank (ranks 0..g-1 when g
+  // is even, the last g ranks when odd; the others sit it out): group rank
+  // i sends Rows(i, j) = p(i, j) x unit rows of [rows, 3] to group rank j,
+  // p(i, j) = (7i + 3j + seed + g) % 4, so that a quarter of the pairs send
+  // no row, and unit sized for about `bytes` per rank (0 for no bytes). Each
+  // group runs the blocking form, the form with recv_rows (what each rank
+  // sends this one: the pairwise check passes), and the asynchronous form,
+  // in float32 and int8; then every rank exchanges no row at all. What rank
+  // j must get is cut here, row by row, from every sender's closed-form
+  // input.
+  absl::Status AllToAllV(int64_t bytes, uint64_t seed) {
+    constexpr int64_t kCols = 3;
+    std::vector<int> sizes;
+    for (int g : {2, 3, world_size_}) {
+      if (g <= world_size_ && std::find(sizes.begin(), sizes.end(), g) ==
+                                  sizes.end()) {
+        sizes.push_back(g);
+      }
+    }
+    for (int g : sizes) {
+      std::vector<int> group;
+      for (int k = 0; k < g; ++k) {
+        group.push_back(g % 2 == 0 ? k : world_size_ - g + k);
+      }
+      const auto at = std::find(group.begin(), group.end(), rank_);
+      const int me = at == group.end() ? -1 : static_cast<int>(at - group.begin());
+      for (DataType dtype : {DataType::kFloat32, DataType::kInt8}) {
+        if (!Wanted(dtype)) continue;
+        const int64_t row_bytes = kCols * static_cast<int64_t>(ElementSize(dtype));
+        const int64_t unit = (bytes + row_bytes * g - 1) / (row_bytes * g);
+        auto rows = [&](int i, int j) {
+          return static_cast<int64_t>((7 * i + 3 * j + seed + g) % 4) * unit;
+        };
+        const uint64_t s = Mix64(seed * 89 + static_cast<uint64_t>(dtype) * 7 +
+                                 static_cast<uint64_t>(g));
+        auto input_of = [&](int i) {
+          int64_t n = 0;
+          for (int j = 0; j < g; ++j) n += rows(i, j);
+          return MovedBytes(dtype, group[i], n * kCols, s);
+        };
+        // Three calls of the step for every rank, members or not, so that
+        // named steps name them alike.
+        CallOptions calls[3] = {Call(), Call(), Call()};
+        if (me < 0) continue;
+        for (CallOptions& call : calls) {
+          if (g != world_size_) call.group = group;
+        }
+        std::vector<int64_t> send, recv;
+        int64_t total = 0;
+        for (int k = 0; k < g; ++k) {
+          send.push_back(rows(me, k));
+          recv.push_back(rows(k, me));
+          total += rows(k, me);
+        }
+        std::vector<uint8_t> want;
+        const size_t esize = ElementSize(dtype);
+        for (int i = 0; i < g; ++i) {
+          int64_t before = 0;
+          for (int k = 0; k < me; ++k) before += rows(i, k);
+          const std::vector<uint8_t> theirs = input_of(i);
+          want.insert(want.end(), theirs.begin() + before * kCols * esize,
+                      theirs.begin() + (before + rows(i, me)) * kCols * esize);
+        }
+        const std::vector<uint8_t> mine = input_of(me);
+        absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(mine);
+        if (!in.ok()) return in.status();
+        const std::vector<int64_t> in_shape = {
+            static_cast<int64_t>(mine.size() / (kCols * esize)), kCols};
+        const TensorView view(in->data(), dtype, in_shape);
+        const std::string what =
+            absl::StrCat("alltoallv ", DataTypeName(dtype), " group [",
+                         absl::StrJoin(group, ","), "] sending [",
+                         absl::StrJoin(send, ","), "]");
+        const char* const forms[] = {"", " with recv_rows", " async"};
+        for (int form = 0; form < 3; ++form) {
+          absl::StatusOr<Tensor> got;
+          if (form == 0) {
+            got = client_->AllToAllV(view, send, calls[form]);
+          } else if (form == 1) {
+            got = client_->AllToAllV(view, send, recv, calls[form]);
+          } else {
+            got = SingleOf(client_->AllToAllVAsync(view, send, calls[form])->Wait());
+          }
+          const std::string context = what + forms[form];
+          if (!got.ok()) return Annotate(got.status(), context);
+          absl::Status c = Checked(*got, dtype, {total, kCols}, want.data(), context);
+          if (!c.ok()) return Wrong(c);
+        }
+      }
+    }
+    const std::vector<int64_t> none(world_size_, 0);
+    absl::StatusOr<Tensor> got = client_->AllToAllV(
+        TensorView(nullptr, DataType::kFloat32, {0, kCols}), none, Call());
+    if (!got.ok()) return Annotate(got.status(), "alltoallv of no row");
+    return Wrong(Checked(*got, DataType::kFloat32, {0, kCols}, nullptr,
+                         "alltoallv of no row"));
+  }
+
+  // The one tensor of an asynchronous call's result.
+  static absl::StatusOr<Tensor> SingleOf(
+      absl::StatusOr<std::vector<Tensor>> got) {
+    if (!got.ok()) return got.status();
+    if (got->size() != 1) {
+      return absl::InternalError(
+          absl::StrCat("got ", got->size(), " tensors, want 1"));
+    }
+    return std::move((*got)[0]);
+  }
+
+  // ReceiveAny: rank d = seed % world size receives, every other rank
+  // sends. Message k of source s with tag t is float32 [n + 2]: s, k, then
+  // n closed-form values of (s, t, k), so the receiver knows which it got
+  // and checks all of it.
+  //  tag 11  every source sends 2; d calls ReceiveAny 2 (W - 1) times: each
+  //          names its sender as *source, and a source's messages come in
+  //          their order, each once;
+  //  tag 12  every source sends 3; d calls ReceiveAny (from s0), then
+  //          Receive(s0), which must be s0's next message, then ReceiveAny
+  //          again, then Receives from every source for the rest, in order;
+  //  tag 13  every source sends 1, and the one after d 3; d starts two
+  //          ReceiveAnyAsync, then ReceiveAsync from that source (while the
+  //          two are unanswered, so reducerd matches it too: it gets that
+  //          source's first message the two did not take), then
+  //          ReceiveAnyAsync for the rest, and waits in reverse order:
+  //          every message once, each source's in the order of the calls,
+  //          ReceiveAnyAsync's source() its sender's.
+  // Received messages go into the digest in (tag, source, k) order, the
+  // same whatever order they came in.
+  absl::Status ReceiveAnyCheck(int64_t bytes, uint64_t seed) {
+    const int d = static_cast<int>(seed % static_cast<uint64_t>(world_size_));
+    const int first = (d + 1) % world_size_;
+    const int64_t n = ElementsFor(bytes, DataType::kFloat32);
+    auto message = [&](int source, int tag, int k) {
+      std::vector<uint8_t> out(2 * sizeof(float));
+      const float head[2] = {static_cast<float>(source), static_cast<float>(k)};
+      std::memcpy(out.data(), head, sizeof(head));
+      const std::vector<uint8_t> body = MovedBytes(
+          DataType::kFloat32, source, n,
+          Mix64(seed * 97 + static_cast<uint64_t>(tag) * 13 + k));
+      out.insert(out.end(), body.begin(), body.end());
+      return out;
+    };
+    const std::vector<int64_t> shape = {n + 2};
+    if (rank_ != d) {
+      const int counts[][2] = {{11, 2}, {12, 3}, {13, rank_ == first ? 3 : 1}};
+      for (const auto& [tag, count] : counts) {
+        for (int k = 0; k < count; ++k) {
+          absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(message(rank_, tag, k));
+          if (!in.ok()) return in.status();
+          absl::Status sent = client_->Send(
+              TensorView(in->data(), DataType::kFloat32, shape), d, tag,
+              P2pCall());
+          if (!sent.ok()) {
+            return Annotate(sent, absl::StrCat("send ", k, " tag ", tag, " to ", d));
+          }
+        }
+      }
+      return absl::OkStatus();
+    }
+    // Received messages by (tag, source, k), for the digest.
+    std::map<std::tuple<int, int, int>, Tensor> received;
+    // Identifies a received message: its source and k, checked against
+    // `source` (the one reported or asked for) and its whole closed form.
+    auto identify = [&](const Tensor& got, int tag, int source,
+                        const std::string& what) -> absl::StatusOr<int> {
+      if (got.dtype() != DataType::kFloat32 || got.shape() != shape) {
+        return Wrong(absl::FailedPreconditionError(absl::StrCat(
+            what, ": got ", DataTypeName(got.dtype()), " ",
+            ShapeText(got.shape()), ", want float32 ", ShapeText(shape))));
+      }
+      const float* head = got.values<float>().data();
+      const int s = static_cast<int>(head[0]);
+      const int k = static_cast<int>(head[1]);
+      if (s != source || k < 0 || k > 2) {
+        return Wrong(absl::FailedPreconditionError(absl::StrCat(
+            what, ": got message ", k, " of rank ", s, " as rank ", source,
+            "'s")));
+      }
+      const std::vector<uint8_t> want = message(s, tag, k);
+      absl::Status c = CompareElements(DataType::kFloat32, got.data(),
+                                       want.data(), n + 2, what);
+      if (!c.ok()) return Wrong(c);
+      if (!received.emplace(std::make_tuple(tag, s, k), got).second) {
+        return Wrong(absl::FailedPreconditionError(absl::StrCat(
+            what, ": message ", k, " of rank ", s, " with tag ", tag,
+            " came twice")));
+      }
+      return k;
+    };
+    std::vector<int> next(world_size_, 0);  // per source, its next message
+    auto in_order = [&](int tag, int source, int k,
+                        const std::string& what) -> absl::Status {
+      if (k != next[source]) {
+        return Wrong(absl::FailedPreconditionError(absl::StrCat(
+            what, ": got message ", k, " of rank ", source, " with tag ", tag,
+            ", but its message ", next[source], " was not received yet")));
+      }
+      ++next[source];
+      return absl::OkStatus();
+    };
+    auto receive_any = [&](int tag, const std::string& what)
+        -> absl::StatusOr<int> {
+      int source = -1;
+      absl::StatusOr<Tensor> got = client_->ReceiveAny(tag, &source, P2pCall());
+      if (!got.ok()) return Annotate(got.status(), what);
+      if (source < 0 || source >= world_size_ || source == d) {
+        return Wrong(absl::FailedPreconditionError(
+            absl::StrCat(what, ": its source is ", source)));
+      }
+      absl::StatusOr<int> k = identify(*got, tag, source, what);
+      if (!k.ok()) return k.status();
+      REDUCER_RETURN_IF_ERROR(in_order(tag, source, *k, what));
+      return source;
+    };
+    auto receive = [&](int tag, int source, const std::string& what) -> absl::Status {
+      absl::StatusOr<Tensor> got = client_->Receive(source, tag, P2pCall());
+      if (!got.ok()) return Annotate(got.status(), what);
+      absl::StatusOr<int> k = identify(*got, tag, source, what);
+      if (!k.ok()) return k.status();
+      return in_order(tag, source, *k, what);
+    };
+    // Tag 11.
+    for (int i = 0; i < 2 * (world_size_ - 1); ++i) {
+      absl::StatusOr<int> s = receive_any(11, absl::StrCat("tag 11 receive any ", i));
+      if (!s.ok()) return s.status();
+    }
+    for (int r = 0; r < world_size_; ++r) {
+      if (r != d && next[r] != 2) {
+        return Wrong(absl::FailedPreconditionError(absl::StrCat(
+            "tag 11: ", next[r], " messages of rank ", r, " came, want 2")));
+      }
+    }
+    // Tag 12.
+    std::fill(next.begin(), next.end(), 0);
+    absl::StatusOr<int> s0 = receive_any(12, "tag 12 receive any 0");
+    if (!s0.ok()) return s0.status();
+    REDUCER_RETURN_IF_ERROR(receive(12, *s0, absl::StrCat(
+        "tag 12 receive from rank ", *s0, " after receive any named it")));
+    absl::StatusOr<int> s1 = receive_any(12, "tag 12 receive any 1");
+    if (!s1.ok()) return s1.status();
+    for (int r = 0; r < world_size_; ++r) {
+      while (r != d && next[r] < 3) {
+        REDUCER_RETURN_IF_ERROR(receive(
+            12, r, absl::StrCat("tag 12 receive ", next[r], " from rank ", r)));
+      }
+    }
+    // Tag 13: world size + 1 messages in all.
+    std::fill(next.begin(), next.end(), 0);
+    std::vector<std::unique_ptr<CollectiveHandle>> handles;
+    handles.push_back(client_->ReceiveAnyAsync(13, P2pCall()));
+    handles.push_back(client_->ReceiveAnyAsync(13, P2pCall()));
+    handles.push_back(client_->ReceiveAsync(first, 13, P2pCall()));
+    while (static_cast<int>(handles.size()) < world_size_ + 1) {
+      handles.push_back(client_->ReceiveAnyAsync(13, P2pCall()));
+    }
+    std::vector<absl::StatusOr<Tensor>> got(handles.size());
+    for (size_t i = handles.size(); i-- > 0;) got[i] = SingleOf(handles[i]->Wait());
+    for (size_t i = 0; i < handles.size(); ++i) {
+      const std::string what = absl::StrCat("tag 13 async receive ", i);
+      if (!got[i].ok()) return Annotate(got[i].status(), what);
+      const int source = i == 2 ? first : handles[i]->source();
+      if (i == 2 && handles[i]->source() != -1) {
+        return Wrong(absl::FailedPreconditionError(absl::StrCat(
+            what, ": a Receive's handle says source ", handles[i]->source())));
+      }
+      if (source < 0 || source >= world_size_ || source == d) {
+        return Wrong(absl::FailedPreconditionError(
+            absl::StrCat(what, ": its source is ", source)));
+      }
+      absl::StatusOr<int> k = identify(*got[i], 13, source, what);
+      if (!k.ok()) return k.status();
+      REDUCER_RETURN_IF_ERROR(in_order(13, source, *k, what));
+    }
+    for (const auto& [key, tensor] : received) {
+      Record(tensor.data(), tensor.num_bytes());
     }
     return absl::OkStatus();
   }

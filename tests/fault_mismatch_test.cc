@@ -230,6 +230,58 @@ TEST_F(MismatchTimingTest, InPlaceBuffersKeepTheirBytes) {
              kFast);
 }
 
+class AllToAllVMismatchTest : public FaultTest {};
+
+// Three ranks exchange uneven rows twice. The first time rank 1 and rank 2
+// say what they expect, rightly; the second time rank 2 expects 4 rows from
+// rank 0, which sends it 3: every rank fails with FAILED_PRECONDITION naming
+// both ranks and both numbers as soon as rank 2 arrives, long before the
+// timeout. Before that, rows that do not make up one entry per group rank,
+// a negative entry, or entries that do not sum to the input's rows are
+// refused on every rank before anything is sent, naming the value. The job
+// goes on.
+TEST_F(AllToAllVMismatchTest, ExpectedRowsThatDisagreeFailEveryRankNamingBoth) {
+  ASSERT_TRUE(StartServer());
+  const std::string job = Job();
+  const std::string refused =
+      "alltoallv:send=1+1;alltoallv:send=2+-1+1;alltoallv:send=1+1+1,rows=4;";
+  const std::string tail = ",timeout_ms=20000;";
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
+      job, 3,
+      {absl::StrCat(refused, "alltoallv:send=1+1+3", tail,
+                    "alltoallv:send=1+1+3", tail, kFollowUp),
+       absl::StrCat(refused, "alltoallv:send=2+0+0,recv=1+0+0", tail,
+                    "alltoallv:send=2+0+0,recv=1+0+0", tail, kFollowUp),
+       absl::StrCat(refused, "alltoallv:send=0+0+1,recv=3+0+1", tail,
+                    "sleep:ms=300;alltoallv:send=0+0+1,recv=4+0+1", tail,
+                    kFollowUp)});
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), 3u);
+  const absl::StatusCode invalid = absl::StatusCode::kInvalidArgument;
+  const std::string want = absl::StrCat(
+      "alltoallv #1 in job ", job,
+      ": mismatched rows: rank 0 sends 3 rows to rank 2, but rank 2 expects 4 "
+      "from rank 0");
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    const ProcessResult& result = results[r];
+    ExpectStep(result, "1", invalid,
+               {"AllToAllV: send_rows has 2 entries, but the group has 3 ranks"},
+               kFast);
+    ExpectStep(result, "2", invalid, {"AllToAllV: send_rows[1] is -1, negative"},
+               kFast);
+    ExpectStep(result, "3", invalid,
+               {"AllToAllV: send_rows [1,1,1] do not sum to the input's dim 0 "
+                "(4, shape [4,2])"},
+               kFast);
+    ExpectStep(result, "4", absl::StatusCode::kOk, {}, kFast);
+    const std::string failed = r == 2 ? "6" : "5";
+    ExpectStep(result, failed, absl::StatusCode::kFailedPrecondition, {want},
+               kFast);
+    ExpectStep(result, r == 2 ? "7" : "6", absl::StatusCode::kOk);
+  }
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace reducer

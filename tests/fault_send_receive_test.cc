@@ -1,4 +1,7 @@
-// Fault tests of point-to-point messages (Client::Send / Receive): a send
+// Fault tests of point-to-point messages (Client::Send / Receive /
+// ReceiveAny): a ReceiveAny takes the first send from any source and names
+// it, fails at its deadline saying what it waited for, is aborted naming a
+// dead rank, and checks its call; a send
 // is buffered (it returns once reducerd holds it, before the receiver
 // calls); a Receive whose Send never comes fails at its deadline naming the
 // source; a receiver waiting on a source that is SIGKILLed before sending
@@ -174,6 +177,115 @@ TEST_F(SendReceiveFaultTest, SendBeyondTheJobsMemoryShareIsRefused) {
                 "rank 0 needs 2400000 more"},
                kSoon);
   }
+}
+
+// ReceiveAny (rank 1, tag 7) while nothing was sent waits for the first
+// send to arrive: rank 2's, 0.3 s in, then rank 0's, 1.2 s in; each names
+// its sender. Then a message rank 0 sent while rank 1 was busy is held:
+// ReceiveAny takes it at once, and the Receive from rank 0 after it gets
+// rank 0's next message.
+TEST_F(SendReceiveFaultTest, ReceiveAnyTakesTheFirstSendFromAnySource) {
+  ASSERT_TRUE(StartServer());
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
+      Job(), 3,
+      {"sleep:ms=1200;send:to=1,tag=7,seed=3;send:to=1,tag=7,seed=4;"
+       "send:to=1,tag=7,seed=5",
+       "receive_any:tag=7,from=2,seed=2;receive_any:tag=7,from=0,seed=3;"
+       "sleep:ms=1000;receive_any:tag=7,from=0,seed=4;"
+       "receive:from=0,tag=7,seed=5",
+       "sleep:ms=300;send:to=1,tag=7,seed=2"});
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), 3u);
+  for (const char* step : {"1", "2", "4", "5"}) {
+    SCOPED_TRACE(absl::StrCat("rank 1 step ", step));
+    ExpectStep(results[1], step, absl::StatusCode::kOk, {}, kSoon);
+    EXPECT_EQ(Step(results[1], step).check, "ok");
+  }
+  ExpectStep(results[1], "1", absl::StatusCode::kOk, {"source=2"});
+  ExpectStep(results[1], "2", absl::StatusCode::kOk, {"source=0"});
+  // The first waited for rank 2's send, the second for rank 0's; the third
+  // found its message held.
+  EXPECT_GE(Step(results[1], "1").elapsed, absl::Milliseconds(250));
+  EXPECT_GE(Step(results[1], "1").elapsed + Step(results[1], "2").elapsed,
+            absl::Milliseconds(1100));
+  EXPECT_LT(Step(results[1], "4").elapsed, absl::Milliseconds(900));
+}
+
+// A ReceiveAny no send matches fails at its deadline, saying what it waited
+// for; the rank's later receives of the tag still work: a plain Receive
+// (rank 0's message 0) and a ReceiveAny (its message 1).
+TEST_F(SendReceiveFaultTest, ReceiveAnyWhoseSendNeverComesSaysWhatItWaitedFor) {
+  ASSERT_TRUE(StartServer());
+  const std::string job = Job();
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
+      job, 3,
+      {"wait_file:path=timed_out;send:to=1,tag=7,seed=8;send:to=1,tag=7,seed=9",
+       "receive_any:tag=7,timeout_ms=1500;touch:path=timed_out;"
+       "receive:from=0,tag=7,seed=8;receive_any:tag=7,from=0,seed=9",
+       "wait_file:path=timed_out"});
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), 3u);
+  ExpectStep(results[1], "1", absl::StatusCode::kDeadlineExceeded,
+             {absl::StrCat("match \"p2p *>1 tag 7 #0\" of group [1] in job ",
+                           job, ": no rank sent to rank 1 with tag 7 within 1.5s")},
+             absl::Seconds(6));
+  EXPECT_GE(Step(results[1], "1").elapsed, absl::Milliseconds(1400))
+      << "the receive gave up before its timeout";
+  ExpectStep(results[1], "3", absl::StatusCode::kOk, {}, kSoon);
+  EXPECT_EQ(Step(results[1], "3").check, "ok");
+  ExpectStep(results[1], "4", absl::StatusCode::kOk, {"source=0"}, kSoon);
+  EXPECT_EQ(Step(results[1], "4").check, "ok");
+}
+
+// The only other rank is SIGKILLed while rank 1 waits in ReceiveAny: it
+// gets ABORTED naming rank 0 within seconds, as a Receive would.
+TEST_F(SendReceiveFaultTest, ReceiveAnyOfAJobWhoseOtherRankDiedNamesIt) {
+  ASSERT_TRUE(StartServer());
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
+      Job(), 2,
+      {"hang", absl::StrCat("receive_any:tag=3,timeout_ms=", kLongTimeoutMs)});
+  ASSERT_EQ(workers.size(), 2u);
+  ASSERT_NE(workers[0], nullptr);
+  ASSERT_NE(workers[1], nullptr);
+  ASSERT_TRUE(WaitForOutput(*workers[0], "BEGIN 1 hang"));
+  ASSERT_TRUE(WaitForOutput(*workers[1], "BEGIN 1 receive_any"));
+  absl::SleepFor(absl::Milliseconds(500));  // the match reaches reducerd
+  ASSERT_TRUE(workers[0]->Signal(SIGKILL));
+  const ProcessResult killed = workers[0]->Wait(absl::Seconds(10));
+  EXPECT_EQ(killed.term_signal, SIGKILL) << killed.Describe();
+  workers.erase(workers.begin());
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), 1u);
+  ExpectStep(results[0], "1", absl::StatusCode::kAborted, {"rank 0"}, kSoon);
+}
+
+// ReceiveAny with a negative tag, a name, or a group with no other rank is
+// refused before anything is sent; with a group, it receives from that
+// group only and names the sender by its place in it.
+TEST_F(SendReceiveFaultTest, ReceiveAnyChecksItsCallAndHonoursItsGroup) {
+  ASSERT_TRUE(StartServer());
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
+      Job(), 3,
+      {"send:to=2,tag=4,seed=6;touch:path=sent",
+       "wait_file:path=sent;send:to=2,tag=4,seed=5",
+       "receive_any:tag=-1;receive_any:name=x;receive_any:group=2;"
+       "wait_file:path=sent;receive_any:tag=4,group=1+2,from=0,seed=5;"
+       "receive_any:tag=4,seed=6,from=0"});
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), 3u);
+  const absl::StatusCode invalid = absl::StatusCode::kInvalidArgument;
+  ExpectStep(results[2], "1", invalid, {"ReceiveAny: tag -1 is negative"}, kSoon);
+  ExpectStep(results[2], "2", invalid,
+             {"ReceiveAny: CallOptions.name \"x\" must be empty"}, kSoon);
+  ExpectStep(results[2], "3", invalid,
+             {"ReceiveAny: the group [2] has no other rank to receive from"},
+             kSoon);
+  // Rank 0's message was held first, but the group [1,2] leaves it out:
+  // rank 1's comes, named 0, its place in the group.
+  ExpectStep(results[2], "5", absl::StatusCode::kOk, {"source=0"}, kSoon);
+  EXPECT_EQ(Step(results[2], "5").check, "ok");
+  ExpectStep(results[2], "6", absl::StatusCode::kOk, {"source=0"}, kSoon);
+  EXPECT_EQ(Step(results[2], "6").check, "ok");
 }
 
 }  // namespace

@@ -40,6 +40,15 @@
 //       tag (default 0), dtype, shape, seed, timeout_ms; the receiver checks
 //       the source's closed form (in place: a failed call left its buffer
 //       as it was).
+//   receive_any
+//       ReceiveAny with keys tag, dtype, shape, seed, timeout_ms, group,
+//       name: checks the closed form of the source it names (and, with
+//       from=S, that it is S); msg ends "source=<s>".
+//   alltoallv:send=A+B+...,recv=A+B+...
+//       AllToAllV of rows of `cols` (default 2) `dtype` elements, sending
+//       A rows to group rank 0, B to 1, ...; recv: the rows expected from
+//       each (optional); rows=N: an input of N rows instead of the sum.
+//       Results unchecked.
 //   async_<collective>
 //       Starts the collective on a thread of its own and goes on at once;
 //       its RESULT line comes when it ends. `join` waits for all of them.
@@ -171,6 +180,7 @@ struct Outcome {
   absl::Duration call_elapsed = -absl::InfiniteDuration();
   std::string check = "none";  // ok | none | bad
   std::string detail;          // for check=bad
+  std::string note;            // appended to the RESULT line's msg
 };
 
 class Worker {
@@ -210,6 +220,9 @@ class Worker {
                           ? absl::StrCat(outcome.status.message(), " | CHECK: ",
                                          outcome.detail)
                           : std::string(outcome.status.message());
+    if (!outcome.note.empty()) {
+      absl::StrAppend(&msg, msg.empty() ? "" : " ", outcome.note);
+    }
     absl::StrReplaceAll({{"\n", " "}}, &msg);
     Emit(absl::StrCat("RESULT ", index, " ", verb,
                       " code=", absl::StatusCodeToString(outcome.status.code()),
@@ -341,7 +354,85 @@ class Worker {
     if (verb == "send" || verb == "receive" || verb == "receive_inplace") {
       return RunPointToPoint(step, *call);
     }
+    if (verb == "receive_any") return RunReceiveAny(step, *call);
+    if (verb == "alltoallv") return RunAllToAllV(step, *call);
     return RunTensorCollective(step, *call);
+  }
+
+  // receive_any: ReceiveAny with `tag` (default 0) of a `dtype` and `shape`
+  // message; its content must be the closed form of the source it names
+  // (as send makes it with the same seed), and that source `from`, if
+  // given. RESULT's msg then ends " source=<s>".
+  Outcome RunReceiveAny(const Step& step, const CallOptions& call) {
+    Outcome out;
+    absl::StatusOr<DataType> dtype = ParseDataType(step.Get("dtype", "float32"));
+    absl::StatusOr<std::vector<int64_t>> shape = ParseShape(step.Get("shape", "8"));
+    if (!dtype.ok() || !shape.ok()) {
+      out.status = !dtype.ok() ? dtype.status() : shape.status();
+      return out;
+    }
+    const uint64_t seed = static_cast<uint64_t>(step.GetInt("seed", 1)) * 1000;
+    int source = -1;
+    absl::StatusOr<Tensor> got = client_->ReceiveAny(
+        static_cast<int>(step.GetInt("tag", 0)), &source, call);
+    out.status = got.status();
+    if (!got.ok()) return out;
+    const int from = static_cast<int>(step.GetInt("from", -1));
+    const int global = call.group.empty() ? source : Members(call)[source];
+    const std::vector<uint8_t> want = ClosedFormInput(
+        ReduceOp::kSum, *dtype, global, Elements(*shape), seed);
+    out.status = absl::OkStatus();
+    if (from >= 0 && source != from) {
+      out.check = "bad";
+      out.detail = absl::StrCat("the message came from rank ", source,
+                                ", not from rank ", from);
+    } else if (got->dtype() != *dtype || got->shape() != *shape ||
+               got->num_bytes() != want.size() ||
+               std::memcmp(got->data(), want.data(), want.size()) != 0) {
+      out.check = "bad";
+      out.detail = absl::StrCat("received ", DataTypeName(got->dtype()), " ",
+                                ShapeToString(got->shape()),
+                                ", not the closed form of rank ", global);
+    } else {
+      out.check = "ok";
+    }
+    out.note = absl::StrCat("source=", source);
+    return out;
+  }
+
+  // alltoallv: AllToAllV of `dtype` rows of `cols` (default 2) elements,
+  // send=a+b+... rows to each group rank (recv=... the rows it expects, if
+  // given); the input is this rank's closed form (results unchecked: the
+  // step is for failures).
+  Outcome RunAllToAllV(const Step& step, const CallOptions& call) {
+    Outcome out;
+    absl::StatusOr<DataType> dtype = ParseDataType(step.Get("dtype", "float32"));
+    if (!dtype.ok()) {
+      out.status = dtype.status();
+      return out;
+    }
+    auto rows_of = [](const std::string& text) {
+      std::vector<int64_t> rows;
+      for (absl::string_view r : absl::StrSplit(text, '+', absl::SkipEmpty())) {
+        int64_t v = 0;
+        if (absl::SimpleAtoi(r, &v)) rows.push_back(v);
+      }
+      return rows;
+    };
+    const std::vector<int64_t> send = rows_of(step.Get("send", ""));
+    const std::vector<int64_t> recv = rows_of(step.Get("recv", ""));
+    const int64_t cols = step.GetInt("cols", 2);
+    int64_t total = 0;
+    for (int64_t r : send) total += std::max<int64_t>(r, 0);
+    total = step.GetInt("rows", total);
+    const std::vector<int64_t> shape = {total, cols};
+    const std::vector<uint8_t> input =
+        ClosedFormInput(ReduceOp::kSum, *dtype, options_.rank, total * cols,
+                        static_cast<uint64_t>(step.GetInt("seed", 1)) * 1000);
+    absl::StatusOr<Tensor> got = client_->AllToAllV(
+        TensorView(input.data(), *dtype, shape), send, recv, call);
+    out.status = got.status();
+    return out;
   }
 
   // send (to=D) and receive (from=S): a point-to-point message with `tag`

@@ -9,8 +9,9 @@
 //   equals the closed form (conformance_worker's check=ok), the digests of
 //   the result bytes of the two runs are equal step by step, and with three
 //   shards every shard carried payload.
-// - Send and Receive around the ring over one shard and over two give the
-//   same closed-form results, and each of the two shards carries messages.
+// - Send and Receive around the ring, and ReceiveAny from several senders,
+//   over one shard and over two give the same closed-form results, and each
+//   of the two shards carries messages.
 // - A rank whose shard list differs from the others' (same shards, another
 //   order, or one of them alone) fails Connect with FAILED_PRECONDITION
 //   naming both lists; a rank with the right list then joins and the job
@@ -327,10 +328,11 @@ TEST_F(ShardsTest, EveryCollectiveIsBitIdenticalOverOneAndThreeShards) {
   }
 }
 
-// Reduce, Gather and Scatter from every root, and AllToAll, over two
-// shards, small and of several MiB (a Reduce of 2 MiB is cut over both
-// shards, each part a Reduce with the same root; the others go whole to
-// one shard): every result equals the closed form.
+// Reduce, Gather and Scatter from every root, AllToAll, and AllToAllV over
+// groups of 2, 3 and 4 ranks, over two shards, small and of several MiB (a
+// Reduce of 2 MiB is cut over both shards, each part a Reduce with the same
+// root; the others go whole to one shard): every result equals the closed
+// form.
 TEST_F(ShardsTest, RootedKindsAndAllToAllAreExactOverTwoShards) {
   const std::vector<std::string> steps = {
       "reduce:bytes=1000",
@@ -342,7 +344,10 @@ TEST_F(ShardsTest, RootedKindsAndAllToAllAreExactOverTwoShards) {
       "alltoall:bytes=1000",
       "alltoall:bytes=2097152,dtype=float32",
       "reduce:bytes=300,name=n_reduce",
-      "alltoall:bytes=300,name=n_alltoall"};
+      "alltoall:bytes=300,name=n_alltoall",
+      "alltoallv:bytes=1000",
+      "alltoallv:bytes=700000",
+      "alltoallv:bytes=300,name=n_alltoallv"};
   std::vector<std::unique_ptr<ChildProcess>> workers = StartRanks(
       conformance_worker_, Job(), Target(2), {absl::StrJoin(steps, ";")});
   std::vector<ProcessResult> results = WaitWorkers(workers);
@@ -357,13 +362,16 @@ TEST_F(ShardsTest, RootedKindsAndAllToAllAreExactOverTwoShards) {
 }
 
 // Send and Receive around the ring (conformance_worker's sendreceive: both
-// orders, interleaved tags, in place, async), small and of several MiB, over
-// one shard and then two: every result equals the closed form, the digests
-// of the two runs are equal step by step, and each message going whole to
-// the shard its name hashes to, both shards carried some.
+// orders, interleaved tags, in place, async), and ReceiveAny from several
+// senders mixed with Receive (its receiveany), small and of several MiB,
+// over one shard and then two: every result equals the closed form, the
+// digests of the two runs are equal step by step, and each message going
+// whole to the shard its destination and tag hash to, both shards carried
+// some.
 TEST_F(ShardsTest, SendReceiveIsBitIdenticalOverOneAndTwoShards) {
-  const std::vector<std::string> steps = {"sendreceive:bytes=1000",
-                                          "sendreceive:bytes=2097153"};
+  const std::vector<std::string> steps = {
+      "sendreceive:bytes=1000", "sendreceive:bytes=2097153",
+      "receiveany:bytes=1000", "receiveany:bytes=1048577"};
   auto run = [&](const std::string& job, int shards) {
     std::vector<std::unique_ptr<ChildProcess>> workers = StartRanks(
         conformance_worker_, job, Target(shards), {absl::StrJoin(steps, ";")});
