@@ -16,6 +16,7 @@ its contribution sent) and returns its Work (reducer._torch_work), whose
 outputs change only once the whole result has arrived.
 """
 
+import math
 import weakref
 
 import torch
@@ -69,6 +70,8 @@ class BackendOps(RoutedOps):
         dtype or op it does not take (or every call, with it off)."""
         tensor = _one(tensors, "all_reduce")
         op = _reduce_op(opts)
+        if tensor.layout == torch.sparse_coo:
+            return self._sparse_allreduce(tensor, op, opts)
         # The extension's handle itself (its wait() returns None once the
         # tensor holds the result): one Python layer less than reducer.Work's.
         array, dtype, _ = _arrays.to_array(tensor)
@@ -76,6 +79,44 @@ class BackendOps(RoutedOps):
                                                         timeout=_timeout(opts))
         result = [tensor]
         return self._work(pending, lambda _: result, "all_reduce")
+
+    def _sparse_allreduce(self, tensor, op, opts):
+        """all_reduce SUM of a sparse COO tensor, as gloo does it: the result is
+        the coalesced sum of every rank's tensor, written into `tensor`. One
+        all-gather of each rank's indices and values packed as bytes (an
+        8-byte count of its entries first), which may differ in length
+        between ranks."""
+        if op != "sum":
+            raise RuntimeError(f"the reducer backend's all_reduce of a sparse tensor "
+                               f"takes ReduceOp SUM only (as gloo's), not {op}")
+        x = tensor.coalesce()
+        indices, values = x.indices().contiguous(), x.values().contiguous()
+        count = torch.tensor([values.shape[0]], dtype=torch.int64)
+        packed = torch.cat([t.cpu().reshape(-1).view(torch.uint8)
+                            for t in (count, indices, values)])
+        pending = self._client.all_gather_async(packed, timeout=_timeout(opts))
+        sparse_dims = indices.shape[0]
+        value_shape = list(values.shape[1:])
+        value_bytes = math.prod(value_shape) * values.element_size()  # per entry
+
+        def finish(gathered):
+            all_indices, all_values, offset = [], [], 0
+            for _ in range(self.size()):
+                n = int(gathered[offset:offset + 8].clone().view(torch.int64)[0])
+                offset += 8
+                size = sparse_dims * n * 8
+                all_indices.append(gathered[offset:offset + size].clone()
+                                   .view(torch.int64).view(sparse_dims, n))
+                offset += size
+                size = n * value_bytes
+                all_values.append(gathered[offset:offset + size].clone()
+                                  .view(values.dtype).view([n] + value_shape))
+                offset += size
+            total = torch.sparse_coo_tensor(torch.cat(all_indices, dim=1),
+                                            torch.cat(all_values), tensor.shape)
+            tensor.copy_(total.coalesce().to(tensor.device))
+            return [tensor]
+        return self._work(pending, finish, "all_reduce")
 
     def allreduce_coalesced(self, tensors, opts=None):
         pending = self._client.all_reduce_many_async(tensors, _reduce_op(opts),
