@@ -40,6 +40,12 @@ absl::Status ExchangeStrategy::CheckAttached(
     int index, const Fingerprint& fp, const std::vector<RankState>& ranks,
     const std::vector<int>& group, int* other) const {
   if (mode_ != Mode::kAllToAllV) return absl::OkStatus();
+  // What it expects from itself, against what it sends itself.
+  if (!fp.recv_rows.empty() && fp.recv_rows[index] != fp.send_rows[index]) {
+    *other = index;
+    return RowsMismatch(group[index], fp.send_rows[index], group[index],
+                        fp.recv_rows[index]);
+  }
   for (size_t j = 0; j < ranks.size(); ++j) {
     const RankState& peer = ranks[j];
     if (static_cast<int>(j) == index || !peer.attached || peer.left_out) {

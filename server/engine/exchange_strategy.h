@@ -15,10 +15,10 @@
 // memory and back-pressure: HeldBackForwarding.
 //
 // AllToAllV checks rows pair by pair as ranks attach (CheckAttached): where
-// a rank said what it expects from another (recv_rows), that must be what
-// the other sends it, else FAILED_PRECONDITION naming both ranks and both
-// numbers: "mismatched rows: rank 0 sends 3 rows to rank 2, but rank 2
-// expects 4 from rank 0".
+// a rank said what it expects from another (recv_rows), or from itself,
+// that must be what the other (or it) sends it, else FAILED_PRECONDITION
+// naming both ranks and both numbers: "mismatched rows: rank 0 sends 3 rows
+// to rank 2, but rank 2 expects 4 from rank 0".
 #ifndef REDUCER_SERVER_ENGINE_EXCHANGE_STRATEGY_H_
 #define REDUCER_SERVER_ENGINE_EXCHANGE_STRATEGY_H_
 

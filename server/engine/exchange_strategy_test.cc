@@ -216,6 +216,21 @@ TEST_F(AllToAllVTest, ARankThatAttachesAfterAnExpectationIsCheckedAgainstIt) {
   }
 }
 
+TEST_F(AllToAllVTest, WhatARankExpectsFromItselfIsCheckedToo) {
+  const std::vector<int> group = {0, 1};
+  std::shared_ptr<Collective> c = Make(group);
+  auto a = std::make_shared<RecordingChannel>();
+  auto b = std::make_shared<RecordingChannel>();
+  ASSERT_TRUE(c->Attach(a, 0, AllToAllV(group, {1, 1}), ""));
+  EXPECT_FALSE(c->Attach(b, 1, AllToAllV(group, {2, 0}, {1, 3}), ""));
+  for (auto* channel : {a.get(), b.get()}) {
+    ASSERT_TRUE(channel->WaitEnded());
+    EXPECT_THAT(channel->failure().message(),
+                HasSubstr("mismatched rows: rank 1 sends 0 rows to rank 1, "
+                          "but rank 1 expects 3 from rank 1"));
+  }
+}
+
 TEST_F(AllToAllVTest, ExpectedRowsThatAgreeChangeNothing) {
   const std::vector<int> group = {1, 4};  // global ranks 1 and 4
   std::shared_ptr<Collective> c = Make(group);
