@@ -44,6 +44,7 @@ class PyPending {
     {
       ReleasedGil released;
       result = handle_->Wait();
+      source_ = handle_->source();
       handle_.reset();
     }
     inputs_.clear();
@@ -57,10 +58,15 @@ class PyPending {
   // Never blocks: true once wait() would return without waiting for peers.
   bool IsCompleted() { return handle_ == nullptr || handle_->Ready(); }
 
+  // recv_any_async: the sender's group rank once wait() returned its
+  // message (CollectiveHandle::source); -1 before, and for other calls.
+  int Source() const { return source_; }
+
  private:
   std::shared_ptr<Client> client_;
   std::vector<py::object> inputs_;
   std::unique_ptr<CollectiveHandle> handle_;  // null once waited for
+  int source_ = -1;
 };
 
 // Starts `start(client)` with the GIL released; the pending call keeps

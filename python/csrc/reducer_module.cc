@@ -330,7 +330,8 @@ void DefineModule(py::module_& m) {
 
   py::class_<PyPending>(m, "Pending")
       .def("wait", &PyPending::Wait)
-      .def("is_completed", &PyPending::IsCompleted);
+      .def("is_completed", &PyPending::IsCompleted)
+      .def("source", &PyPending::Source);
 
   py::class_<PyHandle>(m, "Handle")
       .def("wait", &PyHandle::Wait)

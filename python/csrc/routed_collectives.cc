@@ -1,5 +1,6 @@
 #include "python/csrc/routed_collectives.h"
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -90,6 +91,25 @@ py::object AllToAll(PyClient& self, const py::object& x,
       Released(self, [&](Client& c) { return c.AllToAll(view, options); })));
 }
 
+// `rows` as AllToAllV takes them (a sequence of ints; None: none).
+std::vector<int64_t> RowsOf(const std::optional<std::vector<int64_t>>& rows) {
+  return rows.value_or(std::vector<int64_t>());
+}
+
+py::object AllToAllV(PyClient& self, const py::object& x,
+                     const std::string& dtype,
+                     const std::vector<int64_t>& send_rows,
+                     const std::optional<std::vector<int64_t>>& recv_rows,
+                     const Group& group, const std::string& name,
+                     Timeout timeout) {
+  const TensorView view = ReadView(x, ParseDataType(dtype));
+  const CallOptions options = MakeCallOptions(group, name, timeout, x);
+  const std::vector<int64_t> recv = RowsOf(recv_rows);
+  return ToArray(ValueOrThrow(Released(self, [&](Client& c) {
+    return c.AllToAllV(view, send_rows, recv, options);
+  })));
+}
+
 void Send(PyClient& self, const py::object& x, const std::string& dtype,
           int destination, int tag, const Group& group, const std::string& name,
           Timeout timeout) {
@@ -105,6 +125,17 @@ py::object Receive(PyClient& self, int source, int tag, const Group& group,
   const CallOptions options = MakeCallOptions(group, name, timeout);
   return ToArray(ValueOrThrow(Released(
       self, [&](Client& c) { return c.Receive(source, tag, options); })));
+}
+
+// (array, source): the first message to this rank with `tag` from any
+// rank, and the sender's group rank.
+py::tuple ReceiveAny(PyClient& self, int tag, const Group& group,
+                     const std::string& name, Timeout timeout) {
+  const CallOptions options = MakeCallOptions(group, name, timeout);
+  int source = -1;
+  py::object array = ToArray(ValueOrThrow(Released(
+      self, [&](Client& c) { return c.ReceiveAny(tag, &source, options); })));
+  return py::make_tuple(std::move(array), source);
 }
 
 void ReceiveInPlace(PyClient& self, const py::object& x,
@@ -174,6 +205,19 @@ std::unique_ptr<PyPending> AllToAllAsync(PyClient& self, const py::object& x,
   });
 }
 
+std::unique_ptr<PyPending> AllToAllVAsync(
+    PyClient& self, const py::object& x, const std::string& dtype,
+    const std::vector<int64_t>& send_rows,
+    const std::optional<std::vector<int64_t>>& recv_rows, const Group& group,
+    const std::string& name, Timeout timeout) {
+  const TensorView view = ReadView(x, ParseDataType(dtype));
+  const CallOptions options = MakeCallOptions(group, name, timeout, x);
+  const std::vector<int64_t> recv = RowsOf(recv_rows);
+  return StartPending(self, {x}, [&](Client& c) {
+    return c.AllToAllVAsync(view, send_rows, recv, options);
+  });
+}
+
 std::unique_ptr<PyPending> SendAsync(PyClient& self, const py::object& x,
                                      const std::string& dtype, int destination,
                                      int tag, const Group& group,
@@ -195,6 +239,18 @@ std::unique_ptr<PyPending> ReceiveAsync(PyClient& self, int source, int tag,
   });
 }
 
+// wait() gives the message; the pending call's source() its sender's group
+// rank.
+std::unique_ptr<PyPending> ReceiveAnyAsync(PyClient& self, int tag,
+                                           const Group& group,
+                                           const std::string& name,
+                                           Timeout timeout) {
+  const CallOptions options = MakeCallOptions(group, name, timeout);
+  return StartPending(self, {}, [&](Client& c) {
+    return c.ReceiveAnyAsync(tag, options);
+  });
+}
+
 }  // namespace
 
 void DefineRoutedCollectives(py::class_<PyClient>& client) {
@@ -206,9 +262,12 @@ void DefineRoutedCollectives(py::class_<PyClient>& client) {
   DefCall(client, "scatter", &Scatter, arg("x").none(true), arg("dtype"),
           arg("root"));
   DefCall(client, "all_to_all", &AllToAll, arg("x"), arg("dtype"));
+  DefCall(client, "all_to_all_v", &AllToAllV, arg("x"), arg("dtype"),
+          arg("send_rows"), arg("recv_rows") = py::none());
   DefCall(client, "send", &Send, arg("x"), arg("dtype"), arg("destination"),
           arg("tag"));
   DefCall(client, "recv", &Receive, arg("source"), arg("tag"));
+  DefCall(client, "recv_any", &ReceiveAny, arg("tag"));
   DefCall(client, "recv_", &ReceiveInPlace, arg("x"), arg("dtype"),
           arg("source"), arg("tag"));
   DefCall(client, "reduce_async", &ReduceAsync, arg("x"), arg("dtype"),
@@ -218,9 +277,12 @@ void DefineRoutedCollectives(py::class_<PyClient>& client) {
   DefCall(client, "scatter_async", &ScatterAsync, arg("x").none(true),
           arg("dtype"), arg("root"));
   DefCall(client, "all_to_all_async", &AllToAllAsync, arg("x"), arg("dtype"));
+  DefCall(client, "all_to_all_v_async", &AllToAllVAsync, arg("x"),
+          arg("dtype"), arg("send_rows"), arg("recv_rows") = py::none());
   DefCall(client, "send_async", &SendAsync, arg("x"), arg("dtype"),
           arg("destination"), arg("tag"));
   DefCall(client, "recv_async", &ReceiveAsync, arg("source"), arg("tag"));
+  DefCall(client, "recv_any_async", &ReceiveAnyAsync, arg("tag"));
 }
 
 }  // namespace reducer::python

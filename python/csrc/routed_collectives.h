@@ -1,9 +1,12 @@
 // The collectives whose bytes reducerd routes to some ranks only, on
-// `_reducer.Client`: reduce, reduce_, gather, scatter, all_to_all, send,
-// recv, recv_ and their *_async forms (which return a `_reducer.Pending`).
+// `_reducer.Client`: reduce, reduce_, gather, scatter, all_to_all,
+// all_to_all_v (send_rows, recv_rows=None), send, recv, recv_, recv_any
+// and their *_async forms (which return a `_reducer.Pending`).
 //
 // Results: an array, or None where the rank gets nothing (the non-roots of
-// reduce and gather); send returns None once reducerd holds the message.
+// reduce and gather); send returns None once reducerd holds the message;
+// recv_any returns (array, source), source the sender's group rank
+// (recv_any_async: the pending call's source() once waited for).
 // Every call takes the keyword-only group, name and timeout (DefCall), and
 // releases the GIL while it waits.
 #ifndef REDUCER_PYTHON_CSRC_ROUTED_COLLECTIVES_H_

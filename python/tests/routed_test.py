@@ -1,5 +1,5 @@
 """reducer.Client's routed collectives (reduce, gather, scatter, all_to_all,
-send and recv) against a real reducerd.
+all_to_all_v, send, recv and recv_any) against a real reducerd.
 
 Ranks are threads of this process, one reducer.Client each. Expected values
 come from numpy on the ranks' inputs, computed here.
@@ -182,3 +182,102 @@ def test_bad_arguments_are_invalid_argument_naming_them(server):
         return True
 
     assert all(run(server, body, world_size=2))
+
+
+def test_all_to_all_v_uneven_rows_with_zeros_and_expected_rows(server):
+    # send[i][j]: rows rank i sends rank j; a quarter of the pairs send none.
+    send = [[(7 * i + 3 * j) % 4 for j in range(W)] for i in range(W)]
+    inputs = [read_only(rank_input(i, np.int64, (sum(send[i]), 2))) for i in range(W)]
+
+    def body(c):
+        i = c.rank
+        recv = [send[k][i] for k in range(W)]
+        plain = c.all_to_all_v(inputs[i], send_rows=send[i])
+        checked = c.all_to_all_v(inputs[i], send[i], recv_rows=recv)
+        waited = c.all_to_all_v_async(inputs[i], send[i]).wait()
+        return plain, checked, waited
+
+    for j, results in enumerate(run(server, body)):
+        # Rows of rank i for rank j start after those it sends ranks 0..j-1.
+        want = np.concatenate([
+            inputs[i][sum(send[i][:j]):sum(send[i][:j]) + send[i][j]]
+            for i in range(W)])
+        for out in results:
+            assert out.dtype == np.int64
+            assert out.shape == (sum(send[i][j] for i in range(W)), 2)
+            np.testing.assert_array_equal(out, want)
+
+
+def test_all_to_all_v_expected_rows_that_disagree_fail_every_rank(server):
+    def body(c):
+        send = [1, 1] if c.rank == 0 else [2, 0]
+        recv = [3, 0] if c.rank == 1 else None   # rank 0 sends rank 1 one row
+        with pytest.raises(reducer.FailedPrecondition,
+                           match="rank 0 sends 1 row to rank 1, but rank 1 "
+                                 "expects 3 from rank 0"):
+            c.all_to_all_v(np.ones((2, 3)), send, recv_rows=recv, timeout=10.0)
+        with pytest.raises(reducer.InvalidArgument, match="send_rows"):
+            c.all_to_all_v(np.ones((2, 3)), [1, 2])   # do not sum to 2
+        return True
+
+    assert all(run(server, body, world_size=2))
+
+
+def test_recv_any_takes_each_message_once_naming_its_source(server):
+    def body(c):
+        if c.rank != 0:
+            for k in range(2):
+                c.send(np.array([c.rank, k], np.int32), destination=0, tag=5)
+            return None
+        got = [c.recv_any(tag=5) for _ in range(2 * (W - 1) - 1)]
+        # A recv from a source after recv_any named it: its next message.
+        work = c.recv_any_async(tag=5)
+        last, source = work.wait()
+        got.append((last, source))
+        return got
+
+    got = run(server, body)[0]
+    seen = {}
+    for array, source in got:
+        assert array.dtype == np.int32
+        assert array[0] == source
+        # Each source's messages in its order, each once.
+        assert array[1] == seen.get(source, 0)
+        seen[source] = array[1] + 1
+    assert seen == {r: 2 for r in range(1, W)}
+
+
+def test_recv_any_then_recv_from_its_source_gets_the_next_message(server):
+    def body(c):
+        if c.rank == 1:
+            for k in range(3):
+                c.send(np.array([float(k)]), destination=0, tag=2)
+            return None
+        first, source = c.recv_any(tag=2, kind="torch")
+        second = c.recv(source=source, tag=2)
+        third, again = c.recv_any(tag=2)
+        return source, first, second, third, again
+
+    source, first, second, third, again = run(server, body, world_size=2)[0]
+    assert source == again == 1
+    assert isinstance(first, torch.Tensor)
+    assert [first.item(), float(second[0]), float(third[0])] == [0.0, 1.0, 2.0]
+
+
+def test_recv_any_whose_send_never_comes_says_what_it_waited_for(server):
+    done = threading.Event()
+
+    def body(c):
+        if c.rank == 1:
+            try:
+                with pytest.raises(reducer.DeadlineExceeded,
+                                   match="no rank sent to rank 1 with tag 6"):
+                    c.recv_any(tag=6, timeout=1.0)
+            finally:
+                done.set()
+            return True
+        done.wait(30)
+        return True
+
+    assert all(run(server, body, world_size=2))
+
