@@ -10,8 +10,9 @@
 # test unless --world-size says otherwise, reducer against a reducerd of its
 # own on a free loopback port. Writes DIR/gloo.jsonl, DIR/reducer.jsonl (one
 # line per test: outcome, skip reason or failure) and each run's log beside
-# them (DIR: torch-suite-out), prints each backend's counts and the tests
-# gloo passes that reducer does not. Further arguments go to the runner
+# them (DIR: a new temporary folder unless --out names one, printed first),
+# prints each backend's counts and the tests gloo passes that reducer does
+# not. Further arguments go to the runner
 # (e.g. -k all_gather, --tests test_barrier). About 4 minutes on 2 cores.
 # Exits 0 when neither run had a test that failed; the differences are
 # listed in docs/python.md.
@@ -19,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 world_size=3
-out=torch-suite-out
+out=
 runner_args=()
 for arg in "$@"; do
   case "$arg" in
@@ -31,7 +32,9 @@ done
 
 python="$(tools/pinned_venv.sh python/requirements-dev.txt)/bin/python"
 bazel build //python:reducer //server:reducerd >&2
+if [[ -z "$out" ]]; then out=$(mktemp -d -t torch-suite.XXXXXX); fi
 mkdir -p "$out"
+echo "torch_suite: results in $out" >&2
 export PYTHONPATH="$PWD/bazel-bin/python:$PWD/python/testing"
 
 status=0

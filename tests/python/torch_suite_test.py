@@ -40,7 +40,7 @@ def test_case_list_has_every_kind_of_collective():
                  "all_gather_object", "broadcast", "barrier", "reduce", "gather", "scatter",
                  "scatter_object_list", "all_to_all", "all_to_all_single", "send_recv",
                  "isend", "irecv", "batch_isend_irecv", "DistributedDataParallel",
-                 "_group", "get_future"]:
+                 "_group", "get_future", "sparse_all_reduce"]:
         assert any(kind in case for case in cases), kind
 
 
