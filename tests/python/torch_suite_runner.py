@@ -32,8 +32,9 @@ WORLD_SIZE processes; each imports the test file again, joins a file://
 group and runs one test method. This runner's class is the same, but by
 default it forks its processes (--start=fork), which then start with torch,
 reducer.torch and the suite already imported: about 0.5 s per test instead
-of 25 s on 2 cores; --start=spawn is torch's way (each process imports this
-file again, so `import reducer.torch` registers the backend there too).
+of 15 to 25 s on 2 cores; --start=spawn is torch's way (each process
+imports this file again, so `import reducer.torch` registers the backend
+there too).
 BACKEND and WORLD_SIZE are read from the environment when torch's test
 module is imported, so the runner sets them first and its processes
 inherit them.
