@@ -73,7 +73,7 @@ def collectives():
         dist.all_to_all_single(theirs, inp, group=gloo)
         check_equal(mine, theirs, f"all_to_all_single {dtype}")
 
-        # Gloo has no all_to_all in 1.13: the closed form.
+        # The list form against the closed form.
         ins = [rank_input(rank * world + j, dtype, (2, 2)) for j in range(world)]
         outs = [torch.zeros((2, 2), dtype=dtype) for _ in range(world)]
         dist.all_to_all(outs, ins)
@@ -97,18 +97,51 @@ def collectives():
                              src=0)
     assert out == [f"part {rank}"], out
 
-    # What torch allows and Reducer does not take names itself.
-    for name, call in [
-            ("all_to_all_single with uneven split sizes", lambda: dist.all_to_all_single(
-                torch.zeros(world + 1), torch.zeros(world + 1),
-                output_split_sizes=[2] + [1] * (world - 1),
-                input_split_sizes=[2] + [1] * (world - 1))),
-            ("recv from any source", lambda: dist.recv(torch.zeros(1)))]:
-        try:
-            call()
-            raise AssertionError(f"{name} did not raise")
-        except RuntimeError as e:
-            assert f"does not support {name}" in str(e), e
+    # Uneven all-to-all (mixture-of-experts routing): rank r sends
+    # (j + r) % 3 rows, zero included, to rank j, against Gloo; the list
+    # form with parts of different sizes against the closed form.
+    for dtype in DTYPES:
+        send = [(j + rank) % 3 for j in range(world)]
+        recv = [(rank + i) % 3 for i in range(world)]
+        inp = rank_input(rank, dtype, (sum(send), 3))
+        mine = torch.zeros((sum(recv), 3), dtype=dtype)
+        theirs = torch.zeros_like(mine)
+        dist.all_to_all_single(mine, inp, recv, send)
+        dist.all_to_all_single(theirs, inp, recv, send, group=gloo)
+        check_equal(mine, theirs, f"all_to_all_single uneven {dtype}")
+        ins = [rank_input(rank * world + j, dtype, (j + 1,)) for j in range(world)]
+        outs = [torch.zeros((rank + 1,), dtype=dtype) for _ in range(world)]
+        dist.all_to_all(outs, ins)
+        for i, out in enumerate(outs):
+            check_equal(out, rank_input(i * world + rank, dtype, (rank + 1,)),
+                        f"all_to_all of uneven parts from {i}")
+    # Split sizes that disagree fail every rank, naming both ranks.
+    recv = [(rank + i) % 3 for i in range(world)]
+    if rank == 0:
+        recv[1] += 1
+    try:
+        send = [(j + rank) % 3 for j in range(world)]
+        dist.all_to_all_single(torch.zeros((sum(recv), 3)), torch.zeros((sum(send), 3)),
+                               recv, send)
+        raise AssertionError("all_to_all_single with disagreeing split sizes did not raise")
+    except reducer.FailedPrecondition as e:
+        assert "rank 1 sends 1 rows to rank 0, but rank 0 expects 2 from rank 1" in str(e), e
+
+    # recv from any source: rank 0 takes every other rank's send, each once,
+    # with the sender named by the work's _source_rank(), as Gloo does.
+    for group in (None, gloo):
+        if rank == 0:
+            got = {}
+            for _ in range(world - 1):
+                t = torch.zeros(2)
+                work = dist.irecv(t, group=group)
+                work.wait()
+                got[work._source_rank()] = t
+            assert sorted(got) == list(range(1, world)), sorted(got)
+            for source, t in got.items():
+                check_equal(t, torch.full((2,), float(source)), f"recv any from {source}")
+        else:
+            dist.send(torch.full((2,), float(rank)), dst=0, group=group)
     dist.barrier()
     dist.destroy_process_group()
 

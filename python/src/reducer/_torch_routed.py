@@ -1,19 +1,19 @@
 """The torch backend's collectives whose bytes go to some ranks only:
-reduce, gather, scatter, all_to_all (alltoall), all_to_all_single, send
-and recv, so isend, irecv, batch_isend_irecv and the
-object collectives work too. Each returns its TorchWork at once, as the
-others do (reducer._torch_work).
+reduce, gather, scatter, all_to_all (alltoall), all_to_all_single (even
+parts or split sizes), send, recv and recv from any source, so isend,
+irecv, batch_isend_irecv and the object collectives work too. Each returns
+its TorchWork at once, as the others do (reducer._torch_work).
 
 Ranks are the group's: each process group is one Reducer job, so a group
-rank is the job's rank. What torch allows and Reducer does not take raises
-at the call, naming it: all_to_all with parts of different shapes or
-all_to_all_single with uneven split sizes, recv from any source.
+rank is the job's rank. Uneven all-to-all and receives from any source are
+reducerd's own (its AllToAllV and ReceiveAny): split sizes that disagree
+between two ranks fail every rank, naming both.
 """
 
 import torch
 
 from reducer import _arrays
-from reducer._torch_args import _check_parts, _one, _reduce_op, _timeout
+from reducer._torch_args import _check_parts, _one, _reduce_op, _same_dtype, _timeout
 
 
 def _root(opts):
@@ -28,14 +28,20 @@ def _check_received(result, into, what):
                          "have the receiver's dtype and number of elements")
 
 
-def _even_split(sizes, dim0, parts, what):
-    """Checks that torch's split sizes (empty: even) cut dim0 in equal parts."""
+def _split_rows(sizes, tensor, parts, role):
+    """torch's split sizes of `tensor` (dim 0; empty: even parts) as rows per
+    rank; ValueError when they are not one per rank or do not add up."""
+    dim0 = tensor.shape[0] if tensor.dim() > 0 else 0
     if not sizes:
-        return
-    if len(sizes) != parts or any(s * parts != dim0 for s in sizes):
-        raise RuntimeError(f"the reducer backend does not support {what} with uneven "
-                           f"split sizes {list(sizes)}: Reducer's all-to-all sends "
-                           f"dim 0 / {parts} rows to each rank")
+        if dim0 % parts:
+            raise ValueError(f"all_to_all_single {role} has {dim0} rows, which "
+                             f"{parts} ranks cannot split evenly; give split sizes")
+        return [dim0 // parts] * parts
+    sizes = [int(s) for s in sizes]
+    if len(sizes) != parts or sum(sizes) != dim0:
+        raise ValueError(f"all_to_all_single {role} split sizes {sizes} must be "
+                         f"{parts} numbers adding up to its {dim0} rows")
+    return sizes
 
 
 class RoutedOps:
@@ -95,16 +101,25 @@ class RoutedOps:
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
                           opts=None):
+        """Even parts (no split sizes) go through reducerd's all-to-all;
+        split sizes (mixture-of-experts routing) through its uneven one,
+        which checks every pair of ranks' sizes against each other and fails
+        every rank naming both when they disagree."""
         world = self.size()
-        dim0 = input.shape[0] if input.dim() > 0 else 0
-        _even_split(input_split_sizes, dim0, world, "all_to_all_single")
-        _even_split(output_split_sizes, dim0, world, "all_to_all_single")
-        if output.numel() != input.numel() or output.dtype != input.dtype:
-            raise ValueError(f"all_to_all_single output is {output.dtype} "
-                             f"{list(output.shape)}; expected {input.dtype} with "
-                             f"{input.numel()} elements")
-        pending = self._client.all_to_all_async(input.contiguous(),
-                                                timeout=_timeout(opts))
+        if output.dtype != input.dtype:
+            raise ValueError(f"all_to_all_single output is {output.dtype}; the input "
+                             f"is {input.dtype}")
+        if not input_split_sizes and not output_split_sizes:
+            if output.numel() != input.numel():
+                raise ValueError(f"all_to_all_single output is {list(output.shape)}; "
+                                 f"expected {input.numel()} elements, as the input")
+            pending = self._client.all_to_all_async(input.contiguous(),
+                                                    timeout=_timeout(opts))
+        else:
+            send_rows = _split_rows(input_split_sizes, input, world, "input")
+            recv_rows = _split_rows(output_split_sizes, output, world, "output")
+            pending = self._client.all_to_all_v_async(
+                input.contiguous(), send_rows, recv_rows, timeout=_timeout(opts))
 
         def finish(result):
             output.copy_(result.view(output.shape))
@@ -112,24 +127,34 @@ class RoutedOps:
         return self._work(pending, finish, "all_to_all_single")
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
+        """Parts of one shape go through reducerd's all-to-all; parts of
+        different sizes (one dtype) through its uneven one, flattened."""
         world = self.size()
         if len(input_tensors) != world or len(output_tensors) != world:
             raise ValueError(f"all_to_all needs {world} input and output tensors, got "
                              f"{len(input_tensors)} and {len(output_tensors)}")
+        _same_dtype(list(input_tensors) + list(output_tensors), "all_to_all")
         like = input_tensors[0]
-        for i, x in enumerate(list(input_tensors) + list(output_tensors)):
-            if x.shape != like.shape or x.dtype != like.dtype:
-                raise RuntimeError(
-                    "the reducer backend does not support all_to_all with parts of "
-                    f"different shapes or dtypes ({like.dtype} {list(like.shape)} and "
-                    f"{x.dtype} {list(x.shape)}): Reducer's all-to-all sends equal parts")
-        stacked = torch.stack([x.contiguous() for x in input_tensors])
-        pending = self._client.all_to_all_async(stacked, timeout=_timeout(opts))
+        if all(x.shape == like.shape for x in list(input_tensors) + list(output_tensors)):
+            stacked = torch.stack([x.contiguous() for x in input_tensors])
+            pending = self._client.all_to_all_async(stacked, timeout=_timeout(opts))
 
-        def finish(result):
-            for i, out in enumerate(output_tensors):
-                out.copy_(result[i])
-            return output_tensors
+            def finish(result):
+                for out, part in zip(output_tensors, result):
+                    out.copy_(part)
+                return output_tensors
+        else:
+            flat = torch.cat([x.reshape(-1) for x in input_tensors])
+            pending = self._client.all_to_all_v_async(
+                flat, [x.numel() for x in input_tensors],
+                [x.numel() for x in output_tensors], timeout=_timeout(opts))
+
+            def finish(result):
+                offset = 0
+                for out in output_tensors:
+                    out.copy_(result[offset:offset + out.numel()].view(out.shape))
+                    offset += out.numel()
+                return output_tensors
         return self._work(pending, finish, "all_to_all")
 
     def send(self, tensors, dstRank, tag):
@@ -146,3 +171,19 @@ class RoutedOps:
             tensor.copy_(result.view(tensor.shape))
             return [tensor]
         return self._work(pending, finish, "recv")
+
+    def recv_anysource(self, tensors, tag):
+        """The first send to this rank with `tag`, from any rank (reducerd
+        picks the earliest it holds); the work's _source_rank() names the
+        sender once completed."""
+        tensor = _one(tensors, "recv")
+        pending = self._client.recv_any_async(tag, kind=_arrays.TORCH)
+
+        def finish(result_and_source):
+            result, source = result_and_source
+            _check_received(result, tensor, "recv")
+            tensor.copy_(result.view(tensor.shape))
+            work._source_rank = source
+            return [tensor]
+        work = self._work(pending, finish, "recv from any source")
+        return work
