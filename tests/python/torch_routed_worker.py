@@ -125,7 +125,7 @@ def collectives():
                                recv, send)
         raise AssertionError("all_to_all_single with disagreeing split sizes did not raise")
     except reducer.FailedPrecondition as e:
-        assert "rank 1 sends 1 rows to rank 0, but rank 0 expects 2 from rank 1" in str(e), e
+        assert "rank 1 sends 1 row to rank 0, but rank 0 expects 2 from rank 1" in str(e), e
 
     # recv from any source: rank 0 takes every other rank's send, each once,
     # with the sender named by the work's _source_rank(), as Gloo does.
