@@ -360,7 +360,7 @@ std::unique_ptr<PendingCollective> ClientSession::StartCounted(
     pending->invalid_ = normalized.status();
     return pending;
   }
-  std::vector<int> group = *std::move(normalized);
+  const std::vector<int> group = *std::move(normalized);
   if (match) {
     pending->invalid_ = CheckReceiveAnyCall(spec, call, group);
     if (!pending->invalid_.ok()) return pending;
@@ -416,51 +416,7 @@ std::unique_ptr<PendingCollective> ClientSession::StartCounted(
   const bool receives = p2p && !spec.send_payload;
   if (match || (receives && !message.has_value() &&
                 p2p_.MustMatch(header.epoch(), options_.rank, spec.tag))) {
-    // reducerd picks the message: this call is a match from any rank of
-    // its group (ReceiveAny; the whole job's when CallOptions.group is
-    // empty, which the wire says with no sources), or from the receive's
-    // source.
-    std::vector<int> sources;
-    if (match) {
-      for (int r : group) {
-        if (r != options_.rank) sources.push_back(r);
-      }
-    } else {
-      sources.push_back(spec.root);
-    }
-    const PointToPointCounts::NewMatch m =
-        p2p_.StartMatch(header.epoch(), options_.rank, spec.tag, sources);
-    auto& matched = pending->matched_;
-    matched = std::make_unique<PendingCollective::MatchedReceive>();
-    matched->epoch = header.epoch();
-    matched->tag = spec.tag;
-    matched->declared = spec.tensors;
-    matched->device = spec.device;
-    matched->cuda_stream = call.cuda_stream;
-    matched->any = match;
-    if (match && !call.group.empty()) matched->group = group;
-    header.set_kind(
-        static_cast<v1::CollectiveKind>(CollectiveKindToWire(CollectiveKind::kMatch)));
-    header.clear_group();
-    header.add_group(options_.rank);
-    header.clear_tensors();
-    header.set_root(match ? -1 : spec.root);
-    header.set_name(m.name);
-    header.set_match_tag(spec.tag);
-    if (match && !call.group.empty()) {
-      for (int r : sources) header.add_match_sources(r);
-    }
-    for (const auto& [source, count] : m.received) {
-      v1::ReceivedCount* c = header.add_match_received();
-      c->set_source(source);
-      c->set_count(count);
-    }
-    // The answer is a host tensor, whatever the message's device.
-    contribution.layout = PayloadLayout();
-    contribution.inputs.clear();
-    contribution.send_payload = false;
-    contribution.device = Device::Cpu();
-    contribution.cuda_stream = nullptr;
+    StartMatchLocked(*pending, spec, call, group);
   } else if (p2p) {
     const int destination = spec.send_payload ? spec.peer : options_.rank;
     header.set_name(
@@ -482,6 +438,60 @@ std::unique_ptr<PendingCollective> ClientSession::StartCounted(
   for (int64_t rows : spec.recv_rows) header.add_recv_rows(rows);
   pending->attempt_ = SendAttempt(*pending);
   return pending;
+}
+
+void ClientSession::StartMatchLocked(PendingCollective& pending,
+                                     const CollectiveRequestSpec& spec,
+                                     const CallOptions& call,
+                                     const std::vector<int>& group) {
+  const bool match = spec.kind == CollectiveKind::kMatch;
+  Contribution& contribution = pending.contribution_;
+  v1::CollectiveHeader& header = contribution.header;
+  // reducerd picks the message: this call is a match from any rank of
+  // its group (ReceiveAny; the whole job's when CallOptions.group is
+  // empty, which the wire says with no sources), or from the receive's
+  // source.
+  std::vector<int> sources;
+  if (match) {
+    for (int r : group) {
+      if (r != options_.rank) sources.push_back(r);
+    }
+  } else {
+    sources.push_back(spec.root);
+  }
+  const PointToPointCounts::NewMatch m =
+      p2p_.StartMatch(header.epoch(), options_.rank, spec.tag, sources);
+  auto& matched = pending.matched_;
+  matched = std::make_unique<PendingCollective::MatchedReceive>();
+  matched->epoch = header.epoch();
+  matched->tag = spec.tag;
+  matched->declared = spec.tensors;
+  matched->device = spec.device;
+  matched->cuda_stream = call.cuda_stream;
+  matched->any = match;
+  if (match && !call.group.empty()) matched->group = group;
+  header.set_kind(static_cast<v1::CollectiveKind>(
+      CollectiveKindToWire(CollectiveKind::kMatch)));
+  header.clear_group();
+  header.add_group(options_.rank);
+  header.clear_tensors();
+  header.set_root(match ? -1 : spec.root);
+  header.set_name(m.name);
+  header.set_match_tag(spec.tag);
+  if (match && !call.group.empty()) {
+    for (int r : sources) header.add_match_sources(r);
+  }
+  for (const auto& [source, count] : m.received) {
+    v1::ReceivedCount* c = header.add_match_received();
+    c->set_source(source);
+    c->set_count(count);
+  }
+  // The answer is a host tensor, whatever the message's device.
+  contribution.layout = PayloadLayout();
+  contribution.inputs.clear();
+  contribution.send_payload = false;
+  contribution.device = Device::Cpu();
+  contribution.cuda_stream = nullptr;
 }
 
 std::unique_ptr<PendingCollective> ClientSession::FollowMatch(

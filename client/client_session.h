@@ -207,6 +207,14 @@ class ClientSession final {
   std::unique_ptr<PendingCollective> StartCounted(
       const CollectiveRequestSpec& spec, const CallOptions& call,
       std::optional<uint64_t> message);
+  // Makes `pending` (its contribution filled for `spec`, a ReceiveAny or a
+  // receive, over `group`, the call's normalized) a match: the header of
+  // kind Match, its name and counts (PointToPointCounts), no payload, and
+  // what its second step needs.
+  void StartMatchLocked(PendingCollective& pending,
+                        const CollectiveRequestSpec& spec,
+                        const CallOptions& call, const std::vector<int>& group)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `pending`, a match, was answered with message n of `source`: counts it
   // and starts the receive of that message.
   std::unique_ptr<PendingCollective> FollowMatch(
