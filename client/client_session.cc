@@ -382,6 +382,7 @@ std::unique_ptr<PendingCollective> ClientSession::StartCounted(
   contribution.layout = *std::move(layout);
   contribution.inputs = spec.inputs;
   contribution.send_payload = spec.send_payload;
+  contribution.result_may_be_lent = spec.result_may_be_lent;
   contribution.device = spec.device;
   contribution.cuda_stream = call.cuda_stream;
   contribution.deadline = absl::Now() + timeout + kDeadlineSlack;

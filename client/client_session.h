@@ -69,6 +69,9 @@ struct CollectiveRequestSpec {
   int quorum_min_ranks = 0;
   absl::Duration quorum_grace;
   uint64_t quorum_step = 0;
+  // The caller copies the result into its buffer and drops it at once (an
+  // in-place call): see Contribution::result_may_be_lent.
+  bool result_may_be_lent = false;
 };
 
 class ClientSession;

@@ -40,6 +40,11 @@ struct Contribution {
   // filling `inputs` (it outlives every attempt of this contribution), and
   // a transport reads payload bytes only after AwaitPayload covered them.
   const InputGate* inputs_gate = nullptr;
+  // The caller copies the result out as soon as Wait() hands it over, then
+  // drops it (an in-place all-reduce): a transport may hand out a tensor
+  // lent from its own memory (Tensor::Lent: the same-host path's result
+  // segment, read-only) instead of a copy, saving one copy of the result.
+  bool result_may_be_lent = false;
 
   size_t payload_bytes() const { return send_payload ? layout.total_bytes : 0; }
 

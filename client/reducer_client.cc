@@ -116,6 +116,20 @@ absl::StatusOr<CollectiveRequestSpec> OneInputSpec(DeviceStaging* staging,
   return OneTensor(kind, input, op);
 }
 
+// An in-place all-reduce's request: `inout` is the input, and the result,
+// copied into it by CopyInto as soon as the call returns it, may be lent
+// by the transport (Contribution::result_may_be_lent), saving a copy.
+absl::StatusOr<CollectiveRequestSpec> InPlaceAllReduceSpec(
+    DeviceStaging* staging, const MutableTensorView& inout, ReduceOp op,
+    absl::string_view what) {
+  REDUCER_ASSIGN_OR_RETURN(
+      CollectiveRequestSpec spec,
+      OneInputSpec(staging, CollectiveKind::kAllReduce, inout.view(), op,
+                   what));
+  spec.result_may_be_lent = true;
+  return spec;
+}
+
 // AllReduceMany's request: inputs[i] reduced with ops[i], all on one device.
 absl::StatusOr<CollectiveRequestSpec> AllReduceManySpec(
     DeviceStaging* staging, absl::Span<const TensorView> inputs,
@@ -406,7 +420,10 @@ absl::StatusOr<Tensor> Client::AllReduce(const TensorView& input, ReduceOp op,
 
 absl::Status Client::AllReduceInPlace(const MutableTensorView& inout,
                                       ReduceOp op, const CallOptions& call) {
-  REDUCER_ASSIGN_OR_RETURN(Tensor result, AllReduce(inout.view(), op, call));
+  REDUCER_ASSIGN_OR_RETURN(CollectiveRequestSpec spec,
+                           InPlaceAllReduceSpec(staging(), inout, op,
+                                                "AllReduceInPlace buffer"));
+  REDUCER_ASSIGN_OR_RETURN(Tensor result, Single(session_->Run(spec, call)));
   return CopyInto(result, inout, "AllReduceInPlace", staging(),
                   call.cuda_stream);
 }
@@ -421,9 +438,12 @@ std::unique_ptr<AllReduceHandle> Client::AllReduceAsync(
 
 std::unique_ptr<AllReduceInPlaceHandle> Client::AllReduceInPlaceAsync(
     const MutableTensorView& inout, ReduceOp op, const CallOptions& call) {
+  std::unique_ptr<AllReduceHandle> handle(new AllReduceHandle(StartOrRefuse(
+      InPlaceAllReduceSpec(staging(), inout, op,
+                           "AllReduceInPlaceAsync buffer"),
+      call)));
   return std::unique_ptr<AllReduceInPlaceHandle>(new AllReduceInPlaceHandle(
-      AllReduceAsync(inout.view(), op, call), inout, staging(),
-      call.cuda_stream));
+      std::move(handle), inout, staging(), call.cuda_stream));
 }
 
 std::unique_ptr<CollectiveHandle> Client::AllReduceManyAsync(

@@ -17,6 +17,10 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
 void BufferDeleter::operator()(void* p) const {
+  if (lender != nullptr) {
+    lender.reset();  // the lender takes its memory back
+    return;
+  }
   if (p == nullptr) return;
   if (foreign != nullptr) {
     foreign->free(p);

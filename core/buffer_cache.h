@@ -39,11 +39,14 @@ struct ForeignMemory {
 };
 
 // Frees a tensor buffer: through `foreign` if set, else back to its cache if
-// it has one, else to malloc.
+// it has one, else to malloc; or, for memory lent by another owner (a range
+// of a shared-memory segment, see Tensor::Lent), frees nothing and drops the
+// reference `lender`, whose last holder takes the memory back.
 struct BufferDeleter {
   std::shared_ptr<BufferCache> cache;
   size_t capacity = 0;  // bytes the buffer holds (for the cache)
   const ForeignMemory* foreign = nullptr;  // not owned; static
+  mutable std::shared_ptr<const void> lender;  // set: lent memory
   void operator()(void* p) const;
 };
 

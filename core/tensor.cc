@@ -145,6 +145,15 @@ Tensor Tensor::Uninitialized(DataType dtype, std::vector<int64_t> shape,
   return t;
 }
 
+Tensor Tensor::Lent(DataType dtype, std::vector<int64_t> shape,
+                    const void* data, std::shared_ptr<const void> lender) {
+  Tensor t(NoBuffer{}, dtype, std::move(shape));
+  BufferDeleter deleter;
+  deleter.lender = std::move(lender);
+  t.data_ = Buffer(const_cast<void*>(data), std::move(deleter));
+  return t;
+}
+
 Tensor Tensor::OnDevice(Device device, DataType dtype,
                         std::vector<int64_t> shape, Buffer buffer) {
   Tensor t(NoBuffer{}, dtype, std::move(shape));

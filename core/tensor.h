@@ -144,6 +144,15 @@ class Tensor {
   static Tensor Uninitialized(DataType dtype, std::vector<int64_t> shape,
                               const std::shared_ptr<BufferCache>& cache);
 
+  // A CPU tensor over `data`, memory it does not own (a range of the
+  // same-host path's result segment, mapped read-only): the bytes stay valid
+  // while the tensor lives, which holds `lender` (non-null) until then; its
+  // last reference hands the memory back. The bytes must not be written
+  // (mutable_data() may point at read-only pages); a copy of the tensor
+  // owns a copy of them. `shape` must be valid, as for the constructor.
+  static Tensor Lent(DataType dtype, std::vector<int64_t> shape,
+                     const void* data, std::shared_ptr<const void> lender);
+
   // A tensor on `device` (not the CPU) owning `buffer`, which holds at least
   // NumBytes(dtype, shape) bytes of that device's memory and whose deleter
   // has `foreign` set (it frees and copies the buffer). `shape` must be

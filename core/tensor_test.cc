@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -227,6 +228,45 @@ TEST(TensorTest, CopyOfAnEmptyTensorViewWithNullData) {
   Tensor t = Tensor::CopyOf(TensorView(nullptr, DataType::kBool, {0}));
   EXPECT_EQ(t.dtype(), DataType::kBool);
   EXPECT_EQ(t.num_bytes(), 0u);
+}
+
+TEST(TensorTest, LentTensorViewsTheLendersMemoryUntilDropped) {
+  std::vector<float> memory = {1.0f, 2.0f, 3.0f, 4.0f};
+  auto lender = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = lender;
+  {
+    Tensor t = Tensor::Lent(DataType::kFloat32, {2, 2}, memory.data(),
+                            std::move(lender));
+    EXPECT_EQ(t.data(), memory.data());
+    EXPECT_EQ(t.device(), Device::Cpu());
+    EXPECT_EQ(t.num_bytes(), 16u);
+    memory[3] = 9.0f;  // a view, not a copy
+    EXPECT_THAT(t.values<float>(), ElementsAre(1.0f, 2.0f, 3.0f, 9.0f));
+    // A copy owns its bytes and holds no reference to the lender.
+    Tensor copy(t);
+    EXPECT_NE(copy.data(), memory.data());
+    EXPECT_THAT(copy.values<float>(), ElementsAre(1.0f, 2.0f, 3.0f, 9.0f));
+    EXPECT_EQ(watch.use_count(), 1);
+    // Moving keeps the one reference.
+    Tensor moved(std::move(t));
+    EXPECT_EQ(moved.data(), memory.data());
+    EXPECT_FALSE(watch.expired());
+    Tensor assigned;
+    assigned = std::move(moved);
+    EXPECT_EQ(watch.use_count(), 1);
+  }
+  EXPECT_TRUE(watch.expired());  // dropping the tensor hands the memory back
+  EXPECT_THAT(memory, ElementsAre(1.0f, 2.0f, 3.0f, 9.0f));  // never freed
+}
+
+TEST(TensorTest, LentTensorReplacedByAssignmentHandsTheMemoryBack) {
+  float memory[1] = {5.0f};
+  auto lender = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = lender;
+  Tensor t = Tensor::Lent(DataType::kFloat32, {1}, memory, std::move(lender));
+  t = Tensor(DataType::kFloat32, {3});
+  EXPECT_TRUE(watch.expired());
+  EXPECT_EQ(t.num_bytes(), 12u);
 }
 
 TEST(TensorTest, ViewsSeeTheTensorBytes) {

@@ -10,6 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "client/failed_attempt.h"
 #include "client/result_assembler.h"
+#include "core/fingerprint.h"
+#include "core/payload_layout.h"
+#include "core/shm/shared_segment.h"
 
 namespace reducer {
 namespace {
@@ -31,9 +34,54 @@ struct SharedMemoryBackend::Call {
   bool answered = false;  // a response came
   bool cancelled = false;
   bool watched = false;  // its attempt was asked Settled()
+  bool may_lend = false;  // Contribution::result_may_be_lent (set at start)
+  bool waiting = false;   // its caller is inside Attempt::Wait()
   absl::StatusOr<std::vector<Tensor>> outcome =
       absl::UnknownError("no outcome yet");
   std::optional<uint64_t> input_offset;  // set before the call is sent
+};
+
+// See lending_. Return() may run on any thread, with none of the backend's
+// locks held.
+struct SharedMemoryBackend::Lending {
+  explicit Lending(std::unique_ptr<SharedSegment> segment)
+      : result(std::move(segment)) {}
+
+  // Hands `range` back to reducerd now when the request ring takes it,
+  // else leaves it for the poller's FlushReleases; drops it once the
+  // backend is gone (reducerd frees a closed session's ranges).
+  void Return(std::pair<uint64_t, uint64_t> range) {
+    absl::MutexLock lock(&mu);
+    if (backend == nullptr) return;
+    v1::CollectiveRequest release;
+    v1::SegmentRange* r = release.add_released();
+    r->set_offset(range.first);
+    r->set_size(range.second);
+    if (!backend->TryPushRequest(release.SerializeAsString())) {
+      returned.push_back(range);
+    }
+  }
+
+  const std::unique_ptr<SharedSegment> result;
+  absl::Mutex mu;
+  SharedMemoryBackend* backend ABSL_GUARDED_BY(mu) = nullptr;
+  std::vector<std::pair<uint64_t, uint64_t>> returned ABSL_GUARDED_BY(mu);
+};
+
+// One lent result's range: returned when the last tensor lent from it is
+// dropped (each holds it as its Tensor::Lent lender).
+class SharedMemoryBackend::LentRange {
+ public:
+  LentRange(std::shared_ptr<Lending> lending,
+            std::pair<uint64_t, uint64_t> range)
+      : lending_(std::move(lending)), range_(range) {}
+  ~LentRange() { lending_->Return(range_); }
+  LentRange(const LentRange&) = delete;
+  LentRange& operator=(const LentRange&) = delete;
+
+ private:
+  const std::shared_ptr<Lending> lending_;
+  const std::pair<uint64_t, uint64_t> range_;
 };
 
 class SharedMemoryBackend::Attempt final : public CollectiveAttempt {
@@ -53,6 +101,7 @@ class SharedMemoryBackend::Attempt final : public CollectiveAttempt {
     };
     b->mu_.Lock();
     ++b->waiting_;
+    call.waiting = true;  // a result that comes now may be lent
     while (!over() && absl::Now() < deadline_) {
       if (!b->polling_) {
         b->polling_ = true;
@@ -69,6 +118,7 @@ class SharedMemoryBackend::Attempt final : public CollectiveAttempt {
       b->mu_.AwaitWithDeadline(absl::Condition(&turn), deadline_);
     }
     --b->waiting_;
+    call.waiting = false;
     b->last_wait_end_ = absl::Now();
     const bool done = call.done;
     const bool cancelled = call.cancelled;
@@ -116,14 +166,24 @@ SharedMemoryBackend::SharedMemoryBackend(
     SharedMemoryChannel channel, std::string target,
     std::shared_ptr<BufferCache> buffers,
     std::function<void()> on_watched_settle)
-    : channel_(std::move(channel)),
+    : lending_(std::make_shared<Lending>(std::move(channel.result))),
+      channel_(std::move(channel)),
       target_(std::move(target)),
       buffers_(std::move(buffers)),
       on_watched_settle_(std::move(on_watched_settle)),
       input_ranges_(channel_.input->size()),
-      reader_([this] { ReadResponses(); }) {}
+      reader_([this] { ReadResponses(); }) {
+  absl::MutexLock lock(&lending_->mu);
+  lending_->backend = this;
+}
 
 SharedMemoryBackend::~SharedMemoryBackend() {
+  {
+    // Lent ranges dropped from now on are not handed back: closing the
+    // session frees them all.
+    absl::MutexLock lock(&lending_->mu);
+    lending_->backend = nullptr;
+  }
   ::shutdown(channel_.socket.get(), SHUT_RDWR);
   {
     absl::MutexLock lock(&mu_);
@@ -168,6 +228,7 @@ std::unique_ptr<CollectiveAttempt> SharedMemoryBackend::TryStart(
   request.set_call_id(call_id);
   *request.mutable_header() = contribution.header;
   auto call = std::make_shared<Call>();
+  call->may_lend = contribution.result_may_be_lent;
   auto settle = [this, &call](absl::Status status) {
     absl::MutexLock lock(&mu_);
     call->done = true;
@@ -229,6 +290,12 @@ void SharedMemoryBackend::SendCancel(uint64_t call_id) {
 }
 
 void SharedMemoryBackend::FlushReleases() {
+  {
+    absl::MutexLock lock(&lending_->mu);
+    releases_.insert(releases_.end(), lending_->returned.begin(),
+                     lending_->returned.end());
+    lending_->returned.clear();
+  }
   if (releases_.empty()) return;
   v1::CollectiveRequest release;
   for (const auto& [offset, size] : releases_) {
@@ -324,12 +391,17 @@ bool SharedMemoryBackend::HandleResponse(const std::string& record) {
     return false;
   }
   std::shared_ptr<Call> call;
+  bool lend;
   {
     absl::MutexLock lock(&mu_);
     auto it = calls_.find(response.call_id());
     if (it == calls_.end()) return true;  // answered twice: nothing waits
     call = std::move(it->second);
     calls_.erase(it);
+    // Lent only to a caller waiting now, who copies it out at once: a
+    // result not yet waited for is copied out and its range handed back
+    // here, as it would hold reducerd's segment for as long as it waits.
+    lend = call->may_lend && call->waiting;
   }
   if (call->input_offset) input_ranges_.Free(*call->input_offset);
   std::optional<std::pair<uint64_t, uint64_t>> range;
@@ -348,18 +420,25 @@ bool SharedMemoryBackend::HandleResponse(const std::string& record) {
   if (range) {
     const uint64_t end = range->first + range->second;
     if (range->first < kResultHeaderBytes || end < range->first ||
-        end > channel_.result->size()) {
+        end > lending_->result->size()) {
       Settle(*call,
              absl::DataLossError(absl::StrCat(
                  "reducerd at ", target_, " placed a result at bytes [",
                  range->first, ", ", end, ") outside its ",
-                 channel_.result->size(), "-byte result segment")),
+                 lending_->result->size(), "-byte result segment")),
              /*from_reducerd=*/true);
       return true;
     }
     data = absl::string_view(
-        static_cast<const char*>(channel_.result->data()) + range->first,
+        static_cast<const char*>(lending_->result->data()) + range->first,
         range->second);
+    if (lend) {
+      std::optional<std::vector<Tensor>> lent = LendResult(response, *range, data);
+      if (lent.has_value()) {
+        Settle(*call, *std::move(lent), /*from_reducerd=*/true);
+        return true;  // the range goes back when the tensors are dropped
+      }
+    }
   }
   ResultAssembler result(buffers_);
   response.set_offset(0);
@@ -370,6 +449,23 @@ bool SharedMemoryBackend::HandleResponse(const std::string& record) {
       added.ok() ? result.Finish() : absl::StatusOr<std::vector<Tensor>>(added),
       /*from_reducerd=*/true);
   return true;
+}
+
+std::optional<std::vector<Tensor>> SharedMemoryBackend::LendResult(
+    const v1::CollectiveResponse& response,
+    std::pair<uint64_t, uint64_t> range, absl::string_view data) {
+  std::vector<TensorSpec> specs;
+  absl::StatusOr<PayloadLayout> layout =
+      LayoutOfSpecs(response.result(), "result", &specs);
+  if (!layout.ok() || layout->total_bytes != data.size()) return std::nullopt;
+  auto lent = std::make_shared<const LentRange>(lending_, range);
+  std::vector<Tensor> tensors;
+  tensors.reserve(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    tensors.push_back(Tensor::Lent(specs[i].dtype, std::move(specs[i].shape),
+                                   data.data() + layout->offsets[i], lent));
+  }
+  return tensors;
 }
 
 void SharedMemoryBackend::Break(const absl::Status& status) {

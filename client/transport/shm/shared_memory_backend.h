@@ -23,6 +23,15 @@
 // input range stays allocated until its response came, since reducerd
 // reads it straight from the segment until then.
 //
+// A result is copied out of the result segment into tensors of `buffers`,
+// and its range handed back to reducerd, as soon as its response is read;
+// except for a call whose contribution allows a lent result
+// (Contribution::result_may_be_lent: an in-place all-reduce, whose caller
+// copies the result into its own buffer at once) and whose caller is in
+// Wait() when the response comes: it gets tensors lent from the segment
+// (Tensor::Lent), and the range goes back when they are dropped. Its one
+// copy out of the segment is then the caller's, into its buffer.
+//
 // Thread-safe; attempts must not outlive the backend.
 #ifndef REDUCER_CLIENT_TRANSPORT_SHM_SHARED_MEMORY_BACKEND_H_
 #define REDUCER_CLIENT_TRANSPORT_SHM_SHARED_MEMORY_BACKEND_H_
@@ -31,13 +40,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/collective_attempt.h"
@@ -45,6 +57,8 @@
 #include "client/transport/shm/shared_memory_handshake.h"
 #include "core/buffer_cache.h"
 #include "core/shm/range_allocator.h"
+#include "core/tensor.h"
+#include "proto/reducer/v1/reducer.pb.h"
 
 namespace reducer {
 
@@ -86,6 +100,8 @@ class SharedMemoryBackend final : public CollectiveBackend {
  private:
   class Attempt;
   struct Call;
+  struct Lending;
+  class LentRange;
 
   // The reader thread: polls while no caller does, until stop_.
   void ReadResponses();
@@ -98,6 +114,12 @@ class SharedMemoryBackend final : public CollectiveBackend {
   bool DrainResponses() ABSL_LOCKS_EXCLUDED(mu_);
   // Takes one response record; false when it ends the session.
   bool HandleResponse(const std::string& record);
+  // The result tensors of `response`, lent from `data` (its range `range`
+  // of the result segment), or nullopt when its specs do not describe
+  // exactly those bytes (ResultAssembler then says what is wrong).
+  std::optional<std::vector<Tensor>> LendResult(
+      const v1::CollectiveResponse& response,
+      std::pair<uint64_t, uint64_t> range, absl::string_view data);
   // Gives `call` its outcome, unless it has one.
   void Settle(Call& call, absl::StatusOr<std::vector<Tensor>> outcome,
               bool from_reducerd) ABSL_LOCKS_EXCLUDED(mu_);
@@ -112,7 +134,11 @@ class SharedMemoryBackend final : public CollectiveBackend {
   // Pushes the result ranges released so far, as far as the ring takes.
   void FlushReleases();
 
-  const SharedMemoryChannel channel_;
+  // The result segment (moved out of the channel) and the ranges of lent
+  // results dropped but not yet handed back; shared with every lent range,
+  // so that the segment stays mapped while a lent tensor lives.
+  const std::shared_ptr<Lending> lending_;
+  const SharedMemoryChannel channel_;  // its `result` is lending_'s
   const std::string target_;
   const std::shared_ptr<BufferCache> buffers_;
   const std::function<void()> on_watched_settle_;

@@ -1,7 +1,8 @@
 // The client's half of the same-host path against a fake reducerd played by
 // the test itself on a real abstract socket, with real memfds: the
 // handshake's checks, inline and segment payloads both ways, the release of
-// result ranges, cancellation, and a reducerd that misbehaves or goes away.
+// result ranges, results lent from the segment to a waiting in-place call,
+// cancellation, and a reducerd that misbehaves or goes away.
 #include "client/transport/shm/shared_memory_backend.h"
 
 #include <sys/socket.h>
@@ -116,6 +117,19 @@ class FakeReducerd {
     }
     ADD_FAILURE() << "no request record within 10 s";
     return request;
+  }
+
+  // True when no request record comes within `wait`.
+  bool NoRequestWithin(absl::Duration wait) {
+    const absl::Time deadline = absl::Now() + wait;
+    std::string record;
+    while (absl::Now() < deadline) {
+      absl::StatusOr<bool> popped = control_->requests().TryPop(&record);
+      EXPECT_TRUE(popped.ok()) << popped.status();
+      if (!popped.ok() || *popped) return false;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return true;
   }
 
   void Respond(const v1::CollectiveResponse& response) {
@@ -330,6 +344,100 @@ TEST_F(SharedMemoryBackendTest,
   ASSERT_EQ(release.released_size(), 1);
   EXPECT_EQ(release.released(0).offset(), kAt);
   EXPECT_EQ(release.released(0).size(), values.size() * 4);
+}
+
+// A result range of `elements` floats at `at` in the fake's result segment,
+// element i holding `scale` * i, announced as the response to `call_id`.
+v1::CollectiveResponse RangeResult(FakeReducerd& fake, uint64_t call_id,
+                                   uint64_t at, size_t elements, float scale) {
+  float* out =
+      reinterpret_cast<float*>(static_cast<char*>(fake.result().data()) + at);
+  for (size_t i = 0; i < elements; ++i) out[i] = scale * i;
+  v1::CollectiveResponse response = FloatResult(call_id, elements);
+  response.mutable_data_range()->set_offset(at);
+  response.mutable_data_range()->set_size(elements * 4);
+  return response;
+}
+
+TEST_F(SharedMemoryBackendTest,
+       ResultMayBeLentToAWaitingCallerWhichHandsTheRangeBackOnDrop) {
+  FloatContribution c(std::vector<float>(100000, 1.0f));
+  c.contribution.result_may_be_lent = true;
+  std::unique_ptr<CollectiveAttempt> attempt =
+      backend_->TryStart(c.contribution);
+  ASSERT_NE(attempt, nullptr);
+  v1::CollectiveRequest request = fake_.NextRequest();
+  absl::StatusOr<std::vector<Tensor>> result;
+  std::thread waiter([&] { result = attempt->Wait(); });
+  absl::SleepFor(absl::Milliseconds(300));  // the caller is in Wait() now
+  constexpr uint64_t kAt = 8192;
+  fake_.Respond(RangeResult(fake_, request.call_id(), kAt, 100000, 3.0f));
+  waiter.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->size(), 1u);
+  EXPECT_EQ(result->at(0).values<float>()[99999], 3.0f * 99999);
+  // Lent: the tensor shows what reducerd's segment holds, and the range is
+  // not handed back while the tensor lives.
+  static_cast<float*>(static_cast<void*>(
+      static_cast<char*>(fake_.result().data()) + kAt))[7] = -1.0f;
+  EXPECT_EQ(result->at(0).values<float>()[7], -1.0f);
+  EXPECT_TRUE(fake_.NoRequestWithin(absl::Milliseconds(100)));
+  // A copy is the caller's own.
+  Tensor copy(result->at(0));
+  EXPECT_EQ(copy.values<float>()[7], -1.0f);
+
+  result = absl::UnknownError("dropped");
+  v1::CollectiveRequest release = fake_.NextRequest();
+  EXPECT_EQ(release.call_id(), 0u);
+  ASSERT_EQ(release.released_size(), 1);
+  EXPECT_EQ(release.released(0).offset(), kAt);
+  EXPECT_EQ(release.released(0).size(), 100000u * 4);
+  EXPECT_EQ(copy.values<float>()[8], 3.0f * 8);
+}
+
+TEST_F(SharedMemoryBackendTest,
+       ResultThatMayBeLentIsCopiedWhenItComesBeforeTheCallerWaits) {
+  FloatContribution c(std::vector<float>(100000, 1.0f));
+  c.contribution.result_may_be_lent = true;
+  std::unique_ptr<CollectiveAttempt> attempt =
+      backend_->TryStart(c.contribution);
+  ASSERT_NE(attempt, nullptr);
+  v1::CollectiveRequest request = fake_.NextRequest();
+  constexpr uint64_t kAt = 4096;
+  fake_.Respond(RangeResult(fake_, request.call_id(), kAt, 100000, 2.0f));
+  // Nobody waits: the reader thread takes the response, copies the result
+  // out and hands its range back at once.
+  v1::CollectiveRequest release = fake_.NextRequest();
+  ASSERT_EQ(release.released_size(), 1);
+  EXPECT_EQ(release.released(0).offset(), kAt);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!attempt->Ready() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
+  ASSERT_TRUE(result.ok()) << result.status();
+  static_cast<float*>(static_cast<void*>(
+      static_cast<char*>(fake_.result().data()) + kAt))[7] = -1.0f;
+  EXPECT_EQ(result->at(0).values<float>()[7], 2.0f * 7);  // a copy
+}
+
+TEST_F(SharedMemoryBackendTest, LentResultOutlivingTheBackendStaysReadable) {
+  FloatContribution c(std::vector<float>(100000, 1.0f));
+  c.contribution.result_may_be_lent = true;
+  std::unique_ptr<CollectiveAttempt> attempt =
+      backend_->TryStart(c.contribution);
+  ASSERT_NE(attempt, nullptr);
+  v1::CollectiveRequest request = fake_.NextRequest();
+  absl::StatusOr<std::vector<Tensor>> result;
+  std::thread waiter([&] { result = attempt->Wait(); });
+  absl::SleepFor(absl::Milliseconds(300));
+  fake_.Respond(RangeResult(fake_, request.call_id(), 4096, 100000, 5.0f));
+  waiter.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  attempt.reset();
+  backend_.reset();  // the session ends: nothing is handed back any more
+  EXPECT_EQ(result->at(0).values<float>()[99999], 5.0f * 99999);
+  result = absl::UnknownError("dropped");
 }
 
 TEST_F(SharedMemoryBackendTest, ReducerdsErrorIsTheCallsOutcome) {

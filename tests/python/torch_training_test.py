@@ -1,0 +1,31 @@
+"""FSDP (full, fully_shard and hybrid sharding) and DDP (static_graph,
+Join with uneven inputs) on the backend "reducer", each against gloo in the
+same processes, in real processes against a real reducerd (scenarios in
+torch_training_worker.py)."""
+
+import os
+
+import pytest
+
+from rank_processes import run_ranks
+from reducerd_process import ReducerdProcess
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      "torch_training_worker.py")
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ReducerdProcess() as s:
+        yield s
+
+
+def test_fsdp_trains_as_on_gloo(server):
+    outputs = run_ranks(WORKER, "fsdp", world=4, target=server.target)
+    assert all("fsdp ok" in out for out in outputs), outputs
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ddp_static_graph_and_join_train_as_on_gloo(server, world):
+    outputs = run_ranks(WORKER, "ddp", world=world, target=server.target)
+    assert all("ddp ok" in out for out in outputs), outputs
