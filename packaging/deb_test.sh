@@ -19,14 +19,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-junit=""
-for arg in "$@"; do
-  case $arg in
-    --junit=*) junit=${arg#--junit=} ;;
-    *) echo "usage: $0 [--junit=FILE]" >&2; exit 2 ;;
-  esac
-done
-
 # Hard limits of the steps, in seconds (debootstrap's is root_steps.sh's):
 # debootstrap and apt download about 60 MB from the mirror.
 readonly kInstallLimit=600
@@ -34,24 +26,8 @@ readonly kServeLimit=30
 readonly kWorkerLimit=120
 readonly kStopLimit=30
 
-work=$(mktemp -d /tmp/reducer-deb-test.XXXXXX)
-rootfs="$work/root"
-daemon_pid=""
-cases=()  # junit <testcase> elements
-failed=0
-started=$(date +%s)
 suite=packaging/deb_test
-source packaging/lib/root_steps.sh
-
-cleanup() {
-  if [[ -n "$daemon_pid" ]]; then
-    kill -KILL "$daemon_pid" 2>/dev/null
-    wait "$daemon_pid" 2>/dev/null
-  fi
-  unmount_root "$rootfs"
-  rm -rf --one-file-system "$work"
-}
-trap cleanup EXIT
+source packaging/lib/root_steps.sh "$@"
 
 build() {
   bazel build //packaging/debian:deb //tests:e2e_worker

@@ -20,14 +20,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-junit=""
-for arg in "$@"; do
-  case $arg in
-    --junit=*) junit=${arg#--junit=} ;;
-    *) echo "usage: $0 [--junit=FILE]" >&2; exit 2 ;;
-  esac
-done
-
 # Hard limits of the steps, in seconds.
 readonly kBuildLimit=1200
 readonly kInstallLimit=600
@@ -35,24 +27,8 @@ readonly kServeLimit=30
 readonly kTrainLimit=300
 readonly kRootCache="${XDG_CACHE_HOME:-$HOME/.cache}/reducer/roots/bookworm-python3.tar"
 
-work=$(mktemp -d /tmp/reducer-wheel-test.XXXXXX)
-rootfs="$work/root"
-daemon_pid=""
-cases=()  # junit <testcase> elements
-failed=0
-started=$(date +%s)
 suite=packaging/wheel_test
-source packaging/lib/root_steps.sh
-
-cleanup() {
-  if [[ -n "$daemon_pid" ]]; then
-    kill -KILL "$daemon_pid" 2>/dev/null
-    wait "$daemon_pid" 2>/dev/null
-  fi
-  unmount_root "$rootfs"
-  rm -rf --one-file-system "$work"
-}
-trap cleanup EXIT
+source packaging/lib/root_steps.sh "$@"
 
 venv_python="$(tools/pinned_venv.sh python/requirements-dev.txt 2>/dev/null)/bin/python"
 wheelhouse="${XDG_CACHE_HOME:-$HOME/.cache}/reducer/wheels"

@@ -1,13 +1,39 @@
 # Shared by the tests that install a package into a bare Debian root
 # (packaging/deb_test.sh, packaging/wheel_test.sh): steps with a JUnit
-# record, and the Debian mirror this machine's apt uses. Sourced, after the
-# caller set:
+# record, the root and the daemon they start, and the Debian mirror this
+# machine's apt uses. Sourced as
 #
-#   suite    the JUnit suite and class name ("packaging/deb_test")
-#   junit    the JUnit file to write at the end ("": none)
-#   work     a scratch folder for the steps' logs
+#   suite=packaging/deb_test   # the JUnit suite and class name
+#   source packaging/lib/root_steps.sh "$@"
 #
-# and declared `cases=()`, `failed=0` and `started=$(date +%s)`.
+# which reads the script's arguments ([--junit=FILE]: the JUnit file to
+# write at the end) and sets `work` (a scratch folder, removed at exit),
+# `rootfs` (the root's place in it) and `daemon_pid` (a process the steps
+# started, killed at exit).
+
+junit=""
+for arg in "$@"; do
+  case $arg in
+    --junit=*) junit=${arg#--junit=} ;;
+    *) echo "usage: $0 [--junit=FILE]" >&2; exit 2 ;;
+  esac
+done
+work=$(mktemp -d "/tmp/reducer-${suite##*/}.XXXXXX")
+rootfs="$work/root"
+daemon_pid=""
+cases=()  # junit <testcase> elements
+failed=0
+started=$(date +%s)
+
+cleanup() {
+  if [[ -n "$daemon_pid" ]]; then
+    kill -KILL "$daemon_pid" 2>/dev/null
+    wait "$daemon_pid" 2>/dev/null
+  fi
+  unmount_root "$rootfs"
+  rm -rf --one-file-system "$work"
+}
+trap cleanup EXIT
 
 xml_escape() { sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' -e 's/"/\&quot;/g'; }
 
