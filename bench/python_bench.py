@@ -30,9 +30,10 @@ against Gloo in the same invocation, float32 SUM throughout:
    time per call (rank 0's process, every thread: what W ranks on fewer
    cores than W + 1 pay for in latency).
 3. DDP: the median step time (zero_grad, forward, backward, SGD step) of a
-   4 x Linear(1024, 1024) MLP (16 MiB of float32 parameters, a CPU batch of
-   --ddp_batch rows, default 8: Debian's torch uses a generic BLAS, a few
-   GFLOP/s per core) under DistributedDataParallel on the reducer backend and on
+   6 x Linear(2048, 2048) MLP with ReLUs between (25,178,112 float32
+   parameters, 96 MiB; a CPU batch of --ddp_batch rows, default 8: at this
+   size a step's time is the weights' memory traffic, the same at 8 rows as
+   at 32) under DistributedDataParallel on the reducer backend and on
    the gloo group, bucket_cap_mb 25 (the default) and 1, the systems
    alternating step by step, with the same model stepped without DDP (no
    communication) as the compute-only reference. Both DDPs run a
@@ -95,7 +96,7 @@ PER_CALL_BYTES = 4
 PATH_MODES = {"shm": "required", "grpc": "off"}  # data path -> shared_memory
 DDP_CAPS_MB = [25, 1]
 DDP_SYSTEMS = ["reducer", "gloo", "none"]
-LAYERS, WIDTH = 4, 1024
+LAYERS, WIDTH = 6, 2048  # the DDP model: about 25M parameters
 
 
 def allreduce_iters(size, smoke):
@@ -289,6 +290,7 @@ def ddp_part(torch, dist, args, groups, path):
                       "path": path if system == "reducer" else None,
                       "world_size": args.world_size, "bucket_cap_mb": cap,
                       "batch": args.ddp_batch,
+                      "params": sum(p.numel() for p in params["gloo"]),
                       "param_bytes": sum(p.numel() * 4 for p in params["gloo"]),
                       "reducer_vs_gloo_max_param_diff": diff,
                       "steps": runs[system][3]})
@@ -611,8 +613,8 @@ def report(args, command, paths, skipped, sizes, allreduce, per_call, ddp, ddp_r
         rows.append(row)
     print_table(
         f"3. DDP step, W = {w}: {LAYERS} x Linear({WIDTH},{WIDTH}) "
-        f"({r0['param_bytes'] / MiB:.1f} MiB float32 params), batch {r0['batch']} on CPU, "
-        f"SGD; median over the steps",
+        f"({r0['param_bytes'] // 4:,} float32 params, {r0['param_bytes'] / MiB:.1f} MiB), "
+        f"batch {r0['batch']} on CPU, SGD; median over the steps",
         command, ["cap MB", "system", "path", "steps", "step", "vs gloo", "forward",
                   "backward", "buckets", "overlapped", "done<=bwd end", "exposed",
                   "bucket done vs bwd end (ms)"],
