@@ -2,14 +2,16 @@
 # //python:pip_install_test: `pip install ./python` as a user runs it, offline,
 # against the client library's install tree, into a fresh venv.
 #
-#   pip_install_test.sh INSTALL_TREE_TAR VERSION     (from the sh_test)
+#   pip_install_test.sh INSTALL_TREE_TAR VERSION PYTHON     (from the sh_test)
 #
 # 1. Extracts the tar into $TEST_TMPDIR/prefix and copies python/'s pip
 #    sources into $TEST_TMPDIR/src (pip builds in place; runfiles stay as
 #    they are).
-# 2. Creates a venv (/usr/bin/python3, system site-packages for Debian's
-#    numpy, torch, pytest) and pip installs the package into it with
-#    PKG_CONFIG_PATH=prefix/lib/pkgconfig.
+# 2. Creates a venv (/usr/bin/python3) that also sees the packages of
+#    PYTHON's venv (the project's: pip's torch, numpy, pytest, setuptools,
+#    pybind11; through a .pth file, as if installed there, without copying
+#    3 GB) and pip installs the package into it with
+#    PKG_CONFIG_PATH=prefix/lib/pkgconfig, reducer._torch_c against that torch.
 # 3. From a directory outside the sources, runs python/tests/pip_install_test.py
 #    with the venv's python: where the package comes from, __version__, the
 #    rpath, a 2-rank all_reduce against reducerd, the torch backend.
@@ -21,13 +23,14 @@
 # Every step that could hang has a timeout. Exit code 0 = pass.
 set -euo pipefail
 
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 INSTALL_TREE_TAR VERSION" >&2
+if [[ $# -ne 3 ]]; then
+  echo "usage: $0 INSTALL_TREE_TAR VERSION PYTHON" >&2
   exit 2
 fi
 root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
 tar_file="${root}/$1"
 bazel_version=$2
+project_python=$3
 
 step() { echo "=== pip_install_test: $*"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -65,8 +68,10 @@ cp -rL "$root/python/pyproject.toml" "$root/python/setup.py" "$root/python/src" 
 chmod -R u+w "$src"
 
 step "2. venv and pip install"
-timeout 120 /usr/bin/python3 -m venv --system-site-packages "$venv"
+timeout 120 /usr/bin/python3 -m venv "$venv"
 python="$venv/bin/python"
+"$project_python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+  >"$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/project-venv.pth"
 # What `import reducer` finds without the package: normally nothing.
 import_origin() {
   (cd "$elsewhere" && timeout 60 "$python" -c \
