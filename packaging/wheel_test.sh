@@ -64,9 +64,11 @@ python_root() {
     echo "the root already has gRPC, protobuf, Abseil or the client library" >&2
     return 1
   fi
-  # A machine's own names (debootstrap writes no /etc/hosts); torchrun's
-  # store listens on localhost.
-  printf '127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n' >"$rootfs/etc/hosts"
+  # A machine's own names, as Debian's installer writes them (debootstrap
+  # writes no /etc/hosts): torchrun's store and agents use localhost and the
+  # host name.
+  printf '127.0.0.1 localhost\n127.0.1.1 %s\n::1 localhost ip6-localhost ip6-loopback\n' \
+    "$(hostname)" >"$rootfs/etc/hosts"
   mkdir -p "$rootfs/dev/shm" "$rootfs/wheelhouse" "$rootfs/wheels" "$rootfs/example"
   mount -t tmpfs tmpfs "$rootfs/dev/shm" || return 1
   mount --bind -o ro "$wheelhouse" "$rootfs/wheelhouse" || return 1
