@@ -66,6 +66,11 @@ def test_every_collective_equals_gloo(server, path):
     assert len({tuple(jobs(o)) for o in outputs}) == 1  # one job, agreed by all
 
 
+def test_monitored_barrier_names_the_rank_that_never_came(server):
+    outputs = run_scenario(server, "monitored")
+    assert all("monitored ok" in o for o in outputs), outputs
+
+
 def test_new_group_subsets_beside_gloo_groups(server):
     outputs = run_scenario(server, "subgroups")
     # Each group is a job of its own, the same for its members: groups

@@ -144,7 +144,6 @@ def collectives():
         theirs = [t.to(dtype) for t in theirs]
         for a, b in zip(mine, theirs):
             check_equal(a, b, f"all_gather {dtype}")
-        # Gloo has no _allgather_base in 1.13: against its all_gather, stacked.
         out = torch.zeros((world * 2, 3), dtype=dtype)
         dist.all_gather_into_tensor(out, x)
         check_equal(out, torch.cat(theirs), f"all_gather_into_tensor {dtype}")
@@ -155,7 +154,8 @@ def collectives():
             dist.broadcast(theirs, src=root, group=gloo)
             check_equal(mine, theirs.to(dtype), f"broadcast root {root} {dtype}")
 
-        # Gloo has no reduce_scatter in 1.13: against its all_reduce, sliced.
+        # Against gloo's all_reduce, sliced (gloo's reduce_scatter lacks
+        # some of these dtypes).
         inputs = [rank_input(rank + i, dtype).reshape(2, 3) for i in range(world)]
         total = [t.to(carrier, copy=True) for t in inputs]
         for t in total:
@@ -168,8 +168,11 @@ def collectives():
         dist.reduce_scatter_tensor(out, torch.cat(inputs))
         check_equal(out, total[rank], f"reduce_scatter_tensor {dtype}")
 
+    coalesced(gloo)
     dist.barrier()
     dist.barrier(group=gloo)
+    dist.barrier(device_ids=[0])
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=10))
 
     # Errors: a mismatched shape fails every rank, the tensor keeps its values.
     x = torch.ones(3 + (rank == 1))
@@ -192,6 +195,68 @@ def collectives():
     mine, theirs = all_reduce_both(rank_input(rank, torch.int32), dist.ReduceOp.SUM, gloo)
     check_equal(mine, theirs, "all_reduce after errors")
     dist.destroy_process_group()
+
+
+def coalesced(gloo):
+    """The coalesced forms (one round trip each on reducer) against gloo's."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    inputs = [rank_input(rank, torch.float32, 4), rank_input(rank + 1, torch.float32, 6)]
+
+    def gather_into(group):
+        outs = [torch.zeros(world * x.numel()) for x in inputs]
+        with dist._coalescing_manager(group=group, async_ops=True) as cm:
+            for out, x in zip(outs, inputs):
+                dist.all_gather_into_tensor(out, x, group=group)
+        cm.wait()
+        return outs
+
+    def scatter_into(group):
+        big = [rank_input(rank, torch.float32, world * 2),
+               rank_input(rank + 2, torch.float32, world * 3)]
+        outs = [torch.zeros(2), torch.zeros(3)]
+        with dist._coalescing_manager(group=group, async_ops=True) as cm:
+            for out, x in zip(outs, big):
+                dist.reduce_scatter_tensor(out, x, group=group)
+        cm.wait()
+        return outs
+
+    def gather_lists(group):
+        outs = [[torch.zeros_like(x) for x in inputs] for _ in range(world)]
+        dist.all_gather_coalesced(outs, inputs, group=group)
+        return [t for per_rank in outs for t in per_rank]
+
+    def reduce_many(group):
+        ts = [x.clone() for x in inputs]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            dist.all_reduce_coalesced(ts, group=group)
+        return ts
+
+    for name, call in [("all_gather_into_tensor coalesced", gather_into),
+                       ("reduce_scatter_tensor coalesced", scatter_into),
+                       ("all_gather_coalesced", gather_lists),
+                       ("all_reduce_coalesced", reduce_many)]:
+        mine, theirs = call(None), call(gloo)
+        for i, (a, b) in enumerate(zip(mine, theirs)):
+            check_equal(a, b, f"{name} tensor {i}")
+
+
+def monitored():
+    """monitored_barrier: rank 0 waits at most 2 s for a rank that never
+    comes and raises naming it; the others (every rank but the last)
+    raise too; the last rank arrives only after that."""
+    dist.init_process_group("reducer", timeout=TIMEOUT)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=10))
+    if rank != world - 1:
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=2))
+            raise AssertionError("monitored_barrier without the last rank did not raise")
+        except RuntimeError as e:
+            assert f"rank {world - 1} never arrived" in str(e), e
+            assert "monitored_barrier" in str(e), e
+    time.sleep(4)
+    print("monitored ok", flush=True)
 
 
 def subgroups():
@@ -360,7 +425,7 @@ def refused():
             time.sleep(0.05)
 
 
-SCENARIOS = {f.__name__: f for f in (collectives, subgroups, repeated, smoke, metric,
+SCENARIOS = {f.__name__: f for f in (collectives, monitored, subgroups, repeated, smoke, metric,
                                      secure, refused)}
 
 if __name__ == "__main__":
