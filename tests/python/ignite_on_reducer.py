@@ -1,0 +1,137 @@
+"""pytest plugin: PyTorch-Ignite's own distributed tests on the backend
+"reducer", as Ignite's CI runs them on gloo.
+
+From the root of Ignite's sdist (tools/pinned_sdist.sh fetches it), with
+reducerd at REDUCER_TARGET and this directory and the reducer package on
+PYTHONPATH:
+
+    WORLD_SIZE=4 python -m pytest -p ignite_on_reducer -m distributed \\
+        --dist=each --tx 4*popen//python=python tests/ignite/distributed
+
+(Ignite's tests/run_cpu_tests.sh runs `-m distributed` so, with
+WORLD_SIZE=4: each of the 4 pytest-xdist workers runs every test as one
+rank, and Ignite's fixtures make the group from WORLD_SIZE and the worker's
+number.)
+
+In each worker, a default process group asked for on "gloo" is made on
+"reducer" instead: Ignite's fixtures
+(distributed_context_single_node_gloo, `distributed` with gloo_cpu),
+idist.initialize("gloo"), idist.Parallel(backend="gloo") and
+_NativeDistModel.create_from_backend("gloo") alike. Groups asked for on
+gloo by name beside it (dist.new_group(backend="gloo"), which Ignite's own
+idist uses to count processes per node) stay on gloo.
+
+`--reducer-name=gloo` (the default) has torch.distributed.get_backend
+answer "gloo" for such a group, the name the test asked for, so that
+Ignite's name checks (`assert idist.backend() == "gloo"`) and the branches
+Ignite takes by name behave as for gloo while every collective runs on
+reducer; `--reducer-name=reducer` leaves the real name, to see which tests
+check it. `--on=gloo` substitutes nothing: the same run on gloo, to
+compare with. In both, a test body that raises has the default group it
+made destroyed and the environment it changed restored afterwards, so that
+its failure does not make every later test fail ("trying to initialize the
+default process group twice"). Each test's report carries the user property `reducer_groups`:
+how many default groups the test's process made on reducer in place of
+gloo. reducer.ignite is imported, as a user would, before the tests.
+Processes a test starts (idist.spawn, torchrun) are not substituted; with
+WORLD_SIZE set, Ignite skips the tests that start them.
+"""
+
+import weakref
+
+import pytest
+
+# How many default groups this process made on "reducer" in place of gloo,
+# and the last of them (weakly: a group kept alive would keep its store's
+# port bound after destroy_process_group).
+_made = {"count": 0, "last": None}
+
+
+def install(name_as_asked):
+    """Substitutes "reducer" for gloo in this process's init_process_group;
+    with `name_as_asked`, get_backend answers "gloo" for those groups."""
+    import torch.distributed as dist
+
+    import reducer.ignite  # noqa: F401  (registers with torch and with Ignite)
+
+    if getattr(dist.init_process_group, "_reducer_substitute", False):
+        return
+    init_process_group, get_backend = dist.init_process_group, dist.get_backend
+
+    def substituted_init(backend=None, *args, **kwargs):
+        if backend is not None and str(backend).lower() == "gloo":
+            backend = "reducer"
+            init_process_group(backend, *args, **kwargs)
+            _made["count"] += 1
+            _made["last"] = weakref.ref(dist.group.WORLD)
+            return None
+        return init_process_group(backend, *args, **kwargs)
+
+    def named_as_asked(group=None):
+        name = get_backend(group)
+        last = _made["last"]() if _made["last"] is not None else None
+        asked = dist.group.WORLD if group is None else group
+        if name == "reducer" and last is not None and last is asked:
+            return "gloo"
+        return name
+
+    substituted_init._reducer_substitute = True
+    dist.init_process_group = substituted_init
+    if name_as_asked:
+        dist.get_backend = named_as_asked
+
+
+def pytest_addoption(parser):
+    parser.addoption("--reducer-name", choices=("gloo", "reducer"), default="gloo",
+                     help="the name torch.distributed.get_backend gives for a group "
+                          "made on reducer in place of gloo")
+    parser.addoption("--on", choices=("reducer", "gloo"), default="reducer",
+                     help="gloo: substitute nothing (the same run on gloo, with the "
+                          "same isolation of failed tests, to compare with)")
+
+
+def pytest_configure(config):
+    if config.getoption("--on") == "reducer":
+        install(name_as_asked=config.getoption("--reducer-name") == "gloo")
+
+
+_BEFORE = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.stash[_BEFORE] = _made["count"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    if call.when == "teardown":
+        made = _made["count"] - item.stash.get(_BEFORE, _made["count"])
+        item.user_properties.append(("reducer_groups", made))
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """After a test body that raised, what it left behind is undone as its
+    own last lines would have: a default group it made is destroyed (with
+    idist reset) and the environment it changed is restored, so that one
+    failure does not fail every test after it (Ignite's fixtures would then
+    find a default group and raise "trying to initialize the default
+    process group twice")."""
+    import os
+
+    import torch.distributed as dist
+
+    environment = dict(os.environ)
+    before = dist.group.WORLD if dist.is_initialized() else None
+    outcome = yield
+    if outcome.excinfo is None:
+        return
+    if dist.is_initialized() and dist.group.WORLD is not before:
+        dist.destroy_process_group()
+        from ignite.distributed.utils import _SerialModel, _set_model
+        _set_model(_SerialModel())
+    if dict(os.environ) != environment:
+        os.environ.clear()
+        os.environ.update(environment)
