@@ -23,13 +23,21 @@ turns sync by sync so that all three see the same machine:
 
 Before each sync the ranks meet at a barrier and each resets its peak
 resident memory (/proc/self/clear_refs, 5) after freeing the previous
-result; a sync's time is from the call to the result in hand, its memory
-the process's peak resident set above where it stood before the call
-(the new result included: every form makes one tensor of S bytes that the
-caller keeps). Per form the table gives the median over the syncs of the
-slowest rank's time and of the largest rank's peak, and the ratios of
-out_of_place and metric_sync to clone. Every result is checked (each
-element W(W+1)/2) and every state is checked unchanged.
+result; a sync's time is from the call to the result in hand; "rise" is
+the process's peak resident set during the sync above where it stood
+before the call (memory the sync newly touched), "peak" that peak above
+the process's resident set before its first sync, with its state made
+(what the syncs added to the process: the client's buffers, the result,
+the clone). The client
+keeps what it receives into between calls: on the same-host path the
+result segment it maps, whose range an out-of-place result is lent as a
+read-only tensor (no copy); over gRPC a cache of idle buffers. So an
+out-of-place result costs no new memory, and the clone's S bytes are the
+rise of the clone form. Per form the table gives the median over the
+syncs of the slowest rank's time and of the largest rank's rise and peak,
+and the ratios of out_of_place and metric_sync to clone (time, peak).
+Every result is checked (each element W(W+1)/2) and every state is checked
+unchanged.
 
 The same-host path is on by default (REDUCER_SHARED_MEMORY unset);
 --shared_memory=off sends the tensors over gRPC. --smoke: W = 2, 1 MiB,
@@ -87,6 +95,7 @@ def worker(args):
     want = float(world * (world + 1) // 2)
     sync = reducer.MetricSync(client)
     sync.add("state", state)
+    start_kib = proc_status_kib("VmRSS")
 
     def run(form):
         if form == "clone":
@@ -108,7 +117,7 @@ def worker(args):
             start = time.perf_counter()
             result = run(form)
             seconds = time.perf_counter() - start
-            peak = proc_status_kib("VmHWM") - before
+            peak = proc_status_kib("VmHWM")
             if result.dtype != torch.float32 or result.numel() != n or not bool(
                     (result == want).all()):
                 raise SystemExit(f"rank {rank}: {form}: wrong result")
@@ -116,7 +125,8 @@ def worker(args):
                 raise SystemExit(f"rank {rank}: {form} changed the state")
             if i >= args.warmup:
                 records.append({"form": form, "iter": i - args.warmup, "rank": rank,
-                                "seconds": seconds, "peak_kib": peak})
+                                "seconds": seconds, "rise_kib": peak - before,
+                                "peak_kib": peak - start_kib})
     result = None
     dist.barrier()
     dist.destroy_process_group()
@@ -148,18 +158,19 @@ def launch(args, daemon, env, log_dir, world, size_bytes):
 
 
 def summarize(records, world, iters):
-    """form -> (median seconds of the slowest rank, median peak MiB of the
-    largest rank), over the syncs."""
+    """form -> (median seconds of the slowest rank, median rise MiB and
+    median peak MiB of the largest rank), over the syncs."""
     out = {}
     for form in FORMS:
-        times, peaks = [], []
+        times, rises, peaks = [], [], []
         for i in range(iters):
             these = [r for r in records if r["form"] == form and r["iter"] == i]
             if len(these) != world:
                 raise RunError(f"{form} sync {i}: {len(these)} ranks reported, not {world}")
             times.append(max(r["seconds"] for r in these))
+            rises.append(max(r["rise_kib"] for r in these) / 1024)
             peaks.append(max(r["peak_kib"] for r in these) / 1024)
-        out[form] = (statistics.median(times), statistics.median(peaks))
+        out[form] = tuple(statistics.median(v) for v in (times, rises, peaks))
     return out
 
 
@@ -170,20 +181,21 @@ def fmt_ms(seconds):
 def print_table(command, rows):
     print("== one metric sync: clone + in-place all_reduce against out of place")
     print(f"command: {command}")
-    header = (f"{'W':>2} {'state':>8}  {'form':<13} {'time':>10} {'peak':>10}"
+    header = (f"{'W':>2} {'state':>8}  {'form':<13} {'time':>10} {'rise':>10} {'peak':>10}"
               f"  {'time/clone':>10} {'peak/clone':>10}")
     print(header)
     print("-" * len(header))
     for world, size_bytes, summary in rows:
-        base_t, base_m = summary["clone"]
+        base_t, _, base_p = summary["clone"]
         for form in FORMS:
-            t, m = summary[form]
+            t, r, p = summary[form]
             ratio_t = f"{t / base_t:.2f}x" if base_t > 0 else "-"
-            ratio_m = f"{m / base_m:.2f}x" if base_m > 0 else "-"
+            ratio_p = f"{p / base_p:.2f}x" if base_p > 0 else "-"
             print(f"{world:>2} {run_bench.fmt_size(size_bytes):>8}  {form:<13} "
-                  f"{fmt_ms(t):>10} {m:>7.1f} MiB  {ratio_t:>10} {ratio_m:>10}")
-    print("(time: median over the syncs of the slowest rank's; peak: median of the "
-          "largest rank's resident-memory rise during the sync, the result included)")
+                  f"{fmt_ms(t):>10} {r:>6.1f} MiB {p:>6.0f} MiB  {ratio_t:>10} {ratio_p:>10}")
+    print("(medians over the syncs: time of the slowest rank; rise, the resident memory "
+          "a sync newly touched, and peak, the resident set's peak during it, of the "
+          "largest rank)")
 
 
 def parse_args(argv):
@@ -246,8 +258,8 @@ def main(argv):
     if args.json:
         Path(args.json).write_text(json.dumps([
             {"world_size": w, "size_bytes": s,
-             **{f"{form}_{k}": v for form, (t, m) in summary.items()
-                for k, v in (("seconds", t), ("peak_mib", m))}}
+             **{f"{form}_{k}": v for form, (t, r, p) in summary.items()
+                for k, v in (("seconds", t), ("rise_mib", r), ("peak_mib", p))}}
             for w, s, summary in rows], indent=1))
     return 0
 

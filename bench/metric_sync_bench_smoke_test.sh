@@ -19,7 +19,7 @@ fail() { echo "FAIL: $1"; exit 1; }
 grep -qF '== one metric sync' "${report}" || fail "no table"
 grep -q '^command: .*metric_sync_bench.py --smoke' "${report}" || fail "the table names no command"
 for form in clone out_of_place metric_sync; do
-  grep -Eq "^ 2 +1 MiB +${form} +[0-9.]+ ms +[0-9.]+ MiB +[0-9.]+x +([0-9.]+x|-)\$" "${report}" \
+  grep -Eq "^ 2 +1 MiB +${form} +[0-9.]+ ms +[0-9.]+ MiB +[0-9]+ MiB +[0-9.]+x +([0-9.]+x|-)\$" "${report}" \
     || fail "no row for ${form}"
 done
 [ -s "${out}/metric_sync_bench.json" ] || fail "no JSON written"
