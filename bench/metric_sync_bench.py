@@ -194,8 +194,8 @@ def print_table(command, rows):
             print(f"{world:>2} {run_bench.fmt_size(size_bytes):>8}  {form:<13} "
                   f"{fmt_ms(t):>10} {r:>6.1f} MiB {p:>6.0f} MiB  {ratio_t:>10} {ratio_p:>10}")
     print("(medians over the syncs: time of the slowest rank; rise, the resident memory "
-          "a sync newly touched, and peak, the resident set's peak during it, of the "
-          "largest rank)")
+          "a sync newly touched, and peak, its resident set's peak above the process "
+          "before its first sync, of the largest rank)")
 
 
 def parse_args(argv):
