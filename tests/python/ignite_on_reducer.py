@@ -135,3 +135,48 @@ def pytest_runtest_call(item):
     if dict(os.environ) != environment:
         os.environ.clear()
         os.environ.update(environment)
+
+
+# --------------------------------------------------------------------------
+# Comparing runs: python3 ignite_on_reducer.py A.xml B.xml (junit files of
+# two runs, e.g. --on=gloo and --on=reducer) prints each run's counts (a test
+# counts once per rank) and the tests A passes on every rank that B does not.
+
+def outcomes(path):
+    """{test: [outcome per rank]} of a junit file; outcome: passed, failed,
+    error or skipped. Collection errors of a module count as its error."""
+    import xml.etree.ElementTree as ET
+
+    found = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        for tag, outcome in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
+            if case.find(tag) is not None:
+                break
+        else:
+            outcome = "passed"
+        found.setdefault(name, []).append(outcome)
+    return found
+
+
+def compare(a_path, b_path):
+    import collections
+
+    runs = [(path, outcomes(path)) for path in (a_path, b_path)]
+    for path, found in runs:
+        counts = collections.Counter(o for per_rank in found.values() for o in per_rank)
+        ran = [t for t, per_rank in found.items() if set(per_rank) != {"skipped"}]
+        print(f"{path}: {len(ran)} tests run, " + ", ".join(
+            f"{counts[k]} {k}" for k in ("passed", "failed", "error", "skipped")))
+    (a, first), (b, second) = runs
+    lost = sorted(t for t, per_rank in first.items()
+                  if set(per_rank) == {"passed"} and set(second.get(t, [])) != {"passed"})
+    print(f"passed on every rank in {a}, not in {b}: {len(lost)}")
+    for t in lost:
+        print(f"  {t}: {','.join(second.get(t, ['absent']))}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(compare(*sys.argv[1:3]))
