@@ -15,13 +15,17 @@
 # free loopback port), and with --real-name a third time with the backend's
 # own name left visible (--reducer-name=reducer). Each run writes
 # DIR/RUN.xml (junit) and DIR/RUN.log; then it prints each run's counts
-# and the tests gloo passes that reducer does not. --timeout: pytest-timeout's
+# and the tests gloo passes that reducer does not; exits 0 when there are
+# none (the real-name run's differences are printed, not counted: they are
+# the tests that check the backend's name). --timeout: pytest-timeout's
 # limit for one test (default 900 s: Ignite's classification report takes
-# over 3 minutes on 2 cores). PYTEST ARGS replace the test path
-# tests/ignite (e.g. tests/ignite/distributed, -k accuracy). Modules that
-# import packages the venv does not pin (clearml, fairlearn, nltk,
+# 3.5 minutes on 2 cores). PYTEST ARGS replace the test path tests/ignite
+# (e.g. tests/ignite/distributed, -k accuracy). Modules that import
+# packages the venv does not pin (clearml, fairlearn, matplotlib, nltk,
 # pytorch_fid, ranx, scikit-image, torchvision, pycocotools) are counted
-# as collection errors on both backends. About 40 minutes per run on 2 cores.
+# as collection errors on both backends. About 8 minutes per run on 2
+# cores, plus the build and the first fetch. The counts of a run are in
+# docs/python.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,7 +62,6 @@ trap 'kill "$reducerd" 2>/dev/null || true' EXIT
 
 runs=(gloo reducer)
 if [[ $real_name -eq 1 ]]; then runs+=(reducer-real-name); fi
-status=0
 for run in "${runs[@]}"; do
   case "$run" in
     gloo) flags=(--on=gloo) ;;
@@ -72,11 +75,12 @@ for run in "${runs[@]}"; do
        -m distributed --dist=each --tx "$kWorld*popen//python=$python" \
        --timeout="$timeout" --timeout-method=thread --continue-on-collection-errors \
        -q -rfE --color=no --junitxml="$out/$run.xml" "${pytest_args[@]}" \
-       >"$out/$run.log" 2>&1) || status=1
+       >"$out/$run.log" 2>&1) || true  # failures are counted below
   tail -n 1 "$out/$run.log"
 done
-"$python" tests/python/ignite_on_reducer.py "$out/gloo.xml" "$out/reducer.xml"
+status=0
+"$python" tests/python/ignite_on_reducer.py "$out/gloo.xml" "$out/reducer.xml" || status=1
 if [[ $real_name -eq 1 ]]; then
-  "$python" tests/python/ignite_on_reducer.py "$out/gloo.xml" "$out/reducer-real-name.xml"
+  "$python" tests/python/ignite_on_reducer.py "$out/gloo.xml" "$out/reducer-real-name.xml" || true
 fi
 exit "$status"

@@ -30,9 +30,12 @@ check it. `--on=gloo` substitutes nothing: the same run on gloo, to
 compare with. In both, a test body that raises has the default group it
 made destroyed and the environment it changed restored afterwards, so that
 its failure does not make every later test fail ("trying to initialize the
-default process group twice"). Each test's report carries the user property `reducer_groups`:
-how many default groups the test's process made on reducer in place of
-gloo. reducer.ignite is imported, as a user would, before the tests.
+default process group twice"). Each test's report carries two user
+properties: `ran_on`, the backend of the default group its body ran on
+(reducer, gloo, none), and `reducer_groups`, how many default groups the
+test made on reducer in place of gloo (Ignite's class-scoped `distributed`
+fixture makes one for a whole class). reducer.ignite is imported, as a
+user would, before the tests.
 Processes a test starts (idist.spawn, torchrun) are not substituted; with
 WORLD_SIZE set, Ignite skips the tests that start them.
 """
@@ -96,24 +99,42 @@ def pytest_configure(config):
 
 
 _BEFORE = pytest.StashKey[int]()
+_RAN_ON = pytest.StashKey[set]()
+
+
+def _default_group_backend():
+    """The real backend name of the default group now ("none" without one),
+    whatever get_backend answers."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    if not dist.is_initialized():
+        return "none"
+    return str(distributed_c10d.get_backend(dist.group.WORLD))
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
     item.stash[_BEFORE] = _made["count"]
+    item.stash[_RAN_ON] = set()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     if call.when == "teardown":
         made = _made["count"] - item.stash.get(_BEFORE, _made["count"])
+        ran_on = item.stash.get(_RAN_ON, set()) - {"none"}
         item.user_properties.append(("reducer_groups", made))
+        item.user_properties.append(("ran_on", ",".join(sorted(ran_on)) or "none"))
     yield
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    """After a test body that raised, what it left behind is undone as its
+    """Records the backend of the default group the test body ran on (the
+    user property `ran_on`: the group of a class-scoped fixture counts for
+    every test of the class, a group made in the body for that test).
+    After a test body that raised, what it left behind is undone as its
     own last lines would have: a default group it made is destroyed (with
     idist reset) and the environment it changed is restored, so that one
     failure does not fail every test after it (Ignite's fixtures would then
@@ -125,7 +146,13 @@ def pytest_runtest_call(item):
 
     environment = dict(os.environ)
     before = dist.group.WORLD if dist.is_initialized() else None
+    made = _made["count"]
+    ran_on = item.stash.setdefault(_RAN_ON, set())
+    ran_on.add(_default_group_backend())
     outcome = yield
+    ran_on.add(_default_group_backend())
+    if _made["count"] > made:
+        ran_on.add("reducer")
     if outcome.excinfo is None:
         return
     if dist.is_initialized() and dist.group.WORLD is not before:
@@ -140,7 +167,8 @@ def pytest_runtest_call(item):
 # --------------------------------------------------------------------------
 # Comparing runs: python3 ignite_on_reducer.py A.xml B.xml (junit files of
 # two runs, e.g. --on=gloo and --on=reducer) prints each run's counts (a test
-# counts once per rank) and the tests A passes on every rank that B does not.
+# counts once per rank) and the tests A passes on every rank that B does not;
+# exits 1 when there is one.
 
 def outcomes(path):
     """{test: [outcome per rank]} of a junit file; outcome: passed, failed,
@@ -174,7 +202,7 @@ def compare(a_path, b_path):
     print(f"passed on every rank in {a}, not in {b}: {len(lost)}")
     for t in lost:
         print(f"  {t}: {','.join(second.get(t, ['absent']))}")
-    return 0
+    return 1 if lost else 0
 
 
 if __name__ == "__main__":
