@@ -31,11 +31,17 @@
 // JobReady carries the count of quorum steps started); the first quorum
 // barrier created after that counts it as joining (QuorumRule::Joining).
 //
+// Who takes part, and the rules of epochs, Done and quorum mode, are the
+// job's Membership; the Job acts on what it decides (fails collectives,
+// sends JoinEvents, logs) and keeps matching, point-to-point matches,
+// replays and pacing.
+//
 // Thread-safe: state is under mu_. Lock order: JobRegistry, then Job, then
 // Collective, then a stream's own lock.
 #ifndef REDUCER_SERVER_JOBS_JOB_H_
 #define REDUCER_SERVER_JOBS_JOB_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -54,7 +60,10 @@
 #include "server/engine/collective.h"
 #include "server/engine/memory_budget.h"
 #include "server/jobs/attempt_cache.h"
-#include "server/jobs/message_matcher.h"
+#include "server/jobs/membership.h"
+#include "server/jobs/point_to_point_matches.h"
+#include "server/jobs/replay.h"
+#include "server/jobs/session_channel.h"
 
 namespace reducer {
 
@@ -77,14 +86,6 @@ struct JobSnapshot {
   std::vector<CollectiveSnapshot> pending;  // collectives not yet done
 };
 
-// How a Job talks to one session stream (SessionStream over gRPC).
-class SessionChannel {
- public:
-  virtual ~SessionChannel() = default;
-  virtual void SendEvent(const v1::JoinEvent& event) = 0;
-  virtual void Fail(const absl::Status& status) = 0;
-};
-
 // What Job::Attach returns when the collective itself refused the call (a
 // name reused while in flight, a retry after data moved) or failed at its
 // attach: the call's channel has been told why already, so the caller must
@@ -96,17 +97,6 @@ inline constexpr char kRefusedByCollectiveMark[] =
     "reducer.server/refused_by_collective";
 absl::Status RefusedByCollectiveError();
 bool IsRefusedByCollective(const absl::Status& status);
-
-// OK when replay `header` names an attempt of its own session (attempt id
-// `<session id>/<n>`); else INVALID_ARGUMENT.
-absl::Status CheckReplay(const v1::CollectiveHeader& header);
-
-// Sends `header`'s result (a replay) from `kept` on `stream`, whole, and
-// returns null; NOT_FOUND (naming the attempt) when none is kept,
-// INVALID_ARGUMENT as CheckReplay.
-absl::StatusOr<std::shared_ptr<Collective>> ReplayKept(
-    KeptResults* kept, const v1::CollectiveHeader& header, RankChannel& stream,
-    const Logger& log);
 
 class Job {
  public:
@@ -184,12 +174,15 @@ class Job {
   std::optional<int> RunningRank(const std::string& session_id)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // A rank held in one running epoch of one incarnation of a job: two
-  // Seats with the same `epoch_id` are of the same epoch, and no other
-  // epoch of any job in this process has that id.
+  // The ranks one session holds in one running epoch of one incarnation
+  // of a job: two Seats with the same `epoch_id` are of the same epoch, and
+  // no other epoch of any job in this process has that id.
   struct Seat {
-    int rank = -1;
+    std::vector<int> ranks;
     uint64_t epoch_id = 0;
+    bool Holds(int rank) const {
+      return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+    }
   };
   // RunningRank, with the epoch it holds the rank in.
   std::optional<Seat> RunningSeat(const std::string& session_id)
@@ -219,9 +212,6 @@ class Job {
   bool EndedByALoss() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // RunningRank, with mu_ held.
-  std::optional<int> RunningRankLocked(const std::string& session_id) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A replay of the attempt `header` names, in any epoch and whether or
   // not its session still holds the rank: the collective whose result for
   // it is still being made resumes it on `stream` (Collective::Resume), or
@@ -231,19 +221,30 @@ class Job {
   absl::StatusOr<std::shared_ptr<Collective>> Replay(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream)
       ABSL_LOCKS_EXCLUDED(mu_);
-  struct Member {
-    std::string session_id;
-    std::shared_ptr<SessionChannel> session;
-  };
-
+  // Ends the epoch (Membership::EndEpoch): fails its collectives that are
+  // not decided, tells every session, logs and counts it.
   void EndEpoch(const std::string& reason, int lost_rank,
                 EpochEndReason kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Quorum mode: `rank` no longer holds a session of the running epoch
-  // (`why` says how it was lost); see the class comment. Logged as a
-  // warning, or as information for a rank that left on purpose.
-  void MarkAbsentLocked(int rank, const std::string& why,
+  // Quorum mode: `ranks` became absent (Membership decided; `why` says how
+  // they were lost): pending collectives that need them fail, quorum steps
+  // stop waiting for them. Logged as a warning, or as information for a
+  // rank that left on purpose.
+  void LoseAbsentLocked(const std::vector<int>& ranks, const std::string& why,
                         LogSeverity severity = LogSeverity::kWarning)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `rank` no longer takes part: quorum steps stop waiting for it, and the
+  // other collectives that need it and are not decided fail with `code`,
+  // "<collective>: rank <rank> <what>".
+  void LoseRankLocked(int rank, absl::StatusCode code, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends `event` to every seated session.
+  void SendToAllLocked(const v1::JoinEvent& event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies `fn` to every collective of the epoch not yet destroyed,
+  // matched or not (a collective may be in both lists: fn must be
+  // idempotent).
+  template <typename Fn>
+  void ForEachCollectiveLocked(Fn fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The matching key of `header` (MatchingKey), its sequence number moved
   // past the unnamed collectives its rank was left out of for Done (on a
   // job of one shard; over several, the client moves its own count).
@@ -251,7 +252,7 @@ class Job {
                                 const Fingerprint& fp)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `rank` called DONE: leaves it out of every pending collective of its
-  // group (counting the unnamed ones in skipped_), or, when it was the
+  // group (counting the unnamed ones as skipped), or, when it was the
   // last rank to, lets every rank go.
   void MarkDoneLocked(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Leaves the ranks that are done out of `collective` (just created
@@ -264,18 +265,10 @@ class Job {
   std::shared_ptr<Collective> LeftOutStepLocked(const std::string& key,
                                                 int rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The same for a finished step still remembered: its refusal.
-  std::optional<absl::Status> RememberedRefusalLocked(const std::string& key,
-                                                      int rank)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `header`'s fingerprint, if well formed and within the limits; else the
   // error, also sent to the peers waiting in the collective it names.
   absl::StatusOr<Fingerprint> CheckedFingerprint(
       const v1::CollectiveHeader& header) ABSL_LOCKS_EXCLUDED(mu_);
-  // OK when `header` is of the running epoch and its session holds its rank.
-  absl::Status CheckSessionLocked(const v1::CollectiveHeader& header,
-                                  const std::string& description)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The collective `header` joins: the one a retried attempt joined, the
   // one waiting under its matching key, or a new one.
   absl::StatusOr<std::shared_ptr<Collective>> CollectiveForLocked(
@@ -299,23 +292,6 @@ class Job {
   // pace moves, and if its chunk size changes every session is told
   // (JobPace).
   void NotePaceLocked(double bytes_per_second) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A point-to-point message's rank (`header`'s, with `source` its source)
-  // attached to `message`: the matcher learns that the message is held (its
-  // send, unless its receive came first) or taken (its plain receive).
-  void NoteMessageLocked(const v1::CollectiveHeader& header, int source,
-                         const Collective& message)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A match (`header`, from `source` or -1 for any of `sources`) attached
-  // to `match`: handed to the matcher, which answers it when it can.
-  void AddMatchLocked(const v1::CollectiveHeader& header, int source,
-                      std::vector<int> sources,
-                      const std::shared_ptr<Collective>& match)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The matcher's answer to match `token`: message n of `source`. False
-  // when the match is gone or can take no answer (failed, timed out).
-  bool AnswerMatchLocked(uint64_t token, int source, uint64_t n)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   // Constant after construction.
   const std::string name_;
   const int world_size_;
@@ -326,19 +302,10 @@ class Job {
   MemoryReservation rank_state_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex mu_;
-  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
-  // Unique in this process for each epoch of each job (RunningSeat).
-  uint64_t epoch_id_ ABSL_GUARDED_BY(mu_);
-  bool running_ ABSL_GUARDED_BY(mu_) = false;  // all ranks joined this epoch
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;    // this epoch lost a rank
-  std::string end_reason_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::optional<Member>> members_ ABSL_GUARDED_BY(mu_);
+  // Who takes part, epoch by epoch.
+  Membership membership_ ABSL_GUARDED_BY(mu_);
   // The shard list of the job's first rank; unset until one joined.
   std::optional<std::vector<std::string>> shards_ ABSL_GUARDED_BY(mu_);
-  // Ranks of this epoch whose client closed on purpose.
-  std::vector<bool> departed_ ABSL_GUARDED_BY(mu_);
-  // Every open session, of any epoch: session id -> rank.
-  absl::flat_hash_map<std::string, int> open_sessions_ ABSL_GUARDED_BY(mu_);
   // Collectives by matching key, kept until every rank has attached and the
   // collective is done, so that late ranks learn a failure and retries find
   // the contribution they repeat.
@@ -350,41 +317,8 @@ class Job {
   AttemptCache attempts_ ABSL_GUARDED_BY(mu_){kRememberedAttempts};
   // Every collective of this epoch not yet destroyed.
   std::vector<std::weak_ptr<Collective>> active_ ABSL_GUARDED_BY(mu_);
-  // Done (see the class comment), for the running epoch: the ranks that
-  // called DONE and have not been let go; per rank, how many unnamed
-  // collectives of each group (key: the group's ranks) it was left out of.
-  std::vector<bool> done_ ABSL_GUARDED_BY(mu_);
-  int done_count_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<absl::flat_hash_map<std::string, uint64_t>> skipped_
-      ABSL_GUARDED_BY(mu_);
-  // One more than the highest sequence number of the unnamed collectives
-  // of the whole job created this epoch: what DONE answers.
-  uint64_t next_whole_sequence_ ABSL_GUARDED_BY(mu_) = 0;
-  // Quorum mode (see the class comment), for the running epoch.
-  bool quorum_mode_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<bool> absent_ ABSL_GUARDED_BY(mu_);
-  // Admitted since the last quorum barrier was created.
-  std::vector<bool> rejoined_ ABSL_GUARDED_BY(mu_);
-  // One more than the highest step number (header.sequence) of the quorum
-  // barriers created this epoch.
-  uint64_t quorum_steps_started_ ABSL_GUARDED_BY(mu_) = 0;
-  // Quorum barriers done that left ranks out, by matching key, newest
-  // last: their late calls are refused by name, not matched anew.
-  static constexpr size_t kRememberedQuorumSteps = 16;
-  // A finished step's refusal for each rank it left out (not the
-  // Collective, which would hold its memory reservation).
-  struct RememberedStep {
-    std::string key;
-    std::map<int, absl::Status> refusals;
-  };
-  std::vector<RememberedStep> recent_quorum_steps_ ABSL_GUARDED_BY(mu_);
-  // Point-to-point messages and matches of the running epoch (see
-  // server/jobs/message_matcher.h), and the matches waiting for their
-  // answer by the matcher's token.
-  MessageMatcher matcher_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::weak_ptr<Collective>> match_waiters_
-      ABSL_GUARDED_BY(mu_);
-  uint64_t last_match_token_ ABSL_GUARDED_BY(mu_) = 0;
+  // Point-to-point messages and matches (ReceiveAny) of the running epoch.
+  PointToPointMatches point_to_point_ ABSL_GUARDED_BY(mu_);
   // The pace of the job's inputs, and the chunk size its reductions use and
   // its sessions were told (server/engine/chunk_pacing.h); kept across
   // epochs (the links stay).

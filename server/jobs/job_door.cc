@@ -145,7 +145,7 @@ absl::StatusOr<uint64_t> JobDoor::CheckSeat(const std::string& job,
   REDUCER_RETURN_IF_ERROR(Authorize(job, token));
   REDUCER_ASSIGN_OR_RETURN(std::shared_ptr<Job> found, registry_->Find(job));
   const std::optional<Job::Seat> seat = found->RunningSeat(session_id);
-  if (!seat.has_value() || seat->rank != rank) {
+  if (!seat.has_value() || !seat->Holds(rank)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "session ", session_id, " does not hold rank ", rank,
         " in the running epoch of job ", job,

@@ -1,0 +1,348 @@
+// Job's matching: how a call finds its collective (by matching key or
+// retried attempt), how new collectives are admitted and started, Done's
+// exclusions, and replays. Sessions and epochs are in job.cc.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/point_to_point_name.h"
+#include "core/status_macros.h"
+#include "core/validate.h"
+#include "proto/reducer/v1/wire_conversion.h"
+#include "server/jobs/collective_admission.h"
+#include "server/jobs/job.h"
+
+namespace reducer {
+namespace {
+
+// The key that matches the same collective across ranks: its name, which
+// is unique in the job (so ranks that name different groups meet and are
+// told), or else its sequence number on its group.
+std::string MatchingKey(const v1::CollectiveHeader& header,
+                        const Fingerprint& fp) {
+  if (!header.name().empty()) return absl::StrCat("\"", header.name());
+  return absl::StrCat(absl::StrJoin(fp.group, ","), "|#", header.sequence());
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
+    const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
+  if (env_.kept != nullptr &&
+      (header.received_below() > 0 || header.received_size() > 0)) {
+    env_.kept->Acknowledge(header.session_id(), header.received_below(),
+                           header.received());
+  }
+  if (header.replay()) return Replay(header, std::move(stream));
+  absl::StatusOr<Fingerprint> fp = CheckedFingerprint(header);
+  if (!fp.ok()) return fp.status();
+  const std::string description = DescribeCollective(header, *fp, world_size_);
+
+  absl::MutexLock lock(&mu_);
+  absl::Status holds = membership_.CheckCaller(
+      header.rank(), header.epoch(), header.session_id(), description);
+  if (!holds.ok()) return holds;
+  if (fp->kind == CollectiveKind::kQuorumBarrier && header.quorum_follower()) {
+    // Another shard decides the step; this one only learns that the job
+    // runs quorum steps.
+    membership_.EnterQuorumMode();
+    ResultMessage none;
+    none.result_specs = std::make_shared<const std::vector<TensorSpec>>();
+    stream->Send(std::move(none), /*last=*/true);
+    return std::shared_ptr<Collective>();
+  }
+  if (membership_.IsDone(header.rank()) && fp->kind != CollectiveKind::kDone) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        description, ": rank ", header.rank(),
+        " called Done(); it takes part in no collective of the job until "
+        "every rank has called Done()"));
+  }
+  absl::StatusOr<std::shared_ptr<Collective>> collective =
+      CollectiveForLocked(header, *fp, description);
+  if (!collective.ok()) return collective.status();
+  const CollectiveKind kind = fp->kind;
+  if (kind == CollectiveKind::kDone) {
+    (*collective)->SetResultValues(
+        {static_cast<int64_t>(membership_.next_whole_sequence())});
+  }
+  const int root = fp->root;
+  std::vector<int> sources;
+  if (kind == CollectiveKind::kMatch) sources = fp->sources;
+  if (!(*collective)->Attach(std::move(stream), header.rank(), *std::move(fp),
+                             header.attempt_id())) {
+    if ((*collective)->LeftOut(header.rank())) {
+      membership_.MarkAbsent(header.rank(), absl::Now());
+      LoseAbsentLocked({header.rank()},
+                       absl::StrCat("it was late for ", ShortName(description)));
+    }
+    return RefusedByCollectiveError();
+  }
+  if (kind == CollectiveKind::kDone) MarkDoneLocked(header.rank());
+  if (kind == CollectiveKind::kSendReceive) {
+    point_to_point_.NoteMessage(header, root, **collective);
+  }
+  if (kind == CollectiveKind::kMatch) {
+    point_to_point_.AddMatch(header, root, std::move(sources), *collective);
+  }
+  return collective;
+}
+
+absl::StatusOr<std::shared_ptr<Collective>> Job::Replay(
+    const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
+  const int rank = header.rank();
+  const std::string& attempt = header.attempt_id();
+  absl::Status valid = CheckReplay(header);
+  if (valid.ok() && (rank < 0 || rank >= world_size_)) {
+    valid = absl::InvalidArgumentError(absl::StrCat(
+        "job ", name_, ": a replay names rank ", rank, ", not a rank of the "
+        "job's ", world_size_));
+  }
+  if (!valid.ok()) return valid;
+  // A call cut off while its result is still being made takes it up again;
+  // one whose result was made whole finds it kept. In that order: a result
+  // handed over while this looks is kept by the time Resume says so.
+  std::shared_ptr<Collective> first;
+  {
+    absl::MutexLock lock(&mu_);
+    if (std::optional<std::weak_ptr<Collective>> seen = attempts_.Find(attempt)) {
+      first = seen->lock();
+    }
+  }
+  if (first != nullptr) {
+    absl::StatusOr<Fingerprint> fp = FingerprintFromHeader(header, world_size_);
+    if (!fp.ok()) return fp.status();
+    absl::Status resumed = first->Resume(rank, attempt, fp->tensors, stream);
+    if (resumed.ok()) return first;
+    if (resumed.code() != absl::StatusCode::kNotFound) return resumed;
+  }
+  return ReplayKept(env_.kept.get(), header, *stream, *env_.log);
+}
+
+absl::Status RefusedByCollectiveError() {
+  absl::Status refused = absl::AbortedError(
+      "the collective refused this call; the call was told why");
+  refused.SetPayload(kRefusedByCollectiveMark, absl::Cord());
+  return refused;
+}
+
+bool IsRefusedByCollective(const absl::Status& status) {
+  return status.GetPayload(kRefusedByCollectiveMark).has_value();
+}
+
+absl::StatusOr<Fingerprint> Job::CheckedFingerprint(
+    const v1::CollectiveHeader& header) {
+  const int rank = header.rank();
+  absl::StatusOr<Fingerprint> fp = FingerprintFromHeader(header, world_size_);
+  absl::Status valid = fp.ok() ? ValidateContribution(*fp, rank, world_size_,
+                                                      env_.options->max_tensor_bytes)
+                               : fp.status();
+  // Point-to-point messages are matched by their reserved names alone, and
+  // no other collective may take one (core/point_to_point_name.h). A name
+  // refused here fails only this call: it may name another pair's message.
+  bool bad_name = false;
+  if (valid.ok()) {
+    valid = CheckPointToPointName(header.name(), *fp);
+    bad_name = !valid.ok();
+  }
+  if (valid.ok()) return fp;
+  const absl::Status status = RefusedContribution(env_, name_, rank, valid);
+  if (!bad_name) FailNamedCollective(header, status);
+  return status;
+}
+
+absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
+    const v1::CollectiveHeader& header, const Fingerprint& fp,
+    const std::string& description) {
+  const int rank = header.rank();
+  // A retry (same attempt id) goes to the collective its first attempt
+  // joined, if that one can still take it; a contribution already used is
+  // never counted again.
+  const std::string& attempt = header.attempt_id();
+  if (!attempt.empty()) {
+    if (std::optional<std::weak_ptr<Collective>> seen = attempts_.Find(attempt)) {
+      std::shared_ptr<Collective> first = seen->lock();
+      if (first == nullptr || first->done() || first->HasFinished(rank)) {
+        return absl::AbortedError(absl::StrCat(
+            description, ": rank ", rank, " retried a contribution (attempt ",
+            attempt, ") that was already used; its result cannot be sent "
+            "again, and counting it twice would be wrong"));
+      }
+      return first;
+    }
+  }
+  const std::string key = MatchingKeyLocked(header, fp);
+  if (std::shared_ptr<Collective> step = LeftOutStepLocked(key, rank)) {
+    return step;  // its Attach refuses the late call
+  }
+  if (std::optional<absl::Status> refused =
+          membership_.RememberedRefusal(key, rank)) {
+    return *refused;
+  }
+  std::shared_ptr<Collective> collective;
+  auto it = matching_.find(key);
+  // A rank that already has its result from a collective of this name is
+  // starting the next one (names may be reused, as in Horovod).
+  if (it != matching_.end() && !it->second->HasFinished(rank)) {
+    collective = it->second;
+  } else {
+    absl::StatusOr<std::shared_ptr<Collective>> created =
+        NewCollectiveLocked(header, fp, description);
+    if (!created.ok()) return created.status();
+    collective = *std::move(created);
+    matching_[key] = collective;
+    LeaveOutDoneLocked(collective, key, fp, rank);
+    if (header.name().empty() &&
+        static_cast<int>(fp.group.size()) == world_size_) {
+      membership_.NoteWholeSequence(header.sequence());
+    }
+  }
+  if (!attempt.empty()) attempts_.Remember(attempt, collective);
+  return collective;
+}
+
+absl::StatusOr<std::shared_ptr<Collective>> Job::NewCollectiveLocked(
+    const v1::CollectiveHeader& header, const Fingerprint& fp,
+    const std::string& description) {
+  const bool quorum = fp.kind == CollectiveKind::kQuorumBarrier;
+  if (!quorum) {  // a quorum step goes on without them
+    REDUCER_RETURN_IF_ERROR(membership_.CheckGroupPresent(fp.group, description));
+  }
+  PruneFinished();
+  REDUCER_RETURN_IF_ERROR(
+      CheckPendingLimit(env_, name_, description, matching_.size()));
+  REDUCER_ASSIGN_OR_RETURN(
+      std::vector<MemoryReservation> state,
+      ReserveCollectiveState(env_, name_, description, fp.group.size()));
+  const absl::Duration timeout = CollectiveTimeout(env_, header.timeout_ms());
+  auto collective = std::make_shared<Collective>(
+      env_,
+      CollectiveLabel{name_, membership_.epoch(), ShortName(description), fp.kind},
+      description, fp.group, timeout);
+  collective->HoldState(std::move(state));
+  if (fp.kind == CollectiveKind::kAllReduce || fp.kind == CollectiveKind::kReduceScatter ||
+      fp.kind == CollectiveKind::kReduce) {
+    collective->SetChunkBytes(chunk_bytes_);
+  }
+  collective->StartTimers();
+  if (quorum) {
+    const Membership::StepStart step =
+        membership_.StartQuorumStep(fp.group, header.sequence());
+    collective->StartQuorum(fp.quorum, step.absent, step.joining);
+  }
+  active_.push_back(collective);
+  return collective;
+}
+
+void Job::FailNamedCollective(const v1::CollectiveHeader& header,
+                              const absl::Status& status) {
+  // The key as the well-formed ranks compute it: their group is "all" when
+  // this header says so, else the ranks it lists, if they make sense.
+  Fingerprint key_fp;
+  if (header.group().empty()) {
+    for (int r = 0; r < world_size_; ++r) key_fp.group.push_back(r);
+  } else {
+    key_fp.group.assign(header.group().begin(), header.group().end());
+    std::sort(key_fp.group.begin(), key_fp.group.end());
+    key_fp.group.erase(std::unique(key_fp.group.begin(), key_fp.group.end()),
+                       key_fp.group.end());
+    for (int r : key_fp.group) {
+      if (r < 0 || r >= world_size_) return;  // no well-formed peer matches
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (!membership_.running() || header.epoch() != membership_.epoch()) return;
+  // Only a session that holds the rank it claims speaks for a collective:
+  // otherwise which collective it meant is unknown, and a stray client
+  // must not fail other ranks' work.
+  if (!membership_.Holds(header.rank(), header.session_id())) return;
+  const std::string key = MatchingKey(header, key_fp);
+  std::shared_ptr<Collective>& collective = matching_[key];
+  if (collective == nullptr) {
+    const std::string description = DescribeCollective(header, std::nullopt);
+    collective = std::make_shared<Collective>(
+        env_,
+        CollectiveLabel{name_, membership_.epoch(), ShortName(description),
+                        std::nullopt},
+        description, key_fp.group, env_.options->max_collective_timeout);
+    active_.push_back(collective);
+  }
+  // Peers waiting now get the error, and so do peers arriving later.
+  collective->Fail(status);
+}
+
+void Job::PruneFinished() {
+  active_.erase(std::remove_if(active_.begin(), active_.end(),
+                               [](const auto& w) { return w.expired(); }),
+                active_.end());
+  for (auto it = matching_.begin(); it != matching_.end();) {
+    auto current = it++;
+    if (current->second->all_attached() && current->second->done()) {
+      if (std::optional<double> pace = current->second->InputPace()) {
+        NotePaceLocked(*pace);
+      }
+      if (current->second->LeftAnyOut()) {
+        membership_.RememberStep(current->first,
+                                 current->second->LeftOutRefusals());
+      }
+      matching_.erase(current);
+    }
+  }
+}
+
+std::shared_ptr<Collective> Job::LeftOutStepLocked(const std::string& key,
+                                                   int rank) {
+  if (auto it = matching_.find(key);
+      it != matching_.end() && it->second->LeftOut(rank)) {
+    return it->second;
+  }
+  return nullptr;
+}
+
+std::string Job::MatchingKeyLocked(const v1::CollectiveHeader& header,
+                                   const Fingerprint& fp) {
+  const bool several_shards = shards_.has_value() && shards_->size() > 1;
+  if (!header.name().empty() || several_shards) return MatchingKey(header, fp);
+  const std::string group = absl::StrJoin(fp.group, ",");
+  return absl::StrCat(group, "|#",
+                      header.sequence() + membership_.Skipped(header.rank(), group));
+}
+
+void Job::MarkDoneLocked(int rank) {
+  // Once every rank is done, the DONE collective ends for all, and they
+  // take part again from their next call.
+  if (membership_.MarkDone(rank) != Membership::DoneMark::kLeftOut) return;
+  const uint64_t epoch = membership_.epoch();
+  const int ranks[] = {rank};
+  env_.log->Log({LogSeverity::kInfo, "rank_done",
+                 absl::StrCat("job ", name_, " epoch ", epoch, ": rank ", rank,
+                              " called Done(); the job's collectives go on "
+                              "without it until every rank has"),
+                 name_, epoch, "", ranks});
+  for (auto& [key, collective] : matching_) {
+    if (!collective->Includes(rank) || collective->done() ||
+        collective->IsDone() || collective->all_attached() ||
+        collective->HasAttached(rank)) {
+      continue;
+    }
+    collective->ExcludeDone(rank);
+    if (const size_t bar = key.find("|#"); bar != std::string::npos) {
+      membership_.NoteSkipped(rank, key.substr(0, bar));
+    }
+  }
+}
+
+void Job::LeaveOutDoneLocked(const std::shared_ptr<Collective>& collective,
+                             const std::string& key, const Fingerprint& fp,
+                             int attaching) {
+  if (membership_.done_count() == 0 || fp.kind == CollectiveKind::kDone) return;
+  const size_t bar = key.find("|#");
+  for (int r : fp.group) {
+    if (r == attaching || !membership_.IsDone(r)) continue;
+    collective->ExcludeDone(r);
+    if (bar != std::string::npos) membership_.NoteSkipped(r, key.substr(0, bar));
+  }
+}
+
+}  // namespace reducer

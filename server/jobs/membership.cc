@@ -1,0 +1,322 @@
+#include "server/jobs/membership.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace reducer {
+
+Membership::Membership(std::string job, int world_size, uint64_t epoch_id)
+    : job_(std::move(job)),
+      world_size_(world_size),
+      epoch_id_(epoch_id),
+      holders_(world_size),
+      departed_(world_size, false),
+      done_(world_size, false),
+      skipped_(world_size),
+      absent_(world_size, false),
+      absent_since_(world_size, absl::InfinitePast()),
+      rejoined_(world_size, false) {}
+
+size_t Membership::StateBytes(int world_size) {
+  // holders_, skipped_ (its empty maps), absent_since_, and departed_,
+  // done_, absent_ and rejoined_ (a bit each, counted as a byte).
+  return static_cast<size_t>(world_size) *
+         (sizeof(std::optional<Holder>) +
+          sizeof(absl::flat_hash_map<std::string, uint64_t>) +
+          sizeof(absl::Time) + 4);
+}
+
+std::string Membership::state() const {
+  return ended_ ? "aborted" : running_ ? "running" : "joining";
+}
+
+bool Membership::HasSession(const std::string& session_id) const {
+  return open_sessions_.contains(session_id);
+}
+
+std::optional<int> Membership::DepartedAmong(
+    const std::vector<int>& ranks) const {
+  if (!running_) return std::nullopt;
+  for (int r : ranks) {
+    if (departed_[r]) return r;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<Membership::Seated> Membership::Seat(
+    const std::string& session_id, const std::vector<int>& ranks,
+    std::shared_ptr<SessionChannel> session) {
+  for (int r : ranks) {
+    if (holders_[r].has_value()) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "rank ", r, " of job ", job_,
+          " is already held by a live session (another process uses this "
+          "rank, or the previous holder has not exited yet)"));
+    }
+  }
+  for (int r : ranks) holders_[r] = Holder{session_id, session};
+  open_sessions_[session_id] = ranks;
+  bool rejoined = false;
+  for (int r : ranks) {
+    if (!running_ || !absent_[r]) continue;
+    // Back into the running epoch of a job in quorum mode: the others go
+    // on, and the next quorum step counts the rank as joining.
+    absent_[r] = false;
+    absent_since_[r] = absl::InfinitePast();
+    rejoined_[r] = true;
+    rejoined = true;
+  }
+  if (rejoined) return Seated::kRejoined;
+  if (std::all_of(holders_.begin(), holders_.end(),
+                  [](const auto& h) { return h.has_value(); })) {
+    running_ = true;
+    return Seated::kAllJoined;
+  }
+  return Seated::kWaiting;
+}
+
+Membership::Unseated Membership::Unseat(const std::string& session_id,
+                                        absl::Time now) {
+  Unseated out;
+  auto it = open_sessions_.find(session_id);
+  if (it == open_sessions_.end()) {
+    out.last_session = open_sessions_.empty();
+    return out;
+  }
+  const std::vector<int> ranks = std::move(it->second);
+  open_sessions_.erase(it);
+  out.last_session = open_sessions_.empty();
+  for (int r : ranks) {
+    if (!Holds(r, session_id)) continue;  // replaced since
+    const bool held_running = running() && !departed_[r];
+    if (held_running && quorum_mode_) {
+      MarkAbsent(r, now);
+      out.effect = Unseated::Effect::kAbsent;
+      out.ranks.push_back(r);
+      continue;
+    }
+    holders_[r].reset();
+    if (held_running) {
+      out.effect = Unseated::Effect::kEndsEpoch;
+      out.ranks.push_back(r);
+    }
+  }
+  return out;
+}
+
+Membership::Unseated Membership::Depart(const std::string& session_id,
+                                        absl::Time now) {
+  Unseated out;
+  out.ranks = RunningRanks(session_id);
+  if (out.ranks.empty()) return out;
+  if (quorum_mode_) {
+    // As a lost rank: the others go on, and it may connect again.
+    for (int r : out.ranks) MarkAbsent(r, now);
+    out.effect = Unseated::Effect::kAbsent;
+    return out;
+  }
+  for (int r : out.ranks) departed_[r] = true;
+  out.effect = Unseated::Effect::kDeparted;
+  return out;
+}
+
+std::vector<int> Membership::RunningRanks(const std::string& session_id) const {
+  std::vector<int> ranks;
+  auto it = open_sessions_.find(session_id);
+  if (it == open_sessions_.end() || !running()) return ranks;
+  for (int r : it->second) {
+    if (Holds(r, session_id)) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+bool Membership::Holds(int rank, const std::string& session_id) const {
+  return rank >= 0 && rank < world_size_ && holders_[rank].has_value() &&
+         holders_[rank]->session_id == session_id;
+}
+
+std::vector<std::shared_ptr<SessionChannel>> Membership::Sessions() const {
+  std::vector<std::shared_ptr<SessionChannel>> sessions;
+  for (const std::optional<Holder>& h : holders_) {
+    if (!h.has_value()) continue;
+    if (std::find(sessions.begin(), sessions.end(), h->session) ==
+        sessions.end()) {
+      sessions.push_back(h->session);
+    }
+  }
+  return sessions;
+}
+
+void Membership::EndEpoch(const std::string& reason) {
+  ended_ = true;
+  running_ = false;
+  end_reason_ = reason;
+}
+
+void Membership::StartNextEpoch(uint64_t epoch_id) {
+  ++epoch_;
+  epoch_id_ = epoch_id;
+  ended_ = false;
+  running_ = false;
+  end_reason_.clear();
+  holders_.assign(world_size_, std::nullopt);
+  departed_.assign(world_size_, false);
+  done_.assign(world_size_, false);
+  done_count_ = 0;
+  skipped_.assign(world_size_, {});
+  next_whole_sequence_ = 0;
+  quorum_mode_ = false;
+  absent_.assign(world_size_, false);
+  absent_since_.assign(world_size_, absl::InfinitePast());
+  rejoined_.assign(world_size_, false);
+  quorum_steps_started_ = 0;
+  recent_quorum_steps_.clear();
+}
+
+absl::Status Membership::CheckCaller(int rank, uint64_t epoch,
+                                     const std::string& session_id,
+                                     const std::string& description) const {
+  if (epoch != epoch_ || ended_) {
+    if (epoch < epoch_ || ended_) {
+      return absl::AbortedError(absl::StrCat(
+          description, ": epoch ", epoch, " of job ", job_, " has ended",
+          end_reason_.empty() ? "" : absl::StrCat(" (", end_reason_, ")"),
+          "; Connect again to go on"));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat(description, ": epoch ", epoch, " of job ", job_,
+                     " has not started (current epoch ", epoch_, ")"));
+  }
+  if (running_ && absent_[rank]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        description, ": rank ", rank, " of job ", job_,
+        " is absent from epoch ", epoch_,
+        " (lost, or late for a quorum step); Connect again to rejoin at the "
+        "next quorum step"));
+  }
+  if (!running_ || !Holds(rank, session_id)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        description, ": session ", session_id, " does not hold rank ", rank,
+        " of job ", job_, " in epoch ", epoch_, "; Connect first"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Membership::CheckGroupPresent(
+    const std::vector<int>& group, const std::string& description) const {
+  for (int r : group) {
+    if (departed_[r]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(description, ": rank ", r,
+                       " has left the job (its client was closed)"));
+    }
+    if (absent_[r]) {
+      // ABORTED, as for a rank lost while the collective waited: a quorum
+      // step whose contributor was lost between its two phases runs again.
+      return absl::AbortedError(absl::StrCat(
+          description, ": rank ", r,
+          " was lost (or was late for a quorum step) and is absent; it takes "
+          "part again from the quorum step after it connects again"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Membership::DoneMark Membership::MarkDone(int rank) {
+  if (done_[rank]) return DoneMark::kAlready;
+  if (++done_count_ == world_size_) {
+    done_.assign(world_size_, false);
+    done_count_ = 0;
+    return DoneMark::kAllDone;
+  }
+  done_[rank] = true;
+  return DoneMark::kLeftOut;
+}
+
+uint64_t Membership::Skipped(int rank, const std::string& group) const {
+  auto it = skipped_[rank].find(group);
+  return it == skipped_[rank].end() ? 0 : it->second;
+}
+
+void Membership::NoteSkipped(int rank, const std::string& group) {
+  ++skipped_[rank][group];
+}
+
+void Membership::NoteWholeSequence(uint64_t sequence) {
+  next_whole_sequence_ = std::max<uint64_t>(next_whole_sequence_, sequence + 1);
+}
+
+void Membership::MarkAbsent(int rank, absl::Time now) {
+  holders_[rank].reset();
+  if (!absent_[rank]) absent_since_[rank] = now;
+  absent_[rank] = true;
+  rejoined_[rank] = false;
+}
+
+absl::Duration Membership::AbsentFor(int rank, absl::Time now) const {
+  if (!absent_[rank]) return absl::ZeroDuration();
+  return std::max(now - absent_since_[rank], absl::ZeroDuration());
+}
+
+Membership::StepStart Membership::StartQuorumStep(const std::vector<int>& group,
+                                                  uint64_t step) {
+  StepStart start;
+  for (int r : group) {
+    if (absent_[r] || departed_[r] || !holders_[r].has_value()) {
+      start.absent.push_back(r);
+    } else if (rejoined_[r]) {
+      start.joining.push_back(r);
+      rejoined_[r] = false;
+    }
+  }
+  quorum_mode_ = true;
+  quorum_steps_started_ = std::max<uint64_t>(quorum_steps_started_, step + 1);
+  return start;
+}
+
+void Membership::RememberStep(std::string key,
+                              std::map<int, absl::Status> refusals) {
+  recent_quorum_steps_.push_back({std::move(key), std::move(refusals)});
+  if (recent_quorum_steps_.size() > kRememberedQuorumSteps) {
+    recent_quorum_steps_.erase(recent_quorum_steps_.begin());
+  }
+}
+
+std::optional<absl::Status> Membership::RememberedRefusal(
+    const std::string& key, int rank) const {
+  for (const RememberedStep& step : recent_quorum_steps_) {
+    if (step.key != key) continue;
+    if (auto it = step.refusals.find(rank); it != step.refusals.end()) {
+      return it->second;
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<int> Membership::SeatedRanks() const {
+  std::vector<int> ranks;
+  for (int r = 0; r < world_size_; ++r) {
+    if (holders_[r].has_value()) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+std::vector<int> Membership::AbsentRanks() const {
+  std::vector<int> ranks;
+  for (int r = 0; r < world_size_; ++r) {
+    if (absent_[r]) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+std::vector<int> Membership::DoneRanks() const {
+  std::vector<int> ranks;
+  for (int r = 0; r < world_size_; ++r) {
+    if (done_[r]) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+}  // namespace reducer

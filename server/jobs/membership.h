@@ -1,0 +1,223 @@
+// Membership: who takes part in one job, epoch by epoch.
+//
+// It holds the job's seats (a seat: the ranks one session holds in the
+// epoch; one rank today, several for a relay), the epoch's state, and the
+// rules of who is left out: ranks that departed, ranks that called Done()
+// (with how many unnamed collectives of each group they were left out of),
+// and, in quorum mode, absent and rejoined ranks and the refusals of the
+// quorum steps that left ranks out.
+//
+// A plain state machine: no collectives, no locks, no logging, and nothing
+// sent (the SessionChannel a seat holds is only handed back). Each
+// transition says what changed, and its Job acts on it (fails collectives,
+// sends JoinEvents, logs). Time is passed in. Not thread-safe: its Job
+// calls it under its own lock.
+//
+// The epoch rules.
+// - An epoch is joining until every rank of the job is seated; then it
+//   runs. It ends (EndEpoch) when the Job says so: a running rank lost
+//   outside quorum mode, a departed rank seated again, another shard's
+//   failure. The first seat after that needs StartNextEpoch.
+// - A rank that departs (its client closed on purpose) stays departed for
+//   the epoch: collectives that include it are refused.
+// Done. A rank that calls Done() is left out of the epoch's collectives
+// until every rank has; the last one lets them all go (MarkDone).
+// Quorum mode. Entered with the epoch's first quorum step. Then a running
+// rank that is lost, departs, or is late for a step becomes absent instead
+// of ending the epoch; it is seated again at once (Seated::kRejoined), and
+// the next quorum step started counts it as joining.
+#ifndef REDUCER_SERVER_JOBS_MEMBERSHIP_H_
+#define REDUCER_SERVER_JOBS_MEMBERSHIP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/jobs/session_channel.h"
+
+namespace reducer {
+
+class Membership {
+ public:
+  // `job` names the job in error messages; `epoch_id` identifies epoch 1.
+  Membership(std::string job, int world_size, uint64_t epoch_id);
+
+  // What a job of `world_size` ranks holds per rank here.
+  static size_t StateBytes(int world_size);
+
+  int world_size() const { return world_size_; }
+  uint64_t epoch() const { return epoch_; }
+  // Unique in the process for each epoch of each job (the Job's caller
+  // hands out fresh ones).
+  uint64_t epoch_id() const { return epoch_id_; }
+  // Every rank seated this epoch, and the epoch not ended.
+  bool running() const { return running_ && !ended_; }
+  bool ended() const { return ended_; }
+  const std::string& end_reason() const { return end_reason_; }
+  // "running", "joining" or "aborted" (the epoch ended).
+  std::string state() const;
+
+  // ---- Seats
+  enum class Seated {
+    kWaiting,     // the epoch still waits for other ranks
+    kAllJoined,   // this seat completed the epoch: it runs now
+    kRejoined,    // an absent rank is back in the running epoch
+  };
+  // True when `session_id` holds a seat, in any epoch.
+  bool HasSession(const std::string& session_id) const;
+  // A rank of `ranks` that departed from the running epoch (seating it
+  // again must end the epoch first), if any.
+  std::optional<int> DepartedAmong(const std::vector<int>& ranks) const;
+  // Seats `session` (as `session_id`) holding `ranks`, distinct ranks of
+  // the job. ALREADY_EXISTS when a live session holds one of
+  // them. The caller checks HasSession first, and calls StartNextEpoch
+  // when ended().
+  absl::StatusOr<Seated> Seat(const std::string& session_id,
+                              const std::vector<int>& ranks,
+                              std::shared_ptr<SessionChannel> session);
+
+  // What the loss or departure of a seat changed.
+  struct Unseated {
+    enum class Effect {
+      kNone,        // nothing the job must act on
+      kAbsent,      // quorum mode: `ranks` are absent now
+      kDeparted,    // `ranks` departed from the running epoch
+      kEndsEpoch,   // `ranks` held the running epoch: the job must end it
+    };
+    Effect effect = Effect::kNone;
+    std::vector<int> ranks;
+    // No session of any epoch is left: the job can be freed.
+    bool last_session = false;
+  };
+  // The stream of `session_id` ended (unknown ids are ignored).
+  Unseated Unseat(const std::string& session_id, absl::Time now);
+  // The client of `session_id` is closing on purpose: its ranks depart
+  // from the running epoch (kDeparted), or in quorum mode become absent.
+  // kNone when it holds no rank of the running epoch.
+  Unseated Depart(const std::string& session_id, absl::Time now);
+
+  // The ranks `session_id` holds in the running epoch; empty when none.
+  std::vector<int> RunningRanks(const std::string& session_id) const;
+  // True when `session_id` holds `rank` in the current epoch (running or
+  // joining).
+  bool Holds(int rank, const std::string& session_id) const;
+  // The session of each seat, once each (to send them an event).
+  std::vector<std::shared_ptr<SessionChannel>> Sessions() const;
+
+  // ---- Epochs
+  // Ends the epoch (`reason` says why; AbortedError texts quote it).
+  void EndEpoch(const std::string& reason);
+  // After an ended epoch: epoch + 1 (`epoch_id` its id), nobody seated,
+  // nobody departed, done or absent, quorum mode off.
+  void StartNextEpoch(uint64_t epoch_id);
+
+  // ---- Calls
+  // OK when `rank` may call in `epoch` from `session_id`; else ABORTED
+  // (the epoch ended), FAILED_PRECONDITION (not started, absent, not
+  // seated). `description` names the collective.
+  absl::Status CheckCaller(int rank, uint64_t epoch,
+                           const std::string& session_id,
+                           const std::string& description) const;
+  // OK when a new collective of `group` may start: FAILED_PRECONDITION
+  // naming a departed rank, ABORTED naming an absent one. Quorum steps go
+  // on without them and are not checked.
+  absl::Status CheckGroupPresent(const std::vector<int>& group,
+                                 const std::string& description) const;
+
+  // ---- Done
+  bool IsDone(int rank) const { return done_[rank]; }
+  int done_count() const { return done_count_; }
+  enum class DoneMark {
+    kAlready,   // it had called Done() already
+    kLeftOut,   // left out of the epoch's collectives from now on
+    kAllDone,   // it was the last: every rank takes part again
+  };
+  DoneMark MarkDone(int rank);
+  // How many unnamed collectives of `group` (its ranks, "0,2,3") `rank`
+  // was left out of this epoch; NoteSkipped counts one more.
+  uint64_t Skipped(int rank, const std::string& group) const;
+  void NoteSkipped(int rank, const std::string& group);
+  // The unnamed collectives of the whole job: one more than the highest
+  // sequence number created this epoch (what a DONE call answers).
+  uint64_t next_whole_sequence() const { return next_whole_sequence_; }
+  void NoteWholeSequence(uint64_t sequence);
+
+  // ---- Quorum mode
+  bool quorum_mode() const { return quorum_mode_; }
+  void EnterQuorumMode() { quorum_mode_ = true; }
+  bool IsAbsent(int rank) const { return absent_[rank]; }
+  // Quorum mode: `rank` no longer holds its seat (lost, departed, or late
+  // for a step) and is absent from `now` on.
+  void MarkAbsent(int rank, absl::Time now);
+  // How long `rank` has been absent at `now`; zero when it is not.
+  absl::Duration AbsentFor(int rank, absl::Time now) const;
+  // Who a quorum step of `group` (number `step`) created now starts
+  // without, and who joins it: seated again since the last step. Enters
+  // quorum mode; the joining ranks count as rejoined no longer.
+  struct StepStart {
+    std::vector<int> absent;
+    std::vector<int> joining;
+  };
+  StepStart StartQuorumStep(const std::vector<int>& group, uint64_t step);
+  // One more than the highest step number started this epoch.
+  uint64_t quorum_steps_started() const { return quorum_steps_started_; }
+  // A finished step (matching `key`) that left ranks out: their late
+  // calls get `refusals` (by rank). The newest kRememberedQuorumSteps.
+  static constexpr size_t kRememberedQuorumSteps = 16;
+  void RememberStep(std::string key, std::map<int, absl::Status> refusals);
+  // The refusal a remembered step keeps for `rank`'s late call, if any.
+  std::optional<absl::Status> RememberedRefusal(const std::string& key,
+                                                int rank) const;
+
+  // ---- Reports
+  std::vector<int> SeatedRanks() const;
+  std::vector<int> AbsentRanks() const;
+  std::vector<int> DoneRanks() const;
+
+ private:
+  struct Holder {
+    std::string session_id;
+    std::shared_ptr<SessionChannel> session;
+  };
+  const std::string job_;
+  const int world_size_;
+
+  uint64_t epoch_ = 1;
+  uint64_t epoch_id_;
+  bool running_ = false;  // every rank was seated this epoch
+  bool ended_ = false;
+  std::string end_reason_;
+  // Per rank: the session holding it this epoch.
+  std::vector<std::optional<Holder>> holders_;
+  // Every open session, of any epoch: session id -> the ranks it holds.
+  absl::flat_hash_map<std::string, std::vector<int>> open_sessions_;
+  std::vector<bool> departed_;
+  // Done.
+  std::vector<bool> done_;
+  int done_count_ = 0;
+  std::vector<absl::flat_hash_map<std::string, uint64_t>> skipped_;
+  uint64_t next_whole_sequence_ = 0;
+  // Quorum mode.
+  bool quorum_mode_ = false;
+  std::vector<bool> absent_;
+  std::vector<absl::Time> absent_since_;
+  std::vector<bool> rejoined_;  // seated again since the last step began
+  uint64_t quorum_steps_started_ = 0;
+  struct RememberedStep {
+    std::string key;
+    std::map<int, absl::Status> refusals;
+  };
+  std::vector<RememberedStep> recent_quorum_steps_;
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_JOBS_MEMBERSHIP_H_

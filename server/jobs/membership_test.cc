@@ -1,0 +1,267 @@
+// Membership as a state machine: the epoch, departure, Done and quorum
+// rules, driven transition by transition on a clock the test moves.
+#include "server/jobs/membership.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/status_matchers.h"
+
+namespace reducer {
+namespace {
+
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using Effect = Membership::Unseated::Effect;
+
+// Membership never calls its sessions; a distinct object per seat is all
+// a test needs to tell them apart.
+class NoSession final : public SessionChannel {
+ public:
+  void SendEvent(const v1::JoinEvent&) override {}
+  void Fail(const absl::Status&) override {}
+};
+
+constexpr int kWorld = 3;
+
+class MembershipTest : public ::testing::Test {
+ protected:
+  MembershipTest() : membership_("j1", kWorld, /*epoch_id=*/7) {}
+
+  static std::string Session(int rank, int incarnation = 0) {
+    return "s" + std::to_string(rank) + "-" + std::to_string(incarnation);
+  }
+
+  absl::StatusOr<Membership::Seated> SeatRank(int rank, int incarnation = 0) {
+    sessions_.push_back(std::make_shared<NoSession>());
+    return membership_.Seat(Session(rank, incarnation), {rank},
+                            sessions_.back());
+  }
+
+  void SeatAll() {
+    for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(SeatRank(r).ok());
+    ASSERT_TRUE(membership_.running());
+  }
+
+  absl::Time now_ = absl::FromUnixSeconds(1000);
+  Membership membership_;
+  std::vector<std::shared_ptr<SessionChannel>> sessions_;
+};
+
+TEST_F(MembershipTest, EpochRunsOnceEveryRankIsSeated) {
+  EXPECT_EQ(membership_.state(), "joining");
+  EXPECT_EQ(*SeatRank(0), Membership::Seated::kWaiting);
+  EXPECT_EQ(*SeatRank(2), Membership::Seated::kWaiting);
+  EXPECT_FALSE(membership_.running());
+  EXPECT_EQ(*SeatRank(1), Membership::Seated::kAllJoined);
+  EXPECT_TRUE(membership_.running());
+  EXPECT_EQ(membership_.state(), "running");
+  EXPECT_EQ(membership_.epoch(), 1u);
+  EXPECT_EQ(membership_.epoch_id(), 7u);
+  EXPECT_THAT(membership_.SeatedRanks(), ElementsAre(0, 1, 2));
+  EXPECT_EQ(membership_.Sessions().size(), 3u);
+}
+
+TEST_F(MembershipTest, ASeatMayHoldSeveralRanks) {
+  auto relay = std::make_shared<NoSession>();
+  EXPECT_EQ(*membership_.Seat("relay", {0, 2}, relay),
+            Membership::Seated::kWaiting);
+  EXPECT_EQ(*SeatRank(1), Membership::Seated::kAllJoined);
+  EXPECT_THAT(membership_.RunningRanks("relay"), ElementsAre(0, 2));
+  EXPECT_TRUE(membership_.Holds(2, "relay"));
+  EXPECT_FALSE(membership_.Holds(1, "relay"));
+  // One session, told once.
+  EXPECT_EQ(membership_.Sessions().size(), 2u);
+  // Its loss ends the epoch naming both of its ranks.
+  const Membership::Unseated lost = membership_.Unseat("relay", now_);
+  EXPECT_EQ(lost.effect, Effect::kEndsEpoch);
+  EXPECT_THAT(lost.ranks, ElementsAre(0, 2));
+}
+
+TEST_F(MembershipTest, AHeldRankCannotBeSeatedTwice) {
+  ASSERT_TRUE(SeatRank(0).ok());
+  EXPECT_THAT(SeatRank(0, /*incarnation=*/1),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("rank 0 of job j1 is already held")));
+  EXPECT_TRUE(membership_.HasSession(Session(0)));
+  EXPECT_FALSE(membership_.HasSession(Session(0, 1)));
+}
+
+TEST_F(MembershipTest, ALostRankEndsTheEpochAndTheNextStartsEmpty) {
+  SeatAll();
+  const Membership::Unseated lost = membership_.Unseat(Session(1), now_);
+  EXPECT_EQ(lost.effect, Effect::kEndsEpoch);
+  EXPECT_THAT(lost.ranks, ElementsAre(1));
+  EXPECT_FALSE(lost.last_session);
+  membership_.EndEpoch("rank 1's session was lost");
+  EXPECT_EQ(membership_.state(), "aborted");
+  EXPECT_THAT(membership_.CheckCaller(0, 1, Session(0), "allreduce #0"),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("epoch 1 of job j1 has ended (rank 1's "
+                                 "session was lost)")));
+  membership_.StartNextEpoch(/*epoch_id=*/8);
+  EXPECT_EQ(membership_.epoch(), 2u);
+  EXPECT_EQ(membership_.epoch_id(), 8u);
+  EXPECT_EQ(membership_.state(), "joining");
+  EXPECT_THAT(membership_.SeatedRanks(), IsEmpty());
+  // A call of the old epoch is told it ended; one of a later epoch, that it
+  // has not started.
+  EXPECT_THAT(membership_.CheckCaller(0, 1, Session(0), "allreduce #0"),
+              StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(membership_.CheckCaller(0, 3, Session(0), "allreduce #0"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("has not started (current epoch 2)")));
+}
+
+TEST_F(MembershipTest, TheLastSessionToGoSaysSo) {
+  ASSERT_TRUE(SeatRank(0).ok());
+  ASSERT_TRUE(SeatRank(1).ok());
+  EXPECT_FALSE(membership_.Unseat(Session(0), now_).last_session);
+  const Membership::Unseated last = membership_.Unseat(Session(1), now_);
+  EXPECT_TRUE(last.last_session);
+  // Not running: losing a joining rank ends nothing.
+  EXPECT_EQ(last.effect, Effect::kNone);
+  EXPECT_TRUE(membership_.Unseat("never-joined", now_).last_session);
+}
+
+TEST_F(MembershipTest, CallersMustHoldTheirRank) {
+  SeatAll();
+  EXPECT_THAT(membership_.CheckCaller(1, 1, Session(1), "allreduce #0"),
+              IsOk());
+  EXPECT_THAT(membership_.CheckCaller(1, 1, Session(2), "allreduce #0"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("session s2-0 does not hold rank 1 of job "
+                                 "j1 in epoch 1")));
+}
+
+TEST_F(MembershipTest, ADepartedRankIsRefusedAndItsReturnMustEndTheEpoch) {
+  SeatAll();
+  const Membership::Unseated departed = membership_.Depart(Session(2), now_);
+  EXPECT_EQ(departed.effect, Effect::kDeparted);
+  EXPECT_THAT(departed.ranks, ElementsAre(2));
+  EXPECT_TRUE(membership_.running());
+  EXPECT_THAT(membership_.CheckGroupPresent({0, 2}, "allreduce #4"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("rank 2 has left the job")));
+  EXPECT_THAT(membership_.CheckGroupPresent({0, 1}, "allreduce #4"), IsOk());
+  // Its stream ending later changes nothing more.
+  EXPECT_EQ(membership_.Unseat(Session(2), now_).effect, Effect::kNone);
+  EXPECT_EQ(membership_.DepartedAmong({2}), 2);
+  EXPECT_EQ(membership_.DepartedAmong({0, 1}), std::nullopt);
+}
+
+TEST_F(MembershipTest, DoneLeavesRanksOutUntilTheLastLetsAllGo) {
+  SeatAll();
+  EXPECT_EQ(membership_.MarkDone(0), Membership::DoneMark::kLeftOut);
+  EXPECT_EQ(membership_.MarkDone(0), Membership::DoneMark::kAlready);
+  EXPECT_EQ(membership_.MarkDone(2), Membership::DoneMark::kLeftOut);
+  EXPECT_THAT(membership_.DoneRanks(), ElementsAre(0, 2));
+  EXPECT_EQ(membership_.done_count(), 2);
+  membership_.NoteSkipped(0, "0,1,2");
+  membership_.NoteSkipped(0, "0,1,2");
+  EXPECT_EQ(membership_.Skipped(0, "0,1,2"), 2u);
+  EXPECT_EQ(membership_.Skipped(0, "0,1"), 0u);
+  EXPECT_EQ(membership_.MarkDone(1), Membership::DoneMark::kAllDone);
+  EXPECT_THAT(membership_.DoneRanks(), IsEmpty());
+  EXPECT_FALSE(membership_.IsDone(0));
+  // The skipped counts stay for the epoch: later sequence numbers need them.
+  EXPECT_EQ(membership_.Skipped(0, "0,1,2"), 2u);
+  membership_.NoteWholeSequence(4);
+  membership_.NoteWholeSequence(2);
+  EXPECT_EQ(membership_.next_whole_sequence(), 5u);
+}
+
+TEST_F(MembershipTest, InQuorumModeALostRankIsAbsentAndRejoinsAtTheNextStep) {
+  SeatAll();
+  const Membership::StepStart first = membership_.StartQuorumStep({0, 1, 2}, 0);
+  EXPECT_THAT(first.absent, IsEmpty());
+  EXPECT_THAT(first.joining, IsEmpty());
+  EXPECT_TRUE(membership_.quorum_mode());
+
+  const Membership::Unseated lost = membership_.Unseat(Session(1), now_);
+  EXPECT_EQ(lost.effect, Effect::kAbsent);
+  EXPECT_THAT(lost.ranks, ElementsAre(1));
+  EXPECT_TRUE(membership_.running());
+  EXPECT_THAT(membership_.AbsentRanks(), ElementsAre(1));
+  EXPECT_THAT(membership_.CheckCaller(1, 1, Session(1), "allreduce #2"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("rank 1 of job j1 is absent from epoch 1")));
+  EXPECT_THAT(membership_.CheckGroupPresent({0, 1}, "allreduce #2"),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("is absent")));
+  // A step started while it is away goes on without it.
+  const Membership::StepStart second = membership_.StartQuorumStep({0, 1, 2}, 1);
+  EXPECT_THAT(second.absent, ElementsAre(1));
+
+  now_ += absl::Seconds(12);
+  EXPECT_EQ(membership_.AbsentFor(1, now_), absl::Seconds(12));
+  EXPECT_EQ(*SeatRank(1, /*incarnation=*/1), Membership::Seated::kRejoined);
+  EXPECT_EQ(membership_.AbsentFor(1, now_), absl::ZeroDuration());
+  EXPECT_EQ(membership_.quorum_steps_started(), 2u);
+  // The next step counts it as joining, the one after as a contributor.
+  const Membership::StepStart third = membership_.StartQuorumStep({0, 1, 2}, 2);
+  EXPECT_THAT(third.absent, IsEmpty());
+  EXPECT_THAT(third.joining, ElementsAre(1));
+  EXPECT_THAT(membership_.StartQuorumStep({0, 1, 2}, 3).joining, IsEmpty());
+}
+
+TEST_F(MembershipTest, InQuorumModeADepartureMakesTheRankAbsent) {
+  SeatAll();
+  membership_.EnterQuorumMode();
+  const Membership::Unseated departed = membership_.Depart(Session(0), now_);
+  EXPECT_EQ(departed.effect, Effect::kAbsent);
+  EXPECT_TRUE(membership_.IsAbsent(0));
+  EXPECT_EQ(membership_.DepartedAmong({0}), std::nullopt);
+}
+
+TEST_F(MembershipTest, AbsenceIsTimedFromTheFirstLoss) {
+  SeatAll();
+  membership_.EnterQuorumMode();
+  membership_.MarkAbsent(2, now_);
+  membership_.MarkAbsent(2, now_ + absl::Seconds(5));  // late again
+  EXPECT_EQ(membership_.AbsentFor(2, now_ + absl::Seconds(9)),
+            absl::Seconds(9));
+  EXPECT_EQ(membership_.AbsentFor(0, now_ + absl::Seconds(9)),
+            absl::ZeroDuration());
+}
+
+TEST_F(MembershipTest, RemembersTheNewestStepsRefusals) {
+  for (size_t i = 0; i <= Membership::kRememberedQuorumSteps; ++i) {
+    membership_.RememberStep(
+        "step " + std::to_string(i),
+        {{1, absl::FailedPreconditionError("late " + std::to_string(i))}});
+  }
+  // The oldest was forgotten; the newest is kept, for its rank only.
+  EXPECT_EQ(membership_.RememberedRefusal("step 0", 1), std::nullopt);
+  EXPECT_THAT(*membership_.RememberedRefusal("step 16", 1),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "late 16"));
+  EXPECT_EQ(membership_.RememberedRefusal("step 16", 2), std::nullopt);
+}
+
+TEST_F(MembershipTest, ANewEpochForgetsDoneAbsentAndQuorumMode) {
+  SeatAll();
+  membership_.StartQuorumStep({0, 1, 2}, 5);
+  ASSERT_EQ(membership_.MarkDone(0), Membership::DoneMark::kLeftOut);
+  membership_.MarkAbsent(1, now_);
+  membership_.RememberStep("step", {{1, absl::AbortedError("late")}});
+  membership_.EndEpoch("lost");
+  membership_.StartNextEpoch(9);
+  EXPECT_FALSE(membership_.quorum_mode());
+  EXPECT_EQ(membership_.quorum_steps_started(), 0u);
+  EXPECT_THAT(membership_.DoneRanks(), IsEmpty());
+  EXPECT_THAT(membership_.AbsentRanks(), IsEmpty());
+  EXPECT_EQ(membership_.RememberedRefusal("step", 1), std::nullopt);
+  // Sessions of the old epoch stay open until their streams end.
+  EXPECT_TRUE(membership_.HasSession(Session(2)));
+  EXPECT_THAT(membership_.RunningRanks(Session(2)), IsEmpty());
+}
+
+}  // namespace
+}  // namespace reducer
