@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/fingerprint_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -14,31 +15,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TensorSpec Spec(DataType dtype, std::vector<int64_t> shape,
-                ReduceOp op = ReduceOp::kSum) {
-  TensorSpec t;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.op = op;
-  return t;
-}
-
 Fingerprint AllReduce(std::vector<TensorSpec> tensors,
                       std::vector<int> group = {0, 1, 2}) {
-  Fingerprint fp;
-  fp.kind = CollectiveKind::kAllReduce;
-  fp.tensors = std::move(tensors);
-  fp.group = std::move(group);
-  return fp;
+  return MakeFingerprint(CollectiveKind::kAllReduce, std::move(tensors),
+                         std::move(group));
 }
 
 Fingerprint Broadcast(int root, std::vector<TensorSpec> tensors) {
-  Fingerprint fp;
-  fp.kind = CollectiveKind::kBroadcast;
-  fp.root = root;
-  fp.tensors = std::move(tensors);
-  fp.group = {0, 1, 2};
-  return fp;
+  return MakeFingerprint(CollectiveKind::kBroadcast, std::move(tensors),
+                         {0, 1, 2}, root);
 }
 
 void ExpectMismatch(const absl::Status& s, const std::string& message) {
@@ -292,12 +277,7 @@ TEST(CheckAgreementTest, BroadcastRankWithoutInputAgreesWithAnySpec) {
 
 Fingerprint Rooted(CollectiveKind kind, int root,
                    std::vector<TensorSpec> tensors) {
-  Fingerprint fp;
-  fp.kind = kind;
-  fp.root = root;
-  fp.tensors = std::move(tensors);
-  fp.group = {0, 1, 2};
-  return fp;
+  return MakeFingerprint(kind, std::move(tensors), {0, 1, 2}, root);
 }
 
 TEST(CheckAgreementTest, ReduceComparesRootsOpsAndWholeShapes) {

@@ -13,6 +13,7 @@
 #include "core/fingerprint.h"
 #include "core/payload_layout.h"
 #include "core/reduce.h"
+#include "core/fingerprint_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -20,20 +21,6 @@ namespace reducer {
 namespace {
 
 using ::testing::HasSubstr;
-
-TensorSpec Spec(DataType dtype, std::vector<int64_t> shape,
-                ReduceOp op = ReduceOp::kSum) {
-  TensorSpec t;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.op = op;
-  return t;
-}
-
-void ExpectInvalid(const absl::Status& s, const std::string& message) {
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_THAT(std::string(s.message()), HasSubstr(message));
-}
 
 // ReducePackedRange -----------------------------------------------------------
 

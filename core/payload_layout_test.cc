@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "core/data_type.h"
 #include "core/fingerprint.h"
+#include "core/fingerprint_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -19,20 +20,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-
-TensorSpec Spec(DataType dtype, std::vector<int64_t> shape,
-                ReduceOp op = ReduceOp::kSum) {
-  TensorSpec t;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.op = op;
-  return t;
-}
-
-void ExpectInvalid(const absl::Status& s, const std::string& message) {
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_THAT(std::string(s.message()), HasSubstr(message));
-}
 
 // ComputePayloadLayout --------------------------------------------------------
 

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "core/data_type.h"
 #include "core/fingerprint.h"
+#include "core/fingerprint_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -21,28 +22,9 @@ using ::testing::HasSubstr;
 constexpr size_t kNoLimit = std::numeric_limits<size_t>::max();
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-TensorSpec Spec(DataType dtype, std::vector<int64_t> shape,
-                ReduceOp op = ReduceOp::kSum) {
-  TensorSpec t;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.op = op;
-  return t;
-}
-
 Fingerprint Make(CollectiveKind kind, std::vector<TensorSpec> tensors,
                  std::vector<int> group = {0, 1, 2, 3}, int root = -1) {
-  Fingerprint fp;
-  fp.kind = kind;
-  fp.tensors = std::move(tensors);
-  fp.group = std::move(group);
-  fp.root = root;
-  return fp;
-}
-
-void ExpectInvalid(const absl::Status& s, const std::string& message) {
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_THAT(std::string(s.message()), HasSubstr(message));
+  return MakeFingerprint(kind, std::move(tensors), std::move(group), root);
 }
 
 // ValidateContribution --------------------------------------------------------
