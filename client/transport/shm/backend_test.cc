@@ -3,7 +3,7 @@
 // handshake's checks, inline and segment payloads both ways, the release of
 // result ranges, results lent from the segment to a waiting in-place call,
 // cancellation, and a reducerd that misbehaves or goes away.
-#include "client/transport/shm/shared_memory_backend.h"
+#include "client/transport/shm/backend.h"
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/transport/shm/shared_memory_handshake.h"
+#include "client/transport/shm/handshake.h"
 #include "core/data_type.h"
 #include "core/payload_layout.h"
 #include "core/shm/control_segment.h"
