@@ -30,6 +30,10 @@ using ::testing::HasSubstr;
 using Env = JobDoorTestEnv;
 using Stream =
     grpc::ClientReaderWriter<v1::CollectiveRequest, v1::CollectiveResponse>;
+using Method = std::unique_ptr<Stream> (v1::Reducer::Stub::*)(
+    grpc::ClientContext*);
+constexpr Method kCollective = &v1::Reducer::Stub::Collective;
+constexpr Method kCollectives = &v1::Reducer::Stub::Collectives;
 
 // Env::kFloats float32 values as bytes.
 std::string Floats(float a, float b, float c, float d) {
@@ -98,6 +102,19 @@ class ReducerServiceTest : public ::testing::Test {
     }
   }
 
+  // Opens rank `rank`'s stream of `method` (session s<rank> of job j) and
+  // sends its all-reduce of `data` as call `call_id`.
+  std::unique_ptr<Stream> SendAllReduce(Method method,
+                                        grpc::ClientContext* context, int rank,
+                                        const std::string& data,
+                                        uint64_t call_id = 0) {
+    std::unique_ptr<Stream> stream = ((*stub_).*method)(context);
+    EXPECT_TRUE(stream->Write(Request(
+        Env::AllReduce("j", absl::StrCat("s", rank), rank), data, call_id)))
+        << "rank " << rank;
+    return stream;
+  }
+
   Env env_;
   TimerQueue timers_;
   MetricsSink metrics_;
@@ -145,10 +162,8 @@ TEST_F(ReducerServiceTest, CollectiveStreamsReturnTheSumToEveryRank) {
   grpc::ClientContext contexts[2];
   std::unique_ptr<Stream> streams[2];
   for (int rank = 0; rank < 2; ++rank) {
-    streams[rank] = stub_->Collective(&contexts[rank]);
-    ASSERT_TRUE(streams[rank]->Write(
-        Request(Env::AllReduce("j", absl::StrCat("s", rank), rank),
-                Floats(rank + 1, 2, 3, 4))));
+    streams[rank] = SendAllReduce(kCollective, &contexts[rank], rank,
+                                  Floats(rank + 1, 2, 3, 4));
     ASSERT_TRUE(streams[rank]->WritesDone());
   }
   for (int rank = 0; rank < 2; ++rank) {
@@ -201,10 +216,8 @@ TEST_F(ReducerServiceTest, ACutCollectiveStreamFailsTheOtherRankAtOnce) {
   grpc::ClientContext contexts[2];
   std::unique_ptr<Stream> streams[2];
   for (int rank = 0; rank < 2; ++rank) {
-    streams[rank] = stub_->Collective(&contexts[rank]);
     // The header only: the payload never comes.
-    ASSERT_TRUE(streams[rank]->Write(
-        Request(Env::AllReduce("j", absl::StrCat("s", rank), rank), "")));
+    streams[rank] = SendAllReduce(kCollective, &contexts[rank], rank, "");
   }
   contexts[0].TryCancel();
   v1::CollectiveResponse response;
@@ -221,10 +234,9 @@ TEST_F(ReducerServiceTest, CollectivesStreamAnswersEachCallByItsId) {
   grpc::ClientContext contexts[2];
   std::unique_ptr<Stream> streams[2];
   for (int rank = 0; rank < 2; ++rank) {
-    streams[rank] = stub_->Collectives(&contexts[rank]);
-    ASSERT_TRUE(streams[rank]->Write(
-        Request(Env::AllReduce("j", absl::StrCat("s", rank), rank),
-                Floats(rank + 1, 2, 3, 4), /*call_id=*/7 + rank)));
+    streams[rank] = SendAllReduce(kCollectives, &contexts[rank], rank,
+                                  Floats(rank + 1, 2, 3, 4),
+                                  /*call_id=*/7 + rank);
   }
   for (int rank = 0; rank < 2; ++rank) {
     v1::CollectiveResponse response;
@@ -264,9 +276,8 @@ TEST_F(ReducerServiceTest, CollectivesCallRefusedFailsOnlyThatCall) {
 
 TEST_F(ReducerServiceTest, CollectivesMessageWithoutCallIdEndsTheStream) {
   grpc::ClientContext context;
-  std::unique_ptr<Stream> stream = stub_->Collectives(&context);
-  ASSERT_TRUE(stream->Write(
-      Request(Env::AllReduce("j", "s0", 0), Floats(1, 2, 3, 4))));
+  std::unique_ptr<Stream> stream =
+      SendAllReduce(kCollectives, &context, 0, Floats(1, 2, 3, 4));
   v1::CollectiveResponse response;
   EXPECT_FALSE(stream->Read(&response));
   const grpc::Status status = stream->Finish();

@@ -22,13 +22,11 @@
 namespace reducer {
 namespace {
 
+using Env = JobDoorTestEnv;
 using ::reducer::testing::IsOk;
 using ::reducer::testing::StatusIs;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-using ::testing::Not;
-using Env = JobDoorTestEnv;
+using ::testing::ElementsAre, ::testing::HasSubstr, ::testing::IsEmpty,
+    ::testing::Not;
 
 const PresentedToken kNoToken{};
 
