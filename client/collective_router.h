@@ -18,7 +18,7 @@
 //   the partitions every rank computes alike (or hashes a small one to one
 //   shard), starts each on its shard's router, and its attempt succeeds
 //   only when every partition did. One address is one router, as before.
-// - Same host (built): SharedMemoryBackend (client/transport/shm/shared_memory_backend.h),
+// - Same host (built): SharedMemoryBackend (client/transport/shm/backend.h),
 //   set with UseSharedMemory once Connect's handshake proved that reducerd
 //   maps the same memory; then every collective goes there first, and over
 //   gRPC only when it declines (its segment full, or its session over).

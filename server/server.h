@@ -32,7 +32,7 @@
 #include "server/metrics/prometheus_metrics.h"
 #include "server/security/job_tokens.h"
 #include "server/server_options.h"
-#include "server/shm/shared_memory_listener.h"
+#include "server/shm/listener.h"
 
 namespace reducer {
 

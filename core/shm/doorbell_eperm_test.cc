@@ -2,7 +2,7 @@
 // answers futex with EPERM): a wait ends with PERMISSION_DENIED once its
 // watch (Doorbell::kSpin) is over, not spun out to its deadline; a ring
 // still counts; and a waiter that polls each millisecond on refusal, as
-// reducerd's job thread does (server/shm/shared_memory_job.cc), sees the
+// reducerd's job thread does (server/shm/job.cc), sees the
 // ring while using little CPU; and a MessageRing push into a full ring
 // polls until there is room rather than give up at once.
 //

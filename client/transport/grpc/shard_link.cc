@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/security/tls_diagnosis.h"
-#include "client/transport/shm/shared_memory_handshake.h"
+#include "client/transport/shm/handshake.h"
 #include "core/status_macros.h"
 #include "proto/reducer/v1/status_conversion.h"
 

@@ -36,7 +36,7 @@
 #include "client/transport/grpc/collectives_rpc.h"
 #include "client/transport/grpc/completion_driver.h"
 #include "client/transport/grpc/per_call_backend.h"
-#include "client/transport/shm/shared_memory_backend.h"
+#include "client/transport/shm/backend.h"
 #include "core/buffer_cache.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"

@@ -1,4 +1,4 @@
-#include "server/shm/shared_memory_listener.h"
+#include "server/shm/listener.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>

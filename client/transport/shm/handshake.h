@@ -14,8 +14,8 @@
 // nonce that differs: not the same memory); RESOURCE_EXHAUSTED naming the
 // limit when a segment does not fit (core/shm/memory_room.h); DATA_LOSS when
 // the result segment does not hold reducerd's nonce; DEADLINE_EXCEEDED.
-#ifndef REDUCER_CLIENT_TRANSPORT_SHM_SHARED_MEMORY_HANDSHAKE_H_
-#define REDUCER_CLIENT_TRANSPORT_SHM_SHARED_MEMORY_HANDSHAKE_H_
+#ifndef REDUCER_CLIENT_TRANSPORT_SHM_HANDSHAKE_H_
+#define REDUCER_CLIENT_TRANSPORT_SHM_HANDSHAKE_H_
 
 #include <cstddef>
 #include <memory>
@@ -54,4 +54,4 @@ absl::StatusOr<SharedMemoryChannel> ShakeHands(
 
 }  // namespace reducer
 
-#endif  // REDUCER_CLIENT_TRANSPORT_SHM_SHARED_MEMORY_HANDSHAKE_H_
+#endif  // REDUCER_CLIENT_TRANSPORT_SHM_HANDSHAKE_H_

@@ -1,4 +1,4 @@
-#include "server/shm/shared_memory_job.h"
+#include "server/shm/job.h"
 
 #include <algorithm>
 #include <system_error>

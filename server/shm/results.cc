@@ -1,4 +1,4 @@
-#include "server/shm/shared_memory_results.h"
+#include "server/shm/results.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "client/transport/shm/shared_memory_handshake.h"
+#include "client/transport/shm/handshake.h"
 
 #include <sys/socket.h>
 #include <sys/un.h>

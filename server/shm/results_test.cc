@@ -1,7 +1,7 @@
-// SharedMemoryResults (server/shm/shared_memory_results.h): which calls share a range, and when
+// SharedMemoryResults (server/shm/results.h): which calls share a range, and when
 // a range is free again. Expected offsets follow from the allocator's
 // contract (first fit, 64-byte aligned, the nonce's 64 bytes first).
-#include "server/shm/shared_memory_results.h"
+#include "server/shm/results.h"
 
 #include <cstring>
 #include <memory>

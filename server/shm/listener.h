@@ -33,8 +33,8 @@
 // job, rank, and the peer's pid and uid (SO_PEERCRED).
 //
 // Thread-safe. `door` and `log` outlive the listener.
-#ifndef REDUCER_SERVER_SHM_SHARED_MEMORY_LISTENER_H_
-#define REDUCER_SERVER_SHM_SHARED_MEMORY_LISTENER_H_
+#ifndef REDUCER_SERVER_SHM_LISTENER_H_
+#define REDUCER_SERVER_SHM_LISTENER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -55,8 +55,8 @@
 #include "server/jobs/job_door.h"
 #include "server/log.h"
 #include "server/security/job_tokens.h"
-#include "server/shm/shared_memory_job.h"
-#include "server/shm/shared_memory_session.h"
+#include "server/shm/job.h"
+#include "server/shm/session.h"
 
 namespace reducer {
 
@@ -156,4 +156,4 @@ class SharedMemoryListener {
 
 }  // namespace reducer
 
-#endif  // REDUCER_SERVER_SHM_SHARED_MEMORY_LISTENER_H_
+#endif  // REDUCER_SERVER_SHM_LISTENER_H_

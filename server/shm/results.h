@@ -26,8 +26,8 @@
 // result as large as the segment's size less 64 fits.
 //
 // Not thread-safe: the job's one serving thread (SharedMemoryJob) uses it.
-#ifndef REDUCER_SERVER_SHM_SHARED_MEMORY_RESULTS_H_
-#define REDUCER_SERVER_SHM_SHARED_MEMORY_RESULTS_H_
+#ifndef REDUCER_SERVER_SHM_RESULTS_H_
+#define REDUCER_SERVER_SHM_RESULTS_H_
 
 #include <algorithm>
 #include <cstddef>
@@ -111,4 +111,4 @@ class SharedMemoryResults {
 
 }  // namespace reducer
 
-#endif  // REDUCER_SERVER_SHM_SHARED_MEMORY_RESULTS_H_
+#endif  // REDUCER_SERVER_SHM_RESULTS_H_

@@ -1,4 +1,4 @@
-#include "client/transport/shm/shared_memory_backend.h"
+#include "client/transport/shm/backend.h"
 
 #include <poll.h>
 #include <sys/socket.h>

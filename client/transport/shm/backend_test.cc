@@ -3,7 +3,7 @@
 // handshake's checks, inline and segment payloads both ways, the release of
 // result ranges, results lent from the segment to a waiting in-place call,
 // cancellation, and a reducerd that misbehaves or goes away.
-#include "client/transport/shm/shared_memory_backend.h"
+#include "client/transport/shm/backend.h"
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/transport/shm/shared_memory_handshake.h"
+#include "client/transport/shm/handshake.h"
 #include "core/data_type.h"
 #include "core/payload_layout.h"
 #include "core/shm/control_segment.h"
@@ -272,6 +272,35 @@ class SharedMemoryBackendTest : public ::testing::Test {
                                                      "127.0.0.1:1", nullptr);
   }
 
+  // The float32 elements of the all-reduce whose result may be lent.
+  static constexpr size_t kLentFloats = 100000;
+
+  // Starts `c` as an all-reduce whose result may be lent; the request the
+  // fake received in `*request`.
+  std::unique_ptr<CollectiveAttempt> StartLendable(
+      FloatContribution& c, v1::CollectiveRequest* request) {
+    c.contribution.result_may_be_lent = true;
+    std::unique_ptr<CollectiveAttempt> attempt =
+        backend_->TryStart(c.contribution);
+    if (attempt != nullptr) *request = fake_.NextRequest();
+    return attempt;
+  }
+  // What Wait() returns when `response` comes while a caller waits.
+  absl::StatusOr<std::vector<Tensor>> WaitWhileAnswered(
+      CollectiveAttempt& attempt, const v1::CollectiveResponse& response) {
+    absl::StatusOr<std::vector<Tensor>> result;
+    std::thread waiter([&] { result = attempt.Wait(); });
+    absl::SleepFor(absl::Milliseconds(300));  // the caller is in Wait() now
+    fake_.Respond(response);
+    waiter.join();
+    return result;
+  }
+  // Float `i` of the result range at `at`, in the fake's result segment.
+  float& ResultFloatAt(uint64_t at, size_t i) {
+    return static_cast<float*>(static_cast<void*>(
+        static_cast<char*>(fake_.result().data()) + at))[i];
+  }
+
   FakeReducerd fake_;
   std::unique_ptr<SharedMemoryBackend> backend_;
 };
@@ -361,25 +390,19 @@ v1::CollectiveResponse RangeResult(FakeReducerd& fake, uint64_t call_id,
 
 TEST_F(SharedMemoryBackendTest,
        ResultMayBeLentToAWaitingCallerWhichHandsTheRangeBackOnDrop) {
-  FloatContribution c(std::vector<float>(100000, 1.0f));
-  c.contribution.result_may_be_lent = true;
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  FloatContribution c(std::vector<float>(kLentFloats, 1.0f));
+  v1::CollectiveRequest request;
+  std::unique_ptr<CollectiveAttempt> attempt = StartLendable(c, &request);
   ASSERT_NE(attempt, nullptr);
-  v1::CollectiveRequest request = fake_.NextRequest();
-  absl::StatusOr<std::vector<Tensor>> result;
-  std::thread waiter([&] { result = attempt->Wait(); });
-  absl::SleepFor(absl::Milliseconds(300));  // the caller is in Wait() now
   constexpr uint64_t kAt = 8192;
-  fake_.Respond(RangeResult(fake_, request.call_id(), kAt, 100000, 3.0f));
-  waiter.join();
+  absl::StatusOr<std::vector<Tensor>> result = WaitWhileAnswered(
+      *attempt, RangeResult(fake_, request.call_id(), kAt, kLentFloats, 3.0f));
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->size(), 1u);
-  EXPECT_EQ(result->at(0).values<float>()[99999], 3.0f * 99999);
+  EXPECT_EQ(result->at(0).values<float>()[kLentFloats - 1], 3.0f * (kLentFloats - 1));
   // Lent: the tensor shows what reducerd's segment holds, and the range is
   // not handed back while the tensor lives.
-  static_cast<float*>(static_cast<void*>(
-      static_cast<char*>(fake_.result().data()) + kAt))[7] = -1.0f;
+  ResultFloatAt(kAt, 7) = -1.0f;
   EXPECT_EQ(result->at(0).values<float>()[7], -1.0f);
   EXPECT_TRUE(fake_.NoRequestWithin(absl::Milliseconds(100)));
   // A copy is the caller's own.
@@ -391,20 +414,18 @@ TEST_F(SharedMemoryBackendTest,
   EXPECT_EQ(release.call_id(), 0u);
   ASSERT_EQ(release.released_size(), 1);
   EXPECT_EQ(release.released(0).offset(), kAt);
-  EXPECT_EQ(release.released(0).size(), 100000u * 4);
+  EXPECT_EQ(release.released(0).size(), kLentFloats * 4);
   EXPECT_EQ(copy.values<float>()[8], 3.0f * 8);
 }
 
 TEST_F(SharedMemoryBackendTest,
        ResultThatMayBeLentIsCopiedWhenItComesBeforeTheCallerWaits) {
-  FloatContribution c(std::vector<float>(100000, 1.0f));
-  c.contribution.result_may_be_lent = true;
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  FloatContribution c(std::vector<float>(kLentFloats, 1.0f));
+  v1::CollectiveRequest request;
+  std::unique_ptr<CollectiveAttempt> attempt = StartLendable(c, &request);
   ASSERT_NE(attempt, nullptr);
-  v1::CollectiveRequest request = fake_.NextRequest();
   constexpr uint64_t kAt = 4096;
-  fake_.Respond(RangeResult(fake_, request.call_id(), kAt, 100000, 2.0f));
+  fake_.Respond(RangeResult(fake_, request.call_id(), kAt, kLentFloats, 2.0f));
   // Nobody waits: the reader thread takes the response, copies the result
   // out and hands its range back at once.
   v1::CollectiveRequest release = fake_.NextRequest();
@@ -416,27 +437,21 @@ TEST_F(SharedMemoryBackendTest,
   }
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
   ASSERT_TRUE(result.ok()) << result.status();
-  static_cast<float*>(static_cast<void*>(
-      static_cast<char*>(fake_.result().data()) + kAt))[7] = -1.0f;
+  ResultFloatAt(kAt, 7) = -1.0f;
   EXPECT_EQ(result->at(0).values<float>()[7], 2.0f * 7);  // a copy
 }
 
 TEST_F(SharedMemoryBackendTest, LentResultOutlivingTheBackendStaysReadable) {
-  FloatContribution c(std::vector<float>(100000, 1.0f));
-  c.contribution.result_may_be_lent = true;
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  FloatContribution c(std::vector<float>(kLentFloats, 1.0f));
+  v1::CollectiveRequest request;
+  std::unique_ptr<CollectiveAttempt> attempt = StartLendable(c, &request);
   ASSERT_NE(attempt, nullptr);
-  v1::CollectiveRequest request = fake_.NextRequest();
-  absl::StatusOr<std::vector<Tensor>> result;
-  std::thread waiter([&] { result = attempt->Wait(); });
-  absl::SleepFor(absl::Milliseconds(300));
-  fake_.Respond(RangeResult(fake_, request.call_id(), 4096, 100000, 5.0f));
-  waiter.join();
+  absl::StatusOr<std::vector<Tensor>> result = WaitWhileAnswered(
+      *attempt, RangeResult(fake_, request.call_id(), 4096, kLentFloats, 5.0f));
   ASSERT_TRUE(result.ok()) << result.status();
   attempt.reset();
   backend_.reset();  // the session ends: nothing is handed back any more
-  EXPECT_EQ(result->at(0).values<float>()[99999], 5.0f * 99999);
+  EXPECT_EQ(result->at(0).values<float>()[kLentFloats - 1], 5.0f * (kLentFloats - 1));
   result = absl::UnknownError("dropped");
 }
 

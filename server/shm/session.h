@@ -63,8 +63,8 @@
 // ring). The job's thread never holds the session's lock while calling a
 // Collective. Stop() and the channels are thread-safe; Step() and End()
 // are for the job's thread alone.
-#ifndef REDUCER_SERVER_SHM_SHARED_MEMORY_SESSION_H_
-#define REDUCER_SERVER_SHM_SHARED_MEMORY_SESSION_H_
+#ifndef REDUCER_SERVER_SHM_SESSION_H_
+#define REDUCER_SERVER_SHM_SESSION_H_
 
 #include <sys/types.h>
 
@@ -92,7 +92,7 @@
 #include "server/engine/rank_channel.h"
 #include "server/jobs/job_door.h"
 #include "server/log.h"
-#include "server/shm/shared_memory_results.h"
+#include "server/shm/results.h"
 
 namespace reducer {
 
@@ -261,4 +261,4 @@ class SharedMemorySession
 
 }  // namespace reducer
 
-#endif  // REDUCER_SERVER_SHM_SHARED_MEMORY_SESSION_H_
+#endif  // REDUCER_SERVER_SHM_SESSION_H_

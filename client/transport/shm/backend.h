@@ -33,8 +33,8 @@
 // copy out of the segment is then the caller's, into its buffer.
 //
 // Thread-safe; attempts must not outlive the backend.
-#ifndef REDUCER_CLIENT_TRANSPORT_SHM_SHARED_MEMORY_BACKEND_H_
-#define REDUCER_CLIENT_TRANSPORT_SHM_SHARED_MEMORY_BACKEND_H_
+#ifndef REDUCER_CLIENT_TRANSPORT_SHM_BACKEND_H_
+#define REDUCER_CLIENT_TRANSPORT_SHM_BACKEND_H_
 
 #include <atomic>
 #include <cstdint>
@@ -54,7 +54,7 @@
 #include "absl/time/time.h"
 #include "client/collective_attempt.h"
 #include "client/collective_backend.h"
-#include "client/transport/shm/shared_memory_handshake.h"
+#include "client/transport/shm/handshake.h"
 #include "core/buffer_cache.h"
 #include "core/shm/range_allocator.h"
 #include "core/tensor.h"
@@ -163,4 +163,4 @@ class SharedMemoryBackend final : public CollectiveBackend {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CLIENT_TRANSPORT_SHM_SHARED_MEMORY_BACKEND_H_
+#endif  // REDUCER_CLIENT_TRANSPORT_SHM_BACKEND_H_

@@ -25,8 +25,8 @@
 // listener forgets a job (Stop, Join) only when it is zero, and reserves
 // before it hands a new client the job's result segment, both under its own
 // lock, so a job is never forgotten under a handshake. Thread-safe.
-#ifndef REDUCER_SERVER_SHM_SHARED_MEMORY_JOB_H_
-#define REDUCER_SERVER_SHM_SHARED_MEMORY_JOB_H_
+#ifndef REDUCER_SERVER_SHM_JOB_H_
+#define REDUCER_SERVER_SHM_JOB_H_
 
 #include <atomic>
 #include <cstddef>
@@ -42,8 +42,8 @@
 #include "core/shm/doorbell.h"
 #include "server/jobs/job_door.h"
 #include "server/log.h"
-#include "server/shm/shared_memory_results.h"
-#include "server/shm/shared_memory_session.h"
+#include "server/shm/results.h"
+#include "server/shm/session.h"
 
 namespace reducer {
 
@@ -114,4 +114,4 @@ class SharedMemoryJob {
 
 }  // namespace reducer
 
-#endif  // REDUCER_SERVER_SHM_SHARED_MEMORY_JOB_H_
+#endif  // REDUCER_SERVER_SHM_JOB_H_

@@ -1,0 +1,290 @@
+// ReducerService and its reactors (SessionStream, CollectiveReactor,
+// CollectivesReactor) in process: a grpc::Server serving the service over
+// a real JobDoor and JobRegistry (JobDoorTestEnv), and the generated stub
+// on the server's in-process channel, as gRPC's own end2end callback tests
+// do. What a client sees: the Join stream's JobReady and JobAborted, a
+// collective's result on both stream kinds, malformed requests refused
+// with INVALID_ARGUMENT, and a stream cut failing the other rank at once.
+#include "server/grpc/reducer_service.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/reducer/v1/reducer.grpc.pb.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/engine/timer_queue.h"
+#include "server/jobs/job_door_test_env.h"
+#include "server/metrics/metrics_sink.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::HasSubstr;
+using Env = JobDoorTestEnv;
+using Stream =
+    grpc::ClientReaderWriter<v1::CollectiveRequest, v1::CollectiveResponse>;
+using Method = std::unique_ptr<Stream> (v1::Reducer::Stub::*)(
+    grpc::ClientContext*);
+constexpr Method kCollective = &v1::Reducer::Stub::Collective;
+constexpr Method kCollectives = &v1::Reducer::Stub::Collectives;
+
+// Env::kFloats float32 values as bytes.
+std::string Floats(float a, float b, float c, float d) {
+  const float values[Env::kFloats] = {a, b, c, d};
+  return std::string(reinterpret_cast<const char*>(values), sizeof(values));
+}
+
+// One rank's request: `header` and the whole payload `data`.
+v1::CollectiveRequest Request(const v1::CollectiveHeader& header,
+                              const std::string& data, uint64_t call_id = 0) {
+  v1::CollectiveRequest request;
+  *request.mutable_header() = header;
+  request.set_data(data);
+  request.set_call_id(call_id);
+  return request;
+}
+
+// One rank's open Join stream.
+struct JoinedRank {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::JoinEvent>> events;
+  bool finished = false;  // Finish() was called (at most once)
+};
+
+class ReducerServiceTest : public ::testing::Test {
+ protected:
+  ReducerServiceTest()
+      : service_(&env_.door(), /*max_concurrent_calls=*/16,
+                 /*max_streams_per_job=*/16,
+                 /*header_timeout=*/absl::ZeroDuration(), &timers_, &metrics_,
+                 /*grpc_metrics=*/nullptr) {
+    grpc::ServerBuilder builder;
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    stub_ = v1::Reducer::NewStub(
+        server_->InProcessChannel(grpc::ChannelArguments()));
+  }
+  ~ReducerServiceTest() override {
+    for (std::unique_ptr<JoinedRank>& rank : joined_) {
+      rank->context.TryCancel();
+      if (!rank->finished) rank->events->Finish().IgnoreError();
+    }
+    server_->Shutdown();
+  }
+
+  // Opens the Join stream of `session` for rank `rank` of `world`.
+  JoinedRank& Join(const std::string& job, int rank, int world,
+                   const std::string& session) {
+    joined_.push_back(std::make_unique<JoinedRank>());
+    JoinedRank& joined = *joined_.back();
+    joined.events = stub_->Join(&joined.context,
+                                Env::JoinRequest(job, rank, world, session));
+    return joined;
+  }
+  // Joins ranks 0..world-1 of `job` (sessions s0, s1, ...) and reads each
+  // one's JobReady.
+  void JoinAll(const std::string& job, int world) {
+    std::vector<JoinedRank*> ranks;
+    for (int rank = 0; rank < world; ++rank) {
+      ranks.push_back(&Join(job, rank, world, absl::StrCat("s", rank)));
+    }
+    for (JoinedRank* rank : ranks) {
+      v1::JoinEvent event;
+      ASSERT_TRUE(rank->events->Read(&event));
+      ASSERT_TRUE(event.has_ready()) << event.DebugString();
+    }
+  }
+
+  // Opens rank `rank`'s stream of `method` (session s<rank> of job j) and
+  // sends its all-reduce of `data` as call `call_id`.
+  std::unique_ptr<Stream> SendAllReduce(Method method,
+                                        grpc::ClientContext* context, int rank,
+                                        const std::string& data,
+                                        uint64_t call_id = 0) {
+    std::unique_ptr<Stream> stream = ((*stub_).*method)(context);
+    EXPECT_TRUE(stream->Write(Request(
+        Env::AllReduce("j", absl::StrCat("s", rank), rank), data, call_id)))
+        << "rank " << rank;
+    return stream;
+  }
+
+  Env env_;
+  TimerQueue timers_;
+  MetricsSink metrics_;
+  ReducerService service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Reducer::Stub> stub_;
+  std::vector<std::unique_ptr<JoinedRank>> joined_;
+};
+
+TEST_F(ReducerServiceTest, JoinSendsJobReadyOnceEveryRankJoined) {
+  JoinedRank& rank0 = Join("j", 0, 2, "s0");
+  JoinedRank& rank1 = Join("j", 1, 2, "s1");
+  for (JoinedRank* rank : {&rank0, &rank1}) {
+    v1::JoinEvent event;
+    ASSERT_TRUE(rank->events->Read(&event));
+    ASSERT_TRUE(event.has_ready()) << event.DebugString();
+    EXPECT_EQ(event.ready().epoch(), 1);
+  }
+}
+
+TEST_F(ReducerServiceTest, JoinRefusedEndsTheStreamWithWhy) {
+  JoinedRank& rank =
+      Join(std::string(Env::kMaxNameBytes + 1, 'j'), 0, 1, "s0");
+  v1::JoinEvent event;
+  EXPECT_FALSE(rank.events->Read(&event));
+  const grpc::Status status = rank.events->Finish();
+  rank.finished = true;
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("JoinRequest.job is 65 bytes long"));
+}
+
+TEST_F(ReducerServiceTest, ACutJoinStreamAbortsTheEpochForTheOtherRank) {
+  JoinAll("j", 2);
+  joined_[0]->context.TryCancel();
+  v1::JoinEvent event;
+  ASSERT_TRUE(joined_[1]->events->Read(&event));
+  ASSERT_TRUE(event.has_aborted()) << event.DebugString();
+  EXPECT_EQ(event.aborted().epoch(), 1);
+  EXPECT_THAT(event.aborted().reason(), HasSubstr("rank 0"));
+}
+
+TEST_F(ReducerServiceTest, CollectiveStreamsReturnTheSumToEveryRank) {
+  JoinAll("j", 2);
+  grpc::ClientContext contexts[2];
+  std::unique_ptr<Stream> streams[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    streams[rank] = SendAllReduce(kCollective, &contexts[rank], rank,
+                                  Floats(rank + 1, 2, 3, 4));
+    ASSERT_TRUE(streams[rank]->WritesDone());
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string data;
+    v1::CollectiveResponse response;
+    int specs = 0;
+    while (streams[rank]->Read(&response)) {
+      EXPECT_EQ(response.offset(), data.size()) << "rank " << rank;
+      specs += response.result_size();
+      data += response.data();
+    }
+    const grpc::Status status = streams[rank]->Finish();
+    EXPECT_TRUE(status.ok()) << "rank " << rank << ": "
+                             << status.error_message();
+    EXPECT_EQ(specs, 1) << "rank " << rank;
+    EXPECT_EQ(data, Floats(3, 4, 6, 8)) << "rank " << rank;
+  }
+}
+
+TEST_F(ReducerServiceTest, CollectiveStreamWithoutHeaderIsInvalid) {
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = stub_->Collective(&context);
+  v1::CollectiveRequest request;
+  request.set_data(Floats(1, 2, 3, 4));
+  ASSERT_TRUE(stream->Write(request));
+  stream->WritesDone();
+  v1::CollectiveResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("the first message of a Collective stream must "
+                        "carry `header`"));
+}
+
+TEST_F(ReducerServiceTest, CollectiveOfAJobNotJoinedIsRefused) {
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = stub_->Collective(&context);
+  ASSERT_TRUE(stream->Write(
+      Request(Env::AllReduce("unjoined", "s0", 0), Floats(1, 2, 3, 4))));
+  stream->WritesDone();
+  v1::CollectiveResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_EQ(stream->Finish().error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(ReducerServiceTest, ACutCollectiveStreamFailsTheOtherRankAtOnce) {
+  JoinAll("j", 2);
+  grpc::ClientContext contexts[2];
+  std::unique_ptr<Stream> streams[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    // The header only: the payload never comes.
+    streams[rank] = SendAllReduce(kCollective, &contexts[rank], rank, "");
+  }
+  contexts[0].TryCancel();
+  v1::CollectiveResponse response;
+  EXPECT_FALSE(streams[1]->Read(&response));
+  const grpc::Status status = streams[1]->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("allreduce #0 in job j: rank 0's call was cancelled"));
+  EXPECT_EQ(streams[0]->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(ReducerServiceTest, CollectivesStreamAnswersEachCallByItsId) {
+  JoinAll("j", 2);
+  grpc::ClientContext contexts[2];
+  std::unique_ptr<Stream> streams[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    streams[rank] = SendAllReduce(kCollectives, &contexts[rank], rank,
+                                  Floats(rank + 1, 2, 3, 4),
+                                  /*call_id=*/7 + rank);
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::CollectiveResponse response;
+    ASSERT_TRUE(streams[rank]->Read(&response)) << "rank " << rank;
+    EXPECT_EQ(response.call_id(), 7 + rank);
+    EXPECT_EQ(response.status().code(), 0) << response.status().message();
+    EXPECT_EQ(response.result_size(), 1);
+    EXPECT_EQ(response.data(), Floats(3, 4, 6, 8)) << "rank " << rank;
+    ASSERT_TRUE(streams[rank]->WritesDone());
+    EXPECT_FALSE(streams[rank]->Read(&response));
+    const grpc::Status status = streams[rank]->Finish();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+}
+
+TEST_F(ReducerServiceTest, CollectivesCallRefusedFailsOnlyThatCall) {
+  JoinAll("j", 1);
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = stub_->Collectives(&context);
+  ASSERT_TRUE(stream->Write(Request(Env::AllReduce("unjoined", "s0", 0),
+                                    Floats(1, 2, 3, 4), /*call_id=*/1)));
+  v1::CollectiveResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.call_id(), 1);
+  EXPECT_EQ(response.status().code(),
+            static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  // The stream goes on: the next call is answered.
+  ASSERT_TRUE(stream->Write(Request(Env::AllReduce("j", "s0", 0),
+                                    Floats(1, 2, 3, 4), /*call_id=*/2)));
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.call_id(), 2);
+  EXPECT_EQ(response.status().code(), 0) << response.status().message();
+  EXPECT_EQ(response.data(), Floats(1, 2, 3, 4));
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(ReducerServiceTest, CollectivesMessageWithoutCallIdEndsTheStream) {
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream =
+      SendAllReduce(kCollectives, &context, 0, Floats(1, 2, 3, 4));
+  v1::CollectiveResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("must carry a nonzero call_id"));
+}
+
+}  // namespace
+}  // namespace reducer

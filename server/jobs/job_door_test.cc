@@ -1,0 +1,216 @@
+// JobDoor in process, over a real JobRegistry (JobDoorTestEnv): names over
+// --max_name_bytes and tokens refused before anything is looked up or kept,
+// each refusal counted; joins, attaches, seats and leaves reaching the
+// jobs.
+#include "server/jobs/job_door.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/engine/string_bytes.h"
+#include "server/jobs/fake_job_channels.h"
+#include "server/jobs/job_door_test_env.h"
+#include "tests/status_matchers.h"
+
+namespace reducer {
+namespace {
+
+using Env = JobDoorTestEnv;
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
+using ::testing::ElementsAre, ::testing::HasSubstr, ::testing::IsEmpty,
+    ::testing::Not;
+
+const PresentedToken kNoToken{};
+
+TEST(JobDoorTest, JoinReachesTheRegistry) {
+  Env env;
+  auto session = std::make_shared<FakeSession>();
+  EXPECT_THAT(env.door().Join(Env::JoinRequest("j", 0, 1, "s"), kNoToken,
+                              session),
+              IsOk());
+  EXPECT_EQ(session->ready_count(), 1);
+  EXPECT_THAT(env.registry().Find("j"), IsOk());
+  EXPECT_THAT(env.refused(), IsEmpty());
+}
+
+TEST(JobDoorTest, JoinNamingAJobOverTheLimitIsRefusedAndCounted) {
+  Env env;
+  const std::string job(Env::kMaxNameBytes + 1, 'j');
+  EXPECT_THAT(
+      env.door().Join(Env::JoinRequest(job, 0, 1, "s"), kNoToken,
+                      std::make_shared<FakeSession>()),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("JoinRequest.job is 65 bytes long, over the limit "
+                         "of 64 bytes (--max_name_bytes)")));
+  EXPECT_THAT(env.registry().Find(job), Not(IsOk()));
+  EXPECT_THAT(env.refused(), ElementsAre(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(JobDoorTest, AttachNamesTheHeaderFieldOverTheLimit) {
+  Env env;
+  ASSERT_THAT(env.door().Join(Env::JoinRequest("j", 0, 1, "s"), kNoToken,
+                              std::make_shared<FakeSession>()),
+              IsOk());
+  v1::CollectiveHeader header = Env::AllReduce("j", "s", 0);
+  header.set_attempt_id(std::string(Env::kMaxNameBytes + 1, 'a'));
+  auto channel = std::make_shared<FakeRankChannel>();
+  EXPECT_THAT(env.door().Attach(header, kNoToken, channel),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("CollectiveHeader.attempt_id is 65 bytes")));
+  EXPECT_THAT(env.refused(), ElementsAre(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(JobDoorTest, AttachOfBothRanksRunsTheCollective) {
+  Env env;
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_THAT(env.door().Join(Env::JoinRequest("j", rank, 2,
+                                                 rank == 0 ? "a" : "b"),
+                                kNoToken, std::make_shared<FakeSession>()),
+                IsOk());
+  }
+  std::shared_ptr<FakeRankChannel> channels[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    channels[rank] = std::make_shared<FakeRankChannel>();
+    absl::StatusOr<std::shared_ptr<Collective>> collective =
+        env.door().Attach(Env::AllReduce("j", rank == 0 ? "a" : "b", rank),
+                          kNoToken, channels[rank]);
+    ASSERT_THAT(collective, IsOk());
+    ASSERT_NE(*collective, nullptr);
+    const float input[Env::kFloats] = {1.0f * (rank + 1), 2, 3, 4};
+    Payload payload;
+    payload.Append(StringBytes(std::string(
+        reinterpret_cast<const char*>(input), sizeof(input))));
+    (*collective)->OnData(rank, 0, std::move(payload));
+    (*collective)->OnInputEnd(rank);
+  }
+  const float expected[Env::kFloats] = {3, 4, 6, 8};
+  const std::string expected_bytes(reinterpret_cast<const char*>(expected),
+                                   sizeof(expected));
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(channels[rank]->finished_ok()) << "rank " << rank;
+    EXPECT_EQ(channels[rank]->bytes(), expected_bytes) << "rank " << rank;
+  }
+}
+
+TEST(JobDoorTest, AttachToAJobNoSessionHoldsIsRefusedAndCounted) {
+  Env env;
+  EXPECT_THAT(env.door().Attach(Env::AllReduce("j", "s", 0), kNoToken,
+                                std::make_shared<FakeRankChannel>()),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(env.refused(),
+              ElementsAre(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(JobDoorTest, WithTokensOnlyTheJobsTokenEnters) {
+  Env env(/*tokens=*/true);
+  const v1::JoinRequest join = Env::JoinRequest(Env::kTokenJob, 0, 1, "s");
+  EXPECT_TRUE(env.door().tokens_required());
+  EXPECT_THAT(env.door().Join(join, kNoToken, std::make_shared<FakeSession>()),
+              StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(env.door().Join(join, Env::Bearer("not-the-token"),
+                              std::make_shared<FakeSession>()),
+              StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(env.registry().Find(Env::kTokenJob), Not(IsOk()));
+  EXPECT_THAT(env.door().Join(join, Env::Bearer(Env::kToken),
+                              std::make_shared<FakeSession>()),
+              IsOk());
+  EXPECT_THAT(env.refused(), ElementsAre(absl::StatusCode::kUnauthenticated,
+                                         absl::StatusCode::kUnauthenticated));
+}
+
+TEST(JobDoorTest, WithTokensAnotherJobsTokenIsDenied) {
+  Env env(/*tokens=*/true);
+  EXPECT_THAT(env.door().Authorize("other", Env::Bearer(Env::kToken)),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(env.door().Authorize(Env::kTokenJob, Env::Bearer(Env::kToken)),
+              IsOk());
+  EXPECT_THAT(env.refused(),
+              ElementsAre(absl::StatusCode::kPermissionDenied));
+}
+
+TEST(JobDoorTest, AuthorizeAnyJobTakesAnyKnownToken) {
+  Env open;
+  EXPECT_FALSE(open.door().tokens_required());
+  EXPECT_THAT(open.door().AuthorizeAnyJob(kNoToken), IsOk());
+  Env env(/*tokens=*/true);
+  EXPECT_THAT(env.door().AuthorizeAnyJob(Env::Bearer("not-the-token")),
+              StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(env.door().AuthorizeAnyJob(Env::Bearer(Env::kToken)), IsOk());
+  EXPECT_THAT(env.refused(), ElementsAre(absl::StatusCode::kUnauthenticated));
+}
+
+TEST(JobDoorTest, CheckSeatHoldsOnlyTheSessionsOwnRank) {
+  Env env;
+  ASSERT_THAT(env.door().Join(Env::JoinRequest("j", 0, 1, "s"), kNoToken,
+                              std::make_shared<FakeSession>()),
+              IsOk());
+  absl::StatusOr<uint64_t> epoch_id = env.door().CheckSeat("j", "s", 0, kNoToken);
+  EXPECT_THAT(epoch_id, IsOk());
+  EXPECT_THAT(env.door().CheckSeat("j", "s", 1, kNoToken),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("session s does not hold rank 1 in the "
+                                 "running epoch of job j")));
+  EXPECT_THAT(env.door().CheckSeat("j", "other", 0, kNoToken),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(env.door().CheckSeat("gone", "s", 0, kNoToken),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(JobDoorTest, LeaveWithoutCauseDepartsAndFreesTheJob) {
+  Env env;
+  ASSERT_THAT(env.door().Join(Env::JoinRequest("j", 0, 1, "s"), kNoToken,
+                              std::make_shared<FakeSession>()),
+              IsOk());
+  v1::LeaveRequest leave;
+  leave.set_job("j");
+  leave.set_session_id("s");
+  EXPECT_THAT(env.door().Leave(leave, kNoToken), IsOk());
+  env.door().Leave("j", "s", "closed", EpochEndReason::kSessionEnded);
+  EXPECT_THAT(env.registry().Find("j"), Not(IsOk()));
+}
+
+TEST(JobDoorTest, LeaveWithCauseAbortsTheEpochWithItsFirst2KiB) {
+  Env env;
+  auto other = std::make_shared<FakeSession>();
+  ASSERT_THAT(env.door().Join(Env::JoinRequest("j", 0, 2, "a"), kNoToken,
+                              std::make_shared<FakeSession>()),
+              IsOk());
+  ASSERT_THAT(env.door().Join(Env::JoinRequest("j", 1, 2, "b"), kNoToken,
+                              other),
+              IsOk());
+  // 2047 bytes, then a 2-byte UTF-8 sequence across the 2 KiB limit.
+  const std::string kept(2047, 'x');
+  v1::LeaveRequest leave;
+  leave.set_job("j");
+  leave.set_session_id("a");
+  leave.set_cause(kept + "\xc3\xa9" + "tail");
+  EXPECT_THAT(env.door().Leave(leave, kNoToken), IsOk());
+  std::string reason;
+  for (const v1::JoinEvent& event : other->events()) {
+    if (event.has_aborted()) reason = event.aborted().reason();
+  }
+  EXPECT_THAT(reason, HasSubstr(kept));
+  EXPECT_THAT(reason, Not(HasSubstr("\xc3")));
+  EXPECT_THAT(reason, Not(HasSubstr("tail")));
+}
+
+TEST(JobDoorTest, LeaveNamingASessionOverTheLimitIsRefused) {
+  Env env;
+  v1::LeaveRequest leave;
+  leave.set_job("j");
+  leave.set_session_id(std::string(Env::kMaxNameBytes + 1, 's'));
+  EXPECT_THAT(env.door().Leave(leave, kNoToken),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("LeaveRequest.session_id is 65 bytes")));
+}
+
+}  // namespace
+}  // namespace reducer

@@ -1,0 +1,251 @@
+// SharedMemorySession in process, stepped by the test as its job's thread
+// would, over a real JobDoor and JobRegistry (JobDoorTestEnv): the test is
+// the client, pushing request records into the control segment and reading
+// the response records back. Covered: a call answered inline, one whose
+// payload and result lie in the segments (and the release of its result
+// range), a header naming another rank failing only its call, a cancel,
+// and the session ending on a record that does not parse, a release of a
+// range never handed out, a closed socket and Stop().
+#include "server/shm/session.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/shm/control_segment.h"
+#include "core/shm/shared_segment.h"
+#include "core/shm/unique_fd.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/jobs/fake_job_channels.h"
+#include "server/jobs/job_door_test_env.h"
+#include "server/log.h"
+#include "server/shm/results.h"
+#include "tests/status_matchers.h"
+
+namespace reducer {
+namespace {
+
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
+using ::testing::HasSubstr;
+using Env = JobDoorTestEnv;
+
+constexpr size_t kSegmentBytes = 1 << 20;
+constexpr size_t kChunkBytes = 64 << 10;
+
+// `n` float32 values i + 1, as bytes.
+std::string Ramp(int n) {
+  std::string bytes(n * sizeof(float), '\0');
+  for (int i = 0; i < n; ++i) {
+    const float v = i + 1;
+    std::memcpy(bytes.data() + i * sizeof(float), &v, sizeof(v));
+  }
+  return bytes;
+}
+
+class SharedMemorySessionTest : public ::testing::Test {
+ protected:
+  // Joins job j (rank 0 as session s0) of `world` ranks and opens rank 0's
+  // same-host session.
+  void Open(int world = 1) {
+    for (int rank = 0; rank < world; ++rank) {
+      ASSERT_THAT(env_.door().Join(Env::JoinRequest("j", rank, world,
+                                                    absl::StrCat("s", rank)),
+                                   PresentedToken{},
+                                   std::make_shared<FakeSession>()),
+                  IsOk());
+    }
+    absl::StatusOr<std::unique_ptr<SharedMemoryResults>> results =
+        SharedMemoryResults::Create(kSegmentBytes);
+    ASSERT_THAT(results, IsOk());
+    results_ = *std::move(results);
+    int sockets[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sockets), 0);
+    client_socket_.reset(sockets[1]);
+    absl::StatusOr<std::unique_ptr<ControlSegment>> control =
+        ControlSegment::Create(std::string(ControlSegment::kNonceBytes, 'n'));
+    ASSERT_THAT(control, IsOk());
+    absl::StatusOr<std::unique_ptr<ControlSegment>> mine =
+        ControlSegment::Adopt(dup((*control)->fd()));
+    ASSERT_THAT(mine, IsOk());
+    control_ = *std::move(mine);
+    absl::StatusOr<SharedSegment> input =
+        SharedSegment::Create("input", kSegmentBytes);
+    ASSERT_THAT(input, IsOk());
+    absl::StatusOr<SharedSegment> read_only =
+        SharedSegment::Adopt(dup(input->fd()), SharedSegment::Access::kReadOnly);
+    ASSERT_THAT(read_only, IsOk());
+    input_.emplace(*std::move(input));
+    SharedMemorySession::Parts parts{
+        SharedMemoryPeer{"j", "s0", 0, getpid(), getuid(), 0},
+        UniqueFd(sockets[0]), *std::move(control), *std::move(read_only),
+        /*check_seat=*/nullptr};
+    session_ = SharedMemorySession::Create(
+        std::move(parts), results_.get(),
+        env_.door().AttachWithToken(PresentedToken{}), kChunkBytes, &log_);
+  }
+  void TearDown() override {
+    if (session_ != nullptr) session_->End(absl::CancelledError("test over"));
+  }
+
+  void Push(const v1::CollectiveRequest& request) {
+    ASSERT_THAT(control_->requests().TryPush(request.SerializeAsString()),
+                IsOk());
+  }
+  // Rank 0's all-reduce call `call_id` of `data`, inline.
+  static v1::CollectiveRequest Call(uint64_t call_id, const std::string& data) {
+    v1::CollectiveRequest request;
+    request.set_call_id(call_id);
+    *request.mutable_header() = Env::AllReduce("j", "s0", 0);
+    request.set_data(data);
+    return request;
+  }
+  // Steps the session until a response record comes; the last Step's
+  // status in `*stepped`.
+  v1::CollectiveResponse NextResponse(absl::Status* stepped) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    std::string record;
+    while (absl::Now() < deadline) {
+      bool again = false;
+      *stepped = session_->Step(absl::Now(), &again);
+      absl::StatusOr<bool> popped = control_->responses().TryPop(&record);
+      if (popped.ok() && *popped) break;
+      if (!stepped->ok()) break;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    v1::CollectiveResponse response;
+    EXPECT_TRUE(response.ParseFromString(record));
+    return response;
+  }
+  absl::Status StepOnce(absl::Time now = absl::Now()) {
+    bool again = false;
+    return session_->Step(now, &again);
+  }
+
+  Env env_;
+  Logger log_;
+  std::unique_ptr<SharedMemoryResults> results_;
+  UniqueFd client_socket_;
+  std::unique_ptr<ControlSegment> control_;  // the client's mapping
+  std::optional<SharedSegment> input_;       // the client's, writable
+  std::shared_ptr<SharedMemorySession> session_;
+};
+
+TEST_F(SharedMemorySessionTest, InlineCallIsAnsweredInline) {
+  Open();
+  Push(Call(1, Ramp(Env::kFloats)));
+  absl::Status stepped;
+  const v1::CollectiveResponse response = NextResponse(&stepped);
+  EXPECT_THAT(stepped, IsOk());
+  EXPECT_EQ(response.call_id(), 1);
+  EXPECT_EQ(response.status().code(), 0) << response.status().message();
+  EXPECT_EQ(response.result_size(), 1);
+  EXPECT_EQ(response.data(), Ramp(Env::kFloats));
+  EXPECT_FALSE(response.has_data_range());
+}
+
+TEST_F(SharedMemorySessionTest, LargeCallTravelsInTheSegmentsAndIsReleased) {
+  Open();
+  const size_t unused = results_->used();  // the nonce's first 64 bytes
+  // 128 KiB: above kInlineResultBytes, and two chunks.
+  constexpr int kFloats = 32 << 10;
+  const std::string payload = Ramp(kFloats);
+  std::memcpy(input_->data(), payload.data(), payload.size());
+  v1::CollectiveRequest request = Call(1, "");
+  request.mutable_header()->mutable_tensors(0)->set_shape(0, kFloats);
+  request.mutable_data_range()->set_offset(0);
+  request.mutable_data_range()->set_size(payload.size());
+  Push(request);
+  absl::Status stepped;
+  const v1::CollectiveResponse response = NextResponse(&stepped);
+  EXPECT_THAT(stepped, IsOk());
+  ASSERT_EQ(response.status().code(), 0) << response.status().message();
+  ASSERT_TRUE(response.has_data_range());
+  ASSERT_EQ(response.data_range().size(), payload.size());
+  EXPECT_EQ(std::string(results_->data() + response.data_range().offset(),
+                        payload.size()),
+            payload);
+  EXPECT_EQ(results_->used(), unused + payload.size());
+  v1::CollectiveRequest release;
+  *release.add_released() = response.data_range();
+  Push(release);
+  EXPECT_THAT(StepOnce(), IsOk());
+  EXPECT_EQ(results_->used(), unused);
+  // The same range again: reducerd no longer hands it out.
+  Push(release);
+  EXPECT_THAT(StepOnce(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("which reducerd did not hand out")));
+}
+
+TEST_F(SharedMemorySessionTest, HeaderOfAnotherRankFailsOnlyThatCall) {
+  Open();
+  v1::CollectiveRequest request = Call(1, Ramp(Env::kFloats));
+  request.mutable_header()->set_rank(1);
+  Push(request);
+  absl::Status stepped;
+  v1::CollectiveResponse response = NextResponse(&stepped);
+  EXPECT_THAT(stepped, IsOk());
+  EXPECT_EQ(response.call_id(), 1);
+  EXPECT_EQ(response.status().code(),
+            static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(response.status().message(),
+              HasSubstr("carries only the calls of job j rank 0"));
+  Push(Call(2, Ramp(Env::kFloats)));
+  response = NextResponse(&stepped);
+  EXPECT_EQ(response.call_id(), 2);
+  EXPECT_EQ(response.status().code(), 0) << response.status().message();
+}
+
+TEST_F(SharedMemorySessionTest, CancelAnswersAWaitingCallCancelled) {
+  Open(/*world=*/2);  // rank 1 never calls
+  Push(Call(1, Ramp(Env::kFloats)));
+  EXPECT_THAT(StepOnce(), IsOk());
+  v1::CollectiveRequest cancel;
+  cancel.set_call_id(1);
+  Push(cancel);
+  absl::Status stepped;
+  const v1::CollectiveResponse response = NextResponse(&stepped);
+  EXPECT_EQ(response.call_id(), 1);
+  EXPECT_EQ(response.status().code(),
+            static_cast<int>(absl::StatusCode::kCancelled));
+  EXPECT_THAT(response.status().message(),
+              HasSubstr("call 1 was cancelled by its client"));
+}
+
+TEST_F(SharedMemorySessionTest, RecordThatDoesNotParseEndsTheSession) {
+  Open();
+  ASSERT_THAT(control_->requests().TryPush("\xff\xff\xff"), IsOk());
+  EXPECT_THAT(StepOnce(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("does not parse as a CollectiveRequest")));
+}
+
+TEST_F(SharedMemorySessionTest, ClosedSocketEndsTheSession) {
+  Open();
+  EXPECT_THAT(StepOnce(), IsOk());
+  client_socket_.reset();
+  EXPECT_THAT(StepOnce(absl::Now() + SharedMemorySession::kSocketCheck),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("the client closed its socket")));
+}
+
+TEST_F(SharedMemorySessionTest, StopEndsTheSessionCancelled) {
+  Open();
+  session_->Stop();
+  EXPECT_THAT(StepOnce(), StatusIs(absl::StatusCode::kCancelled,
+                                   HasSubstr("reducerd is shutting down")));
+}
+
+}  // namespace
+}  // namespace reducer
