@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/chunk_pool.h"
+#include "server/engine/engine_options.h"
 #include "server/engine/memory_budget.h"
 #include "server/engine/rank_channel.h"
 #include "server/engine/shared_bytes.h"
@@ -30,7 +31,6 @@
 #include "server/engine/timer_queue.h"
 #include "server/log.h"
 #include "server/metrics/metrics_sink.h"
-#include "server/server_options.h"
 
 namespace reducer {
 namespace {
@@ -259,7 +259,7 @@ class CollectiveTest : public ::testing::Test {
   std::shared_ptr<Collective> Make(CollectiveKind kind, std::vector<int> group,
                                    absl::Duration timeout = absl::Seconds(60)) {
     if (memory_ == nullptr) {
-      memory_ = std::make_unique<MemoryBudget>(options_.memory_budget_bytes);
+      memory_ = std::make_unique<MemoryBudget>(memory_budget_bytes_);
     }
     if (chunks_ == nullptr) {
       chunks_ = std::make_unique<ChunkPool>(options_.chunk_bytes, 16);
@@ -352,7 +352,8 @@ class CollectiveTest : public ::testing::Test {
 
   // Declared in destruction order's reverse: the pool joins first, running
   // reductions that still reference everything above it.
-  ServerOptions options_;
+  EngineOptions options_;
+  size_t memory_budget_bytes_ = size_t{2} << 30;  // reducerd's default
   MetricsSink metrics_;  // counts nothing
   Logger log_;
   std::unique_ptr<MemoryBudget> memory_;
@@ -973,7 +974,7 @@ TEST_F(CollectiveTest, WindowOfOneStopsReadingUntilChunksAreReducedAndWritten) {
 TEST_F(CollectiveTest, MemoryBudgetBelowOneRanksReservationIsRefused) {
   // A rank of a 256-byte AllReduce reserves min(256, window x chunk) twice
   // (staged in and queued out) = 512 bytes.
-  options_.memory_budget_bytes = 500;
+  memory_budget_bytes_ = 500;
   std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1});
   auto ch = Channels(2);
   auto fp = Fp(CollectiveKind::kAllReduce, {Spec(DataType::kFloat32, {64})},
@@ -990,7 +991,7 @@ TEST_F(CollectiveTest, MemoryBudgetBelowOneRanksReservationIsRefused) {
 }
 
 TEST_F(CollectiveTest, MemoryBudgetForOneRankOnlyRefusesTheSecondAndFreesTheFirst) {
-  options_.memory_budget_bytes = 600;
+  memory_budget_bytes_ = 600;
   std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1});
   auto ch = Channels(2);
   auto fp = Fp(CollectiveKind::kAllReduce, {Spec(DataType::kFloat32, {64})},

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "server/engine/chunk_pool.h"
 #include "server/engine/collective.h"
+#include "server/engine/engine_options.h"
 #include "server/engine/memory_budget.h"
 #include "server/engine/recording_channel.h"
 #include "server/engine/shared_bytes.h"
@@ -31,7 +32,6 @@
 #include "server/engine/timer_queue.h"
 #include "server/log.h"
 #include "server/metrics/metrics_sink.h"
-#include "server/server_options.h"
 
 namespace reducer {
 namespace {
@@ -151,7 +151,7 @@ class AllToAllVTest : public ::testing::Test {
     EXPECT_EQ(memory_.used(), 0u);
   }
 
-  ServerOptions options_;
+  EngineOptions options_;
   MetricsSink metrics_;
   Logger log_;
   MemoryBudget memory_{size_t{1} << 30};

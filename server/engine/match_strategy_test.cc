@@ -22,13 +22,13 @@
 #include "gtest/gtest.h"
 #include "server/engine/chunk_pool.h"
 #include "server/engine/collective.h"
+#include "server/engine/engine_options.h"
 #include "server/engine/memory_budget.h"
 #include "server/engine/recording_channel.h"
 #include "server/engine/thread_pool.h"
 #include "server/engine/timer_queue.h"
 #include "server/log.h"
 #include "server/metrics/metrics_sink.h"
-#include "server/server_options.h"
 
 namespace reducer {
 namespace {
@@ -75,7 +75,7 @@ class MatchTest : public ::testing::Test {
     EXPECT_EQ(channel.result(), Answer(source, n));
   }
 
-  ServerOptions options_;
+  EngineOptions options_;
   MetricsSink metrics_;
   Logger log_;
   MemoryBudget memory_{size_t{1} << 20};

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "server/engine/chunk_pool.h"
 #include "server/engine/collective.h"
+#include "server/engine/engine_options.h"
 #include "server/engine/kept_results.h"
 #include "server/engine/memory_budget.h"
 #include "server/engine/rank_channel.h"
@@ -33,7 +34,6 @@
 #include "server/engine/timer_queue.h"
 #include "server/log.h"
 #include "server/metrics/metrics_sink.h"
-#include "server/server_options.h"
 
 namespace reducer {
 namespace {
@@ -80,7 +80,7 @@ class SendReceiveTest : public ::testing::Test {
   std::shared_ptr<Collective> Make(int source, int destination,
                                    absl::Duration timeout = absl::Seconds(60)) {
     if (memory_ == nullptr) {
-      memory_ = std::make_unique<MemoryBudget>(options_.memory_budget_bytes);
+      memory_ = std::make_unique<MemoryBudget>(memory_budget_bytes_);
     }
     std::vector<int> group = source < destination
                                  ? std::vector<int>{source, destination}
@@ -108,7 +108,8 @@ class SendReceiveTest : public ::testing::Test {
     }
   }
 
-  ServerOptions options_;
+  EngineOptions options_;
+  size_t memory_budget_bytes_ = size_t{2} << 30;  // reducerd's default
   MetricsSink metrics_;
   Logger log_;
   std::unique_ptr<MemoryBudget> memory_;
@@ -259,7 +260,7 @@ TEST_F(SendReceiveTest, ReceiveWhoseSendNeverComesNamesTheSource) {
 }
 
 TEST_F(SendReceiveTest, SendBeyondTheMemoryBudgetIsRefused) {
-  options_.memory_budget_bytes = 100;
+  memory_budget_bytes_ = 100;
   std::shared_ptr<Collective> c = Make(0, 1);
   auto src = std::make_shared<RecordingChannel>();
   EXPECT_FALSE(c->Attach(src, 0, P2p(0, 1, {Floats(40)}), ""));
@@ -309,7 +310,7 @@ TEST_F(SendReceiveTest, SourceCancelledAfterItsSendEndedChangesNothing) {
 
 TEST_F(SendReceiveTest, ASourceThatFinishedAloneHasItsEmptyResultKept) {
   if (memory_ == nullptr) {
-    memory_ = std::make_unique<MemoryBudget>(options_.memory_budget_bytes);
+    memory_ = std::make_unique<MemoryBudget>(memory_budget_bytes_);
   }
   MemoryBudget kept_memory(1 << 20);
   auto kept = std::make_shared<KeptResults>(&kept_memory, absl::Seconds(30));
@@ -335,7 +336,7 @@ TEST_F(SendReceiveTest, ASourceThatFinishedAloneHasItsEmptyResultKept) {
 
 TEST_F(SendReceiveTest, SourceCancelledBeforeSendingIsDetachedAndGivesItsRoomBack) {
   if (memory_ == nullptr) {
-    memory_ = std::make_unique<MemoryBudget>(options_.memory_budget_bytes);
+    memory_ = std::make_unique<MemoryBudget>(memory_budget_bytes_);
   }
   MemoryBudget kept_memory(1 << 20);
   auto kept = std::make_shared<KeptResults>(&kept_memory, absl::Seconds(30));
