@@ -37,7 +37,9 @@ bool Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
     channel->Fail(LeftOutError(rank));
     return false;
   }
-  if (m.attached) return AttachAgainLocked(index, std::move(channel), attempt_id);
+  if (m.attached) {
+    return AttachAgainLocked(index, std::move(channel), attempt_id);
+  }
   m.attached = true;
   m.channel = std::move(channel);
   m.attempt_id = attempt_id;
