@@ -226,11 +226,38 @@ TEST_F(CollectiveTest, BarrierEndsEveryRankOnceAllArrived) {
   EXPECT_EQ(memory_->used(), 0u);
 }
 
+// Every rank's call of a rooted kind ended OK: the root got `expected`
+// (all of its bytes) with the one result spec `spec` in its first message
+// only; every other rank one empty message with no specs, an empty result.
+void ExpectResultAtRootOnly(
+    const std::vector<std::shared_ptr<RecordingChannel>>& ch, int root,
+    const std::string& expected, const TensorSpec& spec) {
+  for (int r = 0; r < static_cast<int>(ch.size()); ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
+    std::vector<SentMessage> messages = ch[r]->sent();
+    ASSERT_THAT(messages, Not(IsEmpty()));
+    if (r == root) {
+      EXPECT_EQ(ch[r]->result(), expected);
+      EXPECT_EQ(ch[r]->bytes(), expected.size());
+      ASSERT_THAT(messages[0].result, SizeIs(1));
+      ExpectSpec(messages[0].result[0], spec.dtype, spec.shape);
+      ExpectSpecsOnlyFirst(*ch[r]);
+    } else {
+      EXPECT_EQ(ch[r]->bytes(), 0u);
+      EXPECT_THAT(messages, SizeIs(1));
+      EXPECT_THAT(messages[0].result, IsEmpty());
+    }
+  }
+}
+
 TEST_F(CollectiveTest, ReduceSendsTheSumToTheRootOnlyAndNonRootsNoBytes) {
   // 40 floats = 160 bytes: chunks of 64, 64 and 32 (an uneven last chunk),
   // fed in messages of 48 bytes. Every root in turn.
   constexpr int kN = 40;
   const std::string expected = Bytes(RampSum(3, kN));
+  ASSERT_EQ(expected.size(), 160u);
   for (int root = 0; root < 3; ++root) {
     SCOPED_TRACE(absl::StrCat("root ", root));
     std::shared_ptr<Collective> c = Make(CollectiveKind::kReduce, {0, 1, 2});
@@ -242,25 +269,7 @@ TEST_F(CollectiveTest, ReduceSendsTheSumToTheRootOnlyAndNonRootsNoBytes) {
                 "");
       Feed(*c, r, Bytes(Ramp(r, kN)));
     }
-    for (int r = 0; r < 3; ++r) {
-      SCOPED_TRACE(absl::StrCat("rank ", r));
-      ASSERT_TRUE(ch[r]->WaitEnded());
-      EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
-      std::vector<SentMessage> messages = ch[r]->sent();
-      ASSERT_THAT(messages, Not(IsEmpty()));
-      if (r == root) {
-        EXPECT_EQ(ch[r]->result(), expected);
-        EXPECT_EQ(ch[r]->bytes(), 160u);
-        ASSERT_THAT(messages[0].result, SizeIs(1));
-        ExpectSpec(messages[0].result[0], DataType::kFloat32, {kN});
-        ExpectSpecsOnlyFirst(*ch[r]);
-      } else {
-        // One empty message with no specs: an empty result.
-        EXPECT_EQ(ch[r]->bytes(), 0u);
-        EXPECT_THAT(messages, SizeIs(1));
-        EXPECT_THAT(messages[0].result, IsEmpty());
-      }
-    }
+    ExpectResultAtRootOnly(ch, root, expected, Spec(DataType::kFloat32, {kN}));
     EXPECT_TRUE(Settles(*c));
   }
 }
@@ -308,24 +317,8 @@ TEST_F(CollectiveTest, GatherConcatenatesInRankOrderAtTheRootOnly) {
               "");
     Feed(*c, r, Bytes(Tagged(r, 8 * (r + 1))), 40);
   }
-  for (int r = 0; r < 3; ++r) {
-    SCOPED_TRACE(absl::StrCat("rank ", r));
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
-    std::vector<SentMessage> messages = ch[r]->sent();
-    ASSERT_THAT(messages, Not(IsEmpty()));
-    if (r == 1) {
-      EXPECT_EQ(ch[r]->result(), Bytes(gathered));
-      EXPECT_EQ(ch[r]->bytes(), 192u);
-      ASSERT_THAT(messages[0].result, SizeIs(1));
-      ExpectSpec(messages[0].result[0], DataType::kInt32, {24, 2});
-      ExpectSpecsOnlyFirst(*ch[r]);
-    } else {
-      EXPECT_EQ(ch[r]->bytes(), 0u);
-      EXPECT_THAT(messages, SizeIs(1));
-      EXPECT_THAT(messages[0].result, IsEmpty());
-    }
-  }
+  ASSERT_EQ(Bytes(gathered).size(), 192u);
+  ExpectResultAtRootOnly(ch, 1, Bytes(gathered), Spec(DataType::kInt32, {24, 2}));
   EXPECT_TRUE(Settles(*c));
 }
 

@@ -116,13 +116,7 @@ TEST_F(SendReceiveTest, DestinationAttachedFirstGetsTheBytesAsTheyArrive) {
   EXPECT_EQ(dst->bytes(), 96u);
   EXPECT_FALSE(dst->ended_ok());
   EXPECT_FALSE(src->ended_ok());
-  for (size_t pos = 96; pos < payload.size(); pos += 48) {
-    auto owner =
-        std::make_shared<const StringOwner>(payload.substr(pos, 48));
-    Payload p;
-    p.Append(SharedBytes(owner, owner->bytes().data(), owner->bytes().size()));
-    c->OnData(3, pos, std::move(p));
-  }
+  Feed(*c, 3, payload.substr(96), 48, /*offset=*/96);
   ASSERT_TRUE(src->WaitEnded());
   ASSERT_TRUE(dst->WaitEnded());
   EXPECT_TRUE(src->ended_ok());
