@@ -49,6 +49,8 @@ bool Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
     return false;
   }
   if (!Agree(rank, fp)) return false;
+  // Where only the root sends (Broadcast, Scatter, a point-to-point
+  // message), another rank's tensors are the spec it expects, not payload.
   const bool sends_data = !TraitsOf(fp.kind).only_root_sends || rank == fp.root;
   m.input_bytes = sends_data ? TotalBytes(fp.tensors) : 0;
   m.fp = std::move(fp);
