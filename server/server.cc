@@ -60,10 +60,29 @@ std::string BoundAddress(const std::string& listen, int port) {
   return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
 }
 
+// What the engine and the jobs read of reducerd's options. The messages
+// name the settings by their EngineOptions defaults, reducerd's flags.
+EngineOptions EngineOptionsOf(const ServerOptions& options) {
+  EngineOptions engine;
+  engine.chunk_bytes = options.chunk_bytes;
+  engine.chunk_time = options.chunk_time;
+  engine.window = options.window;
+  engine.offload_bytes = options.offload_bytes;
+  engine.max_job_memory_fraction = options.max_job_memory_fraction;
+  engine.max_collective_timeout = options.max_collective_timeout;
+  engine.max_tensor_bytes = options.max_tensor_bytes;
+  engine.max_jobs = options.max_jobs;
+  engine.max_world_size = options.max_world_size;
+  engine.max_pending_collectives_per_job =
+      options.max_pending_collectives_per_job;
+  return engine;
+}
+
 }  // namespace
 
 Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
     : options_(std::move(options)),
+      engine_options_(EngineOptionsOf(options_)),
       log_(options_.log_format),
       prometheus_(options_.metrics_listen.empty()
                       ? nullptr
@@ -74,7 +93,7 @@ Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
       chunks_(options_.chunk_bytes, options_.idle_chunks),
       reduction_pool_(options_.reduction_threads),
       registry_(CollectiveEnv{
-          &options_, &reduction_pool_, &timers_, &memory_, &chunks_, metrics_,
+          &engine_options_, &reduction_pool_, &timers_, &memory_, &chunks_, metrics_,
           &log_, options_.kept_results_bytes > 0 ? &kept_memory_ : nullptr}),
       grpc_metrics_(prometheus_ == nullptr
                         ? nullptr

@@ -19,6 +19,7 @@
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
 #include "server/engine/chunk_pool.h"
+#include "server/engine/engine_options.h"
 #include "server/engine/memory_budget.h"
 #include "server/engine/thread_pool.h"
 #include "server/engine/timer_queue.h"
@@ -82,6 +83,7 @@ class Server {
   // Constant after construction; members are declared in the order they
   // must be built (and destroyed in reverse).
   const ServerOptions options_;
+  const EngineOptions engine_options_;  // the engine's share of options_
   const Logger log_;
   // Null when metrics are off; then metrics_ is the null sink.
   const std::unique_ptr<PrometheusMetrics> prometheus_;

@@ -45,12 +45,20 @@
 //  6. Timers: at half the timeout a stall warning names the ranks still
 //     missing; at the timeout every rank gets DEADLINE_EXCEEDED naming them.
 //  7. Quorum barriers (StartQuorum) end before every rank attached: each
-//     attach is an arrival for a QuorumRule (core/quorum_rule.h), each lost
-//     rank a death, and a timer asks again at the grace's end. Once the
-//     rule decides, every rank that did not arrive is left out (counted as
-//     attached and finished, sent nothing) and the others get the step's
-//     marks (server/engine/quorum_barrier_strategy.h). A left-out rank's
-//     late call gets FAILED_PRECONDITION naming the step.
+//     attach is an arrival for the collective's QuorumStep
+//     (server/engine/quorum_step.h), each lost rank a death, and a timer
+//     asks again at the grace's end. Once the step decides, every rank that
+//     did not arrive is left out (counted as attached and finished, sent
+//     nothing) and the others get the step's marks
+//     (server/engine/quorum_barrier_strategy.h). A left-out rank's late
+//     call gets FAILED_PRECONDITION naming the step.
+//
+// The class is defined over four files, one job each: collective.cc (its
+// life: creation, failure, the end, queries), collective_attach.cc (the
+// rendezvous: attach and agreement, memory reservations, retries, ranks
+// left out or cancelled, the quorum step's host), collective_data.cc (the
+// data flow: payload in, results out, back-pressure, kept results) and
+// collective_timers.cc (stall warning, deadline, status snapshots).
 //
 // Thread-safe: all state is under mu_. Lock order: Collective::mu_ before a
 // RankChannel's own lock; channels call in without holding theirs.
@@ -72,37 +80,37 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/fingerprint.h"
-#include "core/quorum_rule.h"
 #include "server/engine/chunk_pool.h"
+#include "server/engine/engine_options.h"
 #include "server/engine/kept_results.h"
 #include "server/engine/kind_strategy.h"
 #include "server/engine/memory_budget.h"
+#include "server/engine/quorum_step.h"
 #include "server/engine/rank_channel.h"
 #include "server/engine/shared_bytes.h"
 #include "server/engine/thread_pool.h"
 #include "server/engine/timer_queue.h"
 #include "server/log.h"
 #include "server/metrics/metrics_sink.h"
-#include "server/server_options.h"
 
 namespace reducer {
 
 // What a Collective needs from the server; every pointer outlives it.
 struct CollectiveEnv {
-  const ServerOptions* options;
+  const EngineOptions* options;
   ThreadPool* reduction_pool;
   TimerQueue* timers;
   MemoryBudget* memory;
   ChunkPool* chunks;  // chunk_bytes() == options->chunk_bytes
   MetricsSink* metrics;  // the null sink when metrics are off
   const Logger* log;
-  // The server-wide room for kept results (--kept_results_bytes); null:
+  // The server-wide room for kept results; null:
   // results are not kept. Each Job makes its own `kept` from it.
   MemoryBudget* kept_memory = nullptr;
   // Where each rank's whole result is kept until its receipt is
   // acknowledged (server/engine/kept_results.h); null: results are not kept.
   std::shared_ptr<KeptResults> kept;
-  // The job's share of `memory` (--max_job_memory_fraction), reserved as
+  // The job's share of `memory` (options->max_job_memory_fraction), reserved as
   // well as `memory`; null: no share of its own. Shared: a collective may
   // outlive its job.
   std::shared_ptr<MemoryBudget> job_memory;
@@ -128,7 +136,8 @@ struct CollectiveSnapshot {
 };
 
 class Collective final : public std::enable_shared_from_this<Collective>,
-                         private KindStrategy::Output {
+                         private KindStrategy::Output,
+                         private QuorumStep::Host {
  public:
   // `description` names it in messages: `allreduce "step7" in job j1`.
   // `group` holds the sorted global ranks taking part.
@@ -240,7 +249,8 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   bool HasFinished(int rank) const;
 
   // Before the first rank attaches: the chunk its reduction stages in and
-  // answers by (server/engine/chunk_pacing.h), instead of --chunk_bytes.
+  // answers by (server/engine/chunk_pacing.h), instead of
+  // EngineOptions::chunk_bytes.
   void SetChunkBytes(size_t chunk_bytes);
   // Once every input is in: the pace (bytes per second) at which the
   // slowest rank's payload arrived, from its first message to its last,
@@ -273,7 +283,11 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   std::optional<CollectiveSnapshot> Snapshot() const;
 
  private:
+  // The position of `rank` in the group, -1 if not in it; IndicesOf: those
+  // of `ranks` in it; RanksAt: the global ranks at `indices`.
   int IndexOf(int rank) const;
+  std::vector<int> IndicesOf(const std::vector<int>& ranks) const;
+  std::vector<int> RanksAt(const std::vector<int>& indices) const;
   // True once every rank attached and sent its whole payload.
   bool AllInputInLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails the collective for everyone; `ranks` are those the failure is
@@ -283,6 +297,23 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // Reports the collective's end (done_ was just set) to the metrics.
   void ReportEnd(absl::StatusCode outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<int> AbsentRanks() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Attach's cases: a rank outside the group (fails the collective), and a
+  // rank attaching again (its retry replaces its call, or it is refused).
+  void RefuseForeignRankLocked(RankChannel& channel, int rank,
+                               const Fingerprint& fp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AttachAgainLocked(int index, std::shared_ptr<RankChannel> channel,
+                         const std::string& attempt_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reserves ranks_[index]'s worst case (KindStrategy::Reservation) in the
+  // memory budget and the job's share; false (after failing the collective
+  // with RESOURCE_EXHAUSTED naming the limit) when it does not fit.
+  bool ReserveLocked(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ranks_[index] attached and reserved: the quorum step, or the last
+  // attach, may make the result now; a rank that finishes alone gets its
+  // header. Returns Attach's answer: false when a quorum step failed, or
+  // ended without the rank.
+  bool ArrivedLocked(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks `fp` against the reference (or makes it the reference) and picks
   // the strategy; false if the collective failed.
   bool Agree(int rank, const Fingerprint& fp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -318,10 +349,18 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   std::string AwaitedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnStallTimer();
   void OnDeadline();
-  // Asks the quorum rule again: schedules its next look, fails the
-  // collective when the step cannot end, or ends it over the contributors.
-  void DecideQuorumLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The quorum step at the grace's end it asked for (LookAgainAt).
   void OnQuorumTimer();
+  // QuorumStep::Host, under mu_.
+  void LookAgainAt(absl::Time when) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StepFailed(const absl::Status& why) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LeaveOut(int index) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StepEnded(const std::vector<int>& contributors,
+                 const std::vector<int>& left_out) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True while a quorum step may still end (it has not, nor failed).
+  bool QuorumOpenLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks ranks_[index] as taking no part: attached, finished, sent
   // nothing. Returns false (after failing the collective) when the kind
   // cannot do without it; `ready` gets the chunks it made whole.
@@ -368,13 +407,12 @@ class Collective final : public std::enable_shared_from_this<Collective>,
       ABSL_GUARDED_BY(mu_);
   std::vector<TimerQueue::Id> timer_ids_ ABSL_GUARDED_BY(mu_);
   std::vector<MemoryReservation> state_ ABSL_GUARDED_BY(mu_);
-  // Quorum barriers only: the rule, and when its timer looks next.
-  std::optional<QuorumRule> quorum_ ABSL_GUARDED_BY(mu_);
+  // Quorum barriers only (StartQuorum): how the step ends; null otherwise.
+  std::unique_ptr<QuorumStep> quorum_ ABSL_GUARDED_BY(mu_);
   // SetResultValues' values, handed to the strategy (again, when it is made
   // anew).
   std::vector<int64_t> result_values_ ABSL_GUARDED_BY(mu_);
   size_t chunk_bytes_ ABSL_GUARDED_BY(mu_);  // see SetChunkBytes
-  absl::Time quorum_wake_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };
 
 }  // namespace reducer

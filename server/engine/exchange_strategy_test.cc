@@ -21,17 +21,9 @@
 #include "core/fingerprint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/engine/chunk_pool.h"
 #include "server/engine/collective.h"
-#include "server/engine/memory_budget.h"
+#include "server/engine/collective_test_base.h"
 #include "server/engine/recording_channel.h"
-#include "server/engine/shared_bytes.h"
-#include "server/engine/string_bytes.h"
-#include "server/engine/thread_pool.h"
-#include "server/engine/timer_queue.h"
-#include "server/log.h"
-#include "server/metrics/metrics_sink.h"
-#include "server/server_options.h"
 
 namespace reducer {
 namespace {
@@ -93,28 +85,13 @@ std::string Expected(const std::vector<std::vector<int64_t>>& send, size_t j) {
   return out;
 }
 
-class AllToAllVTest : public ::testing::Test {
+class AllToAllVTest : public CollectiveTestBase {
  protected:
   AllToAllVTest() { options_.chunk_bytes = 64; }
 
   std::shared_ptr<Collective> Make(std::vector<int> group) {
-    auto c = std::make_shared<Collective>(
-        CollectiveEnv{&options_, &pool_, &timers_, &memory_, &chunks_,
-                      &metrics_, &log_},
-        CollectiveLabel{"j1", 1, "alltoallv #0", CollectiveKind::kAllToAllV},
-        "alltoallv #0 in job j1", std::move(group), absl::Seconds(60));
-    c->StartTimers();
-    return c;
-  }
-
-  // Feeds `bytes` as `rank`'s payload in messages of `message_bytes`.
-  static void Feed(Collective& c, int rank, const std::string& bytes,
-                   size_t message_bytes) {
-    for (size_t pos = 0; pos < bytes.size(); pos += message_bytes) {
-      Payload p;
-      p.Append(StringBytes(bytes.substr(pos, message_bytes)));
-      c.OnData(rank, pos, std::move(p));
-    }
+    return MakeCollective(CollectiveKind::kAllToAllV, std::move(group),
+                          "alltoallv #0");
   }
 
   // Runs the exchange `send` over ranks 0..n-1, rank 0's payload fed
@@ -148,16 +125,8 @@ class AllToAllVTest : public ::testing::Test {
       EXPECT_EQ(ch[j]->result(), Expected(send, j));
     }
     EXPECT_TRUE(c->done());
-    EXPECT_EQ(memory_.used(), 0u);
+    EXPECT_EQ(memory_->used(), 0u);
   }
-
-  ServerOptions options_;
-  MetricsSink metrics_;
-  Logger log_;
-  MemoryBudget memory_{size_t{1} << 30};
-  ChunkPool chunks_{64, 4};
-  TimerQueue timers_;
-  ThreadPool pool_{1};
 };
 
 TEST_F(AllToAllVTest, UnevenRowsWithZerosReachEachRankInRankOrder) {
@@ -196,7 +165,7 @@ TEST_F(AllToAllVTest, ExpectedRowsThatDisagreeFailEveryRankNamingBoth) {
               "to rank 2, but rank 2 expects 4 from rank 0");
     EXPECT_EQ(ch[i]->bytes(), 0u);
   }
-  EXPECT_EQ(memory_.used(), 0u);
+  EXPECT_EQ(memory_->used(), 0u);
 }
 
 TEST_F(AllToAllVTest, ARankThatAttachesAfterAnExpectationIsCheckedAgainstIt) {

@@ -77,6 +77,32 @@ class DoneStrategy final : public KindStrategy {
 
 }  // namespace
 
+KindTraits TraitsOf(CollectiveKind kind) {
+  KindTraits traits;
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kReduce:
+      traits.paced_chunks = true;
+      break;
+    case CollectiveKind::kBroadcast:
+    case CollectiveKind::kScatter:
+    case CollectiveKind::kSendReceive:
+      traits.only_root_sends = true;
+      break;
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kGather:
+    case CollectiveKind::kAllToAll:
+    case CollectiveKind::kAllToAllV:
+    case CollectiveKind::kMatch:
+    case CollectiveKind::kQuorumBarrier:
+    case CollectiveKind::kDone:
+    case CollectiveKind::kBarrier:
+      break;
+  }
+  return traits;
+}
+
 std::unique_ptr<KindStrategy> MakeKindStrategy(const Fingerprint& reference,
                                                int group_size, int root_index,
                                                size_t chunk_bytes, int window,

@@ -241,9 +241,24 @@ class KindStrategy {
   virtual void Clear() {}
 };
 
+// What a kind is, known before any rank attached: the questions a job
+// asks before it makes a collective, and the Collective before it has a
+// strategy, answered here rather than by lists of kinds.
+struct KindTraits {
+  // Only the root sends payload (Broadcast's and Scatter's root, a
+  // point-to-point message's source); with false every rank sends the
+  // tensors it declares (none for Barrier, Done, QuorumBarrier and Match).
+  bool only_root_sends = false;
+  // Its payload is staged and reduced per chunk, so a job paces the chunk
+  // size to how fast inputs arrive (Collective::SetChunkBytes,
+  // server/engine/chunk_pacing.h): AllReduce, ReduceScatter, Reduce.
+  bool paced_chunks = false;
+};
+KindTraits TraitsOf(CollectiveKind kind);
+
 // The strategy for `reference`'s kind over `group_size` ranks; `root_index`
 // the root's position in the group (kinds with a root; else ignored);
-// `chunk_bytes` and `window` as in ServerOptions, `chunks` holding
+// `chunk_bytes` and `window` as in EngineOptions, `chunks` holding
 // chunk_bytes each.
 std::unique_ptr<KindStrategy> MakeKindStrategy(const Fingerprint& reference,
                                                int group_size, int root_index,

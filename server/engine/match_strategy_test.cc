@@ -20,15 +20,9 @@
 #include "core/fingerprint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/engine/chunk_pool.h"
 #include "server/engine/collective.h"
-#include "server/engine/memory_budget.h"
+#include "server/engine/collective_test_base.h"
 #include "server/engine/recording_channel.h"
-#include "server/engine/thread_pool.h"
-#include "server/engine/timer_queue.h"
-#include "server/log.h"
-#include "server/metrics/metrics_sink.h"
-#include "server/server_options.h"
 
 namespace reducer {
 namespace {
@@ -51,17 +45,11 @@ std::string Answer(int64_t source, int64_t n) {
   return std::string(reinterpret_cast<const char*>(v), sizeof(v));
 }
 
-class MatchTest : public ::testing::Test {
+class MatchTest : public CollectiveTestBase {
  protected:
   std::shared_ptr<Collective> Make(absl::Duration timeout = absl::Seconds(60)) {
-    auto c = std::make_shared<Collective>(
-        CollectiveEnv{&options_, &pool_, &timers_, &memory_, &chunks_,
-                      &metrics_, &log_},
-        CollectiveLabel{"j1", 1, "match \"p2p *>1 tag 7 #0\"",
-                        CollectiveKind::kMatch},
-        "match \"p2p *>1 tag 7 #0\" in job j1", std::vector<int>{1}, timeout);
-    c->StartTimers();
-    return c;
+    return MakeCollective(CollectiveKind::kMatch, {1},
+                          "match \"p2p *>1 tag 7 #0\"", timeout);
   }
 
   void ExpectAnswer(RecordingChannel& channel, int64_t source, int64_t n) {
@@ -74,14 +62,6 @@ class MatchTest : public ::testing::Test {
     EXPECT_EQ(channel.specs()[0], two);
     EXPECT_EQ(channel.result(), Answer(source, n));
   }
-
-  ServerOptions options_;
-  MetricsSink metrics_;
-  Logger log_;
-  MemoryBudget memory_{size_t{1} << 20};
-  ChunkPool chunks_{64, 4};
-  TimerQueue timers_;
-  ThreadPool pool_{1};
 };
 
 TEST_F(MatchTest, TheJobsAnswerReachesTheRank) {

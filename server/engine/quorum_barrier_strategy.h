@@ -1,8 +1,8 @@
 // QuorumBarrierStrategy: the kind strategy of a quorum step's decision
-// (CollectiveKind::kQuorumBarrier). No payload. The Collective decides the
-// step with a QuorumRule (core/quorum_rule.h) and marks each rank left out
-// or joining before calling PlanResult; every rank not left out then gets
-// one int32 tensor with an entry per position of the group: 1 for a
+// (CollectiveKind::kQuorumBarrier). No payload. The Collective's QuorumStep
+// (server/engine/quorum_step.h) decides the step and marks each rank left
+// out or joining before PlanResult is called; every rank not left out then
+// gets one int32 tensor with an entry per position of the group: 1 for a
 // contributor, 2 for a joining rank that arrived, 0 for a rank left out.
 #ifndef REDUCER_SERVER_ENGINE_QUORUM_BARRIER_STRATEGY_H_
 #define REDUCER_SERVER_ENGINE_QUORUM_BARRIER_STRATEGY_H_

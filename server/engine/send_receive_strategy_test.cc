@@ -1,5 +1,5 @@
 // Point-to-point messages (CollectiveKind::kSendReceive) through a
-// Collective and its SendReceiveStrategy, with fake rank channels: the
+// Collective and its SendReceiveStrategy, with recording rank channels: the
 // buffered send finishing before the destination attaches, the memory held
 // for it and when it is given back, either arrival order, several chunks,
 // a destination's declared spec that disagrees, and that only the
@@ -21,19 +21,10 @@
 #include "core/fingerprint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/engine/chunk_pool.h"
 #include "server/engine/collective.h"
+#include "server/engine/collective_test_base.h"
 #include "server/engine/kept_results.h"
-#include "server/engine/memory_budget.h"
-#include "server/engine/rank_channel.h"
 #include "server/engine/recording_channel.h"
-#include "server/engine/shared_bytes.h"
-#include "server/engine/string_bytes.h"
-#include "server/engine/thread_pool.h"
-#include "server/engine/timer_queue.h"
-#include "server/log.h"
-#include "server/metrics/metrics_sink.h"
-#include "server/server_options.h"
 
 namespace reducer {
 namespace {
@@ -42,16 +33,12 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
-constexpr absl::Duration kWait = absl::Seconds(20);
-
 // n float32 values, element i = 1000 * tag + i + 1: bytes that differ at
 // every position and between messages.
-std::string Ramp(int tag, int n) {
+std::string Message(int tag, int n) {
   std::vector<float> v(n);
   for (int i = 0; i < n; ++i) v[i] = static_cast<float>(1000 * tag + i + 1);
-  std::string out(v.size() * sizeof(float), '\0');
-  std::memcpy(out.data(), v.data(), out.size());
-  return out;
+  return Bytes(v);
 }
 
 TensorSpec Floats(int64_t n) {
@@ -73,54 +60,26 @@ Fingerprint P2p(int source, int destination, std::vector<TensorSpec> declared) {
   return fp;
 }
 
-class SendReceiveTest : public ::testing::Test {
+class SendReceiveTest : public CollectiveTestBase {
  protected:
   SendReceiveTest() { options_.chunk_bytes = 64; }
 
   std::shared_ptr<Collective> Make(int source, int destination,
                                    absl::Duration timeout = absl::Seconds(60)) {
-    if (memory_ == nullptr) {
-      memory_ = std::make_unique<MemoryBudget>(options_.memory_budget_bytes);
-    }
     std::vector<int> group = source < destination
                                  ? std::vector<int>{source, destination}
                                  : std::vector<int>{destination, source};
-    const std::string name = absl::StrCat("sendreceive \"p2p ", source, ">",
-                                          destination, " tag 0 #0\"");
-    auto c = std::make_shared<Collective>(
-        CollectiveEnv{&options_, &pool_, &timers_, memory_.get(), &chunks_,
-                      &metrics_, &log_},
-        CollectiveLabel{"j1", 1, name, CollectiveKind::kSendReceive},
-        absl::StrCat(name, " in job j1"), std::move(group), timeout);
-    c->StartTimers();
-    return c;
+    return MakeCollective(CollectiveKind::kSendReceive, std::move(group),
+                          absl::StrCat("sendreceive \"p2p ", source, ">",
+                                       destination, " tag 0 #0\""),
+                          timeout);
   }
-
-  // Feeds `bytes` as `rank`'s payload in messages of `message_bytes`.
-  static void Feed(Collective& c, int rank, const std::string& bytes,
-                   size_t message_bytes = 48) {
-    for (size_t pos = 0; pos < bytes.size(); pos += message_bytes) {
-      auto owner = std::make_shared<const StringOwner>(
-          bytes.substr(pos, message_bytes));
-      Payload p;
-      p.Append(SharedBytes(owner, owner->bytes().data(), owner->bytes().size()));
-      c.OnData(rank, pos, std::move(p));
-    }
-  }
-
-  ServerOptions options_;
-  MetricsSink metrics_;
-  Logger log_;
-  std::unique_ptr<MemoryBudget> memory_;
-  ChunkPool chunks_{64, 4};
-  TimerQueue timers_;
-  ThreadPool pool_{1};
 };
 
 TEST_F(SendReceiveTest, SendCompletesBeforeTheDestinationAttaches) {
   std::shared_ptr<Collective> c = Make(0, 1);
   auto src = std::make_shared<RecordingChannel>();
-  const std::string payload = Ramp(1, 40);  // 160 bytes, 4 messages
+  const std::string payload = Message(1, 40);  // 160 bytes, 4 messages
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(40)}), "s0/0"));
   Feed(*c, 0, payload);
   ASSERT_TRUE(src->WaitEnded());
@@ -148,7 +107,7 @@ TEST_F(SendReceiveTest, DestinationAttachedFirstGetsTheBytesAsTheyArrive) {
   std::shared_ptr<Collective> c = Make(3, 1);
   auto dst = std::make_shared<RecordingChannel>();
   auto src = std::make_shared<RecordingChannel>();
-  const std::string payload = Ramp(2, 50);  // 200 bytes, several chunks
+  const std::string payload = Message(2, 50);  // 200 bytes, several chunks
   ASSERT_TRUE(c->Attach(dst, 1, P2p(3, 1, {}), ""));
   ASSERT_TRUE(c->Attach(src, 3, P2p(3, 1, {Floats(50)}), ""));
   EXPECT_EQ(memory_->used(), payload.size());
@@ -157,13 +116,7 @@ TEST_F(SendReceiveTest, DestinationAttachedFirstGetsTheBytesAsTheyArrive) {
   EXPECT_EQ(dst->bytes(), 96u);
   EXPECT_FALSE(dst->ended_ok());
   EXPECT_FALSE(src->ended_ok());
-  for (size_t pos = 96; pos < payload.size(); pos += 48) {
-    auto owner =
-        std::make_shared<const StringOwner>(payload.substr(pos, 48));
-    Payload p;
-    p.Append(SharedBytes(owner, owner->bytes().data(), owner->bytes().size()));
-    c->OnData(3, pos, std::move(p));
-  }
+  Feed(*c, 3, payload.substr(96), 48, /*offset=*/96);
   ASSERT_TRUE(src->WaitEnded());
   ASSERT_TRUE(dst->WaitEnded());
   EXPECT_TRUE(src->ended_ok());
@@ -196,7 +149,7 @@ TEST_F(SendReceiveTest, DeclaredSpecThatDisagreesFailsTheDestination) {
   auto src = std::make_shared<RecordingChannel>();
   auto dst = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(8)}), ""));
-  Feed(*c, 0, Ramp(3, 8));
+  Feed(*c, 0, Message(3, 8));
   ASSERT_TRUE(src->WaitEnded());
   EXPECT_TRUE(src->ended_ok());  // already returned: its send was buffered
   EXPECT_FALSE(c->Attach(dst, 1, P2p(0, 1, {Floats(9)}), ""));
@@ -230,7 +183,7 @@ TEST_F(SendReceiveTest, HeldMessageWhoseReceiveNeverComesIsDroppedAtTheDeadline)
   std::shared_ptr<Collective> c = Make(0, 1, absl::Milliseconds(200));
   auto src = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(16)}), ""));
-  Feed(*c, 0, Ramp(4, 16));
+  Feed(*c, 0, Message(4, 16));
   ASSERT_TRUE(src->WaitEnded());
   EXPECT_TRUE(src->ended_ok());
   EXPECT_EQ(memory_->used(), 64u);
@@ -259,7 +212,7 @@ TEST_F(SendReceiveTest, ReceiveWhoseSendNeverComesNamesTheSource) {
 }
 
 TEST_F(SendReceiveTest, SendBeyondTheMemoryBudgetIsRefused) {
-  options_.memory_budget_bytes = 100;
+  memory_budget_bytes_ = 100;
   std::shared_ptr<Collective> c = Make(0, 1);
   auto src = std::make_shared<RecordingChannel>();
   EXPECT_FALSE(c->Attach(src, 0, P2p(0, 1, {Floats(40)}), ""));
@@ -276,11 +229,11 @@ TEST_F(SendReceiveTest, EpochEndOnceTheWholeMessageIsHeldStillDeliversIt) {
   auto dst = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), ""));
-  Feed(*c, 0, Ramp(5, 4));
+  Feed(*c, 0, Message(5, 4));
   c->FailUnlessDecided(absl::AbortedError("epoch ended"));
   ASSERT_TRUE(dst->WaitEnded());
   EXPECT_TRUE(dst->ended_ok());
-  EXPECT_EQ(dst->result(), Ramp(5, 4));
+  EXPECT_EQ(dst->result(), Message(5, 4));
 }
 
 TEST_F(SendReceiveTest, EpochEndBeforeTheMessageIsWholeAbortsTheReceive) {
@@ -297,35 +250,25 @@ TEST_F(SendReceiveTest, SourceCancelledAfterItsSendEndedChangesNothing) {
   std::shared_ptr<Collective> c = Make(0, 1);
   auto src = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), ""));
-  Feed(*c, 0, Ramp(6, 4));
+  Feed(*c, 0, Message(6, 4));
   ASSERT_TRUE(src->WaitEnded());
   c->OnRankCancelled(0, src.get());
   auto dst = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
   ASSERT_TRUE(dst->WaitEnded());
   EXPECT_TRUE(dst->ended_ok());
-  EXPECT_EQ(dst->result(), Ramp(6, 4));
+  EXPECT_EQ(dst->result(), Message(6, 4));
 }
 
 TEST_F(SendReceiveTest, ASourceThatFinishedAloneHasItsEmptyResultKept) {
-  if (memory_ == nullptr) {
-    memory_ = std::make_unique<MemoryBudget>(options_.memory_budget_bytes);
-  }
-  MemoryBudget kept_memory(1 << 20);
-  auto kept = std::make_shared<KeptResults>(&kept_memory, absl::Seconds(30));
-  auto c = std::make_shared<Collective>(
-      CollectiveEnv{&options_, &pool_, &timers_, memory_.get(), &chunks_,
-                    &metrics_, &log_, &kept_memory, kept},
-      CollectiveLabel{"j1", 1, "p2p", CollectiveKind::kSendReceive},
-      "sendreceive \"p2p 0>1 tag 0 #0\" in job j1", std::vector<int>{0, 1},
-      absl::Seconds(60));
-  c->StartTimers();
+  keep_results_ = true;
+  std::shared_ptr<Collective> c = Make(0, 1);
   auto src = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), "s0/7"));
-  Feed(*c, 0, Ramp(7, 4));
+  Feed(*c, 0, Message(7, 4));
   ASSERT_TRUE(src->WaitEnded());
   EXPECT_TRUE(src->ended_ok());
-  std::optional<KeptResults::Kept> found = kept->Find("s0/7", 0);
+  std::optional<KeptResults::Kept> found = kept_->Find("s0/7", 0);
   ASSERT_TRUE(found.has_value());
   ASSERT_THAT(found->messages, SizeIs(1));
   ASSERT_NE(found->messages[0].result_specs, nullptr);
@@ -334,34 +277,24 @@ TEST_F(SendReceiveTest, ASourceThatFinishedAloneHasItsEmptyResultKept) {
 }
 
 TEST_F(SendReceiveTest, SourceCancelledBeforeSendingIsDetachedAndGivesItsRoomBack) {
-  if (memory_ == nullptr) {
-    memory_ = std::make_unique<MemoryBudget>(options_.memory_budget_bytes);
-  }
-  MemoryBudget kept_memory(1 << 20);
-  auto kept = std::make_shared<KeptResults>(&kept_memory, absl::Seconds(30));
-  auto c = std::make_shared<Collective>(
-      CollectiveEnv{&options_, &pool_, &timers_, memory_.get(), &chunks_,
-                    &metrics_, &log_, &kept_memory, kept},
-      CollectiveLabel{"j1", 1, "p2p", CollectiveKind::kSendReceive},
-      "sendreceive \"p2p 0>1 tag 0 #0\" in job j1", std::vector<int>{0, 1},
-      absl::Seconds(60));
-  c->StartTimers();
+  keep_results_ = true;
+  std::shared_ptr<Collective> c = Make(0, 1);
   auto first = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(first, 0, P2p(0, 1, {Floats(4)}), "s0/8"));
   EXPECT_EQ(memory_->used(), 16u);
-  EXPECT_GT(kept_memory.used(), 0u);
+  EXPECT_GT(kept_memory_.used(), 0u);
   c->OnRankCancelled(0, first.get());
   EXPECT_EQ(memory_->used(), 0u);
-  EXPECT_EQ(kept_memory.used(), 0u);
+  EXPECT_EQ(kept_memory_.used(), 0u);
   // A new call of rank 0 takes its place, and the message goes through.
   auto src = std::make_shared<RecordingChannel>();
   auto dst = std::make_shared<RecordingChannel>();
   ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), "s0/9"));
-  Feed(*c, 0, Ramp(8, 4));
+  Feed(*c, 0, Message(8, 4));
   ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
   ASSERT_TRUE(dst->WaitEnded());
   EXPECT_TRUE(dst->ended_ok());
-  EXPECT_EQ(dst->result(), Ramp(8, 4));
+  EXPECT_EQ(dst->result(), Message(8, 4));
 }
 
 TEST_F(SendReceiveTest, StrategyPlansTheSourcesTensorForTheDestinationOnly) {

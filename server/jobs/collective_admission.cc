@@ -48,7 +48,8 @@ absl::StatusOr<std::vector<MemoryReservation>> ReserveCollectiveState(
                                 RefusedLimit::kMemoryBudgetBytes);
     return absl::ResourceExhaustedError(absl::StrCat(
         description, ": the server's memory budget of ", env.memory->limit(),
-        " bytes (--memory_budget_bytes) cannot hold the bookkeeping of a "
+        " bytes (", env.options->memory_budget_setting,
+        ") cannot hold the bookkeeping of a "
         "collective of ", group_size, " ranks (", state_bytes,
         " bytes) now; retry later or raise the limit"));
   }
@@ -59,9 +60,11 @@ absl::StatusOr<std::vector<MemoryReservation>> ReserveCollectiveState(
                                 RefusedLimit::kMaxJobMemoryFraction);
     return absl::ResourceExhaustedError(absl::StrCat(
         description, ": job ", job, "'s share of the memory budget, ",
-        env.job_memory->limit(), " bytes (--max_job_memory_fraction=",
-        env.options->max_job_memory_fraction,
-        " of --memory_budget_bytes), cannot hold the bookkeeping of a "
+        env.job_memory->limit(), " bytes (",
+        env.options->job_memory_fraction_setting, "=",
+        env.options->max_job_memory_fraction, " of ",
+        env.options->memory_budget_setting,
+        "), cannot hold the bookkeeping of a "
         "collective of ", group_size, " ranks (", state_bytes,
         " bytes) now; other jobs keep the rest"));
   }

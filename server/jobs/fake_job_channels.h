@@ -101,14 +101,14 @@ class FakeRankChannel final : public RankChannel {
   std::string bytes_ ABSL_GUARDED_BY(mu_);
 };
 
-// The server's parts a Job uses, on ServerOptions' defaults (or `options`),
+// The server's parts a Job uses, on EngineOptions' defaults (or `options`),
 // results not kept, metrics counting nothing. Must outlive the jobs made
 // with env().
 class JobTestEnv {
  public:
-  explicit JobTestEnv(ServerOptions options = {})
+  explicit JobTestEnv(EngineOptions options = {})
       : options_(std::move(options)),
-        memory_(options_.memory_budget_bytes),
+        memory_(ServerOptions().memory_budget_bytes),
         chunks_(options_.chunk_bytes, 4),
         pool_(1) {}
   CollectiveEnv env() {
@@ -118,7 +118,7 @@ class JobTestEnv {
   MemoryBudget& memory() { return memory_; }
 
  private:
-  ServerOptions options_;
+  EngineOptions options_;
   MemoryBudget memory_;
   ChunkPool chunks_;
   TimerQueue timers_;

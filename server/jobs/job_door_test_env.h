@@ -61,7 +61,7 @@ class JobDoorTestEnv {
   // Each element of the float32 tensors AllReduce names.
   static constexpr int kFloats = 4;
 
-  explicit JobDoorTestEnv(bool tokens = false, ServerOptions options = {})
+  explicit JobDoorTestEnv(bool tokens = false, EngineOptions options = {})
       : jobs_(std::move(options)),
         registry_(jobs_.env()),
         tokens_(tokens ? LoadTokens() : nullptr),

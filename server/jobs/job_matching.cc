@@ -221,10 +221,7 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::NewCollectiveLocked(
       CollectiveLabel{name_, membership_.epoch(), ShortName(description), fp.kind},
       description, fp.group, timeout);
   collective->HoldState(std::move(state));
-  if (fp.kind == CollectiveKind::kAllReduce || fp.kind == CollectiveKind::kReduceScatter ||
-      fp.kind == CollectiveKind::kReduce) {
-    collective->SetChunkBytes(chunk_bytes_);
-  }
+  if (TraitsOf(fp.kind).paced_chunks) collective->SetChunkBytes(chunk_bytes_);
   collective->StartTimers();
   if (quorum) {
     const Membership::StepStart step =

@@ -25,8 +25,8 @@ constexpr size_t kMessageBytes = 64 << 10;
 constexpr int kMessages = 8;  // 512 KiB per rank
 constexpr size_t kFloats = kMessages * kMessageBytes / sizeof(float);
 
-ServerOptions PacedOptions(absl::Duration chunk_time) {
-  ServerOptions options;
+EngineOptions PacedOptions(absl::Duration chunk_time) {
+  EngineOptions options;
   options.chunk_time = chunk_time;
   return options;
 }
@@ -126,7 +126,7 @@ class JobPaceTest : public ::testing::TestWithParam<bool> {
 TEST_P(JobPaceTest, SlowInputsMakeSmallerChunksAndTheSessionsAreTold) {
   std::vector<float> want(kFloats);
   for (size_t i = 0; i < kFloats; ++i) want[i] = static_cast<float>(1000 + 2 * (i % 1000));
-  const size_t max_chunk = ServerOptions().chunk_bytes;
+  const size_t max_chunk = EngineOptions().chunk_bytes;
   // Before any pace: 256 KiB chunks (two for the 512 KiB), or with pacing
   // off 1 MiB (one).
   EXPECT_EQ(job_.Snapshot().chunk_bytes, GetParam() ? size_t{256} << 10 : max_chunk);

@@ -34,7 +34,7 @@ using ::testing::SizeIs;
 class JobTest : public ::testing::Test {
  protected:
   JobTest()
-      : memory_(options_.memory_budget_bytes),
+      : memory_(ServerOptions().memory_budget_bytes),
         chunks_(options_.chunk_bytes, 4),
         pool_(1),
         job_("j1", 2, CollectiveEnv{&options_, &pool_, &timers_, &memory_,
@@ -83,7 +83,7 @@ class JobTest : public ::testing::Test {
     return h0;
   }
   // A RunOfBoth: one all-reduce, each rank's input sent in one message.
-  // Its 16 bytes are below ServerOptions::offload_bytes, so the last
+  // Its 16 bytes are below EngineOptions::offload_bytes, so the last
   // OnData reduces on this thread and answers both ranks, keeping each
   // one's result (kFloats * 4 bytes) for a replay, before it returns.
   static v1::CollectiveHeader AllReduceOfBoth(Job& job) {
@@ -114,7 +114,7 @@ class JobTest : public ::testing::Test {
     return run(job_);
   }
 
-  ServerOptions options_;
+  EngineOptions options_;
   MemoryBudget memory_;
   MemoryBudget kept_memory_{1 << 20};
   ChunkPool chunks_;

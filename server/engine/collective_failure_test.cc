@@ -1,0 +1,323 @@
+// Collective in process, how it fails: mismatched fingerprints, payload a
+// rank must not send, timeouts naming what is missing, cancelled calls
+// (detached for a retry before every rank arrived, aborting everyone in
+// between, only their own once every input is in) and the end of a job's
+// epoch.
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/collective_test_base.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// A `kind` over ranks 0 and 1 rooted at 0, whose rank 1 sends `payload`
+// though a non-root sends none: the collective fails for both ranks with
+// INVALID_ARGUMENT saying so, and nothing stays reserved.
+void ExpectNonRootPayloadFailsAll(CollectiveTest& t, CollectiveKind kind,
+                                  DataType dtype, const std::string& payload) {
+  std::shared_ptr<Collective> c = t.Make(kind, {0, 1});
+  auto ch = Channels(2);
+  c->Attach(ch[0], 0, Fp(kind, {Spec(dtype, {2})}, {0, 1}, 0), "");
+  c->Attach(ch[1], 1, Fp(kind, {}, {0, 1}, 0), "");
+  EXPECT_FALSE(c->OnData(1, 0, Range(payload)));
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(ch[r]->failure().message(),
+                HasSubstr(absl::StrCat("a non-root rank sends no ",
+                                       CollectiveKindName(kind), " payload")));
+  }
+  EXPECT_EQ(t.memory().used(), 0u);
+}
+
+TEST_F(CollectiveTest, NonRootBroadcastPayloadFailsTheCollective) {
+  ExpectNonRootPayloadFailsAll(*this, CollectiveKind::kBroadcast,
+                               DataType::kFloat32, std::string(8, 'x'));
+}
+
+// Ranks 0 and 1 of a `kind` over ranks 0..2 attach with one `dtype`
+// tensor of shape `agreed` (rank 0 then sends its first `rank0_floats`
+// floats of payload), rank 2 with shape `other`: every rank must fail once
+// with FAILED_PRECONDITION naming `mismatch` and the job, sent nothing, and
+// nothing stays reserved.
+void ExpectThirdRankShapeFailsAll(CollectiveTest& t, CollectiveKind kind,
+                                  DataType dtype, std::vector<int64_t> agreed,
+                                  std::vector<int64_t> other, int rank0_floats,
+                                  const std::string& mismatch) {
+  std::shared_ptr<Collective> c = t.Make(kind, {0, 1, 2});
+  auto ch = Channels(3);
+  for (int r : {0, 1}) {
+    c->Attach(ch[r], r, Fp(kind, {Spec(dtype, agreed)}, {0, 1, 2}), "");
+  }
+  if (rank0_floats > 0) c->OnData(0, 0, Range(Bytes(Ramp(0, rank0_floats))));
+  c->Attach(ch[2], 2, Fp(kind, {Spec(dtype, std::move(other))}, {0, 1, 2}), "");
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(ch[r]->failure().message(), HasSubstr(mismatch));
+    EXPECT_THAT(ch[r]->failure().message(), HasSubstr("in job j1"));
+    EXPECT_EQ(ch[r]->fail_calls(), 1);
+    EXPECT_THAT(ch[r]->sent(), IsEmpty());
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(t.memory().used(), 0u);
+}
+
+TEST_F(CollectiveTest, ShapeMismatchFailsEveryAttachedRank) {
+  // Rank 0's payload is already in when rank 2 disagrees.
+  ExpectThirdRankShapeFailsAll(
+      *this, CollectiveKind::kAllReduce, DataType::kFloat32, {4, 3}, {4, 4},
+      /*rank0_floats=*/12,
+      "mismatched shapes: rank 0 sent [4,3] float32, rank 2 sent [4,4] float32");
+}
+
+TEST_F(CollectiveTest, TimeoutFailsWaitingRanksNamingTheMissingOne) {
+  std::shared_ptr<Collective> c =
+      Make(CollectiveKind::kAllReduce, {0, 1, 2}, absl::Milliseconds(200));
+  auto ch = Channels(3);
+  const Fingerprint fp = FloatAllReduce(4, {0, 1, 2});
+  c->Attach(ch[0], 0, fp, "");
+  c->Attach(ch[2], 2, fp, "");
+  for (int r : {0, 2}) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(ch[r]->failure().message(),
+                HasSubstr("timed out after 200ms: rank 1 never arrived "
+                          "(ranks 0,2 waited)"));
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
+  // A late rank gets the same failure.
+  c->Attach(ch[1], 1, fp, "");
+  EXPECT_EQ(ch[1]->failure().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(CollectiveTest, RankCancelledBeforeAllArrivedIsDetachedAndMayRetry) {
+  constexpr int kN = 20;
+  auto [c, ch, fp] = MakeAllReduce(kN, {0, 1, 2});
+  c->Attach(ch[0], 0, fp, "a0");
+  Feed(*c, 0, Bytes(Ramp(0, kN)));
+  c->Attach(ch[1], 1, fp, "a1");
+  const size_t reserved_before = memory_->used();
+  c->OnRankCancelled(1, ch[1].get());
+  // Detached: nothing sent to it, nothing failed, its reservation returned.
+  EXPECT_EQ(ch[1]->fail_calls(), 0);
+  EXPECT_LT(memory_->used(), reserved_before);
+  EXPECT_FALSE(c->done());
+  EXPECT_FALSE(c->all_attached());
+
+  auto retry = std::make_shared<RecordingChannel>();
+  c->Attach(retry, 1, fp, "a1");
+  Feed(*c, 1, Bytes(Ramp(1, kN)));
+  // A second cancellation of the old call (it raced the retry) is ignored.
+  c->OnRankCancelled(1, ch[1].get());
+  EXPECT_FALSE(c->done());
+  c->Attach(ch[2], 2, fp, "a2");
+  EXPECT_TRUE(c->all_attached());
+  Feed(*c, 2, Bytes(Ramp(2, kN)));
+  const std::string expected = Bytes(RampSum(3, kN));  // rank 1 counted once
+  for (RecordingChannel* p : {ch[0].get(), retry.get(), ch[2].get()}) {
+    ASSERT_TRUE(p->WaitEnded());
+    EXPECT_TRUE(p->ended_ok()) << p->failure();
+    EXPECT_EQ(p->result(), expected);
+  }
+  EXPECT_THAT(ch[1]->sent(), IsEmpty());
+  EXPECT_EQ(ch[1]->fail_calls(), 0);
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveTest, RetryOnANewStreamReplacesTheFirstBeforeData) {
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kBarrier, {0, 1});
+  auto ch = Channels(2);
+  auto retry = std::make_shared<RecordingChannel>();
+  const Fingerprint fp = Fp(CollectiveKind::kBarrier, {}, {0, 1});
+  c->Attach(ch[0], 0, fp, "a0");
+  c->Attach(retry, 0, fp, "a0");
+  EXPECT_EQ(ch[0]->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(ch[0]->failure().message(),
+              HasSubstr("rank 0's contribution was replaced by its retry"));
+  // The same rank with a different attempt is a second contribution.
+  auto twice = std::make_shared<RecordingChannel>();
+  c->Attach(twice, 0, fp, "other");
+  EXPECT_EQ(twice->failure().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(twice->failure().message(), HasSubstr("rank 0 contributed twice"));
+  c->Attach(ch[1], 1, fp, "a1");
+  EXPECT_TRUE(retry->ended_ok());
+  EXPECT_TRUE(ch[1]->ended_ok());
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveTest, RankCancelledAfterAllArrivedAbortsEveryone) {
+  constexpr int kN = 20;
+  auto [c, ch, fp] = MakeAllReduce(kN, {0, 1, 2});
+  for (int r = 0; r < 3; ++r) c->Attach(ch[r], r, fp, "");
+  c->OnData(0, 0, Range(Bytes(Ramp(0, kN)).substr(0, 16)));
+  c->OnRankCancelled(1, ch[1].get());
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kAborted);
+    EXPECT_THAT(ch[r]->failure().message(),
+                HasSubstr("rank 1's call was cancelled"));
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
+  // Data still in flight from the others is dropped, not read on.
+  EXPECT_FALSE(c->OnData(2, 0, Range(Bytes(Ramp(2, kN)))));
+}
+
+TEST_F(CollectiveTest, EpochEndOnceEveryInputIsInStillDeliversTheResult) {
+  constexpr int kN = 40;
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
+  auto ch = DecideThen(*c, kN, [&](const auto&) {
+    EXPECT_FALSE(c->done());
+    c->FailUnlessDecided(absl::AbortedError("epoch 1 aborted: rank 5 lost"));
+  });
+  const std::string expected = Bytes(RampSum(3, kN));
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
+    EXPECT_EQ(ch[r]->fail_calls(), 0);
+    EXPECT_EQ(ch[r]->result(), expected);
+  }
+  EXPECT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
+}
+
+TEST_F(CollectiveTest, EpochEndBeforeEveryInputIsInFailsEveryone) {
+  constexpr int kN = 20;
+  auto [c, ch, fp] = MakeAllReduce(kN, {0, 1});
+  for (int r = 0; r < 2; ++r) c->Attach(ch[r], r, fp, "");
+  Feed(*c, 0, Bytes(Ramp(0, kN)));
+  Feed(*c, 1, Bytes(Ramp(1, kN)).substr(0, 40));
+  c->FailUnlessDecided(absl::AbortedError("epoch 1 aborted: rank 5 lost"));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kAborted);
+    EXPECT_FALSE(ch[r]->ended_ok());
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveTest, RankCancelledOnceEveryInputIsInEndsOnlyItsOwnCall) {
+  constexpr int kN = 40;
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
+  auto ch = DecideThen(*c, kN, [&](const auto& channels) {
+    c->OnRankCancelled(1, channels[1].get());
+  });
+  const std::string expected = Bytes(RampSum(3, kN));
+  for (int r : {0, 2}) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
+    EXPECT_EQ(ch[r]->result(), expected);
+  }
+  // The cut-off rank's stream is gone: nothing more is sent to it, and it
+  // is not failed either (its call already ended with the cancellation).
+  EXPECT_EQ(ch[1]->fail_calls(), 0);
+  EXPECT_FALSE(ch[1]->ended_ok());
+  EXPECT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
+}
+
+TEST_F(CollectiveTest, RankCancelledAfterSendingDataAbortsEveryoneEvenBeforeAllArrived) {
+  // Its bytes are staged in a chunk: detaching it would lose them, so the
+  // collective cannot go on without counting it twice or not at all.
+  auto [c, ch, fp] = MakeAllReduce(4, {0, 1, 2});
+  c->Attach(ch[0], 0, fp, "a0");
+  c->Attach(ch[1], 1, fp, "a1");
+  c->OnData(1, 0, Range(Bytes(Ramp(1, 4))));
+  c->OnRankCancelled(1, ch[1].get());
+  for (int r : {0, 1}) {
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kAborted);
+    EXPECT_THAT(ch[r]->failure().message(),
+                HasSubstr("rank 1's call was cancelled"));
+  }
+  c->Attach(ch[2], 2, fp, "a2");
+  EXPECT_EQ(ch[2]->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveTest, TimeoutWithEveryRankArrivedNamesTheMissingPayload) {
+  std::shared_ptr<Collective> c =
+      Make(CollectiveKind::kAllReduce, {0, 1}, absl::Milliseconds(200));
+  auto ch = Channels(2);
+  auto fp = FloatAllReduce(20, {0, 1});
+  c->Attach(ch[0], 0, fp, "");
+  c->Attach(ch[1], 1, fp, "");
+  Feed(*c, 0, Bytes(Ramp(0, 20)));
+  c->OnData(1, 0, Range(Bytes(Ramp(1, 20)).substr(0, 16)));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(ch[r]->failure().message(),
+                HasSubstr("every rank arrived but payload is missing: rank 0 "
+                          "has received 0 of 80 result bytes; rank 1 sent 16 "
+                          "of 80 bytes"));
+  }
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveTest, AllToAllShapeMismatchFailsEveryRankNamingBoth) {
+  ExpectThirdRankShapeFailsAll(*this, CollectiveKind::kAllToAll,
+                               DataType::kInt32, {6, 2}, {3, 2}, 0,
+                               "mismatched shapes: rank 0 sent [6,2] int32, "
+                               "rank 2 sent [3,2] int32");
+}
+
+TEST_F(CollectiveTest, ReduceRootMismatchFailsEveryRankNamingBoth) {
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kReduce, {0, 1});
+  auto ch = Channels(2);
+  c->Attach(ch[0], 0,
+            Fp(CollectiveKind::kReduce, {Spec(DataType::kFloat32, {4})},
+               {0, 1}, 0),
+            "");
+  c->Attach(ch[1], 1,
+            Fp(CollectiveKind::kReduce, {Spec(DataType::kFloat32, {4})},
+               {0, 1}, 1),
+            "");
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(ch[r]->failure().message(),
+                HasSubstr("mismatched roots: rank 0 sent 0, rank 1 sent 1"));
+  }
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveTest, GatherWhoseRootNeverArrivesTimesOutNamingIt) {
+  std::shared_ptr<Collective> c =
+      Make(CollectiveKind::kGather, {0, 1, 2}, absl::Milliseconds(200));
+  auto ch = Channels(3);
+  for (int r : {0, 2}) {
+    c->Attach(ch[r], r,
+              Fp(CollectiveKind::kGather, {Spec(DataType::kInt32, {2})},
+                 {0, 1, 2}, 1),
+              "");
+    Feed(*c, r, Bytes(Tagged(r, 2)));
+  }
+  for (int r : {0, 2}) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(ch[r]->failure().message(),
+                HasSubstr("rank 1 never arrived (ranks 0,2 waited)"));
+  }
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveTest, NonRootScatterPayloadFailsTheCollective) {
+  ExpectNonRootPayloadFailsAll(*this, CollectiveKind::kScatter,
+                               DataType::kInt32, Bytes(Tagged(1, 1)));
+}
+
+}  // namespace
+}  // namespace reducer
