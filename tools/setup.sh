@@ -29,6 +29,7 @@ build_packages=(
   # server/ metrics (prometheus-cpp) and the Prometheus server its test scrapes with
   prometheus-cpp-dev prometheus
   libssl-dev openssl  # TLS: SHA-256 of tokens, the client's TLS probe, test certificates
+  clang-format  # tools/check_format.sh: changed C++ lines against .clang-format
 )
 # tools/install_python.sh: pip builds the package offline (no build
 # isolation) with these, against the client library found by pkg-config.

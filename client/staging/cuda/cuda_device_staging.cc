@@ -30,64 +30,30 @@
 // is copied from its own memory in one cudaMemcpyAsync. In place (CopyInto): the complete result is copied
 // device to device on the caller's stream, and that stream synchronised.
 // Every call restores the calling thread's current device.
+//
+// The copies, chunk by chunk, are chunked_copies.h's; the pinned block is
+// pinned_block.h's.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
-#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "client/staging/copy_progress.h"
+#include "client/staging/cuda/chunked_copies.h"
+#include "client/staging/cuda/cuda_error.h"
+#include "client/staging/cuda/pinned_block.h"
 #include "client/staging/device_staging.h"
 #include "core/buffer_cache.h"
-#include "core/payload_layout.h"
 #include "core/status_macros.h"
 
 namespace reducer {
 namespace {
-
-// INTERNAL: "`call` (`context`) failed: cudaErrorX: its description".
-absl::Status CudaError(absl::string_view call, absl::string_view context,
-                       cudaError_t error) {
-  return absl::InternalError(absl::StrCat(
-      call, " (", context, ") failed: ", cudaGetErrorName(error), ": ",
-      cudaGetErrorString(error)));
-}
-
-// Makes `index` the calling thread's current device for its lifetime, and
-// restores the one before.
-class ScopedDevice {
- public:
-  ScopedDevice() = default;
-  ~ScopedDevice() {
-    if (previous_ >= 0 && previous_ != current_) cudaSetDevice(previous_);
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-
-  absl::Status Set(int index) {
-    cudaError_t error = cudaGetDevice(&previous_);
-    if (error != cudaSuccess) return CudaError("cudaGetDevice", "", error);
-    current_ = index;
-    if (index == previous_) return absl::OkStatus();
-    error = cudaSetDevice(index);
-    if (error != cudaSuccess) {
-      return CudaError("cudaSetDevice", absl::StrCat("device ", index), error);
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  int previous_ = -1;
-  int current_ = -1;
-};
 
 void FreeDeviceMemory(void* p) { cudaFree(p); }
 
@@ -114,81 +80,13 @@ void* CloneDeviceMemory(const void* p, size_t bytes) {
 
 constexpr ForeignMemory kCudaMemory = {&FreeDeviceMemory, &CloneDeviceMemory};
 
-// Bytes copied (and handed to the transport) at a time. Copies of a few MiB
-// run at the link's peak; the first message waits for one chunk (about
-// 0.1 to 0.4 ms over PCIe), and a host function per chunk costs a few us.
-constexpr size_t kStagingChunkBytes = size_t{4} << 20;
-
-class CudaDeviceStaging;
-
-// One chunk's host function: moves the chunk out of the bounce buffer when
-// there is one, then advances the progress. Runs on CUDA's callback thread:
-// no CUDA calls here.
-struct ChunkLanding {
-  CopyProgress* progress;         // the staged inputs'
-  const char* bounce = nullptr;   // the pinned chunk the copy landed in, or null
-  char* destination = nullptr;    // where the chunk goes (with a bounce)
-  size_t bytes = 0;               // of the chunk (with a bounce)
-  size_t end = 0;                 // the payload is there up to here
-};
-
-void CUDART_CB LandChunk(void* data);
-
-// Host copies of one contribution's inputs: in the pinned block, or in
-// ordinary memory (maybe through the pinned block), filled by the copy
-// stream. Holds the pinned block, if it took it, until destroyed.
-class CudaStagedInputs final : public StagedInputs {
- public:
-  CudaStagedInputs(CudaDeviceStaging* pool, size_t total_bytes)
-      : pool_(pool), progress_(std::make_unique<CopyProgress>(total_bytes)) {}
-  ~CudaStagedInputs() override;
-
-  const std::vector<const void*>& inputs() const override { return inputs_; }
-  const InputGate* gate() const override {
-    return gated_ ? progress_.get() : nullptr;
-  }
-
-  // The staging memory: the pinned block, or `pageable` (copied through
-  // `bounce`, the pinned block, unless it is null). This holds the pinned
-  // block until destroyed.
-  void UsePinned(void* pinned) { pinned_ = pinned; }
-  void UsePageable(Buffer pageable, void* bounce) {
-    pageable_ = std::move(pageable);
-    pinned_ = bounce;
-  }
-  char* memory() {
-    return static_cast<char*>(pageable_ != nullptr ? pageable_.get() : pinned_);
-  }
-  std::vector<const void*>& mutable_inputs() { return inputs_; }
-  CopyProgress* progress() { return progress_.get(); }
-  // Landings live here until the copies are done.
-  std::vector<ChunkLanding>& landings() { return landings_; }
-  // The transports must await the progress.
-  void set_gated() { gated_ = true; }
-  // Recorded on the copy stream after the last copy: the destructor waits
-  // for it. Owned from here on.
-  void set_done(cudaEvent_t done) { done_ = done; }
-
- private:
-  CudaDeviceStaging* const pool_;  // not owned; outlives this
-  void* pinned_ = nullptr;         // the pool's block (whole or bounce), or null
-  Buffer pageable_;
-  std::vector<const void*> inputs_;
-  // On the heap, as the landings, so that both can outlive this when the
-  // copies' end cannot be waited for (see the destructor).
-  std::unique_ptr<CopyProgress> progress_;
-  std::vector<ChunkLanding> landings_;
-  bool gated_ = false;
-  cudaEvent_t done_ = nullptr;
-};
-
 class CudaDeviceStaging final : public DeviceStaging {
  public:
-  explicit CudaDeviceStaging(size_t pinned_bytes) : pinned_bytes_(pinned_bytes) {}
+  explicit CudaDeviceStaging(size_t pinned_bytes)
+      : pinned_block_(pinned_bytes) {}
 
   ~CudaDeviceStaging() override {
     absl::MutexLock lock(&mu_);
-    if (pinned_ != nullptr) cudaFreeHost(pinned_);
     for (cudaStream_t stream : copy_streams_) {
       if (stream != nullptr) cudaStreamDestroy(stream);
     }
@@ -253,7 +151,7 @@ class CudaDeviceStaging final : public DeviceStaging {
       const Contribution& contribution) override {
     const size_t n = contribution.inputs.size();
     const size_t total = contribution.payload_bytes();
-    auto staged = std::make_unique<CudaStagedInputs>(this, total);
+    auto staged = std::make_unique<CudaStagedInputs>(&pinned_block_, total);
     if (total == 0) {
       // Shapes only (a Broadcast's non-root), or nothing but empty tensors:
       // nothing is read.
@@ -268,11 +166,11 @@ class CudaDeviceStaging final : public DeviceStaging {
     // Where the bytes go: the pinned block whole, or ordinary memory
     // (through one pinned chunk when the block is free).
     char* bounce = nullptr;
-    if (void* pinned = AcquirePinned(total)) {
+    if (void* pinned = pinned_block_.Acquire(total)) {
       staged->UsePinned(pinned);
     } else {
       // A block smaller than a chunk is not worth the extra copy.
-      bounce = static_cast<char*>(AcquirePinned(kStagingChunkBytes));
+      bounce = static_cast<char*>(pinned_block_.Acquire(kStagingChunkBytes));
       staged->UsePageable(AllocateBuffer(total), bounce);
     }
     char* memory = staged->memory();
@@ -295,7 +193,7 @@ class CudaDeviceStaging final : public DeviceStaging {
     }
 
     const absl::Status queued_all =
-        QueueChunks(contribution, copy, bounce, staged.get());
+        QueueInputCopies(contribution, copy, bounce, staged.get());
     cudaEvent_t done;
     error = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
     if (error == cudaSuccess) {
@@ -346,14 +244,14 @@ class CudaDeviceStaging final : public DeviceStaging {
       // Through two pinned chunks when the block is free; else from the
       // result's own (pageable) memory in one copy.
       void* pinned = bytes > kStagingChunkBytes
-                         ? AcquirePinned(2 * kStagingChunkBytes)
+                         ? pinned_block_.Acquire(2 * kStagingChunkBytes)
                          : nullptr;
       absl::Status copied;
       if (pinned != nullptr) {
         copied = CopyToDeviceThroughPinned(static_cast<const char*>(host.data()),
                                            static_cast<char*>(p), bytes,
                                            static_cast<char*>(pinned), copy);
-        ReleasePinned();
+        pinned_block_.Release();
       } else {
         error = cudaMemcpyAsync(p, host.data(), bytes, cudaMemcpyHostToDevice, copy);
         const cudaError_t synced = cudaStreamSynchronize(copy);
@@ -392,125 +290,7 @@ class CudaDeviceStaging final : public DeviceStaging {
     return absl::OkStatus();
   }
 
-  // Hands the pinned block back (CudaStagedInputs' destructor).
-  void ReleasePinned() {
-    absl::MutexLock lock(&mu_);
-    pinned_busy_ = false;
-  }
-
  private:
-  // Queues the copies of `contribution`'s payload into staged->memory() on
-  // `copy`, kStagingChunkBytes at a time (through `bounce`, a pinned chunk, when
-  // not null), each followed by the host function that lands it. INTERNAL
-  // naming the CUDA call when one cannot be queued (the progress fails with
-  // it too; what was queued still runs).
-  absl::Status QueueChunks(const Contribution& contribution, cudaStream_t copy,
-                           char* bounce, CudaStagedInputs* staged) {
-    const PayloadLayout& layout = contribution.layout;
-    const size_t total = contribution.payload_bytes();
-    const size_t chunk = kStagingChunkBytes;
-    const size_t chunks = (total + chunk - 1) / chunk;
-    // Reserved whole: host functions hold pointers into it.
-    staged->landings().reserve(chunks);
-    char* memory = staged->memory();
-    for (size_t begin = 0; begin < total; begin += chunk) {
-      const size_t end = std::min(begin + chunk, total);
-      cudaError_t error = cudaSuccess;
-      std::string failed;  // the piece whose copy could not be queued
-      ForEachTensorPiece(layout, begin, end, [&](size_t i, size_t from, size_t to) {
-        if (error != cudaSuccess) return;
-        error = cudaMemcpyAsync(
-            bounce != nullptr ? bounce + (from - begin) : memory + from,
-            static_cast<const char*>(contribution.inputs[i]) + (from - layout.offsets[i]),
-            to - from, cudaMemcpyDeviceToHost, copy);
-        if (error != cudaSuccess) {
-          failed = absl::StrCat("device to host, tensor ", i, ", bytes ",
-                                from - layout.offsets[i], "..", to - layout.offsets[i],
-                                " from ", contribution.device.ToString());
-        }
-      });
-      if (error != cudaSuccess) {
-        return QueueFailed(staged, CudaError("cudaMemcpyAsync", failed, error));
-      }
-      ChunkLanding landing;
-      landing.progress = staged->progress();
-      landing.end = end;
-      if (bounce != nullptr) {
-        landing.bounce = bounce;
-        landing.destination = memory + begin;
-        landing.bytes = end - begin;
-      }
-      staged->landings().push_back(landing);
-      error = cudaLaunchHostFunc(copy, &LandChunk, &staged->landings().back());
-      if (error != cudaSuccess) {
-        return QueueFailed(
-            staged,
-            CudaError("cudaLaunchHostFunc",
-                      absl::StrCat("handing on input bytes ", begin, "..", end),
-                      error));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  // Copies `bytes` from `source` (ordinary host memory) to `target` (on the
-  // current device) on `copy`, kStagingChunkBytes at a time through the two
-  // chunks of `pinned` in turn: the host fills one chunk while the other
-  // is being copied to the device (an event per chunk says when it may be
-  // filled again). Complete when this returns. INTERNAL naming the CUDA
-  // call otherwise; `pinned` is no longer used either way.
-  static absl::Status CopyToDeviceThroughPinned(const char* source, char* target,
-                                                size_t bytes, char* pinned,
-                                                cudaStream_t copy) {
-    cudaEvent_t emptied[2] = {nullptr, nullptr};
-    cudaError_t error = cudaSuccess;
-    for (cudaEvent_t& e : emptied) {
-      if (error == cudaSuccess) {
-        error = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
-      }
-    }
-    absl::string_view failed = "cudaEventCreateWithFlags";
-    for (size_t begin = 0, k = 0; error == cudaSuccess && begin < bytes;
-         begin += kStagingChunkBytes, ++k) {
-      const size_t n = std::min(kStagingChunkBytes, bytes - begin);
-      char* chunk = pinned + (k % 2) * kStagingChunkBytes;
-      if (k >= 2) {
-        // The chunk's copy two turns ago must be done before it is refilled.
-        error = cudaEventSynchronize(emptied[k % 2]);
-        failed = "cudaEventSynchronize";
-        if (error != cudaSuccess) break;
-      }
-      std::memcpy(chunk, source + begin, n);
-      error = cudaMemcpyAsync(target + begin, chunk, n, cudaMemcpyHostToDevice, copy);
-      failed = "cudaMemcpyAsync";
-      if (error == cudaSuccess) {
-        error = cudaEventRecord(emptied[k % 2], copy);
-        failed = "cudaEventRecord";
-      }
-    }
-    // Whatever was queued finishes before `pinned` goes back.
-    const cudaError_t synced = cudaStreamSynchronize(copy);
-    if (error == cudaSuccess && synced != cudaSuccess) {
-      error = synced;
-      failed = "cudaStreamSynchronize";
-    }
-    for (cudaEvent_t e : emptied) {
-      if (e != nullptr) cudaEventDestroy(e);
-    }
-    if (error != cudaSuccess) {
-      cudaGetLastError();
-      return CudaError(failed, "through pinned chunks", error);
-    }
-    return absl::OkStatus();
-  }
-
-  // `error`, after failing `staged`'s progress with it.
-  static absl::Status QueueFailed(CudaStagedInputs* staged, absl::Status error) {
-    cudaGetLastError();  // not sticky: clear it for the caller
-    staged->progress()->Fail(error);
-    return error;
-  }
-
   // OK with the number of devices once cudaGetDeviceCount found at least
   // one; else FAILED_PRECONDITION's reason. Probes once.
   absl::Status Probe(int* devices) {
@@ -555,62 +335,16 @@ class CudaDeviceStaging final : public DeviceStaging {
     return copy_streams_[index];
   }
 
-  // The pinned block when it is free and holds `bytes`, else null (the
-  // caller stages through ordinary memory). Allocates it at first use.
-  void* AcquirePinned(size_t bytes) {
-    absl::MutexLock lock(&mu_);
-    if (bytes == 0 || bytes > pinned_bytes_ || pinned_busy_ || pinned_failed_) {
-      return nullptr;
-    }
-    if (pinned_ == nullptr &&
-        cudaMallocHost(&pinned_, pinned_bytes_) != cudaSuccess) {
-      // Pinned memory is a speed-up, not a need: go on without it.
-      cudaGetLastError();
-      pinned_ = nullptr;
-      pinned_failed_ = true;
-      return nullptr;
-    }
-    pinned_busy_ = true;
-    return pinned_;
-  }
-
-  const size_t pinned_bytes_;
+  // Taken whole by one copy at a time (ToHost's staged inputs hold it until
+  // destroyed); thread-safe, not under mu_.
+  PinnedBlock pinned_block_;
 
   absl::Mutex mu_;
   bool probed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status probe_ ABSL_GUARDED_BY(mu_);
   int device_count_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<cudaStream_t> copy_streams_ ABSL_GUARDED_BY(mu_);  // by device
-  void* pinned_ ABSL_GUARDED_BY(mu_) = nullptr;
-  bool pinned_busy_ ABSL_GUARDED_BY(mu_) = false;
-  bool pinned_failed_ ABSL_GUARDED_BY(mu_) = false;
 };
-
-void CUDART_CB LandChunk(void* data) {
-  const ChunkLanding& landing = *static_cast<const ChunkLanding*>(data);
-  if (landing.bounce != nullptr) {
-    std::memcpy(landing.destination, landing.bounce, landing.bytes);
-  }
-  landing.progress->Advance(landing.end);
-}
-
-CudaStagedInputs::~CudaStagedInputs() {
-  if (done_ != nullptr) {
-    if (cudaEventSynchronize(done_) != cudaSuccess) {
-      // The copies' fate is unknown (the context failed): copies and host
-      // functions may still use the memory, the landings and the progress,
-      // so all of them are leaked on purpose, and the pinned block stays
-      // taken (later calls stage through ordinary memory).
-      (void)progress_.release();
-      new std::vector<ChunkLanding>(std::move(landings_));
-      new Buffer(std::move(pageable_));
-      cudaGetLastError();
-      return;
-    }
-    cudaEventDestroy(done_);
-  }
-  if (pinned_ != nullptr) pool_->ReleasePinned();
-}
 
 }  // namespace
 
