@@ -15,6 +15,8 @@ Contracts:
     that is a system library directory, so a library under /usr/local or a
     private prefix is found at import without LD_LIBRARY_PATH.
   * Without the client library the build fails at once, saying how to get it.
+  * The package is typed (PEP 561): py.typed and the extensions' stubs
+    (src/reducer/*.pyi) are installed with it.
   * Every build recompiles the extension and rebuilds build/lib/reducer from
     scratch: a header changed in the installed library, or a source file
     removed here, never leaves a stale file in the wheel.
@@ -196,11 +198,17 @@ def torch_extension():
     )
 
 
+TORCH_EXTENSION = torch_extension()
+
 setup(
     version=VERSION,
     package_dir={"": "src"},
     packages=["reducer"],
-    ext_modules=[extension] + [e for e in [torch_extension()] if e is not None],
+    # PEP 561: the package is typed; the extensions' stubs, each only beside
+    # its extension.
+    package_data={"reducer": ["py.typed", "_reducer.pyi"] + (
+        ["_torch_c.pyi"] if TORCH_EXTENSION is not None else [])},
+    ext_modules=[extension] + ([TORCH_EXTENSION] if TORCH_EXTENSION is not None else []),
     cmdclass={"build_py": BuildPy, "build_ext": BuildExt},
     zip_safe=False,
 )

@@ -35,7 +35,7 @@ bazel build //python:reducer //server:reducerd >&2
 if [[ -z "$out" ]]; then out=$(mktemp -d -t torch-suite.XXXXXX); fi
 mkdir -p "$out"
 echo "torch_suite: results in $out" >&2
-export PYTHONPATH="$PWD/bazel-bin/python:$PWD/python/testing"
+export PYTHONPATH="$PWD/bazel-bin/python:$PWD/tests/python"
 
 status=0
 for backend in gloo reducer; do

@@ -13,34 +13,26 @@ namespace reducer::python {
 
 namespace py = pybind11;
 
-ClientOptions MakeClientOptions(const std::string& target,
-                                const std::string& job, int rank,
-                                int world_size, double timeout_s,
-                                const std::optional<std::string>& token,
-                                const std::optional<std::string>& tls_ca_file,
-                                const std::optional<std::string>& tls_cert_file,
-                                const std::optional<std::string>& tls_key_file,
-                                const std::optional<std::string>& server_name,
-                                const std::string& shared_memory) {
+ClientOptions MakeClientOptions(const ClientArguments& args) {
   ClientOptions options;
-  options.target = target;
-  options.job = job;
-  options.rank = rank;
-  options.world_size = world_size;
-  if (!(timeout_s > 0)) {
+  options.target = args.target;
+  options.job = args.job;
+  options.rank = args.rank;
+  options.world_size = args.world_size;
+  if (!(args.timeout_s > 0)) {
     throw py::value_error("reducer: timeout must be positive seconds");
   }
-  options.timeout = absl::Seconds(timeout_s);
-  if (token.has_value()) {
+  options.timeout = absl::Seconds(args.timeout_s);
+  if (args.token.has_value()) {
     // gRPC metadata and the Bearer scheme take printable ASCII, no
     // spaces; a token read from a file with its newline lands here.
-    if (token->empty()) {
+    if (args.token->empty()) {
       throw py::value_error(
           "reducer: token is empty; pass the job's token, or None to send "
           "none");
     }
-    for (size_t i = 0; i < token->size(); ++i) {
-      const unsigned char c = (*token)[i];
+    for (size_t i = 0; i < args.token->size(); ++i) {
+      const unsigned char c = (*args.token)[i];
       if (c <= ' ' || c >= 0x7f) {
         throw py::value_error(
             "reducer: token holds whitespace or a non-printable character "
@@ -48,7 +40,7 @@ ClientOptions MakeClientOptions(const std::string& target,
             "; strip the token (one read from a file ends in a newline)");
       }
     }
-    options.token = *token;
+    options.token = *args.token;
   }
   // A file given must be readable now; the client re-reads it later
   // (rotation), so only its presence is checked here.
@@ -61,39 +53,41 @@ ClientOptions MakeClientOptions(const std::string& target,
     }
     std::fclose(file);
   };
-  if (tls_ca_file || tls_cert_file || tls_key_file || server_name) {
-    if (tls_cert_file.has_value() != tls_key_file.has_value()) {
+  if (args.tls_ca_file || args.tls_cert_file || args.tls_key_file ||
+      args.server_name) {
+    if (args.tls_cert_file.has_value() != args.tls_key_file.has_value()) {
       throw py::value_error(
-          tls_cert_file ? "reducer: tls_cert_file is given without "
-                          "tls_key_file; mutual TLS needs both (or neither)"
-                        : "reducer: tls_key_file is given without "
-                          "tls_cert_file; mutual TLS needs both (or neither)");
+          args.tls_cert_file
+              ? "reducer: tls_cert_file is given without tls_key_file; "
+                "mutual TLS needs both (or neither)"
+              : "reducer: tls_key_file is given without tls_cert_file; "
+                "mutual TLS needs both (or neither)");
     }
-    if (!tls_ca_file.has_value()) {
+    if (!args.tls_ca_file.has_value()) {
       throw py::value_error(
           "reducer: TLS (a tls_* file or server_name was given) needs "
           "tls_ca_file, the PEM file of the CA that signed reducerd's "
           "certificate");
     }
     options.tls = TlsOptions{};
-    check_file("tls_ca_file", *tls_ca_file);
-    options.tls->ca_file = *tls_ca_file;
-    if (tls_cert_file.has_value()) {
-      check_file("tls_cert_file", *tls_cert_file);
-      check_file("tls_key_file", *tls_key_file);
-      options.tls->cert_file = *tls_cert_file;
-      options.tls->key_file = *tls_key_file;
+    check_file("tls_ca_file", *args.tls_ca_file);
+    options.tls->ca_file = *args.tls_ca_file;
+    if (args.tls_cert_file.has_value()) {
+      check_file("tls_cert_file", *args.tls_cert_file);
+      check_file("tls_key_file", *args.tls_key_file);
+      options.tls->cert_file = *args.tls_cert_file;
+      options.tls->key_file = *args.tls_key_file;
     }
-    options.tls->server_name = server_name.value_or("");
+    options.tls->server_name = args.server_name.value_or("");
   }
-  if (shared_memory == "auto") {
+  if (args.shared_memory == "auto") {
     options.shared_memory = SharedMemory::kAuto;
-  } else if (shared_memory == "off") {
+  } else if (args.shared_memory == "off") {
     options.shared_memory = SharedMemory::kOff;
-  } else if (shared_memory == "required") {
+  } else if (args.shared_memory == "required") {
     options.shared_memory = SharedMemory::kRequired;
   } else {
-    throw py::value_error("reducer: shared_memory='" + shared_memory +
+    throw py::value_error("reducer: shared_memory='" + args.shared_memory +
                           "' is not one of 'auto', 'off', 'required'");
   }
   return options;

@@ -11,6 +11,7 @@
 #include "client/reducer_client.h"
 #include "pybind11/stl.h"
 #include "python/csrc/array_view.h"
+#include "python/csrc/collective_binding.h"
 #include "python/csrc/py_client.h"
 #include "python/csrc/released_gil.h"
 #include "python/csrc/status_error.h"
@@ -91,13 +92,7 @@ py::tuple AllReduceQuorumInPlace(PyClient& self, const py::object& x,
 
 void Done(PyClient& self, const std::string& name, Timeout timeout) {
   const CallOptions options = MakeCallOptions(std::nullopt, name, timeout);
-  std::shared_ptr<Client> client = self.client();
-  absl::Status status;
-  {
-    ReleasedGil released;
-    status = client->Done(options);
-  }
-  ThrowIfError(status);
+  ToPython(Released(self, [&](Client& c) { return c.Done(options); }));
 }
 
 }  // namespace

@@ -20,6 +20,8 @@
 #include "pybind11/stl.h"
 #include "python/csrc/array_view.h"
 #include "python/csrc/client_settings.h"
+#include "python/csrc/collective_binding.h"
+#include "python/csrc/collectives.h"
 #include "python/csrc/device_array.h"
 #include "python/csrc/native_api.h"
 #include "python/csrc/native_api_impl.h"
@@ -122,78 +124,6 @@ std::unique_ptr<PyHandle> AllReduceAsync(PyClient& self, const py::object& x,
   return std::make_unique<PyHandle>(client, x, std::move(handle), nullptr);
 }
 
-std::unique_ptr<PyPending> AllReduceManyAsync(
-    PyClient& self, const std::vector<py::object>& xs,
-    const std::vector<std::string>& dtypes, const std::vector<std::string>& ops,
-    const Group& group, const std::string& name, Timeout timeout) {
-  if (xs.size() != dtypes.size() || xs.size() != ops.size()) {
-    throw py::value_error("reducer: all_reduce_many needs one op per tensor");
-  }
-  std::vector<TensorView> views;
-  std::vector<ReduceOp> reduce_ops;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    views.push_back(ReadView(xs[i], ParseDataType(dtypes[i])));
-    reduce_ops.push_back(ParseReduceOp(ops[i]));
-  }
-  CallOptions options = MakeCallOptions(
-      group, name, timeout, xs.empty() ? py::object(py::none()) : xs[0]);
-  return StartPending(self, xs, [&](Client& client) {
-    return client.AllReduceManyAsync(views, reduce_ops, options);
-  });
-}
-
-std::unique_ptr<PyPending> AllGatherAsync(PyClient& self, const py::object& x,
-                                          const std::string& dtype,
-                                          const Group& group,
-                                          const std::string& name,
-                                          Timeout timeout) {
-  TensorView view = ReadView(x, ParseDataType(dtype));
-  CallOptions options = MakeCallOptions(group, name, timeout, x);
-  return StartPending(self, {x}, [&](Client& client) {
-    return client.AllGatherAsync(view, options);
-  });
-}
-
-// `x` None: this rank does not know the root's dtype or shape.
-std::unique_ptr<PyPending> BroadcastAsync(PyClient& self,
-                                          const std::optional<py::object>& x,
-                                          const std::string& dtype, int root,
-                                          const Group& group,
-                                          const std::string& name,
-                                          Timeout timeout) {
-  TensorView view;
-  if (x.has_value()) view = ReadView(*x, ParseDataType(dtype));
-  CallOptions options =
-      MakeCallOptions(group, name, timeout, x.value_or(py::none()));
-  return StartPending(self, {x.value_or(py::none())}, [&](Client& client) {
-    return client.BroadcastAsync(view, root, options);
-  });
-}
-
-std::unique_ptr<PyPending> ReduceScatterAsync(PyClient& self,
-                                              const py::object& x,
-                                              const std::string& dtype,
-                                              const std::string& op,
-                                              const Group& group,
-                                              const std::string& name,
-                                              Timeout timeout) {
-  TensorView view = ReadView(x, ParseDataType(dtype));
-  ReduceOp reduce_op = ParseReduceOp(op);
-  CallOptions options = MakeCallOptions(group, name, timeout, x);
-  return StartPending(self, {x}, [&](Client& client) {
-    return client.ReduceScatterAsync(view, reduce_op, options);
-  });
-}
-
-std::unique_ptr<PyPending> BarrierAsync(PyClient& self, const Group& group,
-                                        const std::string& name,
-                                        Timeout timeout) {
-  CallOptions options = MakeCallOptions(group, name, timeout);
-  return StartPending(self, {}, [&](Client& client) {
-    return client.BarrierAsync(options);
-  });
-}
-
 // reducer::MetricSync over arrays the caller keeps. Not thread-safe.
 class PyMetricSync {
  public:
@@ -282,12 +212,18 @@ void DefineModule(py::module_& m) {
 
   py::class_<PyClient> client(m, "Client");
   client
-      .def(py::init<const std::string&, const std::string&, int, int, double,
-                    const std::optional<std::string>&,
-                    const std::optional<std::string>&,
-                    const std::optional<std::string>&,
-                    const std::optional<std::string>&,
-                    const std::optional<std::string>&, const std::string&>(),
+      .def(py::init([](const std::string& target, const std::string& job,
+                       int rank, int world_size, double timeout,
+                       const std::optional<std::string>& token,
+                       const std::optional<std::string>& tls_ca_file,
+                       const std::optional<std::string>& tls_cert_file,
+                       const std::optional<std::string>& tls_key_file,
+                       const std::optional<std::string>& server_name,
+                       const std::string& shared_memory) {
+             return std::make_unique<PyClient>(MakeClientOptions(
+                 {target, job, rank, world_size, timeout, token, tls_ca_file,
+                  tls_cert_file, tls_key_file, server_name, shared_memory}));
+           }),
            arg("target"), arg("job"), arg("rank"), arg("world_size"),
            arg("timeout"), py::kw_only(), arg("token") = py::none(),
            arg("tls_ca_file") = py::none(), arg("tls_cert_file") = py::none(),
@@ -296,35 +232,10 @@ void DefineModule(py::module_& m) {
       .def("close", &PyClient::Close)
       .def_property_readonly("rank", &PyClient::rank)
       .def_property_readonly("world_size", &PyClient::world_size);
-  DefCall(client, "all_reduce", &PyClient::AllReduce, arg("x"), arg("dtype"),
-          arg("op"));
-  DefCall(client, "all_reduce_", &PyClient::AllReduceInPlace, arg("x"),
-          arg("dtype"), arg("op"));
-  DefCall(client, "all_reduce_float", &PyClient::AllReduceFloat, arg("value"),
-          arg("op"));
-  DefCall(client, "all_reduce_int", &PyClient::AllReduceInt, arg("value"),
-          arg("op"));
-  DefCall(client, "all_reduce_many", &PyClient::AllReduceMany, arg("xs"),
-          arg("dtypes"), arg("ops"));
-  DefCall(client, "all_gather", &PyClient::AllGather, arg("x"), arg("dtype"));
-  DefCall(client, "broadcast", &PyClient::Broadcast, arg("x").none(true),
-          arg("dtype"), arg("root"));
-  DefCall(client, "broadcast_", &PyClient::BroadcastInPlace, arg("x"),
-          arg("dtype"), arg("root"));
-  DefCall(client, "reduce_scatter", &PyClient::ReduceScatter, arg("x"),
-          arg("dtype"), arg("op"));
-  DefCall(client, "barrier", &PyClient::Barrier);
+  DefineCollectives(client);
   DefCall(client, "all_reduce_async", &AllReduceAsync, arg("x"), arg("dtype"),
           arg("op"), arg("in_place"));
 
-  DefCall(client, "all_reduce_many_async", &AllReduceManyAsync, arg("xs"),
-          arg("dtypes"), arg("ops"));
-  DefCall(client, "all_gather_async", &AllGatherAsync, arg("x"), arg("dtype"));
-  DefCall(client, "broadcast_async", &BroadcastAsync, arg("x").none(true),
-          arg("dtype"), arg("root"));
-  DefCall(client, "reduce_scatter_async", &ReduceScatterAsync, arg("x"),
-          arg("dtype"), arg("op"));
-  DefCall(client, "barrier_async", &BarrierAsync);
   DefineRoutedCollectives(client);
   DefineQuorumSteps(client);
 

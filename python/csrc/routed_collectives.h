@@ -7,8 +7,8 @@
 // reduce and gather); send returns None once reducerd holds the message;
 // recv_any returns (array, source), source the sender's group rank
 // (recv_any_async: the pending call's source() once waited for).
-// Every call takes the keyword-only group, name and timeout (DefCall), and
-// releases the GIL while it waits.
+// Every call takes the keyword-only group, name and timeout, and releases
+// the GIL while it waits (collective_binding.h).
 #ifndef REDUCER_PYTHON_CSRC_ROUTED_COLLECTIVES_H_
 #define REDUCER_PYTHON_CSRC_ROUTED_COLLECTIVES_H_
 

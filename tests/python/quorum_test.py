@@ -22,19 +22,15 @@ import pytest
 import torch
 
 import reducer
-from reducerd_process import ReducerdProcess, new_job, run_ranks
+import module_testing
+from module_testing import server, time_limit  # noqa: F401  (fixtures)
+from reducerd_process import new_job
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "quorum_worker.py")
 W = 3
 STEPS = 5
 KILLED_RANK, KILLED_AT = 2, 2
 PARAMS = 16  # quorum_worker.PARAMS
-
-
-@pytest.fixture(scope="module")
-def server():
-    with ReducerdProcess() as s:
-        yield s
 
 
 def expected_sum(step, contributors):
@@ -110,7 +106,7 @@ def test_killed_rank_is_left_out_and_survivors_go_on(server, shared_memory):
 
 
 def run(server, fn, world_size=W, **kwargs):
-    return run_ranks(world_size, server.target, new_job(), fn, **kwargs)
+    return module_testing.run(server, fn, world_size, **kwargs)
 
 
 def test_every_rank_in_time_every_input_kind(server):

@@ -15,7 +15,9 @@ import pytest
 import torch
 
 import reducer
-from reducerd_process import ReducerdProcess, new_job, run_ranks
+import module_testing
+from module_testing import read_only, server, time_limit  # noqa: F401  (fixtures)
+from reducerd_process import new_job, run_ranks
 
 W = 4
 
@@ -25,28 +27,13 @@ TORCH_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16,
                 torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool]
 
 
-@pytest.fixture(scope="module")
-def server():
-    with ReducerdProcess() as s:
-        yield s
-
-
 def run(server, fn, world_size=W, **kwargs):
-    return run_ranks(world_size, server.target, new_job(), fn, **kwargs)
+    return module_testing.run(server, fn, world_size, **kwargs)
 
 
 def rank_input(rank, dtype, shape=(3, 2)):
     """Rank r's input: small values so that every op is exact in every dtype."""
-    n = int(np.prod(shape))
-    if np.dtype(dtype) == np.bool_:
-        return ((np.arange(n) + rank) % 2 == 0).reshape(shape)
-    return ((np.arange(n) % 3) + rank + 1).astype(dtype).reshape(shape)
-
-
-def read_only(a):
-    a = a.copy()
-    a.flags.writeable = False
-    return a
+    return module_testing.rank_input(rank, dtype, shape, period=3)
 
 
 NUMPY_OPS = {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# //python:pip_install_test: `pip install ./python` as a user runs it, offline,
+# //tests/python:pip_install_test: `pip install ./python` as a user runs it, offline,
 # against the client library's install tree, into a fresh venv.
 #
 #   pip_install_test.sh INSTALL_TREE_TAR VERSION PYTHON     (from the sh_test)
@@ -12,7 +12,7 @@
 #    pybind11; through a .pth file, as if installed there, without copying
 #    3 GB) and pip installs the package into it with
 #    PKG_CONFIG_PATH=prefix/lib/pkgconfig, reducer._torch_c against that torch.
-# 3. From a directory outside the sources, runs python/tests/pip_install_test.py
+# 3. From a directory outside the sources, runs tests/python/pip_install_test.py
 #    with the venv's python: where the package comes from, __version__, the
 #    rpath, a 2-rank all_reduce against reducerd, the torch backend.
 # 4. pip uninstall: `import reducer` is as before the install (fails, unless
@@ -87,10 +87,10 @@ step "3. the installed package, from outside the sources"
   cd "$elsewhere"
   export REDUCER_VENV="$venv" REDUCER_PREFIX="$prefix" REDUCER_EXPECTED_VERSION="$pc_version"
   export REDUCERD="$root/server/reducerd"
-  export PYTHONPATH="$root/python/testing"  # reducerd_process.py only
+  export PYTHONPATH="$root/tests/python"  # the test helpers only
   export PYTHONDONTWRITEBYTECODE=1
   timeout 300 "$python" -m pytest -p no:cacheprovider -q -ra \
-    "$root/python/tests/pip_install_test.py"
+    "$root/tests/python/pip_install_test.py"
 )
 
 step "4. pip uninstall"

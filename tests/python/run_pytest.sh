@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Runs one pytest file under `bazel test`: the reducer package and reducerd
 # come from the test's runfiles. Usage (from an sh_test, as
-# tests/testing.bzl's reducer_py_test calls it): run_pytest.sh PYTHON FILE,
+# tests/py_testing.bzl's reducer_py_test calls it): run_pytest.sh PYTHON FILE,
 # PYTHON being the interpreter (with pytest) to run it under.
 set -euo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE}"
-export PYTHONPATH="${root}/python:${root}/python/testing"
+export PYTHONPATH="${root}/python:${root}/tests/python"
 export REDUCERD="${root}/server/reducerd"
 export PYTHONDONTWRITEBYTECODE=1
 python=$1

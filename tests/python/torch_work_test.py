@@ -10,6 +10,7 @@ import torch
 
 import reducer
 from reducer._torch_work import Completer, TorchWork
+from module_testing import time_limit  # noqa: F401  (a fixture)
 
 
 class FakePending:

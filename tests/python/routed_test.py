@@ -13,33 +13,19 @@ import pytest
 import torch
 
 import reducer
-from reducerd_process import ReducerdProcess, new_job, run_ranks
+import module_testing
+from module_testing import read_only, server, time_limit  # noqa: F401  (fixtures)
 
 W = 4
 DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_]
 
 
-@pytest.fixture(scope="module")
-def server():
-    with ReducerdProcess() as s:
-        yield s
-
-
 def run(server, fn, world_size=W, **kwargs):
-    return run_ranks(world_size, server.target, new_job(), fn, **kwargs)
+    return module_testing.run(server, fn, world_size, **kwargs)
 
 
 def rank_input(rank, dtype, shape=(4, 3)):
-    n = int(np.prod(shape))
-    if np.dtype(dtype) == np.bool_:
-        return ((np.arange(n) + rank) % 2 == 0).reshape(shape)
-    return ((np.arange(n) % 5) + rank + 1).astype(dtype).reshape(shape)
-
-
-def read_only(a):
-    a = a.copy()
-    a.flags.writeable = False
-    return a
+    return module_testing.rank_input(rank, dtype, shape, period=5)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)

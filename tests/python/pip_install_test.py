@@ -1,5 +1,5 @@
 """Checks of the `reducer` package as pip installed it into a venv
-(//python:pip_install_test; python/testing/pip_install_test.sh installs it and
+(//tests/python:pip_install_test; tests/python/pip_install_test.sh installs it and
 runs this file with the venv's python, from outside the source tree).
 
 Environment (set by the driver):
@@ -18,16 +18,11 @@ import numpy as np
 import pytest
 
 import reducer
-from reducerd_process import ReducerdProcess, new_job, run_ranks
+from module_testing import server, time_limit  # noqa: F401  (fixtures)
+from reducerd_process import new_job, run_ranks
 
 VENV = Path(os.environ["REDUCER_VENV"]).resolve()
 PREFIX = Path(os.environ["REDUCER_PREFIX"]).resolve()
-
-
-@pytest.fixture(scope="module")
-def server():
-    with ReducerdProcess() as s:
-        yield s
 
 
 def in_venv_site_packages(path):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import reducer
+from module_testing import time_limit  # noqa: F401  (a fixture)
 from reducerd_process import ReducerdProcess, run_ranks
 from secure_reducerd import client_tls, make_certs, secure_flags, write_tokens
 
