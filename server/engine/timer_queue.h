@@ -7,7 +7,10 @@
 //
 // Thread-safe. Callbacks run one at a time on the timer thread, without any
 // TimerQueue lock held, so they may call Schedule and Cancel. The destructor
-// drops callbacks that have not run yet and joins the thread.
+// drops callbacks that have not run yet and joins the thread. The thread
+// is woken only by a timer due sooner than the one it sleeps for (and by
+// the destructor): a timer cancelled before it is due costs no wake-up, as
+// most of the engine's stall warnings and deadlines are.
 #ifndef REDUCER_SERVER_ENGINE_TIMER_QUEUE_H_
 #define REDUCER_SERVER_ENGINE_TIMER_QUEUE_H_
 

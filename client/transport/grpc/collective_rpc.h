@@ -13,6 +13,8 @@
 //   absl::StatusOr<std::vector<Tensor>> result = call.Wait();
 //
 // Contract: see CollectiveAttempt. Start() once, then Wait() once.
+// Lock order: the CompletionDriver's lock, then ClientSession's,
+// then mu_, which also guards its AsyncStream (as in CollectivesRpc).
 #ifndef REDUCER_CLIENT_TRANSPORT_GRPC_COLLECTIVE_RPC_H_
 #define REDUCER_CLIENT_TRANSPORT_GRPC_COLLECTIVE_RPC_H_
 

@@ -17,6 +17,10 @@
 // went away: nothing was answered, so a retry is safe).
 //
 // Thread-safe. Destroy it only once no thread waits on one of its calls.
+// Lock order: the CompletionDriver's lock, then ClientSession's, then mu_
+// (DriveUntil evaluates a waiter's condition under the driver's lock, and
+// the session starts calls under its own); mu_ also guards the AsyncStreams
+// it owns, and nothing holding mu_ calls into the driver.
 #ifndef REDUCER_CLIENT_TRANSPORT_GRPC_COLLECTIVES_RPC_H_
 #define REDUCER_CLIENT_TRANSPORT_GRPC_COLLECTIVES_RPC_H_
 
