@@ -106,6 +106,7 @@
 #include "core/status_macros.h"
 #include "core/tensor.h"
 #include "tests/closed_form.h"
+#include "tests/single_tensor.h"
 #include "tests/worker_script.h"
 #include "tests/process_harness.h"
 #include "tests/worker_flags.h"
@@ -732,8 +733,8 @@ class Checks {
     std::vector<ReadOnlyBuffer> inputs;
     std::vector<std::vector<uint8_t>> inouts(kCount), wants(kCount);
     std::vector<std::vector<int64_t>> shapes(kCount);
-    std::vector<std::unique_ptr<AllReduceHandle>> handles(kCount);
-    std::vector<std::unique_ptr<AllReduceInPlaceHandle>> in_place(kCount);
+    std::vector<std::unique_ptr<CollectiveHandle>> handles(kCount);
+    std::vector<std::unique_ptr<CollectiveHandle>> in_place(kCount);
     std::vector<std::string> whats(kCount);
     for (size_t k = 0; k < kCount; ++k) {
       const Spec& spec = specs[k];
@@ -765,7 +766,7 @@ class Checks {
     for (size_t i = kCount; i-- > 0;) {
       const Spec& spec = specs[i];
       if (spec.in_place) {
-        absl::Status s = in_place[i]->Wait();
+        absl::Status s = in_place[i]->Wait().status();
         if (!s.ok()) {
           if (first_error.ok()) first_error = Annotate(s, whats[i]);
           continue;
@@ -773,7 +774,7 @@ class Checks {
         checks[i] = CheckedElements(spec.dtype, inouts[i].data(),
                                     wants[i].data(), spec.n, whats[i]);
       } else {
-        absl::StatusOr<Tensor> got = handles[i]->Wait();
+        absl::StatusOr<Tensor> got = SingleOf(handles[i]->Wait());
         if (!got.ok()) {
           if (first_error.ok()) first_error = Annotate(got.status(), whats[i]);
           continue;
@@ -1158,17 +1159,6 @@ class Checks {
     if (!got.ok()) return Annotate(got.status(), "alltoallv of no row");
     return Wrong(Checked(*got, DataType::kFloat32, {0, kCols}, nullptr,
                          "alltoallv of no row"));
-  }
-
-  // The one tensor of an asynchronous call's result.
-  static absl::StatusOr<Tensor> SingleOf(
-      absl::StatusOr<std::vector<Tensor>> got) {
-    if (!got.ok()) return got.status();
-    if (got->size() != 1) {
-      return absl::InternalError(
-          absl::StrCat("got ", got->size(), " tensors, want 1"));
-    }
-    return std::move((*got)[0]);
   }
 
   // ReceiveAny: rank d = seed % world size receives, every other rank
