@@ -12,9 +12,8 @@ namespace reducer {
 
 std::unique_ptr<CollectiveHandle> Client::AllReduceAsync(
     const TensorView& input, ReduceOp op, const CallOptions& call) {
-  return impl_->Start(OneInputSpec(impl_->staging(), CollectiveKind::kAllReduce,
-                                   input, op, "AllReduceAsync input"),
-                      call);
+  return impl_->StartOneInput(CollectiveKind::kAllReduce, input, op,
+                              "AllReduceAsync input", call);
 }
 
 std::unique_ptr<CollectiveHandle> Client::AllReduceInPlaceAsync(
@@ -30,9 +29,8 @@ std::unique_ptr<CollectiveHandle> Client::AllReduceManyAsync(
 
 std::unique_ptr<CollectiveHandle> Client::AllGatherAsync(
     const TensorView& input, const CallOptions& call) {
-  return impl_->Start(OneInputSpec(impl_->staging(), CollectiveKind::kAllGather,
-                                   input, ReduceOp::kSum, "AllGather input"),
-                      call);
+  return impl_->StartOneInput(CollectiveKind::kAllGather, input, ReduceOp::kSum,
+                              "AllGather input", call);
 }
 
 std::unique_ptr<CollectiveHandle> Client::BroadcastAsync(
@@ -49,10 +47,8 @@ std::unique_ptr<CollectiveHandle> Client::BroadcastInPlaceAsync(
 
 std::unique_ptr<CollectiveHandle> Client::ReduceScatterAsync(
     const TensorView& input, ReduceOp op, const CallOptions& call) {
-  return impl_->Start(
-      OneInputSpec(impl_->staging(), CollectiveKind::kReduceScatter, input, op,
-                   "ReduceScatter input"),
-      call);
+  return impl_->StartOneInput(CollectiveKind::kReduceScatter, input, op,
+                              "ReduceScatter input", call);
 }
 
 std::unique_ptr<CollectiveHandle> Client::BarrierAsync(const CallOptions& call) {
@@ -91,9 +87,8 @@ std::unique_ptr<CollectiveHandle> Client::ScatterAsync(
 
 std::unique_ptr<CollectiveHandle> Client::AllToAllAsync(
     const TensorView& input, const CallOptions& call) {
-  return impl_->Start(OneInputSpec(impl_->staging(), CollectiveKind::kAllToAll,
-                                   input, ReduceOp::kSum, "AllToAll input"),
-                      call);
+  return impl_->StartOneInput(CollectiveKind::kAllToAll, input, ReduceOp::kSum,
+                              "AllToAll input", call);
 }
 
 std::unique_ptr<CollectiveHandle> Client::AllToAllVAsync(

@@ -31,10 +31,8 @@ int Client::world_size() const { return impl_->world_size(); }
 
 absl::StatusOr<Tensor> Client::AllReduce(const TensorView& input, ReduceOp op,
                                          const CallOptions& call) {
-  return Single(impl_->Run(OneInputSpec(impl_->staging(),
-                                        CollectiveKind::kAllReduce, input, op,
-                                        "AllReduce input"),
-                           call));
+  return impl_->RunOneInput(CollectiveKind::kAllReduce, input, op,
+                            "AllReduce input", call);
 }
 
 absl::Status Client::AllReduceInPlace(const MutableTensorView& inout,
@@ -68,10 +66,8 @@ absl::StatusOr<std::vector<Tensor>> Client::AllReduceMany(
 
 absl::StatusOr<Tensor> Client::AllGather(const TensorView& input,
                                          const CallOptions& call) {
-  return Single(impl_->Run(OneInputSpec(impl_->staging(),
-                                        CollectiveKind::kAllGather, input,
-                                        ReduceOp::kSum, "AllGather input"),
-                           call));
+  return impl_->RunOneInput(CollectiveKind::kAllGather, input, ReduceOp::kSum,
+                            "AllGather input", call);
 }
 
 absl::StatusOr<Tensor> Client::Broadcast(const TensorView& input, int root,
@@ -90,10 +86,8 @@ absl::Status Client::BroadcastInPlace(const MutableTensorView& inout, int root,
 absl::StatusOr<Tensor> Client::ReduceScatter(const TensorView& input,
                                              ReduceOp op,
                                              const CallOptions& call) {
-  return Single(impl_->Run(OneInputSpec(impl_->staging(),
-                                        CollectiveKind::kReduceScatter, input,
-                                        op, "ReduceScatter input"),
-                           call));
+  return impl_->RunOneInput(CollectiveKind::kReduceScatter, input, op,
+                            "ReduceScatter input", call);
 }
 
 absl::Status Client::Barrier(const CallOptions& call) {
@@ -132,10 +126,8 @@ absl::StatusOr<Tensor> Client::Scatter(const TensorView& input, int root,
 
 absl::StatusOr<Tensor> Client::AllToAll(const TensorView& input,
                                         const CallOptions& call) {
-  return Single(impl_->Run(OneInputSpec(impl_->staging(),
-                                        CollectiveKind::kAllToAll, input,
-                                        ReduceOp::kSum, "AllToAll input"),
-                           call));
+  return impl_->RunOneInput(CollectiveKind::kAllToAll, input, ReduceOp::kSum,
+                            "AllToAll input", call);
 }
 
 absl::StatusOr<Tensor> Client::AllToAllV(const TensorView& input,

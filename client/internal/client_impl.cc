@@ -66,6 +66,20 @@ std::unique_ptr<CollectiveHandle> Client::Impl::StartReceiveInPlace(
       call, out, what);
 }
 
+std::unique_ptr<CollectiveHandle> Client::Impl::StartOneInput(
+    CollectiveKind kind, const TensorView& input, ReduceOp op,
+    absl::string_view what, const CallOptions& call) {
+  return Start(OneInputSpec(staging(), kind, input, op, what), call);
+}
+
+absl::StatusOr<Tensor> Client::Impl::RunOneInput(CollectiveKind kind,
+                                                 const TensorView& input,
+                                                 ReduceOp op,
+                                                 absl::string_view what,
+                                                 const CallOptions& call) {
+  return Single(Run(OneInputSpec(staging(), kind, input, op, what), call));
+}
+
 absl::StatusOr<std::vector<Tensor>> Client::Impl::Run(
     absl::StatusOr<CollectiveRequestSpec> spec, const CallOptions& call) {
   if (!spec.ok()) return spec.status();

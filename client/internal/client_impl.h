@@ -43,6 +43,17 @@ class __attribute__((visibility("hidden"))) Client::Impl {
   // returns `spec`'s error.
   std::unique_ptr<CollectiveHandle> Start(
       absl::StatusOr<CollectiveRequestSpec> spec, const CallOptions& call);
+  // A collective of one input (OneInputSpec; `what` names the input in
+  // errors), started, or run to its one result tensor.
+  std::unique_ptr<CollectiveHandle> StartOneInput(CollectiveKind kind,
+                                                  const TensorView& input,
+                                                  ReduceOp op,
+                                                  absl::string_view what,
+                                                  const CallOptions& call);
+  absl::StatusOr<Tensor> RunOneInput(CollectiveKind kind,
+                                     const TensorView& input, ReduceOp op,
+                                     absl::string_view what,
+                                     const CallOptions& call);
   // The in-place calls, blocking (their handle waited for at once) or not:
   // the handle's Wait() writes the result into the buffer (all or nothing)
   // and gives no tensor. `what` names the call in errors ("ReduceInPlace",
