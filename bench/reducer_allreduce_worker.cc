@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
       const int split = absl::GetFlag(FLAGS_split);
       if (split > 1) {
         const size_t part = (data.size() + split - 1) / split;
-        std::vector<std::unique_ptr<reducer::AllReduceHandle>> handles;
+        std::vector<std::unique_ptr<reducer::CollectiveHandle>> handles;
         for (size_t begin = 0; begin < data.size(); begin += part) {
           const size_t n = std::min(part, data.size() - begin);
           handles.push_back((*client)->AllReduceAsync(
@@ -234,15 +234,18 @@ int main(int argc, char** argv) {
                      ->AllReduceInPlaceAsync(
                          reducer::MutableTensorView::Of<float>(absl::MakeSpan(data)),
                          reducer::ReduceOp::kSum)
-                     ->Wait();
+                     ->Wait()
+                     .status();
       } else if (absl::GetFlag(FLAGS_async)) {
-        absl::StatusOr<reducer::Tensor> result =
+        absl::StatusOr<std::vector<reducer::Tensor>> result =
             (*client)
                 ->AllReduceAsync(reducer::TensorView::Of<float>(data),
                                  reducer::ReduceOp::kSum)
                 ->Wait();
         status = result.status();
-        if (status.ok() && i + 1 == warmup + iters) last = *std::move(result);
+        if (status.ok() && i + 1 == warmup + iters) {
+          last = std::move(result->at(0));
+        }
       } else if (absl::GetFlag(FLAGS_in_place)) {
         status = (*client)->AllReduceInPlace(
             reducer::MutableTensorView::Of<float>(absl::MakeSpan(data)),

@@ -36,16 +36,18 @@
 // (plaintext against TLS, TLS against plaintext, an untrusted or misnamed
 // server certificate, a client certificate refused), the message saying which.
 //
-// Asynchronous all-reduce (Horovod's allreduce_async + synchronize,
-// torch.distributed's async_op=True + wait()): start several, then wait.
+// Asynchronous calls (Horovod's allreduce_async + synchronize,
+// torch.distributed's async_op=True + wait()): every collective has a form
+// that returns a CollectiveHandle (client/collective_handle.h) at once;
+// start several, then wait.
 //
-//   std::unique_ptr<reducer::AllReduceHandle> a = (*client)->AllReduceAsync(
+//   std::unique_ptr<reducer::CollectiveHandle> a = (*client)->AllReduceAsync(
 //       reducer::TensorView::Of<float>(grad_a), reducer::ReduceOp::kSum);
-//   std::unique_ptr<reducer::AllReduceHandle> b = (*client)->AllReduceAsync(
+//   std::unique_ptr<reducer::CollectiveHandle> b = (*client)->AllReduceAsync(
 //       reducer::TensorView::Of<float>(grad_b), reducer::ReduceOp::kSum);
-//   absl::StatusOr<reducer::Tensor> sum_a = a->Wait();   // grad_a, grad_b must
-//   absl::StatusOr<reducer::Tensor> sum_b = b->Wait();   // stay unchanged until
-//                                                        // their Wait() returns
+//   absl::StatusOr<std::vector<reducer::Tensor>> sum_a = a->Wait();  // grad_a,
+//   absl::StatusOr<std::vector<reducer::Tensor>> sum_b = b->Wait();  // grad_b
+//                                  // stay unchanged until their Wait() returns
 //
 // CUDA device buffers (docs/api.md, "CUDA device buffers"): a view made with
 // OnDevice(Device::Cuda(i), ...) runs the collective on GPU memory. The
@@ -64,17 +66,15 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
-#include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/client_options.h"
+#include "client/collective_handle.h"
+#include "client/metric_sync.h"
 #include "core/data_type.h"
 #include "core/tensor.h"
 
@@ -97,96 +97,6 @@ struct QuorumResult {
   uint64_t step = 0;              // the job's number for this step, the same on every rank
 };
 
-class ClientSession;      // internal: channels and the job session
-class DeviceStaging;      // internal: copies between GPUs and the host
-class PendingCollective;  // internal: a collective started, not waited for
-struct CollectiveRequestSpec;  // internal: one collective's request
-
-// A collective started by one of Client's *Async methods. It took its place
-// in the group's call order, and its contribution was sent, when it
-// started; Wait() blocks for the outcome. Errors found before anything was
-// sent (a malformed input, a bad group) are returned by Wait().
-//
-// Contract: the inputs' memory stays valid and unchanged until Wait()
-// returns, and the Client outlives the handle. Destroying a handle that was
-// not waited for waits first (its inputs are in use until then). One thread
-// waits on a handle; different handles may be waited on from different
-// threads, in any order.
-class CollectiveHandle {
- public:
-  ~CollectiveHandle();
-  CollectiveHandle(const CollectiveHandle&) = delete;
-  CollectiveHandle& operator=(const CollectiveHandle&) = delete;
-
-  // The results, or the collective's error: what the blocking form
-  // returns, as a vector (one tensor for AllReduce, AllGather, Broadcast,
-  // ReduceScatter, Scatter, AllToAll, AllToAllV, Receive, ReceiveAny, and
-  // for the root of Reduce and Gather; one per input for AllReduceMany;
-  // none for Barrier, Send and for the non-roots of Reduce and Gather,
-  // whose blocking forms return an empty Tensor()).
-  // Call once; a second call returns FAILED_PRECONDITION.
-  absl::StatusOr<std::vector<Tensor>> Wait();
-
-  // Never blocks: true once the outcome is known, so that Wait() returns
-  // without waiting for other ranks (Horovod's poll, torch's
-  // is_completed). A transport failure that Wait() may still retry counts
-  // as known.
-  bool Ready();
-
-  // ReceiveAnyAsync: the sender's group rank (as ReceiveAny's *source) once
-  // Wait() returned its message; -1 before that, after an error, and for
-  // every other collective.
-  int source() const { return source_; }
-
- private:
-  friend class Client;
-  CollectiveHandle(std::unique_ptr<PendingCollective> pending, absl::Status invalid);
-  std::unique_ptr<PendingCollective> pending_;  // null once waited for
-  absl::Status invalid_;  // the call was refused before it started
-  bool waited_ = false;
-  int source_ = -1;
-};
-
-// An all-reduce started by Client::AllReduceAsync: a CollectiveHandle whose
-// Wait() gives the one result tensor. Contract as CollectiveHandle's.
-class AllReduceHandle {
- public:
-  // The result, or the collective's error. Call once; a second call
-  // returns FAILED_PRECONDITION.
-  absl::StatusOr<Tensor> Wait();
-
-  // As CollectiveHandle::Ready.
-  bool Ready() { return handle_->Ready(); }
-
- private:
-  friend class Client;
-  explicit AllReduceHandle(std::unique_ptr<CollectiveHandle> handle);
-  std::unique_ptr<CollectiveHandle> handle_;
-};
-
-// An in-place all-reduce started by Client::AllReduceInPlaceAsync. Wait()
-// writes the result into the buffer (all-or-nothing, as AllReduceInPlace).
-// Contract as AllReduceHandle; the buffer is read while the collective runs,
-// so it too must stay unchanged until Wait() returns.
-class AllReduceInPlaceHandle {
- public:
-  // Writes the result into the buffer on success; on error the buffer holds
-  // exactly what it held before. Call once.
-  absl::Status Wait();
-  // As AllReduceHandle::Ready.
-  bool Ready() { return handle_->Ready(); }
-
- private:
-  friend class Client;
-  AllReduceInPlaceHandle(std::unique_ptr<AllReduceHandle> handle,
-                         MutableTensorView inout, DeviceStaging* staging,
-                         void* cuda_stream);
-  std::unique_ptr<AllReduceHandle> handle_;
-  MutableTensorView inout_;
-  DeviceStaging* staging_;  // the Client's
-  void* cuda_stream_;
-};
-
 class Client {
  public:
   // Joins the job; returns once all world_size ranks have joined, or with an
@@ -205,13 +115,17 @@ class Client {
   // holds exactly what it held before.
   absl::Status AllReduceInPlace(const MutableTensorView& inout, ReduceOp op,
                                 const CallOptions& = {});
-  // Starts an all-reduce and returns at once; see AllReduceHandle. Handles
-  // take their place in the group's call order in the order they are
-  // started, so every rank must start them in the same order (or name them).
-  std::unique_ptr<AllReduceHandle> AllReduceAsync(const TensorView& input,
-                                                  ReduceOp op,
-                                                  const CallOptions& = {});
-  std::unique_ptr<AllReduceInPlaceHandle> AllReduceInPlaceAsync(
+  // Asynchronous forms (see CollectiveHandle): each checks its input,
+  // takes its place in the group's call order and sends its contribution,
+  // then returns at once; Wait() gives the one result tensor, or for the
+  // in-place form none, `inout` then holding the result (on error, what it
+  // held before). Handles take their place in the group's call order in
+  // the order they are started, so every rank must start them in the same
+  // order (or name them).
+  std::unique_ptr<CollectiveHandle> AllReduceAsync(const TensorView& input,
+                                                   ReduceOp op,
+                                                   const CallOptions& = {});
+  std::unique_ptr<CollectiveHandle> AllReduceInPlaceAsync(
       const MutableTensorView& inout, ReduceOp op, const CallOptions& = {});
   // Asynchronous forms of the collectives below, for overlapping them with
   // computation (torch's async_op=True, DDP's gradient buckets): each
@@ -227,6 +141,15 @@ class Client {
   std::unique_ptr<CollectiveHandle> BroadcastAsync(const TensorView& input,
                                                    int root,
                                                    const CallOptions& = {});
+  // The in-place forms: Wait() gives no tensor; on success the buffer
+  // holds the result, on error exactly what it held before (as
+  // BroadcastInPlace, ReduceInPlace and ReceiveInPlace; a non-root's
+  // ReduceInPlace buffer is only read).
+  std::unique_ptr<CollectiveHandle> BroadcastInPlaceAsync(
+      const MutableTensorView& inout, int root, const CallOptions& = {});
+  std::unique_ptr<CollectiveHandle> ReduceInPlaceAsync(
+      const MutableTensorView& inout, ReduceOp op, int root,
+      const CallOptions& = {});
   std::unique_ptr<CollectiveHandle> ReduceScatterAsync(const TensorView& input,
                                                        ReduceOp op,
                                                        const CallOptions& = {});
@@ -365,6 +288,10 @@ class Client {
                                               const CallOptions& = {});
   std::unique_ptr<CollectiveHandle> ReceiveAsync(int source, int tag = 0,
                                                  const CallOptions& = {});
+  // ReceiveInPlace's: Wait() gives no tensor, `out` holding the message.
+  std::unique_ptr<CollectiveHandle> ReceiveInPlaceAsync(
+      const MutableTensorView& out, int source, int tag = 0,
+      const CallOptions& = {});
   // The first Send to this rank with `tag`, from any rank; *source gets the
   // sender's group rank (torch's recv with src=None, MPI_ANY_SOURCE).
   //
@@ -454,52 +381,9 @@ class Client {
 
  private:
   friend class MetricSync;
-  explicit Client(std::unique_ptr<ClientSession> session);
-  DeviceStaging* staging() const;
-  // Starts the collective `spec` describes, or makes a handle whose Wait()
-  // returns `spec`'s error.
-  std::unique_ptr<CollectiveHandle> StartOrRefuse(
-      absl::StatusOr<CollectiveRequestSpec> spec, const CallOptions& call);
-  // The number of this rank's next quorum step.
-  uint64_t NextQuorumStep();
-  std::unique_ptr<ClientSession> session_;
-  absl::Mutex quorum_mu_;
-  std::optional<uint64_t> next_quorum_step_ ABSL_GUARDED_BY(quorum_mu_);
-  uint64_t done_calls_ ABSL_GUARDED_BY(quorum_mu_) = 0;
-};
-
-// Ignite's sync_all_reduce / torchmetrics' sync, done in one round trip.
-//
-//   MetricSync sync(client.get());
-//   sync.Add("correct", MutableTensorView::Of<int64_t>(absl::MakeSpan(&correct, 1)),
-//            ReduceOp::kSum);
-//   sync.Add("total", MutableTensorView::Of<int64_t>(absl::MakeSpan(&total, 1)),
-//            ReduceOp::kSum);
-//   auto reduced = sync.Reduce();   // local counters left as they are
-//
-// Not thread-safe. The registered views must stay valid while the MetricSync
-// is used.
-class MetricSync {
- public:
-  explicit MetricSync(Client* client);  // not owned; must outlive this
-  // Registers a state. Names must be unique; a repeated name replaces the
-  // earlier registration.
-  void Add(std::string name, MutableTensorView state, ReduceOp op);
-  // Out-of-place: the registered states are left as they are.
-  absl::StatusOr<absl::flat_hash_map<std::string, Tensor>> Reduce(
-      const CallOptions& = {});
-  // In-place: every registered state is overwritten with its reduced value
-  // (all or none of them).
-  absl::Status ReduceInPlace(const CallOptions& = {});
-
- private:
-  struct Entry {
-    std::string name;
-    MutableTensorView state;
-    ReduceOp op;
-  };
-  Client* client_;
-  std::vector<Entry> entries_;
+  class Impl;  // the session and the counts of quorum steps; internal
+  explicit Client(std::unique_ptr<Impl> impl);
+  const std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace reducer

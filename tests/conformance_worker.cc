@@ -61,7 +61,9 @@
 //                          unanswered, waited for in reverse order
 //   asynckinds:bytes=B     every other kind's asynchronous form (with
 //                          ReduceAsync, GatherAsync, ScatterAsync and
-//                          AllToAllAsync in a second round)
+//                          AllToAllAsync in a second round, and
+//                          BroadcastInPlaceAsync, ReduceInPlaceAsync and
+//                          ReceiveInPlaceAsync in a third)
 //   async:bytes=B          AllReduceAsync of three tensors (float32 sum of
 //                          B bytes, int64 max of B / 2, float64 sum of 5
 //                          elements) and AllReduceInPlaceAsync of bfloat16
@@ -106,6 +108,7 @@
 #include "core/status_macros.h"
 #include "core/tensor.h"
 #include "tests/closed_form.h"
+#include "tests/single_tensor.h"
 #include "tests/worker_script.h"
 #include "tests/process_harness.h"
 #include "tests/worker_flags.h"
@@ -218,6 +221,7 @@ class Checks {
     } else if (verb == "asynckinds") {
       s = AsyncKinds(bytes, seed);
       if (s.ok()) s = AsyncRootedKinds(bytes, seed);
+      if (s.ok()) s = AsyncInPlaceKinds(bytes, seed);
     } else if (verb == "reduce") {
       s = Reduce(bytes, seed);
     } else if (verb == "gather") {
@@ -732,8 +736,8 @@ class Checks {
     std::vector<ReadOnlyBuffer> inputs;
     std::vector<std::vector<uint8_t>> inouts(kCount), wants(kCount);
     std::vector<std::vector<int64_t>> shapes(kCount);
-    std::vector<std::unique_ptr<AllReduceHandle>> handles(kCount);
-    std::vector<std::unique_ptr<AllReduceInPlaceHandle>> in_place(kCount);
+    std::vector<std::unique_ptr<CollectiveHandle>> handles(kCount);
+    std::vector<std::unique_ptr<CollectiveHandle>> in_place(kCount);
     std::vector<std::string> whats(kCount);
     for (size_t k = 0; k < kCount; ++k) {
       const Spec& spec = specs[k];
@@ -765,7 +769,7 @@ class Checks {
     for (size_t i = kCount; i-- > 0;) {
       const Spec& spec = specs[i];
       if (spec.in_place) {
-        absl::Status s = in_place[i]->Wait();
+        absl::Status s = in_place[i]->Wait().status();
         if (!s.ok()) {
           if (first_error.ok()) first_error = Annotate(s, whats[i]);
           continue;
@@ -773,7 +777,7 @@ class Checks {
         checks[i] = CheckedElements(spec.dtype, inouts[i].data(),
                                     wants[i].data(), spec.n, whats[i]);
       } else {
-        absl::StatusOr<Tensor> got = handles[i]->Wait();
+        absl::StatusOr<Tensor> got = SingleOf(handles[i]->Wait());
         if (!got.ok()) {
           if (first_error.ok()) first_error = Annotate(got.status(), whats[i]);
           continue;
@@ -784,6 +788,20 @@ class Checks {
     if (!first_error.ok()) return first_error;
     for (const absl::Status& c : checks) {
       if (!c.ok()) return Wrong(c);
+    }
+    return absl::OkStatus();
+  }
+
+  // Waits for `handles` in the reverse of the order they started, into
+  // `got`; the first failure in start order, annotated with its whats[i].
+  static absl::Status WaitInReverse(
+      std::vector<std::unique_ptr<CollectiveHandle>>& handles,
+      const char* const whats[],
+      std::vector<absl::StatusOr<std::vector<Tensor>>>& got) {
+    got.resize(handles.size());
+    for (size_t i = handles.size(); i-- > 0;) got[i] = handles[i]->Wait();
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!got[i].ok()) return Annotate(got[i].status(), whats[i]);
     }
     return absl::OkStatus();
   }
@@ -836,11 +854,9 @@ class Checks {
     const char* const whats[] = {"async allreducemany", "async allgather",
                                  "async broadcast", "async reducescatter",
                                  "async barrier"};
-    std::vector<absl::StatusOr<std::vector<Tensor>>> got(handles.size());
-    for (size_t i = handles.size(); i-- > 0;) got[i] = handles[i]->Wait();
-    for (size_t i = 0; i < got.size(); ++i) {
-      if (!got[i].ok()) return Annotate(got[i].status(), whats[i]);
-    }
+    std::vector<absl::StatusOr<std::vector<Tensor>>> got;
+    absl::Status waited = WaitInReverse(handles, whats, got);
+    if (!waited.ok()) return waited;
     // Expected values, computed from the closed forms.
     std::vector<uint8_t> gathered;
     for (int r : all_) {
@@ -1160,17 +1176,6 @@ class Checks {
                          "alltoallv of no row"));
   }
 
-  // The one tensor of an asynchronous call's result.
-  static absl::StatusOr<Tensor> SingleOf(
-      absl::StatusOr<std::vector<Tensor>> got) {
-    if (!got.ok()) return got.status();
-    if (got->size() != 1) {
-      return absl::InternalError(
-          absl::StrCat("got ", got->size(), " tensors, want 1"));
-    }
-    return std::move((*got)[0]);
-  }
-
   // ReceiveAny: rank d = seed % world size receives, every other rank
   // sends. Message k of source s with tag t is float32 [n + 2]: s, k, then
   // n closed-form values of (s, t, k), so the receiver knows which it got
@@ -1341,6 +1346,73 @@ class Checks {
     return absl::OkStatus();
   }
 
+  // BroadcastInPlaceAsync, ReduceInPlaceAsync and ReceiveInPlaceAsync (of
+  // a SendAsync around the ring) all in flight at once, waited for in
+  // reverse order; each buffer then holds the closed form of its result,
+  // a non-root's ReduceInPlace buffer its own input, unwritten.
+  absl::Status AsyncInPlaceKinds(int64_t bytes, uint64_t seed) {
+    const DataType dtype = DataType::kFloat32;
+    const int64_t n = ElementsFor(bytes, dtype);
+    const uint64_t s = Mix64(seed * 79 + 3);
+    const int broadcast_root =
+        static_cast<int>(seed % static_cast<uint64_t>(world_size_));
+    const int reduce_root =
+        static_cast<int>((seed + 1) % static_cast<uint64_t>(world_size_));
+    const bool ring = world_size_ > 1;
+    const int next = (rank_ + 1) % world_size_;
+    const int prev = (rank_ + world_size_ - 1) % world_size_;
+    // Every buffer starts as this rank's own bytes, which only the root's
+    // broadcast, the reduction and the received message may replace.
+    std::vector<uint8_t> broadcast = MovedBytes(dtype, rank_, n, s);
+    std::vector<uint8_t> reduce =
+        ClosedFormInput(ReduceOp::kSum, dtype, rank_, n, s + 1);
+    const std::vector<uint8_t> reduce_input = reduce;
+    std::vector<uint8_t> received = MovedBytes(dtype, rank_, n, s + 3);
+    absl::StatusOr<ReadOnlyBuffer> message =
+        ReadOnly(MovedBytes(dtype, rank_, n, s + 2));
+    if (!message.ok()) return message.status();
+    std::vector<std::unique_ptr<CollectiveHandle>> handles;
+    handles.push_back(client_->BroadcastInPlaceAsync(
+        MutableTensorView(broadcast.data(), dtype, ShapeFor(n)), broadcast_root,
+        Call()));
+    handles.push_back(client_->ReduceInPlaceAsync(
+        MutableTensorView(reduce.data(), dtype, ShapeFor(n)), ReduceOp::kSum,
+        reduce_root, Call()));
+    if (ring) {
+      handles.push_back(client_->SendAsync(
+          TensorView(message->data(), dtype, ShapeFor(n)), next, 21, P2pCall()));
+      handles.push_back(client_->ReceiveInPlaceAsync(
+          MutableTensorView(received.data(), dtype, ShapeFor(n)), prev, 21,
+          P2pCall()));
+    }
+    const char* const whats[] = {"async broadcast in place",
+                                 "async reduce in place", "async send",
+                                 "async receive in place"};
+    std::vector<absl::StatusOr<std::vector<Tensor>>> got;
+    absl::Status waited = WaitInReverse(handles, whats, got);
+    if (!waited.ok()) return waited;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!got[i]->empty()) {
+        return Wrong(absl::InternalError(absl::StrCat(
+            whats[i], ": Wait() gave ", got[i]->size(), " tensors, want none")));
+      }
+    }
+    absl::Status c = CheckedElements(
+        dtype, broadcast.data(), MovedBytes(dtype, broadcast_root, n, s).data(),
+        n, whats[0]);
+    if (!c.ok()) return Wrong(c);
+    const std::vector<uint8_t> reduced =
+        rank_ == reduce_root
+            ? ClosedFormExpected(ReduceOp::kSum, dtype, all_, n, s + 1)
+            : reduce_input;
+    c = CheckedElements(dtype, reduce.data(), reduced.data(), n, whats[1]);
+    if (!c.ok()) return Wrong(c);
+    if (!ring) return absl::OkStatus();
+    c = CheckedElements(dtype, received.data(),
+                        MovedBytes(dtype, prev, n, s + 2).data(), n, whats[3]);
+    return Wrong(c);
+  }
+
   // ReduceAsync, GatherAsync, ScatterAsync and AllToAllAsync all in flight
   // at once, waited for in reverse order: a non-root's Reduce and Gather
   // handles yield no tensor.
@@ -1378,11 +1450,9 @@ class Checks {
         TensorView(alltoall->data(), dtype, cut_shape), Call()));
     const char* const whats[] = {"async reduce", "async gather",
                                  "async scatter", "async alltoall"};
-    std::vector<absl::StatusOr<std::vector<Tensor>>> got(handles.size());
-    for (size_t i = handles.size(); i-- > 0;) got[i] = handles[i]->Wait();
-    for (size_t i = 0; i < got.size(); ++i) {
-      if (!got[i].ok()) return Annotate(got[i].status(), whats[i]);
-    }
+    std::vector<absl::StatusOr<std::vector<Tensor>>> got;
+    absl::Status waited = WaitInReverse(handles, whats, got);
+    if (!waited.ok()) return waited;
     const size_t rooted = is_root ? 1 : 0;
     if (got[0]->size() != rooted || got[1]->size() != rooted ||
         got[2]->size() != 1 || got[3]->size() != 1) {

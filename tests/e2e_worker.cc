@@ -76,6 +76,7 @@
 #include "core/tensor.h"
 #include "tests/closed_form.h"
 #include "tests/process_harness.h"
+#include "tests/single_tensor.h"
 #include "tests/worker_flags.h"
 
 ABSL_FLAG(std::string, scenario, "",
@@ -1269,13 +1270,13 @@ struct AsyncCase {
   uint64_t seed;
   std::vector<uint8_t> want;
   absl::StatusOr<ReadOnlyBuffer> input = absl::UnknownError("not made");
-  std::unique_ptr<AllReduceHandle> handle;
+  std::unique_ptr<CollectiveHandle> handle;
 };
 
 absl::Status CheckAsync(AsyncCase& c, absl::string_view label) {
   const std::string context = absl::StrCat(label, " ", DataTypeName(c.dtype),
                                            " [", c.n, "]");
-  absl::StatusOr<Tensor> result = c.handle->Wait();
+  absl::StatusOr<Tensor> result = SingleOf(c.handle->Wait());
   if (!result.ok()) return Annotate(result.status(), context);
   return CheckTensor(*result, c.dtype, {c.n}, c.want.data(), context);
 }
@@ -1313,7 +1314,7 @@ absl::Status RunAsync(Context& ctx) {
       ReduceOp::kMax, DataType::kFloat32, ctx.rank, 100, inplace_seed);
   const std::vector<uint8_t> inout_want = ClosedFormExpected(
       ReduceOp::kMax, DataType::kFloat32, ctx.members, 100, inplace_seed);
-  std::unique_ptr<AllReduceInPlaceHandle> inplace =
+  std::unique_ptr<CollectiveHandle> inplace =
       ctx.client->AllReduceInPlaceAsync(
           MutableTensorView(inout.data(), DataType::kFloat32, {100}),
           ReduceOp::kMax, ctx.call);
@@ -1340,7 +1341,7 @@ absl::Status RunAsync(Context& ctx) {
   std::thread waiter([&] {
     from_thread = CheckAsync(cases.back(), "AllReduceAsync (other thread)");
   });
-  absl::Status s = inplace->Wait();
+  absl::Status s = inplace->Wait().status();
   if (!s.ok()) return Annotate(s, "AllReduceInPlaceAsync");
   s = CompareElements(DataType::kFloat32, inout.data(), inout_want.data(), 100,
                       "AllReduceInPlaceAsync");
@@ -1359,7 +1360,7 @@ absl::Status RunAsync(Context& ctx) {
   {
     const std::string checked = ctx.scratch_dir + "/async_not_ready.";
     double mine = ctx.rank + 1;
-    std::unique_ptr<AllReduceHandle> late;
+    std::unique_ptr<CollectiveHandle> late;
     if (ctx.member_index() == 0) {
       for (int r : ctx.members) {
         if (r == ctx.rank) continue;
@@ -1372,7 +1373,7 @@ absl::Status RunAsync(Context& ctx) {
       late = ctx.client->AllReduceAsync(
           TensorView(&mine, DataType::kFloat64, {}), ReduceOp::kSum, ctx.call);
       if (late->Ready()) {
-        return Fail(absl::StrCat("AllReduceHandle::Ready() was true before rank ",
+        return Fail(absl::StrCat("CollectiveHandle::Ready() was true before rank ",
                                  ctx.members[0], " took part"));
       }
       s = TouchFile(absl::StrCat(checked, ctx.rank), "checked");
@@ -1381,11 +1382,11 @@ absl::Status RunAsync(Context& ctx) {
     const absl::Time give_up = absl::Now() + kHandshakeTimeout;
     while (!late->Ready()) {
       if (absl::Now() > give_up) {
-        return Fail("AllReduceHandle::Ready() never turned true");
+        return Fail("CollectiveHandle::Ready() never turned true");
       }
       absl::SleepFor(absl::Milliseconds(1));
     }
-    absl::StatusOr<Tensor> got = late->Wait();
+    absl::StatusOr<Tensor> got = SingleOf(late->Wait());
     if (!got.ok()) return Annotate(got.status(), "AllReduceAsync after Ready()");
     if (got->values<double>()[0] != static_cast<double>(group_sum)) {
       return Fail(absl::StrCat("AllReduceAsync after Ready(): got ",
@@ -1408,15 +1409,15 @@ absl::Status RunAsync(Context& ctx) {
                              ", want ", group_sum));
   }
   // Input errors come back from Wait(), and a second Wait() is refused.
-  std::unique_ptr<AllReduceHandle> bad = ctx.client->AllReduceAsync(
+  std::unique_ptr<CollectiveHandle> bad = ctx.client->AllReduceAsync(
       TensorView(nullptr, DataType::kFloat32, {4}), ReduceOp::kSum, ctx.call);
-  absl::StatusOr<Tensor> refused = bad->Wait();
+  absl::StatusOr<std::vector<Tensor>> refused = bad->Wait();
   if (refused.status().code() != absl::StatusCode::kInvalidArgument) {
     return Fail(absl::StrCat("AllReduceAsync with null data: want "
                              "INVALID_ARGUMENT, got ", refused.status().ToString()));
   }
   if (bad->Wait().status().code() != absl::StatusCode::kFailedPrecondition) {
-    return Fail("a second AllReduceHandle::Wait was not refused");
+    return Fail("a second CollectiveHandle::Wait was not refused");
   }
   Log(ctx, "async handles: unwaited, after idle, errors ok");
   return absl::OkStatus();

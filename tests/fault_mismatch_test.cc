@@ -210,14 +210,20 @@ TEST_F(MismatchTimingTest, LateRankLearnsTheMismatchAfterThePeersLeft) {
   }
 }
 
-// The same mismatch in in-place form: the buffers keep their bytes (the
-// worker reports check=bad otherwise) on every rank.
-TEST_F(MismatchTimingTest, InPlaceBuffersKeepTheirBytes) {
+// The same mismatch in in-place form, blocking and asynchronous (the handle
+// waited for at once), for every collective with an in-place form: the
+// buffers keep their bytes (the worker reports check=bad otherwise) on
+// every rank.
+class InPlaceMismatchTest
+    : public FaultTest,
+      public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(InPlaceMismatchTest, InPlaceBuffersKeepTheirBytes) {
   ASSERT_TRUE(StartServer());
   std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
       Job(), 2,
-      {"allreduce_inplace:shape=1000,timeout_ms=5000",
-       "sleep:ms=100;allreduce_inplace:shape=1001,timeout_ms=5000"});
+      {absl::StrCat(GetParam(), ",shape=1000,timeout_ms=5000"),
+       absl::StrCat("sleep:ms=100;", GetParam(), ",shape=1001,timeout_ms=5000")});
   std::vector<ProcessResult> results = WaitWorkers(workers);
   ASSERT_EQ(results.size(), 2u);
   const std::string want =
@@ -229,6 +235,15 @@ TEST_F(MismatchTimingTest, InPlaceBuffersKeepTheirBytes) {
   ExpectStep(results[1], "2", absl::StatusCode::kFailedPrecondition, {want},
              kFast);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Calls, InPlaceMismatchTest,
+    ::testing::Values("allreduce_inplace:async=0", "allreduce_inplace:async=1",
+                      "broadcast_inplace:async=0", "broadcast_inplace:async=1",
+                      "reduce_inplace:async=0", "reduce_inplace:async=1"),
+    [](const ::testing::TestParamInfo<std::string>& info) {
+      return absl::StrReplaceAll(info.param, {{":", "_"}, {"=", ""}});
+    });
 
 class AllToAllVMismatchTest : public FaultTest {};
 

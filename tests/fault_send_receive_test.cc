@@ -133,15 +133,22 @@ TEST_F(SendReceiveFaultTest, MalformedCallsAndReservedNamesAreRefused) {
 // ReceiveInPlace into a buffer of another shape fails, naming both ranks'
 // specs, and leaves the buffer as it was; one of the right shape gets the
 // message. Rank 1 receives second, after the send of the first message was
-// held, and first for the second message.
-TEST_F(SendReceiveFaultTest, ReceiveInPlaceOfAnotherShapeFailsNamingBothRanks) {
+// held, and first for the second message. The same of ReceiveInPlaceAsync
+// (async=1), its handle waited for at once.
+class ReceiveInPlaceFaultTest
+    : public FaultTest,
+      public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(ReceiveInPlaceFaultTest, OfAnotherShapeFailsNamingBothRanks) {
   ASSERT_TRUE(StartServer());
+  const std::string form = GetParam();
   std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
       Job(), 2,
       {"send:to=1,shape=6,seed=2;touch:path=sent;wait_file:path=waiting;"
        "sleep:ms=300;send:to=1,shape=4x3,seed=3",
-       "wait_file:path=sent;receive_inplace:from=0,shape=7,seed=2;"
-       "touch:path=waiting;receive_inplace:from=0,shape=4x3,seed=3"});
+       absl::StrCat("wait_file:path=sent;receive_inplace:from=0,shape=7,seed=2",
+                    form, ";touch:path=waiting;",
+                    "receive_inplace:from=0,shape=4x3,seed=3", form)});
   std::vector<ProcessResult> results = WaitWorkers(workers);
   ASSERT_EQ(results.size(), 2u);
   ExpectStep(results[0], "1", absl::StatusCode::kOk, {}, kSoon,
@@ -156,6 +163,12 @@ TEST_F(SendReceiveFaultTest, ReceiveInPlaceOfAnotherShapeFailsNamingBothRanks) {
   EXPECT_EQ(Step(results[1], "2").check, "ok");
   ExpectStep(results[1], "4", absl::StatusCode::kOk);
 }
+
+INSTANTIATE_TEST_SUITE_P(Forms, ReceiveInPlaceFaultTest,
+                         ::testing::Values("", ",async=1"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param.empty() ? "Blocking" : "Async";
+                         });
 
 // The job's share is 2 MB of a 4 MB budget; a 2.4 MB send must be refused
 // whole, at once, and its receiver gets the same refusal.

@@ -25,7 +25,8 @@
 // A script is steps separated by ';', each `verb` or `verb:key=value,...`:
 //
 //   allreduce, allreduce_inplace, many, allgather, broadcast,
-//   broadcast_inplace, reducescatter, barrier, reduce, gather, alltoall
+//   broadcast_inplace, reducescatter, barrier, reduce, reduce_inplace,
+//   gather, alltoall
 //       Collectives. Keys: dtype (float32, float64, int32, int64, ...;
 //       default float32), shape (4x3; "scalar" for []; default 8), op (sum,
 //       max, ...; default sum), fill (closed: the closed form for op, dtype,
@@ -34,12 +35,14 @@
 //       (CallOptions::timeout; default: the client's), count (many: number
 //       of tensors), root (broadcast, reduce, gather; reduce, gather and
 //       alltoall results are not checked), noinput=1 (broadcast: pass
-//       TensorView() on a non-root), check=0 (do not check the values).
+//       TensorView() on a non-root), check=0 (do not check the values),
+//       async=1 (an *_inplace verb: its asynchronous form, waited for at
+//       once; a failed call must leave the buffer as it was either way).
 //   send:to=D, receive:from=S, receive_inplace:from=S
 //       A point-to-point message (Send, Receive, ReceiveInPlace) with keys
 //       tag (default 0), dtype, shape, seed, timeout_ms; the receiver checks
 //       the source's closed form (in place: a failed call left its buffer
-//       as it was).
+//       as it was; async=1: ReceiveInPlaceAsync, waited for at once).
 //   receive_any
 //       ReceiveAny with keys tag, dtype, shape, seed, timeout_ms, group,
 //       name: checks the closed form of the source it names (and, with
@@ -466,8 +469,13 @@ class Worker {
       const std::vector<uint8_t> before =
           ClosedFormInput(ReduceOp::kSum, *dtype, options_.rank, n, seed + 1);
       std::vector<uint8_t> buffer = before;
-      out.status = client_->ReceiveInPlace(
-          MutableTensorView(buffer.data(), *dtype, *shape), source, tag, call);
+      const MutableTensorView view(buffer.data(), *dtype, *shape);
+      out.status =
+          step.GetInt("async", 0) != 0
+              ? client_->ReceiveInPlaceAsync(view, source, tag, call)
+                    ->Wait()
+                    .status()
+              : client_->ReceiveInPlace(view, source, tag, call);
       const std::vector<uint8_t>& expected = out.status.ok() ? want : before;
       out.check = buffer == expected ? "ok" : "bad";
       if (out.check == "bad") {
@@ -522,7 +530,8 @@ class Worker {
     p.op = *op;
     const std::string& verb = step.verb;
     const bool reduces = verb == "allreduce" || verb == "allreduce_inplace" ||
-                         verb == "many" || verb == "reducescatter";
+                         verb == "reduce_inplace" || verb == "many" ||
+                         verb == "reducescatter";
     const int64_t n = Elements(p.shape);
     if (n < 0) {  // a negative dimension: send it as it is, no bytes
       return p;
@@ -634,17 +643,33 @@ class Worker {
       prepared.push_back(*std::move(p));
     }
     Prepared& p = prepared[0];
-    const bool inplace = verb == "allreduce_inplace" || verb == "broadcast_inplace";
+    const bool inplace = verb == "allreduce_inplace" ||
+                         verb == "broadcast_inplace" || verb == "reduce_inplace";
     if (inplace) {
       std::vector<uint8_t> buffer = p.input;
       const std::vector<uint8_t> before = buffer;
       MutableTensorView view(buffer.data(), p.dtype, p.shape);
       const absl::Time call_start = absl::Now();
+      const int root = static_cast<int>(step.GetInt("root", 0));
+      const bool async = step.GetInt("async", 0) != 0;
       if (verb == "allreduce_inplace") {
-        out.status = client_->AllReduceInPlace(view, p.op, call);
+        out.status =
+            async ? client_->AllReduceInPlaceAsync(view, p.op, call)
+                        ->Wait()
+                        .status()
+                  : client_->AllReduceInPlace(view, p.op, call);
+      } else if (verb == "broadcast_inplace") {
+        out.status =
+            async ? client_->BroadcastInPlaceAsync(view, root, call)
+                        ->Wait()
+                        .status()
+                  : client_->BroadcastInPlace(view, root, call);
       } else {
-        out.status = client_->BroadcastInPlace(
-            view, static_cast<int>(step.GetInt("root", 0)), call);
+        out.status =
+            async ? client_->ReduceInPlaceAsync(view, p.op, root, call)
+                        ->Wait()
+                        .status()
+                  : client_->ReduceInPlace(view, p.op, root, call);
       }
       out.call_elapsed = absl::Now() - call_start;
       if (!out.status.ok()) {
@@ -652,6 +677,12 @@ class Worker {
           out.check = "bad";
           out.detail = "the in-place call failed but changed the buffer";
         }
+        return out;
+      }
+      if (verb == "reduce_inplace" && root != options_.rank) {
+        // A non-root's buffer is only read.
+        out.check = buffer == before ? "ok" : "bad";
+        if (buffer != before) out.detail = "a non-root's buffer was written";
         return out;
       }
       if (p.checkable) {

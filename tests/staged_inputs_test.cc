@@ -27,7 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/client_session.h"
+#include "client/internal/client_session.h"
 #include "client/staging/copy_progress.h"
 #include "client/staging/device_staging.h"
 #include "client/staging/fake_device_tensor.h"

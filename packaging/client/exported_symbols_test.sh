@@ -27,10 +27,10 @@ done
 
 # Public classes (every member) and free functions, as declared in the
 # installed headers.
-classes='Client|MetricSync|CollectiveHandle|AllReduceHandle|AllReduceInPlaceHandle|TensorView|MutableTensorView|Tensor|Device|BufferCache|BufferDeleter'
+classes='Client|MetricSync|CollectiveHandle|TensorView|MutableTensorView|Tensor|Device|BufferCache|BufferDeleter'
 functions='operator<<|NumElements|NumBytes|ShapeToString|DataTypeSize|DataTypeName|ReduceOpName|IsFloatingPoint|CheckOpSupported|DataTypeFromWire|ReduceOpFromWire|DataTypeToWire|ReduceOpToWire|AllocateBuffer'
 public="^reducer::(($classes)::|($functions)(\\(|\\[abi))"
-internal='^(grpc|grpc_|gpr_|google::|absl::|std::|reducer::v1::|reducer::ClientSession|reducer::CollectiveRpc|reducer::CollectivesRpc|reducer::CompletionDriver|reducer::Fingerprint)'
+internal='^(grpc|grpc_|gpr_|google::|absl::|std::|reducer::v1::|reducer::Client::Impl::|reducer::CollectiveHandle::Impl::|reducer::ClientSession|reducer::CollectiveRpc|reducer::CollectivesRpc|reducer::CompletionDriver|reducer::Fingerprint)'
 
 symbols=$(nm -D --defined-only "$library" | c++filt) || {
   fail "nm -D --defined-only $library failed"; symbols=""; }
@@ -63,8 +63,8 @@ for required in \
     'reducer::Client::~Client()' \
     'reducer::MetricSync::Reduce' \
     'reducer::MetricSync::ReduceInPlace(' \
-    'reducer::AllReduceHandle::Wait()' \
-    'reducer::AllReduceInPlaceHandle::Wait()' \
+    'reducer::Client::AllReduceAsync(' \
+    'reducer::Client::AllReduceInPlaceAsync(' \
     'reducer::CollectiveHandle::Wait()' \
     'reducer::CollectiveHandle::Ready()' \
     'reducer::Client::AllGatherAsync(' \

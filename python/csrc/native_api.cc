@@ -52,7 +52,7 @@ NativeOutcome OutcomeOf(const absl::Status& status) {
 class PendingAllReduce final : public NativePending {
  public:
   PendingAllReduce(std::shared_ptr<Client> client,
-                   std::unique_ptr<AllReduceInPlaceHandle> handle)
+                   std::unique_ptr<CollectiveHandle> handle)
       : client_(std::move(client)), handle_(std::move(handle)) {}
 
   NativeOutcome Wait() override {
@@ -60,7 +60,7 @@ class PendingAllReduce final : public NativePending {
       return OutcomeOf(absl::FailedPreconditionError(
           "reducer: Wait() was already called"));
     }
-    absl::Status status = handle_->Wait();
+    absl::Status status = handle_->Wait().status();
     handle_.reset();
     return OutcomeOf(status);
   }
@@ -69,7 +69,7 @@ class PendingAllReduce final : public NativePending {
 
  private:
   std::shared_ptr<Client> client_;
-  std::unique_ptr<AllReduceInPlaceHandle> handle_;  // null once waited for
+  std::unique_ptr<CollectiveHandle> handle_;  // null once waited for
 };
 
 class Connection final : public NativeConnection {

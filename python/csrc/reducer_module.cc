@@ -13,6 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/reducer_client.h"
 #include "pybind11/numpy.h"
@@ -44,19 +47,17 @@ using py::arg;
 class PyHandle {
  public:
   PyHandle(std::shared_ptr<Client> client, py::object input,
-           std::unique_ptr<AllReduceHandle> out_of_place,
-           std::unique_ptr<AllReduceInPlaceHandle> in_place)
+           std::unique_ptr<CollectiveHandle> handle, bool in_place)
       : client_(std::move(client)),
         input_(std::move(input)),
-        out_of_place_(std::move(out_of_place)),
-        in_place_(std::move(in_place)) {}
+        handle_(std::move(handle)),
+        in_place_(in_place) {}
 
   // A handle dropped without wait() waits first (its input is in use until
   // then), with the GIL released.
   ~PyHandle() {
     ReleasedGil released;
-    out_of_place_.reset();
-    in_place_.reset();
+    handle_.reset();
   }
 
   // The result array (out of place) or None (in place, the input written).
@@ -64,35 +65,32 @@ class PyHandle {
   py::object Wait() {
     if (waited_) throw py::value_error("reducer: wait() was already called");
     waited_ = true;
-    if (out_of_place_ != nullptr) {
-      absl::StatusOr<Tensor> result;
-      {
-        ReleasedGil released;
-        result = out_of_place_->Wait();
-      }
-      return ToArray(ValueOrThrow(std::move(result)));
-    }
-    absl::Status status;
+    absl::StatusOr<std::vector<Tensor>> result;
     {
       ReleasedGil released;
-      status = in_place_->Wait();
+      result = handle_->Wait();
     }
-    ThrowIfError(status);
-    return py::none();
+    if (in_place_) {
+      ThrowIfError(result.status());
+      return py::none();
+    }
+    std::vector<Tensor> tensors = ValueOrThrow(std::move(result));
+    if (tensors.size() != 1) {
+      ThrowIfError(absl::InternalError(absl::StrCat(
+          "reducer: all_reduce_async returned ", tensors.size(),
+          " tensors where 1 was expected")));
+    }
+    return ToArray(std::move(tensors[0]));
   }
 
   // Never blocks: true once wait() would return without waiting for peers.
-  bool IsCompleted() {
-    if (waited_) return true;
-    return out_of_place_ != nullptr ? out_of_place_->Ready()
-                                    : in_place_->Ready();
-  }
+  bool IsCompleted() { return waited_ || handle_->Ready(); }
 
  private:
   std::shared_ptr<Client> client_;
   py::object input_;
-  std::unique_ptr<AllReduceHandle> out_of_place_;
-  std::unique_ptr<AllReduceInPlaceHandle> in_place_;
+  std::unique_ptr<CollectiveHandle> handle_;
+  bool in_place_;  // all_reduce_async_: wait() writes the input
   bool waited_ = false;
 };
 
@@ -108,20 +106,22 @@ std::unique_ptr<PyHandle> AllReduceAsync(PyClient& self, const py::object& x,
   std::shared_ptr<Client> client = self.client();
   if (in_place) {
     MutableTensorView view = WriteView(x, data_type);
-    std::unique_ptr<AllReduceInPlaceHandle> handle;
+    std::unique_ptr<CollectiveHandle> handle;
     {
       ReleasedGil released;
       handle = client->AllReduceInPlaceAsync(view, reduce_op, options);
     }
-    return std::make_unique<PyHandle>(client, x, nullptr, std::move(handle));
+    return std::make_unique<PyHandle>(client, x, std::move(handle),
+                                      /*in_place=*/true);
   }
   TensorView view = ReadView(x, data_type);
-  std::unique_ptr<AllReduceHandle> handle;
+  std::unique_ptr<CollectiveHandle> handle;
   {
     ReleasedGil released;
     handle = client->AllReduceAsync(view, reduce_op, options);
   }
-  return std::make_unique<PyHandle>(client, x, std::move(handle), nullptr);
+  return std::make_unique<PyHandle>(client, x, std::move(handle),
+                                    /*in_place=*/false);
 }
 
 // reducer::MetricSync over arrays the caller keeps. Not thread-safe.

@@ -41,6 +41,7 @@
 #include "client/reducer_client.h"
 #include "tests/campaign/history.h"
 #include "tests/campaign/op_mix.h"
+#include "tests/single_tensor.h"
 
 ABSL_FLAG(std::string, target, "", "the shards, as ClientOptions::target");
 ABSL_FLAG(std::string, job, "", "job name");
@@ -218,7 +219,8 @@ class Rank {
         absl::StatusOr<Tensor> got =
             op.kind == CampaignKind::kAllReduce
                 ? client_->AllReduce(view, ReduceOp::kSum, call)
-                : client_->AllReduceAsync(view, ReduceOp::kSum, call)->Wait();
+                : SingleOf(client_->AllReduceAsync(view, ReduceOp::kSum, call)
+                               ->Wait());
         out.status = got.status();
         if (got.ok()) out.check = Compare(*got, SumExpected(n, op.step, w), {n});
         break;

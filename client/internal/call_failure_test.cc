@@ -1,4 +1,4 @@
-#include "client/call_failure.h"
+#include "client/internal/call_failure.h"
 
 #include <string>
 

@@ -17,8 +17,8 @@
 // next message. A new epoch starts every count at 0.
 //
 // Not thread-safe: the session calls it under its own lock.
-#ifndef REDUCER_CLIENT_POINT_TO_POINT_COUNTS_H_
-#define REDUCER_CLIENT_POINT_TO_POINT_COUNTS_H_
+#ifndef REDUCER_CLIENT_INTERNAL_POINT_TO_POINT_COUNTS_H_
+#define REDUCER_CLIENT_INTERNAL_POINT_TO_POINT_COUNTS_H_
 
 #include <cstdint>
 #include <string>
@@ -78,4 +78,4 @@ class PointToPointCounts {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CLIENT_POINT_TO_POINT_COUNTS_H_
+#endif  // REDUCER_CLIENT_INTERNAL_POINT_TO_POINT_COUNTS_H_

@@ -1,7 +1,7 @@
 // PointToPointCounts: message names per (source, destination, tag) and
 // epoch; matches named per receiver and tag, their counts of the messages
 // numbered before them, and when receives must be matched by reducerd.
-#include "client/point_to_point_counts.h"
+#include "client/internal/point_to_point_counts.h"
 
 #include <utility>
 #include <vector>

@@ -14,8 +14,8 @@
 // the survivors run both again under the attempt's next name.
 //
 // Pure functions; thread-safe.
-#ifndef REDUCER_CLIENT_QUORUM_STEP_H_
-#define REDUCER_CLIENT_QUORUM_STEP_H_
+#ifndef REDUCER_CLIENT_INTERNAL_QUORUM_STEP_H_
+#define REDUCER_CLIENT_INTERNAL_QUORUM_STEP_H_
 
 #include <cstdint>
 #include <string>
@@ -54,4 +54,4 @@ absl::Status DivideInPlace(Tensor& sum, int count);
 
 }  // namespace reducer
 
-#endif  // REDUCER_CLIENT_QUORUM_STEP_H_
+#endif  // REDUCER_CLIENT_INTERNAL_QUORUM_STEP_H_

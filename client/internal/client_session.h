@@ -12,8 +12,8 @@
 // each of them ends the job's epoch too.
 //
 // Thread-safe. Internal to the client library.
-#ifndef REDUCER_CLIENT_CLIENT_SESSION_H_
-#define REDUCER_CLIENT_CLIENT_SESSION_H_
+#ifndef REDUCER_CLIENT_INTERNAL_CLIENT_SESSION_H_
+#define REDUCER_CLIENT_INTERNAL_CLIENT_SESSION_H_
 
 #include <cstdint>
 #include <memory>
@@ -30,7 +30,9 @@
 #include "client/client_options.h"
 #include "client/collective_attempt.h"
 #include "client/collective_backend.h"
-#include "client/point_to_point_counts.h"
+#include "client/internal/collective_request.h"
+#include "client/internal/pending_collective.h"
+#include "client/internal/point_to_point_counts.h"
 #include "client/shards/sharded_backend.h"
 #include "client/staging/device_staging.h"
 #include "client/staging/staging_backend.h"
@@ -43,120 +45,6 @@
 #include "proto/reducer/v1/reducer.pb.h"
 
 namespace reducer {
-
-// One collective as the Client API asks for it.
-struct CollectiveRequestSpec {
-  CollectiveKind kind = CollectiveKind::kAllReduce;
-  std::vector<TensorSpec> tensors;  // declared to the server
-  std::vector<const void*> inputs;  // bytes of each tensor (caller memory)
-  bool send_payload = true;         // false: declare shapes, send no bytes
-  int root = -1;                    // Broadcast; SendReceive: the source
-  Device device;                    // of every input, and of the results
-  // SendReceive: the other rank (the destination on the source, which sets
-  // send_payload; the source on the destination) and the tag; root is the
-  // source. Matched by the reserved name Start
-  // gives it (core/point_to_point_name.h), never by the group's sequence.
-  // Match (ReceiveAny): the tag, root -1; its sources are the call's group
-  // (CallOptions.group, else the whole job) but this rank.
-  int peer = -1;
-  int64_t tag = 0;
-  // AllToAllV: the rows sent to each rank of the group, in group order, and
-  // those expected from each (empty: not checked).
-  std::vector<int64_t> send_rows;
-  std::vector<int64_t> recv_rows;
-  // QuorumBarrier: its settings, and the step's number (sent as the
-  // header's sequence; the name, from CallOptions, matches it).
-  int quorum_min_ranks = 0;
-  absl::Duration quorum_grace;
-  uint64_t quorum_step = 0;
-  // The caller copies the result into its buffer and drops it at once (an
-  // in-place call): see Contribution::result_may_be_lent.
-  bool result_may_be_lent = false;
-};
-
-class ClientSession;
-
-// A collective that was started (its place in the group's call order taken,
-// its first attempt sent) and not yet waited for.
-//
-// Contract: caller memory behind the request's inputs must stay valid and
-// unchanged until Wait() returns; the session must outlive this. Wait() once,
-// from one thread.
-class PendingCollective {
- public:
-  // Blocks for the result. When the transport failed before any answer
-  // came, asks reducerd for the result again (it may have been decided and
-  // lost on the way), then retries the attempt where that is safe: the
-  // session is intact (the retry carries the same attempt_id, so the server
-  // never counts it twice). See client/retry_sequence.h.
-  absl::StatusOr<std::vector<Tensor>> Wait();
-  // A call never waited for counts as settled (its result is not wanted).
-  ~PendingCollective();
-
-  // True once the current attempt's outcome is known (Wait() may still
-  // retry a transport failure). Never blocks.
-  bool Ready();
-
-  // A receive whose message reducerd picked (ReceiveAny): once Wait()
-  // returned the message, its source as a rank of the call's group (its
-  // position in CallOptions.group, else its global rank); -1 otherwise.
-  int matched_source() const;
-
- private:
-  friend class ClientSession;
-  explicit PendingCollective(ClientSession* session) : session_(session) {}
-
-  // A receive whose message reducerd picks (a ReceiveAny, or a Receive
-  // started while a match of its tag was unanswered) runs in two steps:
-  // this collective is the match (CollectiveKind::kMatch), whose answer
-  // names the message; then `receive`, a plain receive of that message,
-  // whose result is the call's.
-  struct MatchedReceive {
-    uint64_t epoch = 0;
-    int64_t tag = 0;
-    std::vector<TensorSpec> declared;  // ReceiveInPlace's buffer, or none
-    Device device;
-    void* cuda_stream = nullptr;
-    bool any = false;        // a ReceiveAny (else a Receive from one source)
-    std::vector<int> group;  // ReceiveAny's CallOptions.group, sorted
-    // Wait()'s and Ready()'s moves from the match to the receive.
-    absl::Mutex mu;
-    // The match's outcome was handed to the session (answered or not).
-    bool settled ABSL_GUARDED_BY(mu) = false;
-    absl::Status failure ABSL_GUARDED_BY(mu);  // the match's, if it failed
-    int source = -1;  // global, once answered (written before `receive`)
-    std::unique_ptr<PendingCollective> receive ABSL_GUARDED_BY(mu);
-  };
-
-  // Waits for this collective's own outcome: WaitRetrying, then settled and
-  // its failure named.
-  absl::StatusOr<std::vector<Tensor>> WaitOwn();
-  // Waits for the first attempt's outcome (or takes first_outcome_), then
-  // replays and retries as Wait() says.
-  absl::StatusOr<std::vector<Tensor>> WaitRetrying();
-  // What Wait() does with this collective's own `result`: settles it and
-  // names its failure.
-  absl::StatusOr<std::vector<Tensor>> FinishOwn(
-      absl::StatusOr<std::vector<Tensor>> result);
-  // The two steps of a receive whose message reducerd picks.
-  absl::StatusOr<std::vector<Tensor>> WaitMatched();
-  // Hands the match's outcome to the session: the receive of the message
-  // it names starts, or the match is abandoned.
-  void TakeAnswer(absl::StatusOr<std::vector<Tensor>> answer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(matched_->mu);
-
-  ClientSession* const session_;
-  absl::Status invalid_;  // the call was refused before anything was sent
-  Contribution contribution_;
-  // contribution_ as a replay sends it (header.replay, no payload).
-  Contribution replay_;
-  uint64_t attempt_number_ = 0;  // in its attempt id
-  bool settled_ = true;          // false from its first attempt to Wait()'s end
-  std::unique_ptr<CollectiveAttempt> attempt_;  // the latest
-  // The first attempt's outcome, when Ready() took it before Wait().
-  std::optional<absl::StatusOr<std::vector<Tensor>>> first_outcome_;
-  std::unique_ptr<MatchedReceive> matched_;  // null: one step
-};
 
 class ClientSession final {
  public:
@@ -286,4 +174,4 @@ class ClientSession final {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CLIENT_CLIENT_SESSION_H_
+#endif  // REDUCER_CLIENT_INTERNAL_CLIENT_SESSION_H_

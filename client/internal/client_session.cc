@@ -1,4 +1,4 @@
-#include "client/client_session.h"
+#include "client/internal/client_session.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "client/call_failure.h"
+#include "client/internal/call_failure.h"
 #include "client/retry_sequence.h"
 #include "client/security/channel_security.h"
 #include "client/shards/shard_targets.h"
@@ -25,11 +25,6 @@
 namespace reducer {
 namespace {
 
-// The server answers a stalled collective with DEADLINE_EXCEEDED naming the
-// missing ranks at the collective's timeout; the client's own deadline
-// comes this much later so that the server's message is the one seen.
-constexpr absl::Duration kDeadlineSlack = absl::Seconds(5);
-
 // Idle result buffers a client keeps for reuse (see core/buffer_cache.h):
 // enough for the gradients of a mid-sized model step after step.
 constexpr size_t kIdleBufferBytes = size_t{256} << 20;
@@ -38,122 +33,6 @@ std::string RandomId() {
   absl::BitGen gen;
   return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen),
                          absl::Uniform<uint64_t>(gen));
-}
-
-// `requested` sorted, with "empty" spelled out as every rank (so that both
-// spellings share one sequence of collectives). INVALID_ARGUMENT for a
-// repeated rank, a rank outside the world, or a group without `rank`.
-absl::StatusOr<std::vector<int>> NormalizeGroup(const std::vector<int>& requested,
-                                                int rank, int world_size) {
-  std::vector<int> group = requested;
-  if (group.empty()) {
-    for (int r = 0; r < world_size; ++r) group.push_back(r);
-    return group;
-  }
-  std::sort(group.begin(), group.end());
-  if (std::adjacent_find(group.begin(), group.end()) != group.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CallOptions.group [", absl::StrJoin(requested, ","),
-        "] names a rank twice"));
-  }
-  for (int r : group) {
-    if (r < 0 || r >= world_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "CallOptions.group names rank ", r, ", outside the world of ",
-          world_size, " (group [", absl::StrJoin(requested, ","), "])"));
-    }
-  }
-  if (!std::binary_search(group.begin(), group.end(), rank)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CallOptions.group [", absl::StrJoin(group, ","),
-        "] does not contain this rank (", rank, ")"));
-  }
-  return group;
-}
-
-// A point-to-point call's own checks, before anything is sent: the other
-// rank (`spec.peer`; the destination when spec.send_payload, else the
-// source) is another rank of the world, the tag is not negative,
-// and the call options leave matching and the group to the message.
-// INVALID_ARGUMENT naming the value; `Send` or `Receive` by who calls.
-absl::Status CheckPointToPointCall(const CollectiveRequestSpec& spec,
-                                   const CallOptions& call,
-                                   const ClientOptions& options) {
-  const bool sends = spec.send_payload;
-  const absl::string_view what = sends ? "Send" : "Receive";
-  const absl::string_view peer = sends ? "destination" : "source";
-  if (spec.peer == options.rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": ", peer, " ", spec.peer, " is this rank itself"));
-  }
-  if (spec.peer < 0 || spec.peer >= options.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", peer, " ", spec.peer,
-                     " is outside the world of ", options.world_size));
-  }
-  if (spec.tag < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": tag ", spec.tag, " is negative"));
-  }
-  if (!call.name.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": CallOptions.name \"", call.name,
-        "\" must be empty; point-to-point messages are matched by (source, "
-        "destination, tag) in call order"));
-  }
-  if (!call.group.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": CallOptions.group [", absl::StrJoin(call.group, ","),
-        "] must be empty; a point-to-point message's group is its source and "
-        "destination"));
-  }
-  return absl::OkStatus();
-}
-
-// The group of a point-to-point message between `rank` and `peer` (checked
-// distinct): both, sorted.
-absl::StatusOr<std::vector<int>> PointToPointGroup(int rank, int peer) {
-  return std::vector<int>{std::min(rank, peer), std::max(rank, peer)};
-}
-
-// A ReceiveAny's own checks, before anything is sent: a tag that is not
-// negative, no CallOptions.name, and another rank to receive from in
-// `group` (the call's, normalized). INVALID_ARGUMENT naming the value.
-absl::Status CheckReceiveAnyCall(const CollectiveRequestSpec& spec,
-                                 const CallOptions& call,
-                                 const std::vector<int>& group) {
-  if (spec.tag < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ReceiveAny: tag ", spec.tag, " is negative"));
-  }
-  if (!call.name.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ReceiveAny: CallOptions.name \"", call.name,
-        "\" must be empty; a message is matched by its destination and tag"));
-  }
-  if (group.size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ReceiveAny: the group [", absl::StrJoin(group, ","),
-        "] has no other rank to receive from"));
-  }
-  return absl::OkStatus();
-}
-
-// The answer of a match: the message's source and count, from its one int64
-// tensor [2]; INTERNAL when reducerd answered anything else.
-absl::StatusOr<std::pair<int, uint64_t>> AnswerOf(
-    const std::vector<Tensor>& answer, int world_size) {
-  if (answer.size() == 1 && answer[0].dtype() == DataType::kInt64 &&
-      answer[0].num_elements() == 2) {
-    const int64_t source = answer[0].values<int64_t>()[0];
-    const int64_t n = answer[0].values<int64_t>()[1];
-    if (source >= 0 && source < world_size && n >= 0) {
-      return std::make_pair(static_cast<int>(source), static_cast<uint64_t>(n));
-    }
-  }
-  return absl::InternalError(
-      "reducerd answered a match (ReceiveAny) without its message's source and "
-      "count (one int64 tensor [2] naming a rank of the job)");
 }
 
 }  // namespace
@@ -347,57 +226,18 @@ std::unique_ptr<PendingCollective> ClientSession::StartCounted(
   std::unique_ptr<PendingCollective> pending(new PendingCollective(this));
   pending->invalid_ = SessionStatus();
   if (!pending->invalid_.ok()) return pending;
+  absl::StatusOr<std::vector<int>> checked = CallGroup(spec, call, options_);
+  if (checked.ok()) {
+    pending->invalid_ = BuildContribution(spec, call, options_, session_id_,
+                                          *checked, pending->contribution_);
+  } else {
+    pending->invalid_ = checked.status();
+  }
+  if (!pending->invalid_.ok()) return pending;
+  const std::vector<int> group = *std::move(checked);
   const bool p2p = spec.kind == CollectiveKind::kSendReceive;
   const bool match = spec.kind == CollectiveKind::kMatch;
-  if (p2p) {
-    pending->invalid_ = CheckPointToPointCall(spec, call, options_);
-    if (!pending->invalid_.ok()) return pending;
-  }
-  absl::StatusOr<std::vector<int>> normalized =
-      p2p ? PointToPointGroup(options_.rank, spec.peer)
-          : NormalizeGroup(call.group, options_.rank, options_.world_size);
-  if (!normalized.ok()) {
-    pending->invalid_ = normalized.status();
-    return pending;
-  }
-  const std::vector<int> group = *std::move(normalized);
-  if (match) {
-    pending->invalid_ = CheckReceiveAnyCall(spec, call, group);
-    if (!pending->invalid_.ok()) return pending;
-  }
-  if (call.timeout < absl::ZeroDuration()) {
-    pending->invalid_ =
-        absl::InvalidArgumentError("CallOptions.timeout must not be negative");
-    return pending;
-  }
-  const absl::Duration timeout =
-      call.timeout == absl::ZeroDuration() ? options_.timeout : call.timeout;
-
-  absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(spec.tensors);
-  if (!layout.ok()) {
-    pending->invalid_ = layout.status();
-    return pending;
-  }
-  Contribution& contribution = pending->contribution_;
-  contribution.layout = *std::move(layout);
-  contribution.inputs = spec.inputs;
-  contribution.send_payload = spec.send_payload;
-  contribution.result_may_be_lent = spec.result_may_be_lent;
-  contribution.device = spec.device;
-  contribution.cuda_stream = call.cuda_stream;
-  contribution.deadline = absl::Now() + timeout + kDeadlineSlack;
-  v1::CollectiveHeader& header = contribution.header;
-  header.set_job(options_.job);
-  header.set_session_id(session_id_);
-  header.set_rank(options_.rank);
-  for (int r : group) header.add_group(r);
-  header.set_kind(static_cast<v1::CollectiveKind>(CollectiveKindToWire(spec.kind)));
-  header.mutable_tensors()->Reserve(static_cast<int>(spec.tensors.size()));
-  for (const TensorSpec& t : spec.tensors) {
-    *header.add_tensors() = TensorSpecToWire(t);
-  }
-  header.set_root(spec.root);
-  header.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  v1::CollectiveHeader& header = pending->contribution_.header;
   // Taking the sequence number and sending happen under one lock, so that
   // collectives started concurrently on one group reach every stream in
   // the order of their sequence numbers.
@@ -430,13 +270,6 @@ std::unique_ptr<PendingCollective> ClientSession::StartCounted(
   } else {
     header.set_name(call.name);
   }
-  if (spec.kind == CollectiveKind::kQuorumBarrier) {
-    header.set_sequence(spec.quorum_step);
-    header.set_quorum_min_ranks(spec.quorum_min_ranks);
-    header.set_quorum_grace_ms(absl::ToInt64Milliseconds(spec.quorum_grace));
-  }
-  for (int64_t rows : spec.send_rows) header.add_send_rows(rows);
-  for (int64_t rows : spec.recv_rows) header.add_recv_rows(rows);
   pending->attempt_ = SendAttempt(*pending);
   return pending;
 }
@@ -555,151 +388,6 @@ void ClientSession::Settle(uint64_t attempt_number) {
   if (!unsettled_.empty() && attempt_number > *unsettled_.begin()) {
     settled_above_.push_back(attempt_number);
   }
-}
-
-PendingCollective::~PendingCollective() {
-  attempt_.reset();  // before the contributions it may point into
-  if (!settled_) session_->Settle(attempt_number_);
-  if (matched_ != nullptr) {
-    absl::MutexLock lock(&matched_->mu);
-    if (!matched_->settled && invalid_.ok()) session_->AbandonMatch(*this);
-  }
-}
-
-bool PendingCollective::Ready() {
-  if (!invalid_.ok()) return true;
-  if (matched_ == nullptr) return attempt_->Ready();
-  // Wait() may be moving on from the match: its outcome is not known here.
-  if (!matched_->mu.TryLock()) return false;
-  bool ready = true;
-  if (matched_->receive != nullptr) {
-    ready = matched_->receive->Ready();
-  } else if (!matched_->settled && !first_outcome_.has_value()) {
-    ready = attempt_->Ready();
-    if (ready) {
-      // The answer is in: start the receive of its message now, so that
-      // this says when the message itself is in.
-      absl::StatusOr<std::vector<Tensor>> answer = attempt_->Wait();
-      if (answer.ok()) {
-        TakeAnswer(FinishOwn(std::move(answer)));
-        if (matched_->receive != nullptr) ready = matched_->receive->Ready();
-      } else {
-        first_outcome_ = std::move(answer);  // Wait() may retry it
-      }
-    }
-  }
-  matched_->mu.Unlock();
-  return ready;
-}
-
-int PendingCollective::matched_source() const {
-  if (matched_ == nullptr || !matched_->any || matched_->source < 0) return -1;
-  const std::vector<int>& group = matched_->group;
-  if (group.empty()) return matched_->source;
-  auto it = std::lower_bound(group.begin(), group.end(), matched_->source);
-  return static_cast<int>(it - group.begin());
-}
-
-void PendingCollective::TakeAnswer(absl::StatusOr<std::vector<Tensor>> answer) {
-  matched_->settled = true;
-  absl::StatusOr<std::pair<int, uint64_t>> picked =
-      answer.ok() ? AnswerOf(*answer, session_->options_.world_size)
-                  : absl::StatusOr<std::pair<int, uint64_t>>(answer.status());
-  if (!picked.ok()) {
-    matched_->failure = picked.status();
-    session_->AbandonMatch(*this);
-    return;
-  }
-  matched_->source = picked->first;
-  matched_->receive = session_->FollowMatch(*this, picked->first, picked->second);
-}
-
-absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitMatched() {
-  PendingCollective* receive = nullptr;
-  {
-    absl::MutexLock lock(&matched_->mu);
-    if (!matched_->settled) TakeAnswer(WaitOwn());
-    if (!matched_->failure.ok()) return matched_->failure;
-    receive = matched_->receive.get();
-  }
-  return receive->Wait();
-}
-
-namespace {
-
-// A failure whose message does not name the job (a transport error, such as
-// gRPC's bare "Connection reset by peer", or a lost session) is prefixed
-// with the collective and reducerd's address (unless the message names a
-// shard's address already); reducerd's own messages name
-// the job and the collective already and are returned as they are.
-absl::Status NameWhereItFailed(const absl::Status& status,
-                               const v1::CollectiveHeader& header,
-                               const std::vector<std::string>& targets) {
-  const absl::string_view message = status.message();
-  if (absl::StrContains(message, absl::StrCat("job ", header.job()))) {
-    return status;
-  }
-  absl::StatusOr<CollectiveKind> kind = CollectiveKindFromWire(header.kind());
-  std::string prefix = DescribeCollective(
-      header, kind.ok() ? std::optional(*kind) : std::nullopt);
-  bool named = false;
-  for (const std::string& target : targets) {
-    named = named || absl::StrContains(message, target);
-  }
-  if (!named) {
-    absl::StrAppend(&prefix, ": reducerd at ", absl::StrJoin(targets, ","));
-  }
-  return absl::Status(status.code(), absl::StrCat(prefix, ": ", message));
-}
-
-}  // namespace
-
-absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitRetrying() {
-  absl::StatusOr<std::vector<Tensor>> result =
-      first_outcome_.has_value() ? *std::move(first_outcome_) : attempt_->Wait();
-  first_outcome_.reset();
-  if (result.ok() || attempt_->retries_itself()) return result;
-  RetrySequence retries(contribution_.deadline);
-  while (!result.ok()) {
-    const RetrySequence::Next next =
-        retries.AfterFailure(result.status(), attempt_->received_any(),
-                             session_->SessionStatus(), absl::Now());
-    if (next == RetrySequence::Next::kStop) return retries.failure();
-    absl::SleepFor(retries.next_at() - absl::Now());
-    attempt_.reset();
-    attempt_ = next == RetrySequence::Next::kReplay ? session_->SendReplay(*this)
-                                                    : session_->SendAttempt(*this);
-    result = attempt_->Wait();
-  }
-  return result;
-}
-
-absl::StatusOr<std::vector<Tensor>> PendingCollective::Wait() {
-  if (!invalid_.ok()) return invalid_;
-  if (matched_ != nullptr) return WaitMatched();
-  return WaitOwn();
-}
-
-absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitOwn() {
-  return FinishOwn(WaitRetrying());
-}
-
-absl::StatusOr<std::vector<Tensor>> PendingCollective::FinishOwn(
-    absl::StatusOr<std::vector<Tensor>> result) {
-  session_->Settle(attempt_number_);
-  settled_ = true;
-  if (!result.ok()) {
-    // The session's explanation (a lost rank) first, then the call's own.
-    absl::Status why = session_->SessionStatus();
-    if (!why.ok() && result.status().code() != absl::StatusCode::kFailedPrecondition &&
-        result.status().code() != absl::StatusCode::kInvalidArgument) {
-      return NameWhereItFailed(SessionFailureWithCall(why, result.status()),
-                               contribution_.header, session_->targets_);
-    }
-    return NameWhereItFailed(result.status(), contribution_.header,
-                             session_->targets_);
-  }
-  return result;
 }
 
 }  // namespace reducer

@@ -10,8 +10,8 @@
 //
 // A call that failed with the session's own code carries nothing new (it
 // was failed for the same reason) and is not repeated.
-#ifndef REDUCER_CLIENT_CALL_FAILURE_H_
-#define REDUCER_CLIENT_CALL_FAILURE_H_
+#ifndef REDUCER_CLIENT_INTERNAL_CALL_FAILURE_H_
+#define REDUCER_CLIENT_INTERNAL_CALL_FAILURE_H_
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -32,4 +32,4 @@ inline absl::Status SessionFailureWithCall(const absl::Status& session,
 
 }  // namespace reducer
 
-#endif  // REDUCER_CLIENT_CALL_FAILURE_H_
+#endif  // REDUCER_CLIENT_INTERNAL_CALL_FAILURE_H_

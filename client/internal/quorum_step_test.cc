@@ -1,4 +1,4 @@
-#include "client/quorum_step.h"
+#include "client/internal/quorum_step.h"
 
 #include <cstdint>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "client/point_to_point_counts.h"
+#include "client/internal/point_to_point_counts.h"
 
 #include <algorithm>
 
