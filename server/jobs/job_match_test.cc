@@ -147,9 +147,9 @@ TEST_F(JobMatchTest, AMatchTakesTheMessageThatArrivedFirst) {
 
 TEST_F(JobMatchTest, AMatchWaitsForTheFirstSendToArrive) {
   std::shared_ptr<FakeRankChannel> match = Match(1, 0);
-  EXPECT_EQ(match->sent(), 0);
+  EXPECT_EQ(match->message_count(), 0);
   EXPECT_TRUE(Send(0, 2, 0)->finished_ok());  // to another rank
-  EXPECT_EQ(match->sent(), 0);
+  EXPECT_EQ(match->message_count(), 0);
   EXPECT_TRUE(Send(0, 1, 0)->finished_ok());
   ASSERT_TRUE(match->finished_ok()) << match->failure();
   EXPECT_EQ(Answer(*match), std::make_pair(int64_t{0}, int64_t{0}));
