@@ -12,10 +12,12 @@
 #include "core/fingerprint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr size_t kNoLimit = std::numeric_limits<size_t>::max();
@@ -41,7 +43,7 @@ Fingerprint Make(CollectiveKind kind, std::vector<TensorSpec> tensors,
 }
 
 void ExpectInvalid(const absl::Status& s, const std::string& message) {
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(s.message()), HasSubstr(message));
 }
 
@@ -284,7 +286,7 @@ TEST(ValidateContributionTest,
       {Spec(DataType::kInt8, {3}), Spec(DataType::kFloat64, {4})});  // 40 B
   EXPECT_TRUE(ValidateContribution(fp, 0, 4, 40).ok());
   absl::Status s = ValidateContribution(fp, 0, 4, 39);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(s.message(),
             "allreduce payload of 40 bytes exceeds the limit of 39 bytes");
 }

@@ -18,11 +18,13 @@
 #include "proto/reducer/v1/reducer.pb.h"
 #include "tests/fault_test_base.h"
 #include "tests/raw_client.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
@@ -250,8 +252,8 @@ TEST_F(LimitsTest, MessageOverTheReceiveLimit) {
   huge.set_offset(0);
   huge.set_data(std::string(size_t{4} << 20, '\0'));  // all of it at once
   const RawCallResult r = (*raw)->Call({header, huge}, absl::Seconds(20));
-  EXPECT_EQ(r.status.code(), absl::StatusCode::kResourceExhausted) << r.status;
-  EXPECT_THAT(r.status.message(), HasSubstr("larger than max")) << r.status;
+  EXPECT_THAT(r.status, StatusIs(absl::StatusCode::kResourceExhausted,
+                                 HasSubstr("larger than max")));
   EXPECT_THAT(r.status.message(), HasSubstr("2097152")) << r.status;
   EXPECT_LE(r.elapsed, kFast);
 

@@ -25,11 +25,13 @@
 #include "tests/closed_form.h"
 #include "tests/fault_test_base.h"
 #include "tests/raw_client.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // The collective timeout of these tests, and how soon a malformed request
@@ -444,16 +446,17 @@ TEST_F(MalformedTest, ForeignSessionOrEpochIsRefusedAndTheRealRankStillWorks) {
       FirstMessage(**raw, {n}, RawPayload(1, n, seed));
   wrong_session.mutable_header()->set_session_id("not-a-session");
   RawCallResult r = (*raw)->Call({wrong_session}, absl::Seconds(10));
-  EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition) << r.status;
-  EXPECT_THAT(r.status.message(),
-              HasSubstr("session not-a-session does not hold rank 1"));
+  EXPECT_THAT(
+      r.status,
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               HasSubstr("session not-a-session does not hold rank 1")));
 
   v1::CollectiveRequest future_epoch =
       FirstMessage(**raw, {n}, RawPayload(1, n, seed));
   future_epoch.mutable_header()->set_epoch((*raw)->epoch() + 1);
   r = (*raw)->Call({future_epoch}, absl::Seconds(10));
-  EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition) << r.status;
-  EXPECT_THAT(r.status.message(), HasSubstr("has not started"));
+  EXPECT_THAT(r.status, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                 HasSubstr("has not started")));
 
   const RawCallResult good =
       (*raw)->Call({FirstMessage(**raw, {n}, RawPayload(1, n, seed))},

@@ -42,11 +42,13 @@
 #include "tests/fault_test_base.h"
 #include "tests/process_harness.h"
 #include "tests/rank_threads.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr int kWorld = 2;
@@ -305,9 +307,10 @@ TEST_P(StagedInputsTest, ACopyThatFailsHalfWayFailsTheCallWithItsError) {
       outcome[rank] = sessions[rank]->Run(spec, {}).status();
     });
     failures_.ExpectNone();
-    EXPECT_EQ(outcome[0].code(), absl::StatusCode::kInternal) << outcome[0];
-    EXPECT_THAT(outcome[0].message(),
-                HasSubstr(absl::StrCat("fake copy failed at byte ", fail_at)));
+    EXPECT_THAT(outcome[0],
+                StatusIs(absl::StatusCode::kInternal,
+                         HasSubstr(absl::StrCat("fake copy failed at byte ",
+                                                fail_at))));
     EXPECT_FALSE(outcome[1].ok());
   }
 }
