@@ -230,13 +230,10 @@ TEST_F(LimitsTest, MaxConcurrentCalls) {
 TEST_F(LimitsTest, MessageOverTheReceiveLimit) {
   ASSERT_TRUE(StartServer());
   const std::string job = Job();
-  WorkerSpec peer;
-  peer.job = job;
-  peer.rank = 0;
-  peer.world_size = 2;
-  peer.steps = "allreduce:shape=1048576,timeout_ms=8000";
+  // Rank 0 a fault_worker, rank 1 the raw client.
   std::vector<std::unique_ptr<ChildProcess>> workers;
-  workers.push_back(StartWorker(peer));
+  workers.push_back(StartWorker(
+      WorkerSpec{job, 0, 2, "allreduce:shape=1048576,timeout_ms=8000"}));
   absl::StatusOr<std::unique_ptr<RawSession>> raw =
       RawSession::Join(server()->address(), job, 1, 2, absl::Seconds(30));
   ASSERT_TRUE(raw.ok()) << raw.status();

@@ -429,13 +429,10 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_F(MalformedTest, ForeignSessionOrEpochIsRefusedAndTheRealRankStillWorks) {
   ASSERT_TRUE(StartServer());
   const std::string job = Job();
-  WorkerSpec peer;
-  peer.job = job;
-  peer.rank = 0;
-  peer.world_size = 2;
-  peer.steps = "allreduce:shape=5,seed=3,timeout_ms=15000";
+  // Rank 0 a fault_worker, rank 1 the raw client.
   std::vector<std::unique_ptr<ChildProcess>> workers;
-  workers.push_back(StartWorker(peer));
+  workers.push_back(StartWorker(
+      WorkerSpec{job, 0, 2, "allreduce:shape=5,seed=3,timeout_ms=15000"}));
   absl::StatusOr<std::unique_ptr<RawSession>> raw =
       RawSession::Join(server()->address(), job, 1, 2, absl::Seconds(30));
   ASSERT_TRUE(raw.ok()) << raw.status();
