@@ -16,7 +16,6 @@ namespace reducer {
 namespace testing {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 TEST(ClosedFormTest, HalfConversionRoundsToNearestEven) {

@@ -27,7 +27,6 @@ namespace reducer {
 namespace testing {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kCallTimeout = absl::Seconds(20);

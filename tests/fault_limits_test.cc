@@ -24,7 +24,6 @@ namespace reducer {
 namespace testing {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 

@@ -31,7 +31,6 @@ namespace reducer {
 namespace testing {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // The collective timeout of these tests, and how soon a malformed request

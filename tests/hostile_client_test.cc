@@ -29,7 +29,6 @@ namespace reducer {
 namespace testing {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // A refusal must come at once, not after some wait.

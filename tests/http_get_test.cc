@@ -8,8 +8,6 @@ namespace reducer {
 namespace testing {
 namespace {
 
-using ::reducer::testing::StatusIs;
-
 TEST(ParseExpositionTest, ReadsNamesLabelsAndValues) {
   absl::StatusOr<std::vector<Sample>> samples = ParseExposition(
       "# HELP a_total A.\n# TYPE a_total counter\n"

@@ -34,7 +34,6 @@ namespace reducer {
 namespace testing {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::Not;
 

@@ -22,7 +22,6 @@ namespace reducer {
 namespace testing {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // How a fault on a protected page ends the process: SIGSEGV, or under

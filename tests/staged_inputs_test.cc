@@ -48,7 +48,6 @@ namespace reducer {
 namespace testing {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr int kWorld = 2;
