@@ -186,10 +186,9 @@ def parse_args(argv):
 def main(argv):
     args = parse_args(argv)
     command = shlex.join(["bench/cpu_per_gib.py"] + argv)
-    for binary in (args.reducerd, args.reducer_worker):
-        if not binary.exists():
-            raise SystemExit(f"{binary} is missing: bazel build //server:reducerd "
-                             "//bench:reducer_allreduce_worker")
+    run_bench.require_binaries(
+        (args.reducerd, args.reducer_worker),
+        "bazel build //server:reducerd //bench:reducer_allreduce_worker")
     rounds = []
     with tempfile.TemporaryDirectory(prefix="cpu-per-gib-") as tmp:
         log_dir = Path(tmp)

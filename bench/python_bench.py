@@ -691,10 +691,9 @@ def main(argv):
     if args.worker == "torch":
         return torch_worker(args)
     command = shlex.join([Path(sys.executable).name, os.path.relpath(__file__)] + argv)
-    for path in (args.reducerd, args.reducer_worker, args.pythonpath / "reducer"):
-        if not path.exists():
-            sys.exit(f"{path} is missing: bazel build //bench:reducer_allreduce_worker "
-                     "//python:reducer //server:reducerd")
+    run_bench.require_binaries(
+        (args.reducerd, args.reducer_worker, args.pythonpath / "reducer"),
+        "bazel build //bench:reducer_allreduce_worker //python:reducer //server:reducerd")
     try:
         subprocess.run([args.python, "-c", "import torch, numpy"], check=True, timeout=120,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -719,10 +718,7 @@ def main(argv):
                 print(f"round {i + 1}/{args.rounds} done after "
                       f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         except RunError as e:
-            for f in sorted(log_dir.glob("*.err")):
-                text = run_bench.tail(f, 1500).strip()
-                if text:
-                    print(f"--- {f.name}\n{text}", file=sys.stderr)
+            run_bench.print_log_tails(log_dir, "*.err")
             sys.exit(f"python_bench: {e}")
         finally:
             if daemon is not None:

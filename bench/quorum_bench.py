@@ -290,10 +290,9 @@ def parse_args(argv):
 def main(argv):
     args = parse_args(argv)
     command = shlex.join(["bench/quorum_bench.py"] + argv)
-    for binary in (args.reducerd, args.worker):
-        if not binary.exists():
-            raise SystemExit(f"{binary} is missing: bazel build //server:reducerd "
-                             "//bench:quorum_step_worker")
+    run_bench.require_binaries(
+        (args.reducerd, args.worker),
+        "bazel build //server:reducerd //bench:quorum_step_worker")
     overhead, kill, torchrun = [], None, None
     with tempfile.TemporaryDirectory(prefix="quorum-bench-") as tmp:
         log_dir = Path(tmp)

@@ -248,9 +248,8 @@ def main(argv):
     if args.worker:
         return worker(args)
     command = shlex.join([Path(sys.executable).name, os.path.relpath(__file__)] + argv)
-    for path in (args.reducerd, args.pythonpath / "reducer"):
-        if not path.exists():
-            sys.exit(f"{path} is missing: bazel build //python:reducer //server:reducerd")
+    run_bench.require_binaries((args.reducerd, args.pythonpath / "reducer"),
+                               "bazel build //python:reducer //server:reducerd")
     t0 = time.monotonic()
     records, skipped = {}, {}
     with tempfile.TemporaryDirectory(prefix="routed_bench-") as tmp:
@@ -269,10 +268,7 @@ def main(argv):
                 print(f"round {i + 1}/{args.rounds} done after "
                       f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         except run_bench.RunError as e:
-            for f in sorted(log_dir.glob("*.out")):
-                text = run_bench.tail(f, 1500).strip()
-                if text:
-                    print(f"--- {f.name}\n{text}", file=sys.stderr)
+            run_bench.print_log_tails(log_dir, "*.out")
             sys.exit(f"routed_bench: {e}")
         finally:
             if daemon is not None:

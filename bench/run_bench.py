@@ -192,6 +192,23 @@ def tail(path, n=2000):
         return ""
 
 
+def print_log_tails(log_dir, pattern, n=1500):
+    """Prints to stderr the last n characters of every non-empty log in
+    log_dir whose name matches pattern ("*.err"), each under its name."""
+    for f in sorted(Path(log_dir).glob(pattern)):
+        text = tail(f, n).strip()
+        if text:
+            print(f"--- {f.name}\n{text}", file=sys.stderr)
+
+
+def require_binaries(binaries, build_command):
+    """Exits naming the first of binaries (Paths) that is missing and the
+    build_command that makes them."""
+    for binary in binaries:
+        if not binary.exists():
+            raise SystemExit(f"{binary} is missing: {build_command}")
+
+
 def run_processes(cmds, log_prefix, timeout_s, env=None, watch=None):
     """Starts every command at once (output in log_prefix-<i>.out/.err),
     waits for all of them with one hard deadline and returns the first
@@ -499,13 +516,19 @@ CSV_FIELDS = ["system", "world_size", "pattern", "size_bytes", "iters",
               *(f"vs_{p}" for p in PEERS), "cpu_busy_before"]
 
 
+def write_summary_csv(records, path, fields, key):
+    """One row of `fields` per record, in the order of key, with iters the
+    number of its latencies."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for r in sorted(records, key=key):
+            w.writerow(dict(r, iters=len(r["latencies_us"])))
+
+
 def write_csv(records, path):
     """One summary row per (system, W, pattern, size)."""
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in sorted(records, key=sort_key):
-            w.writerow(dict(r, iters=len(r["latencies_us"])))
+    write_summary_csv(records, path, CSV_FIELDS, sort_key)
 
 
 def write_plot(records, path):

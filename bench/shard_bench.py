@@ -41,7 +41,6 @@ libopenmpi-dev (the plot only where that Python has matplotlib); bazel build
 """
 
 import argparse
-import csv
 import importlib.util
 import json
 import os
@@ -493,11 +492,7 @@ CSV_FIELDS = ["size_bytes", "system", "shards", "iters", "median_us", "p90_us",
 
 
 def write_csv(records, path):
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in sorted(records, key=sort_key):
-            w.writerow(dict(r, iters=len(r["latencies_us"])))
+    rb.write_summary_csv(records, path, CSV_FIELDS, sort_key)
 
 
 def write_plot(records, path, rate):

@@ -9,10 +9,12 @@
 #include "core/fingerprint_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 Fingerprint AllReduce(std::vector<TensorSpec> tensors,
@@ -27,7 +29,7 @@ Fingerprint Broadcast(int root, std::vector<TensorSpec> tensors) {
 }
 
 void ExpectMismatch(const absl::Status& s, const std::string& message) {
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_EQ(s.message(), message);
 }
 
@@ -49,11 +51,11 @@ TEST(CollectiveKindTest, NamesAndWireValues) {
 
 TEST(CollectiveKindTest, UnspecifiedAndUnknownWireValuesAreInvalid) {
   absl::StatusOr<CollectiveKind> k = CollectiveKindFromWire(0);
-  EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(k.status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(k.status().message()), HasSubstr("unspecified"));
   for (int v : {15, -1, 99}) {
     k = CollectiveKindFromWire(v);
-    EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument) << v;
+    EXPECT_THAT(k.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << v;
     EXPECT_THAT(
         std::string(k.status().message()),
         HasSubstr("unknown collective kind wire value " + std::to_string(v)));

@@ -6,10 +6,12 @@
 #include "core/fingerprint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 Fingerprint SendReceive(int source, int destination) {
@@ -38,8 +40,8 @@ TEST(PointToPointNameTest, OtherKindsMustNotUseThePrefix) {
   fp.kind = CollectiveKind::kAllReduce;
   fp.group = {0, 1};
   const absl::Status s = CheckPointToPointName("p2p 0>1 tag 0 #0", fp);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("\"p2p 0>1 tag 0 #0\" is reserved"));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr("\"p2p 0>1 tag 0 #0\" is reserved")));
   EXPECT_THAT(s.message(), HasSubstr("allreduce"));
   EXPECT_TRUE(CheckPointToPointName("p2p_step", fp).ok());
   EXPECT_TRUE(CheckPointToPointName("", fp).ok());
@@ -50,26 +52,27 @@ TEST(PointToPointNameTest, RefusesMalformedNames) {
                            "p2p 0>1 tags 0 #0", "p2p 0>1 tag x #0",
                            "p2p 0>1 tag 0 #-1", "p2p 0>1 tag 0 #0 extra"}) {
     const absl::Status s = CheckPointToPointName(name, SendReceive(0, 1));
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
-    EXPECT_THAT(s.message(), HasSubstr("is not of the form")) << name;
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                            HasSubstr("is not of the form")))
+        << name;
   }
 }
 
 TEST(PointToPointNameTest, RefusesNegativeTags) {
   const absl::Status s =
       CheckPointToPointName("p2p 0>1 tag -4 #0", SendReceive(0, 1));
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("tag -4 is negative"));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr("tag -4 is negative")));
 }
 
 TEST(PointToPointNameTest, RefusesNamesThatDisagreeWithTheHeader) {
   // Source and destination swapped: the header says 1 sends to 0.
   absl::Status s = CheckPointToPointName("p2p 0>1 tag 0 #0", SendReceive(1, 0));
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("names source 0 and destination 1"));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr("names source 0 and destination 1")));
   EXPECT_THAT(s.message(), HasSubstr("root is 1"));
   s = CheckPointToPointName("p2p 0>2 tag 0 #0", SendReceive(0, 1));
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 Fingerprint Match(int destination, int64_t tag) {
@@ -84,11 +87,11 @@ TEST(PointToPointNameTest, MatchesAreNamedByTheReceiversCountWithAStar) {
   EXPECT_EQ(MatchName(3, 7, 2), "p2p *>3 tag 7 #2");
   EXPECT_TRUE(CheckPointToPointName("p2p *>3 tag 7 #2", Match(3, 7)).ok());
   absl::Status s = CheckPointToPointName("p2p *>3 tag 7 #2", Match(2, 7));
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("names destination 3 and tag 7, but the "
-                                     "header's group is [2] and its tag 7"));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr("names destination 3 and tag 7, but the "
+                                    "header's group is [2] and its tag 7")));
   s = CheckPointToPointName("p2p *>3 tag 7 #2", Match(3, 8));
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   // A match names no source; a message always does.
   s = CheckPointToPointName("p2p 0>3 tag 7 #2", Match(3, 7));
   EXPECT_THAT(s.message(), HasSubstr("is not of the form \"p2p *>"));

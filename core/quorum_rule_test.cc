@@ -6,10 +6,12 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using State = QuorumDecision::State;
@@ -99,8 +101,8 @@ TEST(QuorumRuleTest, TooManyDeadMakeItImpossible) {
   whole.Died(2);
   QuorumDecision decision = whole.Decide(kT0);
   EXPECT_EQ(decision.state, State::kImpossible);
-  EXPECT_EQ(decision.why.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(decision.why.message(), HasSubstr("needs 3 contributing"));
+  EXPECT_THAT(decision.why, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                     HasSubstr("needs 3 contributing")));
   EXPECT_THAT(decision.why.message(), HasSubstr("[2]"));
 
   QuorumRule two(4, Settings(3, kGrace));
@@ -124,8 +126,8 @@ TEST(QuorumRuleTest, ZeroGraceEndsAtTheFirstArrivalThatMeetsMinRanks) {
 TEST(QuorumRuleTest, ValidateNamesTheBadSetting) {
   EXPECT_TRUE(QuorumRule::Validate(4, Settings(4, kGrace)).ok());
   absl::Status too_many = QuorumRule::Validate(4, Settings(5, kGrace));
-  EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(too_many.message(), HasSubstr("min_ranks is 5"));
+  EXPECT_THAT(too_many, StatusIs(absl::StatusCode::kInvalidArgument,
+                                 HasSubstr("min_ranks is 5")));
   EXPECT_THAT(QuorumRule::Validate(4, Settings(-1, kGrace)).message(),
               HasSubstr("min_ranks is -1"));
   EXPECT_THAT(QuorumRule::Validate(4, Settings(1, -absl::Seconds(1))).message(),

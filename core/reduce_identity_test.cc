@@ -13,10 +13,12 @@
 #include "core/reduce.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // Bytes of one identity element.
@@ -107,14 +109,13 @@ TEST(FillIdentityTest, FillsEveryElementAndRefusesUndefinedPairs) {
   std::vector<int32_t> untouched(3, 9);
   absl::Status status =
       FillIdentity(ReduceOp::kAvg, DataType::kInt32, untouched.data(), 3);
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), HasSubstr("avg"));
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("avg")));
   EXPECT_THAT(status.message(), HasSubstr("int32"));
   EXPECT_EQ(untouched, (std::vector<int32_t>(3, 9)));
-  EXPECT_EQ(
-      FillIdentity(ReduceOp::kBitXor, DataType::kFloat16, untouched.data(), 1)
-          .code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      FillIdentity(ReduceOp::kBitXor, DataType::kFloat16, untouched.data(), 1),
+      StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 // Element values to try for `dtype`, as raw bytes: every pattern of the

@@ -17,10 +17,12 @@
 #include "absl/types/span.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // Reference arithmetic -------------------------------------------------------
@@ -351,7 +353,7 @@ void ExpectReduceMatchesReference(DataType dtype, ReduceOp op, int world,
   const absl::Status status = Reduce(op, dtype, pointers, n, out);
 
   if (!CheckOpSupported(op, dtype).ok()) {
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
     EXPECT_THAT(std::string(status.message()),
                 HasSubstr(std::string(ReduceOpName(op))));
     EXPECT_THAT(std::string(status.message()),
@@ -580,7 +582,7 @@ TEST(ReduceTest, EmptyTensorsNeedNoPointersAndWriteNothing) {
 TEST(ReduceTest, NoInputsIsInvalid) {
   float out = 3.0f;
   absl::Status s = Reduce(ReduceOp::kSum, DataType::kFloat32, {}, 1, &out);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(s.message()), HasSubstr("at least one input"));
   EXPECT_EQ(out, 3.0f);
 }
@@ -589,7 +591,7 @@ TEST(ReduceTest, NullInputIsInvalidAndNamed) {
   float a = 1, out = 3;
   std::vector<const void*> inputs = {&a, nullptr};
   absl::Status s = Reduce(ReduceOp::kSum, DataType::kFloat32, inputs, 1, &out);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(s.message()), HasSubstr("input 1 is null"));
   EXPECT_EQ(out, 3.0f);
 }
@@ -598,14 +600,14 @@ TEST(ReduceTest, UnsupportedPairNamesOpAndDtypeAndLeavesOutUntouched) {
   int32_t a = 1, b = 2, out = 77;
   std::vector<const void*> inputs = {&a, &b};
   absl::Status s = Reduce(ReduceOp::kAvg, DataType::kInt32, inputs, 1, &out);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(s.message()), HasSubstr("avg"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("int32"));
   EXPECT_EQ(out, 77);
   float f = 1, out_f = 5;
   std::vector<const void*> float_inputs = {&f, &f};
   s = Reduce(ReduceOp::kBitOr, DataType::kFloat32, float_inputs, 1, &out_f);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(s.message()), HasSubstr("bit_or"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("float32"));
   EXPECT_EQ(out_f, 5.0f);
@@ -614,12 +616,12 @@ TEST(ReduceTest, UnsupportedPairNamesOpAndDtypeAndLeavesOutUntouched) {
 TEST(ReduceTest, OutOfRangeEnumsAreInvalid) {
   int32_t a = 1, out = 0;
   std::vector<const void*> inputs = {&a};
-  EXPECT_EQ(Reduce(static_cast<ReduceOp>(9), DataType::kInt32, inputs, 1, &out)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(
-      Reduce(ReduceOp::kSum, static_cast<DataType>(42), inputs, 1, &out).code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      Reduce(static_cast<ReduceOp>(9), DataType::kInt32, inputs, 1, &out),
+      StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(
+      Reduce(ReduceOp::kSum, static_cast<DataType>(42), inputs, 1, &out),
+      StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(ReduceTest, IntegerSumsAndProductsWrapAround) {

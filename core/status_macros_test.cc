@@ -9,9 +9,12 @@
 #include "absl/strings/cord.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
+
+using ::reducer::testing::StatusIs;
 
 // Counts its calls, so that each test can say the macro evaluated its
 // argument exactly once.
@@ -54,7 +57,7 @@ TEST(ReturnIfErrorTest, ErrorReturnsEarlyUnchanged) {
   error.SetPayload("reducer/test", absl::Cord("kept"));
   absl::Status got = ReturnIfError(source, error, reached);
   EXPECT_FALSE(reached);
-  EXPECT_EQ(got.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(got, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(got.message(), "shape [4,3] is not [4,4]");
   EXPECT_EQ(got, error);  // payloads too
   EXPECT_EQ(source.calls, 1);
@@ -131,7 +134,7 @@ TEST(AssignOrReturnTest, ErrorReturnsEarlyUnchangedAndAssignsNothing) {
     return absl::OkStatus();
   };
   absl::Status got = f();
-  EXPECT_EQ(got.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(got, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(got.message(), "over --max_tensor_bytes");
   EXPECT_FALSE(reached);
   EXPECT_EQ(kept, "before");

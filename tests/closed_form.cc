@@ -195,24 +195,7 @@ bool OpAllowed(ReduceOp op, DataType dtype) {
   }
 }
 
-size_t ElementSize(DataType dtype) {
-  switch (dtype) {
-    case DataType::kFloat32:
-    case DataType::kInt32:
-      return 4;
-    case DataType::kFloat64:
-    case DataType::kInt64:
-      return 8;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt8:
-    case DataType::kUInt8:
-    case DataType::kBool:
-      return 1;
-  }
-  return 0;
-}
+size_t ElementSize(DataType dtype) { return DataTypeSize(dtype); }
 
 uint16_t FloatToHalfBits(float value) {
   const uint32_t x = FloatBits(value);

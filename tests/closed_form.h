@@ -53,7 +53,8 @@ inline constexpr ReduceOp kAllReduceOps[] = {
 bool IsFloatingType(DataType dtype);
 bool OpAllowed(ReduceOp op, DataType dtype);
 
-// Bytes per element (4, 8, 2, 2, 1, 1, 4, 8, 1).
+// Bytes per element (4, 8, 2, 2, 1, 1, 4, 8, 1): core's DataTypeSize, 0 for
+// a value that is no DataType.
 size_t ElementSize(DataType dtype);
 
 // Reference conversions, rounding to nearest even. NaN stays NaN (quiet).

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
@@ -134,8 +135,8 @@ TEST(ClosedFormTest, CompareElementsNamesTheFirstDifference) {
   const float got[] = {1.0f, 2.0f, 3.0f};
   const float want[] = {1.0f, 2.5f, 3.0f};
   const absl::Status s = CompareElements(DataType::kFloat32, got, want, 3, "ctx");
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(s.message(), HasSubstr("ctx: 1 of 3 float32 elements differ"));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition,
+                          HasSubstr("ctx: 1 of 3 float32 elements differ")));
   EXPECT_THAT(s.message(), HasSubstr("element 1: got 2 "));
   EXPECT_THAT(s.message(), HasSubstr("want 2.5 "));
   EXPECT_TRUE(CompareElements(DataType::kFloat32, got, got, 3, "ctx").ok());

@@ -21,6 +21,7 @@
 #include "tests/closed_form.h"
 #include "tests/fault_test_base.h"
 #include "tests/raw_client.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
@@ -237,9 +238,9 @@ TEST_F(CollectivesStreamTest, MessagesThatNameNoCallEndTheStream) {
     const RawCallResult result =
         raw.Call({c.message}, kCallTimeout, /*half_close=*/true,
                  /*many_calls=*/true);
-    EXPECT_EQ(result.status.code(), absl::StatusCode::kInvalidArgument)
-        << c.label << ": " << result.status;
-    EXPECT_THAT(result.status.message(), HasSubstr(c.want)) << c.label;
+    EXPECT_THAT(result.status,
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.want)))
+        << c.label;
     EXPECT_LE(result.elapsed, kFast) << c.label;
   }
   // The job is unharmed: a good call on a fresh stream works.
@@ -260,10 +261,9 @@ TEST_F(CollectivesStreamTest, ReusingTheIdOfACallInFlightEndsTheStream) {
       {WholeCall(*s[1], 5, 0, 4, Payload(1, 4, 1)),
        WholeCall(*s[1], 5, 1, 4, Payload(1, 4, 2))},
       kCallTimeout, /*half_close=*/true, /*many_calls=*/true);
-  EXPECT_EQ(result.status.code(), absl::StatusCode::kInvalidArgument)
-      << result.status;
-  EXPECT_THAT(result.status.message(),
-              HasSubstr("call id 5 is already in flight"));
+  EXPECT_THAT(result.status,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("call id 5 is already in flight")));
   EXPECT_LE(result.elapsed, kFast);
 }
 
@@ -276,8 +276,7 @@ TEST_F(CollectivesStreamTest, ABrokenStreamCancelsItsCallForThePeers) {
   const RawCallResult gave_up =
       s[1]->Call({WholeCall(*s[1], 1, 0, 4, Payload(1, 4, 1))},
                  absl::Seconds(1), /*half_close=*/false, /*many_calls=*/true);
-  EXPECT_EQ(gave_up.status.code(), absl::StatusCode::kDeadlineExceeded)
-      << gave_up.status;
+  EXPECT_THAT(gave_up.status, StatusIs(absl::StatusCode::kDeadlineExceeded));
   // The client's deadline ends the call on its side at once; reducerd learns
   // of the cancellation when the stream's reset arrives. A peer arriving
   // before that would complete the collective with rank 1's contribution,

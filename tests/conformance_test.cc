@@ -396,24 +396,7 @@ TEST_P(ConformanceTest, KilledRankAbortsThePendingCallsOfTheOthers) {
   std::vector<std::unique_ptr<ChildProcess>> workers =
       StartScripts({waiting, waiting, waiting, "hang"});
   ASSERT_EQ(workers.size(), static_cast<size_t>(kWorldSize));
-  for (int r = 0; r + 1 < kWorldSize; ++r) {
-    ASSERT_NE(workers[r], nullptr);
-    ASSERT_TRUE(WaitForOutput(*workers[r], "BEGIN 1 "));
-    ASSERT_TRUE(WaitForOutput(*workers[r], "BEGIN 2 "));
-  }
-  ASSERT_NE(workers[3], nullptr);
-  ASSERT_TRUE(WaitForOutput(*workers[3], "BEGIN 1 hang"));
-  absl::SleepFor(absl::Milliseconds(500));  // their contributions reach reducerd
-  const absl::Time killed_at = absl::Now();
-  ASSERT_TRUE(workers[3]->Signal(SIGKILL));
-  const ProcessResult killed = workers[3]->Wait(absl::Seconds(10));
-  EXPECT_EQ(killed.term_signal, SIGKILL) << killed.Describe();
-  for (int r = 0; r + 1 < kWorldSize; ++r) {
-    ASSERT_TRUE(WaitForOutput(*workers[r], "RESULT 1 ", kFast));
-    ASSERT_TRUE(WaitForOutput(*workers[r], "RESULT 2 ", kFast));
-  }
-  EXPECT_LT(absl::Now() - killed_at, kFast);
-  workers.pop_back();
+  ASSERT_NO_FATAL_FAILURE(KillLastRankDuringTwoSteps(&workers, kFast));
   std::vector<ProcessResult> results = WaitWorkers(workers);
   for (const ProcessResult& r : results) {
     for (const char* step : {"1", "2"}) {

@@ -294,6 +294,25 @@ class Checks {
     return CompareElements(dtype, got, want, n, context);
   }
 
+  // One call's result checked: the call's failure annotated with `what`, or
+  // what Checked says of its tensor (a wrong one marked by Wrong).
+  absl::Status CheckCall(const absl::StatusOr<Tensor>& got, DataType dtype,
+                         const std::vector<int64_t>& shape, const void* want,
+                         absl::string_view what) {
+    if (!got.ok()) return Annotate(got.status(), what);
+    return Wrong(Checked(*got, dtype, shape, want, what));
+  }
+
+  // One in-place call's result checked: the call's failure annotated with
+  // `what`, or what CheckedElements says of the n elements at `got` (a wrong
+  // one marked by Wrong).
+  absl::Status CheckInPlace(const absl::Status& call, DataType dtype,
+                            const void* got, const void* want, int64_t n,
+                            absl::string_view what) {
+    if (!call.ok()) return Annotate(call, what);
+    return Wrong(CheckedElements(dtype, got, want, n, what));
+  }
+
   // False when the step's dtype= or op= leaves this pair out.
   bool Wanted(DataType dtype) const {
     return dtype_filter_.empty() || dtype_filter_ == DataTypeName(dtype);
@@ -419,19 +438,15 @@ class Checks {
         const std::vector<uint8_t> want = ClosedFormExpected(op, dtype, all_, n, s);
         absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(input);
         if (!in.ok()) return in.status();
-        absl::StatusOr<Tensor> got =
-            client_->AllReduce(TensorView(in->data(), dtype, shape), op, Call());
-        if (!got.ok()) return Annotate(got.status(), what + " out of place");
-        absl::Status c = Checked(*got, dtype, shape, want.data(),
-                                 what + " out of place");
-        if (!c.ok()) return Wrong(c);
+        REDUCER_RETURN_IF_ERROR(
+            CheckCall(client_->AllReduce(TensorView(in->data(), dtype, shape),
+                                         op, Call()),
+                      dtype, shape, want.data(), what + " out of place"));
         std::vector<uint8_t> inout = input;
-        absl::Status ip = client_->AllReduceInPlace(
-            MutableTensorView(inout.data(), dtype, shape), op, Call());
-        if (!ip.ok()) return Annotate(ip, what + " in place");
-        c = CheckedElements(dtype, inout.data(), want.data(), n,
-                            what + " in place");
-        if (!c.ok()) return Wrong(c);
+        REDUCER_RETURN_IF_ERROR(CheckInPlace(
+            client_->AllReduceInPlace(
+                MutableTensorView(inout.data(), dtype, shape), op, Call()),
+            dtype, inout.data(), want.data(), n, what + " in place"));
       }
     }
     if (!dtype_filter_.empty() || !op_filter_.empty()) return absl::OkStatus();
@@ -542,12 +557,9 @@ class Checks {
       }
       const std::string what =
           absl::StrCat("allgather ", DataTypeName(dtype), " ", ShapeText(shape));
-      absl::StatusOr<Tensor> got =
-          client_->AllGather(TensorView(in->data(), dtype, shape), Call());
-      if (!got.ok()) return Annotate(got.status(), what);
-      absl::Status c =
-          Checked(*got, dtype, {total_rows, kCols}, want.data(), what);
-      if (!c.ok()) return Wrong(c);
+      REDUCER_RETURN_IF_ERROR(CheckCall(
+          client_->AllGather(TensorView(in->data(), dtype, shape), Call()),
+          dtype, {total_rows, kCols}, want.data(), what));
     }
     return absl::OkStatus();
   }
@@ -577,18 +589,15 @@ class Checks {
                                       : TensorView();
           const std::string form = with_view ? " (views everywhere)"
                                              : " (empty views on non-roots)";
-          absl::StatusOr<Tensor> got = client_->Broadcast(view, root, Call());
-          if (!got.ok()) return Annotate(got.status(), what + form);
-          absl::Status c = Checked(*got, dtype, shape, want.data(), what + form);
-          if (!c.ok()) return Wrong(c);
+          REDUCER_RETURN_IF_ERROR(
+              CheckCall(client_->Broadcast(view, root, Call()), dtype, shape,
+                        want.data(), what + form));
         }
         std::vector<uint8_t> inout = mine;
-        absl::Status ip = client_->BroadcastInPlace(
-            MutableTensorView(inout.data(), dtype, shape), root, Call());
-        if (!ip.ok()) return Annotate(ip, what + " in place");
-        absl::Status c = CheckedElements(dtype, inout.data(), want.data(), n,
-                                         what + " in place");
-        if (!c.ok()) return Wrong(c);
+        REDUCER_RETURN_IF_ERROR(CheckInPlace(
+            client_->BroadcastInPlace(
+                MutableTensorView(inout.data(), dtype, shape), root, Call()),
+            dtype, inout.data(), want.data(), n, what + " in place"));
       }
     }
     return absl::OkStatus();
@@ -623,12 +632,10 @@ class Checks {
       const size_t slice = all.size() / static_cast<size_t>(world_size_);
       const std::vector<uint8_t> want(all.begin() + rank_ * slice,
                                       all.begin() + (rank_ + 1) * slice);
-      absl::StatusOr<Tensor> got =
-          client_->ReduceScatter(TensorView(in->data(), p.dtype, shape), p.op,
-                                 Call());
-      if (!got.ok()) return Annotate(got.status(), what);
-      absl::Status c = Checked(*got, p.dtype, slice_shape, want.data(), what);
-      if (!c.ok()) return Wrong(c);
+      REDUCER_RETURN_IF_ERROR(
+          CheckCall(client_->ReduceScatter(
+                        TensorView(in->data(), p.dtype, shape), p.op, Call()),
+                    p.dtype, slice_shape, want.data(), what));
     }
     return absl::OkStatus();
   }
@@ -1035,12 +1042,12 @@ class Checks {
         const std::string what =
             absl::StrCat("scatter ", DataTypeName(dtype), " ", ShapeText(shape),
                          " root ", root);
-        absl::StatusOr<Tensor> got = client_->Scatter(
-            rank_ == root ? TensorView(in->data(), dtype, shape) : TensorView(),
-            root, Call());
-        if (!got.ok()) return Annotate(got.status(), what);
-        absl::Status c = Checked(*got, dtype, part_shape, want.data(), what);
-        if (!c.ok()) return Wrong(c);
+        REDUCER_RETURN_IF_ERROR(CheckCall(
+            client_->Scatter(rank_ == root
+                                 ? TensorView(in->data(), dtype, shape)
+                                 : TensorView(),
+                             root, Call()),
+            dtype, part_shape, want.data(), what));
       }
     }
     return absl::OkStatus();
@@ -1069,11 +1076,9 @@ class Checks {
       }
       const std::string what =
           absl::StrCat("alltoall ", DataTypeName(dtype), " ", ShapeText(shape));
-      absl::StatusOr<Tensor> got =
-          client_->AllToAll(TensorView(in->data(), dtype, shape), Call());
-      if (!got.ok()) return Annotate(got.status(), what);
-      absl::Status c = Checked(*got, dtype, shape, want.data(), what);
-      if (!c.ok()) return Wrong(c);
+      REDUCER_RETURN_IF_ERROR(CheckCall(
+          client_->AllToAll(TensorView(in->data(), dtype, shape), Call()),
+          dtype, shape, want.data(), what));
     }
     return absl::OkStatus();
   }

@@ -18,6 +18,7 @@
 #include "proto/reducer/v1/reducer.pb.h"
 #include "tests/fault_test_base.h"
 #include "tests/raw_client.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
@@ -228,13 +229,10 @@ TEST_F(LimitsTest, MaxConcurrentCalls) {
 TEST_F(LimitsTest, MessageOverTheReceiveLimit) {
   ASSERT_TRUE(StartServer());
   const std::string job = Job();
-  WorkerSpec peer;
-  peer.job = job;
-  peer.rank = 0;
-  peer.world_size = 2;
-  peer.steps = "allreduce:shape=1048576,timeout_ms=8000";
+  // Rank 0 a fault_worker, rank 1 the raw client.
   std::vector<std::unique_ptr<ChildProcess>> workers;
-  workers.push_back(StartWorker(peer));
+  workers.push_back(StartWorker(
+      WorkerSpec{job, 0, 2, "allreduce:shape=1048576,timeout_ms=8000"}));
   absl::StatusOr<std::unique_ptr<RawSession>> raw =
       RawSession::Join(server()->address(), job, 1, 2, absl::Seconds(30));
   ASSERT_TRUE(raw.ok()) << raw.status();
@@ -250,8 +248,8 @@ TEST_F(LimitsTest, MessageOverTheReceiveLimit) {
   huge.set_offset(0);
   huge.set_data(std::string(size_t{4} << 20, '\0'));  // all of it at once
   const RawCallResult r = (*raw)->Call({header, huge}, absl::Seconds(20));
-  EXPECT_EQ(r.status.code(), absl::StatusCode::kResourceExhausted) << r.status;
-  EXPECT_THAT(r.status.message(), HasSubstr("larger than max")) << r.status;
+  EXPECT_THAT(r.status, StatusIs(absl::StatusCode::kResourceExhausted,
+                                 HasSubstr("larger than max")));
   EXPECT_THAT(r.status.message(), HasSubstr("2097152")) << r.status;
   EXPECT_LE(r.elapsed, kFast);
 

@@ -11,9 +11,11 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -44,6 +46,28 @@ const std::vector<std::string> kKeepaliveFlags = {"--keepalive_time=1s",
 
 class LivenessTest : public FaultTest {
  protected:
+  void TearDown() override {
+    proxy_.reset();
+    FaultTest::TearDown();
+  }
+
+  // Starts proxy_, a TcpProxy in front of the running reducerd.
+  void StartProxy() {
+    absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
+        TcpProxy::Start(server()->port());
+    ASSERT_TRUE(proxy.ok()) << proxy.status();
+    proxy_ = *std::move(proxy);
+  }
+
+  // The steps of a rank that outlives a lost peer: an all-reduce that the
+  // loss aborts, a new connection, and an all-reduce with the peer's
+  // replacement.
+  static std::string SurvivorSteps() {
+    return absl::StrCat(
+        "allreduce:timeout_ms=", kLongTimeoutMs,
+        ";reconnect:timeout_ms=30000;allreduce:seed=5,timeout_ms=30000");
+  }
+
   // The line of reducerd's stderr holding all of `parts`, and its position
   // (npos if none).
   size_t FindLogLine(const std::string& log,
@@ -63,6 +87,9 @@ class LivenessTest : public FaultTest {
     }
     return std::string::npos;
   }
+
+  // The proxy of a test that started one (StartProxy).
+  std::unique_ptr<TcpProxy> proxy_;
 };
 
 TEST_F(LivenessTest, MissingRankTimesOutNamingItAfterAStallWarning) {
@@ -237,21 +264,19 @@ TEST_F(LivenessTest, KilledRankAbortsPeersAndTheJobRestarts) {
 // lost rank (ABORTED), not as a malformed request.
 TEST_F(LivenessTest, RankKilledMidTransferAbortsPeers) {
   ASSERT_TRUE(StartServer(kKeepaliveFlags));
-  absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
-      TcpProxy::Start(server()->port());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  ASSERT_NO_FATAL_FAILURE(StartProxy());
   const std::string job = Job();
   const std::string step = absl::StrCat("allreduce_inplace:shape=4194304,timeout_ms=",
                                         kLongTimeoutMs);
   std::vector<std::unique_ptr<ChildProcess>> workers =
-      StartJob(job, 3, {step}, {"", "", (*proxy)->address()});
+      StartJob(job, 3, {step}, {"", "", proxy_->address()});
   ASSERT_TRUE(WaitForOutput(*workers[2], "RESULT 0 connect"));
-  (*proxy)->SetDelay(absl::Milliseconds(20), 64 << 10);  // ~3 MB/s
+  proxy_->SetDelay(absl::Milliseconds(20), 64 << 10);  // ~3 MB/s
   for (auto& w : workers) ASSERT_TRUE(WaitForOutput(*w, "BEGIN 1 "));
   // Rank 2's data connection (its second) has moved a few MiB: mid-transfer.
-  ASSERT_TRUE((*proxy)->WaitForBytes(1, TcpProxy::kUpstream, 2 << 20,
-                                     absl::Seconds(20)));
-  (*proxy)->Pause(0, TcpProxy::kBoth);
+  ASSERT_TRUE(
+      proxy_->WaitForBytes(1, TcpProxy::kUpstream, 2 << 20, absl::Seconds(20)));
+  proxy_->Pause(0, TcpProxy::kBoth);
   ASSERT_TRUE(workers[2]->Signal(SIGKILL));
   std::vector<std::unique_ptr<ChildProcess>> peers;
   peers.push_back(std::move(workers[0]));
@@ -273,22 +298,20 @@ TEST_F(LivenessTest, RankKilledMidTransferAbortsPeers) {
 // not malformed), and the job goes on with a named all-reduce.
 TEST_F(LivenessTest, DataConnectionCutMidTransferAbortsTheCollective) {
   ASSERT_TRUE(StartServer());
-  absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
-      TcpProxy::Start(server()->port());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  ASSERT_NO_FATAL_FAILURE(StartProxy());
   const std::string job = Job();
   const std::string steps = absl::StrCat(
       "allreduce_inplace:shape=4194304,timeout_ms=", kLongTimeoutMs,
       ";allreduce:name=after,seed=3,timeout_ms=8000");
   std::vector<std::unique_ptr<ChildProcess>> workers =
-      StartJob(job, 3, {steps}, {"", "", (*proxy)->address()});
+      StartJob(job, 3, {steps}, {"", "", proxy_->address()});
   ASSERT_TRUE(WaitForOutput(*workers[2], "RESULT 0 connect"));
-  (*proxy)->SetDelay(absl::Milliseconds(20), 64 << 10);  // ~3 MB/s
+  proxy_->SetDelay(absl::Milliseconds(20), 64 << 10);  // ~3 MB/s
   for (auto& w : workers) ASSERT_TRUE(WaitForOutput(*w, "BEGIN 1 "));
-  ASSERT_TRUE((*proxy)->WaitForBytes(1, TcpProxy::kUpstream, 2 << 20,
-                                     absl::Seconds(20)));
-  (*proxy)->Drop(1);
-  (*proxy)->SetDelay(absl::ZeroDuration());
+  ASSERT_TRUE(
+      proxy_->WaitForBytes(1, TcpProxy::kUpstream, 2 << 20, absl::Seconds(20)));
+  proxy_->Drop(1);
+  proxy_->SetDelay(absl::ZeroDuration());
   std::vector<ProcessResult> results = WaitWorkers(workers);
   ASSERT_EQ(results.size(), 3u);
   for (int r = 0; r < 2; ++r) {
@@ -312,25 +335,23 @@ TEST_F(LivenessTest, DataConnectionCutMidTransferAbortsTheCollective) {
 // through again, the next collective reconnects and succeeds at once.
 TEST_F(LivenessTest, UnreachableDataPathFailsSmallCallsPromptly) {
   ASSERT_TRUE(StartServer());
-  absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
-      TcpProxy::Start(server()->port());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
-  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
-      Job(), 2,
-      {"allreduce:timeout_ms=20000;wait_file:path=open;"
-       "allreduce:name=after,seed=3,timeout_ms=20000",
-       "allreduce:timeout_ms=20000;wait_file:path=cut;"
-       "allreduce:seed=2,timeout_ms=20000;wait_file:path=open;"
-       "allreduce:name=after,seed=3,timeout_ms=20000"},
-      {"", (*proxy)->address()});
+  ASSERT_NO_FATAL_FAILURE(StartProxy());
+  std::vector<std::unique_ptr<ChildProcess>> workers =
+      StartJob(Job(), 2,
+               {"allreduce:timeout_ms=20000;wait_file:path=open;"
+                "allreduce:name=after,seed=3,timeout_ms=20000",
+                "allreduce:timeout_ms=20000;wait_file:path=cut;"
+                "allreduce:seed=2,timeout_ms=20000;wait_file:path=open;"
+                "allreduce:name=after,seed=3,timeout_ms=20000"},
+               {"", proxy_->address()});
   for (auto& w : workers) ASSERT_TRUE(WaitForOutput(*w, "RESULT 1 "));
-  ASSERT_GE((*proxy)->num_connections(), 2);  // session, then data
-  (*proxy)->SetRefuseNew(true);
-  (*proxy)->Drop(1);
+  ASSERT_GE(proxy_->num_connections(), 2);  // session, then data
+  proxy_->SetRefuseNew(true);
+  proxy_->Drop(1);
   absl::SleepFor(absl::Milliseconds(200));
   Touch("cut");
   ASSERT_TRUE(WaitForOutput(*workers[1], "RESULT 3 ", absl::Seconds(20)));
-  (*proxy)->SetRefuseNew(false);
+  proxy_->SetRefuseNew(false);
   Touch("open");
   std::vector<ProcessResult> results = WaitWorkers(workers);
   ASSERT_EQ(results.size(), 2u);
@@ -346,20 +367,16 @@ TEST_F(LivenessTest, UnreachableDataPathFailsSmallCallsPromptly) {
 // silent peer, and ranks 0 and 1 get ABORTED naming rank 2 within seconds.
 TEST_F(LivenessTest, SilentRankIsFoundByKeepaliveAndNamed) {
   ASSERT_TRUE(StartServer(kKeepaliveFlags));
-  absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
-      TcpProxy::Start(server()->port());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  ASSERT_NO_FATAL_FAILURE(StartProxy());
   const std::string job = Job();
-  const std::string survivor = absl::StrCat(
-      "allreduce:timeout_ms=", kLongTimeoutMs,
-      ";reconnect:timeout_ms=30000;allreduce:seed=5,timeout_ms=30000");
-  std::vector<std::unique_ptr<ChildProcess>> workers =
-      StartJob(job, 3, {survivor, survivor, "hang"}, {"", "", (*proxy)->address()});
+  const std::string survivor = SurvivorSteps();
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
+      job, 3, {survivor, survivor, "hang"}, {"", "", proxy_->address()});
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(WaitForOutput(*workers[r], "BEGIN 1 "));
   ASSERT_TRUE(WaitForOutput(*workers[2], "BEGIN 1 hang"));
   absl::SleepFor(absl::Milliseconds(300));
   const absl::Time paused_at = absl::Now();
-  (*proxy)->PauseAll();
+  proxy_->PauseAll();
 
   ASSERT_TRUE(WaitForOutput(*workers[0], "RESULT 1 ", absl::Seconds(20)));
   const absl::Duration noticed = absl::Now() - paused_at;
@@ -396,13 +413,9 @@ TEST_F(LivenessTest, SilentRankIsFoundByKeepaliveAndNamed) {
 // again through the proxy, and the job goes on.
 TEST_F(LivenessTest, CutConnectionAbortsPeersAndTheRankReconnects) {
   ASSERT_TRUE(StartServer(kKeepaliveFlags));
-  absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
-      TcpProxy::Start(server()->port());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  ASSERT_NO_FATAL_FAILURE(StartProxy());
   const std::string job = Job();
-  const std::string survivor = absl::StrCat(
-      "allreduce:timeout_ms=", kLongTimeoutMs,
-      ";reconnect:timeout_ms=30000;allreduce:seed=5,timeout_ms=30000");
+  const std::string survivor = SurvivorSteps();
   // Rank 2 takes part in one collective (so that its data connection is
   // open too), then waits for the cut, then connects again.
   std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
@@ -410,13 +423,13 @@ TEST_F(LivenessTest, CutConnectionAbortsPeersAndTheRankReconnects) {
       {absl::StrCat("barrier;", survivor), absl::StrCat("barrier;", survivor),
        "barrier;wait_file:path=cut;allreduce:timeout_ms=5000;"
        "reconnect:timeout_ms=30000;allreduce:seed=5,timeout_ms=30000"},
-      {"", "", (*proxy)->address()});
+      {"", "", proxy_->address()});
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(WaitForOutput(*workers[r], "BEGIN 2 "));
   ASSERT_TRUE(WaitForOutput(*workers[2], "BEGIN 2 wait_file"));
-  EXPECT_GE((*proxy)->num_connections(), 2) << "session and data connections";
+  EXPECT_GE(proxy_->num_connections(), 2) << "session and data connections";
   absl::SleepFor(absl::Milliseconds(300));
   const absl::Time cut_at = absl::Now();
-  (*proxy)->DropAll();
+  proxy_->DropAll();
   ASSERT_TRUE(WaitForOutput(*workers[0], "RESULT 2 ", absl::Seconds(20)));
   EXPECT_LT(absl::Now() - cut_at, absl::Seconds(5));
   Touch("cut");

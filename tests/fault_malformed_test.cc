@@ -25,6 +25,7 @@
 #include "tests/closed_form.h"
 #include "tests/fault_test_base.h"
 #include "tests/raw_client.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
@@ -231,7 +232,7 @@ TEST_P(RawMalformedTest, IsRejectedAndItsCollectiveFailsForAll) {
   std::string where = absl::StrCat(c.label, ": raw rank 1 got ",
                                    bad.status.ToString(), " after ",
                                    absl::FormatDuration(bad.elapsed));
-  EXPECT_EQ(bad.status.code(), c.raw_code) << where;
+  EXPECT_THAT(bad.status, StatusIs(c.raw_code)) << where;
   for (const std::string& s : c.raw_want) {
     EXPECT_THAT(bad.status.message(), HasSubstr(s)) << where;
   }
@@ -427,13 +428,10 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_F(MalformedTest, ForeignSessionOrEpochIsRefusedAndTheRealRankStillWorks) {
   ASSERT_TRUE(StartServer());
   const std::string job = Job();
-  WorkerSpec peer;
-  peer.job = job;
-  peer.rank = 0;
-  peer.world_size = 2;
-  peer.steps = "allreduce:shape=5,seed=3,timeout_ms=15000";
+  // Rank 0 a fault_worker, rank 1 the raw client.
   std::vector<std::unique_ptr<ChildProcess>> workers;
-  workers.push_back(StartWorker(peer));
+  workers.push_back(StartWorker(
+      WorkerSpec{job, 0, 2, "allreduce:shape=5,seed=3,timeout_ms=15000"}));
   absl::StatusOr<std::unique_ptr<RawSession>> raw =
       RawSession::Join(server()->address(), job, 1, 2, absl::Seconds(30));
   ASSERT_TRUE(raw.ok()) << raw.status();
@@ -444,16 +442,17 @@ TEST_F(MalformedTest, ForeignSessionOrEpochIsRefusedAndTheRealRankStillWorks) {
       FirstMessage(**raw, {n}, RawPayload(1, n, seed));
   wrong_session.mutable_header()->set_session_id("not-a-session");
   RawCallResult r = (*raw)->Call({wrong_session}, absl::Seconds(10));
-  EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition) << r.status;
-  EXPECT_THAT(r.status.message(),
-              HasSubstr("session not-a-session does not hold rank 1"));
+  EXPECT_THAT(
+      r.status,
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               HasSubstr("session not-a-session does not hold rank 1")));
 
   v1::CollectiveRequest future_epoch =
       FirstMessage(**raw, {n}, RawPayload(1, n, seed));
   future_epoch.mutable_header()->set_epoch((*raw)->epoch() + 1);
   r = (*raw)->Call({future_epoch}, absl::Seconds(10));
-  EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition) << r.status;
-  EXPECT_THAT(r.status.message(), HasSubstr("has not started"));
+  EXPECT_THAT(r.status, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                 HasSubstr("has not started")));
 
   const RawCallResult good =
       (*raw)->Call({FirstMessage(**raw, {n}, RawPayload(1, n, seed))},

@@ -34,7 +34,32 @@ constexpr int kLongTimeoutMs = 60000;
 // How soon a loss or a refusal must be reported.
 constexpr absl::Duration kSoon = absl::Seconds(10);
 
-class SendReceiveFaultTest : public FaultTest {};
+class SendReceiveFaultTest : public FaultTest {
+ protected:
+  // A job of two ranks: rank 0 hangs while rank 1 runs `receive` (a step
+  // whose verb is `verb`, with a long timeout); once the call has had time
+  // to reach reducerd, rank 0 is SIGKILLed. Rank 1's step must then fail
+  // ABORTED naming rank 0 within kSoon.
+  void ExpectReceiveAbortedWhenTheSourceIsKilled(const std::string& verb,
+                                                 const std::string& receive) {
+    ASSERT_TRUE(StartServer());
+    std::vector<std::unique_ptr<ChildProcess>> workers =
+        StartJob(Job(), 2, {"hang", receive});
+    ASSERT_EQ(workers.size(), 2u);
+    ASSERT_NE(workers[0], nullptr);
+    ASSERT_NE(workers[1], nullptr);
+    ASSERT_TRUE(WaitForOutput(*workers[0], "BEGIN 1 hang"));
+    ASSERT_TRUE(WaitForOutput(*workers[1], absl::StrCat("BEGIN 1 ", verb)));
+    absl::SleepFor(absl::Milliseconds(500));  // the call reaches reducerd
+    ASSERT_TRUE(workers[0]->Signal(SIGKILL));
+    const ProcessResult killed = workers[0]->Wait(absl::Seconds(10));
+    EXPECT_EQ(killed.term_signal, SIGKILL) << killed.Describe();
+    workers.erase(workers.begin());
+    std::vector<ProcessResult> results = WaitWorkers(workers);
+    ASSERT_EQ(results.size(), 1u);
+    ExpectStep(results[0], "1", absl::StatusCode::kAborted, {"rank 0"}, kSoon);
+  }
+};
 
 // Rank 0's Send returns while rank 1 is still asleep; rank 1's Receive,
 // 1.5 s later, still gets the closed-form bytes.
@@ -71,23 +96,8 @@ TEST_F(SendReceiveFaultTest, ReceiveWhoseSendNeverComesNamesTheSource) {
 }
 
 TEST_F(SendReceiveFaultTest, ReceiverOfAKilledSourceIsAbortedWithinSeconds) {
-  ASSERT_TRUE(StartServer());
-  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
-      Job(), 2,
-      {"hang", absl::StrCat("receive:from=0,timeout_ms=", kLongTimeoutMs)});
-  ASSERT_EQ(workers.size(), 2u);
-  ASSERT_NE(workers[0], nullptr);
-  ASSERT_NE(workers[1], nullptr);
-  ASSERT_TRUE(WaitForOutput(*workers[0], "BEGIN 1 hang"));
-  ASSERT_TRUE(WaitForOutput(*workers[1], "BEGIN 1 receive"));
-  absl::SleepFor(absl::Milliseconds(500));  // the receive reaches reducerd
-  ASSERT_TRUE(workers[0]->Signal(SIGKILL));
-  const ProcessResult killed = workers[0]->Wait(absl::Seconds(10));
-  EXPECT_EQ(killed.term_signal, SIGKILL) << killed.Describe();
-  workers.erase(workers.begin());
-  std::vector<ProcessResult> results = WaitWorkers(workers);
-  ASSERT_EQ(results.size(), 1u);
-  ExpectStep(results[0], "1", absl::StatusCode::kAborted, {"rank 0"}, kSoon);
+  ExpectReceiveAbortedWhenTheSourceIsKilled(
+      "receive", absl::StrCat("receive:from=0,timeout_ms=", kLongTimeoutMs));
 }
 
 // Calls that name no other rank of the world, a negative tag, or call
@@ -253,23 +263,9 @@ TEST_F(SendReceiveFaultTest, ReceiveAnyWhoseSendNeverComesSaysWhatItWaitedFor) {
 // The only other rank is SIGKILLed while rank 1 waits in ReceiveAny: it
 // gets ABORTED naming rank 0 within seconds, as a Receive would.
 TEST_F(SendReceiveFaultTest, ReceiveAnyOfAJobWhoseOtherRankDiedNamesIt) {
-  ASSERT_TRUE(StartServer());
-  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
-      Job(), 2,
-      {"hang", absl::StrCat("receive_any:tag=3,timeout_ms=", kLongTimeoutMs)});
-  ASSERT_EQ(workers.size(), 2u);
-  ASSERT_NE(workers[0], nullptr);
-  ASSERT_NE(workers[1], nullptr);
-  ASSERT_TRUE(WaitForOutput(*workers[0], "BEGIN 1 hang"));
-  ASSERT_TRUE(WaitForOutput(*workers[1], "BEGIN 1 receive_any"));
-  absl::SleepFor(absl::Milliseconds(500));  // the match reaches reducerd
-  ASSERT_TRUE(workers[0]->Signal(SIGKILL));
-  const ProcessResult killed = workers[0]->Wait(absl::Seconds(10));
-  EXPECT_EQ(killed.term_signal, SIGKILL) << killed.Describe();
-  workers.erase(workers.begin());
-  std::vector<ProcessResult> results = WaitWorkers(workers);
-  ASSERT_EQ(results.size(), 1u);
-  ExpectStep(results[0], "1", absl::StatusCode::kAborted, {"rank 0"}, kSoon);
+  ExpectReceiveAbortedWhenTheSourceIsKilled(
+      "receive_any",
+      absl::StrCat("receive_any:tag=3,timeout_ms=", kLongTimeoutMs));
 }
 
 // ReceiveAny with a negative tag, a name, or a group with no other rank is

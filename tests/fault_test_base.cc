@@ -1,5 +1,6 @@
 #include "tests/fault_test_base.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -229,6 +230,32 @@ std::vector<ProcessResult> FaultTest::WaitWorkers(
     ADD_FAILURE() << "server logs:\n" << server_->Logs();
   }
   return results;
+}
+
+void FaultTest::KillLastRankDuringTwoSteps(
+    std::vector<std::unique_ptr<ChildProcess>>* workers,
+    absl::Duration within) {
+  std::vector<std::unique_ptr<ChildProcess>>& w = *workers;
+  ASSERT_FALSE(w.empty());
+  const size_t last = w.size() - 1;
+  for (size_t r = 0; r < last; ++r) {
+    ASSERT_NE(w[r], nullptr);
+    ASSERT_TRUE(WaitForOutput(*w[r], "BEGIN 1 "));
+    ASSERT_TRUE(WaitForOutput(*w[r], "BEGIN 2 "));
+  }
+  ASSERT_NE(w[last], nullptr);
+  ASSERT_TRUE(WaitForOutput(*w[last], "BEGIN 1 hang"));
+  absl::SleepFor(absl::Milliseconds(500));  // the others' calls reach reducerd
+  const absl::Time killed_at = absl::Now();
+  ASSERT_TRUE(w[last]->Signal(SIGKILL));
+  const ProcessResult killed = w[last]->Wait(absl::Seconds(10));
+  EXPECT_EQ(killed.term_signal, SIGKILL) << killed.Describe();
+  for (size_t r = 0; r < last; ++r) {
+    ASSERT_TRUE(WaitForOutput(*w[r], "RESULT 1 ", within));
+    ASSERT_TRUE(WaitForOutput(*w[r], "RESULT 2 ", within));
+  }
+  EXPECT_LT(absl::Now() - killed_at, within);
+  w.pop_back();
 }
 
 bool FaultTest::WaitForOutput(ChildProcess& worker, const std::string& text,

@@ -111,6 +111,15 @@ class FaultTest : public ::testing::Test {
   bool WaitForOutput(ChildProcess& worker, const std::string& text,
                      absl::Duration timeout = absl::Seconds(30));
 
+  // Kills the last of `workers` with SIGKILL once every other one has begun
+  // its steps 1 and 2 (asynchronous calls that wait for it) and the last one
+  // its "hang"; then expects every other one to report the results of both
+  // steps within `within` of the kill. Removes the killed worker from
+  // `workers`. Failures are fatal (call under ASSERT_NO_FATAL_FAILURE).
+  void KillLastRankDuringTwoSteps(
+      std::vector<std::unique_ptr<ChildProcess>>* workers,
+      absl::Duration within);
+
   // The RESULT of step `index` of a finished worker; records a failure
   // (with the worker's output) when it is missing.
   StepResult Step(const ProcessResult& worker, const std::string& index);

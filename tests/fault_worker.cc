@@ -362,18 +362,34 @@ class Worker {
     return RunTensorCollective(step, *call);
   }
 
+  // A step's tensor: its `dtype` (default float32) and `shape` (default 8).
+  struct MessageSpec {
+    DataType dtype;
+    std::vector<int64_t> shape;
+  };
+  static absl::StatusOr<MessageSpec> ParseMessageSpec(const Step& step) {
+    absl::StatusOr<DataType> dtype =
+        ParseDataType(step.Get("dtype", "float32"));
+    if (!dtype.ok()) return dtype.status();
+    absl::StatusOr<std::vector<int64_t>> shape =
+        ParseShape(step.Get("shape", "8"));
+    if (!shape.ok()) return shape.status();
+    return MessageSpec{*dtype, *std::move(shape)};
+  }
+
   // receive_any: ReceiveAny with `tag` (default 0) of a `dtype` and `shape`
   // message; its content must be the closed form of the source it names
   // (as send makes it with the same seed), and that source `from`, if
   // given. RESULT's msg then ends " source=<s>".
   Outcome RunReceiveAny(const Step& step, const CallOptions& call) {
     Outcome out;
-    absl::StatusOr<DataType> dtype = ParseDataType(step.Get("dtype", "float32"));
-    absl::StatusOr<std::vector<int64_t>> shape = ParseShape(step.Get("shape", "8"));
-    if (!dtype.ok() || !shape.ok()) {
-      out.status = !dtype.ok() ? dtype.status() : shape.status();
+    absl::StatusOr<MessageSpec> spec = ParseMessageSpec(step);
+    if (!spec.ok()) {
+      out.status = spec.status();
       return out;
     }
+    const DataType dtype = spec->dtype;
+    const std::vector<int64_t>& shape = spec->shape;
     const uint64_t seed = static_cast<uint64_t>(step.GetInt("seed", 1)) * 1000;
     int source = -1;
     absl::StatusOr<Tensor> got = client_->ReceiveAny(
@@ -382,14 +398,14 @@ class Worker {
     if (!got.ok()) return out;
     const int from = static_cast<int>(step.GetInt("from", -1));
     const int global = call.group.empty() ? source : Members(call)[source];
-    const std::vector<uint8_t> want = ClosedFormInput(
-        ReduceOp::kSum, *dtype, global, Elements(*shape), seed);
+    const std::vector<uint8_t> want =
+        ClosedFormInput(ReduceOp::kSum, dtype, global, Elements(shape), seed);
     out.status = absl::OkStatus();
     if (from >= 0 && source != from) {
       out.check = "bad";
       out.detail = absl::StrCat("the message came from rank ", source,
                                 ", not from rank ", from);
-    } else if (got->dtype() != *dtype || got->shape() != *shape ||
+    } else if (got->dtype() != dtype || got->shape() != shape ||
                got->num_bytes() != want.size() ||
                std::memcmp(got->data(), want.data(), want.size()) != 0) {
       out.check = "bad";
@@ -443,33 +459,34 @@ class Worker {
   // form (sum) of its rank and `seed`, which the receiver checks exactly.
   Outcome RunPointToPoint(const Step& step, const CallOptions& call) {
     Outcome out;
-    absl::StatusOr<DataType> dtype = ParseDataType(step.Get("dtype", "float32"));
-    absl::StatusOr<std::vector<int64_t>> shape = ParseShape(step.Get("shape", "8"));
-    if (!dtype.ok() || !shape.ok()) {
-      out.status = !dtype.ok() ? dtype.status() : shape.status();
+    absl::StatusOr<MessageSpec> spec = ParseMessageSpec(step);
+    if (!spec.ok()) {
+      out.status = spec.status();
       return out;
     }
-    const int64_t n = Elements(*shape);
+    const DataType dtype = spec->dtype;
+    const std::vector<int64_t>& shape = spec->shape;
+    const int64_t n = Elements(shape);
     const uint64_t seed = static_cast<uint64_t>(step.GetInt("seed", 1)) * 1000;
     const int tag = static_cast<int>(step.GetInt("tag", 0));
     if (step.verb == "send") {
       const std::vector<uint8_t> input =
-          ClosedFormInput(ReduceOp::kSum, *dtype, options_.rank, n, seed);
-      out.status = client_->Send(TensorView(input.data(), *dtype, *shape),
-                                 static_cast<int>(step.GetInt("to", -1)), tag,
-                                 call);
+          ClosedFormInput(ReduceOp::kSum, dtype, options_.rank, n, seed);
+      out.status =
+          client_->Send(TensorView(input.data(), dtype, shape),
+                        static_cast<int>(step.GetInt("to", -1)), tag, call);
       return out;
     }
     const int source = static_cast<int>(step.GetInt("from", -1));
     const std::vector<uint8_t> want =
-        ClosedFormInput(ReduceOp::kSum, *dtype, source, n, seed);
+        ClosedFormInput(ReduceOp::kSum, dtype, source, n, seed);
     if (step.verb == "receive_inplace") {
       // The buffer starts as this rank's own closed form: on failure it
       // must still hold exactly that.
       const std::vector<uint8_t> before =
-          ClosedFormInput(ReduceOp::kSum, *dtype, options_.rank, n, seed + 1);
+          ClosedFormInput(ReduceOp::kSum, dtype, options_.rank, n, seed + 1);
       std::vector<uint8_t> buffer = before;
-      const MutableTensorView view(buffer.data(), *dtype, *shape);
+      const MutableTensorView view(buffer.data(), dtype, shape);
       out.status =
           step.GetInt("async", 0) != 0
               ? client_->ReceiveInPlaceAsync(view, source, tag, call)
@@ -488,7 +505,7 @@ class Worker {
     absl::StatusOr<Tensor> got = client_->Receive(source, tag, call);
     out.status = got.status();
     if (!got.ok()) return out;
-    if (got->dtype() != *dtype || got->shape() != *shape ||
+    if (got->dtype() != dtype || got->shape() != shape ||
         got->num_bytes() != want.size() ||
         std::memcmp(got->data(), want.data(), want.size()) != 0) {
       out.check = "bad";
@@ -519,14 +536,12 @@ class Worker {
   absl::StatusOr<Prepared> Prepare(const Step& step, const CallOptions& call,
                                    int tensor_index) {
     Prepared p;
-    absl::StatusOr<DataType> dtype = ParseDataType(step.Get("dtype", "float32"));
-    if (!dtype.ok()) return dtype.status();
-    absl::StatusOr<std::vector<int64_t>> shape = ParseShape(step.Get("shape", "8"));
-    if (!shape.ok()) return shape.status();
+    absl::StatusOr<MessageSpec> spec = ParseMessageSpec(step);
+    if (!spec.ok()) return spec.status();
     absl::StatusOr<ReduceOp> op = ParseOp(step.Get("op", "sum"));
     if (!op.ok()) return op.status();
-    p.dtype = *dtype;
-    p.shape = *shape;
+    p.dtype = spec->dtype;
+    p.shape = spec->shape;
     p.op = *op;
     const std::string& verb = step.verb;
     const bool reduces = verb == "allreduce" || verb == "allreduce_inplace" ||

@@ -23,6 +23,7 @@
 #include "proto/reducer/v1/status_conversion.h"
 #include "tests/fault_test_base.h"
 #include "tests/raw_client.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
@@ -117,10 +118,11 @@ TEST_F(HostileClientTest, HugeWorldSizeIsRefusedWithoutGrowingReducerd) {
         server()->address(),
         JoinRequestFor(absl::StrCat(Job("huge"), i), 40000000),
         absl::Seconds(10));
-    EXPECT_EQ(joined.code(), absl::StatusCode::kInvalidArgument) << joined;
-    EXPECT_THAT(joined.message(),
-                HasSubstr("JoinRequest.world_size 40000000 is over the limit "
-                          "of 16384 ranks per job (--max_world_size)"));
+    EXPECT_THAT(
+        joined,
+        StatusIs(absl::StatusCode::kInvalidArgument,
+                 HasSubstr("JoinRequest.world_size 40000000 is over the limit "
+                           "of 16384 ranks per job (--max_world_size)")));
     EXPECT_LE(absl::Now() - start, kFast);
   }
   // Three such Joins once took reducerd from 17 MiB to 2.2 GiB resident.
@@ -148,10 +150,10 @@ TEST_F(HostileClientTest, PerRankStateCountsAgainstTheMemoryBudget) {
   const absl::Status joined =
       RawJoin(server()->address(), JoinRequestFor(Job("wide"), 1000000),
               absl::Seconds(10));
-  EXPECT_EQ(joined.code(), absl::StatusCode::kResourceExhausted) << joined;
-  EXPECT_THAT(joined.message(),
-              HasSubstr(absl::StrCat("cannot create job ", Job("wide"),
-                                     " of 1000000 ranks: its per-rank state")));
+  EXPECT_THAT(joined, StatusIs(absl::StatusCode::kResourceExhausted,
+                               HasSubstr(absl::StrCat(
+                                   "cannot create job ", Job("wide"),
+                                   " of 1000000 ranks: its per-rank state"))));
   EXPECT_THAT(joined.message(), HasSubstr("--memory_budget_bytes=1048576"));
 
   // A job that fits still runs, and so does the next one: the refused job
@@ -173,16 +175,17 @@ TEST_F(HostileClientTest, NamesOverTheLimitAreRefusedNamingTheField) {
   // Join: the job's name and the session id.
   absl::Status joined =
       RawJoin(server()->address(), JoinRequestFor(over, 1), absl::Seconds(10));
-  EXPECT_EQ(joined.code(), absl::StatusCode::kInvalidArgument) << joined;
-  EXPECT_THAT(joined.message(),
-              HasSubstr("JoinRequest.job is 513 bytes long, over the limit of "
-                        "512 bytes (--max_name_bytes)"));
+  EXPECT_THAT(
+      joined,
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("JoinRequest.job is 513 bytes long, over the limit of "
+                         "512 bytes (--max_name_bytes)")));
   v1::JoinRequest long_session = JoinRequestFor(Job("session"), 1);
   long_session.set_session_id(over);
   joined = RawJoin(server()->address(), long_session, absl::Seconds(10));
-  EXPECT_EQ(joined.code(), absl::StatusCode::kInvalidArgument) << joined;
-  EXPECT_THAT(joined.message(),
-              HasSubstr("JoinRequest.session_id is 513 bytes long"));
+  EXPECT_THAT(joined,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("JoinRequest.session_id is 513 bytes long")));
   // A name of exactly the limit is fine.
   EXPECT_TRUE(RawJoin(server()->address(), JoinRequestFor(at_limit, 1),
                       absl::Seconds(10))
@@ -217,11 +220,11 @@ TEST_F(HostileClientTest, NamesOverTheLimitAreRefusedNamingTheField) {
           result.responses.back().has_status()) {
         status = FromCallStatus(result.responses.back().status());
       }
-      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument)
-          << where << ": " << status;
-      EXPECT_THAT(status.message(),
-                  HasSubstr(absl::StrCat(c.field, " is 513 bytes long, over "
-                                         "the limit of 512 bytes")))
+      EXPECT_THAT(status,
+                  StatusIs(absl::StatusCode::kInvalidArgument,
+                           HasSubstr(absl::StrCat(c.field,
+                                                  " is 513 bytes long, over "
+                                                  "the limit of 512 bytes"))))
           << where;
       EXPECT_TRUE(result.data.empty()) << where;
     }
@@ -250,9 +253,8 @@ TEST_F(HostileClientTest, SilentStreamsAreClosedAndGiveTheirSlotsBack) {
   v1::CollectiveRequest request = (*raw)->AllReduceRequest({4});
   request.set_data(std::string(16, '\0'));
   const RawCallResult crowded = (*raw)->Call({request}, absl::Seconds(10));
-  EXPECT_EQ(crowded.status.code(), absl::StatusCode::kResourceExhausted)
-      << crowded.status;
-  EXPECT_THAT(crowded.status.message(), HasSubstr("--max_concurrent_calls=2"));
+  EXPECT_THAT(crowded.status, StatusIs(absl::StatusCode::kResourceExhausted,
+                                       HasSubstr("--max_concurrent_calls=2")));
 
   for (auto* stream : {silent.one.get(), silent.many.get()}) {
     const grpc::Status closed = stream->Finish();
@@ -285,11 +287,10 @@ TEST_F(HostileClientTest, APeersSilentStreamsAreBoundedWithoutATimeout) {
   request.set_data(std::string(16, '\0'));
   const absl::Time asked = absl::Now();
   const RawCallResult crowded = (*raw)->Call({request}, absl::Seconds(10));
-  EXPECT_EQ(crowded.status.code(), absl::StatusCode::kResourceExhausted)
-      << crowded.status;
-  EXPECT_THAT(crowded.status.message(),
-              HasSubstr("collective streams that sent no call yet "
-                        "(--max_streams_per_job=2)"));
+  EXPECT_THAT(crowded.status,
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("collective streams that sent no call yet "
+                                 "(--max_streams_per_job=2)")));
   EXPECT_LE(absl::Now() - asked, kFast);
 
   silent.one_context.TryCancel();
@@ -340,12 +341,12 @@ TEST_F(HostileClientTest, AJobOverItsStreamShareIsRefusedAndOthersGoOn) {
   const absl::Time asked = absl::Now();
   const RawCallResult third =
       (*hog0)->Call({waiting_call("third")}, absl::Seconds(20));
-  EXPECT_EQ(third.status.code(), absl::StatusCode::kResourceExhausted)
-      << third.status;
-  EXPECT_THAT(third.status.message(),
-              HasSubstr(absl::StrCat("job ", hog_job, " already holds 2 "
-                                     "collective streams "
-                                     "(--max_streams_per_job=2)")));
+  EXPECT_THAT(third.status,
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr(absl::StrCat("job ", hog_job,
+                                              " already holds 2 "
+                                              "collective streams "
+                                              "(--max_streams_per_job=2)"))));
   EXPECT_LE(absl::Now() - asked, kFast);
   EXPECT_TRUE(third.data.empty());
 
@@ -361,8 +362,7 @@ TEST_F(HostileClientTest, AJobOverItsStreamShareIsRefusedAndOthersGoOn) {
 
   for (std::thread& hog : hogs) hog.join();
   for (const RawCallResult& result : held) {
-    EXPECT_EQ(result.status.code(), absl::StatusCode::kDeadlineExceeded)
-        << result.status;
+    EXPECT_THAT(result.status, StatusIs(absl::StatusCode::kDeadlineExceeded));
   }
   // The held streams ended, so the hog's share is free again: both ranks'
   // next call gets in and completes.

@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
@@ -27,7 +28,7 @@ TEST(ParseExpositionTest, RejectsALineWithoutValueNamingIt) {
   absl::StatusOr<std::vector<Sample>> samples =
       ParseExposition("a_total{kind=\"x\"}\n");
   ASSERT_FALSE(samples.ok());
-  EXPECT_EQ(samples.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(samples.status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(samples.status().message()),
               ::testing::HasSubstr("a_total{kind=\"x\"}"));
 }

@@ -28,6 +28,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/fault_test_base.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
@@ -272,12 +273,12 @@ TEST(NetnsHarnessOptionsTest, BadHostNamesAreRefused) {
   options.hosts = {"w0", "toolong"};
   absl::StatusOr<std::unique_ptr<VirtualNetwork>> net =
       VirtualNetwork::Create(options);
-  EXPECT_EQ(net.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(net.status().message(), HasSubstr("\"toolong\""));
+  EXPECT_THAT(net.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("\"toolong\"")));
   options.hosts = {"w0", "w0"};
   net = VirtualNetwork::Create(options);
-  EXPECT_EQ(net.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(net.status().message(), HasSubstr("listed twice"));
+  EXPECT_THAT(net.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("listed twice")));
 }
 
 }  // namespace

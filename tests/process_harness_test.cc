@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
@@ -127,7 +128,7 @@ TEST(PickFreeLoopbackPortTest, ReturnsAPortThatCanBeBound) {
 TEST(RunfilePathTest, FindsItsOwnBinaryAndRejectsMissingFiles) {
   EXPECT_TRUE(RunfilePath("tests/process_harness_test").ok());
   absl::StatusOr<std::string> missing = RunfilePath("tests/no_such_file");
-  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status(), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST(ReadOnlyBufferTest, HoldsACopyOfTheBytes) {

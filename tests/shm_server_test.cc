@@ -34,8 +34,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/shm/control_segment.h"
 #include "core/data_type.h"
+#include "core/shm/control_segment.h"
 #include "core/shm/fd_passing.h"
 #include "core/shm/message_ring.h"
 #include "core/shm/shared_segment.h"
@@ -47,6 +47,7 @@
 #include "server/server.h"
 #include "tests/closed_form.h"
 #include "tests/raw_client.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
@@ -398,8 +399,8 @@ class ShmServerTest : public ::testing::Test {
     ASSERT_TRUE(rank0->WaitConsumed());
     break_rank0(*rank0);
     peer.join();
-    EXPECT_EQ(rank1.status.code(), absl::StatusCode::kAborted) << rank1.status;
-    EXPECT_THAT(rank1.status.message(), HasSubstr("rank 0"));
+    EXPECT_THAT(rank1.status,
+                StatusIs(absl::StatusCode::kAborted, HasSubstr("rank 0")));
   }
 
   std::unique_ptr<Server> server_;
@@ -430,8 +431,8 @@ TEST_F(ShmServerTest, ANonceThatDiffersFromTheControlSegmentsIsRefused) {
   std::unique_ptr<ShmClient> client =
       ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome, tweak);
   EXPECT_EQ(client, nullptr);
-  EXPECT_EQ(welcome.code(), absl::StatusCode::kFailedPrecondition) << welcome;
-  EXPECT_THAT(welcome.message(), HasSubstr("nonce"));
+  EXPECT_THAT(welcome, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                HasSubstr("nonce")));
 }
 
 TEST_F(ShmServerTest, ASessionIdThatHoldsNoRankIsRefused) {
@@ -443,8 +444,8 @@ TEST_F(ShmServerTest, ASessionIdThatHoldsNoRankIsRefused) {
   std::unique_ptr<ShmClient> client =
       ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome, tweak);
   EXPECT_EQ(client, nullptr);
-  EXPECT_EQ(welcome.code(), absl::StatusCode::kFailedPrecondition) << welcome;
-  EXPECT_THAT(welcome.message(), HasSubstr("not-a-session"));
+  EXPECT_THAT(welcome, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                HasSubstr("not-a-session")));
   EXPECT_THAT(welcome.message(), HasSubstr("does not hold rank 0"));
 
   // The other rank's session id does not hold rank 0 either.
@@ -452,7 +453,7 @@ TEST_F(ShmServerTest, ASessionIdThatHoldsNoRankIsRefused) {
   client = ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome,
                               tweak);
   EXPECT_EQ(client, nullptr);
-  EXPECT_EQ(welcome.code(), absl::StatusCode::kFailedPrecondition) << welcome;
+  EXPECT_THAT(welcome, StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST_F(ShmServerTest, AllReduceInlineAndThroughTheSegments) {
@@ -929,14 +930,14 @@ TEST_F(ShmTokenTest, TheHelloMustCarryTheJobsToken) {
   std::unique_ptr<ShmClient> client =
       ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome, tweak);
   EXPECT_EQ(client, nullptr);
-  EXPECT_EQ(welcome.code(), absl::StatusCode::kUnauthenticated) << welcome;
+  EXPECT_THAT(welcome, StatusIs(absl::StatusCode::kUnauthenticated));
 
   tweak.token = "not-the-secret";
   client = ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome,
                               tweak);
   EXPECT_EQ(client, nullptr);
-  EXPECT_EQ(welcome.code(), absl::StatusCode::kUnauthenticated) << welcome;
-  EXPECT_THAT(welcome.message(), Not(HasSubstr("not-the-secret")));
+  EXPECT_THAT(welcome, StatusIs(absl::StatusCode::kUnauthenticated,
+                                Not(HasSubstr("not-the-secret"))));
 
   tweak.token = "secret";
   client = ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome,
@@ -982,8 +983,9 @@ TEST_F(ShmServerTest, ALaterSessionsLargerInputSegmentIsRefused) {
   std::unique_ptr<ShmClient> second = ShmClient::Connect(
       s[1]->shared_memory_socket(), *s[1], &welcome, larger);
   EXPECT_EQ(second, nullptr);
-  EXPECT_EQ(welcome.code(), absl::StatusCode::kInvalidArgument) << welcome;
-  EXPECT_THAT(welcome.message(), HasSubstr("ClientOptions::shared_memory_bytes"));
+  EXPECT_THAT(welcome,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("ClientOptions::shared_memory_bytes")));
   // The same size is fine.
   second = Connect(*s[1]);
   EXPECT_NE(second, nullptr);
@@ -1039,8 +1041,8 @@ TEST_F(ShmServerTest, APeerOfAnotherUidIsRefusedUnlessAllowed) {
   v1::SharedMemoryWelcome welcome;
   ASSERT_TRUE(welcome.ParseFromString(answer));
   const absl::Status refused = FromCallStatus(welcome.status());
-  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
-  EXPECT_THAT(refused.message(), HasSubstr("runs as uid 65534"));
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kPermissionDenied,
+                                HasSubstr("runs as uid 65534")));
   EXPECT_THAT(refused.message(), HasSubstr("--shared_memory_allowed_uids=65534"));
 }
 
@@ -1070,8 +1072,8 @@ TEST_F(ShmHandshakeLimitTest, ConnectionsBeyondTheBoundAreRefusedAtOnce) {
   std::unique_ptr<ShmClient> crowded =
       ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome);
   EXPECT_EQ(crowded, nullptr);
-  EXPECT_EQ(welcome.code(), absl::StatusCode::kResourceExhausted) << welcome;
-  EXPECT_THAT(welcome.message(), HasSubstr("--max_same_host_handshakes=2"));
+  EXPECT_THAT(welcome, StatusIs(absl::StatusCode::kResourceExhausted,
+                                HasSubstr("--max_same_host_handshakes=2")));
   EXPECT_LE(absl::Now() - start, absl::Seconds(2));
 
   silent.clear();  // their handshakes end at once

@@ -42,6 +42,7 @@
 #include "tests/fault_test_base.h"
 #include "tests/process_harness.h"
 #include "tests/rank_threads.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
@@ -305,9 +306,10 @@ TEST_P(StagedInputsTest, ACopyThatFailsHalfWayFailsTheCallWithItsError) {
       outcome[rank] = sessions[rank]->Run(spec, {}).status();
     });
     failures_.ExpectNone();
-    EXPECT_EQ(outcome[0].code(), absl::StatusCode::kInternal) << outcome[0];
-    EXPECT_THAT(outcome[0].message(),
-                HasSubstr(absl::StrCat("fake copy failed at byte ", fail_at)));
+    EXPECT_THAT(outcome[0],
+                StatusIs(absl::StatusCode::kInternal,
+                         HasSubstr(absl::StrCat("fake copy failed at byte ",
+                                                fail_at))));
     EXPECT_FALSE(outcome[1].ok());
   }
 }

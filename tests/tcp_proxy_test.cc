@@ -12,8 +12,10 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -109,109 +111,116 @@ std::string ReadFor(int fd, size_t n, absl::Duration timeout,
   return got;
 }
 
-TEST(TcpProxyTest, ForwardsBothWaysAndCountsBytes) {
-  EchoServer echo;
-  auto proxy = TcpProxy::Start(echo.port());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
-  int fd = ConnectTo((*proxy)->port());
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE((*proxy)->WaitForConnections(1, absl::Seconds(5)));
+// Each test's echo server, and the TcpProxy it starts in front of it.
+class TcpProxyTest : public ::testing::Test {
+ protected:
+  // Starts proxy_ in front of `upstream_port`.
+  void StartProxy(int upstream_port) {
+    absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
+        TcpProxy::Start(upstream_port);
+    ASSERT_TRUE(proxy.ok()) << proxy.status();
+    proxy_ = *std::move(proxy);
+  }
+  // Sets *fd to a new connection to proxy_.
+  void Connect(int* fd) {
+    *fd = ConnectTo(proxy_->port());
+    ASSERT_GE(*fd, 0);
+  }
+  // Starts proxy_ in front of the echo server and sets *fd to a connection
+  // through it, once the proxy holds it as its connection 0.
+  void StartAndConnect(int* fd) {
+    ASSERT_NO_FATAL_FAILURE(StartProxy(echo_.port()));
+    ASSERT_NO_FATAL_FAILURE(Connect(fd));
+    ASSERT_TRUE(proxy_->WaitForConnections(1, absl::Seconds(5)));
+  }
+
+  EchoServer echo_;
+  std::unique_ptr<TcpProxy> proxy_;
+};
+
+TEST_F(TcpProxyTest, ForwardsBothWaysAndCountsBytes) {
+  int fd = -1;
+  ASSERT_NO_FATAL_FAILURE(StartAndConnect(&fd));
   ASSERT_EQ(send(fd, "hello", 5, 0), 5);
   EXPECT_EQ(ReadFor(fd, 5, absl::Seconds(5)), "hello");
-  const TcpProxy::ConnectionInfo info = (*proxy)->connection(0);
+  const TcpProxy::ConnectionInfo info = proxy_->connection(0);
   EXPECT_TRUE(info.open);
   EXPECT_EQ(info.bytes_up, 5u);
   EXPECT_EQ(info.bytes_down, 5u);
   close(fd);
 }
 
-TEST(TcpProxyTest, PauseHoldsBytesUntilResume) {
-  EchoServer echo;
-  auto proxy = TcpProxy::Start(echo.port());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
-  int fd = ConnectTo((*proxy)->port());
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE((*proxy)->WaitForConnections(1, absl::Seconds(5)));
-  (*proxy)->Pause(0, TcpProxy::kBoth);
+TEST_F(TcpProxyTest, PauseHoldsBytesUntilResume) {
+  int fd = -1;
+  ASSERT_NO_FATAL_FAILURE(StartAndConnect(&fd));
+  proxy_->Pause(0, TcpProxy::kBoth);
   ASSERT_EQ(send(fd, "abc", 3, 0), 3);
   bool closed = false;
   EXPECT_EQ(ReadFor(fd, 3, absl::Milliseconds(300), &closed), "");
   EXPECT_FALSE(closed) << "a paused connection must stay open";
-  EXPECT_EQ((*proxy)->connection(0).bytes_up, 0u);
-  (*proxy)->Resume(0, TcpProxy::kBoth);
+  EXPECT_EQ(proxy_->connection(0).bytes_up, 0u);
+  proxy_->Resume(0, TcpProxy::kBoth);
   EXPECT_EQ(ReadFor(fd, 3, absl::Seconds(5)), "abc");
   close(fd);
 }
 
-TEST(TcpProxyTest, PausingOneDirectionLetsTheOtherThrough) {
-  EchoServer echo;
-  auto proxy = TcpProxy::Start(echo.port());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
-  int fd = ConnectTo((*proxy)->port());
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE((*proxy)->WaitForConnections(1, absl::Seconds(5)));
-  (*proxy)->Pause(0, TcpProxy::kDownstream);
+TEST_F(TcpProxyTest, PausingOneDirectionLetsTheOtherThrough) {
+  int fd = -1;
+  ASSERT_NO_FATAL_FAILURE(StartAndConnect(&fd));
+  proxy_->Pause(0, TcpProxy::kDownstream);
   ASSERT_EQ(send(fd, "xyz", 3, 0), 3);
-  EXPECT_TRUE((*proxy)->WaitForBytes(0, TcpProxy::kUpstream, 3, absl::Seconds(5)));
+  EXPECT_TRUE(
+      proxy_->WaitForBytes(0, TcpProxy::kUpstream, 3, absl::Seconds(5)));
   EXPECT_EQ(ReadFor(fd, 3, absl::Milliseconds(300)), "");
-  (*proxy)->Resume(0, TcpProxy::kDownstream);
+  proxy_->Resume(0, TcpProxy::kDownstream);
   EXPECT_EQ(ReadFor(fd, 3, absl::Seconds(5)), "xyz");
   close(fd);
 }
 
-TEST(TcpProxyTest, DropClosesTheClientSide) {
-  EchoServer echo;
-  auto proxy = TcpProxy::Start(echo.port());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
-  int fd = ConnectTo((*proxy)->port());
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE((*proxy)->WaitForConnections(1, absl::Seconds(5)));
-  (*proxy)->Drop(0);
+TEST_F(TcpProxyTest, DropClosesTheClientSide) {
+  int fd = -1;
+  ASSERT_NO_FATAL_FAILURE(StartAndConnect(&fd));
+  proxy_->Drop(0);
   bool closed = false;
   ReadFor(fd, 1, absl::Seconds(5), &closed);
   EXPECT_TRUE(closed);
-  EXPECT_FALSE((*proxy)->connection(0).open);
+  EXPECT_FALSE(proxy_->connection(0).open);
   close(fd);
   // New connections still work.
-  fd = ConnectTo((*proxy)->port());
-  ASSERT_GE(fd, 0);
+  ASSERT_NO_FATAL_FAILURE(Connect(&fd));
   ASSERT_EQ(send(fd, "again", 5, 0), 5);
   EXPECT_EQ(ReadFor(fd, 5, absl::Seconds(5)), "again");
-  EXPECT_EQ((*proxy)->num_connections(), 2);
+  EXPECT_EQ(proxy_->num_connections(), 2);
   close(fd);
 }
 
-TEST(TcpProxyTest, TotalsCountClosedConnectionsToo) {
-  EchoServer echo;
-  auto proxy = TcpProxy::Start(echo.port());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
-  int first = ConnectTo((*proxy)->port());
-  ASSERT_GE(first, 0);
+TEST_F(TcpProxyTest, TotalsCountClosedConnectionsToo) {
+  ASSERT_NO_FATAL_FAILURE(StartProxy(echo_.port()));
+  int first = -1;
+  ASSERT_NO_FATAL_FAILURE(Connect(&first));
   ASSERT_EQ(send(first, "abc", 3, 0), 3);
   EXPECT_EQ(ReadFor(first, 3, absl::Seconds(5)), "abc");
-  (*proxy)->Drop(0);
+  proxy_->Drop(0);
   close(first);
-  int second = ConnectTo((*proxy)->port());
-  ASSERT_GE(second, 0);
+  int second = -1;
+  ASSERT_NO_FATAL_FAILURE(Connect(&second));
   ASSERT_EQ(send(second, "defgh", 5, 0), 5);
   EXPECT_EQ(ReadFor(second, 5, absl::Seconds(5)), "defgh");
-  EXPECT_TRUE((*proxy)->WaitForBytesForwarded(TcpProxy::kUpstream, 8,
-                                              absl::Seconds(5)));
-  EXPECT_EQ((*proxy)->BytesForwarded(TcpProxy::kUpstream), 8u);
-  EXPECT_EQ((*proxy)->BytesForwarded(TcpProxy::kDownstream), 8u);
+  EXPECT_TRUE(
+      proxy_->WaitForBytesForwarded(TcpProxy::kUpstream, 8, absl::Seconds(5)));
+  EXPECT_EQ(proxy_->BytesForwarded(TcpProxy::kUpstream), 8u);
+  EXPECT_EQ(proxy_->BytesForwarded(TcpProxy::kDownstream), 8u);
   // Nothing more comes: the wait times out.
-  EXPECT_FALSE((*proxy)->WaitForBytesForwarded(TcpProxy::kUpstream, 9,
-                                               absl::Milliseconds(50)));
+  EXPECT_FALSE(proxy_->WaitForBytesForwarded(TcpProxy::kUpstream, 9,
+                                             absl::Milliseconds(50)));
   close(second);
 }
 
-TEST(TcpProxyTest, DelayThrottlesForwarding) {
-  EchoServer echo;
-  auto proxy = TcpProxy::Start(echo.port());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
-  (*proxy)->SetDelay(absl::Milliseconds(100));
-  int fd = ConnectTo((*proxy)->port());
-  ASSERT_GE(fd, 0);
+TEST_F(TcpProxyTest, DelayThrottlesForwarding) {
+  ASSERT_NO_FATAL_FAILURE(StartProxy(echo_.port()));
+  proxy_->SetDelay(absl::Milliseconds(100));
+  int fd = -1;
+  ASSERT_NO_FATAL_FAILURE(Connect(&fd));
   const absl::Time start = absl::Now();
   ASSERT_EQ(send(fd, "slow", 4, 0), 4);
   EXPECT_EQ(ReadFor(fd, 4, absl::Seconds(5)), "slow");
@@ -220,16 +229,15 @@ TEST(TcpProxyTest, DelayThrottlesForwarding) {
   close(fd);
 }
 
-TEST(TcpProxyTest, UnreachableUpstreamClosesTheConnection) {
+TEST_F(TcpProxyTest, UnreachableUpstreamClosesTheConnection) {
   int dead_port;
   {
     EchoServer echo;
     dead_port = echo.port();
   }
-  auto proxy = TcpProxy::Start(dead_port);
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
-  int fd = ConnectTo((*proxy)->port());
-  ASSERT_GE(fd, 0);
+  ASSERT_NO_FATAL_FAILURE(StartProxy(dead_port));
+  int fd = -1;
+  ASSERT_NO_FATAL_FAILURE(Connect(&fd));
   bool closed = false;
   ReadFor(fd, 1, absl::Seconds(5), &closed);
   EXPECT_TRUE(closed);

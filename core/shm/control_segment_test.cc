@@ -18,10 +18,12 @@
 #include "core/shm/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -68,7 +70,7 @@ TEST(ControlSegmentTest, LayoutSizeIsTheHeaderPageAndTwoRings) {
 
 TEST(ControlSegmentTest, CreateRefusesANonceOfAnotherLength) {
   auto created = ControlSegment::Create("short");
-  EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(created.status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(created.status().message()), HasSubstr("nonce"));
 }
 
@@ -78,7 +80,7 @@ TEST(ControlSegmentTest, AdoptRefusesASegmentOfAnotherSize) {
   ASSERT_TRUE(segment.ok()) << segment.status();
   std::memcpy(segment->data(), "RDCRCTL1", 8);
   auto adopted = ControlSegment::Adopt(dup(segment->fd()));
-  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(adopted.status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(adopted.status().message()),
               AllOf(HasSubstr(absl::StrCat(bytes)),
                     HasSubstr(absl::StrCat(ControlSegment::kBytes))));
@@ -93,7 +95,7 @@ TEST(ControlSegmentTest, AdoptRefusesAnotherMagic) {
   ASSERT_TRUE(writer.ok()) << writer.status();
   static_cast<char*>(writer->data())[7] = '2';
   auto adopted = ControlSegment::Adopt(dup((*created)->fd()));
-  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(adopted.status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(adopted.status().message()),
               AllOf(HasSubstr("magic"), HasSubstr("RDCRCTL2")));
 }
@@ -107,7 +109,7 @@ TEST(ControlSegmentTest, AdoptRefusesAnotherVersion) {
   const uint32_t version = 7;
   std::memcpy(static_cast<char*>(writer->data()) + 8, &version, 4);
   auto adopted = ControlSegment::Adopt(dup((*created)->fd()));
-  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(adopted.status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(adopted.status().message()),
               AllOf(HasSubstr("version 7"), Not(HasSubstr("magic"))));
 }

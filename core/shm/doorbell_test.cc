@@ -20,9 +20,12 @@
 #include "core/shm/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
+
+using ::reducer::testing::StatusIs;
 
 // Waits that a ring must end get no deadline: were the wake lost, the test
 // would hang and time out instead of passing once a deadline came.
@@ -49,7 +52,7 @@ TEST(DoorbellTest, WaitWithoutARingEndsAtTheDeadline) {
   std::atomic<uint32_t> word{Doorbell::WordFor(7)};
   Doorbell bell(&word);
   auto now = bell.WaitChange(7, absl::Now() + absl::Milliseconds(20));
-  EXPECT_EQ(now.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(now.status(), StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_EQ(bell.value(), 7u);
 }
 
@@ -142,14 +145,13 @@ TEST(DoorbellTest, WaitAnyEndsAtTheDeadlineAndReturnsAtOnceOnAChange) {
                        Doorbell(&words[2])};
   const Doorbell::Watch still[3] = {{&bells[0], 1}, {&bells[1], 2},
                                     {&bells[2], 3}};
-  EXPECT_EQ(Doorbell::WaitAny(still, absl::Now() + absl::Milliseconds(20))
-                .code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(Doorbell::WaitAny(still, absl::Now() + absl::Milliseconds(20)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
   const Doorbell::Watch moved[3] = {{&bells[0], 1}, {&bells[1], 2},
                                     {&bells[2], 2}};
   EXPECT_TRUE(Doorbell::WaitAny(moved, absl::InfinitePast()).ok());
-  EXPECT_EQ(Doorbell::WaitAny({}, absl::InfinitePast()).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Doorbell::WaitAny({}, absl::InfinitePast()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 // A waiter asleep on three bells (no watch first) wakes for a ring of any

@@ -19,10 +19,12 @@
 #include "core/shm/unique_fd.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // Entries of /proc/self/fd (the directory's own descriptor included, the
@@ -109,7 +111,7 @@ TEST_F(FdPassingTest, MoreFdsThanAllowedIsAnErrorAndLeaksNothing) {
     int before = OpenFdCount();
     ASSERT_TRUE(SendWithFds(sender_.get(), "too many", sent).ok());
     auto received = ReceiveWithFds(receiver_.get(), 64, max_fds, Soon());
-    EXPECT_EQ(received.status().code(), absl::StatusCode::kOutOfRange)
+    EXPECT_THAT(received.status(), StatusIs(absl::StatusCode::kOutOfRange))
         << max_fds;
     EXPECT_THAT(std::string(received.status().message()),
                 HasSubstr(absl::StrCat("more than ", max_fds, " fds")));
@@ -121,7 +123,7 @@ TEST_F(FdPassingTest, LongerMessageThanAllowedIsAnErrorAndLeaksNothing) {
   int before = OpenFdCount();
   ASSERT_TRUE(SendWithFds(sender_.get(), "eleven byte", {file_.get()}).ok());
   auto received = ReceiveWithFds(receiver_.get(), 10, 4, Soon());
-  EXPECT_EQ(received.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(received.status(), StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_THAT(std::string(received.status().message()),
               HasSubstr("longer than 10 bytes"));
   EXPECT_EQ(OpenFdCount(), before);
@@ -146,7 +148,7 @@ TEST_F(FdPassingTest, UnreleasedFdsCloseWithTheResultReleasedOnesStay) {
 TEST_F(FdPassingTest, NothingByTheDeadlineIsDeadlineExceeded) {
   auto received = ReceiveWithFds(receiver_.get(), 64, 4,
                                  absl::Now() + absl::Milliseconds(20));
-  EXPECT_EQ(received.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(received.status(), StatusIs(absl::StatusCode::kDeadlineExceeded));
 }
 
 TEST_F(FdPassingTest, MessageAlreadyThereIsReceivedEvenPastTheDeadline) {
@@ -159,15 +161,15 @@ TEST_F(FdPassingTest, MessageAlreadyThereIsReceivedEvenPastTheDeadline) {
 TEST_F(FdPassingTest, ClosedPeerIsUnavailable) {
   sender_.reset();
   auto received = ReceiveWithFds(receiver_.get(), 64, 4, Soon());
-  EXPECT_EQ(received.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(received.status(), StatusIs(absl::StatusCode::kUnavailable));
   absl::Status sent = SendWithFds(receiver_.get(), "anyone?", {});
   EXPECT_FALSE(sent.ok());
   EXPECT_THAT(std::string(sent.message()), HasSubstr(strerror(EPIPE)));
 }
 
 TEST_F(FdPassingTest, EmptyMessageIsRefused) {
-  EXPECT_EQ(SendWithFds(sender_.get(), "", {file_.get()}).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(SendWithFds(sender_.get(), "", {file_.get()}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(FdPassingTest, PeerOfASocketpairIsThisProcess) {

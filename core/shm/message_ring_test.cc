@@ -25,10 +25,12 @@
 #include "core/shm/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
@@ -235,7 +237,7 @@ TEST(MessageRingTest, PushToARingNeverConsumedExceedsItsDeadline) {
   }
   absl::Status status =
       ring.Push(Record(0, 64), absl::Now() + absl::Milliseconds(20));
-  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_THAT(std::string(status.message()), HasSubstr("not consuming"));
 }
 
@@ -244,10 +246,10 @@ TEST(MessageRingTest, RecordOverTheLimitIsInvalidArgument) {
   MessageRing ring(memory.base(), 256);
   ASSERT_EQ(ring.max_record_bytes(), 64u);
   absl::StatusOr<bool> pushed = ring.TryPush(std::string(65, 'a'));
-  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(pushed.status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(pushed.status().message()), HasSubstr("65"));
-  EXPECT_EQ(ring.Push(std::string(65, 'a'), Soon()).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ring.Push(std::string(65, 'a'), Soon()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   // Nothing was written; the limit itself fits.
   std::string got;
   EXPECT_FALSE(*ring.TryPop(&got));
@@ -304,8 +306,7 @@ TEST(MessageRingTest, CorruptIndicesAndLengthsAreDataLossForTheConsumer) {
     guarded.SetLength(c.length_at % kCapacity, c.length);
     std::string got = "unchanged";
     absl::StatusOr<bool> popped = ring.TryPop(&got);
-    EXPECT_EQ(popped.status().code(), absl::StatusCode::kDataLoss)
-        << popped.status();
+    EXPECT_THAT(popped.status(), StatusIs(absl::StatusCode::kDataLoss));
     EXPECT_THAT(std::string(popped.status().message()), HasSubstr("corrupt"));
     EXPECT_EQ(got, "unchanged");
   }
@@ -321,8 +322,9 @@ TEST(MessageRingTest, CorruptTailIsDataLossForTheProducer) {
     MessageRing ring(guarded.base(), kCapacity);
     guarded.SetTail(tail);
     absl::StatusOr<bool> pushed = ring.TryPush("abc");
-    EXPECT_EQ(pushed.status().code(), absl::StatusCode::kDataLoss);
-    EXPECT_EQ(ring.Push("abc", Soon()).code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(pushed.status(), StatusIs(absl::StatusCode::kDataLoss));
+    EXPECT_THAT(ring.Push("abc", Soon()),
+                StatusIs(absl::StatusCode::kDataLoss));
   }
 }
 
@@ -350,7 +352,7 @@ TEST(MessageRingTest, RandomCorruptionNeverReadsOutsideTheRing) {
     std::string got;
     absl::StatusOr<bool> popped = ring.TryPop(&got);
     if (!popped.ok()) {
-      ASSERT_EQ(popped.status().code(), absl::StatusCode::kDataLoss);
+      ASSERT_THAT(popped.status(), StatusIs(absl::StatusCode::kDataLoss));
       ++data_loss;
     } else if (*popped) {
       ASSERT_LE(got.size(), ring.max_record_bytes());
@@ -358,7 +360,7 @@ TEST(MessageRingTest, RandomCorruptionNeverReadsOutsideTheRing) {
     }
     absl::StatusOr<bool> pushed = ring.TryPush(Record(i, random() % 65));
     if (!pushed.ok()) {
-      ASSERT_EQ(pushed.status().code(), absl::StatusCode::kDataLoss);
+      ASSERT_THAT(pushed.status(), StatusIs(absl::StatusCode::kDataLoss));
     }
   }
   // Both outcomes were exercised.

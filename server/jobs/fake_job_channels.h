@@ -1,11 +1,10 @@
 // Test doubles for a Job's sessions and calls: FakeSession records the
-// events a Job sends to one session, FakeRankChannel how a Collective ends
-// one rank's call and the result bytes it sent; JobTestEnv, what a Job
-// needs of the server, on defaults.
+// events a Job sends to one session (server/engine/fake_rank_channel.h,
+// included here, what a Collective does to one rank's call); JobTestEnv,
+// what a Job needs of the server, on defaults.
 #ifndef REDUCER_SERVER_JOBS_FAKE_JOB_CHANNELS_H_
 #define REDUCER_SERVER_JOBS_FAKE_JOB_CHANNELS_H_
 
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -14,9 +13,8 @@
 #include "absl/synchronization/mutex.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/engine/chunk_pool.h"
+#include "server/engine/fake_rank_channel.h"
 #include "server/engine/memory_budget.h"
-#include "server/engine/rank_channel.h"
-#include "server/engine/shared_bytes.h"
 #include "server/engine/thread_pool.h"
 #include "server/engine/timer_queue.h"
 #include "server/jobs/job.h"
@@ -51,54 +49,6 @@ class FakeSession final : public SessionChannel {
   absl::Mutex mu_;
   std::vector<v1::JoinEvent> events_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
-};
-
-// Records how a Collective ends one rank's call. Thread-safe.
-class FakeRankChannel final : public RankChannel {
- public:
-  void Send(ResultMessage message, bool last) override {
-    absl::MutexLock lock(&mu_);
-    ++sent_;
-    for (const SharedBytes& piece : message.data) {
-      bytes_.append(piece.data(), piece.size());
-    }
-    if (last) finished_ok_ = true;
-  }
-  void FinishWhenSent() override {
-    absl::MutexLock lock(&mu_);
-    finished_ok_ = true;
-  }
-  void Fail(const absl::Status& status) override {
-    absl::MutexLock lock(&mu_);
-    failure_ = status;
-  }
-  void ResumeReading() override {}
-
-  absl::Status failure() {
-    absl::MutexLock lock(&mu_);
-    return failure_;
-  }
-  bool finished_ok() {
-    absl::MutexLock lock(&mu_);
-    return finished_ok_;
-  }
-  // Result messages sent.
-  int sent() {
-    absl::MutexLock lock(&mu_);
-    return sent_;
-  }
-  // Every result byte sent, in order.
-  std::string bytes() {
-    absl::MutexLock lock(&mu_);
-    return bytes_;
-  }
-
- private:
-  absl::Mutex mu_;
-  int sent_ ABSL_GUARDED_BY(mu_) = 0;
-  bool finished_ok_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);
-  std::string bytes_ ABSL_GUARDED_BY(mu_);
 };
 
 // The server's parts a Job uses, on EngineOptions' defaults (or `options`),

@@ -16,10 +16,12 @@
 #include "server/engine/string_bytes.h"
 #include "server/jobs/fake_job_channels.h"
 #include "server/jobs/job.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -135,20 +137,22 @@ TEST_F(JobDoneTest, APendingAllReduceGoesOnWithoutTheDoneRank) {
 TEST_F(JobDoneTest, AKindThatNeedsEveryPartFailsSayingWhy) {
   auto done2 = Done(2);
   auto r0 = Call(0, 0, v1::COLLECTIVE_KIND_REDUCE_SCATTER, {1, 2, 3});
-  EXPECT_EQ(r0->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(r0->failure().message(),
-              HasSubstr("rank 2 called Done(), and a reducescatter cannot go "
-                        "on without its part"));
+  EXPECT_THAT(
+      r0->failure(),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               HasSubstr("rank 2 called Done(), and a reducescatter cannot go "
+                         "on without its part")));
 }
 
 TEST_F(JobDoneTest, ADoneRanksOwnCallIsRefused) {
   auto a0 = Call(0, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
   auto done2 = Done(2);
   auto late = Call(2, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
-  EXPECT_EQ(late->failure().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(
-      late->failure().message(),
-      HasSubstr("rank 2 called Done(); it takes part in no collective"));
+      late->failure(),
+      StatusIs(
+          absl::StatusCode::kFailedPrecondition,
+          HasSubstr("rank 2 called Done(); it takes part in no collective")));
 }
 
 // Uneven data: rank 2 has one batch, rank 1 two, rank 0 three. Once every

@@ -20,10 +20,12 @@
 #include "server/engine/string_bytes.h"
 #include "server/jobs/fake_job_channels.h"
 #include "server/jobs/job.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr int kWorld = 3;
@@ -147,9 +149,9 @@ TEST_F(JobMatchTest, AMatchTakesTheMessageThatArrivedFirst) {
 
 TEST_F(JobMatchTest, AMatchWaitsForTheFirstSendToArrive) {
   std::shared_ptr<FakeRankChannel> match = Match(1, 0);
-  EXPECT_EQ(match->sent(), 0);
+  EXPECT_EQ(match->message_count(), 0);
   EXPECT_TRUE(Send(0, 2, 0)->finished_ok());  // to another rank
-  EXPECT_EQ(match->sent(), 0);
+  EXPECT_EQ(match->message_count(), 0);
   EXPECT_TRUE(Send(0, 1, 0)->finished_ok());
   ASSERT_TRUE(match->finished_ok()) << match->failure();
   EXPECT_EQ(Answer(*match), std::make_pair(int64_t{0}, int64_t{0}));
@@ -170,9 +172,10 @@ TEST_F(JobMatchTest, AWaitingMatchFailsWhenItsJobLosesARankNamingIt) {
   std::shared_ptr<FakeRankChannel> match = Match(1, 0);
   EXPECT_FALSE(job_.Leave(Session(0), "connection reset",
                           EpochEndReason::kSessionCancelled));
-  EXPECT_EQ(match->failure().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(match->failure().message(),
-              HasSubstr("rank 0's session was lost (connection reset)"));
+  EXPECT_THAT(
+      match->failure(),
+      StatusIs(absl::StatusCode::kAborted,
+               HasSubstr("rank 0's session was lost (connection reset)")));
 }
 
 TEST_F(JobMatchTest, ExpectedRowsThatDisagreeFailEveryRankOfAnUnevenAllToAll) {
@@ -193,12 +196,12 @@ TEST_F(JobMatchTest, ExpectedRowsThatDisagreeFailEveryRankOfAnUnevenAllToAll) {
   }
   for (int r = 0; r < kWorld; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    EXPECT_EQ(channels[r]->failure().code(),
-              absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(channels[r]->failure().message(),
-                HasSubstr("alltoallv #0 in job j1: mismatched rows: rank 1 "
-                          "sends 3 rows to rank 2, but rank 2 expects 4 from "
-                          "rank 1"));
+    EXPECT_THAT(
+        channels[r]->failure(),
+        StatusIs(absl::StatusCode::kFailedPrecondition,
+                 HasSubstr("alltoallv #0 in job j1: mismatched rows: rank 1 "
+                           "sends 3 rows to rank 2, but rank 2 expects 4 from "
+                           "rank 1")));
   }
 }
 

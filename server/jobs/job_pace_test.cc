@@ -106,7 +106,7 @@ class JobPaceTest : public ::testing::TestWithParam<bool> {
     Outcome out;
     out.result.resize(bytes.size() / sizeof(float));
     std::memcpy(out.result.data(), bytes.data(), out.result.size() * sizeof(float));
-    out.messages = calls[0]->sent();
+    out.messages = calls[0]->message_count();
     return out;
   }
 

@@ -15,10 +15,12 @@
 #include "gtest/gtest.h"
 #include "server/jobs/fake_job_channels.h"
 #include "server/jobs/job.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -161,8 +163,8 @@ TEST_F(JobQuorumTest, ALostRankIsLeftOutAtOnceAndTheEpochGoesOn) {
   auto d0 = Attach(Plain(0, Session(0), {0, 1}, "step 0 data"));
   EXPECT_TRUE(d0->failure().ok()) << d0->failure();
   auto all = Attach(Plain(0, Session(0), {0, 1, 2}, "everyone"));
-  EXPECT_EQ(all->failure().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(all->failure().message(), HasSubstr("rank 2 was lost"));
+  EXPECT_THAT(all->failure(), StatusIs(absl::StatusCode::kAborted,
+                                       HasSubstr("rank 2 was lost")));
 }
 
 // A plain collective waiting for a rank when it is lost fails ABORTED
@@ -171,8 +173,8 @@ TEST_F(JobQuorumTest, APendingPlainCollectiveOfALostRankFailsNamingIt) {
   StepOfAll(0);
   auto waiting = Attach(Plain(0, Session(0), {0, 1, 2}, "step 0 data"));
   job_.Leave(Session(2), "killed", EpochEndReason::kSessionCancelled);
-  EXPECT_EQ(waiting->failure().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(waiting->failure().message(), HasSubstr("rank 2 was lost"));
+  EXPECT_THAT(waiting->failure(), StatusIs(absl::StatusCode::kAborted,
+                                           HasSubstr("rank 2 was lost")));
   auto c0 = Attach(Step(0, 1, Session(0), absl::Seconds(60)));
   auto c1 = Attach(Step(1, 1, Session(1), absl::Seconds(60)));
   ASSERT_TRUE(c1->finished_ok()) << c1->failure();
@@ -194,15 +196,16 @@ TEST_F(JobQuorumTest, ALateRankIsLeftOutAndRejoinsAtALaterStep) {
   EXPECT_THAT(Marks(*c0), ElementsAre(1, 1, 0));
 
   auto late = Attach(Step(2, 0, Session(2), grace));
-  EXPECT_EQ(late->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(late->failure().message(),
-              HasSubstr("quorum \"quorum step 0\" in job j1 finished without "
-                        "rank 2"));
+  EXPECT_THAT(
+      late->failure(),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               HasSubstr("quorum \"quorum step 0\" in job j1 finished without "
+                         "rank 2")));
   EXPECT_THAT(late->failure().message(), HasSubstr("Connect again"));
   auto again = Attach(Step(2, 1, Session(2), grace));
-  EXPECT_EQ(again->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(again->failure().message(),
-              HasSubstr("rank 2 of job j1 is absent"));
+  EXPECT_THAT(again->failure(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("rank 2 of job j1 is absent")));
   EXPECT_FALSE(AnyAborted());
 
   // Step 1 is under way (rank 0 in) when rank 2 connects again: it counts
@@ -254,10 +257,11 @@ TEST_F(JobQuorumTest, RememberedStepsRefuseLateCallsAndHoldNoMemory) {
     EXPECT_THAT(Marks(*s0), ElementsAre(1, 1, 0));
   }
   auto late = Attach(Step(2, 0, Session(2), grace));
-  EXPECT_EQ(late->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(late->failure().message(),
-              HasSubstr("quorum \"quorum step 0\" in job j1 finished without "
-                        "rank 2"));
+  EXPECT_THAT(
+      late->failure(),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               HasSubstr("quorum \"quorum step 0\" in job j1 finished without "
+                         "rank 2")));
   // At most the last step (done, not yet pruned) holds its bookkeeping;
   // ten remembered steps would hold ten times as much.
   EXPECT_LT(server_.memory().used(), 2 * Collective::StateBytes(kWorld));
@@ -277,19 +281,20 @@ TEST_F(JobQuorumTest, AStepThatCannotReachMinRanksFails) {
   job_.Leave(Session(1), "killed", EpochEndReason::kSessionCancelled);
   EXPECT_TRUE(c0->failure().ok());  // 0 and 2 can still make min_ranks 2
   job_.Leave(Session(2), "killed", EpochEndReason::kSessionCancelled);
-  EXPECT_EQ(c0->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(c0->failure().message(),
-              HasSubstr("the step needs 2 contributing ranks"));
+  EXPECT_THAT(c0->failure(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("the step needs 2 contributing ranks")));
 }
 
 TEST_F(JobQuorumTest, RanksThatDisagreeOnTheSettingsAreTold) {
   auto c0 = Attach(Step(0, 0, Session(0), absl::Seconds(2)));
   auto c1 = Attach(Step(1, 0, Session(1), absl::Seconds(3)));
-  EXPECT_EQ(c1->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(c1->failure().message(),
-              HasSubstr("mismatched quorum settings: rank 0 sent min_ranks 2, "
-                        "grace 2s, rank 1 sent min_ranks 2, grace 3s"));
-  EXPECT_EQ(c0->failure().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(
+      c1->failure(),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               HasSubstr("mismatched quorum settings: rank 0 sent min_ranks 2, "
+                         "grace 2s, rank 1 sent min_ranks 2, grace 3s")));
+  EXPECT_THAT(c0->failure(), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 }  // namespace

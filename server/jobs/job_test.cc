@@ -23,10 +23,12 @@
 #include "server/log.h"
 #include "server/metrics/metrics_sink.h"
 #include "server/server_options.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
@@ -174,26 +176,26 @@ TEST_F(JobTest, ACollectivesBookkeepingCountsInTheMemoryBudget) {
   header.set_job("j2");
   const absl::Status refused =
       small.Attach(header, std::make_shared<FakeRankChannel>()).status();
-  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
-  EXPECT_THAT(refused.message(), HasSubstr("--memory_budget_bytes"));
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted,
+                                HasSubstr("--memory_budget_bytes")));
   EXPECT_THAT(refused.message(), HasSubstr("collective of 2 ranks"));
   EXPECT_EQ(tiny.used(), 0u);
 }
 
 TEST_F(JobTest, WorldSizeDisagreementIsRefused) {
   absl::Status s = job_.Join(0, 3, "a", std::make_shared<FakeSession>());
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(s.message(), HasSubstr("has world size 2"));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition,
+                          HasSubstr("has world size 2")));
   EXPECT_THAT(s.message(), HasSubstr("asked for 3"));
 }
 
 TEST_F(JobTest, SecondSessionForSameRankIsRejected) {
   ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
   absl::Status s = job_.Join(0, 2, "b", std::make_shared<FakeSession>());
-  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_THAT(s.message(), HasSubstr("rank 0 of job j1"));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kAlreadyExists,
+                          HasSubstr("rank 0 of job j1")));
   s = job_.Join(1, 2, "a", std::make_shared<FakeSession>());
-  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kAlreadyExists));
 }
 
 TEST_F(JobTest, LostSessionAbortsEpochAndNextJoinStartsAnother) {
@@ -206,8 +208,9 @@ TEST_F(JobTest, LostSessionAbortsEpochAndNextJoinStartsAnother) {
   ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 0), waiting).ok());
   EXPECT_FALSE(job_.Leave("b", "connection lost", EpochEndReason::kSessionCancelled));
 
-  EXPECT_EQ(waiting->failure().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(waiting->failure().message(), HasSubstr("rank 1's session was lost"));
+  EXPECT_THAT(waiting->failure(),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("rank 1's session was lost")));
   ASSERT_THAT(s0->events(), SizeIs(2));
   EXPECT_TRUE(s0->events()[1].has_aborted());
 
@@ -215,7 +218,7 @@ TEST_F(JobTest, LostSessionAbortsEpochAndNextJoinStartsAnother) {
   auto late = std::make_shared<FakeRankChannel>();
   absl::StatusOr<std::shared_ptr<Collective>> c =
       job_.Attach(Barrier(0, "a", 1, 1), late);
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kAborted));
 
   auto r0 = std::make_shared<FakeSession>();
   auto r1 = std::make_shared<FakeSession>();
@@ -234,10 +237,11 @@ TEST_F(JobTest, AFailureOnAnotherShardEndsTheEpochNamingItsCause) {
   ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 0), waiting).ok());
 
   job_.EndForOtherShard("b", "shard 0 of 2: rank 7's session was lost");
-  EXPECT_EQ(waiting->failure().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(waiting->failure().message(),
-              HasSubstr("rank 1's job failed on another of its shards (shard "
-                        "0 of 2: rank 7's session was lost)"));
+  EXPECT_THAT(
+      waiting->failure(),
+      StatusIs(absl::StatusCode::kAborted,
+               HasSubstr("rank 1's job failed on another of its shards (shard "
+                         "0 of 2: rank 7's session was lost)")));
   ASSERT_THAT(s0->events(), SizeIs(2));
   EXPECT_THAT(s0->events()[1].aborted().reason(), HasSubstr("rank 7"));
 
@@ -278,8 +282,8 @@ TEST_F(JobTest, SessionThatDoesNotHoldTheRankIsRefused) {
   ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
   absl::StatusOr<std::shared_ptr<Collective>> c =
       job_.Attach(Barrier(1, "a", 1, 0), std::make_shared<FakeRankChannel>());
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(c.status().message(), HasSubstr("does not hold rank 1"));
+  EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                   HasSubstr("does not hold rank 1")));
 }
 
 // A rank that closed its client and connects again starts its call order
@@ -332,8 +336,8 @@ TEST_F(JobTest, RetryOfAnUnusedAttemptReplacesItsFirstCall) {
   auto retry = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(job_.Attach(first, lost).ok());
   ASSERT_TRUE(job_.Attach(first, retry).ok());  // same attempt id
-  EXPECT_EQ(lost->failure().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(lost->failure().message(), HasSubstr("replaced by its retry"));
+  EXPECT_THAT(lost->failure(), StatusIs(absl::StatusCode::kAborted,
+                                        HasSubstr("replaced by its retry")));
   auto c1 = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(job_.Attach(Barrier(1, "b", 1, 0), c1).ok());
   EXPECT_TRUE(retry->finished_ok());
@@ -344,10 +348,11 @@ TEST_F(JobTest, RetryOfAnAttemptAlreadyUsedIsAbortedNotCountedAgain) {
   const v1::CollectiveHeader first = JoinAndRun();
   absl::StatusOr<std::shared_ptr<Collective>> again =
       job_.Attach(first, std::make_shared<FakeRankChannel>());
-  EXPECT_EQ(again.status().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(again.status().message(),
-              HasSubstr("retried a contribution (attempt a/1) that was "
-                        "already used"));
+  EXPECT_THAT(
+      again.status(),
+      StatusIs(absl::StatusCode::kAborted,
+               HasSubstr("retried a contribution (attempt a/1) that was "
+                         "already used")));
 }
 
 // `header` as a replay of its attempt.
@@ -376,13 +381,11 @@ TEST_F(JobTest, AReplayAfterTheSessionWasLostSendsTheKeptResultAgain) {
   changed.mutable_tensors(0)->set_op(v1::REDUCE_OP_SUM);
   absl::Status refused =
       job_.Attach(changed, std::make_shared<FakeRankChannel>()).status();
-  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
-  EXPECT_THAT(refused.message(), HasSubstr("declaring other tensors"));
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("declaring other tensors")));
   // A normal retry of the same attempt is still never counted again.
-  EXPECT_EQ(job_.Attach(first, std::make_shared<FakeRankChannel>())
-                .status()
-                .code(),
-            absl::StatusCode::kAborted);
+  EXPECT_THAT(job_.Attach(first, std::make_shared<FakeRankChannel>()).status(),
+              StatusIs(absl::StatusCode::kAborted));
 }
 
 TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
@@ -395,16 +398,17 @@ TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
   unknown.set_attempt_id("a/9");
   absl::Status none =
       job_.Attach(Replay(unknown), std::make_shared<FakeRankChannel>()).status();
-  EXPECT_EQ(none.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(none.message(), HasSubstr("rank 0's attempt a/9 has no result kept"));
+  EXPECT_THAT(none,
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("rank 0's attempt a/9 has no result kept")));
   // Rank 0's next call says every attempt below 2 has its outcome.
   v1::CollectiveHeader next = Barrier(0, "a", 1, 1);
   next.set_attempt_id("a/2");
   next.set_received_below(2);
   ASSERT_TRUE(job_.Attach(next, std::make_shared<FakeRankChannel>()).ok());
-  EXPECT_EQ(
-      job_.Attach(Replay(first), std::make_shared<FakeRankChannel>()).status().code(),
-      absl::StatusCode::kNotFound);
+  EXPECT_THAT(
+      job_.Attach(Replay(first), std::make_shared<FakeRankChannel>()).status(),
+      StatusIs(absl::StatusCode::kNotFound));
   // Rank 0's result is forgotten; rank 1 acknowledged nothing yet.
   EXPECT_EQ(kept_memory_.used(), kResultBytes);
 }
@@ -414,8 +418,8 @@ TEST_F(JobTest, AReplayNamesAnAttemptOfItsOwnSession) {
   stolen.set_session_id("b");  // session b asks for a's result
   absl::Status refused =
       job_.Attach(stolen, std::make_shared<FakeRankChannel>()).status();
-  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(refused.message(), HasSubstr("an attempt of its own session"));
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument,
+                                HasSubstr("an attempt of its own session")));
 }
 
 TEST_F(JobTest, AttemptsOfAnEndedEpochAreForgotten) {
@@ -448,10 +452,11 @@ TEST_F(JobTest, ShardListsMustAgreeAcrossRanks) {
                   .ok());
   absl::Status swapped = job_.Join(1, 2, "b", std::make_shared<FakeSession>(),
                                    {"r1:1", "r0:1"});
-  EXPECT_EQ(swapped.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(swapped.message(),
-              HasSubstr("rank 1 names the shards [r1:1,r0:1], but the ranks "
-                        "already joined named [r0:1,r1:1]"));
+  EXPECT_THAT(
+      swapped,
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               HasSubstr("rank 1 names the shards [r1:1,r0:1], but the ranks "
+                         "already joined named [r0:1,r1:1]")));
   // The same list is accepted.
   auto ready = std::make_shared<FakeSession>();
   EXPECT_TRUE(job_.Join(1, 2, "c", ready, {"r0:1", "r1:1"}).ok());
@@ -467,10 +472,11 @@ TEST_F(JobTest, OneShardDoesNotMeetSeveral) {
   ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>(), {"r0:1"}).ok());
   absl::Status several = job_.Join(1, 2, "b", std::make_shared<FakeSession>(),
                                    {"r0:1", "r1:1"});
-  EXPECT_EQ(several.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(several.message(),
-              HasSubstr("names the shards [r0:1,r1:1], but the ranks already "
-                        "joined named [r0:1]"));
+  EXPECT_THAT(
+      several,
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               HasSubstr("names the shards [r0:1,r1:1], but the ranks already "
+                         "joined named [r0:1]")));
 }
 
 // JobRegistry: jobs by name, the job limit, refusing work when stopping.
@@ -525,11 +531,10 @@ TEST_F(JobRegistryTest, AFreedJobStillAnswersAfterItsNameWasJoinedAgain) {
   registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
   // Rank 1 connects again at once: a new job of the same name.
   ASSERT_TRUE(registry.Join(Join("j1", 1, 2, "c"), std::make_shared<FakeSession>()).ok());
-  EXPECT_EQ((*registry.Find("j1"))
-                ->Attach(replay, std::make_shared<FakeRankChannel>())
-                .status()
-                .code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT((*registry.Find("j1"))
+                  ->Attach(replay, std::make_shared<FakeRankChannel>())
+                  .status(),
+              StatusIs(absl::StatusCode::kNotFound));
   auto again = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(registry.ReplayForFreedJob(replay, again).ok());
   EXPECT_TRUE(again->finished_ok());
@@ -544,10 +549,10 @@ TEST_F(JobRegistryTest, AFreedJobThatEndedCleanlyKeepsNothing) {
   (*registry.Find("j1"))->Depart("b");
   registry.Leave("j1", "a", "closed", EpochEndReason::kSessionEnded);
   registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
-  EXPECT_EQ(registry.ReplayForFreedJob(replay, std::make_shared<FakeRankChannel>())
-                .status()
-                .code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(
+      registry.ReplayForFreedJob(replay, std::make_shared<FakeRankChannel>())
+          .status(),
+      StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(kept_memory_.used(), 0u);
 }
 
@@ -566,16 +571,16 @@ TEST_F(JobRegistryTest, FreedJobsCountTowardTheJobLimitAndMakeRoomForNewOnes) {
                   .ok());
   // A third job is let in, and j1 is forgotten for it, with what it kept.
   ASSERT_TRUE(registry.Join(Join("j3", 0, 1, "d"), std::make_shared<FakeSession>()).ok());
-  EXPECT_EQ(registry.ReplayForFreedJob(replay, std::make_shared<FakeRankChannel>())
-                .status()
-                .code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(
+      registry.ReplayForFreedJob(replay, std::make_shared<FakeRankChannel>())
+          .status(),
+      StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(kept_memory_.used(), 0u);
   // Two jobs served: a fourth is refused, naming the limit.
   absl::Status fourth =
       registry.Join(Join("j4", 0, 1, "e"), std::make_shared<FakeSession>());
-  EXPECT_EQ(fourth.code(), absl::StatusCode::kResourceExhausted) << fourth;
-  EXPECT_THAT(fourth.message(), HasSubstr("--max_jobs=2"));
+  EXPECT_THAT(fourth, StatusIs(absl::StatusCode::kResourceExhausted,
+                               HasSubstr("--max_jobs=2")));
 }
 
 TEST_F(JobRegistryTest, FindsAJoinedJobAndNotAnUnknownOne) {
@@ -594,8 +599,8 @@ TEST_F(JobRegistryTest, JobsBeyondTheLimitAreRefusedNamingIt) {
   ASSERT_TRUE(registry.Join(Join("j2", 0, 1, "b"), std::make_shared<FakeSession>()).ok());
   absl::Status third =
       registry.Join(Join("j3", 0, 1, "c"), std::make_shared<FakeSession>());
-  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(third.message(), HasSubstr("--max_jobs=2"));
+  EXPECT_THAT(third, StatusIs(absl::StatusCode::kResourceExhausted,
+                              HasSubstr("--max_jobs=2")));
   // A job freed by its last session makes room again.
   registry.Leave("j1", "a", "closed", EpochEndReason::kSessionEnded);
   EXPECT_TRUE(registry.Join(Join("j3", 0, 1, "c"), std::make_shared<FakeSession>()).ok());
@@ -615,7 +620,7 @@ TEST_F(JobRegistryTest, StoppedRegistryRefusesJoinsAsUnavailable) {
   registry.StopAccepting();
   absl::Status joined =
       registry.Join(Join("j1", 0, 1, "a"), std::make_shared<FakeSession>());
-  EXPECT_EQ(joined.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(joined, StatusIs(absl::StatusCode::kUnavailable));
 }
 
 }  // namespace

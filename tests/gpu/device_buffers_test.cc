@@ -32,6 +32,7 @@
 #include "tests/process_harness.h"
 #include "tests/rank_threads.h"
 #include "tests/single_tensor.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
@@ -83,14 +84,14 @@ class DeviceBuffersTest : public ::testing::Test {
 // What a CUDA view of host memory gets on this build and machine.
 void ExpectDeviceViewOfHostMemoryRefused(const absl::Status& s) {
   if (!BuiltWithCuda()) {
-    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-    EXPECT_THAT(s.message(), HasSubstr("built without CUDA")) << s;
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition,
+                            HasSubstr("built without CUDA")));
   } else if (CudaDevices() == 0) {
-    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-    EXPECT_THAT(s.message(), HasSubstr("cudaGetDeviceCount")) << s;
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition,
+                            HasSubstr("cudaGetDeviceCount")));
   } else {
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_THAT(s.message(), HasSubstr("host memory")) << s;
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                            HasSubstr("host memory")));
   }
   EXPECT_THAT(s.message(), HasSubstr("cuda:0")) << s;
 }
@@ -125,8 +126,10 @@ TEST_F(DeviceBuffersTest, DeviceViewIsRefusedUpFrontAndHostCollectivesStayAsThey
       const TensorView two[2] = {TensorView::Of<float>(x), on_gpu};
       const ReduceOp ops[2] = {ReduceOp::kSum, ReduceOp::kSum};
       absl::Status mixed = client->AllReduceMany(two, ops).status();
-      EXPECT_EQ(mixed.code(), absl::StatusCode::kInvalidArgument) << mixed;
-      EXPECT_THAT(mixed.message(), HasSubstr("input 1 is on cuda:0 but input 0 is on cpu"));
+      EXPECT_THAT(
+          mixed,
+          StatusIs(absl::StatusCode::kInvalidArgument,
+                   HasSubstr("input 1 is on cuda:0 but input 0 is on cpu")));
     }
     // The first collective both ranks make: had a refused call taken a
     // place in the call order, rank 0's would not match rank 1's.
@@ -441,17 +444,17 @@ TEST_F(GpuTest, HostMemoryInACudaViewAndDeviceMemoryInACpuViewAreRefused) {
   absl::Status s = client->AllReduce(
       TensorView::OnDevice(Device::Cuda(0), on_host.data(), DataType::kFloat32, {4}),
       ReduceOp::kSum).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_THAT(s.message(), HasSubstr("host memory"));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr("host memory")));
   s = client->AllReduce(TensorView(on_gpu.data(), DataType::kFloat32, {4}),
                         ReduceOp::kSum).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_THAT(s.message(), HasSubstr("memory of CUDA device 0"));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr("memory of CUDA device 0")));
   s = client->AllReduce(TensorView::OnDevice(Device::Cuda(CudaDevices()), on_gpu.data(),
                                              DataType::kFloat32, {4}),
                         ReduceOp::kSum).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_THAT(s.message(), HasSubstr("this machine has"));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr("this machine has")));
 }
 
 }  // namespace

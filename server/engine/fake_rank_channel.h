@@ -1,0 +1,97 @@
+// FakeRankChannel: the tests' RankChannel. It records everything a
+// Collective (or a Job, through one) does to one rank's call: every result
+// message as sent, how the call ended, how often reading was resumed.
+// Thread-safe: reductions on the pool and timers call in from their threads.
+//
+//   auto channel = std::make_shared<FakeRankChannel>();
+//   collective->Attach(channel, rank, fingerprint, "");
+//   ASSERT_TRUE(channel->WaitEnded());
+//   EXPECT_TRUE(channel->finished_ok());
+//   EXPECT_EQ(channel->Result(), expected_bytes);
+#ifndef REDUCER_SERVER_ENGINE_FAKE_RANK_CHANNEL_H_
+#define REDUCER_SERVER_ENGINE_FAKE_RANK_CHANNEL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/fingerprint.h"
+#include "server/engine/rank_channel.h"
+
+namespace reducer {
+
+// One result message as the engine handed it to a rank's channel, its
+// pieces joined.
+struct SentMessage {
+  // Where `data` goes in the rank's result bytes.
+  uint64_t offset = 0;
+  // Whether the message carried result specs (the rank's first message
+  // only), and the specs.
+  bool has_specs = false;
+  std::vector<TensorSpec> result;
+  std::string data;
+  // Sent with `last`: the call ended with OK in the same write.
+  bool last = false;
+};
+
+class FakeRankChannel final : public RankChannel {
+ public:
+  // How long the Wait methods wait by default for what another thread does
+  // (a reduction on the pool, a timer): far above the milliseconds these
+  // take, so that only a hang fails a test.
+  static constexpr absl::Duration kDefaultWait = absl::Seconds(20);
+
+  void Send(ResultMessage message, bool last) override;
+  void FinishWhenSent() override;
+  void Fail(const absl::Status& status) override;
+  void ResumeReading() override;
+
+  // True once the call ended (finished OK, or failed) within `timeout`.
+  bool WaitEnded(absl::Duration timeout = kDefaultWait);
+  // True once at least `n` messages were sent within `timeout`.
+  bool WaitMessages(size_t n, absl::Duration timeout = kDefaultWait);
+
+  // The result as the client would assemble it: each message's data at its
+  // offset, '\xee' where none came. Overlaps or gaps are left for the
+  // caller's comparison to show.
+  std::string Result();
+  // Every result byte sent, in the order sent.
+  std::string bytes();
+  std::vector<SentMessage> messages();
+  int message_count();
+  // Messages that carried result specs, and the specs of the latest one.
+  int headers();
+  std::vector<TensorSpec> specs();
+  // Messages sent with last == false whose OnWriteDone the test has not
+  // delivered yet; resets the count (the caller delivers them).
+  int TakeUnacknowledged();
+  // The call ended with OK (FinishWhenSent, or a message sent with last).
+  bool finished_ok();
+  // The status of the latest Fail (OK if none), and how many there were.
+  absl::Status failure();
+  int fail_calls();
+  // How many times reading was resumed.
+  int resumes();
+
+ private:
+  bool Ended() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return finished_ok_ || fail_calls_ > 0;
+  }
+
+  absl::Mutex mu_;
+  std::vector<SentMessage> messages_ ABSL_GUARDED_BY(mu_);
+  int unacknowledged_ ABSL_GUARDED_BY(mu_) = 0;
+  bool finished_ok_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  int fail_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int resumes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_ENGINE_FAKE_RANK_CHANNEL_H_
