@@ -230,12 +230,13 @@ int main(int argc, char** argv) {
       } else if (fused > 1) {
         status = (*client)->AllReduceMany(many, ops).status();
       } else if (absl::GetFlag(FLAGS_async) && absl::GetFlag(FLAGS_in_place)) {
-        status = (*client)
-                     ->AllReduceInPlaceAsync(
-                         reducer::MutableTensorView::Of<float>(absl::MakeSpan(data)),
-                         reducer::ReduceOp::kSum)
-                     ->Wait()
-                     .status();
+        status =
+            (*client)
+                ->AllReduceInPlaceAsync(
+                    reducer::MutableTensorView::Of<float>(absl::MakeSpan(data)),
+                    reducer::ReduceOp::kSum)
+                ->Wait()
+                .status();
       } else if (absl::GetFlag(FLAGS_async)) {
         absl::StatusOr<std::vector<reducer::Tensor>> result =
             (*client)

@@ -51,7 +51,8 @@ std::unique_ptr<CollectiveHandle> Client::ReduceScatterAsync(
                               "ReduceScatter input", call);
 }
 
-std::unique_ptr<CollectiveHandle> Client::BarrierAsync(const CallOptions& call) {
+std::unique_ptr<CollectiveHandle> Client::BarrierAsync(
+    const CallOptions& call) {
   return impl_->Start(EmptySpec(CollectiveKind::kBarrier), call);
 }
 
@@ -72,10 +73,10 @@ std::unique_ptr<CollectiveHandle> Client::ReduceInPlaceAsync(
 std::unique_ptr<CollectiveHandle> Client::GatherAsync(const TensorView& input,
                                                       int root,
                                                       const CallOptions& call) {
-  return impl_->Start(RootedSpec(impl_->staging(), CollectiveKind::kGather,
-                                 input, ReduceOp::kSum, root, call,
-                                 world_size(), "Gather"),
-                      call);
+  return impl_->Start(
+      RootedSpec(impl_->staging(), CollectiveKind::kGather, input,
+                 ReduceOp::kSum, root, call, world_size(), "Gather"),
+      call);
 }
 
 std::unique_ptr<CollectiveHandle> Client::ScatterAsync(
@@ -113,10 +114,10 @@ std::unique_ptr<CollectiveHandle> Client::SendAsync(const TensorView& input,
         absl::InvalidArgumentError("Send: the source must pass its tensor"),
         call);
   }
-  return impl_->Start(PointToPointSpec(impl_->staging(), input, rank(),
-                                       destination, tag, /*sends=*/true,
-                                       "Send input"),
-                      call);
+  return impl_->Start(
+      PointToPointSpec(impl_->staging(), input, rank(), destination, tag,
+                       /*sends=*/true, "Send input"),
+      call);
 }
 
 std::unique_ptr<CollectiveHandle> Client::ReceiveAsync(

@@ -45,8 +45,7 @@ absl::StatusOr<QuorumResult> Client::AllReduceQuorum(
     REDUCER_ASSIGN_OR_RETURN(Tensor marks_tensor,
                              Single(impl_->session().Run(barrier, step_call)));
     REDUCER_ASSIGN_OR_RETURN(
-        QuorumMarks marks,
-        ReadQuorumMarks(marks_tensor, world_size(), rank()));
+        QuorumMarks marks, ReadQuorumMarks(marks_tensor, world_size(), rank()));
     // A joining rank counts as the identity; kAvg then sums and divides
     // by the contributors alone.
     const bool divide = op == ReduceOp::kAvg && !marks.joined.empty();
@@ -66,8 +65,8 @@ absl::StatusOr<QuorumResult> Client::AllReduceQuorum(
     }
     if (!result.ok()) return result.status();
     if (divide) {
-      REDUCER_RETURN_IF_ERROR(DivideInPlace(
-          *result, static_cast<int>(marks.contributors.size())));
+      REDUCER_RETURN_IF_ERROR(
+          DivideInPlace(*result, static_cast<int>(marks.contributors.size())));
     }
     out.tensor = *std::move(result);
     out.contributors = std::move(marks.contributors);

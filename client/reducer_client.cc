@@ -72,8 +72,8 @@ absl::StatusOr<Tensor> Client::AllGather(const TensorView& input,
 
 absl::StatusOr<Tensor> Client::Broadcast(const TensorView& input, int root,
                                          const CallOptions& call) {
-  return Single(impl_->Run(
-      BroadcastSpec(impl_->staging(), input, root, rank()), call));
+  return Single(
+      impl_->Run(BroadcastSpec(impl_->staging(), input, root, rank()), call));
 }
 
 absl::Status Client::BroadcastInPlace(const MutableTensorView& inout, int root,
@@ -111,10 +111,10 @@ absl::Status Client::ReduceInPlace(const MutableTensorView& inout, ReduceOp op,
 
 absl::StatusOr<Tensor> Client::Gather(const TensorView& input, int root,
                                       const CallOptions& call) {
-  return SingleOrNone(impl_->Run(
-      RootedSpec(impl_->staging(), CollectiveKind::kGather, input,
-                 ReduceOp::kSum, root, call, world_size(), "Gather"),
-      call));
+  return SingleOrNone(
+      impl_->Run(RootedSpec(impl_->staging(), CollectiveKind::kGather, input,
+                            ReduceOp::kSum, root, call, world_size(), "Gather"),
+                 call));
 }
 
 absl::StatusOr<Tensor> Client::Scatter(const TensorView& input, int root,

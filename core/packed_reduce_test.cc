@@ -11,9 +11,9 @@
 #include "absl/types/span.h"
 #include "core/data_type.h"
 #include "core/fingerprint.h"
+#include "core/fingerprint_testing.h"
 #include "core/payload_layout.h"
 #include "core/reduce.h"
-#include "core/fingerprint_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

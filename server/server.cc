@@ -93,8 +93,9 @@ Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
       chunks_(options_.chunk_bytes, options_.idle_chunks),
       reduction_pool_(options_.reduction_threads),
       registry_(CollectiveEnv{
-          &engine_options_, &reduction_pool_, &timers_, &memory_, &chunks_, metrics_,
-          &log_, options_.kept_results_bytes > 0 ? &kept_memory_ : nullptr}),
+          &engine_options_, &reduction_pool_, &timers_, &memory_, &chunks_,
+          metrics_, &log_,
+          options_.kept_results_bytes > 0 ? &kept_memory_ : nullptr}),
       grpc_metrics_(prometheus_ == nullptr
                         ? nullptr
                         : std::make_unique<GrpcServerMetrics>(
@@ -102,10 +103,9 @@ Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
       tokens_(std::move(tokens)),
       door_(&registry_, metrics_, tokens_.get(), options_.max_name_bytes),
       service_(&door_, options_.max_concurrent_calls,
-               options_.max_streams_per_job, options_.header_timeout,
-               &timers_, metrics_, grpc_metrics_.get()),
-      admin_(&registry_, &memory_, kReducerVersion, &serving_,
-             tokens_.get()) {}
+               options_.max_streams_per_job, options_.header_timeout, &timers_,
+               metrics_, grpc_metrics_.get()),
+      admin_(&registry_, &memory_, kReducerVersion, &serving_, tokens_.get()) {}
 
 void Server::RegisterServices(grpc::ServerBuilder& builder) {
   grpc::EnableDefaultHealthCheckService(true);

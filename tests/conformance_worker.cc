@@ -96,8 +96,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -108,10 +108,10 @@
 #include "core/status_macros.h"
 #include "core/tensor.h"
 #include "tests/closed_form.h"
-#include "tests/single_tensor.h"
-#include "tests/worker_script.h"
 #include "tests/process_harness.h"
+#include "tests/single_tensor.h"
 #include "tests/worker_flags.h"
+#include "tests/worker_script.h"
 
 ABSL_FLAG(std::string, steps, "", "the script; see the file comment");
 ABSL_FLAG(std::string, scratch_dir, "", "a directory the ranks share");
@@ -1384,8 +1384,9 @@ class Checks {
         MutableTensorView(reduce.data(), dtype, ShapeFor(n)), ReduceOp::kSum,
         reduce_root, Call()));
     if (ring) {
-      handles.push_back(client_->SendAsync(
-          TensorView(message->data(), dtype, ShapeFor(n)), next, 21, P2pCall()));
+      handles.push_back(
+          client_->SendAsync(TensorView(message->data(), dtype, ShapeFor(n)),
+                             next, 21, P2pCall()));
       handles.push_back(client_->ReceiveInPlaceAsync(
           MutableTensorView(received.data(), dtype, ShapeFor(n)), prev, 21,
           P2pCall()));
@@ -1398,8 +1399,9 @@ class Checks {
     if (!waited.ok()) return waited;
     for (size_t i = 0; i < got.size(); ++i) {
       if (!got[i]->empty()) {
-        return Wrong(absl::InternalError(absl::StrCat(
-            whats[i], ": Wait() gave ", got[i]->size(), " tensors, want none")));
+        return Wrong(absl::InternalError(
+            absl::StrCat(whats[i], ": Wait() gave ", got[i]->size(),
+                         " tensors, want none")));
       }
     }
     absl::Status c = CheckedElements(

@@ -1314,10 +1314,9 @@ absl::Status RunAsync(Context& ctx) {
       ReduceOp::kMax, DataType::kFloat32, ctx.rank, 100, inplace_seed);
   const std::vector<uint8_t> inout_want = ClosedFormExpected(
       ReduceOp::kMax, DataType::kFloat32, ctx.members, 100, inplace_seed);
-  std::unique_ptr<CollectiveHandle> inplace =
-      ctx.client->AllReduceInPlaceAsync(
-          MutableTensorView(inout.data(), DataType::kFloat32, {100}),
-          ReduceOp::kMax, ctx.call);
+  std::unique_ptr<CollectiveHandle> inplace = ctx.client->AllReduceInPlaceAsync(
+      MutableTensorView(inout.data(), DataType::kFloat32, {100}),
+      ReduceOp::kMax, ctx.call);
   // A blocking call takes its turn after them and returns while they may
   // still be in flight.
   const int64_t group_sum = [&] {
@@ -1373,8 +1372,9 @@ absl::Status RunAsync(Context& ctx) {
       late = ctx.client->AllReduceAsync(
           TensorView(&mine, DataType::kFloat64, {}), ReduceOp::kSum, ctx.call);
       if (late->Ready()) {
-        return Fail(absl::StrCat("CollectiveHandle::Ready() was true before rank ",
-                                 ctx.members[0], " took part"));
+        return Fail(
+            absl::StrCat("CollectiveHandle::Ready() was true before rank ",
+                         ctx.members[0], " took part"));
       }
       s = TouchFile(absl::StrCat(checked, ctx.rank), "checked");
       if (!s.ok()) return s;

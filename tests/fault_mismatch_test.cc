@@ -214,16 +214,17 @@ TEST_F(MismatchTimingTest, LateRankLearnsTheMismatchAfterThePeersLeft) {
 // waited for at once), for every collective with an in-place form: the
 // buffers keep their bytes (the worker reports check=bad otherwise) on
 // every rank.
-class InPlaceMismatchTest
-    : public FaultTest,
-      public ::testing::WithParamInterface<std::string> {};
+class InPlaceMismatchTest : public FaultTest,
+                            public ::testing::WithParamInterface<std::string> {
+};
 
 TEST_P(InPlaceMismatchTest, InPlaceBuffersKeepTheirBytes) {
   ASSERT_TRUE(StartServer());
-  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
-      Job(), 2,
-      {absl::StrCat(GetParam(), ",shape=1000,timeout_ms=5000"),
-       absl::StrCat("sleep:ms=100;", GetParam(), ",shape=1001,timeout_ms=5000")});
+  std::vector<std::unique_ptr<ChildProcess>> workers =
+      StartJob(Job(), 2,
+               {absl::StrCat(GetParam(), ",shape=1000,timeout_ms=5000"),
+                absl::StrCat("sleep:ms=100;", GetParam(),
+                             ",shape=1001,timeout_ms=5000")});
   std::vector<ProcessResult> results = WaitWorkers(workers);
   ASSERT_EQ(results.size(), 2u);
   const std::string want =

@@ -487,12 +487,11 @@ class Worker {
           ClosedFormInput(ReduceOp::kSum, dtype, options_.rank, n, seed + 1);
       std::vector<uint8_t> buffer = before;
       const MutableTensorView view(buffer.data(), dtype, shape);
-      out.status =
-          step.GetInt("async", 0) != 0
-              ? client_->ReceiveInPlaceAsync(view, source, tag, call)
-                    ->Wait()
-                    .status()
-              : client_->ReceiveInPlace(view, source, tag, call);
+      out.status = step.GetInt("async", 0) != 0
+                       ? client_->ReceiveInPlaceAsync(view, source, tag, call)
+                             ->Wait()
+                             .status()
+                       : client_->ReceiveInPlace(view, source, tag, call);
       const std::vector<uint8_t>& expected = out.status.ok() ? want : before;
       out.check = buffer == expected ? "ok" : "bad";
       if (out.check == "bad") {
@@ -659,7 +658,8 @@ class Worker {
     }
     Prepared& p = prepared[0];
     const bool inplace = verb == "allreduce_inplace" ||
-                         verb == "broadcast_inplace" || verb == "reduce_inplace";
+                         verb == "broadcast_inplace" ||
+                         verb == "reduce_inplace";
     if (inplace) {
       std::vector<uint8_t> buffer = p.input;
       const std::vector<uint8_t> before = buffer;
@@ -668,23 +668,20 @@ class Worker {
       const int root = static_cast<int>(step.GetInt("root", 0));
       const bool async = step.GetInt("async", 0) != 0;
       if (verb == "allreduce_inplace") {
-        out.status =
-            async ? client_->AllReduceInPlaceAsync(view, p.op, call)
-                        ->Wait()
-                        .status()
-                  : client_->AllReduceInPlace(view, p.op, call);
+        out.status = async ? client_->AllReduceInPlaceAsync(view, p.op, call)
+                                 ->Wait()
+                                 .status()
+                           : client_->AllReduceInPlace(view, p.op, call);
       } else if (verb == "broadcast_inplace") {
-        out.status =
-            async ? client_->BroadcastInPlaceAsync(view, root, call)
-                        ->Wait()
-                        .status()
-                  : client_->BroadcastInPlace(view, root, call);
+        out.status = async ? client_->BroadcastInPlaceAsync(view, root, call)
+                                 ->Wait()
+                                 .status()
+                           : client_->BroadcastInPlace(view, root, call);
       } else {
-        out.status =
-            async ? client_->ReduceInPlaceAsync(view, p.op, root, call)
-                        ->Wait()
-                        .status()
-                  : client_->ReduceInPlace(view, p.op, root, call);
+        out.status = async ? client_->ReduceInPlaceAsync(view, p.op, root, call)
+                                 ->Wait()
+                                 .status()
+                           : client_->ReduceInPlace(view, p.op, root, call);
       }
       out.call_elapsed = absl::Now() - call_start;
       if (!out.status.ok()) {

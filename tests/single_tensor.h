@@ -17,7 +17,8 @@ namespace testing {
 
 // `got`'s one tensor; its error as it is; INTERNAL naming the count when
 // it holds another number of tensors.
-inline absl::StatusOr<Tensor> SingleOf(absl::StatusOr<std::vector<Tensor>> got) {
+inline absl::StatusOr<Tensor> SingleOf(
+    absl::StatusOr<std::vector<Tensor>> got) {
   if (!got.ok()) return got.status();
   if (got->size() != 1) {
     return absl::InternalError(

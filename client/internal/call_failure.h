@@ -23,11 +23,10 @@ namespace reducer {
 inline absl::Status SessionFailureWithCall(const absl::Status& session,
                                            const absl::Status& call) {
   if (call.ok() || call.code() == session.code()) return session;
-  return absl::Status(
-      session.code(),
-      absl::StrCat(session.message(), " [this call: ",
-                   absl::StatusCodeToString(call.code()), ": ", call.message(),
-                   "]"));
+  return absl::Status(session.code(),
+                      absl::StrCat(session.message(), " [this call: ",
+                                   absl::StatusCodeToString(call.code()), ": ",
+                                   call.message(), "]"));
 }
 
 }  // namespace reducer

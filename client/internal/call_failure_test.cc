@@ -15,8 +15,7 @@ const absl::Status kSessionLost = absl::AbortedError(
 
 TEST(SessionFailureWithCallTest, AnotherKindOfCallFailureIsAddedInBrackets) {
   const absl::Status reported = SessionFailureWithCall(
-      kSessionLost,
-      absl::UnavailableError("recvmsg:Connection reset by peer"));
+      kSessionLost, absl::UnavailableError("recvmsg:Connection reset by peer"));
   EXPECT_EQ(reported.code(), absl::StatusCode::kAborted);
   EXPECT_EQ(reported.message(),
             "job j1 epoch 1 aborted: rank 0's session was lost (killed); "
@@ -26,8 +25,8 @@ TEST(SessionFailureWithCallTest, AnotherKindOfCallFailureIsAddedInBrackets) {
 
 TEST(SessionFailureWithCallTest, ACallFailedForTheSameReasonAddsNothing) {
   const absl::Status reported = SessionFailureWithCall(
-      kSessionLost,
-      absl::AbortedError("allreduce #3 in job j1: job j1 epoch 1 aborted: ..."));
+      kSessionLost, absl::AbortedError(
+                        "allreduce #3 in job j1: job j1 epoch 1 aborted: ..."));
   EXPECT_EQ(reported, kSessionLost);
 }
 

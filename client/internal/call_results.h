@@ -40,8 +40,8 @@ absl::Status CopyInto(const Tensor& result, const MutableTensorView& inout,
 // Where an in-place call's result goes once its collective succeeded.
 struct InPlaceTarget {
   MutableTensorView buffer;
-  absl::string_view what;   // the call, in errors; a string literal
-  DeviceStaging* staging;   // the session's; outlives the call
+  absl::string_view what;  // the call, in errors; a string literal
+  DeviceStaging* staging;  // the session's; outlives the call
   void* cuda_stream = nullptr;
   // A non-root rank of ReduceInPlace: no result comes, the buffer is only
   // read; `rank` names it should reducerd return one anyway.

@@ -23,11 +23,10 @@ std::unique_ptr<CollectiveHandle> Client::Impl::Start(
 
 std::unique_ptr<CollectiveHandle> Client::Impl::StartInPlace(
     absl::StatusOr<CollectiveRequestSpec> spec, const CallOptions& call,
-    const MutableTensorView& buffer, absl::string_view what,
-    bool gets_result) {
+    const MutableTensorView& buffer, absl::string_view what, bool gets_result) {
   if (!spec.ok()) return Start(std::move(spec), call);
-  InPlaceTarget target{buffer, what, staging(), call.cuda_stream, gets_result,
-                       rank()};
+  InPlaceTarget target{buffer,           what,        staging(),
+                       call.cuda_stream, gets_result, rank()};
   return std::unique_ptr<CollectiveHandle>(
       new CollectiveHandle(std::make_unique<CollectiveHandle::Impl>(
           session_->Start(*spec, call), std::move(target))));
@@ -36,9 +35,9 @@ std::unique_ptr<CollectiveHandle> Client::Impl::StartInPlace(
 std::unique_ptr<CollectiveHandle> Client::Impl::StartAllReduceInPlace(
     const MutableTensorView& inout, ReduceOp op, const CallOptions& call,
     absl::string_view what) {
-  return StartInPlace(InPlaceAllReduceSpec(staging(), inout, op,
-                                           absl::StrCat(what, " buffer")),
-                      call, inout, what);
+  return StartInPlace(
+      InPlaceAllReduceSpec(staging(), inout, op, absl::StrCat(what, " buffer")),
+      call, inout, what);
 }
 
 std::unique_ptr<CollectiveHandle> Client::Impl::StartBroadcastInPlace(
@@ -51,10 +50,10 @@ std::unique_ptr<CollectiveHandle> Client::Impl::StartBroadcastInPlace(
 std::unique_ptr<CollectiveHandle> Client::Impl::StartReduceInPlace(
     const MutableTensorView& inout, ReduceOp op, int root,
     const CallOptions& call, absl::string_view what) {
-  return StartInPlace(RootedSpec(staging(), CollectiveKind::kReduce,
-                                 inout.view(), op, root, call, world_size(),
-                                 what),
-                      call, inout, what, /*gets_result=*/root == rank());
+  return StartInPlace(
+      RootedSpec(staging(), CollectiveKind::kReduce, inout.view(), op, root,
+                 call, world_size(), what),
+      call, inout, what, /*gets_result=*/root == rank());
 }
 
 std::unique_ptr<CollectiveHandle> Client::Impl::StartReceiveInPlace(

@@ -56,9 +56,9 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   }
   if (options.world_size < 1 || options.rank < 0 ||
       options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ClientOptions: rank ", options.rank, " is outside a world of ",
-        options.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ClientOptions: rank ", options.rank,
+                     " is outside a world of ", options.world_size));
   }
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("ClientOptions.timeout must be positive");
@@ -244,7 +244,8 @@ std::unique_ptr<PendingCollective> ClientSession::StartCounted(
   absl::MutexLock lock(&mu_);
   pending->attempt_number_ = next_attempt_++;
   pending->settled_ = false;
-  header.set_attempt_id(absl::StrCat(session_id_, "/", pending->attempt_number_));
+  header.set_attempt_id(
+      absl::StrCat(session_id_, "/", pending->attempt_number_));
   {
     absl::MutexLock ack_lock(&ack_mu_);
     unsettled_.insert(pending->attempt_number_);
@@ -347,9 +348,9 @@ std::unique_ptr<PendingCollective> ClientSession::FollowMatch(
   call.cuda_stream = matched.cuda_stream;
   // What is left of the call's time, and at least a second for the
   // message's bytes (the answer may have come at the end of it).
-  call.timeout = std::max(
-      pending.contribution_.deadline - kDeadlineSlack - absl::Now(),
-      absl::Seconds(1));
+  call.timeout =
+      std::max(pending.contribution_.deadline - kDeadlineSlack - absl::Now(),
+               absl::Seconds(1));
   return StartCounted(spec, call, n);
 }
 

@@ -115,7 +115,8 @@ class ClientSession final {
   // Joins every shard; OK once all are ready.
   absl::Status JoinAll(absl::Time deadline);
   // Sends one attempt of `pending`'s collective.
-  std::unique_ptr<CollectiveAttempt> SendAttempt(const PendingCollective& pending);
+  std::unique_ptr<CollectiveAttempt> SendAttempt(
+      const PendingCollective& pending);
   // Asks for the result of `pending`'s attempt again (pending.replay_).
   std::unique_ptr<CollectiveAttempt> SendReplay(PendingCollective& pending);
   // `attempt_number` has its outcome (CollectiveHeader.received_below).

@@ -36,9 +36,8 @@ absl::Status CheckRoot(absl::string_view what, int root,
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": root ", root, " is outside the world of ", world_size));
   }
-  if (!call.group.empty() &&
-      std::find(call.group.begin(), call.group.end(), root) ==
-          call.group.end()) {
+  if (!call.group.empty() && std::find(call.group.begin(), call.group.end(),
+                                       root) == call.group.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": root ", root, " is not in CallOptions.group [",
                      absl::StrJoin(call.group, ","), "]"));
@@ -49,8 +48,8 @@ absl::Status CheckRoot(absl::string_view what, int root,
 // `requested` sorted, with "empty" spelled out as every rank (so that both
 // spellings share one sequence of collectives). INVALID_ARGUMENT for a
 // repeated rank, a rank outside the world, or a group without `rank`.
-absl::StatusOr<std::vector<int>> NormalizeGroup(const std::vector<int>& requested,
-                                                int rank, int world_size) {
+absl::StatusOr<std::vector<int>> NormalizeGroup(
+    const std::vector<int>& requested, int rank, int world_size) {
   std::vector<int> group = requested;
   if (group.empty()) {
     for (int r = 0; r < world_size; ++r) group.push_back(r);
@@ -58,9 +57,9 @@ absl::StatusOr<std::vector<int>> NormalizeGroup(const std::vector<int>& requeste
   }
   std::sort(group.begin(), group.end());
   if (std::adjacent_find(group.begin(), group.end()) != group.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CallOptions.group [", absl::StrJoin(requested, ","),
-        "] names a rank twice"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CallOptions.group [", absl::StrJoin(requested, ","),
+                     "] names a rank twice"));
   }
   for (int r : group) {
     if (r < 0 || r >= world_size) {
@@ -70,9 +69,9 @@ absl::StatusOr<std::vector<int>> NormalizeGroup(const std::vector<int>& requeste
     }
   }
   if (!std::binary_search(group.begin(), group.end(), rank)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CallOptions.group [", absl::StrJoin(group, ","),
-        "] does not contain this rank (", rank, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CallOptions.group [", absl::StrJoin(group, ","),
+                     "] does not contain this rank (", rank, ")"));
   }
   return group;
 }
@@ -89,8 +88,8 @@ absl::Status CheckPointToPointCall(const CollectiveRequestSpec& spec,
   const absl::string_view what = sends ? "Send" : "Receive";
   const absl::string_view peer = sends ? "destination" : "source";
   if (spec.peer == options.rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": ", peer, " ", spec.peer, " is this rank itself"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", peer, " ", spec.peer, " is this rank itself"));
   }
   if (spec.peer < 0 || spec.peer >= options.world_size) {
     return absl::InvalidArgumentError(
@@ -138,9 +137,9 @@ absl::Status CheckReceiveAnyCall(const CollectiveRequestSpec& spec,
         "\" must be empty; a message is matched by its destination and tag"));
   }
   if (group.size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ReceiveAny: the group [", absl::StrJoin(group, ","),
-        "] has no other rank to receive from"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReceiveAny: the group [", absl::StrJoin(group, ","),
+                     "] has no other rank to receive from"));
   }
   return absl::OkStatus();
 }
@@ -159,9 +158,9 @@ absl::Status CheckView(const TensorView& view, absl::string_view what,
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": ", bytes.status().message()));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      name, ": data is null but the shape ", ShapeToString(view.shape()),
-      " holds ", *bytes, " bytes"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, ": data is null but the shape ",
+                   ShapeToString(view.shape()), " holds ", *bytes, " bytes"));
 }
 
 absl::Status CheckPlacement(DeviceStaging* staging, const TensorView& view,
@@ -187,10 +186,9 @@ absl::StatusOr<CollectiveRequestSpec> OneInputSpec(DeviceStaging* staging,
 absl::StatusOr<CollectiveRequestSpec> InPlaceAllReduceSpec(
     DeviceStaging* staging, const MutableTensorView& inout, ReduceOp op,
     absl::string_view what) {
-  REDUCER_ASSIGN_OR_RETURN(
-      CollectiveRequestSpec spec,
-      OneInputSpec(staging, CollectiveKind::kAllReduce, inout.view(), op,
-                   what));
+  REDUCER_ASSIGN_OR_RETURN(CollectiveRequestSpec spec,
+                           OneInputSpec(staging, CollectiveKind::kAllReduce,
+                                        inout.view(), op, what));
   spec.result_may_be_lent = true;
   return spec;
 }
@@ -294,9 +292,11 @@ absl::StatusOr<CollectiveRequestSpec> ScatterSpec(DeviceStaging* staging,
   return spec;
 }
 
-absl::StatusOr<CollectiveRequestSpec> PointToPointSpec(
-    DeviceStaging* staging, const TensorView& input, int source, int peer,
-    int tag, bool sends, absl::string_view what) {
+absl::StatusOr<CollectiveRequestSpec> PointToPointSpec(DeviceStaging* staging,
+                                                       const TensorView& input,
+                                                       int source, int peer,
+                                                       int tag, bool sends,
+                                                       absl::string_view what) {
   CollectiveRequestSpec spec;
   spec.kind = CollectiveKind::kSendReceive;
   spec.root = source;
@@ -345,7 +345,8 @@ absl::StatusOr<CollectiveRequestSpec> AllToAllVSpec(
     return absl::OkStatus();
   };
   REDUCER_RETURN_IF_ERROR(check(send_rows, "send_rows"));
-  if (!recv_rows.empty()) REDUCER_RETURN_IF_ERROR(check(recv_rows, "recv_rows"));
+  if (!recv_rows.empty())
+    REDUCER_RETURN_IF_ERROR(check(recv_rows, "recv_rows"));
   const int64_t dim0 = input.shape()[0];
   int64_t sum = 0;
   for (int64_t rows : send_rows) {
@@ -356,10 +357,10 @@ absl::StatusOr<CollectiveRequestSpec> AllToAllVSpec(
     sum += rows;
   }
   if (sum != dim0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AllToAllV: send_rows [", absl::StrJoin(send_rows, ","),
-        "] do not sum to the input's dim 0 (", dim0, ", shape ",
-        ShapeToString(input.shape()), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("AllToAllV: send_rows [", absl::StrJoin(send_rows, ","),
+                     "] do not sum to the input's dim 0 (", dim0, ", shape ",
+                     ShapeToString(input.shape()), ")"));
   }
   spec.send_rows.assign(send_rows.begin(), send_rows.end());
   spec.recv_rows.assign(recv_rows.begin(), recv_rows.end());
@@ -394,7 +395,8 @@ absl::Status CheckQuorumCall(int min_ranks, absl::Duration grace,
                              const CallOptions& call, int world_size) {
   if (!call.group.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "AllReduceQuorum: CallOptions.group is [", absl::StrJoin(call.group, ","),
+        "AllReduceQuorum: CallOptions.group is [",
+        absl::StrJoin(call.group, ","),
         "]; a quorum step is over the whole job, so the group must be empty"));
   }
   // The rule reducerd applies, checked here so that nothing is sent.
@@ -403,9 +405,9 @@ absl::Status CheckQuorumCall(int min_ranks, absl::Duration grace,
   settings.grace = grace;
   absl::Status valid = QuorumRule::Validate(world_size, settings);
   if (!valid.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AllReduceQuorum: QuorumOptions: ", valid.message(),
-        " (the group is the job's ", world_size, " ranks)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("AllReduceQuorum: QuorumOptions: ", valid.message(),
+                     " (the group is the job's ", world_size, " ranks)"));
   }
   return absl::OkStatus();
 }

@@ -128,9 +128,11 @@ absl::StatusOr<CollectiveRequestSpec> ScatterSpec(DeviceStaging* staging,
 // `input`'s spec (its buffer's, for ReceiveInPlace) or nothing
 // (TensorView()) and sends no bytes. The peer, tag and call options are
 // checked by CallGroup.
-absl::StatusOr<CollectiveRequestSpec> PointToPointSpec(
-    DeviceStaging* staging, const TensorView& input, int source, int peer,
-    int tag, bool sends, absl::string_view what);
+absl::StatusOr<CollectiveRequestSpec> PointToPointSpec(DeviceStaging* staging,
+                                                       const TensorView& input,
+                                                       int source, int peer,
+                                                       int tag, bool sends,
+                                                       absl::string_view what);
 
 // AllToAllV's request: `input` (at least one dimension) cut by `send_rows`,
 // one entry per rank of the call's group, none negative, summing to its

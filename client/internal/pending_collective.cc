@@ -33,7 +33,6 @@ absl::StatusOr<std::pair<int, uint64_t>> AnswerOf(
       "count (one int64 tensor [2] naming a rank of the job)");
 }
 
-
 }  // namespace
 
 PendingCollective::~PendingCollective() {
@@ -90,7 +89,8 @@ void PendingCollective::TakeAnswer(absl::StatusOr<std::vector<Tensor>> answer) {
     return;
   }
   matched_->source = picked->first;
-  matched_->receive = session_->FollowMatch(*this, picked->first, picked->second);
+  matched_->receive =
+      session_->FollowMatch(*this, picked->first, picked->second);
 }
 
 absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitMatched() {
@@ -134,8 +134,9 @@ absl::Status NameWhereItFailed(const absl::Status& status,
 }  // namespace
 
 absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitRetrying() {
-  absl::StatusOr<std::vector<Tensor>> result =
-      first_outcome_.has_value() ? *std::move(first_outcome_) : attempt_->Wait();
+  absl::StatusOr<std::vector<Tensor>> result = first_outcome_.has_value()
+                                                   ? *std::move(first_outcome_)
+                                                   : attempt_->Wait();
   first_outcome_.reset();
   if (result.ok() || attempt_->retries_itself()) return result;
   RetrySequence retries(contribution_.deadline);
@@ -146,8 +147,9 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::WaitRetrying() {
     if (next == RetrySequence::Next::kStop) return retries.failure();
     absl::SleepFor(retries.next_at() - absl::Now());
     attempt_.reset();
-    attempt_ = next == RetrySequence::Next::kReplay ? session_->SendReplay(*this)
-                                                    : session_->SendAttempt(*this);
+    attempt_ = next == RetrySequence::Next::kReplay
+                   ? session_->SendReplay(*this)
+                   : session_->SendAttempt(*this);
     result = attempt_->Wait();
   }
   return result;
@@ -170,7 +172,8 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::FinishOwn(
   if (!result.ok()) {
     // The session's explanation (a lost rank) first, then the call's own.
     absl::Status why = session_->SessionStatus();
-    if (!why.ok() && result.status().code() != absl::StatusCode::kFailedPrecondition &&
+    if (!why.ok() &&
+        result.status().code() != absl::StatusCode::kFailedPrecondition &&
         result.status().code() != absl::StatusCode::kInvalidArgument) {
       return NameWhereItFailed(SessionFailureWithCall(why, result.status()),
                                contribution_.header, session_->targets_);

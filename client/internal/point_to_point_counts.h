@@ -65,15 +65,15 @@ class PointToPointCounts {
   };
   struct Matches {
     uint64_t epoch = 0;
-    uint64_t next = 0;        // the next match's m
+    uint64_t next = 0;  // the next match's m
     uint64_t unanswered = 0;
   };
   // `counts_[key]`, started again at 0 when it is of another epoch.
   Count& CountOf(const std::string& key, uint64_t epoch);
   Matches& MatchesOf(int destination, int64_t tag, uint64_t epoch);
 
-  absl::flat_hash_map<std::string, Count> counts_;      // "s>d|tag"
-  absl::flat_hash_map<std::string, Matches> matches_;   // "d|tag"
+  absl::flat_hash_map<std::string, Count> counts_;     // "s>d|tag"
+  absl::flat_hash_map<std::string, Matches> matches_;  // "d|tag"
 };
 
 }  // namespace reducer

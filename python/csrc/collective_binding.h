@@ -71,8 +71,8 @@ const T& ParseArg(const T& value) {
 
 // The parsed `Extra` arguments, in order.
 template <typename... Extra>
-using ParsedArgs =
-    std::tuple<std::decay_t<decltype(ParseArg(std::declval<const Extra&>()))>...>;
+using ParsedArgs = std::tuple<
+    std::decay_t<decltype(ParseArg(std::declval<const Extra&>()))>...>;
 
 // --- The tensor argument `x`: its Python type (Arg), its view, and the
 // object the call references while it runs.
@@ -166,8 +166,7 @@ template <Form kForm, typename Input, typename... Extra, typename Call>
 auto TensorCall(Call call) {
   return [call](PyClient& self, const typename Input::Arg& x,
                 const std::string& dtype, const Extra&... extra,
-                const Group& group, const std::string& name,
-                Timeout timeout) {
+                const Group& group, const std::string& name, Timeout timeout) {
     const auto view = Input::View(x, dtype);
     const ParsedArgs<Extra...> args{ParseArg(extra)...};
     const CallOptions options =

@@ -17,16 +17,17 @@ void DefineCollectives(py::class_<PyClient>& client) {
                 return c.AllReduce(x, op, options);
               }),
           arg("x"), arg("dtype"), arg("op"));
-  DefCall(client, "all_reduce_",
-          TensorCall<kBlocking, WritesTensor, OpName>(&Client::AllReduceInPlace),
-          arg("x"), arg("dtype"), arg("op"));
-  DefCall(client, "all_reduce_float",
-          OptionsCall<kBlocking, double, OpName>(
-              [](Client& c, double value, ReduceOp op,
-                 const CallOptions& options) {
-                return c.AllReduce(value, op, options);
-              }),
-          arg("value"), arg("op"));
+  DefCall(
+      client, "all_reduce_",
+      TensorCall<kBlocking, WritesTensor, OpName>(&Client::AllReduceInPlace),
+      arg("x"), arg("dtype"), arg("op"));
+  DefCall(
+      client, "all_reduce_float",
+      OptionsCall<kBlocking, double, OpName>(
+          [](Client& c, double value, ReduceOp op, const CallOptions& options) {
+            return c.AllReduce(value, op, options);
+          }),
+      arg("value"), arg("op"));
   DefCall(client, "all_reduce_int",
           OptionsCall<kBlocking, int64_t, OpName>(
               [](Client& c, int64_t value, ReduceOp op,
@@ -35,8 +36,8 @@ void DefineCollectives(py::class_<PyClient>& client) {
               }),
           arg("value"), arg("op"));
   DefCall(client, "all_reduce_many",
-          ManyCall<kBlocking>(&Client::AllReduceMany), arg("xs"),
-          arg("dtypes"), arg("ops"));
+          ManyCall<kBlocking>(&Client::AllReduceMany), arg("xs"), arg("dtypes"),
+          arg("ops"));
   DefCall(client, "all_gather",
           TensorCall<kBlocking, ReadsTensor>(&Client::AllGather), arg("x"),
           arg("dtype"));

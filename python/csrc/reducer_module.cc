@@ -31,8 +31,8 @@
 #include "python/csrc/py_client.h"
 #include "python/csrc/py_pending.h"
 #include "python/csrc/quorum_steps.h"
-#include "python/csrc/routed_collectives.h"
 #include "python/csrc/released_gil.h"
+#include "python/csrc/routed_collectives.h"
 #include "python/csrc/status_error.h"
 
 namespace reducer::python {
@@ -76,9 +76,9 @@ class PyHandle {
     }
     std::vector<Tensor> tensors = ValueOrThrow(std::move(result));
     if (tensors.size() != 1) {
-      ThrowIfError(absl::InternalError(absl::StrCat(
-          "reducer: all_reduce_async returned ", tensors.size(),
-          " tensors where 1 was expected")));
+      ThrowIfError(absl::InternalError(
+          absl::StrCat("reducer: all_reduce_async returned ", tensors.size(),
+                       " tensors where 1 was expected")));
     }
     return ToArray(std::move(tensors[0]));
   }

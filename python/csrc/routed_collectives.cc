@@ -30,8 +30,7 @@ absl::StatusOr<Tensor> AllToAllV(Client& c, const TensorView& x,
   return c.AllToAllV(x, send_rows, recv_rows, options);
 }
 
-std::unique_ptr<CollectiveHandle> AllToAllVAsync(Client& c,
-                                                 const TensorView& x,
+std::unique_ptr<CollectiveHandle> AllToAllVAsync(Client& c, const TensorView& x,
                                                  const Rows& send_rows,
                                                  const Rows& recv_rows,
                                                  const CallOptions& options) {
@@ -50,10 +49,10 @@ void DefineRoutedCollectives(py::class_<PyClient>& client) {
   DefCall(client, "reduce",
           TensorCall<kBlocking, ReadsTensor, OpName, int>(&Reduce), arg("x"),
           arg("dtype"), arg("op"), arg("root"));
-  DefCall(client, "reduce_",
-          TensorCall<kBlocking, WritesTensor, OpName, int>(
-              &Client::ReduceInPlace),
-          arg("x"), arg("dtype"), arg("op"), arg("root"));
+  DefCall(
+      client, "reduce_",
+      TensorCall<kBlocking, WritesTensor, OpName, int>(&Client::ReduceInPlace),
+      arg("x"), arg("dtype"), arg("op"), arg("root"));
   DefCall(client, "gather", TensorCall<kBlocking, ReadsTensor, int>(&Gather),
           arg("x"), arg("dtype"), arg("root"));
   DefCall(client, "scatter",
@@ -67,23 +66,23 @@ void DefineRoutedCollectives(py::class_<PyClient>& client) {
           arg("x"), arg("dtype"), arg("send_rows"),
           arg("recv_rows") = py::none());
   DefCall(client, "send",
-          TensorCall<kBlocking, ReadsTensor, int, int>(&Client::Send),
-          arg("x"), arg("dtype"), arg("destination"), arg("tag"));
+          TensorCall<kBlocking, ReadsTensor, int, int>(&Client::Send), arg("x"),
+          arg("dtype"), arg("destination"), arg("tag"));
   DefCall(client, "recv", OptionsCall<kBlocking, int, int>(&Client::Receive),
           arg("source"), arg("tag"));
   DefCall(client, "recv_any", OptionsCall<kBlocking, int>(&ReceiveAny),
           arg("tag"));
-  DefCall(client, "recv_",
-          TensorCall<kBlocking, WritesTensor, int, int>(
-              &Client::ReceiveInPlace),
-          arg("x"), arg("dtype"), arg("source"), arg("tag"));
+  DefCall(
+      client, "recv_",
+      TensorCall<kBlocking, WritesTensor, int, int>(&Client::ReceiveInPlace),
+      arg("x"), arg("dtype"), arg("source"), arg("tag"));
 
   DefCall(client, "reduce_async",
           TensorCall<kAsync, ReadsTensor, OpName, int>(&Client::ReduceAsync),
           arg("x"), arg("dtype"), arg("op"), arg("root"));
   DefCall(client, "gather_async",
-          TensorCall<kAsync, ReadsTensor, int>(&Client::GatherAsync),
-          arg("x"), arg("dtype"), arg("root"));
+          TensorCall<kAsync, ReadsTensor, int>(&Client::GatherAsync), arg("x"),
+          arg("dtype"), arg("root"));
   DefCall(client, "scatter_async",
           TensorCall<kAsync, ReadsTensorIfGiven, int>(&Client::ScatterAsync),
           arg("x").none(true), arg("dtype"), arg("root"));

@@ -66,10 +66,10 @@ void Collective::RefuseForeignRankLocked(RankChannel& channel, int rank,
   const std::string first =
       reference_rank_ >= 0 ? absl::StrCat("rank ", reference_rank_, " sent")
                            : std::string("the collective's group is");
-  const absl::Status status = absl::FailedPreconditionError(absl::StrCat(
-      description_, ": mismatched groups: ", first, " [",
-      absl::StrJoin(group_, ","), "], rank ", rank, " sent [",
-      absl::StrJoin(fp.group, ","), "]"));
+  const absl::Status status = absl::FailedPreconditionError(
+      absl::StrCat(description_, ": mismatched groups: ", first, " [",
+                   absl::StrJoin(group_, ","), "], rank ", rank, " sent [",
+                   absl::StrJoin(fp.group, ","), "]"));
   channel.Fail(status);
   FailLocked(status, {reference_rank_, rank});
 }
@@ -109,11 +109,13 @@ bool Collective::ReserveLocked(int index) {
   const EngineOptions& options = *env_.options;
   const size_t reserve = strategy_->Reservation(index, m.input_bytes);
   if (!env_.memory->TryReserve(reserve)) {
-    FailLocked(absl::ResourceExhaustedError(absl::StrCat(
-        description_, ": the server's memory budget of ",
-        env_.memory->limit(), " bytes (", options.memory_budget_setting,
-        ") is exhausted: ", env_.memory->used(), " bytes in use, rank ", rank,
-        " needs ", reserve, " more; retry later or raise the limit")), {rank});
+    FailLocked(
+        absl::ResourceExhaustedError(absl::StrCat(
+            description_, ": the server's memory budget of ",
+            env_.memory->limit(), " bytes (", options.memory_budget_setting,
+            ") is exhausted: ", env_.memory->used(), " bytes in use, rank ",
+            rank, " needs ", reserve, " more; retry later or raise the limit")),
+        {rank});
     env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
                                  RefusedLimit::kMemoryBudgetBytes);
     return false;
@@ -121,13 +123,15 @@ bool Collective::ReserveLocked(int index) {
   if (env_.job_memory != nullptr && !env_.job_memory->TryReserve(reserve)) {
     env_.memory->Release(reserve);
     FailLocked(absl::ResourceExhaustedError(absl::StrCat(
-        description_, ": job ", label_.job, "'s share of the memory budget, ",
-        env_.job_memory->limit(), " bytes (",
-        options.job_memory_fraction_setting, "=",
-        options.max_job_memory_fraction, " of ",
-        options.memory_budget_setting, "), is exhausted: ",
-        env_.job_memory->used(), " bytes in use by the job, rank ", rank,
-        " needs ", reserve, " more; other jobs keep the rest")), {rank});
+                   description_, ": job ", label_.job,
+                   "'s share of the memory budget, ", env_.job_memory->limit(),
+                   " bytes (", options.job_memory_fraction_setting, "=",
+                   options.max_job_memory_fraction, " of ",
+                   options.memory_budget_setting,
+                   "), is exhausted: ", env_.job_memory->used(),
+                   " bytes in use by the job, rank ", rank, " needs ", reserve,
+                   " more; other jobs keep the rest")),
+               {rank});
     env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
                                  RefusedLimit::kMaxJobMemoryFraction);
     return false;
@@ -152,8 +156,8 @@ bool Collective::ArrivedLocked(int index) {
     }
     // Its empty result is kept, as every rank's is once all attached, so
     // that a replay after a lost answer gets it.
-    m.keeping = env_.kept != nullptr && !m.attempt_id.empty() &&
-                env_.kept->Reserve(0);
+    m.keeping =
+        env_.kept != nullptr && !m.attempt_id.empty() && env_.kept->Reserve(0);
     SendTo(index, 0, {});
   }
   return true;
@@ -165,9 +169,9 @@ bool Collective::Agree(int rank, const Fingerprint& fp) {
     reference_rank_ = rank;
     has_reference_ = true;
     // No other rank is attached, so nothing is staged yet.
-    strategy_ = MakeKindStrategy(fp, static_cast<int>(group_.size()),
-                                 IndexOf(fp.root), chunk_bytes_,
-                                 env_.options->window, env_.chunks);
+    strategy_ =
+        MakeKindStrategy(fp, static_cast<int>(group_.size()), IndexOf(fp.root),
+                         chunk_bytes_, env_.options->window, env_.chunks);
     // Not every rank is attached yet: nothing is sent.
     if (!result_values_.empty()) {
       strategy_->SetResultValues(result_values_, /*all_attached=*/false, *this);
@@ -235,12 +239,13 @@ void Collective::OnRankCancelled(int rank, const RankChannel* channel) {
   if (AllInputInLocked()) {
     if (m.finished) return;  // all of its result was queued already
     const int ranks[] = {rank};
-    env_.log->Log({LogSeverity::kWarning, "rank_cut_off",
-                   absl::StrCat(why, " after every input was in; the other "
-                                     "ranks get their result",
-                                m.keeping ? ", and its own is kept for a replay"
-                                          : ""),
-                   label_.job, label_.epoch, label_.name, ranks});
+    env_.log->Log(
+        {LogSeverity::kWarning, "rank_cut_off",
+         absl::StrCat(why,
+                      " after every input was in; the other "
+                      "ranks get their result",
+                      m.keeping ? ", and its own is kept for a replay" : ""),
+         label_.job, label_.epoch, label_.name, ranks});
     m.cut_off = true;
     m.pending_writes = 0;
     // Without keeping, it counts as finished now; else once its whole
@@ -265,7 +270,8 @@ void Collective::ExcludeDone(int rank) {
     }
     strategy = strategy_;
   }
-  for (StagedChunk& chunk : ready) ScheduleReduction(strategy, std::move(chunk));
+  for (StagedChunk& chunk : ready)
+    ScheduleReduction(strategy, std::move(chunk));
 }
 
 bool Collective::LeaveOutLocked(int index, std::vector<StagedChunk>* ready) {
@@ -289,8 +295,7 @@ void Collective::MarkLeftOutLocked(int index) {
 absl::Status Collective::CannotGoOnWithout(int index) const {
   return absl::FailedPreconditionError(absl::StrCat(
       description_, ": rank ", group_[index], " called Done(), and a ",
-      label_.kind.has_value() ? CollectiveKindName(*label_.kind)
-                              : "collective",
+      label_.kind.has_value() ? CollectiveKindName(*label_.kind) : "collective",
       " cannot go on without its part (done ranks are left out of "
       "all-reduce, all-gather, barrier, and of broadcast, reduce and gather "
       "to another root)"));
@@ -311,8 +316,8 @@ void Collective::StartQuorum(const QuorumSettings& settings,
                              const std::vector<int>& absent,
                              const std::vector<int>& joining) {
   absl::MutexLock lock(&mu_);
-  quorum_ = std::make_unique<QuorumStep>(static_cast<int>(group_.size()),
-                                         settings);
+  quorum_ =
+      std::make_unique<QuorumStep>(static_cast<int>(group_.size()), settings);
   quorum_->Start(IndicesOf(absent), IndicesOf(joining), ranks_, *this);
 }
 

@@ -88,9 +88,9 @@ void Collective::ReduceChunk(const KindStrategy& strategy, StagedChunk chunk) {
   for (size_t i = 0; i < ranks_.size(); ++i) ReleaseIfDone(i);
   if (done_) return;
   if (!result.ok()) {
-    FailLocked(absl::Status(result.status().code(),
-                            absl::StrCat(description_, ": ",
-                                         result.status().message())));
+    FailLocked(absl::Status(
+        result.status().code(),
+        absl::StrCat(description_, ": ", result.status().message())));
     return;
   }
   strategy_->Deliver(index, *std::move(result), *this);
@@ -100,12 +100,12 @@ void Collective::ReduceChunk(const KindStrategy& strategy, StagedChunk chunk) {
 void Collective::SendTo(int index, uint64_t offset,
                         std::vector<SharedBytes> data) {
   RankState& m = ranks_[index];
-  if (m.left_out) return;  // a quorum step ended without it
+  if (m.left_out) return;               // a quorum step ended without it
   if (m.cut_off && !m.keeping) return;  // nobody to send it to
   ResultMessage message;
   message.offset = offset;
   if (!m.header_sent) {
-    message.result_specs = !strategy_->GetsResult(index) ? no_result_specs_
+    message.result_specs = !strategy_->GetsResult(index)   ? no_result_specs_
                            : m.own_result_specs != nullptr ? m.own_result_specs
                                                            : result_specs_;
   }
@@ -198,9 +198,9 @@ void Collective::OnInputEnd(int rank) {
   absl::MutexLock lock(&mu_);
   const RankState& m = ranks_[IndexOf(rank)];
   if (done_ || m.received == m.input_bytes) return;
-  FailLocked(absl::InvalidArgumentError(absl::StrCat(
-      description_, ": rank ", rank, " closed its stream after ", m.received,
-      " of ", m.input_bytes, " payload bytes")));
+  FailLocked(absl::InvalidArgumentError(
+      absl::StrCat(description_, ": rank ", rank, " closed its stream after ",
+                   m.received, " of ", m.input_bytes, " payload bytes")));
 }
 
 void Collective::ReleaseIfDone(int index) {
@@ -239,8 +239,8 @@ absl::Status Collective::Resume(int rank, const std::string& attempt_id,
                                 std::shared_ptr<RankChannel> channel) {
   absl::MutexLock lock(&mu_);
   const int index = IndexOf(rank);
-  const std::string what = absl::StrCat(description_, ": rank ", rank,
-                                        "'s attempt ", attempt_id);
+  const std::string what =
+      absl::StrCat(description_, ": rank ", rank, "'s attempt ", attempt_id);
   if (index < 0 || done_ || !ranks_[index].attached ||
       ranks_[index].attempt_id != attempt_id || !ranks_[index].keeping ||
       ranks_[index].finished) {
@@ -249,10 +249,10 @@ absl::Status Collective::Resume(int rank, const std::string& attempt_id,
   }
   RankState& m = ranks_[index];
   if (declared != m.fp.tensors) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " is replayed declaring other tensors than it did (",
-        DescribeTensors(declared), "; it declared ", DescribeTensors(m.fp.tensors),
-        ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is replayed declaring other tensors than it did (",
+                     DescribeTensors(declared), "; it declared ",
+                     DescribeTensors(m.fp.tensors), ")"));
   }
   if (!m.cut_off) {
     // Its client gave that call up (its connection broke) before reducerd
@@ -269,11 +269,12 @@ absl::Status Collective::Resume(int rank, const std::string& attempt_id,
     m.channel->Send(sent, /*last=*/false);
   }
   const int ranks[] = {rank};
-  env_.log->Log({LogSeverity::kInfo, "result_resumed",
-                 absl::StrCat(what, " asked again for its result: ",
-                              m.kept.size(), " messages sent again, the rest "
-                              "follows as it is made"),
-                 label_.job, label_.epoch, label_.name, ranks});
+  env_.log->Log(
+      {LogSeverity::kInfo, "result_resumed",
+       absl::StrCat(what, " asked again for its result: ", m.kept.size(),
+                    " messages sent again, the rest "
+                    "follows as it is made"),
+       label_.job, label_.epoch, label_.name, ranks});
   return absl::OkStatus();
 }
 
@@ -285,9 +286,10 @@ std::optional<double> Collective::InputPace() const {
     // The first message's own transfer time is not seen: its bytes are
     // left out.
     const absl::Duration took = m.last_data_at - m.first_data_at;
-    if (m.received < kMinPacedInputBytes || took <= absl::ZeroDuration()) continue;
-    const double pace =
-        static_cast<double>(m.received - m.first_data_bytes) / absl::ToDoubleSeconds(took);
+    if (m.received < kMinPacedInputBytes || took <= absl::ZeroDuration())
+      continue;
+    const double pace = static_cast<double>(m.received - m.first_data_bytes) /
+                        absl::ToDoubleSeconds(took);
     if (!slowest.has_value() || pace < *slowest) slowest = pace;
   }
   return slowest;

@@ -73,10 +73,11 @@ void ExpectThirdRankShapeFailsAll(CollectiveTest& t, CollectiveKind kind,
 
 TEST_F(CollectiveTest, ShapeMismatchFailsEveryAttachedRank) {
   // Rank 0's payload is already in when rank 2 disagrees.
-  ExpectThirdRankShapeFailsAll(
-      *this, CollectiveKind::kAllReduce, DataType::kFloat32, {4, 3}, {4, 4},
-      /*rank0_floats=*/12,
-      "mismatched shapes: rank 0 sent [4,3] float32, rank 2 sent [4,4] float32");
+  ExpectThirdRankShapeFailsAll(*this, CollectiveKind::kAllReduce,
+                               DataType::kFloat32, {4, 3}, {4, 4},
+                               /*rank0_floats=*/12,
+                               "mismatched shapes: rank 0 sent [4,3] float32, "
+                               "rank 2 sent [4,4] float32");
 }
 
 TEST_F(CollectiveTest, TimeoutFailsWaitingRanksNamingTheMissingOne) {
@@ -149,7 +150,8 @@ TEST_F(CollectiveTest, RetryOnANewStreamReplacesTheFirstBeforeData) {
   auto twice = std::make_shared<RecordingChannel>();
   c->Attach(twice, 0, fp, "other");
   EXPECT_EQ(twice->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(twice->failure().message(), HasSubstr("rank 0 contributed twice"));
+  EXPECT_THAT(twice->failure().message(),
+              HasSubstr("rank 0 contributed twice"));
   c->Attach(ch[1], 1, fp, "a1");
   EXPECT_TRUE(retry->ended_ok());
   EXPECT_TRUE(ch[1]->ended_ok());
@@ -228,7 +230,8 @@ TEST_F(CollectiveTest, RankCancelledOnceEveryInputIsInEndsOnlyItsOwnCall) {
   EXPECT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
 }
 
-TEST_F(CollectiveTest, RankCancelledAfterSendingDataAbortsEveryoneEvenBeforeAllArrived) {
+TEST_F(CollectiveTest,
+       RankCancelledAfterSendingDataAbortsEveryoneEvenBeforeAllArrived) {
   // Its bytes are staged in a chunk: detaching it would lose them, so the
   // collective cannot go on without counting it twice or not at all.
   auto [c, ch, fp] = MakeAllReduce(4, {0, 1, 2});
@@ -276,14 +279,14 @@ TEST_F(CollectiveTest, AllToAllShapeMismatchFailsEveryRankNamingBoth) {
 TEST_F(CollectiveTest, ReduceRootMismatchFailsEveryRankNamingBoth) {
   std::shared_ptr<Collective> c = Make(CollectiveKind::kReduce, {0, 1});
   auto ch = Channels(2);
-  c->Attach(ch[0], 0,
-            Fp(CollectiveKind::kReduce, {Spec(DataType::kFloat32, {4})},
-               {0, 1}, 0),
-            "");
-  c->Attach(ch[1], 1,
-            Fp(CollectiveKind::kReduce, {Spec(DataType::kFloat32, {4})},
-               {0, 1}, 1),
-            "");
+  c->Attach(
+      ch[0], 0,
+      Fp(CollectiveKind::kReduce, {Spec(DataType::kFloat32, {4})}, {0, 1}, 0),
+      "");
+  c->Attach(
+      ch[1], 1,
+      Fp(CollectiveKind::kReduce, {Spec(DataType::kFloat32, {4})}, {0, 1}, 1),
+      "");
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kFailedPrecondition);

@@ -57,7 +57,8 @@ TEST_F(CollectiveTest, ForwardingPausesReadersWhileAWindowOfWritesIsQueued) {
 TEST_F(CollectiveTest, EveryRanksWholeResultIsKeptAsSent) {
   constexpr int kN = 40;
   std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
-  auto ch = DecideThen(*c, kN, [](const auto&) {}, /*attempt_ids=*/true);
+  auto ch = DecideThen(
+      *c, kN, [](const auto&) {}, /*attempt_ids=*/true);
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(ch[r]->WaitEnded());
   ASSERT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
   const std::string expected = Bytes(RampSum(3, kN));
@@ -69,8 +70,10 @@ TEST_F(CollectiveTest, EveryRanksWholeResultIsKeptAsSent) {
         kept_->Find(absl::StrCat("s", r, "/0"), r);
     ASSERT_TRUE(k.has_value() && !k->messages.empty());
     ASSERT_NE(k->messages[0].result_specs, nullptr);
-    EXPECT_EQ(k->messages[0].result_specs->at(0).shape, std::vector<int64_t>{kN});
-    EXPECT_EQ(k->declared, std::vector<TensorSpec>{Spec(DataType::kFloat32, {kN})});
+    EXPECT_EQ(k->messages[0].result_specs->at(0).shape,
+              std::vector<int64_t>{kN});
+    EXPECT_EQ(k->declared,
+              std::vector<TensorSpec>{Spec(DataType::kFloat32, {kN})});
   }
   EXPECT_FALSE(kept_->Find("s0/0", 1).has_value());  // rank 0's, not 1's
   EXPECT_EQ(kept_memory_.used(),
@@ -114,7 +117,8 @@ TEST_F(CollectiveTest, AReplayResumesACutOffCallWithItsWholeResult) {
   EXPECT_TRUE(replay->ended_ok()) << replay->failure();
   EXPECT_EQ(replay->result(), Bytes(RampSum(3, kN)));
   ASSERT_FALSE(replay->sent().empty());
-  EXPECT_EQ(replay->sent()[0].result, std::vector<TensorSpec>{Spec(DataType::kFloat32, {kN})});
+  EXPECT_EQ(replay->sent()[0].result,
+            std::vector<TensorSpec>{Spec(DataType::kFloat32, {kN})});
   for (int r : {0, 2}) ASSERT_TRUE(ch[r]->WaitEnded());
   AcknowledgeWrites(*c, 1, *replay);
   EXPECT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
@@ -127,8 +131,9 @@ TEST_F(CollectiveTest, AReplayTakesThePlaceOfACallNotYetSeenToEnd) {
   auto ch = DecideThen(
       *c, kN,
       [&](const auto&) {
-        EXPECT_TRUE(c->Resume(1, "s1/0", {Spec(DataType::kFloat32, {kN})}, replay)
-                        .ok());
+        EXPECT_TRUE(
+            c->Resume(1, "s1/0", {Spec(DataType::kFloat32, {kN})}, replay)
+                .ok());
       },
       /*attempt_ids=*/true);
   ASSERT_TRUE(replay->WaitEnded());
@@ -144,7 +149,8 @@ TEST_F(CollectiveTest, AReplayTakesThePlaceOfACallNotYetSeenToEnd) {
 TEST_F(CollectiveTest, AFailedCollectiveKeepsNothingAndGivesItsRoomBack) {
   constexpr int kN = 20;
   auto [c, ch, fp] = MakeAllReduce(kN, {0, 1});
-  for (int r = 0; r < 2; ++r) c->Attach(ch[r], r, fp, absl::StrCat("s", r, "/0"));
+  for (int r = 0; r < 2; ++r)
+    c->Attach(ch[r], r, fp, absl::StrCat("s", r, "/0"));
   Feed(*c, 0, Bytes(Ramp(0, kN)));
   EXPECT_GT(kept_memory_.used(), 0u);  // room taken once every header was in
   c->Fail(absl::AbortedError("epoch 1 aborted: rank 5 lost"));
@@ -213,7 +219,8 @@ TEST_F(CollectiveTest, MemoryBudgetBelowOneRanksReservationIsRefused) {
   EXPECT_EQ(memory_->used(), 0u);
 }
 
-TEST_F(CollectiveTest, MemoryBudgetForOneRankOnlyRefusesTheSecondAndFreesTheFirst) {
+TEST_F(CollectiveTest,
+       MemoryBudgetForOneRankOnlyRefusesTheSecondAndFreesTheFirst) {
   memory_budget_bytes_ = 600;
   auto [c, ch, fp] = MakeAllReduce(64, {0, 1});
   c->Attach(ch[0], 0, fp, "");
@@ -237,7 +244,8 @@ TEST_F(CollectiveTest, MemoryBudgetForOneRankOnlyRefusesTheSecondAndFreesTheFirs
 // stay staged.
 TEST_F(CollectiveTest, FinishedReduceScatterRankStagedChunksStayInTheBudget) {
   constexpr int kN = 18;  // [9,2] float32: chunks [0,64) and [64,72)
-  std::shared_ptr<Collective> c = Make(CollectiveKind::kReduceScatter, {0, 1, 2});
+  std::shared_ptr<Collective> c =
+      Make(CollectiveKind::kReduceScatter, {0, 1, 2});
   auto ch = Channels(3);
   for (int r = 0; r < 3; ++r) {
     c->Attach(ch[r], r,

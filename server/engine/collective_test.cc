@@ -61,8 +61,7 @@ TEST_F(CollectiveTest, AllReduceOfHeldAndCopiedPartsIsExact) {
   auto ch = Channels(3);
   std::vector<std::weak_ptr<const StringOwner>> owners;
   for (int r = 0; r < 3; ++r) {
-    c->Attach(ch[r], r,
-              FloatAllReduce(kN, {0, 1, 2}),
+    c->Attach(ch[r], r, FloatAllReduce(kN, {0, 1, 2}),
               absl::StrCat("attempt-", r));
     // Rank 0: its whole input in one piece. Rank 1: the same, 4 bytes into
     // its storage (misaligned, so copied). Rank 2: one piece per chunk.
@@ -318,7 +317,8 @@ TEST_F(CollectiveTest, GatherConcatenatesInRankOrderAtTheRootOnly) {
     Feed(*c, r, Bytes(Tagged(r, 8 * (r + 1))), 40);
   }
   ASSERT_EQ(Bytes(gathered).size(), 192u);
-  ExpectResultAtRootOnly(ch, 1, Bytes(gathered), Spec(DataType::kInt32, {24, 2}));
+  ExpectResultAtRootOnly(ch, 1, Bytes(gathered),
+                         Spec(DataType::kInt32, {24, 2}));
   EXPECT_TRUE(Settles(*c));
 }
 

@@ -112,7 +112,8 @@ inline std::vector<float> Ramp(int rank, int n) {
 // The sum over ranks 0..w-1 of Ramp: element i is w(w+1)/2 * (i + 1).
 inline std::vector<float> RampSum(int w, int n) {
   std::vector<float> v(n);
-  for (int i = 0; i < n; ++i) v[i] = static_cast<float>(w * (w + 1) / 2 * (i + 1));
+  for (int i = 0; i < n; ++i)
+    v[i] = static_cast<float>(w * (w + 1) / 2 * (i + 1));
   return v;
 }
 
@@ -139,7 +140,8 @@ class PoolHold {
   explicit PoolHold(ThreadPool& pool)
       : released_(std::make_shared<absl::Notification>()) {
     for (int i = 0; i < 2; ++i) {
-      pool.Schedule([released = released_] { released->WaitForNotification(); });
+      pool.Schedule(
+          [released = released_] { released->WaitForNotification(); });
     }
   }
   ~PoolHold() { Release(); }
@@ -193,7 +195,7 @@ class CollectiveTestBase : public ::testing::Test {
     if (keep_results_ && kept_ == nullptr) {
       kept_ = std::make_shared<KeptResults>(&kept_memory_, absl::Seconds(30));
     }
-    CollectiveEnv env{&options_, &pool_,    &timers_, memory_.get(),
+    CollectiveEnv env{&options_,     &pool_,    &timers_, memory_.get(),
                       chunks_.get(), &metrics_, &log_};
     if (keep_results_) {
       env.kept_memory = &kept_memory_;
@@ -241,8 +243,8 @@ class CollectiveTestBase : public ::testing::Test {
                    size_t message_bytes = 48, uint64_t offset = 0) {
     bool may_read = true;
     for (size_t pos = 0; pos < bytes.size(); pos += message_bytes) {
-      may_read = c.OnData(rank, offset + pos,
-                          Range(bytes.substr(pos, message_bytes)));
+      may_read =
+          c.OnData(rank, offset + pos, Range(bytes.substr(pos, message_bytes)));
     }
     return may_read;
   }
@@ -259,8 +261,7 @@ class CollectiveTestBase : public ::testing::Test {
       Collective& c, const std::vector<int>& order, int n) {
     auto ch = Channels(3);
     for (int r : order) {
-      c.Attach(ch[r], r,
-               FloatAllReduce(n, {0, 1, 2}),
+      c.Attach(ch[r], r, FloatAllReduce(n, {0, 1, 2}),
                absl::StrCat("attempt-", r));
       // Three chunks stay within the default window: no pause.
       EXPECT_TRUE(Feed(c, r, Bytes(Ramp(r, n))));
@@ -280,8 +281,8 @@ class CollectiveTestBase : public ::testing::Test {
   // then kept).
   std::vector<std::shared_ptr<RecordingChannel>> DecideThen(
       Collective& c, int n,
-      const std::function<void(
-          const std::vector<std::shared_ptr<RecordingChannel>>&)>& act,
+      const std::function<
+          void(const std::vector<std::shared_ptr<RecordingChannel>>&)>& act,
       bool attempt_ids = false) {
     options_.offload_bytes = 64;
     auto ch = Channels(3);
@@ -312,7 +313,7 @@ class CollectiveTestBase : public ::testing::Test {
   EngineOptions options_;
   size_t memory_budget_bytes_ = size_t{2} << 30;  // reducerd's default
   bool keep_results_ = false;  // collectives keep results (1 MiB of room)
-  MetricsSink metrics_;  // counts nothing
+  MetricsSink metrics_;        // counts nothing
   Logger log_;
   std::unique_ptr<MemoryBudget> memory_;
   MemoryBudget kept_memory_{1 << 20};

@@ -29,8 +29,9 @@ void Collective::OnStallTimer() {
   if (label_.kind.has_value()) env_.metrics->CollectiveStalled(*label_.kind);
   const std::string awaited = AwaitedLocked();
   const std::string message = absl::StrCat(
-      description_, " stalled for ", absl::FormatDuration(absl::Now() - created_),
-      ": ", awaited.empty() ? MissingRanks() : awaited,
+      description_, " stalled for ",
+      absl::FormatDuration(absl::Now() - created_), ": ",
+      awaited.empty() ? MissingRanks() : awaited,
       "; it fails at the timeout of ", absl::FormatDuration(timeout_));
   const std::vector<int> absent = AbsentRanks();
   env_.log->Log({LogSeverity::kWarning, "collective_stalled", message,
@@ -47,10 +48,9 @@ void Collective::OnDeadline() {
                      absl::FormatDuration(timeout_))));
     return;
   }
-  FailLocked(absl::DeadlineExceededError(
-                 absl::StrCat(description_, " timed out after ",
-                              absl::FormatDuration(timeout_), ": ",
-                              MissingRanks())),
+  FailLocked(absl::DeadlineExceededError(absl::StrCat(
+                 description_, " timed out after ",
+                 absl::FormatDuration(timeout_), ": ", MissingRanks())),
              AbsentRanks());
 }
 
@@ -68,12 +68,12 @@ std::string Collective::MissingRanks() const {
     (ranks_[i].attached ? present : absent).push_back(group_[i]);
   }
   if (!absent.empty()) {
-    return absl::StrCat(absent.size() == 1 ? "rank " : "ranks ",
-                        absl::StrJoin(absent, ","), " never arrived (",
-                        present.empty() ? std::string("no rank")
-                                        : absl::StrCat("ranks ",
-                                                       absl::StrJoin(present, ",")),
-                        " waited)");
+    return absl::StrCat(
+        absent.size() == 1 ? "rank " : "ranks ", absl::StrJoin(absent, ","),
+        " never arrived (",
+        present.empty() ? std::string("no rank")
+                        : absl::StrCat("ranks ", absl::StrJoin(present, ",")),
+        " waited)");
   }
   std::vector<std::string> slow;
   for (size_t i = 0; i < ranks_.size(); ++i) {
@@ -82,9 +82,8 @@ std::string Collective::MissingRanks() const {
       slow.push_back(absl::StrCat("rank ", group_[i], " sent ", m.received,
                                   " of ", m.input_bytes, " bytes"));
     } else if (!m.finished) {
-      slow.push_back(absl::StrCat("rank ", group_[i], " has received ",
-                                  m.sent, " of ", m.output_bytes,
-                                  " result bytes"));
+      slow.push_back(absl::StrCat("rank ", group_[i], " has received ", m.sent,
+                                  " of ", m.output_bytes, " result bytes"));
     }
   }
   return absl::StrCat("every rank arrived but payload is missing: ",

@@ -66,8 +66,7 @@ void QuorumStep::Decide(absl::Time now, const std::vector<RankState>& ranks,
   host.StepEnded(decision.contributors, left_out);
 }
 
-absl::Status QuorumStep::LateRefusal(const std::string& description,
-                                     int rank) {
+absl::Status QuorumStep::LateRefusal(const std::string& description, int rank) {
   return absl::FailedPreconditionError(absl::StrCat(
       description, " finished without rank ", rank,
       ": it arrived after the step ended over the ranks in time; Connect "

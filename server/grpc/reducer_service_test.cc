@@ -30,8 +30,8 @@ using ::testing::HasSubstr;
 using Env = JobDoorTestEnv;
 using Stream =
     grpc::ClientReaderWriter<v1::CollectiveRequest, v1::CollectiveResponse>;
-using Method = std::unique_ptr<Stream> (v1::Reducer::Stub::*)(
-    grpc::ClientContext*);
+using Method =
+    std::unique_ptr<Stream> (v1::Reducer::Stub::*)(grpc::ClientContext*);
 constexpr Method kCollective = &v1::Reducer::Stub::Collective;
 constexpr Method kCollectives = &v1::Reducer::Stub::Collectives;
 
@@ -136,8 +136,7 @@ TEST_F(ReducerServiceTest, JoinSendsJobReadyOnceEveryRankJoined) {
 }
 
 TEST_F(ReducerServiceTest, JoinRefusedEndsTheStreamWithWhy) {
-  JoinedRank& rank =
-      Join(std::string(Env::kMaxNameBytes + 1, 'j'), 0, 1, "s0");
+  JoinedRank& rank = Join(std::string(Env::kMaxNameBytes + 1, 'j'), 0, 1, "s0");
   v1::JoinEvent event;
   EXPECT_FALSE(rank.events->Read(&event));
   const grpc::Status status = rank.events->Finish();
@@ -176,8 +175,8 @@ TEST_F(ReducerServiceTest, CollectiveStreamsReturnTheSumToEveryRank) {
       data += response.data();
     }
     const grpc::Status status = streams[rank]->Finish();
-    EXPECT_TRUE(status.ok()) << "rank " << rank << ": "
-                             << status.error_message();
+    EXPECT_TRUE(status.ok())
+        << "rank " << rank << ": " << status.error_message();
     EXPECT_EQ(specs, 1) << "rank " << rank;
     EXPECT_EQ(data, Floats(3, 4, 6, 8)) << "rank " << rank;
   }

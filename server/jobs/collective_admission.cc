@@ -50,7 +50,8 @@ absl::StatusOr<std::vector<MemoryReservation>> ReserveCollectiveState(
         description, ": the server's memory budget of ", env.memory->limit(),
         " bytes (", env.options->memory_budget_setting,
         ") cannot hold the bookkeeping of a "
-        "collective of ", group_size, " ranks (", state_bytes,
+        "collective of ",
+        group_size, " ranks (", state_bytes,
         " bytes) now; retry later or raise the limit"));
   }
   if (env.job_memory == nullptr) return state;
@@ -58,15 +59,16 @@ absl::StatusOr<std::vector<MemoryReservation>> ReserveCollectiveState(
   if (!state.back().ok()) {
     env.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
                                 RefusedLimit::kMaxJobMemoryFraction);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        description, ": job ", job, "'s share of the memory budget, ",
-        env.job_memory->limit(), " bytes (",
-        env.options->job_memory_fraction_setting, "=",
-        env.options->max_job_memory_fraction, " of ",
-        env.options->memory_budget_setting,
-        "), cannot hold the bookkeeping of a "
-        "collective of ", group_size, " ranks (", state_bytes,
-        " bytes) now; other jobs keep the rest"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(description, ": job ", job,
+                     "'s share of the memory budget, ", env.job_memory->limit(),
+                     " bytes (", env.options->job_memory_fraction_setting, "=",
+                     env.options->max_job_memory_fraction, " of ",
+                     env.options->memory_budget_setting,
+                     "), cannot hold the bookkeeping of a "
+                     "collective of ",
+                     group_size, " ranks (", state_bytes,
+                     " bytes) now; other jobs keep the rest"));
   }
   return state;
 }

@@ -48,7 +48,8 @@ Job::Job(std::string name, int world_size, CollectiveEnv env,
       shared_memory_socket_(std::move(shared_memory_socket)),
       rank_state_(std::move(rank_state)),
       membership_(name_, world_size, NextEpochId()),
-      chunk_bytes_(InitialChunkBytes(env_.options->chunk_time, env_.options->chunk_bytes)) {}
+      chunk_bytes_(InitialChunkBytes(env_.options->chunk_time,
+                                     env_.options->chunk_bytes)) {}
 
 void Job::ReleaseRankState() {
   absl::MutexLock lock(&mu_);
@@ -119,13 +120,13 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
       const uint64_t steps = membership_.quorum_steps_started();
       event.mutable_ready()->set_quorum_steps_started(steps);
       rejoining->SendEvent(event);
-      env_.log->Log({LogSeverity::kInfo, "rank_rejoined",
-                     absl::StrCat("job ", name_, " epoch ", epoch, ": rank ",
-                                  rank, " joined again after ",
-                                  absl::FormatDuration(absent_for),
-                                  " absent; it takes part from quorum step ",
-                                  steps),
-                     name_, epoch, "", ranks});
+      env_.log->Log(
+          {LogSeverity::kInfo, "rank_rejoined",
+           absl::StrCat("job ", name_, " epoch ", epoch, ": rank ", rank,
+                        " joined again after ",
+                        absl::FormatDuration(absent_for),
+                        " absent; it takes part from quorum step ", steps),
+           name_, epoch, "", ranks});
       break;
     }
     case Membership::Seated::kAllJoined:
@@ -277,14 +278,15 @@ void Job::NotePaceLocked(double bytes_per_second) {
   v1::JoinEvent event;
   event.mutable_pace()->set_chunk_bytes(chunk);
   SendToAllLocked(event);
-  env_.log->Log({LogSeverity::kInfo, "chunk_paced",
-                 absl::StrCat("job ", name_, " epoch ", membership_.epoch(),
-                              ": inputs arrive at ",
-                              absl::StrFormat("%.1f", pace_.bytes_per_second() / 1e6),
-                              " MB/s; its reductions now use chunks of ", chunk / 1024,
-                              " KiB (--chunk_time=",
-                              absl::FormatDuration(env_.options->chunk_time), ")"),
-                 name_, membership_.epoch()});
+  env_.log->Log(
+      {LogSeverity::kInfo, "chunk_paced",
+       absl::StrCat("job ", name_, " epoch ", membership_.epoch(),
+                    ": inputs arrive at ",
+                    absl::StrFormat("%.1f", pace_.bytes_per_second() / 1e6),
+                    " MB/s; its reductions now use chunks of ", chunk / 1024,
+                    " KiB (--chunk_time=",
+                    absl::FormatDuration(env_.options->chunk_time), ")"),
+       name_, membership_.epoch()});
 }
 
 void Job::LoseAbsentLocked(const std::vector<int>& ranks,
@@ -298,9 +300,10 @@ void Job::LoseAbsentLocked(const std::vector<int>& ranks,
                                 "; the others go on, and it rejoins at a "
                                 "quorum step once it connects again"),
                    name_, epoch, "", logged});
-    LoseRankLocked(rank, absl::StatusCode::kAborted,
-                   absl::StrCat("was lost (", why,
-                                "); a quorum step run again goes on without it"));
+    LoseRankLocked(
+        rank, absl::StatusCode::kAborted,
+        absl::StrCat("was lost (", why,
+                     "); a quorum step run again goes on without it"));
   }
 }
 

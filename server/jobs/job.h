@@ -291,7 +291,8 @@ class Job {
   // A finished collective's inputs came at `bytes_per_second`: the job's
   // pace moves, and if its chunk size changes every session is told
   // (JobPace).
-  void NotePaceLocked(double bytes_per_second) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NotePaceLocked(double bytes_per_second)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Constant after construction.
   const std::string name_;
   const int world_size_;

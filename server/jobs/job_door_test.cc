@@ -33,9 +33,9 @@ const PresentedToken kNoToken{};
 TEST(JobDoorTest, JoinReachesTheRegistry) {
   Env env;
   auto session = std::make_shared<FakeSession>();
-  EXPECT_THAT(env.door().Join(Env::JoinRequest("j", 0, 1, "s"), kNoToken,
-                              session),
-              IsOk());
+  EXPECT_THAT(
+      env.door().Join(Env::JoinRequest("j", 0, 1, "s"), kNoToken, session),
+      IsOk());
   EXPECT_EQ(session->ready_count(), 1);
   EXPECT_THAT(env.registry().Find("j"), IsOk());
   EXPECT_THAT(env.refused(), IsEmpty());
@@ -71,10 +71,10 @@ TEST(JobDoorTest, AttachNamesTheHeaderFieldOverTheLimit) {
 TEST(JobDoorTest, AttachOfBothRanksRunsTheCollective) {
   Env env;
   for (int rank = 0; rank < 2; ++rank) {
-    ASSERT_THAT(env.door().Join(Env::JoinRequest("j", rank, 2,
-                                                 rank == 0 ? "a" : "b"),
-                                kNoToken, std::make_shared<FakeSession>()),
-                IsOk());
+    ASSERT_THAT(
+        env.door().Join(Env::JoinRequest("j", rank, 2, rank == 0 ? "a" : "b"),
+                        kNoToken, std::make_shared<FakeSession>()),
+        IsOk());
   }
   std::shared_ptr<FakeRankChannel> channels[2];
   for (int rank = 0; rank < 2; ++rank) {
@@ -86,8 +86,8 @@ TEST(JobDoorTest, AttachOfBothRanksRunsTheCollective) {
     ASSERT_NE(*collective, nullptr);
     const float input[Env::kFloats] = {1.0f * (rank + 1), 2, 3, 4};
     Payload payload;
-    payload.Append(StringBytes(std::string(
-        reinterpret_cast<const char*>(input), sizeof(input))));
+    payload.Append(StringBytes(
+        std::string(reinterpret_cast<const char*>(input), sizeof(input))));
     (*collective)->OnData(rank, 0, std::move(payload));
     (*collective)->OnInputEnd(rank);
   }
@@ -132,8 +132,7 @@ TEST(JobDoorTest, WithTokensAnotherJobsTokenIsDenied) {
               StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(env.door().Authorize(Env::kTokenJob, Env::Bearer(Env::kToken)),
               IsOk());
-  EXPECT_THAT(env.refused(),
-              ElementsAre(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(env.refused(), ElementsAre(absl::StatusCode::kPermissionDenied));
 }
 
 TEST(JobDoorTest, AuthorizeAnyJobTakesAnyKnownToken) {
@@ -152,7 +151,8 @@ TEST(JobDoorTest, CheckSeatHoldsOnlyTheSessionsOwnRank) {
   ASSERT_THAT(env.door().Join(Env::JoinRequest("j", 0, 1, "s"), kNoToken,
                               std::make_shared<FakeSession>()),
               IsOk());
-  absl::StatusOr<uint64_t> epoch_id = env.door().CheckSeat("j", "s", 0, kNoToken);
+  absl::StatusOr<uint64_t> epoch_id =
+      env.door().CheckSeat("j", "s", 0, kNoToken);
   EXPECT_THAT(epoch_id, IsOk());
   EXPECT_THAT(env.door().CheckSeat("j", "s", 1, kNoToken),
               StatusIs(absl::StatusCode::kFailedPrecondition,
@@ -183,9 +183,9 @@ TEST(JobDoorTest, LeaveWithCauseAbortsTheEpochWithItsFirst2KiB) {
   ASSERT_THAT(env.door().Join(Env::JoinRequest("j", 0, 2, "a"), kNoToken,
                               std::make_shared<FakeSession>()),
               IsOk());
-  ASSERT_THAT(env.door().Join(Env::JoinRequest("j", 1, 2, "b"), kNoToken,
-                              other),
-              IsOk());
+  ASSERT_THAT(
+      env.door().Join(Env::JoinRequest("j", 1, 2, "b"), kNoToken, other),
+      IsOk());
   // 2047 bytes, then a 2-byte UTF-8 sequence across the 2 KiB limit.
   const std::string kept(2047, 'x');
   v1::LeaveRequest leave;

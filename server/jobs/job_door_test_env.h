@@ -110,8 +110,8 @@ class JobDoorTestEnv {
   // A tokens file under TEST_TMPDIR with kTokenJob's line.
   static std::unique_ptr<JobTokens> LoadTokens() {
     const char* dir = std::getenv("TEST_TMPDIR");
-    const std::string path =
-        absl::StrCat(dir != nullptr ? dir : "/tmp", "/job_door_test_env_tokens");
+    const std::string path = absl::StrCat(dir != nullptr ? dir : "/tmp",
+                                          "/job_door_test_env_tokens");
     std::string hex;
     for (uint8_t b : HashToken(kToken)) {
       absl::StrAppend(&hex, absl::Hex(b, absl::kZeroPad2));

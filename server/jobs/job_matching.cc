@@ -64,18 +64,20 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
   if (!collective.ok()) return collective.status();
   const CollectiveKind kind = fp->kind;
   if (kind == CollectiveKind::kDone) {
-    (*collective)->SetResultValues(
-        {static_cast<int64_t>(membership_.next_whole_sequence())});
+    (*collective)
+        ->SetResultValues(
+            {static_cast<int64_t>(membership_.next_whole_sequence())});
   }
   const int root = fp->root;
   std::vector<int> sources;
   if (kind == CollectiveKind::kMatch) sources = fp->sources;
-  if (!(*collective)->Attach(std::move(stream), header.rank(), *std::move(fp),
-                             header.attempt_id())) {
+  if (!(*collective)
+           ->Attach(std::move(stream), header.rank(), *std::move(fp),
+                    header.attempt_id())) {
     if ((*collective)->LeftOut(header.rank())) {
       membership_.MarkAbsent(header.rank(), absl::Now());
-      LoseAbsentLocked({header.rank()},
-                       absl::StrCat("it was late for ", ShortName(description)));
+      LoseAbsentLocked({header.rank()}, absl::StrCat("it was late for ",
+                                                     ShortName(description)));
     }
     return RefusedByCollectiveError();
   }
@@ -95,9 +97,11 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Replay(
   const std::string& attempt = header.attempt_id();
   absl::Status valid = CheckReplay(header);
   if (valid.ok() && (rank < 0 || rank >= world_size_)) {
-    valid = absl::InvalidArgumentError(absl::StrCat(
-        "job ", name_, ": a replay names rank ", rank, ", not a rank of the "
-        "job's ", world_size_));
+    valid = absl::InvalidArgumentError(
+        absl::StrCat("job ", name_, ": a replay names rank ", rank,
+                     ", not a rank of the "
+                     "job's ",
+                     world_size_));
   }
   if (!valid.ok()) return valid;
   // A call cut off while its result is still being made takes it up again;
@@ -106,7 +110,8 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Replay(
   std::shared_ptr<Collective> first;
   {
     absl::MutexLock lock(&mu_);
-    if (std::optional<std::weak_ptr<Collective>> seen = attempts_.Find(attempt)) {
+    if (std::optional<std::weak_ptr<Collective>> seen =
+            attempts_.Find(attempt)) {
       first = seen->lock();
     }
   }
@@ -135,9 +140,10 @@ absl::StatusOr<Fingerprint> Job::CheckedFingerprint(
     const v1::CollectiveHeader& header) {
   const int rank = header.rank();
   absl::StatusOr<Fingerprint> fp = FingerprintFromHeader(header, world_size_);
-  absl::Status valid = fp.ok() ? ValidateContribution(*fp, rank, world_size_,
-                                                      env_.options->max_tensor_bytes)
-                               : fp.status();
+  absl::Status valid =
+      fp.ok() ? ValidateContribution(*fp, rank, world_size_,
+                                     env_.options->max_tensor_bytes)
+              : fp.status();
   // Point-to-point messages are matched by their reserved names alone, and
   // no other collective may take one (core/point_to_point_name.h). A name
   // refused here fails only this call: it may name another pair's message.
@@ -161,13 +167,15 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
   // never counted again.
   const std::string& attempt = header.attempt_id();
   if (!attempt.empty()) {
-    if (std::optional<std::weak_ptr<Collective>> seen = attempts_.Find(attempt)) {
+    if (std::optional<std::weak_ptr<Collective>> seen =
+            attempts_.Find(attempt)) {
       std::shared_ptr<Collective> first = seen->lock();
       if (first == nullptr || first->done() || first->HasFinished(rank)) {
-        return absl::AbortedError(absl::StrCat(
-            description, ": rank ", rank, " retried a contribution (attempt ",
-            attempt, ") that was already used; its result cannot be sent "
-            "again, and counting it twice would be wrong"));
+        return absl::AbortedError(
+            absl::StrCat(description, ": rank ", rank,
+                         " retried a contribution (attempt ", attempt,
+                         ") that was already used; its result cannot be sent "
+                         "again, and counting it twice would be wrong"));
       }
       return first;
     }
@@ -207,7 +215,8 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::NewCollectiveLocked(
     const std::string& description) {
   const bool quorum = fp.kind == CollectiveKind::kQuorumBarrier;
   if (!quorum) {  // a quorum step goes on without them
-    REDUCER_RETURN_IF_ERROR(membership_.CheckGroupPresent(fp.group, description));
+    REDUCER_RETURN_IF_ERROR(
+        membership_.CheckGroupPresent(fp.group, description));
   }
   PruneFinished();
   REDUCER_RETURN_IF_ERROR(
@@ -218,7 +227,8 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::NewCollectiveLocked(
   const absl::Duration timeout = CollectiveTimeout(env_, header.timeout_ms());
   auto collective = std::make_shared<Collective>(
       env_,
-      CollectiveLabel{name_, membership_.epoch(), ShortName(description), fp.kind},
+      CollectiveLabel{name_, membership_.epoch(), ShortName(description),
+                      fp.kind},
       description, fp.group, timeout);
   collective->HoldState(std::move(state));
   if (TraitsOf(fp.kind).paced_chunks) collective->SetChunkBytes(chunk_bytes_);
@@ -302,8 +312,9 @@ std::string Job::MatchingKeyLocked(const v1::CollectiveHeader& header,
   const bool several_shards = shards_.has_value() && shards_->size() > 1;
   if (!header.name().empty() || several_shards) return MatchingKey(header, fp);
   const std::string group = absl::StrJoin(fp.group, ",");
-  return absl::StrCat(group, "|#",
-                      header.sequence() + membership_.Skipped(header.rank(), group));
+  return absl::StrCat(
+      group, "|#",
+      header.sequence() + membership_.Skipped(header.rank(), group));
 }
 
 void Job::MarkDoneLocked(int rank) {
@@ -338,7 +349,8 @@ void Job::LeaveOutDoneLocked(const std::shared_ptr<Collective>& collective,
   for (int r : fp.group) {
     if (r == attaching || !membership_.IsDone(r)) continue;
     collective->ExcludeDone(r);
-    if (bar != std::string::npos) membership_.NoteSkipped(r, key.substr(0, bar));
+    if (bar != std::string::npos)
+      membership_.NoteSkipped(r, key.substr(0, bar));
   }
 }
 

@@ -39,9 +39,9 @@ class JobTest : public ::testing::Test {
       : memory_(ServerOptions().memory_budget_bytes),
         chunks_(options_.chunk_bytes, 4),
         pool_(1),
-        job_("j1", 2, CollectiveEnv{&options_, &pool_, &timers_, &memory_,
-                                    &chunks_, &metrics_, &log_,
-                                    &kept_memory_}) {}
+        job_("j1", 2,
+             CollectiveEnv{&options_, &pool_, &timers_, &memory_, &chunks_,
+                           &metrics_, &log_, &kept_memory_}) {}
 
   // A Barrier contribution of `rank` in `epoch`, matched by `sequence`.
   static v1::CollectiveHeader Barrier(int rank, const std::string& session,

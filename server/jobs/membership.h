@@ -67,9 +67,9 @@ class Membership {
 
   // ---- Seats
   enum class Seated {
-    kWaiting,     // the epoch still waits for other ranks
-    kAllJoined,   // this seat completed the epoch: it runs now
-    kRejoined,    // an absent rank is back in the running epoch
+    kWaiting,    // the epoch still waits for other ranks
+    kAllJoined,  // this seat completed the epoch: it runs now
+    kRejoined,   // an absent rank is back in the running epoch
   };
   // True when `session_id` holds a seat, in any epoch.
   bool HasSession(const std::string& session_id) const;
@@ -87,10 +87,10 @@ class Membership {
   // What the loss or departure of a seat changed.
   struct Unseated {
     enum class Effect {
-      kNone,        // nothing the job must act on
-      kAbsent,      // quorum mode: `ranks` are absent now
-      kDeparted,    // `ranks` departed from the running epoch
-      kEndsEpoch,   // `ranks` held the running epoch: the job must end it
+      kNone,       // nothing the job must act on
+      kAbsent,     // quorum mode: `ranks` are absent now
+      kDeparted,   // `ranks` departed from the running epoch
+      kEndsEpoch,  // `ranks` held the running epoch: the job must end it
     };
     Effect effect = Effect::kNone;
     std::vector<int> ranks;
@@ -136,9 +136,9 @@ class Membership {
   bool IsDone(int rank) const { return done_[rank]; }
   int done_count() const { return done_count_; }
   enum class DoneMark {
-    kAlready,   // it had called Done() already
-    kLeftOut,   // left out of the epoch's collectives from now on
-    kAllDone,   // it was the last: every rank takes part again
+    kAlready,  // it had called Done() already
+    kLeftOut,  // left out of the epoch's collectives from now on
+    kAllDone,  // it was the last: every rank takes part again
   };
   DoneMark MarkDone(int rank);
   // How many unnamed collectives of `group` (its ranks, "0,2,3") `rank`

@@ -197,7 +197,8 @@ TEST_F(MembershipTest, InQuorumModeALostRankIsAbsentAndRejoinsAtTheNextStep) {
   EXPECT_THAT(membership_.CheckGroupPresent({0, 1}, "allreduce #2"),
               StatusIs(absl::StatusCode::kAborted, HasSubstr("is absent")));
   // A step started while it is away goes on without it.
-  const Membership::StepStart second = membership_.StartQuorumStep({0, 1, 2}, 1);
+  const Membership::StepStart second =
+      membership_.StartQuorumStep({0, 1, 2}, 1);
   EXPECT_THAT(second.absent, ElementsAre(1));
 
   now_ += absl::Seconds(12);

@@ -17,17 +17,16 @@ absl::StatusOr<std::shared_ptr<SharedMemoryJob>> SharedMemoryJob::Create(
   absl::StatusOr<std::unique_ptr<SharedMemoryResults>> results =
       SharedMemoryResults::Create(result_bytes);
   if (!results.ok()) return results.status();
-  auto created =
-      std::make_shared<SharedMemoryJob>(std::move(job), epoch_id,
-                                        *std::move(results), log);
+  auto created = std::make_shared<SharedMemoryJob>(std::move(job), epoch_id,
+                                                   *std::move(results), log);
   SharedMemoryJob* raw = created.get();
   try {
     created->thread_ = std::thread([raw] { raw->Run(); });
   } catch (const std::system_error& e) {
     // Out of threads: this session's refusal, not reducerd's end.
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "reducerd cannot start the same-host thread of job ", raw->job(),
-        ": ", e.what()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("reducerd cannot start the same-host thread of job ",
+                     raw->job(), ": ", e.what()));
   }
   return created;
 }
@@ -45,7 +44,9 @@ SharedMemoryJob::~SharedMemoryJob() {
   Join();
 }
 
-void SharedMemoryJob::Reserve() { live_.fetch_add(1, std::memory_order_acq_rel); }
+void SharedMemoryJob::Reserve() {
+  live_.fetch_add(1, std::memory_order_acq_rel);
+}
 
 void SharedMemoryJob::Unreserve() {
   live_.fetch_sub(1, std::memory_order_acq_rel);
@@ -138,16 +139,16 @@ void SharedMemoryJob::Run() {
       // spin, and say so once.
       if (!futex_refused) {
         futex_refused = true;
-        log_->Log({LogSeverity::kWarning, "shm_wait_refused",
-                   absl::StrCat("same-host path of job ", job_,
-                                ": cannot sleep on doorbells (",
-                                waited.message(),
-                                "); polling every millisecond instead"),
-                   job_});
+        log_->Log(
+            {LogSeverity::kWarning, "shm_wait_refused",
+             absl::StrCat("same-host path of job ", job_,
+                          ": cannot sleep on doorbells (", waited.message(),
+                          "); polling every millisecond instead"),
+             job_});
       }
-      absl::SleepFor(std::max(absl::ZeroDuration(),
-                              std::min(wake_by - absl::Now(),
-                                       absl::Milliseconds(1))));
+      absl::SleepFor(
+          std::max(absl::ZeroDuration(),
+                   std::min(wake_by - absl::Now(), absl::Milliseconds(1))));
     }
   }
 }

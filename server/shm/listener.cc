@@ -17,10 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/shm/control_segment.h"
-#include "core/status_macros.h"
 #include "core/shm/fd_passing.h"
 #include "core/shm/range_allocator.h"
 #include "core/shm/shared_segment.h"
+#include "core/status_macros.h"
 #include "proto/reducer/v1/call_status.h"
 #include "proto/reducer/v1/reducer.pb.h"
 
@@ -42,8 +42,7 @@ absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
 
 }  // namespace
 
-SharedMemoryListener::SharedMemoryListener(JobDoor* door,
-                                           const Logger* log,
+SharedMemoryListener::SharedMemoryListener(JobDoor* door, const Logger* log,
                                            size_t chunk_bytes,
                                            int max_handshakes,
                                            PeerUids peer_uids,
@@ -55,12 +54,14 @@ SharedMemoryListener::SharedMemoryListener(JobDoor* door,
       peer_uids_(std::move(peer_uids)),
       handshake_timeout_(handshake_timeout) {}
 
-absl::StatusOr<std::unique_ptr<SharedMemoryListener>> SharedMemoryListener::Start(
-    JobDoor* door, const Logger* log, size_t chunk_bytes, int max_handshakes,
-    PeerUids peer_uids, absl::Duration handshake_timeout) {
-  std::unique_ptr<SharedMemoryListener> listener(new SharedMemoryListener(
-      door, log, chunk_bytes, max_handshakes, std::move(peer_uids),
-      handshake_timeout));
+absl::StatusOr<std::unique_ptr<SharedMemoryListener>>
+SharedMemoryListener::Start(JobDoor* door, const Logger* log,
+                            size_t chunk_bytes, int max_handshakes,
+                            PeerUids peer_uids,
+                            absl::Duration handshake_timeout) {
+  std::unique_ptr<SharedMemoryListener> listener(
+      new SharedMemoryListener(door, log, chunk_bytes, max_handshakes,
+                               std::move(peer_uids), handshake_timeout));
   listener->name_ = absl::StrCat("reducerd-", getpid(), "-",
                                  absl::BytesToHexString(RandomBytes(8)));
   const std::string& name = listener->name_;
@@ -79,9 +80,9 @@ absl::StatusOr<std::unique_ptr<SharedMemoryListener>> SharedMemoryListener::Star
   if (bind(listener->listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr),
            len) != 0 ||
       listen(listener->listen_fd_.get(), SOMAXCONN) != 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "same-host path: cannot listen on abstract socket ", name, ": ",
-        strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("same-host path: cannot listen on abstract socket ", name,
+                     ": ", strerror(errno)));
   }
   listener->stop_fd_.reset(eventfd(0, EFD_CLOEXEC));
   if (!listener->stop_fd_.valid()) {
@@ -137,7 +138,8 @@ void SharedMemoryListener::Stop() {
 
 void SharedMemoryListener::AcceptLoop() {
   while (true) {
-    pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
+    pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0},
+                     {stop_fd_.get(), POLLIN, 0}};
     const int n = poll(fds, 2, kReapIntervalMs);
     if (n < 0 && errno != EINTR) {
       log_->Log({LogSeverity::kError, "shm_accept_failed",
@@ -166,12 +168,13 @@ void SharedMemoryListener::AcceptLoop() {
       return;
     }
     if (static_cast<int>(handshakes_.size()) >= max_handshakes_) {
-      RefuseAtOnce(UniqueFd(connection),
-                   absl::ResourceExhaustedError(absl::StrCat(
-                       "reducerd is already shaking hands with ",
-                       handshakes_.size(), " same-host peers "
-                       "(--max_same_host_handshakes=", max_handshakes_,
-                       "); retry later")));
+      RefuseAtOnce(
+          UniqueFd(connection),
+          absl::ResourceExhaustedError(absl::StrCat(
+              "reducerd is already shaking hands with ", handshakes_.size(),
+              " same-host peers "
+              "(--max_same_host_handshakes=",
+              max_handshakes_, "); retry later")));
       continue;
     }
     handshakes_.emplace_back();
@@ -201,7 +204,8 @@ void SharedMemoryListener::RefuseAtOnce(UniqueFd connection,
       .IgnoreError();  // the peer may be gone; the refusal is logged
   log_->Log({LogSeverity::kWarning, "shm_session_refused",
              absl::StrCat("same-host path: refused a connection before its "
-                          "handshake: ", why.message())});
+                          "handshake: ",
+                          why.message())});
   if (refused_.size() < kMaxRefusedKept) {
     refused_.emplace_back(absl::Now() + kRefusedGrace, std::move(connection));
   }
@@ -209,7 +213,8 @@ void SharedMemoryListener::RefuseAtOnce(UniqueFd connection,
 
 void SharedMemoryListener::ReapLocked() {
   const absl::Time now = absl::Now();
-  while (!refused_.empty() && refused_.front().first <= now) refused_.pop_front();
+  while (!refused_.empty() && refused_.front().first <= now)
+    refused_.pop_front();
   for (auto it = handshakes_.begin(); it != handshakes_.end();) {
     if (!it->done) {
       ++it;
@@ -239,15 +244,15 @@ void SharedMemoryListener::ReapLocked() {
   }
 }
 
-absl::StatusOr<std::shared_ptr<SharedMemoryJob>> SharedMemoryListener::ReserveJob(
-    const std::string& job, uint64_t epoch_id, size_t result_bytes) {
+absl::StatusOr<std::shared_ptr<SharedMemoryJob>>
+SharedMemoryListener::ReserveJob(const std::string& job, uint64_t epoch_id,
+                                 size_t result_bytes) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("reducerd is shutting down");
   std::shared_ptr<SharedMemoryJob>& found = jobs_[job];
   // A segment that a peer of another epoch, or one that lost its seat, may
   // still map is never handed to a new session: it gets a fresh one.
-  if (found != nullptr &&
-      (found->epoch_id() != epoch_id || found->retired())) {
+  if (found != nullptr && (found->epoch_id() != epoch_id || found->retired())) {
     superseded_.push_back(std::move(found));
     found = nullptr;
   }
@@ -263,9 +268,9 @@ absl::StatusOr<std::shared_ptr<SharedMemoryJob>> SharedMemoryListener::ReserveJo
     // The first session sized the job's result segment; a larger input
     // segment could make results that do not fit in it.
     return absl::InvalidArgumentError(absl::StrCat(
-        "this session's input segment needs a result segment of ",
-        result_bytes, " bytes, but job ", job, "'s is ",
-        found->results_bytes(), " bytes (sized by its first same-host "
+        "this session's input segment needs a result segment of ", result_bytes,
+        " bytes, but job ", job, "'s is ", found->results_bytes(),
+        " bytes (sized by its first same-host "
         "session): every rank of a job must use the same "
         "ClientOptions::shared_memory_bytes"));
   }
@@ -283,9 +288,9 @@ void SharedMemoryListener::Shake(Handshake* handshake, UniqueFd connection) {
   if (parts.ok()) {
     // 64 bytes more than the input segment, for the nonce: a result as
     // large as the whole input segment still fits.
-    absl::StatusOr<std::shared_ptr<SharedMemoryJob>> reserved = ReserveJob(
-        peer.job, peer.epoch_id,
-        parts->input.size() + RangeAllocator::kAlignment);
+    absl::StatusOr<std::shared_ptr<SharedMemoryJob>> reserved =
+        ReserveJob(peer.job, peer.epoch_id,
+                   parts->input.size() + RangeAllocator::kAlignment);
     outcome = reserved.status();
     if (reserved.ok()) job = *std::move(reserved);
   }
@@ -315,9 +320,10 @@ void SharedMemoryListener::Shake(Handshake* handshake, UniqueFd connection) {
           uint64_t epoch_id,
           door->CheckSeat(peer.job, peer.session_id, peer.rank, token));
       if (epoch_id == peer.epoch_id) return absl::OkStatus();
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", peer.job, " began a new epoch since this session's "
-          "handshake"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", peer.job,
+                       " began a new epoch since this session's "
+                       "handshake"));
     };
     job->Add(*std::move(parts), door_->AttachWithToken(token), chunk_bytes_);
   } else {
@@ -355,15 +361,15 @@ absl::StatusOr<SharedMemorySession::Parts> SharedMemoryListener::Check(
       std::find(peer_uids_.uids.begin(), peer_uids_.uids.end(), who->uid) ==
           peer_uids_.uids.end()) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "the same-host peer runs as uid ", who->uid, ", not reducerd's (",
-        own, "); start reducerd with --shared_memory_allowed_uids=", who->uid,
+        "the same-host peer runs as uid ", who->uid, ", not reducerd's (", own,
+        "); start reducerd with --shared_memory_allowed_uids=", who->uid,
         " (or any) to let it share memory, or it uses gRPC"));
   }
   v1::SharedMemoryHello hello;
   if (!hello.ParseFromString(received->bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the first message (", received->bytes.size(),
-        " bytes) does not parse as a SharedMemoryHello"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the first message (", received->bytes.size(),
+                     " bytes) does not parse as a SharedMemoryHello"));
   }
   peer->job = hello.job();
   peer->session_id = hello.session_id();

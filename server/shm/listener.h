@@ -62,8 +62,8 @@ namespace reducer {
 
 // Which local users may use the same-host path (--shared_memory_allowed_uids).
 struct PeerUids {
-  bool any = false;             // every uid
-  std::vector<uint32_t> uids;   // besides reducerd's own
+  bool any = false;            // every uid
+  std::vector<uint32_t> uids;  // besides reducerd's own
 };
 
 class SharedMemoryListener {
@@ -78,8 +78,8 @@ class SharedMemoryListener {
   // A peer whose uid (SO_PEERCRED) is neither reducerd's own nor in
   // `peer_uids` is refused with PERMISSION_DENIED, unless `peer_uids.any`.
   static absl::StatusOr<std::unique_ptr<SharedMemoryListener>> Start(
-      JobDoor* door, const Logger* log, size_t chunk_bytes,
-      int max_handshakes, PeerUids peer_uids,
+      JobDoor* door, const Logger* log, size_t chunk_bytes, int max_handshakes,
+      PeerUids peer_uids,
       absl::Duration handshake_timeout = kDefaultHandshakeTimeout);
 
   ~SharedMemoryListener();  // Stop()

@@ -22,11 +22,10 @@ bool Matches(const SharedMemoryResults::Identity& a,
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SharedMemoryResults>> SharedMemoryResults::Create(
-    size_t bytes) {
-  absl::StatusOr<SharedSegment> segment =
-      SharedSegment::Create("reducer-result", bytes,
-                            SharedSegment::Writers::kCreatorOnly);
+absl::StatusOr<std::unique_ptr<SharedMemoryResults>>
+SharedMemoryResults::Create(size_t bytes) {
+  absl::StatusOr<SharedSegment> segment = SharedSegment::Create(
+      "reducer-result", bytes, SharedSegment::Writers::kCreatorOnly);
   if (!segment.ok()) return segment.status();
   return std::make_unique<SharedMemoryResults>(*std::move(segment));
 }

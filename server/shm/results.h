@@ -78,7 +78,8 @@ class SharedMemoryResults {
 
   // A new segment of `bytes` (SharedSegment::Create's RESOURCE_EXHAUSTED
   // when it does not fit) with a fresh nonce in its first 64 bytes.
-  static absl::StatusOr<std::unique_ptr<SharedMemoryResults>> Create(size_t bytes);
+  static absl::StatusOr<std::unique_ptr<SharedMemoryResults>> Create(
+      size_t bytes);
 
   const SharedSegment& segment() const { return segment_; }
   char* data() { return static_cast<char*>(segment_.data()); }

@@ -20,8 +20,8 @@ struct Bytes final : ByteOwner {
 };
 
 SharedMemoryResults::Identity Of(const std::shared_ptr<const Bytes>& owner,
-                           size_t at, size_t result_bytes,
-                           uint64_t offset = 0) {
+                                 size_t at, size_t result_bytes,
+                                 uint64_t offset = 0) {
   SharedMemoryResults::Identity id;
   id.bytes = result_bytes;
   id.offset = offset;
@@ -93,10 +93,10 @@ TEST(SharedResultsTest, AMessageIsSkippedOnlyWhereItsBytesWereCopied) {
   EXPECT_FALSE(w->Holds(0, 400));  // nothing copied yet
   w->MarkCopied(0, 400);
   EXPECT_TRUE(w->Holds(0, 400));
-  EXPECT_TRUE(w->Holds(0, 300));    // a shorter message from there
-  EXPECT_FALSE(w->Holds(0, 401));   // one reaching further
-  EXPECT_FALSE(w->Holds(200, 400)); // one cut elsewhere, inside the copy
-  EXPECT_FALSE(w->Holds(400, 800)); // the next one
+  EXPECT_TRUE(w->Holds(0, 300));     // a shorter message from there
+  EXPECT_FALSE(w->Holds(0, 401));    // one reaching further
+  EXPECT_FALSE(w->Holds(200, 400));  // one cut elsewhere, inside the copy
+  EXPECT_FALSE(w->Holds(400, 800));  // the next one
   // A shorter copy later never shrinks what the range holds.
   w->MarkCopied(0, 100);
   EXPECT_TRUE(w->Holds(0, 400));

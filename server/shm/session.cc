@@ -12,8 +12,8 @@
 
 namespace reducer {
 
-
-SharedMemorySession::SharedMemorySession(Parts parts, SharedMemoryResults* results,
+SharedMemorySession::SharedMemorySession(Parts parts,
+                                         SharedMemoryResults* results,
                                          JobDoor::AttachFn attach,
                                          size_t chunk_bytes, const Logger* log)
     : peer_(std::move(parts.peer)),
@@ -77,13 +77,13 @@ void SharedMemorySession::End(const absl::Status& why) {
   const bool expected = why.code() == absl::StatusCode::kUnavailable ||
                         why.code() == absl::StatusCode::kCancelled;
   const int ranks[] = {peer_.rank};
-  log_->Log({expected ? LogSeverity::kInfo : LogSeverity::kWarning,
-             "shm_session_ended",
-             absl::StrCat("same-host session of job ", peer_.job, " rank ",
-                          peer_.rank, " (pid ", peer_.pid, ", uid ", peer_.uid,
-                          ") ended after ", calls_served_, " calls: ",
-                          why.message()),
-             peer_.job, std::nullopt, "", ranks});
+  log_->Log(
+      {expected ? LogSeverity::kInfo : LogSeverity::kWarning,
+       "shm_session_ended",
+       absl::StrCat("same-host session of job ", peer_.job, " rank ",
+                    peer_.rank, " (pid ", peer_.pid, ", uid ", peer_.uid,
+                    ") ended after ", calls_served_, " calls: ", why.message()),
+       peer_.job, std::nullopt, "", ranks});
 }
 
 absl::Status SharedMemorySession::Step(absl::Time now, bool* look_again_soon) {
@@ -115,9 +115,8 @@ absl::Status SharedMemorySession::Step(absl::Time now, bool* look_again_soon) {
     next_seat_check_ = now + kSeatCheck;
     if (absl::Status seat = check_seat_(); !seat.ok()) {
       lost_seat_ = true;
-      return absl::Status(seat.code(),
-                          absl::StrCat("the peer lost its seat: ",
-                                       seat.message()));
+      return absl::Status(seat.code(), absl::StrCat("the peer lost its seat: ",
+                                                    seat.message()));
     }
   }
   return absl::OkStatus();
@@ -126,9 +125,9 @@ absl::Status SharedMemorySession::Step(absl::Time now, bool* look_again_soon) {
 absl::Status SharedMemorySession::HandleRecord(const std::string& record) {
   v1::CollectiveRequest request;
   if (!request.ParseFromString(record)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a request record of ", record.size(),
-        " bytes does not parse as a CollectiveRequest"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a request record of ", record.size(),
+                     " bytes does not parse as a CollectiveRequest"));
   }
   if (absl::Status s = Release(request); !s.ok()) return s;
   const bool is_call = request.has_header() || !request.data().empty() ||
@@ -138,7 +137,8 @@ absl::Status SharedMemorySession::HandleRecord(const std::string& record) {
   return absl::OkStatus();
 }
 
-absl::Status SharedMemorySession::Release(const v1::CollectiveRequest& request) {
+absl::Status SharedMemorySession::Release(
+    const v1::CollectiveRequest& request) {
   for (const v1::SegmentRange& r : request.released()) {
     auto it = handed_out_.find(r.offset());
     if (it == handed_out_.end() || it->second.size != r.size()) {
@@ -160,19 +160,23 @@ absl::Status SharedMemorySession::StartCall(v1::CollectiveRequest& request) {
         "a call's request record must carry a nonzero call_id");
   }
   if (!request.has_header()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "call ", call_id, ": a call's request record must carry `header` "
-        "(only a cancel carries nothing but the call_id)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("call ", call_id,
+                     ": a call's request record must carry `header` "
+                     "(only a cancel carries nothing but the call_id)"));
   }
   if (request.offset() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "call ", call_id, ": the payload must be whole, at offset 0 (got "
-        "offset ", request.offset(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("call ", call_id,
+                     ": the payload must be whole, at offset 0 (got "
+                     "offset ",
+                     request.offset(), ")"));
   }
   if (request.has_data_range() && !request.data().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "call ", call_id, ": the payload is either inline in `data` or in "
-        "`data_range`, not both"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("call ", call_id,
+                     ": the payload is either inline in `data` or in "
+                     "`data_range`, not both"));
   }
   const uint64_t range_offset = request.data_range().offset();
   const uint64_t range_size = request.data_range().size();
@@ -205,8 +209,8 @@ absl::Status SharedMemorySession::StartCall(v1::CollectiveRequest& request) {
     call.input_bytes = range_size;
   } else {
     call.input_bytes = request.data().size();
-    call.input = std::make_shared<const InputOwner>(
-        std::move(*request.mutable_data()));
+    call.input =
+        std::make_shared<const InputOwner>(std::move(*request.mutable_data()));
   }
   call.input_data = call.input->data();
   calls_[call.serial] = std::move(owned);
@@ -216,11 +220,13 @@ absl::Status SharedMemorySession::StartCall(v1::CollectiveRequest& request) {
   const v1::CollectiveHeader& header = request.header();
   if (header.job() != peer_.job || header.session_id() != peer_.session_id ||
       header.rank() != peer_.rank) {
-    EndCall(call, absl::PermissionDeniedError(absl::StrCat(
-                      "call ", call_id, " names job ", header.job(), " rank ",
-                      header.rank(), ", but this same-host session carries "
-                      "only the calls of job ", peer_.job, " rank ",
-                      peer_.rank, " (of the session it was opened for)")));
+    EndCall(call, absl::PermissionDeniedError(
+                      absl::StrCat("call ", call_id, " names job ",
+                                   header.job(), " rank ", header.rank(),
+                                   ", but this same-host session carries "
+                                   "only the calls of job ",
+                                   peer_.job, " rank ", peer_.rank,
+                                   " (of the session it was opened for)")));
     return absl::OkStatus();
   }
   absl::StatusOr<std::shared_ptr<Collective>> attached =
@@ -264,10 +270,12 @@ void SharedMemorySession::Feed(Call& call) {
   while (true) {
     const size_t n = std::min(chunk_bytes_, call.input_bytes - call.fed);
     Payload piece;
-    if (n > 0) piece.Append(SharedBytes(call.input, call.input_data + call.fed, n));
+    if (n > 0)
+      piece.Append(SharedBytes(call.input, call.input_data + call.fed, n));
     const uint64_t offset = call.fed;
     call.fed += n;
-    const bool more = call.collective->OnData(call.rank, offset, std::move(piece));
+    const bool more =
+        call.collective->OnData(call.rank, offset, std::move(piece));
     if (call.fed == call.input_bytes) {
       call.collective->OnInputEnd(call.rank);
       call.input.reset();

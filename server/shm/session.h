@@ -240,7 +240,7 @@ class SharedMemorySession
 
   // Only the job's thread touches these.
   absl::flat_hash_map<uint64_t, std::unique_ptr<Call>> calls_;  // by serial
-  absl::flat_hash_map<uint64_t, uint64_t> in_flight_;  // call id -> serial
+  absl::flat_hash_map<uint64_t, uint64_t> in_flight_;    // call id -> serial
   absl::flat_hash_map<uint64_t, HandedOut> handed_out_;  // by result offset
   uint64_t last_serial_ = 0;
   uint64_t calls_served_ = 0;

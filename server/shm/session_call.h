@@ -35,7 +35,9 @@ class SharedMemorySession::RingAttempt final : public RankChannel {
   // no range of the client's waits for the end of reducerd's references).
   RingAttempt(std::weak_ptr<SharedMemorySession> session, uint64_t serial,
               uint64_t call_id, bool inline_input)
-      : session_(std::move(session)), serial_(serial), call_id_(call_id),
+      : session_(std::move(session)),
+        serial_(serial),
+        call_id_(call_id),
         inline_input_(inline_input) {}
 
   void Send(ResultMessage message, bool last) override {

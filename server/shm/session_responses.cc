@@ -115,7 +115,8 @@ void SharedMemorySession::ProcessMessage(Call& call, Item& item) {
       call.result_started = true;
       call.specs = message.result_specs;
       if (call.specs != nullptr) {
-        absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(*call.specs);
+        absl::StatusOr<PayloadLayout> layout =
+            ComputePayloadLayout(*call.specs);
         if (layout.ok()) {
           call.result_bytes = layout->total_bytes;
         } else {
@@ -143,8 +144,9 @@ void SharedMemorySession::ProcessMessage(Call& call, Item& item) {
           copied = absl::ResourceExhaustedError(absl::StrCat(
               "call ", call.call_id, ": its result of ", call.result_bytes,
               " bytes does not fit in what is free of the job's result "
-              "segment of ", results_->size(), " bytes (",
-              results_->used(), " in use; its size follows the "
+              "segment of ",
+              results_->size(), " bytes (", results_->used(),
+              " in use; its size follows the "
               "ClientOptions::shared_memory_bytes of the job's first "
               "same-host rank): raise that, or release results sooner"));
         }
@@ -164,10 +166,10 @@ void SharedMemorySession::ProcessMessage(Call& call, Item& item) {
       if (written) break;
       if (!copied.ok()) break;
       if (at > call.result_bytes || piece.size() > call.result_bytes - at) {
-        copied = absl::InternalError(absl::StrCat(
-            "call ", call.call_id, ": result bytes at ", at, ", +",
-            piece.size(), " lie outside its result of ", call.result_bytes,
-            " bytes"));
+        copied = absl::InternalError(
+            absl::StrCat("call ", call.call_id, ": result bytes at ", at, ", +",
+                         piece.size(), " lie outside its result of ",
+                         call.result_bytes, " bytes"));
         break;
       }
       if (piece.size() > 0) std::memcpy(dest + at, piece.data(), piece.size());
@@ -243,9 +245,11 @@ absl::Status SharedMemorySession::PushResponses() {
     if (!pushed.ok() &&
         pushed.status().code() == absl::StatusCode::kInvalidArgument) {
       // Too large a record (a result of very many tensors): the call fails.
-      call.end = absl::ResourceExhaustedError(absl::StrCat(
-          "call ", call.call_id, ": its response record would exceed the "
-          "ring's limit: ", pushed.status().message()));
+      call.end = absl::ResourceExhaustedError(
+          absl::StrCat("call ", call.call_id,
+                       ": its response record would exceed the "
+                       "ring's limit: ",
+                       pushed.status().message()));
       record = ResponseRecord(call);
       pushed = responses.TryPush(record);
     }
@@ -270,6 +274,5 @@ absl::Status SharedMemorySession::PushResponses() {
   for (uint64_t serial : answered) calls_.erase(serial);
   return outcome;
 }
-
 
 }  // namespace reducer

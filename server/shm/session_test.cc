@@ -59,11 +59,11 @@ class SharedMemorySessionTest : public ::testing::Test {
   // same-host session.
   void Open(int world = 1) {
     for (int rank = 0; rank < world; ++rank) {
-      ASSERT_THAT(env_.door().Join(Env::JoinRequest("j", rank, world,
-                                                    absl::StrCat("s", rank)),
-                                   PresentedToken{},
-                                   std::make_shared<FakeSession>()),
-                  IsOk());
+      ASSERT_THAT(
+          env_.door().Join(
+              Env::JoinRequest("j", rank, world, absl::StrCat("s", rank)),
+              PresentedToken{}, std::make_shared<FakeSession>()),
+          IsOk());
     }
     absl::StatusOr<std::unique_ptr<SharedMemoryResults>> results =
         SharedMemoryResults::Create(kSegmentBytes);
@@ -82,8 +82,8 @@ class SharedMemorySessionTest : public ::testing::Test {
     absl::StatusOr<SharedSegment> input =
         SharedSegment::Create("input", kSegmentBytes);
     ASSERT_THAT(input, IsOk());
-    absl::StatusOr<SharedSegment> read_only =
-        SharedSegment::Adopt(dup(input->fd()), SharedSegment::Access::kReadOnly);
+    absl::StatusOr<SharedSegment> read_only = SharedSegment::Adopt(
+        dup(input->fd()), SharedSegment::Access::kReadOnly);
     ASSERT_THAT(read_only, IsOk());
     input_.emplace(*std::move(input));
     SharedMemorySession::Parts parts{

@@ -33,7 +33,7 @@ struct SharedMemoryBackend::Call {
   bool done = false;
   bool answered = false;  // a response came
   bool cancelled = false;
-  bool watched = false;  // its attempt was asked Settled()
+  bool watched = false;   // its attempt was asked Settled()
   bool may_lend = false;  // Contribution::result_may_be_lent (set at start)
   bool waiting = false;   // its caller is inside Attempt::Wait()
   absl::StatusOr<std::vector<Tensor>> outcome =
@@ -433,7 +433,8 @@ bool SharedMemoryBackend::HandleResponse(const std::string& record) {
         static_cast<const char*>(lending_->result->data()) + range->first,
         range->second);
     if (lend) {
-      std::optional<std::vector<Tensor>> lent = LendResult(response, *range, data);
+      std::optional<std::vector<Tensor>> lent =
+          LendResult(response, *range, data);
       if (lent.has_value()) {
         Settle(*call, *std::move(lent), /*from_reducerd=*/true);
         return true;  // the range goes back when the tensors are dropped
@@ -452,8 +453,8 @@ bool SharedMemoryBackend::HandleResponse(const std::string& record) {
 }
 
 std::optional<std::vector<Tensor>> SharedMemoryBackend::LendResult(
-    const v1::CollectiveResponse& response,
-    std::pair<uint64_t, uint64_t> range, absl::string_view data) {
+    const v1::CollectiveResponse& response, std::pair<uint64_t, uint64_t> range,
+    absl::string_view data) {
   std::vector<TensorSpec> specs;
   absl::StatusOr<PayloadLayout> layout =
       LayoutOfSpecs(response.result(), "result", &specs);

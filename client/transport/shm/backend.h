@@ -148,10 +148,11 @@ class SharedMemoryBackend final : public CollectiveBackend {
   absl::Mutex push_mu_;  // one producer of the request ring at a time
   // Guards the calls, their outcomes and who polls.
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Call>> calls_
+      ABSL_GUARDED_BY(mu_);
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
-  bool polling_ ABSL_GUARDED_BY(mu_) = false;  // someone holds the ring
-  int waiting_ ABSL_GUARDED_BY(mu_) = 0;       // callers inside Wait()
+  bool polling_ ABSL_GUARDED_BY(mu_) = false;      // someone holds the ring
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;           // callers inside Wait()
   absl::Time last_wait_end_ ABSL_GUARDED_BY(mu_);  // a caller left Wait()
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   // Result ranges read but not yet handed back (the ring was full). Only

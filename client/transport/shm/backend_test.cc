@@ -297,8 +297,8 @@ class SharedMemoryBackendTest : public ::testing::Test {
   }
   // Float `i` of the result range at `at`, in the fake's result segment.
   float& ResultFloatAt(uint64_t at, size_t i) {
-    return static_cast<float*>(static_cast<void*>(
-        static_cast<char*>(fake_.result().data()) + at))[i];
+    return static_cast<float*>(
+        static_cast<void*>(static_cast<char*>(fake_.result().data()) + at))[i];
   }
 
   FakeReducerd fake_;
@@ -399,7 +399,8 @@ TEST_F(SharedMemoryBackendTest,
       *attempt, RangeResult(fake_, request.call_id(), kAt, kLentFloats, 3.0f));
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->size(), 1u);
-  EXPECT_EQ(result->at(0).values<float>()[kLentFloats - 1], 3.0f * (kLentFloats - 1));
+  EXPECT_EQ(result->at(0).values<float>()[kLentFloats - 1],
+            3.0f * (kLentFloats - 1));
   // Lent: the tensor shows what reducerd's segment holds, and the range is
   // not handed back while the tensor lives.
   ResultFloatAt(kAt, 7) = -1.0f;
@@ -451,7 +452,8 @@ TEST_F(SharedMemoryBackendTest, LentResultOutlivingTheBackendStaysReadable) {
   ASSERT_TRUE(result.ok()) << result.status();
   attempt.reset();
   backend_.reset();  // the session ends: nothing is handed back any more
-  EXPECT_EQ(result->at(0).values<float>()[kLentFloats - 1], 5.0f * (kLentFloats - 1));
+  EXPECT_EQ(result->at(0).values<float>()[kLentFloats - 1],
+            5.0f * (kLentFloats - 1));
   result = absl::UnknownError("dropped");
 }
 

@@ -91,7 +91,8 @@ absl::StatusOr<SharedMemoryChannel> ShakeHands(const std::string& socket_name,
       SendWithFds(channel.socket.get(), hello.SerializeAsString(), fds);
   absl::StatusOr<Received> answer = ReceiveWithFds(
       channel.socket.get(), kMaxWelcomeBytes, /*max_fds=*/1,
-      sent.ok() ? deadline : std::min(deadline, absl::Now() + absl::Seconds(1)));
+      sent.ok() ? deadline
+                : std::min(deadline, absl::Now() + absl::Seconds(1)));
   if (!answer.ok() && !sent.ok()) return sent;
   if (!answer.ok()) {
     return absl::Status(answer.status().code(),

@@ -48,9 +48,10 @@ SharedMemory SharedMemoryFromEnvironment(SharedMemory option);
 
 // `hello` without its nonce (ShakeHands draws one); `input_bytes` sizes the
 // input segment.
-absl::StatusOr<SharedMemoryChannel> ShakeHands(
-    const std::string& socket_name, v1::SharedMemoryHello hello,
-    size_t input_bytes, absl::Time deadline);
+absl::StatusOr<SharedMemoryChannel> ShakeHands(const std::string& socket_name,
+                                               v1::SharedMemoryHello hello,
+                                               size_t input_bytes,
+                                               absl::Time deadline);
 
 }  // namespace reducer
 
