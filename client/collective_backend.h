@@ -1,6 +1,8 @@
-// CollectiveBackend: one way a collective's attempts travel to reducerd (the
-// shared Collectives stream, a Collective stream per call; later a shard
-// set, shared memory). CollectiveRouter picks one per contribution; nothing
+// CollectiveBackend: one way a collective's attempts travel to reducerd:
+// the shared Collectives stream or a Collective stream per call
+// (client/transport/grpc), shared memory (client/transport/shm); backends
+// that wrap others: a shard set (client/shards), device staging
+// (client/staging). CollectiveRouter picks one per contribution; nothing
 // above the router knows which.
 //
 //   std::unique_ptr<CollectiveAttempt> attempt = backend->Start(contribution);
