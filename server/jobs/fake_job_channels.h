@@ -5,6 +5,7 @@
 #ifndef REDUCER_SERVER_JOBS_FAKE_JOB_CHANNELS_H_
 #define REDUCER_SERVER_JOBS_FAKE_JOB_CHANNELS_H_
 
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -76,6 +77,18 @@ class JobTestEnv {
   MetricsSink metrics_;
   Logger log_;
 };
+
+// Rank `rank`'s JoinRequest for job `job` of `world` ranks, from session
+// `session`.
+inline v1::JoinRequest MakeJoinRequest(const std::string& job, int rank,
+                                       int world, const std::string& session) {
+  v1::JoinRequest r;
+  r.set_job(job);
+  r.set_rank(rank);
+  r.set_world_size(world);
+  r.set_session_id(session);
+  return r;
+}
 
 }  // namespace reducer
 

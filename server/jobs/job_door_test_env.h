@@ -79,12 +79,7 @@ class JobDoorTestEnv {
   }
   static v1::JoinRequest JoinRequest(const std::string& job, int rank,
                                      int world, const std::string& session) {
-    v1::JoinRequest r;
-    r.set_job(job);
-    r.set_rank(rank);
-    r.set_world_size(world);
-    r.set_session_id(session);
-    return r;
+    return MakeJoinRequest(job, rank, world, session);
   }
   // Rank `rank`'s header of a float32 [kFloats] sum all-reduce, the first
   // collective of epoch 1, as attempt `session`/1.

@@ -484,12 +484,7 @@ class JobRegistryTest : public JobTest {
  protected:
   static v1::JoinRequest Join(const std::string& job, int rank, int world,
                               const std::string& session) {
-    v1::JoinRequest r;
-    r.set_job(job);
-    r.set_rank(rank);
-    r.set_world_size(world);
-    r.set_session_id(session);
-    return r;
+    return MakeJoinRequest(job, rank, world, session);
   }
   CollectiveEnv Env() {
     return CollectiveEnv{&options_, &pool_,    &timers_, &memory_,
