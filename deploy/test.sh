@@ -25,72 +25,19 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source deploy/image/podman.sh
 
-junit=""
-for arg in "$@"; do
-  case $arg in
-    --junit=*) junit=${arg#--junit=} ;;
-    *) echo "usage: $0 [--junit=FILE]" >&2; exit 2 ;;
-  esac
-done
-
 readonly kStepLimit=300   # seconds, any one step
 overlays=(one-shard four-shards tls open worker-job)
-steps=(image-build image-test)
-for o in "${overlays[@]}"; do steps+=("render-$o"); done
-steps+=(flag-help python-deps validate checks-test exercise exercise-open exercise-tls)
 
-work=$(mktemp -d /tmp/reducer-deploy-test.XXXXXX)
+suite=deploy/test
+source packaging/lib/steps.sh "$@"
+trap 'rm -rf "$work"' EXIT
 rendered="$work/rendered"
 mkdir -p "$rendered"
-trap 'rm -rf "$work"' EXIT
-cases=()
-failed=0
-started=$(date +%s)
-
-xml_escape() { sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' -e 's/"/\&quot;/g'; }
-
-finish() {
-  local total=$(($(date +%s) - started)) s
-  # Steps a failure stopped count as failures too.
-  for s in "${steps[@]:${#cases[@]}}"; do
-    cases+=("<testcase classname=\"deploy.test\" name=\"$s\" time=\"0\"><failure message=\"not run: an earlier step failed\"/></testcase>")
-  done
-  if [[ -n "$junit" ]]; then
-    mkdir -p "$(dirname "$junit")"
-    {
-      echo "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
-      echo "<testsuites><testsuite name=\"deploy/test\" tests=\"${#cases[@]}\" time=\"$total\">"
-      printf '%s\n' "${cases[@]}"
-      echo "</testsuite></testsuites>"
-    } >"$junit"
-  fi
-  if [[ $failed -eq 0 ]]; then echo "deploy test: passed in $total s"; else echo "deploy test: FAILED after $total s"; fi
-  exit $failed
-}
-
-# step NAME COMMAND...: as packaging/deb_test.sh's.
-step() {
-  local name=$1; shift
-  local log="$work/$name.log" t0 t1 rc message
-  t0=$(date +%s)
-  echo "--- $name"
-  # bash -c, so that the exported functions below can be steps too.
-  timeout "$kStepLimit" bash -c '"$@"' step "$@" >"$log" 2>&1
-  rc=$?
-  t1=$(date +%s)
-  if [[ $rc -eq 0 ]]; then
-    echo "    ok in $((t1 - t0)) s"
-    sed -n 's/^==> /    /p' "$log"
-    cases+=("<testcase classname=\"deploy.test\" name=\"$name\" time=\"$((t1 - t0))\"/>")
-  else
-    echo "    FAILED (exit $rc) after $((t1 - t0)) s; its log ends:"
-    tail -40 "$log" | sed 's/^/    | /'
-    message=$(tail -40 "$log" | xml_escape)
-    cases+=("<testcase classname=\"deploy.test\" name=\"$name\" time=\"$((t1 - t0))\"><failure message=\"$name failed (exit $rc)\">$message</failure></testcase>")
-    failed=1
-    finish
-  fi
-}
+# bash -c, so that the exported functions below can be steps too.
+step_prefix=(timeout "$kStepLimit" bash -c '"$@"' step)
+planned_steps=(image-build image-test)
+for o in "${overlays[@]}"; do planned_steps+=("render-$o"); done
+planned_steps+=(flag-help python-deps validate checks-test exercise exercise-open exercise-tls)
 
 render() {
   kubectl kustomize "deploy/k8s/overlays/$1" >"$rendered/$1.yaml" || return 1

@@ -1,29 +1,19 @@
 # Shared by the tests that install a package into a bare Debian root
 # (packaging/deb_test.sh, packaging/wheel_test.sh): steps with a JUnit
-# record, the root and the daemon they start, and the Debian mirror this
-# machine's apt uses. Sourced as
+# record (packaging/lib/steps.sh), the root and the daemon they start, and
+# the Debian mirror this machine's apt uses. Sourced as
 #
 #   suite=packaging/deb_test   # the JUnit suite and class name
 #   source packaging/lib/root_steps.sh "$@"
 #
 # which reads the script's arguments ([--junit=FILE]: the JUnit file to
-# write at the end) and sets `work` (a scratch folder, removed at exit),
-# `rootfs` (the root's place in it) and `daemon_pid` (a process the steps
-# started, killed at exit).
+# write at the end; see steps.sh) and sets `work` (a scratch folder, removed
+# at exit), `rootfs` (the root's place in it) and `daemon_pid` (a process
+# the steps started, killed at exit).
 
-junit=""
-for arg in "$@"; do
-  case $arg in
-    --junit=*) junit=${arg#--junit=} ;;
-    *) echo "usage: $0 [--junit=FILE]" >&2; exit 2 ;;
-  esac
-done
-work=$(mktemp -d "/tmp/reducer-${suite##*/}.XXXXXX")
+source packaging/lib/steps.sh "$@"
 rootfs="$work/root"
 daemon_pid=""
-cases=()  # junit <testcase> elements
-failed=0
-started=$(date +%s)
 
 cleanup() {
   if [[ -n "$daemon_pid" ]]; then
@@ -34,54 +24,6 @@ cleanup() {
   rm -rf --one-file-system "$work"
 }
 trap cleanup EXIT
-
-xml_escape() { sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' -e 's/"/\&quot;/g'; }
-
-# step NAME COMMAND...: runs one step, timing it; on success prints the
-# lines of its log that start with "==> ", on failure the end of its log,
-# and stops the test (later steps need this one).
-step() {
-  local name=$1; shift
-  local log="$work/$name.log" t0 t1 rc classname=${suite//\//.}
-  t0=$(date +%s)
-  echo "--- $name"
-  "$@" >"$log" 2>&1
-  rc=$?
-  t1=$(date +%s)
-  if [[ $rc -eq 0 ]]; then
-    echo "    ok in $((t1 - t0)) s"
-    sed -n 's/^==> /    /p' "$log"
-    cases+=("<testcase classname=\"$classname\" name=\"$name\" time=\"$((t1 - t0))\"/>")
-  else
-    echo "    FAILED (exit $rc) after $((t1 - t0)) s; its log ends:"
-    tail -40 "$log" | sed 's/^/    | /'
-    local message
-    message=$(tail -40 "$log" | xml_escape)
-    cases+=("<testcase classname=\"$classname\" name=\"$name\" time=\"$((t1 - t0))\"><failure message=\"$name failed (exit $rc)\">$message</failure></testcase>")
-    failed=1
-    finish
-  fi
-}
-
-# Writes the JUnit file, prints the outcome and exits (0: every step passed).
-finish() {
-  local total=$(($(date +%s) - started))
-  if [[ -n "$junit" ]]; then
-    mkdir -p "$(dirname "$junit")"
-    {
-      echo "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
-      echo "<testsuites><testsuite name=\"$suite\" tests=\"${#cases[@]}\" time=\"$total\">"
-      printf '%s\n' "${cases[@]}"
-      echo "</testsuite></testsuites>"
-    } >"$junit"
-  fi
-  if [[ $failed -eq 0 ]]; then
-    echo "${suite##*/}: passed in $total s"
-  else
-    echo "${suite##*/}: FAILED after $total s"
-  fi
-  exit $failed
-}
 
 # The Debian mirror apt uses here: the first URI serving the bookworm suite
 # in /etc/apt/sources.list or /etc/apt/sources.list.d (one-line and deb822
@@ -134,6 +76,25 @@ unmount_root() {
   [[ -d "$1" ]] || return 0
   findmnt -rn -o TARGET | grep -F "$1" | sort -r |
     while read -r target; do umount -l "$target"; done
+}
+
+# await_serving [NOTE]: waits up to kServeLimit seconds (the script's) for
+# the reducerd a step started (daemon_pid, its output in $work/reducerd.log)
+# to say that it listens on 127.0.0.1:$port; then prints that line and NOTE
+# after "==> ". Fails, printing its log, when it does not in time or exits.
+await_serving() {
+  local note=${1:+ $1}
+  for _ in $(seq $((kServeLimit * 10))); do
+    if grep -q "reducerd listening on 127.0.0.1:$port" "$work/reducerd.log"; then
+      echo "==> $(grep "listening on" "$work/reducerd.log")$note"
+      return 0
+    fi
+    kill -0 "$daemon_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "reducerd did not serve on 127.0.0.1:$port:" >&2
+  cat "$work/reducerd.log" >&2
+  return 1
 }
 
 free_port() {
