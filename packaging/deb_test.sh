@@ -71,17 +71,7 @@ serve() {
   chroot --userspec=65534:65534 "$rootfs" /usr/bin/reducerd \
     --flagfile=/etc/reducer/reducerd.flags >"$work/reducerd.log" 2>&1 &
   daemon_pid=$!
-  for _ in $(seq $((kServeLimit * 10))); do
-    if grep -q "reducerd listening on 127.0.0.1:$port" "$work/reducerd.log"; then
-      echo "==> $(grep "listening on" "$work/reducerd.log") (uid 65534, in the root)"
-      return 0
-    fi
-    kill -0 "$daemon_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "reducerd did not serve on 127.0.0.1:$port:" >&2
-  cat "$work/reducerd.log" >&2
-  return 1
+  await_serving "(uid 65534, in the root)"
 }
 
 # run_ranks SCENARIO [FLAGS...]: two e2e_worker ranks on the host against

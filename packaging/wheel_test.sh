@@ -103,16 +103,7 @@ serve() {
   port=$(free_port)
   bazel-bin/server/reducerd --listen="127.0.0.1:$port" >"$work/reducerd.log" 2>&1 &
   daemon_pid=$!
-  for _ in $(seq $((kServeLimit * 10))); do
-    if grep -q "reducerd listening on 127.0.0.1:$port" "$work/reducerd.log"; then
-      echo "==> $(grep "listening on" "$work/reducerd.log")"
-      return 0
-    fi
-    kill -0 "$daemon_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  cat "$work/reducerd.log" >&2
-  return 1
+  await_serving
 }
 
 # DDP on 2 ranks in the root; rank 0 prints the parameters' checksum.
