@@ -34,18 +34,15 @@ root="${XDG_CACHE_HOME:-$HOME/.cache}/reducer/sdists"
 dest="$root/$name-$version"
 
 if [[ ! -f "$dest/.complete" ]]; then
-  mkdir -p "$root"
-  exec 9>"$root/.$name-$version.lock"
-  flock 9
+  source "$(dirname "${BASH_SOURCE[0]}")/cache_entry.sh"
+  lock_cache_entry "$root" "$name-$version"
   if [[ ! -f "$dest/.complete" ]]; then
     python=${PYTHON:-}
     if [[ -z "$python" ]]; then
       here=$(cd "$(dirname "$0")/.." && pwd)
       python="$("$here/tools/pinned_venv.sh" "$here/python/requirements-dev.txt")/bin/python"
     fi
-    rm -rf "$root/.tmp-$name-$version".*
-    tmp=$(mktemp -d "$root/.tmp-$name-$version.XXXXXX")
-    trap 'rm -rf "$tmp"' EXIT
+    new_cache_scratch "$root" "$name-$version"
     echo "pinned_sdist: fetching $requirement" >&2
     "$python" -m pip download --no-input --disable-pip-version-check --no-deps \
       --no-binary :all: --dest "$tmp/download" "$requirement" >&2

@@ -47,14 +47,11 @@ venv="$root/$name"
 wheelhouse="${XDG_CACHE_HOME:-$HOME/.cache}/reducer/wheels"
 
 if [[ ! -x "$venv/bin/python" ]]; then
-  mkdir -p "$root"
-  exec 9>"$root/.$name.lock"
-  flock 9
+  source "$(dirname "${BASH_SOURCE[0]}")/cache_entry.sh"
+  lock_cache_entry "$root" "$name"
   # Another build may have finished while this one waited for the lock.
   if [[ ! -x "$venv/bin/python" ]]; then
-    rm -rf "$root/.tmp-$name".*
-    tmp=$(mktemp -d "$root/.tmp-$name.XXXXXX")
-    trap 'rm -rf "$tmp"' EXIT
+    new_cache_scratch "$root" "$name"
     echo "pinned_venv: building $venv from $1" >&2
     "$kPython" -m venv --prompt "$name" "$tmp" >&2
     # The pinned files go to a wheelhouse first (pip skips those already
