@@ -9,31 +9,18 @@
 # run). Runs under the project's Python (the first argument: torch and numpy
 # from the package index, which //python:reducer's backend is built against).
 set -euo pipefail
-python="$1"  # the project's Python (@torch_cc//:defs.bzl's PYTHON, from bench/BUILD)
-cd "${TEST_SRCDIR}/${TEST_WORKSPACE}"
-out="${TEST_UNDECLARED_OUTPUTS_DIR:-${TEST_TMPDIR}}"
-report="${TEST_TMPDIR}/report.txt"
-"${python}" bench/python_bench.py --smoke \
-  --reducerd="${PWD}/server/reducerd" \
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bench/smoke_lib.sh"
+smoke_begin "$1"
+smoke_run bench/python_bench.py \
   --reducer_worker="${PWD}/bench/reducer_allreduce_worker" \
   --pythonpath="${PWD}/python" \
-  --timeout_s=120 \
-  --json="${out}/python_bench.json" | tee "${report}"
-fail() { echo "FAIL: $1"; exit 1; }
-for table in '== 1. torch.distributed.all_reduce' '== 2. Python' '== 3. DDP step'; do
-  grep -qF "${table}" "${report}" || fail "no table '${table}'"
-done
-[ "$(grep -c '^command: .*python_bench.py --smoke' "${report}")" -eq 3 ] \
-  || fail "not every table names its command"
-grep -Eq '^4 KiB +grpc +10 ' "${report}" || fail "no 4 KiB gRPC all_reduce row"
-grep -Eq '^grpc +20 ' "${report}" || fail "no gRPC per-call row"
+  --json="${out}/python_bench.json"
+expect_tables python_bench.py '== 1. torch.distributed.all_reduce' '== 2. Python' '== 3. DDP step'
+expect_line '^4 KiB +grpc +10 ' "no 4 KiB gRPC all_reduce row"
+expect_line '^grpc +20 ' "no gRPC per-call row"
 for system in reducer gloo none; do
-  grep -Eq "^1 +${system} " "${report}" || fail "no DDP row for ${system} at cap 1"
+  expect_line "^1 +${system} " "no DDP row for ${system} at cap 1"
 done
-[ -s "${out}/python_bench.json" ] || fail "no JSON written"
-if grep -q '^path shm skipped:' "${report}"; then
-  echo "SKIP shm rows: $(grep -m1 '^path shm skipped:' "${report}" | cut -d: -f2-)"
-else
-  grep -Eq '^shm +20 ' "${report}" || fail "no shm per-call row"
-fi
+expect_output "${out}/python_bench.json"
+expect_shm_line '^shm +20 ' "no shm per-call row"
 echo PASS

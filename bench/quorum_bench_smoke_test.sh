@@ -7,34 +7,28 @@
 # "runfiles", so that the printed command names relative paths only. Runs
 # under the project's Python (the first argument).
 set -euo pipefail
-python="$1"  # the project's Python (@torch_cc//:defs.bzl's PYTHON, from bench/BUILD)
-out="${TEST_UNDECLARED_OUTPUTS_DIR:-${TEST_TMPDIR}}"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bench/smoke_lib.sh"
+smoke_begin "$1"
 cd "${TEST_TMPDIR}"
 ln -sfn "${TEST_SRCDIR}/${TEST_WORKSPACE}" runfiles
-report="report.txt"
-"${python}" runfiles/bench/quorum_bench.py --smoke \
-  --reducerd=runfiles/server/reducerd \
+reducerd=runfiles/server/reducerd
+smoke_run runfiles/bench/quorum_bench.py \
   --worker=runfiles/bench/quorum_step_worker \
-  --timeout_s=120 \
-  --json=quorum_bench.json | tee "${report}"
+  --json=quorum_bench.json
 cp quorum_bench.json "${out}/quorum_bench.json"
-fail() { echo "FAIL: $1"; exit 1; }
-grep -qF '== Quorum steps, float32 SUM, W = 3, 1 MiB' "${report}" || fail "no table"
-grep -q '^command: bench/quorum_bench.py --smoke' "${report}" \
-  || fail "the table does not name its command"
+expect_text '== Quorum steps, float32 SUM, W = 3, 1 MiB' "no table"
+expect_line '^command: bench/quorum_bench.py --smoke' "the table does not name its command"
 time='[0-9]+\.[0-9]+ (us|ms|s)'
 for figure in 'plain AllReduce' 'AllReduceQuorum' 'median step' \
     'longest step from the kill' 'kill to next result'; do
-  grep -Eq "^(no failure|kill) +${figure} +${time}$" "${report}" \
-    || fail "no row '${figure}'"
+  expect_line "^(no failure|kill) +${figure} +${time}$" "no row '${figure}'"
 done
-grep -Eq '^no failure +quorum/plain per round +[0-9]+\.[0-9]+ +<= 1\.05 +(met|missed)$' \
-  "${report}" || fail "no quorum/plain row"
-grep -Eq '^no failure +quorum/plain of medians +[0-9]+\.[0-9]+$' "${report}" \
-  || fail "no ratio of the medians"
-grep -Eq "^kill +gap +-?${time} +<= ${time} +met$" "${report}" \
-  || fail "no gap row, or the gap is over grace + 0.5 s"
-grep -Eq '^kill +contributors after +0,1$' "${report}" \
-  || fail "the survivors' steps after the kill are not over 0,1"
-[ -s "${out}/quorum_bench.json" ] || fail "no JSON written"
+expect_line '^no failure +quorum/plain per round +[0-9]+\.[0-9]+ +<= 1\.05 +(met|missed)$' \
+  "no quorum/plain row"
+expect_line '^no failure +quorum/plain of medians +[0-9]+\.[0-9]+$' "no ratio of the medians"
+expect_line "^kill +gap +-?${time} +<= ${time} +met$" \
+  "no gap row, or the gap is over grace + 0.5 s"
+expect_line '^kill +contributors after +0,1$' \
+  "the survivors' steps after the kill are not over 0,1"
+expect_output "${out}/quorum_bench.json"
 echo PASS

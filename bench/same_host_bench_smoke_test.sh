@@ -8,18 +8,16 @@
 # same-host section was printed. Runs under the project's Python (the first
 # argument), whose torch the Gloo ranks use: gloo must run.
 set -euo pipefail
-python="$1"  # the project's Python (@torch_cc//:defs.bzl's PYTHON, from bench/BUILD)
-cd "${TEST_SRCDIR}/${TEST_WORKSPACE}"
-out="${TEST_UNDECLARED_OUTPUTS_DIR:-${TEST_TMPDIR}}/same_host_bench"
-report="${TEST_TMPDIR}/report.txt"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bench/smoke_lib.sh"
+smoke_begin "$1" same_host_bench
 "${python}" bench/run_bench.py --suite=same_host --quick \
   --world_sizes=2 --sizes=4,4096 \
-  --reducerd="${PWD}/server/reducerd" \
+  --reducerd="${reducerd}" \
   --reducer_worker="${PWD}/bench/reducer_allreduce_worker" \
   --out_dir="${out}" | tee "${report}"
-grep -q '^reducer  *2  *4 KiB ' "${report}" || { echo "no reducer row"; exit 1; }
-grep -q '^gloo  *2  *4 KiB ' "${report}" || { echo "no gloo row"; exit 1; }
-grep -q '^same-host targets (W=4):' "${report}" || { echo "no same-host section"; exit 1; }
+expect_line '^reducer  *2  *4 KiB ' "no reducer row"
+expect_line '^gloo  *2  *4 KiB ' "no gloo row"
+expect_line '^same-host targets \(W=4\):' "no same-host section"
 if grep -q '^skipped reducer_shm:' "${report}"; then
   echo "SKIP reducer_shm: $(grep '^skipped reducer_shm:' "${report}" | cut -d: -f2-)"
 fi

@@ -6,11 +6,10 @@
 # where namespaces cannot be made. Runs under the project's Python (the
 # first argument), whose torch the Gloo ranks use (fails without it).
 set -euo pipefail
-python="$1"  # the project's Python (@torch_cc//:defs.bzl's PYTHON, from bench/BUILD)
-cd "${TEST_SRCDIR}/${TEST_WORKSPACE}"
-out="${TEST_UNDECLARED_OUTPUTS_DIR:-${TEST_TMPDIR}}/shard_bench"
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bench/smoke_lib.sh"
+smoke_begin "$1" shard_bench
 exec "${python}" bench/shard_bench.py --smoke \
-  --reducerd="${PWD}/server/reducerd" \
+  --reducerd="${reducerd}" \
   --reducer_worker="${PWD}/bench/reducer_allreduce_worker" \
   --virtual_network="${PWD}/bench/virtual_network" \
   --out_dir="${out}"
