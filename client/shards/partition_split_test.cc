@@ -13,9 +13,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/wire_conversion.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
+
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
 
 constexpr size_t kMiB = size_t{1} << 20;
 
@@ -116,7 +120,7 @@ TEST(PartitionSplitTest, AllReduceOfManyTensorsCutsAndJoinsBackByteForByte) {
   }
   absl::StatusOr<std::vector<Tensor>> joined =
       JoinPartitionResults(whole, split, &results, nullptr);
-  ASSERT_TRUE(joined.ok()) << joined.status();
+  ASSERT_THAT(joined, IsOk());
   ASSERT_EQ(joined->size(), 3u);
   EXPECT_EQ((*joined)[0].shape(), (std::vector<int64_t>{1000, 300}));
   EXPECT_EQ(std::memcmp((*joined)[0].data(), a.data(), a.size() * 4), 0);
@@ -169,7 +173,7 @@ TEST(PartitionSplitTest, ReduceScatterPartitionsReduceToTheClosedForm) {
     }
     absl::StatusOr<std::vector<Tensor>> joined =
         JoinPartitionResults(wholes[r], splits[r], &results, nullptr);
-    ASSERT_TRUE(joined.ok()) << joined.status();
+    ASSERT_THAT(joined, IsOk());
     ASSERT_EQ((*joined)[0].shape(), (std::vector<int64_t>{kRows / kRanks, kCols}));
     const float* got = static_cast<const float*>((*joined)[0].data());
     for (int64_t e = 0; e < slice; ++e) {
@@ -216,8 +220,8 @@ TEST(PartitionSplitTest, ResultOfTheWrongSizeIsAnInternalError) {
   results[1][0] = Tensor(DataType::kFloat32, {3});
   absl::StatusOr<std::vector<Tensor>> joined =
       JoinPartitionResults(whole, split, &results, nullptr);
-  EXPECT_EQ(joined.status().code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(joined.status().message(), ::testing::HasSubstr("partition 1"));
+  EXPECT_THAT(joined, StatusIs(absl::StatusCode::kInternal,
+                               ::testing::HasSubstr("partition 1")));
 }
 
 
@@ -252,7 +256,7 @@ TEST(PartitionSplitTest, ReduceIsCutIntoReducesWithTheSameRoot) {
     }
     absl::StatusOr<std::vector<Tensor>> joined =
         JoinPartitionResults(whole, split, &results, nullptr);
-    ASSERT_TRUE(joined.ok()) << joined.status();
+    ASSERT_THAT(joined, IsOk());
     if (rank == 2) {
       ASSERT_EQ(joined->size(), 1u);
       EXPECT_EQ(std::memcmp((*joined)[0].data(), x.data(), x.size() * 4), 0);
@@ -261,9 +265,9 @@ TEST(PartitionSplitTest, ReduceIsCutIntoReducesWithTheSameRoot) {
       // A tensor for a non-root is the shard's error, named.
       results[3].push_back(Tensor(DataType::kFloat32, {1}));
       joined = JoinPartitionResults(whole, split, &results, nullptr);
-      EXPECT_EQ(joined.status().code(), absl::StatusCode::kInternal);
-      EXPECT_THAT(joined.status().message(),
-                  ::testing::HasSubstr("partition 3 of a reduce"));
+      EXPECT_THAT(joined,
+                  StatusIs(absl::StatusCode::kInternal,
+                           ::testing::HasSubstr("partition 3 of a reduce")));
     }
   }
 }
@@ -312,7 +316,7 @@ TEST(PartitionSplitTest, AllToAllPartitionsJoinToTheClosedForm) {
     }
     absl::StatusOr<std::vector<Tensor>> joined =
         JoinPartitionResults(wholes[r], splits[r], &results, nullptr);
-    ASSERT_TRUE(joined.ok()) << joined.status();
+    ASSERT_THAT(joined, IsOk());
     ASSERT_EQ((*joined)[0].shape(), (std::vector<int64_t>{kRows, kCols}));
     const float* got = static_cast<const float*>((*joined)[0].data());
     for (int q = 0; q < kRanks; ++q) {

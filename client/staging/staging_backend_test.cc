@@ -17,10 +17,13 @@
 #include "core/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -130,7 +133,7 @@ TEST_F(StagingBackendTest, CpuContributionGoesStraightToTheHostBackend) {
   const Contribution c = Int32sOn(Device::Cpu(), values);
   host_.result = std::vector<Tensor>{HostInt32s({4, 5, 6})};
   absl::StatusOr<std::vector<Tensor>> result = backend_.Start(c)->Wait();
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_THAT(result, IsOk());
   ASSERT_EQ(host_.started.size(), 1u);
   EXPECT_EQ(host_.started[0], &c);  // the very contribution, not a copy
   EXPECT_EQ(staging_.to_host_calls, 0);
@@ -148,7 +151,7 @@ TEST_F(StagingBackendTest, DeviceContributionTravelsAsHostCopiesAndReturnsOnItsD
   c.header.set_job("j1");
   host_.result = std::vector<Tensor>{HostInt32s({14, -16, 18})};
   absl::StatusOr<std::vector<Tensor>> result = backend_.Start(c)->Wait();
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_THAT(result, IsOk());
   EXPECT_EQ(staging_.to_host_calls, 1);
   ASSERT_EQ(host_.started.size(), 1u);
   EXPECT_NE(host_.started[0], &c);
@@ -176,8 +179,8 @@ TEST_F(StagingBackendTest, FailedStagingSendsNothingAndIsTheAttemptsOutcome) {
   std::unique_ptr<CollectiveAttempt> attempt = backend_.Start(c);
   EXPECT_TRUE(attempt->Ready());
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(result.status().message(), HasSubstr("cudaMemcpyAsync"));
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kInternal,
+                               HasSubstr("cudaMemcpyAsync")));
   EXPECT_FALSE(attempt->received_any());
   EXPECT_TRUE(host_.started.empty());
 }
@@ -187,7 +190,7 @@ TEST_F(StagingBackendTest, HostErrorIsReturnedWithoutCopyingBack) {
   const Contribution c = Int32sOn(Device::Cuda(0), values);
   host_.result = absl::FailedPreconditionError("mismatched shapes");
   absl::StatusOr<std::vector<Tensor>> result = backend_.Start(c)->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_TRUE(staging_.to_device.empty());
 }
 
@@ -197,8 +200,8 @@ TEST_F(StagingBackendTest, FailedCopyBackIsTheOutcome) {
   host_.result = std::vector<Tensor>{HostInt32s({2})};
   staging_.to_device_error = absl::InternalError("cudaMalloc failed: out of memory");
   absl::StatusOr<std::vector<Tensor>> result = backend_.Start(c)->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(result.status().message(), HasSubstr("cudaMalloc"));
+  EXPECT_THAT(result,
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("cudaMalloc")));
 }
 
 }  // namespace

@@ -31,11 +31,16 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/reducer.pb.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr size_t kSegmentBytes = 8 << 20;
 
@@ -68,35 +73,35 @@ class FakeReducerd {
     ASSERT_TRUE(conn_.valid());
     absl::StatusOr<Received> hello = ReceiveWithFds(
         conn_.get(), 1 << 16, 2, absl::Now() + absl::Seconds(10));
-    ASSERT_TRUE(hello.ok()) << hello.status();
+    ASSERT_THAT(hello, IsOk());
     ASSERT_TRUE(hello_.ParseFromString(hello->bytes));
     ASSERT_EQ(hello->fds.size(), 2u);
     absl::StatusOr<std::unique_ptr<ControlSegment>> control =
         ControlSegment::Adopt(hello->fds[0].release());
-    ASSERT_TRUE(control.ok()) << control.status();
+    ASSERT_THAT(control, IsOk());
     control_ = *std::move(control);
     absl::StatusOr<SharedSegment> input = SharedSegment::Adopt(
         hello->fds[1].release(), SharedSegment::Access::kReadOnly);
-    ASSERT_TRUE(input.ok()) << input.status();
+    ASSERT_THAT(input, IsOk());
     input_ = std::make_unique<SharedSegment>(*std::move(input));
     v1::SharedMemoryWelcome welcome;
     if (!refusal.ok()) {
       welcome.mutable_status()->set_code(static_cast<int>(refusal.code()));
       welcome.mutable_status()->set_message(std::string(refusal.message()));
-      ASSERT_TRUE(
-          SendWithFds(conn_.get(), welcome.SerializeAsString(), {}).ok());
+      ASSERT_THAT(SendWithFds(conn_.get(), welcome.SerializeAsString(), {}),
+                  IsOk());
       return;
     }
     absl::StatusOr<SharedSegment> result =
         SharedSegment::Create("reducer-result", kSegmentBytes);
-    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_THAT(result, IsOk());
     result_ = std::make_unique<SharedSegment>(*std::move(result));
     std::memcpy(result_->data(), nonce_in_segment.data(),
                 nonce_in_segment.size());
     welcome.set_nonce(nonce_named);
     const int fds[] = {result_->fd()};
-    ASSERT_TRUE(
-        SendWithFds(conn_.get(), welcome.SerializeAsString(), fds).ok());
+    ASSERT_THAT(SendWithFds(conn_.get(), welcome.SerializeAsString(), fds),
+                IsOk());
   }
 
   // The next request record, parsed; waits up to 10 s.
@@ -107,7 +112,7 @@ class FakeReducerd {
     while (absl::Now() < deadline) {
       const uint32_t seen = control_->requests().data_bell().value();
       absl::StatusOr<bool> popped = control_->requests().TryPop(&record);
-      EXPECT_TRUE(popped.ok()) << popped.status();
+      EXPECT_THAT(popped, IsOk());
       if (popped.ok() && *popped) {
         EXPECT_TRUE(request.ParseFromString(record));
         return request;
@@ -125,7 +130,7 @@ class FakeReducerd {
     std::string record;
     while (absl::Now() < deadline) {
       absl::StatusOr<bool> popped = control_->requests().TryPop(&record);
-      EXPECT_TRUE(popped.ok()) << popped.status();
+      EXPECT_THAT(popped, IsOk());
       if (!popped.ok() || *popped) return false;
       absl::SleepFor(absl::Milliseconds(5));
     }
@@ -133,10 +138,9 @@ class FakeReducerd {
   }
 
   void Respond(const v1::CollectiveResponse& response) {
-    ASSERT_TRUE(
-        control_->responses()
-            .Push(response.SerializeAsString(), absl::Now() + absl::Seconds(10))
-            .ok());
+    ASSERT_THAT(control_->responses().Push(response.SerializeAsString(),
+                                           absl::Now() + absl::Seconds(10)),
+                IsOk());
   }
 
   void CloseConnection() { conn_.reset(); }
@@ -206,7 +210,7 @@ TEST(SharedMemoryHandshakeTest,
   FakeReducerd fake;
   absl::StatusOr<SharedMemoryChannel> channel =
       Connect(fake, [&] { fake.AnswerHello(); });
-  ASSERT_TRUE(channel.ok()) << channel.status();
+  ASSERT_THAT(channel, IsOk());
   EXPECT_EQ(fake.hello().job(), "j");
   EXPECT_EQ(fake.hello().session_id(), "s-1");
   EXPECT_EQ(fake.hello().rank(), 3);
@@ -223,11 +227,10 @@ TEST(SharedMemoryHandshakeTest, RefusalKeepsReducerdsCodeAndReason) {
   absl::StatusOr<SharedMemoryChannel> channel = Connect(fake, [&] {
     fake.AnswerHello(absl::PermissionDeniedError("token of another job"));
   });
-  ASSERT_FALSE(channel.ok());
-  EXPECT_EQ(channel.status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(
-      channel.status().message(),
-      HasSubstr("reducerd refused the same-host path: token of another job"));
+  EXPECT_THAT(channel,
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("reducerd refused the same-host path: "
+                                 "token of another job")));
 }
 
 TEST(SharedMemoryHandshakeTest, ResultSegmentWithoutTheNamedNonceIsRefused) {
@@ -236,21 +239,18 @@ TEST(SharedMemoryHandshakeTest, ResultSegmentWithoutTheNamedNonceIsRefused) {
     fake.AnswerHello(absl::OkStatus(), std::string(16, 'a'),
                      std::string(16, 'b'));
   });
-  ASSERT_FALSE(channel.ok());
-  EXPECT_EQ(channel.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(channel.status().message(),
-              HasSubstr("does not map the same memory"));
+  EXPECT_THAT(channel, StatusIs(absl::StatusCode::kDataLoss,
+                                HasSubstr("does not map the same memory")));
 }
 
 TEST(SharedMemoryHandshakeTest, UnreachableSocketIsUnavailableNamingIt) {
   absl::StatusOr<SharedMemoryChannel> channel =
       ShakeHands("reducer-test-nobody-listens-here", Hello(), kSegmentBytes,
                  absl::Now() + absl::Seconds(5));
-  ASSERT_FALSE(channel.ok());
-  EXPECT_EQ(channel.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(channel.status().message(),
-              HasSubstr("@reducer-test-nobody-listens-here"));
-  EXPECT_THAT(channel.status().message(), HasSubstr("another host"));
+  EXPECT_THAT(channel,
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr("@reducer-test-nobody-listens-here"),
+                             HasSubstr("another host"))));
 }
 
 TEST(SharedMemoryHandshakeTest,
@@ -258,8 +258,7 @@ TEST(SharedMemoryHandshakeTest,
   absl::StatusOr<SharedMemoryChannel> channel =
       ShakeHands("reducer-test-never-reached", Hello(), size_t{1} << 50,
                  absl::Now() + absl::Seconds(5));
-  ASSERT_FALSE(channel.ok());
-  EXPECT_EQ(channel.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(channel, StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 class SharedMemoryBackendTest : public ::testing::Test {
@@ -267,7 +266,7 @@ class SharedMemoryBackendTest : public ::testing::Test {
   void SetUp() override {
     absl::StatusOr<SharedMemoryChannel> channel =
         Connect(fake_, [&] { fake_.AnswerHello(); });
-    ASSERT_TRUE(channel.ok()) << channel.status();
+    ASSERT_THAT(channel, IsOk());
     backend_ = std::make_unique<SharedMemoryBackend>(*std::move(channel),
                                                      "127.0.0.1:1", nullptr);
   }
@@ -325,7 +324,7 @@ TEST_F(SharedMemoryBackendTest, SmallCallTravelsInlineBothWays) {
   response.set_data(reduced, sizeof(reduced));
   fake_.Respond(response);
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_THAT(result, IsOk());
   ASSERT_EQ(result->size(), 1u);
   const absl::Span<const float> got = result->at(0).values<float>();
   EXPECT_EQ(std::vector<float>(got.begin(), got.end()),
@@ -363,7 +362,7 @@ TEST_F(SharedMemoryBackendTest,
   response.mutable_data_range()->set_size(values.size() * 4);
   fake_.Respond(response);
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_THAT(result, IsOk());
   const absl::Span<const float> got = result->at(0).values<float>();
   ASSERT_EQ(got.size(), values.size());
   for (size_t i = 0; i < values.size(); i += 997) EXPECT_EQ(got[i], 2.0f * i);
@@ -397,7 +396,7 @@ TEST_F(SharedMemoryBackendTest,
   constexpr uint64_t kAt = 8192;
   absl::StatusOr<std::vector<Tensor>> result = WaitWhileAnswered(
       *attempt, RangeResult(fake_, request.call_id(), kAt, kLentFloats, 3.0f));
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_THAT(result, IsOk());
   ASSERT_EQ(result->size(), 1u);
   EXPECT_EQ(result->at(0).values<float>()[kLentFloats - 1],
             3.0f * (kLentFloats - 1));
@@ -437,7 +436,7 @@ TEST_F(SharedMemoryBackendTest,
     absl::SleepFor(absl::Milliseconds(1));
   }
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_THAT(result, IsOk());
   ResultFloatAt(kAt, 7) = -1.0f;
   EXPECT_EQ(result->at(0).values<float>()[7], 2.0f * 7);  // a copy
 }
@@ -449,7 +448,7 @@ TEST_F(SharedMemoryBackendTest, LentResultOutlivingTheBackendStaysReadable) {
   ASSERT_NE(attempt, nullptr);
   absl::StatusOr<std::vector<Tensor>> result = WaitWhileAnswered(
       *attempt, RangeResult(fake_, request.call_id(), 4096, kLentFloats, 5.0f));
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_THAT(result, IsOk());
   attempt.reset();
   backend_.reset();  // the session ends: nothing is handed back any more
   EXPECT_EQ(result->at(0).values<float>()[kLentFloats - 1],
@@ -470,9 +469,8 @@ TEST_F(SharedMemoryBackendTest, ReducerdsErrorIsTheCallsOutcome) {
   response.mutable_status()->set_message("rank 1's session was lost");
   fake_.Respond(response);
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(result.status().message(),
-              HasSubstr("rank 1's session was lost"));
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kAborted,
+                               HasSubstr("rank 1's session was lost")));
   EXPECT_TRUE(attempt->received_any());
 }
 
@@ -487,8 +485,8 @@ TEST_F(SharedMemoryBackendTest, ResultRangeOutsideTheSegmentIsDataLoss) {
   response.mutable_data_range()->set_size(4);
   fake_.Respond(response);
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(result.status().message(), HasSubstr("outside its"));
+  EXPECT_THAT(result,
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("outside its")));
 }
 
 TEST_F(SharedMemoryBackendTest, CancelSendsTheCancelRecordAndReturnsAtOnce) {
@@ -499,7 +497,7 @@ TEST_F(SharedMemoryBackendTest, CancelSendsTheCancelRecordAndReturnsAtOnce) {
   const uint64_t call_id = fake_.NextRequest().call_id();
   attempt->Cancel();
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled));
   v1::CollectiveRequest cancel = fake_.NextRequest();
   EXPECT_EQ(cancel.call_id(), call_id);
   EXPECT_FALSE(cancel.has_header());
@@ -516,10 +514,10 @@ TEST_F(SharedMemoryBackendTest,
   fake_.NextRequest();
   fake_.CloseConnection();
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(result.status().message(), HasSubstr("socket closed"));
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kUnavailable,
+                               HasSubstr("socket closed")));
   EXPECT_FALSE(attempt->received_any());
-  EXPECT_FALSE(backend_->status().ok());
+  EXPECT_THAT(backend_->status(), Not(IsOk()));
   EXPECT_EQ(backend_->TryStart(c.contribution), nullptr);
 }
 
@@ -528,9 +526,9 @@ TEST_F(SharedMemoryBackendTest, PayloadLargerThanTheSegmentIsDeclined) {
   EXPECT_EQ(backend_->TryStart(c.contribution), nullptr);
   std::unique_ptr<CollectiveAttempt> forced = backend_->Start(c.contribution);
   absl::StatusOr<std::vector<Tensor>> result = forced->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(result.status().message(),
-              HasSubstr("ClientOptions::shared_memory_bytes"));
+  EXPECT_THAT(result,
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("ClientOptions::shared_memory_bytes")));
 }
 
 }  // namespace
