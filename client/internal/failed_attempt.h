@@ -5,15 +5,15 @@
 //   return std::make_unique<FailedAttempt>(absl::InternalError("..."));
 //
 // Thread-compatible; it holds no mutable state.
-#ifndef REDUCER_CLIENT_FAILED_ATTEMPT_H_
-#define REDUCER_CLIENT_FAILED_ATTEMPT_H_
+#ifndef REDUCER_CLIENT_INTERNAL_FAILED_ATTEMPT_H_
+#define REDUCER_CLIENT_INTERNAL_FAILED_ATTEMPT_H_
 
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/collective_attempt.h"
+#include "client/internal/collective_attempt.h"
 #include "core/tensor.h"
 
 namespace reducer {
@@ -34,4 +34,4 @@ class FailedAttempt final : public CollectiveAttempt {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CLIENT_FAILED_ATTEMPT_H_
+#endif  // REDUCER_CLIENT_INTERNAL_FAILED_ATTEMPT_H_
