@@ -195,6 +195,19 @@ v1::CollectiveResponse FloatResult(uint64_t call_id, size_t elements) {
   return response;
 }
 
+// A result range of `elements` floats at `at` in the fake's result segment,
+// element i holding `scale` * i, announced as the response to `call_id`.
+v1::CollectiveResponse RangeResult(FakeReducerd& fake, uint64_t call_id,
+                                   uint64_t at, size_t elements, float scale) {
+  float* out =
+      reinterpret_cast<float*>(static_cast<char*>(fake.result().data()) + at);
+  for (size_t i = 0; i < elements; ++i) out[i] = scale * i;
+  v1::CollectiveResponse response = FloatResult(call_id, elements);
+  response.mutable_data_range()->set_offset(at);
+  response.mutable_data_range()->set_size(elements * 4);
+  return response;
+}
+
 // A channel to `fake` through the real handshake.
 absl::StatusOr<SharedMemoryChannel> Connect(FakeReducerd& fake,
                                             std::function<void()> answer) {
@@ -274,15 +287,29 @@ class SharedMemoryBackendTest : public ::testing::Test {
   // The float32 elements of the all-reduce whose result may be lent.
   static constexpr size_t kLentFloats = 100000;
 
-  // Starts `c` as an all-reduce whose result may be lent; the request the
-  // fake received in `*request`.
-  std::unique_ptr<CollectiveAttempt> StartLendable(
-      FloatContribution& c, v1::CollectiveRequest* request) {
-    c.contribution.result_may_be_lent = true;
+  // Starts lendable_, an all-reduce whose result may be lent; the request
+  // the fake received in lendable_request_. Null if the backend declined.
+  std::unique_ptr<CollectiveAttempt> StartLendable() {
+    lendable_.contribution.result_may_be_lent = true;
     std::unique_ptr<CollectiveAttempt> attempt =
-        backend_->TryStart(c.contribution);
-    if (attempt != nullptr) *request = fake_.NextRequest();
+        backend_->TryStart(lendable_.contribution);
+    if (attempt != nullptr) lendable_request_ = fake_.NextRequest();
     return attempt;
+  }
+  // The response to lendable_request_: its result in the fake's result
+  // segment at `at`, element i holding `scale` * i.
+  v1::CollectiveResponse LendableResult(uint64_t at, float scale) {
+    return RangeResult(fake_, lendable_request_.call_id(), at, kLentFloats,
+                       scale);
+  }
+  // Checks that the fake's next request hands back the result range of
+  // `bytes` at `at`, and nothing else.
+  void ExpectReleased(uint64_t at, size_t bytes) {
+    v1::CollectiveRequest release = fake_.NextRequest();
+    EXPECT_EQ(release.call_id(), 0u);
+    ASSERT_EQ(release.released_size(), 1);
+    EXPECT_EQ(release.released(0).offset(), at);
+    EXPECT_EQ(release.released(0).size(), bytes);
   }
   // What Wait() returns when `response` comes while a caller waits.
   absl::StatusOr<std::vector<Tensor>> WaitWhileAnswered(
@@ -300,8 +327,10 @@ class SharedMemoryBackendTest : public ::testing::Test {
         static_cast<void*>(static_cast<char*>(fake_.result().data()) + at))[i];
   }
 
+  FloatContribution lendable_{std::vector<float>(kLentFloats, 1.0f)};
+  v1::CollectiveRequest lendable_request_;
   FakeReducerd fake_;
-  std::unique_ptr<SharedMemoryBackend> backend_;
+  std::unique_ptr<SharedMemoryBackend> backend_;  // last: gone first
 };
 
 TEST_F(SharedMemoryBackendTest, SmallCallTravelsInlineBothWays) {
@@ -353,49 +382,24 @@ TEST_F(SharedMemoryBackendTest,
 
   // The "result": each input doubled, at offset 4096 of the result segment.
   constexpr uint64_t kAt = 4096;
-  float* out =
-      reinterpret_cast<float*>(static_cast<char*>(fake_.result().data()) + kAt);
-  for (size_t i = 0; i < values.size(); ++i) out[i] = 2.0f * values[i];
-  v1::CollectiveResponse response =
-      FloatResult(request.call_id(), values.size());
-  response.mutable_data_range()->set_offset(kAt);
-  response.mutable_data_range()->set_size(values.size() * 4);
-  fake_.Respond(response);
+  fake_.Respond(
+      RangeResult(fake_, request.call_id(), kAt, values.size(), 2.0f));
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
   ASSERT_THAT(result, IsOk());
   const absl::Span<const float> got = result->at(0).values<float>();
   ASSERT_EQ(got.size(), values.size());
   for (size_t i = 0; i < values.size(); i += 997) EXPECT_EQ(got[i], 2.0f * i);
 
-  v1::CollectiveRequest release = fake_.NextRequest();
-  EXPECT_EQ(release.call_id(), 0u);
-  ASSERT_EQ(release.released_size(), 1);
-  EXPECT_EQ(release.released(0).offset(), kAt);
-  EXPECT_EQ(release.released(0).size(), values.size() * 4);
-}
-
-// A result range of `elements` floats at `at` in the fake's result segment,
-// element i holding `scale` * i, announced as the response to `call_id`.
-v1::CollectiveResponse RangeResult(FakeReducerd& fake, uint64_t call_id,
-                                   uint64_t at, size_t elements, float scale) {
-  float* out =
-      reinterpret_cast<float*>(static_cast<char*>(fake.result().data()) + at);
-  for (size_t i = 0; i < elements; ++i) out[i] = scale * i;
-  v1::CollectiveResponse response = FloatResult(call_id, elements);
-  response.mutable_data_range()->set_offset(at);
-  response.mutable_data_range()->set_size(elements * 4);
-  return response;
+  ExpectReleased(kAt, values.size() * 4);
 }
 
 TEST_F(SharedMemoryBackendTest,
        ResultMayBeLentToAWaitingCallerWhichHandsTheRangeBackOnDrop) {
-  FloatContribution c(std::vector<float>(kLentFloats, 1.0f));
-  v1::CollectiveRequest request;
-  std::unique_ptr<CollectiveAttempt> attempt = StartLendable(c, &request);
+  std::unique_ptr<CollectiveAttempt> attempt = StartLendable();
   ASSERT_NE(attempt, nullptr);
   constexpr uint64_t kAt = 8192;
-  absl::StatusOr<std::vector<Tensor>> result = WaitWhileAnswered(
-      *attempt, RangeResult(fake_, request.call_id(), kAt, kLentFloats, 3.0f));
+  absl::StatusOr<std::vector<Tensor>> result =
+      WaitWhileAnswered(*attempt, LendableResult(kAt, 3.0f));
   ASSERT_THAT(result, IsOk());
   ASSERT_EQ(result->size(), 1u);
   EXPECT_EQ(result->at(0).values<float>()[kLentFloats - 1],
@@ -410,27 +414,19 @@ TEST_F(SharedMemoryBackendTest,
   EXPECT_EQ(copy.values<float>()[7], -1.0f);
 
   result = absl::UnknownError("dropped");
-  v1::CollectiveRequest release = fake_.NextRequest();
-  EXPECT_EQ(release.call_id(), 0u);
-  ASSERT_EQ(release.released_size(), 1);
-  EXPECT_EQ(release.released(0).offset(), kAt);
-  EXPECT_EQ(release.released(0).size(), kLentFloats * 4);
+  ASSERT_NO_FATAL_FAILURE(ExpectReleased(kAt, kLentFloats * 4));
   EXPECT_EQ(copy.values<float>()[8], 3.0f * 8);
 }
 
 TEST_F(SharedMemoryBackendTest,
        ResultThatMayBeLentIsCopiedWhenItComesBeforeTheCallerWaits) {
-  FloatContribution c(std::vector<float>(kLentFloats, 1.0f));
-  v1::CollectiveRequest request;
-  std::unique_ptr<CollectiveAttempt> attempt = StartLendable(c, &request);
+  std::unique_ptr<CollectiveAttempt> attempt = StartLendable();
   ASSERT_NE(attempt, nullptr);
   constexpr uint64_t kAt = 4096;
-  fake_.Respond(RangeResult(fake_, request.call_id(), kAt, kLentFloats, 2.0f));
+  fake_.Respond(LendableResult(kAt, 2.0f));
   // Nobody waits: the reader thread takes the response, copies the result
   // out and hands its range back at once.
-  v1::CollectiveRequest release = fake_.NextRequest();
-  ASSERT_EQ(release.released_size(), 1);
-  EXPECT_EQ(release.released(0).offset(), kAt);
+  ASSERT_NO_FATAL_FAILURE(ExpectReleased(kAt, kLentFloats * 4));
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (!attempt->Ready() && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(1));
@@ -442,12 +438,10 @@ TEST_F(SharedMemoryBackendTest,
 }
 
 TEST_F(SharedMemoryBackendTest, LentResultOutlivingTheBackendStaysReadable) {
-  FloatContribution c(std::vector<float>(kLentFloats, 1.0f));
-  v1::CollectiveRequest request;
-  std::unique_ptr<CollectiveAttempt> attempt = StartLendable(c, &request);
+  std::unique_ptr<CollectiveAttempt> attempt = StartLendable();
   ASSERT_NE(attempt, nullptr);
-  absl::StatusOr<std::vector<Tensor>> result = WaitWhileAnswered(
-      *attempt, RangeResult(fake_, request.call_id(), 4096, kLentFloats, 5.0f));
+  absl::StatusOr<std::vector<Tensor>> result =
+      WaitWhileAnswered(*attempt, LendableResult(4096, 5.0f));
   ASSERT_THAT(result, IsOk());
   attempt.reset();
   backend_.reset();  // the session ends: nothing is handed back any more
