@@ -287,20 +287,23 @@ class SharedMemoryBackendTest : public ::testing::Test {
   // The float32 elements of the all-reduce whose result may be lent.
   static constexpr size_t kLentFloats = 100000;
 
-  // Starts lendable_, an all-reduce whose result may be lent; the request
-  // the fake received in lendable_request_. Null if the backend declined.
-  std::unique_ptr<CollectiveAttempt> StartLendable() {
-    lendable_.contribution.result_may_be_lent = true;
+  // Starts `c` through TryStart; the request the fake received for it in
+  // request_. Null if the backend declined it.
+  std::unique_ptr<CollectiveAttempt> Start(FloatContribution& c) {
     std::unique_ptr<CollectiveAttempt> attempt =
-        backend_->TryStart(lendable_.contribution);
-    if (attempt != nullptr) lendable_request_ = fake_.NextRequest();
+        backend_->TryStart(c.contribution);
+    if (attempt != nullptr) request_ = fake_.NextRequest();
     return attempt;
   }
-  // The response to lendable_request_: its result in the fake's result
+  // Starts lendable_, an all-reduce whose result may be lent, as Start.
+  std::unique_ptr<CollectiveAttempt> StartLendable() {
+    lendable_.contribution.result_may_be_lent = true;
+    return Start(lendable_);
+  }
+  // The response to lendable_'s request: its result in the fake's result
   // segment at `at`, element i holding `scale` * i.
   v1::CollectiveResponse LendableResult(uint64_t at, float scale) {
-    return RangeResult(fake_, lendable_request_.call_id(), at, kLentFloats,
-                       scale);
+    return RangeResult(fake_, request_.call_id(), at, kLentFloats, scale);
   }
   // Checks that the fake's next request hands back the result range of
   // `bytes` at `at`, and nothing else.
@@ -328,27 +331,25 @@ class SharedMemoryBackendTest : public ::testing::Test {
   }
 
   FloatContribution lendable_{std::vector<float>(kLentFloats, 1.0f)};
-  v1::CollectiveRequest lendable_request_;
+  v1::CollectiveRequest request_;  // of the last call Start started
   FakeReducerd fake_;
   std::unique_ptr<SharedMemoryBackend> backend_;  // last: gone first
 };
 
 TEST_F(SharedMemoryBackendTest, SmallCallTravelsInlineBothWays) {
   FloatContribution c({1.5f, -2.0f});
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt = Start(c);
   ASSERT_NE(attempt, nullptr);
-  v1::CollectiveRequest request = fake_.NextRequest();
-  EXPECT_NE(request.call_id(), 0u);
-  EXPECT_EQ(request.header().job(), "j");
-  EXPECT_FALSE(request.has_data_range());
-  ASSERT_EQ(request.data().size(), 8u);
+  EXPECT_NE(request_.call_id(), 0u);
+  EXPECT_EQ(request_.header().job(), "j");
+  EXPECT_FALSE(request_.has_data_range());
+  ASSERT_EQ(request_.data().size(), 8u);
   float sent[2];
-  std::memcpy(sent, request.data().data(), 8);
+  std::memcpy(sent, request_.data().data(), 8);
   EXPECT_EQ(sent[0], 1.5f);
   EXPECT_EQ(sent[1], -2.0f);
 
-  v1::CollectiveResponse response = FloatResult(request.call_id(), 2);
+  v1::CollectiveResponse response = FloatResult(request_.call_id(), 2);
   const float reduced[2] = {6.0f, -8.0f};
   response.set_data(reduced, sizeof(reduced));
   fake_.Respond(response);
@@ -366,24 +367,22 @@ TEST_F(SharedMemoryBackendTest,
   std::vector<float> values(100000);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
   FloatContribution c(values);
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt = Start(c);
   ASSERT_NE(attempt, nullptr);
-  v1::CollectiveRequest request = fake_.NextRequest();
-  ASSERT_TRUE(request.has_data_range());
-  EXPECT_TRUE(request.data().empty());
-  ASSERT_EQ(request.data_range().size(), values.size() * 4);
-  ASSERT_LE(request.data_range().offset() + request.data_range().size(),
+  ASSERT_TRUE(request_.has_data_range());
+  EXPECT_TRUE(request_.data().empty());
+  ASSERT_EQ(request_.data_range().size(), values.size() * 4);
+  ASSERT_LE(request_.data_range().offset() + request_.data_range().size(),
             fake_.input().size());
   EXPECT_EQ(std::memcmp(static_cast<const char*>(fake_.input().data()) +
-                            request.data_range().offset(),
+                            request_.data_range().offset(),
                         values.data(), values.size() * 4),
             0);
 
   // The "result": each input doubled, at offset 4096 of the result segment.
   constexpr uint64_t kAt = 4096;
   fake_.Respond(
-      RangeResult(fake_, request.call_id(), kAt, values.size(), 2.0f));
+      RangeResult(fake_, request_.call_id(), kAt, values.size(), 2.0f));
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
   ASSERT_THAT(result, IsOk());
   const absl::Span<const float> got = result->at(0).values<float>();
@@ -452,12 +451,10 @@ TEST_F(SharedMemoryBackendTest, LentResultOutlivingTheBackendStaysReadable) {
 
 TEST_F(SharedMemoryBackendTest, ReducerdsErrorIsTheCallsOutcome) {
   FloatContribution c({1.0f});
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt = Start(c);
   ASSERT_NE(attempt, nullptr);
-  v1::CollectiveRequest request = fake_.NextRequest();
   v1::CollectiveResponse response;
-  response.set_call_id(request.call_id());
+  response.set_call_id(request_.call_id());
   response.mutable_status()->set_code(
       static_cast<int>(absl::StatusCode::kAborted));
   response.mutable_status()->set_message("rank 1's session was lost");
@@ -470,11 +467,9 @@ TEST_F(SharedMemoryBackendTest, ReducerdsErrorIsTheCallsOutcome) {
 
 TEST_F(SharedMemoryBackendTest, ResultRangeOutsideTheSegmentIsDataLoss) {
   FloatContribution c({1.0f});
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt = Start(c);
   ASSERT_NE(attempt, nullptr);
-  v1::CollectiveRequest request = fake_.NextRequest();
-  v1::CollectiveResponse response = FloatResult(request.call_id(), 1);
+  v1::CollectiveResponse response = FloatResult(request_.call_id(), 1);
   response.mutable_data_range()->set_offset(kSegmentBytes - 2);
   response.mutable_data_range()->set_size(4);
   fake_.Respond(response);
@@ -485,15 +480,13 @@ TEST_F(SharedMemoryBackendTest, ResultRangeOutsideTheSegmentIsDataLoss) {
 
 TEST_F(SharedMemoryBackendTest, CancelSendsTheCancelRecordAndReturnsAtOnce) {
   FloatContribution c({1.0f});
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt = Start(c);
   ASSERT_NE(attempt, nullptr);
-  const uint64_t call_id = fake_.NextRequest().call_id();
   attempt->Cancel();
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
   EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled));
   v1::CollectiveRequest cancel = fake_.NextRequest();
-  EXPECT_EQ(cancel.call_id(), call_id);
+  EXPECT_EQ(cancel.call_id(), request_.call_id());
   EXPECT_FALSE(cancel.has_header());
   EXPECT_TRUE(cancel.data().empty());
   EXPECT_EQ(cancel.released_size(), 0);
@@ -502,10 +495,8 @@ TEST_F(SharedMemoryBackendTest, CancelSendsTheCancelRecordAndReturnsAtOnce) {
 TEST_F(SharedMemoryBackendTest,
        ReducerdGoneFailsCallsInFlightAsRetryableAndDeclinesNewOnes) {
   FloatContribution c({1.0f});
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt = Start(c);
   ASSERT_NE(attempt, nullptr);
-  fake_.NextRequest();
   fake_.CloseConnection();
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
   EXPECT_THAT(result, StatusIs(absl::StatusCode::kUnavailable,
