@@ -10,10 +10,13 @@
 #include "core/data_type.h"
 #include "core/fingerprint.h"
 #include "core/payload_layout.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace reducer {
 namespace {
+
+using ::testing::ElementsAre;
 
 // An attempt that is never sent: it only remembers its backend.
 class FakeAttempt final : public CollectiveAttempt {
@@ -112,11 +115,8 @@ TEST_F(CollectiveRouterTest, StartHandsTheSameContributionToTheChosenBackend) {
   EXPECT_NE(router.Start(small), nullptr);
   EXPECT_NE(router.Start(large), nullptr);
   EXPECT_NE(router.Start(small), nullptr);
-  ASSERT_EQ(shared_.started.size(), 2u);
-  EXPECT_EQ(shared_.started[0], &small);
-  EXPECT_EQ(shared_.started[1], &small);
-  ASSERT_EQ(per_call_.started.size(), 1u);
-  EXPECT_EQ(per_call_.started[0], &large);
+  EXPECT_THAT(shared_.started, ElementsAre(&small, &small));
+  EXPECT_THAT(per_call_.started, ElementsAre(&large));
 }
 
 // Takes the contributions up to `max_bytes` of payload and declines the rest.
@@ -150,12 +150,9 @@ TEST_F(CollectiveRouterTest, SharedMemoryIsOfferedEveryCallFirstAndMayDecline) {
   EXPECT_NE(router.Start(small), nullptr);
   EXPECT_NE(router.Start(large), nullptr);
   EXPECT_NE(router.Start(larger), nullptr);
-  ASSERT_EQ(shared_memory.taken.size(), 2u);
-  EXPECT_EQ(shared_memory.taken[0], &small);
-  EXPECT_EQ(shared_memory.taken[1], &large);
+  EXPECT_THAT(shared_memory.taken, ElementsAre(&small, &large));
   EXPECT_TRUE(shared_.started.empty());
-  ASSERT_EQ(per_call_.started.size(), 1u);
-  EXPECT_EQ(per_call_.started[0], &larger);
+  EXPECT_THAT(per_call_.started, ElementsAre(&larger));
 
   router.UseSharedMemory(nullptr);  // gRPC alone again
   EXPECT_NE(router.Start(small), nullptr);
