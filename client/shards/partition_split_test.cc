@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,6 +51,38 @@ std::vector<Tensor> EchoOf(const Contribution& part) {
     out.push_back(std::move(t));
   }
   return out;
+}
+
+// What every rank of a collective cut by dim 0 (reduce-scatter, all-to-all)
+// contributes: kRanks float32 tensors of [kRows, kCols], each split over 3
+// shards.
+constexpr int kRanks = 4;
+constexpr int64_t kRows = 4 * 100000;  // dim 0: 100000 rows per rank
+constexpr int64_t kCols = 3;
+
+struct EveryRank {
+  std::vector<std::vector<float>> inputs;  // inputs[q]: rank q's tensor
+  std::vector<Contribution> wholes;        // reading inputs
+  std::vector<SplitCollective> splits;
+};
+
+// Every rank's contribution to a collective of `kind`, element i of rank q's
+// tensor holding value(q, i), and its split.
+EveryRank SplitEveryRank(CollectiveKind kind,
+                         const std::function<float(int, size_t)>& value) {
+  const TensorSpec spec{DataType::kFloat32, {kRows, kCols}, ReduceOp::kSum};
+  EveryRank all;
+  all.inputs.assign(kRanks, std::vector<float>(kRows * kCols));
+  for (int q = 0; q < kRanks; ++q) {
+    for (size_t i = 0; i < all.inputs[q].size(); ++i) {
+      all.inputs[q][i] = value(q, i);
+    }
+    all.wholes.push_back(ContributionOf(kind, {spec}, {all.inputs[q].data()}));
+  }
+  for (int q = 0; q < kRanks; ++q) {
+    all.splits.push_back(SplitContribution(all.wholes[q], 3, kMiB));
+  }
+  return all;
 }
 
 TEST(PartitionSplitTest, SmallCollectiveGoesWholeToTheShardOfItsKey) {
@@ -129,23 +162,12 @@ TEST(PartitionSplitTest, AllReduceOfManyTensorsCutsAndJoinsBackByteForByte) {
 }
 
 TEST(PartitionSplitTest, ReduceScatterPartitionsReduceToTheClosedForm) {
-  constexpr int kRanks = 4;
-  constexpr int64_t kRows = 4 * 100000;  // dim 0: 100000 rows per rank
-  constexpr int64_t kCols = 3;
-  const TensorSpec spec{DataType::kFloat32, {kRows, kCols}, ReduceOp::kSum};
-  std::vector<std::vector<float>> inputs(kRanks, std::vector<float>(kRows * kCols));
-  for (int q = 0; q < kRanks; ++q) {
-    for (size_t i = 0; i < inputs[q].size(); ++i) {
-      inputs[q][i] = static_cast<float>((q + 1) * 1000 + i % 997);
-    }
-  }
-  std::vector<Contribution> wholes;
-  std::vector<SplitCollective> splits;
-  for (int q = 0; q < kRanks; ++q) {
-    wholes.push_back(ContributionOf(CollectiveKind::kReduceScatter, {spec},
-                                    {inputs[q].data()}));
-  }
-  for (int q = 0; q < kRanks; ++q) splits.push_back(SplitContribution(wholes[q], 3, kMiB));
+  const EveryRank all =
+      SplitEveryRank(CollectiveKind::kReduceScatter, [](int q, size_t i) {
+        return static_cast<float>((q + 1) * 1000 + i % 997);
+      });
+  const std::vector<std::vector<float>>& inputs = all.inputs;
+  const std::vector<SplitCollective>& splits = all.splits;
   ASSERT_FALSE(splits[0].whole);
   const size_t parts = splits[0].parts.size();
   ASSERT_EQ(parts, 3u);
@@ -172,7 +194,7 @@ TEST(PartitionSplitTest, ReduceScatterPartitionsReduceToTheClosedForm) {
       results.back().push_back(std::move(t));
     }
     absl::StatusOr<std::vector<Tensor>> joined =
-        JoinPartitionResults(wholes[r], splits[r], &results, nullptr);
+        JoinPartitionResults(all.wholes[r], splits[r], &results, nullptr);
     ASSERT_THAT(joined, IsOk());
     ASSERT_EQ((*joined)[0].shape(), (std::vector<int64_t>{kRows / kRanks, kCols}));
     const float* got = static_cast<const float*>((*joined)[0].data());
@@ -273,23 +295,12 @@ TEST(PartitionSplitTest, ReduceIsCutIntoReducesWithTheSameRoot) {
 }
 
 TEST(PartitionSplitTest, AllToAllPartitionsJoinToTheClosedForm) {
-  constexpr int kRanks = 4;
-  constexpr int64_t kRows = 4 * 100000;  // dim 0: 100000 rows per part
-  constexpr int64_t kCols = 3;
-  const TensorSpec spec{DataType::kFloat32, {kRows, kCols}, ReduceOp::kSum};
-  std::vector<std::vector<float>> inputs(kRanks, std::vector<float>(kRows * kCols));
-  for (int q = 0; q < kRanks; ++q) {
-    for (size_t i = 0; i < inputs[q].size(); ++i) {
-      inputs[q][i] = static_cast<float>((q + 1) * 1000000 + i);
-    }
-  }
-  std::vector<Contribution> wholes;
-  std::vector<SplitCollective> splits;
-  for (int q = 0; q < kRanks; ++q) {
-    wholes.push_back(ContributionOf(CollectiveKind::kAllToAll, {spec},
-                                    {inputs[q].data()}));
-  }
-  for (int q = 0; q < kRanks; ++q) splits.push_back(SplitContribution(wholes[q], 3, kMiB));
+  const EveryRank all =
+      SplitEveryRank(CollectiveKind::kAllToAll, [](int q, size_t i) {
+        return static_cast<float>((q + 1) * 1000000 + i);
+      });
+  const std::vector<std::vector<float>>& inputs = all.inputs;
+  const std::vector<SplitCollective>& splits = all.splits;
   ASSERT_FALSE(splits[0].whole);
   const size_t parts = splits[0].parts.size();
   ASSERT_EQ(parts, 3u);
@@ -315,7 +326,7 @@ TEST(PartitionSplitTest, AllToAllPartitionsJoinToTheClosedForm) {
       results.back().push_back(std::move(t));
     }
     absl::StatusOr<std::vector<Tensor>> joined =
-        JoinPartitionResults(wholes[r], splits[r], &results, nullptr);
+        JoinPartitionResults(all.wholes[r], splits[r], &results, nullptr);
     ASSERT_THAT(joined, IsOk());
     ASSERT_EQ((*joined)[0].shape(), (std::vector<int64_t>{kRows, kCols}));
     const float* got = static_cast<const float*>((*joined)[0].data());
