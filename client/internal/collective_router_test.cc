@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/internal/settled_attempt.h"
 #include "core/data_type.h"
 #include "core/fingerprint.h"
 #include "core/payload_layout.h"
@@ -18,17 +19,11 @@ namespace {
 
 using ::testing::ElementsAre;
 
-// An attempt that is never sent: it only remembers its backend.
-class FakeAttempt final : public CollectiveAttempt {
- public:
-  absl::StatusOr<std::vector<Tensor>> Wait() override {
-    return std::vector<Tensor>{};
-  }
-  bool Ready() override { return true; }
-  bool Settled() override { return true; }
-  void Cancel() override {}
-  bool received_any() const override { return false; }
-};
+// An attempt that is never sent: its outcome is no tensor, at once.
+std::unique_ptr<CollectiveAttempt> UnsentAttempt() {
+  return std::make_unique<SettledAttempt>(std::vector<Tensor>{},
+                                          /*received_any=*/false);
+}
 
 // Records the contributions it was asked to start.
 class RecordingBackend final : public CollectiveBackend {
@@ -36,7 +31,7 @@ class RecordingBackend final : public CollectiveBackend {
   std::unique_ptr<CollectiveAttempt> Start(
       const Contribution& contribution) override {
     started.push_back(&contribution);
-    return std::make_unique<FakeAttempt>();
+    return UnsentAttempt();
   }
   std::vector<const Contribution*> started;
 };
@@ -132,7 +127,7 @@ class DecliningBackend final : public CollectiveBackend {
       const Contribution& contribution) override {
     if (contribution.payload_bytes() > max_bytes_) return nullptr;
     taken.push_back(&contribution);
-    return std::make_unique<FakeAttempt>();
+    return UnsentAttempt();
   }
   std::vector<const Contribution*> taken;
 

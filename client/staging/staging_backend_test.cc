@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/internal/settled_attempt.h"
 #include "client/staging/fake_device_tensor.h"
 #include "core/buffer_cache.h"
 #include "core/data_type.h"
@@ -72,20 +73,6 @@ class FakeStaging final : public DeviceStaging {
 
 // Answers every attempt with `result`, recording what it was sent (the
 // bytes of each input, read while the attempt runs, as a transport would).
-class FakeAttempt final : public CollectiveAttempt {
- public:
-  explicit FakeAttempt(absl::StatusOr<std::vector<Tensor>> result)
-      : result_(std::move(result)) {}
-  absl::StatusOr<std::vector<Tensor>> Wait() override { return result_; }
-  bool Ready() override { return true; }
-  bool Settled() override { return true; }
-  void Cancel() override {}
-  bool received_any() const override { return true; }
-
- private:
-  absl::StatusOr<std::vector<Tensor>> result_;
-};
-
 class RecordingHostBackend final : public CollectiveBackend {
  public:
   std::unique_ptr<CollectiveAttempt> Start(const Contribution& c) override {
@@ -98,7 +85,7 @@ class RecordingHostBackend final : public CollectiveBackend {
     }
     sent.push_back(std::move(bytes));
     inputs.push_back(c.inputs);
-    return std::make_unique<FakeAttempt>(result);
+    return std::make_unique<SettledAttempt>(result, /*received_any=*/true);
   }
   std::vector<const Contribution*> started;
   std::vector<Device> devices;
