@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/reducer/v1/byte_buffer_testing.h"
 #include "tests/status_matchers.h"
 
 namespace reducer {
@@ -13,16 +14,6 @@ namespace {
 using ::reducer::testing::IsOk;
 using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
-
-std::string Flatten(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(buffer.Dump(&slices).ok());
-  std::string out;
-  for (const auto& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
-}
 
 // Splits `bytes` into slices at the given cut points.
 grpc::ByteBuffer Split(const std::string& bytes, std::vector<size_t> cuts) {
@@ -57,7 +48,7 @@ TEST(CollectiveCodecTest, EncodedBytesParseAsTheProtobufMessage) {
   grpc::ByteBuffer buffer = EncodeMessage(SampleRequest(), slices);
 
   v1::CollectiveRequest parsed;
-  ASSERT_TRUE(parsed.ParseFromString(Flatten(buffer)));
+  ASSERT_TRUE(parsed.ParseFromString(FlattenByteBuffer(buffer)));
   EXPECT_EQ(parsed.data(), "hello world");
   EXPECT_EQ(parsed.header().job(), "j1");
   EXPECT_EQ(parsed.offset(), 1u << 20);
@@ -118,7 +109,7 @@ TEST(CollectiveCodecTest, PreEncodedFieldsMatchTheGeneratedSerialization) {
       EncodeField(v1::CollectiveRequest::kHeaderFieldNumber, whole.header()),
       data);
   v1::CollectiveRequest parsed;
-  ASSERT_TRUE(parsed.ParseFromString(Flatten(encoded)));
+  ASSERT_TRUE(parsed.ParseFromString(FlattenByteBuffer(encoded)));
   EXPECT_EQ(parsed.SerializeAsString(), whole.SerializeAsString());
 
   // Repeated fields encoded once and shared by several messages.
