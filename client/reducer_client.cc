@@ -42,20 +42,29 @@ absl::Status Client::AllReduceInPlace(const MutableTensorView& inout,
       .status();
 }
 
-absl::StatusOr<double> Client::AllReduce(double value, ReduceOp op,
-                                         const CallOptions& call) {
+namespace {
+
+// The all-reduce of one scalar through `client`: `value` as a 0-d tensor of
+// its dtype, and the result's one element.
+template <typename T>
+absl::StatusOr<T> AllReduceScalar(Client& client, T value, ReduceOp op,
+                                  const CallOptions& call) {
   REDUCER_ASSIGN_OR_RETURN(
       Tensor result,
-      AllReduce(TensorView(&value, DataType::kFloat64, {}), op, call));
-  return result.values<double>()[0];
+      client.AllReduce(TensorView(&value, DataTypeOf<T>::value, {}), op, call));
+  return result.values<T>()[0];
+}
+
+}  // namespace
+
+absl::StatusOr<double> Client::AllReduce(double value, ReduceOp op,
+                                         const CallOptions& call) {
+  return AllReduceScalar(*this, value, op, call);
 }
 
 absl::StatusOr<int64_t> Client::AllReduce(int64_t value, ReduceOp op,
                                           const CallOptions& call) {
-  REDUCER_ASSIGN_OR_RETURN(
-      Tensor result,
-      AllReduce(TensorView(&value, DataType::kInt64, {}), op, call));
-  return result.values<int64_t>()[0];
+  return AllReduceScalar(*this, value, op, call);
 }
 
 absl::StatusOr<std::vector<Tensor>> Client::AllReduceMany(

@@ -4,11 +4,13 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
 using Next = RetrySequence::Next;
+using ::reducer::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
@@ -70,10 +72,11 @@ TEST_P(FirstFailureStandsTest, WithWhatTheReplayWasAnswered) {
   ASSERT_EQ(retries.AfterFailure(c.replayed, false, c.session,
                                  kStart + absl::Milliseconds(100)),
             Next::kStop);
-  EXPECT_EQ(retries.failure().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(retries.failure().message(),
-              AllOf(HasSubstr("connection reset"), HasSubstr("reducerd answered"),
-                    HasSubstr(c.replayed.message())));
+  EXPECT_THAT(retries.failure(),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr("connection reset"),
+                             HasSubstr("reducerd answered"),
+                             HasSubstr(c.replayed.message()))));
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -5,10 +5,12 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::StatusIs;
 const absl::Status kSessionLost = absl::AbortedError(
     "job j1 epoch 1 aborted: rank 0's session was lost (killed); Connect "
     "again to go on");
@@ -16,11 +18,11 @@ const absl::Status kSessionLost = absl::AbortedError(
 TEST(SessionFailureWithCallTest, AnotherKindOfCallFailureIsAddedInBrackets) {
   const absl::Status reported = SessionFailureWithCall(
       kSessionLost, absl::UnavailableError("recvmsg:Connection reset by peer"));
-  EXPECT_EQ(reported.code(), absl::StatusCode::kAborted);
-  EXPECT_EQ(reported.message(),
-            "job j1 epoch 1 aborted: rank 0's session was lost (killed); "
-            "Connect again to go on [this call: UNAVAILABLE: "
-            "recvmsg:Connection reset by peer]");
+  EXPECT_THAT(reported,
+              StatusIs(absl::StatusCode::kAborted,
+                       "job j1 epoch 1 aborted: rank 0's session was lost "
+                       "(killed); Connect again to go on [this call: "
+                       "UNAVAILABLE: recvmsg:Connection reset by peer]"));
 }
 
 TEST(SessionFailureWithCallTest, ACallFailedForTheSameReasonAddsNothing) {

@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/client_options.h"
-#include "client/collective_attempt.h"
+#include "client/internal/collective_attempt.h"
 #include "client/staging/device_staging.h"
 #include "core/data_type.h"
 #include "core/device.h"

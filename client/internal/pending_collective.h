@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "client/collective_attempt.h"
+#include "client/internal/collective_attempt.h"
 #include "core/device.h"
 #include "core/fingerprint.h"
 #include "core/tensor.h"

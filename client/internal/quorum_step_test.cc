@@ -8,12 +8,16 @@
 #include "core/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 Tensor Marks(std::vector<int32_t> marks) {
   Tensor t(DataType::kInt32, {static_cast<int64_t>(marks.size())});
@@ -24,7 +28,7 @@ Tensor Marks(std::vector<int32_t> marks) {
 
 TEST(ReadQuorumMarksTest, SplitsContributorsAndJoined) {
   absl::StatusOr<QuorumMarks> m = ReadQuorumMarks(Marks({1, 0, 2, 1}), 4, 2);
-  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_THAT(m, IsOk());
   EXPECT_THAT(m->contributors, ElementsAre(0, 3));
   EXPECT_THAT(m->joined, ElementsAre(2));
   EXPECT_THAT(m->taking_part, ElementsAre(0, 2, 3));
@@ -51,36 +55,38 @@ TEST(QuorumNamesTest, EachAttemptHasItsOwnNames) {
 TEST(IdentityTensorTest, HoldsTheIdentityOfTheOp) {
   absl::StatusOr<Tensor> t =
       IdentityTensor(ReduceOp::kProduct, DataType::kInt64, {2, 2});
-  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_THAT(t, IsOk());
   EXPECT_THAT(t->values<int64_t>(), ElementsAre(1, 1, 1, 1));
   EXPECT_EQ(t->shape(), (std::vector<int64_t>{2, 2}));
-  EXPECT_FALSE(IdentityTensor(ReduceOp::kBitAnd, DataType::kFloat32, {1}).ok());
+  EXPECT_THAT(IdentityTensor(ReduceOp::kBitAnd, DataType::kFloat32, {1}),
+              Not(IsOk()));
 }
 
 TEST(DivideInPlaceTest, DividesEachFloatingType) {
   Tensor f(DataType::kFloat32, {2});
   f.mutable_values<float>()[0] = 3;
   f.mutable_values<float>()[1] = -9;
-  ASSERT_TRUE(DivideInPlace(f, 3).ok());
+  ASSERT_THAT(DivideInPlace(f, 3), IsOk());
   EXPECT_THAT(f.values<float>(), ElementsAre(1.0f, -3.0f));
 
   Tensor d(DataType::kFloat64, {1});
   d.mutable_values<double>()[0] = 1;
-  ASSERT_TRUE(DivideInPlace(d, 4).ok());
+  ASSERT_THAT(DivideInPlace(d, 4), IsOk());
   EXPECT_EQ(d.values<double>()[0], 0.25);
 
   Tensor h(DataType::kFloat16, {1});
   h.mutable_values<uint16_t>()[0] = 0x4200;  // 3.0
-  ASSERT_TRUE(DivideInPlace(h, 2).ok());
+  ASSERT_THAT(DivideInPlace(h, 2), IsOk());
   EXPECT_EQ(h.values<uint16_t>()[0], 0x3E00);  // 1.5
 
   Tensor b(DataType::kBFloat16, {1});
   b.mutable_values<uint16_t>()[0] = 0x4040;  // 3.0
-  ASSERT_TRUE(DivideInPlace(b, 2).ok());
+  ASSERT_THAT(DivideInPlace(b, 2), IsOk());
   EXPECT_EQ(b.values<uint16_t>()[0], 0x3FC0);  // 1.5
 
   Tensor i(DataType::kInt32, {1});
-  EXPECT_EQ(DivideInPlace(i, 2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DivideInPlace(i, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

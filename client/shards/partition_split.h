@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/collective_attempt.h"
+#include "client/internal/collective_attempt.h"
 #include "client/shards/partition_plan.h"
 #include "core/buffer_cache.h"
 #include "core/tensor.h"

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,9 +14,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/wire_conversion.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
+
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
 
 constexpr size_t kMiB = size_t{1} << 20;
 
@@ -46,6 +51,38 @@ std::vector<Tensor> EchoOf(const Contribution& part) {
     out.push_back(std::move(t));
   }
   return out;
+}
+
+// What every rank of a collective cut by dim 0 (reduce-scatter, all-to-all)
+// contributes: kRanks float32 tensors of [kRows, kCols], each split over 3
+// shards.
+constexpr int kRanks = 4;
+constexpr int64_t kRows = 4 * 100000;  // dim 0: 100000 rows per rank
+constexpr int64_t kCols = 3;
+
+struct EveryRank {
+  std::vector<std::vector<float>> inputs;  // inputs[q]: rank q's tensor
+  std::vector<Contribution> wholes;        // reading inputs
+  std::vector<SplitCollective> splits;
+};
+
+// Every rank's contribution to a collective of `kind`, element i of rank q's
+// tensor holding value(q, i), and its split.
+EveryRank SplitEveryRank(CollectiveKind kind,
+                         const std::function<float(int, size_t)>& value) {
+  const TensorSpec spec{DataType::kFloat32, {kRows, kCols}, ReduceOp::kSum};
+  EveryRank all;
+  all.inputs.assign(kRanks, std::vector<float>(kRows * kCols));
+  for (int q = 0; q < kRanks; ++q) {
+    for (size_t i = 0; i < all.inputs[q].size(); ++i) {
+      all.inputs[q][i] = value(q, i);
+    }
+    all.wholes.push_back(ContributionOf(kind, {spec}, {all.inputs[q].data()}));
+  }
+  for (int q = 0; q < kRanks; ++q) {
+    all.splits.push_back(SplitContribution(all.wholes[q], 3, kMiB));
+  }
+  return all;
 }
 
 TEST(PartitionSplitTest, SmallCollectiveGoesWholeToTheShardOfItsKey) {
@@ -116,7 +153,7 @@ TEST(PartitionSplitTest, AllReduceOfManyTensorsCutsAndJoinsBackByteForByte) {
   }
   absl::StatusOr<std::vector<Tensor>> joined =
       JoinPartitionResults(whole, split, &results, nullptr);
-  ASSERT_TRUE(joined.ok()) << joined.status();
+  ASSERT_THAT(joined, IsOk());
   ASSERT_EQ(joined->size(), 3u);
   EXPECT_EQ((*joined)[0].shape(), (std::vector<int64_t>{1000, 300}));
   EXPECT_EQ(std::memcmp((*joined)[0].data(), a.data(), a.size() * 4), 0);
@@ -125,23 +162,12 @@ TEST(PartitionSplitTest, AllReduceOfManyTensorsCutsAndJoinsBackByteForByte) {
 }
 
 TEST(PartitionSplitTest, ReduceScatterPartitionsReduceToTheClosedForm) {
-  constexpr int kRanks = 4;
-  constexpr int64_t kRows = 4 * 100000;  // dim 0: 100000 rows per rank
-  constexpr int64_t kCols = 3;
-  const TensorSpec spec{DataType::kFloat32, {kRows, kCols}, ReduceOp::kSum};
-  std::vector<std::vector<float>> inputs(kRanks, std::vector<float>(kRows * kCols));
-  for (int q = 0; q < kRanks; ++q) {
-    for (size_t i = 0; i < inputs[q].size(); ++i) {
-      inputs[q][i] = static_cast<float>((q + 1) * 1000 + i % 997);
-    }
-  }
-  std::vector<Contribution> wholes;
-  std::vector<SplitCollective> splits;
-  for (int q = 0; q < kRanks; ++q) {
-    wholes.push_back(ContributionOf(CollectiveKind::kReduceScatter, {spec},
-                                    {inputs[q].data()}));
-  }
-  for (int q = 0; q < kRanks; ++q) splits.push_back(SplitContribution(wholes[q], 3, kMiB));
+  const EveryRank all =
+      SplitEveryRank(CollectiveKind::kReduceScatter, [](int q, size_t i) {
+        return static_cast<float>((q + 1) * 1000 + i % 997);
+      });
+  const std::vector<std::vector<float>>& inputs = all.inputs;
+  const std::vector<SplitCollective>& splits = all.splits;
   ASSERT_FALSE(splits[0].whole);
   const size_t parts = splits[0].parts.size();
   ASSERT_EQ(parts, 3u);
@@ -168,8 +194,8 @@ TEST(PartitionSplitTest, ReduceScatterPartitionsReduceToTheClosedForm) {
       results.back().push_back(std::move(t));
     }
     absl::StatusOr<std::vector<Tensor>> joined =
-        JoinPartitionResults(wholes[r], splits[r], &results, nullptr);
-    ASSERT_TRUE(joined.ok()) << joined.status();
+        JoinPartitionResults(all.wholes[r], splits[r], &results, nullptr);
+    ASSERT_THAT(joined, IsOk());
     ASSERT_EQ((*joined)[0].shape(), (std::vector<int64_t>{kRows / kRanks, kCols}));
     const float* got = static_cast<const float*>((*joined)[0].data());
     for (int64_t e = 0; e < slice; ++e) {
@@ -216,8 +242,8 @@ TEST(PartitionSplitTest, ResultOfTheWrongSizeIsAnInternalError) {
   results[1][0] = Tensor(DataType::kFloat32, {3});
   absl::StatusOr<std::vector<Tensor>> joined =
       JoinPartitionResults(whole, split, &results, nullptr);
-  EXPECT_EQ(joined.status().code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(joined.status().message(), ::testing::HasSubstr("partition 1"));
+  EXPECT_THAT(joined, StatusIs(absl::StatusCode::kInternal,
+                               ::testing::HasSubstr("partition 1")));
 }
 
 
@@ -252,7 +278,7 @@ TEST(PartitionSplitTest, ReduceIsCutIntoReducesWithTheSameRoot) {
     }
     absl::StatusOr<std::vector<Tensor>> joined =
         JoinPartitionResults(whole, split, &results, nullptr);
-    ASSERT_TRUE(joined.ok()) << joined.status();
+    ASSERT_THAT(joined, IsOk());
     if (rank == 2) {
       ASSERT_EQ(joined->size(), 1u);
       EXPECT_EQ(std::memcmp((*joined)[0].data(), x.data(), x.size() * 4), 0);
@@ -261,31 +287,20 @@ TEST(PartitionSplitTest, ReduceIsCutIntoReducesWithTheSameRoot) {
       // A tensor for a non-root is the shard's error, named.
       results[3].push_back(Tensor(DataType::kFloat32, {1}));
       joined = JoinPartitionResults(whole, split, &results, nullptr);
-      EXPECT_EQ(joined.status().code(), absl::StatusCode::kInternal);
-      EXPECT_THAT(joined.status().message(),
-                  ::testing::HasSubstr("partition 3 of a reduce"));
+      EXPECT_THAT(joined,
+                  StatusIs(absl::StatusCode::kInternal,
+                           ::testing::HasSubstr("partition 3 of a reduce")));
     }
   }
 }
 
 TEST(PartitionSplitTest, AllToAllPartitionsJoinToTheClosedForm) {
-  constexpr int kRanks = 4;
-  constexpr int64_t kRows = 4 * 100000;  // dim 0: 100000 rows per part
-  constexpr int64_t kCols = 3;
-  const TensorSpec spec{DataType::kFloat32, {kRows, kCols}, ReduceOp::kSum};
-  std::vector<std::vector<float>> inputs(kRanks, std::vector<float>(kRows * kCols));
-  for (int q = 0; q < kRanks; ++q) {
-    for (size_t i = 0; i < inputs[q].size(); ++i) {
-      inputs[q][i] = static_cast<float>((q + 1) * 1000000 + i);
-    }
-  }
-  std::vector<Contribution> wholes;
-  std::vector<SplitCollective> splits;
-  for (int q = 0; q < kRanks; ++q) {
-    wholes.push_back(ContributionOf(CollectiveKind::kAllToAll, {spec},
-                                    {inputs[q].data()}));
-  }
-  for (int q = 0; q < kRanks; ++q) splits.push_back(SplitContribution(wholes[q], 3, kMiB));
+  const EveryRank all =
+      SplitEveryRank(CollectiveKind::kAllToAll, [](int q, size_t i) {
+        return static_cast<float>((q + 1) * 1000000 + i);
+      });
+  const std::vector<std::vector<float>>& inputs = all.inputs;
+  const std::vector<SplitCollective>& splits = all.splits;
   ASSERT_FALSE(splits[0].whole);
   const size_t parts = splits[0].parts.size();
   ASSERT_EQ(parts, 3u);
@@ -311,8 +326,8 @@ TEST(PartitionSplitTest, AllToAllPartitionsJoinToTheClosedForm) {
       results.back().push_back(std::move(t));
     }
     absl::StatusOr<std::vector<Tensor>> joined =
-        JoinPartitionResults(wholes[r], splits[r], &results, nullptr);
-    ASSERT_TRUE(joined.ok()) << joined.status();
+        JoinPartitionResults(all.wholes[r], splits[r], &results, nullptr);
+    ASSERT_THAT(joined, IsOk());
     ASSERT_EQ((*joined)[0].shape(), (std::vector<int64_t>{kRows, kCols}));
     const float* got = static_cast<const float*>((*joined)[0].data());
     for (int q = 0; q < kRanks; ++q) {

@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "client/collective_backend.h"
+#include "client/internal/collective_backend.h"
 
 namespace reducer {
 

@@ -11,7 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/failed_attempt.h"
+#include "client/internal/settled_attempt.h"
 #include "client/retry_sequence.h"
 #include "client/shards/partition_split.h"
 

@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "client/collective_attempt.h"
-#include "client/collective_backend.h"
-#include "client/progress_engine.h"
+#include "client/internal/collective_attempt.h"
+#include "client/internal/collective_backend.h"
+#include "client/internal/progress_engine.h"
 #include "client/shards/partition_plan.h"
 #include "client/shards/shard_endpoint.h"
 #include "core/buffer_cache.h"

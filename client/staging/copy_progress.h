@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "client/input_gate.h"
+#include "client/internal/input_gate.h"
 
 namespace reducer {
 

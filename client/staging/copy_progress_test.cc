@@ -7,10 +7,13 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 TEST(CopyProgressTest, AwaitReturnsOnceTheMarkCoversTheEnd) {
@@ -22,9 +25,9 @@ TEST(CopyProgressTest, AwaitReturnsOnceTheMarkCoversTheEnd) {
     absl::SleepFor(absl::Milliseconds(20));
     progress.Advance(100);
   });
-  EXPECT_TRUE(progress.Await(40, deadline).ok());
+  EXPECT_THAT(progress.Await(40, deadline), IsOk());
   EXPECT_GE(progress.ready_bytes(), 40u);
-  EXPECT_TRUE(progress.Await(100, deadline).ok());
+  EXPECT_THAT(progress.Await(100, deadline), IsOk());
   EXPECT_EQ(progress.ready_bytes(), 100u);
   copier.join();
 }
@@ -41,7 +44,7 @@ TEST(CopyProgressTest, ASmallerMarkNeverTakesBytesBack) {
 TEST(CopyProgressTest, AnEndPastTheCopyWaitsForAllOfIt) {
   CopyProgress progress(10);
   progress.Advance(10);
-  EXPECT_TRUE(progress.Await(1 << 20, absl::Now()).ok());
+  EXPECT_THAT(progress.Await(1 << 20, absl::Now()), IsOk());
 }
 
 TEST(CopyProgressTest, AFailureWakesWaitersWithItsErrorAndTheFirstWins) {
@@ -54,10 +57,9 @@ TEST(CopyProgressTest, AFailureWakesWaitersWithItsErrorAndTheFirstWins) {
   });
   const absl::Status s = progress.Await(80, absl::Now() + absl::Seconds(30));
   copier.join();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(s.message(), HasSubstr("boom"));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInternal, HasSubstr("boom")));
   // Bytes that were there before the failure still are.
-  EXPECT_TRUE(progress.Await(30, absl::Now()).ok());
+  EXPECT_THAT(progress.Await(30, absl::Now()), IsOk());
 }
 
 TEST(CopyProgressTest, ADeadlineNamesHowFarTheCopyHadCome) {
@@ -65,8 +67,8 @@ TEST(CopyProgressTest, ADeadlineNamesHowFarTheCopyHadCome) {
   progress.Advance(25);
   const absl::Status s =
       progress.Await(50, absl::Now() + absl::Milliseconds(20));
-  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(s.message(), HasSubstr("25 of 100 bytes"));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                          HasSubstr("25 of 100 bytes")));
 }
 
 }  // namespace

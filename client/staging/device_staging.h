@@ -22,8 +22,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "client/collective_attempt.h"
-#include "client/input_gate.h"
+#include "client/internal/collective_attempt.h"
+#include "client/internal/input_gate.h"
 #include "core/device.h"
 #include "core/tensor.h"
 

@@ -3,7 +3,7 @@
 #include <utility>
 #include <vector>
 
-#include "client/failed_attempt.h"
+#include "client/internal/settled_attempt.h"
 #include "core/status_macros.h"
 
 namespace reducer {

@@ -4,9 +4,9 @@
 // copied to host memory (DeviceStaging::ToHost, after the work queued on
 // the caller's stream) and travels as a host collective whose transport
 // sends each chunk as soon as its copy is done (the staged inputs' gate,
-// client/input_gate.h), and its results
-// are copied into new allocations on the input's device before Wait()
-// returns them. The transports below never see device memory.
+// client/internal/input_gate.h), and its results are copied into new
+// allocations on the input's device before Wait() returns them. The
+// transports below never see device memory.
 //
 //   StagingBackend staging(router.get(), device_staging.get());
 //   std::unique_ptr<CollectiveAttempt> attempt = staging.Start(contribution);
@@ -18,8 +18,8 @@
 
 #include <memory>
 
-#include "client/collective_attempt.h"
-#include "client/collective_backend.h"
+#include "client/internal/collective_attempt.h"
+#include "client/internal/collective_backend.h"
 #include "client/staging/device_staging.h"
 
 namespace reducer {

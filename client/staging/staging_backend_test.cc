@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/internal/settled_attempt.h"
 #include "client/staging/fake_device_tensor.h"
 #include "core/buffer_cache.h"
 #include "core/data_type.h"
@@ -17,10 +18,13 @@
 #include "core/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -69,20 +73,6 @@ class FakeStaging final : public DeviceStaging {
 
 // Answers every attempt with `result`, recording what it was sent (the
 // bytes of each input, read while the attempt runs, as a transport would).
-class FakeAttempt final : public CollectiveAttempt {
- public:
-  explicit FakeAttempt(absl::StatusOr<std::vector<Tensor>> result)
-      : result_(std::move(result)) {}
-  absl::StatusOr<std::vector<Tensor>> Wait() override { return result_; }
-  bool Ready() override { return true; }
-  bool Settled() override { return true; }
-  void Cancel() override {}
-  bool received_any() const override { return true; }
-
- private:
-  absl::StatusOr<std::vector<Tensor>> result_;
-};
-
 class RecordingHostBackend final : public CollectiveBackend {
  public:
   std::unique_ptr<CollectiveAttempt> Start(const Contribution& c) override {
@@ -95,7 +85,7 @@ class RecordingHostBackend final : public CollectiveBackend {
     }
     sent.push_back(std::move(bytes));
     inputs.push_back(c.inputs);
-    return std::make_unique<FakeAttempt>(result);
+    return std::make_unique<SettledAttempt>(result, /*received_any=*/true);
   }
   std::vector<const Contribution*> started;
   std::vector<Device> devices;
@@ -130,7 +120,7 @@ TEST_F(StagingBackendTest, CpuContributionGoesStraightToTheHostBackend) {
   const Contribution c = Int32sOn(Device::Cpu(), values);
   host_.result = std::vector<Tensor>{HostInt32s({4, 5, 6})};
   absl::StatusOr<std::vector<Tensor>> result = backend_.Start(c)->Wait();
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_THAT(result, IsOk());
   ASSERT_EQ(host_.started.size(), 1u);
   EXPECT_EQ(host_.started[0], &c);  // the very contribution, not a copy
   EXPECT_EQ(staging_.to_host_calls, 0);
@@ -148,7 +138,7 @@ TEST_F(StagingBackendTest, DeviceContributionTravelsAsHostCopiesAndReturnsOnItsD
   c.header.set_job("j1");
   host_.result = std::vector<Tensor>{HostInt32s({14, -16, 18})};
   absl::StatusOr<std::vector<Tensor>> result = backend_.Start(c)->Wait();
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_THAT(result, IsOk());
   EXPECT_EQ(staging_.to_host_calls, 1);
   ASSERT_EQ(host_.started.size(), 1u);
   EXPECT_NE(host_.started[0], &c);
@@ -176,8 +166,8 @@ TEST_F(StagingBackendTest, FailedStagingSendsNothingAndIsTheAttemptsOutcome) {
   std::unique_ptr<CollectiveAttempt> attempt = backend_.Start(c);
   EXPECT_TRUE(attempt->Ready());
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(result.status().message(), HasSubstr("cudaMemcpyAsync"));
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kInternal,
+                               HasSubstr("cudaMemcpyAsync")));
   EXPECT_FALSE(attempt->received_any());
   EXPECT_TRUE(host_.started.empty());
 }
@@ -187,7 +177,7 @@ TEST_F(StagingBackendTest, HostErrorIsReturnedWithoutCopyingBack) {
   const Contribution c = Int32sOn(Device::Cuda(0), values);
   host_.result = absl::FailedPreconditionError("mismatched shapes");
   absl::StatusOr<std::vector<Tensor>> result = backend_.Start(c)->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_TRUE(staging_.to_device.empty());
 }
 
@@ -197,8 +187,8 @@ TEST_F(StagingBackendTest, FailedCopyBackIsTheOutcome) {
   host_.result = std::vector<Tensor>{HostInt32s({2})};
   staging_.to_device_error = absl::InternalError("cudaMalloc failed: out of memory");
   absl::StatusOr<std::vector<Tensor>> result = backend_.Start(c)->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(result.status().message(), HasSubstr("cudaMalloc"));
+  EXPECT_THAT(result,
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("cudaMalloc")));
 }
 
 }  // namespace

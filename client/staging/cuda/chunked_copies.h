@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "client/collective_attempt.h"
-#include "client/input_gate.h"
+#include "client/internal/collective_attempt.h"
+#include "client/internal/input_gate.h"
 #include "client/staging/copy_progress.h"
 #include "client/staging/cuda/pinned_block.h"
 #include "client/staging/device_staging.h"

@@ -17,6 +17,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/reducer/v1/byte_buffer_testing.h"
 
 namespace reducer {
 namespace {
@@ -33,16 +34,6 @@ constexpr absl::Duration kLimit = absl::Seconds(20);
 grpc::ByteBuffer Bytes(const std::string& text) {
   grpc::Slice slice(text);
   return grpc::ByteBuffer(&slice, 1);
-}
-
-std::string Text(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(buffer.Dump(&slices).ok());
-  std::string text;
-  for (const grpc::Slice& s : slices) {
-    text.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return text;
 }
 
 // The server side, in process: echoes each message back; on kRefuseMethod
@@ -95,7 +86,7 @@ class Recorder final : public AsyncStream::Observer {
   }
   void OnRead(grpc::ByteBuffer* message) override {
     mu_.AssertHeld();
-    reads_.push_back(Text(*message));
+    reads_.push_back(FlattenByteBuffer(*message));
   }
   bool WantsMoreReads() override {
     mu_.AssertHeld();

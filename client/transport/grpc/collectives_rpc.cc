@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/failed_attempt.h"
-#include "client/result_assembler.h"
+#include "client/internal/result_assembler.h"
+#include "client/internal/settled_attempt.h"
 #include "client/transport/grpc/payload_slices.h"
 #include "core/fingerprint.h"
 #include "proto/reducer/v1/collective_codec.h"

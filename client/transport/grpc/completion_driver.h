@@ -27,7 +27,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "client/progress_engine.h"
+#include "client/internal/progress_engine.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/grpcpp.h"
 

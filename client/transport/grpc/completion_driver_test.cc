@@ -30,30 +30,40 @@ std::chrono::system_clock::time_point In(absl::Duration d) {
   return absl::ToChronoTime(absl::Now() + d);
 }
 
-TEST(CompletionDriverTest, BackgroundThreadRunsCompletionsWhenNobodyWaits) {
-  CompletionDriver driver;
+// An alarm on `driver`'s queue, firing `after` from now, and its handler.
+struct CountedAlarm {
+  CountedAlarm(CompletionDriver& driver, absl::Duration after) {
+    alarm.Set(driver.cq(), In(after), &handler);
+  }
   CountingHandler handler;
   grpc::Alarm alarm;
-  alarm.Set(driver.cq(), In(absl::Milliseconds(10)), &handler);
+};
+
+// Drives `driver` until `handler` ran once; false if that took 10 seconds.
+bool DriveUntilRun(CompletionDriver& driver, const CountingHandler& handler) {
+  return driver.DriveUntil([&] { return handler.count.load() == 1; },
+                           absl::Now() + absl::Seconds(10));
+}
+
+TEST(CompletionDriverTest, BackgroundThreadRunsCompletionsWhenNobodyWaits) {
+  CompletionDriver driver;
+  CountedAlarm alarm(driver, absl::Milliseconds(10));
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (handler.count.load() == 0 && absl::Now() < give_up) {
+  while (alarm.handler.count.load() == 0 && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(5));
   }
-  EXPECT_EQ(handler.count.load(), 1);
-  EXPECT_TRUE(handler.last_ok.load());
-  EXPECT_NE(handler.thread.load(), std::this_thread::get_id());
+  EXPECT_EQ(alarm.handler.count.load(), 1);
+  EXPECT_TRUE(alarm.handler.last_ok.load());
+  EXPECT_NE(alarm.handler.thread.load(), std::this_thread::get_id());
 }
 
 TEST(CompletionDriverTest, TheWaitingCallerRunsItsOwnCompletion) {
   CompletionDriver driver;
-  CountingHandler handler;
-  grpc::Alarm alarm;
-  alarm.Set(driver.cq(), In(absl::Milliseconds(50)), &handler);
+  CountedAlarm alarm(driver, absl::Milliseconds(50));
   // The caller arrives first, so the background thread (which needs the
   // queue left alone for a while) never polls before the alarm fires.
-  EXPECT_TRUE(driver.DriveUntil([&] { return handler.count.load() == 1; },
-                                absl::Now() + absl::Seconds(10)));
-  EXPECT_EQ(handler.thread.load(), std::this_thread::get_id());
+  EXPECT_TRUE(DriveUntilRun(driver, alarm.handler));
+  EXPECT_EQ(alarm.handler.thread.load(), std::this_thread::get_id());
 }
 
 TEST(CompletionDriverTest, DriveUntilGivesUpAtItsDeadline) {
@@ -75,10 +85,7 @@ TEST(CompletionDriverTest, ConcurrentCallersEachSeeTheirCompletion) {
     alarms[i].Set(driver.cq(), In(absl::Milliseconds(20 * (kCallers - i))),
                   &handlers[i]);
     callers.emplace_back([&, i] {
-      if (driver.DriveUntil([&] { return handlers[i].count.load() == 1; },
-                            absl::Now() + absl::Seconds(10))) {
-        satisfied.fetch_add(1);
-      }
+      if (DriveUntilRun(driver, handlers[i])) satisfied.fetch_add(1);
     });
   }
   for (std::thread& t : callers) t.join();
@@ -89,13 +96,10 @@ TEST(CompletionDriverTest, ACallerTakesOverFromThePollingBackgroundThread) {
   CompletionDriver driver;
   // Let the background thread start polling (the queue has been idle).
   absl::SleepFor(absl::Milliseconds(100));
-  CountingHandler handler;
-  grpc::Alarm alarm;
-  alarm.Set(driver.cq(), In(absl::Milliseconds(200)), &handler);
-  EXPECT_TRUE(driver.DriveUntil([&] { return handler.count.load() == 1; },
-                                absl::Now() + absl::Seconds(10)));
+  CountedAlarm alarm(driver, absl::Milliseconds(200));
+  EXPECT_TRUE(DriveUntilRun(driver, alarm.handler));
   // The caller kicked the background thread aside and polled itself.
-  EXPECT_EQ(handler.thread.load(), std::this_thread::get_id());
+  EXPECT_EQ(alarm.handler.thread.load(), std::this_thread::get_id());
 }
 
 }  // namespace

@@ -15,8 +15,8 @@
 #include <memory>
 #include <utility>
 
-#include "client/collective_attempt.h"
-#include "client/collective_backend.h"
+#include "client/internal/collective_attempt.h"
+#include "client/internal/collective_backend.h"
 #include "client/transport/grpc/completion_driver.h"
 #include "core/buffer_cache.h"
 #include "grpcpp/generic/generic_stub.h"

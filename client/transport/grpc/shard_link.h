@@ -29,7 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/client_options.h"
-#include "client/collective_router.h"
+#include "client/internal/collective_router.h"
 #include "client/security/channel_security.h"
 #include "client/shards/shard_endpoint.h"
 #include "client/transport/grpc/async_stream.h"

@@ -8,8 +8,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/failed_attempt.h"
-#include "client/result_assembler.h"
+#include "client/internal/result_assembler.h"
+#include "client/internal/settled_attempt.h"
 #include "core/fingerprint.h"
 #include "core/payload_layout.h"
 #include "core/shm/shared_segment.h"

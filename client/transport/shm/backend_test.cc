@@ -31,11 +31,16 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/reducer.pb.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr size_t kSegmentBytes = 8 << 20;
 
@@ -68,35 +73,35 @@ class FakeReducerd {
     ASSERT_TRUE(conn_.valid());
     absl::StatusOr<Received> hello = ReceiveWithFds(
         conn_.get(), 1 << 16, 2, absl::Now() + absl::Seconds(10));
-    ASSERT_TRUE(hello.ok()) << hello.status();
+    ASSERT_THAT(hello, IsOk());
     ASSERT_TRUE(hello_.ParseFromString(hello->bytes));
     ASSERT_EQ(hello->fds.size(), 2u);
     absl::StatusOr<std::unique_ptr<ControlSegment>> control =
         ControlSegment::Adopt(hello->fds[0].release());
-    ASSERT_TRUE(control.ok()) << control.status();
+    ASSERT_THAT(control, IsOk());
     control_ = *std::move(control);
     absl::StatusOr<SharedSegment> input = SharedSegment::Adopt(
         hello->fds[1].release(), SharedSegment::Access::kReadOnly);
-    ASSERT_TRUE(input.ok()) << input.status();
+    ASSERT_THAT(input, IsOk());
     input_ = std::make_unique<SharedSegment>(*std::move(input));
     v1::SharedMemoryWelcome welcome;
     if (!refusal.ok()) {
       welcome.mutable_status()->set_code(static_cast<int>(refusal.code()));
       welcome.mutable_status()->set_message(std::string(refusal.message()));
-      ASSERT_TRUE(
-          SendWithFds(conn_.get(), welcome.SerializeAsString(), {}).ok());
+      ASSERT_THAT(SendWithFds(conn_.get(), welcome.SerializeAsString(), {}),
+                  IsOk());
       return;
     }
     absl::StatusOr<SharedSegment> result =
         SharedSegment::Create("reducer-result", kSegmentBytes);
-    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_THAT(result, IsOk());
     result_ = std::make_unique<SharedSegment>(*std::move(result));
     std::memcpy(result_->data(), nonce_in_segment.data(),
                 nonce_in_segment.size());
     welcome.set_nonce(nonce_named);
     const int fds[] = {result_->fd()};
-    ASSERT_TRUE(
-        SendWithFds(conn_.get(), welcome.SerializeAsString(), fds).ok());
+    ASSERT_THAT(SendWithFds(conn_.get(), welcome.SerializeAsString(), fds),
+                IsOk());
   }
 
   // The next request record, parsed; waits up to 10 s.
@@ -107,7 +112,7 @@ class FakeReducerd {
     while (absl::Now() < deadline) {
       const uint32_t seen = control_->requests().data_bell().value();
       absl::StatusOr<bool> popped = control_->requests().TryPop(&record);
-      EXPECT_TRUE(popped.ok()) << popped.status();
+      EXPECT_THAT(popped, IsOk());
       if (popped.ok() && *popped) {
         EXPECT_TRUE(request.ParseFromString(record));
         return request;
@@ -125,7 +130,7 @@ class FakeReducerd {
     std::string record;
     while (absl::Now() < deadline) {
       absl::StatusOr<bool> popped = control_->requests().TryPop(&record);
-      EXPECT_TRUE(popped.ok()) << popped.status();
+      EXPECT_THAT(popped, IsOk());
       if (!popped.ok() || *popped) return false;
       absl::SleepFor(absl::Milliseconds(5));
     }
@@ -133,10 +138,9 @@ class FakeReducerd {
   }
 
   void Respond(const v1::CollectiveResponse& response) {
-    ASSERT_TRUE(
-        control_->responses()
-            .Push(response.SerializeAsString(), absl::Now() + absl::Seconds(10))
-            .ok());
+    ASSERT_THAT(control_->responses().Push(response.SerializeAsString(),
+                                           absl::Now() + absl::Seconds(10)),
+                IsOk());
   }
 
   void CloseConnection() { conn_.reset(); }
@@ -191,6 +195,19 @@ v1::CollectiveResponse FloatResult(uint64_t call_id, size_t elements) {
   return response;
 }
 
+// A result range of `elements` floats at `at` in the fake's result segment,
+// element i holding `scale` * i, announced as the response to `call_id`.
+v1::CollectiveResponse RangeResult(FakeReducerd& fake, uint64_t call_id,
+                                   uint64_t at, size_t elements, float scale) {
+  float* out =
+      reinterpret_cast<float*>(static_cast<char*>(fake.result().data()) + at);
+  for (size_t i = 0; i < elements; ++i) out[i] = scale * i;
+  v1::CollectiveResponse response = FloatResult(call_id, elements);
+  response.mutable_data_range()->set_offset(at);
+  response.mutable_data_range()->set_size(elements * 4);
+  return response;
+}
+
 // A channel to `fake` through the real handshake.
 absl::StatusOr<SharedMemoryChannel> Connect(FakeReducerd& fake,
                                             std::function<void()> answer) {
@@ -206,7 +223,7 @@ TEST(SharedMemoryHandshakeTest,
   FakeReducerd fake;
   absl::StatusOr<SharedMemoryChannel> channel =
       Connect(fake, [&] { fake.AnswerHello(); });
-  ASSERT_TRUE(channel.ok()) << channel.status();
+  ASSERT_THAT(channel, IsOk());
   EXPECT_EQ(fake.hello().job(), "j");
   EXPECT_EQ(fake.hello().session_id(), "s-1");
   EXPECT_EQ(fake.hello().rank(), 3);
@@ -223,11 +240,10 @@ TEST(SharedMemoryHandshakeTest, RefusalKeepsReducerdsCodeAndReason) {
   absl::StatusOr<SharedMemoryChannel> channel = Connect(fake, [&] {
     fake.AnswerHello(absl::PermissionDeniedError("token of another job"));
   });
-  ASSERT_FALSE(channel.ok());
-  EXPECT_EQ(channel.status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(
-      channel.status().message(),
-      HasSubstr("reducerd refused the same-host path: token of another job"));
+  EXPECT_THAT(channel,
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("reducerd refused the same-host path: "
+                                 "token of another job")));
 }
 
 TEST(SharedMemoryHandshakeTest, ResultSegmentWithoutTheNamedNonceIsRefused) {
@@ -236,21 +252,18 @@ TEST(SharedMemoryHandshakeTest, ResultSegmentWithoutTheNamedNonceIsRefused) {
     fake.AnswerHello(absl::OkStatus(), std::string(16, 'a'),
                      std::string(16, 'b'));
   });
-  ASSERT_FALSE(channel.ok());
-  EXPECT_EQ(channel.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(channel.status().message(),
-              HasSubstr("does not map the same memory"));
+  EXPECT_THAT(channel, StatusIs(absl::StatusCode::kDataLoss,
+                                HasSubstr("does not map the same memory")));
 }
 
 TEST(SharedMemoryHandshakeTest, UnreachableSocketIsUnavailableNamingIt) {
   absl::StatusOr<SharedMemoryChannel> channel =
       ShakeHands("reducer-test-nobody-listens-here", Hello(), kSegmentBytes,
                  absl::Now() + absl::Seconds(5));
-  ASSERT_FALSE(channel.ok());
-  EXPECT_EQ(channel.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(channel.status().message(),
-              HasSubstr("@reducer-test-nobody-listens-here"));
-  EXPECT_THAT(channel.status().message(), HasSubstr("another host"));
+  EXPECT_THAT(channel,
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr("@reducer-test-nobody-listens-here"),
+                             HasSubstr("another host"))));
 }
 
 TEST(SharedMemoryHandshakeTest,
@@ -258,8 +271,7 @@ TEST(SharedMemoryHandshakeTest,
   absl::StatusOr<SharedMemoryChannel> channel =
       ShakeHands("reducer-test-never-reached", Hello(), size_t{1} << 50,
                  absl::Now() + absl::Seconds(5));
-  ASSERT_FALSE(channel.ok());
-  EXPECT_EQ(channel.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(channel, StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 class SharedMemoryBackendTest : public ::testing::Test {
@@ -267,7 +279,7 @@ class SharedMemoryBackendTest : public ::testing::Test {
   void SetUp() override {
     absl::StatusOr<SharedMemoryChannel> channel =
         Connect(fake_, [&] { fake_.AnswerHello(); });
-    ASSERT_TRUE(channel.ok()) << channel.status();
+    ASSERT_THAT(channel, IsOk());
     backend_ = std::make_unique<SharedMemoryBackend>(*std::move(channel),
                                                      "127.0.0.1:1", nullptr);
   }
@@ -275,15 +287,32 @@ class SharedMemoryBackendTest : public ::testing::Test {
   // The float32 elements of the all-reduce whose result may be lent.
   static constexpr size_t kLentFloats = 100000;
 
-  // Starts `c` as an all-reduce whose result may be lent; the request the
-  // fake received in `*request`.
-  std::unique_ptr<CollectiveAttempt> StartLendable(
-      FloatContribution& c, v1::CollectiveRequest* request) {
-    c.contribution.result_may_be_lent = true;
+  // Starts `c` through TryStart; the request the fake received for it in
+  // request_. Null if the backend declined it.
+  std::unique_ptr<CollectiveAttempt> Start(FloatContribution& c) {
     std::unique_ptr<CollectiveAttempt> attempt =
         backend_->TryStart(c.contribution);
-    if (attempt != nullptr) *request = fake_.NextRequest();
+    if (attempt != nullptr) request_ = fake_.NextRequest();
     return attempt;
+  }
+  // Starts lendable_, an all-reduce whose result may be lent, as Start.
+  std::unique_ptr<CollectiveAttempt> StartLendable() {
+    lendable_.contribution.result_may_be_lent = true;
+    return Start(lendable_);
+  }
+  // The response to lendable_'s request: its result in the fake's result
+  // segment at `at`, element i holding `scale` * i.
+  v1::CollectiveResponse LendableResult(uint64_t at, float scale) {
+    return RangeResult(fake_, request_.call_id(), at, kLentFloats, scale);
+  }
+  // Checks that the fake's next request hands back the result range of
+  // `bytes` at `at`, and nothing else.
+  void ExpectReleased(uint64_t at, size_t bytes) {
+    v1::CollectiveRequest release = fake_.NextRequest();
+    EXPECT_EQ(release.call_id(), 0u);
+    ASSERT_EQ(release.released_size(), 1);
+    EXPECT_EQ(release.released(0).offset(), at);
+    EXPECT_EQ(release.released(0).size(), bytes);
   }
   // What Wait() returns when `response` comes while a caller waits.
   absl::StatusOr<std::vector<Tensor>> WaitWhileAnswered(
@@ -301,31 +330,31 @@ class SharedMemoryBackendTest : public ::testing::Test {
         static_cast<void*>(static_cast<char*>(fake_.result().data()) + at))[i];
   }
 
+  FloatContribution lendable_{std::vector<float>(kLentFloats, 1.0f)};
+  v1::CollectiveRequest request_;  // of the last call Start started
   FakeReducerd fake_;
-  std::unique_ptr<SharedMemoryBackend> backend_;
+  std::unique_ptr<SharedMemoryBackend> backend_;  // last: gone first
 };
 
 TEST_F(SharedMemoryBackendTest, SmallCallTravelsInlineBothWays) {
   FloatContribution c({1.5f, -2.0f});
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt = Start(c);
   ASSERT_NE(attempt, nullptr);
-  v1::CollectiveRequest request = fake_.NextRequest();
-  EXPECT_NE(request.call_id(), 0u);
-  EXPECT_EQ(request.header().job(), "j");
-  EXPECT_FALSE(request.has_data_range());
-  ASSERT_EQ(request.data().size(), 8u);
+  EXPECT_NE(request_.call_id(), 0u);
+  EXPECT_EQ(request_.header().job(), "j");
+  EXPECT_FALSE(request_.has_data_range());
+  ASSERT_EQ(request_.data().size(), 8u);
   float sent[2];
-  std::memcpy(sent, request.data().data(), 8);
+  std::memcpy(sent, request_.data().data(), 8);
   EXPECT_EQ(sent[0], 1.5f);
   EXPECT_EQ(sent[1], -2.0f);
 
-  v1::CollectiveResponse response = FloatResult(request.call_id(), 2);
+  v1::CollectiveResponse response = FloatResult(request_.call_id(), 2);
   const float reduced[2] = {6.0f, -8.0f};
   response.set_data(reduced, sizeof(reduced));
   fake_.Respond(response);
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_THAT(result, IsOk());
   ASSERT_EQ(result->size(), 1u);
   const absl::Span<const float> got = result->at(0).values<float>();
   EXPECT_EQ(std::vector<float>(got.begin(), got.end()),
@@ -338,66 +367,39 @@ TEST_F(SharedMemoryBackendTest,
   std::vector<float> values(100000);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
   FloatContribution c(values);
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt = Start(c);
   ASSERT_NE(attempt, nullptr);
-  v1::CollectiveRequest request = fake_.NextRequest();
-  ASSERT_TRUE(request.has_data_range());
-  EXPECT_TRUE(request.data().empty());
-  ASSERT_EQ(request.data_range().size(), values.size() * 4);
-  ASSERT_LE(request.data_range().offset() + request.data_range().size(),
+  ASSERT_TRUE(request_.has_data_range());
+  EXPECT_TRUE(request_.data().empty());
+  ASSERT_EQ(request_.data_range().size(), values.size() * 4);
+  ASSERT_LE(request_.data_range().offset() + request_.data_range().size(),
             fake_.input().size());
   EXPECT_EQ(std::memcmp(static_cast<const char*>(fake_.input().data()) +
-                            request.data_range().offset(),
+                            request_.data_range().offset(),
                         values.data(), values.size() * 4),
             0);
 
   // The "result": each input doubled, at offset 4096 of the result segment.
   constexpr uint64_t kAt = 4096;
-  float* out =
-      reinterpret_cast<float*>(static_cast<char*>(fake_.result().data()) + kAt);
-  for (size_t i = 0; i < values.size(); ++i) out[i] = 2.0f * values[i];
-  v1::CollectiveResponse response =
-      FloatResult(request.call_id(), values.size());
-  response.mutable_data_range()->set_offset(kAt);
-  response.mutable_data_range()->set_size(values.size() * 4);
-  fake_.Respond(response);
+  fake_.Respond(
+      RangeResult(fake_, request_.call_id(), kAt, values.size(), 2.0f));
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_THAT(result, IsOk());
   const absl::Span<const float> got = result->at(0).values<float>();
   ASSERT_EQ(got.size(), values.size());
   for (size_t i = 0; i < values.size(); i += 997) EXPECT_EQ(got[i], 2.0f * i);
 
-  v1::CollectiveRequest release = fake_.NextRequest();
-  EXPECT_EQ(release.call_id(), 0u);
-  ASSERT_EQ(release.released_size(), 1);
-  EXPECT_EQ(release.released(0).offset(), kAt);
-  EXPECT_EQ(release.released(0).size(), values.size() * 4);
-}
-
-// A result range of `elements` floats at `at` in the fake's result segment,
-// element i holding `scale` * i, announced as the response to `call_id`.
-v1::CollectiveResponse RangeResult(FakeReducerd& fake, uint64_t call_id,
-                                   uint64_t at, size_t elements, float scale) {
-  float* out =
-      reinterpret_cast<float*>(static_cast<char*>(fake.result().data()) + at);
-  for (size_t i = 0; i < elements; ++i) out[i] = scale * i;
-  v1::CollectiveResponse response = FloatResult(call_id, elements);
-  response.mutable_data_range()->set_offset(at);
-  response.mutable_data_range()->set_size(elements * 4);
-  return response;
+  ExpectReleased(kAt, values.size() * 4);
 }
 
 TEST_F(SharedMemoryBackendTest,
        ResultMayBeLentToAWaitingCallerWhichHandsTheRangeBackOnDrop) {
-  FloatContribution c(std::vector<float>(kLentFloats, 1.0f));
-  v1::CollectiveRequest request;
-  std::unique_ptr<CollectiveAttempt> attempt = StartLendable(c, &request);
+  std::unique_ptr<CollectiveAttempt> attempt = StartLendable();
   ASSERT_NE(attempt, nullptr);
   constexpr uint64_t kAt = 8192;
-  absl::StatusOr<std::vector<Tensor>> result = WaitWhileAnswered(
-      *attempt, RangeResult(fake_, request.call_id(), kAt, kLentFloats, 3.0f));
-  ASSERT_TRUE(result.ok()) << result.status();
+  absl::StatusOr<std::vector<Tensor>> result =
+      WaitWhileAnswered(*attempt, LendableResult(kAt, 3.0f));
+  ASSERT_THAT(result, IsOk());
   ASSERT_EQ(result->size(), 1u);
   EXPECT_EQ(result->at(0).values<float>()[kLentFloats - 1],
             3.0f * (kLentFloats - 1));
@@ -411,45 +413,35 @@ TEST_F(SharedMemoryBackendTest,
   EXPECT_EQ(copy.values<float>()[7], -1.0f);
 
   result = absl::UnknownError("dropped");
-  v1::CollectiveRequest release = fake_.NextRequest();
-  EXPECT_EQ(release.call_id(), 0u);
-  ASSERT_EQ(release.released_size(), 1);
-  EXPECT_EQ(release.released(0).offset(), kAt);
-  EXPECT_EQ(release.released(0).size(), kLentFloats * 4);
+  ASSERT_NO_FATAL_FAILURE(ExpectReleased(kAt, kLentFloats * 4));
   EXPECT_EQ(copy.values<float>()[8], 3.0f * 8);
 }
 
 TEST_F(SharedMemoryBackendTest,
        ResultThatMayBeLentIsCopiedWhenItComesBeforeTheCallerWaits) {
-  FloatContribution c(std::vector<float>(kLentFloats, 1.0f));
-  v1::CollectiveRequest request;
-  std::unique_ptr<CollectiveAttempt> attempt = StartLendable(c, &request);
+  std::unique_ptr<CollectiveAttempt> attempt = StartLendable();
   ASSERT_NE(attempt, nullptr);
   constexpr uint64_t kAt = 4096;
-  fake_.Respond(RangeResult(fake_, request.call_id(), kAt, kLentFloats, 2.0f));
+  fake_.Respond(LendableResult(kAt, 2.0f));
   // Nobody waits: the reader thread takes the response, copies the result
   // out and hands its range back at once.
-  v1::CollectiveRequest release = fake_.NextRequest();
-  ASSERT_EQ(release.released_size(), 1);
-  EXPECT_EQ(release.released(0).offset(), kAt);
+  ASSERT_NO_FATAL_FAILURE(ExpectReleased(kAt, kLentFloats * 4));
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (!attempt->Ready() && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_THAT(result, IsOk());
   ResultFloatAt(kAt, 7) = -1.0f;
   EXPECT_EQ(result->at(0).values<float>()[7], 2.0f * 7);  // a copy
 }
 
 TEST_F(SharedMemoryBackendTest, LentResultOutlivingTheBackendStaysReadable) {
-  FloatContribution c(std::vector<float>(kLentFloats, 1.0f));
-  v1::CollectiveRequest request;
-  std::unique_ptr<CollectiveAttempt> attempt = StartLendable(c, &request);
+  std::unique_ptr<CollectiveAttempt> attempt = StartLendable();
   ASSERT_NE(attempt, nullptr);
-  absl::StatusOr<std::vector<Tensor>> result = WaitWhileAnswered(
-      *attempt, RangeResult(fake_, request.call_id(), 4096, kLentFloats, 5.0f));
-  ASSERT_TRUE(result.ok()) << result.status();
+  absl::StatusOr<std::vector<Tensor>> result =
+      WaitWhileAnswered(*attempt, LendableResult(4096, 5.0f));
+  ASSERT_THAT(result, IsOk());
   attempt.reset();
   backend_.reset();  // the session ends: nothing is handed back any more
   EXPECT_EQ(result->at(0).values<float>()[kLentFloats - 1],
@@ -459,49 +451,42 @@ TEST_F(SharedMemoryBackendTest, LentResultOutlivingTheBackendStaysReadable) {
 
 TEST_F(SharedMemoryBackendTest, ReducerdsErrorIsTheCallsOutcome) {
   FloatContribution c({1.0f});
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt = Start(c);
   ASSERT_NE(attempt, nullptr);
-  v1::CollectiveRequest request = fake_.NextRequest();
   v1::CollectiveResponse response;
-  response.set_call_id(request.call_id());
+  response.set_call_id(request_.call_id());
   response.mutable_status()->set_code(
       static_cast<int>(absl::StatusCode::kAborted));
   response.mutable_status()->set_message("rank 1's session was lost");
   fake_.Respond(response);
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(result.status().message(),
-              HasSubstr("rank 1's session was lost"));
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kAborted,
+                               HasSubstr("rank 1's session was lost")));
   EXPECT_TRUE(attempt->received_any());
 }
 
 TEST_F(SharedMemoryBackendTest, ResultRangeOutsideTheSegmentIsDataLoss) {
   FloatContribution c({1.0f});
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt = Start(c);
   ASSERT_NE(attempt, nullptr);
-  v1::CollectiveRequest request = fake_.NextRequest();
-  v1::CollectiveResponse response = FloatResult(request.call_id(), 1);
+  v1::CollectiveResponse response = FloatResult(request_.call_id(), 1);
   response.mutable_data_range()->set_offset(kSegmentBytes - 2);
   response.mutable_data_range()->set_size(4);
   fake_.Respond(response);
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(result.status().message(), HasSubstr("outside its"));
+  EXPECT_THAT(result,
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("outside its")));
 }
 
 TEST_F(SharedMemoryBackendTest, CancelSendsTheCancelRecordAndReturnsAtOnce) {
   FloatContribution c({1.0f});
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt = Start(c);
   ASSERT_NE(attempt, nullptr);
-  const uint64_t call_id = fake_.NextRequest().call_id();
   attempt->Cancel();
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled));
   v1::CollectiveRequest cancel = fake_.NextRequest();
-  EXPECT_EQ(cancel.call_id(), call_id);
+  EXPECT_EQ(cancel.call_id(), request_.call_id());
   EXPECT_FALSE(cancel.has_header());
   EXPECT_TRUE(cancel.data().empty());
   EXPECT_EQ(cancel.released_size(), 0);
@@ -510,16 +495,14 @@ TEST_F(SharedMemoryBackendTest, CancelSendsTheCancelRecordAndReturnsAtOnce) {
 TEST_F(SharedMemoryBackendTest,
        ReducerdGoneFailsCallsInFlightAsRetryableAndDeclinesNewOnes) {
   FloatContribution c({1.0f});
-  std::unique_ptr<CollectiveAttempt> attempt =
-      backend_->TryStart(c.contribution);
+  std::unique_ptr<CollectiveAttempt> attempt = Start(c);
   ASSERT_NE(attempt, nullptr);
-  fake_.NextRequest();
   fake_.CloseConnection();
   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(result.status().message(), HasSubstr("socket closed"));
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kUnavailable,
+                               HasSubstr("socket closed")));
   EXPECT_FALSE(attempt->received_any());
-  EXPECT_FALSE(backend_->status().ok());
+  EXPECT_THAT(backend_->status(), Not(IsOk()));
   EXPECT_EQ(backend_->TryStart(c.contribution), nullptr);
 }
 
@@ -528,9 +511,9 @@ TEST_F(SharedMemoryBackendTest, PayloadLargerThanTheSegmentIsDeclined) {
   EXPECT_EQ(backend_->TryStart(c.contribution), nullptr);
   std::unique_ptr<CollectiveAttempt> forced = backend_->Start(c.contribution);
   absl::StatusOr<std::vector<Tensor>> result = forced->Wait();
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(result.status().message(),
-              HasSubstr("ClientOptions::shared_memory_bytes"));
+  EXPECT_THAT(result,
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("ClientOptions::shared_memory_bytes")));
 }
 
 }  // namespace

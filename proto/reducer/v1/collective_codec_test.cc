@@ -5,19 +5,15 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/reducer/v1/byte_buffer_testing.h"
+#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace {
 
-std::string Flatten(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(buffer.Dump(&slices).ok());
-  std::string out;
-  for (const auto& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
-}
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
+using ::testing::HasSubstr;
 
 // Splits `bytes` into slices at the given cut points.
 grpc::ByteBuffer Split(const std::string& bytes, std::vector<size_t> cuts) {
@@ -52,7 +48,7 @@ TEST(CollectiveCodecTest, EncodedBytesParseAsTheProtobufMessage) {
   grpc::ByteBuffer buffer = EncodeMessage(SampleRequest(), slices);
 
   v1::CollectiveRequest parsed;
-  ASSERT_TRUE(parsed.ParseFromString(Flatten(buffer)));
+  ASSERT_TRUE(parsed.ParseFromString(FlattenByteBuffer(buffer)));
   EXPECT_EQ(parsed.data(), "hello world");
   EXPECT_EQ(parsed.header().job(), "j1");
   EXPECT_EQ(parsed.offset(), 1u << 20);
@@ -65,13 +61,13 @@ TEST(CollectiveCodecTest, DecodesGeneratedSerializationSplitAnywhere) {
   for (size_t cut = 1; cut < bytes.size(); cut += 7) {
     grpc::ByteBuffer buffer = Split(bytes, {cut});
     DecodedMessage<v1::CollectiveRequest> decoded;
-    ASSERT_TRUE(DecodeMessage(&buffer, &decoded).ok()) << "cut at " << cut;
+    ASSERT_THAT(DecodeMessage(&buffer, &decoded), IsOk()) << "cut at " << cut;
     std::string data(decoded.data.size(), '\0');
     decoded.data.CopyTo(data.data());
     EXPECT_EQ(data, original.data()) << "cut at " << cut;
     EXPECT_TRUE(decoded.fields.data().empty());
     EXPECT_EQ(decoded.fields.header().rank(), 3);
-    EXPECT_THAT(decoded.fields.header().group(), testing::ElementsAre(1, 3));
+    EXPECT_THAT(decoded.fields.header().group(), ::testing::ElementsAre(1, 3));
   }
 }
 
@@ -81,7 +77,7 @@ TEST(CollectiveCodecTest, PartialCopyReadsAcrossSlices) {
   grpc::ByteBuffer buffer =
       Split(original.SerializeAsString(), {4, 5, 9, 12});
   DecodedMessage<v1::CollectiveResponse> decoded;
-  ASSERT_TRUE(DecodeMessage(&buffer, &decoded).ok());
+  ASSERT_THAT(DecodeMessage(&buffer, &decoded), IsOk());
   char out[6] = {};
   decoded.data.CopyTo(5, 5, out);
   EXPECT_EQ(std::string(out), "56789");
@@ -90,7 +86,7 @@ TEST(CollectiveCodecTest, PartialCopyReadsAcrossSlices) {
 TEST(CollectiveCodecTest, EmptyDataIsOmitted) {
   grpc::ByteBuffer buffer = EncodeMessage(SampleRequest(), {});
   DecodedMessage<v1::CollectiveRequest> decoded;
-  ASSERT_TRUE(DecodeMessage(&buffer, &decoded).ok());
+  ASSERT_THAT(DecodeMessage(&buffer, &decoded), IsOk());
   EXPECT_EQ(decoded.data.size(), 0u);
   EXPECT_EQ(decoded.fields.header().job(), "j1");
 }
@@ -113,7 +109,7 @@ TEST(CollectiveCodecTest, PreEncodedFieldsMatchTheGeneratedSerialization) {
       EncodeField(v1::CollectiveRequest::kHeaderFieldNumber, whole.header()),
       data);
   v1::CollectiveRequest parsed;
-  ASSERT_TRUE(parsed.ParseFromString(Flatten(encoded)));
+  ASSERT_TRUE(parsed.ParseFromString(FlattenByteBuffer(encoded)));
   EXPECT_EQ(parsed.SerializeAsString(), whole.SerializeAsString());
 
   // Repeated fields encoded once and shared by several messages.
@@ -129,7 +125,7 @@ TEST(CollectiveCodecTest, PreEncodedFieldsMatchTheGeneratedSerialization) {
     head.set_offset(offset);
     grpc::ByteBuffer message = EncodeMessage(head, shared, data);
     DecodedMessage<v1::CollectiveResponse> decoded;
-    ASSERT_TRUE(DecodeMessage(&message, &decoded).ok());
+    ASSERT_THAT(DecodeMessage(&message, &decoded), IsOk());
     EXPECT_EQ(decoded.fields.offset(), offset);
     ASSERT_EQ(decoded.fields.result_size(), 3);
     EXPECT_EQ(decoded.fields.result(2).shape(0), 3);
@@ -149,11 +145,11 @@ TEST(CollectiveCodecTest, DecodingIntoAReusedMessageKeepsNothingOfTheLast) {
   v1::CollectiveResponse reused;
   grpc::ByteBuffer one = EncodeMessage(first, {});
   SliceRange data;
-  ASSERT_TRUE(DecodeMessage(&one, &reused, &data).ok());
+  ASSERT_THAT(DecodeMessage(&one, &reused, &data), IsOk());
   EXPECT_EQ(reused.result_size(), 4);
   grpc::ByteBuffer two = EncodeMessage(second, {});
   SliceRange more;
-  ASSERT_TRUE(DecodeMessage(&two, &reused, &more).ok());
+  ASSERT_THAT(DecodeMessage(&two, &reused, &more), IsOk());
   EXPECT_EQ(reused.SerializeAsString(), second.SerializeAsString());
 }
 
@@ -170,9 +166,9 @@ TEST(CollectiveCodecTest, TruncatedMessagesAreInvalidArgument) {
     if (s.ok()) {
       EXPECT_LT(decoded.data.size(), 300u) << "length " << len;
     } else {
-      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << len;
-      EXPECT_THAT(std::string(s.message()),
-                  testing::HasSubstr("malformed Collective stream message"));
+      EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                              HasSubstr("malformed Collective stream message")))
+          << len;
     }
   }
 }
@@ -181,12 +177,12 @@ TEST(CollectiveCodecTest, GarbageIsRejected) {
   const std::string garbage = "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff";
   grpc::ByteBuffer buffer = Split(garbage, {});
   DecodedMessage<v1::CollectiveRequest> decoded;
-  EXPECT_EQ(DecodeMessage(&buffer, &decoded).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DecodeMessage(&buffer, &decoded),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   const std::string wrong_wire_type = "\x7d\x01\x02\x03\x04";  // field 15, fixed32
   grpc::ByteBuffer buffer2 = Split(wrong_wire_type, {});
-  EXPECT_EQ(DecodeMessage(&buffer2, &decoded).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DecodeMessage(&buffer2, &decoded),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "client/collective_router.h"
+#include "client/internal/collective_router.h"
 
 #include <atomic>
 #include <cstddef>
@@ -7,25 +7,23 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/internal/settled_attempt.h"
 #include "core/data_type.h"
 #include "core/fingerprint.h"
 #include "core/payload_layout.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace reducer {
 namespace {
 
-// An attempt that is never sent: it only remembers its backend.
-class FakeAttempt final : public CollectiveAttempt {
- public:
-  absl::StatusOr<std::vector<Tensor>> Wait() override {
-    return std::vector<Tensor>{};
-  }
-  bool Ready() override { return true; }
-  bool Settled() override { return true; }
-  void Cancel() override {}
-  bool received_any() const override { return false; }
-};
+using ::testing::ElementsAre;
+
+// An attempt that is never sent: its outcome is no tensor, at once.
+std::unique_ptr<CollectiveAttempt> UnsentAttempt() {
+  return std::make_unique<SettledAttempt>(std::vector<Tensor>{},
+                                          /*received_any=*/false);
+}
 
 // Records the contributions it was asked to start.
 class RecordingBackend final : public CollectiveBackend {
@@ -33,7 +31,7 @@ class RecordingBackend final : public CollectiveBackend {
   std::unique_ptr<CollectiveAttempt> Start(
       const Contribution& contribution) override {
     started.push_back(&contribution);
-    return std::make_unique<FakeAttempt>();
+    return UnsentAttempt();
   }
   std::vector<const Contribution*> started;
 };
@@ -112,11 +110,8 @@ TEST_F(CollectiveRouterTest, StartHandsTheSameContributionToTheChosenBackend) {
   EXPECT_NE(router.Start(small), nullptr);
   EXPECT_NE(router.Start(large), nullptr);
   EXPECT_NE(router.Start(small), nullptr);
-  ASSERT_EQ(shared_.started.size(), 2u);
-  EXPECT_EQ(shared_.started[0], &small);
-  EXPECT_EQ(shared_.started[1], &small);
-  ASSERT_EQ(per_call_.started.size(), 1u);
-  EXPECT_EQ(per_call_.started[0], &large);
+  EXPECT_THAT(shared_.started, ElementsAre(&small, &small));
+  EXPECT_THAT(per_call_.started, ElementsAre(&large));
 }
 
 // Takes the contributions up to `max_bytes` of payload and declines the rest.
@@ -132,7 +127,7 @@ class DecliningBackend final : public CollectiveBackend {
       const Contribution& contribution) override {
     if (contribution.payload_bytes() > max_bytes_) return nullptr;
     taken.push_back(&contribution);
-    return std::make_unique<FakeAttempt>();
+    return UnsentAttempt();
   }
   std::vector<const Contribution*> taken;
 
@@ -150,12 +145,9 @@ TEST_F(CollectiveRouterTest, SharedMemoryIsOfferedEveryCallFirstAndMayDecline) {
   EXPECT_NE(router.Start(small), nullptr);
   EXPECT_NE(router.Start(large), nullptr);
   EXPECT_NE(router.Start(larger), nullptr);
-  ASSERT_EQ(shared_memory.taken.size(), 2u);
-  EXPECT_EQ(shared_memory.taken[0], &small);
-  EXPECT_EQ(shared_memory.taken[1], &large);
+  EXPECT_THAT(shared_memory.taken, ElementsAre(&small, &large));
   EXPECT_TRUE(shared_.started.empty());
-  ASSERT_EQ(per_call_.started.size(), 1u);
-  EXPECT_EQ(per_call_.started[0], &larger);
+  EXPECT_THAT(per_call_.started, ElementsAre(&larger));
 
   router.UseSharedMemory(nullptr);  // gRPC alone again
   EXPECT_NE(router.Start(small), nullptr);

@@ -9,12 +9,12 @@
 //   absl::StatusOr<std::vector<Tensor>> result = attempt->Wait();
 //
 // Implementations are thread-safe: Start is called from any thread.
-#ifndef REDUCER_CLIENT_COLLECTIVE_BACKEND_H_
-#define REDUCER_CLIENT_COLLECTIVE_BACKEND_H_
+#ifndef REDUCER_CLIENT_INTERNAL_COLLECTIVE_BACKEND_H_
+#define REDUCER_CLIENT_INTERNAL_COLLECTIVE_BACKEND_H_
 
 #include <memory>
 
-#include "client/collective_attempt.h"
+#include "client/internal/collective_attempt.h"
 
 namespace reducer {
 
@@ -38,4 +38,4 @@ class CollectiveBackend {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CLIENT_COLLECTIVE_BACKEND_H_
+#endif  // REDUCER_CLIENT_INTERNAL_COLLECTIVE_BACKEND_H_

@@ -1,4 +1,4 @@
-#include "client/result_assembler.h"
+#include "client/internal/result_assembler.h"
 
 #include <algorithm>
 #include <cstring>

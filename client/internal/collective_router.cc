@@ -1,4 +1,4 @@
-#include "client/collective_router.h"
+#include "client/internal/collective_router.h"
 
 #include <cstdlib>
 #include <cstring>

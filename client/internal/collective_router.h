@@ -28,15 +28,15 @@
 //   memory.
 //
 // Thread-safe.
-#ifndef REDUCER_CLIENT_COLLECTIVE_ROUTER_H_
-#define REDUCER_CLIENT_COLLECTIVE_ROUTER_H_
+#ifndef REDUCER_CLIENT_INTERNAL_COLLECTIVE_ROUTER_H_
+#define REDUCER_CLIENT_INTERNAL_COLLECTIVE_ROUTER_H_
 
 #include <atomic>
 #include <cstddef>
 #include <memory>
 
-#include "client/collective_attempt.h"
-#include "client/collective_backend.h"
+#include "client/internal/collective_attempt.h"
+#include "client/internal/collective_backend.h"
 
 namespace reducer {
 
@@ -87,4 +87,4 @@ class CollectiveRouter final : public CollectiveBackend {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CLIENT_COLLECTIVE_ROUTER_H_
+#endif  // REDUCER_CLIENT_INTERNAL_COLLECTIVE_ROUTER_H_

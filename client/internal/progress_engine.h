@@ -5,8 +5,8 @@
 // through this interface and so never see a transport's types.
 //
 // Implementations are thread-safe.
-#ifndef REDUCER_CLIENT_PROGRESS_ENGINE_H_
-#define REDUCER_CLIENT_PROGRESS_ENGINE_H_
+#ifndef REDUCER_CLIENT_INTERNAL_PROGRESS_ENGINE_H_
+#define REDUCER_CLIENT_INTERNAL_PROGRESS_ENGINE_H_
 
 #include <functional>
 
@@ -36,4 +36,4 @@ class ProgressEngine {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CLIENT_PROGRESS_ENGINE_H_
+#endif  // REDUCER_CLIENT_INTERNAL_PROGRESS_ENGINE_H_

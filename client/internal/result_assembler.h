@@ -4,8 +4,8 @@
 // both hand it the bytes as pieces of memory.
 //
 // Thread-compatible.
-#ifndef REDUCER_CLIENT_RESULT_ASSEMBLER_H_
-#define REDUCER_CLIENT_RESULT_ASSEMBLER_H_
+#ifndef REDUCER_CLIENT_INTERNAL_RESULT_ASSEMBLER_H_
+#define REDUCER_CLIENT_INTERNAL_RESULT_ASSEMBLER_H_
 
 #include <cstddef>
 #include <memory>
@@ -60,4 +60,4 @@ class ResultAssembler {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CLIENT_RESULT_ASSEMBLER_H_
+#endif  // REDUCER_CLIENT_INTERNAL_RESULT_ASSEMBLER_H_

@@ -7,8 +7,8 @@
 // and unchanged until Wait() returns; a byte is read only once the
 // contribution's AwaitPayload covered it. Wait() is called at most once, from
 // one thread.
-#ifndef REDUCER_CLIENT_COLLECTIVE_ATTEMPT_H_
-#define REDUCER_CLIENT_COLLECTIVE_ATTEMPT_H_
+#ifndef REDUCER_CLIENT_INTERNAL_COLLECTIVE_ATTEMPT_H_
+#define REDUCER_CLIENT_INTERNAL_COLLECTIVE_ATTEMPT_H_
 
 #include <cstddef>
 #include <vector>
@@ -16,10 +16,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/input_gate.h"
+#include "client/internal/input_gate.h"
 #include "core/device.h"
-#include "core/tensor.h"
 #include "core/payload_layout.h"
+#include "core/tensor.h"
 #include "proto/reducer/v1/reducer.pb.h"
 
 namespace reducer {
@@ -102,4 +102,4 @@ class CollectiveAttempt {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CLIENT_COLLECTIVE_ATTEMPT_H_
+#endif  // REDUCER_CLIENT_INTERNAL_COLLECTIVE_ATTEMPT_H_

@@ -9,8 +9,8 @@
 //
 // Implementations are thread-safe: Await is called from any thread, also
 // from the completion thread between two messages of one call.
-#ifndef REDUCER_CLIENT_INPUT_GATE_H_
-#define REDUCER_CLIENT_INPUT_GATE_H_
+#ifndef REDUCER_CLIENT_INTERNAL_INPUT_GATE_H_
+#define REDUCER_CLIENT_INTERNAL_INPUT_GATE_H_
 
 #include <cstddef>
 
@@ -33,4 +33,4 @@ class InputGate {
 
 }  // namespace reducer
 
-#endif  // REDUCER_CLIENT_INPUT_GATE_H_
+#endif  // REDUCER_CLIENT_INTERNAL_INPUT_GATE_H_
