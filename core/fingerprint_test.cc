@@ -14,7 +14,6 @@
 namespace reducer {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 Fingerprint AllReduce(std::vector<TensorSpec> tensors,

@@ -11,7 +11,6 @@
 namespace reducer {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 Fingerprint SendReceive(int source, int destination) {

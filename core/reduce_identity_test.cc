@@ -18,7 +18,6 @@
 namespace reducer {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // Bytes of one identity element.

@@ -22,7 +22,6 @@
 namespace reducer {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // Reference arithmetic -------------------------------------------------------

@@ -14,8 +14,6 @@
 namespace reducer {
 namespace {
 
-using ::reducer::testing::StatusIs;
-
 // Counts its calls, so that each test can say the macro evaluated its
 // argument exactly once.
 struct Source {

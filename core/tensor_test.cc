@@ -18,8 +18,6 @@
 namespace reducer {
 namespace {
 
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 

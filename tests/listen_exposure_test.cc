@@ -14,8 +14,6 @@
 namespace reducer {
 namespace {
 
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;

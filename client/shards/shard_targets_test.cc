@@ -12,7 +12,6 @@
 namespace reducer {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;

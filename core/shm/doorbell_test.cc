@@ -25,8 +25,6 @@
 namespace reducer {
 namespace {
 
-using ::reducer::testing::StatusIs;
-
 // Waits that a ring must end get no deadline: were the wake lost, the test
 // would hang and time out instead of passing once a deadline came.
 constexpr absl::Time kNoDeadline = absl::InfiniteFuture();

@@ -24,7 +24,6 @@
 namespace reducer {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // Entries of /proc/self/fd (the directory's own descriptor included, the

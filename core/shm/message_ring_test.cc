@@ -30,7 +30,6 @@
 namespace reducer {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 absl::Time Soon() { return absl::Now() + absl::Seconds(30); }

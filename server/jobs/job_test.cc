@@ -28,7 +28,6 @@
 namespace reducer {
 namespace {
 
-using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;

@@ -15,8 +15,6 @@
 namespace reducer {
 namespace {
 
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
