@@ -30,7 +30,8 @@ void BufferDeleter::operator()(void* p) const {
 
 Buffer AllocateBuffer(size_t bytes) {
   const size_t capacity = bytes == 0 ? kAlignment : RoundUp(bytes, kAlignment);
-  void* p = capacity < bytes ? nullptr : std::aligned_alloc(kAlignment, capacity);
+  void* p =
+      capacity < bytes ? nullptr : std::aligned_alloc(kAlignment, capacity);
   if (p == nullptr) {
     std::fprintf(stderr, "reducer: cannot allocate %zu bytes\n", bytes);
     std::abort();

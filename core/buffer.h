@@ -28,7 +28,7 @@ struct ForeignMemory {
 struct BufferDeleter {
   std::shared_ptr<BufferPool> pool;
   size_t capacity = 0;  // bytes the buffer holds (for the pool)
-  const ForeignMemory* foreign = nullptr;  // not owned; static
+  const ForeignMemory* foreign = nullptr;      // not owned; static
   mutable std::shared_ptr<const void> lender;  // set: lent memory
   void operator()(void* p) const;
 };
