@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "core/data_type_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/status_matchers.h"
@@ -318,15 +319,6 @@ std::vector<uint8_t> RandomInput(DataType dtype, size_t n,
 }
 
 // The op x dtype x world size x length sweep ----------------------------------
-
-constexpr DataType kAllDataTypes[] = {
-    DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-    DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-    DataType::kInt32,    DataType::kInt64,   DataType::kBool};
-
-constexpr ReduceOp kAllReduceOps[] = {
-    ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin,   ReduceOp::kMax,
-    ReduceOp::kAvg, ReduceOp::kBitAnd,  ReduceOp::kBitOr, ReduceOp::kBitXor};
 
 // Reduces `world` random inputs of `n` elements with the kernel and checks
 // every element against the reference fold. Every buffer starts `shift` bytes
@@ -796,23 +788,46 @@ TEST(ReduceTest, BFloat16OverflowsToInfinity) {
 
 // Conversions -----------------------------------------------------------------
 
-TEST(HalfConversionTest, HalfToFloatMatchesReferenceForEveryBitPattern) {
+// A 16-bit float format: its conversions under test and its reference
+// decoding.
+struct Float16Format {
+  const char* name;
+  float (*to_float)(uint16_t);
+  uint16_t (*from_float)(float);
+  double (*reference)(uint16_t);
+};
+
+class Float16ConversionTest : public ::testing::TestWithParam<Float16Format> {};
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, Float16ConversionTest,
+    ::testing::Values(Float16Format{"Half", &HalfToFloat, &FloatToHalf,
+                                    &RefHalfToDouble},
+                      Float16Format{"BFloat16", &BFloat16ToFloat,
+                                    &FloatToBFloat16, &RefBFloat16ToDouble}),
+    [](const ::testing::TestParamInfo<Float16Format>& info) {
+      return std::string(info.param.name);
+    });
+
+TEST_P(Float16ConversionTest, ToFloatMatchesReferenceForEveryBitPattern) {
+  const Float16Format& format = GetParam();
   for (uint32_t b = 0; b <= 0xffff; ++b) {
-    ASSERT_TRUE(SameValue(HalfToFloat(static_cast<uint16_t>(b)),
-                          RefHalfToDouble(static_cast<uint16_t>(b))))
+    ASSERT_TRUE(SameValue(format.to_float(static_cast<uint16_t>(b)),
+                          format.reference(static_cast<uint16_t>(b))))
         << "bits 0x" << std::hex << b;
   }
 }
 
-TEST(HalfConversionTest, EveryHalfRoundTripsAndNaNStaysNaNWithItsSign) {
+TEST_P(Float16ConversionTest, EveryPatternRoundTripsAndNaNStaysNaNWithItsSign) {
+  const Float16Format& format = GetParam();
   for (uint32_t b = 0; b <= 0xffff; ++b) {
-    const uint16_t h = static_cast<uint16_t>(b);
-    const uint16_t back = FloatToHalf(HalfToFloat(h));
-    if (std::isnan(RefHalfToDouble(h))) {
-      ASSERT_TRUE(std::isnan(RefHalfToDouble(back))) << std::hex << b;
-      ASSERT_EQ(back & 0x8000, h & 0x8000) << std::hex << b;
+    const uint16_t v = static_cast<uint16_t>(b);
+    const uint16_t back = format.from_float(format.to_float(v));
+    if (std::isnan(format.reference(v))) {
+      ASSERT_TRUE(std::isnan(format.reference(back))) << std::hex << b;
+      ASSERT_EQ(back & 0x8000, v & 0x8000) << std::hex << b;
     } else {
-      ASSERT_EQ(back, h) << std::hex << b;
+      ASSERT_EQ(back, v) << std::hex << b;
     }
   }
 }
@@ -901,28 +916,6 @@ TEST(HalfConversionTest, AgreesWithTheCompilersFloat16) {
   }
 }
 #endif
-
-TEST(BFloat16ConversionTest,
-     BFloat16ToFloatMatchesReferenceForEveryBitPattern) {
-  for (uint32_t b = 0; b <= 0xffff; ++b) {
-    ASSERT_TRUE(SameValue(BFloat16ToFloat(static_cast<uint16_t>(b)),
-                          RefBFloat16ToDouble(static_cast<uint16_t>(b))))
-        << "bits 0x" << std::hex << b;
-  }
-}
-
-TEST(BFloat16ConversionTest, EveryBFloat16RoundTripsAndNaNStaysNaN) {
-  for (uint32_t b = 0; b <= 0xffff; ++b) {
-    const uint16_t v = static_cast<uint16_t>(b);
-    const uint16_t back = FloatToBFloat16(BFloat16ToFloat(v));
-    if (std::isnan(RefBFloat16ToDouble(v))) {
-      ASSERT_TRUE(std::isnan(RefBFloat16ToDouble(back))) << std::hex << b;
-      ASSERT_EQ(back & 0x8000, v & 0x8000) << std::hex << b;
-    } else {
-      ASSERT_EQ(back, v) << std::hex << b;
-    }
-  }
-}
 
 TEST(BFloat16ConversionTest, MidpointsRoundToEven) {
   for (uint16_t v = 0; v < 0x7f7f; ++v) {

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/shm/peer_process_testing.h"
 #include "core/shm/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -416,10 +417,7 @@ TEST(MessageRingTest, TwoProcessesPassAHundredThousandRecordsInOrder) {
   EXPECT_EQ(out_of_order, 0u);
   EXPECT_EQ(wrong_bytes, 0u);
   EXPECT_FALSE(*ring.TryPop(&got));
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(ExitCodeOf(child), 0);
 }
 
 }  // namespace
