@@ -7,13 +7,10 @@
 #include "core/data_type_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::AllOf;
-using ::testing::HasSubstr;
 
 TEST(DataTypeTest, SizesMatchTorchElementSizes) {
   const size_t expected[] = {4, 8, 2, 2, 1, 1, 4, 8, 1};

@@ -9,12 +9,10 @@
 #include "core/fingerprint_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
 
 Fingerprint AllReduce(std::vector<TensorSpec> tensors,
                       std::vector<int> group = {0, 1, 2}) {

@@ -6,13 +6,11 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using State = QuorumDecision::State;
 
 const absl::Time kT0 = absl::FromUnixSeconds(1000);

@@ -13,12 +13,10 @@
 #include "core/reduce.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
 
 // Bytes of one identity element.
 std::vector<char> IdentityBytes(ReduceOp op, DataType dtype) {

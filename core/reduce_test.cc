@@ -18,12 +18,10 @@
 #include "core/data_type_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
 
 // Reference arithmetic -------------------------------------------------------
 //

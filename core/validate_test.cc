@@ -17,8 +17,6 @@
 namespace reducer {
 namespace {
 
-using ::testing::HasSubstr;
-
 constexpr size_t kNoLimit = std::numeric_limits<size_t>::max();
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 

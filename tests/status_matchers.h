@@ -1,8 +1,10 @@
 // gMock matchers for absl::Status and absl::StatusOr<T>, in the style of
 // Abseil's internal status matchers and tensorstore's MatchesStatus.
-// Defined in reducer::testing and declared in namespace reducer too, so that
-// tests in namespace reducer (all of the project's) name them unqualified:
+// (tests/matchers.h declares them in namespace reducer, where tests name
+// them without the using-declarations below.)
 //
+//   using ::reducer::testing::IsOk;
+//   using ::reducer::testing::StatusIs;
 //   using ::testing::HasSubstr;
 //
 //   EXPECT_THAT(CheckOpSupported(ReduceOp::kAvg, DataType::kInt32),
@@ -160,10 +162,6 @@ inline status_matchers_internal::IsOkMatcher IsOk() {
 }
 
 }  // namespace testing
-
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
-
 }  // namespace reducer
 
 #endif  // REDUCER_TESTS_STATUS_MATCHERS_H_

@@ -21,12 +21,10 @@
 #include "core/shm/unique_fd.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
 
 // Entries of /proc/self/fd (the directory's own descriptor included, the
 // same in every count).

@@ -25,12 +25,10 @@
 #include "core/shm/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::Not;
 
 constexpr size_t kBytes = size_t{1} << 20;
 // The doorbell's word sits at offset 0; the payload starts a cache line on.

@@ -7,12 +7,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::Not;
 
 std::string Scrape(PrometheusMetrics& metrics, ServerState state) {
   std::shared_ptr<prometheus::Collectable> target =
