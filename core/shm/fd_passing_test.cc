@@ -37,8 +37,6 @@ int OpenFdCount() {
   return count;
 }
 
-absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
-
 class FdPassingTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -31,8 +31,6 @@
 namespace reducer {
 namespace {
 
-absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
-
 // Record `n` of `size` bytes: a pattern that differs from record to record.
 std::string Record(uint64_t n, size_t size) {
   std::string bytes(size, '\0');

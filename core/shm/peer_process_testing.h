@@ -1,5 +1,6 @@
 // Test helpers for the same-host tests that talk to a peer process: the
-// socket pair they pass fds over, and the exit code of a forked child.
+// socket pair they pass fds over, the deadline of their waits, and the exit
+// code of a forked child.
 #ifndef REDUCER_CORE_SHM_PEER_PROCESS_TESTING_H_
 #define REDUCER_CORE_SHM_PEER_PROCESS_TESTING_H_
 
@@ -9,6 +10,8 @@
 
 #include <utility>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/shm/unique_fd.h"
 
 namespace reducer {
@@ -23,6 +26,10 @@ inline std::pair<UniqueFd, UniqueFd> SeqpacketPair() {
   }
   return {UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
+
+// The deadline of a wait that must end (a peer's message, a doorbell's
+// ring): far enough off that only a hang reaches it.
+inline absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
 
 // Waits for `child` to end: its exit code, 128 + the signal that ended it,
 // or -1 when waitpid fails.

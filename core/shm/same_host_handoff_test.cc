@@ -36,8 +36,6 @@ constexpr size_t kPayloadOffset = 64;
 constexpr size_t kWords = (kBytes - kPayloadOffset) / sizeof(uint32_t);
 constexpr uint32_t kStep = 2654435761u;
 
-absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
-
 class HandoffTest : public ::testing::Test {
  protected:
   void SetUp() override {
