@@ -53,35 +53,29 @@ double RefRound(double v, const FloatFormat& format) {
 
 double RefRoundF32(double v) { return RefRound(v, kF32Format); }
 
-double RefHalfToDouble(uint16_t bits) {
+// The value of `bits` in a 16-bit IEEE 754-style binary format: a sign bit,
+// `exponent_bits` of biased exponent and `mantissa_bits` of fraction.
+double RefDecode16(uint16_t bits, int exponent_bits, int mantissa_bits) {
   const int sign = bits >> 15;
-  const int exponent = (bits >> 10) & 0x1f;
-  const int mantissa = bits & 0x3ff;
+  const int max_exponent = (1 << exponent_bits) - 1;  // infinities and NaNs
+  const int bias = max_exponent / 2;
+  const int exponent = (bits >> mantissa_bits) & max_exponent;
+  const int mantissa = bits & ((1 << mantissa_bits) - 1);
   double v;
   if (exponent == 0) {
-    v = std::ldexp(mantissa, -24);
-  } else if (exponent == 31) {
+    v = std::ldexp(mantissa, 1 - bias - mantissa_bits);
+  } else if (exponent == max_exponent) {
     v = mantissa == 0 ? INFINITY : NAN;
   } else {
-    v = std::ldexp(1024 + mantissa, exponent - 25);
+    v = std::ldexp((1 << mantissa_bits) + mantissa,
+                   exponent - bias - mantissa_bits);
   }
   return sign ? -v : v;
 }
 
-double RefBFloat16ToDouble(uint16_t bits) {
-  const int sign = bits >> 15;
-  const int exponent = (bits >> 7) & 0xff;
-  const int mantissa = bits & 0x7f;
-  double v;
-  if (exponent == 0) {
-    v = std::ldexp(mantissa, -133);
-  } else if (exponent == 255) {
-    v = mantissa == 0 ? INFINITY : NAN;
-  } else {
-    v = std::ldexp(128 + mantissa, exponent - 134);
-  }
-  return sign ? -v : v;
-}
+double RefHalfToDouble(uint16_t bits) { return RefDecode16(bits, 5, 10); }
+
+double RefBFloat16ToDouble(uint16_t bits) { return RefDecode16(bits, 8, 7); }
 
 float FloatFromBits(uint32_t u) {
   float f;
@@ -288,20 +282,22 @@ std::vector<uint8_t> RandomInput(DataType dtype, size_t n,
         }
         break;
       }
-      case DataType::kFloat16: {
-        uint16_t h = static_cast<uint16_t>(r);
-        if (moderate)
-          h = (h & 0x83ff) | static_cast<uint16_t>((12 + r % 7) << 10);
-        if (((h >> 10) & 0x1f) == 31) h &= 0xbfff;  // keep it finite
-        std::memcpy(p, &h, 2);
-        break;
-      }
+      case DataType::kFloat16:
       case DataType::kBFloat16: {
-        uint16_t b = static_cast<uint16_t>(r);
-        if (moderate)
-          b = (b & 0x807f) | static_cast<uint16_t>((124 + r % 7) << 7);
-        if (((b >> 7) & 0xff) == 255) b &= 0xbfff;  // keep it finite
-        std::memcpy(p, &b, 2);
+        // The fields RefDecode16 reads: moderate values get an exponent
+        // within 3 of the bias.
+        const int mantissa_bits = dtype == DataType::kFloat16 ? 10 : 7;
+        const int max_exponent = (1 << (15 - mantissa_bits)) - 1;
+        const int bias = max_exponent / 2;
+        uint16_t h = static_cast<uint16_t>(r);
+        if (moderate) {
+          h = (h & (0x8000 | ((1 << mantissa_bits) - 1))) |
+              static_cast<uint16_t>((bias - 3 + r % 7) << mantissa_bits);
+        }
+        if (((h >> mantissa_bits) & max_exponent) == max_exponent) {
+          h &= 0xbfff;  // keep it finite
+        }
+        std::memcpy(p, &h, 2);
         break;
       }
       case DataType::kBool: {
