@@ -1,4 +1,5 @@
-// BufferCache keeps large freed tensor buffers for reuse.
+// BufferCache keeps large freed tensor buffers for reuse: the BufferPool
+// (core/buffer.h) that a Client's result tensors take their buffers from.
 //
 // Why: fresh memory is expensive on virtual machines (measured: copying
 // 64 MiB into freshly mapped pages took 110-270 ms here, against a few ms
@@ -22,62 +23,31 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "core/buffer.h"
 
 namespace reducer {
 
-class BufferCache;
-
-// Memory the host cannot address directly (a GPU's): how a buffer of it is
-// freed and copied. Implemented outside core/ (the client's CUDA staging);
-// an instance has static storage duration.
-struct ForeignMemory {
-  // Frees `p`.
-  void (*free)(void* p);
-  // New memory of the same kind (on the same device) holding a copy of the
-  // `bytes` bytes at `p`; aborts when that fails, as allocation does.
-  void* (*clone)(const void* p, size_t bytes);
-};
-
-// Frees a tensor buffer: through `foreign` if set, else back to its cache if
-// it has one, else to malloc; or, for memory lent by another owner (a range
-// of a shared-memory segment, see Tensor::Lent), frees nothing and drops the
-// reference `lender`, whose last holder takes the memory back.
-struct BufferDeleter {
-  std::shared_ptr<BufferCache> cache;
-  size_t capacity = 0;  // bytes the buffer holds (for the cache)
-  const ForeignMemory* foreign = nullptr;  // not owned; static
-  mutable std::shared_ptr<const void> lender;  // set: lent memory
-  void operator()(void* p) const;
-};
-
-using Buffer = std::unique_ptr<void, BufferDeleter>;
-
-// A buffer of `bytes` bytes (at least one cache line), 64-byte aligned, from
-// malloc; its contents are unspecified. Aborts when memory is exhausted, as
-// operator new does.
-Buffer AllocateBuffer(size_t bytes);
-
-class BufferCache : public std::enable_shared_from_this<BufferCache> {
+class BufferCache final : public BufferPool,
+                          public std::enable_shared_from_this<BufferCache> {
  public:
   // Buffers smaller than this are left to malloc, which serves them well.
   static constexpr size_t kMinCachedBytes = 64 << 10;
 
   // Keeps at most `max_idle_bytes` of idle buffers.
   explicit BufferCache(size_t max_idle_bytes);
-  ~BufferCache();
+  ~BufferCache() override;
   BufferCache(const BufferCache&) = delete;
   BufferCache& operator=(const BufferCache&) = delete;
 
   // A buffer of at least `bytes` bytes, reused when one of the same size
   // class is idle. Contents unspecified. The cache must be owned by a
   // shared_ptr.
-  Buffer Get(size_t bytes);
+  Buffer Get(size_t bytes) override;
 
   size_t idle_bytes();
 
  private:
-  friend struct BufferDeleter;
-  void Put(void* p, size_t capacity);
+  void Put(void* p, size_t capacity) override;
 
   const size_t max_idle_bytes_;
   absl::Mutex mu_;

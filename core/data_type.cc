@@ -1,19 +1,21 @@
 #include "core/data_type.h"
 
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
+#include "core/enum_tables.h"
 
 namespace reducer {
 namespace {
 
-bool IsValid(DataType dtype) {
-  const int v = static_cast<int>(dtype);
-  return v >= 0 && v < kNumDataTypes;
-}
-
-bool IsValid(ReduceOp op) {
-  const int v = static_cast<int>(op);
-  return v >= 0 && v < kNumReduceOps;
-}
+// Names in enumerator order.
+constexpr absl::string_view kDataTypeNames[] = {
+    "float32", "float64", "float16", "bfloat16", "int8",
+    "uint8",   "int32",   "int64",   "bool"};
+static_assert(std::size(kDataTypeNames) == kNumDataTypes);
+constexpr absl::string_view kReduceOpNames[] = {
+    "sum", "product", "min", "max", "avg", "bit_and", "bit_or", "bit_xor"};
+static_assert(std::size(kReduceOpNames) == kNumReduceOps);
 
 bool IsBitwise(ReduceOp op) {
   return op == ReduceOp::kBitAnd || op == ReduceOp::kBitOr ||
@@ -42,49 +44,11 @@ size_t DataTypeSize(DataType dtype) {
 }
 
 absl::string_view DataTypeName(DataType dtype) {
-  switch (dtype) {
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kFloat64:
-      return "float64";
-    case DataType::kFloat16:
-      return "float16";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kInt8:
-      return "int8";
-    case DataType::kUInt8:
-      return "uint8";
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kInt64:
-      return "int64";
-    case DataType::kBool:
-      return "bool";
-  }
-  return "unknown_dtype";
+  return EnumName(dtype, kDataTypeNames, "unknown_dtype");
 }
 
 absl::string_view ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kProduct:
-      return "product";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kAvg:
-      return "avg";
-    case ReduceOp::kBitAnd:
-      return "bit_and";
-    case ReduceOp::kBitOr:
-      return "bit_or";
-    case ReduceOp::kBitXor:
-      return "bit_xor";
-  }
-  return "unknown_op";
+  return EnumName(op, kReduceOpNames, "unknown_op");
 }
 
 bool IsFloatingPoint(DataType dtype) {
@@ -93,11 +57,11 @@ bool IsFloatingPoint(DataType dtype) {
 }
 
 absl::Status CheckOpSupported(ReduceOp op, DataType dtype) {
-  if (!IsValid(op)) {
+  if (!IsEnumerator(op, kNumReduceOps)) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown reduce op ", static_cast<int>(op)));
   }
-  if (!IsValid(dtype)) {
+  if (!IsEnumerator(dtype, kNumDataTypes)) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown dtype ", static_cast<int>(dtype)));
   }
@@ -115,26 +79,11 @@ absl::Status CheckOpSupported(ReduceOp op, DataType dtype) {
 }
 
 absl::StatusOr<DataType> DataTypeFromWire(int value) {
-  if (value == 0) {
-    return absl::InvalidArgumentError("dtype is unspecified (wire value 0)");
-  }
-  if (value < 1 || value > kNumDataTypes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown dtype wire value ", value));
-  }
-  return static_cast<DataType>(value - 1);
+  return EnumFromWire<DataType>(value, kNumDataTypes, "dtype");
 }
 
 absl::StatusOr<ReduceOp> ReduceOpFromWire(int value) {
-  if (value == 0) {
-    return absl::InvalidArgumentError(
-        "reduce op is unspecified (wire value 0)");
-  }
-  if (value < 1 || value > kNumReduceOps) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown reduce op wire value ", value));
-  }
-  return static_cast<ReduceOp>(value - 1);
+  return EnumFromWire<ReduceOp>(value, kNumReduceOps, "reduce op");
 }
 
 int DataTypeToWire(DataType dtype) { return static_cast<int>(dtype) + 1; }

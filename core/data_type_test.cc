@@ -4,26 +4,13 @@
 #include <tuple>
 
 #include "absl/status/status.h"
+#include "core/data_type_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
-using ::testing::AllOf;
-using ::testing::HasSubstr;
-
-constexpr DataType kAllDataTypes[] = {
-    DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-    DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-    DataType::kInt32,    DataType::kInt64,   DataType::kBool};
-
-constexpr ReduceOp kAllReduceOps[] = {
-    ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin,   ReduceOp::kMax,
-    ReduceOp::kAvg, ReduceOp::kBitAnd,  ReduceOp::kBitOr, ReduceOp::kBitXor};
 
 TEST(DataTypeTest, SizesMatchTorchElementSizes) {
   const size_t expected[] = {4, 8, 2, 2, 1, 1, 4, 8, 1};

@@ -1,17 +1,22 @@
 #include "core/fingerprint.h"
 
 #include <cstddef>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/enum_tables.h"
 #include "core/tensor.h"
 
 namespace reducer {
 namespace {
 
-std::string GroupToString(const std::vector<int>& group) {
-  return absl::StrCat("[", absl::StrJoin(group, ","), "]");
-}
+// Names in enumerator order.
+constexpr absl::string_view kCollectiveKindNames[] = {
+    "allreduce", "allgather", "broadcast", "reducescatter", "barrier",
+    "reduce",    "gather",    "scatter",   "alltoall",      "sendreceive",
+    "quorum",    "done",      "alltoallv", "match"};
+static_assert(std::size(kCollectiveKindNames) == kNumCollectiveKinds);
 
 std::string TensorCount(size_t n) {
   return absl::StrCat(n, n == 1 ? " tensor" : " tensors");
@@ -22,14 +27,6 @@ bool Reduces(CollectiveKind kind) {
   return kind == CollectiveKind::kAllReduce ||
          kind == CollectiveKind::kReduceScatter ||
          kind == CollectiveKind::kReduce;
-}
-
-// Whether this kind of collective names a root that every rank must agree on.
-bool HasRoot(CollectiveKind kind) {
-  return kind == CollectiveKind::kBroadcast ||
-         kind == CollectiveKind::kReduce ||
-         kind == CollectiveKind::kGather || kind == CollectiveKind::kScatter ||
-         kind == CollectiveKind::kSendReceive;
 }
 
 // Whether a rank of this kind may contribute no tensor (and then agrees with
@@ -59,8 +56,7 @@ bool ShapesAgree(CollectiveKind kind, const std::vector<int64_t>& a,
 absl::Status Mismatch(size_t num_tensors, size_t index, absl::string_view what,
                       int rank_a, absl::string_view value_a, int rank_b,
                       absl::string_view value_b) {
-  std::string prefix =
-      num_tensors > 1 ? absl::StrCat("tensor ", index, ": ") : std::string();
+  std::string prefix = num_tensors > 1 ? TensorPrefix(index) : std::string();
   return absl::FailedPreconditionError(
       absl::StrCat(prefix, "mismatched ", what, ": rank ", rank_a, " sent ",
                    value_a, ", rank ", rank_b, " sent ", value_b));
@@ -69,53 +65,36 @@ absl::Status Mismatch(size_t num_tensors, size_t index, absl::string_view what,
 }  // namespace
 
 absl::string_view CollectiveKindName(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllReduce:
-      return "allreduce";
-    case CollectiveKind::kAllGather:
-      return "allgather";
-    case CollectiveKind::kBroadcast:
-      return "broadcast";
-    case CollectiveKind::kReduceScatter:
-      return "reducescatter";
-    case CollectiveKind::kBarrier:
-      return "barrier";
-    case CollectiveKind::kReduce:
-      return "reduce";
-    case CollectiveKind::kGather:
-      return "gather";
-    case CollectiveKind::kScatter:
-      return "scatter";
-    case CollectiveKind::kAllToAll:
-      return "alltoall";
-    case CollectiveKind::kSendReceive:
-      return "sendreceive";
-    case CollectiveKind::kQuorumBarrier:
-      return "quorum";
-    case CollectiveKind::kDone:
-      return "done";
-    case CollectiveKind::kAllToAllV:
-      return "alltoallv";
-    case CollectiveKind::kMatch:
-      return "match";
-  }
-  return "unknown_collective";
+  return EnumName(kind, kCollectiveKindNames, "unknown_collective");
 }
 
 absl::StatusOr<CollectiveKind> CollectiveKindFromWire(int value) {
-  if (value == 0) {
-    return absl::InvalidArgumentError(
-        "collective kind is unspecified (wire value 0)");
-  }
-  if (value < 1 || value > kNumCollectiveKinds) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown collective kind wire value ", value));
-  }
-  return static_cast<CollectiveKind>(value - 1);
+  return EnumFromWire<CollectiveKind>(value, kNumCollectiveKinds,
+                                      "collective kind");
 }
 
 int CollectiveKindToWire(CollectiveKind kind) {
   return static_cast<int>(kind) + 1;
+}
+
+std::string GroupToString(const std::vector<int>& group) {
+  return absl::StrCat("[", absl::StrJoin(group, ","), "]");
+}
+
+std::string TensorPrefix(size_t index) {
+  return absl::StrCat("tensor ", index, ": ");
+}
+
+absl::Status WithTensorPrefix(size_t index, const absl::Status& status) {
+  return absl::Status(status.code(),
+                      absl::StrCat(TensorPrefix(index), status.message()));
+}
+
+bool HasRoot(CollectiveKind kind) {
+  return kind == CollectiveKind::kBroadcast ||
+         kind == CollectiveKind::kReduce || kind == CollectiveKind::kGather ||
+         kind == CollectiveKind::kScatter ||
+         kind == CollectiveKind::kSendReceive;
 }
 
 std::string DescribeTensor(const TensorSpec& spec) {

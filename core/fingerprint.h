@@ -67,6 +67,19 @@ std::string DescribeTensor(const TensorSpec& spec);
 // "none", or "2 tensors, the first [4,3] float32" ("1 tensor, ...").
 std::string DescribeTensors(const std::vector<TensorSpec>& specs);
 
+// "[0,1,3]": a group of ranks as messages name it.
+std::string GroupToString(const std::vector<int>& group);
+
+// "tensor 3: ", the start of a message about one tensor of a contribution.
+std::string TensorPrefix(size_t index);
+// `status` with TensorPrefix(index) before its message.
+absl::Status WithTensorPrefix(size_t index, const absl::Status& status);
+
+// Whether contributions of `kind` name a root (Fingerprint::root), a rank of
+// their group that every rank must agree on: kBroadcast, kReduce, kGather,
+// kScatter and kSendReceive.
+bool HasRoot(CollectiveKind kind);
+
 struct Fingerprint {
   CollectiveKind kind = CollectiveKind::kAllReduce;
   // kAllReduce: one or more; kAllGather, kReduceScatter: exactly one;

@@ -9,13 +9,10 @@
 #include "core/fingerprint_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::StatusIs;
-using ::testing::HasSubstr;
 
 Fingerprint AllReduce(std::vector<TensorSpec> tensors,
                       std::vector<int> group = {0, 1, 2}) {
@@ -211,10 +208,8 @@ TEST(CheckAgreementTest, SeveralTensorsNameTheTensorIndex) {
 }
 
 TEST(CheckAgreementTest, AllGatherAllowsDimensionZeroToDiffer) {
-  Fingerprint a;
-  a.kind = CollectiveKind::kAllGather;
-  a.group = {0, 1};
-  a.tensors = {Spec(DataType::kFloat32, {3, 5})};
+  Fingerprint a = MakeFingerprint(CollectiveKind::kAllGather,
+                                  {Spec(DataType::kFloat32, {3, 5})}, {0, 1});
   Fingerprint b = a;
   b.tensors[0].shape = {7, 5};
   EXPECT_TRUE(CheckAgreement(0, a, 1, b).ok());
@@ -235,10 +230,9 @@ TEST(CheckAgreementTest, AllGatherAllowsDimensionZeroToDiffer) {
 }
 
 TEST(CheckAgreementTest, OpsAreIgnoredWhereNothingIsReduced) {
-  Fingerprint a;
-  a.kind = CollectiveKind::kAllGather;
-  a.group = {0, 1};
-  a.tensors = {Spec(DataType::kFloat32, {3}, ReduceOp::kSum)};
+  Fingerprint a =
+      MakeFingerprint(CollectiveKind::kAllGather,
+                      {Spec(DataType::kFloat32, {3}, ReduceOp::kSum)}, {0, 1});
   Fingerprint b = a;
   b.tensors[0].op = ReduceOp::kMax;
   EXPECT_TRUE(CheckAgreement(0, a, 1, b).ok());
@@ -249,10 +243,9 @@ TEST(CheckAgreementTest, OpsAreIgnoredWhereNothingIsReduced) {
 }
 
 TEST(CheckAgreementTest, ReduceScatterComparesOpsAndWholeShapes) {
-  Fingerprint a;
-  a.kind = CollectiveKind::kReduceScatter;
-  a.group = {0, 1};
-  a.tensors = {Spec(DataType::kInt32, {4, 2}, ReduceOp::kSum)};
+  Fingerprint a =
+      MakeFingerprint(CollectiveKind::kReduceScatter,
+                      {Spec(DataType::kInt32, {4, 2}, ReduceOp::kSum)}, {0, 1});
   Fingerprint b = a;
   b.tensors[0].op = ReduceOp::kProduct;
   ExpectMismatch(CheckAgreement(0, a, 1, b),
@@ -339,10 +332,8 @@ TEST(CheckAgreementTest, ScatterNonRootsSendNothingAndRootsMustAgree) {
 }
 
 TEST(CheckAgreementTest, AllToAllComparesWholeShapesAndDtypes) {
-  Fingerprint a;
-  a.kind = CollectiveKind::kAllToAll;
-  a.group = {0, 1};
-  a.tensors = {Spec(DataType::kInt32, {4, 2})};
+  Fingerprint a = MakeFingerprint(CollectiveKind::kAllToAll,
+                                  {Spec(DataType::kInt32, {4, 2})}, {0, 1});
   Fingerprint b = a;
   b.tensors[0].shape = {2, 2};
   ExpectMismatch(
@@ -359,10 +350,9 @@ TEST(CheckAgreementTest, AllToAllComparesWholeShapesAndDtypes) {
 }
 
 TEST(CheckAgreementTest, AllToAllVAllowsDimensionZeroToDiffer) {
-  Fingerprint a;
-  a.kind = CollectiveKind::kAllToAllV;
-  a.group = {0, 1, 2};
-  a.tensors = {Spec(DataType::kInt32, {5, 2, 3})};
+  Fingerprint a =
+      MakeFingerprint(CollectiveKind::kAllToAllV,
+                      {Spec(DataType::kInt32, {5, 2, 3})}, {0, 1, 2});
   a.send_rows = {1, 4, 0};
   Fingerprint b = a;
   b.tensors[0].shape = {0, 2, 3};

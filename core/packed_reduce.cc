@@ -7,20 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data_type.h"
+#include "core/fingerprint.h"
 #include "core/reduce.h"
 
 namespace reducer {
-namespace {
-
-std::string TensorPrefix(size_t index) {
-  return absl::StrCat("tensor ", index, ": ");
-}
-
-absl::Status WithTensorPrefix(size_t index, const absl::Status& s) {
-  return absl::Status(s.code(), absl::StrCat(TensorPrefix(index), s.message()));
-}
-
-}  // namespace
 
 // Walks the tensors that overlap [begin, end) in payload order: the padding
 // before each one is zeroed, and its overlapping elements are reduced with its

@@ -20,8 +20,6 @@
 namespace reducer {
 namespace {
 
-using ::testing::HasSubstr;
-
 // ReducePackedRange -----------------------------------------------------------
 
 // Several tensors of different dtypes and ops, with padding between them.

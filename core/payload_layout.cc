@@ -8,6 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/data_type.h"
+#include "core/enum_tables.h"
+#include "core/fingerprint.h"
 #include "core/tensor.h"
 
 namespace reducer {
@@ -15,19 +17,6 @@ namespace {
 
 constexpr size_t kMaxPayloadBytes =
     static_cast<size_t>(std::numeric_limits<int64_t>::max());
-
-std::string TensorPrefix(size_t index) {
-  return absl::StrCat("tensor ", index, ": ");
-}
-
-absl::Status WithTensorPrefix(size_t index, const absl::Status& s) {
-  return absl::Status(s.code(), absl::StrCat(TensorPrefix(index), s.message()));
-}
-
-bool IsValidDataType(DataType dtype) {
-  const int v = static_cast<int>(dtype);
-  return v >= 0 && v < kNumDataTypes;
-}
 
 }  // namespace
 
@@ -38,7 +27,7 @@ absl::StatusOr<PayloadLayout> ComputePayloadLayout(
   layout.sizes.reserve(tensors.size());
   size_t end = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (!IsValidDataType(tensors[i].dtype)) {
+    if (!IsEnumerator(tensors[i].dtype, kNumDataTypes)) {
       return absl::InvalidArgumentError(
           absl::StrCat(TensorPrefix(i), "unknown dtype ",
                        static_cast<int>(tensors[i].dtype)));

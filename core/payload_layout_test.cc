@@ -16,9 +16,6 @@
 namespace reducer {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 // ComputePayloadLayout --------------------------------------------------------

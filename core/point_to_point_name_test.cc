@@ -6,13 +6,10 @@
 #include "core/fingerprint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::StatusIs;
-using ::testing::HasSubstr;
 
 Fingerprint SendReceive(int source, int destination) {
   Fingerprint fp;

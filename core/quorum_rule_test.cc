@@ -6,19 +6,26 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
 
-using ::reducer::testing::StatusIs;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using State = QuorumDecision::State;
 
 const absl::Time kT0 = absl::FromUnixSeconds(1000);
 const absl::Duration kGrace = absl::Seconds(2);
 const absl::Duration kMs = absl::Milliseconds(1);
+
+// Matches a kDecided decision whose contributors match `contributors`.
+template <typename ContributorsMatcher>
+::testing::Matcher<QuorumDecision> DecidedOver(
+    ContributorsMatcher contributors) {
+  return ::testing::AllOf(
+      ::testing::Field("state", &QuorumDecision::state, State::kDecided),
+      ::testing::Field("contributors", &QuorumDecision::contributors,
+                       contributors));
+}
 
 QuorumSettings Settings(int min_ranks, absl::Duration grace) {
   QuorumSettings settings;
@@ -34,9 +41,7 @@ TEST(QuorumRuleTest, EveryRankInEndsAtOnceBeforeTheGrace) {
   EXPECT_EQ(waiting.state, State::kWaiting);
   EXPECT_EQ(waiting.wake_at, kT0 + 2 * kMs + kGrace);  // from the first (2)
   rule.Arrived(1, kT0 + 6 * kMs);
-  QuorumDecision decided = rule.Decide(kT0 + 6 * kMs);
-  EXPECT_EQ(decided.state, State::kDecided);
-  EXPECT_THAT(decided.contributors, ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(rule.Decide(kT0 + 6 * kMs), DecidedOver(ElementsAre(0, 1, 2, 3)));
 }
 
 TEST(QuorumRuleTest, NothingArrivedWaitsForAnArrival) {
@@ -50,9 +55,8 @@ TEST(QuorumRuleTest, ALateRankIsLeftOutAtTheGracesEnd) {
   QuorumRule rule(4, Settings(3, kGrace));
   for (int i : {1, 0, 2}) rule.Arrived(i, kT0 + i * kMs);
   EXPECT_EQ(rule.Decide(kT0 + kGrace - kMs).state, State::kWaiting);
-  QuorumDecision decided = rule.Decide(kT0 + kMs + kGrace);
-  EXPECT_EQ(decided.state, State::kDecided);
-  EXPECT_THAT(decided.contributors, ElementsAre(0, 1, 2));
+  EXPECT_THAT(rule.Decide(kT0 + kMs + kGrace),
+              DecidedOver(ElementsAre(0, 1, 2)));
 }
 
 TEST(QuorumRuleTest, TooFewAtTheGracesEndWaitForTheArrivalThatMakesEnough) {
@@ -63,9 +67,7 @@ TEST(QuorumRuleTest, TooFewAtTheGracesEndWaitForTheArrivalThatMakesEnough) {
   EXPECT_EQ(short_one.state, State::kWaiting);
   EXPECT_EQ(short_one.wake_at, absl::InfiniteFuture());
   rule.Arrived(0, kT0 + 3 * kGrace);
-  QuorumDecision decided = rule.Decide(kT0 + 3 * kGrace);
-  EXPECT_EQ(decided.state, State::kDecided);
-  EXPECT_THAT(decided.contributors, ElementsAre(0, 1, 3));
+  EXPECT_THAT(rule.Decide(kT0 + 3 * kGrace), DecidedOver(ElementsAre(0, 1, 3)));
 }
 
 TEST(QuorumRuleTest, ADeadRankIsNotWaitedFor) {
@@ -75,9 +77,8 @@ TEST(QuorumRuleTest, ADeadRankIsNotWaitedFor) {
   rule.Arrived(2, kT0);
   EXPECT_EQ(rule.Decide(kT0 + kMs).state, State::kWaiting);
   rule.Died(3);
-  QuorumDecision decided = rule.Decide(kT0 + kMs);  // long before the grace
-  EXPECT_EQ(decided.state, State::kDecided);
-  EXPECT_THAT(decided.contributors, ElementsAre(0, 1, 2));
+  // Long before the grace's end.
+  EXPECT_THAT(rule.Decide(kT0 + kMs), DecidedOver(ElementsAre(0, 1, 2)));
 }
 
 TEST(QuorumRuleTest, ARankThatDiedAfterArrivingDoesNotContribute) {
@@ -90,9 +91,7 @@ TEST(QuorumRuleTest, ARankThatDiedAfterArrivingDoesNotContribute) {
   EXPECT_EQ(waiting.state, State::kWaiting);
   EXPECT_EQ(waiting.wake_at, kT0 + kGrace);  // still from the first arrival
   rule.Arrived(1, kT0 + 3 * kMs);
-  QuorumDecision decided = rule.Decide(kT0 + 3 * kMs);
-  EXPECT_EQ(decided.state, State::kDecided);
-  EXPECT_THAT(decided.contributors, ElementsAre(1, 2));
+  EXPECT_THAT(rule.Decide(kT0 + 3 * kMs), DecidedOver(ElementsAre(1, 2)));
 }
 
 TEST(QuorumRuleTest, TooManyDeadMakeItImpossible) {
@@ -118,9 +117,7 @@ TEST(QuorumRuleTest, TooManyDeadMakeItImpossible) {
 TEST(QuorumRuleTest, ZeroGraceEndsAtTheFirstArrivalThatMeetsMinRanks) {
   QuorumRule rule(3, Settings(1, absl::ZeroDuration()));
   rule.Arrived(1, kT0);
-  QuorumDecision decided = rule.Decide(kT0);
-  EXPECT_EQ(decided.state, State::kDecided);
-  EXPECT_THAT(decided.contributors, ElementsAre(1));
+  EXPECT_THAT(rule.Decide(kT0), DecidedOver(ElementsAre(1)));
 }
 
 TEST(QuorumRuleTest, ValidateNamesTheBadSetting) {
@@ -149,8 +146,7 @@ TEST(QuorumRuleTest, AJoiningRankIsWaitedForButNeitherStartsTheGraceNorCounts) {
   EXPECT_EQ(rule.Decide(kT0 + 13 * kGrace).state, State::kWaiting);
   rule.Arrived(2, kT0 + 13 * kGrace);
   QuorumDecision decided = rule.Decide(kT0 + 13 * kGrace);
-  EXPECT_EQ(decided.state, State::kDecided);
-  EXPECT_THAT(decided.contributors, ElementsAre(0, 1, 2));
+  EXPECT_THAT(decided, DecidedOver(ElementsAre(0, 1, 2)));
   EXPECT_THAT(decided.joined, ElementsAre(3));
 }
 
@@ -160,8 +156,7 @@ TEST(QuorumRuleTest, AJoiningRankNotArrivedAtTheGracesEndIsLeftOut) {
   for (int i : {0, 2, 3}) rule.Arrived(i, kT0);
   EXPECT_EQ(rule.Decide(kT0 + kMs).state, State::kWaiting);  // waits for 1
   QuorumDecision decided = rule.Decide(kT0 + kGrace);
-  EXPECT_EQ(decided.state, State::kDecided);
-  EXPECT_THAT(decided.contributors, ElementsAre(0, 2, 3));
+  EXPECT_THAT(decided, DecidedOver(ElementsAre(0, 2, 3)));
   EXPECT_TRUE(decided.joined.empty());
 }
 
@@ -173,8 +168,7 @@ TEST(QuorumRuleTest, MinRanksZeroMeansEveryRankNotJoining) {
   EXPECT_EQ(rule.Decide(kT0 + kGrace).state, State::kWaiting);
   rule.Arrived(1, kT0 + kGrace);
   QuorumDecision decided = rule.Decide(kT0 + kGrace);
-  EXPECT_EQ(decided.state, State::kDecided);
-  EXPECT_THAT(decided.contributors, ElementsAre(0, 1));
+  EXPECT_THAT(decided, DecidedOver(ElementsAre(0, 1)));
   EXPECT_THAT(decided.joined, ElementsAre(2));
 }
 

@@ -13,13 +13,10 @@
 #include "core/reduce.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::StatusIs;
-using ::testing::HasSubstr;
 
 // Bytes of one identity element.
 std::vector<char> IdentityBytes(ReduceOp op, DataType dtype) {
@@ -29,66 +26,87 @@ std::vector<char> IdentityBytes(ReduceOp op, DataType dtype) {
   return bytes;
 }
 
-template <typename T>
-T IdentityAs(ReduceOp op, DataType dtype) {
+// The identity element's bits, zero-extended: the float formats' elements
+// are compared bit for bit.
+uint64_t IdentityBits(ReduceOp op, DataType dtype) {
   std::vector<char> bytes = IdentityBytes(op, dtype);
-  T value;
-  std::memcpy(&value, bytes.data(), sizeof(T));
-  return value;
+  uint64_t bits = 0;
+  std::memcpy(&bits, bytes.data(), bytes.size());  // little-endian
+  return bits;
+}
+
+// The identity element as the integer it stands for.
+int64_t IdentityValue(ReduceOp op, DataType dtype) {
+  std::vector<char> bytes = IdentityBytes(op, dtype);
+  switch (dtype) {
+    case DataType::kInt8:
+      return static_cast<int8_t>(bytes[0]);
+    case DataType::kUInt8:
+    case DataType::kBool:
+      return static_cast<uint8_t>(bytes[0]);
+    case DataType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, bytes.data(), sizeof(v));
+      return v;
+    }
+    case DataType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, bytes.data(), sizeof(v));
+      return v;
+    }
+    default:
+      ADD_FAILURE() << DataTypeName(dtype) << " is not an integer type";
+      return 0;
+  }
 }
 
 // The expected elements, written out from the formats (IEEE 754 binary32,
 // binary64, binary16, bfloat16's top half of binary32) and the integer
-// ranges, not from the code under test.
+// ranges, not from the code under test: sum, product, min and max.
 TEST(FillIdentityTest, FloatingTypesHaveNegativeZeroOneAndInfinities) {
-  EXPECT_EQ(IdentityAs<uint32_t>(ReduceOp::kSum, DataType::kFloat32),
-            0x80000000u);
-  EXPECT_EQ(IdentityAs<uint32_t>(ReduceOp::kProduct, DataType::kFloat32),
-            0x3F800000u);
-  EXPECT_EQ(IdentityAs<uint32_t>(ReduceOp::kMin, DataType::kFloat32),
-            0x7F800000u);
-  EXPECT_EQ(IdentityAs<uint32_t>(ReduceOp::kMax, DataType::kFloat32),
-            0xFF800000u);
-  EXPECT_EQ(IdentityAs<uint64_t>(ReduceOp::kSum, DataType::kFloat64),
-            0x8000000000000000ull);
-  EXPECT_EQ(IdentityAs<uint64_t>(ReduceOp::kProduct, DataType::kFloat64),
-            0x3FF0000000000000ull);
-  EXPECT_EQ(IdentityAs<uint64_t>(ReduceOp::kMin, DataType::kFloat64),
-            0x7FF0000000000000ull);
-  EXPECT_EQ(IdentityAs<uint64_t>(ReduceOp::kMax, DataType::kFloat64),
-            0xFFF0000000000000ull);
-  EXPECT_EQ(IdentityAs<uint16_t>(ReduceOp::kSum, DataType::kFloat16), 0x8000);
-  EXPECT_EQ(IdentityAs<uint16_t>(ReduceOp::kProduct, DataType::kFloat16),
-            0x3C00);
-  EXPECT_EQ(IdentityAs<uint16_t>(ReduceOp::kMin, DataType::kFloat16), 0x7C00);
-  EXPECT_EQ(IdentityAs<uint16_t>(ReduceOp::kMax, DataType::kFloat16), 0xFC00);
-  EXPECT_EQ(IdentityAs<uint16_t>(ReduceOp::kProduct, DataType::kBFloat16),
-            0x3F80);
-  EXPECT_EQ(IdentityAs<uint16_t>(ReduceOp::kMin, DataType::kBFloat16), 0x7F80);
-  EXPECT_EQ(IdentityAs<uint16_t>(ReduceOp::kMax, DataType::kBFloat16), 0xFF80);
+  const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin,
+                           ReduceOp::kMax};
+  const struct {
+    DataType dtype;
+    uint64_t bits[4];
+  } kCases[] = {
+      {DataType::kFloat32, {0x80000000, 0x3F800000, 0x7F800000, 0xFF800000}},
+      {DataType::kFloat64,
+       {0x8000000000000000, 0x3FF0000000000000, 0x7FF0000000000000,
+        0xFFF0000000000000}},
+      {DataType::kFloat16, {0x8000, 0x3C00, 0x7C00, 0xFC00}},
+      {DataType::kBFloat16, {0x8000, 0x3F80, 0x7F80, 0xFF80}},
+  };
+  for (const auto& c : kCases) {
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(IdentityBits(kOps[i], c.dtype), c.bits[i])
+          << ReduceOpName(kOps[i]) << " " << DataTypeName(c.dtype);
+    }
+  }
 }
 
+// Sum, product, min, max, bit_and, bit_or and bit_xor.
 TEST(FillIdentityTest, IntegersAndBool) {
-  EXPECT_EQ(IdentityAs<int32_t>(ReduceOp::kSum, DataType::kInt32), 0);
-  EXPECT_EQ(IdentityAs<int32_t>(ReduceOp::kProduct, DataType::kInt32), 1);
-  EXPECT_EQ(IdentityAs<int32_t>(ReduceOp::kMin, DataType::kInt32), 2147483647);
-  EXPECT_EQ(IdentityAs<int64_t>(ReduceOp::kMax, DataType::kInt64),
-            -9223372036854775807ll - 1);
-  EXPECT_EQ(IdentityAs<uint8_t>(ReduceOp::kMin, DataType::kUInt8), 255);
-  EXPECT_EQ(IdentityAs<uint8_t>(ReduceOp::kMax, DataType::kUInt8), 0);
-  EXPECT_EQ(IdentityAs<int8_t>(ReduceOp::kMin, DataType::kInt8), 127);
-  EXPECT_EQ(IdentityAs<int8_t>(ReduceOp::kMax, DataType::kInt8), -128);
-  EXPECT_EQ(IdentityAs<uint8_t>(ReduceOp::kBitAnd, DataType::kUInt8), 0xFF);
-  EXPECT_EQ(IdentityAs<int64_t>(ReduceOp::kBitAnd, DataType::kInt64), -1);
-  EXPECT_EQ(IdentityAs<int32_t>(ReduceOp::kBitOr, DataType::kInt32), 0);
-  EXPECT_EQ(IdentityAs<int32_t>(ReduceOp::kBitXor, DataType::kInt32), 0);
-  EXPECT_EQ(IdentityAs<uint8_t>(ReduceOp::kSum, DataType::kBool), 0);
-  EXPECT_EQ(IdentityAs<uint8_t>(ReduceOp::kProduct, DataType::kBool), 1);
-  EXPECT_EQ(IdentityAs<uint8_t>(ReduceOp::kMin, DataType::kBool), 1);
-  EXPECT_EQ(IdentityAs<uint8_t>(ReduceOp::kMax, DataType::kBool), 0);
-  EXPECT_EQ(IdentityAs<uint8_t>(ReduceOp::kBitAnd, DataType::kBool), 1);
-  EXPECT_EQ(IdentityAs<uint8_t>(ReduceOp::kBitOr, DataType::kBool), 0);
-  EXPECT_EQ(IdentityAs<uint8_t>(ReduceOp::kBitXor, DataType::kBool), 0);
+  const ReduceOp kOps[] = {
+      ReduceOp::kSum,    ReduceOp::kProduct, ReduceOp::kMin,   ReduceOp::kMax,
+      ReduceOp::kBitAnd, ReduceOp::kBitOr,   ReduceOp::kBitXor};
+  const struct {
+    DataType dtype;
+    int64_t values[7];
+  } kCases[] = {
+      {DataType::kInt8, {0, 1, 127, -128, -1, 0, 0}},
+      {DataType::kUInt8, {0, 1, 255, 0, 255, 0, 0}},
+      {DataType::kInt32, {0, 1, 2147483647, -2147483647 - 1, -1, 0, 0}},
+      {DataType::kInt64,
+       {0, 1, 9223372036854775807, -9223372036854775807 - 1, -1, 0, 0}},
+      {DataType::kBool, {0, 1, 1, 0, 1, 0, 0}},
+  };
+  for (const auto& c : kCases) {
+    for (int i = 0; i < 7; ++i) {
+      EXPECT_EQ(IdentityValue(kOps[i], c.dtype), c.values[i])
+          << ReduceOpName(kOps[i]) << " " << DataTypeName(c.dtype);
+    }
+  }
 }
 
 TEST(FillIdentityTest, AvgTakesTheSumsIdentity) {

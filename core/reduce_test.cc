@@ -15,15 +15,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "core/data_type_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::StatusIs;
-using ::testing::HasSubstr;
 
 // Reference arithmetic -------------------------------------------------------
 //
@@ -55,35 +53,29 @@ double RefRound(double v, const FloatFormat& format) {
 
 double RefRoundF32(double v) { return RefRound(v, kF32Format); }
 
-double RefHalfToDouble(uint16_t bits) {
+// The value of `bits` in a 16-bit IEEE 754-style binary format: a sign bit,
+// `exponent_bits` of biased exponent and `mantissa_bits` of fraction.
+double RefDecode16(uint16_t bits, int exponent_bits, int mantissa_bits) {
   const int sign = bits >> 15;
-  const int exponent = (bits >> 10) & 0x1f;
-  const int mantissa = bits & 0x3ff;
+  const int max_exponent = (1 << exponent_bits) - 1;  // infinities and NaNs
+  const int bias = max_exponent / 2;
+  const int exponent = (bits >> mantissa_bits) & max_exponent;
+  const int mantissa = bits & ((1 << mantissa_bits) - 1);
   double v;
   if (exponent == 0) {
-    v = std::ldexp(mantissa, -24);
-  } else if (exponent == 31) {
+    v = std::ldexp(mantissa, 1 - bias - mantissa_bits);
+  } else if (exponent == max_exponent) {
     v = mantissa == 0 ? INFINITY : NAN;
   } else {
-    v = std::ldexp(1024 + mantissa, exponent - 25);
+    v = std::ldexp((1 << mantissa_bits) + mantissa,
+                   exponent - bias - mantissa_bits);
   }
   return sign ? -v : v;
 }
 
-double RefBFloat16ToDouble(uint16_t bits) {
-  const int sign = bits >> 15;
-  const int exponent = (bits >> 7) & 0xff;
-  const int mantissa = bits & 0x7f;
-  double v;
-  if (exponent == 0) {
-    v = std::ldexp(mantissa, -133);
-  } else if (exponent == 255) {
-    v = mantissa == 0 ? INFINITY : NAN;
-  } else {
-    v = std::ldexp(128 + mantissa, exponent - 134);
-  }
-  return sign ? -v : v;
-}
+double RefHalfToDouble(uint16_t bits) { return RefDecode16(bits, 5, 10); }
+
+double RefBFloat16ToDouble(uint16_t bits) { return RefDecode16(bits, 8, 7); }
 
 float FloatFromBits(uint32_t u) {
   float f;
@@ -290,20 +282,22 @@ std::vector<uint8_t> RandomInput(DataType dtype, size_t n,
         }
         break;
       }
-      case DataType::kFloat16: {
-        uint16_t h = static_cast<uint16_t>(r);
-        if (moderate)
-          h = (h & 0x83ff) | static_cast<uint16_t>((12 + r % 7) << 10);
-        if (((h >> 10) & 0x1f) == 31) h &= 0xbfff;  // keep it finite
-        std::memcpy(p, &h, 2);
-        break;
-      }
+      case DataType::kFloat16:
       case DataType::kBFloat16: {
-        uint16_t b = static_cast<uint16_t>(r);
-        if (moderate)
-          b = (b & 0x807f) | static_cast<uint16_t>((124 + r % 7) << 7);
-        if (((b >> 7) & 0xff) == 255) b &= 0xbfff;  // keep it finite
-        std::memcpy(p, &b, 2);
+        // The fields RefDecode16 reads: moderate values get an exponent
+        // within 3 of the bias.
+        const int mantissa_bits = dtype == DataType::kFloat16 ? 10 : 7;
+        const int max_exponent = (1 << (15 - mantissa_bits)) - 1;
+        const int bias = max_exponent / 2;
+        uint16_t h = static_cast<uint16_t>(r);
+        if (moderate) {
+          h = (h & (0x8000 | ((1 << mantissa_bits) - 1))) |
+              static_cast<uint16_t>((bias - 3 + r % 7) << mantissa_bits);
+        }
+        if (((h >> mantissa_bits) & max_exponent) == max_exponent) {
+          h &= 0xbfff;  // keep it finite
+        }
+        std::memcpy(p, &h, 2);
         break;
       }
       case DataType::kBool: {
@@ -319,15 +313,6 @@ std::vector<uint8_t> RandomInput(DataType dtype, size_t n,
 }
 
 // The op x dtype x world size x length sweep ----------------------------------
-
-constexpr DataType kAllDataTypes[] = {
-    DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-    DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-    DataType::kInt32,    DataType::kInt64,   DataType::kBool};
-
-constexpr ReduceOp kAllReduceOps[] = {
-    ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin,   ReduceOp::kMax,
-    ReduceOp::kAvg, ReduceOp::kBitAnd,  ReduceOp::kBitOr, ReduceOp::kBitXor};
 
 // Reduces `world` random inputs of `n` elements with the kernel and checks
 // every element against the reference fold. Every buffer starts `shift` bytes
@@ -797,23 +782,46 @@ TEST(ReduceTest, BFloat16OverflowsToInfinity) {
 
 // Conversions -----------------------------------------------------------------
 
-TEST(HalfConversionTest, HalfToFloatMatchesReferenceForEveryBitPattern) {
+// A 16-bit float format: its conversions under test and its reference
+// decoding.
+struct Float16Format {
+  const char* name;
+  float (*to_float)(uint16_t);
+  uint16_t (*from_float)(float);
+  double (*reference)(uint16_t);
+};
+
+class Float16ConversionTest : public ::testing::TestWithParam<Float16Format> {};
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, Float16ConversionTest,
+    ::testing::Values(Float16Format{"Half", &HalfToFloat, &FloatToHalf,
+                                    &RefHalfToDouble},
+                      Float16Format{"BFloat16", &BFloat16ToFloat,
+                                    &FloatToBFloat16, &RefBFloat16ToDouble}),
+    [](const ::testing::TestParamInfo<Float16Format>& info) {
+      return std::string(info.param.name);
+    });
+
+TEST_P(Float16ConversionTest, ToFloatMatchesReferenceForEveryBitPattern) {
+  const Float16Format& format = GetParam();
   for (uint32_t b = 0; b <= 0xffff; ++b) {
-    ASSERT_TRUE(SameValue(HalfToFloat(static_cast<uint16_t>(b)),
-                          RefHalfToDouble(static_cast<uint16_t>(b))))
+    ASSERT_TRUE(SameValue(format.to_float(static_cast<uint16_t>(b)),
+                          format.reference(static_cast<uint16_t>(b))))
         << "bits 0x" << std::hex << b;
   }
 }
 
-TEST(HalfConversionTest, EveryHalfRoundTripsAndNaNStaysNaNWithItsSign) {
+TEST_P(Float16ConversionTest, EveryPatternRoundTripsAndNaNStaysNaNWithItsSign) {
+  const Float16Format& format = GetParam();
   for (uint32_t b = 0; b <= 0xffff; ++b) {
-    const uint16_t h = static_cast<uint16_t>(b);
-    const uint16_t back = FloatToHalf(HalfToFloat(h));
-    if (std::isnan(RefHalfToDouble(h))) {
-      ASSERT_TRUE(std::isnan(RefHalfToDouble(back))) << std::hex << b;
-      ASSERT_EQ(back & 0x8000, h & 0x8000) << std::hex << b;
+    const uint16_t v = static_cast<uint16_t>(b);
+    const uint16_t back = format.from_float(format.to_float(v));
+    if (std::isnan(format.reference(v))) {
+      ASSERT_TRUE(std::isnan(format.reference(back))) << std::hex << b;
+      ASSERT_EQ(back & 0x8000, v & 0x8000) << std::hex << b;
     } else {
-      ASSERT_EQ(back, h) << std::hex << b;
+      ASSERT_EQ(back, v) << std::hex << b;
     }
   }
 }
@@ -902,28 +910,6 @@ TEST(HalfConversionTest, AgreesWithTheCompilersFloat16) {
   }
 }
 #endif
-
-TEST(BFloat16ConversionTest,
-     BFloat16ToFloatMatchesReferenceForEveryBitPattern) {
-  for (uint32_t b = 0; b <= 0xffff; ++b) {
-    ASSERT_TRUE(SameValue(BFloat16ToFloat(static_cast<uint16_t>(b)),
-                          RefBFloat16ToDouble(static_cast<uint16_t>(b))))
-        << "bits 0x" << std::hex << b;
-  }
-}
-
-TEST(BFloat16ConversionTest, EveryBFloat16RoundTripsAndNaNStaysNaN) {
-  for (uint32_t b = 0; b <= 0xffff; ++b) {
-    const uint16_t v = static_cast<uint16_t>(b);
-    const uint16_t back = FloatToBFloat16(BFloat16ToFloat(v));
-    if (std::isnan(RefBFloat16ToDouble(v))) {
-      ASSERT_TRUE(std::isnan(RefBFloat16ToDouble(back))) << std::hex << b;
-      ASSERT_EQ(back & 0x8000, v & 0x8000) << std::hex << b;
-    } else {
-      ASSERT_EQ(back, v) << std::hex << b;
-    }
-  }
-}
 
 TEST(BFloat16ConversionTest, MidpointsRoundToEven) {
   for (uint16_t v = 0; v < 0x7f7f; ++v) {

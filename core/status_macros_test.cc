@@ -9,12 +9,10 @@
 #include "absl/strings/cord.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::StatusIs;
 
 // Counts its calls, so that each test can say the macro evaluated its
 // argument exactly once.

@@ -138,10 +138,10 @@ Tensor::Tensor(NoBuffer, DataType dtype, std::vector<int64_t> shape)
 }
 
 Tensor Tensor::Uninitialized(DataType dtype, std::vector<int64_t> shape,
-                             const std::shared_ptr<BufferCache>& cache) {
+                             const std::shared_ptr<BufferPool>& pool) {
   Tensor t(NoBuffer{}, dtype, std::move(shape));
-  t.data_ = cache != nullptr ? cache->Get(t.num_bytes_)
-                             : AllocateBuffer(t.num_bytes_);
+  t.data_ =
+      pool != nullptr ? pool->Get(t.num_bytes_) : AllocateBuffer(t.num_bytes_);
   return t;
 }
 

@@ -27,7 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/buffer_cache.h"
+#include "core/buffer.h"
 #include "core/data_type.h"
 #include "core/device.h"
 
@@ -139,10 +139,10 @@ class Tensor {
   static Tensor CopyOf(const TensorView& view);
 
   // A tensor whose bytes are unspecified (the caller overwrites them all),
-  // with its buffer from `cache` (see core/buffer_cache.h), or from malloc
-  // when `cache` is null. `shape` must be valid, as for the constructor.
+  // with its buffer from `pool` (see core/buffer.h), or from malloc when
+  // `pool` is null. `shape` must be valid, as for the constructor.
   static Tensor Uninitialized(DataType dtype, std::vector<int64_t> shape,
-                              const std::shared_ptr<BufferCache>& cache);
+                              const std::shared_ptr<BufferPool>& pool);
 
   // A CPU tensor over `data`, memory it does not own (a range of the
   // same-host path's result segment, mapped read-only): the bytes stay valid

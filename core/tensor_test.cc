@@ -13,15 +13,10 @@
 #include "absl/types/span.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 

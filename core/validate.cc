@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data_type.h"
+#include "core/enum_tables.h"
 #include "core/payload_layout.h"
 #include "core/quorum_rule.h"
 #include "core/status_macros.h"
@@ -15,31 +16,6 @@
 
 namespace reducer {
 namespace {
-
-std::string GroupToString(const std::vector<int>& group) {
-  return absl::StrCat("[", absl::StrJoin(group, ","), "]");
-}
-
-std::string TensorPrefix(size_t index) {
-  return absl::StrCat("tensor ", index, ": ");
-}
-
-absl::Status WithTensorPrefix(size_t index, const absl::Status& s) {
-  return absl::Status(s.code(), absl::StrCat(TensorPrefix(index), s.message()));
-}
-
-bool IsValidKind(CollectiveKind kind) {
-  const int v = static_cast<int>(kind);
-  return v >= 0 && v < kNumCollectiveKinds;
-}
-
-// The kinds whose root must be a rank of the group.
-bool HasRoot(CollectiveKind kind) {
-  return kind == CollectiveKind::kBroadcast ||
-         kind == CollectiveKind::kReduce ||
-         kind == CollectiveKind::kGather || kind == CollectiveKind::kScatter ||
-         kind == CollectiveKind::kSendReceive;
-}
 
 // The kinds that cut or concatenate their tensor along dimension 0, so that
 // it needs one; the last three of them cut it into one part per rank.
@@ -53,11 +29,6 @@ bool UsesDim0(CollectiveKind kind) {
 bool CutsDim0(CollectiveKind kind) {
   return kind == CollectiveKind::kReduceScatter ||
          kind == CollectiveKind::kScatter || kind == CollectiveKind::kAllToAll;
-}
-
-bool IsValidDataType(DataType dtype) {
-  const int v = static_cast<int>(dtype);
-  return v >= 0 && v < kNumDataTypes;
 }
 
 absl::Status CheckGroup(const std::vector<int>& group, int rank,
@@ -238,7 +209,7 @@ absl::Status ValidateContribution(const Fingerprint& fp, int rank,
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " outside world of ", world_size));
   }
-  if (!IsValidKind(fp.kind)) {
+  if (!IsEnumerator(fp.kind, kNumCollectiveKinds)) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown collective kind ", static_cast<int>(fp.kind)));
   }
@@ -269,7 +240,7 @@ absl::Status ValidateContribution(const Fingerprint& fp, int rank,
                        fp.kind == CollectiveKind::kReduce;
   for (size_t i = 0; i < fp.tensors.size(); ++i) {
     const TensorSpec& t = fp.tensors[i];
-    if (!IsValidDataType(t.dtype)) {
+    if (!IsEnumerator(t.dtype, kNumDataTypes)) {
       return absl::InvalidArgumentError(absl::StrCat(
           TensorPrefix(i), "unknown dtype ", static_cast<int>(t.dtype)));
     }

@@ -17,8 +17,6 @@
 namespace reducer {
 namespace {
 
-using ::testing::HasSubstr;
-
 constexpr size_t kNoLimit = std::numeric_limits<size_t>::max();
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
@@ -395,19 +393,13 @@ TEST(ValidateContributionTest, SendReceiveRefusesMalformedMessages) {
                     Make(CollectiveKind::kSendReceive, {}, {0, 2}, 2), 2, 4,
                     kNoLimit),
                 "sendreceive source 2 needs exactly one tensor, got 0");
-  ExpectInvalid(ValidateContribution(
-                    Make(CollectiveKind::kSendReceive,
-                         {Spec(DataType::kFloat32, {1}),
-                          Spec(DataType::kFloat32, {1})},
-                         {0, 2}, 2),
-                    2, 4, kNoLimit),
+  const Fingerprint two_tensors =
+      Make(CollectiveKind::kSendReceive,
+           {Spec(DataType::kFloat32, {1}), Spec(DataType::kFloat32, {1})},
+           {0, 2}, 2);
+  ExpectInvalid(ValidateContribution(two_tensors, 2, 4, kNoLimit),
                 "sendreceive source 2 needs exactly one tensor, got 2");
-  ExpectInvalid(ValidateContribution(
-                    Make(CollectiveKind::kSendReceive,
-                         {Spec(DataType::kFloat32, {1}),
-                          Spec(DataType::kFloat32, {1})},
-                         {0, 2}, 2),
-                    0, 4, kNoLimit),
+  ExpectInvalid(ValidateContribution(two_tensors, 0, 4, kNoLimit),
                 "sendreceive destination 0 declares at most one tensor, got 2");
   // Source and destination the same rank, or more than two ranks.
   ExpectInvalid(ValidateContribution(

@@ -9,16 +9,10 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
-using ::testing::AllOf;
-using ::testing::HasSubstr;
-using ::testing::Not;
 
 const std::vector<std::string> kLoopback = {
     "127.0.0.1:50051",  "127.0.0.1:0",       "127.1.2.3:50051",

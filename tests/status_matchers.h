@@ -1,5 +1,7 @@
 // gMock matchers for absl::Status and absl::StatusOr<T>, in the style of
 // Abseil's internal status matchers and tensorstore's MatchesStatus.
+// (tests/matchers.h declares them in namespace reducer, where tests name
+// them without the using-declarations below.)
 //
 //   using ::reducer::testing::IsOk;
 //   using ::reducer::testing::StatusIs;

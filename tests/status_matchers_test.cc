@@ -8,17 +8,15 @@
 #include "absl/status/statusor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace testing {
 namespace {
 
-using ::testing::AllOf;
 using ::testing::AnyOf;
 using ::testing::DescribeMatcher;
-using ::testing::HasSubstr;
 using ::testing::Matcher;
-using ::testing::Not;
 using ::testing::StartsWith;
 using ::testing::StringMatchResultListener;
 

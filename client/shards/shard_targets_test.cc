@@ -7,15 +7,10 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::StatusIs;
-using ::testing::AllOf;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 
 TEST(ShardTargetsTest, OneAddressIsOneShard) {
   EXPECT_THAT(*ExpandTargets("127.0.0.1:50051"), ElementsAre("127.0.0.1:50051"));

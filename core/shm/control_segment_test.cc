@@ -18,15 +18,10 @@
 #include "core/shm/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::StatusIs;
-using ::testing::AllOf;
-using ::testing::HasSubstr;
-using ::testing::Not;
 
 const char kNonce[] = "0123456789abcdef";
 
@@ -86,32 +81,32 @@ TEST(ControlSegmentTest, AdoptRefusesASegmentOfAnotherSize) {
                     HasSubstr(absl::StrCat(ControlSegment::kBytes))));
 }
 
-TEST(ControlSegmentTest, AdoptRefusesAnotherMagic) {
+// Creates a control segment, writes the `size` bytes at `bytes` at `offset`
+// through a second mapping of its fd, as a peer would, and adopts it: the
+// adopting side must see what the peer wrote. The status of the first step
+// that fails.
+absl::Status AdoptAfterPeerWrites(size_t offset, const void* bytes,
+                                  size_t size) {
   auto created = ControlSegment::Create(kNonce);
-  ASSERT_TRUE(created.ok()) << created.status();
-  // The adopting side sees what a peer wrote through its own mapping.
+  if (!created.ok()) return created.status();
   auto writer = SharedSegment::Adopt(dup((*created)->fd()),
                                      SharedSegment::Access::kReadWrite);
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  static_cast<char*>(writer->data())[7] = '2';
-  auto adopted = ControlSegment::Adopt(dup((*created)->fd()));
-  EXPECT_THAT(adopted.status(), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(std::string(adopted.status().message()),
-              AllOf(HasSubstr("magic"), HasSubstr("RDCRCTL2")));
+  if (!writer.ok()) return writer.status();
+  std::memcpy(static_cast<char*>(writer->data()) + offset, bytes, size);
+  return ControlSegment::Adopt(dup((*created)->fd())).status();
+}
+
+TEST(ControlSegmentTest, AdoptRefusesAnotherMagic) {
+  EXPECT_THAT(AdoptAfterPeerWrites(7, "2", 1),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("magic"), HasSubstr("RDCRCTL2"))));
 }
 
 TEST(ControlSegmentTest, AdoptRefusesAnotherVersion) {
-  auto created = ControlSegment::Create(kNonce);
-  ASSERT_TRUE(created.ok()) << created.status();
-  auto writer = SharedSegment::Adopt(dup((*created)->fd()),
-                                     SharedSegment::Access::kReadWrite);
-  ASSERT_TRUE(writer.ok()) << writer.status();
   const uint32_t version = 7;
-  std::memcpy(static_cast<char*>(writer->data()) + 8, &version, 4);
-  auto adopted = ControlSegment::Adopt(dup((*created)->fd()));
-  EXPECT_THAT(adopted.status(), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(std::string(adopted.status().message()),
-              AllOf(HasSubstr("version 7"), Not(HasSubstr("magic"))));
+  EXPECT_THAT(AdoptAfterPeerWrites(8, &version, sizeof(version)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("version 7"), Not(HasSubstr("magic")))));
 }
 
 TEST(ControlSegmentTest, RandomBytesHaveTheLengthAndDiffer) {

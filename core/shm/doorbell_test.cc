@@ -17,15 +17,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/shm/peer_process_testing.h"
 #include "core/shm/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::StatusIs;
 
 // Waits that a ring must end get no deadline: were the wake lost, the test
 // would hang and time out instead of passing once a deadline came.
@@ -215,10 +214,7 @@ TEST(DoorbellTest, RingWakesAWaiterInAnotherProcessThroughItsOwnMapping) {
   AwaitSleep(absl::StrCat("/proc/", child, "/stat"));
   *payload = 0xfeedf00d;
   EXPECT_EQ(Doorbell(word).Ring(), 1u);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(ExitCodeOf(child), 0);
 }
 
 }  // namespace

@@ -10,22 +10,21 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/shm/peer_process_testing.h"
 #include "core/shm/unique_fd.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::StatusIs;
-using ::testing::HasSubstr;
 
 // Entries of /proc/self/fd (the directory's own descriptor included, the
 // same in every count).
@@ -38,15 +37,11 @@ int OpenFdCount() {
   return count;
 }
 
-absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
-
 class FdPassingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    int pair[2];
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
-    sender_.reset(pair[0]);
-    receiver_.reset(pair[1]);
+    std::tie(sender_, receiver_) = SeqpacketPair();
+    ASSERT_TRUE(sender_.valid());
     path_ = absl::StrCat(::testing::TempDir(), "/fd_passing_file");
     file_.reset(
         open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
@@ -205,9 +200,7 @@ TEST(PeerOfTest, PeerOfAConnectedChildIsTheChild) {
   ASSERT_TRUE(accepted.valid());
   auto peer = PeerOf(accepted.get());
   accepted.reset();
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(ExitCodeOf(child), 0);
   ASSERT_TRUE(peer.ok()) << peer.status();
   EXPECT_EQ(peer->pid, child);
   EXPECT_EQ(peer->uid, getuid());

@@ -82,6 +82,18 @@ absl::Status CheckCgroupAt(size_t bytes, const std::string& dir) {
       " and ", current_path, " is ", current, ", leaving ", room, " bytes"));
 }
 
+// The rest of the first line of `text` that starts with `key`, without the
+// white space around it; nullopt when no line does.
+std::optional<absl::string_view> LineAfter(absl::string_view text,
+                                           absl::string_view key) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::ConsumePrefix(&line, key)) {
+      return absl::StripAsciiWhitespace(line);
+    }
+  }
+  return std::nullopt;
+}
+
 // The process's cgroup v2 path below the root ("" for the root itself): the
 // "0::" line of `self_cgroup`. The root when the file or the line is missing,
 // or the path leads outside the root (a cgroup namespace's "/..").
@@ -89,14 +101,12 @@ absl::StatusOr<std::string> OwnCgroup(const MemorySources& sources) {
   REDUCER_ASSIGN_OR_RETURN(std::optional<std::string> text,
                            ReadIfPresent(sources.self_cgroup));
   if (!text.has_value()) return std::string();
-  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
-    if (!absl::ConsumePrefix(&line, "0::")) continue;
-    line = absl::StripAsciiWhitespace(line);
-    if (absl::StrContains(line, "..")) return std::string();
-    absl::ConsumeSuffix(&line, "/");
-    return std::string(line);
+  std::optional<absl::string_view> path = LineAfter(*text, "0::");
+  if (!path.has_value() || absl::StrContains(*path, "..")) {
+    return std::string();
   }
-  return std::string();
+  absl::ConsumeSuffix(&*path, "/");
+  return std::string(*path);
 }
 
 // Every cgroup from the process's own up to the root: a parent's limit binds
@@ -115,25 +125,22 @@ absl::Status CheckMeminfo(size_t bytes, const MemorySources& sources) {
   REDUCER_ASSIGN_OR_RETURN(std::optional<std::string> text,
                            ReadIfPresent(sources.meminfo));
   if (!text.has_value()) return absl::OkStatus();
-  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
-    if (!absl::ConsumePrefix(&line, "MemAvailable:")) continue;
-    line = absl::StripAsciiWhitespace(line);
-    uint64_t kib;
-    if (!absl::ConsumeSuffix(&line, "kB") ||
-        !absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &kib)) {
-      return absl::InternalError(absl::StrCat("cannot parse ", sources.meminfo,
-                                              ": \"MemAvailable:", line,
-                                              "\" is not a count of kB"));
-    }
-    uint64_t available = kib * 1024;
-    if (bytes <= available) return absl::OkStatus();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "a shared segment of ", bytes,
-        " bytes does not fit in memory: ", sources.meminfo,
-        " says MemAvailable is ", kib, " kB (", available, " bytes)"));
-  }
+  std::optional<absl::string_view> line = LineAfter(*text, "MemAvailable:");
   // Kernels before 3.14 have no MemAvailable: nothing to check against.
-  return absl::OkStatus();
+  if (!line.has_value()) return absl::OkStatus();
+  uint64_t kib;
+  if (!absl::ConsumeSuffix(&*line, "kB") ||
+      !absl::SimpleAtoi(absl::StripAsciiWhitespace(*line), &kib)) {
+    return absl::InternalError(absl::StrCat("cannot parse ", sources.meminfo,
+                                            ": \"MemAvailable:", *line,
+                                            "\" is not a count of kB"));
+  }
+  uint64_t available = kib * 1024;
+  if (bytes <= available) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "a shared segment of ", bytes,
+      " bytes does not fit in memory: ", sources.meminfo,
+      " says MemAvailable is ", kib, " kB (", available, " bytes)"));
 }
 
 }  // namespace

@@ -22,18 +22,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/shm/peer_process_testing.h"
 #include "core/shm/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::StatusIs;
-using ::testing::HasSubstr;
-
-absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
 
 // Record `n` of `size` bytes: a pattern that differs from record to record.
 std::string Record(uint64_t n, size_t size) {
@@ -417,10 +413,7 @@ TEST(MessageRingTest, TwoProcessesPassAHundredThousandRecordsInOrder) {
   EXPECT_EQ(out_of_order, 0u);
   EXPECT_EQ(wrong_bytes, 0u);
   EXPECT_FALSE(*ring.TryPop(&got));
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(ExitCodeOf(child), 0);
 }
 
 }  // namespace

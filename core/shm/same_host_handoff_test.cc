@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -20,15 +21,14 @@
 #include "absl/time/time.h"
 #include "core/shm/doorbell.h"
 #include "core/shm/fd_passing.h"
+#include "core/shm/peer_process_testing.h"
 #include "core/shm/shared_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::Not;
 
 constexpr size_t kBytes = size_t{1} << 20;
 // The doorbell's word sits at offset 0; the payload starts a cache line on.
@@ -36,15 +36,11 @@ constexpr size_t kPayloadOffset = 64;
 constexpr size_t kWords = (kBytes - kPayloadOffset) / sizeof(uint32_t);
 constexpr uint32_t kStep = 2654435761u;
 
-absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
-
 class HandoffTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    int pair[2];
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
-    parent_end_.reset(pair[0]);
-    child_end_.reset(pair[1]);
+    std::tie(parent_end_, child_end_) = SeqpacketPair();
+    ASSERT_TRUE(parent_end_.valid());
   }
 
   // Forks a child that runs `body` on its end of the socket and exits with
@@ -58,12 +54,6 @@ class HandoffTest : public ::testing::Test {
     }
     child_end_.reset();
     return child;
-  }
-
-  static int ExitCodeOf(pid_t child) {
-    int status = 0;
-    if (waitpid(child, &status, 0) != child) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 
   UniqueFd parent_end_, child_end_;

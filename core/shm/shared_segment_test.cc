@@ -16,15 +16,10 @@
 #include "core/shm/mapped_bytes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
-using ::testing::AllOf;
-using ::testing::HasSubstr;
 
 constexpr size_t kBytes = 3 * 4096 + 100;
 

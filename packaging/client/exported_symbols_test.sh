@@ -27,7 +27,7 @@ done
 
 # Public classes (every member) and free functions, as declared in the
 # installed headers.
-classes='Client|MetricSync|CollectiveHandle|TensorView|MutableTensorView|Tensor|Device|BufferCache|BufferDeleter'
+classes='Client|MetricSync|CollectiveHandle|TensorView|MutableTensorView|Tensor|Device|BufferPool|BufferDeleter'
 functions='operator<<|NumElements|NumBytes|ShapeToString|DataTypeSize|DataTypeName|ReduceOpName|IsFloatingPoint|CheckOpSupported|DataTypeFromWire|ReduceOpFromWire|DataTypeToWire|ReduceOpToWire|AllocateBuffer'
 public="^reducer::(($classes)::|($functions)(\\(|\\[abi))"
 internal='^(grpc|grpc_|gpr_|google::|absl::|std::|reducer::v1::|reducer::Client::Impl::|reducer::CollectiveHandle::Impl::|reducer::ClientSession|reducer::CollectiveRpc|reducer::CollectivesRpc|reducer::CompletionDriver|reducer::Fingerprint)'

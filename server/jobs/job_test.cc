@@ -23,15 +23,10 @@
 #include "server/log.h"
 #include "server/metrics/metrics_sink.h"
 #include "server/server_options.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::StatusIs;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-using ::testing::SizeIs;
 
 class JobTest : public ::testing::Test {
  protected:

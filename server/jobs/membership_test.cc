@@ -10,16 +10,11 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
 
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 using Effect = Membership::Unseated::Effect;
 
 // Membership never calls its sessions; a distinct object per seat is all

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
 #include "prometheus/family.h"
+#include "server/metrics/metric_families.h"
 
 namespace reducer {
 namespace {
@@ -110,31 +111,23 @@ class GrpcServerMetrics::Factory final
 
 GrpcServerMetrics::GrpcServerMetrics(prometheus::Registry* registry,
                                      const std::vector<GrpcMethod>& methods) {
-  auto& started = prometheus::BuildCounter()
-                      .Name("grpc_server_started_total")
-                      .Help("Total number of RPCs started on the server.")
-                      .Register(*registry);
-  auto& handled = prometheus::BuildCounter()
-                      .Name("grpc_server_handled_total")
-                      .Help("Total number of RPCs completed on the server, "
-                            "regardless of success or failure.")
-                      .Register(*registry);
-  auto& received = prometheus::BuildCounter()
-                       .Name("grpc_server_msg_received_total")
-                       .Help("Total number of RPC stream messages received on "
-                             "the server.")
-                       .Register(*registry);
-  auto& sent = prometheus::BuildCounter()
-                   .Name("grpc_server_msg_sent_total")
-                   .Help("Total number of gRPC stream messages sent by the "
-                         "server.")
-                   .Register(*registry);
-  auto& seconds = prometheus::BuildHistogram()
-                      .Name("grpc_server_handling_seconds")
-                      .Help("Histogram of response latency (seconds) of gRPC "
-                            "that had been application-level handled by the "
-                            "server.")
-                      .Register(*registry);
+  auto& started = CounterFamily(*registry, "grpc_server_started_total",
+                                "Total number of RPCs started on the server.");
+  auto& handled = CounterFamily(*registry, "grpc_server_handled_total",
+                                "Total number of RPCs completed on the server, "
+                                "regardless of success or failure.");
+  auto& received =
+      CounterFamily(*registry, "grpc_server_msg_received_total",
+                    "Total number of RPC stream messages received on "
+                    "the server.");
+  auto& sent = CounterFamily(*registry, "grpc_server_msg_sent_total",
+                             "Total number of gRPC stream messages sent by the "
+                             "server.");
+  auto& seconds =
+      HistogramFamily(*registry, "grpc_server_handling_seconds",
+                      "Histogram of response latency (seconds) of gRPC "
+                      "that had been application-level handled by the "
+                      "server.");
   for (const GrpcMethod& m : methods) {
     const prometheus::Labels labels{{"grpc_service", m.service},
                                     {"grpc_method", m.method},

@@ -14,11 +14,10 @@
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
 
 constexpr char kLabels[] =
     "grpc_method=\"Check\",grpc_service=\"grpc.health.v1.Health\","

@@ -1,9 +1,13 @@
 #include "server/metrics/metric_labels.h"
 
+#include <iterator>
+
+#include "core/enum_tables.h"
+
 namespace reducer {
 
 absl::string_view StatusCodeLabel(absl::StatusCode code) {
-  static constexpr absl::string_view kNames[kNumStatusCodes] = {
+  static constexpr absl::string_view kNames[] = {
       "OK",
       "Canceled",
       "Unknown",
@@ -22,8 +26,8 @@ absl::string_view StatusCodeLabel(absl::StatusCode code) {
       "DataLoss",
       "Unauthenticated",
   };
-  const int i = static_cast<int>(code);
-  return i >= 0 && i < kNumStatusCodes ? kNames[i] : "Unknown";
+  static_assert(std::size(kNames) == kNumStatusCodes);
+  return EnumName(code, kNames, "Unknown");
 }
 
 absl::string_view KindLabel(std::optional<CollectiveKind> kind) {
@@ -31,39 +35,25 @@ absl::string_view KindLabel(std::optional<CollectiveKind> kind) {
 }
 
 absl::string_view LimitLabel(RefusedLimit limit) {
-  switch (limit) {
-    case RefusedLimit::kNone:
-      return "none";
-    case RefusedLimit::kMaxTensorBytes:
-      return "max_tensor_bytes";
-    case RefusedLimit::kMaxJobs:
-      return "max_jobs";
-    case RefusedLimit::kMaxPendingCollectivesPerJob:
-      return "max_pending_collectives_per_job";
-    case RefusedLimit::kMaxConcurrentCalls:
-      return "max_concurrent_calls";
-    case RefusedLimit::kMemoryBudgetBytes:
-      return "memory_budget_bytes";
-    case RefusedLimit::kMaxJobMemoryFraction:
-      return "max_job_memory_fraction";
-    case RefusedLimit::kMaxStreamsPerJob:
-      return "max_streams_per_job";
-  }
-  return "none";
+  static constexpr absl::string_view kNames[] = {
+      "none",
+      "max_tensor_bytes",
+      "max_jobs",
+      "max_pending_collectives_per_job",
+      "max_concurrent_calls",
+      "memory_budget_bytes",
+      "max_job_memory_fraction",
+      "max_streams_per_job"};
+  static_assert(std::size(kNames) == kNumRefusedLimits);
+  return EnumName(limit, kNames, "none");
 }
 
 absl::string_view EpochEndReasonLabel(EpochEndReason reason) {
-  switch (reason) {
-    case EpochEndReason::kSessionCancelled:
-      return "session_cancelled";
-    case EpochEndReason::kSessionEnded:
-      return "session_ended";
-    case EpochEndReason::kRankRejoined:
-      return "rank_rejoined";
-    case EpochEndReason::kOtherShardFailed:
-      return "other_shard_failed";
-  }
-  return "session_ended";
+  static constexpr absl::string_view kNames[] = {
+      "session_cancelled", "session_ended", "rank_rejoined",
+      "other_shard_failed"};
+  static_assert(std::size(kNames) == kNumEpochEndReasons);
+  return EnumName(reason, kNames, "session_ended");
 }
 
 }  // namespace reducer

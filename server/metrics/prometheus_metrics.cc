@@ -6,6 +6,7 @@
 
 #include "grpcpp/grpcpp.h"
 #include "prometheus/metric_family.h"
+#include "server/metrics/metric_families.h"
 #include "server/metrics/metric_labels.h"
 
 namespace reducer {
@@ -59,47 +60,37 @@ class PrometheusMetrics::ScrapeTarget final : public prometheus::Collectable {
 
 PrometheusMetrics::PrometheusMetrics(absl::string_view version)
     : registry_(std::make_shared<prometheus::Registry>()),
-      collectives_(prometheus::BuildCounter()
-                       .Name("reducer_collectives_total")
-                       .Help("Collectives ended, by kind and outcome (the "
-                             "status code every rank got)")
-                       .Register(*registry_)),
-      epochs_aborted_(prometheus::BuildCounter()
-                          .Name("reducer_epochs_aborted_total")
-                          .Help("Job epochs aborted because a rank's session "
-                                "was lost, by how it ended")
-                          .Register(*registry_)),
-      quorum_left_out_(prometheus::BuildCounter()
-                           .Name("reducer_quorum_ranks_left_out_total")
-                           .Help("Ranks that a quorum step ended without "
-                                 "(dead or later than its grace)")
-                           .Register(*registry_)
+      collectives_(CounterFamily(*registry_, "reducer_collectives_total",
+                                 "Collectives ended, by kind and outcome (the "
+                                 "status code every rank got)")),
+      epochs_aborted_(
+          CounterFamily(*registry_, "reducer_epochs_aborted_total",
+                        "Job epochs aborted because a rank's session "
+                        "was lost, by how it ended")),
+      quorum_left_out_(CounterFamily(*registry_,
+                                     "reducer_quorum_ranks_left_out_total",
+                                     "Ranks that a quorum step ended without "
+                                     "(dead or later than its grace)")
                            .Add({})),
-      refused_(prometheus::BuildCounter()
-                   .Name("reducer_requests_refused_total")
-                   .Help("Joins and collective calls refused before taking "
-                         "part, by status code and the limit they hit "
-                         "(none: not a limit)")
-                   .Register(*registry_)) {
-  auto& duration = prometheus::BuildHistogram()
-                       .Name("reducer_collective_duration_seconds")
-                       .Help("Time from a collective's first rank arriving to "
-                             "its last rank's result, collectives that "
-                             "succeeded")
-                       .Register(*registry_);
-  auto& bytes_in = prometheus::BuildCounter()
-                       .Name("reducer_payload_received_bytes_total")
-                       .Help("Payload bytes received from ranks")
-                       .Register(*registry_);
-  auto& bytes_out = prometheus::BuildCounter()
-                        .Name("reducer_payload_sent_bytes_total")
-                        .Help("Result bytes sent to ranks")
-                        .Register(*registry_);
-  auto& stalls = prometheus::BuildCounter()
-                     .Name("reducer_collective_stalls_total")
-                     .Help("Collectives that reached their stall warning (half "
-                           "their timeout) with ranks or payload missing")
-                     .Register(*registry_);
+      refused_(CounterFamily(*registry_, "reducer_requests_refused_total",
+                             "Joins and collective calls refused before taking "
+                             "part, by status code and the limit they hit "
+                             "(none: not a limit)")) {
+  auto& duration =
+      HistogramFamily(*registry_, "reducer_collective_duration_seconds",
+                      "Time from a collective's first rank arriving to "
+                      "its last rank's result, collectives that "
+                      "succeeded");
+  auto& bytes_in =
+      CounterFamily(*registry_, "reducer_payload_received_bytes_total",
+                    "Payload bytes received from ranks");
+  auto& bytes_out =
+      CounterFamily(*registry_, "reducer_payload_sent_bytes_total",
+                    "Result bytes sent to ranks");
+  auto& stalls =
+      CounterFamily(*registry_, "reducer_collective_stalls_total",
+                    "Collectives that reached their stall warning (half "
+                    "their timeout) with ranks or payload missing");
   for (int i = 0; i < kKinds; ++i) {
     const prometheus::Labels kind{{"kind", std::string(KindLabel(KindAt(i)))}};
     prometheus::Labels ok = kind;
@@ -110,7 +101,7 @@ PrometheusMetrics::PrometheusMetrics(absl::string_view version)
                            &stalls.Add(kind)};
   }
   auto gauge = [this](const std::string& name, const std::string& help) {
-    return &prometheus::BuildGauge().Name(name).Help(help).Register(*registry_).Add({});
+    return &GaugeFamily(*registry_, name, help).Add({});
   };
   gauges_.jobs = gauge("reducer_jobs", "Jobs with an open session");
   gauges_.ranks_connected = gauge(
@@ -136,11 +127,10 @@ PrometheusMetrics::PrometheusMetrics(absl::string_view version)
         {{"code", std::string(StatusCodeLabel(absl::StatusCode::kResourceExhausted))},
          {"limit", std::string(LimitLabel(static_cast<RefusedLimit>(l)))}});
   }
-  prometheus::BuildGauge()
-      .Name("reducer_build_info")
-      .Help("Always 1; the labels name the reducerd build")
-      .Register(*registry_)
-      .Add({{"version", std::string(version)}, {"grpc_version", grpc::Version()}})
+  GaugeFamily(*registry_, "reducer_build_info",
+              "Always 1; the labels name the reducerd build")
+      .Add({{"version", std::string(version)},
+            {"grpc_version", grpc::Version()}})
       .Set(1);
 }
 

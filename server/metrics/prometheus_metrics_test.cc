@@ -1,22 +1,30 @@
 #include "server/metrics/prometheus_metrics.h"
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::Not;
 
 std::string Scrape(PrometheusMetrics& metrics, ServerState state) {
   std::shared_ptr<prometheus::Collectable> target =
       metrics.MakeScrapeTarget([state] { return state; });
   return prometheus::TextSerializer().Serialize(target->Collect());
+}
+
+// Expects `text` to hold each of `samples` ("name{labels} value") followed by
+// the newline that ends its line.
+void ExpectSamples(const std::string& text,
+                   std::initializer_list<const char*> samples) {
+  for (const char* sample : samples) {
+    EXPECT_THAT(text, HasSubstr(std::string(sample) + "\n"));
+  }
 }
 
 TEST(PrometheusMetricsTest, CountsCollectivesByKindAndOutcome) {
@@ -31,16 +39,25 @@ TEST(PrometheusMetricsTest, CountsCollectivesByKindAndOutcome) {
   metrics.CollectiveEnded(std::nullopt, absl::StatusCode::kInvalidArgument,
                           absl::ZeroDuration(), 0, 0);
   const std::string text = Scrape(metrics, {});
-  EXPECT_THAT(text, HasSubstr("reducer_collectives_total{kind=\"allreduce\",outcome=\"OK\"} 3\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_collectives_total{kind=\"allreduce\",outcome=\"DeadlineExceeded\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_collectives_total{kind=\"unknown\",outcome=\"InvalidArgument\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_collectives_total{kind=\"barrier\",outcome=\"OK\"} 0\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_payload_received_bytes_total{kind=\"allreduce\"} 7168\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_payload_sent_bytes_total{kind=\"allreduce\"} 6144\n"));
-  // Only successful collectives are timed: 3 of 2 ms, in the 2.5 ms bucket.
-  EXPECT_THAT(text, HasSubstr("reducer_collective_duration_seconds_count{kind=\"allreduce\"} 3\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_collective_duration_seconds_bucket{kind=\"allreduce\",le=\"0.001\"} 0\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_collective_duration_seconds_bucket{kind=\"allreduce\",le=\"0.0025\"} 3\n"));
+  ExpectSamples(
+      text,
+      {
+          "reducer_collectives_total{kind=\"allreduce\",outcome=\"OK\"} 3",
+          "reducer_collectives_total{kind=\"allreduce\",outcome="
+          "\"DeadlineExceeded\"} 1",
+          "reducer_collectives_total{kind=\"unknown\",outcome="
+          "\"InvalidArgument\"} 1",
+          "reducer_collectives_total{kind=\"barrier\",outcome=\"OK\"} 0",
+          "reducer_payload_received_bytes_total{kind=\"allreduce\"} 7168",
+          "reducer_payload_sent_bytes_total{kind=\"allreduce\"} 6144",
+          // Only successful collectives are timed: 3 of 2 ms, in the 2.5 ms
+          // bucket.
+          "reducer_collective_duration_seconds_count{kind=\"allreduce\"} 3",
+          "reducer_collective_duration_seconds_bucket{kind=\"allreduce\",le="
+          "\"0.001\"} 0",
+          "reducer_collective_duration_seconds_bucket{kind=\"allreduce\",le="
+          "\"0.0025\"} 3",
+      });
 }
 
 TEST(PrometheusMetricsTest, CountsStallsAbortsAndRefusals) {
@@ -55,13 +72,19 @@ TEST(PrometheusMetricsTest, CountsStallsAbortsAndRefusals) {
   metrics.RequestRefused(absl::StatusCode::kFailedPrecondition,
                          RefusedLimit::kNone);
   const std::string text = Scrape(metrics, {});
-  EXPECT_THAT(text, HasSubstr("reducer_collective_stalls_total{kind=\"broadcast\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_epochs_aborted_total{reason=\"session_cancelled\"} 2\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_epochs_aborted_total{reason=\"session_ended\"} 0\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_quorum_ranks_left_out_total 3\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_requests_refused_total{code=\"ResourceExhausted\",limit=\"max_jobs\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_requests_refused_total{code=\"FailedPrecondition\",limit=\"none\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_requests_refused_total{code=\"ResourceExhausted\",limit=\"memory_budget_bytes\"} 0\n"));
+  ExpectSamples(
+      text, {
+                "reducer_collective_stalls_total{kind=\"broadcast\"} 1",
+                "reducer_epochs_aborted_total{reason=\"session_cancelled\"} 2",
+                "reducer_epochs_aborted_total{reason=\"session_ended\"} 0",
+                "reducer_quorum_ranks_left_out_total 3",
+                "reducer_requests_refused_total{code=\"ResourceExhausted\","
+                "limit=\"max_jobs\"} 1",
+                "reducer_requests_refused_total{code=\"FailedPrecondition\","
+                "limit=\"none\"} 1",
+                "reducer_requests_refused_total{code=\"ResourceExhausted\","
+                "limit=\"memory_budget_bytes\"} 0",
+            });
 }
 
 TEST(PrometheusMetricsTest, GaugesComeFromTheStateAtEachScrape) {
@@ -74,12 +97,14 @@ TEST(PrometheusMetricsTest, GaugesComeFromTheStateAtEachScrape) {
   state.memory_reserved_bytes = 4096;
   state.memory_budget_bytes = 1 << 20;
   std::string text = Scrape(metrics, state);
-  EXPECT_THAT(text, HasSubstr("reducer_jobs 2\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_ranks_connected 5\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_collectives_pending 3\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_collectives_stalled 1\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_memory_budget_reserved_bytes 4096\n"));
-  EXPECT_THAT(text, HasSubstr("reducer_memory_budget_bytes 1048576\n"));
+  ExpectSamples(text, {
+                          "reducer_jobs 2",
+                          "reducer_ranks_connected 5",
+                          "reducer_collectives_pending 3",
+                          "reducer_collectives_stalled 1",
+                          "reducer_memory_budget_reserved_bytes 4096",
+                          "reducer_memory_budget_bytes 1048576",
+                      });
   EXPECT_THAT(text, HasSubstr("reducer_build_info{grpc_version=\""));
   EXPECT_THAT(text, HasSubstr("version=\"1.2.3\"} 1\n"));
   state.jobs = 0;
