@@ -38,7 +38,7 @@
 #include "server/engine/engine_options.h"
 #include "server/engine/kept_results.h"
 #include "server/engine/memory_budget.h"
-#include "server/engine/recording_channel.h"
+#include "server/engine/fake_rank_channel.h"
 #include "server/engine/shared_bytes.h"
 #include "server/engine/string_bytes.h"
 #include "server/engine/thread_pool.h"
@@ -96,9 +96,9 @@ inline Payload Range(const std::string& bytes) {
 }
 
 // `n` fresh channels, index r for rank r.
-inline std::vector<std::shared_ptr<RecordingChannel>> Channels(int n) {
-  std::vector<std::shared_ptr<RecordingChannel>> ch(n);
-  for (auto& p : ch) p = std::make_shared<RecordingChannel>();
+inline std::vector<std::shared_ptr<FakeRankChannel>> Channels(int n) {
+  std::vector<std::shared_ptr<FakeRankChannel>> ch(n);
+  for (auto& p : ch) p = std::make_shared<FakeRankChannel>();
   return ch;
 }
 
@@ -124,7 +124,7 @@ inline void ExpectSpec(const TensorSpec& spec, DataType dtype,
 }
 
 // The specs are in the first message and in no other.
-inline void ExpectSpecsOnlyFirst(RecordingChannel& ch) {
+inline void ExpectSpecsOnlyFirst(FakeRankChannel& ch) {
   std::vector<SentMessage> messages = ch.sent();
   ASSERT_THAT(messages, ::testing::Not(::testing::IsEmpty()));
   for (size_t i = 1; i < messages.size(); ++i) {
@@ -225,7 +225,7 @@ class CollectiveTestBase : public ::testing::Test {
   // attaches with.
   struct AllReduceSetup {
     std::shared_ptr<Collective> c;
-    std::vector<std::shared_ptr<RecordingChannel>> ch;
+    std::vector<std::shared_ptr<FakeRankChannel>> ch;
     Fingerprint fp;
   };
   AllReduceSetup MakeAllReduce(int64_t n, std::vector<int> group) {
@@ -250,14 +250,14 @@ class CollectiveTestBase : public ::testing::Test {
   }
 
   // Delivers OnWriteDone for every message sent to `rank` so far.
-  static void AcknowledgeWrites(Collective& c, int rank, RecordingChannel& ch) {
+  static void AcknowledgeWrites(Collective& c, int rank, FakeRankChannel& ch) {
     for (int n = ch.TakeUnacknowledged(); n > 0; --n) c.OnWriteDone(rank);
   }
 
   // Runs a float32 [n] AllReduce sum over ranks 0..2 on `c`, attaching and
   // feeding whole contributions in `order`; returns the channels, indexed
   // by rank, once every stream has ended.
-  static std::vector<std::shared_ptr<RecordingChannel>> RunAllReduce(
+  static std::vector<std::shared_ptr<FakeRankChannel>> RunAllReduce(
       Collective& c, const std::vector<int>& order, int n) {
     auto ch = Channels(3);
     for (int r : order) {
@@ -279,10 +279,10 @@ class CollectiveTestBase : public ::testing::Test {
   // then the pool is let go. Returns the channels.
   // With `attempt_ids`, rank r attaches as attempt "s<r>/0" (its result is
   // then kept).
-  std::vector<std::shared_ptr<RecordingChannel>> DecideThen(
+  std::vector<std::shared_ptr<FakeRankChannel>> DecideThen(
       Collective& c, int n,
       const std::function<
-          void(const std::vector<std::shared_ptr<RecordingChannel>>&)>& act,
+          void(const std::vector<std::shared_ptr<FakeRankChannel>>&)>& act,
       bool attempt_ids = false) {
     options_.offload_bytes = 64;
     auto ch = Channels(3);

@@ -54,7 +54,7 @@ bool FakeRankChannel::WaitMessages(size_t n, absl::Duration timeout) {
   return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
 }
 
-std::string FakeRankChannel::Result() {
+std::string FakeRankChannel::result() {
   absl::MutexLock lock(&mu_);
   std::string out;
   for (const SentMessage& m : messages_) {
@@ -75,7 +75,14 @@ std::string FakeRankChannel::bytes() {
   return out;
 }
 
-std::vector<SentMessage> FakeRankChannel::messages() {
+size_t FakeRankChannel::byte_count() {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const SentMessage& m : messages_) n += m.data.size();
+  return n;
+}
+
+std::vector<SentMessage> FakeRankChannel::sent() {
   absl::MutexLock lock(&mu_);
   return messages_;
 }
