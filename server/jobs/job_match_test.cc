@@ -17,9 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/engine/string_bytes.h"
-#include "server/jobs/fake_job_channels.h"
 #include "server/jobs/job.h"
+#include "server/jobs/joined_job_test.h"
 #include "tests/status_matchers.h"
 
 namespace reducer {
@@ -28,52 +27,14 @@ namespace {
 using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
-constexpr int kWorld = 3;
 constexpr int64_t kTag = 7;
 
-class JobMatchTest : public ::testing::Test {
+class JobMatchTest : public JoinedJobTest {
  protected:
-  JobMatchTest() : job_("j1", kWorld, server_.env()) {
-    for (int r = 0; r < kWorld; ++r) {
-      sessions_.push_back(std::make_shared<FakeSession>());
-      EXPECT_TRUE(job_.Join(r, kWorld, Session(r), sessions_.back()).ok());
-    }
-  }
-
-  static std::string Session(int rank) { return absl::StrCat("s", rank); }
-
-  static v1::CollectiveHeader Header(int rank, v1::CollectiveKind kind) {
-    v1::CollectiveHeader h;
-    h.set_job("j1");
-    h.set_epoch(1);
-    h.set_session_id(Session(rank));
-    h.set_rank(rank);
-    h.set_kind(kind);
-    h.set_timeout_ms(10000);
-    return h;
-  }
-
   // Message n of `source` to `destination`: float32 [2] {source, n}.
   static std::string Message(int source, uint64_t n) {
     const float v[2] = {static_cast<float>(source), static_cast<float>(n)};
     return std::string(reinterpret_cast<const char*>(v), sizeof(v));
-  }
-
-  // Attaches `h` on a new channel, feeding `payload` if it is not empty.
-  std::shared_ptr<FakeRankChannel> Attach(const v1::CollectiveHeader& h,
-                                          const std::string& payload = "") {
-    auto channel = std::make_shared<FakeRankChannel>();
-    absl::StatusOr<std::shared_ptr<Collective>> c = job_.Attach(h, channel);
-    if (!c.ok()) {
-      if (!IsRefusedByCollective(c.status())) channel->Fail(c.status());
-      return channel;
-    }
-    if (!payload.empty()) {
-      Payload p;
-      p.Append(StringBytes(payload));
-      (*c)->OnData(h.rank(), 0, std::move(p));
-    }
-    return channel;
   }
 
   // `source`'s send n to `destination` with kTag.
@@ -127,10 +88,6 @@ class JobMatchTest : public ::testing::Test {
     if (bytes.size() == sizeof(v)) std::memcpy(v, bytes.data(), sizeof(v));
     return {v[0], v[1]};
   }
-
-  JobTestEnv server_;
-  std::vector<std::shared_ptr<FakeSession>> sessions_;
-  Job job_;
 };
 
 TEST_F(JobMatchTest, AMatchTakesTheMessageThatArrivedFirst) {
