@@ -37,15 +37,22 @@ class JobMatchTest : public JoinedJobTest {
     return std::string(reinterpret_cast<const char*>(v), sizeof(v));
   }
 
-  // `source`'s send n to `destination` with kTag.
-  std::shared_ptr<FakeRankChannel> Send(int source, int destination,
-                                        uint64_t n) {
-    v1::CollectiveHeader h = Header(source, v1::COLLECTIVE_KIND_SEND_RECEIVE);
+  // `rank`'s header of message n of `source` to `destination` with kTag.
+  static v1::CollectiveHeader MessageHeader(int rank, int source,
+                                            int destination, uint64_t n) {
+    v1::CollectiveHeader h = Header(rank, v1::COLLECTIVE_KIND_SEND_RECEIVE);
     h.set_name(absl::StrCat("p2p ", source, ">", destination, " tag ", kTag,
                             " #", n));
     h.set_root(source);
     h.add_group(std::min(source, destination));
     h.add_group(std::max(source, destination));
+    return h;
+  }
+
+  // `source`'s send n to `destination`.
+  std::shared_ptr<FakeRankChannel> Send(int source, int destination,
+                                        uint64_t n) {
+    v1::CollectiveHeader h = MessageHeader(source, source, destination, n);
     v1::TensorSpec* t = h.add_tensors();
     t->set_dtype(v1::DATA_TYPE_FLOAT32);
     t->add_shape(2);
@@ -55,13 +62,7 @@ class JobMatchTest : public JoinedJobTest {
   // `destination`'s plain receive of message n of `source`.
   std::shared_ptr<FakeRankChannel> Receive(int source, int destination,
                                            uint64_t n) {
-    v1::CollectiveHeader h = Header(destination, v1::COLLECTIVE_KIND_SEND_RECEIVE);
-    h.set_name(absl::StrCat("p2p ", source, ">", destination, " tag ", kTag,
-                            " #", n));
-    h.set_root(source);
-    h.add_group(std::min(source, destination));
-    h.add_group(std::max(source, destination));
-    return Attach(h);
+    return Attach(MessageHeader(destination, source, destination, n));
   }
 
   // `destination`'s match m of kTag, from any rank (`source` -1) or one.
