@@ -37,15 +37,11 @@ TEST_F(CollectiveTest, AllReduceSumIsExactWhateverTheArrivalOrder) {
         RunAllReduce(*c, order, kN);
     for (int r = 0; r < 3; ++r) {
       SCOPED_TRACE(absl::StrCat("rank ", r));
-      EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
-      EXPECT_EQ(ch[r]->result(), expected);
+      ExpectResult(*ch[r], expected, DataType::kFloat32, {kN});
       std::vector<SentMessage> messages = ch[r]->sent();
       // One message per chunk, the last one ending the stream.
       ASSERT_THAT(messages, SizeIs(3));
       EXPECT_TRUE(messages.back().last);
-      ASSERT_THAT(messages[0].result, SizeIs(1));
-      ExpectSpec(messages[0].result[0], DataType::kFloat32, {kN});
-      ExpectSpecsOnlyFirst(*ch[r]);
     }
     EXPECT_TRUE(c->done());
     EXPECT_EQ(memory_->used(), 0u);
@@ -107,16 +103,10 @@ TEST_F(CollectiveTest, ReduceScatterGivesEachRankItsSliceOfTheSum) {
   const std::vector<float> sum = RampSum(3, kN);
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
-    EXPECT_EQ(ch[r]->result(),
-              Bytes(std::vector<float>(sum.begin() + 6 * r,
-                                       sum.begin() + 6 * (r + 1))));
-    std::vector<SentMessage> messages = ch[r]->sent();
-    ASSERT_THAT(messages, Not(IsEmpty()));
-    ASSERT_THAT(messages[0].result, SizeIs(1));
-    ExpectSpec(messages[0].result[0], DataType::kFloat32, {3, 2});
-    ExpectSpecsOnlyFirst(*ch[r]);
+    ExpectResult(*ch[r],
+                 Bytes(std::vector<float>(sum.begin() + 6 * r,
+                                          sum.begin() + 6 * (r + 1))),
+                 DataType::kFloat32, {3, 2});
   }
   // Rank 2's slice spans both chunks: two messages; the others one each.
   EXPECT_THAT(ch[0]->sent(), SizeIs(1));
@@ -156,14 +146,9 @@ TEST_F(CollectiveTest, AllGatherConcatenatesUnevenContributionsInRankOrder) {
   c->OnData(0, 0, Range(inputs[0]));
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
-    EXPECT_EQ(ch[r]->result(), Bytes(gathered));
+    ExpectResult(*ch[r], Bytes(gathered), DataType::kInt32, {6, 2});
     std::vector<SentMessage> messages = ch[r]->sent();
     ASSERT_THAT(messages, SizeIs(4));
-    ASSERT_THAT(messages[0].result, SizeIs(1));
-    ExpectSpec(messages[0].result[0], DataType::kInt32, {6, 2});
-    ExpectSpecsOnlyFirst(*ch[r]);
     // Rank 1's bytes land after rank 0's 8, rank 2's after 8 + 16.
     EXPECT_EQ(messages[0].offset, 8u);
     EXPECT_EQ(messages[1].offset, 24u);
@@ -189,13 +174,9 @@ TEST_F(CollectiveTest, BroadcastSendsTheRootsTensorToEveryRank) {
   c->OnData(1, 0, Range(root_bytes));
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
-    EXPECT_EQ(ch[r]->result(), root_bytes);
+    ExpectResult(*ch[r], root_bytes, DataType::kFloat64, {5});
     std::vector<SentMessage> messages = ch[r]->sent();
     ASSERT_THAT(messages, SizeIs(1));
-    ASSERT_THAT(messages[0].result, SizeIs(1));
-    ExpectSpec(messages[0].result[0], DataType::kFloat64, {5});
     EXPECT_TRUE(messages[0].last);
   }
   EXPECT_EQ(memory_->used(), 0u);
@@ -238,11 +219,8 @@ void ExpectResultAtRootOnly(
     std::vector<SentMessage> messages = ch[r]->sent();
     ASSERT_THAT(messages, Not(IsEmpty()));
     if (r == root) {
-      EXPECT_EQ(ch[r]->result(), expected);
+      ExpectResult(*ch[r], expected, spec.dtype, spec.shape);
       EXPECT_EQ(ch[r]->byte_count(), expected.size());
-      ASSERT_THAT(messages[0].result, SizeIs(1));
-      ExpectSpec(messages[0].result[0], spec.dtype, spec.shape);
-      ExpectSpecsOnlyFirst(*ch[r]);
     } else {
       EXPECT_EQ(ch[r]->byte_count(), 0u);
       EXPECT_THAT(messages, SizeIs(1));
@@ -340,17 +318,11 @@ TEST_F(CollectiveTest, ScatterSendsEachRankOnlyTheBytesOfItsPart) {
   Feed(*c, 2, Bytes(input).substr(20), 20, 20);
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
-    EXPECT_EQ(ch[r]->result(),
-              Bytes(std::vector<int32_t>(input.begin() + 8 * r,
-                                         input.begin() + 8 * (r + 1))));
+    ExpectResult(*ch[r],
+                 Bytes(std::vector<int32_t>(input.begin() + 8 * r,
+                                            input.begin() + 8 * (r + 1))),
+                 DataType::kInt32, {4, 2});
     EXPECT_EQ(ch[r]->byte_count(), 32u);
-    std::vector<SentMessage> messages = ch[r]->sent();
-    ASSERT_THAT(messages, Not(IsEmpty()));
-    ASSERT_THAT(messages[0].result, SizeIs(1));
-    ExpectSpec(messages[0].result[0], DataType::kInt32, {4, 2});
-    ExpectSpecsOnlyFirst(*ch[r]);
   }
   EXPECT_TRUE(Settles(*c));
 }
@@ -376,15 +348,8 @@ TEST_F(CollectiveTest, AllToAllSendsPartJOfRankIToRankJAtOffsetI) {
         expected.push_back(1000 * i + k);
       }
     }
-    ASSERT_TRUE(ch[j]->WaitEnded());
-    EXPECT_TRUE(ch[j]->finished_ok()) << ch[j]->failure();
-    EXPECT_EQ(ch[j]->result(), Bytes(expected));
+    ExpectResult(*ch[j], Bytes(expected), DataType::kInt32, {12, 2});
     EXPECT_EQ(ch[j]->byte_count(), 96u);
-    std::vector<SentMessage> messages = ch[j]->sent();
-    ASSERT_THAT(messages, Not(IsEmpty()));
-    ASSERT_THAT(messages[0].result, SizeIs(1));
-    ExpectSpec(messages[0].result[0], DataType::kInt32, {12, 2});
-    ExpectSpecsOnlyFirst(*ch[j]);
   }
   EXPECT_TRUE(Settles(*c));
 }

@@ -132,6 +132,20 @@ inline void ExpectSpecsOnlyFirst(FakeRankChannel& ch) {
   }
 }
 
+// `ch`'s call ended OK with the result bytes `expected`, and its first
+// message alone carried the one result spec, `dtype` `shape`.
+inline void ExpectResult(FakeRankChannel& ch, const std::string& expected,
+                         DataType dtype, std::vector<int64_t> shape) {
+  ASSERT_TRUE(ch.WaitEnded());
+  EXPECT_TRUE(ch.finished_ok()) << ch.failure();
+  EXPECT_EQ(ch.result(), expected);
+  std::vector<SentMessage> messages = ch.sent();
+  ASSERT_THAT(messages, ::testing::Not(::testing::IsEmpty()));
+  ASSERT_THAT(messages[0].result, ::testing::SizeIs(1));
+  ExpectSpec(messages[0].result[0], dtype, std::move(shape));
+  ExpectSpecsOnlyFirst(ch);
+}
+
 // Holds both reduction threads until Release() (or destruction), so that a
 // test can act while every input is in but no result has been sent yet. The
 // held tasks share the notification, so it outlives their waits.
