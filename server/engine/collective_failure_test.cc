@@ -89,11 +89,9 @@ TEST_F(CollectiveTest, TimeoutFailsWaitingRanksNamingTheMissingOne) {
   c->Attach(ch[2], 2, fp, "");
   for (int r : {0, 2}) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kDeadlineExceeded);
-    EXPECT_THAT(ch[r]->failure().message(),
-                HasSubstr("timed out after 200ms: rank 1 never arrived "
-                          "(ranks 0,2 waited)"));
+    ExpectFailed(
+        *ch[r], absl::StatusCode::kDeadlineExceeded,
+        "timed out after 200ms: rank 1 never arrived (ranks 0,2 waited)");
   }
   EXPECT_TRUE(c->done());
   EXPECT_EQ(memory_->used(), 0u);
@@ -259,12 +257,9 @@ TEST_F(CollectiveTest, TimeoutWithEveryRankArrivedNamesTheMissingPayload) {
   Feed(*c, 0, Bytes(Ramp(0, 20)));
   c->OnData(1, 0, Range(Bytes(Ramp(1, 20)).substr(0, 16)));
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kDeadlineExceeded);
-    EXPECT_THAT(ch[r]->failure().message(),
-                HasSubstr("every rank arrived but payload is missing: rank 0 "
-                          "has received 0 of 80 result bytes; rank 1 sent 16 "
-                          "of 80 bytes"));
+    ExpectFailed(*ch[r], absl::StatusCode::kDeadlineExceeded,
+                 "every rank arrived but payload is missing: rank 0 has "
+                 "received 0 of 80 result bytes; rank 1 sent 16 of 80 bytes");
   }
   EXPECT_EQ(memory_->used(), 0u);
 }
@@ -309,10 +304,8 @@ TEST_F(CollectiveTest, GatherWhoseRootNeverArrivesTimesOutNamingIt) {
   }
   for (int r : {0, 2}) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kDeadlineExceeded);
-    EXPECT_THAT(ch[r]->failure().message(),
-                HasSubstr("rank 1 never arrived (ranks 0,2 waited)"));
+    ExpectFailed(*ch[r], absl::StatusCode::kDeadlineExceeded,
+                 "rank 1 never arrived (ranks 0,2 waited)");
   }
   EXPECT_EQ(memory_->used(), 0u);
 }

@@ -146,6 +146,14 @@ inline void ExpectResult(FakeRankChannel& ch, const std::string& expected,
   ExpectSpecsOnlyFirst(ch);
 }
 
+// `ch`'s call ended failed with `code`, its message containing `text`.
+inline void ExpectFailed(FakeRankChannel& ch, absl::StatusCode code,
+                         const std::string& text) {
+  ASSERT_TRUE(ch.WaitEnded());
+  EXPECT_EQ(ch.failure().code(), code);
+  EXPECT_THAT(ch.failure().message(), ::testing::HasSubstr(text));
+}
+
 // Holds both reduction threads until Release() (or destruction), so that a
 // test can act while every input is in but no result has been sent yet. The
 // held tasks share the notification, so it outlives their waits.

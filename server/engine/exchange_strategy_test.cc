@@ -177,11 +177,9 @@ TEST_F(AllToAllVTest, ARankThatAttachesAfterAnExpectationIsCheckedAgainstIt) {
   ASSERT_TRUE(c->Attach(two, 2, AllToAllV(group, {0, 0, 0}, {0, 1, 0}), ""));
   EXPECT_FALSE(c->Attach(one, 1, AllToAllV(group, {0, 0, 2}), ""));
   for (auto* channel : {one.get(), two.get()}) {
-    ASSERT_TRUE(channel->WaitEnded());
-    EXPECT_EQ(channel->failure().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(channel->failure().message(),
-                HasSubstr("mismatched rows: rank 1 sends 2 rows to rank 2, "
-                          "but rank 2 expects 1 from rank 1"));
+    ExpectFailed(*channel, absl::StatusCode::kFailedPrecondition,
+                 "mismatched rows: rank 1 sends 2 rows to rank 2, but rank 2 "
+                 "expects 1 from rank 1");
   }
 }
 
@@ -193,10 +191,9 @@ TEST_F(AllToAllVTest, WhatARankExpectsFromItselfIsCheckedToo) {
   ASSERT_TRUE(c->Attach(a, 0, AllToAllV(group, {1, 1}), ""));
   EXPECT_FALSE(c->Attach(b, 1, AllToAllV(group, {2, 0}, {1, 3}), ""));
   for (auto* channel : {a.get(), b.get()}) {
-    ASSERT_TRUE(channel->WaitEnded());
-    EXPECT_THAT(channel->failure().message(),
-                HasSubstr("mismatched rows: rank 1 sends 0 rows to rank 1, "
-                          "but rank 1 expects 3 from rank 1"));
+    ExpectFailed(*channel, absl::StatusCode::kFailedPrecondition,
+                 "mismatched rows: rank 1 sends 0 rows to rank 1, but rank 1 "
+                 "expects 3 from rank 1");
   }
 }
 
@@ -226,11 +223,9 @@ TEST_F(AllToAllVTest, OtherDimensionsMustAgree) {
   Fingerprint wide = AllToAllV(group, {0, 1});
   wide.tensors[0].shape = {1, kCols + 1};
   EXPECT_FALSE(c->Attach(b, 1, wide, ""));
-  ASSERT_TRUE(b->WaitEnded());
-  EXPECT_EQ(b->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(b->failure().message(),
-              HasSubstr("mismatched shapes: rank 0 sent [2,3] int32, rank 1 "
-                        "sent [1,4] int32"));
+  ExpectFailed(
+      *b, absl::StatusCode::kFailedPrecondition,
+      "mismatched shapes: rank 0 sent [2,3] int32, rank 1 sent [1,4] int32");
 }
 
 }  // namespace

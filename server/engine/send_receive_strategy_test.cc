@@ -153,11 +153,9 @@ TEST_F(SendReceiveTest, DeclaredSpecThatDisagreesFailsTheDestination) {
   ASSERT_TRUE(src->WaitEnded());
   EXPECT_TRUE(src->finished_ok());  // already returned: its send was buffered
   EXPECT_FALSE(c->Attach(dst, 1, P2p(0, 1, {Floats(9)}), ""));
-  ASSERT_TRUE(dst->WaitEnded());
-  EXPECT_EQ(dst->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(dst->failure().message(),
-              HasSubstr("mismatched shapes: rank 0 sent [8] float32, rank 1 "
-                        "sent [9] float32"));
+  ExpectFailed(
+      *dst, absl::StatusCode::kFailedPrecondition,
+      "mismatched shapes: rank 0 sent [8] float32, rank 1 sent [9] float32");
   EXPECT_EQ(dst->byte_count(), 0u);
   EXPECT_TRUE(c->done());
   EXPECT_EQ(memory_->used(), 0u);
@@ -170,11 +168,9 @@ TEST_F(SendReceiveTest, DisagreementWhileTheSourceIsAttachedFailsBoth) {
   ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {Floats(9)}), ""));
   EXPECT_FALSE(c->Attach(src, 0, P2p(0, 1, {Floats(8)}), ""));
   for (auto* ch : {src.get(), dst.get()}) {
-    ASSERT_TRUE(ch->WaitEnded());
-    EXPECT_EQ(ch->failure().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(ch->failure().message(),
-                HasSubstr("mismatched shapes: rank 1 sent [9] float32, rank 0 "
-                          "sent [8] float32"));
+    ExpectFailed(
+        *ch, absl::StatusCode::kFailedPrecondition,
+        "mismatched shapes: rank 1 sent [9] float32, rank 0 sent [8] float32");
   }
   EXPECT_EQ(dst->byte_count(), 0u);
 }
@@ -205,10 +201,8 @@ TEST_F(SendReceiveTest, ReceiveWhoseSendNeverComesNamesTheSource) {
   std::shared_ptr<Collective> c = Make(2, 0, absl::Milliseconds(200));
   auto dst = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(c->Attach(dst, 0, P2p(2, 0, {}), ""));
-  ASSERT_TRUE(dst->WaitEnded());
-  EXPECT_EQ(dst->failure().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(dst->failure().message(),
-              HasSubstr("rank 2 never arrived (ranks 0 waited)"));
+  ExpectFailed(*dst, absl::StatusCode::kDeadlineExceeded,
+               "rank 2 never arrived (ranks 0 waited)");
 }
 
 TEST_F(SendReceiveTest, SendBeyondTheMemoryBudgetIsRefused) {
