@@ -82,11 +82,6 @@ size_t FakeRankChannel::byte_count() {
   return n;
 }
 
-std::vector<SentMessage> FakeRankChannel::sent() {
-  absl::MutexLock lock(&mu_);
-  return messages_;
-}
-
 int FakeRankChannel::message_count() {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(messages_.size());
@@ -112,26 +107,6 @@ int FakeRankChannel::TakeUnacknowledged() {
   const int n = unacknowledged_;
   unacknowledged_ = 0;
   return n;
-}
-
-bool FakeRankChannel::finished_ok() {
-  absl::MutexLock lock(&mu_);
-  return finished_ok_;
-}
-
-absl::Status FakeRankChannel::failure() {
-  absl::MutexLock lock(&mu_);
-  return failure_;
-}
-
-int FakeRankChannel::fail_calls() {
-  absl::MutexLock lock(&mu_);
-  return fail_calls_;
-}
-
-int FakeRankChannel::resumes() {
-  absl::MutexLock lock(&mu_);
-  return resumes_;
 }
 
 }  // namespace reducer

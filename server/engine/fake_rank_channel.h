@@ -66,7 +66,7 @@ class FakeRankChannel final : public RankChannel {
   std::string bytes();
   size_t byte_count();
   // Every message, in the order sent.
-  std::vector<SentMessage> sent();
+  std::vector<SentMessage> sent() { return Read(&FakeRankChannel::messages_); }
   int message_count();
   // Messages that carried result specs, and the specs of the latest one.
   int headers();
@@ -75,14 +75,21 @@ class FakeRankChannel final : public RankChannel {
   // delivered yet; resets the count (the caller delivers them).
   int TakeUnacknowledged();
   // The call ended with OK (FinishWhenSent, or a message sent with last).
-  bool finished_ok();
+  bool finished_ok() { return Read(&FakeRankChannel::finished_ok_); }
   // The status of the latest Fail (OK if none), and how many there were.
-  absl::Status failure();
-  int fail_calls();
+  absl::Status failure() { return Read(&FakeRankChannel::failure_); }
+  int fail_calls() { return Read(&FakeRankChannel::fail_calls_); }
   // How many times reading was resumed.
-  int resumes();
+  int resumes() { return Read(&FakeRankChannel::resumes_); }
 
  private:
+  // A copy of the member `field`, read under the lock.
+  template <typename T>
+  T Read(T FakeRankChannel::*field) {
+    absl::MutexLock lock(&mu_);
+    return this->*field;
+  }
+
   bool Ended() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return finished_ok_ || fail_calls_ > 0;
   }
