@@ -272,7 +272,8 @@ std::vector<int> Collective::OnMembershipChanged(const Participation& who) {
       if (done_) continue;
       ranks_[index].done = true;
       if (!LeaveOutLocked(index, &ready)) continue;
-      if (attached_ == static_cast<int>(group_.size()) && strategy_ != nullptr) {
+      if (attached_ == static_cast<int>(group_.size()) &&
+          strategy_ != nullptr) {
         OnAllAttached();
       }
     }

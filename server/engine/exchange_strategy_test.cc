@@ -104,7 +104,8 @@ class AllToAllVTest : public CollectiveTestBase {
     for (int i = 0; i < n; ++i) group.push_back(i);
     std::shared_ptr<Collective> c = Make(group);
     std::vector<std::shared_ptr<FakeRankChannel>> ch;
-    for (int i = 0; i < n; ++i) ch.push_back(std::make_shared<FakeRankChannel>());
+    for (int i = 0; i < n; ++i)
+      ch.push_back(std::make_shared<FakeRankChannel>());
     ASSERT_TRUE(c->Attach(ch[0], 0, AllToAllV(group, send[0]), ""));
     Feed(*c, 0, Rows(0, Sum(send[0])), message_bytes);  // held back
     for (int i = 1; i < n; ++i) {

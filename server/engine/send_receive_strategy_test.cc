@@ -23,8 +23,8 @@
 #include "gtest/gtest.h"
 #include "server/engine/collective.h"
 #include "server/engine/collective_test_base.h"
-#include "server/engine/kept_results.h"
 #include "server/engine/fake_rank_channel.h"
+#include "server/engine/kept_results.h"
 
 namespace reducer {
 namespace {

@@ -263,8 +263,8 @@ class Job {
   // or, just created, to ask who does: it asks membership_
   // (Collective::OnMembershipChanged, under mu_), and the ranks it found
   // done count as having skipped it when it is unnamed.
-  void TellMembershipChangedLocked(const std::shared_ptr<Collective>& collective,
-                                   const std::string& key)
+  void TellMembershipChangedLocked(
+      const std::shared_ptr<Collective>& collective, const std::string& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank of a quorum step that ended without it, while the step is still
   // matched: the collective (its Attach refuses the late call), else null.

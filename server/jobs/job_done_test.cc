@@ -52,7 +52,6 @@ class JobDoneTest : public JoinedJobTest {
     if (!c.ok()) channel->Fail(c.status());
     return channel;
   }
-
 };
 
 // Rank 2 runs out of data while ranks 0 and 1 wait for it: their

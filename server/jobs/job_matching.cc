@@ -53,7 +53,8 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
     stream->Send(std::move(none), /*last=*/true);
     return std::shared_ptr<Collective>();
   }
-  if (membership_.CalledDone(header.rank()) && fp->kind != CollectiveKind::kDone) {
+  if (membership_.CalledDone(header.rank()) &&
+      fp->kind != CollectiveKind::kDone) {
     return absl::FailedPreconditionError(absl::StrCat(
         description, ": rank ", header.rank(),
         " called Done(); it takes part in no collective of the job until "

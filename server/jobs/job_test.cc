@@ -180,8 +180,7 @@ TEST_F(JobTest, ACollectivesBookkeepingCountsInTheMemoryBudget) {
   ASSERT_TRUE(small.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
   v1::CollectiveHeader header = Barrier(0, "a", 1, 0);
   header.set_job("j2");
-  const absl::Status refused =
-      AttachUnread(small, header).status();
+  const absl::Status refused = AttachUnread(small, header).status();
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted,
                                 HasSubstr("--memory_budget_bytes")));
   EXPECT_THAT(refused.message(), HasSubstr("collective of 2 ranks"));
@@ -345,8 +344,7 @@ TEST_F(JobTest, RetryOfAnUnusedAttemptReplacesItsFirstCall) {
 
 TEST_F(JobTest, RetryOfAnAttemptAlreadyUsedIsAbortedNotCountedAgain) {
   const v1::CollectiveHeader first = JoinAndRun();
-  absl::StatusOr<std::shared_ptr<Collective>> again =
-      AttachUnread(job_, first);
+  absl::StatusOr<std::shared_ptr<Collective>> again = AttachUnread(job_, first);
   EXPECT_THAT(
       again.status(),
       StatusIs(absl::StatusCode::kAborted,
@@ -378,8 +376,7 @@ TEST_F(JobTest, AReplayAfterTheSessionWasLostSendsTheKeptResultAgain) {
   changed.mutable_tensors(0)->set_dtype(v1::DATA_TYPE_FLOAT32);
   changed.mutable_tensors(0)->add_shape(4);
   changed.mutable_tensors(0)->set_op(v1::REDUCE_OP_SUM);
-  absl::Status refused =
-      AttachUnread(job_, changed).status();
+  absl::Status refused = AttachUnread(job_, changed).status();
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument,
                                 HasSubstr("declaring other tensors")));
   // A normal retry of the same attempt is still never counted again.
@@ -395,8 +392,7 @@ TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
   EXPECT_EQ(kept_memory_.used(), 2 * kResultBytes);  // both ranks' results
   v1::CollectiveHeader unknown = first;
   unknown.set_attempt_id("a/9");
-  absl::Status none =
-      AttachUnread(job_, Replay(unknown)).status();
+  absl::Status none = AttachUnread(job_, Replay(unknown)).status();
   EXPECT_THAT(none,
               StatusIs(absl::StatusCode::kNotFound,
                        HasSubstr("rank 0's attempt a/9 has no result kept")));
@@ -405,9 +401,8 @@ TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
   next.set_attempt_id("a/2");
   next.set_received_below(2);
   ASSERT_TRUE(AttachUnread(job_, next).ok());
-  EXPECT_THAT(
-      AttachUnread(job_, Replay(first)).status(),
-      StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(AttachUnread(job_, Replay(first)).status(),
+              StatusIs(absl::StatusCode::kNotFound));
   // Rank 0's result is forgotten; rank 1 acknowledged nothing yet.
   EXPECT_EQ(kept_memory_.used(), kResultBytes);
 }
@@ -415,8 +410,7 @@ TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
 TEST_F(JobTest, AReplayNamesAnAttemptOfItsOwnSession) {
   v1::CollectiveHeader stolen = Replay(JoinAndRun());
   stolen.set_session_id("b");  // session b asks for a's result
-  absl::Status refused =
-      AttachUnread(job_, stolen).status();
+  absl::Status refused = AttachUnread(job_, stolen).status();
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument,
                                 HasSubstr("an attempt of its own session")));
 }
