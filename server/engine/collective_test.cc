@@ -103,10 +103,7 @@ TEST_F(CollectiveTest, ReduceScatterGivesEachRankItsSliceOfTheSum) {
   const std::vector<float> sum = RampSum(3, kN);
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    ExpectResult(*ch[r],
-                 Bytes(std::vector<float>(sum.begin() + 6 * r,
-                                          sum.begin() + 6 * (r + 1))),
-                 DataType::kFloat32, {3, 2});
+    ExpectResult(*ch[r], PartBytes(sum, r, 6), DataType::kFloat32, {3, 2});
   }
   // Rank 2's slice spans both chunks: two messages; the others one each.
   EXPECT_THAT(ch[0]->sent(), SizeIs(1));
@@ -318,10 +315,7 @@ TEST_F(CollectiveTest, ScatterSendsEachRankOnlyTheBytesOfItsPart) {
   Feed(*c, 2, Bytes(input).substr(20), 20, 20);
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    ExpectResult(*ch[r],
-                 Bytes(std::vector<int32_t>(input.begin() + 8 * r,
-                                            input.begin() + 8 * (r + 1))),
-                 DataType::kInt32, {4, 2});
+    ExpectResult(*ch[r], PartBytes(input, r, 8), DataType::kInt32, {4, 2});
     EXPECT_EQ(ch[r]->byte_count(), 32u);
   }
   EXPECT_TRUE(Settles(*c));

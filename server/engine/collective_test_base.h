@@ -83,6 +83,13 @@ std::string Bytes(const std::vector<T>& values) {
   return out;
 }
 
+// The bytes of part `i` of `values`, cut into parts of `n` elements each.
+template <typename T>
+std::string PartBytes(const std::vector<T>& values, int i, int n) {
+  return Bytes(
+      std::vector<T>(values.begin() + n * i, values.begin() + n * (i + 1)));
+}
+
 // A payload message of `bytes`, split in two pieces (as a received buffer
 // may be) so that copies across piece boundaries are exercised.
 inline Payload Range(const std::string& bytes) {

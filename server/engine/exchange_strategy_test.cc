@@ -89,6 +89,12 @@ class AllToAllVTest : public CollectiveTestBase {
  protected:
   AllToAllVTest() { options_.chunk_bytes = 64; }
 
+  // The calls of a group of two.
+  const std::shared_ptr<FakeRankChannel> a_ =
+      std::make_shared<FakeRankChannel>();
+  const std::shared_ptr<FakeRankChannel> b_ =
+      std::make_shared<FakeRankChannel>();
+
   std::shared_ptr<Collective> Make(std::vector<int> group) {
     return MakeCollective(CollectiveKind::kAllToAllV, std::move(group),
                           "alltoallv #0");
@@ -187,11 +193,9 @@ TEST_F(AllToAllVTest, ARankThatAttachesAfterAnExpectationIsCheckedAgainstIt) {
 TEST_F(AllToAllVTest, WhatARankExpectsFromItselfIsCheckedToo) {
   const std::vector<int> group = {0, 1};
   std::shared_ptr<Collective> c = Make(group);
-  auto a = std::make_shared<FakeRankChannel>();
-  auto b = std::make_shared<FakeRankChannel>();
-  ASSERT_TRUE(c->Attach(a, 0, AllToAllV(group, {1, 1}), ""));
-  EXPECT_FALSE(c->Attach(b, 1, AllToAllV(group, {2, 0}, {1, 3}), ""));
-  for (auto* channel : {a.get(), b.get()}) {
+  ASSERT_TRUE(c->Attach(a_, 0, AllToAllV(group, {1, 1}), ""));
+  EXPECT_FALSE(c->Attach(b_, 1, AllToAllV(group, {2, 0}, {1, 3}), ""));
+  for (auto* channel : {a_.get(), b_.get()}) {
     ExpectFailed(*channel, absl::StatusCode::kFailedPrecondition,
                  "mismatched rows: rank 1 sends 0 rows to rank 1, but rank 1 "
                  "expects 3 from rank 1");
@@ -201,31 +205,27 @@ TEST_F(AllToAllVTest, WhatARankExpectsFromItselfIsCheckedToo) {
 TEST_F(AllToAllVTest, ExpectedRowsThatAgreeChangeNothing) {
   const std::vector<int> group = {1, 4};  // global ranks 1 and 4
   std::shared_ptr<Collective> c = Make(group);
-  auto a = std::make_shared<FakeRankChannel>();
-  auto b = std::make_shared<FakeRankChannel>();
-  ASSERT_TRUE(c->Attach(a, 1, AllToAllV(group, {1, 2}, {1, 0}), ""));
-  ASSERT_TRUE(c->Attach(b, 4, AllToAllV(group, {0, 1}, {2, 1}), ""));
+  ASSERT_TRUE(c->Attach(a_, 1, AllToAllV(group, {1, 2}, {1, 0}), ""));
+  ASSERT_TRUE(c->Attach(b_, 4, AllToAllV(group, {0, 1}, {2, 1}), ""));
   Feed(*c, 1, Rows(0, 3), 24);
   Feed(*c, 4, Rows(1, 1), 24);
-  ASSERT_TRUE(a->WaitEnded());
-  ASSERT_TRUE(b->WaitEnded());
-  EXPECT_TRUE(a->finished_ok()) << a->failure();
-  EXPECT_TRUE(b->finished_ok()) << b->failure();
-  EXPECT_EQ(a->result(), Expected({{1, 2}, {0, 1}}, 0));
-  EXPECT_EQ(b->result(), Expected({{1, 2}, {0, 1}}, 1));
+  ASSERT_TRUE(a_->WaitEnded());
+  ASSERT_TRUE(b_->WaitEnded());
+  EXPECT_TRUE(a_->finished_ok()) << a_->failure();
+  EXPECT_TRUE(b_->finished_ok()) << b_->failure();
+  EXPECT_EQ(a_->result(), Expected({{1, 2}, {0, 1}}, 0));
+  EXPECT_EQ(b_->result(), Expected({{1, 2}, {0, 1}}, 1));
 }
 
 TEST_F(AllToAllVTest, OtherDimensionsMustAgree) {
   const std::vector<int> group = {0, 1};
   std::shared_ptr<Collective> c = Make(group);
-  auto a = std::make_shared<FakeRankChannel>();
-  auto b = std::make_shared<FakeRankChannel>();
-  ASSERT_TRUE(c->Attach(a, 0, AllToAllV(group, {1, 1}), ""));
+  ASSERT_TRUE(c->Attach(a_, 0, AllToAllV(group, {1, 1}), ""));
   Fingerprint wide = AllToAllV(group, {0, 1});
   wide.tensors[0].shape = {1, kCols + 1};
-  EXPECT_FALSE(c->Attach(b, 1, wide, ""));
+  EXPECT_FALSE(c->Attach(b_, 1, wide, ""));
   ExpectFailed(
-      *b, absl::StatusCode::kFailedPrecondition,
+      *b_, absl::StatusCode::kFailedPrecondition,
       "mismatched shapes: rank 0 sent [2,3] int32, rank 1 sent [1,4] int32");
 }
 
