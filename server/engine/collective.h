@@ -46,8 +46,9 @@
 //     missing; at the timeout every rank gets DEADLINE_EXCEEDED naming them.
 //  7. Quorum barriers (StartQuorum) end before every rank attached: each
 //     attach is an arrival for the collective's QuorumStep
-//     (server/engine/quorum_step.h), each lost rank a death, and a timer
-//     asks again at the grace's end. Once the step decides, every rank that
+//     (server/engine/quorum_step.h), each rank the job's Participation says
+//     is gone a death (asked at the start, and again whenever the job says
+//     that membership changed), and a timer asks again at the grace's end. Once the step decides, every rank that
 //     did not arrive is left out (counted as attached and finished, sent
 //     nothing) and the others get the step's marks
 //     (server/engine/quorum_barrier_strategy.h). A left-out rank's late
@@ -61,7 +62,9 @@
 // collective_timers.cc (stall warning, deadline, status snapshots).
 //
 // Thread-safe: all state is under mu_. Lock order: Collective::mu_ before a
-// RankChannel's own lock; channels call in without holding theirs.
+// RankChannel's own lock; channels call in without holding theirs. A
+// Participation is asked under mu_, only within the call that hands it
+// over; it takes no lock (its job holds its own around that call).
 #ifndef REDUCER_SERVER_ENGINE_COLLECTIVE_H_
 #define REDUCER_SERVER_ENGINE_COLLECTIVE_H_
 
@@ -85,6 +88,7 @@
 #include "server/engine/kept_results.h"
 #include "server/engine/kind_strategy.h"
 #include "server/engine/memory_budget.h"
+#include "server/engine/participation.h"
 #include "server/engine/quorum_step.h"
 #include "server/engine/rank_channel.h"
 #include "server/engine/shared_bytes.h"
@@ -204,15 +208,23 @@ class Collective final : public std::enable_shared_from_this<Collective>,
                       std::shared_ptr<RankChannel> channel);
 
   // Quorum barriers only (CollectiveKind::kQuorumBarrier), right after
-  // creation: the step ends by `settings`; `absent` ranks of the group
-  // count as dead from the start, `joining` ranks take part without
-  // contributing (QuorumRule::Joining).
+  // creation: the step ends by `settings`; the ranks of the group that
+  // `who` says are gone count as dead from the start, `joining` ranks take
+  // part without contributing (QuorumRule::Joining).
   void StartQuorum(const QuorumSettings& settings,
-                   const std::vector<int>& absent,
-                   const std::vector<int>& joining);
-  // A quorum barrier's `rank` is known dead (its session was lost): the
-  // step no longer waits for it. No-op for other collectives.
-  void OnRankLost(int rank);
+                   const std::vector<int>& joining, const Participation& who);
+  // Who takes part changed (and, right after creation, who takes part):
+  // asks `who` about every rank of the group that has not attached. A rank
+  // that called Done() is left out, as the kind's strategy allows
+  // (KindStrategy::Exclude; if the kind cannot go on without it, the
+  // collective fails for everyone with FAILED_PRECONDITION saying so), and
+  // a later attach of it is refused with FAILED_PRECONDITION; a DONE
+  // collective leaves nobody out. A quorum barrier's step no longer waits
+  // for a rank that is gone (attached or not). Returns the ranks found
+  // done, left out or not (the job counts them as having skipped the
+  // collective); none once the collective is done. Call under the lock that keeps `who`'s answers
+  // (participation.h).
+  std::vector<int> OnMembershipChanged(const Participation& who);
   // True when `rank` is in the group of a quorum barrier that ended
   // without it; LeftAnyOut: when it ended without some rank.
   bool LeftOut(int rank) const;
@@ -228,13 +240,6 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   bool IsDone() const { return label_.kind == CollectiveKind::kDone; }
   // True once `rank` attached (or was left out).
   bool HasAttached(int rank) const;
-
-  // `rank` called Done(): the collective goes on without it, as the kind's
-  // strategy allows (KindStrategy::Exclude); if the kind cannot, it fails
-  // for everyone with FAILED_PRECONDITION saying so. No-op once the rank
-  // attached or the collective is done. A later attach of the rank is
-  // refused with FAILED_PRECONDITION.
-  void ExcludeDone(int rank);
 
   // The values the job hands the kind for its result (KindStrategy::
   // SetResultValues): a DONE collective's int64 every rank gets (the value

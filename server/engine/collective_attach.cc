@@ -2,9 +2,9 @@
 // group and the reference fingerprint, its kind's strategy picked by the
 // first), the memory its kind reserves for it before any of its payload is
 // accepted, a retry or a cancelled call before the result is decided, and
-// ranks that take no part: those that called Done() (ExcludeDone) and
-// those a quorum step ends without (this file is the step's Host,
-// server/engine/quorum_step.h).
+// ranks that take no part: those the job's Participation says called
+// Done() or are gone (OnMembershipChanged), and those a quorum step ends
+// without (this file is the step's Host, server/engine/quorum_step.h).
 #include <memory>
 #include <utility>
 
@@ -256,22 +256,41 @@ void Collective::OnRankCancelled(int rank, const RankChannel* channel) {
   FailLocked(absl::AbortedError(why), {rank});
 }
 
-void Collective::ExcludeDone(int rank) {
+std::vector<int> Collective::OnMembershipChanged(const Participation& who) {
+  std::vector<int> found_done;
   std::vector<StagedChunk> ready;
   std::shared_ptr<KindStrategy> strategy;
   {
     absl::MutexLock lock(&mu_);
-    const int index = IndexOf(rank);
-    if (done_ || index < 0 || ranks_[index].attached) return;
-    ranks_[index].done = true;
-    if (!LeaveOutLocked(index, &ready)) return;
-    if (attached_ == static_cast<int>(group_.size()) && strategy_ != nullptr) {
-      OnAllAttached();
+    if (done_) return found_done;
+    // Ranks that called Done() first, one by one: each may complete the
+    // attaches, or fail the collective (the others are still counted).
+    for (int index = 0; !IsDone() && index < static_cast<int>(group_.size());
+         ++index) {
+      if (ranks_[index].attached || !who.CalledDone(group_[index])) continue;
+      found_done.push_back(group_[index]);
+      if (done_) continue;
+      ranks_[index].done = true;
+      if (!LeaveOutLocked(index, &ready)) continue;
+      if (attached_ == static_cast<int>(group_.size()) &&
+          strategy_ != nullptr) {
+        OnAllAttached();
+      }
+    }
+    // Then a quorum step's deaths, arrived ranks too (a rank lost after it
+    // attached has no call left to answer); the step may end now.
+    // Ranks the step left out at its start are dead to it already.
+    for (int index = 0; index < static_cast<int>(group_.size()); ++index) {
+      if (!QuorumOpenLocked()) break;
+      const RankState& m = ranks_[index];
+      if (m.left_out && !m.done) continue;
+      if (who.Gone(group_[index])) quorum_->Lost(index, ranks_, *this);
     }
     strategy = strategy_;
   }
   for (StagedChunk& chunk : ready)
     ScheduleReduction(strategy, std::move(chunk));
+  return found_done;
 }
 
 bool Collective::LeaveOutLocked(int index, std::vector<StagedChunk>* ready) {
@@ -313,18 +332,16 @@ absl::Status Collective::LeftOutError(int rank) const {
 }
 
 void Collective::StartQuorum(const QuorumSettings& settings,
-                             const std::vector<int>& absent,
-                             const std::vector<int>& joining) {
+                             const std::vector<int>& joining,
+                             const Participation& who) {
   absl::MutexLock lock(&mu_);
+  std::vector<int> gone;
+  for (int index = 0; index < static_cast<int>(group_.size()); ++index) {
+    if (who.Gone(group_[index])) gone.push_back(index);
+  }
   quorum_ =
       std::make_unique<QuorumStep>(static_cast<int>(group_.size()), settings);
-  quorum_->Start(IndicesOf(absent), IndicesOf(joining), ranks_, *this);
-}
-
-void Collective::OnRankLost(int rank) {
-  absl::MutexLock lock(&mu_);
-  const int index = IndexOf(rank);
-  if (index >= 0 && QuorumOpenLocked()) quorum_->Lost(index, ranks_, *this);
+  quorum_->Start(gone, IndicesOf(joining), ranks_, *this);
 }
 
 void Collective::OnQuorumTimer() {

@@ -89,11 +89,9 @@ TEST_F(CollectiveTest, TimeoutFailsWaitingRanksNamingTheMissingOne) {
   c->Attach(ch[2], 2, fp, "");
   for (int r : {0, 2}) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kDeadlineExceeded);
-    EXPECT_THAT(ch[r]->failure().message(),
-                HasSubstr("timed out after 200ms: rank 1 never arrived "
-                          "(ranks 0,2 waited)"));
+    ExpectFailed(
+        *ch[r], absl::StatusCode::kDeadlineExceeded,
+        "timed out after 200ms: rank 1 never arrived (ranks 0,2 waited)");
   }
   EXPECT_TRUE(c->done());
   EXPECT_EQ(memory_->used(), 0u);
@@ -116,7 +114,7 @@ TEST_F(CollectiveTest, RankCancelledBeforeAllArrivedIsDetachedAndMayRetry) {
   EXPECT_FALSE(c->done());
   EXPECT_FALSE(c->all_attached());
 
-  auto retry = std::make_shared<RecordingChannel>();
+  auto retry = std::make_shared<FakeRankChannel>();
   c->Attach(retry, 1, fp, "a1");
   Feed(*c, 1, Bytes(Ramp(1, kN)));
   // A second cancellation of the old call (it raced the retry) is ignored.
@@ -126,9 +124,9 @@ TEST_F(CollectiveTest, RankCancelledBeforeAllArrivedIsDetachedAndMayRetry) {
   EXPECT_TRUE(c->all_attached());
   Feed(*c, 2, Bytes(Ramp(2, kN)));
   const std::string expected = Bytes(RampSum(3, kN));  // rank 1 counted once
-  for (RecordingChannel* p : {ch[0].get(), retry.get(), ch[2].get()}) {
+  for (FakeRankChannel* p : {ch[0].get(), retry.get(), ch[2].get()}) {
     ASSERT_TRUE(p->WaitEnded());
-    EXPECT_TRUE(p->ended_ok()) << p->failure();
+    EXPECT_TRUE(p->finished_ok()) << p->failure();
     EXPECT_EQ(p->result(), expected);
   }
   EXPECT_THAT(ch[1]->sent(), IsEmpty());
@@ -139,7 +137,7 @@ TEST_F(CollectiveTest, RankCancelledBeforeAllArrivedIsDetachedAndMayRetry) {
 TEST_F(CollectiveTest, RetryOnANewStreamReplacesTheFirstBeforeData) {
   std::shared_ptr<Collective> c = Make(CollectiveKind::kBarrier, {0, 1});
   auto ch = Channels(2);
-  auto retry = std::make_shared<RecordingChannel>();
+  auto retry = std::make_shared<FakeRankChannel>();
   const Fingerprint fp = Fp(CollectiveKind::kBarrier, {}, {0, 1});
   c->Attach(ch[0], 0, fp, "a0");
   c->Attach(retry, 0, fp, "a0");
@@ -147,14 +145,14 @@ TEST_F(CollectiveTest, RetryOnANewStreamReplacesTheFirstBeforeData) {
   EXPECT_THAT(ch[0]->failure().message(),
               HasSubstr("rank 0's contribution was replaced by its retry"));
   // The same rank with a different attempt is a second contribution.
-  auto twice = std::make_shared<RecordingChannel>();
+  auto twice = std::make_shared<FakeRankChannel>();
   c->Attach(twice, 0, fp, "other");
   EXPECT_EQ(twice->failure().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(twice->failure().message(),
               HasSubstr("rank 0 contributed twice"));
   c->Attach(ch[1], 1, fp, "a1");
-  EXPECT_TRUE(retry->ended_ok());
-  EXPECT_TRUE(ch[1]->ended_ok());
+  EXPECT_TRUE(retry->finished_ok());
+  EXPECT_TRUE(ch[1]->finished_ok());
   EXPECT_TRUE(c->done());
   EXPECT_EQ(memory_->used(), 0u);
 }
@@ -188,7 +186,7 @@ TEST_F(CollectiveTest, EpochEndOnceEveryInputIsInStillDeliversTheResult) {
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
     EXPECT_EQ(ch[r]->fail_calls(), 0);
     EXPECT_EQ(ch[r]->result(), expected);
   }
@@ -204,7 +202,7 @@ TEST_F(CollectiveTest, EpochEndBeforeEveryInputIsInFailsEveryone) {
   c->FailUnlessDecided(absl::AbortedError("epoch 1 aborted: rank 5 lost"));
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kAborted);
-    EXPECT_FALSE(ch[r]->ended_ok());
+    EXPECT_FALSE(ch[r]->finished_ok());
   }
   EXPECT_TRUE(c->done());
   EXPECT_EQ(memory_->used(), 0u);
@@ -220,13 +218,13 @@ TEST_F(CollectiveTest, RankCancelledOnceEveryInputIsInEndsOnlyItsOwnCall) {
   for (int r : {0, 2}) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
     EXPECT_EQ(ch[r]->result(), expected);
   }
   // The cut-off rank's stream is gone: nothing more is sent to it, and it
   // is not failed either (its call already ended with the cancellation).
   EXPECT_EQ(ch[1]->fail_calls(), 0);
-  EXPECT_FALSE(ch[1]->ended_ok());
+  EXPECT_FALSE(ch[1]->finished_ok());
   EXPECT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
 }
 
@@ -259,12 +257,9 @@ TEST_F(CollectiveTest, TimeoutWithEveryRankArrivedNamesTheMissingPayload) {
   Feed(*c, 0, Bytes(Ramp(0, 20)));
   c->OnData(1, 0, Range(Bytes(Ramp(1, 20)).substr(0, 16)));
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kDeadlineExceeded);
-    EXPECT_THAT(ch[r]->failure().message(),
-                HasSubstr("every rank arrived but payload is missing: rank 0 "
-                          "has received 0 of 80 result bytes; rank 1 sent 16 "
-                          "of 80 bytes"));
+    ExpectFailed(*ch[r], absl::StatusCode::kDeadlineExceeded,
+                 "every rank arrived but payload is missing: rank 0 has "
+                 "received 0 of 80 result bytes; rank 1 sent 16 of 80 bytes");
   }
   EXPECT_EQ(memory_->used(), 0u);
 }
@@ -309,10 +304,8 @@ TEST_F(CollectiveTest, GatherWhoseRootNeverArrivesTimesOutNamingIt) {
   }
   for (int r : {0, 2}) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kDeadlineExceeded);
-    EXPECT_THAT(ch[r]->failure().message(),
-                HasSubstr("rank 1 never arrived (ranks 0,2 waited)"));
+    ExpectFailed(*ch[r], absl::StatusCode::kDeadlineExceeded,
+                 "rank 1 never arrived (ranks 0,2 waited)");
   }
   EXPECT_EQ(memory_->used(), 0u);
 }

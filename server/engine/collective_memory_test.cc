@@ -48,7 +48,7 @@ TEST_F(CollectiveTest, ForwardingPausesReadersWhileAWindowOfWritesIsQueued) {
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
     EXPECT_EQ(ch[r]->result(), in0 + in1);
   }
   EXPECT_EQ(memory_->used(), 0u);
@@ -91,7 +91,7 @@ TEST_F(CollectiveTest, ACallCutOffOnceEveryInputIsInHasItsResultKept) {
   ASSERT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
   // The cut-off call got at most what was made before the cut (the inline
   // tail chunk), never its end; its whole result is kept.
-  EXPECT_FALSE(ch[1]->ended_ok());
+  EXPECT_FALSE(ch[1]->finished_ok());
   EXPECT_LT(ch[1]->sent().size(), kept_->Find("s1/0", 1)->messages.size());
   EXPECT_EQ(KeptBytes(*kept_, "s1/0", 1), Bytes(RampSum(3, kN)));
 }
@@ -99,7 +99,7 @@ TEST_F(CollectiveTest, ACallCutOffOnceEveryInputIsInHasItsResultKept) {
 TEST_F(CollectiveTest, AReplayResumesACutOffCallWithItsWholeResult) {
   constexpr int kN = 40;
   std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
-  auto replay = std::make_shared<RecordingChannel>();
+  auto replay = std::make_shared<FakeRankChannel>();
   const std::vector<TensorSpec> declared = {Spec(DataType::kFloat32, {kN})};
   const std::vector<TensorSpec> other = {Spec(DataType::kFloat32, {kN / 2})};
   auto ch = DecideThen(
@@ -114,7 +114,7 @@ TEST_F(CollectiveTest, AReplayResumesACutOffCallWithItsWholeResult) {
       },
       /*attempt_ids=*/true);
   ASSERT_TRUE(replay->WaitEnded());
-  EXPECT_TRUE(replay->ended_ok()) << replay->failure();
+  EXPECT_TRUE(replay->finished_ok()) << replay->failure();
   EXPECT_EQ(replay->result(), Bytes(RampSum(3, kN)));
   ASSERT_FALSE(replay->sent().empty());
   EXPECT_EQ(replay->sent()[0].result,
@@ -127,7 +127,7 @@ TEST_F(CollectiveTest, AReplayResumesACutOffCallWithItsWholeResult) {
 TEST_F(CollectiveTest, AReplayTakesThePlaceOfACallNotYetSeenToEnd) {
   constexpr int kN = 40;
   std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
-  auto replay = std::make_shared<RecordingChannel>();
+  auto replay = std::make_shared<FakeRankChannel>();
   auto ch = DecideThen(
       *c, kN,
       [&](const auto&) {
@@ -137,7 +137,7 @@ TEST_F(CollectiveTest, AReplayTakesThePlaceOfACallNotYetSeenToEnd) {
       },
       /*attempt_ids=*/true);
   ASSERT_TRUE(replay->WaitEnded());
-  EXPECT_TRUE(replay->ended_ok()) << replay->failure();
+  EXPECT_TRUE(replay->finished_ok()) << replay->failure();
   EXPECT_EQ(replay->result(), Bytes(RampSum(3, kN)));
   EXPECT_EQ(ch[1]->failure().code(), absl::StatusCode::kAborted);
   EXPECT_THAT(ch[1]->failure().message(), HasSubstr("replaced by its replay"));
@@ -157,7 +157,7 @@ TEST_F(CollectiveTest, AFailedCollectiveKeepsNothingAndGivesItsRoomBack) {
   EXPECT_EQ(kept_memory_.used(), 0u);
   EXPECT_EQ(kept_->size(), 0u);
   EXPECT_EQ(c->Resume(0, "s0/0", {Spec(DataType::kFloat32, {kN})},
-                      std::make_shared<RecordingChannel>())
+                      std::make_shared<FakeRankChannel>())
                 .code(),
             absl::StatusCode::kNotFound);
 }
@@ -196,7 +196,7 @@ TEST_F(CollectiveTest, WindowOfOneStopsReadingUntilChunksAreReducedAndWritten) {
   }
   const std::string expected = Bytes(RampSum(2, kN));
   for (int r = 0; r < 2; ++r) {
-    EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
     EXPECT_TRUE(ch[r]->sent().back().last);
     EXPECT_EQ(ch[r]->result(), expected);
   }
@@ -260,13 +260,13 @@ TEST_F(CollectiveTest, FinishedReduceScatterRankStagedChunksStayInTheBudget) {
   c->OnData(2, 0, Range(Bytes(Ramp(2, kN)).substr(0, 64)));  // chunk 0 only
   ASSERT_TRUE(ch[0]->WaitEnded());
   ASSERT_TRUE(ch[1]->WaitEnded());
-  ASSERT_TRUE(ch[0]->ended_ok());
+  ASSERT_TRUE(ch[0]->finished_ok());
   // Held now: rank 2's reservation plus ranks 0 and 1's staged parts of
   // chunk 1, 64 bytes each.
   EXPECT_GE(memory_->used(), (72u + 4 * 64) + 2 * 64);
   c->OnData(2, 64, Range(Bytes(Ramp(2, kN)).substr(64)));
   ASSERT_TRUE(ch[2]->WaitEnded());
-  EXPECT_TRUE(ch[2]->ended_ok()) << ch[2]->failure();
+  EXPECT_TRUE(ch[2]->finished_ok()) << ch[2]->failure();
   EXPECT_EQ(memory_->used(), 0u);
 }
 

@@ -33,19 +33,15 @@ TEST_F(CollectiveTest, AllReduceSumIsExactWhateverTheArrivalOrder) {
        {std::vector<int>{2, 1, 0}, std::vector<int>{0, 1, 2}}) {
     SCOPED_TRACE(absl::StrCat("rank ", order[0], " first"));
     std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
-    std::vector<std::shared_ptr<RecordingChannel>> ch =
+    std::vector<std::shared_ptr<FakeRankChannel>> ch =
         RunAllReduce(*c, order, kN);
     for (int r = 0; r < 3; ++r) {
       SCOPED_TRACE(absl::StrCat("rank ", r));
-      EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
-      EXPECT_EQ(ch[r]->result(), expected);
+      ExpectResult(*ch[r], expected, DataType::kFloat32, {kN});
       std::vector<SentMessage> messages = ch[r]->sent();
       // One message per chunk, the last one ending the stream.
       ASSERT_THAT(messages, SizeIs(3));
       EXPECT_TRUE(messages.back().last);
-      ASSERT_THAT(messages[0].result, SizeIs(1));
-      ExpectSpec(messages[0].result[0], DataType::kFloat32, {kN});
-      ExpectSpecsOnlyFirst(*ch[r]);
     }
     EXPECT_TRUE(c->done());
     EXPECT_EQ(memory_->used(), 0u);
@@ -83,7 +79,7 @@ TEST_F(CollectiveTest, AllReduceOfHeldAndCopiedPartsIsExact) {
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
     EXPECT_EQ(ch[r]->result(), expected);
     EXPECT_TRUE(owners[r].expired());
   }
@@ -107,16 +103,7 @@ TEST_F(CollectiveTest, ReduceScatterGivesEachRankItsSliceOfTheSum) {
   const std::vector<float> sum = RampSum(3, kN);
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
-    EXPECT_EQ(ch[r]->result(),
-              Bytes(std::vector<float>(sum.begin() + 6 * r,
-                                       sum.begin() + 6 * (r + 1))));
-    std::vector<SentMessage> messages = ch[r]->sent();
-    ASSERT_THAT(messages, Not(IsEmpty()));
-    ASSERT_THAT(messages[0].result, SizeIs(1));
-    ExpectSpec(messages[0].result[0], DataType::kFloat32, {3, 2});
-    ExpectSpecsOnlyFirst(*ch[r]);
+    ExpectResult(*ch[r], PartBytes(sum, r, 6), DataType::kFloat32, {3, 2});
   }
   // Rank 2's slice spans both chunks: two messages; the others one each.
   EXPECT_THAT(ch[0]->sent(), SizeIs(1));
@@ -156,14 +143,9 @@ TEST_F(CollectiveTest, AllGatherConcatenatesUnevenContributionsInRankOrder) {
   c->OnData(0, 0, Range(inputs[0]));
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
-    EXPECT_EQ(ch[r]->result(), Bytes(gathered));
+    ExpectResult(*ch[r], Bytes(gathered), DataType::kInt32, {6, 2});
     std::vector<SentMessage> messages = ch[r]->sent();
     ASSERT_THAT(messages, SizeIs(4));
-    ASSERT_THAT(messages[0].result, SizeIs(1));
-    ExpectSpec(messages[0].result[0], DataType::kInt32, {6, 2});
-    ExpectSpecsOnlyFirst(*ch[r]);
     // Rank 1's bytes land after rank 0's 8, rank 2's after 8 + 16.
     EXPECT_EQ(messages[0].offset, 8u);
     EXPECT_EQ(messages[1].offset, 24u);
@@ -189,13 +171,9 @@ TEST_F(CollectiveTest, BroadcastSendsTheRootsTensorToEveryRank) {
   c->OnData(1, 0, Range(root_bytes));
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
-    EXPECT_EQ(ch[r]->result(), root_bytes);
+    ExpectResult(*ch[r], root_bytes, DataType::kFloat64, {5});
     std::vector<SentMessage> messages = ch[r]->sent();
     ASSERT_THAT(messages, SizeIs(1));
-    ASSERT_THAT(messages[0].result, SizeIs(1));
-    ExpectSpec(messages[0].result[0], DataType::kFloat64, {5});
     EXPECT_TRUE(messages[0].last);
   }
   EXPECT_EQ(memory_->used(), 0u);
@@ -206,13 +184,13 @@ TEST_F(CollectiveTest, BarrierEndsEveryRankOnceAllArrived) {
   auto ch = Channels(3);
   c->Attach(ch[2], 2, Fp(CollectiveKind::kBarrier, {}, {0, 1, 2}), "");
   c->Attach(ch[0], 0, Fp(CollectiveKind::kBarrier, {}, {0, 1, 2}), "");
-  EXPECT_FALSE(ch[0]->ended_ok());
-  EXPECT_FALSE(ch[2]->ended_ok());
+  EXPECT_FALSE(ch[0]->finished_ok());
+  EXPECT_FALSE(ch[2]->finished_ok());
   EXPECT_FALSE(c->done());
   c->Attach(ch[1], 1, Fp(CollectiveKind::kBarrier, {}, {0, 1, 2}), "");
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    EXPECT_TRUE(ch[r]->ended_ok());
+    EXPECT_TRUE(ch[r]->finished_ok());
     EXPECT_EQ(ch[r]->fail_calls(), 0);
     std::vector<SentMessage> messages = ch[r]->sent();
     ASSERT_THAT(messages, SizeIs(1));
@@ -229,22 +207,19 @@ TEST_F(CollectiveTest, BarrierEndsEveryRankOnceAllArrived) {
 // (all of its bytes) with the one result spec `spec` in its first message
 // only; every other rank one empty message with no specs, an empty result.
 void ExpectResultAtRootOnly(
-    const std::vector<std::shared_ptr<RecordingChannel>>& ch, int root,
+    const std::vector<std::shared_ptr<FakeRankChannel>>& ch, int root,
     const std::string& expected, const TensorSpec& spec) {
   for (int r = 0; r < static_cast<int>(ch.size()); ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
     std::vector<SentMessage> messages = ch[r]->sent();
     ASSERT_THAT(messages, Not(IsEmpty()));
     if (r == root) {
-      EXPECT_EQ(ch[r]->result(), expected);
-      EXPECT_EQ(ch[r]->bytes(), expected.size());
-      ASSERT_THAT(messages[0].result, SizeIs(1));
-      ExpectSpec(messages[0].result[0], spec.dtype, spec.shape);
-      ExpectSpecsOnlyFirst(*ch[r]);
+      ExpectResult(*ch[r], expected, spec.dtype, spec.shape);
+      EXPECT_EQ(ch[r]->byte_count(), expected.size());
     } else {
-      EXPECT_EQ(ch[r]->bytes(), 0u);
+      EXPECT_EQ(ch[r]->byte_count(), 0u);
       EXPECT_THAT(messages, SizeIs(1));
       EXPECT_THAT(messages[0].result, IsEmpty());
     }
@@ -289,12 +264,12 @@ TEST_F(CollectiveTest, ReduceNonRootsFinishOnceTheirInputIsInBeforeTheSum) {
                 "");
       Feed(*c, r, Bytes(Ramp(r, kN)), 64);
     }
-    EXPECT_TRUE(ch[0]->ended_ok());
-    EXPECT_TRUE(ch[1]->ended_ok());
-    EXPECT_FALSE(ch[2]->ended_ok());
+    EXPECT_TRUE(ch[0]->finished_ok());
+    EXPECT_TRUE(ch[1]->finished_ok());
+    EXPECT_FALSE(ch[2]->finished_ok());
   }
   ASSERT_TRUE(ch[2]->WaitEnded());
-  EXPECT_TRUE(ch[2]->ended_ok()) << ch[2]->failure();
+  EXPECT_TRUE(ch[2]->finished_ok()) << ch[2]->failure();
   EXPECT_EQ(ch[2]->result(), Bytes(RampSum(3, kN)));
   EXPECT_TRUE(Settles(*c));
 }
@@ -340,17 +315,8 @@ TEST_F(CollectiveTest, ScatterSendsEachRankOnlyTheBytesOfItsPart) {
   Feed(*c, 2, Bytes(input).substr(20), 20, 20);
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    ASSERT_TRUE(ch[r]->WaitEnded());
-    EXPECT_TRUE(ch[r]->ended_ok()) << ch[r]->failure();
-    EXPECT_EQ(ch[r]->result(),
-              Bytes(std::vector<int32_t>(input.begin() + 8 * r,
-                                         input.begin() + 8 * (r + 1))));
-    EXPECT_EQ(ch[r]->bytes(), 32u);
-    std::vector<SentMessage> messages = ch[r]->sent();
-    ASSERT_THAT(messages, Not(IsEmpty()));
-    ASSERT_THAT(messages[0].result, SizeIs(1));
-    ExpectSpec(messages[0].result[0], DataType::kInt32, {4, 2});
-    ExpectSpecsOnlyFirst(*ch[r]);
+    ExpectResult(*ch[r], PartBytes(input, r, 8), DataType::kInt32, {4, 2});
+    EXPECT_EQ(ch[r]->byte_count(), 32u);
   }
   EXPECT_TRUE(Settles(*c));
 }
@@ -376,15 +342,8 @@ TEST_F(CollectiveTest, AllToAllSendsPartJOfRankIToRankJAtOffsetI) {
         expected.push_back(1000 * i + k);
       }
     }
-    ASSERT_TRUE(ch[j]->WaitEnded());
-    EXPECT_TRUE(ch[j]->ended_ok()) << ch[j]->failure();
-    EXPECT_EQ(ch[j]->result(), Bytes(expected));
-    EXPECT_EQ(ch[j]->bytes(), 96u);
-    std::vector<SentMessage> messages = ch[j]->sent();
-    ASSERT_THAT(messages, Not(IsEmpty()));
-    ASSERT_THAT(messages[0].result, SizeIs(1));
-    ExpectSpec(messages[0].result[0], DataType::kInt32, {12, 2});
-    ExpectSpecsOnlyFirst(*ch[j]);
+    ExpectResult(*ch[j], Bytes(expected), DataType::kInt32, {12, 2});
+    EXPECT_EQ(ch[j]->byte_count(), 96u);
   }
   EXPECT_TRUE(Settles(*c));
 }

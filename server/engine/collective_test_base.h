@@ -36,9 +36,9 @@
 #include "server/engine/chunk_pool.h"
 #include "server/engine/collective.h"
 #include "server/engine/engine_options.h"
+#include "server/engine/fake_rank_channel.h"
 #include "server/engine/kept_results.h"
 #include "server/engine/memory_budget.h"
-#include "server/engine/recording_channel.h"
 #include "server/engine/shared_bytes.h"
 #include "server/engine/string_bytes.h"
 #include "server/engine/thread_pool.h"
@@ -83,6 +83,13 @@ std::string Bytes(const std::vector<T>& values) {
   return out;
 }
 
+// The bytes of part `i` of `values`, cut into parts of `n` elements each.
+template <typename T>
+std::string PartBytes(const std::vector<T>& values, int i, int n) {
+  return Bytes(
+      std::vector<T>(values.begin() + n * i, values.begin() + n * (i + 1)));
+}
+
 // A payload message of `bytes`, split in two pieces (as a received buffer
 // may be) so that copies across piece boundaries are exercised.
 inline Payload Range(const std::string& bytes) {
@@ -96,9 +103,9 @@ inline Payload Range(const std::string& bytes) {
 }
 
 // `n` fresh channels, index r for rank r.
-inline std::vector<std::shared_ptr<RecordingChannel>> Channels(int n) {
-  std::vector<std::shared_ptr<RecordingChannel>> ch(n);
-  for (auto& p : ch) p = std::make_shared<RecordingChannel>();
+inline std::vector<std::shared_ptr<FakeRankChannel>> Channels(int n) {
+  std::vector<std::shared_ptr<FakeRankChannel>> ch(n);
+  for (auto& p : ch) p = std::make_shared<FakeRankChannel>();
   return ch;
 }
 
@@ -124,12 +131,34 @@ inline void ExpectSpec(const TensorSpec& spec, DataType dtype,
 }
 
 // The specs are in the first message and in no other.
-inline void ExpectSpecsOnlyFirst(RecordingChannel& ch) {
+inline void ExpectSpecsOnlyFirst(FakeRankChannel& ch) {
   std::vector<SentMessage> messages = ch.sent();
   ASSERT_THAT(messages, ::testing::Not(::testing::IsEmpty()));
   for (size_t i = 1; i < messages.size(); ++i) {
     EXPECT_THAT(messages[i].result, ::testing::IsEmpty()) << "message " << i;
   }
+}
+
+// `ch`'s call ended OK with the result bytes `expected`, and its first
+// message alone carried the one result spec, `dtype` `shape`.
+inline void ExpectResult(FakeRankChannel& ch, const std::string& expected,
+                         DataType dtype, std::vector<int64_t> shape) {
+  ASSERT_TRUE(ch.WaitEnded());
+  EXPECT_TRUE(ch.finished_ok()) << ch.failure();
+  EXPECT_EQ(ch.result(), expected);
+  std::vector<SentMessage> messages = ch.sent();
+  ASSERT_THAT(messages, ::testing::Not(::testing::IsEmpty()));
+  ASSERT_THAT(messages[0].result, ::testing::SizeIs(1));
+  ExpectSpec(messages[0].result[0], dtype, std::move(shape));
+  ExpectSpecsOnlyFirst(ch);
+}
+
+// `ch`'s call ended failed with `code`, its message containing `text`.
+inline void ExpectFailed(FakeRankChannel& ch, absl::StatusCode code,
+                         const std::string& text) {
+  ASSERT_TRUE(ch.WaitEnded());
+  EXPECT_EQ(ch.failure().code(), code);
+  EXPECT_THAT(ch.failure().message(), ::testing::HasSubstr(text));
 }
 
 // Holds both reduction threads until Release() (or destruction), so that a
@@ -225,7 +254,7 @@ class CollectiveTestBase : public ::testing::Test {
   // attaches with.
   struct AllReduceSetup {
     std::shared_ptr<Collective> c;
-    std::vector<std::shared_ptr<RecordingChannel>> ch;
+    std::vector<std::shared_ptr<FakeRankChannel>> ch;
     Fingerprint fp;
   };
   AllReduceSetup MakeAllReduce(int64_t n, std::vector<int> group) {
@@ -250,14 +279,14 @@ class CollectiveTestBase : public ::testing::Test {
   }
 
   // Delivers OnWriteDone for every message sent to `rank` so far.
-  static void AcknowledgeWrites(Collective& c, int rank, RecordingChannel& ch) {
+  static void AcknowledgeWrites(Collective& c, int rank, FakeRankChannel& ch) {
     for (int n = ch.TakeUnacknowledged(); n > 0; --n) c.OnWriteDone(rank);
   }
 
   // Runs a float32 [n] AllReduce sum over ranks 0..2 on `c`, attaching and
   // feeding whole contributions in `order`; returns the channels, indexed
   // by rank, once every stream has ended.
-  static std::vector<std::shared_ptr<RecordingChannel>> RunAllReduce(
+  static std::vector<std::shared_ptr<FakeRankChannel>> RunAllReduce(
       Collective& c, const std::vector<int>& order, int n) {
     auto ch = Channels(3);
     for (int r : order) {
@@ -279,10 +308,10 @@ class CollectiveTestBase : public ::testing::Test {
   // then the pool is let go. Returns the channels.
   // With `attempt_ids`, rank r attaches as attempt "s<r>/0" (its result is
   // then kept).
-  std::vector<std::shared_ptr<RecordingChannel>> DecideThen(
+  std::vector<std::shared_ptr<FakeRankChannel>> DecideThen(
       Collective& c, int n,
       const std::function<
-          void(const std::vector<std::shared_ptr<RecordingChannel>>&)>& act,
+          void(const std::vector<std::shared_ptr<FakeRankChannel>>&)>& act,
       bool attempt_ids = false) {
     options_.offload_bytes = 64;
     auto ch = Channels(3);

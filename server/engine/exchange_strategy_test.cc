@@ -23,7 +23,7 @@
 #include "gtest/gtest.h"
 #include "server/engine/collective.h"
 #include "server/engine/collective_test_base.h"
-#include "server/engine/recording_channel.h"
+#include "server/engine/fake_rank_channel.h"
 
 namespace reducer {
 namespace {
@@ -89,6 +89,12 @@ class AllToAllVTest : public CollectiveTestBase {
  protected:
   AllToAllVTest() { options_.chunk_bytes = 64; }
 
+  // The calls of a group of two.
+  const std::shared_ptr<FakeRankChannel> a_ =
+      std::make_shared<FakeRankChannel>();
+  const std::shared_ptr<FakeRankChannel> b_ =
+      std::make_shared<FakeRankChannel>();
+
   std::shared_ptr<Collective> Make(std::vector<int> group) {
     return MakeCollective(CollectiveKind::kAllToAllV, std::move(group),
                           "alltoallv #0");
@@ -103,8 +109,9 @@ class AllToAllVTest : public CollectiveTestBase {
     std::vector<int> group;
     for (int i = 0; i < n; ++i) group.push_back(i);
     std::shared_ptr<Collective> c = Make(group);
-    std::vector<std::shared_ptr<RecordingChannel>> ch;
-    for (int i = 0; i < n; ++i) ch.push_back(std::make_shared<RecordingChannel>());
+    std::vector<std::shared_ptr<FakeRankChannel>> ch;
+    for (int i = 0; i < n; ++i)
+      ch.push_back(std::make_shared<FakeRankChannel>());
     ASSERT_TRUE(c->Attach(ch[0], 0, AllToAllV(group, send[0]), ""));
     Feed(*c, 0, Rows(0, Sum(send[0])), message_bytes);  // held back
     for (int i = 1; i < n; ++i) {
@@ -116,7 +123,7 @@ class AllToAllVTest : public CollectiveTestBase {
     for (int j = 0; j < n; ++j) {
       SCOPED_TRACE(absl::StrCat("rank ", j));
       ASSERT_TRUE(ch[j]->WaitEnded());
-      EXPECT_TRUE(ch[j]->ended_ok()) << ch[j]->failure();
+      EXPECT_TRUE(ch[j]->finished_ok()) << ch[j]->failure();
       int64_t rows = 0;
       for (int i = 0; i < n; ++i) rows += send[i][j];
       ASSERT_THAT(ch[j]->specs(), SizeIs(1));
@@ -149,8 +156,8 @@ TEST_F(AllToAllVTest, ARankThatGetsNothingEndsOnceItsInputIsIn) {
 TEST_F(AllToAllVTest, ExpectedRowsThatDisagreeFailEveryRankNamingBoth) {
   const std::vector<int> group = {0, 1, 2};
   std::shared_ptr<Collective> c = Make(group);
-  std::vector<std::shared_ptr<RecordingChannel>> ch;
-  for (int i = 0; i < 3; ++i) ch.push_back(std::make_shared<RecordingChannel>());
+  std::vector<std::shared_ptr<FakeRankChannel>> ch;
+  for (int i = 0; i < 3; ++i) ch.push_back(std::make_shared<FakeRankChannel>());
   // Rank 1 agrees with rank 0; rank 2 expects 4 rows from rank 0, which
   // sends it 3.
   ASSERT_TRUE(c->Attach(ch[0], 0, AllToAllV(group, {1, 1, 3}), ""));
@@ -163,7 +170,7 @@ TEST_F(AllToAllVTest, ExpectedRowsThatDisagreeFailEveryRankNamingBoth) {
     EXPECT_EQ(ch[i]->failure().message(),
               "alltoallv #0 in job j1: mismatched rows: rank 0 sends 3 rows "
               "to rank 2, but rank 2 expects 4 from rank 0");
-    EXPECT_EQ(ch[i]->bytes(), 0u);
+    EXPECT_EQ(ch[i]->byte_count(), 0u);
   }
   EXPECT_EQ(memory_->used(), 0u);
 }
@@ -172,65 +179,54 @@ TEST_F(AllToAllVTest, ARankThatAttachesAfterAnExpectationIsCheckedAgainstIt) {
   // Rank 2 attached first, expecting 1 row from rank 1; rank 1 sends it 2.
   const std::vector<int> group = {0, 1, 2};
   std::shared_ptr<Collective> c = Make(group);
-  auto two = std::make_shared<RecordingChannel>();
-  auto one = std::make_shared<RecordingChannel>();
+  auto two = std::make_shared<FakeRankChannel>();
+  auto one = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(c->Attach(two, 2, AllToAllV(group, {0, 0, 0}, {0, 1, 0}), ""));
   EXPECT_FALSE(c->Attach(one, 1, AllToAllV(group, {0, 0, 2}), ""));
   for (auto* channel : {one.get(), two.get()}) {
-    ASSERT_TRUE(channel->WaitEnded());
-    EXPECT_EQ(channel->failure().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(channel->failure().message(),
-                HasSubstr("mismatched rows: rank 1 sends 2 rows to rank 2, "
-                          "but rank 2 expects 1 from rank 1"));
+    ExpectFailed(*channel, absl::StatusCode::kFailedPrecondition,
+                 "mismatched rows: rank 1 sends 2 rows to rank 2, but rank 2 "
+                 "expects 1 from rank 1");
   }
 }
 
 TEST_F(AllToAllVTest, WhatARankExpectsFromItselfIsCheckedToo) {
   const std::vector<int> group = {0, 1};
   std::shared_ptr<Collective> c = Make(group);
-  auto a = std::make_shared<RecordingChannel>();
-  auto b = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(a, 0, AllToAllV(group, {1, 1}), ""));
-  EXPECT_FALSE(c->Attach(b, 1, AllToAllV(group, {2, 0}, {1, 3}), ""));
-  for (auto* channel : {a.get(), b.get()}) {
-    ASSERT_TRUE(channel->WaitEnded());
-    EXPECT_THAT(channel->failure().message(),
-                HasSubstr("mismatched rows: rank 1 sends 0 rows to rank 1, "
-                          "but rank 1 expects 3 from rank 1"));
+  ASSERT_TRUE(c->Attach(a_, 0, AllToAllV(group, {1, 1}), ""));
+  EXPECT_FALSE(c->Attach(b_, 1, AllToAllV(group, {2, 0}, {1, 3}), ""));
+  for (auto* channel : {a_.get(), b_.get()}) {
+    ExpectFailed(*channel, absl::StatusCode::kFailedPrecondition,
+                 "mismatched rows: rank 1 sends 0 rows to rank 1, but rank 1 "
+                 "expects 3 from rank 1");
   }
 }
 
 TEST_F(AllToAllVTest, ExpectedRowsThatAgreeChangeNothing) {
   const std::vector<int> group = {1, 4};  // global ranks 1 and 4
   std::shared_ptr<Collective> c = Make(group);
-  auto a = std::make_shared<RecordingChannel>();
-  auto b = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(a, 1, AllToAllV(group, {1, 2}, {1, 0}), ""));
-  ASSERT_TRUE(c->Attach(b, 4, AllToAllV(group, {0, 1}, {2, 1}), ""));
+  ASSERT_TRUE(c->Attach(a_, 1, AllToAllV(group, {1, 2}, {1, 0}), ""));
+  ASSERT_TRUE(c->Attach(b_, 4, AllToAllV(group, {0, 1}, {2, 1}), ""));
   Feed(*c, 1, Rows(0, 3), 24);
   Feed(*c, 4, Rows(1, 1), 24);
-  ASSERT_TRUE(a->WaitEnded());
-  ASSERT_TRUE(b->WaitEnded());
-  EXPECT_TRUE(a->ended_ok()) << a->failure();
-  EXPECT_TRUE(b->ended_ok()) << b->failure();
-  EXPECT_EQ(a->result(), Expected({{1, 2}, {0, 1}}, 0));
-  EXPECT_EQ(b->result(), Expected({{1, 2}, {0, 1}}, 1));
+  ASSERT_TRUE(a_->WaitEnded());
+  ASSERT_TRUE(b_->WaitEnded());
+  EXPECT_TRUE(a_->finished_ok()) << a_->failure();
+  EXPECT_TRUE(b_->finished_ok()) << b_->failure();
+  EXPECT_EQ(a_->result(), Expected({{1, 2}, {0, 1}}, 0));
+  EXPECT_EQ(b_->result(), Expected({{1, 2}, {0, 1}}, 1));
 }
 
 TEST_F(AllToAllVTest, OtherDimensionsMustAgree) {
   const std::vector<int> group = {0, 1};
   std::shared_ptr<Collective> c = Make(group);
-  auto a = std::make_shared<RecordingChannel>();
-  auto b = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(a, 0, AllToAllV(group, {1, 1}), ""));
+  ASSERT_TRUE(c->Attach(a_, 0, AllToAllV(group, {1, 1}), ""));
   Fingerprint wide = AllToAllV(group, {0, 1});
   wide.tensors[0].shape = {1, kCols + 1};
-  EXPECT_FALSE(c->Attach(b, 1, wide, ""));
-  ASSERT_TRUE(b->WaitEnded());
-  EXPECT_EQ(b->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(b->failure().message(),
-              HasSubstr("mismatched shapes: rank 0 sent [2,3] int32, rank 1 "
-                        "sent [1,4] int32"));
+  EXPECT_FALSE(c->Attach(b_, 1, wide, ""));
+  ExpectFailed(
+      *b_, absl::StatusCode::kFailedPrecondition,
+      "mismatched shapes: rank 0 sent [2,3] int32, rank 1 sent [1,4] int32");
 }
 
 }  // namespace

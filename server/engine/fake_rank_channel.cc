@@ -54,7 +54,7 @@ bool FakeRankChannel::WaitMessages(size_t n, absl::Duration timeout) {
   return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
 }
 
-std::string FakeRankChannel::Result() {
+std::string FakeRankChannel::result() {
   absl::MutexLock lock(&mu_);
   std::string out;
   for (const SentMessage& m : messages_) {
@@ -75,9 +75,11 @@ std::string FakeRankChannel::bytes() {
   return out;
 }
 
-std::vector<SentMessage> FakeRankChannel::messages() {
+size_t FakeRankChannel::byte_count() {
   absl::MutexLock lock(&mu_);
-  return messages_;
+  size_t n = 0;
+  for (const SentMessage& m : messages_) n += m.data.size();
+  return n;
 }
 
 int FakeRankChannel::message_count() {
@@ -105,26 +107,6 @@ int FakeRankChannel::TakeUnacknowledged() {
   const int n = unacknowledged_;
   unacknowledged_ = 0;
   return n;
-}
-
-bool FakeRankChannel::finished_ok() {
-  absl::MutexLock lock(&mu_);
-  return finished_ok_;
-}
-
-absl::Status FakeRankChannel::failure() {
-  absl::MutexLock lock(&mu_);
-  return failure_;
-}
-
-int FakeRankChannel::fail_calls() {
-  absl::MutexLock lock(&mu_);
-  return fail_calls_;
-}
-
-int FakeRankChannel::resumes() {
-  absl::MutexLock lock(&mu_);
-  return resumes_;
 }
 
 }  // namespace reducer

@@ -1,13 +1,15 @@
-// FakeRankChannel: the tests' RankChannel. It records everything a
-// Collective (or a Job, through one) does to one rank's call: every result
-// message as sent, how the call ended, how often reading was resumed.
+// FakeRankChannel: the tests' RankChannel, for the engine's tests and the
+// jobs' alike. It records everything a Collective (or a Job, through one)
+// does to one rank's call: every result message as sent, how the call
+// ended, how often reading was resumed, and the writes whose OnWriteDone
+// the test owes.
 // Thread-safe: reductions on the pool and timers call in from their threads.
 //
 //   auto channel = std::make_shared<FakeRankChannel>();
 //   collective->Attach(channel, rank, fingerprint, "");
 //   ASSERT_TRUE(channel->WaitEnded());
 //   EXPECT_TRUE(channel->finished_ok());
-//   EXPECT_EQ(channel->Result(), expected_bytes);
+//   EXPECT_EQ(channel->result(), expected_bytes);
 #ifndef REDUCER_SERVER_ENGINE_FAKE_RANK_CHANNEL_H_
 #define REDUCER_SERVER_ENGINE_FAKE_RANK_CHANNEL_H_
 
@@ -59,10 +61,12 @@ class FakeRankChannel final : public RankChannel {
   // The result as the client would assemble it: each message's data at its
   // offset, '\xee' where none came. Overlaps or gaps are left for the
   // caller's comparison to show.
-  std::string Result();
-  // Every result byte sent, in the order sent.
+  std::string result();
+  // Every result byte sent, in the order sent, and how many there were.
   std::string bytes();
-  std::vector<SentMessage> messages();
+  size_t byte_count();
+  // Every message, in the order sent.
+  std::vector<SentMessage> sent() { return Read(&FakeRankChannel::messages_); }
   int message_count();
   // Messages that carried result specs, and the specs of the latest one.
   int headers();
@@ -71,14 +75,21 @@ class FakeRankChannel final : public RankChannel {
   // delivered yet; resets the count (the caller delivers them).
   int TakeUnacknowledged();
   // The call ended with OK (FinishWhenSent, or a message sent with last).
-  bool finished_ok();
+  bool finished_ok() { return Read(&FakeRankChannel::finished_ok_); }
   // The status of the latest Fail (OK if none), and how many there were.
-  absl::Status failure();
-  int fail_calls();
+  absl::Status failure() { return Read(&FakeRankChannel::failure_); }
+  int fail_calls() { return Read(&FakeRankChannel::fail_calls_); }
   // How many times reading was resumed.
-  int resumes();
+  int resumes() { return Read(&FakeRankChannel::resumes_); }
 
  private:
+  // A copy of the member `field`, read under the lock.
+  template <typename T>
+  T Read(T FakeRankChannel::*field) {
+    absl::MutexLock lock(&mu_);
+    return this->*field;
+  }
+
   bool Ended() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return finished_ok_ || fail_calls_ > 0;
   }

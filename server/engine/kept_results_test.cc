@@ -29,6 +29,16 @@ std::string Joined(const std::vector<ResultMessage>& messages) {
   return out;
 }
 
+// Reserves `bytes` for each of the results of attempts s/0 .. s/(count-1)
+// in turn and keeps it: `messages`, said to hold `bytes`.
+void ReserveAndKeep(KeptResults& kept, int count, size_t bytes,
+                    const std::vector<ResultMessage>& messages) {
+  for (int i = 0; i < count; ++i) {
+    ASSERT_TRUE(kept.Reserve(bytes)) << i;
+    kept.Keep(absl::StrCat("s/", i), 0, {}, messages, bytes);
+  }
+}
+
 TEST(KeptResultsTest, AKeptResultIsFoundByItsAttemptAndRankOnly) {
   MemoryBudget budget(1 << 20);
   KeptResults kept(&budget, absl::Seconds(30), /*entry_bytes=*/0);
@@ -104,10 +114,7 @@ TEST(KeptResultsTest, RoomIsLimitedAndEveryByteGoesBack) {
 TEST(KeptResultsTest, NoRoomForgetsTheOldestKeptFirst) {
   MemoryBudget budget(800);
   KeptResults kept(&budget, absl::Seconds(30), /*entry_bytes=*/0);
-  for (int i = 0; i < 8; ++i) {
-    ASSERT_TRUE(kept.Reserve(100)) << i;
-    kept.Keep(absl::StrCat("s/", i), 0, {}, {Message(0, "x")}, 100);
-  }
+  ASSERT_NO_FATAL_FAILURE(ReserveAndKeep(kept, 8, 100, {Message(0, "x")}));
   ASSERT_TRUE(kept.Reserve(100));  // s/0 makes room
   EXPECT_FALSE(kept.Find("s/0", 0).has_value());
   EXPECT_TRUE(kept.Find("s/1", 0).has_value());
@@ -143,10 +150,7 @@ TEST(KeptResultsTest, DestructionGivesBackWhatItHeld) {
 TEST(KeptResultsTest, EntriesOfNoBytesAreBoundedByTheirEntryRoom) {
   MemoryBudget budget(800);
   KeptResults kept(&budget, absl::Seconds(30), /*entry_bytes=*/100);
-  for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE(kept.Reserve(0)) << i;
-    kept.Keep(absl::StrCat("s/", i), 0, {}, {}, 0);
-  }
+  ASSERT_NO_FATAL_FAILURE(ReserveAndKeep(kept, 20, 0, {}));
   EXPECT_EQ(kept.size(), 8u);
   EXPECT_EQ(budget.used(), 800u);
   EXPECT_FALSE(kept.Find("s/11", 0).has_value());

@@ -22,7 +22,7 @@
 #include "gtest/gtest.h"
 #include "server/engine/collective.h"
 #include "server/engine/collective_test_base.h"
-#include "server/engine/recording_channel.h"
+#include "server/engine/fake_rank_channel.h"
 
 namespace reducer {
 namespace {
@@ -52,9 +52,9 @@ class MatchTest : public CollectiveTestBase {
                           "match \"p2p *>1 tag 7 #0\"", timeout);
   }
 
-  void ExpectAnswer(RecordingChannel& channel, int64_t source, int64_t n) {
+  void ExpectAnswer(FakeRankChannel& channel, int64_t source, int64_t n) {
     ASSERT_TRUE(channel.WaitEnded());
-    EXPECT_TRUE(channel.ended_ok()) << channel.failure();
+    EXPECT_TRUE(channel.finished_ok()) << channel.failure();
     ASSERT_THAT(channel.specs(), SizeIs(1));
     TensorSpec two;
     two.dtype = DataType::kInt64;
@@ -66,10 +66,10 @@ class MatchTest : public CollectiveTestBase {
 
 TEST_F(MatchTest, TheJobsAnswerReachesTheRank) {
   std::shared_ptr<Collective> c = Make();
-  auto channel = std::make_shared<RecordingChannel>();
+  auto channel = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(c->Attach(channel, 1, Match(1, 7), "s1/0"));
   absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_EQ(channel->messages(), 0);  // attached, nothing to say yet
+  EXPECT_EQ(channel->message_count(), 0);  // attached, nothing to say yet
   EXPECT_FALSE(c->done());
   EXPECT_TRUE(c->SetResultValues({3, 5}));
   ExpectAnswer(*channel, 3, 5);
@@ -79,7 +79,7 @@ TEST_F(MatchTest, TheJobsAnswerReachesTheRank) {
 
 TEST_F(MatchTest, AnUnansweredMatchFailsWithItsEpoch) {
   std::shared_ptr<Collective> c = Make();
-  auto channel = std::make_shared<RecordingChannel>();
+  auto channel = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(c->Attach(channel, 1, Match(1, 7), ""));
   c->FailUnlessDecided(absl::AbortedError("job j1 epoch 1 aborted: rank 0's "
                                           "session was lost"));
@@ -90,7 +90,7 @@ TEST_F(MatchTest, AnUnansweredMatchFailsWithItsEpoch) {
 
 TEST_F(MatchTest, AnAnsweredMatchIsDecided) {
   std::shared_ptr<Collective> c = Make();
-  auto channel = std::make_shared<RecordingChannel>();
+  auto channel = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(c->Attach(channel, 1, Match(1, 7, 2), ""));
   EXPECT_TRUE(c->SetResultValues({2, 0}));
   c->FailUnlessDecided(absl::AbortedError("too late"));
@@ -99,23 +99,23 @@ TEST_F(MatchTest, AnAnsweredMatchIsDecided) {
 
 TEST_F(MatchTest, ACancelledCallIsDetachedAndItsRetryGetsTheAnswer) {
   std::shared_ptr<Collective> c = Make();
-  auto first = std::make_shared<RecordingChannel>();
+  auto first = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(c->Attach(first, 1, Match(1, 7), "s1/4"));
   c->OnRankCancelled(1, first.get());
   EXPECT_FALSE(c->done());
   EXPECT_FALSE(c->HasAttached(1));
   // Answered while nobody waits: kept for the retry.
   EXPECT_TRUE(c->SetResultValues({0, 9}));
-  auto retry = std::make_shared<RecordingChannel>();
+  auto retry = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(c->Attach(retry, 1, Match(1, 7), "s1/4"));
   ExpectAnswer(*retry, 0, 9);
-  EXPECT_EQ(first->messages(), 0);
+  EXPECT_EQ(first->message_count(), 0);
   EXPECT_TRUE(first->failure().ok());
 }
 
 TEST_F(MatchTest, ItsDeadlineSaysWhatItWaitedFor) {
   std::shared_ptr<Collective> c = Make(absl::Milliseconds(200));
-  auto channel = std::make_shared<RecordingChannel>();
+  auto channel = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(c->Attach(channel, 1, Match(1, 7), ""));
   ASSERT_TRUE(channel->WaitEnded());
   EXPECT_EQ(channel->failure().code(), absl::StatusCode::kDeadlineExceeded);
@@ -127,7 +127,7 @@ TEST_F(MatchTest, ItsDeadlineSaysWhatItWaitedFor) {
 
 TEST_F(MatchTest, AReceiveFromOneSourceSaysWhichEarlierMatchHeldIt) {
   std::shared_ptr<Collective> c = Make(absl::Milliseconds(200));
-  auto channel = std::make_shared<RecordingChannel>();
+  auto channel = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(c->Attach(channel, 1, Match(1, 7, 3), ""));
   ASSERT_TRUE(channel->WaitEnded());
   EXPECT_EQ(channel->failure().code(), absl::StatusCode::kDeadlineExceeded);

@@ -39,6 +39,14 @@ class WordOwner final : public ByteOwner {
   size_t shift_;
 };
 
+// A payload of one piece: the first `bytes` of `owner`'s storage, held in
+// place.
+Payload OnePiece(const std::shared_ptr<WordOwner>& owner, size_t bytes) {
+  Payload one_piece;
+  one_piece.Append(SharedBytes(owner, owner->data(), bytes));
+  return one_piece;
+}
+
 class NoOutput final : public KindStrategy::Output {
  public:
   void SendTo(int, uint64_t, std::vector<SharedBytes>) override {}
@@ -121,10 +129,7 @@ TEST_F(ReduceStrategyTest, AlignedPieceHoldingWholeChunksIsHeldNotCopied) {
   for (int r = 0; r < kW; ++r) {
     owners.push_back(std::make_shared<WordOwner>(Ramp(r, kN), 0));
     watch.push_back(owners.back());
-    Payload one_piece;
-    one_piece.Append(
-        SharedBytes(owners.back(), owners.back()->data(), kN * sizeof(float)));
-    Accept(r, 0, std::move(one_piece));
+    Accept(r, 0, OnePiece(owners.back(), kN * sizeof(float)));
   }
   ASSERT_EQ(ready_.size(), 3u);
   for (const StagedChunk& chunk : ready_) {
@@ -156,10 +161,7 @@ TEST_F(ReduceStrategyTest, MisalignedPiecesAreHeldAndReadWhenReduced) {
     // Rank 1's bytes start 4 bytes past an 8-byte boundary, rank 2's 3.
     const size_t shift = r == 1 ? 4 : r == 2 ? 3 : 0;
     owners.push_back(std::make_shared<WordOwner>(Ramp(r, kN), shift));
-    Payload one_piece;
-    one_piece.Append(
-        SharedBytes(owners.back(), owners.back()->data(), kN * sizeof(float)));
-    Accept(r, 0, std::move(one_piece));
+    Accept(r, 0, OnePiece(owners.back(), kN * sizeof(float)));
   }
   ASSERT_EQ(ready_.size(), 2u);
   for (const StagedChunk& chunk : ready_) {
@@ -181,10 +183,7 @@ TEST_F(ReduceStrategyTest, HeldBytesAreReadWhenReducedNotWhenAccepted) {
   std::vector<std::shared_ptr<WordOwner>> owners;
   for (int r = 0; r < kW; ++r) {
     owners.push_back(std::make_shared<WordOwner>(Ramp(r, kN), r == 1 ? 1 : 0));
-    Payload one_piece;
-    one_piece.Append(
-        SharedBytes(owners.back(), owners.back()->data(), kN * sizeof(float)));
-    Accept(r, 0, std::move(one_piece));
+    Accept(r, 0, OnePiece(owners.back(), kN * sizeof(float)));
   }
   // No copy was taken at Accept: rank 1's storage, zeroed now, adds nothing.
   std::memset(owners[1]->data(), 0, kN * sizeof(float));
@@ -233,10 +232,8 @@ TEST_F(ReduceStrategyTest, HeldPartsCountAgainstTheWindow) {
   constexpr int kW = 2, kN = 16;  // one chunk
   Plan(kW, kN, /*window=*/1);
   auto owner = std::make_shared<WordOwner>(Ramp(0, kN), 0);
-  Payload one_piece;
-  one_piece.Append(SharedBytes(owner, owner->data(), kN * sizeof(float)));
   EXPECT_TRUE(strategy_->MayRead(0, ranks_, true));
-  Accept(0, 0, std::move(one_piece));
+  Accept(0, 0, OnePiece(owner, kN * sizeof(float)));
   // Rank 0's held part fills its window of one.
   EXPECT_FALSE(strategy_->MayRead(0, ranks_, true));
   EXPECT_TRUE(strategy_->HoldsBytesOf(0));

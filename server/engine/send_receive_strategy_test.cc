@@ -23,8 +23,8 @@
 #include "gtest/gtest.h"
 #include "server/engine/collective.h"
 #include "server/engine/collective_test_base.h"
+#include "server/engine/fake_rank_channel.h"
 #include "server/engine/kept_results.h"
-#include "server/engine/recording_channel.h"
 
 namespace reducer {
 namespace {
@@ -64,6 +64,12 @@ class SendReceiveTest : public CollectiveTestBase {
  protected:
   SendReceiveTest() { options_.chunk_bytes = 64; }
 
+  // The source's call and the destination's.
+  const std::shared_ptr<FakeRankChannel> src_ =
+      std::make_shared<FakeRankChannel>();
+  const std::shared_ptr<FakeRankChannel> dst_ =
+      std::make_shared<FakeRankChannel>();
+
   std::shared_ptr<Collective> Make(int source, int destination,
                                    absl::Duration timeout = absl::Seconds(60)) {
     std::vector<int> group = source < destination
@@ -78,114 +84,99 @@ class SendReceiveTest : public CollectiveTestBase {
 
 TEST_F(SendReceiveTest, SendCompletesBeforeTheDestinationAttaches) {
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<RecordingChannel>();
   const std::string payload = Message(1, 40);  // 160 bytes, 4 messages
-  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(40)}), "s0/0"));
+  ASSERT_TRUE(c->Attach(src_, 0, P2p(0, 1, {Floats(40)}), "s0/0"));
   Feed(*c, 0, payload);
-  ASSERT_TRUE(src->WaitEnded());
-  EXPECT_TRUE(src->ended_ok());
-  EXPECT_EQ(src->bytes(), 0u);
-  EXPECT_EQ(src->headers(), 1);
-  EXPECT_THAT(src->specs(), IsEmpty());
+  ASSERT_TRUE(src_->WaitEnded());
+  EXPECT_TRUE(src_->finished_ok());
+  EXPECT_EQ(src_->byte_count(), 0u);
+  EXPECT_EQ(src_->headers(), 1);
+  EXPECT_THAT(src_->specs(), IsEmpty());
   EXPECT_TRUE(c->HasFinished(0));
   EXPECT_FALSE(c->done());
   // The whole payload stays reserved while reducerd holds it.
   EXPECT_EQ(memory_->used(), payload.size());
 
-  auto dst = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), "s1/0"));
-  ASSERT_TRUE(dst->WaitEnded());
-  EXPECT_TRUE(dst->ended_ok());
-  EXPECT_EQ(dst->result(), payload);
-  ASSERT_THAT(dst->specs(), SizeIs(1));
-  EXPECT_EQ(dst->specs()[0], Floats(40));
+  ASSERT_TRUE(c->Attach(dst_, 1, P2p(0, 1, {}), "s1/0"));
+  ASSERT_TRUE(dst_->WaitEnded());
+  EXPECT_TRUE(dst_->finished_ok());
+  EXPECT_EQ(dst_->result(), payload);
+  ASSERT_THAT(dst_->specs(), SizeIs(1));
+  EXPECT_EQ(dst_->specs()[0], Floats(40));
   EXPECT_TRUE(c->done());
   EXPECT_EQ(memory_->used(), 0u);
 }
 
 TEST_F(SendReceiveTest, DestinationAttachedFirstGetsTheBytesAsTheyArrive) {
   std::shared_ptr<Collective> c = Make(3, 1);
-  auto dst = std::make_shared<RecordingChannel>();
-  auto src = std::make_shared<RecordingChannel>();
   const std::string payload = Message(2, 50);  // 200 bytes, several chunks
-  ASSERT_TRUE(c->Attach(dst, 1, P2p(3, 1, {}), ""));
-  ASSERT_TRUE(c->Attach(src, 3, P2p(3, 1, {Floats(50)}), ""));
+  ASSERT_TRUE(c->Attach(dst_, 1, P2p(3, 1, {}), ""));
+  ASSERT_TRUE(c->Attach(src_, 3, P2p(3, 1, {Floats(50)}), ""));
   EXPECT_EQ(memory_->used(), payload.size());
   Feed(*c, 3, payload.substr(0, 96));
   // Forwarded at once, before the rest was sent.
-  EXPECT_EQ(dst->bytes(), 96u);
-  EXPECT_FALSE(dst->ended_ok());
-  EXPECT_FALSE(src->ended_ok());
+  EXPECT_EQ(dst_->byte_count(), 96u);
+  EXPECT_FALSE(dst_->finished_ok());
+  EXPECT_FALSE(src_->finished_ok());
   Feed(*c, 3, payload.substr(96), 48, /*offset=*/96);
-  ASSERT_TRUE(src->WaitEnded());
-  ASSERT_TRUE(dst->WaitEnded());
-  EXPECT_TRUE(src->ended_ok());
-  EXPECT_TRUE(dst->ended_ok());
-  EXPECT_EQ(dst->result(), payload);
-  EXPECT_GE(dst->messages(), 5);
-  EXPECT_EQ(src->bytes(), 0u);
-  EXPECT_THAT(src->specs(), IsEmpty());
+  ASSERT_TRUE(src_->WaitEnded());
+  ASSERT_TRUE(dst_->WaitEnded());
+  EXPECT_TRUE(src_->finished_ok());
+  EXPECT_TRUE(dst_->finished_ok());
+  EXPECT_EQ(dst_->result(), payload);
+  EXPECT_GE(dst_->message_count(), 5);
+  EXPECT_EQ(src_->byte_count(), 0u);
+  EXPECT_THAT(src_->specs(), IsEmpty());
   EXPECT_EQ(memory_->used(), 0u);
 }
 
 TEST_F(SendReceiveTest, EmptyMessageCompletesBothSides) {
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<RecordingChannel>();
-  auto dst = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(0)}), ""));
-  ASSERT_TRUE(src->WaitEnded());
-  EXPECT_TRUE(src->ended_ok());
-  ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
-  ASSERT_TRUE(dst->WaitEnded());
-  EXPECT_TRUE(dst->ended_ok());
-  EXPECT_EQ(dst->bytes(), 0u);
-  ASSERT_THAT(dst->specs(), SizeIs(1));
-  EXPECT_EQ(dst->specs()[0], Floats(0));
+  ASSERT_TRUE(c->Attach(src_, 0, P2p(0, 1, {Floats(0)}), ""));
+  ASSERT_TRUE(src_->WaitEnded());
+  EXPECT_TRUE(src_->finished_ok());
+  ASSERT_TRUE(c->Attach(dst_, 1, P2p(0, 1, {}), ""));
+  ASSERT_TRUE(dst_->WaitEnded());
+  EXPECT_TRUE(dst_->finished_ok());
+  EXPECT_EQ(dst_->byte_count(), 0u);
+  ASSERT_THAT(dst_->specs(), SizeIs(1));
+  EXPECT_EQ(dst_->specs()[0], Floats(0));
   EXPECT_TRUE(c->done());
 }
 
 TEST_F(SendReceiveTest, DeclaredSpecThatDisagreesFailsTheDestination) {
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<RecordingChannel>();
-  auto dst = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(8)}), ""));
+  ASSERT_TRUE(c->Attach(src_, 0, P2p(0, 1, {Floats(8)}), ""));
   Feed(*c, 0, Message(3, 8));
-  ASSERT_TRUE(src->WaitEnded());
-  EXPECT_TRUE(src->ended_ok());  // already returned: its send was buffered
-  EXPECT_FALSE(c->Attach(dst, 1, P2p(0, 1, {Floats(9)}), ""));
-  ASSERT_TRUE(dst->WaitEnded());
-  EXPECT_EQ(dst->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(dst->failure().message(),
-              HasSubstr("mismatched shapes: rank 0 sent [8] float32, rank 1 "
-                        "sent [9] float32"));
-  EXPECT_EQ(dst->bytes(), 0u);
+  ASSERT_TRUE(src_->WaitEnded());
+  EXPECT_TRUE(src_->finished_ok());  // already returned: its send was buffered
+  EXPECT_FALSE(c->Attach(dst_, 1, P2p(0, 1, {Floats(9)}), ""));
+  ExpectFailed(
+      *dst_, absl::StatusCode::kFailedPrecondition,
+      "mismatched shapes: rank 0 sent [8] float32, rank 1 sent [9] float32");
+  EXPECT_EQ(dst_->byte_count(), 0u);
   EXPECT_TRUE(c->done());
   EXPECT_EQ(memory_->used(), 0u);
 }
 
 TEST_F(SendReceiveTest, DisagreementWhileTheSourceIsAttachedFailsBoth) {
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<RecordingChannel>();
-  auto dst = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {Floats(9)}), ""));
-  EXPECT_FALSE(c->Attach(src, 0, P2p(0, 1, {Floats(8)}), ""));
-  for (auto* ch : {src.get(), dst.get()}) {
-    ASSERT_TRUE(ch->WaitEnded());
-    EXPECT_EQ(ch->failure().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(ch->failure().message(),
-                HasSubstr("mismatched shapes: rank 1 sent [9] float32, rank 0 "
-                          "sent [8] float32"));
+  ASSERT_TRUE(c->Attach(dst_, 1, P2p(0, 1, {Floats(9)}), ""));
+  EXPECT_FALSE(c->Attach(src_, 0, P2p(0, 1, {Floats(8)}), ""));
+  for (auto* ch : {src_.get(), dst_.get()}) {
+    ExpectFailed(
+        *ch, absl::StatusCode::kFailedPrecondition,
+        "mismatched shapes: rank 1 sent [9] float32, rank 0 sent [8] float32");
   }
-  EXPECT_EQ(dst->bytes(), 0u);
+  EXPECT_EQ(dst_->byte_count(), 0u);
 }
 
 TEST_F(SendReceiveTest, HeldMessageWhoseReceiveNeverComesIsDroppedAtTheDeadline) {
   std::shared_ptr<Collective> c = Make(0, 1, absl::Milliseconds(200));
-  auto src = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(16)}), ""));
+  ASSERT_TRUE(c->Attach(src_, 0, P2p(0, 1, {Floats(16)}), ""));
   Feed(*c, 0, Message(4, 16));
-  ASSERT_TRUE(src->WaitEnded());
-  EXPECT_TRUE(src->ended_ok());
+  ASSERT_TRUE(src_->WaitEnded());
+  EXPECT_TRUE(src_->finished_ok());
   EXPECT_EQ(memory_->used(), 64u);
   const absl::Time give_up = absl::Now() + kWait;
   while (!c->done() && absl::Now() < give_up) {
@@ -193,81 +184,70 @@ TEST_F(SendReceiveTest, HeldMessageWhoseReceiveNeverComesIsDroppedAtTheDeadline)
   }
   EXPECT_TRUE(c->done());
   EXPECT_EQ(memory_->used(), 0u);
-  EXPECT_TRUE(src->failure().ok());  // its call had already ended OK
+  EXPECT_TRUE(src_->failure().ok());  // its call had already ended OK
   // A late destination gets the deadline's failure, naming itself missing.
-  auto dst = std::make_shared<RecordingChannel>();
-  EXPECT_FALSE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
-  EXPECT_EQ(dst->failure().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(dst->failure().message(), HasSubstr("rank 1 never arrived"));
+  EXPECT_FALSE(c->Attach(dst_, 1, P2p(0, 1, {}), ""));
+  EXPECT_EQ(dst_->failure().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(dst_->failure().message(), HasSubstr("rank 1 never arrived"));
 }
 
 TEST_F(SendReceiveTest, ReceiveWhoseSendNeverComesNamesTheSource) {
   std::shared_ptr<Collective> c = Make(2, 0, absl::Milliseconds(200));
-  auto dst = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(dst, 0, P2p(2, 0, {}), ""));
-  ASSERT_TRUE(dst->WaitEnded());
-  EXPECT_EQ(dst->failure().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(dst->failure().message(),
-              HasSubstr("rank 2 never arrived (ranks 0 waited)"));
+  ASSERT_TRUE(c->Attach(dst_, 0, P2p(2, 0, {}), ""));
+  ExpectFailed(*dst_, absl::StatusCode::kDeadlineExceeded,
+               "rank 2 never arrived (ranks 0 waited)");
 }
 
 TEST_F(SendReceiveTest, SendBeyondTheMemoryBudgetIsRefused) {
   memory_budget_bytes_ = 100;
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<RecordingChannel>();
-  EXPECT_FALSE(c->Attach(src, 0, P2p(0, 1, {Floats(40)}), ""));
-  ASSERT_TRUE(src->WaitEnded());
-  EXPECT_EQ(src->failure().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(src->failure().message(), HasSubstr("--memory_budget_bytes"));
-  EXPECT_THAT(src->failure().message(), HasSubstr("rank 0 needs 160"));
+  EXPECT_FALSE(c->Attach(src_, 0, P2p(0, 1, {Floats(40)}), ""));
+  ASSERT_TRUE(src_->WaitEnded());
+  EXPECT_EQ(src_->failure().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(src_->failure().message(), HasSubstr("--memory_budget_bytes"));
+  EXPECT_THAT(src_->failure().message(), HasSubstr("rank 0 needs 160"));
   EXPECT_EQ(memory_->used(), 0u);
 }
 
 TEST_F(SendReceiveTest, EpochEndOnceTheWholeMessageIsHeldStillDeliversIt) {
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<RecordingChannel>();
-  auto dst = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
-  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), ""));
+  ASSERT_TRUE(c->Attach(dst_, 1, P2p(0, 1, {}), ""));
+  ASSERT_TRUE(c->Attach(src_, 0, P2p(0, 1, {Floats(4)}), ""));
   Feed(*c, 0, Message(5, 4));
   c->FailUnlessDecided(absl::AbortedError("epoch ended"));
-  ASSERT_TRUE(dst->WaitEnded());
-  EXPECT_TRUE(dst->ended_ok());
-  EXPECT_EQ(dst->result(), Message(5, 4));
+  ASSERT_TRUE(dst_->WaitEnded());
+  EXPECT_TRUE(dst_->finished_ok());
+  EXPECT_EQ(dst_->result(), Message(5, 4));
 }
 
 TEST_F(SendReceiveTest, EpochEndBeforeTheMessageIsWholeAbortsTheReceive) {
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto dst = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
+  ASSERT_TRUE(c->Attach(dst_, 1, P2p(0, 1, {}), ""));
   c->FailUnlessDecided(absl::AbortedError("epoch ended: rank 0 was lost"));
-  ASSERT_TRUE(dst->WaitEnded());
-  EXPECT_EQ(dst->failure().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(dst->failure().message(), HasSubstr("rank 0 was lost"));
+  ASSERT_TRUE(dst_->WaitEnded());
+  EXPECT_EQ(dst_->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(dst_->failure().message(), HasSubstr("rank 0 was lost"));
 }
 
 TEST_F(SendReceiveTest, SourceCancelledAfterItsSendEndedChangesNothing) {
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), ""));
+  ASSERT_TRUE(c->Attach(src_, 0, P2p(0, 1, {Floats(4)}), ""));
   Feed(*c, 0, Message(6, 4));
-  ASSERT_TRUE(src->WaitEnded());
-  c->OnRankCancelled(0, src.get());
-  auto dst = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
-  ASSERT_TRUE(dst->WaitEnded());
-  EXPECT_TRUE(dst->ended_ok());
-  EXPECT_EQ(dst->result(), Message(6, 4));
+  ASSERT_TRUE(src_->WaitEnded());
+  c->OnRankCancelled(0, src_.get());
+  ASSERT_TRUE(c->Attach(dst_, 1, P2p(0, 1, {}), ""));
+  ASSERT_TRUE(dst_->WaitEnded());
+  EXPECT_TRUE(dst_->finished_ok());
+  EXPECT_EQ(dst_->result(), Message(6, 4));
 }
 
 TEST_F(SendReceiveTest, ASourceThatFinishedAloneHasItsEmptyResultKept) {
   keep_results_ = true;
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto src = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), "s0/7"));
+  ASSERT_TRUE(c->Attach(src_, 0, P2p(0, 1, {Floats(4)}), "s0/7"));
   Feed(*c, 0, Message(7, 4));
-  ASSERT_TRUE(src->WaitEnded());
-  EXPECT_TRUE(src->ended_ok());
+  ASSERT_TRUE(src_->WaitEnded());
+  EXPECT_TRUE(src_->finished_ok());
   std::optional<KeptResults::Kept> found = kept_->Find("s0/7", 0);
   ASSERT_TRUE(found.has_value());
   ASSERT_THAT(found->messages, SizeIs(1));
@@ -279,7 +259,7 @@ TEST_F(SendReceiveTest, ASourceThatFinishedAloneHasItsEmptyResultKept) {
 TEST_F(SendReceiveTest, SourceCancelledBeforeSendingIsDetachedAndGivesItsRoomBack) {
   keep_results_ = true;
   std::shared_ptr<Collective> c = Make(0, 1);
-  auto first = std::make_shared<RecordingChannel>();
+  auto first = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(c->Attach(first, 0, P2p(0, 1, {Floats(4)}), "s0/8"));
   EXPECT_EQ(memory_->used(), 16u);
   EXPECT_GT(kept_memory_.used(), 0u);
@@ -287,14 +267,12 @@ TEST_F(SendReceiveTest, SourceCancelledBeforeSendingIsDetachedAndGivesItsRoomBac
   EXPECT_EQ(memory_->used(), 0u);
   EXPECT_EQ(kept_memory_.used(), 0u);
   // A new call of rank 0 takes its place, and the message goes through.
-  auto src = std::make_shared<RecordingChannel>();
-  auto dst = std::make_shared<RecordingChannel>();
-  ASSERT_TRUE(c->Attach(src, 0, P2p(0, 1, {Floats(4)}), "s0/9"));
+  ASSERT_TRUE(c->Attach(src_, 0, P2p(0, 1, {Floats(4)}), "s0/9"));
   Feed(*c, 0, Message(8, 4));
-  ASSERT_TRUE(c->Attach(dst, 1, P2p(0, 1, {}), ""));
-  ASSERT_TRUE(dst->WaitEnded());
-  EXPECT_TRUE(dst->ended_ok());
-  EXPECT_EQ(dst->result(), Message(8, 4));
+  ASSERT_TRUE(c->Attach(dst_, 1, P2p(0, 1, {}), ""));
+  ASSERT_TRUE(dst_->WaitEnded());
+  EXPECT_TRUE(dst_->finished_ok());
+  EXPECT_EQ(dst_->result(), Message(8, 4));
 }
 
 TEST_F(SendReceiveTest, StrategyPlansTheSourcesTensorForTheDestinationOnly) {

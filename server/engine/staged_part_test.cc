@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -73,37 +74,33 @@ std::string RankPayload(const PayloadLayout& layout, int r) {
   return bytes;
 }
 
-// The result computed element by element from the ranks' payloads.
+// Tensor `t` of the result, element by element: `combine` over the ranks'
+// elements of type T, from `init`.
+template <typename T, typename Combine>
+void ReduceTensor(const PayloadLayout& layout,
+                  const std::vector<std::string>& payloads, int t, T init,
+                  Combine combine, std::string& out) {
+  for (size_t i = 0; i < layout.sizes[t] / sizeof(T); ++i) {
+    T acc = init;
+    for (const std::string& p : payloads) {
+      T v;
+      std::memcpy(&v, &p[layout.offsets[t] + sizeof(T) * i], sizeof(T));
+      acc = combine(acc, v);
+    }
+    std::memcpy(&out[layout.offsets[t] + sizeof(T) * i], &acc, sizeof(T));
+  }
+}
+
+// The result computed element by element from the ranks' payloads: a
+// float32 sum, a float64 max and an int32 sum.
 std::string Expected(const PayloadLayout& layout,
                      const std::vector<std::string>& payloads) {
   std::string out(layout.total_bytes, '\0');
-  for (size_t i = 0; i < layout.sizes[0] / 4; ++i) {
-    float sum = 0;
-    for (const std::string& p : payloads) {
-      float v;
-      std::memcpy(&v, &p[layout.offsets[0] + 4 * i], 4);
-      sum += v;
-    }
-    std::memcpy(&out[layout.offsets[0] + 4 * i], &sum, 4);
-  }
-  for (size_t i = 0; i < layout.sizes[1] / 8; ++i) {
-    double max = -1;
-    for (const std::string& p : payloads) {
-      double v;
-      std::memcpy(&v, &p[layout.offsets[1] + 8 * i], 8);
-      if (v > max) max = v;
-    }
-    std::memcpy(&out[layout.offsets[1] + 8 * i], &max, 8);
-  }
-  for (size_t i = 0; i < layout.sizes[2] / 4; ++i) {
-    int32_t sum = 0;
-    for (const std::string& p : payloads) {
-      int32_t v;
-      std::memcpy(&v, &p[layout.offsets[2] + 4 * i], 4);
-      sum += v;
-    }
-    std::memcpy(&out[layout.offsets[2] + 4 * i], &sum, 4);
-  }
+  ReduceTensor<float>(layout, payloads, 0, 0, std::plus<float>(), out);
+  ReduceTensor<double>(
+      layout, payloads, 1, -1, [](double a, double b) { return b > a ? b : a; },
+      out);
+  ReduceTensor<int32_t>(layout, payloads, 2, 0, std::plus<int32_t>(), out);
   return out;
 }
 

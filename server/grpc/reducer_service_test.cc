@@ -115,6 +115,25 @@ class ReducerServiceTest : public ::testing::Test {
     return stream;
   }
 
+  // Both ranks' calls of one all-reduce of job j, on streams of their own.
+  struct CallsOfBoth {
+    grpc::ClientContext contexts[2];
+    std::unique_ptr<Stream> streams[2];
+  };
+  // Opens both ranks' streams of `method`: rank r sends Floats(r + 1, 2, 3,
+  // 4) as call `first_call_id` + r, or with `header_only` nothing but its
+  // header.
+  void SendAllReduceOfBoth(Method method, CallsOfBoth& calls,
+                           bool header_only = false,
+                           uint64_t first_call_id = 0) {
+    for (int rank = 0; rank < 2; ++rank) {
+      calls.streams[rank] =
+          SendAllReduce(method, &calls.contexts[rank], rank,
+                        header_only ? "" : Floats(rank + 1, 2, 3, 4),
+                        first_call_id == 0 ? 0 : first_call_id + rank);
+    }
+  }
+
   Env env_;
   TimerQueue timers_;
   MetricsSink metrics_;
@@ -158,11 +177,10 @@ TEST_F(ReducerServiceTest, ACutJoinStreamAbortsTheEpochForTheOtherRank) {
 
 TEST_F(ReducerServiceTest, CollectiveStreamsReturnTheSumToEveryRank) {
   JoinAll("j", 2);
-  grpc::ClientContext contexts[2];
-  std::unique_ptr<Stream> streams[2];
+  CallsOfBoth calls;
+  SendAllReduceOfBoth(kCollective, calls);
+  std::unique_ptr<Stream>* streams = calls.streams;
   for (int rank = 0; rank < 2; ++rank) {
-    streams[rank] = SendAllReduce(kCollective, &contexts[rank], rank,
-                                  Floats(rank + 1, 2, 3, 4));
     ASSERT_TRUE(streams[rank]->WritesDone());
   }
   for (int rank = 0; rank < 2; ++rank) {
@@ -212,13 +230,11 @@ TEST_F(ReducerServiceTest, CollectiveOfAJobNotJoinedIsRefused) {
 
 TEST_F(ReducerServiceTest, ACutCollectiveStreamFailsTheOtherRankAtOnce) {
   JoinAll("j", 2);
-  grpc::ClientContext contexts[2];
-  std::unique_ptr<Stream> streams[2];
-  for (int rank = 0; rank < 2; ++rank) {
-    // The header only: the payload never comes.
-    streams[rank] = SendAllReduce(kCollective, &contexts[rank], rank, "");
-  }
-  contexts[0].TryCancel();
+  CallsOfBoth calls;
+  // The header only: the payload never comes.
+  SendAllReduceOfBoth(kCollective, calls, /*header_only=*/true);
+  std::unique_ptr<Stream>* streams = calls.streams;
+  calls.contexts[0].TryCancel();
   v1::CollectiveResponse response;
   EXPECT_FALSE(streams[1]->Read(&response));
   const grpc::Status status = streams[1]->Finish();
@@ -230,13 +246,10 @@ TEST_F(ReducerServiceTest, ACutCollectiveStreamFailsTheOtherRankAtOnce) {
 
 TEST_F(ReducerServiceTest, CollectivesStreamAnswersEachCallByItsId) {
   JoinAll("j", 2);
-  grpc::ClientContext contexts[2];
-  std::unique_ptr<Stream> streams[2];
-  for (int rank = 0; rank < 2; ++rank) {
-    streams[rank] = SendAllReduce(kCollectives, &contexts[rank], rank,
-                                  Floats(rank + 1, 2, 3, 4),
-                                  /*call_id=*/7 + rank);
-  }
+  CallsOfBoth calls;
+  SendAllReduceOfBoth(kCollectives, calls, /*header_only=*/false,
+                      /*first_call_id=*/7);
+  std::unique_ptr<Stream>* streams = calls.streams;
   for (int rank = 0; rank < 2; ++rank) {
     v1::CollectiveResponse response;
     ASSERT_TRUE(streams[rank]->Read(&response)) << "rank " << rank;

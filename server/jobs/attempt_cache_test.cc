@@ -15,19 +15,24 @@ class Collective {};
 
 namespace {
 
-TEST(AttemptCacheTest, FindsTheCollectiveAnIdJoined) {
+// Two collectives the tests' ids join.
+class AttemptCacheTest : public ::testing::Test {
+ protected:
+  const std::shared_ptr<Collective> a_ = std::make_shared<Collective>();
+  const std::shared_ptr<Collective> b_ = std::make_shared<Collective>();
+};
+
+TEST_F(AttemptCacheTest, FindsTheCollectiveAnIdJoined) {
   AttemptCache cache(4);
-  auto a = std::make_shared<Collective>();
-  auto b = std::make_shared<Collective>();
-  cache.Remember("s/1", a);
-  cache.Remember("s/2", b);
+  cache.Remember("s/1", a_);
+  cache.Remember("s/2", b_);
   ASSERT_TRUE(cache.Find("s/1").has_value());
-  EXPECT_EQ(cache.Find("s/1")->lock(), a);
-  EXPECT_EQ(cache.Find("s/2")->lock(), b);
+  EXPECT_EQ(cache.Find("s/1")->lock(), a_);
+  EXPECT_EQ(cache.Find("s/2")->lock(), b_);
   EXPECT_FALSE(cache.Find("s/3").has_value());
 }
 
-TEST(AttemptCacheTest, AnExpiredCollectiveIsStillRememberedAsSeen) {
+TEST_F(AttemptCacheTest, AnExpiredCollectiveIsStillRememberedAsSeen) {
   AttemptCache cache(4);
   {
     auto gone = std::make_shared<Collective>();
@@ -37,10 +42,9 @@ TEST(AttemptCacheTest, AnExpiredCollectiveIsStillRememberedAsSeen) {
   EXPECT_EQ(cache.Find("s/1")->lock(), nullptr);
 }
 
-TEST(AttemptCacheTest, ForgetsTheOldestPastCapacity) {
+TEST_F(AttemptCacheTest, ForgetsTheOldestPastCapacity) {
   AttemptCache cache(3);
-  auto c = std::make_shared<Collective>();
-  for (int i = 0; i < 5; ++i) cache.Remember("s/" + std::to_string(i), c);
+  for (int i = 0; i < 5; ++i) cache.Remember("s/" + std::to_string(i), a_);
   EXPECT_EQ(cache.size(), 3u);
   EXPECT_FALSE(cache.Find("s/0").has_value());
   EXPECT_FALSE(cache.Find("s/1").has_value());
@@ -48,22 +52,19 @@ TEST(AttemptCacheTest, ForgetsTheOldestPastCapacity) {
   EXPECT_TRUE(cache.Find("s/4").has_value());
 }
 
-TEST(AttemptCacheTest, RememberingAnIdAgainMovesItWithoutGrowing) {
+TEST_F(AttemptCacheTest, RememberingAnIdAgainMovesItWithoutGrowing) {
   AttemptCache cache(2);
-  auto a = std::make_shared<Collective>();
-  auto b = std::make_shared<Collective>();
-  cache.Remember("s/1", a);
-  cache.Remember("s/1", b);
+  cache.Remember("s/1", a_);
+  cache.Remember("s/1", b_);
   EXPECT_EQ(cache.size(), 1u);
-  EXPECT_EQ(cache.Find("s/1")->lock(), b);
-  cache.Remember("s/2", a);
+  EXPECT_EQ(cache.Find("s/1")->lock(), b_);
+  cache.Remember("s/2", a_);
   EXPECT_TRUE(cache.Find("s/1").has_value());  // not pushed out by its twin
 }
 
-TEST(AttemptCacheTest, ClearForgetsEverything) {
+TEST_F(AttemptCacheTest, ClearForgetsEverything) {
   AttemptCache cache(4);
-  auto a = std::make_shared<Collective>();
-  cache.Remember("s/1", a);
+  cache.Remember("s/1", a_);
   cache.Clear();
   EXPECT_EQ(cache.size(), 0u);
   EXPECT_FALSE(cache.Find("s/1").has_value());

@@ -221,7 +221,7 @@ void Job::LoseRankLocked(int rank, absl::StatusCode code,
                          const std::string& what) {
   ForEachCollectiveLocked([&](const std::shared_ptr<Collective>& c) {
     if (c->IsQuorumBarrier()) {
-      c->OnRankLost(rank);
+      c->OnMembershipChanged(membership_);
     } else if (c->Includes(rank) && !c->HasFinished(rank)) {
       c->FailUnlessDecided(absl::Status(
           code, absl::StrCat(c->description(), ": rank ", rank, " ", what)));

@@ -9,8 +9,8 @@
 // which runs once all world_size ranks have joined again.
 //
 // Done. A rank's DONE (Client::Done) makes every collective of the epoch
-// that includes the rank, pending or later, go on without it
-// (Collective::ExcludeDone), until every rank of the job has called DONE;
+// that includes the rank, pending or later, go on without it, until every
+// rank of the job has called DONE;
 // then the DONE collective ends for all and the ranks take part again. An
 // unnamed collective a rank was left out of still counts in its call
 // order: the Job adds the count to the sequence numbers the rank sends
@@ -34,10 +34,15 @@
 // Who takes part, and the rules of epochs, Done and quorum mode, are the
 // job's Membership; the Job acts on what it decides (fails collectives,
 // sends JoinEvents, logs) and keeps matching, point-to-point matches,
-// replays and pacing.
+// replays and pacing. A collective asks the Membership itself who is left
+// out (it is the collective's Participation): the Job hands it over when
+// the collective starts and whenever a rank calls DONE or is lost
+// (Collective::OnMembershipChanged), always under mu_.
 //
 // Thread-safe: state is under mu_. Lock order: JobRegistry, then Job, then
-// Collective, then a stream's own lock.
+// Collective, then a stream's own lock. A Collective asks the Membership
+// under its own lock, within a call the Job makes under mu_; the
+// Membership takes no lock and calls nothing back.
 #ifndef REDUCER_SERVER_JOBS_JOB_H_
 #define REDUCER_SERVER_JOBS_JOB_H_
 
@@ -250,15 +255,17 @@ class Job {
   std::string MatchingKeyLocked(const v1::CollectiveHeader& header,
                                 const Fingerprint& fp)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `rank` called DONE: leaves it out of every pending collective of its
-  // group (counting the unnamed ones as skipped), or, when it was the
-  // last rank to, lets every rank go.
+  // `rank` called DONE: every pending collective asks again who takes
+  // part (so those of its group leave it out, counting the unnamed ones as
+  // skipped), or, when it was the last rank to, lets every rank go.
   void MarkDoneLocked(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Leaves the ranks that are done out of `collective` (just created
-  // under `key`), `attaching` aside.
-  void LeaveOutDoneLocked(const std::shared_ptr<Collective>& collective,
-                          const std::string& key, const Fingerprint& fp,
-                          int attaching) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells `collective` (matched under `key`) that who takes part changed,
+  // or, just created, to ask who does: it asks membership_
+  // (Collective::OnMembershipChanged, under mu_), and the ranks it found
+  // done count as having skipped it when it is unnamed.
+  void TellMembershipChangedLocked(
+      const std::shared_ptr<Collective>& collective, const std::string& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank of a quorum step that ended without it, while the step is still
   // matched: the collective (its Attach refuses the late call), else null.
   std::shared_ptr<Collective> LeftOutStepLocked(const std::string& key,

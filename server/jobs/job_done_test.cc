@@ -13,9 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/engine/string_bytes.h"
-#include "server/jobs/fake_job_channels.h"
 #include "server/jobs/job.h"
+#include "server/jobs/joined_job_test.h"
 #include "tests/status_matchers.h"
 
 namespace reducer {
@@ -25,31 +24,8 @@ using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr int kWorld = 3;
-
-class JobDoneTest : public ::testing::Test {
+class JobDoneTest : public JoinedJobTest {
  protected:
-  JobDoneTest() : job_("j1", kWorld, server_.env()) {
-    for (int r = 0; r < kWorld; ++r) {
-      EXPECT_TRUE(
-          job_.Join(r, kWorld, Session(r), std::make_shared<FakeSession>())
-              .ok());
-    }
-  }
-
-  static std::string Session(int rank) { return absl::StrCat("s", rank); }
-
-  static v1::CollectiveHeader Header(int rank, v1::CollectiveKind kind) {
-    v1::CollectiveHeader h;
-    h.set_job("j1");
-    h.set_epoch(1);
-    h.set_session_id(Session(rank));
-    h.set_rank(rank);
-    h.set_kind(kind);
-    h.set_timeout_ms(10000);
-    return h;
-  }
-
   // Rank `rank`'s call of the unnamed collective `sequence` of the whole
   // job: `kind` over `values` (float32 [values.size()], op `op`).
   std::shared_ptr<FakeRankChannel> Call(int rank, uint64_t sequence,
@@ -64,20 +40,8 @@ class JobDoneTest : public ::testing::Test {
       tensor->add_shape(static_cast<int64_t>(values.size()));
       if (kind != v1::COLLECTIVE_KIND_ALL_GATHER) tensor->set_op(op);
     }
-    auto channel = std::make_shared<FakeRankChannel>();
-    absl::StatusOr<std::shared_ptr<Collective>> c = job_.Attach(h, channel);
-    if (!c.ok()) {
-      if (!IsRefusedByCollective(c.status())) channel->Fail(c.status());
-      return channel;
-    }
-    if (!values.empty()) {
-      Payload payload;
-      payload.Append(
-          StringBytes(std::string(reinterpret_cast<const char*>(values.data()),
-                                  values.size() * sizeof(float))));
-      (*c)->OnData(rank, 0, std::move(payload));
-    }
-    return channel;
+    return Attach(h, std::string(reinterpret_cast<const char*>(values.data()),
+                                 values.size() * sizeof(float)));
   }
 
   std::shared_ptr<FakeRankChannel> Done(int rank, int call = 0) {
@@ -88,16 +52,6 @@ class JobDoneTest : public ::testing::Test {
     if (!c.ok()) channel->Fail(c.status());
     return channel;
   }
-
-  static std::vector<float> Floats(FakeRankChannel& channel) {
-    const std::string bytes = channel.bytes();
-    std::vector<float> out(bytes.size() / sizeof(float));
-    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
-    return out;
-  }
-
-  JobTestEnv server_;
-  Job job_;
 };
 
 // Rank 2 runs out of data while ranks 0 and 1 wait for it: their
@@ -110,8 +64,8 @@ TEST_F(JobDoneTest, APendingAllReduceGoesOnWithoutTheDoneRank) {
   auto done2 = Done(2);
   ASSERT_TRUE(a0->finished_ok()) << a0->failure();
   ASSERT_TRUE(a1->finished_ok()) << a1->failure();
-  EXPECT_THAT(Floats(*a0), ElementsAre(11, 22));
-  EXPECT_THAT(Floats(*a1), ElementsAre(11, 22));
+  EXPECT_THAT(Values<float>(*a0), ElementsAre(11, 22));
+  EXPECT_THAT(Values<float>(*a1), ElementsAre(11, 22));
   EXPECT_FALSE(done2->finished_ok());  // until every rank is done
   EXPECT_THAT(job_.Snapshot().done_ranks, ElementsAre(2));
 
@@ -121,13 +75,13 @@ TEST_F(JobDoneTest, APendingAllReduceGoesOnWithoutTheDoneRank) {
   auto b1 =
       Call(1, 1, v1::COLLECTIVE_KIND_ALL_REDUCE, {3, 5}, v1::REDUCE_OP_AVG);
   ASSERT_TRUE(b1->finished_ok()) << b1->failure();
-  EXPECT_THAT(Floats(*b0), ElementsAre(2, 4));
+  EXPECT_THAT(Values<float>(*b0), ElementsAre(2, 4));
 
   // An all-gather gives it an empty part; a barrier counts it as arrived.
   auto g0 = Call(0, 2, v1::COLLECTIVE_KIND_ALL_GATHER, {1});
   auto g1 = Call(1, 2, v1::COLLECTIVE_KIND_ALL_GATHER, {2, 3});
   ASSERT_TRUE(g1->finished_ok()) << g1->failure();
-  EXPECT_THAT(Floats(*g0), ElementsAre(1, 2, 3));
+  EXPECT_THAT(Values<float>(*g0), ElementsAre(1, 2, 3));
   auto w0 = Call(0, 3, v1::COLLECTIVE_KIND_BARRIER, {});
   auto w1 = Call(1, 3, v1::COLLECTIVE_KIND_BARRIER, {});
   EXPECT_TRUE(w1->finished_ok()) << w1->failure();
@@ -163,16 +117,16 @@ TEST_F(JobDoneTest, OnceEveryRankIsDoneTheyMeetAgainInCallOrder) {
   auto s1 = Call(1, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {2});
   auto s2 = Call(2, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {4});
   ASSERT_TRUE(s0->finished_ok());
-  EXPECT_THAT(Floats(*s0), ElementsAre(7));
+  EXPECT_THAT(Values<float>(*s0), ElementsAre(7));
   auto d2 = Done(2);
   auto t0 = Call(0, 1, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
   auto t1 = Call(1, 1, v1::COLLECTIVE_KIND_ALL_REDUCE, {2});
   ASSERT_TRUE(t1->finished_ok()) << t1->failure();
-  EXPECT_THAT(Floats(*t0), ElementsAre(3));
+  EXPECT_THAT(Values<float>(*t0), ElementsAre(3));
   auto d1 = Done(1);
   auto u0 = Call(0, 2, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
   ASSERT_TRUE(u0->finished_ok()) << u0->failure();
-  EXPECT_THAT(Floats(*u0), ElementsAre(1));
+  EXPECT_THAT(Values<float>(*u0), ElementsAre(1));
   EXPECT_FALSE(d1->finished_ok());
   auto d0 = Done(0);
   for (auto* d : {&d0, &d1, &d2}) {
@@ -185,7 +139,7 @@ TEST_F(JobDoneTest, OnceEveryRankIsDoneTheyMeetAgainInCallOrder) {
   auto v0 = Call(0, 3, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
   for (auto* v : {&v0, &v1r, &v2}) {
     ASSERT_TRUE((*v)->finished_ok()) << (*v)->failure();
-    EXPECT_THAT(Floats(**v), ElementsAre(7));
+    EXPECT_THAT(Values<float>(**v), ElementsAre(7));
   }
 }
 

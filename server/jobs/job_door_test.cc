@@ -33,9 +33,7 @@ const PresentedToken kNoToken{};
 TEST(JobDoorTest, JoinReachesTheRegistry) {
   Env env;
   auto session = std::make_shared<FakeSession>();
-  EXPECT_THAT(
-      env.door().Join(Env::JoinRequest("j", 0, 1, "s"), kNoToken, session),
-      IsOk());
+  EXPECT_THAT(env.Join("j", 0, 1, "s", session), IsOk());
   EXPECT_EQ(session->ready_count(), 1);
   EXPECT_THAT(env.registry().Find("j"), IsOk());
   EXPECT_THAT(env.refused(), IsEmpty());
@@ -45,8 +43,7 @@ TEST(JobDoorTest, JoinNamingAJobOverTheLimitIsRefusedAndCounted) {
   Env env;
   const std::string job(Env::kMaxNameBytes + 1, 'j');
   EXPECT_THAT(
-      env.door().Join(Env::JoinRequest(job, 0, 1, "s"), kNoToken,
-                      std::make_shared<FakeSession>()),
+      env.Join(job, 0, 1, "s"),
       StatusIs(absl::StatusCode::kInvalidArgument,
                HasSubstr("JoinRequest.job is 65 bytes long, over the limit "
                          "of 64 bytes (--max_name_bytes)")));
@@ -56,9 +53,7 @@ TEST(JobDoorTest, JoinNamingAJobOverTheLimitIsRefusedAndCounted) {
 
 TEST(JobDoorTest, AttachNamesTheHeaderFieldOverTheLimit) {
   Env env;
-  ASSERT_THAT(env.door().Join(Env::JoinRequest("j", 0, 1, "s"), kNoToken,
-                              std::make_shared<FakeSession>()),
-              IsOk());
+  ASSERT_THAT(env.Join("j", 0, 1, "s"), IsOk());
   v1::CollectiveHeader header = Env::AllReduce("j", "s", 0);
   header.set_attempt_id(std::string(Env::kMaxNameBytes + 1, 'a'));
   auto channel = std::make_shared<FakeRankChannel>();
@@ -71,10 +66,7 @@ TEST(JobDoorTest, AttachNamesTheHeaderFieldOverTheLimit) {
 TEST(JobDoorTest, AttachOfBothRanksRunsTheCollective) {
   Env env;
   for (int rank = 0; rank < 2; ++rank) {
-    ASSERT_THAT(
-        env.door().Join(Env::JoinRequest("j", rank, 2, rank == 0 ? "a" : "b"),
-                        kNoToken, std::make_shared<FakeSession>()),
-        IsOk());
+    ASSERT_THAT(env.Join("j", rank, 2, rank == 0 ? "a" : "b"), IsOk());
   }
   std::shared_ptr<FakeRankChannel> channels[2];
   for (int rank = 0; rank < 2; ++rank) {
@@ -148,9 +140,7 @@ TEST(JobDoorTest, AuthorizeAnyJobTakesAnyKnownToken) {
 
 TEST(JobDoorTest, CheckSeatHoldsOnlyTheSessionsOwnRank) {
   Env env;
-  ASSERT_THAT(env.door().Join(Env::JoinRequest("j", 0, 1, "s"), kNoToken,
-                              std::make_shared<FakeSession>()),
-              IsOk());
+  ASSERT_THAT(env.Join("j", 0, 1, "s"), IsOk());
   absl::StatusOr<uint64_t> epoch_id =
       env.door().CheckSeat("j", "s", 0, kNoToken);
   EXPECT_THAT(epoch_id, IsOk());
@@ -166,9 +156,7 @@ TEST(JobDoorTest, CheckSeatHoldsOnlyTheSessionsOwnRank) {
 
 TEST(JobDoorTest, LeaveWithoutCauseDepartsAndFreesTheJob) {
   Env env;
-  ASSERT_THAT(env.door().Join(Env::JoinRequest("j", 0, 1, "s"), kNoToken,
-                              std::make_shared<FakeSession>()),
-              IsOk());
+  ASSERT_THAT(env.Join("j", 0, 1, "s"), IsOk());
   v1::LeaveRequest leave;
   leave.set_job("j");
   leave.set_session_id("s");
@@ -180,12 +168,8 @@ TEST(JobDoorTest, LeaveWithoutCauseDepartsAndFreesTheJob) {
 TEST(JobDoorTest, LeaveWithCauseAbortsTheEpochWithItsFirst2KiB) {
   Env env;
   auto other = std::make_shared<FakeSession>();
-  ASSERT_THAT(env.door().Join(Env::JoinRequest("j", 0, 2, "a"), kNoToken,
-                              std::make_shared<FakeSession>()),
-              IsOk());
-  ASSERT_THAT(
-      env.door().Join(Env::JoinRequest("j", 1, 2, "b"), kNoToken, other),
-      IsOk());
+  ASSERT_THAT(env.Join("j", 0, 2, "a"), IsOk());
+  ASSERT_THAT(env.Join("j", 1, 2, "b", other), IsOk());
   // 2047 bytes, then a 2-byte UTF-8 sequence across the 2 KiB limit.
   const std::string kept(2047, 'x');
   v1::LeaveRequest leave;

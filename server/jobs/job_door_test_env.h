@@ -5,8 +5,7 @@
 // (and every job under it) requires kToken.
 //
 //   JobDoorTestEnv env;
-//   ASSERT_THAT(env.door().Join(JobDoorTestEnv::JoinRequest("j", 0, 1, "s"),
-//                               PresentedToken{}, session), IsOk());
+//   ASSERT_THAT(env.Join("j", /*rank=*/0, /*world=*/1, "s", session), IsOk());
 //   env.door().Attach(JobDoorTestEnv::AllReduce("j", "s", 0, 1), {}, channel);
 //
 // Thread-safe as the door is. Must outlive every session and channel given
@@ -80,6 +79,15 @@ class JobDoorTestEnv {
   static v1::JoinRequest JoinRequest(const std::string& job, int rank,
                                      int world, const std::string& session) {
     return MakeJoinRequest(job, rank, world, session);
+  }
+  // Joins `session` (a FakeSession unless given) as rank `rank` of job
+  // `job` of `world` ranks, presenting no token: the door's answer.
+  absl::Status Join(const std::string& job, int rank, int world,
+                    const std::string& session,
+                    std::shared_ptr<SessionChannel> channel =
+                        std::make_shared<FakeSession>()) {
+    return door_.Join(JoinRequest(job, rank, world, session), PresentedToken{},
+                      std::move(channel));
   }
   // Rank `rank`'s header of a float32 [kFloats] sum all-reduce, the first
   // collective of epoch 1, as attempt `session`/1.

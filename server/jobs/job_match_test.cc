@@ -17,9 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/engine/string_bytes.h"
-#include "server/jobs/fake_job_channels.h"
 #include "server/jobs/job.h"
+#include "server/jobs/joined_job_test.h"
 #include "tests/status_matchers.h"
 
 namespace reducer {
@@ -28,63 +27,32 @@ namespace {
 using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
-constexpr int kWorld = 3;
 constexpr int64_t kTag = 7;
 
-class JobMatchTest : public ::testing::Test {
+class JobMatchTest : public JoinedJobTest {
  protected:
-  JobMatchTest() : job_("j1", kWorld, server_.env()) {
-    for (int r = 0; r < kWorld; ++r) {
-      sessions_.push_back(std::make_shared<FakeSession>());
-      EXPECT_TRUE(job_.Join(r, kWorld, Session(r), sessions_.back()).ok());
-    }
-  }
-
-  static std::string Session(int rank) { return absl::StrCat("s", rank); }
-
-  static v1::CollectiveHeader Header(int rank, v1::CollectiveKind kind) {
-    v1::CollectiveHeader h;
-    h.set_job("j1");
-    h.set_epoch(1);
-    h.set_session_id(Session(rank));
-    h.set_rank(rank);
-    h.set_kind(kind);
-    h.set_timeout_ms(10000);
-    return h;
-  }
-
   // Message n of `source` to `destination`: float32 [2] {source, n}.
   static std::string Message(int source, uint64_t n) {
     const float v[2] = {static_cast<float>(source), static_cast<float>(n)};
     return std::string(reinterpret_cast<const char*>(v), sizeof(v));
   }
 
-  // Attaches `h` on a new channel, feeding `payload` if it is not empty.
-  std::shared_ptr<FakeRankChannel> Attach(const v1::CollectiveHeader& h,
-                                          const std::string& payload = "") {
-    auto channel = std::make_shared<FakeRankChannel>();
-    absl::StatusOr<std::shared_ptr<Collective>> c = job_.Attach(h, channel);
-    if (!c.ok()) {
-      if (!IsRefusedByCollective(c.status())) channel->Fail(c.status());
-      return channel;
-    }
-    if (!payload.empty()) {
-      Payload p;
-      p.Append(StringBytes(payload));
-      (*c)->OnData(h.rank(), 0, std::move(p));
-    }
-    return channel;
-  }
-
-  // `source`'s send n to `destination` with kTag.
-  std::shared_ptr<FakeRankChannel> Send(int source, int destination,
-                                        uint64_t n) {
-    v1::CollectiveHeader h = Header(source, v1::COLLECTIVE_KIND_SEND_RECEIVE);
+  // `rank`'s header of message n of `source` to `destination` with kTag.
+  static v1::CollectiveHeader MessageHeader(int rank, int source,
+                                            int destination, uint64_t n) {
+    v1::CollectiveHeader h = Header(rank, v1::COLLECTIVE_KIND_SEND_RECEIVE);
     h.set_name(absl::StrCat("p2p ", source, ">", destination, " tag ", kTag,
                             " #", n));
     h.set_root(source);
     h.add_group(std::min(source, destination));
     h.add_group(std::max(source, destination));
+    return h;
+  }
+
+  // `source`'s send n to `destination`.
+  std::shared_ptr<FakeRankChannel> Send(int source, int destination,
+                                        uint64_t n) {
+    v1::CollectiveHeader h = MessageHeader(source, source, destination, n);
     v1::TensorSpec* t = h.add_tensors();
     t->set_dtype(v1::DATA_TYPE_FLOAT32);
     t->add_shape(2);
@@ -94,13 +62,7 @@ class JobMatchTest : public ::testing::Test {
   // `destination`'s plain receive of message n of `source`.
   std::shared_ptr<FakeRankChannel> Receive(int source, int destination,
                                            uint64_t n) {
-    v1::CollectiveHeader h = Header(destination, v1::COLLECTIVE_KIND_SEND_RECEIVE);
-    h.set_name(absl::StrCat("p2p ", source, ">", destination, " tag ", kTag,
-                            " #", n));
-    h.set_root(source);
-    h.add_group(std::min(source, destination));
-    h.add_group(std::max(source, destination));
-    return Attach(h);
+    return Attach(MessageHeader(destination, source, destination, n));
   }
 
   // `destination`'s match m of kTag, from any rank (`source` -1) or one.
@@ -127,10 +89,6 @@ class JobMatchTest : public ::testing::Test {
     if (bytes.size() == sizeof(v)) std::memcpy(v, bytes.data(), sizeof(v));
     return {v[0], v[1]};
   }
-
-  JobTestEnv server_;
-  std::vector<std::shared_ptr<FakeSession>> sessions_;
-  Job job_;
 };
 
 TEST_F(JobMatchTest, AMatchTakesTheMessageThatArrivedFirst) {

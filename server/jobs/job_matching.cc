@@ -53,7 +53,8 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
     stream->Send(std::move(none), /*last=*/true);
     return std::shared_ptr<Collective>();
   }
-  if (membership_.IsDone(header.rank()) && fp->kind != CollectiveKind::kDone) {
+  if (membership_.CalledDone(header.rank()) &&
+      fp->kind != CollectiveKind::kDone) {
     return absl::FailedPreconditionError(absl::StrCat(
         description, ": rank ", header.rank(),
         " called Done(); it takes part in no collective of the job until "
@@ -200,7 +201,7 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
     if (!created.ok()) return created.status();
     collective = *std::move(created);
     matching_[key] = collective;
-    LeaveOutDoneLocked(collective, key, fp, rank);
+    TellMembershipChangedLocked(collective, key);
     if (header.name().empty() &&
         static_cast<int>(fp.group.size()) == world_size_) {
       membership_.NoteWholeSequence(header.sequence());
@@ -234,9 +235,9 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::NewCollectiveLocked(
   if (TraitsOf(fp.kind).paced_chunks) collective->SetChunkBytes(chunk_bytes_);
   collective->StartTimers();
   if (quorum) {
-    const Membership::StepStart step =
-        membership_.StartQuorumStep(fp.group, header.sequence());
-    collective->StartQuorum(fp.quorum, step.absent, step.joining);
+    collective->StartQuorum(
+        fp.quorum, membership_.StartQuorumStep(fp.group, header.sequence()),
+        membership_);
   }
   active_.push_back(collective);
   return collective;
@@ -329,29 +330,16 @@ void Job::MarkDoneLocked(int rank) {
                               "without it until every rank has"),
                  name_, epoch, "", ranks});
   for (auto& [key, collective] : matching_) {
-    if (!collective->Includes(rank) || collective->done() ||
-        collective->IsDone() || collective->all_attached() ||
-        collective->HasAttached(rank)) {
-      continue;
-    }
-    collective->ExcludeDone(rank);
-    if (const size_t bar = key.find("|#"); bar != std::string::npos) {
-      membership_.NoteSkipped(rank, key.substr(0, bar));
-    }
+    TellMembershipChangedLocked(collective, key);
   }
 }
 
-void Job::LeaveOutDoneLocked(const std::shared_ptr<Collective>& collective,
-                             const std::string& key, const Fingerprint& fp,
-                             int attaching) {
-  if (membership_.done_count() == 0 || fp.kind == CollectiveKind::kDone) return;
+void Job::TellMembershipChangedLocked(
+    const std::shared_ptr<Collective>& collective, const std::string& key) {
+  const std::vector<int> done = collective->OnMembershipChanged(membership_);
   const size_t bar = key.find("|#");
-  for (int r : fp.group) {
-    if (r == attaching || !membership_.IsDone(r)) continue;
-    collective->ExcludeDone(r);
-    if (bar != std::string::npos)
-      membership_.NoteSkipped(r, key.substr(0, bar));
-  }
+  if (bar == std::string::npos) return;
+  for (int r : done) membership_.NoteSkipped(r, key.substr(0, bar));
 }
 
 }  // namespace reducer

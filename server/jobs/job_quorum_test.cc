@@ -13,8 +13,8 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/jobs/fake_job_channels.h"
 #include "server/jobs/job.h"
+#include "server/jobs/joined_job_test.h"
 #include "tests/status_matchers.h"
 
 namespace reducer {
@@ -24,34 +24,16 @@ using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr int kWorld = 3;
-
-class JobQuorumTest : public ::testing::Test {
+class JobQuorumTest : public JoinedJobTest {
  protected:
-  JobQuorumTest() : job_("j1", kWorld, server_.env()) {
-    for (int r = 0; r < kWorld; ++r) {
-      sessions_.push_back(std::make_shared<FakeSession>());
-      EXPECT_TRUE(job_.Join(r, kWorld, Session(r), sessions_[r]).ok());
-    }
-  }
-
-  static std::string Session(int rank, int incarnation = 0) {
-    return absl::StrCat("s", rank, "-", incarnation);
-  }
-
   // Rank `rank`'s call of quorum step `step`, from session `session`.
   static v1::CollectiveHeader Step(int rank, uint64_t step,
                                    const std::string& session,
                                    absl::Duration grace) {
-    v1::CollectiveHeader h;
-    h.set_job("j1");
-    h.set_epoch(1);
+    v1::CollectiveHeader h = Header(rank, v1::COLLECTIVE_KIND_QUORUM_BARRIER);
     h.set_session_id(session);
-    h.set_rank(rank);
     h.set_name(absl::StrCat("quorum step ", step));
     h.set_sequence(step);
-    h.set_kind(v1::COLLECTIVE_KIND_QUORUM_BARRIER);
-    h.set_timeout_ms(10000);
     h.set_quorum_min_ranks(2);
     h.set_quorum_grace_ms(absl::ToInt64Milliseconds(grace));
     return h;
@@ -61,15 +43,10 @@ class JobQuorumTest : public ::testing::Test {
   static v1::CollectiveHeader Plain(int rank, const std::string& session,
                                     std::vector<int> group,
                                     const std::string& name) {
-    v1::CollectiveHeader h;
-    h.set_job("j1");
-    h.set_epoch(1);
+    v1::CollectiveHeader h = Header(rank, v1::COLLECTIVE_KIND_ALL_REDUCE);
     h.set_session_id(session);
-    h.set_rank(rank);
     h.set_name(name);
     for (int r : group) h.add_group(r);
-    h.set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
-    h.set_timeout_ms(10000);
     v1::TensorSpec* tensor = h.add_tensors();
     tensor->set_dtype(v1::DATA_TYPE_FLOAT32);
     tensor->add_shape(1);
@@ -87,20 +64,12 @@ class JobQuorumTest : public ::testing::Test {
       EXPECT_TRUE(call->finished_ok()) << call->failure();
   }
 
-  std::shared_ptr<FakeRankChannel> Attach(const v1::CollectiveHeader& h) {
-    auto channel = std::make_shared<FakeRankChannel>();
-    absl::StatusOr<std::shared_ptr<Collective>> c = job_.Attach(h, channel);
-    if (!c.ok() && !IsRefusedByCollective(c.status()))
-      channel->Fail(c.status());
-    return channel;
-  }
-
-  // The marks a rank's quorum barrier result holds, one per rank.
-  static std::vector<int32_t> Marks(FakeRankChannel& channel) {
-    const std::string bytes = channel.bytes();
-    std::vector<int32_t> marks(bytes.size() / sizeof(int32_t));
-    std::memcpy(marks.data(), bytes.data(), marks.size() * sizeof(int32_t));
-    return marks;
+  // `late` is rank 2's call of quorum step 0, which ended without it.
+  static void ExpectLateForStep0(FakeRankChannel& late) {
+    EXPECT_THAT(late.failure(),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         HasSubstr("quorum \"quorum step 0\" in job j1 "
+                                   "finished without rank 2")));
   }
 
   static bool WaitFinished(FakeRankChannel& channel) {
@@ -120,10 +89,6 @@ class JobQuorumTest : public ::testing::Test {
     }
     return false;
   }
-
-  JobTestEnv server_;
-  Job job_;
-  std::vector<std::shared_ptr<FakeSession>> sessions_;
 };
 
 TEST_F(JobQuorumTest, EveryRankInEndsTheStepOverAll) {
@@ -134,7 +99,7 @@ TEST_F(JobQuorumTest, EveryRankInEndsTheStepOverAll) {
   }
   for (auto& call : calls) {
     ASSERT_TRUE(call->finished_ok()) << call->failure();
-    EXPECT_THAT(Marks(*call), ElementsAre(1, 1, 1));
+    EXPECT_THAT(Values<int32_t>(*call), ElementsAre(1, 1, 1));
   }
   EXPECT_TRUE(job_.InQuorumMode());
 }
@@ -148,8 +113,8 @@ TEST_F(JobQuorumTest, ALostRankIsLeftOutAtOnceAndTheEpochGoesOn) {
   job_.Leave(Session(2), "killed", EpochEndReason::kSessionCancelled);
   ASSERT_TRUE(c0->finished_ok()) << c0->failure();
   ASSERT_TRUE(c1->finished_ok()) << c1->failure();
-  EXPECT_THAT(Marks(*c0), ElementsAre(1, 1, 0));
-  EXPECT_THAT(Marks(*c1), ElementsAre(1, 1, 0));
+  EXPECT_THAT(Values<int32_t>(*c0), ElementsAre(1, 1, 0));
+  EXPECT_THAT(Values<int32_t>(*c1), ElementsAre(1, 1, 0));
   EXPECT_FALSE(AnyAborted());
   EXPECT_TRUE(job_.InQuorumMode());
   const JobSnapshot snapshot = job_.Snapshot();
@@ -178,7 +143,7 @@ TEST_F(JobQuorumTest, APendingPlainCollectiveOfALostRankFailsNamingIt) {
   auto c0 = Attach(Step(0, 1, Session(0), absl::Seconds(60)));
   auto c1 = Attach(Step(1, 1, Session(1), absl::Seconds(60)));
   ASSERT_TRUE(c1->finished_ok()) << c1->failure();
-  EXPECT_THAT(Marks(*c0), ElementsAre(1, 1, 0));
+  EXPECT_THAT(Values<int32_t>(*c0), ElementsAre(1, 1, 0));
 }
 
 // A late rank is left out at the grace's end; its late call is refused
@@ -193,14 +158,10 @@ TEST_F(JobQuorumTest, ALateRankIsLeftOutAndRejoinsAtALaterStep) {
   ASSERT_TRUE(WaitFinished(*c0)) << c0->failure();
   EXPECT_GE(absl::Now() - start, grace);
   ASSERT_TRUE(WaitFinished(*c1)) << c1->failure();
-  EXPECT_THAT(Marks(*c0), ElementsAre(1, 1, 0));
+  EXPECT_THAT(Values<int32_t>(*c0), ElementsAre(1, 1, 0));
 
   auto late = Attach(Step(2, 0, Session(2), grace));
-  EXPECT_THAT(
-      late->failure(),
-      StatusIs(absl::StatusCode::kFailedPrecondition,
-               HasSubstr("quorum \"quorum step 0\" in job j1 finished without "
-                         "rank 2")));
+  ExpectLateForStep0(*late);
   EXPECT_THAT(late->failure().message(), HasSubstr("Connect again"));
   auto again = Attach(Step(2, 1, Session(2), grace));
   EXPECT_THAT(again->failure(),
@@ -219,7 +180,7 @@ TEST_F(JobQuorumTest, ALateRankIsLeftOutAndRejoinsAtALaterStep) {
   for (auto& s : sessions_) EXPECT_EQ(s->ready_count(), 1);  // not again
   auto s1r1 = Attach(Step(1, 1, Session(1), grace));
   ASSERT_TRUE(s1r1->finished_ok()) << s1r1->failure();
-  EXPECT_THAT(Marks(*s1r1), ElementsAre(1, 1, 0));
+  EXPECT_THAT(Values<int32_t>(*s1r1), ElementsAre(1, 1, 0));
 
   // Step 2: the joining rank arrives first; its arrival starts no grace,
   // so the step waits for the others and lists it as joined.
@@ -230,7 +191,7 @@ TEST_F(JobQuorumTest, ALateRankIsLeftOutAndRejoinsAtALaterStep) {
   auto s2r1 = Attach(Step(1, 2, Session(1), grace));
   for (auto* call : {&j, &s2r0, &s2r1}) {
     ASSERT_TRUE((*call)->finished_ok()) << (*call)->failure();
-    EXPECT_THAT(Marks(**call), ElementsAre(1, 1, 2));
+    EXPECT_THAT(Values<int32_t>(**call), ElementsAre(1, 1, 2));
   }
   // From then on it is a member like the others.
   auto everyone = Attach(Plain(2, Session(2, 1), {0, 1, 2}, "everyone"));
@@ -243,25 +204,18 @@ TEST_F(JobQuorumTest, ALateRankIsLeftOutAndRejoinsAtALaterStep) {
 // ended keeps its remembered steps for a while).
 TEST_F(JobQuorumTest, RememberedStepsRefuseLateCallsAndHoldNoMemory) {
   const absl::Duration grace = absl::Milliseconds(50);
-  auto c0 = Attach(Step(0, 0, Session(0), grace));
-  auto c1 = Attach(Step(1, 0, Session(1), grace));
-  ASSERT_TRUE(WaitFinished(*c0)) << c0->failure();
-  ASSERT_TRUE(WaitFinished(*c1)) << c1->failure();
-  // Steps 1 to 10 without rank 2 (each waits out the grace for it) push
-  // step 0 out of the job's matching into its remembered steps.
-  for (uint64_t step = 1; step <= 10; ++step) {
+  // Step 0, then steps 1 to 10, without rank 2 (each waits out the grace
+  // for it): they push step 0 out of the job's matching into its
+  // remembered steps.
+  for (uint64_t step = 0; step <= 10; ++step) {
     auto s0 = Attach(Step(0, step, Session(0), grace));
     auto s1 = Attach(Step(1, step, Session(1), grace));
     ASSERT_TRUE(WaitFinished(*s0)) << s0->failure();
     ASSERT_TRUE(WaitFinished(*s1)) << s1->failure();
-    EXPECT_THAT(Marks(*s0), ElementsAre(1, 1, 0));
+    if (step > 0) EXPECT_THAT(Values<int32_t>(*s0), ElementsAre(1, 1, 0));
   }
   auto late = Attach(Step(2, 0, Session(2), grace));
-  EXPECT_THAT(
-      late->failure(),
-      StatusIs(absl::StatusCode::kFailedPrecondition,
-               HasSubstr("quorum \"quorum step 0\" in job j1 finished without "
-                         "rank 2")));
+  ExpectLateForStep0(*late);
   // At most the last step (done, not yet pruned) holds its bookkeeping;
   // ten remembered steps would hold ten times as much.
   EXPECT_LT(server_.memory().used(), 2 * Collective::StateBytes(kWorld));

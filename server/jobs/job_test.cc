@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -52,6 +53,12 @@ class JobTest : public ::testing::Test {
     return h;
   }
 
+  // Attaches `h` to `job` on a channel of its own that nobody reads.
+  static absl::StatusOr<std::shared_ptr<Collective>> AttachUnread(
+      Job& job, const v1::CollectiveHeader& h) {
+    return job.Attach(h, std::make_shared<FakeRankChannel>());
+  }
+
   // A float32 [kFloats] sum all-reduce contribution, as Barrier's.
   static constexpr int kFloats = 4;
   static v1::CollectiveHeader AllReduce(int rank, const std::string& session,
@@ -75,8 +82,8 @@ class JobTest : public ::testing::Test {
     v1::CollectiveHeader h1 = Barrier(1, "b", 1, 0);
     h0.set_attempt_id("a/1");
     h1.set_attempt_id("b/1");
-    EXPECT_TRUE(job.Attach(h0, std::make_shared<FakeRankChannel>()).ok());
-    EXPECT_TRUE(job.Attach(h1, std::make_shared<FakeRankChannel>()).ok());
+    EXPECT_TRUE(AttachUnread(job, h0).ok());
+    EXPECT_TRUE(AttachUnread(job, h1).ok());
     return h0;
   }
   // A RunOfBoth: one all-reduce, each rank's input sent in one message.
@@ -104,10 +111,18 @@ class JobTest : public ::testing::Test {
     return headers[0];
   }
 
+  // Joins sessions a and b (fresh ones unless given) to job_ as ranks 0
+  // and 1; true when both joined.
+  bool JoinBoth(
+      std::shared_ptr<FakeSession> a = std::make_shared<FakeSession>(),
+      std::shared_ptr<FakeSession> b = std::make_shared<FakeSession>()) {
+    return job_.Join(0, 2, "a", std::move(a)).ok() &&
+           job_.Join(1, 2, "b", std::move(b)).ok();
+  }
+
   // Joins sessions a and b to job_ as ranks 0 and 1, then `run`.
   v1::CollectiveHeader JoinAndRun(RunOfBoth run = BarrierOfBoth) {
-    EXPECT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
-    EXPECT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+    EXPECT_TRUE(JoinBoth());
     return run(job_);
   }
 
@@ -137,29 +152,20 @@ TEST_F(JobTest, EveryRankGetsReadyOnceAllHaveJoined) {
 // until the collective is gone, and a budget that cannot hold it refuses
 // the call before anything is created.
 TEST_F(JobTest, ACollectivesBookkeepingCountsInTheMemoryBudget) {
-  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
-  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(JoinBoth());
   const size_t before = memory_.used();
   {
-    absl::StatusOr<std::shared_ptr<Collective>> pending = job_.Attach(
-        Barrier(0, "a", 1, 0), std::make_shared<FakeRankChannel>());
+    absl::StatusOr<std::shared_ptr<Collective>> pending =
+        AttachUnread(job_, Barrier(0, "a", 1, 0));
     ASSERT_TRUE(pending.ok()) << pending.status();
     // At least the two ranks' states, whatever else it counts.
     EXPECT_GE(memory_.used(), before + 2 * sizeof(RankState));
-    ASSERT_TRUE(job_.Attach(Barrier(1, "b", 1, 0),
-                            std::make_shared<FakeRankChannel>())
-                    .ok());
+    ASSERT_TRUE(AttachUnread(job_, Barrier(1, "b", 1, 0)).ok());
   }
   // Done and no longer referenced (the next call prunes it): given back.
-  ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 1),
-                          std::make_shared<FakeRankChannel>())
-                  .ok());
-  ASSERT_TRUE(job_.Attach(Barrier(1, "b", 1, 1),
-                          std::make_shared<FakeRankChannel>())
-                  .ok());
-  ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 2),
-                          std::make_shared<FakeRankChannel>())
-                  .ok());
+  ASSERT_TRUE(AttachUnread(job_, Barrier(0, "a", 1, 1)).ok());
+  ASSERT_TRUE(AttachUnread(job_, Barrier(1, "b", 1, 1)).ok());
+  ASSERT_TRUE(AttachUnread(job_, Barrier(0, "a", 1, 2)).ok());
   EXPECT_LT(memory_.used(), before + 2 * Collective::StateBytes(2));
 
   MemoryBudget tiny(64);
@@ -169,8 +175,7 @@ TEST_F(JobTest, ACollectivesBookkeepingCountsInTheMemoryBudget) {
   ASSERT_TRUE(small.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
   v1::CollectiveHeader header = Barrier(0, "a", 1, 0);
   header.set_job("j2");
-  const absl::Status refused =
-      small.Attach(header, std::make_shared<FakeRankChannel>()).status();
+  const absl::Status refused = AttachUnread(small, header).status();
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted,
                                 HasSubstr("--memory_budget_bytes")));
   EXPECT_THAT(refused.message(), HasSubstr("collective of 2 ranks"));
@@ -196,8 +201,7 @@ TEST_F(JobTest, SecondSessionForSameRankIsRejected) {
 TEST_F(JobTest, LostSessionAbortsEpochAndNextJoinStartsAnother) {
   auto s0 = std::make_shared<FakeSession>();
   auto s1 = std::make_shared<FakeSession>();
-  ASSERT_TRUE(job_.Join(0, 2, "a", s0).ok());
-  ASSERT_TRUE(job_.Join(1, 2, "b", s1).ok());
+  ASSERT_TRUE(JoinBoth(s0, s1));
 
   auto waiting = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 0), waiting).ok());
@@ -226,8 +230,7 @@ TEST_F(JobTest, LostSessionAbortsEpochAndNextJoinStartsAnother) {
 TEST_F(JobTest, AFailureOnAnotherShardEndsTheEpochNamingItsCause) {
   auto s0 = std::make_shared<FakeSession>();
   auto s1 = std::make_shared<FakeSession>();
-  ASSERT_TRUE(job_.Join(0, 2, "a", s0).ok());
-  ASSERT_TRUE(job_.Join(1, 2, "b", s1).ok());
+  ASSERT_TRUE(JoinBoth(s0, s1));
   auto waiting = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 0), waiting).ok());
 
@@ -260,8 +263,7 @@ TEST_F(JobTest, AFailureOnAnotherShardIsIgnoredForUnknownOrEndedSessions) {
 }
 
 TEST_F(JobTest, BarrierCompletesOnceEveryRankAttached) {
-  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
-  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(JoinBoth());
   auto c0 = std::make_shared<FakeRankChannel>();
   auto c1 = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 0), c0).ok());
@@ -273,10 +275,9 @@ TEST_F(JobTest, BarrierCompletesOnceEveryRankAttached) {
 }
 
 TEST_F(JobTest, SessionThatDoesNotHoldTheRankIsRefused) {
-  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
-  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(JoinBoth());
   absl::StatusOr<std::shared_ptr<Collective>> c =
-      job_.Attach(Barrier(1, "a", 1, 0), std::make_shared<FakeRankChannel>());
+      AttachUnread(job_, Barrier(1, "a", 1, 0));
   EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kFailedPrecondition,
                                    HasSubstr("does not hold rank 1")));
 }
@@ -286,8 +287,7 @@ TEST_F(JobTest, SessionThatDoesNotHoldTheRankIsRefused) {
 // moves to a new epoch, and runs once every rank has connected again.
 TEST_F(JobTest, RankRejoiningAfterLeavingStartsNewEpoch) {
   auto s0 = std::make_shared<FakeSession>();
-  ASSERT_TRUE(job_.Join(0, 2, "a", s0).ok());
-  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(JoinBoth(s0));
   job_.Depart("b");
   EXPECT_FALSE(job_.Leave("b", "closed", EpochEndReason::kSessionEnded));
   // Leaving on purpose does not end the epoch.
@@ -316,15 +316,13 @@ TEST_F(JobTest, RankRejoiningAfterLeavingStartsNewEpoch) {
 }
 
 TEST_F(JobTest, LastSessionLeavingFreesTheJob) {
-  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
-  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(JoinBoth());
   EXPECT_FALSE(job_.Leave("a", "closed", EpochEndReason::kSessionEnded));
   EXPECT_TRUE(job_.Leave("b", "closed", EpochEndReason::kSessionEnded));
 }
 
 TEST_F(JobTest, RetryOfAnUnusedAttemptReplacesItsFirstCall) {
-  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
-  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(JoinBoth());
   v1::CollectiveHeader first = Barrier(0, "a", 1, 0);
   first.set_attempt_id("a/1");
   auto lost = std::make_shared<FakeRankChannel>();
@@ -341,8 +339,7 @@ TEST_F(JobTest, RetryOfAnUnusedAttemptReplacesItsFirstCall) {
 
 TEST_F(JobTest, RetryOfAnAttemptAlreadyUsedIsAbortedNotCountedAgain) {
   const v1::CollectiveHeader first = JoinAndRun();
-  absl::StatusOr<std::shared_ptr<Collective>> again =
-      job_.Attach(first, std::make_shared<FakeRankChannel>());
+  absl::StatusOr<std::shared_ptr<Collective>> again = AttachUnread(job_, first);
   EXPECT_THAT(
       again.status(),
       StatusIs(absl::StatusCode::kAborted,
@@ -374,12 +371,11 @@ TEST_F(JobTest, AReplayAfterTheSessionWasLostSendsTheKeptResultAgain) {
   changed.mutable_tensors(0)->set_dtype(v1::DATA_TYPE_FLOAT32);
   changed.mutable_tensors(0)->add_shape(4);
   changed.mutable_tensors(0)->set_op(v1::REDUCE_OP_SUM);
-  absl::Status refused =
-      job_.Attach(changed, std::make_shared<FakeRankChannel>()).status();
+  absl::Status refused = AttachUnread(job_, changed).status();
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument,
                                 HasSubstr("declaring other tensors")));
   // A normal retry of the same attempt is still never counted again.
-  EXPECT_THAT(job_.Attach(first, std::make_shared<FakeRankChannel>()).status(),
+  EXPECT_THAT(AttachUnread(job_, first).status(),
               StatusIs(absl::StatusCode::kAborted));
 }
 
@@ -391,8 +387,7 @@ TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
   EXPECT_EQ(kept_memory_.used(), 2 * kResultBytes);  // both ranks' results
   v1::CollectiveHeader unknown = first;
   unknown.set_attempt_id("a/9");
-  absl::Status none =
-      job_.Attach(Replay(unknown), std::make_shared<FakeRankChannel>()).status();
+  absl::Status none = AttachUnread(job_, Replay(unknown)).status();
   EXPECT_THAT(none,
               StatusIs(absl::StatusCode::kNotFound,
                        HasSubstr("rank 0's attempt a/9 has no result kept")));
@@ -400,10 +395,9 @@ TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
   v1::CollectiveHeader next = Barrier(0, "a", 1, 1);
   next.set_attempt_id("a/2");
   next.set_received_below(2);
-  ASSERT_TRUE(job_.Attach(next, std::make_shared<FakeRankChannel>()).ok());
-  EXPECT_THAT(
-      job_.Attach(Replay(first), std::make_shared<FakeRankChannel>()).status(),
-      StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_TRUE(AttachUnread(job_, next).ok());
+  EXPECT_THAT(AttachUnread(job_, Replay(first)).status(),
+              StatusIs(absl::StatusCode::kNotFound));
   // Rank 0's result is forgotten; rank 1 acknowledged nothing yet.
   EXPECT_EQ(kept_memory_.used(), kResultBytes);
 }
@@ -411,21 +405,17 @@ TEST_F(JobTest, AReplayOfAnAcknowledgedOrUnknownAttemptFindsNothing) {
 TEST_F(JobTest, AReplayNamesAnAttemptOfItsOwnSession) {
   v1::CollectiveHeader stolen = Replay(JoinAndRun());
   stolen.set_session_id("b");  // session b asks for a's result
-  absl::Status refused =
-      job_.Attach(stolen, std::make_shared<FakeRankChannel>()).status();
+  absl::Status refused = AttachUnread(job_, stolen).status();
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument,
                                 HasSubstr("an attempt of its own session")));
 }
 
 TEST_F(JobTest, AttemptsOfAnEndedEpochAreForgotten) {
-  ASSERT_TRUE(job_.Join(0, 2, "a", std::make_shared<FakeSession>()).ok());
-  ASSERT_TRUE(job_.Join(1, 2, "b", std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(JoinBoth());
   v1::CollectiveHeader used = Barrier(0, "a", 1, 0);
   used.set_attempt_id("x/1");
-  ASSERT_TRUE(job_.Attach(used, std::make_shared<FakeRankChannel>()).ok());
-  ASSERT_TRUE(
-      job_.Attach(Barrier(1, "b", 1, 0), std::make_shared<FakeRankChannel>())
-          .ok());
+  ASSERT_TRUE(AttachUnread(job_, used).ok());
+  ASSERT_TRUE(AttachUnread(job_, Barrier(1, "b", 1, 0)).ok());
   job_.Leave("b", "killed", EpochEndReason::kSessionCancelled);
   job_.Leave("a", "killed", EpochEndReason::kSessionCancelled);
   ASSERT_TRUE(job_.Join(0, 2, "c", std::make_shared<FakeSession>()).ok());

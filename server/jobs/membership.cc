@@ -260,20 +260,22 @@ absl::Duration Membership::AbsentFor(int rank, absl::Time now) const {
   return std::max(now - absent_since_[rank], absl::ZeroDuration());
 }
 
-Membership::StepStart Membership::StartQuorumStep(const std::vector<int>& group,
-                                                  uint64_t step) {
-  StepStart start;
+bool Membership::Gone(int rank) const {
+  return absent_[rank] || departed_[rank] || !holders_[rank].has_value();
+}
+
+std::vector<int> Membership::StartQuorumStep(const std::vector<int>& group,
+                                             uint64_t step) {
+  std::vector<int> joining;
   for (int r : group) {
-    if (absent_[r] || departed_[r] || !holders_[r].has_value()) {
-      start.absent.push_back(r);
-    } else if (rejoined_[r]) {
-      start.joining.push_back(r);
+    if (!Gone(r) && rejoined_[r]) {
+      joining.push_back(r);
       rejoined_[r] = false;
     }
   }
   quorum_mode_ = true;
   quorum_steps_started_ = std::max<uint64_t>(quorum_steps_started_, step + 1);
-  return start;
+  return joining;
 }
 
 void Membership::RememberStep(std::string key,

@@ -26,6 +26,9 @@
 // rank that is lost, departs, or is late for a step becomes absent instead
 // of ending the epoch; it is seated again at once (Seated::kRejoined), and
 // the next quorum step started counts it as joining.
+//
+// It is its collectives' Participation: the Job hands it to a Collective,
+// under the Job's lock, to ask who is left out (CalledDone, Gone).
 #ifndef REDUCER_SERVER_JOBS_MEMBERSHIP_H_
 #define REDUCER_SERVER_JOBS_MEMBERSHIP_H_
 
@@ -41,11 +44,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/engine/participation.h"
 #include "server/jobs/session_channel.h"
 
 namespace reducer {
 
-class Membership {
+class Membership final : public Participation {
  public:
   // `job` names the job in error messages; `epoch_id` identifies epoch 1.
   Membership(std::string job, int world_size, uint64_t epoch_id);
@@ -132,8 +136,12 @@ class Membership {
   absl::Status CheckGroupPresent(const std::vector<int>& group,
                                  const std::string& description) const;
 
+  // ---- Who is left out (Participation)
+  bool CalledDone(int rank) const override { return done_[rank]; }
+  // Departed, absent, or holding no seat.
+  bool Gone(int rank) const override;
+
   // ---- Done
-  bool IsDone(int rank) const { return done_[rank]; }
   int done_count() const { return done_count_; }
   enum class DoneMark {
     kAlready,  // it had called Done() already
@@ -159,14 +167,12 @@ class Membership {
   void MarkAbsent(int rank, absl::Time now);
   // How long `rank` has been absent at `now`; zero when it is not.
   absl::Duration AbsentFor(int rank, absl::Time now) const;
-  // Who a quorum step of `group` (number `step`) created now starts
-  // without, and who joins it: seated again since the last step. Enters
-  // quorum mode; the joining ranks count as rejoined no longer.
-  struct StepStart {
-    std::vector<int> absent;
-    std::vector<int> joining;
-  };
-  StepStart StartQuorumStep(const std::vector<int>& group, uint64_t step);
+  // Who joins a quorum step of `group` (number `step`) created now: the
+  // ranks seated again since the last step and not Gone (the step starts
+  // without those). Enters quorum mode; the joining ranks count as
+  // rejoined no longer.
+  std::vector<int> StartQuorumStep(const std::vector<int>& group,
+                                   uint64_t step);
   // One more than the highest step number started this epoch.
   uint64_t quorum_steps_started() const { return quorum_steps_started_; }
   // A finished step (matching `key`) that left ranks out: their late

@@ -27,7 +27,17 @@ class RefusalCounter : public MetricsSink {
   int refused_streams = 0;
 };
 
-TEST(StreamSharesTest, AJobGetsItsLimitAndNoMore) {
+// Shares of one stream per job, and the refusals counted.
+class OneStreamPerJobTest : public ::testing::Test {
+ protected:
+  RefusalCounter metrics_;
+  StreamShares shares_{StreamShares::Holder::kJob, /*max_streams_per_job=*/1,
+                       &metrics_};
+};
+using StreamSharesTest = OneStreamPerJobTest;
+using HeldStreamSharesTest = OneStreamPerJobTest;
+
+TEST_F(StreamSharesTest, AJobGetsItsLimitAndNoMore) {
   RefusalCounter metrics;
   StreamShares shares(StreamShares::Holder::kJob, /*max_streams_per_job=*/2, &metrics);
   absl::StatusOr<StreamShares::Share> first = shares.Take("hog");
@@ -45,57 +55,51 @@ TEST(StreamSharesTest, AJobGetsItsLimitAndNoMore) {
   EXPECT_EQ(shares.StreamsOf("hog"), 2);
 }
 
-TEST(StreamSharesTest, AShareGoesBackWhenDestroyedOrMovedOver) {
-  RefusalCounter metrics;
-  StreamShares shares(StreamShares::Holder::kJob, /*max_streams_per_job=*/1, &metrics);
+TEST_F(StreamSharesTest, AShareGoesBackWhenDestroyedOrMovedOver) {
   {
-    absl::StatusOr<StreamShares::Share> held = shares.Take("job");
+    absl::StatusOr<StreamShares::Share> held = shares_.Take("job");
     ASSERT_THAT(held, IsOk());
     StreamShares::Share moved = *std::move(held);
-    EXPECT_EQ(shares.StreamsOf("job"), 1);
-    EXPECT_FALSE(shares.Take("job").ok());
+    EXPECT_EQ(shares_.StreamsOf("job"), 1);
+    EXPECT_FALSE(shares_.Take("job").ok());
   }
-  EXPECT_EQ(shares.StreamsOf("job"), 0);
-  absl::StatusOr<StreamShares::Share> again = shares.Take("job");
+  EXPECT_EQ(shares_.StreamsOf("job"), 0);
+  absl::StatusOr<StreamShares::Share> again = shares_.Take("job");
   ASSERT_THAT(again, IsOk());
   // Assigning over a held share gives the old one back first.
   *again = StreamShares::Share();
-  EXPECT_EQ(shares.StreamsOf("job"), 0);
+  EXPECT_EQ(shares_.StreamsOf("job"), 0);
 }
 
-TEST(HeldStreamSharesTest, OneStreamTakesOneShareOfEachJobItAttachesTo) {
-  RefusalCounter metrics;
-  StreamShares shares(StreamShares::Holder::kJob, /*max_streams_per_job=*/1, &metrics);
+TEST_F(HeldStreamSharesTest, OneStreamTakesOneShareOfEachJobItAttachesTo) {
   {
-    HeldStreamShares stream(&shares, StreamShares::Share());
+    HeldStreamShares stream(&shares_, StreamShares::Share());
     EXPECT_THAT(stream.Hold("a"), IsOk());
     EXPECT_THAT(stream.Hold("a"), IsOk());  // a second call of the same job: no new share
     EXPECT_THAT(stream.Hold("b"), IsOk());
-    EXPECT_EQ(shares.StreamsOf("a"), 1);
-    EXPECT_EQ(shares.StreamsOf("b"), 1);
-    HeldStreamShares other_stream(&shares, StreamShares::Share());
+    EXPECT_EQ(shares_.StreamsOf("a"), 1);
+    EXPECT_EQ(shares_.StreamsOf("b"), 1);
+    HeldStreamShares other_stream(&shares_, StreamShares::Share());
     EXPECT_THAT(other_stream.Hold("a"),
                 StatusIs(absl::StatusCode::kResourceExhausted));
-    EXPECT_EQ(metrics.refused_streams, 1);
+    EXPECT_EQ(metrics_.refused_streams, 1);
   }
-  EXPECT_EQ(shares.StreamsOf("a"), 0);
-  EXPECT_EQ(shares.StreamsOf("b"), 0);
+  EXPECT_EQ(shares_.StreamsOf("a"), 0);
+  EXPECT_EQ(shares_.StreamsOf("b"), 0);
 }
 
-TEST(HeldStreamSharesTest, GiveBackReturnsEveryShareAtOnce) {
-  RefusalCounter metrics;
-  StreamShares shares(StreamShares::Holder::kJob, /*max_streams_per_job=*/1, &metrics);
-  HeldStreamShares stream(&shares, StreamShares::Share());
+TEST_F(HeldStreamSharesTest, GiveBackReturnsEveryShareAtOnce) {
+  HeldStreamShares stream(&shares_, StreamShares::Share());
   ASSERT_THAT(stream.Hold("a"), IsOk());
   ASSERT_THAT(stream.Hold("b"), IsOk());
   stream.GiveBack();
-  EXPECT_EQ(shares.StreamsOf("a"), 0);
-  EXPECT_EQ(shares.StreamsOf("b"), 0);
-  HeldStreamShares next(&shares, StreamShares::Share());
+  EXPECT_EQ(shares_.StreamsOf("a"), 0);
+  EXPECT_EQ(shares_.StreamsOf("b"), 0);
+  HeldStreamShares next(&shares_, StreamShares::Share());
   EXPECT_THAT(next.Hold("a"), IsOk());
 }
 
-TEST(HeldStreamSharesTest, AStreamIsItsPeersSilentOneUntilItsFirstCall) {
+TEST_F(HeldStreamSharesTest, AStreamIsItsPeersSilentOneUntilItsFirstCall) {
   RefusalCounter metrics;
   StreamShares jobs(StreamShares::Holder::kJob, 4, &metrics);
   StreamShares silent(StreamShares::Holder::kSilentPeer, 1, &metrics);

@@ -59,11 +59,7 @@ class SharedMemorySessionTest : public ::testing::Test {
   // same-host session.
   void Open(int world = 1) {
     for (int rank = 0; rank < world; ++rank) {
-      ASSERT_THAT(
-          env_.door().Join(
-              Env::JoinRequest("j", rank, world, absl::StrCat("s", rank)),
-              PresentedToken{}, std::make_shared<FakeSession>()),
-          IsOk());
+      ASSERT_THAT(env_.Join("j", rank, world, absl::StrCat("s", rank)), IsOk());
     }
     absl::StatusOr<std::unique_ptr<SharedMemoryResults>> results =
         SharedMemoryResults::Create(kSegmentBytes);
