@@ -65,6 +65,11 @@ std::string TestTempDir();
 // The contents of the file at `path`; NOT_FOUND when it cannot be opened.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
+// Binds the AF_INET socket `fd` to 127.0.0.1 on a port the kernel picks and
+// returns that port; INTERNAL naming the call that failed otherwise. `fd`
+// stays open either way.
+absl::StatusOr<int> BindLoopbackAnyPort(int fd);
+
 // A loopback TCP port that was free a moment ago (bound on port 0, read back
 // and closed). Another process may take it before it is used; callers retry.
 absl::StatusOr<int> PickFreeLoopbackPort();
