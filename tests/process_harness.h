@@ -70,6 +70,10 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 // stays open either way.
 absl::StatusOr<int> BindLoopbackAnyPort(int fd);
 
+// A blocking TCP connection to 127.0.0.1:port: its fd, or -1 with errno
+// set by the call that failed.
+int ConnectLoopback(int port);
+
 // A loopback TCP port that was free a moment ago (bound on port 0, read back
 // and closed). Another process may take it before it is used; callers retry.
 absl::StatusOr<int> PickFreeLoopbackPort();
