@@ -98,9 +98,7 @@ void FaultTest::SetUp() {
   }
   watchdog_ = std::make_unique<Watchdog>(test_name_, TimeLimit());
   deadline_ = absl::Now() + TimeLimit();
-  absl::StatusOr<std::string> worker = RunfilePath("tests/fault_worker");
-  ASSERT_TRUE(worker.ok()) << worker.status();
-  worker_binary_ = *worker;
+  ASSERT_NO_FATAL_FAILURE(FindRunfile("tests/fault_worker", &worker_binary_));
   scratch_dir_ = absl::StrCat(TestTempDir(), "/", test_name_);
   ASSERT_TRUE(mkdir(scratch_dir_.c_str(), 0755) == 0 || errno == EEXIST)
       << scratch_dir_;
@@ -256,6 +254,25 @@ void FaultTest::KillLastRankDuringTwoSteps(
   }
   EXPECT_LT(absl::Now() - killed_at, within);
   w.pop_back();
+}
+
+void FaultTest::ExpectTwoStepsAbortedNaming(
+    const std::vector<std::unique_ptr<ChildProcess>>& workers,
+    const std::string& killed, absl::Duration max_elapsed,
+    bool require_check) {
+  for (const ProcessResult& r : WaitWorkers(workers)) {
+    for (const char* step : {"1", "2"}) {
+      SCOPED_TRACE(absl::StrCat(r.name, " step ", step));
+      ExpectStep(r, step, absl::StatusCode::kAborted, {killed}, max_elapsed,
+                 require_check);
+    }
+  }
+}
+
+void FaultTest::FindRunfile(const std::string& runfile, std::string* path) {
+  absl::StatusOr<std::string> found = RunfilePath(runfile);
+  ASSERT_TRUE(found.ok()) << found.status();
+  *path = *std::move(found);
 }
 
 bool FaultTest::WaitForOutput(ChildProcess& worker, const std::string& text,
