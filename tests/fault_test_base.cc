@@ -23,9 +23,6 @@ namespace reducer {
 namespace testing {
 namespace {
 
-// How long reducerd gets to drain and exit after SIGTERM in TearDown.
-constexpr absl::Duration kServerStopGrace = absl::Seconds(15);
-
 // Time kept back from the test's limit when waiting for workers, for
 // stopping reducerd and reporting.
 constexpr absl::Duration kReserve = absl::Seconds(20);
@@ -106,10 +103,8 @@ void FaultTest::SetUp() {
 
 void FaultTest::TearDown() {
   if (server_ != nullptr && !server_killed_) {
-    const ProcessResult stopped = server_->Stop(kServerStopGrace);
-    EXPECT_TRUE(stopped.Succeeded())
-        << "reducerd must drain and exit 0 on SIGTERM after the faults\n"
-        << stopped.Describe();
+    EXPECT_EQ(server_->StopDrained(), "")
+        << "reducerd must drain and exit 0 on SIGTERM after the faults";
   }
   server_.reset();
   old_servers_.clear();
@@ -174,11 +169,8 @@ std::vector<std::unique_ptr<ChildProcess>> FaultTest::StartJob(
     const std::vector<std::string>& extra_flags) {
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int r = 0; r < world_size; ++r) {
-    WorkerSpec spec;
-    spec.job = job;
-    spec.rank = r;
-    spec.world_size = world_size;
-    spec.steps = steps.size() == 1 ? steps[0] : steps.at(r);
+    WorkerSpec spec{job, r, world_size,
+                    steps.size() == 1 ? steps[0] : steps.at(r)};
     if (!targets.empty()) spec.target = targets.at(r);
     spec.extra_flags = extra_flags;
     workers.push_back(StartWorker(spec));

@@ -422,6 +422,11 @@ ProcessResult ReducerdProcess::Stop(absl::Duration grace) {
   return process_->Wait(grace);
 }
 
+std::string ReducerdProcess::StopDrained() {
+  const ProcessResult stopped = Stop(kDrainGrace);
+  return stopped.Succeeded() ? "" : stopped.Describe();
+}
+
 ProcessResult ReducerdProcess::Kill() {
   stopped_ = true;
   process_->Signal(SIGKILL);

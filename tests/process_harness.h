@@ -187,9 +187,16 @@ class ReducerdProcess {
   int port() const { return port_; }
   pid_t pid() const { return process_->pid(); }
 
+  // How long a test gives reducerd to drain and exit after SIGTERM.
+  static constexpr absl::Duration kDrainGrace = absl::Seconds(15);
+
   // Sends SIGTERM and waits up to `grace` for the daemon to drain and exit;
   // then SIGKILL. The result says how it ended (exit code 0 expected).
   ProcessResult Stop(absl::Duration grace);
+
+  // Stop(kDrainGrace): "" when the daemon drained and exited 0, else how it
+  // ended (ProcessResult::Describe).
+  std::string StopDrained();
 
   // Kills the daemon with SIGKILL (a crash: no drain) and reaps it.
   ProcessResult Kill();
