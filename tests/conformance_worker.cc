@@ -1566,9 +1566,8 @@ int Run(const ClientOptions& options, const std::string& scratch_dir,
 }  // namespace reducer
 
 int main(int argc, char** argv) {
-  reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/30);
   const reducer::ClientOptions options =
-      reducer::testing::WorkerClientOptions();
+      reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/30);
   const std::optional<std::vector<reducer::testing::Step>> steps =
       reducer::testing::MainScript("conformance_worker", options.job,
                                    absl::GetFlag(FLAGS_steps));

@@ -1525,9 +1525,8 @@ absl::Status Main() {
 }  // namespace reducer
 
 int main(int argc, char** argv) {
-  reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/60);
   const reducer::ClientOptions options =
-      reducer::testing::WorkerClientOptions();
+      reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/60);
   const int rank = options.rank;
   if (options.job.empty() || rank < 0 || rank >= options.world_size) {
     absl::FPrintF(stderr, "e2e_worker: need --job and 0 <= --rank < "

@@ -985,8 +985,8 @@ class Worker {
 }  // namespace reducer
 
 int main(int argc, char** argv) {
-  reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/30);
-  reducer::ClientOptions options = reducer::testing::WorkerClientOptions();
+  reducer::ClientOptions options =
+      reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/30);
   reducer::TlsOptions tls;
   tls.ca_file = absl::GetFlag(FLAGS_tls_ca_file);
   tls.cert_file = absl::GetFlag(FLAGS_tls_cert_file);
