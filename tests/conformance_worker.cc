@@ -175,7 +175,6 @@ absl::Status CheckTensor(const Tensor& got, DataType dtype,
   return CompareElements(dtype, got.data(), want, Elements(shape), context);
 }
 
-
 // A reduction op and the dtype it reduces.
 struct OpDtype {
   ReduceOp op;
@@ -508,10 +507,10 @@ class Checks {
 
   absl::Status Many(int64_t bytes, uint64_t seed) {
     const OpDtype specs[] = {{ReduceOp::kSum, DataType::kFloat32},
-                          {ReduceOp::kMax, DataType::kInt64},
-                          {ReduceOp::kBitOr, DataType::kBool},
-                          {ReduceOp::kAvg, DataType::kBFloat16},
-                          {ReduceOp::kProduct, DataType::kInt8}};
+                             {ReduceOp::kMax, DataType::kInt64},
+                             {ReduceOp::kBitOr, DataType::kBool},
+                             {ReduceOp::kAvg, DataType::kBFloat16},
+                             {ReduceOp::kProduct, DataType::kInt8}};
     const int64_t per_tensor = bytes / 5 + (bytes % 5 != 0 ? 1 : 0);
     std::vector<ReadOnlyBuffer> buffers;
     std::vector<TensorView> views;
@@ -550,27 +549,26 @@ class Checks {
 
   absl::Status AllGather(int64_t bytes, uint64_t seed) {
     for (DataType dtype : WantedOf({DataType::kFloat32, DataType::kInt8,
-                           DataType::kFloat64, DataType::kBool})) {
+                                    DataType::kFloat64, DataType::kBool})) {
       constexpr int64_t kCols = 3;
       const uint64_t s = Mix64(seed * 31 + static_cast<uint64_t>(dtype));
       const Stacked stacked =
           Stack(dtype, RowsFor(bytes, dtype, kCols), kCols, s);
       absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(stacked.mine);
       if (!in.ok()) return in.status();
-      const std::string what = absl::StrCat(
-          "allgather ", DataTypeName(dtype), " ", ShapeText(stacked.shape));
-      REDUCER_RETURN_IF_ERROR(CheckCall(
-          client_->AllGather(TensorView(in->data(), dtype, stacked.shape),
-                             Call()),
-          dtype, stacked.all_shape, stacked.all.data(), what));
+      const std::string what = absl::StrCat("allgather ", DataTypeName(dtype),
+                                            " ", ShapeText(stacked.shape));
+      REDUCER_RETURN_IF_ERROR(
+          CheckCall(client_->AllGather(
+                        TensorView(in->data(), dtype, stacked.shape), Call()),
+                    dtype, stacked.all_shape, stacked.all.data(), what));
     }
     return absl::OkStatus();
   }
 
   absl::Status Broadcast(int64_t bytes, uint64_t seed) {
-    for (DataType dtype :
-         WantedOf({DataType::kFloat32, DataType::kInt64, DataType::kBFloat16,
-          DataType::kBool})) {
+    for (DataType dtype : WantedOf({DataType::kFloat32, DataType::kInt64,
+                                    DataType::kBFloat16, DataType::kBool})) {
       const int64_t n = ElementsFor(bytes, dtype);
       const std::vector<int64_t> shape = ShapeFor(n);
       for (int root = 0; root < world_size_; ++root) {
@@ -607,9 +605,9 @@ class Checks {
 
   absl::Status ReduceScatter(int64_t bytes, uint64_t seed) {
     for (OpDtype p : {OpDtype{ReduceOp::kSum, DataType::kFloat32},
-                   OpDtype{ReduceOp::kMax, DataType::kInt32},
-                   OpDtype{ReduceOp::kAvg, DataType::kFloat16},
-                   OpDtype{ReduceOp::kBitXor, DataType::kUInt8}}) {
+                      OpDtype{ReduceOp::kMax, DataType::kInt32},
+                      OpDtype{ReduceOp::kAvg, DataType::kFloat16},
+                      OpDtype{ReduceOp::kBitXor, DataType::kUInt8}}) {
       if (!Wanted(p.dtype)) continue;
       const std::vector<int64_t> shape = CutShape(bytes, p.dtype, 2);
       const int64_t n = Elements(shape);
@@ -877,7 +875,8 @@ class Checks {
         {&(*got[0])[0], dtype, ShapeFor(n),
          ClosedFormExpected(ReduceOp::kSum, dtype, all_, n, s), whats[0]},
         {&(*got[0])[1], DataType::kInt64, ShapeFor(many_n),
-         ClosedFormExpected(ReduceOp::kMax, DataType::kInt64, all_, many_n, s + 1),
+         ClosedFormExpected(ReduceOp::kMax, DataType::kInt64, all_, many_n,
+                            s + 1),
          whats[0]},
         {&(*got[1])[0], dtype, gathered.all_shape, gathered.all, whats[1]},
         {&(*got[2])[0], dtype, ShapeFor(n), MovedBytes(dtype, root, n, s + 3),
@@ -981,9 +980,9 @@ class Checks {
   // then in place (a non-root's buffer must keep its bytes).
   absl::Status Reduce(int64_t bytes, uint64_t seed) {
     for (OpDtype p : {OpDtype{ReduceOp::kSum, DataType::kFloat32},
-                   OpDtype{ReduceOp::kMax, DataType::kInt64},
-                   OpDtype{ReduceOp::kAvg, DataType::kBFloat16},
-                   OpDtype{ReduceOp::kBitOr, DataType::kBool}}) {
+                      OpDtype{ReduceOp::kMax, DataType::kInt64},
+                      OpDtype{ReduceOp::kAvg, DataType::kBFloat16},
+                      OpDtype{ReduceOp::kBitOr, DataType::kBool}}) {
       if (!Wanted(p.dtype) || !Wanted(p.op)) continue;
       const int64_t n = ElementsFor(bytes, p.dtype);
       const std::vector<int64_t> shape = ShapeFor(n);
@@ -1000,8 +999,8 @@ class Checks {
         absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(input);
         if (!in.ok()) return in.status();
         REDUCER_RETURN_IF_ERROR(CheckRooted(
-            client_->Reduce(TensorView(in->data(), p.dtype, shape), p.op,
-                            root, Call()),
+            client_->Reduce(TensorView(in->data(), p.dtype, shape), p.op, root,
+                            Call()),
             root, p.dtype, shape, want.data(), what + " out of place"));
         std::vector<uint8_t> inout = input;
         absl::Status ip = client_->ReduceInPlace(
@@ -1020,8 +1019,8 @@ class Checks {
 
   // Gather to every root: rank r sends rows0 + r rows (uneven dim 0).
   absl::Status Gather(int64_t bytes, uint64_t seed) {
-    for (DataType dtype : WantedOf({DataType::kFloat32, DataType::kInt8,
-                           DataType::kFloat64})) {
+    for (DataType dtype :
+         WantedOf({DataType::kFloat32, DataType::kInt8, DataType::kFloat64})) {
       constexpr int64_t kCols = 3;
       const int64_t rows0 = RowsFor(bytes, dtype, kCols);
       for (int root = 0; root < world_size_; ++root) {
@@ -1046,8 +1045,8 @@ class Checks {
   // world size, about `bytes` in all) cut in world-size parts; non-roots
   // pass TensorView().
   absl::Status Scatter(int64_t bytes, uint64_t seed) {
-    for (DataType dtype : WantedOf({DataType::kFloat32, DataType::kInt64,
-                           DataType::kBool})) {
+    for (DataType dtype :
+         WantedOf({DataType::kFloat32, DataType::kInt64, DataType::kBool})) {
       const std::vector<int64_t> shape = CutShape(bytes, dtype, 2);
       const std::vector<int64_t> part_shape = PartShape(shape);
       for (int root = 0; root < world_size_; ++root) {
@@ -1075,8 +1074,8 @@ class Checks {
   // AllToAll: every rank sends [rows, 3] (rows a multiple of the world
   // size); rank j gets part j of every rank, in rank order.
   absl::Status AllToAll(int64_t bytes, uint64_t seed) {
-    for (DataType dtype : WantedOf({DataType::kFloat32, DataType::kInt8,
-                           DataType::kFloat16})) {
+    for (DataType dtype :
+         WantedOf({DataType::kFloat32, DataType::kInt8, DataType::kFloat16})) {
       const std::vector<int64_t> shape = CutShape(bytes, dtype, 3);
       const uint64_t s = Mix64(seed * 47 + static_cast<uint64_t>(dtype));
       absl::StatusOr<ReadOnlyBuffer> in =

@@ -106,8 +106,9 @@ class E2eTest : public ::testing::Test {
     for (const auto& w : workers) {
       if (w == nullptr) return false;  // a start already failed the test
     }
-    const absl::Duration budget =
-        deadline_ - absl::Now() - ReducerdProcess::kDrainGrace - absl::Seconds(5);
+    const absl::Duration budget = deadline_ - absl::Now() -
+                                  ReducerdProcess::kDrainGrace -
+                                  absl::Seconds(5);
     const std::vector<ProcessResult> results =
         WaitAll(workers, std::max(budget, absl::Seconds(1)));
     bool all_ok = true;

@@ -357,8 +357,7 @@ absl::Status RunScalars(Context& ctx) {
   for (const IntCase& c : int_cases) {
     std::vector<int64_t> values;
     for (int r : ctx.members) values.push_back(c.value(r));
-    const int64_t want =
-        static_cast<int64_t>(ReduceIntegers(c.op, values));
+    const int64_t want = static_cast<int64_t>(ReduceIntegers(c.op, values));
     const int64_t mine = c.value(ctx.rank);
     absl::StatusOr<int64_t> got = ctx.client->AllReduce(mine, c.op, ctx.call);
     const std::string what =
@@ -1049,12 +1048,17 @@ struct MetricField {
 std::vector<MetricField> MetricFields(MetricState& s) {
   return {
       {"_num_correct", DataType::kInt64, {1}, ReduceOp::kSum, &s.num_correct},
-      {"_num_examples", DataType::kInt64, {1}, ReduceOp::kSum,
-       &s.num_examples},
+      {"_num_examples", DataType::kInt64, {1}, ReduceOp::kSum, &s.num_examples},
       {"loss_sum", DataType::kFloat64, {1}, ReduceOp::kSum, &s.loss_sum},
-      {"max_batch_loss", DataType::kFloat64, {1}, ReduceOp::kMax,
+      {"max_batch_loss",
+       DataType::kFloat64,
+       {1},
+       ReduceOp::kMax,
        &s.max_batch_loss},
-      {"confusion", DataType::kInt64, {3, 3}, ReduceOp::kSum,
+      {"confusion",
+       DataType::kInt64,
+       {3, 3},
+       ReduceOp::kSum,
        &s.confusion[0][0]},
   };
 }

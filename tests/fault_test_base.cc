@@ -250,8 +250,7 @@ void FaultTest::KillLastRankDuringTwoSteps(
 
 void FaultTest::ExpectTwoStepsAbortedNaming(
     const std::vector<std::unique_ptr<ChildProcess>>& workers,
-    const std::string& killed, absl::Duration max_elapsed,
-    bool require_check) {
+    const std::string& killed, absl::Duration max_elapsed, bool require_check) {
   for (const ProcessResult& r : WaitWorkers(workers)) {
     for (const char* step : {"1", "2"}) {
       SCOPED_TRACE(absl::StrCat(r.name, " step ", step));

@@ -413,9 +413,8 @@ class Worker {
     if (!got.ok()) return out;
     const int from = static_cast<int>(step.GetInt("from", -1));
     const int global = call.group.empty() ? source : Members(call)[source];
-    const std::vector<uint8_t> want =
-        ClosedFormInput(ReduceOp::kSum, spec->dtype, global,
-                        Elements(spec->shape), spec->seed);
+    const std::vector<uint8_t> want = ClosedFormInput(
+        ReduceOp::kSum, spec->dtype, global, Elements(spec->shape), spec->seed);
     if (from >= 0 && source != from) {
       out.check = "bad";
       out.detail = absl::StrCat("the message came from rank ", source,

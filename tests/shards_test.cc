@@ -268,8 +268,8 @@ class ShardsTest : public FaultTest {
     for (size_t r = 0; r < results.size(); ++r) {
       ExpectStep(results[r], "0", absl::StatusCode::kOk);
       for (size_t i = 0; i < steps.size(); ++i) {
-        SCOPED_TRACE(absl::StrCat(job, " rank ", r, " step ", i + 1, ": ",
-                                  steps[i]));
+        SCOPED_TRACE(
+            absl::StrCat(job, " rank ", r, " step ", i + 1, ": ", steps[i]));
         ExpectStep(results[r], absl::StrCat(i + 1), absl::StatusCode::kOk);
       }
       digests.push_back(Digests(results[r].stdout_text));

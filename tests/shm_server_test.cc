@@ -365,8 +365,7 @@ class ShmServerTest : public ::testing::Test {
 
   std::unique_ptr<ShmClient> Connect(const RawSession& raw) {
     absl::Status welcome;
-    std::unique_ptr<ShmClient> client =
-        ShmClient::Connect(raw, &welcome);
+    std::unique_ptr<ShmClient> client = ShmClient::Connect(raw, &welcome);
     EXPECT_TRUE(welcome.ok()) << welcome;
     return client;
   }
@@ -424,8 +423,7 @@ TEST_F(ShmServerTest, JobReadyNamesTheSocketAndTheHandshakeIsAccepted) {
   EXPECT_EQ(s[0]->shared_memory_socket(), server_->shared_memory_socket());
   EXPECT_EQ(s[1]->shared_memory_socket(), s[0]->shared_memory_socket());
   absl::Status welcome;
-  std::unique_ptr<ShmClient> client =
-      ShmClient::Connect(*s[0], &welcome);
+  std::unique_ptr<ShmClient> client = ShmClient::Connect(*s[0], &welcome);
   EXPECT_TRUE(welcome.ok()) << welcome;
   ASSERT_NE(client, nullptr);
   // The job's result segment, which every rank of the job maps, is
@@ -878,8 +876,9 @@ std::string WriteJobTokens(const std::string& job) {
       absl::StrCat(std::getenv("TEST_TMPDIR"), "/job_tokens");
   std::FILE* f = std::fopen(path.c_str(), "w");
   // printf %s secret | sha256sum
-  std::fputs(absl::StrCat(job, " 2bb80d537b1da3e38bd30361aa855686bde0eacd7162"
-                               "fef6a25fe97bf527a25b\n")
+  std::fputs(absl::StrCat(job,
+                          " 2bb80d537b1da3e38bd30361aa855686bde0eacd7162"
+                          "fef6a25fe97bf527a25b\n")
                  .c_str(),
              f);
   std::fclose(f);
@@ -975,7 +974,8 @@ TEST_F(ShmServerTest, ALaterSessionsLargerInputSegmentIsRefused) {
   absl::Status welcome;
   HelloTweak larger;
   larger.input_bytes = 2 * kSegmentBytes;
-  std::unique_ptr<ShmClient> second = ShmClient::Connect(*s[1], &welcome, larger);
+  std::unique_ptr<ShmClient> second =
+      ShmClient::Connect(*s[1], &welcome, larger);
   EXPECT_EQ(second, nullptr);
   EXPECT_THAT(welcome,
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -1063,8 +1063,7 @@ TEST_F(ShmHandshakeLimitTest, ConnectionsBeyondTheBoundAreRefusedAtOnce) {
   absl::SleepFor(absl::Milliseconds(300));  // both accepted, both waiting
   absl::Status welcome;
   const absl::Time start = absl::Now();
-  std::unique_ptr<ShmClient> crowded =
-      ShmClient::Connect(*s[0], &welcome);
+  std::unique_ptr<ShmClient> crowded = ShmClient::Connect(*s[0], &welcome);
   EXPECT_EQ(crowded, nullptr);
   EXPECT_THAT(welcome, StatusIs(absl::StatusCode::kResourceExhausted,
                                 HasSubstr("--max_same_host_handshakes=2")));

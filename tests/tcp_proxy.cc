@@ -74,8 +74,8 @@ absl::StatusOr<std::unique_ptr<TcpProxy>> TcpProxy::Start(int upstream_port) {
     close(fd);
     return absl::InternalError(message);
   }
-  return std::unique_ptr<TcpProxy>(new TcpProxy(
-      fd, *port, upstream_port, wake[0], wake[1]));
+  return std::unique_ptr<TcpProxy>(
+      new TcpProxy(fd, *port, upstream_port, wake[0], wake[1]));
 }
 
 TcpProxy::TcpProxy(int listen_fd, int port, int upstream_port, int wake_read,

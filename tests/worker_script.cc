@@ -59,8 +59,7 @@ std::optional<std::vector<Step>> MainScript(const char* worker,
   }
   absl::StatusOr<std::vector<Step>> steps = ParseScript(script);
   if (!steps.ok()) {
-    std::fprintf(stderr, "%s: %s\n", worker,
-                 steps.status().ToString().c_str());
+    std::fprintf(stderr, "%s: %s\n", worker, steps.status().ToString().c_str());
     return std::nullopt;
   }
   return *std::move(steps);

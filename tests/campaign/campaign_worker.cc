@@ -367,6 +367,5 @@ class Rank {
 }  // namespace reducer
 
 int main(int argc, char** argv) {
-  return reducer::testing::CampaignRankMain<reducer::testing::Rank>(argc,
-                                                                     argv);
+  return reducer::testing::CampaignRankMain<reducer::testing::Rank>(argc, argv);
 }

@@ -118,7 +118,8 @@ TEST(HistoryTest, CleanHistoryHasNoViolation) {
 }
 
 TEST(HistoryTest, AWrongResultIsAViolation) {
-  EXPECT_THAT(OnlyViolation(Line("j0", 0, 1, "allreduce", 1, 1.1, "OK", "", "bad: element 3 is 9, want 7")),
+  EXPECT_THAT(OnlyViolation(Line("j0", 0, 1, "allreduce", 1, 1.1, "OK", "",
+                                 "bad: element 3 is 9, want 7")),
               HasSubstr("wrong result"));
 }
 
@@ -181,7 +182,9 @@ TEST(HistoryTest, TheSameStepInAnotherRoundIsAnotherCollective) {
 }
 
 TEST(HistoryTest, OutlivingTheDeadlineIsAViolation) {
-  EXPECT_THAT(OnlyViolation(Line("j0", 0, 1, "allreduce", 1, 30, "DEADLINE_EXCEEDED", "deadline"), {Fault("j0", 0.5, 1.5)}),
+  EXPECT_THAT(OnlyViolation(Line("j0", 0, 1, "allreduce", 1, 30,
+                                 "DEADLINE_EXCEEDED", "deadline"),
+                            {Fault("j0", 0.5, 1.5)}),
               HasSubstr("outlived its deadline"));
 }
 
@@ -189,7 +192,9 @@ TEST(HistoryTest, AFailureWithNoFaultOrOfAnotherJobsFaultIsAViolation) {
   EXPECT_THAT(Check(Line("j0", 0, 1, "allreduce", 10, 10.1, "ABORTED", "rank 1 lost"),
                     {Fault("j0", 1, 2)}),
               SizeIs(1));
-  EXPECT_THAT(OnlyViolation(Line("j1", 0, 1, "allreduce", 1, 1.1, "ABORTED", "rank 1 lost"), {Fault("j0", 0.5, 1.5)}),
+  EXPECT_THAT(OnlyViolation(Line("j1", 0, 1, "allreduce", 1, 1.1, "ABORTED",
+                                 "rank 1 lost"),
+                            {Fault("j0", 0.5, 1.5)}),
               HasSubstr("no fault that reaches its job"));
   // A shard's fault reaches every job.
   EXPECT_THAT(Check(Line("j1", 0, 1, "allreduce", 1, 1.1, "UNAVAILABLE",
@@ -199,7 +204,9 @@ TEST(HistoryTest, AFailureWithNoFaultOrOfAnotherJobsFaultIsAViolation) {
 }
 
 TEST(HistoryTest, AFailureThatNamesNoCauseIsAViolation) {
-  EXPECT_THAT(OnlyViolation(Line("j0", 0, 1, "allreduce", 1, 1.1, "UNAVAILABLE", "Socket closed"), {Fault("j0", 0.5, 1.5)}),
+  EXPECT_THAT(OnlyViolation(Line("j0", 0, 1, "allreduce", 1, 1.1, "UNAVAILABLE",
+                                 "Socket closed"),
+                            {Fault("j0", 0.5, 1.5)}),
               HasSubstr("names no cause"));
 }
 
@@ -252,7 +259,10 @@ TEST(QuorumCheckTest, ARankLeftOutWithNoFaultOnItIsAViolation) {
 }
 
 TEST(QuorumCheckTest, RanksThatSawDifferentContributorsAreAViolation) {
-  EXPECT_THAT(OnlyViolation(QuorumLine(0, 4, 1, 4, {0, 1}) + QuorumLine(1, 4, 1.05, 4, {0, 1, 2}) + QuorumLine(2, 4, 1.1, 4, {0, 1, 2}), {RankFault("stop_rank", 2, 0.5, 3.5)}),
+  EXPECT_THAT(OnlyViolation(QuorumLine(0, 4, 1, 4, {0, 1}) +
+                                QuorumLine(1, 4, 1.05, 4, {0, 1, 2}) +
+                                QuorumLine(2, 4, 1.1, 4, {0, 1, 2}),
+                            {RankFault("stop_rank", 2, 0.5, 3.5)}),
               HasSubstr("ranks disagree on step 4 of j2"));
 }
 
@@ -288,9 +298,14 @@ TEST(QuorumCheckTest, ContributorsOrAHandoffWithDifferentStatesAreAViolation) {
                         QuorumLine(2, 6, 1.3, 1.4, {}, {}, "s1", "handoff"),
                     kill),
               IsEmpty());
-  EXPECT_THAT(OnlyViolation(step + QuorumLine(0, 6, 1.3, 1.4, {}, {}, "s1", "handoff") + QuorumLine(2, 6, 1.3, 1.4, {}, {}, "s0", "handoff"), kill),
-              HasSubstr("replicated state differs after the handoff after step 6"));
-  EXPECT_THAT(OnlyViolation(QuorumLine(0, 7, 1, 1.2, {0, 1, 2}, {}, "s1") + QuorumLine(1, 7, 1.05, 1.2, {0, 1, 2}, {}, "s1") + QuorumLine(2, 7, 1.1, 1.2, {0, 1, 2}, {}, "s2")),
+  EXPECT_THAT(
+      OnlyViolation(step + QuorumLine(0, 6, 1.3, 1.4, {}, {}, "s1", "handoff") +
+                        QuorumLine(2, 6, 1.3, 1.4, {}, {}, "s0", "handoff"),
+                    kill),
+      HasSubstr("replicated state differs after the handoff after step 6"));
+  EXPECT_THAT(OnlyViolation(QuorumLine(0, 7, 1, 1.2, {0, 1, 2}, {}, "s1") +
+                            QuorumLine(1, 7, 1.05, 1.2, {0, 1, 2}, {}, "s1") +
+                            QuorumLine(2, 7, 1.1, 1.2, {0, 1, 2}, {}, "s2")),
               HasSubstr("replicated state differs after step 7"));
 }
 

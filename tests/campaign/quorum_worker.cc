@@ -252,6 +252,6 @@ class QuorumRank {
 }  // namespace reducer
 
 int main(int argc, char** argv) {
-  return reducer::testing::CampaignRankMain<reducer::testing::QuorumRank>(
-      argc, argv);
+  return reducer::testing::CampaignRankMain<reducer::testing::QuorumRank>(argc,
+                                                                          argv);
 }

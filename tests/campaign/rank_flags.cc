@@ -12,8 +12,7 @@ ABSL_FLAG(int, timeout_ms, 6000, "each collective's timeout");
 ABSL_FLAG(int, connect_timeout_ms, 5000, "each Connect's timeout");
 ABSL_FLAG(std::string, log, "", "the history file (appended to)");
 ABSL_FLAG(std::string, stop_file, "", "the ranks stop once this exists");
-ABSL_FLAG(int64_t, give_up_unix_s, 0,
-          "exit 3 at this time, whatever happens");
+ABSL_FLAG(int64_t, give_up_unix_s, 0, "exit 3 at this time, whatever happens");
 
 namespace reducer {
 namespace testing {
@@ -24,8 +23,7 @@ ClientOptions CampaignClientOptions(int world_size) {
   options.job = absl::GetFlag(FLAGS_job);
   options.rank = absl::GetFlag(FLAGS_rank);
   options.world_size = world_size;
-  options.timeout =
-      absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
+  options.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
   return options;
 }
 
