@@ -42,7 +42,6 @@ namespace fs = std::filesystem;
 constexpr absl::Duration kToolLimit = absl::Seconds(120);
 constexpr absl::Duration kWorkerLimit = absl::Seconds(60);
 constexpr absl::Duration kTestLimit = absl::Seconds(240);
-constexpr absl::Duration kServerStopGrace = absl::Seconds(15);
 
 // Under --config=asan the library carries the sanitizers' runtime
 // references, so the consumer is built with the same sanitizers (its code is
@@ -167,8 +166,7 @@ class ClientPackageTest : public ::testing::Test {
       EXPECT_THAT(done[rank].stdout_text,
                   ::testing::HasSubstr(absl::StrCat("rank ", rank, ": OK")));
     }
-    ProcessResult stopped = (*server)->Stop(kServerStopGrace);
-    EXPECT_TRUE(stopped.Succeeded()) << stopped.Describe();
+    EXPECT_EQ((*server)->StopDrained(), "");
   }
 
   Version version_;

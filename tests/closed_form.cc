@@ -277,6 +277,46 @@ std::vector<uint8_t> ClosedFormInput(ReduceOp op, DataType dtype, int rank,
   return out;
 }
 
+uint64_t ReduceIntegers(ReduceOp op, absl::Span<const int64_t> values) {
+  uint64_t acc = op == ReduceOp::kProduct  ? 1
+                 : op == ReduceOp::kBitAnd ? ~uint64_t{0}
+                                           : 0;
+  int64_t extremum = 0;
+  bool first = true;
+  for (int64_t v : values) {
+    const uint64_t bits = static_cast<uint64_t>(v);
+    switch (op) {
+      case ReduceOp::kSum:  // wraps: arithmetic mod 2^64
+        acc += bits;
+        break;
+      case ReduceOp::kProduct:
+        acc *= bits;
+        break;
+      case ReduceOp::kMin:
+        extremum = first ? v : std::min(extremum, v);
+        acc = static_cast<uint64_t>(extremum);
+        break;
+      case ReduceOp::kMax:
+        extremum = first ? v : std::max(extremum, v);
+        acc = static_cast<uint64_t>(extremum);
+        break;
+      case ReduceOp::kBitAnd:
+        acc &= bits;
+        break;
+      case ReduceOp::kBitOr:
+        acc |= bits;
+        break;
+      case ReduceOp::kBitXor:
+        acc ^= bits;
+        break;
+      default:
+        break;
+    }
+    first = false;
+  }
+  return acc;
+}
+
 std::vector<uint8_t> ClosedFormExpected(ReduceOp op, DataType dtype,
                                         absl::Span<const int> ranks, int64_t n,
                                         uint64_t seed) {
@@ -335,51 +375,12 @@ std::vector<uint8_t> ClosedFormExpected(ReduceOp op, DataType dtype,
       }
       StoreFloat(dtype, out.data(), i, acc);
     } else {
-      uint64_t acc = 0;
-      int64_t extremum = 0;
-      switch (op) {
-        case ReduceOp::kProduct:
-          acc = 1;
-          break;
-        case ReduceOp::kBitAnd:
-          acc = ~uint64_t{0};
-          break;
-        default:
-          break;
-      }
-      bool first = true;
+      std::vector<int64_t> values;
+      values.reserve(ranks.size());
       for (int r : ranks) {
-        const uint64_t bits = IntElement(op, r, i, seed);
-        const int64_t v = ExtendInt(dtype, bits);
-        switch (op) {
-          case ReduceOp::kSum:  // wraps: arithmetic mod 2^64, then truncated
-            acc += static_cast<uint64_t>(v);
-            break;
-          case ReduceOp::kProduct:
-            acc *= static_cast<uint64_t>(v);
-            break;
-          case ReduceOp::kMin:
-            extremum = first ? v : std::min(extremum, v);
-            acc = static_cast<uint64_t>(extremum);
-            break;
-          case ReduceOp::kMax:
-            extremum = first ? v : std::max(extremum, v);
-            acc = static_cast<uint64_t>(extremum);
-            break;
-          case ReduceOp::kBitAnd:
-            acc &= bits;
-            break;
-          case ReduceOp::kBitOr:
-            acc |= bits;
-            break;
-          case ReduceOp::kBitXor:
-            acc ^= bits;
-            break;
-          default:
-            break;
-        }
-        first = false;
+        values.push_back(ExtendInt(dtype, IntElement(op, r, i, seed)));
       }
+      const uint64_t acc = ReduceIntegers(op, values);
       StoreInt(dtype, out.data(), i, acc);
     }
   }

@@ -81,6 +81,12 @@ std::vector<uint8_t> ClosedFormExpected(ReduceOp op, DataType dtype,
                                         absl::Span<const int> ranks, int64_t n,
                                         uint64_t seed);
 
+// `op` over the integers `values` as the contract defines it for integer
+// dtypes: two's complement, sums and products wrapping mod 2^64, the
+// bitwise ops on the 64-bit patterns (a narrower dtype keeps the low bits
+// of the result). 0 for an op with no integer form (avg).
+uint64_t ReduceIntegers(ReduceOp op, absl::Span<const int64_t> values);
+
 // Element i of a packed array, as text: "1.5", "-3", "true", "nan".
 std::string ElementToString(DataType dtype, const void* data, int64_t i);
 

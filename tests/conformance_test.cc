@@ -121,9 +121,8 @@ class ConformanceTest : public FaultTest,
     FaultTest::SetUp();
     if (HasFatalFailure()) return;
     fault_worker_ = worker_binary_;
-    absl::StatusOr<std::string> worker = RunfilePath("tests/conformance_worker");
-    ASSERT_TRUE(worker.ok()) << worker.status();
-    conformance_worker_ = *worker;
+    ASSERT_NO_FATAL_FAILURE(
+        FindRunfile("tests/conformance_worker", &conformance_worker_));
     ASSERT_TRUE(StartServer({absl::StrCat("--chunk_bytes=", kChunk),
                              "--metrics_listen=127.0.0.1:0"}));
     metrics_port_ = server()->MetricsPort();
@@ -397,13 +396,7 @@ TEST_P(ConformanceTest, KilledRankAbortsThePendingCallsOfTheOthers) {
       StartScripts({waiting, waiting, waiting, "hang"});
   ASSERT_EQ(workers.size(), static_cast<size_t>(kWorldSize));
   ASSERT_NO_FATAL_FAILURE(KillLastRankDuringTwoSteps(&workers, kFast));
-  std::vector<ProcessResult> results = WaitWorkers(workers);
-  for (const ProcessResult& r : results) {
-    for (const char* step : {"1", "2"}) {
-      SCOPED_TRACE(absl::StrCat(r.name, " step ", step));
-      ExpectStep(r, step, absl::StatusCode::kAborted, {"rank 3"});
-    }
-  }
+  ExpectTwoStepsAbortedNaming(workers, "rank 3");
   ExpectStreamsUsed(/*small=*/true, /*large=*/true);
 }
 

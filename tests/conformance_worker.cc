@@ -84,8 +84,10 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -173,6 +175,11 @@ absl::Status CheckTensor(const Tensor& got, DataType dtype,
   return CompareElements(dtype, got.data(), want, Elements(shape), context);
 }
 
+// A reduction op and the dtype it reduces.
+struct OpDtype {
+  ReduceOp op;
+  DataType dtype;
+};
 
 // How one check went: a failed collective (status), or a wrong result
 // (mismatch, with status OK).
@@ -202,43 +209,12 @@ class Checks {
     op_filter_ = step.Get("op", "");
     name_ = step.Get("name", "");
     absl::Status s;
-    if (verb == "allreduce") {
-      s = AllReduce(bytes, seed);
-    } else if (verb == "many") {
-      s = Many(bytes, seed);
-    } else if (verb == "allgather") {
-      s = AllGather(bytes, seed);
-    } else if (verb == "broadcast") {
-      s = Broadcast(bytes, seed);
-    } else if (verb == "reducescatter") {
-      s = ReduceScatter(bytes, seed);
-    } else if (verb == "metricsync") {
-      s = MetricSyncCheck(bytes, seed);
-    } else if (verb == "barrier") {
-      s = BarrierCheck(seed);
-    } else if (verb == "async") {
-      s = Async(bytes, seed);
-    } else if (verb == "asynckinds") {
-      s = AsyncKinds(bytes, seed);
-      if (s.ok()) s = AsyncRootedKinds(bytes, seed);
-      if (s.ok()) s = AsyncInPlaceKinds(bytes, seed);
-    } else if (verb == "reduce") {
-      s = Reduce(bytes, seed);
-    } else if (verb == "gather") {
-      s = Gather(bytes, seed);
-    } else if (verb == "scatter") {
-      s = Scatter(bytes, seed);
-    } else if (verb == "alltoall") {
-      s = AllToAll(bytes, seed);
-    } else if (verb == "sendreceive") {
-      s = SendReceiveCheck(bytes, seed);
-    } else if (verb == "alltoallv") {
-      s = AllToAllV(bytes, seed);
-    } else if (verb == "receiveany") {
-      s = ReceiveAnyCheck(bytes, seed);
-    } else {
+    const auto it = Verbs().find(verb);
+    if (it == Verbs().end()) {
       s = absl::InvalidArgumentError(
           absl::StrCat("conformance_worker: unknown verb ", verb));
+    } else {
+      s = (this->*(it->second))(bytes, seed);
     }
     if (s.ok() && calls_ == 0) {
       s = absl::InvalidArgumentError(absl::StrCat(
@@ -258,6 +234,40 @@ class Checks {
   }
 
  private:
+  // One check: the step's payload size and seed in, its verdict out.
+  using Check = absl::Status (Checks::*)(int64_t bytes, uint64_t seed);
+
+  // The checks by verb (see the file comment).
+  static const std::map<std::string, Check>& Verbs() {
+    static const auto* const verbs = new std::map<std::string, Check>{
+        {"allreduce", &Checks::AllReduce},
+        {"many", &Checks::Many},
+        {"allgather", &Checks::AllGather},
+        {"broadcast", &Checks::Broadcast},
+        {"reducescatter", &Checks::ReduceScatter},
+        {"metricsync", &Checks::MetricSyncCheck},
+        {"barrier", &Checks::BarrierCheck},
+        {"async", &Checks::Async},
+        {"asynckinds", &Checks::AllAsyncKinds},
+        {"reduce", &Checks::Reduce},
+        {"gather", &Checks::Gather},
+        {"scatter", &Checks::Scatter},
+        {"alltoall", &Checks::AllToAll},
+        {"sendreceive", &Checks::SendReceiveCheck},
+        {"alltoallv", &Checks::AllToAllV},
+        {"receiveany", &Checks::ReceiveAnyCheck},
+    };
+    return *verbs;
+  }
+
+  // The three rounds of asynchronous kinds, the next only when the last
+  // passed.
+  absl::Status AllAsyncKinds(int64_t bytes, uint64_t seed) {
+    REDUCER_RETURN_IF_ERROR(AsyncKinds(bytes, seed));
+    REDUCER_RETURN_IF_ERROR(AsyncRootedKinds(bytes, seed));
+    return AsyncInPlaceKinds(bytes, seed);
+  }
+
   // A wrong result: remembered so that Run reports it as check=bad.
   absl::Status Wrong(absl::Status s) {
     if (!s.ok()) wrong_result_ = true;
@@ -321,6 +331,15 @@ class Checks {
     return op_filter_.empty() || op_filter_ == ReduceOpName(op);
   }
 
+  // Those of `dtypes` that the step's dtype= leaves in, in their order.
+  std::vector<DataType> WantedOf(std::initializer_list<DataType> dtypes) const {
+    std::vector<DataType> out;
+    for (DataType dtype : dtypes) {
+      if (Wanted(dtype)) out.push_back(dtype);
+    }
+    return out;
+  }
+
   absl::StatusOr<ReadOnlyBuffer> ReadOnly(const std::vector<uint8_t>& bytes) {
     return ReadOnlyBuffer::Create(bytes.data(), bytes.size());
   }
@@ -345,8 +364,7 @@ class Checks {
   absl::Status SendReceiveCheck(int64_t bytes, uint64_t seed) {
     const int next = (rank_ + 1) % world_size_;
     const int prev = (rank_ + world_size_ - 1) % world_size_;
-    for (DataType dtype : {DataType::kFloat32, DataType::kInt64}) {
-      if (!Wanted(dtype)) continue;
+    for (DataType dtype : WantedOf({DataType::kFloat32, DataType::kInt64})) {
       const int64_t n = ElementsFor(bytes, dtype);
       const std::vector<int64_t> shape = ShapeFor(n);
       auto message = [&](int from, int k) {
@@ -461,44 +479,38 @@ class Checks {
       want_sum += v;
       want_max = r == 0 ? v : std::max(want_max, v);
     }
-    absl::StatusOr<double> sum = client_->AllReduce(d, ReduceOp::kSum, Call());
-    if (!sum.ok()) return Annotate(sum.status(), "scalar float64 sum");
-    Record(&*sum, sizeof(double));
-    if (*sum != want_sum) {
-      return Wrong(absl::FailedPreconditionError(
-          absl::StrCat("scalar float64 sum: got ", *sum, ", want ", want_sum)));
-    }
-    absl::StatusOr<double> max = client_->AllReduce(d, ReduceOp::kMax, Call());
-    if (!max.ok()) return Annotate(max.status(), "scalar float64 max");
-    Record(&*max, sizeof(double));
-    if (*max != want_max) {
-      return Wrong(absl::FailedPreconditionError(
-          absl::StrCat("scalar float64 max: got ", *max, ", want ", want_max)));
-    }
+    REDUCER_RETURN_IF_ERROR(
+        CheckScalar(d, ReduceOp::kSum, want_sum, "scalar float64 sum"));
+    REDUCER_RETURN_IF_ERROR(
+        CheckScalar(d, ReduceOp::kMax, want_max, "scalar float64 max"));
     // One-hot bits: a contribution counted twice or missed shows.
     const int64_t bit = int64_t{1} << (rank_ % 63);
     int64_t want_bits = 0;
     for (int r : all_) want_bits += int64_t{1} << (r % 63);
-    absl::StatusOr<int64_t> bits = client_->AllReduce(bit, ReduceOp::kSum, Call());
-    if (!bits.ok()) return Annotate(bits.status(), "scalar int64 sum");
-    Record(&*bits, sizeof(int64_t));
-    if (*bits != want_bits) {
+    return CheckScalar(bit, ReduceOp::kSum, want_bits, "scalar int64 sum");
+  }
+
+  // One scalar AllReduce of `value` checked: its failure annotated with
+  // `what`, or a result other than `want` (marked by Wrong).
+  template <typename T>
+  absl::Status CheckScalar(T value, ReduceOp op, T want,
+                           absl::string_view what) {
+    absl::StatusOr<T> got = client_->AllReduce(value, op, Call());
+    if (!got.ok()) return Annotate(got.status(), what);
+    Record(&*got, sizeof(T));
+    if (*got != want) {
       return Wrong(absl::FailedPreconditionError(
-          absl::StrCat("scalar int64 sum: got ", *bits, ", want ", want_bits)));
+          absl::StrCat(what, ": got ", *got, ", want ", want)));
     }
     return absl::OkStatus();
   }
 
   absl::Status Many(int64_t bytes, uint64_t seed) {
-    struct Spec {
-      ReduceOp op;
-      DataType dtype;
-    };
-    const Spec specs[] = {{ReduceOp::kSum, DataType::kFloat32},
-                          {ReduceOp::kMax, DataType::kInt64},
-                          {ReduceOp::kBitOr, DataType::kBool},
-                          {ReduceOp::kAvg, DataType::kBFloat16},
-                          {ReduceOp::kProduct, DataType::kInt8}};
+    const OpDtype specs[] = {{ReduceOp::kSum, DataType::kFloat32},
+                             {ReduceOp::kMax, DataType::kInt64},
+                             {ReduceOp::kBitOr, DataType::kBool},
+                             {ReduceOp::kAvg, DataType::kBFloat16},
+                             {ReduceOp::kProduct, DataType::kInt8}};
     const int64_t per_tensor = bytes / 5 + (bytes % 5 != 0 ? 1 : 0);
     std::vector<ReadOnlyBuffer> buffers;
     std::vector<TensorView> views;
@@ -506,7 +518,7 @@ class Checks {
     std::vector<std::vector<uint8_t>> wants;
     std::vector<std::vector<int64_t>> shapes;
     for (size_t k = 0; k < 5; ++k) {
-      const Spec& spec = specs[k];
+      const OpDtype& spec = specs[k];
       const int64_t n = ElementsFor(per_tensor, spec.dtype);
       const uint64_t s = Mix64(seed * 7 + k);
       absl::StatusOr<ReadOnlyBuffer> b =
@@ -536,39 +548,27 @@ class Checks {
   }
 
   absl::Status AllGather(int64_t bytes, uint64_t seed) {
-    for (DataType dtype : {DataType::kFloat32, DataType::kInt8,
-                           DataType::kFloat64, DataType::kBool}) {
-      if (!Wanted(dtype)) continue;
+    for (DataType dtype : WantedOf({DataType::kFloat32, DataType::kInt8,
+                                    DataType::kFloat64, DataType::kBool})) {
       constexpr int64_t kCols = 3;
-      const int64_t row_bytes = kCols * static_cast<int64_t>(ElementSize(dtype));
-      const int64_t rows0 = (bytes + row_bytes - 1) / row_bytes;
       const uint64_t s = Mix64(seed * 31 + static_cast<uint64_t>(dtype));
-      auto rows_of = [&](int r) { return rows0 + r; };
-      const std::vector<int64_t> shape = {rows_of(rank_), kCols};
-      absl::StatusOr<ReadOnlyBuffer> in =
-          ReadOnly(MovedBytes(dtype, rank_, Elements(shape), s));
+      const Stacked stacked =
+          Stack(dtype, RowsFor(bytes, dtype, kCols), kCols, s);
+      absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(stacked.mine);
       if (!in.ok()) return in.status();
-      std::vector<uint8_t> want;
-      int64_t total_rows = 0;
-      for (int r : all_) {
-        std::vector<uint8_t> part = MovedBytes(dtype, r, rows_of(r) * kCols, s);
-        want.insert(want.end(), part.begin(), part.end());
-        total_rows += rows_of(r);
-      }
-      const std::string what =
-          absl::StrCat("allgather ", DataTypeName(dtype), " ", ShapeText(shape));
-      REDUCER_RETURN_IF_ERROR(CheckCall(
-          client_->AllGather(TensorView(in->data(), dtype, shape), Call()),
-          dtype, {total_rows, kCols}, want.data(), what));
+      const std::string what = absl::StrCat("allgather ", DataTypeName(dtype),
+                                            " ", ShapeText(stacked.shape));
+      REDUCER_RETURN_IF_ERROR(
+          CheckCall(client_->AllGather(
+                        TensorView(in->data(), dtype, stacked.shape), Call()),
+                    dtype, stacked.all_shape, stacked.all.data(), what));
     }
     return absl::OkStatus();
   }
 
   absl::Status Broadcast(int64_t bytes, uint64_t seed) {
-    for (DataType dtype :
-         {DataType::kFloat32, DataType::kInt64, DataType::kBFloat16,
-          DataType::kBool}) {
-      if (!Wanted(dtype)) continue;
+    for (DataType dtype : WantedOf({DataType::kFloat32, DataType::kInt64,
+                                    DataType::kBFloat16, DataType::kBool})) {
       const int64_t n = ElementsFor(bytes, dtype);
       const std::vector<int64_t> shape = ShapeFor(n);
       for (int root = 0; root < world_size_; ++root) {
@@ -604,34 +604,24 @@ class Checks {
   }
 
   absl::Status ReduceScatter(int64_t bytes, uint64_t seed) {
-    struct Pair {
-      ReduceOp op;
-      DataType dtype;
-    };
-    for (Pair p : {Pair{ReduceOp::kSum, DataType::kFloat32},
-                   Pair{ReduceOp::kMax, DataType::kInt32},
-                   Pair{ReduceOp::kAvg, DataType::kFloat16},
-                   Pair{ReduceOp::kBitXor, DataType::kUInt8}}) {
+    for (OpDtype p : {OpDtype{ReduceOp::kSum, DataType::kFloat32},
+                      OpDtype{ReduceOp::kMax, DataType::kInt32},
+                      OpDtype{ReduceOp::kAvg, DataType::kFloat16},
+                      OpDtype{ReduceOp::kBitXor, DataType::kUInt8}}) {
       if (!Wanted(p.dtype)) continue;
-      constexpr int64_t kCols = 2;
-      const int64_t row_bytes = kCols * static_cast<int64_t>(ElementSize(p.dtype));
-      int64_t rows = (bytes + row_bytes - 1) / row_bytes;
-      rows = (rows + world_size_ - 1) / world_size_ * world_size_;
-      const int64_t n = rows * kCols;
+      const std::vector<int64_t> shape = CutShape(bytes, p.dtype, 2);
+      const int64_t n = Elements(shape);
       const uint64_t s = Mix64(seed * 71 + static_cast<uint64_t>(p.op) * 11 +
                                static_cast<uint64_t>(p.dtype));
-      const std::vector<int64_t> shape = {rows, kCols};
-      const std::vector<int64_t> slice_shape = {rows / world_size_, kCols};
+      const std::vector<int64_t> slice_shape = PartShape(shape);
       const std::string what =
           absl::StrCat("reducescatter ", ReduceOpName(p.op), " ",
                        DataTypeName(p.dtype), " ", ShapeText(shape));
       absl::StatusOr<ReadOnlyBuffer> in =
           ReadOnly(ClosedFormInput(p.op, p.dtype, rank_, n, s));
       if (!in.ok()) return in.status();
-      const std::vector<uint8_t> all = ClosedFormExpected(p.op, p.dtype, all_, n, s);
-      const size_t slice = all.size() / static_cast<size_t>(world_size_);
-      const std::vector<uint8_t> want(all.begin() + rank_ * slice,
-                                      all.begin() + (rank_ + 1) * slice);
+      const std::vector<uint8_t> want =
+          Part(ClosedFormExpected(p.op, p.dtype, all_, n, s), rank_);
       REDUCER_RETURN_IF_ERROR(
           CheckCall(client_->ReduceScatter(
                         TensorView(in->data(), p.dtype, shape), p.op, Call()),
@@ -707,7 +697,7 @@ class Checks {
     return absl::OkStatus();
   }
 
-  absl::Status BarrierCheck(uint64_t seed) {
+  absl::Status BarrierCheck(int64_t /*bytes*/, uint64_t seed) {
     auto file = [&](int r) {
       return absl::StrCat(scratch_dir_, "/barrier.", seed, ".", r);
     };
@@ -828,9 +818,8 @@ class Checks {
     absl::StatusOr<ReadOnlyBuffer> many_b = ReadOnly(
         ClosedFormInput(ReduceOp::kMax, DataType::kInt64, rank_, many_n, s + 1));
     // AllGather: rank r sends r + 1 rows of 3.
-    const std::vector<int64_t> gather_shape = {rank_ + 1, 3};
-    absl::StatusOr<ReadOnlyBuffer> gather =
-        ReadOnly(MovedBytes(dtype, rank_, Elements(gather_shape), s + 2));
+    const Stacked gathered = Stack(dtype, 1, 3, s + 2);
+    absl::StatusOr<ReadOnlyBuffer> gather = ReadOnly(gathered.mine);
     // Broadcast from `root`; the others pass no view.
     absl::StatusOr<ReadOnlyBuffer> broadcast =
         ReadOnly(MovedBytes(dtype, root, n, s + 3));
@@ -849,7 +838,7 @@ class Checks {
     std::vector<std::unique_ptr<CollectiveHandle>> handles;
     handles.push_back(client_->AllReduceManyAsync(many_inputs, many_ops, Call()));
     handles.push_back(client_->AllGatherAsync(
-        TensorView(gather->data(), dtype, gather_shape), Call()));
+        TensorView(gather->data(), dtype, gathered.shape), Call()));
     handles.push_back(client_->BroadcastAsync(
         rank_ == root ? TensorView(broadcast->data(), dtype, ShapeFor(n))
                       : TensorView(),
@@ -865,17 +854,9 @@ class Checks {
     absl::Status waited = WaitInReverse(handles, whats, got);
     if (!waited.ok()) return waited;
     // Expected values, computed from the closed forms.
-    std::vector<uint8_t> gathered;
-    for (int r : all_) {
-      std::vector<uint8_t> part = MovedBytes(dtype, r, (r + 1) * 3, s + 2);
-      gathered.insert(gathered.end(), part.begin(), part.end());
-    }
-    const std::vector<uint8_t> reduced =
-        ClosedFormExpected(ReduceOp::kSum, dtype, all_, world_size_ * n, s + 4);
-    const size_t slice = reduced.size() / static_cast<size_t>(world_size_);
-    const std::vector<uint8_t> my_slice(reduced.begin() + rank_ * slice,
-                                        reduced.begin() + (rank_ + 1) * slice);
-    const int64_t gathered_rows = world_size_ * (world_size_ + 1) / 2;
+    const std::vector<uint8_t> my_slice = Part(
+        ClosedFormExpected(ReduceOp::kSum, dtype, all_, world_size_ * n, s + 4),
+        rank_);
     struct Expect {
       const Tensor* got;
       DataType dtype;
@@ -894,9 +875,10 @@ class Checks {
         {&(*got[0])[0], dtype, ShapeFor(n),
          ClosedFormExpected(ReduceOp::kSum, dtype, all_, n, s), whats[0]},
         {&(*got[0])[1], DataType::kInt64, ShapeFor(many_n),
-         ClosedFormExpected(ReduceOp::kMax, DataType::kInt64, all_, many_n, s + 1),
+         ClosedFormExpected(ReduceOp::kMax, DataType::kInt64, all_, many_n,
+                            s + 1),
          whats[0]},
-        {&(*got[1])[0], dtype, {gathered_rows, 3}, gathered, whats[1]},
+        {&(*got[1])[0], dtype, gathered.all_shape, gathered.all, whats[1]},
         {&(*got[2])[0], dtype, ShapeFor(n), MovedBytes(dtype, root, n, s + 3),
          whats[2]},
         {&(*got[3])[0], dtype, {1, n}, my_slice, whats[3]}};
@@ -907,12 +889,80 @@ class Checks {
     return absl::OkStatus();
   }
 
-  // The step's rows of kCols elements of `dtype` for about `bytes` bytes,
-  // rounded up to a multiple of the world size (kinds that cut dim 0).
-  int64_t RowsDividedByWorld(int64_t bytes, DataType dtype, int64_t cols) {
+  // The shape [rows, cols] of a kind that cuts dim 0 in world-size parts:
+  // rows of `cols` elements of `dtype` for about `bytes` bytes, rounded up
+  // to a multiple of the world size.
+  std::vector<int64_t> CutShape(int64_t bytes, DataType dtype,
+                                int64_t cols) const {
+    const int64_t rows = RowsFor(bytes, dtype, cols);
+    return {(rows + world_size_ - 1) / world_size_ * world_size_, cols};
+  }
+
+  // The shape of one of the world-size parts of `shape` (a CutShape).
+  std::vector<int64_t> PartShape(const std::vector<int64_t>& shape) const {
+    return {shape[0] / world_size_, shape[1]};
+  }
+
+  // Rows of `cols` elements of `dtype` for about `bytes` bytes, rounded up
+  // to a whole row.
+  static int64_t RowsFor(int64_t bytes, DataType dtype, int64_t cols) {
     const int64_t row_bytes = cols * static_cast<int64_t>(ElementSize(dtype));
-    const int64_t rows = (bytes + row_bytes - 1) / row_bytes;
-    return (rows + world_size_ - 1) / world_size_ * world_size_;
+    return (bytes + row_bytes - 1) / row_bytes;
+  }
+
+  // Part `index` of `all` cut in world-size parts of equal size.
+  std::vector<uint8_t> Part(const std::vector<uint8_t>& all, int index) const {
+    const size_t part = all.size() / static_cast<size_t>(world_size_);
+    return std::vector<uint8_t>(all.begin() + index * part,
+                                all.begin() + (index + 1) * part);
+  }
+
+  // What an all-to-all gives this rank when every rank r sends
+  // MovedBytes(dtype, r, n, seed): its part of each, in rank order.
+  std::vector<uint8_t> Exchanged(DataType dtype, int64_t n,
+                                 uint64_t seed) const {
+    std::vector<uint8_t> out;
+    for (int r : all_) {
+      const std::vector<uint8_t> part =
+          Part(MovedBytes(dtype, r, n, seed), rank_);
+      out.insert(out.end(), part.begin(), part.end());
+    }
+    return out;
+  }
+
+  // The inputs of a kind that stacks every rank's rows (gather): rank r
+  // sends rows0 + r rows of `cols` elements, MovedBytes(dtype, r, ..., seed).
+  struct Stacked {
+    std::vector<int64_t> shape;      // this rank's input
+    std::vector<uint8_t> mine;       // its bytes
+    std::vector<int64_t> all_shape;  // every rank's rows, in rank order
+    std::vector<uint8_t> all;        // their bytes
+  };
+  Stacked Stack(DataType dtype, int64_t rows0, int64_t cols,
+                uint64_t seed) const {
+    Stacked out;
+    out.shape = {rows0 + rank_, cols};
+    out.mine = MovedBytes(dtype, rank_, Elements(out.shape), seed);
+    int64_t total_rows = 0;
+    for (int r : all_) {
+      const std::vector<uint8_t> part =
+          MovedBytes(dtype, r, (rows0 + r) * cols, seed);
+      out.all.insert(out.all.end(), part.begin(), part.end());
+      total_rows += rows0 + r;
+    }
+    out.all_shape = {total_rows, cols};
+    return out;
+  }
+
+  // A rooted call's result checked: the call's failure annotated with
+  // `what`; else the root's tensor as CheckCall does, and on the others an
+  // empty Tensor() (a wrong one marked by Wrong).
+  absl::Status CheckRooted(const absl::StatusOr<Tensor>& got, int root,
+                           DataType dtype, const std::vector<int64_t>& shape,
+                           const void* want, absl::string_view what) {
+    if (!got.ok()) return Annotate(got.status(), what);
+    return Wrong(rank_ == root ? Checked(*got, dtype, shape, want, what)
+                               : CheckNoResult(*got, what));
   }
 
   // OK when a rank that gets no result got an empty Tensor().
@@ -929,14 +979,10 @@ class Checks {
   // Reduce from every root: out of place (the input on read-only pages),
   // then in place (a non-root's buffer must keep its bytes).
   absl::Status Reduce(int64_t bytes, uint64_t seed) {
-    struct Pair {
-      ReduceOp op;
-      DataType dtype;
-    };
-    for (Pair p : {Pair{ReduceOp::kSum, DataType::kFloat32},
-                   Pair{ReduceOp::kMax, DataType::kInt64},
-                   Pair{ReduceOp::kAvg, DataType::kBFloat16},
-                   Pair{ReduceOp::kBitOr, DataType::kBool}}) {
+    for (OpDtype p : {OpDtype{ReduceOp::kSum, DataType::kFloat32},
+                      OpDtype{ReduceOp::kMax, DataType::kInt64},
+                      OpDtype{ReduceOp::kAvg, DataType::kBFloat16},
+                      OpDtype{ReduceOp::kBitOr, DataType::kBool}}) {
       if (!Wanted(p.dtype) || !Wanted(p.op)) continue;
       const int64_t n = ElementsFor(bytes, p.dtype);
       const std::vector<int64_t> shape = ShapeFor(n);
@@ -952,26 +998,20 @@ class Checks {
             ClosedFormExpected(p.op, p.dtype, all_, n, s);
         absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(input);
         if (!in.ok()) return in.status();
-        absl::StatusOr<Tensor> got = client_->Reduce(
-            TensorView(in->data(), p.dtype, shape), p.op, root, Call());
-        if (!got.ok()) return Annotate(got.status(), what + " out of place");
-        absl::Status c =
-            rank_ == root
-                ? Checked(*got, p.dtype, shape, want.data(),
-                          what + " out of place")
-                : CheckNoResult(*got, what + " out of place");
-        if (!c.ok()) return Wrong(c);
+        REDUCER_RETURN_IF_ERROR(CheckRooted(
+            client_->Reduce(TensorView(in->data(), p.dtype, shape), p.op, root,
+                            Call()),
+            root, p.dtype, shape, want.data(), what + " out of place"));
         std::vector<uint8_t> inout = input;
         absl::Status ip = client_->ReduceInPlace(
             MutableTensorView(inout.data(), p.dtype, shape), p.op, root,
             Call());
         if (!ip.ok()) return Annotate(ip, what + " in place");
-        c = CheckedElements(p.dtype, inout.data(),
-                            rank_ == root ? want.data() : input.data(), n,
-                            what + (rank_ == root
-                                        ? " in place"
-                                        : " in place (a non-root's buffer)"));
-        if (!c.ok()) return Wrong(c);
+        REDUCER_RETURN_IF_ERROR(Wrong(CheckedElements(
+            p.dtype, inout.data(), rank_ == root ? want.data() : input.data(),
+            n,
+            what + (rank_ == root ? " in place"
+                                  : " in place (a non-root's buffer)"))));
       }
     }
     return absl::OkStatus();
@@ -979,40 +1019,23 @@ class Checks {
 
   // Gather to every root: rank r sends rows0 + r rows (uneven dim 0).
   absl::Status Gather(int64_t bytes, uint64_t seed) {
-    for (DataType dtype : {DataType::kFloat32, DataType::kInt8,
-                           DataType::kFloat64}) {
-      if (!Wanted(dtype)) continue;
+    for (DataType dtype :
+         WantedOf({DataType::kFloat32, DataType::kInt8, DataType::kFloat64})) {
       constexpr int64_t kCols = 3;
-      const int64_t row_bytes =
-          kCols * static_cast<int64_t>(ElementSize(dtype));
-      const int64_t rows0 = (bytes + row_bytes - 1) / row_bytes;
-      auto rows_of = [&](int r) { return rows0 + r; };
-      const std::vector<int64_t> shape = {rows_of(rank_), kCols};
+      const int64_t rows0 = RowsFor(bytes, dtype, kCols);
       for (int root = 0; root < world_size_; ++root) {
         const uint64_t s =
             Mix64(seed * 37 + static_cast<uint64_t>(dtype) * 3 + root);
-        absl::StatusOr<ReadOnlyBuffer> in =
-            ReadOnly(MovedBytes(dtype, rank_, Elements(shape), s));
+        const Stacked stacked = Stack(dtype, rows0, kCols, s);
+        absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(stacked.mine);
         if (!in.ok()) return in.status();
-        std::vector<uint8_t> want;
-        int64_t total_rows = 0;
-        for (int r : all_) {
-          std::vector<uint8_t> part =
-              MovedBytes(dtype, r, rows_of(r) * kCols, s);
-          want.insert(want.end(), part.begin(), part.end());
-          total_rows += rows_of(r);
-        }
         const std::string what =
-            absl::StrCat("gather ", DataTypeName(dtype), " ", ShapeText(shape),
-                         " root ", root);
-        absl::StatusOr<Tensor> got = client_->Gather(
-            TensorView(in->data(), dtype, shape), root, Call());
-        if (!got.ok()) return Annotate(got.status(), what);
-        absl::Status c =
-            rank_ == root
-                ? Checked(*got, dtype, {total_rows, kCols}, want.data(), what)
-                : CheckNoResult(*got, what);
-        if (!c.ok()) return Wrong(c);
+            absl::StrCat("gather ", DataTypeName(dtype), " ",
+                         ShapeText(stacked.shape), " root ", root);
+        REDUCER_RETURN_IF_ERROR(CheckRooted(
+            client_->Gather(TensorView(in->data(), dtype, stacked.shape), root,
+                            Call()),
+            root, dtype, stacked.all_shape, stacked.all.data(), what));
       }
     }
     return absl::OkStatus();
@@ -1022,21 +1045,16 @@ class Checks {
   // world size, about `bytes` in all) cut in world-size parts; non-roots
   // pass TensorView().
   absl::Status Scatter(int64_t bytes, uint64_t seed) {
-    for (DataType dtype : {DataType::kFloat32, DataType::kInt64,
-                           DataType::kBool}) {
-      if (!Wanted(dtype)) continue;
-      constexpr int64_t kCols = 2;
-      const int64_t rows = RowsDividedByWorld(bytes, dtype, kCols);
-      const std::vector<int64_t> shape = {rows, kCols};
-      const std::vector<int64_t> part_shape = {rows / world_size_, kCols};
+    for (DataType dtype :
+         WantedOf({DataType::kFloat32, DataType::kInt64, DataType::kBool})) {
+      const std::vector<int64_t> shape = CutShape(bytes, dtype, 2);
+      const std::vector<int64_t> part_shape = PartShape(shape);
       for (int root = 0; root < world_size_; ++root) {
         const uint64_t s =
             Mix64(seed * 43 + static_cast<uint64_t>(dtype) * 3 + root);
         const std::vector<uint8_t> all =
-            MovedBytes(dtype, root, rows * kCols, s);
-        const size_t part = all.size() / static_cast<size_t>(world_size_);
-        const std::vector<uint8_t> want(all.begin() + rank_ * part,
-                                        all.begin() + (rank_ + 1) * part);
+            MovedBytes(dtype, root, Elements(shape), s);
+        const std::vector<uint8_t> want = Part(all, rank_);
         absl::StatusOr<ReadOnlyBuffer> in = ReadOnly(all);
         if (!in.ok()) return in.status();
         const std::string what =
@@ -1056,24 +1074,14 @@ class Checks {
   // AllToAll: every rank sends [rows, 3] (rows a multiple of the world
   // size); rank j gets part j of every rank, in rank order.
   absl::Status AllToAll(int64_t bytes, uint64_t seed) {
-    for (DataType dtype : {DataType::kFloat32, DataType::kInt8,
-                           DataType::kFloat16}) {
-      if (!Wanted(dtype)) continue;
-      constexpr int64_t kCols = 3;
-      const int64_t rows = RowsDividedByWorld(bytes, dtype, kCols);
-      const std::vector<int64_t> shape = {rows, kCols};
+    for (DataType dtype :
+         WantedOf({DataType::kFloat32, DataType::kInt8, DataType::kFloat16})) {
+      const std::vector<int64_t> shape = CutShape(bytes, dtype, 3);
       const uint64_t s = Mix64(seed * 47 + static_cast<uint64_t>(dtype));
       absl::StatusOr<ReadOnlyBuffer> in =
-          ReadOnly(MovedBytes(dtype, rank_, rows * kCols, s));
+          ReadOnly(MovedBytes(dtype, rank_, Elements(shape), s));
       if (!in.ok()) return in.status();
-      std::vector<uint8_t> want;
-      for (int r : all_) {
-        const std::vector<uint8_t> theirs =
-            MovedBytes(dtype, r, rows * kCols, s);
-        const size_t part = theirs.size() / static_cast<size_t>(world_size_);
-        want.insert(want.end(), theirs.begin() + rank_ * part,
-                    theirs.begin() + (rank_ + 1) * part);
-      }
+      const std::vector<uint8_t> want = Exchanged(dtype, Elements(shape), s);
       const std::string what =
           absl::StrCat("alltoall ", DataTypeName(dtype), " ", ShapeText(shape));
       REDUCER_RETURN_IF_ERROR(CheckCall(
@@ -1109,8 +1117,7 @@ class Checks {
       }
       const auto at = std::find(group.begin(), group.end(), rank_);
       const int me = at == group.end() ? -1 : static_cast<int>(at - group.begin());
-      for (DataType dtype : {DataType::kFloat32, DataType::kInt8}) {
-        if (!Wanted(dtype)) continue;
+      for (DataType dtype : WantedOf({DataType::kFloat32, DataType::kInt8})) {
         const int64_t row_bytes = kCols * static_cast<int64_t>(ElementSize(dtype));
         const int64_t unit = (bytes + row_bytes * g - 1) / (row_bytes * g);
         auto rows = [&](int i, int j) {
@@ -1430,12 +1437,12 @@ class Checks {
     const int root =
         static_cast<int>((seed + 1) % static_cast<uint64_t>(world_size_));
     const bool is_root = rank_ == root;
-    const int64_t rows = RowsDividedByWorld(bytes, dtype, 1);
-    const std::vector<int64_t> cut_shape = {rows, 1};
+    const std::vector<int64_t> cut_shape = CutShape(bytes, dtype, 1);
+    const int64_t rows = cut_shape[0];
     absl::StatusOr<ReadOnlyBuffer> reduce =
         ReadOnly(ClosedFormInput(ReduceOp::kSum, dtype, rank_, n, s));
-    absl::StatusOr<ReadOnlyBuffer> gather =
-        ReadOnly(MovedBytes(dtype, rank_, (rank_ + 1) * 2, s + 1));
+    const Stacked gathered = Stack(dtype, 1, 2, s + 1);
+    absl::StatusOr<ReadOnlyBuffer> gather = ReadOnly(gathered.mine);
     absl::StatusOr<ReadOnlyBuffer> scatter =
         ReadOnly(MovedBytes(dtype, root, rows, s + 2));
     absl::StatusOr<ReadOnlyBuffer> alltoall =
@@ -1449,7 +1456,7 @@ class Checks {
         TensorView(reduce->data(), dtype, ShapeFor(n)), ReduceOp::kSum, root,
         Call()));
     handles.push_back(client_->GatherAsync(
-        TensorView(gather->data(), dtype, {rank_ + 1, 2}), root, Call()));
+        TensorView(gather->data(), dtype, gathered.shape), root, Call()));
     handles.push_back(client_->ScatterAsync(
         is_root ? TensorView(scatter->data(), dtype, cut_shape) : TensorView(),
         root, Call()));
@@ -1468,39 +1475,20 @@ class Checks {
           rooted, ", ", rooted, ", 1, 1 tensors, got ", got[0]->size(), ", ",
           got[1]->size(), ", ", got[2]->size(), ", ", got[3]->size())));
     }
-    const int64_t part_rows = rows / world_size_;
-    const size_t part_bytes = static_cast<size_t>(part_rows) * sizeof(float);
-    const std::vector<uint8_t> scattered = MovedBytes(dtype, root, rows, s + 2);
-    std::vector<uint8_t> exchanged;
-    for (int r : all_) {
-      const std::vector<uint8_t> theirs = MovedBytes(dtype, r, rows, s + 3);
-      exchanged.insert(exchanged.end(), theirs.begin() + rank_ * part_bytes,
-                       theirs.begin() + (rank_ + 1) * part_bytes);
-    }
     absl::Status c = Checked(
-        (*got[2])[0], dtype, {part_rows, 1},
-        std::vector<uint8_t>(scattered.begin() + rank_ * part_bytes,
-                             scattered.begin() + (rank_ + 1) * part_bytes)
-            .data(),
-        whats[2]);
+        (*got[2])[0], dtype, PartShape(cut_shape),
+        Part(MovedBytes(dtype, root, rows, s + 2), rank_).data(), whats[2]);
     if (!c.ok()) return Wrong(c);
-    c = Checked((*got[3])[0], dtype, cut_shape, exchanged.data(), whats[3]);
+    c = Checked((*got[3])[0], dtype, cut_shape,
+                Exchanged(dtype, rows, s + 3).data(), whats[3]);
     if (!c.ok()) return Wrong(c);
     if (!is_root) return absl::OkStatus();
-    std::vector<uint8_t> gathered;
-    for (int r : all_) {
-      std::vector<uint8_t> part = MovedBytes(dtype, r, (r + 1) * 2, s + 1);
-      gathered.insert(gathered.end(), part.begin(), part.end());
-    }
     c = Checked((*got[0])[0], dtype, ShapeFor(n),
                 ClosedFormExpected(ReduceOp::kSum, dtype, all_, n, s).data(),
                 whats[0]);
     if (!c.ok()) return Wrong(c);
-    c = Checked((*got[1])[0], dtype,
-                {world_size_ * (world_size_ + 1) / 2, 2}, gathered.data(),
-                whats[1]);
-    if (!c.ok()) return Wrong(c);
-    return absl::OkStatus();
+    return Wrong(Checked((*got[1])[0], dtype, gathered.all_shape,
+                         gathered.all.data(), whats[1]));
   }
 
   Client* const client_;  // not owned
@@ -1577,20 +1565,12 @@ int Run(const ClientOptions& options, const std::string& scratch_dir,
 }  // namespace reducer
 
 int main(int argc, char** argv) {
-  reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/30);
   const reducer::ClientOptions options =
-      reducer::testing::WorkerClientOptions();
-  if (options.job.empty()) {
-    std::fprintf(stderr, "conformance_worker: --job is required\n");
-    return 2;
-  }
-  absl::StatusOr<std::vector<reducer::testing::Step>> steps =
-      reducer::testing::ParseScript(absl::GetFlag(FLAGS_steps));
-  if (!steps.ok()) {
-    std::fprintf(stderr, "conformance_worker: %s\n",
-                 steps.status().ToString().c_str());
-    return 2;
-  }
+      reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/30);
+  const std::optional<std::vector<reducer::testing::Step>> steps =
+      reducer::testing::MainScript("conformance_worker", options.job,
+                                   absl::GetFlag(FLAGS_steps));
+  if (!steps.has_value()) return 2;
   return reducer::testing::Run(options, absl::GetFlag(FLAGS_scratch_dir),
                                *steps);
 }

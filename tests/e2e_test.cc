@@ -34,9 +34,6 @@ namespace {
 // slowest test (8 workers of all_ops on 2 cores) takes well under half.
 constexpr absl::Duration kTestLimit = absl::Seconds(100);
 
-// How long reducerd gets to drain and exit after SIGTERM.
-constexpr absl::Duration kServerStopGrace = absl::Seconds(15);
-
 class E2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -64,10 +61,8 @@ class E2eTest : public ::testing::Test {
 
   void TearDown() override {
     if (server_ != nullptr) {
-      const ProcessResult stopped = server_->Stop(kServerStopGrace);
-      EXPECT_TRUE(stopped.Succeeded())
-          << "reducerd must drain and exit 0 on SIGTERM\n"
-          << stopped.Describe();
+      EXPECT_EQ(server_->StopDrained(), "")
+          << "reducerd must drain and exit 0 on SIGTERM";
       server_.reset();
     }
     watchdog_.reset();
@@ -111,8 +106,9 @@ class E2eTest : public ::testing::Test {
     for (const auto& w : workers) {
       if (w == nullptr) return false;  // a start already failed the test
     }
-    const absl::Duration budget =
-        deadline_ - absl::Now() - kServerStopGrace - absl::Seconds(5);
+    const absl::Duration budget = deadline_ - absl::Now() -
+                                  ReducerdProcess::kDrainGrace -
+                                  absl::Seconds(5);
     const std::vector<ProcessResult> results =
         WaitAll(workers, std::max(budget, absl::Seconds(1)));
     bool all_ok = true;
@@ -244,7 +240,7 @@ TEST_F(E2eTest, SecondProcessForATakenRankIsRejected) {
 // are told (JobPace) and cut their payloads at it, and every collective of
 // all_ops after that is still exact.
 TEST_F(E2eTest, PacedChunksKeepEveryCollectiveExact) {
-  ASSERT_TRUE(server_->Stop(kServerStopGrace).Succeeded());
+  ASSERT_TRUE(server_->Stop(ReducerdProcess::kDrainGrace).Succeeded());
   absl::StatusOr<std::unique_ptr<ReducerdProcess>> paced =
       ReducerdProcess::Start({"--chunk_time=1us"});
   ASSERT_TRUE(paced.ok()) << paced.status();

@@ -355,33 +355,9 @@ absl::Status RunScalars(Context& ctx) {
       {ReduceOp::kBitOr, [](int r) { return int64_t{1} << (2 * r); }},
   };
   for (const IntCase& c : int_cases) {
-    uint64_t acc = c.op == ReduceOp::kProduct ? 1
-                   : c.op == ReduceOp::kBitAnd ? ~uint64_t{0}
-                                               : 0;
-    int64_t extremum = 0;
-    bool first = true;
-    for (int r : ctx.members) {
-      const int64_t v = c.value(r);
-      const uint64_t u = static_cast<uint64_t>(v);
-      switch (c.op) {
-        case ReduceOp::kSum: acc += u; break;
-        case ReduceOp::kProduct: acc *= u; break;
-        case ReduceOp::kMin:
-          extremum = first ? v : std::min(extremum, v);
-          acc = static_cast<uint64_t>(extremum);
-          break;
-        case ReduceOp::kMax:
-          extremum = first ? v : std::max(extremum, v);
-          acc = static_cast<uint64_t>(extremum);
-          break;
-        case ReduceOp::kBitXor: acc ^= u; break;
-        case ReduceOp::kBitAnd: acc &= u; break;
-        case ReduceOp::kBitOr: acc |= u; break;
-        default: break;
-      }
-      first = false;
-    }
-    const int64_t want = static_cast<int64_t>(acc);
+    std::vector<int64_t> values;
+    for (int r : ctx.members) values.push_back(c.value(r));
+    const int64_t want = static_cast<int64_t>(ReduceIntegers(c.op, values));
     const int64_t mine = c.value(ctx.rank);
     absl::StatusOr<int64_t> got = ctx.client->AllReduce(mine, c.op, ctx.call);
     const std::string what =
@@ -1058,6 +1034,35 @@ struct MetricState {
   int64_t confusion[3][3];
 };
 
+// One state of a MetricState as MetricSync sees it: its name, dtype,
+// shape, op and memory.
+struct MetricField {
+  const char* name;
+  DataType dtype;
+  std::vector<int64_t> shape;
+  ReduceOp op;
+  void* data;
+};
+
+// The states of `s`, in the order they are added to a MetricSync.
+std::vector<MetricField> MetricFields(MetricState& s) {
+  return {
+      {"_num_correct", DataType::kInt64, {1}, ReduceOp::kSum, &s.num_correct},
+      {"_num_examples", DataType::kInt64, {1}, ReduceOp::kSum, &s.num_examples},
+      {"loss_sum", DataType::kFloat64, {1}, ReduceOp::kSum, &s.loss_sum},
+      {"max_batch_loss",
+       DataType::kFloat64,
+       {1},
+       ReduceOp::kMax,
+       &s.max_batch_loss},
+      {"confusion",
+       DataType::kInt64,
+       {3, 3},
+       ReduceOp::kSum,
+       &s.confusion[0][0]},
+  };
+}
+
 MetricState LocalState(int rank) {
   MetricState s;
   s.num_correct = 50 + 7 * rank;
@@ -1180,21 +1185,9 @@ absl::Status RunMetricSync(Context& ctx) {
   MetricState* state = static_cast<MetricState*>(buffer->mutable_data());
 
   MetricSync sync(ctx.client);
-  sync.Add("_num_correct",
-           MutableTensorView::Of<int64_t>(absl::MakeSpan(&state->num_correct, 1)),
-           ReduceOp::kSum);
-  sync.Add("_num_examples",
-           MutableTensorView::Of<int64_t>(absl::MakeSpan(&state->num_examples, 1)),
-           ReduceOp::kSum);
-  sync.Add("loss_sum",
-           MutableTensorView::Of<double>(absl::MakeSpan(&state->loss_sum, 1)),
-           ReduceOp::kSum);
-  sync.Add("max_batch_loss",
-           MutableTensorView::Of<double>(absl::MakeSpan(&state->max_batch_loss, 1)),
-           ReduceOp::kMax);
-  sync.Add("confusion",
-           MutableTensorView(&state->confusion[0][0], DataType::kInt64, {3, 3}),
-           ReduceOp::kSum);
+  for (const MetricField& f : MetricFields(*state)) {
+    sync.Add(f.name, MutableTensorView(f.data, f.dtype, f.shape), f.op);
+  }
 
   // (a) Out-of-place, with the states on read-only pages: a write faults.
   absl::StatusOr<absl::flat_hash_map<std::string, Tensor>> reduced =
@@ -1205,20 +1198,7 @@ absl::Status RunMetricSync(Context& ctx) {
                              " states, want 5"));
   }
   MetricState got;
-  struct Field {
-    const char* name;
-    DataType dtype;
-    std::vector<int64_t> shape;
-    void* dest;
-  };
-  const Field fields[] = {
-      {"_num_correct", DataType::kInt64, {1}, &got.num_correct},
-      {"_num_examples", DataType::kInt64, {1}, &got.num_examples},
-      {"loss_sum", DataType::kFloat64, {1}, &got.loss_sum},
-      {"max_batch_loss", DataType::kFloat64, {1}, &got.max_batch_loss},
-      {"confusion", DataType::kInt64, {3, 3}, &got.confusion[0][0]},
-  };
-  for (const Field& f : fields) {
+  for (const MetricField& f : MetricFields(got)) {
     auto it = reduced->find(f.name);
     if (it == reduced->end()) {
       return Fail(absl::StrCat("MetricSync::Reduce: no state named ", f.name));
@@ -1229,7 +1209,7 @@ absl::Status RunMetricSync(Context& ctx) {
                                ShapeText(it->second.shape()), ", want ",
                                DataTypeName(f.dtype), " ", ShapeText(f.shape)));
     }
-    std::memcpy(f.dest, it->second.data(), it->second.num_bytes());
+    std::memcpy(f.data, it->second.data(), it->second.num_bytes());
   }
   absl::Status s = CheckMetricValues(got, global, "MetricSync::Reduce");
   if (!s.ok()) return s;
@@ -1549,9 +1529,8 @@ absl::Status Main() {
 }  // namespace reducer
 
 int main(int argc, char** argv) {
-  reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/60);
   const reducer::ClientOptions options =
-      reducer::testing::WorkerClientOptions();
+      reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/60);
   const int rank = options.rank;
   if (options.job.empty() || rank < 0 || rank >= options.world_size) {
     absl::FPrintF(stderr, "e2e_worker: need --job and 0 <= --rank < "

@@ -51,12 +51,34 @@ class LivenessTest : public FaultTest {
     FaultTest::TearDown();
   }
 
-  // Starts proxy_, a TcpProxy in front of the running reducerd.
-  void StartProxy() {
+  // Starts reducerd with `flags`, and proxy_, a TcpProxy in front of it.
+  void StartServerAndProxy(std::vector<std::string> flags = {}) {
+    ASSERT_TRUE(StartServer(std::move(flags)));
     absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
         TcpProxy::Start(server()->port());
     ASSERT_TRUE(proxy.ok()) << proxy.status();
     proxy_ = *std::move(proxy);
+  }
+
+  // Starts the 3-rank `job`, rank r running steps[r] (or steps[0] for
+  // all), rank 2 through proxy_.
+  std::vector<std::unique_ptr<ChildProcess>> StartRank2BehindProxy(
+      const std::string& job, const std::vector<std::string>& steps) {
+    return StartJob(job, 3, steps, {"", "", proxy_->address()});
+  }
+
+  // Starts the 3-rank `job` running `steps`, rank 2 through proxy_
+  // throttled to about 3 MB/s, and returns once every rank began step 1
+  // and rank 2's data connection (the proxy's connection 1) has moved
+  // 2 MiB of it: mid-transfer.
+  void StartMidTransfer(const std::string& job, const std::string& steps,
+                        std::vector<std::unique_ptr<ChildProcess>>* workers) {
+    *workers = StartRank2BehindProxy(job, {steps});
+    ASSERT_TRUE(WaitForOutput(*(*workers)[2], "RESULT 0 connect"));
+    proxy_->SetDelay(absl::Milliseconds(20), 64 << 10);  // ~3 MB/s
+    for (auto& w : *workers) ASSERT_TRUE(WaitForOutput(*w, "BEGIN 1 "));
+    ASSERT_TRUE(proxy_->WaitForBytes(1, TcpProxy::kUpstream, 2 << 20,
+                                     absl::Seconds(20)));
   }
 
   // The steps of a rank that outlives a lost peer: an all-reduce that the
@@ -66,6 +88,31 @@ class LivenessTest : public FaultTest {
     return absl::StrCat(
         "allreduce:timeout_ms=", kLongTimeoutMs,
         ";reconnect:timeout_ms=30000;allreduce:seed=5,timeout_ms=30000");
+  }
+
+  // Starts a new process for rank 2 of the 3-rank `job` (named
+  // "<job>.rank2.restarted") running `steps`, waits for ranks 0 and 1 of
+  // `workers` and for it, and expects step 1 of ranks 0 and 1 to have
+  // ended ABORTED within `within` for the loss of rank 2's session. Sets
+  // *results to the results of ranks 0, 1 and the new rank 2.
+  void RestartRank2(std::vector<std::unique_ptr<ChildProcess>>& workers,
+                    const std::string& job, const std::string& steps,
+                    absl::Duration within,
+                    std::vector<ProcessResult>* results) {
+    WorkerSpec again{job, 2, 3, steps};
+    again.name = absl::StrCat(job, ".rank2.restarted");
+    std::vector<std::unique_ptr<ChildProcess>> ranks;
+    ranks.push_back(std::move(workers[0]));
+    ranks.push_back(std::move(workers[1]));
+    ranks.push_back(StartWorker(again));
+    *results = WaitWorkers(ranks);
+    ASSERT_EQ(results->size(), 3u);
+    for (int r = 0; r < 2; ++r) {
+      ExpectStep((*results)[r], "1", absl::StatusCode::kAborted,
+                 {absl::StrCat("job ", job,
+                               " epoch 1 aborted: rank 2's session was lost")},
+                 within);
+    }
   }
 
   // The line of reducerd's stderr holding all of `parts`, and its position
@@ -212,26 +259,13 @@ TEST_F(LivenessTest, KilledRankAbortsPeersAndTheJobRestarts) {
   ASSERT_TRUE(WaitForOutput(*workers[1], "RESULT 1 ", kSoon));
   const absl::Duration noticed = absl::Now() - killed_at;
   EXPECT_LT(noticed, kSoon);
-  WorkerSpec again;
-  again.job = job;
-  again.rank = 2;
-  again.world_size = 3;
-  again.name = absl::StrCat(job, ".rank2.restarted");
-  again.steps = absl::StrCat("allreduce:seed=5,timeout_ms=30000;allreduce:", big,
-                             ",seed=6,timeout_ms=30000");
-  std::unique_ptr<ChildProcess> restarted = StartWorker(again);
-
-  std::vector<std::unique_ptr<ChildProcess>> survivors;
-  survivors.push_back(std::move(workers[0]));
-  survivors.push_back(std::move(workers[1]));
-  survivors.push_back(std::move(restarted));
-  std::vector<ProcessResult> results = WaitWorkers(survivors);
-  ASSERT_EQ(results.size(), 3u);
+  std::vector<ProcessResult> results;
+  ASSERT_NO_FATAL_FAILURE(RestartRank2(
+      workers, job,
+      absl::StrCat("allreduce:seed=5,timeout_ms=30000;allreduce:", big,
+                   ",seed=6,timeout_ms=30000"),
+      kSoon, &results));
   for (int r = 0; r < 2; ++r) {
-    ExpectStep(results[r], "1", absl::StatusCode::kAborted,
-               {absl::StrCat("job ", job, " epoch 1 aborted: rank 2's session "
-                             "was lost")},
-               kSoon);
     ExpectStep(results[r], "2", absl::StatusCode::kOk);  // Connect again
     ExpectStep(results[r], "3", absl::StatusCode::kOk);
     ExpectStep(results[r], "4", absl::StatusCode::kOk);
@@ -263,19 +297,12 @@ TEST_F(LivenessTest, KilledRankAbortsPeersAndTheJobRestarts) {
 // keepalive, seconds later. A dying rank's broken stream must count as a
 // lost rank (ABORTED), not as a malformed request.
 TEST_F(LivenessTest, RankKilledMidTransferAbortsPeers) {
-  ASSERT_TRUE(StartServer(kKeepaliveFlags));
-  ASSERT_NO_FATAL_FAILURE(StartProxy());
+  ASSERT_NO_FATAL_FAILURE(StartServerAndProxy(kKeepaliveFlags));
   const std::string job = Job();
   const std::string step = absl::StrCat("allreduce_inplace:shape=4194304,timeout_ms=",
                                         kLongTimeoutMs);
-  std::vector<std::unique_ptr<ChildProcess>> workers =
-      StartJob(job, 3, {step}, {"", "", proxy_->address()});
-  ASSERT_TRUE(WaitForOutput(*workers[2], "RESULT 0 connect"));
-  proxy_->SetDelay(absl::Milliseconds(20), 64 << 10);  // ~3 MB/s
-  for (auto& w : workers) ASSERT_TRUE(WaitForOutput(*w, "BEGIN 1 "));
-  // Rank 2's data connection (its second) has moved a few MiB: mid-transfer.
-  ASSERT_TRUE(
-      proxy_->WaitForBytes(1, TcpProxy::kUpstream, 2 << 20, absl::Seconds(20)));
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  ASSERT_NO_FATAL_FAILURE(StartMidTransfer(job, step, &workers));
   proxy_->Pause(0, TcpProxy::kBoth);
   ASSERT_TRUE(workers[2]->Signal(SIGKILL));
   std::vector<std::unique_ptr<ChildProcess>> peers;
@@ -297,19 +324,13 @@ TEST_F(LivenessTest, RankKilledMidTransferAbortsPeers) {
 // error promptly (the peers ABORTED naming rank 2, since its call was lost,
 // not malformed), and the job goes on with a named all-reduce.
 TEST_F(LivenessTest, DataConnectionCutMidTransferAbortsTheCollective) {
-  ASSERT_TRUE(StartServer());
-  ASSERT_NO_FATAL_FAILURE(StartProxy());
+  ASSERT_NO_FATAL_FAILURE(StartServerAndProxy());
   const std::string job = Job();
   const std::string steps = absl::StrCat(
       "allreduce_inplace:shape=4194304,timeout_ms=", kLongTimeoutMs,
       ";allreduce:name=after,seed=3,timeout_ms=8000");
-  std::vector<std::unique_ptr<ChildProcess>> workers =
-      StartJob(job, 3, {steps}, {"", "", proxy_->address()});
-  ASSERT_TRUE(WaitForOutput(*workers[2], "RESULT 0 connect"));
-  proxy_->SetDelay(absl::Milliseconds(20), 64 << 10);  // ~3 MB/s
-  for (auto& w : workers) ASSERT_TRUE(WaitForOutput(*w, "BEGIN 1 "));
-  ASSERT_TRUE(
-      proxy_->WaitForBytes(1, TcpProxy::kUpstream, 2 << 20, absl::Seconds(20)));
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  ASSERT_NO_FATAL_FAILURE(StartMidTransfer(job, steps, &workers));
   proxy_->Drop(1);
   proxy_->SetDelay(absl::ZeroDuration());
   std::vector<ProcessResult> results = WaitWorkers(workers);
@@ -334,8 +355,7 @@ TEST_F(LivenessTest, DataConnectionCutMidTransferAbortsTheCollective) {
 // after its retries, not wait for its deadline. Once connections get
 // through again, the next collective reconnects and succeeds at once.
 TEST_F(LivenessTest, UnreachableDataPathFailsSmallCallsPromptly) {
-  ASSERT_TRUE(StartServer());
-  ASSERT_NO_FATAL_FAILURE(StartProxy());
+  ASSERT_NO_FATAL_FAILURE(StartServerAndProxy());
   std::vector<std::unique_ptr<ChildProcess>> workers =
       StartJob(Job(), 2,
                {"allreduce:timeout_ms=20000;wait_file:path=open;"
@@ -366,12 +386,11 @@ TEST_F(LivenessTest, UnreachableDataPathFailsSmallCallsPromptly) {
 // no RST: a partition). reducerd's keepalive (1 s + 2 s) must find the
 // silent peer, and ranks 0 and 1 get ABORTED naming rank 2 within seconds.
 TEST_F(LivenessTest, SilentRankIsFoundByKeepaliveAndNamed) {
-  ASSERT_TRUE(StartServer(kKeepaliveFlags));
-  ASSERT_NO_FATAL_FAILURE(StartProxy());
+  ASSERT_NO_FATAL_FAILURE(StartServerAndProxy(kKeepaliveFlags));
   const std::string job = Job();
   const std::string survivor = SurvivorSteps();
-  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
-      job, 3, {survivor, survivor, "hang"}, {"", "", proxy_->address()});
+  std::vector<std::unique_ptr<ChildProcess>> workers =
+      StartRank2BehindProxy(job, {survivor, survivor, "hang"});
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(WaitForOutput(*workers[r], "BEGIN 1 "));
   ASSERT_TRUE(WaitForOutput(*workers[2], "BEGIN 1 hang"));
   absl::SleepFor(absl::Milliseconds(300));
@@ -385,23 +404,11 @@ TEST_F(LivenessTest, SilentRankIsFoundByKeepaliveAndNamed) {
   // The silent process is gone for good; a new one takes rank 2.
   workers[2]->Signal(SIGKILL);
   workers[2]->Wait(absl::Seconds(10));
-  WorkerSpec again;
-  again.job = job;
-  again.rank = 2;
-  again.world_size = 3;
-  again.name = absl::StrCat(job, ".rank2.restarted");
-  again.steps = "allreduce:seed=5,timeout_ms=30000";
-  std::vector<std::unique_ptr<ChildProcess>> rest;
-  rest.push_back(std::move(workers[0]));
-  rest.push_back(std::move(workers[1]));
-  rest.push_back(StartWorker(again));
-  std::vector<ProcessResult> results = WaitWorkers(rest);
-  ASSERT_EQ(results.size(), 3u);
+  std::vector<ProcessResult> results;
+  ASSERT_NO_FATAL_FAILURE(RestartRank2(workers, job,
+                                       "allreduce:seed=5,timeout_ms=30000",
+                                       absl::Seconds(15), &results));
   for (int r = 0; r < 2; ++r) {
-    ExpectStep(results[r], "1", absl::StatusCode::kAborted,
-               {absl::StrCat("job ", job, " epoch 1 aborted: rank 2's session "
-                             "was lost")},
-               absl::Seconds(15));
     ExpectStep(results[r], "2", absl::StatusCode::kOk);
     ExpectStep(results[r], "3", absl::StatusCode::kOk);
   }
@@ -412,18 +419,16 @@ TEST_F(LivenessTest, SilentRankIsFoundByKeepaliveAndNamed) {
 // and 1 get ABORTED naming it at once; the same rank 2 process connects
 // again through the proxy, and the job goes on.
 TEST_F(LivenessTest, CutConnectionAbortsPeersAndTheRankReconnects) {
-  ASSERT_TRUE(StartServer(kKeepaliveFlags));
-  ASSERT_NO_FATAL_FAILURE(StartProxy());
+  ASSERT_NO_FATAL_FAILURE(StartServerAndProxy(kKeepaliveFlags));
   const std::string job = Job();
   const std::string survivor = SurvivorSteps();
   // Rank 2 takes part in one collective (so that its data connection is
   // open too), then waits for the cut, then connects again.
-  std::vector<std::unique_ptr<ChildProcess>> workers = StartJob(
-      job, 3,
+  std::vector<std::unique_ptr<ChildProcess>> workers = StartRank2BehindProxy(
+      job,
       {absl::StrCat("barrier;", survivor), absl::StrCat("barrier;", survivor),
        "barrier;wait_file:path=cut;allreduce:timeout_ms=5000;"
-       "reconnect:timeout_ms=30000;allreduce:seed=5,timeout_ms=30000"},
-      {"", "", proxy_->address()});
+       "reconnect:timeout_ms=30000;allreduce:seed=5,timeout_ms=30000"});
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(WaitForOutput(*workers[r], "BEGIN 2 "));
   ASSERT_TRUE(WaitForOutput(*workers[2], "BEGIN 2 wait_file"));
   EXPECT_GE(proxy_->num_connections(), 2) << "session and data connections";

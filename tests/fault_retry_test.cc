@@ -64,6 +64,33 @@ class RetryTest : public FaultTest {
     data_bytes_up_ = proxy_->connection(1).bytes_up;
   }
 
+  // Runs the job of the lost-answer tests, after the warm-up a one-hot
+  // all-reduce (step 3) and one of twice the values (step 5), both named by
+  // `naming` (",name=step", or "" to match them by call order), and loses
+  // rank 0's answer of step 3: holds what reducerd sends it on its data
+  // connection, lets the job go (file "go"), and once ranks 1 and 2 have
+  // their results and rank 0's answer sits in the proxy, cuts that
+  // connection; then gives rank 0 time to retry and lets the job go on to
+  // step 5 (file "next"). Sets *results to the job's 3 results.
+  void RunLosingRank0sAnswer(const std::string& naming,
+                             std::vector<ProcessResult>* results) {
+    ASSERT_NO_FATAL_FAILURE(StartJobBehindProxy({absl::StrCat(
+        kWarm, ";wait_file:path=go;allreduce:fill=onehot,shape=3", naming,
+        ",timeout_ms=8000;wait_file:path=next;"
+        "allreduce:fill=onehot,shape=3,scale=2",
+        naming, ",timeout_ms=8000")}));
+    proxy_->Pause(1, TcpProxy::kDownstream);
+    Touch("go");
+    ASSERT_TRUE(WaitForOutput(*workers_[1], "RESULT 3 "));
+    ASSERT_TRUE(WaitForOutput(*workers_[2], "RESULT 3 "));
+    absl::SleepFor(absl::Milliseconds(300));  // the answer sits in the proxy
+    proxy_->Drop(1);
+    absl::SleepFor(absl::Milliseconds(500));  // rank 0 retries
+    Touch("next");
+    *results = WaitWorkers(workers_);
+    ASSERT_EQ(results->size(), 3u);
+  }
+
   std::unique_ptr<TcpProxy> proxy_;
   std::string job_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
@@ -193,22 +220,8 @@ TEST_F(RetryTest, RetryAfterTheServerTookTheContributionNeverDoubleCounts) {
 // (Counting it again would start a second "step" with the retried e_0, which
 // ranks 1 and 2 would join with 2 e_1, 2 e_2: [1,2,2] somewhere.)
 TEST_F(RetryTest, ALostAnswerIsSentAgainAndNotCountedAgain) {
-  const std::string steps = absl::StrCat(
-      kWarm,
-      ";wait_file:path=go;allreduce:fill=onehot,shape=3,name=step,"
-      "timeout_ms=8000;wait_file:path=next;"
-      "allreduce:fill=onehot,shape=3,scale=2,name=step,timeout_ms=8000");
-  StartJobBehindProxy({steps});
-  proxy_->Pause(1, TcpProxy::kDownstream);
-  Touch("go");
-  ASSERT_TRUE(WaitForOutput(*workers_[1], "RESULT 3 "));
-  ASSERT_TRUE(WaitForOutput(*workers_[2], "RESULT 3 "));
-  absl::SleepFor(absl::Milliseconds(300));  // rank 0's answer sits in the proxy
-  proxy_->Drop(1);
-  absl::SleepFor(absl::Milliseconds(500));  // rank 0 retries
-  Touch("next");
-  std::vector<ProcessResult> results = WaitWorkers(workers_);
-  ASSERT_EQ(results.size(), 3u);
+  std::vector<ProcessResult> results;
+  ASSERT_NO_FATAL_FAILURE(RunLosingRank0sAnswer(",name=step", &results));
   for (int r = 1; r < kWorld; ++r) {
     ExpectStep(results[r], "3", absl::StatusCode::kOk);
   }
@@ -235,22 +248,8 @@ TEST_F(RetryTest, ALostAnswerIsSentAgainAndNotCountedAgain) {
 // wait alone for its 8 s timeout claiming that ranks which did arrive never
 // arrived), and the next collective is exact.
 TEST_F(RetryTest, ALostAnswerOfAnUnnamedCollectiveIsSentAgainPromptly) {
-  const std::string steps = absl::StrCat(
-      kWarm,
-      ";wait_file:path=go;allreduce:fill=onehot,shape=3,timeout_ms=8000;"
-      "wait_file:path=next;allreduce:fill=onehot,shape=3,scale=2,"
-      "timeout_ms=8000");
-  StartJobBehindProxy({steps});
-  proxy_->Pause(1, TcpProxy::kDownstream);
-  Touch("go");
-  ASSERT_TRUE(WaitForOutput(*workers_[1], "RESULT 3 "));
-  ASSERT_TRUE(WaitForOutput(*workers_[2], "RESULT 3 "));
-  absl::SleepFor(absl::Milliseconds(300));
-  proxy_->Drop(1);
-  absl::SleepFor(absl::Milliseconds(500));
-  Touch("next");
-  std::vector<ProcessResult> results = WaitWorkers(workers_);
-  ASSERT_EQ(results.size(), 3u);
+  std::vector<ProcessResult> results;
+  ASSERT_NO_FATAL_FAILURE(RunLosingRank0sAnswer("", &results));
   ExpectStep(results[0], "3", absl::StatusCode::kOk, {}, absl::Seconds(4));
   for (const ProcessResult& r : results) {
     ExpectStep(r, "5", absl::StatusCode::kOk);

@@ -23,9 +23,6 @@ namespace reducer {
 namespace testing {
 namespace {
 
-// How long reducerd gets to drain and exit after SIGTERM in TearDown.
-constexpr absl::Duration kServerStopGrace = absl::Seconds(15);
-
 // Time kept back from the test's limit when waiting for workers, for
 // stopping reducerd and reporting.
 constexpr absl::Duration kReserve = absl::Seconds(20);
@@ -98,9 +95,7 @@ void FaultTest::SetUp() {
   }
   watchdog_ = std::make_unique<Watchdog>(test_name_, TimeLimit());
   deadline_ = absl::Now() + TimeLimit();
-  absl::StatusOr<std::string> worker = RunfilePath("tests/fault_worker");
-  ASSERT_TRUE(worker.ok()) << worker.status();
-  worker_binary_ = *worker;
+  ASSERT_NO_FATAL_FAILURE(FindRunfile("tests/fault_worker", &worker_binary_));
   scratch_dir_ = absl::StrCat(TestTempDir(), "/", test_name_);
   ASSERT_TRUE(mkdir(scratch_dir_.c_str(), 0755) == 0 || errno == EEXIST)
       << scratch_dir_;
@@ -108,10 +103,8 @@ void FaultTest::SetUp() {
 
 void FaultTest::TearDown() {
   if (server_ != nullptr && !server_killed_) {
-    const ProcessResult stopped = server_->Stop(kServerStopGrace);
-    EXPECT_TRUE(stopped.Succeeded())
-        << "reducerd must drain and exit 0 on SIGTERM after the faults\n"
-        << stopped.Describe();
+    EXPECT_EQ(server_->StopDrained(), "")
+        << "reducerd must drain and exit 0 on SIGTERM after the faults";
   }
   server_.reset();
   old_servers_.clear();
@@ -176,11 +169,8 @@ std::vector<std::unique_ptr<ChildProcess>> FaultTest::StartJob(
     const std::vector<std::string>& extra_flags) {
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int r = 0; r < world_size; ++r) {
-    WorkerSpec spec;
-    spec.job = job;
-    spec.rank = r;
-    spec.world_size = world_size;
-    spec.steps = steps.size() == 1 ? steps[0] : steps.at(r);
+    WorkerSpec spec{job, r, world_size,
+                    steps.size() == 1 ? steps[0] : steps.at(r)};
     if (!targets.empty()) spec.target = targets.at(r);
     spec.extra_flags = extra_flags;
     workers.push_back(StartWorker(spec));
@@ -256,6 +246,24 @@ void FaultTest::KillLastRankDuringTwoSteps(
   }
   EXPECT_LT(absl::Now() - killed_at, within);
   w.pop_back();
+}
+
+void FaultTest::ExpectTwoStepsAbortedNaming(
+    const std::vector<std::unique_ptr<ChildProcess>>& workers,
+    const std::string& killed, absl::Duration max_elapsed, bool require_check) {
+  for (const ProcessResult& r : WaitWorkers(workers)) {
+    for (const char* step : {"1", "2"}) {
+      SCOPED_TRACE(absl::StrCat(r.name, " step ", step));
+      ExpectStep(r, step, absl::StatusCode::kAborted, {killed}, max_elapsed,
+                 require_check);
+    }
+  }
+}
+
+void FaultTest::FindRunfile(const std::string& runfile, std::string* path) {
+  absl::StatusOr<std::string> found = RunfilePath(runfile);
+  ASSERT_TRUE(found.ok()) << found.status();
+  *path = *std::move(found);
 }
 
 bool FaultTest::WaitForOutput(ChildProcess& worker, const std::string& text,

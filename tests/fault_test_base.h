@@ -120,6 +120,20 @@ class FaultTest : public ::testing::Test {
       std::vector<std::unique_ptr<ChildProcess>>* workers,
       absl::Duration within);
 
+  // Waits for `workers`, the others of a rank killed by
+  // KillLastRankDuringTwoSteps, and expects steps 1 and 2 of each to have
+  // ended ABORTED naming it (`killed`, as "rank 3"), as ExpectStep checks
+  // them with `max_elapsed` and `require_check`.
+  void ExpectTwoStepsAbortedNaming(
+      const std::vector<std::unique_ptr<ChildProcess>>& workers,
+      const std::string& killed,
+      absl::Duration max_elapsed = absl::InfiniteDuration(),
+      bool require_check = true);
+
+  // Sets *path to the runfile `runfile` (RunfilePath); a fatal failure
+  // when it is missing.
+  static void FindRunfile(const std::string& runfile, std::string* path);
+
   // The RESULT of step `index` of a finished worker; records a failure
   // (with the worker's output) when it is missing.
   StepResult Step(const ProcessResult& worker, const std::string& index);

@@ -79,6 +79,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -362,10 +363,14 @@ class Worker {
     return RunTensorCollective(step, *call);
   }
 
-  // A step's tensor: its `dtype` (default float32) and `shape` (default 8).
+  // A step's message: its `dtype` (default float32), `shape` (default 8),
+  // `tag` (default 0) and the seed of its closed form (1000 x `seed`,
+  // default 1).
   struct MessageSpec {
     DataType dtype;
     std::vector<int64_t> shape;
+    int tag;
+    uint64_t seed;
   };
   static absl::StatusOr<MessageSpec> ParseMessageSpec(const Step& step) {
     absl::StatusOr<DataType> dtype =
@@ -374,7 +379,25 @@ class Worker {
     absl::StatusOr<std::vector<int64_t>> shape =
         ParseShape(step.Get("shape", "8"));
     if (!shape.ok()) return shape.status();
-    return MessageSpec{*dtype, *std::move(shape)};
+    return MessageSpec{*dtype, *std::move(shape),
+                       static_cast<int>(step.GetInt("tag", 0)),
+                       static_cast<uint64_t>(step.GetInt("seed", 1)) * 1000};
+  }
+
+  // True when `got` has the dtype and shape of `spec` and the bytes `want`.
+  static bool IsMessage(const Tensor& got, const MessageSpec& spec,
+                        const std::vector<uint8_t>& want) {
+    return got.dtype() == spec.dtype && got.shape() == spec.shape &&
+           got.num_bytes() == want.size() &&
+           std::memcmp(got.data(), want.data(), want.size()) == 0;
+  }
+
+  // check=bad: a received message that is not the closed form of `rank`.
+  static void NotClosedFormOf(const Tensor& got, int rank, Outcome& out) {
+    out.check = "bad";
+    out.detail = absl::StrCat("received ", DataTypeName(got.dtype()), " ",
+                              ShapeToString(got.shape()),
+                              ", not the closed form of rank ", rank);
   }
 
   // receive_any: ReceiveAny with `tag` (default 0) of a `dtype` and `shape`
@@ -382,36 +405,22 @@ class Worker {
   // (as send makes it with the same seed), and that source `from`, if
   // given. RESULT's msg then ends " source=<s>".
   Outcome RunReceiveAny(const Step& step, const CallOptions& call) {
-    Outcome out;
     absl::StatusOr<MessageSpec> spec = ParseMessageSpec(step);
-    if (!spec.ok()) {
-      out.status = spec.status();
-      return out;
-    }
-    const DataType dtype = spec->dtype;
-    const std::vector<int64_t>& shape = spec->shape;
-    const uint64_t seed = static_cast<uint64_t>(step.GetInt("seed", 1)) * 1000;
+    if (!spec.ok()) return Outcome{spec.status()};
     int source = -1;
-    absl::StatusOr<Tensor> got = client_->ReceiveAny(
-        static_cast<int>(step.GetInt("tag", 0)), &source, call);
-    out.status = got.status();
+    absl::StatusOr<Tensor> got = client_->ReceiveAny(spec->tag, &source, call);
+    Outcome out{got.status()};
     if (!got.ok()) return out;
     const int from = static_cast<int>(step.GetInt("from", -1));
     const int global = call.group.empty() ? source : Members(call)[source];
-    const std::vector<uint8_t> want =
-        ClosedFormInput(ReduceOp::kSum, dtype, global, Elements(shape), seed);
-    out.status = absl::OkStatus();
+    const std::vector<uint8_t> want = ClosedFormInput(
+        ReduceOp::kSum, spec->dtype, global, Elements(spec->shape), spec->seed);
     if (from >= 0 && source != from) {
       out.check = "bad";
       out.detail = absl::StrCat("the message came from rank ", source,
                                 ", not from rank ", from);
-    } else if (got->dtype() != dtype || got->shape() != shape ||
-               got->num_bytes() != want.size() ||
-               std::memcmp(got->data(), want.data(), want.size()) != 0) {
-      out.check = "bad";
-      out.detail = absl::StrCat("received ", DataTypeName(got->dtype()), " ",
-                                ShapeToString(got->shape()),
-                                ", not the closed form of rank ", global);
+    } else if (!IsMessage(*got, *spec, want)) {
+      NotClosedFormOf(*got, global, out);
     } else {
       out.check = "ok";
     }
@@ -458,17 +467,14 @@ class Worker {
   // (default 0) of `dtype` and `shape`; the source's tensor is the closed
   // form (sum) of its rank and `seed`, which the receiver checks exactly.
   Outcome RunPointToPoint(const Step& step, const CallOptions& call) {
-    Outcome out;
     absl::StatusOr<MessageSpec> spec = ParseMessageSpec(step);
-    if (!spec.ok()) {
-      out.status = spec.status();
-      return out;
-    }
+    if (!spec.ok()) return Outcome{spec.status()};
+    Outcome out;
     const DataType dtype = spec->dtype;
     const std::vector<int64_t>& shape = spec->shape;
     const int64_t n = Elements(shape);
-    const uint64_t seed = static_cast<uint64_t>(step.GetInt("seed", 1)) * 1000;
-    const int tag = static_cast<int>(step.GetInt("tag", 0));
+    const uint64_t seed = spec->seed;
+    const int tag = spec->tag;
     if (step.verb == "send") {
       const std::vector<uint8_t> input =
           ClosedFormInput(ReduceOp::kSum, dtype, options_.rank, n, seed);
@@ -504,13 +510,8 @@ class Worker {
     absl::StatusOr<Tensor> got = client_->Receive(source, tag, call);
     out.status = got.status();
     if (!got.ok()) return out;
-    if (got->dtype() != dtype || got->shape() != shape ||
-        got->num_bytes() != want.size() ||
-        std::memcmp(got->data(), want.data(), want.size()) != 0) {
-      out.check = "bad";
-      out.detail = absl::StrCat("received ", DataTypeName(got->dtype()), " ",
-                                ShapeToString(got->shape()),
-                                ", not the closed form of rank ", source);
+    if (!IsMessage(*got, *spec, want)) {
+      NotClosedFormOf(*got, source, out);
       return out;
     }
     out.check = "ok";
@@ -983,8 +984,8 @@ class Worker {
 }  // namespace reducer
 
 int main(int argc, char** argv) {
-  reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/30);
-  reducer::ClientOptions options = reducer::testing::WorkerClientOptions();
+  reducer::ClientOptions options =
+      reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/30);
   reducer::TlsOptions tls;
   tls.ca_file = absl::GetFlag(FLAGS_tls_ca_file);
   tls.cert_file = absl::GetFlag(FLAGS_tls_cert_file);
@@ -1005,16 +1006,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.shared_memory_bytes = absl::GetFlag(FLAGS_shared_memory_bytes);
-  if (options.job.empty()) {
-    std::fprintf(stderr, "fault_worker: --job is required\n");
-    return 2;
-  }
-  absl::StatusOr<std::vector<reducer::testing::Step>> steps =
-      reducer::testing::ParseScript(absl::GetFlag(FLAGS_steps));
-  if (!steps.ok()) {
-    std::fprintf(stderr, "fault_worker: %s\n", steps.status().ToString().c_str());
-    return 2;
-  }
+  const std::optional<std::vector<reducer::testing::Step>> steps =
+      reducer::testing::MainScript("fault_worker", options.job,
+                                   absl::GetFlag(FLAGS_steps));
+  if (!steps.has_value()) return 2;
   reducer::testing::Worker worker(options, absl::GetFlag(FLAGS_scratch_dir));
   return worker.Run(*steps);
 }

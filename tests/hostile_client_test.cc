@@ -101,7 +101,22 @@ struct SilentStreams {
                                                     v1::CollectiveResponse>> many;
 };
 
-class HostileClientTest : public FaultTest {};
+// A float32 [4] all-reduce of zeros on `raw`.
+v1::CollectiveRequest ZerosRequest(RawSession& raw) {
+  v1::CollectiveRequest request = raw.AllReduceRequest({4});
+  request.set_data(std::string(16, '\0'));
+  return request;
+}
+
+class HostileClientTest : public FaultTest {
+ protected:
+  // A raw session of a one-rank job named Job(`name`).
+  absl::StatusOr<std::unique_ptr<RawSession>> JoinAlone(
+      const std::string& name) {
+    return RawSession::Join(server()->address(), Job(name), 0, 1,
+                            absl::Seconds(30));
+  }
+};
 
 TEST_F(HostileClientTest, HugeWorldSizeIsRefusedWithoutGrowingReducerd) {
   ASSERT_TRUE(StartServer());
@@ -192,8 +207,7 @@ TEST_F(HostileClientTest, NamesOverTheLimitAreRefusedNamingTheField) {
                   .ok());
 
   // A collective's name and attempt id, on a session of a one-rank job.
-  absl::StatusOr<std::unique_ptr<RawSession>> raw = RawSession::Join(
-      server()->address(), Job("calls"), 0, 1, absl::Seconds(30));
+  absl::StatusOr<std::unique_ptr<RawSession>> raw = JoinAlone("calls");
   ASSERT_TRUE(raw.ok()) << raw.status();
   struct Case {
     const char* field;
@@ -207,8 +221,7 @@ TEST_F(HostileClientTest, NamesOverTheLimitAreRefusedNamingTheField) {
   };
   for (bool many_calls : {false, true}) {
     for (const Case& c : cases) {
-      v1::CollectiveRequest request = (*raw)->AllReduceRequest({4});
-      request.set_data(std::string(16, '\0'));
+      v1::CollectiveRequest request = ZerosRequest(**raw);
       if (many_calls) request.set_call_id(1);
       c.breaks(request.mutable_header(), over);
       const RawCallResult result = (*raw)->Call(
@@ -230,9 +243,8 @@ TEST_F(HostileClientTest, NamesOverTheLimitAreRefusedNamingTheField) {
     }
   }
   // The session goes on.
-  v1::CollectiveRequest good = (*raw)->AllReduceRequest({4});
+  v1::CollectiveRequest good = ZerosRequest(**raw);
   good.mutable_header()->set_name("after");
-  good.set_data(std::string(16, '\0'));
   const RawCallResult after = (*raw)->Call({good}, absl::Seconds(10));
   EXPECT_TRUE(after.status.ok()) << after.status;
   EXPECT_EQ(after.data, std::string(16, '\0'));
@@ -247,11 +259,9 @@ TEST_F(HostileClientTest, SilentStreamsAreClosedAndGiveTheirSlotsBack) {
   SilentStreams silent(server()->address());
   absl::SleepFor(absl::Milliseconds(300));
 
-  absl::StatusOr<std::unique_ptr<RawSession>> raw = RawSession::Join(
-      server()->address(), Job("busy"), 0, 1, absl::Seconds(30));
+  absl::StatusOr<std::unique_ptr<RawSession>> raw = JoinAlone("busy");
   ASSERT_TRUE(raw.ok()) << raw.status();
-  v1::CollectiveRequest request = (*raw)->AllReduceRequest({4});
-  request.set_data(std::string(16, '\0'));
+  v1::CollectiveRequest request = ZerosRequest(**raw);
   const RawCallResult crowded = (*raw)->Call({request}, absl::Seconds(10));
   EXPECT_THAT(crowded.status, StatusIs(absl::StatusCode::kResourceExhausted,
                                        HasSubstr("--max_concurrent_calls=2")));
@@ -280,11 +290,9 @@ TEST_F(HostileClientTest, APeersSilentStreamsAreBoundedWithoutATimeout) {
   SilentStreams silent(server()->address());
   absl::SleepFor(absl::Milliseconds(300));
 
-  absl::StatusOr<std::unique_ptr<RawSession>> raw = RawSession::Join(
-      server()->address(), Job("busy"), 0, 1, absl::Seconds(30));
+  absl::StatusOr<std::unique_ptr<RawSession>> raw = JoinAlone("busy");
   ASSERT_TRUE(raw.ok()) << raw.status();
-  v1::CollectiveRequest request = (*raw)->AllReduceRequest({4});
-  request.set_data(std::string(16, '\0'));
+  v1::CollectiveRequest request = ZerosRequest(**raw);
   const absl::Time asked = absl::Now();
   const RawCallResult crowded = (*raw)->Call({request}, absl::Seconds(10));
   EXPECT_THAT(crowded.status,
@@ -322,10 +330,9 @@ TEST_F(HostileClientTest, AJobOverItsStreamShareIsRefusedAndOthersGoOn) {
   // Rank 0 of the hog opens two calls that wait for rank 1, which never
   // sends: each holds a stream until its 3 s deadline.
   auto waiting_call = [&](const std::string& name) {
-    v1::CollectiveRequest request = (*hog0)->AllReduceRequest({4});
+    v1::CollectiveRequest request = ZerosRequest(**hog0);
     request.mutable_header()->set_name(name);
     request.mutable_header()->set_timeout_ms(3000);
-    request.set_data(std::string(16, '\0'));
     return request;
   };
   std::vector<std::thread> hogs;
@@ -351,11 +358,9 @@ TEST_F(HostileClientTest, AJobOverItsStreamShareIsRefusedAndOthersGoOn) {
   EXPECT_TRUE(third.data.empty());
 
   // Another job is not held back by the hog's share.
-  absl::StatusOr<std::unique_ptr<RawSession>> healthy = RawSession::Join(
-      server()->address(), Job("healthy"), 0, 1, absl::Seconds(30));
+  absl::StatusOr<std::unique_ptr<RawSession>> healthy = JoinAlone("healthy");
   ASSERT_TRUE(healthy.ok()) << healthy.status();
-  v1::CollectiveRequest request = (*healthy)->AllReduceRequest({4});
-  request.set_data(std::string(16, '\0'));
+  v1::CollectiveRequest request = ZerosRequest(**healthy);
   const RawCallResult other = (*healthy)->Call({request}, absl::Seconds(10));
   EXPECT_TRUE(other.status.ok()) << other.status;
   EXPECT_EQ(other.data, std::string(16, '\0'));
@@ -368,9 +373,8 @@ TEST_F(HostileClientTest, AJobOverItsStreamShareIsRefusedAndOthersGoOn) {
   // next call gets in and completes.
   RawCallResult after;
   std::thread rank1([&] {
-    v1::CollectiveRequest request = (*hog1)->AllReduceRequest({4});
+    v1::CollectiveRequest request = ZerosRequest(**hog1);
     request.mutable_header()->set_name("again");
-    request.set_data(std::string(16, '\0'));
     CallOnceAdmitted(**hog1, request);
   });
   v1::CollectiveRequest again = waiting_call("again");

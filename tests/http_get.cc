@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "tests/process_harness.h"
 
 namespace reducer {
 namespace testing {
@@ -24,16 +25,9 @@ namespace testing {
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path,
                                     absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
-  sockaddr_in addr;
-  std::memset(&addr, 0, sizeof(addr));
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) {
     const std::string why = std::strerror(errno);
-    close(fd);
     return absl::UnavailableError(
         absl::StrCat("GET 127.0.0.1:", port, path, ": connect: ", why));
   }

@@ -49,6 +49,11 @@ ListenSecurity AllowUnauthenticated() {
   return s;
 }
 
+// Each setting that makes a reachable address safe to serve.
+std::vector<ListenSecurity> Secured() {
+  return {Tls(), Tokens(), AllowUnauthenticated()};
+}
+
 TEST(IsLoopbackListenAddressTest, LoopbackAndUnixSockets) {
   for (const std::string& listen : kLoopback) {
     EXPECT_TRUE(IsLoopbackListenAddress(listen)) << listen;
@@ -64,19 +69,17 @@ TEST(IsLoopbackListenAddressTest, WildcardsOtherAddressesAndNames) {
 TEST(CheckListenExposureTest, LoopbackNeedsNothing) {
   for (const std::string& listen : kLoopback) {
     EXPECT_THAT(CheckListenExposure(listen, None()), IsOk()) << listen;
-    EXPECT_THAT(CheckListenExposure(listen, Tls()), IsOk()) << listen;
-    EXPECT_THAT(CheckListenExposure(listen, Tokens()), IsOk()) << listen;
-    EXPECT_THAT(CheckListenExposure(listen, AllowUnauthenticated()), IsOk())
-        << listen;
+    for (const ListenSecurity& security : Secured()) {
+      EXPECT_THAT(CheckListenExposure(listen, security), IsOk()) << listen;
+    }
   }
 }
 
 TEST(CheckListenExposureTest, ReachableServedWithTlsTokensOrTheFlag) {
   for (const std::string& listen : kReachable) {
-    EXPECT_THAT(CheckListenExposure(listen, Tls()), IsOk()) << listen;
-    EXPECT_THAT(CheckListenExposure(listen, Tokens()), IsOk()) << listen;
-    EXPECT_THAT(CheckListenExposure(listen, AllowUnauthenticated()), IsOk())
-        << listen;
+    for (const ListenSecurity& security : Secured()) {
+      EXPECT_THAT(CheckListenExposure(listen, security), IsOk()) << listen;
+    }
   }
 }
 

@@ -111,12 +111,7 @@ class NetnsE2eTest : public FaultTest {
                                                         const std::string& steps) {
     std::vector<std::unique_ptr<ChildProcess>> workers;
     for (int r = 0; r < kWorld; ++r) {
-      WorkerSpec spec;
-      spec.job = job;
-      spec.rank = r;
-      spec.world_size = kWorld;
-      spec.steps = steps;
-      spec.target = Target();
+      WorkerSpec spec{job, r, kWorld, steps, Target()};
       spec.command_prefix = net_->CommandPrefix(absl::StrCat("w", r));
       workers.push_back(StartWorker(spec));
     }

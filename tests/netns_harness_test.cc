@@ -83,6 +83,32 @@ int ConnectTo(int fd, const std::string& ip, int port) {
              : errno;
 }
 
+// A listener on ip:port inside host `host` of `net`; -1 (with a failure
+// recorded) when it cannot be made.
+int ListenInHost(VirtualNetwork& net, const std::string& host,
+                 const std::string& ip, int port) {
+  int listener = -1;
+  const absl::Status ran =
+      net.RunInHost(host, [&] { listener = Listen(ip, port); });
+  EXPECT_TRUE(ran.ok()) << ran;
+  return listener;
+}
+
+// A socket of host `from` of `net`, connected to ip:port (a failure is
+// recorded, with the error, when it does not connect); -1 when `from`
+// could not be entered.
+int ConnectFromHost(VirtualNetwork& net, const std::string& from,
+                    const std::string& ip, int port) {
+  int fd = -1;
+  const absl::Status ran = net.RunInHost(from, [&] {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int error = ConnectTo(fd, ip, port);
+    EXPECT_EQ(error, 0) << std::strerror(error);
+  });
+  EXPECT_TRUE(ran.ok()) << ran;
+  return ran.ok() ? fd : -1;
+}
+
 class NetnsHarnessTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -117,17 +143,12 @@ TEST_F(NetnsHarnessTest, ListenerIsReachableFromAnotherHostOnlyInsideTheNetwork)
   EXPECT_EQ(net->Address("s0"), "10.77.0.4");
   const std::string server_ip = net->Address("s0");
 
-  int listener = -1;
-  ASSERT_TRUE(net->RunInHost("s0", [&] { listener = Listen(server_ip, kPort); }).ok());
+  const int listener = ListenInHost(*net, "s0", server_ip, kPort);
   ASSERT_GE(listener, 0);
 
   // From w1: connects, and the listener sees w1's address as the peer.
-  int from_w1 = -1;
-  ASSERT_TRUE(net->RunInHost("w1", [&] {
-                   from_w1 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-                   EXPECT_EQ(ConnectTo(from_w1, server_ip, kPort), 0)
-                       << std::strerror(errno);
-                 }).ok());
+  const int from_w1 = ConnectFromHost(*net, "w1", server_ip, kPort);
+  ASSERT_GE(from_w1, 0);
   sockaddr_in peer;
   socklen_t len = sizeof(peer);
   const int accepted = accept(listener, reinterpret_cast<sockaddr*>(&peer), &len);
@@ -216,15 +237,11 @@ TEST_F(NetnsHarnessTest, TbfCapBoundsTheTransferTime) {
   std::unique_ptr<VirtualNetwork> net = Build(options);
   ASSERT_NE(net, nullptr);
   const std::string receiver_ip = net->Address("w0");
-  int listener = -1;
-  ASSERT_TRUE(net->RunInHost("w0", [&] { listener = Listen(receiver_ip, kPort); }).ok());
+  const int listener = ListenInHost(*net, "w0", receiver_ip, kPort);
   ASSERT_GE(listener, 0);
 
-  int sender = -1;
-  ASSERT_TRUE(net->RunInHost("w1", [&] {
-                   sender = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-                   EXPECT_EQ(ConnectTo(sender, receiver_ip, kPort), 0);
-                 }).ok());
+  const int sender = ConnectFromHost(*net, "w1", receiver_ip, kPort);
+  ASSERT_GE(sender, 0);
   const int receiver = accept(listener, nullptr, nullptr);
   ASSERT_GE(receiver, 0) << std::strerror(errno);
   timeval no_timeout{0, 0};

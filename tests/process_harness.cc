@@ -124,27 +124,45 @@ std::string TestTempDir() {
   return *kDir;
 }
 
-absl::StatusOr<int> PickFreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(ErrnoMessage("socket"));
+absl::StatusOr<int> BindLoopbackAnyPort(int fd) {
   sockaddr_in addr;
   std::memset(&addr, 0, sizeof(addr));
   addr.sin_family = AF_INET;
   addr.sin_port = 0;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    std::string message = ErrnoMessage("bind 127.0.0.1:0");
-    close(fd);
-    return absl::InternalError(message);
+    return absl::InternalError(ErrnoMessage("bind 127.0.0.1:0"));
   }
   socklen_t len = sizeof(addr);
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    std::string message = ErrnoMessage("getsockname");
-    close(fd);
-    return absl::InternalError(message);
+    return absl::InternalError(ErrnoMessage("getsockname"));
   }
-  close(fd);
   return static_cast<int>(ntohs(addr.sin_port));
+}
+
+int ConnectLoopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr;
+  std::memset(&addr, 0, sizeof(addr));
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int error = errno;
+    close(fd);
+    errno = error;
+    return -1;
+  }
+  return fd;
+}
+
+absl::StatusOr<int> PickFreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(ErrnoMessage("socket"));
+  absl::StatusOr<int> port = BindLoopbackAnyPort(fd);
+  close(fd);
+  return port;
 }
 
 // ---------------------------------------------------------------------------
@@ -402,6 +420,11 @@ ProcessResult ReducerdProcess::Stop(absl::Duration grace) {
   stopped_ = true;
   process_->Signal(SIGTERM);
   return process_->Wait(grace);
+}
+
+std::string ReducerdProcess::StopDrained() {
+  const ProcessResult stopped = Stop(kDrainGrace);
+  return stopped.Succeeded() ? "" : stopped.Describe();
 }
 
 ProcessResult ReducerdProcess::Kill() {

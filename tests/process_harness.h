@@ -65,6 +65,15 @@ std::string TestTempDir();
 // The contents of the file at `path`; NOT_FOUND when it cannot be opened.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
+// Binds the AF_INET socket `fd` to 127.0.0.1 on a port the kernel picks and
+// returns that port; INTERNAL naming the call that failed otherwise. `fd`
+// stays open either way.
+absl::StatusOr<int> BindLoopbackAnyPort(int fd);
+
+// A blocking TCP connection to 127.0.0.1:port: its fd, or -1 with errno
+// set by the call that failed.
+int ConnectLoopback(int port);
+
 // A loopback TCP port that was free a moment ago (bound on port 0, read back
 // and closed). Another process may take it before it is used; callers retry.
 absl::StatusOr<int> PickFreeLoopbackPort();
@@ -178,9 +187,16 @@ class ReducerdProcess {
   int port() const { return port_; }
   pid_t pid() const { return process_->pid(); }
 
+  // How long a test gives reducerd to drain and exit after SIGTERM.
+  static constexpr absl::Duration kDrainGrace = absl::Seconds(15);
+
   // Sends SIGTERM and waits up to `grace` for the daemon to drain and exit;
   // then SIGKILL. The result says how it ended (exit code 0 expected).
   ProcessResult Stop(absl::Duration grace);
+
+  // Stop(kDrainGrace): "" when the daemon drained and exited 0, else how it
+  // ended (ProcessResult::Describe).
+  std::string StopDrained();
 
   // Kills the daemon with SIGKILL (a crash: no drain) and reaps it.
   ProcessResult Kill();

@@ -137,6 +137,26 @@ class QuorumStepsTest : public ::testing::TestWithParam<JobPath> {
     return child.ok() ? *std::move(child) : nullptr;
   }
 
+  // Starts ranks 0..3 into *ranks, rank 3 with --pause_at=kPauseAt and
+  // `rank3_flags`, and waits until rank 3 paused at step kPauseAt. Fatal
+  // failures when a rank does not start or rank 3 does not pause.
+  void StartPausingRank3(const std::vector<std::string>& rank3_flags,
+                         std::vector<std::unique_ptr<ChildProcess>>* ranks) {
+    for (int r = 0; r < kWorld; ++r) {
+      std::vector<std::string> flags;
+      if (r == 3) {
+        flags.push_back(absl::StrCat("--pause_at=", kPauseAt));
+        flags.insert(flags.end(), rank3_flags.begin(), rank3_flags.end());
+      }
+      ranks->push_back(StartRank(r, absl::StrCat("rank", r), flags));
+      ASSERT_NE(ranks->back(), nullptr);
+    }
+    ChildProcess& rank3 = *(*ranks)[3];
+    ASSERT_TRUE(WaitForOutput(rank3, absl::StrCat("PAUSE ", kPauseAt),
+                              absl::Seconds(60)))
+        << rank3.ReadStdout() << rank3.ReadStderr();
+  }
+
   // Checks every final worker's report: the survivors' step kPauseAt
   // ended over [0,1,2] within the grace plus the margin, rank 3 joined at
   // some later step (where it is listed as joined) and contributed from
@@ -182,16 +202,7 @@ TEST_P(QuorumStepsTest, AKilledRankIsLeftOutAndRejoinsWithoutARestart) {
   Watchdog watchdog("AKilledRankIsLeftOutAndRejoinsWithoutARestart",
                     absl::Seconds(120));
   std::vector<std::unique_ptr<ChildProcess>> ranks;
-  for (int r = 0; r < kWorld; ++r) {
-    ranks.push_back(StartRank(
-        r, absl::StrCat("rank", r),
-        r == 3 ? std::vector<std::string>{absl::StrCat("--pause_at=", kPauseAt)}
-               : std::vector<std::string>{}));
-    ASSERT_NE(ranks.back(), nullptr);
-  }
-  ASSERT_TRUE(WaitForOutput(*ranks[3], absl::StrCat("PAUSE ", kPauseAt),
-                            absl::Seconds(60)))
-      << ranks[3]->ReadStdout() << ranks[3]->ReadStderr();
+  ASSERT_NO_FATAL_FAILURE(StartPausingRank3({}, &ranks));
   ASSERT_TRUE(ranks[3]->Signal(SIGKILL));
   EXPECT_EQ(ranks[3]->Wait(absl::Seconds(10)).term_signal, SIGKILL);
   // A new process takes rank 3 while the others train on.
@@ -209,16 +220,7 @@ TEST_P(QuorumStepsTest, ALateRankIsLeftOutAndRejoinsWithoutARestart) {
   Watchdog watchdog("ALateRankIsLeftOutAndRejoinsWithoutARestart",
                     absl::Seconds(120));
   std::vector<std::unique_ptr<ChildProcess>> ranks;
-  for (int r = 0; r < kWorld; ++r) {
-    ranks.push_back(StartRank(
-        r, absl::StrCat("rank", r),
-        r == 3 ? std::vector<std::string>{absl::StrCat("--pause_at=", kPauseAt),
-                                          "--pause_ms=300"}
-               : std::vector<std::string>{}));
-    ASSERT_NE(ranks.back(), nullptr);
-  }
-  ASSERT_TRUE(WaitForOutput(*ranks[3], absl::StrCat("PAUSE ", kPauseAt),
-                            absl::Seconds(60)));
+  ASSERT_NO_FATAL_FAILURE(StartPausingRank3({"--pause_ms=300"}, &ranks));
   ASSERT_TRUE(ranks[3]->Signal(SIGSTOP));
   // The others end the step without it, at the grace's end.
   ASSERT_TRUE(WaitForOutput(*ranks[0], absl::StrCat("STEP ", kPauseAt, " "),

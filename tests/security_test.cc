@@ -84,20 +84,6 @@ std::string PresentedSubject(const std::string& address) {
       " </dev/null 2>/dev/null | openssl x509 -noout -subject 2>/dev/null"));
 }
 
-// A plaintext TCP connection to the loopback `port`; -1 on failure.
-int ConnectLoopback(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // grpc.health.v1.Health/Check for the whole server ("") at `address` over
 // plaintext: 1 SERVING, 2 NOT_SERVING (HealthCheckResponse.status), or -1
 // with the call failing (e.g. the port is gone).

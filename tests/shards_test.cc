@@ -146,9 +146,8 @@ class ShardsTest : public FaultTest {
     FaultTest::SetUp();
     if (HasFatalFailure()) return;
     fault_worker_ = worker_binary_;
-    absl::StatusOr<std::string> worker = RunfilePath("tests/conformance_worker");
-    ASSERT_TRUE(worker.ok()) << worker.status();
-    conformance_worker_ = *worker;
+    ASSERT_NO_FATAL_FAILURE(
+        FindRunfile("tests/conformance_worker", &conformance_worker_));
     for (int s = 0; s < kShards; ++s) {
       absl::StatusOr<std::unique_ptr<ReducerdProcess>> shard =
           ReducerdProcess::Start(kShardFlags);
@@ -255,26 +254,46 @@ class ShardsTest : public FaultTest {
     return false;
   }
 
-  // Runs Suite() over `target` and expects every step exact; returns each
-  // rank's digests by step.
-  std::vector<std::map<std::string, std::string>> RunSuite(
-      const std::string& job, const std::string& target) {
-    const std::vector<std::string> suite = Suite();
-    const std::string script = absl::StrJoin(suite, ";");
-    std::vector<std::unique_ptr<ChildProcess>> workers =
-        StartRanks(conformance_worker_, job, target, {script});
+  // Runs `steps` (a conformance_worker script) on every rank of `job` over
+  // `target` and expects every rank and step exact; returns each rank's
+  // digests by step.
+  std::vector<std::map<std::string, std::string>> RunExact(
+      const std::string& job, const std::string& target,
+      const std::vector<std::string>& steps) {
+    std::vector<std::unique_ptr<ChildProcess>> workers = StartRanks(
+        conformance_worker_, job, target, {absl::StrJoin(steps, ";")});
     std::vector<ProcessResult> results = WaitWorkers(workers);
+    EXPECT_EQ(results.size(), static_cast<size_t>(kWorld));
     std::vector<std::map<std::string, std::string>> digests;
     for (size_t r = 0; r < results.size(); ++r) {
       ExpectStep(results[r], "0", absl::StatusCode::kOk);
-      for (size_t i = 0; i < suite.size(); ++i) {
-        SCOPED_TRACE(absl::StrCat(job, " rank ", r, " step ", i + 1, ": ",
-                                  suite[i]));
+      for (size_t i = 0; i < steps.size(); ++i) {
+        SCOPED_TRACE(
+            absl::StrCat(job, " rank ", r, " step ", i + 1, ": ", steps[i]));
         ExpectStep(results[r], absl::StrCat(i + 1), absl::StatusCode::kOk);
       }
       digests.push_back(Digests(results[r].stdout_text));
     }
     return digests;
+  }
+
+  // Expects two runs' digests of `steps` (RunExact's) equal, rank by rank
+  // and step by step; `differ` says what a difference means.
+  static void ExpectSameDigests(
+      const std::vector<std::map<std::string, std::string>>& one,
+      const std::vector<std::map<std::string, std::string>>& other,
+      const std::vector<std::string>& steps, const std::string& differ) {
+    ASSERT_EQ(one.size(), static_cast<size_t>(kWorld));
+    ASSERT_EQ(other.size(), static_cast<size_t>(kWorld));
+    for (int r = 0; r < kWorld; ++r) {
+      for (size_t i = 0; i < steps.size(); ++i) {
+        const std::string step = absl::StrCat(i + 1);
+        SCOPED_TRACE(absl::StrCat("rank ", r, " step ", step, ": ", steps[i]));
+        ASSERT_EQ(one[r].count(step), 1u);
+        ASSERT_EQ(other[r].count(step), 1u);
+        EXPECT_EQ(one[r].at(step), other[r].at(step)) << differ;
+      }
+    }
   }
 
   // Fixed 1 MiB chunks (--chunk_time=0): the cuts below are timed against a
@@ -294,25 +313,16 @@ class ShardsTest : public FaultTest {
 };
 
 TEST_F(ShardsTest, EveryCollectiveIsBitIdenticalOverOneAndThreeShards) {
+  const std::vector<std::string> suite = Suite();
   const std::vector<std::map<std::string, std::string>> one =
-      RunSuite(Job("one"), Target(1));
+      RunExact(Job("one"), Target(1), suite);
   const std::vector<double> after_one = ReceivedBytes();
   const std::vector<std::map<std::string, std::string>> three =
-      RunSuite(Job("three"), Target(kShards));
+      RunExact(Job("three"), Target(kShards), suite);
   const std::vector<double> after_three = ReceivedBytes();
-  ASSERT_EQ(one.size(), static_cast<size_t>(kWorld));
-  ASSERT_EQ(three.size(), static_cast<size_t>(kWorld));
-  const std::vector<std::string> suite = Suite();
-  for (int r = 0; r < kWorld; ++r) {
-    for (size_t i = 0; i < suite.size(); ++i) {
-      const std::string step = absl::StrCat(i + 1);
-      SCOPED_TRACE(absl::StrCat("rank ", r, " step ", step, ": ", suite[i]));
-      ASSERT_EQ(one[r].count(step), 1u);
-      ASSERT_EQ(three[r].count(step), 1u);
-      EXPECT_EQ(one[r].at(step), three[r].at(step))
-          << "the results over three shards differ from those over one";
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectSameDigests(
+      one, three, suite,
+      "the results over three shards differ from those over one"));
   // One shard: shard 0 carried everything. Three: each shard carried a
   // share of the multi-MiB payloads (each rank sends every shard ~10 MiB
   // of them, 4 MiB at the very least).
@@ -348,17 +358,7 @@ TEST_F(ShardsTest, RootedKindsAndAllToAllAreExactOverTwoShards) {
       "alltoallv:bytes=1000",
       "alltoallv:bytes=700000",
       "alltoallv:bytes=300,name=n_alltoallv"};
-  std::vector<std::unique_ptr<ChildProcess>> workers = StartRanks(
-      conformance_worker_, Job(), Target(2), {absl::StrJoin(steps, ";")});
-  std::vector<ProcessResult> results = WaitWorkers(workers);
-  ASSERT_EQ(results.size(), static_cast<size_t>(kWorld));
-  for (size_t r = 0; r < results.size(); ++r) {
-    ExpectStep(results[r], "0", absl::StatusCode::kOk);
-    for (size_t i = 0; i < steps.size(); ++i) {
-      SCOPED_TRACE(absl::StrCat("rank ", r, " step ", i + 1, ": ", steps[i]));
-      ExpectStep(results[r], absl::StrCat(i + 1), absl::StatusCode::kOk);
-    }
-  }
+  RunExact(Job(), Target(2), steps);
 }
 
 // Send and Receive around the ring (conformance_worker's sendreceive: both
@@ -372,42 +372,16 @@ TEST_F(ShardsTest, SendReceiveIsBitIdenticalOverOneAndTwoShards) {
   const std::vector<std::string> steps = {
       "sendreceive:bytes=1000", "sendreceive:bytes=2097153",
       "receiveany:bytes=1000", "receiveany:bytes=1048577"};
-  auto run = [&](const std::string& job, int shards) {
-    std::vector<std::unique_ptr<ChildProcess>> workers = StartRanks(
-        conformance_worker_, job, Target(shards), {absl::StrJoin(steps, ";")});
-    std::vector<ProcessResult> results = WaitWorkers(workers);
-    std::vector<std::map<std::string, std::string>> digests;
-    EXPECT_EQ(results.size(), static_cast<size_t>(kWorld));
-    for (size_t r = 0; r < results.size(); ++r) {
-      ExpectStep(results[r], "0", absl::StatusCode::kOk);
-      for (size_t i = 0; i < steps.size(); ++i) {
-        SCOPED_TRACE(absl::StrCat(job, " rank ", r, " step ", i + 1, ": ",
-                                  steps[i]));
-        ExpectStep(results[r], absl::StrCat(i + 1), absl::StatusCode::kOk);
-      }
-      digests.push_back(Digests(results[r].stdout_text));
-    }
-    return digests;
-  };
   const std::vector<double> before = ReceivedBytes();
   const std::vector<std::map<std::string, std::string>> one =
-      run(Job("one"), 1);
+      RunExact(Job("one"), Target(1), steps);
   const std::vector<double> after_one = ReceivedBytes();
   const std::vector<std::map<std::string, std::string>> two =
-      run(Job("two"), 2);
+      RunExact(Job("two"), Target(2), steps);
   const std::vector<double> after_two = ReceivedBytes();
-  ASSERT_EQ(one.size(), static_cast<size_t>(kWorld));
-  ASSERT_EQ(two.size(), static_cast<size_t>(kWorld));
-  for (int r = 0; r < kWorld; ++r) {
-    for (size_t i = 0; i < steps.size(); ++i) {
-      const std::string step = absl::StrCat(i + 1);
-      SCOPED_TRACE(absl::StrCat("rank ", r, " step ", step, ": ", steps[i]));
-      ASSERT_EQ(one[r].count(step), 1u);
-      ASSERT_EQ(two[r].count(step), 1u);
-      EXPECT_EQ(one[r].at(step), two[r].at(step))
-          << "the messages received over two shards differ from those over one";
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectSameDigests(
+      one, two, steps,
+      "the messages received over two shards differ from those over one"));
   EXPECT_GT(after_one[0] - before[0], 0);
   EXPECT_EQ(after_one[1] - before[1], 0) << "one shard: shard 1 carried bytes";
   for (int s = 0; s < 2; ++s) {
@@ -601,14 +575,8 @@ TEST_F(ShardsTest, KilledRankAbortsTheOthersNamingIt) {
                  {waiting, waiting, waiting, "hang"});
   ASSERT_EQ(workers.size(), static_cast<size_t>(kWorld));
   ASSERT_NO_FATAL_FAILURE(KillLastRankDuringTwoSteps(&workers, kPromptly));
-  std::vector<ProcessResult> results = WaitWorkers(workers);
-  for (const ProcessResult& r : results) {
-    for (const char* step : {"1", "2"}) {
-      SCOPED_TRACE(absl::StrCat(r.name, " step ", step));
-      ExpectStep(r, step, absl::StatusCode::kAborted, {"rank 3"}, kPromptly,
-                 /*require_check=*/false);
-    }
-  }
+  ExpectTwoStepsAbortedNaming(workers, "rank 3", kPromptly,
+                              /*require_check=*/false);
 }
 
 }  // namespace

@@ -91,11 +91,10 @@ class ShmClient {
     return UniqueFd(socket_fd(socket));
   }
 
-  // Creates the segments, connects to `socket` and says hello as `raw`'s
-  // rank. The welcome's status (the refusal, or OK) is in `*welcome`; the
-  // client is null unless it is OK.
-  static std::unique_ptr<ShmClient> Connect(const std::string& socket,
-                                            const RawSession& raw,
+  // Creates the segments, connects to `raw`'s same-host socket and says
+  // hello as its rank. The welcome's status (the refusal, or OK) is in
+  // `*welcome`; the client is null unless it is OK.
+  static std::unique_ptr<ShmClient> Connect(const RawSession& raw,
                                             absl::Status* welcome,
                                             const HelloTweak& tweak = {}) {
     auto client = std::unique_ptr<ShmClient>(new ShmClient());
@@ -112,7 +111,7 @@ class ShmClient {
     }
     client->control_ = *std::move(control);
     client->input_ = std::make_unique<SharedSegment>(*std::move(input));
-    client->socket_.reset(socket_fd(socket));
+    client->socket_.reset(socket_fd(raw.shared_memory_socket()));
     if (!client->socket_.valid()) {
       *welcome = absl::UnavailableError(absl::StrCat("connect: ", strerror(errno)));
       return nullptr;
@@ -366,10 +365,21 @@ class ShmServerTest : public ::testing::Test {
 
   std::unique_ptr<ShmClient> Connect(const RawSession& raw) {
     absl::Status welcome;
-    std::unique_ptr<ShmClient> client =
-        ShmClient::Connect(raw.shared_memory_socket(), raw, &welcome);
+    std::unique_ptr<ShmClient> client = ShmClient::Connect(raw, &welcome);
     EXPECT_TRUE(welcome.ok()) << welcome;
     return client;
+  }
+
+  // Ranks 0 and 1 of `job` joined (JoinTwo) into *s, then each connected
+  // to its same-host session into c[rank]; fatal failures when any fails.
+  void JoinAndConnectTwo(const std::string& job,
+                         std::vector<std::unique_ptr<RawSession>>* s,
+                         std::unique_ptr<ShmClient> (&c)[2]) {
+    *s = JoinTwo(job);
+    ASSERT_EQ(s->size(), 2u);
+    for (int r = 0; r < 2; ++r) c[r] = Connect(*(*s)[r]);
+    ASSERT_NE(c[0], nullptr);
+    ASSERT_NE(c[1], nullptr);
   }
 
   // Rank 0 on the same-host path and rank 1 on gRPC start a 1 MiB
@@ -413,8 +423,7 @@ TEST_F(ShmServerTest, JobReadyNamesTheSocketAndTheHandshakeIsAccepted) {
   EXPECT_EQ(s[0]->shared_memory_socket(), server_->shared_memory_socket());
   EXPECT_EQ(s[1]->shared_memory_socket(), s[0]->shared_memory_socket());
   absl::Status welcome;
-  std::unique_ptr<ShmClient> client =
-      ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome);
+  std::unique_ptr<ShmClient> client = ShmClient::Connect(*s[0], &welcome);
   EXPECT_TRUE(welcome.ok()) << welcome;
   ASSERT_NE(client, nullptr);
   // The job's result segment, which every rank of the job maps, is
@@ -429,7 +438,7 @@ TEST_F(ShmServerTest, ANonceThatDiffersFromTheControlSegmentsIsRefused) {
   HelloTweak tweak;
   tweak.nonce = std::string(ControlSegment::kNonceBytes, 'x');
   std::unique_ptr<ShmClient> client =
-      ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome, tweak);
+      ShmClient::Connect(*s[0], &welcome, tweak);
   EXPECT_EQ(client, nullptr);
   EXPECT_THAT(welcome, StatusIs(absl::StatusCode::kFailedPrecondition,
                                 HasSubstr("nonce")));
@@ -442,7 +451,7 @@ TEST_F(ShmServerTest, ASessionIdThatHoldsNoRankIsRefused) {
   HelloTweak tweak;
   tweak.session_id = "not-a-session";
   std::unique_ptr<ShmClient> client =
-      ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome, tweak);
+      ShmClient::Connect(*s[0], &welcome, tweak);
   EXPECT_EQ(client, nullptr);
   EXPECT_THAT(welcome, StatusIs(absl::StatusCode::kFailedPrecondition,
                                 HasSubstr("not-a-session")));
@@ -450,18 +459,15 @@ TEST_F(ShmServerTest, ASessionIdThatHoldsNoRankIsRefused) {
 
   // The other rank's session id does not hold rank 0 either.
   tweak.session_id = s[1]->session_id();
-  client = ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome,
-                              tweak);
+  client = ShmClient::Connect(*s[0], &welcome, tweak);
   EXPECT_EQ(client, nullptr);
   EXPECT_THAT(welcome, StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST_F(ShmServerTest, AllReduceInlineAndThroughTheSegments) {
-  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-allreduce");
-  ASSERT_EQ(s.size(), 2u);
-  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
-  ASSERT_NE(c[0], nullptr);
-  ASSERT_NE(c[1], nullptr);
+  std::vector<std::unique_ptr<RawSession>> s;
+  std::unique_ptr<ShmClient> c[2];
+  ASSERT_NO_FATAL_FAILURE(JoinAndConnectTwo("shm-allreduce", &s, c));
   const int64_t small = 1000;     // 4000 bytes: inline both ways
   const int64_t large = 300000;   // 1.2 MB: 19 chunks, through the segments
   for (int r = 0; r < 2; ++r) {
@@ -518,11 +524,9 @@ TEST_F(ShmServerTest, AllReduceInlineAndThroughTheSegments) {
 // later call) and log that it cannot sleep.
 TEST_F(ShmServerTest, AJobIdlePastItsSocketChecksStillWatchesItsBells) {
   ::testing::internal::CaptureStderr();
-  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-idle");
-  ASSERT_EQ(s.size(), 2u);
-  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
-  ASSERT_NE(c[0], nullptr);
-  ASSERT_NE(c[1], nullptr);
+  std::vector<std::unique_ptr<RawSession>> s;
+  std::unique_ptr<ShmClient> c[2];
+  ASSERT_NO_FATAL_FAILURE(JoinAndConnectTwo("shm-idle", &s, c));
   absl::SleepFor(absl::Milliseconds(200));  // four socket checks
   const int64_t n = 16;
   for (int r = 0; r < 2; ++r) {
@@ -541,11 +545,9 @@ TEST_F(ShmServerTest, AJobIdlePastItsSocketChecksStillWatchesItsBells) {
 }
 
 TEST_F(ShmServerTest, AWholeSegmentsResultFitsAndAHeldOneLeavesNoRoom) {
-  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-room");
-  ASSERT_EQ(s.size(), 2u);
-  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
-  ASSERT_NE(c[0], nullptr);
-  ASSERT_NE(c[1], nullptr);
+  std::vector<std::unique_ptr<RawSession>> s;
+  std::unique_ptr<ShmClient> c[2];
+  ASSERT_NO_FATAL_FAILURE(JoinAndConnectTwo("shm-room", &s, c));
   const int64_t n = kSegmentBytes / 4;  // the whole input segment
   for (int r = 0; r < 2; ++r) {
     c[r]->WriteInput(0, Input(r, n, 10));
@@ -623,11 +625,9 @@ v1::CollectiveRequest Released(const v1::SegmentRange& range) {
 }
 
 TEST_F(ShmServerTest, AnAllReducesResultIsOneRangeReusedOnlyOnceBothReleasedIt) {
-  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-one-result");
-  ASSERT_EQ(s.size(), 2u);
-  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
-  ASSERT_NE(c[0], nullptr);
-  ASSERT_NE(c[1], nullptr);
+  std::vector<std::unique_ptr<RawSession>> s;
+  std::unique_ptr<ShmClient> c[2];
+  ASSERT_NO_FATAL_FAILURE(JoinAndConnectTwo("shm-one-result", &s, c));
   const int64_t n = (1 << 20) / 4;  // 1 MiB, 16 chunks
   v1::SegmentRange first[2], second[2], third[2];
   // One memfd for the job, one range in it for the result.
@@ -656,11 +656,9 @@ TEST_F(ShmServerTest, AnAllReducesResultIsOneRangeReusedOnlyOnceBothReleasedIt) 
 }
 
 TEST_F(ShmServerTest, AReduceScattersPartsAreRangesOfTheirOwn) {
-  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-scatter");
-  ASSERT_EQ(s.size(), 2u);
-  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
-  ASSERT_NE(c[0], nullptr);
-  ASSERT_NE(c[1], nullptr);
+  std::vector<std::unique_ptr<RawSession>> s;
+  std::unique_ptr<ShmClient> c[2];
+  ASSERT_NO_FATAL_FAILURE(JoinAndConnectTwo("shm-scatter", &s, c));
   const int64_t n = (1 << 20) / 4;  // each part: 512 KiB
   for (int r = 0; r < 2; ++r) {
     v1::CollectiveRequest m = AllReduce(*s[r], 1, 0, n);
@@ -687,11 +685,9 @@ TEST_F(ShmServerTest, AReduceScattersPartsAreRangesOfTheirOwn) {
 }
 
 TEST_F(ShmServerTest, ASessionThatEndsHoldingAResultFreesItsReference) {
-  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-end-frees");
-  ASSERT_EQ(s.size(), 2u);
-  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
-  ASSERT_NE(c[0], nullptr);
-  ASSERT_NE(c[1], nullptr);
+  std::vector<std::unique_ptr<RawSession>> s;
+  std::unique_ptr<ShmClient> c[2];
+  ASSERT_NO_FATAL_FAILURE(JoinAndConnectTwo("shm-end-frees", &s, c));
   const int64_t n = kSegmentBytes / 4;  // the whole segment
   v1::SegmentRange held[2];
   AllReduceInRanges(c, s, 1, 0, n, 41, held);
@@ -710,11 +706,9 @@ TEST_F(ShmServerTest, ASessionThatEndsHoldingAResultFreesItsReference) {
 }
 
 TEST_F(ShmServerTest, AllGatherForwardsEachRanksSegmentBytes) {
-  std::vector<std::unique_ptr<RawSession>> s = JoinTwo("shm-allgather");
-  ASSERT_EQ(s.size(), 2u);
-  std::unique_ptr<ShmClient> c[2] = {Connect(*s[0]), Connect(*s[1])};
-  ASSERT_NE(c[0], nullptr);
-  ASSERT_NE(c[1], nullptr);
+  std::vector<std::unique_ptr<RawSession>> s;
+  std::unique_ptr<ShmClient> c[2];
+  ASSERT_NO_FATAL_FAILURE(JoinAndConnectTwo("shm-allgather", &s, c));
   const int64_t n = 150000;  // 600 KB each, 1.2 MB gathered
   std::string in[2];
   for (int r = 0; r < 2; ++r) {
@@ -875,20 +869,28 @@ TEST_F(ShmServerTest, TheClientClosingItsSocketFailsThePeer) {
   ExpectPeerFailsWhen("shm-closed", [](ShmClient& rank0) { rank0.CloseSocket(); });
 }
 
+// Writes TEST_TMPDIR/job_tokens, granting the token "secret" to `job` alone;
+// returns its path.
+std::string WriteJobTokens(const std::string& job) {
+  const std::string path =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/job_tokens");
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  // printf %s secret | sha256sum
+  std::fputs(absl::StrCat(job,
+                          " 2bb80d537b1da3e38bd30361aa855686bde0eacd7162"
+                          "fef6a25fe97bf527a25b\n")
+                 .c_str(),
+             f);
+  std::fclose(f);
+  return path;
+}
+
 // reducerd requiring job tokens: the hello's token is checked as a call's.
 class ShmTokenTest : public ShmServerTest {
  protected:
   ServerOptions Options() override {
     ServerOptions options = ShmServerTest::Options();
-    const std::string path =
-        absl::StrCat(std::getenv("TEST_TMPDIR"), "/job_tokens");
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    // printf %s secret | sha256sum
-    std::fputs("shm-token "
-               "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b\n",
-               f);
-    std::fclose(f);
-    options.job_tokens_file = path;
+    options.job_tokens_file = WriteJobTokens("shm-token");
     options.job_tokens_refresh_interval = absl::Milliseconds(100);
     return options;
   }
@@ -906,17 +908,11 @@ TEST_F(ShmTokenTest, RemovingTheJobsTokenEndsItsSessions) {
   HelloTweak tweak;
   tweak.token = "secret";
   std::unique_ptr<ShmClient> client =
-      ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome, tweak);
+      ShmClient::Connect(*s[0], &welcome, tweak);
   ASSERT_TRUE(welcome.ok()) << welcome;
   absl::SleepFor(absl::Milliseconds(300));  // the session is being served
 
-  const std::string path =
-      absl::StrCat(std::getenv("TEST_TMPDIR"), "/job_tokens");
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  std::fputs("another-job "
-             "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b\n",
-             f);
-  std::fclose(f);
+  WriteJobTokens("another-job");
   const absl::Time revoked = absl::Now();
   EXPECT_TRUE(client->ClosedByServer());
   EXPECT_LE(absl::Now() - revoked, kSeatLossNoticed);
@@ -928,20 +924,18 @@ TEST_F(ShmTokenTest, TheHelloMustCarryTheJobsToken) {
   absl::Status welcome;
   HelloTweak tweak;
   std::unique_ptr<ShmClient> client =
-      ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome, tweak);
+      ShmClient::Connect(*s[0], &welcome, tweak);
   EXPECT_EQ(client, nullptr);
   EXPECT_THAT(welcome, StatusIs(absl::StatusCode::kUnauthenticated));
 
   tweak.token = "not-the-secret";
-  client = ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome,
-                              tweak);
+  client = ShmClient::Connect(*s[0], &welcome, tweak);
   EXPECT_EQ(client, nullptr);
   EXPECT_THAT(welcome, StatusIs(absl::StatusCode::kUnauthenticated,
                                 Not(HasSubstr("not-the-secret"))));
 
   tweak.token = "secret";
-  client = ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome,
-                              tweak);
+  client = ShmClient::Connect(*s[0], &welcome, tweak);
   EXPECT_TRUE(welcome.ok()) << welcome;
   EXPECT_NE(client, nullptr);
 }
@@ -980,8 +974,8 @@ TEST_F(ShmServerTest, ALaterSessionsLargerInputSegmentIsRefused) {
   absl::Status welcome;
   HelloTweak larger;
   larger.input_bytes = 2 * kSegmentBytes;
-  std::unique_ptr<ShmClient> second = ShmClient::Connect(
-      s[1]->shared_memory_socket(), *s[1], &welcome, larger);
+  std::unique_ptr<ShmClient> second =
+      ShmClient::Connect(*s[1], &welcome, larger);
   EXPECT_EQ(second, nullptr);
   EXPECT_THAT(welcome,
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -1069,8 +1063,7 @@ TEST_F(ShmHandshakeLimitTest, ConnectionsBeyondTheBoundAreRefusedAtOnce) {
   absl::SleepFor(absl::Milliseconds(300));  // both accepted, both waiting
   absl::Status welcome;
   const absl::Time start = absl::Now();
-  std::unique_ptr<ShmClient> crowded =
-      ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome);
+  std::unique_ptr<ShmClient> crowded = ShmClient::Connect(*s[0], &welcome);
   EXPECT_EQ(crowded, nullptr);
   EXPECT_THAT(welcome, StatusIs(absl::StatusCode::kResourceExhausted,
                                 HasSubstr("--max_same_host_handshakes=2")));
@@ -1080,7 +1073,7 @@ TEST_F(ShmHandshakeLimitTest, ConnectionsBeyondTheBoundAreRefusedAtOnce) {
   std::unique_ptr<ShmClient> served;
   for (int attempt = 0; attempt < 30 && served == nullptr; ++attempt) {
     absl::SleepFor(absl::Milliseconds(100));
-    served = ShmClient::Connect(s[0]->shared_memory_socket(), *s[0], &welcome);
+    served = ShmClient::Connect(*s[0], &welcome);
   }
   EXPECT_NE(served, nullptr) << welcome;
 }

@@ -143,6 +143,17 @@ struct Route {
 
 void PrintTo(const Route& route, std::ostream* out) { *out << route.name; }
 
+// A `kind` call summing the float32 [n] `input`, which sits on CUDA device 0.
+CollectiveRequestSpec DeviceSumSpec(CollectiveKind kind, int64_t n,
+                                    const std::vector<uint8_t>& input) {
+  CollectiveRequestSpec spec;
+  spec.kind = kind;
+  spec.tensors = {{DataType::kFloat32, {n}, ReduceOp::kSum}};
+  spec.inputs = {input.data()};
+  spec.device = Device::Cuda(0);
+  return spec;
+}
+
 class StagedInputsTest : public ::testing::TestWithParam<Route> {
  protected:
   void SetUp() override {
@@ -264,12 +275,8 @@ TEST_P(StagedInputsTest, ReduceScatterReadsItsInputOnlyOnceCopied) {
     if (sessions[rank] == nullptr) return;
     const std::vector<uint8_t> x =
         ClosedFormInput(ReduceOp::kSum, DataType::kFloat32, rank, n, 3);
-    CollectiveRequestSpec spec;
-    spec.kind = CollectiveKind::kReduceScatter;
-    spec.tensors = {{DataType::kFloat32, {n}, ReduceOp::kSum}};
-    spec.inputs = {x.data()};
-    spec.device = Device::Cuda(0);
-    absl::StatusOr<std::vector<Tensor>> out = sessions[rank]->Run(spec, {});
+    absl::StatusOr<std::vector<Tensor>> out = sessions[rank]->Run(
+        DeviceSumSpec(CollectiveKind::kReduceScatter, n, x), {});
     if (!out.ok() || out->size() != 1) {
       failures_.Add(absl::StrCat("rank ", rank, ": ", out.status().ToString()));
       return;
@@ -298,12 +305,10 @@ TEST_P(StagedInputsTest, ACopyThatFailsHalfWayFailsTheCallWithItsError) {
       if (sessions[rank] == nullptr) return;
       const std::vector<uint8_t> x =
           ClosedFormInput(ReduceOp::kSum, DataType::kFloat32, rank, n, 4);
-      CollectiveRequestSpec spec;
-      spec.kind = CollectiveKind::kAllReduce;
-      spec.tensors = {{DataType::kFloat32, {n}, ReduceOp::kSum}};
-      spec.inputs = {x.data()};
-      spec.device = Device::Cuda(0);
-      outcome[rank] = sessions[rank]->Run(spec, {}).status();
+      outcome[rank] =
+          sessions[rank]
+              ->Run(DeviceSumSpec(CollectiveKind::kAllReduce, n, x), {})
+              .status();
     });
     failures_.ExpectNone();
     EXPECT_THAT(outcome[0],

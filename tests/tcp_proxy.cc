@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "tests/process_harness.h"
 
 namespace reducer {
 namespace testing {
@@ -58,18 +59,13 @@ sockaddr_in Loopback(int port) {
 absl::StatusOr<std::unique_ptr<TcpProxy>> TcpProxy::Start(int upstream_port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(ErrnoMessage("socket"));
-  sockaddr_in addr = Loopback(0);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(fd, 64) != 0) {
-    std::string message = ErrnoMessage("bind/listen 127.0.0.1:0");
-    close(fd);
-    return absl::InternalError(message);
+  absl::StatusOr<int> port = BindLoopbackAnyPort(fd);
+  if (port.ok() && listen(fd, 64) != 0) {
+    port = absl::InternalError(ErrnoMessage("listen 127.0.0.1:0"));
   }
-  socklen_t len = sizeof(addr);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    std::string message = ErrnoMessage("getsockname");
+  if (!port.ok()) {
     close(fd);
-    return absl::InternalError(message);
+    return port.status();
   }
   SetNonBlocking(fd);
   int wake[2];
@@ -78,8 +74,8 @@ absl::StatusOr<std::unique_ptr<TcpProxy>> TcpProxy::Start(int upstream_port) {
     close(fd);
     return absl::InternalError(message);
   }
-  return std::unique_ptr<TcpProxy>(new TcpProxy(
-      fd, ntohs(addr.sin_port), upstream_port, wake[0], wake[1]));
+  return std::unique_ptr<TcpProxy>(
+      new TcpProxy(fd, *port, upstream_port, wake[0], wake[1]));
 }
 
 TcpProxy::TcpProxy(int listen_fd, int port, int upstream_port, int wake_read,
@@ -173,43 +169,38 @@ void TcpProxy::SetDelay(absl::Duration delay, size_t max_read) {
   Wake();
 }
 
-void TcpProxy::Pause(int index, Direction direction) {
+bool TcpProxy::SetPaused(int index, Direction direction, bool paused) {
   absl::MutexLock lock(&mu_);
-  if (index < 0 || index >= static_cast<int>(connections_.size())) return;
+  if (index < 0 || index >= static_cast<int>(connections_.size())) {
+    return false;
+  }
   ConnectionInfo& info = connections_[index]->info;
-  if (direction & kUpstream) info.paused_up = true;
-  if (direction & kDownstream) info.paused_down = true;
+  if (direction & kUpstream) info.paused_up = paused;
+  if (direction & kDownstream) info.paused_down = paused;
+  return true;
+}
+
+void TcpProxy::SetAllPaused(bool paused) {
+  absl::MutexLock lock(&mu_);
+  pause_all_ = paused;
+  for (auto& c : connections_) {
+    c->info.paused_up = paused;
+    c->info.paused_down = paused;
+  }
+}
+
+void TcpProxy::Pause(int index, Direction direction) {
+  SetPaused(index, direction, true);
 }
 
 void TcpProxy::Resume(int index, Direction direction) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (index < 0 || index >= static_cast<int>(connections_.size())) return;
-    ConnectionInfo& info = connections_[index]->info;
-    if (direction & kUpstream) info.paused_up = false;
-    if (direction & kDownstream) info.paused_down = false;
-  }
-  Wake();
+  if (SetPaused(index, direction, false)) Wake();
 }
 
-void TcpProxy::PauseAll() {
-  absl::MutexLock lock(&mu_);
-  pause_all_ = true;
-  for (auto& c : connections_) {
-    c->info.paused_up = true;
-    c->info.paused_down = true;
-  }
-}
+void TcpProxy::PauseAll() { SetAllPaused(true); }
 
 void TcpProxy::ResumeAll() {
-  {
-    absl::MutexLock lock(&mu_);
-    pause_all_ = false;
-    for (auto& c : connections_) {
-      c->info.paused_up = false;
-      c->info.paused_down = false;
-    }
-  }
+  SetAllPaused(false);
   Wake();
 }
 
@@ -321,29 +312,24 @@ void TcpProxy::Run() {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
       const absl::Time now = absl::Now();
+      // A direction that is not paused: read `from` while nothing is
+      // pending (one chunk in flight per direction, which is what
+      // throttles), write `to` when a chunk is due.
+      auto watch = [&](bool paused, const std::deque<Pending>& queue, int from,
+                       int to) {
+        if (paused) return;
+        if (queue.empty()) {
+          fds.push_back({from, POLLIN, 0});
+        } else if (queue.front().release <= now) {
+          fds.push_back({to, POLLOUT, 0});
+        } else {
+          wait = std::min(wait, queue.front().release - now);
+        }
+      };
       for (auto& c : connections_) {
         if (!c->info.open) continue;
-        // Up: read the client while nothing is pending (one chunk in flight
-        // per direction, which is what throttles), write the server when a
-        // chunk is due.
-        if (!c->info.paused_up) {
-          if (c->up.empty()) {
-            fds.push_back({c->client_fd, POLLIN, 0});
-          } else if (c->up.front().release <= now) {
-            fds.push_back({c->upstream_fd, POLLOUT, 0});
-          } else {
-            wait = std::min(wait, c->up.front().release - now);
-          }
-        }
-        if (!c->info.paused_down) {
-          if (c->down.empty()) {
-            fds.push_back({c->upstream_fd, POLLIN, 0});
-          } else if (c->down.front().release <= now) {
-            fds.push_back({c->client_fd, POLLOUT, 0});
-          } else {
-            wait = std::min(wait, c->down.front().release - now);
-          }
-        }
+        watch(c->info.paused_up, c->up, c->client_fd, c->upstream_fd);
+        watch(c->info.paused_down, c->down, c->upstream_fd, c->client_fd);
       }
     }
     const int timeout_ms = static_cast<int>(

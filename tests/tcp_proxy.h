@@ -129,6 +129,11 @@ class TcpProxy {
            int wake_write);
   void Run();
   void Wake();
+  // Pauses (or resumes) `direction` of connection `index`; false when there
+  // is no such connection.
+  bool SetPaused(int index, Direction direction, bool paused);
+  // Pauses (or resumes) every connection, open and future.
+  void SetAllPaused(bool paused);
   void AcceptLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CloseLocked(Connection& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads from `from` into `queue`; false when `from` is at EOF or failed.

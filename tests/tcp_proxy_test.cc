@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/process_harness.h"
 
 namespace reducer {
 namespace testing {
@@ -74,20 +75,6 @@ class EchoServer {
   std::thread thread_;
 };
 
-int ConnectTo(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr;
-  std::memset(&addr, 0, sizeof(addr));
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Reads until `n` bytes arrived, the peer closed, or `timeout` passed.
 // Returns what arrived; *closed tells whether the peer closed or reset.
 std::string ReadFor(int fd, size_t n, absl::Duration timeout,
@@ -123,75 +110,72 @@ class TcpProxyTest : public ::testing::Test {
   }
   // Sets *fd to a new connection to proxy_.
   void Connect(int* fd) {
-    *fd = ConnectTo(proxy_->port());
+    *fd = ConnectLoopback(proxy_->port());
     ASSERT_GE(*fd, 0);
   }
-  // Starts proxy_ in front of the echo server and sets *fd to a connection
+  // Starts proxy_ in front of the echo server and sets fd_ to a connection
   // through it, once the proxy holds it as its connection 0.
-  void StartAndConnect(int* fd) {
+  void StartAndConnect() {
     ASSERT_NO_FATAL_FAILURE(StartProxy(echo_.port()));
-    ASSERT_NO_FATAL_FAILURE(Connect(fd));
+    ASSERT_NO_FATAL_FAILURE(Connect(&fd_));
     ASSERT_TRUE(proxy_->WaitForConnections(1, absl::Seconds(5)));
+  }
+
+  void TearDown() override {
+    if (fd_ >= 0) close(fd_);
   }
 
   EchoServer echo_;
   std::unique_ptr<TcpProxy> proxy_;
+  int fd_ = -1;  // StartAndConnect's connection, closed at the end
 };
 
 TEST_F(TcpProxyTest, ForwardsBothWaysAndCountsBytes) {
-  int fd = -1;
-  ASSERT_NO_FATAL_FAILURE(StartAndConnect(&fd));
-  ASSERT_EQ(send(fd, "hello", 5, 0), 5);
-  EXPECT_EQ(ReadFor(fd, 5, absl::Seconds(5)), "hello");
+  ASSERT_NO_FATAL_FAILURE(StartAndConnect());
+  ASSERT_EQ(send(fd_, "hello", 5, 0), 5);
+  EXPECT_EQ(ReadFor(fd_, 5, absl::Seconds(5)), "hello");
   const TcpProxy::ConnectionInfo info = proxy_->connection(0);
   EXPECT_TRUE(info.open);
   EXPECT_EQ(info.bytes_up, 5u);
   EXPECT_EQ(info.bytes_down, 5u);
-  close(fd);
 }
 
 TEST_F(TcpProxyTest, PauseHoldsBytesUntilResume) {
-  int fd = -1;
-  ASSERT_NO_FATAL_FAILURE(StartAndConnect(&fd));
+  ASSERT_NO_FATAL_FAILURE(StartAndConnect());
   proxy_->Pause(0, TcpProxy::kBoth);
-  ASSERT_EQ(send(fd, "abc", 3, 0), 3);
+  ASSERT_EQ(send(fd_, "abc", 3, 0), 3);
   bool closed = false;
-  EXPECT_EQ(ReadFor(fd, 3, absl::Milliseconds(300), &closed), "");
+  EXPECT_EQ(ReadFor(fd_, 3, absl::Milliseconds(300), &closed), "");
   EXPECT_FALSE(closed) << "a paused connection must stay open";
   EXPECT_EQ(proxy_->connection(0).bytes_up, 0u);
   proxy_->Resume(0, TcpProxy::kBoth);
-  EXPECT_EQ(ReadFor(fd, 3, absl::Seconds(5)), "abc");
-  close(fd);
+  EXPECT_EQ(ReadFor(fd_, 3, absl::Seconds(5)), "abc");
 }
 
 TEST_F(TcpProxyTest, PausingOneDirectionLetsTheOtherThrough) {
-  int fd = -1;
-  ASSERT_NO_FATAL_FAILURE(StartAndConnect(&fd));
+  ASSERT_NO_FATAL_FAILURE(StartAndConnect());
   proxy_->Pause(0, TcpProxy::kDownstream);
-  ASSERT_EQ(send(fd, "xyz", 3, 0), 3);
+  ASSERT_EQ(send(fd_, "xyz", 3, 0), 3);
   EXPECT_TRUE(
       proxy_->WaitForBytes(0, TcpProxy::kUpstream, 3, absl::Seconds(5)));
-  EXPECT_EQ(ReadFor(fd, 3, absl::Milliseconds(300)), "");
+  EXPECT_EQ(ReadFor(fd_, 3, absl::Milliseconds(300)), "");
   proxy_->Resume(0, TcpProxy::kDownstream);
-  EXPECT_EQ(ReadFor(fd, 3, absl::Seconds(5)), "xyz");
-  close(fd);
+  EXPECT_EQ(ReadFor(fd_, 3, absl::Seconds(5)), "xyz");
 }
 
 TEST_F(TcpProxyTest, DropClosesTheClientSide) {
-  int fd = -1;
-  ASSERT_NO_FATAL_FAILURE(StartAndConnect(&fd));
+  ASSERT_NO_FATAL_FAILURE(StartAndConnect());
   proxy_->Drop(0);
   bool closed = false;
-  ReadFor(fd, 1, absl::Seconds(5), &closed);
+  ReadFor(fd_, 1, absl::Seconds(5), &closed);
   EXPECT_TRUE(closed);
   EXPECT_FALSE(proxy_->connection(0).open);
-  close(fd);
+  close(fd_);
   // New connections still work.
-  ASSERT_NO_FATAL_FAILURE(Connect(&fd));
-  ASSERT_EQ(send(fd, "again", 5, 0), 5);
-  EXPECT_EQ(ReadFor(fd, 5, absl::Seconds(5)), "again");
+  ASSERT_NO_FATAL_FAILURE(Connect(&fd_));
+  ASSERT_EQ(send(fd_, "again", 5, 0), 5);
+  EXPECT_EQ(ReadFor(fd_, 5, absl::Seconds(5)), "again");
   EXPECT_EQ(proxy_->num_connections(), 2);
-  close(fd);
 }
 
 TEST_F(TcpProxyTest, TotalsCountClosedConnectionsToo) {

@@ -16,10 +16,11 @@ ABSL_FLAG(int, timeout_s, 0,
 
 namespace reducer::testing {
 
-void ParseWorkerFlags(int argc, char** argv, int default_timeout_s) {
+ClientOptions ParseWorkerFlags(int argc, char** argv, int default_timeout_s) {
   // Set before parsing, so that a --timeout_s given wins.
   absl::SetFlag(&FLAGS_timeout_s, default_timeout_s);
   absl::ParseCommandLine(argc, argv);
+  return WorkerClientOptions();
 }
 
 ClientOptions WorkerClientOptions() {

@@ -3,8 +3,9 @@
 // reducerd, job and rank it is, and its client's timeout.
 //
 //   int main(int argc, char** argv) {
-//     reducer::testing::ParseWorkerFlags(argc, argv, /*default_timeout_s=*/30);
-//     reducer::ClientOptions options = reducer::testing::WorkerClientOptions();
+//     const reducer::ClientOptions options =
+//         reducer::testing::ParseWorkerFlags(argc, argv,
+//                                            /*default_timeout_s=*/30);
 //     ...
 //
 //   --target      reducerd's address (default 127.0.0.1:50051)
@@ -26,8 +27,9 @@
 namespace reducer::testing {
 
 // Parses the command line (absl::ParseCommandLine), with --timeout_s
-// defaulting to `default_timeout_s` where the command line does not set it.
-void ParseWorkerFlags(int argc, char** argv, int default_timeout_s);
+// defaulting to `default_timeout_s` where the command line does not set it;
+// returns WorkerClientOptions() of the parsed flags.
+ClientOptions ParseWorkerFlags(int argc, char** argv, int default_timeout_s);
 
 // ClientOptions with target, job, rank, world_size and timeout from the
 // flags; everything else as ClientOptions' defaults.

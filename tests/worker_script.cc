@@ -50,5 +50,20 @@ absl::StatusOr<std::vector<Step>> ParseScript(const std::string& script) {
   return steps;
 }
 
+std::optional<std::vector<Step>> MainScript(const char* worker,
+                                            const std::string& job,
+                                            const std::string& script) {
+  if (job.empty()) {
+    std::fprintf(stderr, "%s: --job is required\n", worker);
+    return std::nullopt;
+  }
+  absl::StatusOr<std::vector<Step>> steps = ParseScript(script);
+  if (!steps.ok()) {
+    std::fprintf(stderr, "%s: %s\n", worker, steps.status().ToString().c_str());
+    return std::nullopt;
+  }
+  return *std::move(steps);
+}
+
 }  // namespace testing
 }  // namespace reducer

@@ -8,6 +8,7 @@
 #define REDUCER_TESTS_WORKER_SCRIPT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,13 @@ struct Step {
 
 // INVALID_ARGUMENT naming the step for an argument without a key.
 absl::StatusOr<std::vector<Step>> ParseScript(const std::string& script);
+
+// The steps a worker's main runs: `script` parsed, or nothing when the
+// worker was given no --job (`job` empty) or the script does not parse,
+// after a line on stderr that starts with `worker`; main then exits 2.
+std::optional<std::vector<Step>> MainScript(const char* worker,
+                                            const std::string& job,
+                                            const std::string& script);
 
 }  // namespace testing
 }  // namespace reducer

@@ -41,19 +41,12 @@
 #include "client/reducer_client.h"
 #include "tests/campaign/history.h"
 #include "tests/campaign/op_mix.h"
+#include "tests/campaign/rank_flags.h"
 #include "tests/single_tensor.h"
 
-ABSL_FLAG(std::string, target, "", "the shards, as ClientOptions::target");
-ABSL_FLAG(std::string, job, "", "job name");
-ABSL_FLAG(int, rank, 0, "this rank");
 ABSL_FLAG(int, world_size, 1, "ranks in the job");
 ABSL_FLAG(uint64_t, seed, 1, "the job's seed (the same on every rank)");
 ABSL_FLAG(int64_t, max_elements, 768 << 10, "largest tensor, float32 elements");
-ABSL_FLAG(int, timeout_ms, 6000, "each collective's timeout");
-ABSL_FLAG(int, connect_timeout_ms, 5000, "each Connect's timeout");
-ABSL_FLAG(std::string, log, "", "the history file (appended to)");
-ABSL_FLAG(std::string, stop_file, "", "the ranks stop once this exists");
-ABSL_FLAG(int64_t, give_up_unix_s, 0, "exit 3 at this time, whatever happens");
 
 namespace reducer {
 namespace testing {
@@ -69,17 +62,12 @@ struct Outcome {
 
 class Rank {
  public:
-  Rank() : log_fd_(open(absl::GetFlag(FLAGS_log).c_str(),
-                        O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) {
-    options_.target = absl::GetFlag(FLAGS_target);
-    options_.job = absl::GetFlag(FLAGS_job);
-    options_.rank = absl::GetFlag(FLAGS_rank);
-    options_.world_size = absl::GetFlag(FLAGS_world_size);
-    options_.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
-  }
+  Rank()
+      : log_fd_(OpenHistoryLog()),
+        options_(CampaignClientOptions(absl::GetFlag(FLAGS_world_size))) {}
 
   int Run() {
-    const absl::Time give_up = absl::FromUnixSeconds(absl::GetFlag(FLAGS_give_up_unix_s));
+    const absl::Time give_up = GiveUpTime();
     while (absl::Now() < give_up) {
       if (client_ == nullptr && !Connect()) {
         absl::SleepFor(absl::Milliseconds(200));
@@ -143,8 +131,7 @@ class Rank {
 
   absl::StatusOr<bool> PollStop() {
     const absl::Time start = absl::Now();
-    const int64_t mine =
-        access(absl::GetFlag(FLAGS_stop_file).c_str(), F_OK) == 0 ? 1 : 0;
+    const int64_t mine = StopFileExists() ? 1 : 0;
     absl::StatusOr<int64_t> any =
         client_->AllReduce(mine, ReduceOp::kMax, Call(false, 0));
     // Polls of one step are told apart, so that a retried poll is a
@@ -380,7 +367,5 @@ class Rank {
 }  // namespace reducer
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  reducer::testing::Rank rank;
-  return rank.Run();
+  return reducer::testing::CampaignRankMain<reducer::testing::Rank>(argc, argv);
 }

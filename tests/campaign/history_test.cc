@@ -1,6 +1,9 @@
 #include "tests/campaign/history.h"
 
 #include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -61,6 +64,23 @@ TEST(HistoryTest, ParsesTheWorkersLinesAndSkipsACutOne) {
   EXPECT_EQ(ops[0].end - ops[0].start, absl::Seconds(1));
 }
 
+// The fields of `op` that a line's round trip must keep, in a tuple that
+// EXPECT_EQ compares and prints.
+auto ComparedFields(const Operation& op) {
+  return std::tie(op.job, op.rank, op.gen, op.step, op.kind, op.elements,
+                  op.start, op.end, op.code, op.message, op.contributors,
+                  op.joined, op.state);
+}
+
+// The `what` of the one violation Check finds in `lines` (a test failure,
+// and "", when it finds another number of them).
+std::string OnlyViolation(const std::string& lines,
+                          const std::vector<FaultWindow>& faults = {}) {
+  const std::vector<Violation> v = Check(lines, faults);
+  EXPECT_THAT(v, SizeIs(1));
+  return v.size() == 1 ? v[0].what : "";
+}
+
 TEST(HistoryTest, FormatHistoryLineIsTheParsersInverse) {
   Operation op;
   op.job = "j2";
@@ -82,20 +102,8 @@ TEST(HistoryTest, FormatHistoryLineIsTheParsersInverse) {
   std::vector<Operation> parsed = ParseHistory(FormatHistoryLine(op));
   ASSERT_THAT(parsed, SizeIs(1));
   const Operation& back = parsed[0];
-  EXPECT_EQ(back.job, op.job);
-  EXPECT_EQ(back.rank, op.rank);
-  EXPECT_EQ(back.gen, op.gen);
-  EXPECT_EQ(back.step, op.step);
-  EXPECT_EQ(back.kind, op.kind);
-  EXPECT_EQ(back.elements, op.elements);
+  EXPECT_EQ(ComparedFields(back), ComparedFields(op));
   EXPECT_TRUE(back.named);
-  EXPECT_EQ(back.start, op.start);
-  EXPECT_EQ(back.end, op.end);
-  EXPECT_EQ(back.code, op.code);
-  EXPECT_EQ(back.message, op.message);
-  EXPECT_EQ(back.contributors, op.contributors);
-  EXPECT_EQ(back.joined, op.joined);
-  EXPECT_EQ(back.state, op.state);
   EXPECT_TRUE(back.quorum());
   EXPECT_TRUE(back.collective());
 }
@@ -110,10 +118,9 @@ TEST(HistoryTest, CleanHistoryHasNoViolation) {
 }
 
 TEST(HistoryTest, AWrongResultIsAViolation) {
-  std::vector<Violation> v =
-      Check(Line("j0", 0, 1, "allreduce", 1, 1.1, "OK", "", "bad: element 3 is 9, want 7"));
-  ASSERT_THAT(v, SizeIs(1));
-  EXPECT_THAT(v[0].what, HasSubstr("wrong result"));
+  EXPECT_THAT(OnlyViolation(Line("j0", 0, 1, "allreduce", 1, 1.1, "OK", "",
+                                 "bad: element 3 is 9, want 7")),
+              HasSubstr("wrong result"));
 }
 
 TEST(HistoryTest, RanksThatDisagreeAreAViolation) {
@@ -175,22 +182,20 @@ TEST(HistoryTest, TheSameStepInAnotherRoundIsAnotherCollective) {
 }
 
 TEST(HistoryTest, OutlivingTheDeadlineIsAViolation) {
-  std::vector<Violation> v =
-      Check(Line("j0", 0, 1, "allreduce", 1, 30, "DEADLINE_EXCEEDED", "deadline"),
-            {Fault("j0", 0.5, 1.5)});
-  ASSERT_THAT(v, SizeIs(1));
-  EXPECT_THAT(v[0].what, HasSubstr("outlived its deadline"));
+  EXPECT_THAT(OnlyViolation(Line("j0", 0, 1, "allreduce", 1, 30,
+                                 "DEADLINE_EXCEEDED", "deadline"),
+                            {Fault("j0", 0.5, 1.5)}),
+              HasSubstr("outlived its deadline"));
 }
 
 TEST(HistoryTest, AFailureWithNoFaultOrOfAnotherJobsFaultIsAViolation) {
   EXPECT_THAT(Check(Line("j0", 0, 1, "allreduce", 10, 10.1, "ABORTED", "rank 1 lost"),
                     {Fault("j0", 1, 2)}),
               SizeIs(1));
-  std::vector<Violation> v =
-      Check(Line("j1", 0, 1, "allreduce", 1, 1.1, "ABORTED", "rank 1 lost"),
-            {Fault("j0", 0.5, 1.5)});
-  ASSERT_THAT(v, SizeIs(1));
-  EXPECT_THAT(v[0].what, HasSubstr("no fault that reaches its job"));
+  EXPECT_THAT(OnlyViolation(Line("j1", 0, 1, "allreduce", 1, 1.1, "ABORTED",
+                                 "rank 1 lost"),
+                            {Fault("j0", 0.5, 1.5)}),
+              HasSubstr("no fault that reaches its job"));
   // A shard's fault reaches every job.
   EXPECT_THAT(Check(Line("j1", 0, 1, "allreduce", 1, 1.1, "UNAVAILABLE",
                          "reducerd shard 0 of 2 at 10.77.0.2:50051: Socket closed"),
@@ -199,11 +204,10 @@ TEST(HistoryTest, AFailureWithNoFaultOrOfAnotherJobsFaultIsAViolation) {
 }
 
 TEST(HistoryTest, AFailureThatNamesNoCauseIsAViolation) {
-  std::vector<Violation> v =
-      Check(Line("j0", 0, 1, "allreduce", 1, 1.1, "UNAVAILABLE", "Socket closed"),
-            {Fault("j0", 0.5, 1.5)});
-  ASSERT_THAT(v, SizeIs(1));
-  EXPECT_THAT(v[0].what, HasSubstr("names no cause"));
+  EXPECT_THAT(OnlyViolation(Line("j0", 0, 1, "allreduce", 1, 1.1, "UNAVAILABLE",
+                                 "Socket closed"),
+                            {Fault("j0", 0.5, 1.5)}),
+              HasSubstr("names no cause"));
 }
 
 // A quorum job's line: rank `rank` ran `kind` ("quorum", "handoff") over
@@ -249,19 +253,17 @@ TEST(QuorumCheckTest, ARankLeftOutWithNoFaultOnItIsAViolation) {
   for (const std::vector<FaultWindow>& faults :
        {std::vector<FaultWindow>{}, {RankFault("stop_rank", 1, 0.5, 3.5)},
         {RankFault("kill_rank", 2, 30, 31)}}) {
-    std::vector<Violation> v = Check(history, faults);
-    ASSERT_THAT(v, SizeIs(1));
-    EXPECT_THAT(v[0].what, HasSubstr("went on without rank 2, alive and in time"));
+    EXPECT_THAT(OnlyViolation(history, faults),
+                HasSubstr("went on without rank 2, alive and in time"));
   }
 }
 
 TEST(QuorumCheckTest, RanksThatSawDifferentContributorsAreAViolation) {
-  std::vector<Violation> v =
-      Check(QuorumLine(0, 4, 1, 4, {0, 1}) + QuorumLine(1, 4, 1.05, 4, {0, 1, 2}) +
-                QuorumLine(2, 4, 1.1, 4, {0, 1, 2}),
-            {RankFault("stop_rank", 2, 0.5, 3.5)});
-  ASSERT_THAT(v, SizeIs(1));
-  EXPECT_THAT(v[0].what, HasSubstr("ranks disagree on step 4 of j2"));
+  EXPECT_THAT(OnlyViolation(QuorumLine(0, 4, 1, 4, {0, 1}) +
+                                QuorumLine(1, 4, 1.05, 4, {0, 1, 2}) +
+                                QuorumLine(2, 4, 1.1, 4, {0, 1, 2}),
+                            {RankFault("stop_rank", 2, 0.5, 3.5)}),
+              HasSubstr("ranks disagree on step 4 of j2"));
 }
 
 TEST(QuorumCheckTest, AListedRankWithNoCallInFlightIsAViolation) {
@@ -269,9 +271,8 @@ TEST(QuorumCheckTest, AListedRankWithNoCallInFlightIsAViolation) {
   const std::string history = QuorumLine(0, 4, 1, 1.2, {0, 1, 2}) +
                               QuorumLine(1, 4, 1.05, 1.2, {0, 1, 2}) +
                               Line("j2", 2, -1, "connect", 0.2, 0.5, "OK");
-  std::vector<Violation> v = Check(history);
-  ASSERT_THAT(v, SizeIs(1));
-  EXPECT_THAT(v[0].what, HasSubstr("lists rank 2, which had no call in flight"));
+  EXPECT_THAT(OnlyViolation(history),
+              HasSubstr("lists rank 2, which had no call in flight"));
   // Killed around the decision: its line was never written.
   EXPECT_THAT(Check(history, {RankFault("kill_rank", 2, 1.1, 3)}), IsEmpty());
 }
@@ -297,16 +298,15 @@ TEST(QuorumCheckTest, ContributorsOrAHandoffWithDifferentStatesAreAViolation) {
                         QuorumLine(2, 6, 1.3, 1.4, {}, {}, "s1", "handoff"),
                     kill),
               IsEmpty());
-  std::vector<Violation> v = Check(step + QuorumLine(0, 6, 1.3, 1.4, {}, {}, "s1", "handoff") +
-                                       QuorumLine(2, 6, 1.3, 1.4, {}, {}, "s0", "handoff"),
-                                   kill);
-  ASSERT_THAT(v, SizeIs(1));
-  EXPECT_THAT(v[0].what, HasSubstr("replicated state differs after the handoff after step 6"));
-  v = Check(QuorumLine(0, 7, 1, 1.2, {0, 1, 2}, {}, "s1") +
-            QuorumLine(1, 7, 1.05, 1.2, {0, 1, 2}, {}, "s1") +
-            QuorumLine(2, 7, 1.1, 1.2, {0, 1, 2}, {}, "s2"));
-  ASSERT_THAT(v, SizeIs(1));
-  EXPECT_THAT(v[0].what, HasSubstr("replicated state differs after step 7"));
+  EXPECT_THAT(
+      OnlyViolation(step + QuorumLine(0, 6, 1.3, 1.4, {}, {}, "s1", "handoff") +
+                        QuorumLine(2, 6, 1.3, 1.4, {}, {}, "s0", "handoff"),
+                    kill),
+      HasSubstr("replicated state differs after the handoff after step 6"));
+  EXPECT_THAT(OnlyViolation(QuorumLine(0, 7, 1, 1.2, {0, 1, 2}, {}, "s1") +
+                            QuorumLine(1, 7, 1.05, 1.2, {0, 1, 2}, {}, "s1") +
+                            QuorumLine(2, 7, 1.1, 1.2, {0, 1, 2}, {}, "s2")),
+              HasSubstr("replicated state differs after step 7"));
 }
 
 }  // namespace

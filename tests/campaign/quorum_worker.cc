@@ -41,20 +41,13 @@
 #include "absl/time/time.h"
 #include "client/reducer_client.h"
 #include "tests/campaign/history.h"
+#include "tests/campaign/rank_flags.h"
 
-ABSL_FLAG(std::string, target, "", "the shards, as ClientOptions::target");
-ABSL_FLAG(std::string, job, "", "job name");
-ABSL_FLAG(int, rank, 0, "this rank");
 ABSL_FLAG(int, world_size, 3, "ranks in the job");
 ABSL_FLAG(int64_t, max_elements, 640 << 10, "float32 elements of every step");
 ABSL_FLAG(int, min_ranks, 2, "QuorumOptions::min_ranks");
 ABSL_FLAG(int, grace_ms, 3000, "QuorumOptions::grace");
 ABSL_FLAG(int, step_pause_ms, 20, "the 'compute' between two steps");
-ABSL_FLAG(int, timeout_ms, 6000, "each collective's timeout");
-ABSL_FLAG(int, connect_timeout_ms, 5000, "each Connect's timeout");
-ABSL_FLAG(std::string, log, "", "the history file (appended to)");
-ABSL_FLAG(std::string, stop_file, "", "the ranks stop once this exists");
-ABSL_FLAG(int64_t, give_up_unix_s, 0, "exit 3 at this time, whatever happens");
 
 namespace reducer {
 namespace testing {
@@ -92,20 +85,15 @@ std::string CheckSum(const float* got, int64_t n, const std::vector<int>& contri
 class QuorumRank {
  public:
   QuorumRank()
-      : log_fd_(open(absl::GetFlag(FLAGS_log).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                     0644)),
-        n_(std::max<int64_t>(absl::GetFlag(FLAGS_max_elements), 2)) {
-    options_.target = absl::GetFlag(FLAGS_target);
-    options_.job = absl::GetFlag(FLAGS_job);
-    options_.rank = absl::GetFlag(FLAGS_rank);
-    options_.world_size = absl::GetFlag(FLAGS_world_size);
-    options_.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
+      : log_fd_(OpenHistoryLog()),
+        n_(std::max<int64_t>(absl::GetFlag(FLAGS_max_elements), 2)),
+        options_(CampaignClientOptions(absl::GetFlag(FLAGS_world_size))) {
     quorum_.min_ranks = absl::GetFlag(FLAGS_min_ranks);
     quorum_.grace = absl::Milliseconds(absl::GetFlag(FLAGS_grace_ms));
   }
 
   int Run() {
-    const absl::Time give_up = absl::FromUnixSeconds(absl::GetFlag(FLAGS_give_up_unix_s));
+    const absl::Time give_up = GiveUpTime();
     while (absl::Now() < give_up) {
       if (client_ == nullptr) {
         if (StopFileExists()) return 0;
@@ -123,8 +111,6 @@ class QuorumRank {
   }
 
  private:
-  bool StopFileExists() const { return access(absl::GetFlag(FLAGS_stop_file).c_str(), F_OK) == 0; }
-
   bool Connect() {
     Operation op = NewOperation("connect", -1, 0);
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options_);
@@ -266,7 +252,6 @@ class QuorumRank {
 }  // namespace reducer
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  reducer::testing::QuorumRank rank;
-  return rank.Run();
+  return reducer::testing::CampaignRankMain<reducer::testing::QuorumRank>(argc,
+                                                                          argv);
 }

@@ -12,10 +12,24 @@ import os
 import subprocess
 import sys
 
-from reducerd_process import free_port
+import pytest
+
+from reducerd_process import ReducerdProcess, free_port
 
 # Hard limit for one scenario's processes; they are killed past it.
 SCENARIO_TIME_LIMIT_S = 120
+
+
+def worker_path(name):
+    """The worker script `name`, which lies beside these tests."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A reducerd for the test file (a test file imports it by name)."""
+    with ReducerdProcess() as s:
+        yield s
 
 
 def run_ranks(worker, scenario, world, target, port=None, extra_env=None, args=()):

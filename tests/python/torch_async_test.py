@@ -11,16 +11,10 @@ import sys
 import pytest
 
 import torch_paths
-from rank_processes import SCENARIO_TIME_LIMIT_S, run_ranks
-from reducerd_process import ReducerdProcess, free_port
+from rank_processes import SCENARIO_TIME_LIMIT_S, run_ranks, server, worker_path
+from reducerd_process import free_port
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_async_worker.py")
-
-
-@pytest.fixture(scope="module")
-def server():
-    with ReducerdProcess() as s:
-        yield s
+WORKER = worker_path("torch_async_worker.py")
 
 
 @pytest.mark.parametrize("path", torch_paths.params())

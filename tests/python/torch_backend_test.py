@@ -10,18 +10,12 @@ import sys
 import pytest
 
 import torch_paths
-from rank_processes import run_ranks, wait_all
+from rank_processes import run_ranks, server, wait_all, worker_path
 from reducerd_process import ReducerdProcess, free_port
 from secure_reducerd import client_tls, make_certs, secure_flags, write_tokens
 
 WORLD = 4
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_worker.py")
-
-
-@pytest.fixture(scope="module")
-def server():
-    with ReducerdProcess() as s:
-        yield s
+WORKER = worker_path("torch_worker.py")
 
 
 # The secure reducerd's one tokens-file line: the torch jobs' prefix.

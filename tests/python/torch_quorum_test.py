@@ -2,21 +2,10 @@
 extensions, in real processes against a real reducerd (see
 torch_quorum_worker.py)."""
 
-import os
-
-import pytest
-
-from rank_processes import run_ranks
-from reducerd_process import ReducerdProcess
+from rank_processes import run_ranks, server, worker_path
 
 WORLD = 2
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_quorum_worker.py")
-
-
-@pytest.fixture(scope="module")
-def server():
-    with ReducerdProcess() as s:
-        yield s
+WORKER = worker_path("torch_quorum_worker.py")
 
 
 def test_every_rank_in_time(server):

@@ -3,21 +3,12 @@ all_to_all, all_to_all_single, send/recv and what torch builds on them) in
 4 real processes against a real reducerd, each result checked against Gloo
 in the same processes or the closed form (see torch_routed_worker.py)."""
 
-import os
-
 import pytest
 
-from rank_processes import run_ranks
-from reducerd_process import ReducerdProcess
+from rank_processes import run_ranks, server, worker_path
 
 WORLD = 4
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_routed_worker.py")
-
-
-@pytest.fixture(scope="module")
-def server():
-    with ReducerdProcess() as s:
-        yield s
+WORKER = worker_path("torch_routed_worker.py")
 
 
 @pytest.mark.parametrize("shared_memory", ["off", "required"])

@@ -3,21 +3,11 @@ Join with uneven inputs) on the backend "reducer", each against gloo in the
 same processes, in real processes against a real reducerd (scenarios in
 torch_training_worker.py)."""
 
-import os
-
 import pytest
 
-from rank_processes import run_ranks
-from reducerd_process import ReducerdProcess
+from rank_processes import run_ranks, server, worker_path
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                      "torch_training_worker.py")
-
-
-@pytest.fixture(scope="module")
-def server():
-    with ReducerdProcess() as s:
-        yield s
+WORKER = worker_path("torch_training_worker.py")
 
 
 def test_fsdp_trains_as_on_gloo(server):

@@ -202,23 +202,23 @@ def coalesced(gloo):
     rank, world = dist.get_rank(), dist.get_world_size()
     inputs = [rank_input(rank, torch.float32, 4), rank_input(rank + 1, torch.float32, 6)]
 
-    def gather_into(group):
-        outs = [torch.zeros(world * x.numel()) for x in inputs]
+    def coalesced_into(group, op, outs, xs):
+        """op(out, x) for each pair, coalesced; returns outs once done."""
         with dist._coalescing_manager(group=group, async_ops=True) as cm:
-            for out, x in zip(outs, inputs):
-                dist.all_gather_into_tensor(out, x, group=group)
+            for out, x in zip(outs, xs):
+                op(out, x, group=group)
         cm.wait()
         return outs
+
+    def gather_into(group):
+        outs = [torch.zeros(world * x.numel()) for x in inputs]
+        return coalesced_into(group, dist.all_gather_into_tensor, outs, inputs)
 
     def scatter_into(group):
         big = [rank_input(rank, torch.float32, world * 2),
                rank_input(rank + 2, torch.float32, world * 3)]
         outs = [torch.zeros(2), torch.zeros(3)]
-        with dist._coalescing_manager(group=group, async_ops=True) as cm:
-            for out, x in zip(outs, big):
-                dist.reduce_scatter_tensor(out, x, group=group)
-        cm.wait()
-        return outs
+        return coalesced_into(group, dist.reduce_scatter_tensor, outs, big)
 
     def gather_lists(group):
         outs = [[torch.zeros_like(x) for x in inputs] for _ in range(world)]

@@ -3,20 +3,11 @@ torchmetrics_worker.py synced over a reducer group equals the same metric
 synced over a gloo group in the same processes, and the metric of one
 process fed every rank's data (uneven shards), at W = 2 and 4."""
 
-import os
-
 import pytest
 
-from rank_processes import run_ranks
-from reducerd_process import ReducerdProcess
+from rank_processes import run_ranks, server, worker_path
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchmetrics_worker.py")
-
-
-@pytest.fixture(scope="module")
-def server():
-    with ReducerdProcess() as s:
-        yield s
+WORKER = worker_path("torchmetrics_worker.py")
 
 
 @pytest.mark.parametrize("world", [2, 4])
