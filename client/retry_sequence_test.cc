@@ -4,15 +4,12 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
 
 using Next = RetrySequence::Next;
-using ::reducer::testing::StatusIs;
-using ::testing::AllOf;
-using ::testing::HasSubstr;
 
 const absl::Time kStart = absl::FromUnixSeconds(1000);
 const absl::Status kReset = absl::UnavailableError("connection reset");

@@ -5,12 +5,11 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
 
-using ::reducer::testing::StatusIs;
 const absl::Status kSessionLost = absl::AbortedError(
     "job j1 epoch 1 aborted: rank 0's session was lost (killed); Connect "
     "again to go on");

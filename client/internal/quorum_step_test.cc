@@ -8,16 +8,10 @@
 #include "core/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-using ::testing::Not;
 
 Tensor Marks(std::vector<int32_t> marks) {
   Tensor t(DataType::kInt32, {static_cast<int64_t>(marks.size())});

@@ -15,15 +15,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/wire_conversion.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
-using ::testing::AllOf;
-using ::testing::HasSubstr;
 
 constexpr size_t kMiB = size_t{1} << 20;
 

@@ -7,14 +7,10 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
-using ::testing::HasSubstr;
 
 TEST(CopyProgressTest, AwaitReturnsOnceTheMarkCoversTheEnd) {
   CopyProgress progress(100);

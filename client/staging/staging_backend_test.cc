@@ -18,15 +18,10 @@
 #include "core/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 
 class FakeStagedInputs final : public StagedInputs {
  public:

@@ -17,14 +17,12 @@
 #include "server/engine/string_bytes.h"
 #include "server/jobs/fake_job_channels.h"
 #include "server/jobs/job_door_test_env.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
 
 using Env = JobDoorTestEnv;
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre, ::testing::HasSubstr, ::testing::IsEmpty,
     ::testing::Not;
 

@@ -19,13 +19,10 @@
 #include "gtest/gtest.h"
 #include "server/jobs/job.h"
 #include "server/jobs/joined_job_test.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::StatusIs;
-using ::testing::HasSubstr;
 
 constexpr int64_t kTag = 7;
 

@@ -9,14 +9,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/metrics/metrics_sink.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
-using ::testing::HasSubstr;
 
 // Counts the refusals it is told of, by limit.
 class RefusalCounter : public MetricsSink {

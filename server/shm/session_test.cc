@@ -30,14 +30,11 @@
 #include "server/jobs/job_door_test_env.h"
 #include "server/log.h"
 #include "server/shm/results.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
 
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
-using ::testing::HasSubstr;
 using Env = JobDoorTestEnv;
 
 constexpr size_t kSegmentBytes = 1 << 20;

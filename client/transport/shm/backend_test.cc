@@ -31,16 +31,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/reducer.pb.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
-using ::testing::AllOf;
-using ::testing::HasSubstr;
-using ::testing::Not;
 
 constexpr size_t kSegmentBytes = 8 << 20;
 

@@ -6,14 +6,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/byte_buffer_testing.h"
-#include "tests/status_matchers.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
-using ::testing::HasSubstr;
 
 // Splits `bytes` into slices at the given cut points.
 grpc::ByteBuffer Split(const std::string& bytes, std::vector<size_t> cuts) {
