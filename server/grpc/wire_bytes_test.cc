@@ -5,26 +5,16 @@
 #include "server/grpc/wire_bytes.h"
 
 #include <string>
-#include <vector>
 
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 #include "gtest/gtest.h"
+#include "proto/reducer/v1/byte_buffer_testing.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/engine/chunk_pool.h"
 
 namespace reducer {
 namespace {
-
-std::string Flatten(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(buffer.Dump(&slices).ok());
-  std::string out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
-}
 
 // Slices this long are reference counted (short ones are stored inline in
 // the slice, and move with it), as received tensor bytes are.
@@ -88,7 +78,7 @@ TEST(WireBytesTest, EncodedResultParsesWithTheGeneratedClasses) {
   extra.mutable_status()->set_code(0);
 
   v1::CollectiveResponse parsed;
-  ASSERT_TRUE(parsed.ParseFromString(Flatten(EncodeResult(message, extra))));
+  ASSERT_TRUE(parsed.ParseFromString(FlattenByteBuffer(EncodeResult(message, extra))));
   EXPECT_EQ(parsed.offset(), 24u);
   EXPECT_EQ(parsed.call_id(), 77u);
   EXPECT_TRUE(parsed.has_status());
@@ -102,7 +92,7 @@ TEST(WireBytesTest, LaterMessagesCarryNoSpecs) {
   ResultMessage message;
   message.offset = 8;
   v1::CollectiveResponse parsed;
-  ASSERT_TRUE(parsed.ParseFromString(Flatten(EncodeResult(message))));
+  ASSERT_TRUE(parsed.ParseFromString(FlattenByteBuffer(EncodeResult(message))));
   EXPECT_EQ(parsed.offset(), 8u);
   EXPECT_EQ(parsed.result_size(), 0);
   EXPECT_FALSE(parsed.has_status());
