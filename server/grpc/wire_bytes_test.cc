@@ -5,6 +5,7 @@
 #include "server/grpc/wire_bytes.h"
 
 #include <string>
+#include <vector>
 
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
