@@ -48,7 +48,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -260,24 +259,18 @@ def parse_args(argv):
     p.add_argument("--smoke", action="store_true",
                    help="W = 3, 1 MiB, few calls, grace 300 ms, one round, no torchrun")
     p.add_argument("--json", type=Path, help="write every launch's figures here")
-    p.add_argument("--reducerd", type=Path,
-                   default=run_bench.REPO_ROOT / "bazel-bin/server/reducerd")
+    run_bench.add_built_flags(p, ("reducerd",), type=Path)
     p.add_argument("--worker", type=Path,
                    default=run_bench.REPO_ROOT / "bazel-bin/bench/quorum_step_worker")
-    p.add_argument("--python", default=sys.executable,
-                   help="the Python with torch that runs torchrun (default: this one)")
-    p.add_argument("--timeout_s", type=float, default=300, help="hard limit of each launch")
+    run_bench.add_launch_flags(p, "torchrun", timeout_s=300)
     args = p.parse_args(argv)
     # Workers run in the repository's root: relative paths are made
     # absolute here, while the command printed keeps them as given.
     args.reducerd, args.worker = args.reducerd.absolute(), args.worker.absolute()
-    smoke = args.smoke
-    for name, full, small in (("world_size", 4, 3), ("rounds", 3, 1),
-                              ("size_bytes", 64 * MiB, MiB), ("iters", 15, 3),
-                              ("warmup", 2, 1), ("kill_steps", 12, 5), ("kill_at", 6, 3),
-                              ("grace_ms", 2000, 300)):
-        if getattr(args, name) is None:
-            setattr(args, name, small if smoke else full)
+    run_bench.fill_smoke_defaults(args, {
+        "world_size": (4, 3), "rounds": (3, 1), "size_bytes": (64 * MiB, MiB),
+        "iters": (15, 3), "warmup": (2, 1), "kill_steps": (12, 5), "kill_at": (6, 3),
+        "grace_ms": (2000, 300)})
     if args.world_size < 2 or args.rounds < 1 or args.iters < 1 or args.warmup < 0:
         p.error("--world_size must be at least 2, --rounds and --iters at least 1")
     if args.size_bytes <= 0 or args.size_bytes % 4:
@@ -294,10 +287,8 @@ def main(argv):
         (args.reducerd, args.worker),
         "bazel build //server:reducerd //bench:quorum_step_worker")
     overhead, kill, torchrun = [], None, None
-    with tempfile.TemporaryDirectory(prefix="quorum-bench-") as tmp:
-        log_dir = Path(tmp)
-        daemon = run_bench.ReducerDaemon(args.reducerd, log_dir / "reducerd.log")
-        try:
+    try:
+        with run_bench.reducerd_in_temp_dir(args.reducerd, "quorum-bench-") as (log_dir, daemon):
             for i in range(args.rounds):
                 modes = ("plain", "quorum") if i % 2 == 0 else ("quorum", "plain")
                 overhead.append({m: run_overhead(args, daemon, m, log_dir / f"r{i}-{m}")
@@ -308,11 +299,9 @@ def main(argv):
             if not (args.smoke or args.skip_torchrun):
                 torchrun = run_torchrun(args, log_dir / "torchrun")
                 print("torchrun: done", flush=True)
-        except run_bench.RunError as e:
-            print(f"quorum_bench: {e}", file=sys.stderr)
-            return 1
-        finally:
-            daemon.stop()
+    except run_bench.RunError as e:
+        print(f"quorum_bench: {e}", file=sys.stderr)
+        return 1
     summary = report(args, command, overhead, kill, torchrun)
     if args.json:
         args.json.write_text(json.dumps({"command": command, "overhead": overhead,
