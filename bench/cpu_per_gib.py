@@ -33,7 +33,6 @@ form. --json writes every round's figures. Exits non-zero when a launch
 fails.
 """
 
-import argparse
 import json
 import os
 import shlex
@@ -149,32 +148,31 @@ def report(args, command, rounds):
     return summaries
 
 
+# The flags whose defaults --smoke changes: (help, default, smoke default,
+# least value or None).
+# The binaries it runs (flags of run_bench.BUILT).
+BUILT = ("reducerd", "reducer_worker")
+SMOKE_FLAGS = {
+    "world_size": ("W", 4, 2, 1),
+    "rounds": ("rounds", 3, 1, 1),
+    "sizes": ("byte sizes, comma-separated", [4 * MiB, 64 * MiB], [MiB], None),
+}
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--world_size", type=int, default=None, help="W (default 4; smoke 2)")
-    p.add_argument("--rounds", type=int, default=None, help="default 3; smoke 1")
-    p.add_argument("--sizes", type=run_bench.byte_sizes, default=None,
-                   help="byte sizes, comma-separated (default 4 MiB and 64 MiB)")
+    p = run_bench.DriverParser(
+        __doc__, SMOKE_FLAGS, BUILT, "the Gloo ranks",
+        smoke_help="W = 2, 1 MiB, 3 calls, one round",
+        json_help="write every round's figures here")
     p.add_argument("--shared_memory", choices=("off", "auto", "required"), default="off",
                    help="the Reducer workers' data path (default off: gRPC)")
-    p.add_argument("--smoke", action="store_true", help="W = 2, 1 MiB, 3 calls, one round")
-    p.add_argument("--json", type=Path, help="write every round's figures here")
-    run_bench.add_built_flags(p, ("reducerd", "reducer_worker"), type=Path)
-    run_bench.add_launch_flags(p, "the Gloo ranks")
-    args = p.parse_args(argv)
-    run_bench.fill_smoke_defaults(args, {"world_size": (4, 2), "rounds": (3, 1),
-                                         "sizes": ([4 * MiB, 64 * MiB], [MiB])})
-    if args.world_size < 1 or args.rounds < 1:
-        p.error("--world_size and --rounds must be at least 1")
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv):
     args = parse_args(argv)
     command = shlex.join(["bench/cpu_per_gib.py"] + argv)
-    run_bench.require_binaries(
-        (args.reducerd, args.reducer_worker),
-        "bazel build //server:reducerd //bench:reducer_allreduce_worker")
+    run_bench.require_built(args, BUILT)
     rounds = []
     try:
         with run_bench.reducerd_in_temp_dir(args.reducerd, "cpu-per-gib-") as (log_dir, daemon):

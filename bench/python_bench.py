@@ -634,22 +634,25 @@ def report(args, command, paths, skipped, sizes, allreduce, per_call, ddp, ddp_r
                         for r in ddp_records if r["system"] == "gloo")])
 
 
+# The flags whose defaults --smoke changes: (help, default, smoke default,
+# least value or None).
+# The binaries it runs (flags of run_bench.BUILT).
+BUILT = ("reducerd", "reducer_worker", "pythonpath")
+SMOKE_FLAGS = {
+    "world_size": ("W", 4, 2, 1),
+    "rounds": ("rounds of parts 1 and 2", 3, 1, 1),
+    "sizes": ("part 1's sizes in bytes", ALLREDUCE_SIZES, SMOKE_SIZES, None),
+    "ddp_steps": ("timed DDP steps per system and cap; 0: no DDP", 20, 3, None),
+    "ddp_warmup": ("untimed DDP steps", 3, 1, None),
+    "ddp_batch": ("DDP batch rows", 8, 8, None),
+}
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--world_size", type=int, default=None, help="W (default 4; smoke 2)")
-    p.add_argument("--rounds", type=int, default=None,
-                   help="rounds of parts 1 and 2 (default 3; smoke 1)")
-    p.add_argument("--sizes", type=run_bench.byte_sizes, default=None,
-                   help="part 1's sizes in bytes (default 4 B, 4 KiB, 256 KiB, 4 MiB, 64 MiB)")
-    p.add_argument("--ddp_steps", type=int, default=None,
-                   help="timed DDP steps per system and cap (default 20; smoke 3; 0: no DDP)")
-    p.add_argument("--ddp_warmup", type=int, default=None, help="untimed DDP steps (default 3)")
-    p.add_argument("--ddp_batch", type=int, default=None, help="DDP batch rows (default 8)")
-    p.add_argument("--smoke", action="store_true",
-                   help="W = 2, 4 B and 4 KiB, few calls, 3 DDP steps, one round")
-    p.add_argument("--json", type=Path, help="write the results here")
-    run_bench.add_built_flags(p, ("reducerd", "reducer_worker", "pythonpath"), type=Path)
-    run_bench.add_launch_flags(p, "the workers (and has numpy)")
+    p = run_bench.DriverParser(
+        __doc__, SMOKE_FLAGS, BUILT, "the workers (and has numpy)",
+        smoke_help="W = 2, 4 B and 4 KiB, few calls, 3 DDP steps, one round",
+        json_help="write the results here")
     # Worker mode (the driver runs this file with these).
     p.add_argument("--worker", choices=["python", "torch"], help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
@@ -659,13 +662,7 @@ def parse_args(argv):
     p.add_argument("--path", choices=sorted(PATH_MODES), help=argparse.SUPPRESS)
     p.add_argument("--iters", type=int, help=argparse.SUPPRESS)
     p.add_argument("--warmup", type=int, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    run_bench.fill_smoke_defaults(args, {
-        "world_size": (4, 2), "rounds": (3, 1), "sizes": (ALLREDUCE_SIZES, SMOKE_SIZES),
-        "ddp_steps": (20, 3), "ddp_warmup": (3, 1), "ddp_batch": (8, 8)})
-    if args.world_size < 1 or args.rounds < 1:
-        p.error("--world_size must be at least 1 and --rounds at least 1")
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv):
@@ -675,9 +672,7 @@ def main(argv):
     if args.worker == "torch":
         return torch_worker(args)
     command = shlex.join([Path(sys.executable).name, os.path.relpath(__file__)] + argv)
-    run_bench.require_binaries(
-        (args.reducerd, args.reducer_worker, args.pythonpath / "reducer"),
-        "bazel build //bench:reducer_allreduce_worker //python:reducer //server:reducerd")
+    run_bench.require_built(args, BUILT)
     try:
         subprocess.run([args.python, "-c", "import torch, numpy"], check=True, timeout=120,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -220,21 +220,23 @@ def shm_available(args, daemon, log_dir):
         return str(e).splitlines()[0][:200]
 
 
+# The flags whose defaults --smoke changes: (help, default, smoke default,
+# least value or None).
+# The binaries it runs (flags of run_bench.BUILT).
+BUILT = ("reducerd", "pythonpath")
+SMOKE_FLAGS = {
+    "world_size": ("W", 4, 2, 1),
+    "rounds": ("launches per path", 3, 2, 1),
+    "sizes": ("bytes per rank, comma-separated", [4 * MiB, 64 * MiB], [4 * KiB], None),
+}
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--world_size", type=int, default=None, help="W (default 4; smoke 2)")
-    p.add_argument("--rounds", type=int, default=None, help="launches per path (default 3)")
-    p.add_argument("--sizes", type=run_bench.byte_sizes, default=None,
-                   help="bytes per rank, comma-separated (default 4 MiB,64 MiB)")
-    p.add_argument("--smoke", action="store_true", help="W = 2, 4 KiB, 2 rounds")
-    p.add_argument("--json", type=Path, help="write every latency here")
-    run_bench.add_built_flags(p, ("reducerd", "pythonpath"), type=Path)
-    run_bench.add_launch_flags(p, "the workers")
+    p = run_bench.DriverParser(__doc__, SMOKE_FLAGS, BUILT, "the workers",
+                               smoke_help="W = 2, 4 KiB, 2 rounds",
+                               json_help="write every latency here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    run_bench.fill_smoke_defaults(args, {"world_size": (4, 2), "rounds": (3, 2),
-                                         "sizes": ([4 * MiB, 64 * MiB], [4 * KiB])})
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv):
@@ -242,8 +244,7 @@ def main(argv):
     if args.worker:
         return worker(args)
     command = shlex.join([Path(sys.executable).name, os.path.relpath(__file__)] + argv)
-    run_bench.require_binaries((args.reducerd, args.pythonpath / "reducer"),
-                               "bazel build //python:reducer //server:reducerd")
+    run_bench.require_built(args, BUILT)
     t0 = time.monotonic()
     records, skipped = {}, {}
     try:

@@ -327,24 +327,36 @@ class ReducerDaemon:
 # defaults of their smoke forms, and a reducerd with its logs in a temporary
 # directory.
 
-# Each binary flag and the path of its Bazel target below bazel-bin, the
-# flag's default.
-BUILT_PATHS = {
-    "reducerd": "server/reducerd",
-    "reducer_worker": "bench/reducer_allreduce_worker",
-    "virtual_network": "bench/virtual_network",
-    "echo_bench": "bench/grpc_echo_bench",
-    "kernel_bench": "bench/reduce_kernel_bench",
-    "pythonpath": "python",
+# Each flag that names a built binary: its default below bazel-bin and the
+# Bazel target that builds it. --pythonpath names the directory that holds
+# the built reducer package; --worker is quorum_bench's.
+BUILT = {
+    "reducerd": ("server/reducerd", "//server:reducerd"),
+    "reducer_worker": ("bench/reducer_allreduce_worker", "//bench:reducer_allreduce_worker"),
+    "worker": ("bench/quorum_step_worker", "//bench:quorum_step_worker"),
+    "virtual_network": ("bench/virtual_network", "//bench:virtual_network"),
+    "echo_bench": ("bench/grpc_echo_bench", "//bench:grpc_echo_bench"),
+    "kernel_bench": ("bench/reduce_kernel_bench", "//bench:reduce_kernel_bench"),
+    "pythonpath": ("python", "//python:reducer"),
 }
 
 
 def add_built_flags(p, names, type=str):
-    """Adds to parser p, for each name of BUILT_PATHS in names, --NAME
-    defaulting to REPO_ROOT/bazel-bin/<its path>, of `type` (str or Path)."""
+    """Adds to parser p, for each name of BUILT in names, --NAME defaulting
+    to REPO_ROOT/bazel-bin/<its path>, of `type` (str or Path)."""
     for name in names:
         p.add_argument(f"--{name}", type=type,
-                       default=type(REPO_ROOT / "bazel-bin" / BUILT_PATHS[name]))
+                       default=type(REPO_ROOT / "bazel-bin" / BUILT[name][0]))
+
+
+def require_built(args, names):
+    """Exits naming the first missing binary of the flags `names` (of BUILT;
+    for --pythonpath its reducer package) and the bazel command that builds
+    them all."""
+    require_binaries(
+        [Path(getattr(args, name)) / ("reducer" if name == "pythonpath" else "")
+         for name in names],
+        "bazel build " + " ".join(BUILT[name][1] for name in names))
 
 
 def add_sweep_flags(p, out_dir, idle_wait_before):
@@ -381,13 +393,58 @@ def byte_sizes(text):
     return sizes
 
 
-def fill_smoke_defaults(args, defaults):
-    """Sets each flag of `defaults` (name -> (full value, smoke value)) that
-    the command line left None: to the smoke value with --smoke, else to the
-    full one."""
-    for name, (full, smoke) in defaults.items():
+def add_smoke_flags(p, flags):
+    """Adds to parser p, for each name -> (what, full, smoke, least) of
+    `flags`, --NAME with the help `what` and both defaults: a list of byte
+    sizes (byte_sizes) for "sizes", else an int (at least `least`, unless
+    None: DriverParser checks). Each stays None until
+    fill_smoke_defaults(args, flags) sets it."""
+    def shown(name, value):
+        if name == "sizes":
+            return ", ".join(fmt_size(n) for n in value)
+        return fmt_size(value) if name.endswith("_bytes") else str(value)
+
+    for name, (what, full, smoke, _) in flags.items():
+        defaults = f"default {shown(name, full)}"
+        if smoke != full:
+            defaults += f"; smoke {shown(name, smoke)}"
+        p.add_argument(f"--{name}", type=byte_sizes if name == "sizes" else int,
+                       default=None, help=f"{what} ({defaults})")
+
+
+def fill_smoke_defaults(args, flags):
+    """Sets each flag of add_smoke_flags' `flags` that the command line left
+    None: to its smoke value with --smoke, else to its full one."""
+    for name, (_, full, smoke, _) in flags.items():
         if getattr(args, name) is None:
             setattr(args, name, smoke if args.smoke else full)
+
+
+class DriverParser(argparse.ArgumentParser):
+    """The command line of a driver that runs reducerd and launches
+    workers in rounds: the flags of add_smoke_flags(smoke_flags), --smoke
+    (smoke_help), --json (a Path; json_help), the built binaries `built`
+    (add_built_flags, as Paths) and add_launch_flags(python_runs,
+    timeout_s); the driver adds its own. parse_args fills the smoke flags'
+    defaults (fill_smoke_defaults) and checks their least values."""
+
+    def __init__(self, doc, smoke_flags, built, python_runs, smoke_help, json_help,
+                 timeout_s=600):
+        super().__init__(description=doc.splitlines()[0])
+        self.smoke_flags = smoke_flags
+        add_smoke_flags(self, smoke_flags)
+        self.add_argument("--smoke", action="store_true", help=smoke_help)
+        self.add_argument("--json", type=Path, help=json_help)
+        add_built_flags(self, built, type=Path)
+        add_launch_flags(self, python_runs, timeout_s)
+
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        fill_smoke_defaults(parsed, self.smoke_flags)
+        for name, (_, _, _, least) in self.smoke_flags.items():
+            if least is not None and getattr(parsed, name) < least:
+                self.error(f"--{name} must be at least {least}")
+        return parsed
 
 
 @contextlib.contextmanager
