@@ -396,9 +396,9 @@ def byte_sizes(text):
 def add_smoke_flags(p, flags):
     """Adds to parser p, for each name -> (what, full, smoke, least) of
     `flags`, --NAME with the help `what` and both defaults: a list of byte
-    sizes (byte_sizes) for "sizes", else an int (at least `least`, unless
-    None: DriverParser checks). Each stays None until
-    fill_smoke_defaults(args, flags) sets it."""
+    sizes (byte_sizes) for "sizes", else an int. Each stays None until
+    fill_smoke_defaults(args, flags) sets it; `least`, unless None, is the
+    smallest value DriverParser accepts."""
     def shown(name, value):
         if name == "sizes":
             return ", ".join(fmt_size(n) for n in value)
