@@ -33,13 +33,11 @@ form. --json writes every round's figures. Exits non-zero when a launch
 fails.
 """
 
-import argparse
 import json
 import os
 import shlex
 import statistics
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -150,50 +148,34 @@ def report(args, command, rounds):
     return summaries
 
 
+# The flags whose defaults --smoke changes: (help, default, smoke default,
+# least value or None).
+# The binaries it runs (flags of run_bench.BUILT).
+BUILT = ("reducerd", "reducer_worker")
+SMOKE_FLAGS = {
+    "world_size": ("W", 4, 2, 1),
+    "rounds": ("rounds", 3, 1, 1),
+    "sizes": ("byte sizes, comma-separated", [4 * MiB, 64 * MiB], [MiB], None),
+}
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--world_size", type=int, default=None, help="W (default 4; smoke 2)")
-    p.add_argument("--rounds", type=int, default=None, help="default 3; smoke 1")
-    p.add_argument("--sizes", default=None,
-                   help="byte sizes, comma-separated (default 4 MiB and 64 MiB)")
+    p = run_bench.DriverParser(
+        __doc__, SMOKE_FLAGS, BUILT, "the Gloo ranks",
+        smoke_help="W = 2, 1 MiB, 3 calls, one round",
+        json_help="write every round's figures here")
     p.add_argument("--shared_memory", choices=("off", "auto", "required"), default="off",
                    help="the Reducer workers' data path (default off: gRPC)")
-    p.add_argument("--smoke", action="store_true", help="W = 2, 1 MiB, 3 calls, one round")
-    p.add_argument("--json", type=Path, help="write every round's figures here")
-    p.add_argument("--reducerd", type=Path,
-                   default=run_bench.REPO_ROOT / "bazel-bin/server/reducerd")
-    p.add_argument("--reducer_worker", type=Path,
-                   default=run_bench.REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker")
-    p.add_argument("--python", default=sys.executable,
-                   help="the Python with torch that runs the Gloo ranks (default: this one)")
-    p.add_argument("--timeout_s", type=float, default=600,
-                   help="hard limit of each launch")
-    args = p.parse_args(argv)
-    if args.world_size is None:
-        args.world_size = 2 if args.smoke else 4
-    if args.rounds is None:
-        args.rounds = 1 if args.smoke else 3
-    if args.sizes is None:
-        args.sizes = str(MiB) if args.smoke else f"{4 * MiB},{64 * MiB}"
-    args.sizes = [int(s) for s in args.sizes.split(",") if s]
-    if args.world_size < 1 or args.rounds < 1:
-        p.error("--world_size and --rounds must be at least 1")
-    if any(s <= 0 or s % 4 for s in args.sizes):
-        p.error("--sizes must be positive multiples of 4")
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv):
     args = parse_args(argv)
     command = shlex.join(["bench/cpu_per_gib.py"] + argv)
-    run_bench.require_binaries(
-        (args.reducerd, args.reducer_worker),
-        "bazel build //server:reducerd //bench:reducer_allreduce_worker")
+    run_bench.require_built(args, BUILT)
     rounds = []
-    with tempfile.TemporaryDirectory(prefix="cpu-per-gib-") as tmp:
-        log_dir = Path(tmp)
-        daemon = run_bench.ReducerDaemon(args.reducerd, log_dir / "reducerd.log")
-        try:
+    try:
+        with run_bench.reducerd_in_temp_dir(args.reducerd, "cpu-per-gib-") as (log_dir, daemon):
             for i in range(args.rounds):
                 for size in args.sizes:
                     prefix = log_dir / f"r{i}-{size}"
@@ -202,11 +184,9 @@ def main(argv):
                     rounds.append({"round": i, "size": size, "reducer": reducer,
                                    "gloo": gloo})
                 print(f"round {i + 1}/{args.rounds} done", flush=True)
-        except run_bench.RunError as e:
-            print(f"cpu_per_gib: {e}", file=sys.stderr)
-            return 1
-        finally:
-            daemon.stop()
+    except run_bench.RunError as e:
+        print(f"cpu_per_gib: {e}", file=sys.stderr)
+        return 1
     summaries = report(args, command, rounds)
     if args.json:
         args.json.write_text(json.dumps({"command": command, "rounds": rounds,

@@ -51,7 +51,6 @@ import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -209,9 +208,7 @@ def parse_args(argv):
     p.add_argument("--shared_memory", choices=["auto", "off"], default="auto",
                    help="the workers' REDUCER_SHARED_MEMORY (auto: the same-host "
                         "path where it works)")
-    p.add_argument("--reducerd", default=str(run_bench.REPO_ROOT / "bazel-bin/server/reducerd"))
-    p.add_argument("--pythonpath", default=str(run_bench.REPO_ROOT / "bazel-bin/python"),
-                   help="where the reducer package is")
+    run_bench.add_built_flags(p, ("reducerd", "pythonpath"))
     p.add_argument("--timeout_s", type=float, default=300,
                    help="hard limit for one configuration's processes")
     p.add_argument("--json", help="also write the table's figures here")
@@ -241,19 +238,16 @@ def main(argv):
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
         [args.pythonpath] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
     rows = []
-    with tempfile.TemporaryDirectory(prefix="metric-sync-bench-") as tmp:
-        log_dir = Path(tmp)
-        daemon = run_bench.ReducerDaemon(args.reducerd, log_dir / "reducerd.log")
-        try:
+    try:
+        with run_bench.reducerd_in_temp_dir(args.reducerd,
+                                            "metric-sync-bench-") as (log_dir, daemon):
             for world in worlds:
                 for size in sizes:
                     records = launch(args, daemon, env, log_dir, world, size)
                     rows.append((world, size, summarize(records, world, args.iters)))
-        except RunError as e:
-            print(f"FAILED: {e}", file=sys.stderr)
-            return 2
-        finally:
-            daemon.stop()
+    except RunError as e:
+        print(f"FAILED: {e}", file=sys.stderr)
+        return 2
     print_table(command, rows)
     if args.json:
         Path(args.json).write_text(json.dumps([

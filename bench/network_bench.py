@@ -50,8 +50,6 @@ Needs: root (network namespaces), iproute2, torch in the interpreter.
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -410,31 +408,21 @@ def write_markdown(path, loopback, rows, cluster, cells):
 
 def write_results(args, loopback, rows, cluster, targets, failures):
     """Writes OUT_DIR/results.json: every record, the echo, the targets."""
-    meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
-            "cpus": os.cpu_count(), "argv": sys.argv[1:], "smoke": args.smoke,
-            "loopback_world_size": args.world, "rate": args.rate,
-            "shards": args.shards, "echo_mode": ECHO_MODE}
+    meta = rb.host_meta(argv=sys.argv[1:], smoke=args.smoke,
+                        loopback_world_size=args.world, rate=args.rate,
+                        shards=args.shards, echo_mode=ECHO_MODE)
     doc = {"meta": meta,
            "loopback": {"rows": rows, "records": loopback["records"],
                         "echo": {str(s): e for s, e in loopback["echo"].items()},
                         "skipped_systems": loopback["skipped"]},
            "cluster": cluster,
-           "targets": [dict(figure=l, value=v, target=t, ok=ok)
-                       for l, v, t, ok in targets],
+           "targets": rb.target_dicts(targets),
            "failures": failures}
     (args.out_dir / "results.json").write_text(json.dumps(doc, indent=1))
 
 
 # --------------------------------------------------------------------------
 # Driver.
-
-def sizes_arg(text, default):
-    """Comma-separated byte sizes, or `default` for ""."""
-    sizes = [int(x) for x in text.split(",") if x] or list(default)
-    if any(n <= 0 or n % 4 for n in sizes):
-        raise argparse.ArgumentTypeError(f"sizes must be positive multiples of 4: {text}")
-    return sizes
-
 
 def parse_args(argv):
     """Command-line flags of the driver."""
@@ -444,37 +432,26 @@ def parse_args(argv):
                         "S=1,2 at 4 KiB and 2 MiB, one round of 2 calls")
     p.add_argument("--skip_cluster", action="store_true",
                    help="the loopback table alone (where namespaces cannot be made)")
-    p.add_argument("--loopback_sizes", default="",
+    p.add_argument("--loopback_sizes", type=rb.byte_sizes, default="",
                    help="byte sizes of the loopback table (default 4 B..64 MiB, 5 sizes)")
-    p.add_argument("--echo_sizes", default="",
+    p.add_argument("--echo_sizes", type=rb.byte_sizes, default="",
                    help="loopback sizes with the echo beside them (default 4 B, 4 and 64 MiB)")
-    p.add_argument("--cluster_sizes", default="",
+    p.add_argument("--cluster_sizes", type=rb.byte_sizes, default="",
                    help="byte sizes of the cluster table (default 4 and 64 MiB)")
     p.add_argument("--rate", default="1gbit", help="tc tbf rate of every cluster link")
     p.add_argument("--shards", default="", help="Reducer's S values (default 1,4)")
-    p.add_argument("--out_dir", type=Path, default=BENCH_DIR / "out-network")
-    p.add_argument("--timeout_s", type=float, default=600,
-                   help="hard limit for each launch of workers")
-    p.add_argument("--wait_idle_s", type=float, default=0,
-                   help="before each size group, wait up to this long for other "
-                        "load to go away (default: only warn)")
-    p.add_argument("--reducerd", default=str(REPO_ROOT / "bazel-bin/server/reducerd"))
-    p.add_argument("--reducer_worker",
-                   default=str(REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker"))
-    p.add_argument("--virtual_network",
-                   default=str(REPO_ROOT / "bazel-bin/bench/virtual_network"))
-    p.add_argument("--echo_bench",
-                   default=str(REPO_ROOT / "bazel-bin/bench/grpc_echo_bench"))
+    rb.add_sweep_flags(p, BENCH_DIR / "out-network", "size group")
+    rb.add_built_flags(p, ("reducerd", "reducer_worker", "virtual_network", "echo_bench"))
     args = p.parse_args(argv)
+    for name, full, smoke in (
+            ("loopback_sizes", LOOPBACK_SIZES, SMOKE_LOOPBACK_SIZES),
+            ("echo_sizes", ECHO_SIZES, SMOKE_ECHO_SIZES),
+            ("cluster_sizes", CLUSTER_SIZES, SMOKE_CLUSTER_SIZES)):
+        # "" (the default) parses to []: the table's own sizes.
+        setattr(args, name, getattr(args, name) or list(smoke if args.smoke else full))
     try:
-        args.loopback_sizes = sizes_arg(args.loopback_sizes, SMOKE_LOOPBACK_SIZES
-                                        if args.smoke else LOOPBACK_SIZES)
-        args.echo_sizes = sizes_arg(args.echo_sizes, SMOKE_ECHO_SIZES
-                                    if args.smoke else ECHO_SIZES)
-        args.cluster_sizes = sizes_arg(args.cluster_sizes, SMOKE_CLUSTER_SIZES
-                                       if args.smoke else CLUSTER_SIZES)
         sb.rate_bytes_per_s(args.rate)
-    except (argparse.ArgumentTypeError, ValueError) as e:
+    except ValueError as e:
         p.error(str(e))
     shards = args.shards or (SMOKE_SHARDS if args.smoke else "1,4")
     args.shards = [int(s) for s in shards.split(",") if s]
@@ -504,13 +481,8 @@ def main(argv):
     failures = loopback["failures"] + cluster.get("failures", [])
     write_results(args, loopback, rows, cluster, targets, failures)
     write_markdown(args.out_dir / "results.md", loopback, rows, cluster, cells)
-    # No machine paths in reports: the out dir relative to the repository.
-    shown = (os.path.relpath(args.out_dir, REPO_ROOT)
-             if args.out_dir.is_relative_to(REPO_ROOT) else args.out_dir.name)
-    print(f"\nwrote {shown}/results.json, results.md")
-    for f in failures:
-        print(f"FAILED: {f}", file=sys.stderr)
-    return 1 if failures else 0
+    print(f"\nwrote {rb.shown_path(args.out_dir)}/results.json, results.md")
+    return rb.exit_status(failures)
 
 
 if __name__ == "__main__":

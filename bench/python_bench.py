@@ -80,7 +80,6 @@ import shlex
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -635,30 +634,25 @@ def report(args, command, paths, skipped, sizes, allreduce, per_call, ddp, ddp_r
                         for r in ddp_records if r["system"] == "gloo")])
 
 
+# The flags whose defaults --smoke changes: (help, default, smoke default,
+# least value or None).
+# The binaries it runs (flags of run_bench.BUILT).
+BUILT = ("reducerd", "reducer_worker", "pythonpath")
+SMOKE_FLAGS = {
+    "world_size": ("W", 4, 2, 1),
+    "rounds": ("rounds of parts 1 and 2", 3, 1, 1),
+    "sizes": ("part 1's sizes in bytes", ALLREDUCE_SIZES, SMOKE_SIZES, None),
+    "ddp_steps": ("timed DDP steps per system and cap; 0: no DDP", 20, 3, None),
+    "ddp_warmup": ("untimed DDP steps", 3, 1, None),
+    "ddp_batch": ("DDP batch rows", 8, 8, None),
+}
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--world_size", type=int, default=None, help="W (default 4; smoke 2)")
-    p.add_argument("--rounds", type=int, default=None,
-                   help="rounds of parts 1 and 2 (default 3; smoke 1)")
-    p.add_argument("--sizes", type=lambda s: [int(v) for v in s.split(",")], default=None,
-                   help="part 1's sizes in bytes (default 4 B, 4 KiB, 256 KiB, 4 MiB, 64 MiB)")
-    p.add_argument("--ddp_steps", type=int, default=None,
-                   help="timed DDP steps per system and cap (default 20; smoke 3; 0: no DDP)")
-    p.add_argument("--ddp_warmup", type=int, default=None, help="untimed DDP steps (default 3)")
-    p.add_argument("--ddp_batch", type=int, default=None, help="DDP batch rows (default 8)")
-    p.add_argument("--smoke", action="store_true",
-                   help="W = 2, 4 B and 4 KiB, few calls, 3 DDP steps, one round")
-    p.add_argument("--json", type=Path, help="write the results here")
-    p.add_argument("--reducerd", type=Path,
-                   default=run_bench.REPO_ROOT / "bazel-bin/server/reducerd")
-    p.add_argument("--reducer_worker", type=Path,
-                   default=run_bench.REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker")
-    p.add_argument("--pythonpath", type=Path, default=run_bench.REPO_ROOT / "bazel-bin/python",
-                   help="the directory holding the built reducer package")
-    p.add_argument("--python", default=sys.executable,
-                   help="the workers' interpreter, with torch and numpy (default: this one)")
-    p.add_argument("--timeout_s", type=float, default=600,
-                   help="hard limit for each launch of W workers")
+    p = run_bench.DriverParser(
+        __doc__, SMOKE_FLAGS, BUILT, "the workers (and has numpy)",
+        smoke_help="W = 2, 4 B and 4 KiB, few calls, 3 DDP steps, one round",
+        json_help="write the results here")
     # Worker mode (the driver runs this file with these).
     p.add_argument("--worker", choices=["python", "torch"], help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
@@ -668,20 +662,7 @@ def parse_args(argv):
     p.add_argument("--path", choices=sorted(PATH_MODES), help=argparse.SUPPRESS)
     p.add_argument("--iters", type=int, help=argparse.SUPPRESS)
     p.add_argument("--warmup", type=int, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    smoke = args.smoke
-    defaults = {"world_size": (2 if smoke else 4), "rounds": (1 if smoke else 3),
-                "sizes": (SMOKE_SIZES if smoke else ALLREDUCE_SIZES),
-                "ddp_steps": (3 if smoke else 20), "ddp_warmup": (1 if smoke else 3),
-                "ddp_batch": 8}
-    for name, value in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
-    if any(s <= 0 or s % 4 for s in args.sizes):
-        p.error("--sizes must be positive multiples of 4")
-    if args.world_size < 1 or args.rounds < 1:
-        p.error("--world_size must be at least 1 and --rounds at least 1")
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv):
@@ -691,9 +672,7 @@ def main(argv):
     if args.worker == "torch":
         return torch_worker(args)
     command = shlex.join([Path(sys.executable).name, os.path.relpath(__file__)] + argv)
-    run_bench.require_binaries(
-        (args.reducerd, args.reducer_worker, args.pythonpath / "reducer"),
-        "bazel build //bench:reducer_allreduce_worker //python:reducer //server:reducerd")
+    run_bench.require_built(args, BUILT)
     try:
         subprocess.run([args.python, "-c", "import torch, numpy"], check=True, timeout=120,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -701,11 +680,9 @@ def main(argv):
         sys.exit(f"{args.python} cannot import torch and numpy: {e}")
     t0 = time.monotonic()
     samples, cpu, ddp_records = {}, {}, []
-    with tempfile.TemporaryDirectory(prefix="python_bench-") as tmp:
-        log_dir = Path(tmp)
-        daemon = None
-        try:
-            daemon = run_bench.ReducerDaemon(args.reducerd, log_dir / "reducerd.log")
+    try:
+        with run_bench.reducerd_in_temp_dir(args.reducerd, "python_bench-",
+                                            log_tails="*.err") as (log_dir, daemon):
             bench = Bench(args, log_dir, daemon)
             skipped = probe_shm(bench, args.world_size)
             paths = ["grpc"] if skipped else ["shm", "grpc"]
@@ -717,12 +694,8 @@ def main(argv):
                                          args.ddp_steps if last else 0, samples, cpu)
                 print(f"round {i + 1}/{args.rounds} done after "
                       f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-        except RunError as e:
-            run_bench.print_log_tails(log_dir, "*.err")
-            sys.exit(f"python_bench: {e}")
-        finally:
-            if daemon is not None:
-                daemon.stop()
+    except RunError as e:
+        sys.exit(f"python_bench: {e}")
     allreduce = summarize_allreduce(samples, paths, args.sizes)
     per_call = summarize_per_call(samples, cpu, paths)
     ddp = summarize_ddp(ddp_records) if ddp_records else []

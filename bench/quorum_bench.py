@@ -39,7 +39,6 @@ under the command line that produced it; --json writes every launch's
 figures. Exits non-zero when a launch fails or the kill did not happen.
 """
 
-import argparse
 import json
 import os
 import re
@@ -48,7 +47,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -238,48 +236,35 @@ def report(args, command, overhead, kill, torchrun):
             "gap_us": kill["gap_us"], "gap_target_us": gap_target_us}
 
 
+# The flags whose defaults --smoke changes: (help, default, smoke default,
+# least value or None).
+# The binaries it runs (flags of run_bench.BUILT; --worker: quorum_step_worker).
+BUILT = ("reducerd", "worker")
+SMOKE_FLAGS = {
+    "world_size": ("W", 4, 3, 2),
+    "rounds": ("rounds", 3, 1, 1),
+    "size_bytes": ("tensor size", 64 * MiB, MiB, None),
+    "iters": ("timed calls per no-failure launch", 15, 3, 1),
+    "warmup": ("untimed calls first", 2, 1, 0),
+    "kill_steps": ("timed calls of the kill loop, after --warmup", 12, 5, None),
+    "kill_at": ("the call, warm-up included, before which the last rank is killed", 6, 3,
+                None),
+    "grace_ms": ("QuorumOptions::grace of the kill loop", 2000, 300, None),
+}
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--world_size", type=int, default=None, help="W (default 4; smoke 3)")
-    p.add_argument("--rounds", type=int, default=None, help="default 3; smoke 1")
-    p.add_argument("--size_bytes", type=int, default=None,
-                   help="tensor size (default 64 MiB; smoke 1 MiB)")
-    p.add_argument("--iters", type=int, default=None,
-                   help="timed calls per no-failure launch (default 15; smoke 3)")
-    p.add_argument("--warmup", type=int, default=None, help="default 2; smoke 1")
-    p.add_argument("--kill_steps", type=int, default=None,
-                   help="timed calls of the kill loop, after --warmup (default 12; smoke 5)")
-    p.add_argument("--kill_at", type=int, default=None,
-                   help="the call, warm-up included, before which the last rank is killed "
-                   "(default 6; smoke 3)")
-    p.add_argument("--grace_ms", type=int, default=None,
-                   help="QuorumOptions::grace of the kill loop (default 2000; smoke 300)")
+    p = run_bench.DriverParser(
+        __doc__, SMOKE_FLAGS, BUILT, "torchrun", timeout_s=300,
+        smoke_help="W = 3, 1 MiB, few calls, grace 300 ms, one round, no torchrun",
+        json_help="write every launch's figures here")
     p.add_argument("--shared_memory", choices=("off", "auto", "required"), default="off",
                    help="the workers' data path (default off: gRPC)")
     p.add_argument("--skip_torchrun", action="store_true", help="leave out part 3")
-    p.add_argument("--smoke", action="store_true",
-                   help="W = 3, 1 MiB, few calls, grace 300 ms, one round, no torchrun")
-    p.add_argument("--json", type=Path, help="write every launch's figures here")
-    p.add_argument("--reducerd", type=Path,
-                   default=run_bench.REPO_ROOT / "bazel-bin/server/reducerd")
-    p.add_argument("--worker", type=Path,
-                   default=run_bench.REPO_ROOT / "bazel-bin/bench/quorum_step_worker")
-    p.add_argument("--python", default=sys.executable,
-                   help="the Python with torch that runs torchrun (default: this one)")
-    p.add_argument("--timeout_s", type=float, default=300, help="hard limit of each launch")
     args = p.parse_args(argv)
     # Workers run in the repository's root: relative paths are made
     # absolute here, while the command printed keeps them as given.
     args.reducerd, args.worker = args.reducerd.absolute(), args.worker.absolute()
-    smoke = args.smoke
-    for name, full, small in (("world_size", 4, 3), ("rounds", 3, 1),
-                              ("size_bytes", 64 * MiB, MiB), ("iters", 15, 3),
-                              ("warmup", 2, 1), ("kill_steps", 12, 5), ("kill_at", 6, 3),
-                              ("grace_ms", 2000, 300)):
-        if getattr(args, name) is None:
-            setattr(args, name, small if smoke else full)
-    if args.world_size < 2 or args.rounds < 1 or args.iters < 1 or args.warmup < 0:
-        p.error("--world_size must be at least 2, --rounds and --iters at least 1")
     if args.size_bytes <= 0 or args.size_bytes % 4:
         p.error("--size_bytes must be a positive multiple of 4")
     if not args.warmup <= args.kill_at < args.warmup + args.kill_steps:
@@ -290,14 +275,10 @@ def parse_args(argv):
 def main(argv):
     args = parse_args(argv)
     command = shlex.join(["bench/quorum_bench.py"] + argv)
-    run_bench.require_binaries(
-        (args.reducerd, args.worker),
-        "bazel build //server:reducerd //bench:quorum_step_worker")
+    run_bench.require_built(args, BUILT)
     overhead, kill, torchrun = [], None, None
-    with tempfile.TemporaryDirectory(prefix="quorum-bench-") as tmp:
-        log_dir = Path(tmp)
-        daemon = run_bench.ReducerDaemon(args.reducerd, log_dir / "reducerd.log")
-        try:
+    try:
+        with run_bench.reducerd_in_temp_dir(args.reducerd, "quorum-bench-") as (log_dir, daemon):
             for i in range(args.rounds):
                 modes = ("plain", "quorum") if i % 2 == 0 else ("quorum", "plain")
                 overhead.append({m: run_overhead(args, daemon, m, log_dir / f"r{i}-{m}")
@@ -308,11 +289,9 @@ def main(argv):
             if not (args.smoke or args.skip_torchrun):
                 torchrun = run_torchrun(args, log_dir / "torchrun")
                 print("torchrun: done", flush=True)
-        except run_bench.RunError as e:
-            print(f"quorum_bench: {e}", file=sys.stderr)
-            return 1
-        finally:
-            daemon.stop()
+    except run_bench.RunError as e:
+        print(f"quorum_bench: {e}", file=sys.stderr)
+        return 1
     summary = report(args, command, overhead, kill, torchrun)
     if args.json:
         args.json.write_text(json.dumps({"command": command, "overhead": overhead,

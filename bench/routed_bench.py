@@ -37,7 +37,6 @@ import os
 import shlex
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -221,26 +220,23 @@ def shm_available(args, daemon, log_dir):
         return str(e).splitlines()[0][:200]
 
 
+# The flags whose defaults --smoke changes: (help, default, smoke default,
+# least value or None).
+# The binaries it runs (flags of run_bench.BUILT).
+BUILT = ("reducerd", "pythonpath")
+SMOKE_FLAGS = {
+    "world_size": ("W", 4, 2, 1),
+    "rounds": ("launches per path", 3, 2, 1),
+    "sizes": ("bytes per rank, comma-separated", [4 * MiB, 64 * MiB], [4 * KiB], None),
+}
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--world_size", type=int, default=None, help="W (default 4; smoke 2)")
-    p.add_argument("--rounds", type=int, default=None, help="launches per path (default 3)")
-    p.add_argument("--sizes", type=lambda s: [int(v) for v in s.split(",")], default=None,
-                   help="bytes per rank, comma-separated (default 4 MiB,64 MiB)")
-    p.add_argument("--smoke", action="store_true", help="W = 2, 4 KiB, 2 rounds")
-    p.add_argument("--json", type=Path, help="write every latency here")
-    p.add_argument("--reducerd", type=Path,
-                   default=run_bench.REPO_ROOT / "bazel-bin/server/reducerd")
-    p.add_argument("--pythonpath", type=Path, default=run_bench.REPO_ROOT / "bazel-bin/python")
-    p.add_argument("--python", default=sys.executable,
-                   help="the workers' interpreter, with torch (default: this one)")
-    p.add_argument("--timeout_s", type=float, default=600, help="per launch")
+    p = run_bench.DriverParser(__doc__, SMOKE_FLAGS, BUILT, "the workers",
+                               smoke_help="W = 2, 4 KiB, 2 rounds",
+                               json_help="write every latency here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    args.world_size = args.world_size or (2 if args.smoke else 4)
-    args.rounds = args.rounds or (2 if args.smoke else 3)
-    args.sizes = args.sizes or ([4 * KiB] if args.smoke else [4 * MiB, 64 * MiB])
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv):
@@ -248,15 +244,12 @@ def main(argv):
     if args.worker:
         return worker(args)
     command = shlex.join([Path(sys.executable).name, os.path.relpath(__file__)] + argv)
-    run_bench.require_binaries((args.reducerd, args.pythonpath / "reducer"),
-                               "bazel build //python:reducer //server:reducerd")
+    run_bench.require_built(args, BUILT)
     t0 = time.monotonic()
     records, skipped = {}, {}
-    with tempfile.TemporaryDirectory(prefix="routed_bench-") as tmp:
-        log_dir = Path(tmp)
-        daemon = None
-        try:
-            daemon = run_bench.ReducerDaemon(args.reducerd, log_dir / "reducerd.log")
+    try:
+        with run_bench.reducerd_in_temp_dir(args.reducerd, "routed_bench-",
+                                            log_tails="*.out") as (log_dir, daemon):
             why = shm_available(args, daemon, log_dir)
             paths = ["grpc"] + (["shm"] if why is None else [])
             if why is not None:
@@ -267,12 +260,8 @@ def main(argv):
                         launch(args, daemon, path, log_dir / f"{i:02d}-{path}"))
                 print(f"round {i + 1}/{args.rounds} done after "
                       f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-        except run_bench.RunError as e:
-            run_bench.print_log_tails(log_dir, "*.out")
-            sys.exit(f"routed_bench: {e}")
-        finally:
-            if daemon is not None:
-                daemon.stop()
+    except run_bench.RunError as e:
+        sys.exit(f"routed_bench: {e}")
     table = report(command, args, paths, skipped, records)
     print(f"\ntotal {time.monotonic() - t0:.0f} s", flush=True)
     if args.json:

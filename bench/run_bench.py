@@ -50,6 +50,7 @@ without it, no plot and a warning).
 """
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -318,6 +319,181 @@ class ReducerDaemon:
         self._pump_thread.join(timeout=5)
         self._log.close()
         return self.proc.returncode
+
+
+# --------------------------------------------------------------------------
+# What the drivers (this file and the other bench/*.py that import it) share:
+# the flags naming their built binaries and bounding their launches, the
+# defaults of their smoke forms, and a reducerd with its logs in a temporary
+# directory.
+
+# Each flag that names a built binary: its default below bazel-bin and the
+# Bazel target that builds it. --pythonpath names the directory that holds
+# the built reducer package; --worker is quorum_bench's.
+BUILT = {
+    "reducerd": ("server/reducerd", "//server:reducerd"),
+    "reducer_worker": ("bench/reducer_allreduce_worker", "//bench:reducer_allreduce_worker"),
+    "worker": ("bench/quorum_step_worker", "//bench:quorum_step_worker"),
+    "virtual_network": ("bench/virtual_network", "//bench:virtual_network"),
+    "echo_bench": ("bench/grpc_echo_bench", "//bench:grpc_echo_bench"),
+    "kernel_bench": ("bench/reduce_kernel_bench", "//bench:reduce_kernel_bench"),
+    "pythonpath": ("python", "//python:reducer"),
+}
+
+
+def add_built_flags(p, names, type=str):
+    """Adds to parser p, for each name of BUILT in names, --NAME defaulting
+    to REPO_ROOT/bazel-bin/<its path>, of `type` (str or Path)."""
+    for name in names:
+        p.add_argument(f"--{name}", type=type,
+                       default=type(REPO_ROOT / "bazel-bin" / BUILT[name][0]))
+
+
+def require_built(args, names):
+    """Exits naming the first missing binary of the flags `names` (of BUILT;
+    for --pythonpath its reducer package) and the bazel command that builds
+    them all."""
+    require_binaries(
+        [Path(getattr(args, name)) / ("reducer" if name == "pythonpath" else "")
+         for name in names],
+        "bazel build " + " ".join(BUILT[name][1] for name in names))
+
+
+def add_sweep_flags(p, out_dir, idle_wait_before):
+    """Adds to parser p the flags of a driver that sweeps sizes into an out
+    dir: --out_dir (default out_dir), --timeout_s (each launch of workers)
+    and --wait_idle_s (before each `idle_wait_before`: "size", "size
+    group")."""
+    p.add_argument("--out_dir", type=Path, default=out_dir)
+    p.add_argument("--timeout_s", type=float, default=600,
+                   help="hard limit for each launch of workers")
+    p.add_argument("--wait_idle_s", type=float, default=0,
+                   help=f"before each {idle_wait_before}, wait up to this long "
+                        "for other load to go away (default: only warn)")
+
+
+def add_launch_flags(p, python_runs, timeout_s=600):
+    """Adds to parser p --python, the interpreter with torch that runs
+    `python_runs` ("the Gloo ranks"; default: this one), and --timeout_s,
+    the hard limit of each launch (default timeout_s)."""
+    p.add_argument("--python", default=sys.executable,
+                   help=f"the Python with torch that runs {python_runs} "
+                        "(default: this one)")
+    p.add_argument("--timeout_s", type=float, default=timeout_s,
+                   help="hard limit of each launch")
+
+
+def byte_sizes(text):
+    """argparse type of a comma-separated list of byte sizes ("" is []);
+    each must be a positive multiple of 4 (float32 elements)."""
+    sizes = [int(x) for x in text.split(",") if x]
+    if any(n <= 0 or n % 4 for n in sizes):
+        raise argparse.ArgumentTypeError(
+            f"sizes must be positive multiples of 4: {text}")
+    return sizes
+
+
+def add_smoke_flags(p, flags):
+    """Adds to parser p, for each name -> (what, full, smoke, least) of
+    `flags`, --NAME with the help `what` and both defaults: a list of byte
+    sizes (byte_sizes) for "sizes", else an int. Each stays None until
+    fill_smoke_defaults(args, flags) sets it; `least`, unless None, is the
+    smallest value DriverParser accepts."""
+    def shown(name, value):
+        if name == "sizes":
+            return ", ".join(fmt_size(n) for n in value)
+        return fmt_size(value) if name.endswith("_bytes") else str(value)
+
+    for name, (what, full, smoke, _) in flags.items():
+        defaults = f"default {shown(name, full)}"
+        if smoke != full:
+            defaults += f"; smoke {shown(name, smoke)}"
+        p.add_argument(f"--{name}", type=byte_sizes if name == "sizes" else int,
+                       default=None, help=f"{what} ({defaults})")
+
+
+def fill_smoke_defaults(args, flags):
+    """Sets each flag of add_smoke_flags' `flags` that the command line left
+    None: to its smoke value with --smoke, else to its full one."""
+    for name, (_, full, smoke, _) in flags.items():
+        if getattr(args, name) is None:
+            setattr(args, name, smoke if args.smoke else full)
+
+
+class DriverParser(argparse.ArgumentParser):
+    """The command line of a driver that runs reducerd and launches
+    workers in rounds: the flags of add_smoke_flags(smoke_flags), --smoke
+    (smoke_help), --json (a Path; json_help), the built binaries `built`
+    (add_built_flags, as Paths) and add_launch_flags(python_runs,
+    timeout_s); the driver adds its own. parse_args fills the smoke flags'
+    defaults (fill_smoke_defaults) and checks their least values."""
+
+    def __init__(self, doc, smoke_flags, built, python_runs, smoke_help, json_help,
+                 timeout_s=600):
+        super().__init__(description=doc.splitlines()[0])
+        self.smoke_flags = smoke_flags
+        add_smoke_flags(self, smoke_flags)
+        self.add_argument("--smoke", action="store_true", help=smoke_help)
+        self.add_argument("--json", type=Path, help=json_help)
+        add_built_flags(self, built, type=Path)
+        add_launch_flags(self, python_runs, timeout_s)
+
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        fill_smoke_defaults(parsed, self.smoke_flags)
+        for name, (_, _, _, least) in self.smoke_flags.items():
+            if least is not None and getattr(parsed, name) < least:
+                self.error(f"--{name} must be at least {least}")
+        return parsed
+
+
+@contextlib.contextmanager
+def reducerd_in_temp_dir(reducerd, prefix, log_tails=None):
+    """Yields (log_dir, daemon): a fresh temporary directory named prefix...
+    and a ReducerDaemon of the binary reducerd logging into it; stops the
+    daemon and removes the directory after. A RunError, the daemon's start
+    included, propagates, after the tails of the logs matching log_tails
+    ("*.err"; None: none) are printed."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        log_dir = Path(tmp)
+        daemon = None
+        try:
+            daemon = ReducerDaemon(reducerd, log_dir / "reducerd.log")
+            yield log_dir, daemon
+        except RunError:
+            if log_tails:
+                print_log_tails(log_dir, log_tails)
+            raise
+        finally:
+            if daemon is not None:
+                daemon.stop()
+
+
+def host_meta(**fields):
+    """results.json's "meta": the date, this host's name and CPU count, then
+    `fields`."""
+    return {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
+            "cpus": os.cpu_count(), **fields}
+
+
+def target_dicts(targets):
+    """results.json's "targets": each (label, value, target, ok) as a dict."""
+    return [dict(figure=l, value=v, target=t, ok=ok) for l, v, t, ok in targets]
+
+
+def shown_path(path):
+    """path as a report names it, with no machine path: relative to the
+    repository where it lies below it, else its name alone."""
+    path = Path(path)
+    return os.path.relpath(path, REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path.name
+
+
+def exit_status(failures):
+    """Prints each failure to stderr ("FAILED: ..."); the driver's exit
+    status, 1 if there were any, else 0."""
+    for f in failures:
+        print(f"FAILED: {f}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 # --------------------------------------------------------------------------
@@ -1002,14 +1178,9 @@ def parse_args(argv):
                    help=f"comma-separated subset of {','.join(SYSTEMS)} "
                         "(mpi: mpi_tcp)")
     p.add_argument("--world_sizes", default="2,4")
-    p.add_argument("--sizes", default="",
+    p.add_argument("--sizes", type=byte_sizes, default="",
                    help="comma-separated byte sizes instead of the default list")
-    p.add_argument("--out_dir", type=Path, default=BENCH_DIR / "out")
-    p.add_argument("--timeout_s", type=float, default=600,
-                   help="hard limit for each launch of workers")
-    p.add_argument("--wait_idle_s", type=float, default=0,
-                   help="before each size group, wait up to this long for other "
-                        "load to go away (default: only warn)")
+    add_sweep_flags(p, BENCH_DIR / "out", "size group")
     p.add_argument("--malloc_env", choices=("workers", "all", "none"),
                    default="workers",
                    help="which processes get MALLOC_ENV (heap reuse instead of "
@@ -1021,21 +1192,15 @@ def parse_args(argv):
                    help="skip the reduction kernel benchmark")
     p.add_argument("--skip_fusion", action="store_true",
                    help="skip the AllReduceMany-against-one-all-reduce figure")
-    p.add_argument("--reducerd", default=str(REPO_ROOT / "bazel-bin/server/reducerd"))
-    p.add_argument("--reducer_worker",
-                   default=str(REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker"))
+    add_built_flags(p, ("reducerd", "reducer_worker"))
     p.add_argument("--skip_tls", action="store_true",
                    help="skip the TLS-against-plaintext all-reduce rows")
     p.add_argument("--skip_floor", action="store_true",
                    help="skip the bare gRPC round-trip figure")
-    p.add_argument("--echo_bench",
-                   default=str(REPO_ROOT / "bazel-bin/bench/grpc_echo_bench"))
-    p.add_argument("--kernel_bench",
-                   default=str(REPO_ROOT / "bazel-bin/bench/reduce_kernel_bench"))
+    add_built_flags(p, ("echo_bench", "kernel_bench"))
     args = p.parse_args(argv)
     if args.suite == "same_host":
-        if not args.sizes:
-            args.sizes = ",".join(map(str, SAME_HOST_SIZES))
+        args.sizes = args.sizes or list(SAME_HOST_SIZES)
         args.skip_rss = args.skip_kernel = args.skip_fusion = True
         args.skip_tls = args.skip_floor = True
     args.systems = list(dict.fromkeys(ALIASES.get(s, s)
@@ -1044,9 +1209,6 @@ def parse_args(argv):
     if bad:
         p.error(f"unknown systems: {sorted(bad)}")
     args.world_sizes = [int(w) for w in args.world_sizes.split(",")]
-    args.sizes = [int(x) for x in args.sizes.split(",") if x]
-    if any(n <= 0 or n % 4 for n in args.sizes):
-        p.error("--sizes must be positive multiples of 4")
     args.out_dir = args.out_dir.resolve()
     return args
 
@@ -1225,14 +1387,10 @@ def write_results(args, ctx, records, kernel, rss, targets, failures, timings,
                   more):
     """Writes results.json (raw latencies and everything else), results.csv
     and the plot into --out_dir."""
-    meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
-            "cpus": os.cpu_count(), "python": sys.version.split()[0],
-            "quick": args.quick, "argv": sys.argv[1:],
-            "worker_env": ctx.worker_env, "reducerd_env": ctx.daemon_env}
+    meta = host_meta(python=sys.version.split()[0], quick=args.quick, argv=sys.argv[1:],
+                     worker_env=ctx.worker_env, reducerd_env=ctx.daemon_env)
     doc = {"meta": meta, "results": records, "kernel_bench": kernel,
-           "reducerd_peak_rss": rss, **more,
-           "targets": [dict(figure=l, value=v, target=t, ok=ok)
-                       for l, v, t, ok in targets],
+           "reducerd_peak_rss": rss, **more, "targets": target_dicts(targets),
            "failures": failures, "wall_s_per_system": timings}
     (args.out_dir / "results.json").write_text(json.dumps(doc, indent=1))
     write_csv(records, args.out_dir / "results.csv")
@@ -1304,11 +1462,9 @@ def main(argv):
     write_results(args, ctx, records, kernel, rss, targets, failures, timings,
                   dict(fusion=fusion, grpc_floor=floor, tls=tls, same_host=shm,
                        skipped_systems=ctx.skipped))
-    shown = os.path.relpath(args.out_dir, REPO_ROOT)  # no machine paths in reports
-    print(f"\nwrote {shown}/results.json, results.csv, allreduce_latency.png")
-    for f in failures:
-        print(f"FAILED: {f}", file=sys.stderr)
-    return 1 if failures else 0
+    print(f"\nwrote {shown_path(args.out_dir)}/results.json, results.csv, "
+          "allreduce_latency.png")
+    return exit_status(failures)
 
 
 if __name__ == "__main__":

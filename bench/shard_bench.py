@@ -44,7 +44,6 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import re
 import resource
 import selectors
@@ -558,24 +557,16 @@ def parse_args(argv):
                    help="tc tbf rate of every link (the default: a rate that "
                         "two cores drive for W = 4 and S = 4)")
     p.add_argument("--systems", default="reducer,gloo,mpi")
-    p.add_argument("--sizes", default="", help="byte sizes instead of 4 KiB..64 MiB")
+    p.add_argument("--sizes", type=rb.byte_sizes, default="",
+                   help="byte sizes instead of 4 KiB..64 MiB")
     p.add_argument("--rounds", type=int, default=1,
                    help="sweeps over all sizes; latencies pooled")
-    p.add_argument("--out_dir", type=Path, default=BENCH_DIR / "out-shard")
-    p.add_argument("--timeout_s", type=float, default=600,
-                   help="hard limit for each launch of workers")
-    p.add_argument("--wait_idle_s", type=float, default=0,
-                   help="before each size, wait up to this long for other load "
-                        "to go away (default: only warn)")
+    rb.add_sweep_flags(p, BENCH_DIR / "out-shard", "size")
     p.add_argument("--reducerd_flags", default="",
                    help="extra reducerd flags, space-separated (default: none, "
                         "reducerd's own defaults, which size chunks to the "
                         "links; --chunk_time=0 for fixed --chunk_bytes)")
-    p.add_argument("--reducerd", default=str(REPO_ROOT / "bazel-bin/server/reducerd"))
-    p.add_argument("--reducer_worker",
-                   default=str(REPO_ROOT / "bazel-bin/bench/reducer_allreduce_worker"))
-    p.add_argument("--virtual_network",
-                   default=str(REPO_ROOT / "bazel-bin/bench/virtual_network"))
+    rb.add_built_flags(p, ("reducerd", "reducer_worker", "virtual_network"))
     args = p.parse_args(argv)
     args.systems = [s for s in args.systems.split(",") if s]
     if set(args.systems) - {"reducer", "gloo", "mpi"}:
@@ -583,12 +574,10 @@ def parse_args(argv):
     args.shards = [int(s) for s in args.shards.split(",") if s]
     if args.smoke:
         args.shards, args.rounds = [2], 1
-        args.sizes = args.sizes or ",".join(map(str, SMOKE_SIZES))
+        args.sizes = args.sizes or list(SMOKE_SIZES)
     if any(not 1 <= s <= MAX_SHARDS for s in args.shards):
         p.error(f"--shards must lie in 1..{MAX_SHARDS}")
-    args.sizes = [int(x) for x in args.sizes.split(",") if x] or FULL_SIZES
-    if any(n <= 0 or n % 4 for n in args.sizes):
-        p.error("--sizes must be positive multiples of 4")
+    args.sizes = args.sizes or FULL_SIZES
     rate_bytes_per_s(args.rate)
     args.out_dir = args.out_dir.resolve()
     return args
@@ -626,24 +615,19 @@ def report(args, records, failures, targets, net_info, wall_s):
         for label, value, target, ok in targets:
             print(f"  {'ok  ' if ok else 'MISS'} {label}: {value:.2f} (target {target})")
     print(f"\nwall time {wall_s:.0f} s")
-    meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
-            "cpus": os.cpu_count(), "argv": sys.argv[1:], "rate": args.rate,
-            "world_size": WORLD, "shards": args.shards, "rounds": args.rounds,
-            "min_partition_bytes": MIN_PARTITION_BYTES,
-            "reducerd_flags": args.reducerd_flags,
-            "addresses": {h["name"]: h["address"] for h in net_info["hosts"]}}
+    meta = rb.host_meta(argv=sys.argv[1:], rate=args.rate, world_size=WORLD,
+                        shards=args.shards, rounds=args.rounds,
+                        min_partition_bytes=MIN_PARTITION_BYTES,
+                        reducerd_flags=args.reducerd_flags,
+                        addresses={h["name"]: h["address"] for h in net_info["hosts"]})
     doc = {"meta": meta, "results": sorted(records, key=sort_key),
-           "targets": [dict(figure=l, value=v, target=t, ok=ok)
-                       for l, v, t, ok in targets],
+           "targets": rb.target_dicts(targets),
            "failures": failures, "wall_s": wall_s}
     (args.out_dir / "results.json").write_text(json.dumps(doc, indent=1))
     write_csv(records, args.out_dir / "results.csv")
     write_markdown(records, args.out_dir / "results.md")
     plotted = write_plot(records, args.out_dir / "shard_bench.png", args.rate)
-    # No machine paths in reports: the out dir relative to the repository.
-    shown = (os.path.relpath(args.out_dir, REPO_ROOT)
-             if args.out_dir.is_relative_to(REPO_ROOT) else args.out_dir.name)
-    print(f"wrote {shown}/results.json, results.csv, results.md"
+    print(f"wrote {rb.shown_path(args.out_dir)}/results.json, results.csv, results.md"
           + (", shard_bench.png" if plotted else ""))
 
 
@@ -700,9 +684,7 @@ def main(argv):
     summarize(records, bps)
     targets = check_targets(records)
     report(args, records, failures, targets, net_info, time.monotonic() - start)
-    for f in failures:
-        print(f"FAILED: {f}", file=sys.stderr)
-    return 1 if failures else 0
+    return rb.exit_status(failures)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -30,11 +29,10 @@
 #include "client/reducer_client.h"
 #include "core/data_type.h"
 #include "core/tensor.h"
+#include "examples/example_flags.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "reducerd address");
-ABSL_FLAG(std::string, job, "allreduce-example", "job name, same on every rank");
-ABSL_FLAG(int, rank, 0, "this process's rank");
-ABSL_FLAG(int, world_size, 1, "number of ranks");
+// --target, --job (default allreduce-example), --rank, --world_size:
+// examples/example_flags.h.
 ABSL_FLAG(int, steps, 5, "training steps");
 ABSL_FLAG(int64_t, parameters, 1 << 20,
           "model size in float32 parameters (1 << 20 is 4 MiB: several chunks)");
@@ -63,12 +61,7 @@ void FakeGradients(int rank, int step, absl::Span<const float> params,
   }
 }
 
-absl::Status Run() {
-  reducer::ClientOptions options;
-  options.target = absl::GetFlag(FLAGS_target);
-  options.job = absl::GetFlag(FLAGS_job);
-  options.rank = absl::GetFlag(FLAGS_rank);
-  options.world_size = absl::GetFlag(FLAGS_world_size);
+absl::Status Run(const reducer::ClientOptions& options) {
   absl::StatusOr<std::unique_ptr<reducer::Client>> client =
       reducer::Client::Connect(options);
   if (!client.ok()) return client.status();
@@ -124,12 +117,5 @@ absl::Status Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  const absl::Status status = Run();
-  if (!status.ok()) {
-    absl::FPrintF(stderr, "allreduce_worker rank %d: %s\n",
-                  absl::GetFlag(FLAGS_rank), status.ToString());
-    return 1;
-  }
-  return 0;
+  return reducer::examples::ExampleMain(argc, argv, "allreduce-example", Run);
 }

@@ -29,7 +29,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -39,11 +38,10 @@
 #include "client/reducer_client.h"
 #include "core/data_type.h"
 #include "core/tensor.h"
+#include "examples/example_flags.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "reducerd address");
-ABSL_FLAG(std::string, job, "metric-sync-example", "job name, same on every rank");
-ABSL_FLAG(int, rank, 0, "this process's rank");
-ABSL_FLAG(int, world_size, 1, "number of ranks");
+// --target, --job (default metric-sync-example), --rank, --world_size:
+// examples/example_flags.h.
 ABSL_FLAG(int, epochs, 3, "evaluation epochs");
 ABSL_FLAG(int, batches, 20, "batches per epoch on each rank");
 ABSL_FLAG(int, batch_size, 32, "samples per batch");
@@ -103,12 +101,8 @@ absl::StatusOr<std::string> TokenFromFlag() {
   return token;
 }
 
-absl::Status Run() {
-  reducer::ClientOptions options;
-  options.target = absl::GetFlag(FLAGS_target);
-  options.job = absl::GetFlag(FLAGS_job);
-  options.rank = absl::GetFlag(FLAGS_rank);
-  options.world_size = absl::GetFlag(FLAGS_world_size);
+absl::Status Run(const reducer::ClientOptions& rank_options) {
+  reducer::ClientOptions options = rank_options;
   absl::StatusOr<std::string> token = TokenFromFlag();
   if (!token.ok()) return token.status();
   options.token = *std::move(token);
@@ -167,12 +161,5 @@ absl::Status Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  const absl::Status status = Run();
-  if (!status.ok()) {
-    absl::FPrintF(stderr, "metric_sync_worker rank %d: %s\n",
-                  absl::GetFlag(FLAGS_rank), status.ToString());
-    return 1;
-  }
-  return 0;
+  return reducer::examples::ExampleMain(argc, argv, "metric-sync-example", Run);
 }

@@ -42,7 +42,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -51,11 +50,10 @@
 #include "absl/time/time.h"
 #include "client/reducer_client.h"
 #include "core/tensor.h"
+#include "examples/example_flags.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "reducerd address");
-ABSL_FLAG(std::string, job, "quorum-example", "job name, same on every rank");
-ABSL_FLAG(int, rank, 0, "this process's rank");
-ABSL_FLAG(int, world_size, 1, "number of ranks");
+// --target, --job (default quorum-example), --rank, --world_size:
+// examples/example_flags.h.
 ABSL_FLAG(int, timeout_s, 60, "ClientOptions::timeout, in seconds");
 ABSL_FLAG(int, steps, 40, "Quorum steps in the whole run.");
 ABSL_FLAG(int, params, 64, "float64 parameters of the model.");
@@ -87,11 +85,7 @@ Tensor Gradient(int rank, int step, int n) {
 }
 
 int Run() {
-  ClientOptions options;
-  options.target = absl::GetFlag(FLAGS_target);
-  options.job = absl::GetFlag(FLAGS_job);
-  options.rank = absl::GetFlag(FLAGS_rank);
-  options.world_size = absl::GetFlag(FLAGS_world_size);
+  ClientOptions options = examples::ExampleClientOptions();
   options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   const int n = absl::GetFlag(FLAGS_params);
   QuorumOptions quorum;
@@ -166,6 +160,6 @@ int Run() {
 }  // namespace reducer
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  reducer::examples::ParseExampleFlags(argc, argv, "quorum-example");
   return reducer::Run();
 }

@@ -14,7 +14,8 @@
 // the GIL released. A kBlocking call returns its outcome as Python (ToPython:
 // an array, a list of them, a scalar, None, or a ReducerError raised); a
 // kAsync one returns a `_reducer.Pending` that references the input arrays
-// until waited for.
+// until waited for. DefTensorCalls and DefOptionsCalls define a collective's
+// blocking form and its `_async` one together.
 //
 // The shapes (the Python arguments before the keyword-only ones):
 //   TensorCall   (x, dtype, extra...): one tensor in, x as `Input` reads it
@@ -246,6 +247,34 @@ void DefCall(Class& cls, const char* name, F&& f, Args&&... args) {
   cls.def(name, std::forward<F>(f), std::forward<Args>(args)..., py::kw_only(),
           py::arg("group") = py::none(), py::arg("name") = "",
           py::arg("timeout") = py::none());
+}
+
+// Defines one collective in both forms, with the same `args`: `name`, a
+// kBlocking TensorCall<Input, Extra...> of `call`, and `name`_async, a kAsync
+// one of `async_call`.
+//
+//   DefTensorCalls<ReadsTensor, OpName>(client, "reduce_scatter",
+//                                       &Client::ReduceScatter,
+//                                       &Client::ReduceScatterAsync,
+//                                       arg("x"), arg("dtype"), arg("op"));
+template <typename Input, typename... Extra, typename Class, typename Call,
+          typename AsyncCall, typename... Args>
+void DefTensorCalls(Class& cls, const std::string& name, Call call,
+                    AsyncCall async_call, const Args&... args) {
+  DefCall(cls, name.c_str(), TensorCall<kBlocking, Input, Extra...>(call),
+          args...);
+  DefCall(cls, (name + "_async").c_str(),
+          TensorCall<kAsync, Input, Extra...>(async_call), args...);
+}
+
+// DefTensorCalls' counterpart for the OptionsCall shape.
+template <typename... Extra, typename Class, typename Call, typename AsyncCall,
+          typename... Args>
+void DefOptionsCalls(Class& cls, const std::string& name, Call call,
+                     AsyncCall async_call, const Args&... args) {
+  DefCall(cls, name.c_str(), OptionsCall<kBlocking, Extra...>(call), args...);
+  DefCall(cls, (name + "_async").c_str(),
+          OptionsCall<kAsync, Extra...>(async_call), args...);
 }
 
 }  // namespace reducer::python

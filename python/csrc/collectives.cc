@@ -38,33 +38,23 @@ void DefineCollectives(py::class_<PyClient>& client) {
   DefCall(client, "all_reduce_many",
           ManyCall<kBlocking>(&Client::AllReduceMany), arg("xs"), arg("dtypes"),
           arg("ops"));
-  DefCall(client, "all_gather",
-          TensorCall<kBlocking, ReadsTensor>(&Client::AllGather), arg("x"),
-          arg("dtype"));
-  DefCall(client, "broadcast",
-          TensorCall<kBlocking, ReadsTensorIfGiven, int>(&Client::Broadcast),
-          arg("x").none(true), arg("dtype"), arg("root"));
-  DefCall(client, "broadcast_",
-          TensorCall<kBlocking, WritesTensor, int>(&Client::BroadcastInPlace),
-          arg("x"), arg("dtype"), arg("root"));
-  DefCall(client, "reduce_scatter",
-          TensorCall<kBlocking, ReadsTensor, OpName>(&Client::ReduceScatter),
-          arg("x"), arg("dtype"), arg("op"));
-  DefCall(client, "barrier", OptionsCall<kBlocking>(&Client::Barrier));
-
   DefCall(client, "all_reduce_many_async",
           ManyCall<kAsync>(&Client::AllReduceManyAsync), arg("xs"),
           arg("dtypes"), arg("ops"));
-  DefCall(client, "all_gather_async",
-          TensorCall<kAsync, ReadsTensor>(&Client::AllGatherAsync), arg("x"),
-          arg("dtype"));
-  DefCall(client, "broadcast_async",
-          TensorCall<kAsync, ReadsTensorIfGiven, int>(&Client::BroadcastAsync),
-          arg("x").none(true), arg("dtype"), arg("root"));
-  DefCall(client, "reduce_scatter_async",
-          TensorCall<kAsync, ReadsTensor, OpName>(&Client::ReduceScatterAsync),
-          arg("x"), arg("dtype"), arg("op"));
-  DefCall(client, "barrier_async", OptionsCall<kAsync>(&Client::BarrierAsync));
+  DefCall(client, "broadcast_",
+          TensorCall<kBlocking, WritesTensor, int>(&Client::BroadcastInPlace),
+          arg("x"), arg("dtype"), arg("root"));
+
+  // Blocking, and *_async.
+  DefTensorCalls<ReadsTensor>(client, "all_gather", &Client::AllGather,
+                              &Client::AllGatherAsync, arg("x"), arg("dtype"));
+  DefTensorCalls<ReadsTensorIfGiven, int>(
+      client, "broadcast", &Client::Broadcast, &Client::BroadcastAsync,
+      arg("x").none(true), arg("dtype"), arg("root"));
+  DefTensorCalls<ReadsTensor, OpName>(
+      client, "reduce_scatter", &Client::ReduceScatter,
+      &Client::ReduceScatterAsync, arg("x"), arg("dtype"), arg("op"));
+  DefOptionsCalls<>(client, "barrier", &Client::Barrier, &Client::BarrierAsync);
 }
 
 }  // namespace reducer::python

@@ -10,39 +10,32 @@
 namespace reducer::python {
 namespace {
 
-#define REDUCER_SAME_ENUM(native, core)                                  \
-  static_assert(static_cast<int>(NativeDataType::native) ==              \
-                    static_cast<int>(DataType::core),                    \
-                "NativeDataType must follow DataType")
-REDUCER_SAME_ENUM(kFloat32, kFloat32);
-REDUCER_SAME_ENUM(kFloat64, kFloat64);
-REDUCER_SAME_ENUM(kFloat16, kFloat16);
-REDUCER_SAME_ENUM(kBFloat16, kBFloat16);
-REDUCER_SAME_ENUM(kInt8, kInt8);
-REDUCER_SAME_ENUM(kUInt8, kUInt8);
-REDUCER_SAME_ENUM(kInt32, kInt32);
-REDUCER_SAME_ENUM(kInt64, kInt64);
-REDUCER_SAME_ENUM(kBool, kBool);
+// Each Native* enum follows its core enum value for value, so that a cast
+// converts one to the other.
+#define REDUCER_SAME_ENUM(Native, Core, value)                          \
+  static_assert(                                                        \
+      static_cast<int>(Native::value) == static_cast<int>(Core::value), \
+      #Native " must follow " #Core)
+REDUCER_SAME_ENUM(NativeDataType, DataType, kFloat32);
+REDUCER_SAME_ENUM(NativeDataType, DataType, kFloat64);
+REDUCER_SAME_ENUM(NativeDataType, DataType, kFloat16);
+REDUCER_SAME_ENUM(NativeDataType, DataType, kBFloat16);
+REDUCER_SAME_ENUM(NativeDataType, DataType, kInt8);
+REDUCER_SAME_ENUM(NativeDataType, DataType, kUInt8);
+REDUCER_SAME_ENUM(NativeDataType, DataType, kInt32);
+REDUCER_SAME_ENUM(NativeDataType, DataType, kInt64);
+REDUCER_SAME_ENUM(NativeDataType, DataType, kBool);
+REDUCER_SAME_ENUM(NativeReduceOp, ReduceOp, kSum);
+REDUCER_SAME_ENUM(NativeReduceOp, ReduceOp, kProduct);
+REDUCER_SAME_ENUM(NativeReduceOp, ReduceOp, kMin);
+REDUCER_SAME_ENUM(NativeReduceOp, ReduceOp, kMax);
+REDUCER_SAME_ENUM(NativeReduceOp, ReduceOp, kAvg);
+REDUCER_SAME_ENUM(NativeReduceOp, ReduceOp, kBitAnd);
+REDUCER_SAME_ENUM(NativeReduceOp, ReduceOp, kBitOr);
+REDUCER_SAME_ENUM(NativeReduceOp, ReduceOp, kBitXor);
 #undef REDUCER_SAME_ENUM
 static_assert(kNumDataTypes == 9, "NativeDataType must list every DataType");
-static_assert(static_cast<int>(NativeReduceOp::kSum) ==
-                      static_cast<int>(ReduceOp::kSum) &&
-                  static_cast<int>(NativeReduceOp::kProduct) ==
-                      static_cast<int>(ReduceOp::kProduct) &&
-                  static_cast<int>(NativeReduceOp::kMin) ==
-                      static_cast<int>(ReduceOp::kMin) &&
-                  static_cast<int>(NativeReduceOp::kMax) ==
-                      static_cast<int>(ReduceOp::kMax) &&
-                  static_cast<int>(NativeReduceOp::kAvg) ==
-                      static_cast<int>(ReduceOp::kAvg) &&
-                  static_cast<int>(NativeReduceOp::kBitAnd) ==
-                      static_cast<int>(ReduceOp::kBitAnd) &&
-                  static_cast<int>(NativeReduceOp::kBitOr) ==
-                      static_cast<int>(ReduceOp::kBitOr) &&
-                  static_cast<int>(NativeReduceOp::kBitXor) ==
-                      static_cast<int>(ReduceOp::kBitXor) &&
-                  kNumReduceOps == 8,
-              "NativeReduceOp must follow ReduceOp");
+static_assert(kNumReduceOps == 8, "NativeReduceOp must list every ReduceOp");
 
 NativeOutcome OutcomeOf(const absl::Status& status) {
   return {static_cast<int>(status.code()), std::string(status.message())};

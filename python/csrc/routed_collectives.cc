@@ -46,61 +46,37 @@ SourcedResult ReceiveAny(Client& c, int tag, const CallOptions& options) {
 }  // namespace
 
 void DefineRoutedCollectives(py::class_<PyClient>& client) {
-  DefCall(client, "reduce",
-          TensorCall<kBlocking, ReadsTensor, OpName, int>(&Reduce), arg("x"),
-          arg("dtype"), arg("op"), arg("root"));
   DefCall(
       client, "reduce_",
       TensorCall<kBlocking, WritesTensor, OpName, int>(&Client::ReduceInPlace),
       arg("x"), arg("dtype"), arg("op"), arg("root"));
-  DefCall(client, "gather", TensorCall<kBlocking, ReadsTensor, int>(&Gather),
-          arg("x"), arg("dtype"), arg("root"));
-  DefCall(client, "scatter",
-          TensorCall<kBlocking, ReadsTensorIfGiven, int>(&Client::Scatter),
-          arg("x").none(true), arg("dtype"), arg("root"));
-  DefCall(client, "all_to_all",
-          TensorCall<kBlocking, ReadsTensor>(&Client::AllToAll), arg("x"),
-          arg("dtype"));
-  DefCall(client, "all_to_all_v",
-          TensorCall<kBlocking, ReadsTensor, Rows, OptionalRows>(&AllToAllV),
-          arg("x"), arg("dtype"), arg("send_rows"),
-          arg("recv_rows") = py::none());
-  DefCall(client, "send",
-          TensorCall<kBlocking, ReadsTensor, int, int>(&Client::Send), arg("x"),
-          arg("dtype"), arg("destination"), arg("tag"));
-  DefCall(client, "recv", OptionsCall<kBlocking, int, int>(&Client::Receive),
-          arg("source"), arg("tag"));
-  DefCall(client, "recv_any", OptionsCall<kBlocking, int>(&ReceiveAny),
-          arg("tag"));
   DefCall(
       client, "recv_",
       TensorCall<kBlocking, WritesTensor, int, int>(&Client::ReceiveInPlace),
       arg("x"), arg("dtype"), arg("source"), arg("tag"));
 
-  DefCall(client, "reduce_async",
-          TensorCall<kAsync, ReadsTensor, OpName, int>(&Client::ReduceAsync),
-          arg("x"), arg("dtype"), arg("op"), arg("root"));
-  DefCall(client, "gather_async",
-          TensorCall<kAsync, ReadsTensor, int>(&Client::GatherAsync), arg("x"),
-          arg("dtype"), arg("root"));
-  DefCall(client, "scatter_async",
-          TensorCall<kAsync, ReadsTensorIfGiven, int>(&Client::ScatterAsync),
-          arg("x").none(true), arg("dtype"), arg("root"));
-  DefCall(client, "all_to_all_async",
-          TensorCall<kAsync, ReadsTensor>(&Client::AllToAllAsync), arg("x"),
-          arg("dtype"));
-  DefCall(client, "all_to_all_v_async",
-          TensorCall<kAsync, ReadsTensor, Rows, OptionalRows>(&AllToAllVAsync),
-          arg("x"), arg("dtype"), arg("send_rows"),
-          arg("recv_rows") = py::none());
-  DefCall(client, "send_async",
-          TensorCall<kAsync, ReadsTensor, int, int>(&Client::SendAsync),
-          arg("x"), arg("dtype"), arg("destination"), arg("tag"));
-  DefCall(client, "recv_async",
-          OptionsCall<kAsync, int, int>(&Client::ReceiveAsync), arg("source"),
-          arg("tag"));
-  DefCall(client, "recv_any_async",
-          OptionsCall<kAsync, int>(&Client::ReceiveAnyAsync), arg("tag"));
+  // Blocking, and *_async.
+  DefTensorCalls<ReadsTensor, OpName, int>(
+      client, "reduce", &Reduce, &Client::ReduceAsync, arg("x"), arg("dtype"),
+      arg("op"), arg("root"));
+  DefTensorCalls<ReadsTensor, int>(client, "gather", &Gather,
+                                   &Client::GatherAsync, arg("x"), arg("dtype"),
+                                   arg("root"));
+  DefTensorCalls<ReadsTensorIfGiven, int>(
+      client, "scatter", &Client::Scatter, &Client::ScatterAsync,
+      arg("x").none(true), arg("dtype"), arg("root"));
+  DefTensorCalls<ReadsTensor>(client, "all_to_all", &Client::AllToAll,
+                              &Client::AllToAllAsync, arg("x"), arg("dtype"));
+  DefTensorCalls<ReadsTensor, Rows, OptionalRows>(
+      client, "all_to_all_v", &AllToAllV, &AllToAllVAsync, arg("x"),
+      arg("dtype"), arg("send_rows"), arg("recv_rows") = py::none());
+  DefTensorCalls<ReadsTensor, int, int>(
+      client, "send", &Client::Send, &Client::SendAsync, arg("x"), arg("dtype"),
+      arg("destination"), arg("tag"));
+  DefOptionsCalls<int, int>(client, "recv", &Client::Receive,
+                            &Client::ReceiveAsync, arg("source"), arg("tag"));
+  DefOptionsCalls<int>(client, "recv_any", &ReceiveAny,
+                       &Client::ReceiveAnyAsync, arg("tag"));
 }
 
 }  // namespace reducer::python

@@ -10,17 +10,20 @@ namespace reducer::python {
 
 namespace py = pybind11;
 
-PythonWork::PythonWork(py::object work)
-    : c10d::Work(-1, c10d::OpType::UNKNOWN, "reducer"), work_(std::move(work)) {}
-
-PythonWork::~PythonWork() {
+void DropReference(py::object& object) {
   if (!Py_IsInitialized()) {
-    work_.release();  // the interpreter is gone: nothing to free
+    object.release();
     return;
   }
   py::gil_scoped_acquire gil;
-  work_ = py::object();
+  object = py::object();
 }
+
+PythonWork::PythonWork(py::object work)
+    : c10d::Work(-1, c10d::OpType::UNKNOWN, "reducer"),
+      work_(std::move(work)) {}
+
+PythonWork::~PythonWork() { DropReference(work_); }
 
 bool PythonWork::isCompleted() {
   py::gil_scoped_acquire gil;

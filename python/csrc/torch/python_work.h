@@ -25,6 +25,11 @@
 
 namespace reducer::python {
 
+// Drops the reference `object` holds, for a destructor: under the GIL, or,
+// where the interpreter is gone already (a destructor run at exit), by
+// leaking it, since nothing is left to free then. Takes the GIL itself.
+void DropReference(pybind11::object& object);
+
 class PythonWork : public c10d::Work {
  public:
   // `work`: an object with TorchWork's methods (wait(timeout_seconds),

@@ -66,14 +66,7 @@ ReducerBackend::ReducerBackend(int rank, int size, py::object ops,
   }
 }
 
-ReducerBackend::~ReducerBackend() {
-  if (!Py_IsInitialized()) {
-    ops_.release();  // the interpreter is gone: nothing to free
-    return;
-  }
-  py::gil_scoped_acquire gil;
-  ops_ = py::object();
-}
+ReducerBackend::~ReducerBackend() { DropReference(ops_); }
 
 template <typename... Args>
 c10::intrusive_ptr<c10d::Work> ReducerBackend::CallOps(const char* method,
@@ -102,11 +95,10 @@ c10::intrusive_ptr<c10d::Work> ReducerBackend::NativeAllReduce(
   }
   const double timeout_s = opts.timeout.count() > 0 ? opts.timeout.count() / 1000.0 : 0.0;
   std::unique_ptr<NativePending> pending;
-  if (PyGILState_Check()) {
-    ReleasedGil released;
-    pending = connection_->AllReduceInPlace(tensor.data_ptr(), tensor.numel(), *dtype,
-                                            *op, timeout_s);
-  } else {
+  {
+    // A caller that holds the GIL gives it up while the call starts.
+    std::optional<ReleasedGil> released;
+    if (PyGILState_Check()) released.emplace();
     pending = connection_->AllReduceInPlace(tensor.data_ptr(), tensor.numel(), *dtype,
                                             *op, timeout_s);
   }

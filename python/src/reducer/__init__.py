@@ -42,7 +42,7 @@ from reducer._errors import *  # noqa: F401,F403  (the exception classes)
 from reducer._errors import ERROR_CLASSES, ReducerError
 from reducer._quorum import QuorumResult, QuorumSteps
 from reducer._routed import RoutedCollectives
-from reducer._work import Work, _result_dtype
+from reducer._work import Work, _call_from_root
 from reducer._version import __version__
 
 __all__ = ["Client", "MetricSync", "QuorumResult", "Work", "ReducerError",
@@ -190,13 +190,8 @@ class Client(RoutedCollectives, QuorumSteps):
         """The root's tensor, new, on every rank. A non-root may pass None when it
         does not know dtype or shape; it then gets a numpy array, or a torch
         tensor with kind="torch"."""
-        if x is None:
-            result = self._client.broadcast(None, "float32", int(root), **call_options)
-            return _arrays.from_array(result, _result_dtype(result), kind or _arrays.NUMPY)
-        array, dtype, given_kind = _arrays.to_array(x)
-        return _arrays.from_array(
-            self._client.broadcast(array, dtype, int(root), **call_options), dtype,
-            kind or given_kind)
+        result, convert = _call_from_root(self._client.broadcast, x, root, kind, call_options)
+        return convert(result)
 
     def broadcast_(self, x, root, **call_options):
         """Writes the root's tensor into x (dtype and shape must match) and returns x."""
@@ -225,15 +220,9 @@ class Client(RoutedCollectives, QuorumSteps):
     def broadcast_async(self, x, root, kind=None, **call_options):
         """Starts broadcast (x None on a non-root that does not know the
         root's dtype or shape); Work.wait() returns the root's tensor."""
-        if x is None:
-            handle = self._client.broadcast_async(None, "float32", int(root),
-                                                  **call_options)
-            return Work(handle, lambda results: _arrays.from_array(
-                results[0], _result_dtype(results[0]), kind or _arrays.NUMPY))
-        array, dtype, given_kind = _arrays.to_array(x)
-        handle = self._client.broadcast_async(array, dtype, int(root), **call_options)
-        return Work(handle, lambda results: _arrays.from_array(
-            results[0], dtype, kind or given_kind))
+        handle, convert = _call_from_root(self._client.broadcast_async, x, root, kind,
+                                          call_options)
+        return Work(handle, lambda results: convert(results[0]))
 
     def reduce_scatter_async(self, x, op="sum", **call_options):
         """Starts reduce_scatter; Work.wait() returns this rank's slice."""

@@ -28,7 +28,7 @@ and timeout (send and recv: timeout only).
 """
 
 from reducer import _arrays
-from reducer._work import Work, _result_dtype
+from reducer._work import Work, _call_from_root, _result_dtype
 
 
 class RoutedCollectives:
@@ -63,12 +63,8 @@ class RoutedCollectives:
         """Part i (along dim 0) of the root's x, new, on rank i. The other
         ranks pass None; they get a numpy array, or a torch tensor with
         kind="torch"."""
-        if x is None:
-            result = self._client.scatter(None, "float32", int(root), **call_options)
-            return _arrays.from_array(result, _result_dtype(result), kind or _arrays.NUMPY)
-        array, dtype, given_kind = _arrays.to_array(x)
-        result = self._client.scatter(array, dtype, int(root), **call_options)
-        return _arrays.from_array(result, dtype, kind or given_kind)
+        result, convert = _call_from_root(self._client.scatter, x, root, kind, call_options)
+        return convert(result)
 
     def all_to_all(self, x, **call_options):
         """x cut along dim 0 into one part per rank; part j goes to rank j.
@@ -143,14 +139,9 @@ class RoutedCollectives:
     def scatter_async(self, x, root=0, kind=None, **call_options):
         """Starts scatter (x None on the other ranks); Work.wait() returns
         this rank's part."""
-        if x is None:
-            handle = self._client.scatter_async(None, "float32", int(root), **call_options)
-            return Work(handle, lambda results: _arrays.from_array(
-                results[0], _result_dtype(results[0]), kind or _arrays.NUMPY))
-        array, dtype, given_kind = _arrays.to_array(x)
-        handle = self._client.scatter_async(array, dtype, int(root), **call_options)
-        return Work(handle, lambda results: _arrays.from_array(
-            results[0], dtype, kind or given_kind))
+        handle, convert = _call_from_root(self._client.scatter_async, x, root, kind,
+                                          call_options)
+        return Work(handle, lambda results: convert(results[0]))
 
     def all_to_all_async(self, x, **call_options):
         """Starts all_to_all; Work.wait() returns what all_to_all returns."""

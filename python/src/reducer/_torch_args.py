@@ -47,6 +47,25 @@ def _check_parts(parts, count, like, what, role):
                              f"expected {like.dtype} with {n} elements")
 
 
+def _check_world_times(whole, part, world, what, role):
+    """Checks that `whole` (the `role` tensor of `what`: "output", "input 2")
+    has `part`'s dtype and `world` times its elements: an all-gather's output
+    against its input, a reduce-scatter's input against its output."""
+    if whole.numel() != world * part.numel() or whole.dtype != part.dtype:
+        raise ValueError(f"{what} {role} is {whole.dtype} {list(whole.shape)}; "
+                         f"expected {part.dtype} with {world} x {part.numel()} elements")
+
+
+def _check_coalesced(wholes, parts, world, what, role):
+    """Checks that there are as many `wholes` as `parts` and each pair as
+    _check_world_times does (role "output": the wholes are the outputs)."""
+    inputs, outputs = (parts, wholes) if role == "output" else (wholes, parts)
+    if len(outputs) != len(inputs):
+        raise ValueError(f"{what}: {len(inputs)} inputs but {len(outputs)} outputs")
+    for k, (whole, part) in enumerate(zip(wholes, parts)):
+        _check_world_times(whole, part, world, what, f"{role} {k}")
+
+
 def _one(tensors, what):
     if len(tensors) != 1:
         raise ValueError(f"the reducer backend takes one tensor per {what}, "

@@ -24,9 +24,10 @@ import torch.distributed as dist
 
 import reducer
 from reducer import _arrays
-from reducer._torch_args import _check_parts, _one, _reduce_op, _same_dtype, _timeout
+from reducer._torch_args import (_check_coalesced, _check_parts, _check_world_times, _one,
+                                 _reduce_op, _same_dtype, _timeout)
 from reducer._torch_routed import RoutedOps
-from reducer._torch_work import Completer, TorchWork
+from reducer._torch_work import Completer, TorchWork, _filling
 
 BACKEND_NAME = "reducer"
 
@@ -145,17 +146,10 @@ class BackendOps(RoutedOps):
         return self._work(pending, finish, "all_gather")
 
     def all_gather_single(self, output, input, opts=None):
-        if output.numel() != self.size() * input.numel() or output.dtype != input.dtype:
-            raise ValueError(f"all_gather_into_tensor output is {output.dtype} "
-                             f"{list(output.shape)}; expected {input.dtype} with "
-                             f"{self.size()} x {input.numel()} elements")
+        _check_world_times(output, input, self.size(), "all_gather_into_tensor", "output")
         pending = self._client.all_gather_async(input.reshape(-1),
                                                 timeout=_timeout(opts))
-
-        def finish(gathered):
-            output.copy_(gathered.view(output.shape))
-            return [output]
-        return self._work(pending, finish, "all_gather_into_tensor")
+        return self._work(pending, _filling(output), "all_gather_into_tensor")
 
     def _gather_concatenated(self, inputs, what, opts):
         """Starts one all-gather of the inputs flattened and concatenated
@@ -198,14 +192,8 @@ class BackendOps(RoutedOps):
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         """all_gather_into_tensor under _coalescing_manager: outputs[k] gets
         every rank's inputs[k], concatenated in rank order."""
-        if len(outputs) != len(inputs):
-            raise ValueError(f"all_gather_into_tensor_coalesced: {len(inputs)} inputs "
-                             f"but {len(outputs)} outputs")
-        for k, (out, x) in enumerate(zip(outputs, inputs)):
-            if out.numel() != self.size() * x.numel() or out.dtype != x.dtype:
-                raise ValueError(f"all_gather_into_tensor_coalesced output {k} is "
-                                 f"{out.dtype} {list(out.shape)}; expected {x.dtype} "
-                                 f"with {self.size()} x {x.numel()} elements")
+        _check_coalesced(outputs, inputs, self.size(), "all_gather_into_tensor_coalesced",
+                         "output")
         pending, counts = self._gather_concatenated(
             inputs, "all_gather_into_tensor_coalesced", opts)
         total = sum(counts)
@@ -242,37 +230,20 @@ class BackendOps(RoutedOps):
         stacked = torch.cat([x.reshape(-1) for x in inputs])
         pending = self._client.reduce_scatter_async(stacked, _reduce_op(opts),
                                                     timeout=_timeout(opts))
-
-        def finish(result):
-            output.copy_(result.view(output.shape))
-            return [output]
-        return self._work(pending, finish, "reduce_scatter")
+        return self._work(pending, _filling(output), "reduce_scatter")
 
     def reduce_scatter_single(self, output, input, opts=None):
-        if input.numel() != self.size() * output.numel() or output.dtype != input.dtype:
-            raise ValueError(f"reduce_scatter_tensor input is {input.dtype} "
-                             f"{list(input.shape)}; expected {output.dtype} with "
-                             f"{self.size()} x {output.numel()} elements")
+        _check_world_times(input, output, self.size(), "reduce_scatter_tensor", "input")
         pending = self._client.reduce_scatter_async(input.reshape(-1), _reduce_op(opts),
                                                     timeout=_timeout(opts))
-
-        def finish(result):
-            output.copy_(result.view(output.shape))
-            return [output]
-        return self._work(pending, finish, "reduce_scatter_tensor")
+        return self._work(pending, _filling(output), "reduce_scatter_tensor")
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         """reduce_scatter_tensor under _coalescing_manager: one reduce-scatter
         of every input, laid out so that rank r's part holds part r of each
         input in turn."""
-        if len(outputs) != len(inputs):
-            raise ValueError(f"reduce_scatter_tensor_coalesced: {len(inputs)} inputs "
-                             f"but {len(outputs)} outputs")
-        for k, (out, x) in enumerate(zip(outputs, inputs)):
-            if x.numel() != self.size() * out.numel() or out.dtype != x.dtype:
-                raise ValueError(f"reduce_scatter_tensor_coalesced input {k} is "
-                                 f"{x.dtype} {list(x.shape)}; expected {out.dtype} "
-                                 f"with {self.size()} x {out.numel()} elements")
+        _check_coalesced(inputs, outputs, self.size(), "reduce_scatter_tensor_coalesced",
+                         "input")
         _same_dtype(inputs, "reduce_scatter_tensor_coalesced")
         world = self.size()
         counts = [out.numel() for out in outputs]

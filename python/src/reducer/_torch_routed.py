@@ -14,6 +14,7 @@ import torch
 
 from reducer import _arrays
 from reducer._torch_args import _check_parts, _one, _reduce_op, _same_dtype, _timeout
+from reducer._torch_work import _filling
 
 
 def _root(opts):
@@ -59,16 +60,24 @@ class RoutedOps:
             return [tensor]
         return self._work(pending, finish, "reduce")
 
+    def _root_parts(self, tensors, like, opts, what, role):
+        """(root, parts): the list of `role` tensors ("output" of gather,
+        "input" of scatter) that the root alone passes as `tensors`, checked
+        to hold one tensor of like's dtype and size per rank; None on the
+        other ranks, which must pass none."""
+        root = _root(opts)
+        if root != self.rank():
+            if tensors:
+                raise ValueError(f"{what}: only the root (rank {root}) passes {role} "
+                                 f"tensors; rank {self.rank()} passed {len(tensors)}")
+            return root, None
+        parts = _one(tensors, what)
+        _check_parts(parts, self.size(), like, what, role)
+        return root, parts
+
     def gather(self, output_tensors, input_tensors, opts=None):
         tensor = _one(input_tensors, "gather")
-        root = _root(opts)
-        outputs = None
-        if root == self.rank():
-            outputs = _one(output_tensors, "gather")
-            _check_parts(outputs, self.size(), tensor, "gather", "output")
-        elif output_tensors:
-            raise ValueError(f"gather: only the root (rank {root}) passes output "
-                             f"tensors; rank {self.rank()} passed {len(output_tensors)}")
+        root, outputs = self._root_parts(output_tensors, tensor, opts, "gather", "output")
         n = tensor.numel()
         pending = self._client.gather_async(tensor.reshape(-1), root,
                                             timeout=_timeout(opts))
@@ -81,15 +90,8 @@ class RoutedOps:
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         output = _one(output_tensors, "scatter")
-        root = _root(opts)
-        stacked = None
-        if root == self.rank():
-            inputs = _one(input_tensors, "scatter")
-            _check_parts(inputs, self.size(), output, "scatter", "input")
-            stacked = torch.cat([x.reshape(-1) for x in inputs])
-        elif input_tensors:
-            raise ValueError(f"scatter: only the root (rank {root}) passes input "
-                             f"tensors; rank {self.rank()} passed {len(input_tensors)}")
+        root, inputs = self._root_parts(input_tensors, output, opts, "scatter", "input")
+        stacked = None if inputs is None else torch.cat([x.reshape(-1) for x in inputs])
         pending = self._client.scatter_async(stacked, root, kind=_arrays.TORCH,
                                              timeout=_timeout(opts))
 
@@ -120,11 +122,7 @@ class RoutedOps:
             recv_rows = _split_rows(output_split_sizes, output, world, "output")
             pending = self._client.all_to_all_v_async(
                 input.contiguous(), send_rows, recv_rows, timeout=_timeout(opts))
-
-        def finish(result):
-            output.copy_(result.view(output.shape))
-            return [output]
-        return self._work(pending, finish, "all_to_all_single")
+        return self._work(pending, _filling(output), "all_to_all_single")
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         """Parts of one shape go through reducerd's all-to-all; parts of

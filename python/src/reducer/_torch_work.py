@@ -102,6 +102,15 @@ class Completer:
             work._collect()
 
 
+def _filling(output):
+    """A Work's finish that copies the flat result into `output`, in its
+    shape, and returns [output]."""
+    def finish(result):
+        output.copy_(result.view(output.shape))
+        return [output]
+    return finish
+
+
 class TorchWork(dist.Work):
     """One collective of the "reducer" backend, started and not yet collected.
 

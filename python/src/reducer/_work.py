@@ -1,5 +1,6 @@
 """Work, what the *_async methods return; _result_dtype, the dtype name of
-a result array whose dtype the caller did not give."""
+a result array whose dtype the caller did not give; _call_from_root, the
+calls whose x only the root must give (broadcast, scatter)."""
 
 import numpy as np
 
@@ -11,6 +12,22 @@ def _result_dtype(array):
     if array.dtype == np.int16:
         return "bfloat16"
     return _arrays._NUMPY_DTYPES[array.dtype]
+
+
+def _call_from_root(call, x, root, kind, call_options):
+    """Runs call(array, dtype, root, **call_options), a _reducer.Client
+    method of broadcast's shape (blocking or _async), where x may be None on
+    a rank that does not know the root's dtype or shape. Returns what call
+    returned and a function from a result array to the caller's result: x's
+    kind and dtype, or where x is None the result's own dtype and `kind`
+    (default numpy); `kind` given wins over x's."""
+    if x is None:
+        return (call(None, "float32", int(root), **call_options),
+                lambda result: _arrays.from_array(result, _result_dtype(result),
+                                                  kind or _arrays.NUMPY))
+    array, dtype, given_kind = _arrays.to_array(x)
+    return (call(array, dtype, int(root), **call_options),
+            lambda result: _arrays.from_array(result, dtype, kind or given_kind))
 
 
 class Work:
