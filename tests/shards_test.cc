@@ -44,6 +44,7 @@
 #include "gtest/gtest.h"
 #include "tests/fault_test_base.h"
 #include "tests/http_get.h"
+#include "tests/matchers.h"
 #include "tests/process_harness.h"
 #include "tests/tcp_proxy.h"
 
@@ -52,8 +53,6 @@ namespace testing {
 namespace {
 
 using ::testing::AnyOf;
-using ::testing::HasSubstr;
-using ::testing::Not;
 
 constexpr int kWorld = 4;
 constexpr int kShards = 3;

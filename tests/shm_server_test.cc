@@ -46,15 +46,13 @@
 #include "proto/reducer/v1/status_conversion.h"
 #include "server/server.h"
 #include "tests/closed_form.h"
+#include "tests/matchers.h"
 #include "tests/raw_client.h"
-#include "tests/status_matchers.h"
 
 namespace reducer {
 namespace testing {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr size_t kChunkBytes = 64 << 10;
