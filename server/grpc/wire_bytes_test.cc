@@ -79,7 +79,8 @@ TEST(WireBytesTest, EncodedResultParsesWithTheGeneratedClasses) {
   extra.mutable_status()->set_code(0);
 
   v1::CollectiveResponse parsed;
-  ASSERT_TRUE(parsed.ParseFromString(FlattenByteBuffer(EncodeResult(message, extra))));
+  ASSERT_TRUE(
+      parsed.ParseFromString(FlattenByteBuffer(EncodeResult(message, extra))));
   EXPECT_EQ(parsed.offset(), 24u);
   EXPECT_EQ(parsed.call_id(), 77u);
   EXPECT_TRUE(parsed.has_status());
