@@ -13,12 +13,10 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::Not;
 
 // A well-formed hash (64 hex digits) for the file-format tests.
 constexpr char kHashA[] =
@@ -80,18 +78,17 @@ TEST_F(JobTokensTest, ChecksEachCase) {
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   EXPECT_TRUE((*tokens)->Check("job-a", Present("secret-a")).ok());
   EXPECT_TRUE((*tokens)->Check("job-b", Present("secret-b")).ok());
-  absl::Status missing = (*tokens)->Check("job-a", PresentedToken{});
-  EXPECT_EQ(missing.code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_THAT(missing.message(), HasSubstr("job-a"));
-  absl::Status other = (*tokens)->Check("job-b", Present("secret-a"));
-  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(other.message(), HasSubstr("another job"));
-  EXPECT_THAT(other.message(), Not(HasSubstr("secret-a")));
-  absl::Status unknown = (*tokens)->Check("job-a", Present("wrong"));
-  EXPECT_EQ(unknown.code(), absl::StatusCode::kUnauthenticated);
-  absl::Status unlisted = (*tokens)->Check("job-c", Present("secret-a"));
-  EXPECT_EQ(unlisted.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(unlisted.message(), HasSubstr("job-c has no token"));
+  EXPECT_THAT((*tokens)->Check("job-a", PresentedToken{}),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("job-a")));
+  EXPECT_THAT(
+      (*tokens)->Check("job-b", Present("secret-a")),
+      StatusIs(absl::StatusCode::kPermissionDenied,
+               AllOf(HasSubstr("another job"), Not(HasSubstr("secret-a")))));
+  EXPECT_THAT((*tokens)->Check("job-a", Present("wrong")),
+              StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT((*tokens)->Check("job-c", Present("secret-a")),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("job-c has no token")));
 }
 
 // A line for JOB governs every JOB/... job (the torch backend's jobs) that
@@ -114,39 +111,39 @@ TEST(JobTokensPrefixTest, ALineCoversItsJobsSlashNames) {
   // Not a prefix at a '/': no line governs these.
   for (const char* job : {"trainX", "train-x", "trai"}) {
     SCOPED_TRACE(job);
-    absl::Status s = (*tokens)->Check(job, train);
-    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
-    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("job ", job, " has no token")));
+    EXPECT_THAT(
+        (*tokens)->Check(job, train),
+        StatusIs(absl::StatusCode::kPermissionDenied,
+                 HasSubstr(absl::StrCat("job ", job, " has no token"))));
   }
 
   // An exact line wins over the prefix line, and over a shorter prefix.
   EXPECT_TRUE((*tokens)->Check("train/pinned", Present("secret-pinned")).ok());
-  absl::Status shadowed = (*tokens)->Check("train/pinned", train);
-  EXPECT_EQ(shadowed.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(shadowed.message(), HasSubstr("another job"));
-  EXPECT_EQ((*tokens)->Check("train/pinned/z", train).code(),
-            absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ((*tokens)->Check("train/x", Present("secret-pinned")).code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(
+      (*tokens)->Check("train/pinned", train),
+      StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("another job")));
+  EXPECT_THAT((*tokens)->Check("train/pinned/z", train),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT((*tokens)->Check("train/x", Present("secret-pinned")),
+              StatusIs(absl::StatusCode::kPermissionDenied));
 
   // Another job's token, a wrong one, none: the usual codes, naming the job
   // and the governing line, never the token.
-  absl::Status other = (*tokens)->Check("train/x", Present("secret-other"));
-  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(other.message(), HasSubstr("job train/x (tokens-file line train)"));
-  EXPECT_THAT(other.message(), HasSubstr("another job"));
-  EXPECT_THAT(other.message(), Not(HasSubstr("secret")));
-  absl::Status wrong = (*tokens)->Check("train/x", Present("wrong-token-5"));
-  EXPECT_EQ(wrong.code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_THAT(wrong.message(), HasSubstr("job train/x (tokens-file line train)"));
-  EXPECT_THAT(wrong.message(), Not(HasSubstr("wrong-token-5")));
-  absl::Status none = (*tokens)->Check("train/x", PresentedToken{});
-  EXPECT_EQ(none.code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_THAT(none.message(), HasSubstr("job train/x"));
+  EXPECT_THAT(
+      (*tokens)->Check("train/x", Present("secret-other")),
+      StatusIs(absl::StatusCode::kPermissionDenied,
+               AllOf(HasSubstr("job train/x (tokens-file line train)"),
+                     HasSubstr("another job"), Not(HasSubstr("secret")))));
+  EXPECT_THAT((*tokens)->Check("train/x", Present("wrong-token-5")),
+              StatusIs(absl::StatusCode::kUnauthenticated,
+                       AllOf(HasSubstr("job train/x (tokens-file line train)"),
+                             Not(HasSubstr("wrong-token-5")))));
   // How to send one, in each client's words.
-  EXPECT_THAT(none.message(), HasSubstr("ClientOptions::token"));
-  EXPECT_THAT(none.message(), HasSubstr("token="));
-  EXPECT_THAT(none.message(), HasSubstr("REDUCER_TOKEN"));
+  EXPECT_THAT((*tokens)->Check("train/x", PresentedToken{}),
+              StatusIs(absl::StatusCode::kUnauthenticated,
+                       AllOf(HasSubstr("job train/x"),
+                             HasSubstr("ClientOptions::token"),
+                             HasSubstr("token="), HasSubstr("REDUCER_TOKEN"))));
 }
 
 TEST_F(JobTokensTest, CheckAnyJobKnowsEveryJobsTokenAndNoOther) {
@@ -154,12 +151,12 @@ TEST_F(JobTokensTest, CheckAnyJobKnowsEveryJobsTokenAndNoOther) {
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   EXPECT_TRUE((*tokens)->CheckAnyJob(Present("secret-a")).ok());
   EXPECT_TRUE((*tokens)->CheckAnyJob(Present("secret-b")).ok());
-  EXPECT_EQ((*tokens)->CheckAnyJob(PresentedToken{}).code(),
-            absl::StatusCode::kUnauthenticated);
-  absl::Status unknown = (*tokens)->CheckAnyJob(Present("bogus-token-9"));
-  EXPECT_EQ(unknown.code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_THAT(unknown.message(), HasSubstr("not one reducerd knows"));
-  EXPECT_THAT(unknown.message(), Not(HasSubstr("bogus-token-9")));
+  EXPECT_THAT((*tokens)->CheckAnyJob(PresentedToken{}),
+              StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT((*tokens)->CheckAnyJob(Present("bogus-token-9")),
+              StatusIs(absl::StatusCode::kUnauthenticated,
+                       AllOf(HasSubstr("not one reducerd knows"),
+                             Not(HasSubstr("bogus-token-9")))));
 }
 
 TEST_F(JobTokensTest, ReadsTheFileAgainWhenASymlinkIsSwapped) {
@@ -179,8 +176,8 @@ TEST_F(JobTokensTest, ReadsTheFileAgainWhenASymlinkIsSwapped) {
   ASSERT_EQ(std::rename(tmp.c_str(), link.c_str()), 0);
   absl::SleepFor(absl::Milliseconds(5));
   EXPECT_TRUE((*tokens)->Check("job-a", Present("rotated")).ok());
-  EXPECT_EQ((*tokens)->Check("job-a", Present("secret-a")).code(),
-            absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT((*tokens)->Check("job-a", Present("secret-a")),
+              StatusIs(absl::StatusCode::kUnauthenticated));
 }
 
 TEST_F(JobTokensTest, AMalformedNewVersionKeepsTheOldTokens) {
@@ -196,13 +193,13 @@ TEST(JobTokensLoadTest, NamesTheFileAndLineOfAMalformedLine) {
   WriteFile(path, absl::StrCat("job-a ", kHashA, "\njob-b 1234\n"));
   auto tokens = JobTokens::Load(path);
   ASSERT_FALSE(tokens.ok());
-  EXPECT_EQ(tokens.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(tokens.status().message(), HasSubstr(path + " line 2"));
+  EXPECT_THAT(tokens, StatusIs(absl::StatusCode::kInvalidArgument,
+                               HasSubstr(path + " line 2")));
   WriteFile(path, absl::StrCat("job-a ", kHashA, "\njob-a ", kHashA, "\n"));
   EXPECT_THAT(JobTokens::Load(path).status().message(),
               HasSubstr("listed twice"));
-  EXPECT_EQ(JobTokens::Load(path + ".absent").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(JobTokens::Load(path + ".absent"),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 }  // namespace
