@@ -17,16 +17,17 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/reducer/v1/call_status.h"
 #include "proto/reducer/v1/reducer.grpc.pb.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/engine/timer_queue.h"
 #include "server/jobs/job_door_test_env.h"
 #include "server/metrics/metrics_sink.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
 
-using ::testing::HasSubstr;
 using Env = JobDoorTestEnv;
 using Stream =
     grpc::ClientReaderWriter<v1::CollectiveRequest, v1::CollectiveResponse>;
@@ -254,7 +255,7 @@ TEST_F(ReducerServiceTest, CollectivesStreamAnswersEachCallByItsId) {
     v1::CollectiveResponse response;
     ASSERT_TRUE(streams[rank]->Read(&response)) << "rank " << rank;
     EXPECT_EQ(response.call_id(), 7 + rank);
-    EXPECT_EQ(response.status().code(), 0) << response.status().message();
+    EXPECT_THAT(FromCallStatus(response.status()), IsOk());
     EXPECT_EQ(response.result_size(), 1);
     EXPECT_EQ(response.data(), Floats(3, 4, 6, 8)) << "rank " << rank;
     ASSERT_TRUE(streams[rank]->WritesDone());
@@ -273,14 +274,14 @@ TEST_F(ReducerServiceTest, CollectivesCallRefusedFailsOnlyThatCall) {
   v1::CollectiveResponse response;
   ASSERT_TRUE(stream->Read(&response));
   EXPECT_EQ(response.call_id(), 1);
-  EXPECT_EQ(response.status().code(),
-            static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(FromCallStatus(response.status()),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   // The stream goes on: the next call is answered.
   ASSERT_TRUE(stream->Write(Request(Env::AllReduce("j", "s0", 0),
                                     Floats(1, 2, 3, 4), /*call_id=*/2)));
   ASSERT_TRUE(stream->Read(&response));
   EXPECT_EQ(response.call_id(), 2);
-  EXPECT_EQ(response.status().code(), 0) << response.status().message();
+  EXPECT_THAT(FromCallStatus(response.status()), IsOk());
   EXPECT_EQ(response.data(), Floats(1, 2, 3, 4));
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());

@@ -25,6 +25,7 @@
 #include "core/shm/unique_fd.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/reducer/v1/call_status.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/jobs/fake_job_channels.h"
 #include "server/jobs/job_door_test_env.h"
@@ -141,7 +142,7 @@ TEST_F(SharedMemorySessionTest, InlineCallIsAnsweredInline) {
   const v1::CollectiveResponse response = NextResponse(&stepped);
   EXPECT_THAT(stepped, IsOk());
   EXPECT_EQ(response.call_id(), 1);
-  EXPECT_EQ(response.status().code(), 0) << response.status().message();
+  EXPECT_THAT(FromCallStatus(response.status()), IsOk());
   EXPECT_EQ(response.result_size(), 1);
   EXPECT_EQ(response.data(), Ramp(Env::kFloats));
   EXPECT_FALSE(response.has_data_range());
@@ -162,7 +163,7 @@ TEST_F(SharedMemorySessionTest, LargeCallTravelsInTheSegmentsAndIsReleased) {
   absl::Status stepped;
   const v1::CollectiveResponse response = NextResponse(&stepped);
   EXPECT_THAT(stepped, IsOk());
-  ASSERT_EQ(response.status().code(), 0) << response.status().message();
+  ASSERT_THAT(FromCallStatus(response.status()), IsOk());
   ASSERT_TRUE(response.has_data_range());
   ASSERT_EQ(response.data_range().size(), payload.size());
   EXPECT_EQ(std::string(results_->data() + response.data_range().offset(),
@@ -190,14 +191,13 @@ TEST_F(SharedMemorySessionTest, HeaderOfAnotherRankFailsOnlyThatCall) {
   v1::CollectiveResponse response = NextResponse(&stepped);
   EXPECT_THAT(stepped, IsOk());
   EXPECT_EQ(response.call_id(), 1);
-  EXPECT_EQ(response.status().code(),
-            static_cast<int>(absl::StatusCode::kPermissionDenied));
-  EXPECT_THAT(response.status().message(),
-              HasSubstr("carries only the calls of job j rank 0"));
+  EXPECT_THAT(FromCallStatus(response.status()),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("carries only the calls of job j rank 0")));
   Push(Call(2, Ramp(Env::kFloats)));
   response = NextResponse(&stepped);
   EXPECT_EQ(response.call_id(), 2);
-  EXPECT_EQ(response.status().code(), 0) << response.status().message();
+  EXPECT_THAT(FromCallStatus(response.status()), IsOk());
 }
 
 TEST_F(SharedMemorySessionTest, CancelAnswersAWaitingCallCancelled) {
@@ -210,10 +210,9 @@ TEST_F(SharedMemorySessionTest, CancelAnswersAWaitingCallCancelled) {
   absl::Status stepped;
   const v1::CollectiveResponse response = NextResponse(&stepped);
   EXPECT_EQ(response.call_id(), 1);
-  EXPECT_EQ(response.status().code(),
-            static_cast<int>(absl::StatusCode::kCancelled));
-  EXPECT_THAT(response.status().message(),
-              HasSubstr("call 1 was cancelled by its client"));
+  EXPECT_THAT(FromCallStatus(response.status()),
+              StatusIs(absl::StatusCode::kCancelled,
+                       HasSubstr("call 1 was cancelled by its client")));
 }
 
 TEST_F(SharedMemorySessionTest, RecordThatDoesNotParseEndsTheSession) {
