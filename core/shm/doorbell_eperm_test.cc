@@ -42,7 +42,9 @@
 #include "core/shm/doorbell.h"
 #include "core/shm/message_ring.h"
 #include "core/shm/shared_segment.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
@@ -169,7 +171,8 @@ TEST_F(DoorbellEpermTest, RefusedWaitChangeEndsAtOnceNotAtTheDeadline) {
     const absl::Time start = absl::Now();
     const auto waited = bell.WaitChange(7, start + absl::Seconds(5));
     const absl::Duration took = absl::Now() - start;
-    return Check(waited.status().code() == absl::StatusCode::kPermissionDenied,
+    return Check(::testing::Value(
+                     waited, StatusIs(absl::StatusCode::kPermissionDenied)),
                  absl::StrCat("WaitChange: ", waited.status().ToString())) &&
            Check(
                took < absl::Seconds(1),
@@ -189,7 +192,8 @@ TEST_F(DoorbellEpermTest, RefusedWaitAnyEndsAtOnceWithOrWithoutFutexWaitv) {
       const absl::Status waited =
           Doorbell::WaitAny(watches, start + absl::Seconds(5));
       const absl::Duration took = absl::Now() - start;
-      ok = Check(waited.code() == absl::StatusCode::kPermissionDenied,
+      ok = Check(::testing::Value(
+                     waited, StatusIs(absl::StatusCode::kPermissionDenied)),
                  absl::StrCat("WaitAny (futex_waitv ", use_waitv,
                               "): ", waited.ToString())) &&
            Check(took < absl::Seconds(1),
@@ -229,7 +233,8 @@ TEST_F(DoorbellEpermTest, PollingWaiterSeesARingAndDoesNotSpin) {
     std::fprintf(
         stderr, "child: 300 ms of refused waits took %s of CPU in %s\n",
         absl::FormatDuration(cpu).c_str(), absl::FormatDuration(wall).c_str());
-    if (!Check(idle.code() == absl::StatusCode::kDeadlineExceeded,
+    if (!Check(::testing::Value(idle,
+                                StatusIs(absl::StatusCode::kDeadlineExceeded)),
                absl::StrCat("idle wait: ", idle.ToString())) ||
         !Check(cpu < wall * 0.3,
                absl::StrCat("refused waits spin: ", absl::FormatDuration(cpu),
