@@ -11,12 +11,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/collective_test_base.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 
 // A `kind` over ranks 0 and 1 rooted at 0, whose rank 1 sends `payload`
 // though a non-root sends none: the collective fails for both ranks with
@@ -30,10 +28,11 @@ void ExpectNonRootPayloadFailsAll(CollectiveTest& t, CollectiveKind kind,
   EXPECT_FALSE(c->OnData(1, 0, Range(payload)));
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(ch[r]->failure().message(),
-                HasSubstr(absl::StrCat("a non-root rank sends no ",
-                                       CollectiveKindName(kind), " payload")));
+    EXPECT_THAT(ch[r]->failure(),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat("a non-root rank sends no ",
+                                                CollectiveKindName(kind),
+                                                " payload"))));
   }
   EXPECT_EQ(t.memory().used(), 0u);
 }
@@ -61,9 +60,9 @@ void ExpectThirdRankShapeFailsAll(CollectiveTest& t, CollectiveKind kind,
   c->Attach(ch[2], 2, Fp(kind, {Spec(dtype, std::move(other))}, {0, 1, 2}), "");
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(ch[r]->failure().message(), HasSubstr(mismatch));
-    EXPECT_THAT(ch[r]->failure().message(), HasSubstr("in job j1"));
+    EXPECT_THAT(ch[r]->failure(),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         AllOf(HasSubstr(mismatch), HasSubstr("in job j1"))));
     EXPECT_EQ(ch[r]->fail_calls(), 1);
     EXPECT_THAT(ch[r]->sent(), IsEmpty());
   }
@@ -97,7 +96,7 @@ TEST_F(CollectiveTest, TimeoutFailsWaitingRanksNamingTheMissingOne) {
   EXPECT_EQ(memory_->used(), 0u);
   // A late rank gets the same failure.
   c->Attach(ch[1], 1, fp, "");
-  EXPECT_EQ(ch[1]->failure().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(ch[1]->failure(), StatusIs(absl::StatusCode::kDeadlineExceeded));
 }
 
 TEST_F(CollectiveTest, RankCancelledBeforeAllArrivedIsDetachedAndMayRetry) {
@@ -141,15 +140,16 @@ TEST_F(CollectiveTest, RetryOnANewStreamReplacesTheFirstBeforeData) {
   const Fingerprint fp = Fp(CollectiveKind::kBarrier, {}, {0, 1});
   c->Attach(ch[0], 0, fp, "a0");
   c->Attach(retry, 0, fp, "a0");
-  EXPECT_EQ(ch[0]->failure().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(ch[0]->failure().message(),
-              HasSubstr("rank 0's contribution was replaced by its retry"));
+  EXPECT_THAT(
+      ch[0]->failure(),
+      StatusIs(absl::StatusCode::kAborted,
+               HasSubstr("rank 0's contribution was replaced by its retry")));
   // The same rank with a different attempt is a second contribution.
   auto twice = std::make_shared<FakeRankChannel>();
   c->Attach(twice, 0, fp, "other");
-  EXPECT_EQ(twice->failure().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(twice->failure().message(),
-              HasSubstr("rank 0 contributed twice"));
+  EXPECT_THAT(twice->failure(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("rank 0 contributed twice")));
   c->Attach(ch[1], 1, fp, "a1");
   EXPECT_TRUE(retry->finished_ok());
   EXPECT_TRUE(ch[1]->finished_ok());
@@ -165,9 +165,9 @@ TEST_F(CollectiveTest, RankCancelledAfterAllArrivedAbortsEveryone) {
   c->OnRankCancelled(1, ch[1].get());
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kAborted);
-    EXPECT_THAT(ch[r]->failure().message(),
-                HasSubstr("rank 1's call was cancelled"));
+    EXPECT_THAT(ch[r]->failure(),
+                StatusIs(absl::StatusCode::kAborted,
+                         HasSubstr("rank 1's call was cancelled")));
   }
   EXPECT_TRUE(c->done());
   EXPECT_EQ(memory_->used(), 0u);
@@ -201,7 +201,7 @@ TEST_F(CollectiveTest, EpochEndBeforeEveryInputIsInFailsEveryone) {
   Feed(*c, 1, Bytes(Ramp(1, kN)).substr(0, 40));
   c->FailUnlessDecided(absl::AbortedError("epoch 1 aborted: rank 5 lost"));
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kAborted);
+    EXPECT_THAT(ch[r]->failure(), StatusIs(absl::StatusCode::kAborted));
     EXPECT_FALSE(ch[r]->finished_ok());
   }
   EXPECT_TRUE(c->done());
@@ -238,12 +238,12 @@ TEST_F(CollectiveTest,
   c->OnData(1, 0, Range(Bytes(Ramp(1, 4))));
   c->OnRankCancelled(1, ch[1].get());
   for (int r : {0, 1}) {
-    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kAborted);
-    EXPECT_THAT(ch[r]->failure().message(),
-                HasSubstr("rank 1's call was cancelled"));
+    EXPECT_THAT(ch[r]->failure(),
+                StatusIs(absl::StatusCode::kAborted,
+                         HasSubstr("rank 1's call was cancelled")));
   }
   c->Attach(ch[2], 2, fp, "a2");
-  EXPECT_EQ(ch[2]->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(ch[2]->failure(), StatusIs(absl::StatusCode::kAborted));
   EXPECT_EQ(memory_->used(), 0u);
 }
 
@@ -284,9 +284,10 @@ TEST_F(CollectiveTest, ReduceRootMismatchFailsEveryRankNamingBoth) {
       "");
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(ch[r]->failure().message(),
-                HasSubstr("mismatched roots: rank 0 sent 0, rank 1 sent 1"));
+    EXPECT_THAT(
+        ch[r]->failure(),
+        StatusIs(absl::StatusCode::kFailedPrecondition,
+                 HasSubstr("mismatched roots: rank 0 sent 0, rank 1 sent 1")));
   }
   EXPECT_EQ(memory_->used(), 0u);
 }

@@ -14,12 +14,10 @@
 #include "gtest/gtest.h"
 #include "server/engine/collective_test_base.h"
 #include "server/engine/kept_results.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::SizeIs;
 
 TEST_F(CollectiveTest, ForwardingPausesReadersWhileAWindowOfWritesIsQueued) {
   // Window 1, two ranks: one forwarded message queues a write for each
@@ -106,10 +104,10 @@ TEST_F(CollectiveTest, AReplayResumesACutOffCallWithItsWholeResult) {
       *c, kN,
       [&](const auto& channels) {
         c->OnRankCancelled(1, channels[1].get());
-        EXPECT_EQ(c->Resume(1, "s1/9", declared, replay).code(),
-                  absl::StatusCode::kNotFound);  // another attempt
-        EXPECT_EQ(c->Resume(1, "s1/0", other, replay).code(),
-                  absl::StatusCode::kInvalidArgument);  // other tensors
+        EXPECT_THAT(c->Resume(1, "s1/9", declared, replay),  // another attempt
+                    StatusIs(absl::StatusCode::kNotFound));
+        EXPECT_THAT(c->Resume(1, "s1/0", other, replay),  // other tensors
+                    StatusIs(absl::StatusCode::kInvalidArgument));
         EXPECT_TRUE(c->Resume(1, "s1/0", declared, replay).ok());
       },
       /*attempt_ids=*/true);
@@ -139,8 +137,8 @@ TEST_F(CollectiveTest, AReplayTakesThePlaceOfACallNotYetSeenToEnd) {
   ASSERT_TRUE(replay->WaitEnded());
   EXPECT_TRUE(replay->finished_ok()) << replay->failure();
   EXPECT_EQ(replay->result(), Bytes(RampSum(3, kN)));
-  EXPECT_EQ(ch[1]->failure().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(ch[1]->failure().message(), HasSubstr("replaced by its replay"));
+  EXPECT_THAT(ch[1]->failure(), StatusIs(absl::StatusCode::kAborted,
+                                         HasSubstr("replaced by its replay")));
   for (int r : {0, 2}) ASSERT_TRUE(ch[r]->WaitEnded());
   AcknowledgeWrites(*c, 1, *replay);
   EXPECT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
@@ -156,10 +154,9 @@ TEST_F(CollectiveTest, AFailedCollectiveKeepsNothingAndGivesItsRoomBack) {
   c->Fail(absl::AbortedError("epoch 1 aborted: rank 5 lost"));
   EXPECT_EQ(kept_memory_.used(), 0u);
   EXPECT_EQ(kept_->size(), 0u);
-  EXPECT_EQ(c->Resume(0, "s0/0", {Spec(DataType::kFloat32, {kN})},
-                      std::make_shared<FakeRankChannel>())
-                .code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(c->Resume(0, "s0/0", {Spec(DataType::kFloat32, {kN})},
+                        std::make_shared<FakeRankChannel>()),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(CollectiveTest, WindowOfOneStopsReadingUntilChunksAreReducedAndWritten) {
@@ -209,12 +206,14 @@ TEST_F(CollectiveTest, MemoryBudgetBelowOneRanksReservationIsRefused) {
   memory_budget_bytes_ = 500;
   auto [c, ch, fp] = MakeAllReduce(64, {0, 1});
   c->Attach(ch[0], 0, fp, "");
-  EXPECT_EQ(ch[0]->failure().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(ch[0]->failure().message(),
-              HasSubstr("memory budget of 500 bytes (--memory_budget_bytes) is "
-                        "exhausted: 0 bytes in use, rank 0 needs 512 more"));
+  EXPECT_THAT(
+      ch[0]->failure(),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               HasSubstr("memory budget of 500 bytes (--memory_budget_bytes) "
+                         "is exhausted: 0 bytes in use, rank 0 needs 512 "
+                         "more")));
   c->Attach(ch[1], 1, fp, "");
-  EXPECT_EQ(ch[1]->failure().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(ch[1]->failure(), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_TRUE(c->done());
   EXPECT_EQ(memory_->used(), 0u);
 }
@@ -229,10 +228,11 @@ TEST_F(CollectiveTest,
   c->Attach(ch[1], 1, fp, "");
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    EXPECT_EQ(ch[r]->failure().code(), absl::StatusCode::kResourceExhausted);
-    EXPECT_THAT(ch[r]->failure().message(),
-                HasSubstr("512 bytes in use, rank 1 needs 512 more"));
-    EXPECT_THAT(ch[r]->failure().message(), HasSubstr("--memory_budget_bytes"));
+    EXPECT_THAT(ch[r]->failure(),
+                StatusIs(absl::StatusCode::kResourceExhausted,
+                         AllOf(HasSubstr("512 bytes in use, rank 1 needs 512 "
+                                         "more"),
+                               HasSubstr("--memory_budget_bytes"))));
   }
   EXPECT_EQ(memory_->used(), 0u);
 }

@@ -45,6 +45,7 @@
 #include "server/engine/timer_queue.h"
 #include "server/log.h"
 #include "server/metrics/metrics_sink.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 
@@ -157,8 +158,7 @@ inline void ExpectResult(FakeRankChannel& ch, const std::string& expected,
 inline void ExpectFailed(FakeRankChannel& ch, absl::StatusCode code,
                          const std::string& text) {
   ASSERT_TRUE(ch.WaitEnded());
-  EXPECT_EQ(ch.failure().code(), code);
-  EXPECT_THAT(ch.failure().message(), ::testing::HasSubstr(text));
+  EXPECT_THAT(ch.failure(), StatusIs(code, HasSubstr(text)));
 }
 
 // Holds both reduction threads until Release() (or destruction), so that a

@@ -24,12 +24,10 @@
 #include "server/engine/collective.h"
 #include "server/engine/collective_test_base.h"
 #include "server/engine/fake_rank_channel.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::SizeIs;
 
 // Row r of rank i: kCols int32 values 1000 * i + 10 * r + c + 1, so that
 // every row of every rank differs.
@@ -166,10 +164,11 @@ TEST_F(AllToAllVTest, ExpectedRowsThatDisagreeFailEveryRankNamingBoth) {
   for (int i = 0; i < 3; ++i) {
     SCOPED_TRACE(absl::StrCat("rank ", i));
     ASSERT_TRUE(ch[i]->WaitEnded());
-    EXPECT_EQ(ch[i]->failure().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_EQ(ch[i]->failure().message(),
-              "alltoallv #0 in job j1: mismatched rows: rank 0 sends 3 rows "
-              "to rank 2, but rank 2 expects 4 from rank 0");
+    EXPECT_THAT(
+        ch[i]->failure(),
+        StatusIs(absl::StatusCode::kFailedPrecondition,
+                 "alltoallv #0 in job j1: mismatched rows: rank 0 sends "
+                 "3 rows to rank 2, but rank 2 expects 4 from rank 0"));
     EXPECT_EQ(ch[i]->byte_count(), 0u);
   }
   EXPECT_EQ(memory_->used(), 0u);

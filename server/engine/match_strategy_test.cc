@@ -23,11 +23,10 @@
 #include "server/engine/collective.h"
 #include "server/engine/collective_test_base.h"
 #include "server/engine/fake_rank_channel.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::SizeIs;
 
 Fingerprint Match(int receiver, int64_t tag, int source = -1) {
   Fingerprint fp;
@@ -84,7 +83,7 @@ TEST_F(MatchTest, AnUnansweredMatchFailsWithItsEpoch) {
   c->FailUnlessDecided(absl::AbortedError("job j1 epoch 1 aborted: rank 0's "
                                           "session was lost"));
   ASSERT_TRUE(channel->WaitEnded());
-  EXPECT_EQ(channel->failure().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(channel->failure(), StatusIs(absl::StatusCode::kAborted));
   EXPECT_FALSE(c->SetResultValues({0, 0}));
 }
 
@@ -118,10 +117,10 @@ TEST_F(MatchTest, ItsDeadlineSaysWhatItWaitedFor) {
   auto channel = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(c->Attach(channel, 1, Match(1, 7), ""));
   ASSERT_TRUE(channel->WaitEnded());
-  EXPECT_EQ(channel->failure().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(channel->failure().message(),
-            "match \"p2p *>1 tag 7 #0\" in job j1: no rank sent to rank 1 with "
-            "tag 7 within 200ms");
+  EXPECT_THAT(channel->failure(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       "match \"p2p *>1 tag 7 #0\" in job j1: no rank sent to "
+                       "rank 1 with tag 7 within 200ms"));
   EXPECT_FALSE(c->SetResultValues({0, 0}));
 }
 
@@ -130,11 +129,12 @@ TEST_F(MatchTest, AReceiveFromOneSourceSaysWhichEarlierMatchHeldIt) {
   auto channel = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(c->Attach(channel, 1, Match(1, 7, 3), ""));
   ASSERT_TRUE(channel->WaitEnded());
-  EXPECT_EQ(channel->failure().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(channel->failure().message(),
-            "match \"p2p *>1 tag 7 #0\" in job j1: rank 1's receive from rank "
-            "3 with tag 7 waited for its earlier receive from any rank with "
-            "that tag, which no send matched within 200ms");
+  EXPECT_THAT(channel->failure(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       "match \"p2p *>1 tag 7 #0\" in job j1: rank 1's "
+                       "receive from rank 3 with tag 7 waited for its earlier "
+                       "receive from any rank with that tag, which no send "
+                       "matched within 200ms"));
 }
 
 }  // namespace

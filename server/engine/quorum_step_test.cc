@@ -13,13 +13,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/kind_strategy.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 
 // Records what the step asks of its collective, and marks a rank left out
 // in `ranks` as the Collective does.
@@ -105,17 +102,17 @@ TEST(QuorumStepTest, TooManyLostRanksFailTheStep) {
   step.Start({}, {}, ranks, host);
   step.Arrived(0, absl::Now(), ranks, host);
   step.Lost(1, ranks, host);
-  EXPECT_EQ(host.failure.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(host.failure, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_EQ(host.ended, 0);
 }
 
 TEST(QuorumStepTest, ALateRankIsToldToConnectAgain) {
-  const absl::Status refusal =
-      QuorumStep::LateRefusal("quorum \"step3\" in job j1", 2);
-  EXPECT_EQ(refusal.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(refusal.message(),
-              HasSubstr("quorum \"step3\" in job j1 finished without rank 2"));
-  EXPECT_THAT(refusal.message(), HasSubstr("Connect again"));
+  EXPECT_THAT(
+      QuorumStep::LateRefusal("quorum \"step3\" in job j1", 2),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               AllOf(HasSubstr("quorum \"step3\" in job j1 finished without "
+                               "rank 2"),
+                     HasSubstr("Connect again"))));
 }
 
 }  // namespace

@@ -25,13 +25,10 @@
 #include "server/engine/collective_test_base.h"
 #include "server/engine/fake_rank_channel.h"
 #include "server/engine/kept_results.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-using ::testing::SizeIs;
 
 // n float32 values, element i = 1000 * tag + i + 1: bytes that differ at
 // every position and between messages.
@@ -187,8 +184,8 @@ TEST_F(SendReceiveTest, HeldMessageWhoseReceiveNeverComesIsDroppedAtTheDeadline)
   EXPECT_TRUE(src_->failure().ok());  // its call had already ended OK
   // A late destination gets the deadline's failure, naming itself missing.
   EXPECT_FALSE(c->Attach(dst_, 1, P2p(0, 1, {}), ""));
-  EXPECT_EQ(dst_->failure().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(dst_->failure().message(), HasSubstr("rank 1 never arrived"));
+  EXPECT_THAT(dst_->failure(), StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                        HasSubstr("rank 1 never arrived")));
 }
 
 TEST_F(SendReceiveTest, ReceiveWhoseSendNeverComesNamesTheSource) {
@@ -203,9 +200,10 @@ TEST_F(SendReceiveTest, SendBeyondTheMemoryBudgetIsRefused) {
   std::shared_ptr<Collective> c = Make(0, 1);
   EXPECT_FALSE(c->Attach(src_, 0, P2p(0, 1, {Floats(40)}), ""));
   ASSERT_TRUE(src_->WaitEnded());
-  EXPECT_EQ(src_->failure().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(src_->failure().message(), HasSubstr("--memory_budget_bytes"));
-  EXPECT_THAT(src_->failure().message(), HasSubstr("rank 0 needs 160"));
+  EXPECT_THAT(src_->failure(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("--memory_budget_bytes"),
+                             HasSubstr("rank 0 needs 160"))));
   EXPECT_EQ(memory_->used(), 0u);
 }
 
@@ -225,8 +223,8 @@ TEST_F(SendReceiveTest, EpochEndBeforeTheMessageIsWholeAbortsTheReceive) {
   ASSERT_TRUE(c->Attach(dst_, 1, P2p(0, 1, {}), ""));
   c->FailUnlessDecided(absl::AbortedError("epoch ended: rank 0 was lost"));
   ASSERT_TRUE(dst_->WaitEnded());
-  EXPECT_EQ(dst_->failure().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(dst_->failure().message(), HasSubstr("rank 0 was lost"));
+  EXPECT_THAT(dst_->failure(), StatusIs(absl::StatusCode::kAborted,
+                                        HasSubstr("rank 0 was lost")));
 }
 
 TEST_F(SendReceiveTest, SourceCancelledAfterItsSendEndedChangesNothing) {

@@ -19,11 +19,10 @@
 #include "core/payload_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
 
 // Storage holding `bytes` from `shift` bytes past an 8-byte boundary.
 class ShiftedOwner final : public ByteOwner {
@@ -207,7 +206,7 @@ TEST_F(StagedPartTest, PiecesCutAnywhereReduceExactly) {
                                    : RandomCuts(rng, end - begin, 1 + trial),
                              whole ? 0 : (trial + r) % 8));
     }
-    SCOPED_TRACE(testing::Message() << "trial " << trial);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial);
     ExpectReduces(parts, begin, end);
   }
 }
@@ -232,11 +231,10 @@ TEST_F(StagedPartTest, APartOfTheWrongSizeIsAnError) {
   parts.push_back(PartOf(payloads_[1], 0, layout_.total_bytes - 8, {}, 0));
   std::vector<const StagedPart*> pointers = {&parts[0], &parts[1]};
   std::vector<uint64_t> out(layout_.total_bytes / 8 + 1);
-  absl::Status s = ReduceStagedParts(layout_, tensors_, pointers, 0,
-                                     layout_.total_bytes,
-                                     reinterpret_cast<char*>(out.data()));
-  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("staged part 1 holds"));
+  EXPECT_THAT(
+      ReduceStagedParts(layout_, tensors_, pointers, 0, layout_.total_bytes,
+                        reinterpret_cast<char*>(out.data())),
+      StatusIs(absl::StatusCode::kInternal, HasSubstr("staged part 1 holds")));
 }
 
 }  // namespace
