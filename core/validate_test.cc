@@ -13,6 +13,7 @@
 #include "core/fingerprint_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
@@ -263,10 +264,10 @@ TEST(ValidateContributionTest,
       CollectiveKind::kAllReduce,
       {Spec(DataType::kInt8, {3}), Spec(DataType::kFloat64, {4})});  // 40 B
   EXPECT_TRUE(ValidateContribution(fp, 0, 4, 40).ok());
-  absl::Status s = ValidateContribution(fp, 0, 4, 39);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
-  EXPECT_EQ(s.message(),
-            "allreduce payload of 40 bytes exceeds the limit of 39 bytes");
+  EXPECT_THAT(
+      ValidateContribution(fp, 0, 4, 39),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               "allreduce payload of 40 bytes exceeds the limit of 39 bytes"));
 }
 
 

@@ -6,6 +6,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
@@ -66,9 +67,9 @@ TEST(LoggerTest, ParseLogFormatAcceptsTextAndJsonOnly) {
   EXPECT_EQ(ParseLogFormat("json").value(), LogFormat::kJson);
   absl::StatusOr<LogFormat> bad = ParseLogFormat("yaml");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(bad.status().message()),
-              ::testing::HasSubstr("--log_format must be text or json, got 'yaml'"));
+  EXPECT_THAT(bad, StatusIs(absl::StatusCode::kInvalidArgument,
+                            HasSubstr("--log_format must be text or json, "
+                                      "got 'yaml'")));
 }
 
 }  // namespace

@@ -9,11 +9,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/fake_notify_socket.h"
+#include "tests/matchers.h"
 
 namespace reducer {
 namespace {
-
-using ::testing::HasSubstr;
 
 constexpr absl::Duration kReceiveLimit = absl::Seconds(5);
 
@@ -60,14 +59,12 @@ TEST(SystemdNotifierTest, EmptyAddressSendsNothingAndSucceeds) {
 }
 
 TEST(SystemdNotifierTest, RejectsRelativeAndOverlongAddresses) {
-  absl::StatusOr<SystemdNotifier> relative = SystemdNotifier::Create("run/notify");
-  EXPECT_EQ(relative.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(relative.status().message(), HasSubstr("\"run/notify\""));
-
-  absl::StatusOr<SystemdNotifier> overlong =
-      SystemdNotifier::Create("/" + std::string(200, 'x'));
-  EXPECT_EQ(overlong.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(overlong.status().message(), HasSubstr("201 bytes"));
+  EXPECT_THAT(SystemdNotifier::Create("run/notify"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"run/notify\"")));
+  EXPECT_THAT(
+      SystemdNotifier::Create("/" + std::string(200, 'x')),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("201 bytes")));
 }
 
 TEST(SystemdNotifierTest, UnavailableNamingTheSocketWhenNothingListens) {
@@ -76,10 +73,9 @@ TEST(SystemdNotifierTest, UnavailableNamingTheSocketWhenNothingListens) {
   const std::string path = dir + "/nobody";
   absl::StatusOr<SystemdNotifier> notifier = SystemdNotifier::Create(path);
   ASSERT_TRUE(notifier.ok()) << notifier.status();
-  absl::Status sent = notifier->Notify("READY=1");
-  EXPECT_EQ(sent.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(sent.message(), HasSubstr(path));
-  EXPECT_THAT(sent.message(), HasSubstr("READY=1"));
+  EXPECT_THAT(notifier->Notify("READY=1"),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr(path), HasSubstr("READY=1"))));
   rmdir(dir.c_str());
 }
 
