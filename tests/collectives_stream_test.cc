@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/reducer/v1/call_status.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "tests/closed_form.h"
 #include "tests/fault_test_base.h"
@@ -59,8 +60,8 @@ v1::CollectiveRequest WholeCall(const RawSession& raw, uint64_t call_id,
 struct CallOutcome {
   std::string data;
   bool ended = false;
-  int code = -1;
-  std::string message;
+  // The status its last message carried; UNKNOWN until one came.
+  absl::Status status = absl::UnknownError("no status came");
 };
 
 absl::flat_hash_map<uint64_t, CallOutcome> ByCall(const RawCallResult& result) {
@@ -71,8 +72,7 @@ absl::flat_hash_map<uint64_t, CallOutcome> ByCall(const RawCallResult& result) {
     c.data += r.data();
     if (r.has_status()) {
       c.ended = true;
-      c.code = r.status().code();
-      c.message = r.status().message();
+      c.status = FromCallStatus(r.status());
     }
   }
   return calls;
@@ -135,11 +135,11 @@ TEST_F(CollectivesStreamTest, CallsOnOneStreamAreAnsweredByTheirIds) {
     ASSERT_EQ(by_call.size(), 2u) << "rank " << r;
     const CallOutcome& first = by_call[7 + r];
     EXPECT_TRUE(first.ended);
-    EXPECT_EQ(first.code, 0) << first.message;
+    EXPECT_THAT(first.status, IsOk());
     EXPECT_EQ(first.data, Expected({0, 1}, 4, 11)) << "rank " << r;
     const CallOutcome& second = by_call[9 + r];
     EXPECT_TRUE(second.ended);
-    EXPECT_EQ(second.code, 0) << second.message;
+    EXPECT_THAT(second.status, IsOk());
     EXPECT_EQ(second.data, Expected({0, 1}, 1000, 12)) << "rank " << r;
   }
 }
@@ -160,13 +160,13 @@ TEST_F(CollectivesStreamTest, AFailedCallEndsOnlyItselfForEveryRank) {
     absl::flat_hash_map<uint64_t, CallOutcome> by_call = ByCall(results[r]);
     const CallOutcome& bad = by_call[1];
     EXPECT_TRUE(bad.ended);
-    EXPECT_EQ(bad.code, static_cast<int>(absl::StatusCode::kInvalidArgument))
+    EXPECT_THAT(bad.status, StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("rank 1 closed its stream after "
+                                               "12 of 16 payload bytes")))
         << "rank " << r;
-    EXPECT_THAT(bad.message, HasSubstr("rank 1 closed its stream after 12 of "
-                                       "16 payload bytes"));
     EXPECT_TRUE(bad.data.empty()) << "rank " << r << " got result bytes";
     const CallOutcome& good = by_call[2];
-    EXPECT_EQ(good.code, 0) << "rank " << r << ": " << good.message;
+    EXPECT_THAT(good.status, IsOk()) << "rank " << r;
     EXPECT_EQ(good.data, Expected({0, 1}, 5, 22)) << "rank " << r;
   }
 }
@@ -201,15 +201,14 @@ TEST_F(CollectivesStreamTest, ARefusedCallFeedsNothingIntoTheCollective) {
   absl::flat_hash_map<uint64_t, CallOutcome> by_call = ByCall(first);
   const CallOutcome& refused = by_call[2];
   EXPECT_TRUE(refused.ended);
-  EXPECT_EQ(refused.code, static_cast<int>(absl::StatusCode::kFailedPrecondition))
-      << refused.message;
-  EXPECT_THAT(refused.message, HasSubstr("rank 0 contributed twice"));
+  EXPECT_THAT(refused.status, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                       HasSubstr("rank 0 contributed twice")));
   EXPECT_TRUE(refused.data.empty());
   const CallOutcome& kept = by_call[1];
-  EXPECT_EQ(kept.code, 0) << kept.message;
+  EXPECT_THAT(kept.status, IsOk());
   EXPECT_EQ(kept.data, Expected({0, 1}, 4, 31));
   absl::flat_hash_map<uint64_t, CallOutcome> peer = ByCall(second);
-  EXPECT_EQ(peer[1].code, 0) << peer[1].message;
+  EXPECT_THAT(peer[1].status, IsOk());
   EXPECT_EQ(peer[1].data, Expected({0, 1}, 4, 31));
 }
 
@@ -291,9 +290,9 @@ TEST_F(CollectivesStreamTest, ABrokenStreamCancelsItsCallForThePeers) {
                  /*half_close=*/true, /*many_calls=*/true);
   EXPECT_TRUE(peer.status.ok()) << peer.status;
   absl::flat_hash_map<uint64_t, CallOutcome> by_call = ByCall(peer);
-  EXPECT_EQ(by_call[1].code, static_cast<int>(absl::StatusCode::kAborted))
-      << by_call[1].message;
-  EXPECT_THAT(by_call[1].message, HasSubstr("rank 1's call was cancelled"));
+  EXPECT_THAT(by_call[1].status,
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("rank 1's call was cancelled")));
   EXPECT_LE(peer.elapsed, kFast);
 }
 
