@@ -219,14 +219,17 @@ void Job::ForEachCollectiveLocked(Fn fn) {
 
 void Job::LoseRankLocked(int rank, absl::StatusCode code,
                          const std::string& what) {
-  ForEachCollectiveLocked([&](const std::shared_ptr<Collective>& c) {
-    if (c->IsQuorumBarrier()) {
-      c->OnMembershipChanged(membership_);
-    } else if (c->Includes(rank) && !c->HasFinished(rank)) {
-      c->FailUnlessDecided(absl::Status(
-          code, absl::StrCat(c->description(), ": rank ", rank, " ", what)));
-    }
-  });
+  ForEachCollectiveLocked(
+      [&](const std::shared_ptr<Collective>& c)
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            if (c->IsQuorumBarrier()) {
+              c->OnMembershipChanged(membership_);
+            } else if (c->Includes(rank) && !c->HasFinished(rank)) {
+              c->FailUnlessDecided(absl::Status(
+                  code,
+                  absl::StrCat(c->description(), ": rank ", rank, " ", what)));
+            }
+          });
 }
 
 void Job::SendToAllLocked(const v1::JoinEvent& event) {
