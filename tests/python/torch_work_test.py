@@ -1,7 +1,10 @@
 """reducer._torch_work in process, through a fake of the started call: who
-collects a work, its future, wait(timeout), errors, and the completer's end.
+collects a work, its future, wait(timeout), errors, and the completer's end
+(at exit too, in a process of its own).
 """
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -142,3 +145,37 @@ def test_a_closed_completer_still_collects_what_is_handed_over_later():
     completer.close()
     later = make_work(FakePending(result=torch.ones(2), ended=True), completer)
     assert later.get_future().wait()[0].sum().item() == 2.0
+
+
+# A process that hands a slow work to a completer, closes it and exits at once.
+_EXITING_PROCESS = """
+import threading, time
+import torch
+from reducer._torch_work import Completer, TorchWork
+
+class SlowPending:
+    def wait(self):
+        time.sleep(1.0)
+        return torch.ones(2)
+    def is_completed(self):
+        return False
+
+def finish(value):
+    print("collected", value.sum().item(), flush=True)
+    return [value]
+
+completer = Completer("exiting")
+work = TorchWork(completer, SlowPending(), finish, "all_reduce", "in job j (rank 0)")
+work.get_future()  # handed over: the completer thread collects it
+completer.close()
+print("main thread done", flush=True)
+"""
+
+
+def test_exit_waits_for_a_closed_completer_still_collecting():
+    """The completer thread, a daemon, finishes what it was handed before the
+    interpreter finalizes (where Python would end it mid-work)."""
+    out = subprocess.run([sys.executable, "-c", _EXITING_PROCESS], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["main thread done", "collected 2.0"], out.stdout

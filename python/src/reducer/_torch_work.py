@@ -28,9 +28,12 @@ communication hooks and torch.futures chains run as soon as the collective
 ends, overlapping with whatever the caller computes meanwhile.
 """
 
+import atexit
 import datetime
 import queue
 import threading
+import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -52,12 +55,41 @@ def _seconds(timeout):
     return seconds if seconds > 0 else None
 
 
+# Every Completer made, so that the process closes them and waits for
+# their threads at exit.
+_COMPLETERS = weakref.WeakSet()
+# How long exit waits, in all, for completer threads still collecting.
+_EXIT_JOIN_S = 10.0
+
+
+@atexit.register
+def _close_completers():
+    """Closes every Completer and waits (at most _EXIT_JOIN_S in all) for
+    their threads to collect what was handed over before.
+
+    Why: a daemon thread still inside torch when the interpreter begins to
+    finalize (completing a future releases and retakes the GIL) is ended by
+    pthread_exit, whose unwinding through a noexcept destructor aborts the
+    process ("terminate called without an active exception") after its
+    work is done. atexit hooks run before that point.
+    """
+    deadline = time.monotonic() + _EXIT_JOIN_S
+    completers = list(_COMPLETERS)  # a running thread keeps its own alive
+    for completer in completers:
+        completer.close()
+    for completer in completers:
+        for thread in completer.threads():
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+
 class Completer:
     """A daemon thread that collects handed-over works in the order they came.
 
     Thread-safe. Holds no reference to its process group, so a group that is
-    dropped (destroy_process_group) is freed, and close() (called when it is)
-    ends the thread once the works handed over before it are collected.
+    dropped (destroy_process_group) is freed, and close() (called when it is,
+    and at exit, which waits for it: _close_completers) ends the thread once
+    the works handed over before it are collected.
     """
 
     def __init__(self, name):
@@ -65,7 +97,9 @@ class Completer:
         self._queue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread = None
+        self._started = []  # threads started, some perhaps closed but running
         self._live = set()  # works C++ may still call (see the module comment)
+        _COMPLETERS.add(self)
 
     def keep(self, work):
         """Keeps `work` alive until release(work)."""
@@ -82,6 +116,8 @@ class Completer:
                 self._thread = threading.Thread(target=self._loop, name=self._name,
                                                 daemon=True)
                 self._thread.start()
+                self._started = [t for t in self._started if t.is_alive()]
+                self._started.append(self._thread)
         self._queue.put(work)
 
     def close(self):
@@ -93,6 +129,11 @@ class Completer:
             if self._thread is not None:
                 self._queue.put(None)
                 self._thread = None
+
+    def threads(self):
+        """The threads it started that are still running (closed or not)."""
+        with self._lock:
+            return [t for t in self._started if t.is_alive()]
 
     def _loop(self):
         while True:
