@@ -239,4 +239,26 @@ absl::Status JobTokens::CheckAnyJob(const PresentedToken& token) {
       "token; check ", kTokenSettings, ")"));
 }
 
+std::string JobTokens::TenantOf(absl::string_view job) {
+  RefreshIfChanged();
+  absl::MutexLock lock(&mu_);
+  const HashMap::value_type* governing = Governing(job);
+  return governing == nullptr ? std::string(job) : governing->first;
+}
+
+std::string JobTokens::TenantOfToken(const PresentedToken& token) {
+  if (!token.present) return "";
+  RefreshIfChanged();
+  absl::MutexLock lock(&mu_);
+  // Every hash is compared, as in Check.
+  const std::string* tenant = nullptr;
+  for (const auto& entry : tokens_) {
+    if (SameHash(entry.second, token.hash) &&
+        (tenant == nullptr || entry.first < *tenant)) {
+      tenant = &entry.first;
+    }
+  }
+  return tenant == nullptr ? "" : *tenant;
+}
+
 }  // namespace reducer

@@ -85,6 +85,18 @@ class JobTokens {
   // has. Never names the token. Re-reads the file first as Check does.
   absl::Status CheckAnyJob(const PresentedToken& token);
 
+  // The tenant `job` belongs to: the job name of the line governing it (see
+  // the top of this file), or `job` itself when no line does. Every bound
+  // that protects one user of a shared reducerd from another is kept per
+  // tenant. Re-reads the file first as Check does.
+  std::string TenantOf(absl::string_view job);
+
+  // The tenant whose token `token` is: the job name of a line with that
+  // hash (the smallest name when several lines share one), or empty when
+  // the call carried no token or one no line has. For calls that name no
+  // job yet (a stream before its first message).
+  std::string TenantOfToken(const PresentedToken& token);
+
  private:
   // A file's identity: a swap or rewrite changes at least one of these.
   struct FileStamp {
@@ -116,6 +128,13 @@ class JobTokens {
   FileStamp stamp_ ABSL_GUARDED_BY(mu_);
   absl::Time next_look_ ABSL_GUARDED_BY(mu_);
 };
+
+// The tenant of `job`: tokens->TenantOf(job), or the job's own name when
+// reducerd has no tokens file (`tokens` null): then each job name is its
+// own tenant.
+inline std::string TenantOf(JobTokens* tokens, absl::string_view job) {
+  return tokens == nullptr ? std::string(job) : tokens->TenantOf(job);
+}
 
 }  // namespace reducer
 

@@ -146,6 +146,28 @@ TEST(JobTokensPrefixTest, ALineCoversItsJobsSlashNames) {
                              HasSubstr("token="), HasSubstr("REDUCER_TOKEN"))));
 }
 
+TEST(JobTokensTenantTest, ATenantIsTheGoverningLine) {
+  const std::string path = TempPath("tenant_tokens");
+  WriteFile(path, absl::StrCat("train ", Hex(HashToken("secret-train")), "\n",
+                               "train/pinned ", Hex(HashToken("secret-pinned")),
+                               "\n", "b ", Hex(HashToken("shared")), "\n", "a ",
+                               Hex(HashToken("shared")), "\n"));
+  auto tokens = JobTokens::Load(path);
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_EQ((*tokens)->TenantOf("train"), "train");
+  EXPECT_EQ((*tokens)->TenantOf("train/x/y"), "train");
+  EXPECT_EQ((*tokens)->TenantOf("train/pinned/z"), "train/pinned");
+  // No line governs it: its own tenant.
+  EXPECT_EQ((*tokens)->TenantOf("trainX"), "trainX");
+  EXPECT_EQ(TenantOf(tokens->get(), "train/x"), "train");
+  EXPECT_EQ(TenantOf(nullptr, "train/x"), "train/x");
+
+  EXPECT_EQ((*tokens)->TenantOfToken(Present("secret-pinned")), "train/pinned");
+  EXPECT_EQ((*tokens)->TenantOfToken(Present("shared")), "a");  // smallest
+  EXPECT_EQ((*tokens)->TenantOfToken(Present("unknown")), "");
+  EXPECT_EQ((*tokens)->TenantOfToken(PresentedToken{}), "");
+}
+
 TEST_F(JobTokensTest, CheckAnyJobKnowsEveryJobsTokenAndNoOther) {
   auto tokens = JobTokens::Load(path_, absl::Milliseconds(1));
   ASSERT_TRUE(tokens.ok()) << tokens.status();
