@@ -28,7 +28,10 @@
 //     it waited for.
 //  4. A rank's call finishes OK once all of its payload is in and all of its
 //     result bytes are queued and written, and its reservation is released
-//     once nothing of it is held any more. The first message carries the
+//     once nothing of it is held any more: nothing staged, and every message
+//     of its answer written to its client (each message holds the
+//     reservation, server/engine/rank_reservation.h, so answers a client
+//     has not read stay in the budget). The first message carries the
 //     rank's result specs: those of the kind's result, or an empty list for
 //     a rank that gets none (the non-roots of Reduce and Gather, which get
 //     0 result bytes and finish as soon as their payload is in). A rank

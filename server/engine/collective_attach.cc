@@ -137,6 +137,10 @@ bool Collective::ReserveLocked(int index) {
     return false;
   }
   m.reserved = reserve;
+  if (reserve > 0) {
+    m.held = std::make_shared<RankReservation>(env_.memory, env_.job_memory,
+                                               reserve);
+  }
   return true;
 }
 

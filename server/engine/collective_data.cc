@@ -112,6 +112,9 @@ void Collective::SendTo(int index, uint64_t offset,
   m.header_sent = true;
   for (const SharedBytes& s : data) m.sent += s.size();
   message.data = std::move(data);
+  // Counted in the budget until the channel wrote it, whatever the
+  // Collective releases meanwhile.
+  message.hold = m.held;
   if (m.keeping) {
     // Shares the bytes, unless a client lent them.
     ResultMessage kept;
@@ -212,8 +215,9 @@ void Collective::ReleaseIfDone(int index) {
 
 void Collective::ReleaseMemory(int index) {
   RankState& m = ranks_[index];
-  env_.memory->Release(m.reserved);
-  if (env_.job_memory != nullptr) env_.job_memory->Release(m.reserved);
+  // The bytes go back once the messages of its answer not yet written let
+  // go of them too (ResultMessage::hold).
+  m.held.reset();
   m.reserved = 0;
 }
 

@@ -270,5 +270,29 @@ TEST_F(CollectiveTest, FinishedReduceScatterRankStagedChunksStayInTheBudget) {
   EXPECT_EQ(memory_->used(), 0u);
 }
 
+// A rank's reservation covers its answer until the answer is written, not
+// merely queued: a client that never reads keeps it counted in the budget
+// after the collective is done, and nothing more once it is written.
+TEST_F(CollectiveTest, AnAnswerNotYetWrittenKeepsItsRanksReservation) {
+  auto [c, ch, fp] = MakeAllReduce(16, {0, 1});
+  for (int r = 0; r < 2; ++r) ch[r]->KeepUnwritten();
+  for (int r = 0; r < 2; ++r) c->Attach(ch[r], r, fp, "");
+  // Each rank reserves min(64, window x chunk) staged in and as much queued
+  // out.
+  const size_t per_rank = 2 * 64;
+  ASSERT_EQ(memory_->used(), 2 * per_rank);
+  for (int r = 0; r < 2; ++r) Feed(*c, r, Bytes(Ramp(r, 16)), 64);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+  }
+  ASSERT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 2 * per_rank);
+  ch[0]->WriteKept();
+  EXPECT_EQ(memory_->used(), per_rank);
+  ch[1]->WriteKept();
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
 }  // namespace
 }  // namespace reducer

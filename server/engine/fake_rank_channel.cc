@@ -19,9 +19,25 @@ void FakeRankChannel::Send(ResultMessage message, bool last) {
   }
   sent.last = last;
   absl::MutexLock lock(&mu_);
+  if (keep_unwritten_ && message.hold != nullptr) {
+    unwritten_holds_.push_back(std::move(message.hold));
+  }
   if (!last) ++unacknowledged_;
   messages_.push_back(std::move(sent));
   if (last) finished_ok_ = true;
+}
+
+void FakeRankChannel::KeepUnwritten() {
+  absl::MutexLock lock(&mu_);
+  keep_unwritten_ = true;
+}
+
+void FakeRankChannel::WriteKept() {
+  std::vector<std::shared_ptr<const void>> written;
+  {
+    absl::MutexLock lock(&mu_);
+    written.swap(unwritten_holds_);
+  }
 }
 
 void FakeRankChannel::FinishWhenSent() {

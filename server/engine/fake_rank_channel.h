@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,13 @@ class FakeRankChannel final : public RankChannel {
   void FinishWhenSent() override;
   void Fail(const absl::Status& status) override;
   void ResumeReading() override;
+
+  // A message counts as written to the client once sent, and lets go of
+  // its `hold` (ResultMessage::hold) then. From KeepUnwritten() on, the
+  // channel keeps each message's hold, as a transport does while its
+  // client has not read it, until WriteKept() says they were written.
+  void KeepUnwritten();
+  void WriteKept();
 
   // True once the call ended (finished OK, or failed) within `timeout`.
   bool WaitEnded(absl::Duration timeout = kDefaultWait);
@@ -101,6 +109,9 @@ class FakeRankChannel final : public RankChannel {
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   int fail_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int resumes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool keep_unwritten_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::shared_ptr<const void>> unwritten_holds_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace reducer

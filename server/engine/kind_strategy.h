@@ -59,6 +59,7 @@
 #include "core/fingerprint.h"
 #include "server/engine/chunk_pool.h"
 #include "server/engine/rank_channel.h"
+#include "server/engine/rank_reservation.h"
 #include "server/engine/shared_bytes.h"
 #include "server/engine/staged_part.h"
 
@@ -101,6 +102,9 @@ struct RankState {
   bool left_out = false;
   bool done = false;  // left out because its rank called Done()
   size_t reserved = 0;      // bytes it holds in the memory budget
+  // Those bytes, shared with the messages of its answer not yet written:
+  // given back once both let go (null when `reserved` is 0).
+  std::shared_ptr<RankReservation> held;
   // Its result is being collected for KeptResults (its room reserved
   // there): every message sent to it, until MarkFinished hands them over.
   bool keeping = false;

@@ -25,6 +25,12 @@ struct ResultMessage {
   // The result's tensors; set on the rank's first message only.
   std::shared_ptr<const std::vector<TensorSpec>> result_specs;
   std::vector<SharedBytes> data;
+  // What stays counted in the memory budget while the message waits to be
+  // written (its rank's reservation, server/engine/rank_reservation.h);
+  // null: nothing. A channel keeps it until the message is written to its
+  // client (gRPC: the write completed; same-host: the response is in the
+  // ring) or dropped, never longer than it keeps the message.
+  std::shared_ptr<const void> hold;
 };
 
 // Calls may come from any thread, with the Collective's lock held;
@@ -33,7 +39,8 @@ class RankChannel {
  public:
   virtual ~RankChannel() = default;
   // Queues one message. With `last`, the call then ends with OK (in the same
-  // write, saving the client a wakeup); nothing may follow.
+  // write, saving the client a wakeup); nothing may follow. The message's
+  // `hold` goes with it until it is written.
   virtual void Send(ResultMessage message, bool last) = 0;
   // Ends the call with OK once every queued message is written.
   virtual void FinishWhenSent() = 0;
