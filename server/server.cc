@@ -78,6 +78,15 @@ EngineOptions EngineOptionsOf(const ServerOptions& options) {
   return engine;
 }
 
+// What one Collectives stream, or one same-host session, may hold of
+// answers its client has not taken before reducerd stops reading from that
+// client: a window of chunks, what a collective lets queue for one rank
+// (--window x --chunk_bytes, 4 MiB by default). A client that reads only
+// pauses there; one that does not read holds no more.
+size_t MaxUnreadAnswerBytes(const ServerOptions& options) {
+  return static_cast<size_t>(options.window) * options.chunk_bytes;
+}
+
 }  // namespace
 
 Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
@@ -104,7 +113,7 @@ Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
       door_(&registry_, metrics_, tokens_.get(), options_.max_name_bytes),
       service_(&door_, options_.max_concurrent_calls,
                options_.max_streams_per_job, options_.header_timeout, &timers_,
-               metrics_, grpc_metrics_.get()),
+               metrics_, grpc_metrics_.get(), MaxUnreadAnswerBytes(options_)),
       admin_(&registry_, &memory_, kReducerVersion, &serving_, tokens_.get()) {}
 
 void Server::RegisterServices(grpc::ServerBuilder& builder) {

@@ -129,11 +129,14 @@ void CollectiveReactor::ResumeReading() {
 }
 
 void CollectiveReactor::Send(ResultMessage message, bool last) {
-  grpc::ByteBuffer encoded = EncodeResult(message);
+  Outgoing out;
+  out.message = EncodeResult(message);
+  out.hold = std::move(message.hold);
+  const size_t bytes = out.message.Length();
   absl::MutexLock lock(&mu_);
   if (finished_ || last_queued_) return;
   last_queued_ = last;
-  if (outgoing_.Push(std::move(encoded))) WriteFrontLocked();
+  if (outgoing_.Push(std::move(out), bytes)) WriteFrontLocked();
 }
 
 void CollectiveReactor::WriteFrontLocked() {
@@ -141,11 +144,11 @@ void CollectiveReactor::WriteFrontLocked() {
     finished_ = true;
     metrics_.Sent();
     metrics_.Handled(grpc::StatusCode::OK);
-    StartWriteAndFinish(&outgoing_.front(), grpc::WriteOptions(),
+    StartWriteAndFinish(&outgoing_.front().message, grpc::WriteOptions(),
                         grpc::Status::OK);
   } else {
     metrics_.Sent();
-    StartWrite(&outgoing_.front());
+    StartWrite(&outgoing_.front().message);
   }
 }
 
@@ -156,9 +159,10 @@ void CollectiveReactor::FinishCounted(const grpc::Status& status) {
 
 void CollectiveReactor::OnWriteDone(bool ok) {
   std::shared_ptr<Collective> collective;
+  Outgoing written;  // its hold goes after the lock
   {
     absl::MutexLock lock(&mu_);
-    outgoing_.PopWritten();
+    written = outgoing_.PopWritten();
     if (!ok) {
       // The client went away; the Collective learns it through OnCancel.
       outgoing_.Clear();
@@ -219,6 +223,9 @@ void CollectiveReactor::OnDone() {
   absl::MutexLock lock(&mu_);
   collective = std::move(collective_);
   self = std::move(self_);
+  // The last message went with the call's end (StartWriteAndFinish, which
+  // has no OnWriteDone): what it held goes now.
+  outgoing_.Clear();
 }
 
 }  // namespace reducer

@@ -3,7 +3,10 @@
 //
 // It reads the first message, hands its header to the JobDoor's AttachFn (which
 // finds or creates the Collective), then feeds payload chunks to the Collective and
-// writes what the Collective sends, one write at a time, in order.
+// writes what the Collective sends, one write at a time, in order. Each
+// message keeps its hold on the memory budget (ResultMessage::hold) until
+// written; the Collective's window bounds how many wait (a rank's reading
+// pauses while `window` of its messages are queued).
 //
 // Ownership: created by ReducerService::Collective with Create(); it owns
 // itself through a shared_ptr that OnDone() drops, and the Collective holds
@@ -91,7 +94,12 @@ class CollectiveReactor final
 
   absl::Mutex mu_;
   std::shared_ptr<CollectiveReactor> self_ ABSL_GUARDED_BY(mu_);  // dropped in OnDone
-  WriteQueue<grpc::ByteBuffer> outgoing_ ABSL_GUARDED_BY(mu_);
+  // A message to write and what it holds until written.
+  struct Outgoing {
+    grpc::ByteBuffer message;
+    std::shared_ptr<const void> hold;  // ResultMessage::hold
+  };
+  WriteQueue<Outgoing> outgoing_ ABSL_GUARDED_BY(mu_);
   bool last_queued_ ABSL_GUARDED_BY(mu_) = false;  // outgoing_.back() ends it
   bool finish_when_sent_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

@@ -26,7 +26,9 @@ class CollectivesReactor::StreamAttempt final : public RankChannel {
     v1::CollectiveResponse tag;
     tag.set_call_id(call_id_);
     if (last) tag.mutable_status();  // code 0: OK
-    stream->Enqueue(call_id_, EncodeResult(message, std::move(tag)), last);
+    grpc::ByteBuffer encoded = EncodeResult(message, std::move(tag));
+    stream->Enqueue(call_id_, std::move(encoded), last,
+                    std::move(message.hold));
   }
   void FinishWhenSent() override { End(absl::OkStatus()); }
   void Fail(const absl::Status& status) override { End(status); }
@@ -59,22 +61,25 @@ google::protobuf::ArenaOptions ArenaOn(char* block) {
 }  // namespace
 
 CollectivesReactor::CollectivesReactor(grpc::CallbackServerContext* context,
-                                     std::function<void()> on_done,
-                                     CollectiveReactor::AttachFn attach,
-                                     HeldReads* held_reads)
+                                       std::function<void()> on_done,
+                                       CollectiveReactor::AttachFn attach,
+                                       HeldReads* held_reads,
+                                       size_t max_unread_bytes)
     : context_(context),
       on_done_(std::move(on_done)),
       attach_(std::move(attach)),
       held_reads_(held_reads),
+      max_unread_bytes_(max_unread_bytes),
       arena_block_(new char[kArenaBlockBytes]),
       arena_(ArenaOn(arena_block_.get())) {}
 
 CollectivesReactor* CollectivesReactor::Create(
     grpc::CallbackServerContext* context, std::function<void()> on_done,
     CollectiveReactor::AttachFn attach, CallMetrics metrics,
-    HeldReads* held_reads) {
+    HeldReads* held_reads, size_t max_unread_bytes) {
   auto stream = std::make_shared<CollectivesReactor>(
-      context, std::move(on_done), std::move(attach), held_reads);
+      context, std::move(on_done), std::move(attach), held_reads,
+      max_unread_bytes);
   CollectivesReactor* raw = stream.get();
   raw->metrics_ = metrics;
   {
@@ -109,6 +114,11 @@ void CollectivesReactor::OnReadDone(bool ok) {
 
 void CollectivesReactor::ReadOnLocked(size_t message_bytes) {
   if (finished_) return;
+  if (UnreadOverBoundLocked()) {
+    // OnWriteDone reads on once the client took enough of its answers.
+    read_blocked_ = true;
+    return;
+  }
   const bool call_waits = std::any_of(
       live_.begin(), live_.end(),
       [](const auto& entry) { return !entry.second.ended; });
@@ -126,6 +136,18 @@ void CollectivesReactor::ReleaseHeldRead() {
   absl::MutexLock lock(&mu_);
   if (!read_held_ || finished_) return;
   read_held_ = false;
+  PostReadLocked();
+}
+
+bool CollectivesReactor::UnreadOverBoundLocked() const {
+  return outgoing_.unwritten_bytes() > max_unread_bytes_;
+}
+
+void CollectivesReactor::PostReadLocked() {
+  if (UnreadOverBoundLocked()) {
+    read_blocked_ = true;
+    return;
+  }
   StartRead(&incoming_);
 }
 
@@ -206,24 +228,27 @@ void CollectivesReactor::HandleMessage() {
 }
 
 void CollectivesReactor::Enqueue(uint64_t call_id, grpc::ByteBuffer message,
-                                bool ends_call) {
+                                 bool ends_call,
+                                 std::shared_ptr<const void> hold) {
   absl::MutexLock lock(&mu_);
   if (finished_) return;
   auto it = live_.find(call_id);
   if (it == live_.end() || it->second.ended) return;
+  const size_t bytes = message.Length() + kQueuedMessageOverheadBytes;
   Outgoing out;
   out.message = std::move(message);
   out.call_id = call_id;
   out.serial = it->second.serial;
   out.ends_call = ends_call;
+  out.hold = std::move(hold);
   // The entry (and its references) goes once the last message is written:
   // this may run inside the Collective, which must not be released here.
   if (ends_call) it->second.ended = true;
-  if (outgoing_.Push(std::move(out))) WriteFrontLocked();
+  if (outgoing_.Push(std::move(out), bytes)) WriteFrontLocked();
   if (ends_call && read_held_) {
     // Read on now: gRPC sends the window update with this answer.
     read_held_ = false;
-    StartRead(&incoming_);
+    PostReadLocked();
   }
 }
 
@@ -231,7 +256,8 @@ void CollectivesReactor::EndCall(uint64_t call_id, const absl::Status& status) {
   v1::CollectiveResponse end;
   end.set_call_id(call_id);
   *end.mutable_status() = ToCallStatus(status);
-  Enqueue(call_id, EncodeMessage(end, {}), /*ends_call=*/true);
+  Enqueue(call_id, EncodeMessage(end, {}), /*ends_call=*/true,
+          /*hold=*/nullptr);
 }
 
 void CollectivesReactor::WriteFrontLocked() {
@@ -243,9 +269,10 @@ void CollectivesReactor::OnWriteDone(bool ok) {
   std::shared_ptr<Collective> notify;
   int rank = -1;
   LiveCall over;  // released after the lock
+  Outgoing written;  // and so is its hold on the budget
   {
     absl::MutexLock lock(&mu_);
-    Outgoing written = outgoing_.PopWritten();
+    written = outgoing_.PopWritten();
     if (!ok) {
       // The stream broke; OnCancel or OnDone takes care of the calls.
       outgoing_.Clear();
@@ -265,6 +292,11 @@ void CollectivesReactor::OnWriteDone(bool ok) {
       WriteFrontLocked();
     } else {
       MaybeFinishLocked();
+    }
+    if (read_blocked_ && !finished_ && !UnreadOverBoundLocked()) {
+      // The client took enough of its answers: read its next call.
+      read_blocked_ = false;
+      StartRead(&incoming_);
     }
   }
   if (notify != nullptr) notify->OnWriteDone(rank);
@@ -318,6 +350,8 @@ void CollectivesReactor::OnDone() {
   std::shared_ptr<CollectivesReactor> self;
   absl::MutexLock lock(&mu_);
   self = std::move(self_);
+  // Nothing more is written: what the answers held goes now.
+  outgoing_.Clear();
 }
 
 }  // namespace reducer

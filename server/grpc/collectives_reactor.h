@@ -14,6 +14,19 @@
 // HeldReads' deadline (see held_reads.h for why on both counts); after any
 // other message it reads on at once.
 //
+// Answers its client has not read: every message queued and not yet
+// written counts (its bytes plus kQueuedMessageOverheadBytes); while they
+// exceed `max_unread_bytes` the stream posts no read, and reads on as soon
+// as writes bring them back within it. gRPC's flow control then stops the
+// client's sends: a client that stops reading is slowed, and what it makes
+// reducerd hold stays bounded by `max_unread_bytes`, the answers of calls
+// already read (at most one call beyond the bound, plus those attached
+// before and answered since) and gRPC's own buffers. Every answer keeps its
+// rank's reservation (ResultMessage::hold) until written, so what a stream
+// holds unread is also counted in the memory budget and its job's share. A
+// client that reads, however slowly, only waits; nothing is refused for
+// it, and nothing deadlocks: a write completing is what reads on.
+//
 // A call's failure ends only that call. A message that cannot be routed to a
 // call (it does not parse, lacks a header or call id, reuses the id of a call
 // in flight, or carries a nonzero offset) ends the stream with
@@ -55,16 +68,21 @@ class CollectivesReactor final
   // Messages up to this size may hold the next read; a larger one moves
   // enough bytes that a window update of its own costs nothing.
   static constexpr size_t kHoldingMessageBytes = 64 << 10;
+  // What a queued answer costs besides its bytes (its ByteBuffer, slices
+  // and queue entry, rounded up), counted towards `max_unread_bytes` so
+  // that many small answers are bounded too.
+  static constexpr size_t kQueuedMessageOverheadBytes = 256;
 
   // Starts reading. The returned pointer is what the service hands to gRPC.
   // `on_done` runs once the stream is over; `metrics` counts its messages.
   // Reads are held back with `held_reads` (which must outlive the stream);
-  // without it the stream always reads on at once.
+  // without it the stream always reads on at once. While the answers not
+  // yet written exceed `max_unread_bytes`, the stream reads nothing.
   static CollectivesReactor* Create(grpc::CallbackServerContext* context,
-                                   std::function<void()> on_done,
-                                   CollectiveReactor::AttachFn attach,
-                                   CallMetrics metrics,
-                                   HeldReads* held_reads = nullptr);
+                                    std::function<void()> on_done,
+                                    CollectiveReactor::AttachFn attach,
+                                    CallMetrics metrics, HeldReads* held_reads,
+                                    size_t max_unread_bytes);
 
   // HeldReads::Holder: posts the held read, if one is held.
   void ReleaseHeldRead() override;
@@ -80,9 +98,9 @@ class CollectivesReactor final
   void OnDone() override;
 
   CollectivesReactor(grpc::CallbackServerContext* context,
-                    std::function<void()> on_done,
-                    CollectiveReactor::AttachFn attach,
-                    HeldReads* held_reads);  // Create()
+                     std::function<void()> on_done,
+                     CollectiveReactor::AttachFn attach, HeldReads* held_reads,
+                     size_t max_unread_bytes);  // Create()
 
  private:
   class StreamAttempt;
@@ -102,15 +120,24 @@ class CollectivesReactor final
     uint64_t serial = 0;
     // The call's last message; else its Collective hears when it is written.
     bool ends_call = false;
+    // Its rank's reservation (ResultMessage::hold), kept until written.
+    std::shared_ptr<const void> hold;
   };
 
   void HandleMessage();
   // The next read, posted now or held (see the class comment); called
   // once a message of `message_bytes` was handled.
   void ReadOnLocked(size_t message_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Queues `message` for `call_id`; with `ends_call`, the call is over and
-  // later messages for it are dropped. Ignored for calls already over.
-  void Enqueue(uint64_t call_id, grpc::ByteBuffer message, bool ends_call);
+  // Posts the next read, unless the unread answers are over the bound
+  // (then OnWriteDone posts it once they are not).
+  void PostReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The answers not yet written exceed max_unread_bytes_.
+  bool UnreadOverBoundLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `message` for `call_id`, keeping `hold` until it is written;
+  // with `ends_call`, the call is over and later messages for it are
+  // dropped. Ignored for calls already over.
+  void Enqueue(uint64_t call_id, grpc::ByteBuffer message, bool ends_call,
+               std::shared_ptr<const void> hold);
   // Ends `call_id` with `status` (a status-only message).
   void EndCall(uint64_t call_id, const absl::Status& status);
   // Writes outgoing_.front() (TakeNext said so).
@@ -128,6 +155,7 @@ class CollectivesReactor final
   const std::function<void()> on_done_;
   const CollectiveReactor::AttachFn attach_;
   HeldReads* const held_reads_;  // not owned; may be null
+  const size_t max_unread_bytes_;
   CallMetrics metrics_;  // set once, in Create, before the call starts
 
   // Only touched by the reading side: one read is outstanding at a time.
@@ -150,6 +178,9 @@ class CollectivesReactor final
   WriteQueue<Outgoing> outgoing_ ABSL_GUARDED_BY(mu_);
   bool input_ended_ ABSL_GUARDED_BY(mu_) = false;  // client closed its side
   bool read_held_ ABSL_GUARDED_BY(mu_) = false;  // the next read waits
+  // The next read waits for the unread answers to come back within the
+  // bound (OnWriteDone posts it).
+  bool read_blocked_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 

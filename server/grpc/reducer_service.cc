@@ -52,7 +52,8 @@ ReducerService::ReducerService(JobDoor* door, int max_concurrent_calls,
                                int max_streams_per_job,
                                absl::Duration header_timeout,
                                TimerQueue* timers, MetricsSink* metrics,
-                               const GrpcServerMetrics* grpc_metrics)
+                               const GrpcServerMetrics* grpc_metrics,
+                               size_t max_unread_answer_bytes)
     : door_(door),
       max_concurrent_calls_(max_concurrent_calls),
       stream_shares_(StreamShares::Holder::kJob, max_streams_per_job, metrics),
@@ -64,7 +65,8 @@ ReducerService::ReducerService(JobDoor* door, int max_concurrent_calls,
       join_metrics_(MethodOf(grpc_metrics, "Join")),
       leave_metrics_(MethodOf(grpc_metrics, "Leave")),
       collective_metrics_(MethodOf(grpc_metrics, "Collective")),
-      collectives_metrics_(MethodOf(grpc_metrics, "Collectives")) {}
+      collectives_metrics_(MethodOf(grpc_metrics, "Collectives")),
+      max_unread_answer_bytes_(max_unread_answer_bytes) {}
 
 grpc::ServerWriteReactor<v1::JoinEvent>* ReducerService::Join(
     grpc::CallbackServerContext* context, const v1::JoinRequest* request) {
@@ -173,8 +175,8 @@ ReducerService::Collective(grpc::CallbackServerContext* context) {
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 ReducerService::Collectives(grpc::CallbackServerContext* context) {
-  return StartStream<CollectivesReactor>(context, collectives_metrics_,
-                                         &held_reads_);
+  return StartStream<CollectivesReactor>(
+      context, collectives_metrics_, &held_reads_, max_unread_answer_bytes_);
 }
 
 }  // namespace reducer

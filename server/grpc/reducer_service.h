@@ -7,6 +7,7 @@
 #define REDUCER_SERVER_GRPC_REDUCER_SERVICE_H_
 
 #include <atomic>
+#include <cstddef>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -43,10 +44,14 @@ class ReducerService final
   // (`authorization: Bearer TOKEN`), or get JobTokens::Check's error. A
   // collective stream whose first message has not come `header_timeout`
   // (when positive) after it opened is ended DEADLINE_EXCEEDED (on
-  // `timers`), so silent streams give their slots back.
+  // `timers`), so silent streams give their slots back. A Collectives
+  // stream reads nothing while its answers not yet written exceed
+  // `max_unread_answer_bytes` (CollectivesReactor).
   ReducerService(JobDoor* door, int max_concurrent_calls,
-                 int max_streams_per_job, absl::Duration header_timeout, TimerQueue* timers,
-                 MetricsSink* metrics, const GrpcServerMetrics* grpc_metrics);
+                 int max_streams_per_job, absl::Duration header_timeout,
+                 TimerQueue* timers, MetricsSink* metrics,
+                 const GrpcServerMetrics* grpc_metrics,
+                 size_t max_unread_answer_bytes);
 
   grpc::ServerWriteReactor<v1::JoinEvent>* Join(
       grpc::CallbackServerContext* context,
@@ -85,6 +90,9 @@ class ReducerService final
   const GrpcServerMetrics::MethodMetrics* const leave_metrics_;
   const GrpcServerMetrics::MethodMetrics* const collective_metrics_;
   const GrpcServerMetrics::MethodMetrics* const collectives_metrics_;
+  // Per Collectives stream: the answers not yet written past which it stops
+  // reading.
+  const size_t max_unread_answer_bytes_;
   // The deadline on the reads Collectives streams hold back (held_reads.h):
   // a few small calls' time, so that ranks starting named collectives in
   // different orders meet a few ms later rather than never.

@@ -7,12 +7,15 @@
 // with INVALID_ARGUMENT, and a stream cut failing the other rank at once.
 #include "server/grpc/reducer_service.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -21,6 +24,7 @@
 #include "proto/reducer/v1/reducer.grpc.pb.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/engine/timer_queue.h"
+#include "server/grpc/collectives_reactor.h"
 #include "server/jobs/job_door_test_env.h"
 #include "server/metrics/metrics_sink.h"
 #include "tests/matchers.h"
@@ -29,6 +33,10 @@ namespace reducer {
 namespace {
 
 using Env = JobDoorTestEnv;
+
+// Answers a Collectives stream may leave unread before it stops reading:
+// a few small answers' worth.
+constexpr size_t kMaxUnreadAnswerBytes = 1024;
 using Stream =
     grpc::ClientReaderWriter<v1::CollectiveRequest, v1::CollectiveResponse>;
 using Method =
@@ -65,7 +73,7 @@ class ReducerServiceTest : public ::testing::Test {
       : service_(&env_.door(), /*max_concurrent_calls=*/16,
                  /*max_streams_per_job=*/16,
                  /*header_timeout=*/absl::ZeroDuration(), &timers_, &metrics_,
-                 /*grpc_metrics=*/nullptr) {
+                 /*grpc_metrics=*/nullptr, kMaxUnreadAnswerBytes) {
     grpc::ServerBuilder builder;
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
@@ -297,6 +305,72 @@ TEST_F(ReducerServiceTest, CollectivesMessageWithoutCallIdEndsTheStream) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(),
               HasSubstr("must carry a nonzero call_id"));
+}
+
+// A client that stops reading its Collectives stream: once the answers not
+// yet written pass the stream's bound, the stream reads none of the client's
+// next calls (its writes stall), and the answers it holds stay in the
+// memory budget. Once the client reads, every call is answered, in order.
+TEST_F(ReducerServiceTest, CollectivesStreamStopsReadingWhileAnswersAreUnread) {
+  JoinAll("j", 1);
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = stub_->Collectives(&context);
+  auto call = [&stream](int i) {
+    v1::CollectiveHeader header = Env::AllReduce("j", "s0", 0);
+    header.set_sequence(i);
+    header.set_attempt_id(absl::StrCat("s0/", i + 1));
+    return stream->Write(Request(header, Floats(i, 2, 3, 4), i + 1));
+  };
+  // A first call, read at once: what the job holds with no answer unread
+  // (or that one, if its write is not seen complete yet).
+  ASSERT_TRUE(call(0));
+  v1::CollectiveResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  const size_t settled_bytes = env_.memory().used();
+
+  constexpr int kCalls = 24;
+  std::atomic<int> written{0};
+  std::thread writer([&] {
+    for (int i = 1; i <= kCalls; ++i) {
+      if (!call(i)) return;
+      ++written;
+    }
+    stream->WritesDone();
+  });
+  // Each answer counts its bytes and kQueuedMessageOverheadBytes: the
+  // stream reads about kMaxUnreadAnswerBytes / that many calls, then none.
+  const int most_read =
+      kMaxUnreadAnswerBytes / CollectivesReactor::kQueuedMessageOverheadBytes +
+      1;
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (written.load() < most_read - 1 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // time to read more, were it to
+  EXPECT_GE(written.load(), 1);
+  EXPECT_LE(written.load(), most_read + 1) << "of " << kCalls << " calls";
+  // Each unread answer keeps its rank's reservation: 16 bytes staged in and
+  // 16 queued out.
+  EXPECT_GE(env_.memory().used(),
+            settled_bytes + 2 * Env::kFloats * sizeof(float));
+
+  for (int i = 1; i <= kCalls; ++i) {
+    ASSERT_TRUE(stream->Read(&response)) << "call " << i + 1;
+    EXPECT_EQ(response.call_id(), i + 1u);
+    EXPECT_THAT(FromCallStatus(response.status()), IsOk());
+    EXPECT_EQ(response.data(), Floats(i, 2, 3, 4));
+  }
+  writer.join();
+  EXPECT_FALSE(stream->Read(&response));
+  const grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  // Every answer was written: none holds anything any more (the last one
+  // lets go just after the stream ends).
+  const absl::Time settle = absl::Now() + absl::Seconds(10);
+  while (env_.memory().used() > settled_bytes && absl::Now() < settle) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_LE(env_.memory().used(), settled_bytes);
 }
 
 }  // namespace

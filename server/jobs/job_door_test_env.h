@@ -68,6 +68,8 @@ class JobDoorTestEnv {
 
   JobDoor& door() { return door_; }
   JobRegistry& registry() { return registry_; }
+  // The memory budget the jobs' collectives reserve from.
+  MemoryBudget& memory() { return jobs_.memory(); }
   // The codes of the requests the door refused, in order.
   std::vector<absl::StatusCode> refused() { return refusals_.refused(); }
 
