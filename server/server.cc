@@ -199,11 +199,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   if (o.shared_memory) {
     // Before serving, so that every JobReady names the socket.
     absl::StatusOr<std::unique_ptr<SharedMemoryListener>> listener =
-        SharedMemoryListener::Start(&server->door_, &server->log_,
-                                    o.chunk_bytes,
-                                    o.max_same_host_handshakes,
-                                    PeerUids{o.shared_memory_any_uid,
-                                             o.shared_memory_allowed_uids});
+        SharedMemoryListener::Start(
+            &server->door_, &server->log_, o.chunk_bytes,
+            MaxUnreadAnswerBytes(o), o.max_same_host_handshakes,
+            PeerUids{o.shared_memory_any_uid, o.shared_memory_allowed_uids});
     if (listener.ok()) {
       server->shm_listener_ = *std::move(listener);
       server->registry_.SetSharedMemorySocket(server->shm_listener_->name());

@@ -53,9 +53,11 @@ void SharedMemoryJob::Unreserve() {
 }
 
 void SharedMemoryJob::Add(SharedMemorySession::Parts parts,
-                          JobDoor::AttachFn attach, size_t chunk_bytes) {
+                          JobDoor::AttachFn attach, size_t chunk_bytes,
+                          size_t max_unread_answer_bytes) {
   std::shared_ptr<SharedMemorySession> session = SharedMemorySession::Create(
-      std::move(parts), results_.get(), std::move(attach), chunk_bytes, log_);
+      std::move(parts), results_.get(), std::move(attach), chunk_bytes,
+      max_unread_answer_bytes, log_);
   {
     absl::MutexLock lock(&mu_);
     added_.push_back(std::move(session));

@@ -75,10 +75,10 @@ class SharedMemoryJob {
   void Reserve();
   void Unreserve();
   // Starts serving a session reserved before: `parts` as the handshake
-  // accepted them, `attach` and `chunk_bytes` as SharedMemorySession takes
-  // them. After Stop(), the session ends at once.
+  // accepted them, `attach`, `chunk_bytes` and `max_unread_answer_bytes` as
+  // SharedMemorySession takes them. After Stop(), the session ends at once.
   void Add(SharedMemorySession::Parts parts, JobDoor::AttachFn attach,
-           size_t chunk_bytes);
+           size_t chunk_bytes, size_t max_unread_answer_bytes);
   // Sessions reserved or added and not ended.
   int live() const { return live_.load(std::memory_order_acquire); }
 

@@ -44,24 +44,26 @@ absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
 
 SharedMemoryListener::SharedMemoryListener(JobDoor* door, const Logger* log,
                                            size_t chunk_bytes,
+                                           size_t max_unread_answer_bytes,
                                            int max_handshakes,
                                            PeerUids peer_uids,
                                            absl::Duration handshake_timeout)
     : door_(door),
       log_(log),
       chunk_bytes_(chunk_bytes),
+      max_unread_answer_bytes_(max_unread_answer_bytes),
       max_handshakes_(max_handshakes),
       peer_uids_(std::move(peer_uids)),
       handshake_timeout_(handshake_timeout) {}
 
 absl::StatusOr<std::unique_ptr<SharedMemoryListener>>
 SharedMemoryListener::Start(JobDoor* door, const Logger* log,
-                            size_t chunk_bytes, int max_handshakes,
-                            PeerUids peer_uids,
+                            size_t chunk_bytes, size_t max_unread_answer_bytes,
+                            int max_handshakes, PeerUids peer_uids,
                             absl::Duration handshake_timeout) {
-  std::unique_ptr<SharedMemoryListener> listener(
-      new SharedMemoryListener(door, log, chunk_bytes, max_handshakes,
-                               std::move(peer_uids), handshake_timeout));
+  std::unique_ptr<SharedMemoryListener> listener(new SharedMemoryListener(
+      door, log, chunk_bytes, max_unread_answer_bytes, max_handshakes,
+      std::move(peer_uids), handshake_timeout));
   listener->name_ = absl::StrCat("reducerd-", getpid(), "-",
                                  absl::BytesToHexString(RandomBytes(8)));
   const std::string& name = listener->name_;
@@ -325,7 +327,8 @@ void SharedMemoryListener::Shake(Handshake* handshake, UniqueFd connection) {
                        " began a new epoch since this session's "
                        "handshake"));
     };
-    job->Add(*std::move(parts), door_->AttachWithToken(token), chunk_bytes_);
+    job->Add(*std::move(parts), door_->AttachWithToken(token), chunk_bytes_,
+             max_unread_answer_bytes_);
   } else {
     if (job != nullptr) job->Unreserve();
     const int ranks[] = {peer.rank};

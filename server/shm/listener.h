@@ -72,14 +72,16 @@ class SharedMemoryListener {
 
   // Binds the socket and starts accepting. UNAVAILABLE (with the errno
   // text) when the socket cannot be made or bound. At most
+  // Each session takes `chunk_bytes` and `max_unread_answer_bytes` as
+  // SharedMemorySession::Create does.
   // `max_handshakes` handshakes (each a thread) run at once; a connection
   // beyond them, or one whose thread cannot be started, is refused at once
   // with RESOURCE_EXHAUSTED.
   // A peer whose uid (SO_PEERCRED) is neither reducerd's own nor in
   // `peer_uids` is refused with PERMISSION_DENIED, unless `peer_uids.any`.
   static absl::StatusOr<std::unique_ptr<SharedMemoryListener>> Start(
-      JobDoor* door, const Logger* log, size_t chunk_bytes, int max_handshakes,
-      PeerUids peer_uids,
+      JobDoor* door, const Logger* log, size_t chunk_bytes,
+      size_t max_unread_answer_bytes, int max_handshakes, PeerUids peer_uids,
       absl::Duration handshake_timeout = kDefaultHandshakeTimeout);
 
   ~SharedMemoryListener();  // Stop()
@@ -94,7 +96,8 @@ class SharedMemoryListener {
   void Stop();
 
   SharedMemoryListener(JobDoor* door, const Logger* log, size_t chunk_bytes,
-                       int max_handshakes, PeerUids peer_uids,
+                       size_t max_unread_answer_bytes, int max_handshakes,
+                       PeerUids peer_uids,
                        absl::Duration handshake_timeout);  // Start()
 
  private:
@@ -131,6 +134,7 @@ class SharedMemoryListener {
   JobDoor* const door_;
   const Logger* const log_;
   const size_t chunk_bytes_;
+  const size_t max_unread_answer_bytes_;
   const int max_handshakes_;
   const PeerUids peer_uids_;
   const absl::Duration handshake_timeout_;

@@ -12,10 +12,9 @@
 
 namespace reducer {
 
-SharedMemorySession::SharedMemorySession(Parts parts,
-                                         SharedMemoryResults* results,
-                                         JobDoor::AttachFn attach,
-                                         size_t chunk_bytes, const Logger* log)
+SharedMemorySession::SharedMemorySession(
+    Parts parts, SharedMemoryResults* results, JobDoor::AttachFn attach,
+    size_t chunk_bytes, size_t max_unread_answer_bytes, const Logger* log)
     : peer_(std::move(parts.peer)),
       socket_(std::move(parts.socket)),
       results_(results),
@@ -24,15 +23,17 @@ SharedMemorySession::SharedMemorySession(Parts parts,
       attach_(std::move(attach)),
       check_seat_(std::move(parts.check_seat)),
       chunk_bytes_(chunk_bytes),
+      max_unread_answer_bytes_(max_unread_answer_bytes),
       log_(log),
       next_socket_check_(absl::Now() + kSocketCheck),
       next_seat_check_(absl::Now() + kSeatCheck) {}
 
 std::shared_ptr<SharedMemorySession> SharedMemorySession::Create(
     Parts parts, SharedMemoryResults* results, JobDoor::AttachFn attach,
-    size_t chunk_bytes, const Logger* log) {
+    size_t chunk_bytes, size_t max_unread_answer_bytes, const Logger* log) {
   auto session = std::make_shared<SharedMemorySession>(
-      std::move(parts), results, std::move(attach), chunk_bytes, log);
+      std::move(parts), results, std::move(attach), chunk_bytes,
+      max_unread_answer_bytes, log);
   const SharedMemoryPeer& p = session->peer_;
   const int ranks[] = {p.rank};
   log->Log({LogSeverity::kInfo, "shm_session_started",
@@ -88,20 +89,18 @@ void SharedMemorySession::End(const absl::Status& why) {
 
 absl::Status SharedMemorySession::Step(absl::Time now, bool* look_again_soon) {
   *look_again_soon = false;
-  MessageRing& requests = control_->requests();
+  bool held_back = false;
   if (!stop_.load(std::memory_order_acquire)) {
-    std::string record;
-    while (true) {
-      absl::StatusOr<bool> popped = requests.TryPop(&record);
-      if (!popped.ok()) return popped.status();
-      if (!*popped) break;
-      if (absl::Status s = HandleRecord(record); !s.ok()) return s;
-    }
+    if (absl::Status s = TakeRequests(&held_back); !s.ok()) return s;
   }
   FeedResumed();
   ProcessItems();
   if (absl::Status s = PushResponses(); !s.ok()) {
     if (s.code() != absl::StatusCode::kResourceExhausted) return s;
+    *look_again_soon = true;
+  }
+  // Requests left in their ring ring no bell again: take them next pass.
+  if (held_back && unread_answer_bytes_ <= max_unread_answer_bytes_) {
     *look_again_soon = true;
   }
   if (stop_.load(std::memory_order_acquire)) {
@@ -120,6 +119,37 @@ absl::Status SharedMemorySession::Step(absl::Time now, bool* look_again_soon) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status SharedMemorySession::TakeRequests(bool* held_back) {
+  if (unread_answer_bytes_ > max_unread_answer_bytes_) {
+    *held_back = true;
+    if (!warned_unread_) {
+      warned_unread_ = true;
+      const int ranks[] = {peer_.rank};
+      log_->Log(
+          {LogSeverity::kWarning, "shm_answers_unread",
+           absl::StrCat(
+               "same-host session of job ", peer_.job, " rank ", peer_.rank,
+               " (pid ", peer_.pid, "): its client has not taken ",
+               unread_answer_bytes_,
+               " bytes of answers from its response "
+               "ring, over the bound of ",
+               max_unread_answer_bytes_,
+               " bytes (--window x --chunk_bytes); reducerd takes none of "
+               "its requests until it does"),
+           peer_.job, std::nullopt, "", ranks});
+    }
+    return absl::OkStatus();
+  }
+  MessageRing& requests = control_->requests();
+  std::string record;
+  while (true) {
+    absl::StatusOr<bool> popped = requests.TryPop(&record);
+    if (!popped.ok()) return popped.status();
+    if (!*popped) return absl::OkStatus();
+    if (absl::Status s = HandleRecord(record); !s.ok()) return s;
+  }
 }
 
 absl::Status SharedMemorySession::HandleRecord(const std::string& record) {

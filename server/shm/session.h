@@ -48,6 +48,19 @@
 // A range handed out holds one reference to it (SharedMemoryResults) until the
 // client releases it or the session ends.
 //
+// Answers its client has not taken: a call whose response is due but finds
+// the response ring full waits, keeping its rank's reservation in the
+// memory budget (ResultMessage::hold) until its response is in the ring.
+// While what waits so (each call's inline result and its bookkeeping,
+// kWaitingCallBytes) exceeds `max_unread_answer_bytes`, Step() takes no
+// request record: the client's request ring fills and its pushes wait, as
+// gRPC's flow control stops a client that stops reading. So a client that
+// never pops its response ring makes reducerd hold at most that bound plus
+// the calls of one request ring's records (taken in the pass that went
+// over) and the calls it had in flight, all in the budget; the first time,
+// a warning names the session and the bound. A client that pops, however
+// late, is served on: the requests wait in its ring, nothing is refused.
+//
 // The session ends when the client closes its socket (seen within
 // kSocketCheck: Step() looks at the socket once that has passed since it
 // last did, and the job's thread wakes by then), when its peer lost its
@@ -115,6 +128,10 @@ class SharedMemorySession
   static constexpr absl::Duration kSocketCheck = absl::Milliseconds(50);
   // How often the session asks whether its peer still holds its seat.
   static constexpr absl::Duration kSeatCheck = absl::Milliseconds(250);
+  // What a call waiting for room in the response ring is counted as,
+  // besides its inline result: its bookkeeping and its response record's
+  // fields, rounded up.
+  static constexpr size_t kWaitingCallBytes = 1024;
 
   // What the session is given (the result segment is its job's).
   struct Parts {
@@ -131,10 +148,12 @@ class SharedMemorySession
   // `results` is the job's result segment, which the client maps (it
   // outlives the session); `attach` attaches each call (as
   // JobDoor::AttachWithToken gives it); `chunk_bytes` bounds each
-  // OnData piece; `log` outlives the session.
+  // OnData piece; while the answers its client has not taken exceed
+  // `max_unread_answer_bytes`, no request is taken; `log` outlives the
+  // session.
   static std::shared_ptr<SharedMemorySession> Create(
       Parts parts, SharedMemoryResults* results, JobDoor::AttachFn attach,
-      size_t chunk_bytes, const Logger* log);
+      size_t chunk_bytes, size_t max_unread_answer_bytes, const Logger* log);
 
   SharedMemorySession(const SharedMemorySession&) = delete;
   SharedMemorySession& operator=(const SharedMemorySession&) = delete;
@@ -147,12 +166,14 @@ class SharedMemorySession
   // The bell the job's thread watches: the request ring's data bell, which
   // the client, the calls' channels and the input's owners ring.
   const Doorbell& bell() { return control_->requests().data_bell(); }
-  // One pass (the job's thread): takes every record the request ring holds,
+  // One pass (the job's thread): takes every record the request ring holds
+  // (none while the answers its client has not taken are over the bound),
   // feeds the calls that may go on, copies what the Collectives sent,
   // pushes the responses that are due, and looks at the socket once
   // kSocketCheck has passed since it last did. OK while the session goes
   // on, else why it must end. `*look_again_soon`: the response ring was
-  // full (it frees up without this bell ringing).
+  // full (it frees up without this bell ringing), or requests were left in
+  // their ring that may be taken now.
   absl::Status Step(absl::Time now, bool* look_again_soon);
   // When Step() next looks at the socket.
   absl::Time next_socket_check() const { return next_socket_check_; }
@@ -168,6 +189,7 @@ class SharedMemorySession
 
   SharedMemorySession(Parts parts, SharedMemoryResults* results,
                       JobDoor::AttachFn attach, size_t chunk_bytes,
+                      size_t max_unread_answer_bytes,
                       const Logger* log);  // Create()
 
  private:
@@ -200,8 +222,12 @@ class SharedMemorySession
   void EndCall(Call& call, const absl::Status& status);
   // Pushes the response of every call that can be answered; DATA_LOSS when
   // the response ring is corrupt, RESOURCE_EXHAUSTED when it is full (the
-  // rest go next time).
+  // rest go next time, and count in unread_answer_bytes_).
   absl::Status PushResponses();
+  // Takes the request ring's records while the answers not taken are
+  // within the bound; an error ends the session. `*held_back`: it stopped
+  // for the bound.
+  absl::Status TakeRequests(bool* held_back);
   // The response record of `call` (its end is set).
   std::string ResponseRecord(Call& call);
   // Why the socket says the session is over, or OK while it is open.
@@ -229,6 +255,7 @@ class SharedMemorySession
   const JobDoor::AttachFn attach_;
   const std::function<absl::Status()> check_seat_;
   const size_t chunk_bytes_;
+  const size_t max_unread_answer_bytes_;
   const Logger* const log_;
 
   // A result range handed out: its size, and how many times this session
@@ -244,6 +271,11 @@ class SharedMemorySession
   absl::flat_hash_map<uint64_t, HandedOut> handed_out_;  // by result offset
   uint64_t last_serial_ = 0;
   uint64_t calls_served_ = 0;
+  // What waits for room in the response ring (PushResponses' last pass):
+  // each call due and not pushed, as kWaitingCallBytes plus its inline
+  // result.
+  size_t unread_answer_bytes_ = 0;
+  bool warned_unread_ = false;  // the warning is logged once per session
   absl::Time next_socket_check_;
   absl::Time next_seat_check_;
   bool lost_seat_ = false;

@@ -150,6 +150,10 @@ struct SharedMemorySession::Call {
   std::shared_ptr<SharedMemoryResults::Writing> writing;
 
   std::optional<absl::Status> end;  // known: the response may go
+  // Its rank's reservation, from the first message that carried one
+  // (ResultMessage::hold): kept until the response is in the ring, as a
+  // gRPC stream keeps it until the answer is written.
+  std::shared_ptr<const void> hold;
 };
 
 }  // namespace reducer

@@ -179,6 +179,7 @@ void SharedMemorySession::ProcessMessage(Call& call, Item& item) {
       call.writing->MarkCopied(message.offset, message_end);
     }
     message.data.clear();
+    if (call.hold == nullptr) call.hold = std::move(message.hold);
   }
   // The last message completes the call without a write notice.
   if (!item.last && collective != nullptr) collective->OnWriteDone(call.rank);
@@ -233,10 +234,16 @@ absl::Status SharedMemorySession::PushResponses() {
   MessageRing& responses = control_->responses();
   std::vector<uint64_t> answered;
   absl::Status outcome;
+  size_t unread = 0;
   for (auto& [serial, owned] : calls_) {
     Call& call = *owned;
     if (!call.end.has_value() ||
         !call.input_released->load(std::memory_order_acquire)) {
+      continue;
+    }
+    if (!outcome.ok()) {
+      // Due, but the ring is full: its client has not taken enough.
+      unread += kWaitingCallBytes + call.inline_result.size();
       continue;
     }
     std::string record = ResponseRecord(call);
@@ -256,7 +263,8 @@ absl::Status SharedMemorySession::PushResponses() {
     if (!pushed.ok()) return pushed.status();
     if (!*pushed) {
       outcome = absl::ResourceExhaustedError("the response ring is full");
-      break;
+      unread += kWaitingCallBytes + call.inline_result.size();
+      continue;
     }
     if (call.range.has_value()) {
       // The call's reference to its range becomes the client's, or goes.
@@ -272,6 +280,7 @@ absl::Status SharedMemorySession::PushResponses() {
     answered.push_back(serial);
   }
   for (uint64_t serial : answered) calls_.erase(serial);
+  unread_answer_bytes_ = unread;
   return outcome;
 }
 

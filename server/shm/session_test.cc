@@ -5,7 +5,8 @@
 // payload and result lie in the segments (and the release of its result
 // range), a header naming another rank failing only its call, a cancel,
 // and the session ending on a record that does not parse, a release of a
-// range never handed out, a closed socket and Stop().
+// range never handed out, a closed socket and Stop(); and a client that
+// takes no responses, whose requests the session stops taking.
 #include "server/shm/session.h"
 
 #include <sys/socket.h>
@@ -15,12 +16,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/shm/control_segment.h"
+#include "core/shm/message_ring.h"
 #include "core/shm/shared_segment.h"
 #include "core/shm/unique_fd.h"
 #include "gmock/gmock.h"
@@ -86,7 +89,8 @@ class SharedMemorySessionTest : public ::testing::Test {
         /*check_seat=*/nullptr};
     session_ = SharedMemorySession::Create(
         std::move(parts), results_.get(),
-        env_.door().AttachWithToken(PresentedToken{}), kChunkBytes, &log_);
+        env_.door().AttachWithToken(PresentedToken{}), kChunkBytes,
+        max_unread_answer_bytes_, &log_);
   }
   void TearDown() override {
     if (session_ != nullptr) session_->End(absl::CancelledError("test over"));
@@ -126,6 +130,8 @@ class SharedMemorySessionTest : public ::testing::Test {
     return session_->Step(now, &again);
   }
 
+  // Set before Open(): the session's bound on answers not taken.
+  size_t max_unread_answer_bytes_ = 4 << 20;
   Env env_;
   Logger log_;
   std::unique_ptr<SharedMemoryResults> results_;
@@ -237,6 +243,71 @@ TEST_F(SharedMemorySessionTest, StopEndsTheSessionCancelled) {
   session_->Stop();
   EXPECT_THAT(StepOnce(), StatusIs(absl::StatusCode::kCancelled,
                                    HasSubstr("reducerd is shutting down")));
+}
+
+// A client that never pops its response ring: once the answers waiting
+// for room there pass the bound, the session takes none of its requests
+// (its request ring stays full however often the session steps), and the
+// answers waiting keep their reservations in the memory budget. Once the
+// client pops, every call is answered.
+TEST_F(SharedMemorySessionTest, AClientThatTakesNoAnswersIsNoLongerTaken) {
+  // 32 KiB per call: answered inline, reduced on the calling thread.
+  constexpr int kFloats = 8 << 10;
+  constexpr size_t kCallBytes = kFloats * sizeof(float);
+  // Each ring holds about this many such records.
+  constexpr int kRecordsPerRing = MessageRing::kDefaultCapacity / kCallBytes;
+  max_unread_answer_bytes_ = 4 * kCallBytes;
+  Open();
+  auto call = [](uint64_t id) {
+    v1::CollectiveRequest request = Call(id, Ramp(kFloats));
+    v1::CollectiveHeader& header = *request.mutable_header();
+    header.mutable_tensors(0)->set_shape(0, kFloats);
+    header.set_sequence(id - 1);
+    header.set_attempt_id(absl::StrCat("s0/", id));
+    return request.SerializeAsString();
+  };
+  absl::Status stepped;
+  ASSERT_TRUE(control_->requests().TryPush(call(1)).value_or(false));
+  ASSERT_THAT(FromCallStatus(NextResponse(&stepped).status()), IsOk());
+  const size_t settled_bytes = env_.memory().used();
+
+  // The client pushes whatever its request ring takes, and pops nothing.
+  uint64_t pushed = 1;
+  for (int round = 0; round < 20; ++round) {
+    while (control_->requests().TryPush(call(pushed + 1)).value_or(false)) {
+      ++pushed;
+    }
+    ASSERT_THAT(StepOnce(), IsOk());
+  }
+  EXPECT_FALSE(control_->requests().TryPush(call(pushed + 1)).value_or(true));
+  // Taken: a response ring's worth answered, the bound's worth waiting, and
+  // the records of the pass that went over; one ring more waits unread.
+  EXPECT_LE(pushed, 4u * kRecordsPerRing) << "of 20 rings' worth";
+  // Each answer waiting keeps its rank's reservation: 32 KiB staged in and
+  // 32 KiB queued out.
+  EXPECT_GE(env_.memory().used(), settled_bytes + 4 * 2 * kCallBytes);
+
+  // The client pops: every call is answered, in whatever order.
+  std::vector<bool> answered(pushed + 1, false);
+  uint64_t answers = 1;  // call 1's, above
+  std::string record;
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (answers < pushed && absl::Now() < give_up) {
+    ASSERT_THAT(StepOnce(), IsOk());
+    while (control_->responses().TryPop(&record).value_or(false)) {
+      v1::CollectiveResponse response;
+      ASSERT_TRUE(response.ParseFromString(record));
+      ASSERT_GT(response.call_id(), 1u);
+      ASSERT_LE(response.call_id(), pushed);
+      EXPECT_FALSE(answered[response.call_id()]) << response.call_id();
+      answered[response.call_id()] = true;
+      ++answers;
+      EXPECT_THAT(FromCallStatus(response.status()), IsOk());
+      EXPECT_EQ(response.data(), Ramp(kFloats)) << response.call_id();
+    }
+  }
+  EXPECT_EQ(answers, pushed);
+  EXPECT_LE(env_.memory().used(), settled_bytes);
 }
 
 }  // namespace
