@@ -9,7 +9,9 @@
 // result is one range both ranks get, reused only once both released it; a
 // reduce-scatter's parts are ranges of their own; a session that ends
 // drops what it held); a corrupt ring and a closed socket, each of which
-// ends the session and fails the collective for the other rank at once.
+// ends the session and fails the collective for the other rank at once;
+// a client that never pops its responses, whose requests reducerd stops
+// taking while another job goes on.
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -42,6 +44,7 @@
 #include "core/shm/unique_fd.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/reducer/v1/admin.grpc.pb.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "proto/reducer/v1/status_conversion.h"
 #include "server/server.h"
@@ -162,6 +165,11 @@ class ShmClient {
 
   absl::Status PushRaw(const std::string& record) {
     return control_->requests().Push(record, absl::Now() + kPatience);
+  }
+
+  // Push, waiting at most `patience` for room.
+  absl::Status PushWithin(const std::string& record, absl::Duration patience) {
+    return control_->requests().Push(record, absl::Now() + patience);
   }
 
   absl::Status Push(const v1::CollectiveRequest& request) {
@@ -824,6 +832,73 @@ TEST_F(ShmServerTest, ASilentPeerDoesNotHoldUpAnotherHandshake) {
   // The silent one is still waiting for its deadline: nothing came back.
   pollfd p{silent.get(), POLLIN | POLLRDHUP, 0};
   EXPECT_EQ(poll(&p, 1, 0), 0);
+}
+
+// A client that never pops its response ring: once the answers waiting for
+// room there pass --window x --chunk_bytes, reducerd takes none of its
+// requests (its request ring stays full), the answers waiting keep their
+// reservations in the memory budget, and another job's all-reduce on the
+// same reducerd completes. Once the client pops, every call is answered.
+TEST_F(ShmServerTest, AClientThatNeverPopsItsResponsesIsNoLongerTaken) {
+  absl::StatusOr<std::unique_ptr<RawSession>> hog =
+      RawSession::Join(server_->address(), "hog", 0, 1, kPatience);
+  ASSERT_TRUE(hog.ok()) << hog.status();
+  std::unique_ptr<ShmClient> client = Connect(**hog);
+  ASSERT_NE(client, nullptr);
+  // 32 KiB per call, inline both ways; about 32 such records fill a ring.
+  constexpr int64_t kN = 8 << 10;
+  constexpr uint64_t kMostCalls = 2000;
+  const std::string payload = Input(0, kN, 3);
+  auto call = [&](uint64_t id) {
+    v1::CollectiveRequest m = AllReduce(**hog, id, id - 1, kN);
+    m.set_data(payload);
+    return m.SerializeAsString();
+  };
+  uint64_t pushed = 0;
+  while (pushed < kMostCalls) {
+    const absl::Status s = client->PushWithin(call(pushed + 1), absl::Seconds(1));
+    if (s.code() == absl::StatusCode::kDeadlineExceeded) break;
+    ASSERT_TRUE(s.ok()) << s;
+    ++pushed;
+  }
+  // Taken: a response ring's worth answered, the bound's worth waiting, a
+  // ring's worth of records in the pass that went over; a ring's worth
+  // more waits in the request ring.
+  EXPECT_LT(pushed, 200u) << "reducerd took every call";
+
+  std::unique_ptr<v1::Admin::Stub> admin = v1::Admin::NewStub(grpc::CreateChannel(
+      server_->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::StatusResponse status;
+  ASSERT_TRUE(admin->Status(&context, v1::StatusRequest(), &status).ok());
+  // At least the bound's worth of answers waits, each with its rank's
+  // reservation: 32 KiB staged in and 32 KiB queued out.
+  EXPECT_GE(status.memory_reserved_bytes(), 4 * 2 * kN * sizeof(float));
+
+  // Another job goes on, on gRPC.
+  absl::StatusOr<std::unique_ptr<RawSession>> other =
+      RawSession::Join(server_->address(), "other", 0, 1, kPatience);
+  ASSERT_TRUE(other.ok()) << other.status();
+  v1::CollectiveRequest theirs = AllReduce(**other, 0, 0, 4);
+  theirs.clear_call_id();
+  theirs.set_data(Input(0, 4, 9));
+  RawCallResult result = (*other)->Call({theirs}, kPatience);
+  EXPECT_TRUE(result.status.ok()) << result.status;
+  EXPECT_EQ(result.data, Input(0, 4, 9));
+
+  // The client pops: every call is answered, the ones still in its request
+  // ring included.
+  std::vector<bool> answered(pushed + 1, false);
+  for (uint64_t i = 0; i < pushed; ++i) {
+    absl::StatusOr<v1::CollectiveResponse> response = client->Next();
+    ASSERT_TRUE(response.ok()) << response.status() << " after " << i;
+    ASSERT_GE(response->call_id(), 1u);
+    ASSERT_LE(response->call_id(), pushed);
+    EXPECT_FALSE(answered[response->call_id()]);
+    answered[response->call_id()] = true;
+    EXPECT_THAT(FromCallStatus(response->status()), IsOk());
+    EXPECT_EQ(response->data(), payload);
+  }
 }
 
 TEST_F(ShmServerTest, RecordsThatBreakTheProtocolEndTheSession) {

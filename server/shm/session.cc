@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/shm/message_ring.h"
 #include "server/shm/session_call.h"
 
 namespace reducer {
@@ -144,12 +145,18 @@ absl::Status SharedMemorySession::TakeRequests(bool* held_back) {
   }
   MessageRing& requests = control_->requests();
   std::string record;
-  while (true) {
+  // A client that pushes as fast as they are taken would make the pass
+  // endless, and the answers it makes uncounted until it ends.
+  size_t taken_bytes = 0;
+  while (taken_bytes < MessageRing::kDefaultCapacity) {
     absl::StatusOr<bool> popped = requests.TryPop(&record);
     if (!popped.ok()) return popped.status();
     if (!*popped) return absl::OkStatus();
+    taken_bytes += record.size();
     if (absl::Status s = HandleRecord(record); !s.ok()) return s;
   }
+  *held_back = true;  // more may wait: the next pass takes them
+  return absl::OkStatus();
 }
 
 absl::Status SharedMemorySession::HandleRecord(const std::string& record) {

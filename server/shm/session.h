@@ -56,10 +56,11 @@
 // request record: the client's request ring fills and its pushes wait, as
 // gRPC's flow control stops a client that stops reading. So a client that
 // never pops its response ring makes reducerd hold at most that bound plus
-// the calls of one request ring's records (taken in the pass that went
-// over) and the calls it had in flight, all in the budget; the first time,
-// a warning names the session and the bound. A client that pops, however
-// late, is served on: the requests wait in its ring, nothing is refused.
+// the calls of one request ring's worth of records (a pass takes no more,
+// and the pass that went over took them) and the calls it had in flight,
+// all in the budget; the first time, a warning names the session and the
+// bound. A client that pops, however late, is served on: its requests wait
+// in its ring, and its own calls' deadlines end what waits too long.
 //
 // The session ends when the client closes its socket (seen within
 // kSocketCheck: Step() looks at the socket once that has passed since it
@@ -224,9 +225,10 @@ class SharedMemorySession
   // the response ring is corrupt, RESOURCE_EXHAUSTED when it is full (the
   // rest go next time, and count in unread_answer_bytes_).
   absl::Status PushResponses();
-  // Takes the request ring's records while the answers not taken are
-  // within the bound; an error ends the session. `*held_back`: it stopped
-  // for the bound.
+  // Takes the request ring's records, at most one ring's worth
+  // (MessageRing::kDefaultCapacity bytes), if the answers not taken are
+  // within the bound; an error ends the session. `*held_back`: records may
+  // be left in the ring.
   absl::Status TakeRequests(bool* held_back);
   // The response record of `call` (its end is set).
   std::string ResponseRecord(Call& call);
