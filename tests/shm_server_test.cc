@@ -856,7 +856,8 @@ TEST_F(ShmServerTest, AClientThatNeverPopsItsResponsesIsNoLongerTaken) {
   };
   uint64_t pushed = 0;
   while (pushed < kMostCalls) {
-    const absl::Status s = client->PushWithin(call(pushed + 1), absl::Seconds(1));
+    const absl::Status s =
+        client->PushWithin(call(pushed + 1), absl::Seconds(1));
     if (s.code() == absl::StatusCode::kDeadlineExceeded) break;
     ASSERT_TRUE(s.ok()) << s;
     ++pushed;
@@ -866,8 +867,9 @@ TEST_F(ShmServerTest, AClientThatNeverPopsItsResponsesIsNoLongerTaken) {
   // more waits in the request ring.
   EXPECT_LT(pushed, 200u) << "reducerd took every call";
 
-  std::unique_ptr<v1::Admin::Stub> admin = v1::Admin::NewStub(grpc::CreateChannel(
-      server_->address(), grpc::InsecureChannelCredentials()));
+  std::unique_ptr<v1::Admin::Stub> admin =
+      v1::Admin::NewStub(grpc::CreateChannel(
+          server_->address(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
   v1::StatusResponse status;
   ASSERT_TRUE(admin->Status(&context, v1::StatusRequest(), &status).ok());
