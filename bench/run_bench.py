@@ -329,11 +329,14 @@ class ReducerDaemon:
 
 # Each flag that names a built binary: its default below bazel-bin and the
 # Bazel target that builds it. --pythonpath names the directory that holds
-# the built reducer package; --worker is quorum_bench's.
+# the built reducer package; --worker is quorum_bench's, --healthy_tenant
+# and --hostile_tenant tenants_bench's.
 BUILT = {
     "reducerd": ("server/reducerd", "//server:reducerd"),
     "reducer_worker": ("bench/reducer_allreduce_worker", "//bench:reducer_allreduce_worker"),
     "worker": ("bench/quorum_step_worker", "//bench:quorum_step_worker"),
+    "healthy_tenant": ("bench/healthy_tenant", "//bench:healthy_tenant"),
+    "hostile_tenant": ("bench/hostile_tenant", "//bench:hostile_tenant"),
     "virtual_network": ("bench/virtual_network", "//bench:virtual_network"),
     "echo_bench": ("bench/grpc_echo_bench", "//bench:grpc_echo_bench"),
     "kernel_bench": ("bench/reduce_kernel_bench", "//bench:reduce_kernel_bench"),

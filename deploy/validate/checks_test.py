@@ -217,9 +217,16 @@ class ChecksTest(unittest.TestCase):
 
         def budget(o):
             d = flagfile(o)
-            d["reducerd.flags"] = d["reducerd.flags"].replace("--memory_budget_bytes=1610612736",
+            d["reducerd.flags"] = d["reducerd.flags"].replace("--memory_budget_bytes=1476395008",
                                                               "--memory_budget_bytes=2147483648")
         self.assertRegex(problems_after("one-shard", budget), r"--memory_budget_bytes=2147483648 is not below the memory limit")
+
+        def more_calls(o):
+            flagfile(o)["reducerd.flags"] += "--max_concurrent_calls=8192\n"
+        # 4096 more streams at 38 KiB each: 152 MiB more than the base leaves.
+        self.assertRegex(problems_after("one-shard", more_calls),
+                         r"the memory limit leaves 640 MiB above --memory_budget_bytes=1476395008; "
+                         r"reducerd needs 772 MiB there with these flags")
 
         def grace(o):
             find(o, "StatefulSet")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 20

@@ -12,6 +12,27 @@ from manifest_values import bytes_of, describe, get, is_nan, number, same, secon
 from security_checks import security_problems
 
 kReducerdBinary = "/usr/bin/reducerd"
+
+# What reducerd holds outside --memory_budget_bytes (docs/deployment.md,
+# "Sizing a shard's memory"): the process at rest, each collective stream
+# with a connection of its own, the sessions of 4096 ranks, and 128
+# messages of --chunk_bytes + 1 MiB being received; besides
+# --kept_results_bytes.
+kMiB = 1 << 20
+kProcessBytes = 64 * kMiB
+kStreamBytes = 38 << 10
+kSessionsBytes = 84 * kMiB
+kMessagesInArrival = 128
+kMessageHeadroomBytes = 1 * kMiB
+
+
+def uncounted_bytes(value):
+    """The memory reducerd needs beyond its budget with flags `value`."""
+    kept = number(value.get("kept_results_bytes", 64 * kMiB))
+    calls = number(value.get("max_concurrent_calls", 4096))
+    chunk = number(value.get("chunk_bytes", kMiB))
+    return (kProcessBytes + kept + calls * kStreamBytes + kSessionsBytes +
+            kMessagesInArrival * (chunk + kMessageHeadroomBytes))
 kWorkerBinary = "/usr/bin/metric_sync_worker"
 
 
@@ -47,6 +68,11 @@ def _reducerd_problems(sts, container, objs, reducerd_flags, where):
     budget = number(value.get("memory_budget_bytes", 2**31))
     if not budget < limit:
         problems.append(f"{where}: --memory_budget_bytes={text(budget)} is not below the memory limit")
+    elif not budget + uncounted_bytes(value) <= limit:
+        problems.append(f"{where}: the memory limit leaves {text((limit - budget) // kMiB)} MiB "
+                        f"above --memory_budget_bytes={text(budget)}; reducerd needs "
+                        f"{text(uncounted_bytes(value) // kMiB)} MiB there with these flags "
+                        "(docs/deployment.md, \"Sizing a shard's memory\")")
     drain = seconds_of(value.get("drain_budget", "10s"))
     grace = get(pod_spec, "terminationGracePeriodSeconds")
     grace = 30 if grace is None else grace
