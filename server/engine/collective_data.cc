@@ -214,6 +214,7 @@ void Collective::ReleaseMemory(int index) {
   RankState& m = ranks_[index];
   env_.memory->Release(m.reserved);
   if (env_.job_memory != nullptr) env_.job_memory->Release(m.reserved);
+  if (env_.tenant_memory != nullptr) env_.tenant_memory->Release(m.reserved);
   m.reserved = 0;
 }
 
