@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
   options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   options.max_jobs_per_tenant = absl::GetFlag(FLAGS_max_jobs_per_tenant);
   if (options.max_jobs_per_tenant < 1) {
-    std::fprintf(stderr, "reducerd: --max_jobs_per_tenant must be at least 1\n");
+    std::fprintf(stderr,
+                 "reducerd: --max_jobs_per_tenant must be at least 1\n");
     return 1;
   }
   options.max_world_size = absl::GetFlag(FLAGS_max_world_size);
