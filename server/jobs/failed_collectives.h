@@ -8,7 +8,9 @@
 //
 // Bounded by its owner, the Job: entries count among the job's and its
 // tenant's pending collectives, the owner forgets the oldest (ForgetOldest)
-// to make room for a new one, and their bytes are in the memory budget.
+// to make room for a new entry or for a new collective that ranks wait for
+// (never refusing one for them), and their bytes are in the memory budget
+// and the job's and tenant's shares.
 // A rank that calls a collective whose entry was forgotten waits for its
 // peers as if nothing had failed, until its deadline.
 //
