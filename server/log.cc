@@ -2,9 +2,13 @@
 
 #include <unistd.h>
 
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 
@@ -104,12 +108,48 @@ std::string Logger::FormatLine(const LogEvent& event, absl::Time time) const {
   if (!event.ranks.empty()) {
     absl::StrAppend(&out, ",\"ranks\":[", absl::StrJoin(event.ranks, ","), "]");
   }
+  if (!event.tenant.empty()) AppendField(&out, "tenant", event.tenant);
   out.append("}\n");
   return out;
 }
 
+Logger::Logger(LogFormat format, LogGate::Clock clock)
+    : format_(format),
+      clock_(clock),
+      gate_(std::make_unique<LogGate>(std::move(clock))) {}
+
+std::vector<std::string> Logger::LinesFor(const LogEvent& event) const {
+  const absl::Time now = clock_();
+  if (event.tenant.empty()) return {FormatLine(event, now)};
+  LogGate::Verdict verdict = gate_->Admit(event.tenant, event.event);
+  std::vector<std::string> lines;
+  for (const LogGate::Quiet& quiet : verdict.quiet) {
+    const std::string message = absl::StrCat(
+        quiet.suppressed, " more ", quiet.kind, " lines of tenant ",
+        quiet.tenant, " suppressed in the last ",
+        absl::StrFormat("%.1fs", absl::ToDoubleSeconds(quiet.over)));
+    LogEvent summary;
+    summary.severity = LogSeverity::kWarning;
+    summary.event = quiet.kind;
+    summary.message = message;
+    summary.tenant = quiet.tenant;
+    lines.push_back(FormatLine(summary, now));
+  }
+  if (!verdict.pass) return lines;
+  if (verdict.suppressed == 0) {
+    lines.push_back(FormatLine(event, now));
+    return lines;
+  }
+  const std::string message = absl::StrCat(
+      event.message, LogGate::SuppressedNote(verdict.suppressed, verdict.over));
+  LogEvent noted = event;
+  noted.message = message;
+  lines.push_back(FormatLine(noted, now));
+  return lines;
+}
+
 void Logger::Log(const LogEvent& event) const {
-  WriteLine(FormatLine(event, absl::Now()));
+  for (const std::string& line : LinesFor(event)) WriteLine(line);
 }
 
 void Log(LogSeverity severity, absl::string_view message) {

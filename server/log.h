@@ -12,18 +12,27 @@
 //   Logger log(LogFormat::kJson);
 //   log.Log({LogSeverity::kWarning, "epoch_aborted", message, job, epoch});
 //
+// Events a client can cause at will name their tenant (LogEvent::tenant):
+// those go through the logger's LogGate (server/log_gate.h), at most one
+// line per second per tenant and event name, the next line let through
+// saying how many were held back. Events without a tenant always print.
+//
 // Thread-safe (one write(2) per line keeps lines whole).
 #ifndef REDUCER_SERVER_LOG_H_
 #define REDUCER_SERVER_LOG_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "server/log_gate.h"
 
 namespace reducer {
 
@@ -46,21 +55,36 @@ struct LogEvent {
   std::optional<uint64_t> epoch;           // the job's epoch, when known
   absl::string_view collective;            // e.g. `allreduce "step7"`
   absl::Span<const int> ranks;             // the ranks the event names
+  // The tenant (server/security/job_tokens.h's TenantOf) whose client can
+  // cause this event at will: set, the event is rate-limited per tenant
+  // and event name (see the top of this file), and the JSON line names it.
+  absl::string_view tenant;
 };
 
 class Logger {
  public:
-  explicit Logger(LogFormat format = LogFormat::kText) : format_(format) {}
+  // `clock`: what time lines carry and the gate counts by (a test's fake).
+  explicit Logger(LogFormat format = LogFormat::kText,
+                  LogGate::Clock clock = &absl::Now);
 
   void Log(const LogEvent& event) const;
 
-  // The line (with its newline) that Log writes for `event` at `time`.
+  // The lines (each with its newline) that Log writes for `event` now:
+  // the event's own line, with the count of those of its tenant and name
+  // held back before it, or none when the gate holds it back; first, the
+  // summaries of other tenants' held-back lines that are due.
+  std::vector<std::string> LinesFor(const LogEvent& event) const;
+
+  // The line (with its newline) that Log writes for `event` at `time`,
+  // ungated.
   std::string FormatLine(const LogEvent& event, absl::Time time) const;
 
   LogFormat format() const { return format_; }
 
  private:
   const LogFormat format_;
+  const LogGate::Clock clock_;
+  const std::unique_ptr<LogGate> gate_;
 };
 
 // A text-format line with no event fields, for code that has no Logger.

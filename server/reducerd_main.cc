@@ -42,6 +42,9 @@ ABSL_FLAG(absl::Duration, drain_budget, absl::Seconds(10),
 ABSL_FLAG(int64_t, max_tensor_bytes, int64_t{4} << 30,
           "largest payload one rank may contribute to one collective");
 ABSL_FLAG(int, max_jobs, 1024, "jobs served at once");
+ABSL_FLAG(int, max_jobs_per_tenant, 256,
+          "of --max_jobs, the most one tenant (a line of --job_tokens_file, "
+          "or a job name without one) may hold");
 ABSL_FLAG(int, max_world_size, 16384,
           "most ranks one job may have (its per-rank state also counts "
           "against --memory_budget_bytes)");
@@ -50,6 +53,9 @@ ABSL_FLAG(int64_t, max_name_bytes, 512,
           "carry");
 ABSL_FLAG(int, max_pending_collectives_per_job, 1024,
           "collectives of one job waiting for ranks at once");
+ABSL_FLAG(int, max_pending_collectives_per_tenant, 4096,
+          "collectives of one tenant's jobs together waiting for ranks at "
+          "once");
 ABSL_FLAG(int, max_concurrent_calls, 4096,
           "collective calls (streams) served at once");
 ABSL_FLAG(int, max_streams_per_job, 1024,
@@ -72,6 +78,9 @@ ABSL_FLAG(int64_t, memory_budget_bytes, int64_t{2} << 30,
 ABSL_FLAG(double, max_job_memory_fraction, 0.5,
           "the most of --memory_budget_bytes one job's collectives may hold "
           "at once (1: no limit of its own)");
+ABSL_FLAG(double, max_tenant_memory_fraction, 0.5,
+          "the most of --memory_budget_bytes one tenant's jobs may hold "
+          "together at once (1: no limit of its own)");
 ABSL_FLAG(int64_t, kept_results_bytes, int64_t{64} << 20,
           "room for results kept until their receipt is acknowledged, so "
           "that a rank whose connection broke can ask again (0: none kept; "
@@ -141,6 +150,12 @@ int main(int argc, char** argv) {
   options.max_tensor_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_tensor_bytes));
   options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  options.max_jobs_per_tenant = absl::GetFlag(FLAGS_max_jobs_per_tenant);
+  if (options.max_jobs_per_tenant < 1) {
+    std::fprintf(stderr,
+                 "reducerd: --max_jobs_per_tenant must be at least 1\n");
+    return 1;
+  }
   options.max_world_size = absl::GetFlag(FLAGS_max_world_size);
   options.max_name_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_name_bytes));
@@ -163,6 +178,14 @@ int main(int argc, char** argv) {
   }
   options.max_pending_collectives_per_job =
       absl::GetFlag(FLAGS_max_pending_collectives_per_job);
+  options.max_pending_collectives_per_tenant =
+      absl::GetFlag(FLAGS_max_pending_collectives_per_tenant);
+  if (options.max_pending_collectives_per_tenant < 1) {
+    std::fprintf(stderr,
+                 "reducerd: --max_pending_collectives_per_tenant must be at "
+                 "least 1\n");
+    return 1;
+  }
   options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
   options.max_streams_per_job = absl::GetFlag(FLAGS_max_streams_per_job);
   if (options.max_streams_per_job < 1) {
@@ -196,6 +219,14 @@ int main(int argc, char** argv) {
         options.max_job_memory_fraction <= 1)) {
     std::fprintf(stderr,
                  "reducerd: --max_job_memory_fraction must be in (0, 1]\n");
+    return 1;
+  }
+  options.max_tenant_memory_fraction =
+      absl::GetFlag(FLAGS_max_tenant_memory_fraction);
+  if (!(options.max_tenant_memory_fraction > 0 &&
+        options.max_tenant_memory_fraction <= 1)) {
+    std::fprintf(stderr,
+                 "reducerd: --max_tenant_memory_fraction must be in (0, 1]\n");
     return 1;
   }
   options.kept_results_bytes =

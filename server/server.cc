@@ -69,12 +69,16 @@ EngineOptions EngineOptionsOf(const ServerOptions& options) {
   engine.window = options.window;
   engine.offload_bytes = options.offload_bytes;
   engine.max_job_memory_fraction = options.max_job_memory_fraction;
+  engine.max_tenant_memory_fraction = options.max_tenant_memory_fraction;
   engine.max_collective_timeout = options.max_collective_timeout;
   engine.max_tensor_bytes = options.max_tensor_bytes;
   engine.max_jobs = options.max_jobs;
+  engine.max_jobs_per_tenant = options.max_jobs_per_tenant;
   engine.max_world_size = options.max_world_size;
   engine.max_pending_collectives_per_job =
       options.max_pending_collectives_per_job;
+  engine.max_pending_collectives_per_tenant =
+      options.max_pending_collectives_per_tenant;
   return engine;
 }
 
@@ -101,10 +105,12 @@ Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
       kept_memory_(options_.kept_results_bytes),
       chunks_(options_.chunk_bytes, options_.idle_chunks),
       reduction_pool_(options_.reduction_threads),
-      registry_(CollectiveEnv{
-          &engine_options_, &reduction_pool_, &timers_, &memory_, &chunks_,
-          metrics_, &log_,
-          options_.kept_results_bytes > 0 ? &kept_memory_ : nullptr}),
+      // `tokens` is moved into tokens_ below; what it points to stays.
+      registry_(CollectiveEnv{&engine_options_, &reduction_pool_, &timers_,
+                              &memory_, &chunks_, metrics_, &log_,
+                              options_.kept_results_bytes > 0 ? &kept_memory_
+                                                              : nullptr},
+                tokens.get()),
       grpc_metrics_(prometheus_ == nullptr
                         ? nullptr
                         : std::make_unique<GrpcServerMetrics>(

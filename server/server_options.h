@@ -40,6 +40,10 @@ struct ServerOptions {
   // Limits: over any of them a request gets RESOURCE_EXHAUSTED.
   size_t max_tensor_bytes = size_t{4} << 30;   // one contribution's payload
   int max_jobs = 1024;
+  // Of those, the most one tenant (a line of the tokens file, or a job name
+  // without one; server/jobs/tenants.h) may hold, so that no tenant takes
+  // every slot.
+  int max_jobs_per_tenant = 256;
   // Ranks of one job; a Join naming more gets INVALID_ARGUMENT. A job's
   // per-rank state is counted in memory_budget_bytes as well.
   int max_world_size = 16384;
@@ -47,6 +51,9 @@ struct ServerOptions {
   // (INVALID_ARGUMENT beyond): reducerd keeps names in its tables.
   size_t max_name_bytes = 512;
   int max_pending_collectives_per_job = 1024;
+  // The most collectives one tenant's jobs may have waiting for ranks (or
+  // remembered failed for ranks yet to call them) together.
+  int max_pending_collectives_per_tenant = 4096;
   int max_concurrent_calls = 4096;  // Collective and Collectives streams open at once
   // Of those, the most one job may hold (a stream counts for a job once a
   // call of the job arrives on it), so that no job takes every slot.
@@ -65,6 +72,10 @@ struct ServerOptions {
   // The most of memory_budget_bytes one job's collectives may hold at once
   // (1: no share of its own), so that one job cannot starve the others.
   double max_job_memory_fraction = 0.5;
+  // The most of memory_budget_bytes one tenant's jobs may hold together
+  // (1: no share of its own), so that one tenant, whatever its number of
+  // jobs, cannot starve the others. A job's share counts inside it.
+  double max_tenant_memory_fraction = 0.5;
   // Room, apart from memory_budget_bytes, for results kept until a later
   // call acknowledges their receipt (server/engine/kept_results.h); 0: none kept.
   size_t kept_results_bytes = size_t{64} << 20;

@@ -183,7 +183,8 @@ void Collective::FailLocked(const absl::Status& status,
   env_.log->Log({LogSeverity::kWarning, "collective_failed", message,
                  label_.job, label_.epoch, label_.name,
                  ranks.empty() ? absl::Span<const int>(group_)
-                               : absl::Span<const int>(ranks)});
+                               : absl::Span<const int>(ranks),
+                 env_.tenant});
   // Memory first: by the time any rank learns of the failure, every
   // reservation is back in the budget.
   for (size_t i = 0; i < ranks_.size(); ++i) ReleaseMemory(i);

@@ -121,6 +121,14 @@ struct CollectiveEnv {
   // well as `memory`; null: no share of its own. Shared: a collective may
   // outlive its job.
   std::shared_ptr<MemoryBudget> job_memory;
+  // The tenant the job belongs to (server/jobs/tenants.h): it names the
+  // tenant's share in messages, and the events a client can cause at will
+  // in the log (LogEvent::tenant, rate-limited per tenant).
+  std::string tenant;
+  // The tenant's share of `memory` (options->max_tenant_memory_fraction),
+  // shared by its jobs and reserved as well as `memory` and `job_memory`;
+  // null: no share of its own. Shared: a collective may outlive its job.
+  std::shared_ptr<MemoryBudget> tenant_memory;
 };
 
 // Who a collective is, for logs, metrics and status reports.

@@ -136,10 +136,29 @@ bool Collective::ReserveLocked(int index) {
                                  RefusedLimit::kMaxJobMemoryFraction);
     return false;
   }
+  if (env_.tenant_memory != nullptr &&
+      !env_.tenant_memory->TryReserve(reserve)) {
+    env_.memory->Release(reserve);
+    if (env_.job_memory != nullptr) env_.job_memory->Release(reserve);
+    FailLocked(
+        absl::ResourceExhaustedError(absl::StrCat(
+            description_, ": tenant ", env_.tenant,
+            "'s share of the memory budget, ", env_.tenant_memory->limit(),
+            " bytes (", options.tenant_memory_fraction_setting, "=",
+            options.max_tenant_memory_fraction, " of ",
+            options.memory_budget_setting,
+            "), is exhausted: ", env_.tenant_memory->used(),
+            " bytes in use by the tenant's jobs, rank ", rank, " needs ",
+            reserve, " more; other tenants keep the rest")),
+        {rank});
+    env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                 RefusedLimit::kMaxTenantMemoryFraction);
+    return false;
+  }
   m.reserved = reserve;
   if (reserve > 0) {
-    m.held = std::make_shared<RankReservation>(env_.memory, env_.job_memory,
-                                               reserve);
+    m.held = std::make_shared<RankReservation>(
+        env_.memory, env_.job_memory, env_.tenant_memory, reserve);
   }
   return true;
 }
@@ -249,7 +268,7 @@ void Collective::OnRankCancelled(int rank, const RankChannel* channel) {
                       " after every input was in; the other "
                       "ranks get their result",
                       m.keeping ? ", and its own is kept for a replay" : ""),
-         label_.job, label_.epoch, label_.name, ranks});
+         label_.job, label_.epoch, label_.name, ranks, env_.tenant});
     m.cut_off = true;
     m.pending_writes = 0;
     // Without keeping, it counts as finished now; else once its whole
@@ -384,7 +403,8 @@ void Collective::StepEnded(const std::vector<int>& contributors,
                                 absl::StrJoin(RanksAt(contributors), ","),
                                 "] without ranks [",
                                 absl::StrJoin(left_out_ranks, ","), "]"),
-                   label_.job, label_.epoch, label_.name, left_out_ranks});
+                   label_.job, label_.epoch, label_.name, left_out_ranks,
+                   env_.tenant});
   }
   OnAllAttached();
 }

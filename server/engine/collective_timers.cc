@@ -35,7 +35,7 @@ void Collective::OnStallTimer() {
       "; it fails at the timeout of ", absl::FormatDuration(timeout_));
   const std::vector<int> absent = AbsentRanks();
   env_.log->Log({LogSeverity::kWarning, "collective_stalled", message,
-                 label_.job, label_.epoch, label_.name, absent});
+                 label_.job, label_.epoch, label_.name, absent, env_.tenant});
 }
 
 void Collective::OnDeadline() {

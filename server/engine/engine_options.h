@@ -33,19 +33,25 @@ struct EngineOptions {
   // The most of the memory budget one job's collectives may hold (1: no
   // share of its own).
   double max_job_memory_fraction = 0.5;
+  // The most of the memory budget one tenant's jobs may hold together
+  // (server/jobs/tenants.h; 1: no share of its own).
+  double max_tenant_memory_fraction = 0.5;
 
   // Limits of the jobs layer: over any of them a request is refused.
   absl::Duration max_collective_timeout = absl::Minutes(30);
   size_t max_tensor_bytes = size_t{4} << 30;  // one contribution's payload
   int max_jobs = 1024;
+  int max_jobs_per_tenant = 256;
   int max_world_size = 16384;
   int max_pending_collectives_per_job = 1024;
+  int max_pending_collectives_per_tenant = 4096;
 
   // How a RESOURCE_EXHAUSTED message names the settings behind the memory
-  // budget and a job's share of it, so that its reader knows what to raise
-  // (reducerd's flags).
+  // budget and a job's and a tenant's share of it, so that its reader knows
+  // what to raise (reducerd's flags).
   std::string memory_budget_setting = "--memory_budget_bytes";
   std::string job_memory_fraction_setting = "--max_job_memory_fraction";
+  std::string tenant_memory_fraction_setting = "--max_tenant_memory_fraction";
 };
 
 }  // namespace reducer

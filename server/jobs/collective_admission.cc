@@ -23,6 +23,17 @@ absl::Status RefusedContribution(const CollectiveEnv& env,
   return status;
 }
 
+absl::Status TenantPendingRefusal(const CollectiveEnv& env,
+                                  const std::string& description,
+                                  size_t pending, size_t limit) {
+  env.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                              RefusedLimit::kMaxPendingCollectivesPerTenant);
+  return absl::ResourceExhaustedError(absl::StrCat(
+      description, ": tenant ", env.tenant, "'s jobs already have ", pending,
+      " collectives waiting for ranks (--max_pending_collectives_per_tenant=",
+      limit, "); other tenants keep theirs"));
+}
+
 absl::Status CheckPendingLimit(const CollectiveEnv& env, const std::string& job,
                                const std::string& description, size_t pending) {
   const int limit = env.options->max_pending_collectives_per_job;
@@ -35,42 +46,60 @@ absl::Status CheckPendingLimit(const CollectiveEnv& env, const std::string& job,
       limit, ")"));
 }
 
-absl::StatusOr<std::vector<MemoryReservation>> ReserveCollectiveState(
+absl::StatusOr<std::vector<MemoryReservation>> ReserveInShares(
     const CollectiveEnv& env, const std::string& job,
-    const std::string& description, size_t group_size) {
-  // Its per-rank bookkeeping counts in the budget and the job's share, as
-  // its payload will.
-  const size_t state_bytes = Collective::StateBytes(group_size);
-  std::vector<MemoryReservation> state;
-  state.push_back(MemoryReservation::Try(env.memory, state_bytes));
-  if (!state.back().ok()) {
+    const std::string& description, const std::string& what, size_t bytes) {
+  const EngineOptions& options = *env.options;
+  std::vector<MemoryReservation> held;
+  held.push_back(MemoryReservation::Try(env.memory, bytes));
+  if (!held.back().ok()) {
     env.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
                                 RefusedLimit::kMemoryBudgetBytes);
     return absl::ResourceExhaustedError(absl::StrCat(
         description, ": the server's memory budget of ", env.memory->limit(),
-        " bytes (", env.options->memory_budget_setting,
-        ") cannot hold the bookkeeping of a "
-        "collective of ",
-        group_size, " ranks (", state_bytes,
-        " bytes) now; retry later or raise the limit"));
+        " bytes (", options.memory_budget_setting, ") cannot hold ", what, " (",
+        bytes, " bytes) now; retry later or raise the limit"));
   }
-  if (env.job_memory == nullptr) return state;
-  state.push_back(MemoryReservation::Try(env.job_memory.get(), state_bytes));
-  if (!state.back().ok()) {
-    env.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
-                                RefusedLimit::kMaxJobMemoryFraction);
-    return absl::ResourceExhaustedError(
-        absl::StrCat(description, ": job ", job,
-                     "'s share of the memory budget, ", env.job_memory->limit(),
-                     " bytes (", env.options->job_memory_fraction_setting, "=",
-                     env.options->max_job_memory_fraction, " of ",
-                     env.options->memory_budget_setting,
-                     "), cannot hold the bookkeeping of a "
-                     "collective of ",
-                     group_size, " ranks (", state_bytes,
-                     " bytes) now; other jobs keep the rest"));
+  if (env.job_memory != nullptr) {
+    held.push_back(MemoryReservation::Try(env.job_memory.get(), bytes));
+    if (!held.back().ok()) {
+      env.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                  RefusedLimit::kMaxJobMemoryFraction);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          description, ": job ", job, "'s share of the memory budget, ",
+          env.job_memory->limit(), " bytes (",
+          options.job_memory_fraction_setting, "=",
+          options.max_job_memory_fraction, " of ",
+          options.memory_budget_setting, "), cannot hold ", what, " (", bytes,
+          " bytes) now; other jobs keep the rest"));
+    }
   }
-  return state;
+  if (env.tenant_memory != nullptr) {
+    held.push_back(MemoryReservation::Try(env.tenant_memory.get(), bytes));
+    if (!held.back().ok()) {
+      env.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                  RefusedLimit::kMaxTenantMemoryFraction);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          description, ": tenant ", env.tenant,
+          "'s share of the memory budget, ", env.tenant_memory->limit(),
+          " bytes (", options.tenant_memory_fraction_setting, "=",
+          options.max_tenant_memory_fraction, " of ",
+          options.memory_budget_setting, "), cannot hold ", what, " (", bytes,
+          " bytes) now; other tenants keep the rest"));
+    }
+  }
+  return held;
+}
+
+absl::StatusOr<std::vector<MemoryReservation>> ReserveCollectiveState(
+    const CollectiveEnv& env, const std::string& job,
+    const std::string& description, size_t group_size) {
+  // Its per-rank bookkeeping counts in the budget and the shares, as its
+  // payload will.
+  return ReserveInShares(
+      env, job, description,
+      absl::StrCat("the bookkeeping of a collective of ", group_size, " ranks"),
+      Collective::StateBytes(group_size));
 }
 
 absl::Duration CollectiveTimeout(const CollectiveEnv& env, int64_t timeout_ms) {

@@ -30,9 +30,25 @@ absl::Status RefusedContribution(const CollectiveEnv& env,
 absl::Status CheckPendingLimit(const CollectiveEnv& env, const std::string& job,
                                const std::string& description, size_t pending);
 
+// The RESOURCE_EXHAUSTED of a collective (`description`) refused because
+// the tenant's jobs (env.tenant) already have `pending` collectives waiting
+// for ranks or remembered failed, `limit` being the most
+// (--max_pending_collectives_per_tenant); counted.
+absl::Status TenantPendingRefusal(const CollectiveEnv& env,
+                                  const std::string& description,
+                                  size_t pending, size_t limit);
+
+// `bytes` for `what` (in a message: "the bookkeeping of ..."), reserved in
+// the server's budget, the job's share and the tenant's share (those of
+// them `env` has), one reservation each; RESOURCE_EXHAUSTED naming the
+// first that cannot hold them now, and what `description` names.
+absl::StatusOr<std::vector<MemoryReservation>> ReserveInShares(
+    const CollectiveEnv& env, const std::string& job,
+    const std::string& description, const std::string& what, size_t bytes);
+
 // The memory of a new collective's per-rank bookkeeping (a group of
-// `group_size`), held in the server's budget and the job's share;
-// RESOURCE_EXHAUSTED naming the budget that cannot hold it now.
+// `group_size`), held in the server's budget and the job's and tenant's
+// shares (ReserveInShares).
 absl::StatusOr<std::vector<MemoryReservation>> ReserveCollectiveState(
     const CollectiveEnv& env, const std::string& job,
     const std::string& description, size_t group_size);

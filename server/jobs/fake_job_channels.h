@@ -52,16 +52,21 @@ class FakeSession final : public SessionChannel {
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
 };
 
-// The server's parts a Job uses, on EngineOptions' defaults (or `options`),
-// results not kept, metrics counting nothing. Must outlive the jobs made
-// with env().
+// The server's parts a Job uses, on EngineOptions' defaults (or `options`)
+// and reducerd's default memory budget (or `memory_budget_bytes`), results
+// not kept, metrics counting nothing, the log on `log_clock`. Must outlive
+// the jobs made with env().
 class JobTestEnv {
  public:
-  explicit JobTestEnv(EngineOptions options = {})
+  explicit JobTestEnv(
+      EngineOptions options = {},
+      size_t memory_budget_bytes = ServerOptions().memory_budget_bytes,
+      LogGate::Clock log_clock = &absl::Now)
       : options_(std::move(options)),
-        memory_(ServerOptions().memory_budget_bytes),
+        memory_(memory_budget_bytes),
         chunks_(options_.chunk_bytes, 4),
-        pool_(1) {}
+        pool_(1),
+        log_(LogFormat::kText, std::move(log_clock)) {}
   CollectiveEnv env() {
     return CollectiveEnv{&options_, &pool_,    &timers_, &memory_,
                          &chunks_,  &metrics_, &log_};

@@ -24,9 +24,15 @@ uint64_t NextEpochId() {
 // within its call's replay window (client/retry_sequence.h), which is shorter.
 constexpr absl::Duration kKeepResultsFor = absl::Seconds(30);
 
-// `env` with the job's own kept results and its share of the memory
-// budget (--max_job_memory_fraction), unless the caller gave its own.
-CollectiveEnv ForJob(CollectiveEnv env) {
+// `env` with the job's own kept results, its share of the memory budget
+// (--max_job_memory_fraction) and its tenant's name and share, unless the
+// caller gave its own. A job without a tenant is a tenant of its own.
+CollectiveEnv ForJob(CollectiveEnv env, const std::string& job,
+                     const std::shared_ptr<Tenant>& tenant) {
+  if (env.tenant.empty()) env.tenant = tenant != nullptr ? tenant->name() : job;
+  if (env.tenant_memory == nullptr && tenant != nullptr) {
+    env.tenant_memory = tenant->memory();
+  }
   if (env.kept == nullptr && env.kept_memory != nullptr) {
     env.kept = std::make_shared<KeptResults>(env.kept_memory, kKeepResultsFor);
   }
@@ -41,19 +47,36 @@ CollectiveEnv ForJob(CollectiveEnv env) {
 }  // namespace
 
 Job::Job(std::string name, int world_size, CollectiveEnv env,
-         std::string shared_memory_socket, MemoryReservation rank_state)
+         std::string shared_memory_socket,
+         std::vector<MemoryReservation> rank_state,
+         std::shared_ptr<Tenant> tenant)
     : name_(std::move(name)),
       world_size_(world_size),
-      env_(ForJob(std::move(env))),
+      env_(ForJob(std::move(env), name_, tenant)),
       shared_memory_socket_(std::move(shared_memory_socket)),
+      tenant_(std::move(tenant)),
       rank_state_(std::move(rank_state)),
       membership_(name_, world_size, NextEpochId()),
       chunk_bytes_(InitialChunkBytes(env_.options->chunk_time,
                                      env_.options->chunk_bytes)) {}
 
+Job::~Job() {
+  if (tenant_ != nullptr) tenant_->RemovePending(reported_pending_);
+}
+
 void Job::ReleaseRankState() {
   absl::MutexLock lock(&mu_);
-  rank_state_ = MemoryReservation();
+  rank_state_.clear();
+}
+
+void Job::ReportPendingLocked() {
+  const size_t pending = PendingLocked();
+  if (tenant_ != nullptr && pending > reported_pending_) {
+    tenant_->AddPending(pending - reported_pending_);
+  } else if (tenant_ != nullptr) {
+    tenant_->RemovePending(reported_pending_ - pending);
+  }
+  reported_pending_ = pending;
 }
 
 size_t Job::RankStateBytes(int world_size) {
@@ -97,6 +120,8 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     // The first Join after a loss starts the next epoch.
     membership_.StartNextEpoch(NextEpochId());
     matching_.clear();
+    failed_.Clear();
+    ReportPendingLocked();
     attempts_.Clear();
     active_.clear();
     point_to_point_.Clear();
@@ -250,7 +275,7 @@ void Job::EndEpoch(const std::string& reason, int lost_rank,
                    "; Connect again to go on"));
   const int ranks[] = {lost_rank};
   env_.log->Log({LogSeverity::kWarning, "epoch_aborted", status.message(),
-                 name_, epoch, "", ranks});
+                 name_, epoch, "", ranks, env_.tenant});
   env_.metrics->EpochAborted(kind);
   // A collective whose every input is in still delivers its result: the
   // ranks that are receiving it must not fail where others succeeded.
@@ -258,6 +283,8 @@ void Job::EndEpoch(const std::string& reason, int lost_rank,
     c->FailUnlessDecided(status);
   });
   matching_.clear();
+  failed_.Clear();
+  ReportPendingLocked();
   active_.clear();
   v1::JoinEvent event;
   event.mutable_aborted()->set_epoch(epoch);
@@ -302,7 +329,7 @@ void Job::LoseAbsentLocked(const std::vector<int>& ranks,
                                 rank, " is absent: ", why,
                                 "; the others go on, and it rejoins at a "
                                 "quorum step once it connects again"),
-                   name_, epoch, "", logged});
+                   name_, epoch, "", logged, env_.tenant});
     LoseRankLocked(
         rank, absl::StatusCode::kAborted,
         absl::StrCat("was lost (", why,
@@ -320,6 +347,8 @@ void Job::Shutdown(const absl::Status& status) {
   ForEachCollectiveLocked(
       [&](const std::shared_ptr<Collective>& c) { c->Fail(status); });
   matching_.clear();
+  failed_.Clear();
+  ReportPendingLocked();
   active_.clear();
   for (const auto& session : membership_.Sessions()) session->Fail(status);
 }

@@ -64,10 +64,12 @@
 #include "server/engine/collective.h"
 #include "server/engine/memory_budget.h"
 #include "server/jobs/attempt_cache.h"
+#include "server/jobs/failed_collectives.h"
 #include "server/jobs/membership.h"
 #include "server/jobs/point_to_point_matches.h"
 #include "server/jobs/replay.h"
 #include "server/jobs/session_channel.h"
+#include "server/jobs/tenants.h"
 
 namespace reducer {
 
@@ -108,11 +110,19 @@ class Job {
   // socket (empty: not offered).
   // Unless `env` brings its own, the job keeps results in a KeptResults of
   // its own when env.kept_memory is set.
-  // `rank_state` holds RankStateBytes(world_size) of the memory budget for
-  // the job's lifetime (JobRegistry reserves it before creating the job).
+  // `rank_state` holds RankStateBytes(world_size) of the memory budget
+  // (and of the shares that count it) for the job's lifetime (JobRegistry
+  // reserves it before creating the job).
+  // `tenant`: what the job's tenant holds (server/jobs/tenants.h), which
+  // the job's pending collectives count in and its collectives' memory
+  // reservations take from (env.tenant_memory, unless `env` brings its
+  // own); null: the job is a tenant of its own, with no share or count
+  // besides its own.
   Job(std::string name, int world_size, CollectiveEnv env,
       std::string shared_memory_socket = "",
-      MemoryReservation rank_state = MemoryReservation());
+      std::vector<MemoryReservation> rank_state = {},
+      std::shared_ptr<Tenant> tenant = nullptr);
+  ~Job();
 
   // What a job of `world_size` ranks holds per rank from its creation on.
   static size_t RankStateBytes(int world_size);
@@ -205,6 +215,8 @@ class Job {
   JobSnapshot Snapshot();
 
   const std::string& name() const { return name_; }
+  // Its tenant's counts; null for a job made without one.
+  const std::shared_ptr<Tenant>& tenant() const { return tenant_; }
 
   // Where its results are kept (null: they are not). Shared: it may
   // outlive the job (JobRegistry keeps it a while after a job whose epoch
@@ -288,9 +300,33 @@ class Job {
   // `allreduce #3` for a collective `description` of this job names.
   std::string ShortName(const std::string& description) const;
   // Fails, for every rank, the collective a malformed `header` names (so
-  // that its well-formed peers do not wait for the timeout).
+  // that its well-formed peers do not wait for the timeout): the one
+  // waiting under its key, or else an entry of failed_ for the ranks that
+  // will call it, room and memory permitting (the oldest entry forgotten
+  // first). Logged, as a warning of the tenant's (rate-limited).
   void FailNamedCollective(const v1::CollectiveHeader& header,
                            const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // Remembers in failed_ that the collective under `key` failed with
+  // `status` for every rank of `group`, unless the job's or its tenant's
+  // pending collectives have no room even once failed_'s oldest entries
+  // are forgotten, or the memory budget or a share cannot hold the entry.
+  void RememberFailedLocked(std::string key, const std::vector<int>& group,
+                            const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's pending collectives (waiting in matching_, or remembered
+  // failed): the count both pending bounds apply to.
+  size_t PendingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return matching_.size() + failed_.size();
+  }
+  // True when the job's pending collectives, or its tenant's, are at their
+  // bound (--max_pending_collectives_per_job, _per_tenant).
+  bool PendingFullLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets failed_'s oldest entries while PendingFullLocked(): they only
+  // take room nobody else needs.
+  void ForgetFailedForRoomLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the tenant how the job's pending collectives moved since last
+  // told. Called after every change to matching_ or failed_.
+  void ReportPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets destroyed collectives and matching entries nobody can still
   // need (every rank attached, collective done).
   void PruneFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -302,11 +338,14 @@ class Job {
   // Constant after construction.
   const std::string name_;
   const int world_size_;
-  const CollectiveEnv env_;  // with this job's KeptResults, if any
+  // With this job's KeptResults, if any, and its tenant's name and share.
+  const CollectiveEnv env_;
   const std::string shared_memory_socket_;
-  // RankStateBytes(world_size_) of the budget, until the registry frees the
-  // job (a freed job kept for replays no longer counts).
-  MemoryReservation rank_state_ ABSL_GUARDED_BY(mu_);
+  // Its tenant's counts; null: none (see the constructor).
+  const std::shared_ptr<Tenant> tenant_;
+  // RankStateBytes(world_size_) of the budget and the shares, until the
+  // registry frees the job (a freed job kept for replays no longer counts).
+  std::vector<MemoryReservation> rank_state_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex mu_;
   // Who takes part, epoch by epoch.
@@ -318,6 +357,11 @@ class Job {
   // the contribution they repeat.
   absl::flat_hash_map<std::string, std::shared_ptr<Collective>> matching_
       ABSL_GUARDED_BY(mu_);
+  // Collectives failed by a malformed call before any rank attached, by
+  // matching key, for the ranks that will still call them.
+  FailedCollectives failed_ ABSL_GUARDED_BY(mu_);
+  // PendingLocked() as the tenant was last told (ReportPendingLocked).
+  size_t reported_pending_ ABSL_GUARDED_BY(mu_) = 0;
   // The collective each recent contribution (by attempt id) joined, so
   // that retries are recognised.
   static constexpr size_t kRememberedAttempts = 4096;

@@ -62,8 +62,8 @@ class JobDoorTestEnv {
 
   explicit JobDoorTestEnv(bool tokens = false, EngineOptions options = {})
       : jobs_(std::move(options)),
-        registry_(jobs_.env()),
         tokens_(tokens ? LoadTokens() : nullptr),
+        registry_(jobs_.env(), tokens_.get()),
         door_(&registry_, &refusals_, tokens_.get(), kMaxNameBytes) {}
 
   JobDoor& door() { return door_; }
@@ -129,8 +129,8 @@ class JobDoorTestEnv {
 
   JobTestEnv jobs_;
   RefusalRecorder refusals_;
-  JobRegistry registry_;
   const std::unique_ptr<JobTokens> tokens_;
+  JobRegistry registry_;
   JobDoor door_;
 };
 

@@ -189,6 +189,10 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
           membership_.RememberedRefusal(key, rank)) {
     return *refused;
   }
+  if (std::optional<absl::Status> failed = failed_.Take(key, rank)) {
+    ReportPendingLocked();
+    return *failed;
+  }
   std::shared_ptr<Collective> collective;
   auto it = matching_.find(key);
   // A rank that already has its result from a collective of this name is
@@ -198,9 +202,13 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
   } else {
     absl::StatusOr<std::shared_ptr<Collective>> created =
         NewCollectiveLocked(header, fp, description);
-    if (!created.ok()) return created.status();
+    if (!created.ok()) {
+      ReportPendingLocked();  // gives back the tenant's count it took
+      return created.status();
+    }
     collective = *std::move(created);
     matching_[key] = collective;
+    ReportPendingLocked();
     TellMembershipChangedLocked(collective, key);
     if (header.name().empty() &&
         static_cast<int>(fp.group.size()) == world_size_) {
@@ -220,8 +228,18 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::NewCollectiveLocked(
         membership_.CheckGroupPresent(fp.group, description));
   }
   PruneFinished();
+  // Failed collectives remembered for ranks yet to call them give their
+  // room to one that ranks wait for.
+  ForgetFailedForRoomLocked();
   REDUCER_RETURN_IF_ERROR(
-      CheckPendingLimit(env_, name_, description, matching_.size()));
+      CheckPendingLimit(env_, name_, description, PendingLocked()));
+  if (tenant_ != nullptr) {
+    if (!tenant_->TryAddPending(1)) {
+      return TenantPendingRefusal(env_, description, tenant_->pending(),
+                                  tenant_->max_pending());
+    }
+    ++reported_pending_;  // the collective added next is counted
+  }
   REDUCER_ASSIGN_OR_RETURN(
       std::vector<MemoryReservation> state,
       ReserveCollectiveState(env_, name_, description, fp.group.size()));
@@ -265,19 +283,47 @@ void Job::FailNamedCollective(const v1::CollectiveHeader& header,
   // otherwise which collective it meant is unknown, and a stray client
   // must not fail other ranks' work.
   if (!membership_.Holds(header.rank(), header.session_id())) return;
-  const std::string key = MatchingKey(header, key_fp);
-  std::shared_ptr<Collective>& collective = matching_[key];
-  if (collective == nullptr) {
-    const std::string description = DescribeCollective(header, std::nullopt);
-    collective = std::make_shared<Collective>(
-        env_,
-        CollectiveLabel{name_, membership_.epoch(), ShortName(description),
-                        std::nullopt},
-        description, key_fp.group, env_.options->max_collective_timeout);
-    active_.push_back(collective);
+  std::string key = MatchingKey(header, key_fp);
+  if (auto it = matching_.find(key); it != matching_.end()) {
+    // Peers waiting now get the error, and so do peers arriving later.
+    it->second->Fail(status);
+    return;
   }
-  // Peers waiting now get the error, and so do peers arriving later.
-  collective->Fail(status);
+  // Nobody waits for it yet: no Collective, only what the ranks that will
+  // call it must be told.
+  const int ranks[] = {header.rank()};
+  const std::string description = DescribeCollective(header, std::nullopt);
+  env_.log->Log({LogSeverity::kWarning, "collective_failed", status.ToString(),
+                 name_, membership_.epoch(), ShortName(description), ranks,
+                 env_.tenant});
+  RememberFailedLocked(std::move(key), key_fp.group, status);
+}
+
+bool Job::PendingFullLocked() const {
+  return PendingLocked() >=
+             static_cast<size_t>(
+                 env_.options->max_pending_collectives_per_job) ||
+         (tenant_ != nullptr && tenant_->pending() >= tenant_->max_pending());
+}
+
+void Job::ForgetFailedForRoomLocked() {
+  while (PendingFullLocked() && failed_.ForgetOldest()) ReportPendingLocked();
+}
+
+void Job::RememberFailedLocked(std::string key, const std::vector<int>& group,
+                               const absl::Status& status) {
+  ForgetFailedForRoomLocked();
+  if (PendingFullLocked()) return;
+  const size_t bytes = FailedCollectives::EntryBytes(key, status, group.size());
+  std::vector<MemoryReservation> held;
+  for (MemoryBudget* budget :
+       {env_.memory, env_.job_memory.get(), env_.tenant_memory.get()}) {
+    if (budget == nullptr) continue;
+    held.push_back(MemoryReservation::Try(budget, bytes));
+    if (!held.back().ok()) return;  // its ranks wait for their deadline
+  }
+  failed_.Add(std::move(key), status, group, std::move(held));
+  ReportPendingLocked();
 }
 
 void Job::PruneFinished() {
@@ -297,6 +343,7 @@ void Job::PruneFinished() {
       matching_.erase(current);
     }
   }
+  ReportPendingLocked();
 }
 
 std::shared_ptr<Collective> Job::LeftOutStepLocked(const std::string& key,

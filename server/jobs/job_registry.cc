@@ -49,10 +49,23 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
     return absl::InvalidArgumentError(
         "JoinRequest.session_id must not be empty");
   }
+  // Before the lock: the tokens file may be read again.
+  const std::string tenant_name = tenants_.NameOf(request.job());
   absl::MutexLock lock(&mu_);
   if (!accepting_) return absl::UnavailableError(kShuttingDown);
   auto it = jobs_.find(request.job());
   if (it == jobs_.end()) {
+    std::shared_ptr<Tenant> tenant = tenants_.Get(tenant_name);
+    if (tenant->jobs() >= env_.options->max_jobs_per_tenant) {
+      env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                   RefusedLimit::kMaxJobsPerTenant);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot create job ", request.job(), ": its tenant ", tenant_name,
+          " already has ", tenant->jobs(),
+          " jobs on this reducerd "
+          "(--max_jobs_per_tenant=",
+          env_.options->max_jobs_per_tenant, "); other tenants keep theirs"));
+    }
     MakeRoomForAJobLocked();
     if (static_cast<int>(jobs_.size()) >= env_.options->max_jobs) {
       env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
@@ -62,9 +75,9 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
           jobs_.size(), " jobs (--max_jobs=", env_.options->max_jobs, ")"));
     }
     const size_t rank_state_bytes = Job::RankStateBytes(request.world_size());
-    MemoryReservation rank_state =
-        MemoryReservation::Try(env_.memory, rank_state_bytes);
-    if (!rank_state.ok()) {
+    std::vector<MemoryReservation> rank_state;
+    rank_state.push_back(MemoryReservation::Try(env_.memory, rank_state_bytes));
+    if (!rank_state.back().ok()) {
       env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
                                    RefusedLimit::kMemoryBudgetBytes);
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -73,11 +86,30 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
           " bytes) does not fit in the memory budget (--memory_budget_bytes=",
           env_.memory->limit(), ", ", env_.memory->used(), " in use)"));
     }
+    if (std::shared_ptr<MemoryBudget> share = tenant->memory()) {
+      rank_state.push_back(
+          MemoryReservation::Try(share.get(), rank_state_bytes));
+      if (!rank_state.back().ok()) {
+        env_.metrics->RequestRefused(absl::StatusCode::kResourceExhausted,
+                                     RefusedLimit::kMaxTenantMemoryFraction);
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "cannot create job ", request.job(), " of ", request.world_size(),
+            " ranks: its per-rank state (", rank_state_bytes,
+            " bytes) does not fit in its tenant ", tenant_name,
+            "'s share of the memory budget (",
+            env_.options->tenant_memory_fraction_setting, "=",
+            env_.options->max_tenant_memory_fraction, " of ",
+            env_.options->memory_budget_setting, ": ", share->limit(),
+            " bytes, ", share->used(), " in use)"));
+      }
+    }
+    tenant->AddJob();
     it = jobs_
              .emplace(request.job(),
                       std::make_shared<Job>(request.job(), request.world_size(),
                                             env_, shared_memory_socket_,
-                                            std::move(rank_state)))
+                                            std::move(rank_state),
+                                            std::move(tenant)))
              .first;
   }
   std::shared_ptr<Job> job = it->second;
@@ -105,6 +137,7 @@ void JobRegistry::FreeLocked(
   const absl::Time now = absl::Now();
   ExpireFreedLocked(now);
   it->second->ReleaseRankState();
+  if (it->second->tenant() != nullptr) it->second->tenant()->RemoveJob();
   std::shared_ptr<KeptResults> kept = it->second->kept_results();
   if (kept != nullptr && it->second->EndedByALoss() &&
       (kept->size() > 0 || it->second->HasActiveCollectives())) {

@@ -5,7 +5,13 @@
 // may ask for the result of its last collective after the others had
 // theirs and left, or were lost at once.
 //
-// Thread-safe. Lock order: JobRegistry::mu_ before any Job's lock.
+// Each job belongs to a tenant (server/jobs/tenants.h): a tenant's jobs are
+// counted, and bounded by --max_jobs_per_tenant, so that no tenant takes
+// every one of the --max_jobs; they share the tenant's memory share and
+// its pending collectives.
+//
+// Thread-safe. Lock order: JobRegistry::mu_ before any Job's lock, and
+// before Tenants' (a leaf).
 #ifndef REDUCER_SERVER_JOBS_JOB_REGISTRY_H_
 #define REDUCER_SERVER_JOBS_JOB_REGISTRY_H_
 
@@ -20,12 +26,17 @@
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/engine/collective.h"
 #include "server/jobs/job.h"
+#include "server/jobs/tenants.h"
+#include "server/security/job_tokens.h"
 
 namespace reducer {
 
 class JobRegistry {
  public:
-  explicit JobRegistry(CollectiveEnv env) : env_(env) {}
+  // `tokens` (null: no tokens file, each job name its own tenant) says
+  // which tenant a job belongs to; it outlives the registry.
+  explicit JobRegistry(CollectiveEnv env, JobTokens* tokens = nullptr)
+      : env_(env), tenants_(env_.options, env_.memory, tokens) {}
 
   // The same-host path's socket name, for the JobReady of jobs created from
   // now on (set before serving; empty: not offered).
@@ -33,7 +44,9 @@ class JobRegistry {
 
   // Validates `request` and joins its job, creating the job if needed.
   // INVALID_ARGUMENT for a bad field, RESOURCE_EXHAUSTED when --max_jobs
-  // jobs exist, UNAVAILABLE while shutting down; else as Job::Join.
+  // jobs exist, or --max_jobs_per_tenant of the job's tenant, or when the
+  // new job's per-rank state fits in neither the memory budget nor its
+  // tenant's share, UNAVAILABLE while shutting down; else as Job::Join.
   absl::Status Join(const v1::JoinRequest& request,
                     std::shared_ptr<SessionChannel> session);
 
@@ -95,6 +108,7 @@ class JobRegistry {
   static constexpr absl::Duration kKeepFreedResultsFor = absl::Seconds(30);
 
   const CollectiveEnv env_;
+  Tenants tenants_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_
       ABSL_GUARDED_BY(mu_);

@@ -33,8 +33,11 @@ enum class RefusedLimit {
   kMemoryBudgetBytes,
   kMaxJobMemoryFraction,
   kMaxStreamsPerJob,
+  kMaxJobsPerTenant,
+  kMaxTenantMemoryFraction,
+  kMaxPendingCollectivesPerTenant,
 };
-inline constexpr int kNumRefusedLimits = 8;
+inline constexpr int kNumRefusedLimits = 11;
 
 // Why a job's epoch ended.
 enum class EpochEndReason {
