@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -52,9 +53,14 @@ ABSL_FLAG(int, max_pending_collectives_per_job, 1024,
           "collectives of one job waiting for ranks at once");
 ABSL_FLAG(int, max_concurrent_calls, 4096,
           "collective calls (streams) served at once");
-ABSL_FLAG(int, max_streams_per_job, 1024,
-          "collective streams one job may hold at once, so that one job "
-          "cannot take every --max_concurrent_calls slot");
+ABSL_FLAG(int, max_streams_per_tenant, 1024,
+          "collective streams one tenant (a --job_tokens_file line and its "
+          "jobs; without tokens, a job) may hold at once, silent ones "
+          "included, so that no tenant can take every --max_concurrent_calls "
+          "slot; without tokens, also the streams one client address may "
+          "hold that sent no call yet");
+ABSL_FLAG(std::optional<int>, max_streams_per_job, std::nullopt,
+          "deprecated: the old name of --max_streams_per_tenant");
 ABSL_FLAG(int, max_same_host_handshakes, 64,
           "same-host handshakes (a thread each) run at once; more "
           "connections are refused at once");
@@ -164,10 +170,32 @@ int main(int argc, char** argv) {
   options.max_pending_collectives_per_job =
       absl::GetFlag(FLAGS_max_pending_collectives_per_job);
   options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
-  options.max_streams_per_job = absl::GetFlag(FLAGS_max_streams_per_job);
-  if (options.max_streams_per_job < 1) {
-    std::fprintf(stderr, "reducerd: --max_streams_per_job must be at least 1\n");
+  options.max_streams_per_tenant = absl::GetFlag(FLAGS_max_streams_per_tenant);
+  const std::optional<int> streams_old_name =
+      absl::GetFlag(FLAGS_max_streams_per_job);
+  if (streams_old_name.has_value()) {
+    if (options.max_streams_per_tenant != *streams_old_name &&
+        options.max_streams_per_tenant !=
+            reducer::ServerOptions().max_streams_per_tenant) {
+      std::fprintf(stderr,
+                   "reducerd: --max_streams_per_job (the deprecated old name "
+                   "of --max_streams_per_tenant) and --max_streams_per_tenant "
+                   "say different things; give --max_streams_per_tenant "
+                   "alone\n");
+      return 1;
+    }
+    options.max_streams_per_tenant = *streams_old_name;
+  }
+  if (options.max_streams_per_tenant < 1) {
+    std::fprintf(stderr,
+                 "reducerd: --max_streams_per_tenant must be at least 1\n");
     return 1;
+  }
+  if (streams_old_name.has_value()) {
+    std::fprintf(stderr,
+                 "reducerd: --max_streams_per_job is deprecated; it sets "
+                 "--max_streams_per_tenant, which bounds the streams of a "
+                 "tenant (a --job_tokens_file line and its jobs)\n");
   }
   options.header_timeout = absl::GetFlag(FLAGS_header_timeout);
   options.max_same_host_handshakes =

@@ -48,9 +48,12 @@ struct ServerOptions {
   size_t max_name_bytes = 512;
   int max_pending_collectives_per_job = 1024;
   int max_concurrent_calls = 4096;  // Collective and Collectives streams open at once
-  // Of those, the most one job may hold (a stream counts for a job once a
-  // call of the job arrives on it), so that no job takes every slot.
-  int max_streams_per_job = 1024;
+  // Of those, the most one tenant may hold (a stream counts for a tenant
+  // from the moment it opens with the tenant's token, and once a call of
+  // one of its jobs attaches on it), so that no tenant takes every slot;
+  // without tokens, also the most one client address may hold that sent no
+  // call yet (server/jobs/stream_shares.h).
+  int max_streams_per_tenant = 1024;
   // Local users, besides reducerd's own, whose processes may use the
   // same-host path (any: every user).
   bool shared_memory_any_uid = false;

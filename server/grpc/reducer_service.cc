@@ -49,15 +49,16 @@ class RefusedJoin final : public grpc::ServerWriteReactor<v1::JoinEvent> {
 }  // namespace
 
 ReducerService::ReducerService(JobDoor* door, int max_concurrent_calls,
-                               int max_streams_per_job,
+                               int max_streams_per_tenant,
                                absl::Duration header_timeout,
                                TimerQueue* timers, MetricsSink* metrics,
                                const GrpcServerMetrics* grpc_metrics)
     : door_(door),
       max_concurrent_calls_(max_concurrent_calls),
-      stream_shares_(StreamShares::Holder::kJob, max_streams_per_job, metrics),
+      tenant_shares_(StreamShares::Holder::kTenant, max_streams_per_tenant,
+                     metrics),
       silent_peer_shares_(StreamShares::Holder::kSilentPeer,
-                          max_streams_per_job, metrics),
+                          max_streams_per_tenant, metrics),
       header_timeout_(header_timeout),
       timers_(timers),
       metrics_(metrics),
@@ -131,14 +132,20 @@ ReducerService::StartStream(
   if (absl::Status known = door_->AuthorizeAnyJob(token); !known.ok()) {
     return CollectiveReactor::CreateFailed(known, [] {}, metrics);
   }
-  absl::StatusOr<StreamShares::Share> silent =
-      silent_peer_shares_.Take(PeerHost(context->peer()));
-  if (!silent.ok()) {
-    return CollectiveReactor::CreateFailed(silent.status(), [] {}, metrics);
+  // A stream is its token's tenant's from the moment it opens; without
+  // tokens it names no tenant until a call attaches, and counts for its
+  // peer until then (stream_shares.h says why).
+  const std::string tenant = door_->TenantOfToken(token);
+  absl::StatusOr<StreamShares::Share> opening =
+      tenant.empty() ? silent_peer_shares_.Take(PeerHost(context->peer()))
+                     : tenant_shares_.Take(tenant);
+  if (!opening.ok()) {
+    return CollectiveReactor::CreateFailed(
+        opening.status(), [] {}, metrics);
   }
   std::atomic<int>* active = &active_calls_;
   auto shares =
-      std::make_shared<HeldStreamShares>(&stream_shares_, *std::move(silent));
+      std::make_shared<HeldStreamShares>(&tenant_shares_, *std::move(opening));
   auto on_done = [active, shares] {
     shares->GiveBack();
     active->fetch_sub(1);

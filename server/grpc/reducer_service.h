@@ -32,12 +32,13 @@ class ReducerService final
  public:
   // Every call enters its job through `door`. At most
   // `max_concurrent_calls` Collective and Collectives streams are served at
-  // once; more are answered RESOURCE_EXHAUSTED, and so is a stream whose
-  // call would make its job hold more than `max_streams_per_job` of them
-  // (StreamShares), or one that would make its peer hold more than
-  // `max_streams_per_job` streams that have sent no call yet. `metrics`
-  // counts the calls
-  // refused; `grpc_metrics` (null: metrics off) this service's calls, which
+  // once; more are answered RESOURCE_EXHAUSTED, and so is a stream that
+  // would make a tenant hold more than `max_streams_per_tenant` of them
+  // (StreamShares: a stream is its token's tenant's from the moment it
+  // opens, and counts for the tenant of each job whose call attaches on
+  // it), or, without tokens, one that would make its peer hold more than
+  // `max_streams_per_tenant` streams that have sent no call yet. `metrics`
+  // counts the calls refused; `grpc_metrics` (null: metrics off) this service's calls, which
   // its reactors count themselves. When the door requires tokens, Join,
   // Leave and every collective must carry the job's token
   // (`authorization: Bearer TOKEN`), or get JobTokens::Check's error. A
@@ -45,8 +46,9 @@ class ReducerService final
   // (when positive) after it opened is ended DEADLINE_EXCEEDED (on
   // `timers`), so silent streams give their slots back.
   ReducerService(JobDoor* door, int max_concurrent_calls,
-                 int max_streams_per_job, absl::Duration header_timeout, TimerQueue* timers,
-                 MetricsSink* metrics, const GrpcServerMetrics* grpc_metrics);
+                 int max_streams_per_tenant, absl::Duration header_timeout,
+                 TimerQueue* timers, MetricsSink* metrics,
+                 const GrpcServerMetrics* grpc_metrics);
 
   grpc::ServerWriteReactor<v1::JoinEvent>* Join(
       grpc::CallbackServerContext* context,
@@ -75,8 +77,9 @@ class ReducerService final
 
   JobDoor* const door_;  // not owned
   const int max_concurrent_calls_;
-  StreamShares stream_shares_;         // by job
-  StreamShares silent_peer_shares_;    // by peer, until a stream's first call
+  StreamShares tenant_shares_;  // by tenant
+  // By peer, without tokens, until a call attaches on the stream.
+  StreamShares silent_peer_shares_;
   const absl::Duration header_timeout_;
   TimerQueue* const timers_;  // not owned
   MetricsSink* const metrics_;  // not owned

@@ -63,7 +63,7 @@ class ReducerServiceTest : public ::testing::Test {
  protected:
   ReducerServiceTest()
       : service_(&env_.door(), /*max_concurrent_calls=*/16,
-                 /*max_streams_per_job=*/16,
+                 /*max_streams_per_tenant=*/16,
                  /*header_timeout=*/absl::ZeroDuration(), &timers_, &metrics_,
                  /*grpc_metrics=*/nullptr) {
     grpc::ServerBuilder builder;

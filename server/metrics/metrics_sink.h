@@ -32,7 +32,7 @@ enum class RefusedLimit {
   kMaxConcurrentCalls,
   kMemoryBudgetBytes,
   kMaxJobMemoryFraction,
-  kMaxStreamsPerJob,
+  kMaxStreamsPerTenant,
 };
 inline constexpr int kNumRefusedLimits = 8;
 
