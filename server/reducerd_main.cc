@@ -73,6 +73,12 @@ ABSL_FLAG(absl::Duration, header_timeout, absl::ZeroDuration(),
           "opening is closed (DEADLINE_EXCEEDED), giving its slot back; 0: "
           "never. Set it above the time one --chunk_bytes message takes on "
           "the slowest link");
+ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Minutes(10),
+          "a collective stream on which nothing happens this long (no "
+          "message arrives, no call is in flight, no answer is left to "
+          "write) is closed (UNAVAILABLE; the client library opens a new "
+          "one), giving its slot and its tenant's share back; 0: never, else "
+          "at least 1s. Join streams are never closed so");
 ABSL_FLAG(int64_t, memory_budget_bytes, int64_t{2} << 30,
           "payload bytes the server may hold in all (reserved up front)");
 ABSL_FLAG(double, max_job_memory_fraction, 0.5,
@@ -198,6 +204,15 @@ int main(int argc, char** argv) {
                  "tenant (a --job_tokens_file line and its jobs)\n");
   }
   options.header_timeout = absl::GetFlag(FLAGS_header_timeout);
+  options.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
+  if (options.stream_idle_timeout != absl::ZeroDuration() &&
+      options.stream_idle_timeout < absl::Seconds(1)) {
+    std::fprintf(stderr,
+                 "reducerd: --stream_idle_timeout must be 0 (never) or at "
+                 "least 1s (shorter would close healthy streams between "
+                 "calls)\n");
+    return 1;
+  }
   options.max_same_host_handshakes =
       absl::GetFlag(FLAGS_max_same_host_handshakes);
   const std::string uids = absl::GetFlag(FLAGS_shared_memory_allowed_uids);

@@ -64,6 +64,12 @@ struct ServerOptions {
   // opening; zero: no limit. Off by default: on a slow link a stream's
   // first message (up to a chunk) can take minutes to arrive whole.
   absl::Duration header_timeout = absl::ZeroDuration();
+  // A collective stream on which nothing happens this long (no message
+  // arrives, no call is in flight, no answer is left to write) is closed
+  // UNAVAILABLE, which the client library answers by opening a new one;
+  // zero: never. Join streams are never closed so (keepalive finds vanished
+  // peers). Long enough for one chunk on a slow link (1 MiB at 2 KiB/s).
+  absl::Duration stream_idle_timeout = absl::Minutes(10);
   size_t memory_budget_bytes = size_t{2} << 30;  // staged and result chunks
   // The most of memory_budget_bytes one job's collectives may hold at once
   // (1: no share of its own), so that one job cannot starve the others.

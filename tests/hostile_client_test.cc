@@ -286,7 +286,8 @@ TEST_F(HostileClientTest, SilentStreamsAreClosedAndGiveTheirSlotsBack) {
 // by --max_streams_per_tenant, with no timeout set: the next stream it
 // opens is refused at once, and once a silent stream ends, a call gets in.
 TEST_F(HostileClientTest, APeersSilentStreamsAreBoundedWithoutATimeout) {
-  ASSERT_TRUE(StartServer({"--max_streams_per_tenant=2"}));
+  ASSERT_TRUE(
+      StartServer({"--max_streams_per_tenant=2", "--stream_idle_timeout=0"}));
   SilentStreams silent(server()->address());
   absl::SleepFor(absl::Milliseconds(300));
 

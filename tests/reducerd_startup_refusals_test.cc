@@ -84,6 +84,9 @@ TEST(ReducerdBoundsTest, RefusesBoundsThatCannotHold) {
       RefusalOf({"--max_streams_per_job=8", "--max_streams_per_tenant=16"},
                 "reducerd.both_names"),
       HasSubstr("give --max_streams_per_tenant alone"));
+  EXPECT_THAT(RefusalOf({"--stream_idle_timeout=500ms"}, "reducerd.idle"),
+              HasSubstr("--stream_idle_timeout must be 0 (never) or at "
+                        "least 1s"));
   EXPECT_THAT(RefusalOf({"--shared_memory_allowed_uids=root"},
                         "reducerd.uids"),
               HasSubstr("--shared_memory_allowed_uids must be same, any or a "

@@ -1,9 +1,14 @@
-// Collective streams against a real reducerd, from raw gRPC clients: the
-// streams one tenant holds are bounded per tenant (a tenant opening
-// streams that say nothing shuts no other tenant out, from the same client
-// address too).
+// Collective streams against a real reducerd, from raw gRPC clients and
+// the client library: the streams one tenant holds are bounded per tenant
+// (a tenant opening streams that say nothing shuts no other tenant out,
+// from the same client address too), and a stream on which nothing happens
+// for --stream_idle_timeout is closed, while slow but live streams and
+// calls waiting for a slow rank are not, and a job that pauses longer than
+// the timeout goes on unharmed.
+#include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -177,6 +182,122 @@ TEST_F(StreamBoundsTest, ATenantsSilentStreamsLeaveAnotherTenantItsShare) {
   }
   // A's streams are all still open: none ended but those refused.
   EXPECT_EQ(silent.AwaitEnded(kSilent, absl::Now()).size(), refused.size());
+}
+
+// A stream that sends nothing is closed by reducerd once
+// --stream_idle_timeout passed (UNAVAILABLE naming the flag), long before
+// its client's own deadline would end it.
+TEST_F(StreamBoundsTest, AStreamOnWhichNothingHappensIsClosed) {
+  ASSERT_TRUE(StartServer({"--stream_idle_timeout=2s"}));
+  std::unique_ptr<v1::Reducer::Stub> stub =
+      v1::Reducer::NewStub(grpc::CreateChannel(
+          server()->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext one_context;
+  grpc::ClientContext many_context;
+  for (grpc::ClientContext* context : {&one_context, &many_context}) {
+    context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(45)));
+  }
+  auto one = stub->Collective(&one_context);
+  auto many = stub->Collectives(&many_context);
+  for (auto* stream : {one.get(), many.get()}) {
+    v1::CollectiveResponse response;
+    EXPECT_FALSE(stream->Read(&response));
+    EXPECT_THAT(FromGrpcStatus(stream->Finish()),
+                StatusIs(absl::StatusCode::kUnavailable,
+                         HasSubstr("nothing happened on it for "
+                                   "--stream_idle_timeout=2s")));
+  }
+}
+
+// Slow but live: rank 0 sends its payload on a Collective stream one chunk
+// a second, for three timeouts, and rank 1 waits on its Collectives
+// stream for it all that while; neither stream is cut, and both get the
+// sum.
+TEST_F(StreamBoundsTest, SlowChunksAndACallWaitingForThemAreNotCut) {
+  ASSERT_TRUE(StartServer({"--stream_idle_timeout=2s"}));
+  absl::StatusOr<std::unique_ptr<RawSession>> ranks[2];
+  std::thread join0([&] {
+    ranks[0] =
+        RawSession::Join(server()->address(), Job(), 0, 2, absl::Seconds(30));
+  });
+  ranks[1] =
+      RawSession::Join(server()->address(), Job(), 1, 2, absl::Seconds(30));
+  join0.join();
+  ASSERT_TRUE(ranks[0].ok() && ranks[1].ok())
+      << ranks[0].status() << " " << ranks[1].status();
+  RawSession& slow = **ranks[0];
+  RawSession& waiting = **ranks[1];
+
+  // float32 [28]: seven chunks of 16 bytes; rank r's values are all r + 1.
+  constexpr int kChunks = 7;
+  constexpr int kChunkBytes = 16;
+  auto ones_times = [](float value, int floats) {
+    std::string bytes(floats * sizeof(float), '\0');
+    for (int i = 0; i < floats; ++i) {
+      std::memcpy(&bytes[i * sizeof(float)], &value, sizeof(float));
+    }
+    return bytes;
+  };
+  v1::CollectiveRequest whole = waiting.AllReduceRequest({4 * kChunks});
+  whole.mutable_header()->set_timeout_ms(30000);
+  whole.set_call_id(1);
+  whole.set_data(ones_times(2, 4 * kChunks));
+  RawCallResult waited;
+  std::thread waiter([&] {
+    waited = waiting.Call({whole}, absl::Seconds(40), /*half_close=*/true,
+                          /*many_calls=*/true);
+  });
+
+  std::unique_ptr<v1::Reducer::Stub> stub =
+      v1::Reducer::NewStub(grpc::CreateCustomChannel(
+          server()->address(), grpc::InsecureChannelCredentials(),
+          RawChannelArguments()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(40)));
+  auto stream = stub->Collective(&context);
+  for (int chunk = 0; chunk < kChunks; ++chunk) {
+    v1::CollectiveRequest message;
+    if (chunk == 0) {
+      message = slow.AllReduceRequest({4 * kChunks});
+      message.mutable_header()->set_timeout_ms(30000);
+    } else {
+      absl::SleepFor(absl::Seconds(1));
+    }
+    message.set_offset(chunk * kChunkBytes);
+    message.set_data(ones_times(1, kChunkBytes / sizeof(float)));
+    ASSERT_TRUE(stream->Write(message)) << "chunk " << chunk;
+  }
+  ASSERT_TRUE(stream->WritesDone());
+  std::string sum;
+  v1::CollectiveResponse response;
+  while (stream->Read(&response)) sum += response.data();
+  EXPECT_THAT(FromGrpcStatus(stream->Finish()), IsOk());
+  EXPECT_EQ(sum, ones_times(3, 4 * kChunks));
+
+  waiter.join();
+  EXPECT_THAT(waited.status, IsOk());
+  ASSERT_FALSE(waited.responses.empty());
+  EXPECT_THAT(FromCallStatus(waited.responses.back().status()), IsOk());
+  EXPECT_EQ(waited.data, ones_times(3, 4 * kChunks));
+}
+
+// A job of the client library that pauses for longer than the timeout
+// between calls (an evaluation, a checkpoint) goes on unharmed: its shared
+// stream was closed meanwhile, and its next call is sent again on a new
+// one.
+TEST_F(StreamBoundsTest, AJobThatPausesLongerThanTheTimeoutGoesOn) {
+  ASSERT_TRUE(StartServer({"--stream_idle_timeout=1s"}));
+  std::vector<std::unique_ptr<ChildProcess>> workers =
+      StartJob(Job(), 2,
+               {"allreduce;allreduce:shape=600000;sleep:ms=3000;allreduce;"
+                "allreduce:shape=600000"});
+  std::vector<ProcessResult> done = WaitWorkers(workers);
+  ASSERT_EQ(done.size(), 2u);
+  for (const ProcessResult& worker : done) {
+    for (const char* step : {"1", "2", "4", "5"}) {
+      ExpectStep(worker, step, absl::StatusCode::kOk);
+    }
+  }
 }
 
 }  // namespace

@@ -51,6 +51,7 @@ class RefusedJoin final : public grpc::ServerWriteReactor<v1::JoinEvent> {
 ReducerService::ReducerService(JobDoor* door, int max_concurrent_calls,
                                int max_streams_per_tenant,
                                absl::Duration header_timeout,
+                               absl::Duration stream_idle_timeout,
                                TimerQueue* timers, MetricsSink* metrics,
                                const GrpcServerMetrics* grpc_metrics)
     : door_(door),
@@ -65,7 +66,8 @@ ReducerService::ReducerService(JobDoor* door, int max_concurrent_calls,
       join_metrics_(MethodOf(grpc_metrics, "Join")),
       leave_metrics_(MethodOf(grpc_metrics, "Leave")),
       collective_metrics_(MethodOf(grpc_metrics, "Collective")),
-      collectives_metrics_(MethodOf(grpc_metrics, "Collectives")) {}
+      collectives_metrics_(MethodOf(grpc_metrics, "Collectives")),
+      idle_streams_(stream_idle_timeout) {}
 
 grpc::ServerWriteReactor<v1::JoinEvent>* ReducerService::Join(
     grpc::CallbackServerContext* context, const v1::JoinRequest* request) {
@@ -146,7 +148,10 @@ ReducerService::StartStream(
   std::atomic<int>* active = &active_calls_;
   auto shares =
       std::make_shared<HeldStreamShares>(&tenant_shares_, *std::move(opening));
-  auto on_done = [active, shares] {
+  // The stream's shares are its own: they name it among the idle ones.
+  IdleStreams* idle = &idle_streams_;
+  auto on_done = [active, shares, idle] {
+    idle->Forget(shares.get());
     shares->GiveBack();
     active->fetch_sub(1);
   };
@@ -157,6 +162,7 @@ ReducerService::StartStream(
   Stream* stream = Stream::Create(context, std::move(on_done),
                                   door_->AttachForStream(token, shares),
                                   metrics, extra...);
+  idle_streams_.Watch(shares.get(), stream->weak_from_this());
   if (header_timeout_ <= absl::ZeroDuration()) return stream;
   std::weak_ptr<Stream> weak = stream->weak_from_this();
   timers_->Schedule(

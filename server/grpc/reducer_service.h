@@ -11,11 +11,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/reducer/v1/reducer.grpc.pb.h"
+#include "server/engine/timer_queue.h"
 #include "server/grpc/collective_reactor.h"
 #include "server/grpc/held_reads.h"
-#include "absl/time/time.h"
-#include "server/engine/timer_queue.h"
+#include "server/grpc/idle_streams.h"
 #include "server/jobs/job_door.h"
 #include "server/jobs/stream_shares.h"
 #include "server/metrics/grpc_server_metrics.h"
@@ -44,11 +45,13 @@ class ReducerService final
   // (`authorization: Bearer TOKEN`), or get JobTokens::Check's error. A
   // collective stream whose first message has not come `header_timeout`
   // (when positive) after it opened is ended DEADLINE_EXCEEDED (on
-  // `timers`), so silent streams give their slots back.
+  // `timers`), so silent streams give their slots back; one on which
+  // nothing happened for `stream_idle_timeout` (when positive) is ended
+  // UNAVAILABLE (IdleStreams). Join streams are never closed for either.
   ReducerService(JobDoor* door, int max_concurrent_calls,
                  int max_streams_per_tenant, absl::Duration header_timeout,
-                 TimerQueue* timers, MetricsSink* metrics,
-                 const GrpcServerMetrics* grpc_metrics);
+                 absl::Duration stream_idle_timeout, TimerQueue* timers,
+                 MetricsSink* metrics, const GrpcServerMetrics* grpc_metrics);
 
   grpc::ServerWriteReactor<v1::JoinEvent>* Join(
       grpc::CallbackServerContext* context,
@@ -93,6 +96,7 @@ class ReducerService final
   // different orders meet a few ms later rather than never.
   static constexpr absl::Duration kReadHoldDeadline = absl::Milliseconds(2);
   HeldReads held_reads_{kReadHoldDeadline};
+  IdleStreams idle_streams_;
   // Collective and Collectives streams not yet done. Atomic rather than under a lock: it is
   // touched once at the start and once at the end of every call, alone.
   std::atomic<int> active_calls_{0};
