@@ -69,10 +69,13 @@ struct JoinedRank {
 
 class ReducerServiceTest : public ::testing::Test {
  protected:
+  // With `tokens`, job Env::kTokenJob and its jobs require Env::kToken.
   explicit ReducerServiceTest(
-      absl::Duration stream_idle_timeout = absl::ZeroDuration())
-      : service_(&env_.door(), /*max_concurrent_calls=*/16,
-                 /*max_streams_per_tenant=*/16,
+      absl::Duration stream_idle_timeout = absl::ZeroDuration(),
+      bool tokens = false, int max_streams_per_tenant = 16)
+      : env_(tokens),
+        service_(&env_.door(), /*max_concurrent_calls=*/16,
+                 max_streams_per_tenant,
                  /*header_timeout=*/absl::ZeroDuration(), stream_idle_timeout,
                  &timers_, &metrics_, /*grpc_metrics=*/nullptr) {
     grpc::ServerBuilder builder;
@@ -392,6 +395,58 @@ TEST_F(StreamIdleTimeoutTest, AStreamWhoseCallsKeepComingIsNotCut) {
   }
   EXPECT_GE(call_id, 5u);
   ExpectClosedAsIdle(*stream, "after its last call");
+}
+
+// A service requiring tokens, whose tenants may hold 2 streams each.
+class TenantStreamsTest : public ReducerServiceTest {
+ protected:
+  TenantStreamsTest()
+      : ReducerServiceTest(absl::ZeroDuration(), /*tokens=*/true,
+                           /*max_streams_per_tenant=*/2) {}
+};
+
+// A stream is its token's tenant's from the moment it opens: of three that
+// open with one tenant's token and send nothing, one is refused naming the
+// tenant and the flag.
+TEST_F(TenantStreamsTest, SilentStreamsCountForTheirTokensTenant) {
+  // Each stream's end is asked for at once, so that the refused one's
+  // comes as soon as reducerd sends it.
+  grpc::CompletionQueue queue;
+  grpc::ClientContext contexts[3];
+  std::unique_ptr<grpc::ClientAsyncReaderWriter<v1::CollectiveRequest,
+                                                v1::CollectiveResponse>>
+      streams[3];
+  grpc::Status statuses[3];
+  for (intptr_t i = 0; i < 3; ++i) {
+    contexts[i].AddMetadata("authorization",
+                            absl::StrCat("Bearer ", Env::kToken));
+    contexts[i].set_deadline(
+        absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    streams[i] = stub_->AsyncCollectives(&contexts[i], &queue,
+                                         reinterpret_cast<void*>(2 * i));
+    streams[i]->Finish(&statuses[i], reinterpret_cast<void*>(2 * i + 1));
+  }
+  for (int events = 0; events < 6; ++events) {
+    void* tag;
+    bool ok;
+    ASSERT_TRUE(queue.Next(&tag, &ok));
+  }
+  int refused = 0;
+  for (const grpc::Status& status : statuses) {
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+      EXPECT_THAT(status.error_message(),
+                  HasSubstr(absl::StrCat("tenant ", Env::kTokenJob,
+                                         " already holds 2 collective streams "
+                                         "(--max_streams_per_tenant=2")));
+    } else {
+      // Admitted: it ended at its client's deadline.
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+          << status.error_message();
+    }
+  }
+  EXPECT_EQ(refused, 1);
+  queue.Shutdown();
 }
 
 }  // namespace
