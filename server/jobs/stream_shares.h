@@ -7,13 +7,13 @@
 //     stream carries the tenant's token (silent or not: a stream is its
 //     token's tenant's before it says anything), and once a call of one of
 //     the tenant's jobs attaches on it;
-//   - kSilentPeer: without a tokens file, a stream names no tenant until
-//     its first call (any client may name any job, so nothing says whose a
-//     silent stream is); its peer (the client's address, without its port)
-//     holds it until then. A healthy client sends its first call as it
-//     opens a stream, so this bounds the streams that stay silent even
-//     with --stream_idle_timeout off; without tokens, tenants are not kept
-//     apart from each other anyway (any client may name any job).
+//   - kSilentPeer: without a tokens file, nothing says whose a stream is
+//     until a call of some job attaches on it, so its peer (the client's
+//     address, without its port) holds it until then. A healthy client
+//     sends its first call as it opens a stream, so this bounds the
+//     streams that stay silent even with --stream_idle_timeout off (which
+//     closes them as well). Without tokens, tenants are not kept apart
+//     anyway: any client may name any job.
 // A HeldStreamShares holds one stream's shares and gives them back when the
 // stream ends. Thread-safe; a table holds only holders with streams.
 #ifndef REDUCER_SERVER_JOBS_STREAM_SHARES_H_
