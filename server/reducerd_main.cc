@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -58,9 +59,14 @@ ABSL_FLAG(int, max_pending_collectives_per_tenant, 4096,
           "once");
 ABSL_FLAG(int, max_concurrent_calls, 4096,
           "collective calls (streams) served at once");
-ABSL_FLAG(int, max_streams_per_job, 1024,
-          "collective streams one job may hold at once, so that one job "
-          "cannot take every --max_concurrent_calls slot");
+ABSL_FLAG(int, max_streams_per_tenant, 1024,
+          "collective streams one tenant (a --job_tokens_file line and its "
+          "jobs; without tokens, a job) may hold at once, silent ones "
+          "included, so that no tenant can take every --max_concurrent_calls "
+          "slot; without tokens, also the streams one client address may "
+          "hold that sent no call yet");
+ABSL_FLAG(std::optional<int>, max_streams_per_job, std::nullopt,
+          "deprecated: the old name of --max_streams_per_tenant");
 ABSL_FLAG(int, max_same_host_handshakes, 64,
           "same-host handshakes (a thread each) run at once; more "
           "connections are refused at once");
@@ -73,6 +79,12 @@ ABSL_FLAG(absl::Duration, header_timeout, absl::ZeroDuration(),
           "opening is closed (DEADLINE_EXCEEDED), giving its slot back; 0: "
           "never. Set it above the time one --chunk_bytes message takes on "
           "the slowest link");
+ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Minutes(10),
+          "a collective stream on which nothing happens this long (no "
+          "message arrives, no call is in flight, no answer is left to "
+          "write) is closed (UNAVAILABLE; the client library opens a new "
+          "one), giving its slot and its tenant's share back; 0: never, else "
+          "at least 1s. Join streams are never closed so");
 ABSL_FLAG(int64_t, memory_budget_bytes, int64_t{2} << 30,
           "payload bytes the server may hold in all (reserved up front)");
 ABSL_FLAG(double, max_job_memory_fraction, 0.5,
@@ -187,12 +199,43 @@ int main(int argc, char** argv) {
     return 1;
   }
   options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
-  options.max_streams_per_job = absl::GetFlag(FLAGS_max_streams_per_job);
-  if (options.max_streams_per_job < 1) {
-    std::fprintf(stderr, "reducerd: --max_streams_per_job must be at least 1\n");
+  options.max_streams_per_tenant = absl::GetFlag(FLAGS_max_streams_per_tenant);
+  const std::optional<int> streams_old_name =
+      absl::GetFlag(FLAGS_max_streams_per_job);
+  if (streams_old_name.has_value()) {
+    if (options.max_streams_per_tenant != *streams_old_name &&
+        options.max_streams_per_tenant !=
+            reducer::ServerOptions().max_streams_per_tenant) {
+      std::fprintf(stderr,
+                   "reducerd: --max_streams_per_job (the deprecated old name "
+                   "of --max_streams_per_tenant) and --max_streams_per_tenant "
+                   "say different things; give --max_streams_per_tenant "
+                   "alone\n");
+      return 1;
+    }
+    options.max_streams_per_tenant = *streams_old_name;
+  }
+  if (options.max_streams_per_tenant < 1) {
+    std::fprintf(stderr,
+                 "reducerd: --max_streams_per_tenant must be at least 1\n");
     return 1;
   }
+  if (streams_old_name.has_value()) {
+    std::fprintf(stderr,
+                 "reducerd: --max_streams_per_job is deprecated; it sets "
+                 "--max_streams_per_tenant, which bounds the streams of a "
+                 "tenant (a --job_tokens_file line and its jobs)\n");
+  }
   options.header_timeout = absl::GetFlag(FLAGS_header_timeout);
+  options.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
+  if (options.stream_idle_timeout != absl::ZeroDuration() &&
+      options.stream_idle_timeout < absl::Seconds(1)) {
+    std::fprintf(stderr,
+                 "reducerd: --stream_idle_timeout must be 0 (never) or at "
+                 "least 1s (shorter would close healthy streams between "
+                 "calls)\n");
+    return 1;
+  }
   options.max_same_host_handshakes =
       absl::GetFlag(FLAGS_max_same_host_handshakes);
   const std::string uids = absl::GetFlag(FLAGS_shared_memory_allowed_uids);

@@ -118,8 +118,9 @@ Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
       tokens_(std::move(tokens)),
       door_(&registry_, metrics_, tokens_.get(), options_.max_name_bytes),
       service_(&door_, options_.max_concurrent_calls,
-               options_.max_streams_per_job, options_.header_timeout, &timers_,
-               metrics_, grpc_metrics_.get(), MaxUnreadAnswerBytes(options_)),
+               options_.max_streams_per_tenant, options_.header_timeout,
+               options_.stream_idle_timeout, &timers_, metrics_,
+               grpc_metrics_.get(), MaxUnreadAnswerBytes(options_)),
       admin_(&registry_, &memory_, kReducerVersion, &serving_, tokens_.get()) {}
 
 void Server::RegisterServices(grpc::ServerBuilder& builder) {

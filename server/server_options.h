@@ -55,9 +55,12 @@ struct ServerOptions {
   // remembered failed for ranks yet to call them) together.
   int max_pending_collectives_per_tenant = 4096;
   int max_concurrent_calls = 4096;  // Collective and Collectives streams open at once
-  // Of those, the most one job may hold (a stream counts for a job once a
-  // call of the job arrives on it), so that no job takes every slot.
-  int max_streams_per_job = 1024;
+  // Of those, the most one tenant may hold (a stream counts for a tenant
+  // from the moment it opens with the tenant's token, and once a call of
+  // one of its jobs attaches on it), so that no tenant takes every slot;
+  // without tokens, also the most one client address may hold that sent no
+  // call yet (server/jobs/stream_shares.h).
+  int max_streams_per_tenant = 1024;
   // Local users, besides reducerd's own, whose processes may use the
   // same-host path (any: every user).
   bool shared_memory_any_uid = false;
@@ -68,6 +71,12 @@ struct ServerOptions {
   // opening; zero: no limit. Off by default: on a slow link a stream's
   // first message (up to a chunk) can take minutes to arrive whole.
   absl::Duration header_timeout = absl::ZeroDuration();
+  // A collective stream on which nothing happens this long (no message
+  // arrives, no call is in flight, no answer is left to write) is closed
+  // UNAVAILABLE, which the client library answers by opening a new one;
+  // zero: never. Join streams are never closed so (keepalive finds vanished
+  // peers). Long enough for one chunk on a slow link (1 MiB at 2 KiB/s).
+  absl::Duration stream_idle_timeout = absl::Minutes(10);
   size_t memory_budget_bytes = size_t{2} << 30;  // staged and result chunks
   // The most of memory_budget_bytes one job's collectives may hold at once
   // (1: no share of its own), so that one job cannot starve the others.

@@ -282,11 +282,12 @@ TEST_F(HostileClientTest, SilentStreamsAreClosedAndGiveTheirSlotsBack) {
   EXPECT_EQ(after.data, std::string(16, '\0'));
 }
 
-// A peer's streams that have sent no call yet are bounded by
-// --max_streams_per_job, with no timeout set: the next stream it opens is
-// refused at once, and once a silent stream ends, a call gets in.
+// Without tokens, a peer's streams that have sent no call yet are bounded
+// by --max_streams_per_tenant, with no timeout set: the next stream it
+// opens is refused at once, and once a silent stream ends, a call gets in.
 TEST_F(HostileClientTest, APeersSilentStreamsAreBoundedWithoutATimeout) {
-  ASSERT_TRUE(StartServer({"--max_streams_per_job=2"}));
+  ASSERT_TRUE(
+      StartServer({"--max_streams_per_tenant=2", "--stream_idle_timeout=0"}));
   SilentStreams silent(server()->address());
   absl::SleepFor(absl::Milliseconds(300));
 
@@ -298,7 +299,7 @@ TEST_F(HostileClientTest, APeersSilentStreamsAreBoundedWithoutATimeout) {
   EXPECT_THAT(crowded.status,
               StatusIs(absl::StatusCode::kResourceExhausted,
                        HasSubstr("collective streams that sent no call yet "
-                                 "(--max_streams_per_job=2)")));
+                                 "(--max_streams_per_tenant=2")));
   EXPECT_LE(absl::Now() - asked, kFast);
 
   silent.one_context.TryCancel();
@@ -311,9 +312,11 @@ TEST_F(HostileClientTest, APeersSilentStreamsAreBoundedWithoutATimeout) {
   silent.many->Finish();
 }
 
-// One job may hold --max_streams_per_job collective streams: its next stream
-// is refused at once naming the flag, while another job's calls go on; once
-// the job's streams end, its calls get in again.
+// Without tokens each job is its own tenant, which may hold
+// --max_streams_per_tenant collective streams (here under the flag's
+// deprecated old name, --max_streams_per_job): its next stream is refused
+// at once naming the flag, while another job's calls go on; once the job's
+// streams end, its calls get in again.
 TEST_F(HostileClientTest, AJobOverItsStreamShareIsRefusedAndOthersGoOn) {
   ASSERT_TRUE(StartServer({"--max_streams_per_job=2"}));
   const std::string hog_job = Job("hog");
@@ -350,10 +353,10 @@ TEST_F(HostileClientTest, AJobOverItsStreamShareIsRefusedAndOthersGoOn) {
       (*hog0)->Call({waiting_call("third")}, absl::Seconds(20));
   EXPECT_THAT(third.status,
               StatusIs(absl::StatusCode::kResourceExhausted,
-                       HasSubstr(absl::StrCat("job ", hog_job,
+                       HasSubstr(absl::StrCat("tenant ", hog_job,
                                               " already holds 2 "
                                               "collective streams "
-                                              "(--max_streams_per_job=2)"))));
+                                              "(--max_streams_per_tenant=2"))));
   EXPECT_LE(absl::Now() - asked, kFast);
   EXPECT_TRUE(third.data.empty());
 

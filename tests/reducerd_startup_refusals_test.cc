@@ -75,8 +75,18 @@ TEST(ReducerdBoundsTest, RefusesBoundsThatCannotHold) {
                         "reducerd.overflow"),
               HasSubstr("--max_world_size x --max_tensor_bytes must stay "
                         "below 2^62"));
-  EXPECT_THAT(RefusalOf({"--max_streams_per_job=0"}, "reducerd.no_streams"),
-              HasSubstr("--max_streams_per_job must be at least 1"));
+  EXPECT_THAT(RefusalOf({"--max_streams_per_tenant=0"}, "reducerd.no_streams"),
+              HasSubstr("--max_streams_per_tenant must be at least 1"));
+  // The deprecated old name sets it, and is checked as it is.
+  EXPECT_THAT(RefusalOf({"--max_streams_per_job=0"}, "reducerd.old_name"),
+              HasSubstr("--max_streams_per_tenant must be at least 1"));
+  EXPECT_THAT(
+      RefusalOf({"--max_streams_per_job=8", "--max_streams_per_tenant=16"},
+                "reducerd.both_names"),
+      HasSubstr("give --max_streams_per_tenant alone"));
+  EXPECT_THAT(RefusalOf({"--stream_idle_timeout=500ms"}, "reducerd.idle"),
+              HasSubstr("--stream_idle_timeout must be 0 (never) or at "
+                        "least 1s"));
   EXPECT_THAT(RefusalOf({"--shared_memory_allowed_uids=root"},
                         "reducerd.uids"),
               HasSubstr("--shared_memory_allowed_uids must be same, any or a "

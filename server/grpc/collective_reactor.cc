@@ -60,9 +60,20 @@ void CollectiveReactor::OnReadDone(bool ok) {
   if (!message_arrived_) {
     absl::MutexLock lock(&mu_);
     message_arrived_ = true;
+    last_activity_ = absl::Now();
     if (finished_) return;  // closed as silent just before
   }
   HandleMessage();
+}
+
+void CollectiveReactor::CloseIfIdleSince(absl::Time cutoff,
+                                         const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (finished_ || collective_ != nullptr || !outgoing_.idle() ||
+      last_activity_ > cutoff) {
+    return;
+  }
+  FinishLocked(status);
 }
 
 void CollectiveReactor::EndUnlessMessageArrived(const absl::Status& status) {

@@ -8,6 +8,11 @@
 // written; the Collective's window bounds how many wait (a rank's reading
 // pauses while `window` of its messages are queued).
 //
+// Idle: until its first message arrives, and once a call that attached no
+// collective (a replay answered at once) waits for the client to close,
+// the stream is idle; IdleStreams closes it once that lasted
+// --stream_idle_timeout. While its collective runs it never is.
+//
 // Ownership: created by ReducerService::Collective with Create(); it owns
 // itself through a shared_ptr that OnDone() drops, and the Collective holds
 // another, so it lives until both are done with it. Thread-safe.
@@ -25,6 +30,7 @@
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/engine/collective.h"
 #include "server/engine/rank_channel.h"
+#include "server/grpc/idle_streams.h"
 #include "server/grpc/write_queue.h"
 #include "server/jobs/job_door.h"
 #include "server/metrics/grpc_server_metrics.h"
@@ -34,6 +40,7 @@ namespace reducer {
 class CollectiveReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       public RankChannel,
+      public IdleStreams::Stream,
       public std::enable_shared_from_this<CollectiveReactor> {
  public:
   using AttachFn = JobDoor::AttachFn;
@@ -51,6 +58,11 @@ class CollectiveReactor final
   // Ends the stream with `status` unless its first message has arrived:
   // ReducerService closes streams that stay silent past --header_timeout.
   void EndUnlessMessageArrived(const absl::Status& status);
+
+  // IdleStreams::Stream: ends the stream with `status` if no collective
+  // runs on it, nothing is left to write, and no message arrived since
+  // `cutoff`.
+  void CloseIfIdleSince(absl::Time cutoff, const absl::Status& status) override;
 
   // RankChannel, called by the Collective.
   void Send(ResultMessage message, bool last) override;
@@ -103,6 +115,8 @@ class CollectiveReactor final
   bool last_queued_ ABSL_GUARDED_BY(mu_) = false;  // outgoing_.back() ends it
   bool finish_when_sent_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // When the first message arrived, or the stream opened.
+  absl::Time last_activity_ ABSL_GUARDED_BY(mu_) = absl::Now();
 };
 
 }  // namespace reducer

@@ -156,6 +156,16 @@ void CollectivesReactor::EndUnlessMessageArrived(const absl::Status& status) {
   if (!message_arrived_) FinishLocked(status);
 }
 
+void CollectivesReactor::CloseIfIdleSince(absl::Time cutoff,
+                                          const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (finished_ || !live_.empty() || !outgoing_.idle() ||
+      last_activity_ > cutoff) {
+    return;
+  }
+  FinishLocked(status);
+}
+
 void CollectivesReactor::HandleMessage() {
   arena_.Reset();  // the previous message's fields are no longer used
   auto* request =
@@ -181,6 +191,10 @@ void CollectivesReactor::HandleMessage() {
   auto channel = std::make_shared<StreamAttempt>(weak_from_this(), call_id);
   if (problem.ok()) {
     absl::MutexLock lock(&mu_);
+    // Closed (idle) before this message: it is not used, and its client
+    // learns so from the stream's status.
+    if (finished_) return;
+    last_activity_ = absl::Now();
     auto it = live_.find(call_id);
     if (it != live_.end() && !it->second.ended) {
       problem = absl::InvalidArgumentError(absl::StrCat(
@@ -273,6 +287,7 @@ void CollectivesReactor::OnWriteDone(bool ok) {
   {
     absl::MutexLock lock(&mu_);
     written = outgoing_.PopWritten();
+    last_activity_ = absl::Now();
     if (!ok) {
       // The stream broke; OnCancel or OnDone takes care of the calls.
       outgoing_.Clear();

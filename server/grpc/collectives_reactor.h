@@ -27,6 +27,11 @@
 // client that reads, however slowly, only waits; nothing is refused for
 // it, and nothing deadlocks: a write completing is what reads on.
 //
+// Idle: while no call is in flight and no answer is left to write, the
+// stream is idle since its last message arrived or its last answer was
+// written; IdleStreams closes it once that was --stream_idle_timeout ago,
+// and a message arriving after it closed is not handled.
+//
 // A call's failure ends only that call. A message that cannot be routed to a
 // call (it does not parse, lacks a header or call id, reuses the id of a call
 // in flight, or carries a nonzero offset) ends the stream with
@@ -55,6 +60,7 @@
 #include "server/engine/collective.h"
 #include "server/grpc/collective_reactor.h"
 #include "server/grpc/held_reads.h"
+#include "server/grpc/idle_streams.h"
 #include "server/grpc/write_queue.h"
 #include "server/metrics/grpc_server_metrics.h"
 
@@ -63,6 +69,7 @@ namespace reducer {
 class CollectivesReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       public HeldReads::Holder,
+      public IdleStreams::Stream,
       public std::enable_shared_from_this<CollectivesReactor> {
  public:
   // Messages up to this size may hold the next read; a larger one moves
@@ -90,6 +97,11 @@ class CollectivesReactor final
   // Ends the stream with `status` unless its first message has arrived:
   // ReducerService closes streams that stay silent past --header_timeout.
   void EndUnlessMessageArrived(const absl::Status& status);
+
+  // IdleStreams::Stream: ends the stream with `status` if no call is in
+  // flight, no answer is left to write, and nothing arrived or was written
+  // since `cutoff`.
+  void CloseIfIdleSince(absl::Time cutoff, const absl::Status& status) override;
 
   // grpc::ServerBidiReactor.
   void OnReadDone(bool ok) override;
@@ -182,6 +194,9 @@ class CollectivesReactor final
   // bound (OnWriteDone posts it).
   bool read_blocked_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // When a message last arrived or an answer was last written (or the
+  // stream opened).
+  absl::Time last_activity_ ABSL_GUARDED_BY(mu_) = absl::Now();
 };
 
 }  // namespace reducer

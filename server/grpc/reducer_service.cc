@@ -49,16 +49,18 @@ class RefusedJoin final : public grpc::ServerWriteReactor<v1::JoinEvent> {
 }  // namespace
 
 ReducerService::ReducerService(JobDoor* door, int max_concurrent_calls,
-                               int max_streams_per_job,
+                               int max_streams_per_tenant,
                                absl::Duration header_timeout,
+                               absl::Duration stream_idle_timeout,
                                TimerQueue* timers, MetricsSink* metrics,
                                const GrpcServerMetrics* grpc_metrics,
                                size_t max_unread_answer_bytes)
     : door_(door),
       max_concurrent_calls_(max_concurrent_calls),
-      stream_shares_(StreamShares::Holder::kJob, max_streams_per_job, metrics),
+      tenant_shares_(StreamShares::Holder::kTenant, max_streams_per_tenant,
+                     metrics),
       silent_peer_shares_(StreamShares::Holder::kSilentPeer,
-                          max_streams_per_job, metrics),
+                          max_streams_per_tenant, metrics),
       header_timeout_(header_timeout),
       timers_(timers),
       metrics_(metrics),
@@ -66,7 +68,8 @@ ReducerService::ReducerService(JobDoor* door, int max_concurrent_calls,
       leave_metrics_(MethodOf(grpc_metrics, "Leave")),
       collective_metrics_(MethodOf(grpc_metrics, "Collective")),
       collectives_metrics_(MethodOf(grpc_metrics, "Collectives")),
-      max_unread_answer_bytes_(max_unread_answer_bytes) {}
+      max_unread_answer_bytes_(max_unread_answer_bytes),
+      idle_streams_(stream_idle_timeout) {}
 
 grpc::ServerWriteReactor<v1::JoinEvent>* ReducerService::Join(
     grpc::CallbackServerContext* context, const v1::JoinRequest* request) {
@@ -133,15 +136,24 @@ ReducerService::StartStream(
   if (absl::Status known = door_->AuthorizeAnyJob(token); !known.ok()) {
     return CollectiveReactor::CreateFailed(known, [] {}, metrics);
   }
-  absl::StatusOr<StreamShares::Share> silent =
-      silent_peer_shares_.Take(PeerHost(context->peer()));
-  if (!silent.ok()) {
-    return CollectiveReactor::CreateFailed(silent.status(), [] {}, metrics);
+  // A stream is its token's tenant's from the moment it opens; without
+  // tokens it names no tenant until a call attaches, and counts for its
+  // peer until then (stream_shares.h says why).
+  const std::string tenant = door_->TenantOfToken(token);
+  absl::StatusOr<StreamShares::Share> opening =
+      tenant.empty() ? silent_peer_shares_.Take(PeerHost(context->peer()))
+                     : tenant_shares_.Take(tenant);
+  if (!opening.ok()) {
+    return CollectiveReactor::CreateFailed(
+        opening.status(), [] {}, metrics);
   }
   std::atomic<int>* active = &active_calls_;
   auto shares =
-      std::make_shared<HeldStreamShares>(&stream_shares_, *std::move(silent));
-  auto on_done = [active, shares] {
+      std::make_shared<HeldStreamShares>(&tenant_shares_, *std::move(opening));
+  // The stream's shares are its own: they name it among the idle ones.
+  IdleStreams* idle = &idle_streams_;
+  auto on_done = [active, shares, idle] {
+    idle->Forget(shares.get());
     shares->GiveBack();
     active->fetch_sub(1);
   };
@@ -152,6 +164,7 @@ ReducerService::StartStream(
   Stream* stream = Stream::Create(context, std::move(on_done),
                                   door_->AttachForStream(token, shares),
                                   metrics, extra...);
+  idle_streams_.Watch(shares.get(), stream->weak_from_this());
   if (header_timeout_ <= absl::ZeroDuration()) return stream;
   std::weak_ptr<Stream> weak = stream->weak_from_this();
   timers_->Schedule(

@@ -12,11 +12,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/reducer/v1/reducer.grpc.pb.h"
+#include "server/engine/timer_queue.h"
 #include "server/grpc/collective_reactor.h"
 #include "server/grpc/held_reads.h"
-#include "absl/time/time.h"
-#include "server/engine/timer_queue.h"
+#include "server/grpc/idle_streams.h"
 #include "server/jobs/job_door.h"
 #include "server/jobs/stream_shares.h"
 #include "server/metrics/grpc_server_metrics.h"
@@ -33,24 +34,27 @@ class ReducerService final
  public:
   // Every call enters its job through `door`. At most
   // `max_concurrent_calls` Collective and Collectives streams are served at
-  // once; more are answered RESOURCE_EXHAUSTED, and so is a stream whose
-  // call would make its job hold more than `max_streams_per_job` of them
-  // (StreamShares), or one that would make its peer hold more than
-  // `max_streams_per_job` streams that have sent no call yet. `metrics`
-  // counts the calls
-  // refused; `grpc_metrics` (null: metrics off) this service's calls, which
+  // once; more are answered RESOURCE_EXHAUSTED, and so is a stream that
+  // would make a tenant hold more than `max_streams_per_tenant` of them
+  // (StreamShares: a stream is its token's tenant's from the moment it
+  // opens, and counts for the tenant of each job whose call attaches on
+  // it), or, without tokens, one that would make its peer hold more than
+  // `max_streams_per_tenant` streams that have sent no call yet. `metrics`
+  // counts the calls refused; `grpc_metrics` (null: metrics off) this service's calls, which
   // its reactors count themselves. When the door requires tokens, Join,
   // Leave and every collective must carry the job's token
   // (`authorization: Bearer TOKEN`), or get JobTokens::Check's error. A
   // collective stream whose first message has not come `header_timeout`
   // (when positive) after it opened is ended DEADLINE_EXCEEDED (on
-  // `timers`), so silent streams give their slots back. A Collectives
-  // stream reads nothing while its answers not yet written exceed
-  // `max_unread_answer_bytes` (CollectivesReactor).
+  // `timers`), so silent streams give their slots back; one on which
+  // nothing happened for `stream_idle_timeout` (when positive) is ended
+  // UNAVAILABLE (IdleStreams). Join streams are never closed for either. A
+  // Collectives stream reads nothing while its answers not yet written
+  // exceed `max_unread_answer_bytes` (CollectivesReactor).
   ReducerService(JobDoor* door, int max_concurrent_calls,
-                 int max_streams_per_job, absl::Duration header_timeout,
-                 TimerQueue* timers, MetricsSink* metrics,
-                 const GrpcServerMetrics* grpc_metrics,
+                 int max_streams_per_tenant, absl::Duration header_timeout,
+                 absl::Duration stream_idle_timeout, TimerQueue* timers,
+                 MetricsSink* metrics, const GrpcServerMetrics* grpc_metrics,
                  size_t max_unread_answer_bytes);
 
   grpc::ServerWriteReactor<v1::JoinEvent>* Join(
@@ -80,8 +84,9 @@ class ReducerService final
 
   JobDoor* const door_;  // not owned
   const int max_concurrent_calls_;
-  StreamShares stream_shares_;         // by job
-  StreamShares silent_peer_shares_;    // by peer, until a stream's first call
+  StreamShares tenant_shares_;  // by tenant
+  // By peer, without tokens, until a call attaches on the stream.
+  StreamShares silent_peer_shares_;
   const absl::Duration header_timeout_;
   TimerQueue* const timers_;  // not owned
   MetricsSink* const metrics_;  // not owned
@@ -98,6 +103,7 @@ class ReducerService final
   // different orders meet a few ms later rather than never.
   static constexpr absl::Duration kReadHoldDeadline = absl::Milliseconds(2);
   HeldReads held_reads_{kReadHoldDeadline};
+  IdleStreams idle_streams_;
   // Collective and Collectives streams not yet done. Atomic rather than under a lock: it is
   // touched once at the start and once at the end of every call, alone.
   std::atomic<int> active_calls_{0};

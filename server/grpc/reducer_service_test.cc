@@ -60,6 +60,14 @@ v1::CollectiveRequest Request(const v1::CollectiveHeader& header,
   return request;
 }
 
+// `header` as the `sequence`-th all-reduce of its rank (from 0), with an
+// attempt id of its own.
+v1::CollectiveHeader Numbered(v1::CollectiveHeader header, int sequence) {
+  header.set_sequence(sequence);
+  header.set_attempt_id(absl::StrCat(header.session_id(), "/", sequence + 1));
+  return header;
+}
+
 // One rank's open Join stream.
 struct JoinedRank {
   grpc::ClientContext context;
@@ -69,11 +77,16 @@ struct JoinedRank {
 
 class ReducerServiceTest : public ::testing::Test {
  protected:
-  ReducerServiceTest()
-      : service_(&env_.door(), /*max_concurrent_calls=*/16,
-                 /*max_streams_per_job=*/16,
-                 /*header_timeout=*/absl::ZeroDuration(), &timers_, &metrics_,
-                 /*grpc_metrics=*/nullptr, kMaxUnreadAnswerBytes) {
+  // With `tokens`, job Env::kTokenJob and its jobs require Env::kToken.
+  explicit ReducerServiceTest(
+      absl::Duration stream_idle_timeout = absl::ZeroDuration(),
+      bool tokens = false, int max_streams_per_tenant = 16)
+      : env_(tokens),
+        service_(&env_.door(), /*max_concurrent_calls=*/16,
+                 max_streams_per_tenant,
+                 /*header_timeout=*/absl::ZeroDuration(), stream_idle_timeout,
+                 &timers_, &metrics_, /*grpc_metrics=*/nullptr,
+                 kMaxUnreadAnswerBytes) {
     grpc::ServerBuilder builder;
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
@@ -371,6 +384,143 @@ TEST_F(ReducerServiceTest, CollectivesStreamStopsReadingWhileAnswersAreUnread) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_LE(env_.memory().used(), settled_bytes);
+
+// A service whose collective streams are closed after 1 s with nothing on
+// them (--stream_idle_timeout=1s).
+class StreamIdleTimeoutTest : public ReducerServiceTest {
+ protected:
+  StreamIdleTimeoutTest() : ReducerServiceTest(absl::Seconds(1)) {}
+
+  // Expects `stream` to end, closed as idle.
+  static void ExpectClosedAsIdle(Stream& stream, const char* what) {
+    v1::CollectiveResponse response;
+    EXPECT_FALSE(stream.Read(&response)) << what;
+    const grpc::Status status = stream.Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << what;
+    EXPECT_THAT(status.error_message(), HasSubstr("nothing happened on it for "
+                                                  "--stream_idle_timeout=1s"))
+        << what;
+  }
+};
+
+TEST_F(StreamIdleTimeoutTest, AStreamThatSendsNothingIsClosed) {
+  for (Method method : {kCollective, kCollectives}) {
+    grpc::ClientContext context;
+    // Well past the timeout: reducerd, not the deadline, ends it.
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    std::unique_ptr<Stream> stream = ((*stub_).*method)(&context);
+    ExpectClosedAsIdle(*stream,
+                       method == kCollective ? "Collective" : "Collectives");
+  }
+}
+
+// A call that waits for a slow rank longer than the timeout is in flight
+// all along: its stream stays, and it completes.
+TEST_F(StreamIdleTimeoutTest, ACallWaitingForASlowRankIsNotCut) {
+  JoinAll("j", 2);
+  int sequence = 0;
+  for (Method method : {kCollective, kCollectives}) {
+    grpc::ClientContext contexts[2];
+    std::unique_ptr<Stream> streams[2];
+    const uint64_t call_id = method == kCollectives ? 1 : 0;
+    for (int rank = 0; rank < 2; ++rank) {
+      // Rank 1 comes 2.5 timeouts after rank 0.
+      if (rank == 1) absl::SleepFor(absl::Milliseconds(2500));
+      streams[rank] = ((*stub_).*method)(&contexts[rank]);
+      ASSERT_TRUE(streams[rank]->Write(
+          Request(Numbered(Env::AllReduce("j", absl::StrCat("s", rank), rank),
+                           sequence),
+                  Floats(rank + 1, 2, 3, 4), call_id)));
+    }
+    ++sequence;
+    for (int rank = 0; rank < 2; ++rank) {
+      v1::CollectiveResponse response;
+      ASSERT_TRUE(streams[rank]->Read(&response)) << "rank " << rank;
+      EXPECT_EQ(response.data(), Floats(3, 4, 6, 8)) << "rank " << rank;
+      ASSERT_TRUE(streams[rank]->WritesDone());
+      while (streams[rank]->Read(&response)) {
+      }
+      const grpc::Status status = streams[rank]->Finish();
+      EXPECT_TRUE(status.ok())
+          << "rank " << rank << ": " << status.error_message();
+    }
+  }
+}
+
+// Calls that keep coming, each answered at once, keep their stream for
+// longer than the timeout; once they stop, the stream is closed.
+TEST_F(StreamIdleTimeoutTest, AStreamWhoseCallsKeepComingIsNotCut) {
+  JoinAll("j", 1);
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream = stub_->Collectives(&context);
+  const absl::Time until = absl::Now() + absl::Milliseconds(2500);
+  uint64_t call_id = 0;
+  while (absl::Now() < until) {
+    ++call_id;
+    ASSERT_TRUE(stream->Write(
+        Request(Numbered(Env::AllReduce("j", "s0", 0), call_id - 1),
+                Floats(1, 2, 3, 4), call_id)))
+        << "call " << call_id;
+    v1::CollectiveResponse response;
+    ASSERT_TRUE(stream->Read(&response)) << "call " << call_id;
+    EXPECT_EQ(response.call_id(), call_id);
+    EXPECT_THAT(FromCallStatus(response.status()), IsOk());
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  EXPECT_GE(call_id, 5u);
+  ExpectClosedAsIdle(*stream, "after its last call");
+}
+
+// A service requiring tokens, whose tenants may hold 2 streams each.
+class TenantStreamsTest : public ReducerServiceTest {
+ protected:
+  TenantStreamsTest()
+      : ReducerServiceTest(absl::ZeroDuration(), /*tokens=*/true,
+                           /*max_streams_per_tenant=*/2) {}
+};
+
+// A stream is its token's tenant's from the moment it opens: of three that
+// open with one tenant's token and send nothing, one is refused naming the
+// tenant and the flag.
+TEST_F(TenantStreamsTest, SilentStreamsCountForTheirTokensTenant) {
+  // Each stream's end is asked for at once, so that the refused one's
+  // comes as soon as reducerd sends it.
+  grpc::CompletionQueue queue;
+  grpc::ClientContext contexts[3];
+  std::unique_ptr<grpc::ClientAsyncReaderWriter<v1::CollectiveRequest,
+                                                v1::CollectiveResponse>>
+      streams[3];
+  grpc::Status statuses[3];
+  for (intptr_t i = 0; i < 3; ++i) {
+    contexts[i].AddMetadata("authorization",
+                            absl::StrCat("Bearer ", Env::kToken));
+    contexts[i].set_deadline(
+        absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    streams[i] = stub_->AsyncCollectives(&contexts[i], &queue,
+                                         reinterpret_cast<void*>(2 * i));
+    streams[i]->Finish(&statuses[i], reinterpret_cast<void*>(2 * i + 1));
+  }
+  for (int events = 0; events < 6; ++events) {
+    void* tag;
+    bool ok;
+    ASSERT_TRUE(queue.Next(&tag, &ok));
+  }
+  int refused = 0;
+  for (const grpc::Status& status : statuses) {
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+      EXPECT_THAT(status.error_message(),
+                  HasSubstr(absl::StrCat("tenant ", Env::kTokenJob,
+                                         " already holds 2 collective streams "
+                                         "(--max_streams_per_tenant=2")));
+    } else {
+      // Admitted: it ended at its client's deadline.
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+          << status.error_message();
+    }
+  }
+  EXPECT_EQ(refused, 1);
+  queue.Shutdown();
 }
 
 }  // namespace

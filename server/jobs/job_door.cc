@@ -167,9 +167,17 @@ JobDoor::AttachFn JobDoor::AttachForStream(
                              std::shared_ptr<RankChannel> channel)
              -> absl::StatusOr<std::shared_ptr<Collective>> {
     REDUCER_RETURN_IF_ERROR(CheckCall(header, token));
-    REDUCER_RETURN_IF_ERROR(held->Hold(header.job()));
-    return AttachChecked(header, std::move(channel));
+    REDUCER_RETURN_IF_ERROR(held->Hold(
+        header.job(), [&] { return TenantOf(tokens_, header.job()); }));
+    absl::StatusOr<std::shared_ptr<Collective>> attached =
+        AttachChecked(header, std::move(channel));
+    held->Settle(attached.ok());
+    return attached;
   };
+}
+
+std::string JobDoor::TenantOfToken(const PresentedToken& token) {
+  return tokens_ == nullptr ? std::string() : tokens_->TenantOfToken(token);
 }
 
 }  // namespace reducer

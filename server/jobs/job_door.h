@@ -88,12 +88,17 @@ class JobDoor {
   AttachFn AttachWithToken(const PresentedToken& token);
 
   // Attach bound to `token`, for one gRPC stream: once the header's names
-  // and token pass, a call to a job the stream has not attached to yet
-  // first takes a share of that job into `stream_shares` (refused with
-  // StreamShares::Take's error, nothing attached). The stream gives them
+  // and token pass, the stream holds a share of the job's tenant
+  // (TenantOf) in `stream_shares`, taking one if need be (refused with
+  // StreamShares::Take's error, nothing attached), and keeps it if the call
+  // attaches (HeldStreamShares::Hold and Settle). The stream gives them
   // back when it ends (HeldStreamShares::GiveBack).
   AttachFn AttachForStream(const PresentedToken& token,
                            std::shared_ptr<HeldStreamShares> stream_shares);
+
+  // The tenant whose token `token` is (JobTokens::TenantOfToken); empty when
+  // tokens are off or no line has it: a stream that names no job yet.
+  std::string TenantOfToken(const PresentedToken& token);
 
  private:
   // INVALID_ARGUMENT naming `field` when `value` is over max_name_bytes_.

@@ -11,12 +11,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/engine/string_bytes.h"
 #include "server/jobs/fake_job_channels.h"
 #include "server/jobs/job_door_test_env.h"
+#include "server/jobs/stream_shares.h"
+#include "server/metrics/metrics_sink.h"
 #include "tests/matchers.h"
 
 namespace reducer {
@@ -134,6 +137,46 @@ TEST(JobDoorTest, AuthorizeAnyJobTakesAnyKnownToken) {
               StatusIs(absl::StatusCode::kUnauthenticated));
   EXPECT_THAT(env.door().AuthorizeAnyJob(Env::Bearer(Env::kToken)), IsOk());
   EXPECT_THAT(env.refused(), ElementsAre(absl::StatusCode::kUnauthenticated));
+}
+
+TEST(JobDoorTest, TenantOfTokenNamesTheTokensLine) {
+  Env open;
+  EXPECT_EQ(open.door().TenantOfToken(Env::Bearer(Env::kToken)), "");
+  Env env(/*tokens=*/true);
+  EXPECT_EQ(env.door().TenantOfToken(Env::Bearer(Env::kToken)), Env::kTokenJob);
+  EXPECT_EQ(env.door().TenantOfToken(Env::Bearer("not-the-token")), "");
+  EXPECT_EQ(env.door().TenantOfToken(kNoToken), "");
+}
+
+// A stream's calls hold a share of their job's tenant: the line governing
+// the job, whatever the job's own name. A call that does not attach (its
+// job has no session) holds nothing.
+TEST(JobDoorTest, AStreamsCallsHoldTheirTenantsShareIfTheyAttach) {
+  Env env(/*tokens=*/true);
+  const std::string job = absl::StrCat(Env::kTokenJob, "/group-1");
+  ASSERT_THAT(env.door().Join(Env::JoinRequest(job, 0, 1, "s"),
+                              Env::Bearer(Env::kToken),
+                              std::make_shared<FakeSession>()),
+              IsOk());
+  MetricsSink metrics;
+  StreamShares tenants(StreamShares::Holder::kTenant, 4, &metrics);
+  auto held =
+      std::make_shared<HeldStreamShares>(&tenants, StreamShares::Share());
+  JobDoor::AttachFn attach =
+      env.door().AttachForStream(Env::Bearer(Env::kToken), held);
+  const std::string unjoined = absl::StrCat(Env::kTokenJob, "/nobody");
+  EXPECT_THAT(attach(Env::AllReduce(unjoined, "s", 0),
+                     std::make_shared<FakeRankChannel>()),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(tenants.StreamsOf(Env::kTokenJob), 0);
+  EXPECT_EQ(tenants.StreamsOf(unjoined), 0);
+  EXPECT_THAT(
+      attach(Env::AllReduce(job, "s", 0), std::make_shared<FakeRankChannel>()),
+      IsOk());
+  EXPECT_EQ(tenants.StreamsOf(Env::kTokenJob), 1);
+  EXPECT_EQ(tenants.StreamsOf(job), 0);
+  held->GiveBack();
+  EXPECT_EQ(tenants.StreamsOf(Env::kTokenJob), 0);
 }
 
 TEST(JobDoorTest, CheckSeatHoldsOnlyTheSessionsOwnRank) {

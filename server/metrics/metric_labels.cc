@@ -43,7 +43,7 @@ absl::string_view LimitLabel(RefusedLimit limit) {
       "max_concurrent_calls",
       "memory_budget_bytes",
       "max_job_memory_fraction",
-      "max_streams_per_job",
+      "max_streams_per_tenant",
       "max_jobs_per_tenant",
       "max_tenant_memory_fraction",
       "max_pending_collectives_per_tenant"};

@@ -32,7 +32,7 @@ enum class RefusedLimit {
   kMaxConcurrentCalls,
   kMemoryBudgetBytes,
   kMaxJobMemoryFraction,
-  kMaxStreamsPerJob,
+  kMaxStreamsPerTenant,
   kMaxJobsPerTenant,
   kMaxTenantMemoryFraction,
   kMaxPendingCollectivesPerTenant,
