@@ -384,6 +384,7 @@ TEST_F(ReducerServiceTest, CollectivesStreamStopsReadingWhileAnswersAreUnread) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_LE(env_.memory().used(), settled_bytes);
+}
 
 // A service whose collective streams are closed after 1 s with nothing on
 // them (--stream_idle_timeout=1s).
