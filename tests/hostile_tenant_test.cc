@@ -432,7 +432,10 @@ TEST_F(HostileTenantTest, MalformedCallsFloodNeitherMemoryNorTheLog) {
       static_cast<v1::DataType>(99));
   request.set_data(std::string(16, '\0'));
   int written = 0;
-  for (int i = 0; i < kCalls; ++i) {
+  // At least kCalls, and for over a second, so that the gate must have let
+  // a second line of its kind through, counting those it held back.
+  const absl::Time flood_until = absl::Now() + absl::Milliseconds(1500);
+  for (int i = 0; i < kCalls || absl::Now() < flood_until; ++i) {
     request.set_call_id(i + 1);
     request.mutable_header()->set_sequence(i);
     request.mutable_header()->set_attempt_id(absl::StrCat("bad-dtype-", i));
@@ -443,8 +446,8 @@ TEST_F(HostileTenantTest, MalformedCallsFloodNeitherMemoryNorTheLog) {
   reader.join();
   const grpc::Status finished = stream->Finish();
   EXPECT_TRUE(finished.ok()) << finished.error_message();
-  EXPECT_EQ(written, kCalls);
-  EXPECT_EQ(answered, kCalls);
+  EXPECT_GE(written, kCalls);
+  EXPECT_EQ(answered, written);
   EXPECT_GE(refused_dtype, 1) << "no call was refused naming its dtype";
   EXPECT_EQ(unexpected, 0) << unexpected
                            << " calls ended otherwise, the first: "
@@ -455,14 +458,14 @@ TEST_F(HostileTenantTest, MalformedCallsFloodNeitherMemoryNorTheLog) {
   if (RssChecksApply()) {
     EXPECT_LE(rss_after - rss_before, 64 * kMiB)
         << "reducerd grew from " << rss_before / kMiB << " MiB to "
-        << rss_after / kMiB << " MiB over " << kCalls << " refused calls";
+        << rss_after / kMiB << " MiB over " << written << " refused calls";
   }
   // At one line per second per kind, a flood of well under a minute writes
   // a few dozen lines, one of which counts those suppressed.
   const std::string log = server()->Stderr().substr(log_before);
   const int warnings = LinesWith(log, " WARN ");
   EXPECT_LE(warnings, 200) << "reducerd wrote " << warnings
-                           << " warning lines for " << kCalls
+                           << " warning lines for " << written
                            << " malformed calls";
   EXPECT_GE(LinesWith(log, "suppressed"), 1)
       << "no line counts the warnings suppressed";
