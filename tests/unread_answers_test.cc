@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/admin.grpc.pb.h"
 #include "proto/reducer/v1/reducer.grpc.pb.h"
@@ -62,6 +63,31 @@ int64_t ReservedBytes(const std::string& address) {
   return static_cast<int64_t>(status.memory_reserved_bytes());
 }
 
+// Starts a thread that sends up to kCalls 1 MiB all-gathers of `session`'s
+// one-rank job on `stream`, one after the other, counting those written,
+// until a write fails (the stream ended).
+std::thread SendAllGathers(
+    grpc::ClientReaderWriter<v1::CollectiveRequest, v1::CollectiveResponse>*
+        stream,
+    const RawSession& session, std::atomic<int>* written) {
+  return std::thread([stream, &session, written] {
+    const std::string payload(kFloats * sizeof(float), 'x');
+    for (int i = 0; i < kCalls; ++i) {
+      v1::CollectiveRequest request;
+      *request.mutable_header() =
+          session.Header(v1::COLLECTIVE_KIND_ALL_GATHER);
+      request.mutable_header()->set_sequence(i);
+      v1::TensorSpec* spec = request.mutable_header()->add_tensors();
+      spec->set_dtype(v1::DATA_TYPE_FLOAT32);
+      spec->add_shape(kFloats);
+      request.set_call_id(i + 1);
+      request.set_data(payload);
+      if (!stream->Write(request)) return;
+      written->fetch_add(1);
+    }
+  });
+}
+
 TEST_F(UnreadAnswersTest, AClientThatNeverReadsIsSlowedAndHoldsOnlyBudget) {
   ASSERT_TRUE(
       StartServer({absl::StrCat("--memory_budget_bytes=", kBudgetBytes)}));
@@ -79,22 +105,7 @@ TEST_F(UnreadAnswersTest, AClientThatNeverReadsIsSlowedAndHoldsOnlyBudget) {
       grpc::ClientReaderWriter<v1::CollectiveRequest, v1::CollectiveResponse>>
       stream = stub->Collectives(&context);
   std::atomic<int> written{0};
-  std::thread writer([&] {
-    const std::string payload(kFloats * sizeof(float), 'x');
-    for (int i = 0; i < kCalls; ++i) {
-      v1::CollectiveRequest request;
-      *request.mutable_header() =
-          (*hog)->Header(v1::COLLECTIVE_KIND_ALL_GATHER);
-      request.mutable_header()->set_sequence(i);
-      v1::TensorSpec* spec = request.mutable_header()->add_tensors();
-      spec->set_dtype(v1::DATA_TYPE_FLOAT32);
-      spec->add_shape(kFloats);
-      request.set_call_id(i + 1);
-      request.set_data(payload);
-      if (!stream->Write(request)) return;  // cancelled below
-      written.fetch_add(1);
-    }
-  });
+  std::thread writer = SendAllGathers(stream.get(), **hog, &written);
 
   // Until the client's writes stall (or all went): no write for 2 s.
   int last = -1;
@@ -145,6 +156,57 @@ TEST_F(UnreadAnswersTest, AClientThatNeverReadsIsSlowedAndHoldsOnlyBudget) {
   context.TryCancel();
   writer.join();
   stream->Finish();
+}
+
+// A client that takes none of its answers for --stream_idle_timeout is not
+// slow but stopped: reducerd ends its stream (RESOURCE_EXHAUSTED, logged
+// naming the bytes it has not read), and what they held goes back to the
+// budget.
+TEST_F(UnreadAnswersTest, AClientThatTakesNoAnswerForTheIdleTimeoutIsRefused) {
+  ASSERT_TRUE(StartServer({absl::StrCat("--memory_budget_bytes=", kBudgetBytes),
+                           "--stream_idle_timeout=2s"}));
+  absl::StatusOr<std::unique_ptr<RawSession>> hog = RawSession::Join(
+      server()->address(), Job("hog"), 0, 1, absl::Seconds(30));
+  ASSERT_TRUE(hog.ok()) << hog.status();
+  const int64_t reserved_before = ReservedBytes(server()->address());
+
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      server()->address(), grpc::InsecureChannelCredentials(),
+      RawChannelArguments());
+  std::unique_ptr<v1::Reducer::Stub> stub = v1::Reducer::NewStub(channel);
+  grpc::ClientContext context;
+  // Ends the stream if reducerd never does, so that the test fails, not hangs.
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::CollectiveRequest, v1::CollectiveResponse>>
+      stream = stub->Collectives(&context);
+  std::atomic<int> written{0};
+  std::thread writer = SendAllGathers(stream.get(), **hog, &written);
+  writer.join();  // its writes fail once reducerd ended the stream
+  EXPECT_LT(written.load(), kCalls);
+  v1::CollectiveResponse response;
+  while (stream->Read(&response)) {
+  }
+  // The status waits behind the answers the client does not read, so
+  // reducerd also cancels the stream; its log says why.
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED)
+      << status.error_message();
+  EXPECT_THAT(server()->Stderr(),
+              ::testing::AllOf(
+                  ::testing::HasSubstr("answers its client has not read"),
+                  ::testing::HasSubstr("--stream_idle_timeout=2s")));
+
+  // What the unread answers held goes back: each held megabytes; what
+  // stays is bookkeeping of the calls cut (bytes, kept for replays).
+  constexpr int64_t kBookkeepingBytes = 64 << 10;
+  int64_t reserved = ReservedBytes(server()->address());
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(10);
+       reserved > reserved_before + kBookkeepingBytes && absl::Now() < give_up;
+       reserved = ReservedBytes(server()->address())) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_LE(reserved, reserved_before + kBookkeepingBytes);
 }
 
 }  // namespace

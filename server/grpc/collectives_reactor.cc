@@ -5,10 +5,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "proto/reducer/v1/collective_codec.h"
 #include "proto/reducer/v1/status_conversion.h"
 #include "server/grpc/wire_bytes.h"
 #include "server/grpc/write_queue.h"
+#include "server/log.h"
 
 namespace reducer {
 
@@ -159,8 +162,27 @@ void CollectivesReactor::EndUnlessMessageArrived(const absl::Status& status) {
 void CollectivesReactor::CloseIfIdleSince(absl::Time cutoff,
                                           const absl::Status& status) {
   absl::MutexLock lock(&mu_);
-  if (finished_ || !live_.empty() || !outgoing_.idle() ||
-      last_activity_ > cutoff) {
+  if (finished_) return;
+  if (!outgoing_.idle() && front_waiting_since_ <= cutoff) {
+    // Its client took no answer for the whole timeout: not slow, stopped.
+    // The status cannot reach a client that reads nothing (it waits behind
+    // the answers), so the stream is also cancelled, which frees it now,
+    // and the log says why.
+    const absl::Status refused = absl::ResourceExhaustedError(absl::StrCat(
+        "reducerd ended this Collectives stream: it has ",
+        outgoing_.unwritten_bytes(),
+        " bytes of answers its client has not read, and the client took "
+        "none of them for --stream_idle_timeout=",
+        absl::FormatDuration(absl::Trunc(absl::Now() - cutoff,
+                                         absl::Seconds(1))),
+        "; a client must read the answers of the calls it sends"));
+    Log(LogSeverity::kWarning, absl::StrCat("peer ", context_->peer(), ": ",
+                                            refused.message()));
+    FinishLocked(refused);
+    context_->TryCancel();
+    return;
+  }
+  if (!live_.empty() || !outgoing_.idle() || last_activity_ > cutoff) {
     return;
   }
   FinishLocked(status);
@@ -258,7 +280,10 @@ void CollectivesReactor::Enqueue(uint64_t call_id, grpc::ByteBuffer message,
   // The entry (and its references) goes once the last message is written:
   // this may run inside the Collective, which must not be released here.
   if (ends_call) it->second.ended = true;
-  if (outgoing_.Push(std::move(out), bytes)) WriteFrontLocked();
+  if (outgoing_.Push(std::move(out), bytes)) {
+    front_waiting_since_ = absl::Now();
+    WriteFrontLocked();
+  }
   if (ends_call && read_held_) {
     // Read on now: gRPC sends the window update with this answer.
     read_held_ = false;
@@ -304,6 +329,7 @@ void CollectivesReactor::OnWriteDone(bool ok) {
       }
     }
     if (!finished_ && outgoing_.TakeNext()) {
+      front_waiting_since_ = absl::Now();
       WriteFrontLocked();
     } else {
       MaybeFinishLocked();

@@ -24,8 +24,11 @@
 // before and answered since) and gRPC's own buffers. Every answer keeps its
 // rank's reservation (ResultMessage::hold) until written, so what a stream
 // holds unread is also counted in the memory budget and its job's share. A
-// client that reads, however slowly, only waits; nothing is refused for
-// it, and nothing deadlocks: a write completing is what reads on.
+// client that reads, however slowly, only waits, and nothing deadlocks: a
+// write completing is what reads on. A client that takes none of its
+// answers for --stream_idle_timeout is refused: IdleStreams ends its
+// stream RESOURCE_EXHAUSTED naming the bytes it has not read, and what
+// they held goes back to the budget.
 //
 // Idle: while no call is in flight and no answer is left to write, the
 // stream is idle since its last message arrived or its last answer was
@@ -197,6 +200,10 @@ class CollectivesReactor final
   // When a message last arrived or an answer was last written (or the
   // stream opened).
   absl::Time last_activity_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  // Since when the answer at the front of `outgoing_` has waited for its
+  // client to take it: set when it became the front (queued into an empty
+  // queue, or the one before it written). Meaningless while none waits.
+  absl::Time front_waiting_since_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace reducer
