@@ -3,6 +3,8 @@
 // (detached for a retry before every rank arrived, aborting everyone in
 // between, only their own once every input is in) and the end of a job's
 // epoch.
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -77,6 +79,70 @@ TEST_F(CollectiveTest, ShapeMismatchFailsEveryAttachedRank) {
                                /*rank0_floats=*/12,
                                "mismatched shapes: rank 0 sent [4,3] float32, "
                                "rank 2 sent [4,4] float32");
+}
+
+// A `kind` (all-gather or gather to rank 0) over ranks 0..2 whose ranks 0
+// and 2 each send an int32 tensor of shape [INT64_MAX, 0]: no bytes, but a
+// dimension 0 whose sum passes INT64_MAX. Rank 2's attach fails the
+// collective for both with INVALID_ARGUMENT naming both ranks and shapes,
+// and nothing stays reserved.
+void ExpectEmptyRowsOverflowFailsAll(CollectiveTest& t, CollectiveKind kind,
+                                     const std::string& gathered) {
+  constexpr int64_t kMost = std::numeric_limits<int64_t>::max();
+  std::shared_ptr<Collective> c = t.Make(kind, {0, 1, 2});
+  auto ch = Channels(3);
+  const Fingerprint fp =
+      Fp(kind, {Spec(DataType::kInt32, {kMost, 0})}, {0, 1, 2},
+         kind == CollectiveKind::kGather ? 0 : -1);
+  c->Attach(ch[0], 0, fp, "");
+  c->Attach(ch[2], 2, fp, "");
+  for (int r : {0, 2}) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_THAT(
+        ch[r]->failure(),
+        StatusIs(
+            absl::StatusCode::kInvalidArgument,
+            AllOf(HasSubstr(absl::StrCat("the ", gathered,
+                                         " result's dimension 0 would pass "
+                                         "9223372036854775807: rank 2 sent "
+                                         "[9223372036854775807,0] int32 after "
+                                         "9223372036854775807 rows")),
+                  HasSubstr("from rank 0, which sent "
+                            "[9223372036854775807,0] int32"))));
+    EXPECT_THAT(ch[r]->sent(), IsEmpty());
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(t.memory().used(), 0u);
+}
+
+TEST_F(CollectiveTest, AllGatherOfEmptyRowsPastInt64FailsNamingTheRanks) {
+  ExpectEmptyRowsOverflowFailsAll(*this, CollectiveKind::kAllGather,
+                                  "all-gathered");
+}
+
+TEST_F(CollectiveTest, GatherOfEmptyRowsPastInt64FailsNamingTheRanks) {
+  ExpectEmptyRowsOverflowFailsAll(*this, CollectiveKind::kGather, "gathered");
+}
+
+TEST_F(CollectiveTest, AllGatherOfEmptyRowsUpToInt64Succeeds) {
+  // [INT64_MAX - 1, 0] and [1, 0]: the sum is INT64_MAX exactly, which a
+  // shape holds; the result has no bytes.
+  constexpr int64_t kMost = std::numeric_limits<int64_t>::max();
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllGather, {0, 1});
+  auto ch = Channels(2);
+  c->Attach(ch[0], 0,
+            Fp(CollectiveKind::kAllGather,
+               {Spec(DataType::kInt32, {kMost - 1, 0})}, {0, 1}),
+            "");
+  c->Attach(
+      ch[1], 1,
+      Fp(CollectiveKind::kAllGather, {Spec(DataType::kInt32, {1, 0})}, {0, 1}),
+      "");
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ExpectResult(*ch[r], "", DataType::kInt32, {kMost, 0});
+  }
+  EXPECT_TRUE(c->done());
 }
 
 TEST_F(CollectiveTest, TimeoutFailsWaitingRanksNamingTheMissingOne) {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "server/engine/held_back_forwarding.h"
 
 namespace reducer {
@@ -27,6 +28,15 @@ class ForwardStrategy final : public HeldBackForwarding {
   ForwardStrategy(Mode mode, int root_index, int group_size,
                   size_t chunk_bytes, int window);
 
+  // AllGather and Gather: INVALID_ARGUMENT when `fp`'s dimension 0 and that
+  // of the ranks attached before it (not left out) sum past INT64_MAX, as
+  // they can for tensors of no bytes ([INT64_MAX, 0]); names this rank,
+  // the attached rank of the largest dimension 0 (`*other`) and both
+  // shapes.
+  absl::Status CheckAttached(int index, const Fingerprint& fp,
+                             const std::vector<RankState>& ranks,
+                             const std::vector<int>& group,
+                             int* other) const override;
   std::vector<TensorSpec> PlanResult(const Fingerprint& reference,
                                      std::vector<RankState>& ranks) override;
   bool GetsResult(int index) const override;
