@@ -156,6 +156,32 @@ class ReducerServiceTest : public ::testing::Test {
     }
   }
 
+  // Both ranks of job j (sessions s0 and s1, joined) all-reduce on
+  // Collective streams: each gets the sum.
+  void ExpectAllReduceOfBothSums() {
+    CallsOfBoth calls;
+    SendAllReduceOfBoth(kCollective, calls);
+    std::unique_ptr<Stream>* streams = calls.streams;
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_TRUE(streams[rank]->WritesDone());
+    }
+    for (int rank = 0; rank < 2; ++rank) {
+      std::string data;
+      v1::CollectiveResponse response;
+      int specs = 0;
+      while (streams[rank]->Read(&response)) {
+        EXPECT_EQ(response.offset(), data.size()) << "rank " << rank;
+        specs += response.result_size();
+        data += response.data();
+      }
+      const grpc::Status status = streams[rank]->Finish();
+      EXPECT_TRUE(status.ok())
+          << "rank " << rank << ": " << status.error_message();
+      EXPECT_EQ(specs, 1) << "rank " << rank;
+      EXPECT_EQ(data, Floats(3, 4, 6, 8)) << "rank " << rank;
+    }
+  }
+
   Env env_;
   TimerQueue timers_;
   MetricsSink metrics_;
@@ -199,27 +225,47 @@ TEST_F(ReducerServiceTest, ACutJoinStreamAbortsTheEpochForTheOtherRank) {
 
 TEST_F(ReducerServiceTest, CollectiveStreamsReturnTheSumToEveryRank) {
   JoinAll("j", 2);
-  CallsOfBoth calls;
-  SendAllReduceOfBoth(kCollective, calls);
-  std::unique_ptr<Stream>* streams = calls.streams;
-  for (int rank = 0; rank < 2; ++rank) {
-    ASSERT_TRUE(streams[rank]->WritesDone());
-  }
-  for (int rank = 0; rank < 2; ++rank) {
-    std::string data;
-    v1::CollectiveResponse response;
-    int specs = 0;
-    while (streams[rank]->Read(&response)) {
-      EXPECT_EQ(response.offset(), data.size()) << "rank " << rank;
-      specs += response.result_size();
-      data += response.data();
-    }
-    const grpc::Status status = streams[rank]->Finish();
-    EXPECT_TRUE(status.ok())
-        << "rank " << rank << ": " << status.error_message();
-    EXPECT_EQ(specs, 1) << "rank " << rank;
-    EXPECT_EQ(data, Floats(3, 4, 6, 8)) << "rank " << rank;
-  }
+  ExpectAllReduceOfBothSums();
+}
+
+// A Join naming rank 0's session id with another world size is refused,
+// and neither it nor the end of its stream touches rank 0's session: the
+// job of two ranks runs on.
+TEST_F(ReducerServiceTest, AJoinNamingAnotherSessionIsRefusedAndTheJobRunsOn) {
+  JoinAll("j", 2);
+  JoinedRank& hostile = Join("j", 0, 3, "s0");
+  v1::JoinEvent event;
+  EXPECT_FALSE(hostile.events->Read(&event));
+  const grpc::Status refused = hostile.events->Finish();
+  hostile.finished = true;
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("job j has world size 2 (set by the ranks already "
+                        "joined), but rank 0 asked for 3"));
+  ExpectAllReduceOfBothSums();
+  EXPECT_EQ((*env_.registry().Find("j"))->Snapshot().state, "running");
+}
+
+// A client's exact retry of its Join is answered as the first was; the
+// stream it replaces is ended ABORTED, and the job runs on.
+TEST_F(ReducerServiceTest, AnExactRetryOfAJoinIsAnsweredAndTheJobRunsOn) {
+  JoinAll("j", 2);
+  JoinedRank& retry = Join("j", 0, 2, "s0");
+  v1::JoinEvent event;
+  ASSERT_TRUE(retry.events->Read(&event));
+  ASSERT_TRUE(event.has_ready()) << event.DebugString();
+  EXPECT_EQ(event.ready().epoch(), 1);
+  // The first stream (its JobReady read by JoinAll) ends, saying why.
+  JoinedRank& first = *joined_[0];
+  EXPECT_FALSE(first.events->Read(&event));
+  const grpc::Status replaced = first.events->Finish();
+  first.finished = true;
+  EXPECT_EQ(replaced.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(replaced.error_message(),
+              HasSubstr("session s0 of job j was replaced by a retry of its "
+                        "Join"));
+  ExpectAllReduceOfBothSums();
+  EXPECT_EQ((*env_.registry().Find("j"))->Snapshot().state, "running");
 }
 
 TEST_F(ReducerServiceTest, CollectiveStreamWithoutHeaderIsInvalid) {

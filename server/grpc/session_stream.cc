@@ -7,14 +7,16 @@
 
 namespace reducer {
 
-SessionStream::SessionStream(JobDoor* door, v1::JoinRequest request)
-    : door_(door), request_(std::move(request)) {}
+SessionStream::SessionStream(JobDoor* door, std::string job,
+                             std::string session_id)
+    : door_(door), job_(std::move(job)), session_id_(std::move(session_id)) {}
 
 SessionStream* SessionStream::Create(JobDoor* door,
                                      const v1::JoinRequest& request,
                                      const PresentedToken& token,
                                      CallMetrics metrics) {
-  auto stream = std::make_shared<SessionStream>(door, request);
+  auto stream = std::make_shared<SessionStream>(door, request.job(),
+                                                request.session_id());
   SessionStream* raw = stream.get();
   raw->metrics_ = metrics;
   raw->metrics_.Received();
@@ -71,7 +73,7 @@ void SessionStream::LeaveJob(const std::string& why, EpochEndReason reason) {
     if (!joined_ || left_) return;
     left_ = true;
   }
-  door_->Leave(request_.job(), request_.session_id(), why, reason);
+  door_->Leave(job_, session_id_, this, why, reason);
 }
 
 void SessionStream::OnCancel() {

@@ -1,8 +1,11 @@
 // SessionStream: the server side of one process's Join call, a gRPC
 // callback server-streaming reactor. It joins the job on creation, writes
 // JobReady / JobAborted events as the Job sends them, and tells the job
-// (through the JobDoor) the rank is gone when the stream ends (the process exited or was killed,
-// its connection dropped, or keepalive pings went unanswered).
+// (through the JobDoor) the rank is gone when the stream ends (the process
+// exited or was killed, its connection dropped, or keepalive pings went
+// unanswered). It ends its session as the session's owner (this stream):
+// a stream whose Join was refused, or whose session a retried Join took
+// over, ends nothing.
 //
 // Ownership: owns itself through a shared_ptr dropped in OnDone(); the Job
 // holds another. Thread-safe.
@@ -42,7 +45,8 @@ class SessionStream final : public grpc::ServerWriteReactor<v1::JoinEvent>,
   void OnCancel() override;
   void OnDone() override;
 
-  SessionStream(JobDoor* door, v1::JoinRequest request);  // Create()
+  SessionStream(JobDoor* door, std::string job,
+                std::string session_id);  // Create()
 
  private:
   void LeaveJob(const std::string& why, EpochEndReason reason);
@@ -52,7 +56,9 @@ class SessionStream final : public grpc::ServerWriteReactor<v1::JoinEvent>,
 
   // Constant after construction.
   JobDoor* const door_;  // not owned
-  const v1::JoinRequest request_;
+  // Of its JoinRequest, what leaving needs (the shard list is not kept).
+  const std::string job_;
+  const std::string session_id_;
   CallMetrics metrics_;  // set once, in Create, before the call starts
 
   absl::Mutex mu_;

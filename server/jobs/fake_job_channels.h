@@ -40,6 +40,16 @@ class FakeSession final : public SessionChannel {
     absl::MutexLock lock(&mu_);
     return events_;
   }
+  // How the Job ended it; OK while it did not.
+  absl::Status failure() {
+    absl::MutexLock lock(&mu_);
+    return failure_;
+  }
+  int aborted_count() {
+    int n = 0;
+    for (const auto& e : events()) n += e.has_aborted() ? 1 : 0;
+    return n;
+  }
   int ready_count() {
     int n = 0;
     for (const auto& e : events()) n += e.has_ready() ? 1 : 0;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "core/status_macros.h"
 #include "server/log.h"
 
 namespace reducer {
@@ -87,28 +88,39 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
                        std::shared_ptr<SessionChannel> session,
                        std::vector<std::string> shards) {
   absl::MutexLock lock(&mu_);
+  // Every refusal comes before anything changes: a refused Join touches no
+  // session, and no epoch.
   if (world_size != world_size_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", name_, " has world size ", world_size_,
         " (set by the ranks already joined), but rank ", rank, " asked for ",
         world_size));
   }
-  if (!shards_.has_value()) {
-    shards_ = std::move(shards);
-  } else if (const bool several = shards.size() > 1;
-             several != (shards_->size() > 1) || (several && shards != *shards_)) {
+  if (const bool several = shards.size() > 1;
+      shards_.has_value() &&
+      (several != (shards_->size() > 1) || (several && shards != *shards_))) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", name_, ": rank ", rank, " names the shards [",
         absl::StrJoin(shards, ","), "], but the ranks already joined named [",
         absl::StrJoin(*shards_, ","),
         "]; every rank must give the same shards in the same order"));
   }
-  if (membership_.HasSession(session_id)) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "session ", session_id, " already joined job ", name_));
-  }
   const std::vector<int> ranks = {rank};
-  if (std::optional<int> departed = membership_.DepartedAmong(ranks)) {
+  if (membership_.HasSession(session_id)) {
+    if (membership_.SessionRanks(session_id) != ranks) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "session ", session_id, " already joined job ", name_, " as rank ",
+          absl::StrJoin(membership_.SessionRanks(session_id), ","),
+          "; a Join as rank ", rank, " needs a session id of its own"));
+    }
+    return RejoinLocked(rank, session_id, std::move(session));
+  }
+  const std::optional<int> departed = membership_.DepartedAmong(ranks);
+  if (!membership_.ended() && !departed.has_value()) {
+    REDUCER_RETURN_IF_ERROR(membership_.CheckFree(ranks));
+  }
+  if (!shards_.has_value()) shards_ = std::move(shards);
+  if (departed.has_value()) {
     // A rank that closed its client and connects again starts its call
     // order from the beginning, which the other ranks' sessions cannot
     // match: like a lost rank, it restarts the job in a new epoch.
@@ -128,14 +140,17 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
   }
   const absl::Duration absent_for = membership_.AbsentFor(rank, absl::Now());
   const std::shared_ptr<SessionChannel> rejoining = session;
+  std::vector<std::shared_ptr<SessionChannel>> superseded;
   absl::StatusOr<Membership::Seated> seated =
-      membership_.Seat(session_id, ranks, std::move(session));
-  if (!seated.ok()) return seated.status();
+      membership_.Seat(session_id, ranks, std::move(session), &superseded);
+  if (!seated.ok()) return seated.status();  // not reached: checked above
+  for (const std::shared_ptr<SessionChannel>& old : superseded) {
+    old->Fail(absl::AbortedError(absl::StrCat(
+        "rank ", rank, " of job ", name_,
+        " was joined by a newer session; this one no longer takes part")));
+  }
   const uint64_t epoch = membership_.epoch();
-  v1::JoinEvent event;
-  event.mutable_ready()->set_epoch(epoch);
-  event.mutable_ready()->set_chunk_bytes(chunk_bytes_);
-  event.mutable_ready()->set_shared_memory_socket(shared_memory_socket_);
+  v1::JoinEvent event = ReadyEventLocked(rank);
   switch (*seated) {
     case Membership::Seated::kWaiting:
       break;
@@ -143,7 +158,6 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
       // Back into the running epoch of a job in quorum mode: the others go
       // on, and the next quorum step counts this rank as joining.
       const uint64_t steps = membership_.quorum_steps_started();
-      event.mutable_ready()->set_quorum_steps_started(steps);
       rejoining->SendEvent(event);
       env_.log->Log(
           {LogSeverity::kInfo, "rank_rejoined",
@@ -165,10 +179,59 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
   return absl::OkStatus();
 }
 
-bool Job::Leave(const std::string& session_id, const std::string& why,
-                EpochEndReason reason) {
+v1::JoinEvent Job::ReadyEventLocked(int rank) const {
+  v1::JoinEvent event;
+  event.mutable_ready()->set_epoch(membership_.epoch());
+  event.mutable_ready()->set_chunk_bytes(chunk_bytes_);
+  event.mutable_ready()->set_shared_memory_socket(shared_memory_socket_);
+  event.mutable_ready()->set_quorum_steps_started(
+      membership_.ReadyQuorumSteps(rank));
+  return event;
+}
+
+absl::Status Job::RejoinLocked(int rank, const std::string& session_id,
+                               std::shared_ptr<SessionChannel> session) {
+  const std::vector<int> ranks = {rank};
+  const uint64_t epoch = membership_.epoch();
+  if (membership_.ended()) {
+    return absl::AbortedError(absl::StrCat(
+        "session ", session_id, " joined epoch ", epoch, " of job ", name_,
+        ", which has ended (", membership_.end_reason(),
+        "); Connect again with a new session to go on"));
+  }
+  if (!membership_.Holds(rank, session_id) ||
+      membership_.DepartedAmong(ranks).has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session ", session_id, " no longer holds rank ", rank, " of job ",
+        name_, " in epoch ", epoch,
+        " (it was lost, left out of a quorum step, or closed); Connect again "
+        "with a new session to go on"));
+  }
+  // A retry of this session's own Join (the first stream lost, or not yet
+  // known to be): the new stream takes the session over, and is answered
+  // as the first was.
+  const std::shared_ptr<SessionChannel> retry = session;
+  const std::shared_ptr<SessionChannel> replaced =
+      membership_.Reseat(session_id, std::move(session));
+  if (replaced != nullptr) {
+    replaced->Fail(absl::AbortedError(
+        absl::StrCat("session ", session_id, " of job ", name_,
+                     " was replaced by a retry of its Join")));
+  }
+  if (membership_.running()) retry->SendEvent(ReadyEventLocked(rank));
+  env_.log->Log({LogSeverity::kInfo, "join_retried",
+                 absl::StrCat("job ", name_, " epoch ", epoch, ": rank ", rank,
+                              "'s Join was retried; its new stream replaces "
+                              "the first"),
+                 name_, epoch, "", ranks});
+  return absl::OkStatus();
+}
+
+bool Job::Leave(const std::string& session_id, const SessionChannel* owner,
+                const std::string& why, EpochEndReason reason) {
   absl::MutexLock lock(&mu_);
-  const Membership::Unseated left = membership_.Unseat(session_id, absl::Now());
+  const Membership::Unseated left =
+      membership_.Unseat(session_id, owner, absl::Now());
   switch (left.effect) {
     case Membership::Unseated::Effect::kAbsent:
       LoseAbsentLocked(left.ranks,
@@ -184,6 +247,11 @@ bool Job::Leave(const std::string& session_id, const std::string& why,
       break;
   }
   return left.last_session;
+}
+
+bool Job::HasNoSessions() {
+  absl::MutexLock lock(&mu_);
+  return membership_.NoSessions();
 }
 
 void Job::EndForOtherShard(const std::string& session_id,

@@ -8,6 +8,12 @@
 // made in that epoch fail the same way. The next Join starts a new epoch,
 // which runs once all world_size ranks have joined again.
 //
+// Sessions. A session is lost only when its own stream ends (Leave with
+// that stream as owner): a Join that is refused, or one naming another
+// rank's session id, touches no session. A Join retried by its own client
+// (same session id and rank) takes the session over on its new stream and
+// is answered as the first was; the job goes on. See Join.
+//
 // Done. A rank's DONE (Client::Done) makes every collective of the epoch
 // that includes the rank, pending or later, go on without it, until every
 // rank of the job has called DONE;
@@ -133,10 +139,24 @@ class Job {
 
   // Adds `session` as `rank`. OK, or FAILED_PRECONDITION when `world_size`
   // differs from the job's, ALREADY_EXISTS when a live session holds the
-  // rank in the current epoch or `session_id` already joined.
+  // rank in the current epoch or `session_id` already joined as another
+  // rank. A refused Join changes nothing: not the session it names, not
+  // the epoch.
+  // A Join naming a session that is open, as the same rank (and agreeing
+  // on the world size and shards, as any Join must), is that session's
+  // client retrying its Join (its first stream lost, or not yet known to
+  // be): `session` takes the session over, the stream it replaces is ended
+  // with ABORTED saying so, and it is answered as the first was (JobReady
+  // now if the epoch runs, later otherwise); the epoch goes on. Refused
+  // instead, changing nothing, when the session no longer holds the rank
+  // (FAILED_PRECONDITION: lost, left out, closed) or its epoch ended
+  // (ABORTED).
   // A rank that departed (closed its client) and joins again ends the
   // running epoch first, as a lost rank does: its new session's call order
-  // starts over, which the other ranks' sessions cannot match.
+  // starts over, which the other ranks' sessions cannot match. A new
+  // session of a rank closes the session that held it before, in an ended
+  // epoch or absent from this one (its stream ends with ABORTED): a job
+  // never has more open sessions than ranks (Membership, "Seats").
   // `shards` is the shard list the rank was given; at most one address
   // means one shard, whose address is not compared (a proxy, a Service
   // name and a pod address may all reach this reducerd). A list of two or
@@ -147,14 +167,21 @@ class Job {
                     std::shared_ptr<SessionChannel> session,
                     std::vector<std::string> shards = {});
 
-  // Removes a session whose stream ended (`why` says how). Returns true when
-  // the job has no open session left and can be freed. Ends the epoch if the
-  // session held a rank of the running epoch and had not departed.
-  // `reason` classifies `why` for the metrics.
-  bool Leave(const std::string& session_id, const std::string& why,
-             EpochEndReason reason);
+  // The stream `owner` of session `session_id` ended (`why` says how):
+  // removes the session, and ends the epoch if it held a rank of the
+  // running epoch and had not departed. Only the session's own channel
+  // (the one seated, or the retry that replaced it) ends it: for any other
+  // `owner` nothing changes. Returns true when the job has no open session
+  // left and can be freed. `reason` classifies `why` for the metrics.
+  bool Leave(const std::string& session_id, const SessionChannel* owner,
+             const std::string& why, EpochEndReason reason);
 
-  // The session's client is closing on purpose: its rank departs without
+  // True when no session of any epoch is open (a job just created by a
+  // Join that was refused).
+  bool HasNoSessions() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The session's client is closing on purpose (a Leave request, whose
+  // session id is its proof, as a collective's is): its rank departs without
   // ending the epoch. Collectives that include the rank and are not done
   // fail with FAILED_PRECONDITION, and so do later ones that include it.
   // In quorum mode the rank becomes absent instead, as a lost one does.
@@ -237,6 +264,14 @@ class Job {
   absl::StatusOr<std::shared_ptr<Collective>> Replay(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // A Join of open session `session_id` as `rank` (see Join): refused, or
+  // `session` takes the session over.
+  absl::Status RejoinLocked(int rank, const std::string& session_id,
+                            std::shared_ptr<SessionChannel> session)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The JobReady of the current epoch for `rank`, held now.
+  v1::JoinEvent ReadyEventLocked(int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the epoch (Membership::EndEpoch): fails its collectives that are
   // not decided, tells every session, logs and counts it.
   void EndEpoch(const std::string& reason, int lost_rank,

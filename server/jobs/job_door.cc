@@ -78,8 +78,9 @@ absl::Status JobDoor::Join(const v1::JoinRequest& request,
 }
 
 void JobDoor::Leave(const std::string& job, const std::string& session_id,
-                    const std::string& why, EpochEndReason reason) {
-  registry_->Leave(job, session_id, why, reason);
+                    const SessionChannel* owner, const std::string& why,
+                    EpochEndReason reason) {
+  registry_->Leave(job, session_id, owner, why, reason);
 }
 
 absl::Status JobDoor::Leave(const v1::LeaveRequest& request,

@@ -66,9 +66,11 @@ class JobDoor {
   absl::Status Join(const v1::JoinRequest& request, const PresentedToken& token,
                     std::shared_ptr<SessionChannel> session);
 
-  // The session's channel ended (JobRegistry::Leave).
+  // The session's channel `owner` ended (JobRegistry::Leave: nothing
+  // happens unless `owner` is the channel the session is seated with).
   void Leave(const std::string& job, const std::string& session_id,
-             const std::string& why, EpochEndReason reason);
+             const SessionChannel* owner, const std::string& why,
+             EpochEndReason reason);
 
   // A client's Leave request: checks the names, authorizes, then departs on purpose, or, with
   // a `cause` (the job failed on another shard), ends the job's epoch with

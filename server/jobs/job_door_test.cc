@@ -197,12 +197,14 @@ TEST(JobDoorTest, CheckSeatHoldsOnlyTheSessionsOwnRank) {
 
 TEST(JobDoorTest, LeaveWithoutCauseDepartsAndFreesTheJob) {
   Env env;
-  ASSERT_THAT(env.Join("j", 0, 1, "s"), IsOk());
+  auto stream = std::make_shared<FakeSession>();
+  ASSERT_THAT(env.Join("j", 0, 1, "s", stream), IsOk());
   v1::LeaveRequest leave;
   leave.set_job("j");
   leave.set_session_id("s");
   EXPECT_THAT(env.door().Leave(leave, kNoToken), IsOk());
-  env.door().Leave("j", "s", "closed", EpochEndReason::kSessionEnded);
+  env.door().Leave("j", "s", stream.get(), "closed",
+                   EpochEndReason::kSessionEnded);
   EXPECT_THAT(env.registry().Find("j"), Not(IsOk()));
 }
 

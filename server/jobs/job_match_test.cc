@@ -125,8 +125,7 @@ TEST_F(JobMatchTest, APlainReceiveAfterAMatchTakesTheSourcesNextMessage) {
 
 TEST_F(JobMatchTest, AWaitingMatchFailsWhenItsJobLosesARankNamingIt) {
   std::shared_ptr<FakeRankChannel> match = Match(1, 0);
-  EXPECT_FALSE(job_.Leave(Session(0), "connection reset",
-                          EpochEndReason::kSessionCancelled));
+  EXPECT_FALSE(Lose(0, "connection reset"));
   EXPECT_THAT(
       match->failure(),
       StatusIs(absl::StatusCode::kAborted,

@@ -106,7 +106,7 @@ TEST_F(JobQuorumTest, ALostRankIsLeftOutAtOnceAndTheEpochGoesOn) {
   auto c0 = Attach(Step(0, 0, Session(0), absl::Seconds(60)));
   auto c1 = Attach(Step(1, 0, Session(1), absl::Seconds(60)));
   EXPECT_FALSE(c0->finished_ok());
-  job_.Leave(Session(2), "killed", EpochEndReason::kSessionCancelled);
+  Lose(2, "killed");
   ASSERT_TRUE(c0->finished_ok()) << c0->failure();
   ASSERT_TRUE(c1->finished_ok()) << c1->failure();
   EXPECT_THAT(Values<int32_t>(*c0), ElementsAre(1, 1, 0));
@@ -133,7 +133,7 @@ TEST_F(JobQuorumTest, ALostRankIsLeftOutAtOnceAndTheEpochGoesOn) {
 TEST_F(JobQuorumTest, APendingPlainCollectiveOfALostRankFailsNamingIt) {
   StepOfAll(0);
   auto waiting = Attach(Plain(0, Session(0), {0, 1, 2}, "step 0 data"));
-  job_.Leave(Session(2), "killed", EpochEndReason::kSessionCancelled);
+  Lose(2, "killed");
   EXPECT_THAT(waiting->failure(), StatusIs(absl::StatusCode::kAborted,
                                            HasSubstr("rank 2 was lost")));
   auto c0 = Attach(Step(0, 1, Session(0), absl::Seconds(60)));
@@ -218,8 +218,8 @@ TEST_F(JobQuorumTest, RememberedStepsRefuseLateCallsAndHoldNoMemory) {
 }
 
 TEST_F(JobQuorumTest, ARankLostBeforeAnyQuorumStepEndsTheEpochAsBefore) {
-  job_.Leave(Session(1), "killed", EpochEndReason::kSessionCancelled);
-  job_.Leave(Session(2), "killed", EpochEndReason::kSessionCancelled);
+  Lose(1, "killed");
+  Lose(2, "killed");
   // Not in quorum mode yet when they were lost: the epoch ended.
   EXPECT_TRUE(AnyAborted());
   EXPECT_FALSE(job_.InQuorumMode());
@@ -228,9 +228,9 @@ TEST_F(JobQuorumTest, ARankLostBeforeAnyQuorumStepEndsTheEpochAsBefore) {
 TEST_F(JobQuorumTest, AStepThatCannotReachMinRanksFails) {
   StepOfAll(0);
   auto c0 = Attach(Step(0, 1, Session(0), absl::Seconds(60)));
-  job_.Leave(Session(1), "killed", EpochEndReason::kSessionCancelled);
+  Lose(1, "killed");
   EXPECT_TRUE(c0->failure().ok());  // 0 and 2 can still make min_ranks 2
-  job_.Leave(Session(2), "killed", EpochEndReason::kSessionCancelled);
+  Lose(2, "killed");
   EXPECT_THAT(c0->failure(),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("the step needs 2 contributing ranks")));

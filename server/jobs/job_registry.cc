@@ -117,19 +117,19 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
       request.rank(), request.world_size(), request.session_id(),
       std::move(session),
       std::vector<std::string>(request.shards().begin(), request.shards().end()));
-  if (!joined.ok() && job->Leave(request.session_id(), "join rejected",
-                                 EpochEndReason::kSessionEnded)) {
-    FreeLocked(jobs_.find(request.job()));  // a job created by a rejected Join
-  }
+  // A refused Join touched no session: only a job it created itself has
+  // none, and goes again.
+  if (!joined.ok() && job->HasNoSessions()) FreeLocked(it);
   return joined;
 }
 
 void JobRegistry::Leave(const std::string& job, const std::string& session_id,
-                        const std::string& why, EpochEndReason reason) {
+                        const SessionChannel* owner, const std::string& why,
+                        EpochEndReason reason) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return;
-  if (it->second->Leave(session_id, why, reason)) FreeLocked(it);
+  if (it->second->Leave(session_id, owner, why, reason)) FreeLocked(it);
 }
 
 void JobRegistry::FreeLocked(

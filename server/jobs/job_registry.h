@@ -46,13 +46,17 @@ class JobRegistry {
   // INVALID_ARGUMENT for a bad field, RESOURCE_EXHAUSTED when --max_jobs
   // jobs exist, or --max_jobs_per_tenant of the job's tenant, or when the
   // new job's per-rank state fits in neither the memory budget nor its
-  // tenant's share, UNAVAILABLE while shutting down; else as Job::Join.
+  // tenant's share, UNAVAILABLE while shutting down; else as Job::Join. A
+  // refused Join leaves nothing behind: it touches no session (Job::Join),
+  // and a job it created, having no session, is freed again.
   absl::Status Join(const v1::JoinRequest& request,
                     std::shared_ptr<SessionChannel> session);
 
-  // A session stream ended; frees the job when it was the last session.
+  // The session stream `owner` ended (Job::Leave: only the session's own
+  // stream ends it); frees the job when it was the last session.
   void Leave(const std::string& job, const std::string& session_id,
-             const std::string& why, EpochEndReason reason);
+             const SessionChannel* owner, const std::string& why,
+             EpochEndReason reason);
 
   // The session's client is closing on purpose (see Job::Depart).
   void Depart(const std::string& job, const std::string& session_id);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,15 +65,23 @@ class JobTenantsTest : public ::testing::Test {
   // Joins every rank of job `job` of `world` ranks (sessions "<job>:<r>").
   absl::Status JoinAll(const std::string& job, int world = 1) {
     for (int r = 0; r < world; ++r) {
-      absl::Status joined =
-          registry_->Join(MakeJoinRequest(job, r, world, Session(job, r)),
-                          std::make_shared<FakeSession>());
+      auto session = std::make_shared<FakeSession>();
+      absl::Status joined = registry_->Join(
+          MakeJoinRequest(job, r, world, Session(job, r)), session);
       if (!joined.ok()) return joined;
+      sessions_[Session(job, r)] = std::move(session);
     }
     return absl::OkStatus();
   }
   static std::string Session(const std::string& job, int rank) {
     return absl::StrCat(job, ":", rank);
+  }
+  // The stream of rank `rank`'s session of job `job` (as JoinAll joined
+  // it) ended: the registry's Leave with that session's own channel.
+  void Close(const std::string& job, int rank) {
+    registry_->Leave(job, Session(job, rank),
+                     sessions_[Session(job, rank)].get(), "closed",
+                     EpochEndReason::kSessionEnded);
   }
 
   // Rank `rank`'s header in job `job`, epoch 1.
@@ -132,6 +141,8 @@ class JobTenantsTest : public ::testing::Test {
   std::unique_ptr<JobTestEnv> env_;
   std::unique_ptr<JobTokens> tokens_;
   std::unique_ptr<JobRegistry> registry_;
+  // The channel each session id was joined with (JoinAll).
+  std::map<std::string, std::shared_ptr<FakeSession>> sessions_;
 };
 
 // Tenant A, with its one token, creates as many jobs as it may: tenant B's
@@ -152,8 +163,7 @@ TEST_F(JobTenantsTest, ATenantsJobsAreBoundedSoAnotherTenantStillGetsIn) {
   EXPECT_THAT(JoinAll("B"), IsOk());
   EXPECT_THAT(JoinAll("B/other"), IsOk());
   // A job of A freed makes room for another of A.
-  registry_->Leave("A/j0", Session("A/j0", 0), "closed",
-                   EpochEndReason::kSessionEnded);
+  Close("A/j0", 0);
   EXPECT_THAT(JoinAll("A/j4"), IsOk());
 }
 
@@ -267,10 +277,8 @@ TEST_F(JobTenantsTest, PendingCollectivesAreBoundedPerTenant) {
               StatusIs(absl::StatusCode::kResourceExhausted,
                        HasSubstr("--max_pending_collectives_per_tenant=3")));
   // A/x goes, and with it its pending collective.
-  registry_->Leave("A/x", Session("A/x", 0), "closed",
-                   EpochEndReason::kSessionEnded);
-  registry_->Leave("A/x", Session("A/x", 1), "closed",
-                   EpochEndReason::kSessionEnded);
+  Close("A/x", 0);
+  Close("A/x", 1);
   EXPECT_THAT(Attach(barrier("A/z", 0, 0))->failure(), IsOk());
 }
 

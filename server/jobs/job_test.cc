@@ -2,6 +2,7 @@
 // departures, and which contributions it attaches or refuses.
 #include "server/jobs/job.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -116,8 +117,29 @@ class JobTest : public ::testing::Test {
   bool JoinBoth(
       std::shared_ptr<FakeSession> a = std::make_shared<FakeSession>(),
       std::shared_ptr<FakeSession> b = std::make_shared<FakeSession>()) {
+    seated_["a"] = a;
+    seated_["b"] = b;
     return job_.Join(0, 2, "a", std::move(a)).ok() &&
            job_.Join(1, 2, "b", std::move(b)).ok();
+  }
+
+  // The stream of session `id`, as JoinBoth seated it, ended: `job`'s Leave
+  // with that session's own channel; true when the job is empty.
+  bool Lose(const std::string& id, const std::string& why,
+            EpochEndReason reason = EpochEndReason::kSessionCancelled) {
+    return job_.Leave(id, seated_[id].get(), why, reason);
+  }
+
+  // Both ranks' barrier number `sequence` of epoch `epoch` in job_, from
+  // sessions `a` and `b`: true when both calls finished.
+  bool BarrierOfBothFinishes(uint64_t epoch, uint64_t sequence,
+                             const std::string& a = "a",
+                             const std::string& b = "b") {
+    auto c0 = std::make_shared<FakeRankChannel>();
+    auto c1 = std::make_shared<FakeRankChannel>();
+    return job_.Attach(Barrier(0, a, epoch, sequence), c0).ok() &&
+           job_.Attach(Barrier(1, b, epoch, sequence), c1).ok() &&
+           c0->finished_ok() && c1->finished_ok();
   }
 
   // Joins sessions a and b to job_ as ranks 0 and 1, then `run`.
@@ -135,6 +157,8 @@ class JobTest : public ::testing::Test {
   MetricsSink metrics_;  // counts nothing
   Logger log_;
   Job job_;
+  // The channel each session id was seated with (JoinBoth, Seat).
+  std::map<std::string, std::shared_ptr<FakeSession>> seated_;
 };
 
 TEST_F(JobTest, EveryRankGetsReadyOnceAllHaveJoined) {
@@ -198,6 +222,130 @@ TEST_F(JobTest, SecondSessionForSameRankIsRejected) {
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kAlreadyExists));
 }
 
+// A Join that names rank 0's session but is refused (another world size,
+// another rank, another session's rank) touches nothing, and neither does
+// the end of its stream: the job runs on.
+TEST_F(JobTest, ARefusedJoinNamingASeatedSessionTouchesNothing) {
+  auto s0 = std::make_shared<FakeSession>();
+  auto s1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(JoinBoth(s0, s1));
+  auto hostile = std::make_shared<FakeSession>();
+  EXPECT_THAT(job_.Join(0, 3, "a", hostile),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("has world size 2")));
+  EXPECT_THAT(job_.Join(1, 2, "a", hostile),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("session a already joined job j1 as rank 0; "
+                                 "a Join as rank 1 needs a session id of its "
+                                 "own")));
+  EXPECT_THAT(job_.Join(0, 2, "x", hostile),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("rank 0 of job j1 is already held")));
+  EXPECT_THAT(job_.Join(0, 2, "a", hostile, {"r0:1", "r1:1"}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("names the shards")));
+  // Its stream ends, naming session a: not its owner, so nothing happens.
+  EXPECT_FALSE(job_.Leave("a", hostile.get(), "join rejected",
+                          EpochEndReason::kSessionEnded));
+  EXPECT_FALSE(job_.Leave("x", hostile.get(), "join rejected",
+                          EpochEndReason::kSessionEnded));
+  EXPECT_THAT(hostile->events(), IsEmpty());
+  EXPECT_EQ(s0->aborted_count(), 0);
+  EXPECT_EQ(s1->aborted_count(), 0);
+  EXPECT_THAT(s0->failure(), IsOk());
+  EXPECT_EQ(job_.Snapshot().state, "running");
+  EXPECT_TRUE(BarrierOfBothFinishes(1, 0));
+}
+
+// An exact retry of rank 0's Join while the job runs: the new stream takes
+// the session over and gets the epoch's JobReady as the first did; the
+// replaced stream is ended ABORTED saying why, and its end changes nothing.
+TEST_F(JobTest, AnExactRetryOfARunningSessionsJoinIsAnsweredAndTheJobGoesOn) {
+  auto s0 = std::make_shared<FakeSession>();
+  auto s1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(JoinBoth(s0, s1));
+  auto retry = std::make_shared<FakeSession>();
+  ASSERT_THAT(job_.Join(0, 2, "a", retry), IsOk());
+  ASSERT_EQ(retry->ready_count(), 1);
+  EXPECT_EQ(retry->events()[0].ready().epoch(), 1u);
+  EXPECT_EQ(retry->events()[0].ready().chunk_bytes(),
+            s0->events()[0].ready().chunk_bytes());
+  EXPECT_THAT(s0->failure(),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("session a of job j1 was replaced by a retry "
+                                 "of its Join")));
+  EXPECT_FALSE(Lose("a", "its session ended", EpochEndReason::kSessionEnded));
+  EXPECT_EQ(s1->aborted_count(), 0);
+  EXPECT_EQ(job_.Snapshot().state, "running");
+  EXPECT_TRUE(BarrierOfBothFinishes(1, 0));
+  // A second retry is answered the same way.
+  auto again = std::make_shared<FakeSession>();
+  ASSERT_THAT(job_.Join(0, 2, "a", again), IsOk());
+  EXPECT_EQ(again->ready_count(), 1);
+  EXPECT_THAT(retry->failure(), StatusIs(absl::StatusCode::kAborted));
+  // The session is the newest stream's now: its end is the rank's loss.
+  EXPECT_FALSE(job_.Leave("a", again.get(), "connection lost",
+                          EpochEndReason::kSessionCancelled));
+  EXPECT_EQ(s1->aborted_count(), 1);
+}
+
+TEST_F(JobTest, AnExactRetryBeforeTheJobRunsGetsItsReadyWhenItDoes) {
+  auto first = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "a", first).ok());
+  auto retry = std::make_shared<FakeSession>();
+  ASSERT_THAT(job_.Join(0, 2, "a", retry), IsOk());
+  EXPECT_THAT(retry->events(), IsEmpty());
+  EXPECT_THAT(first->failure(), StatusIs(absl::StatusCode::kAborted));
+  auto s1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(1, 2, "b", s1).ok());
+  EXPECT_EQ(retry->ready_count(), 1);
+  EXPECT_EQ(s1->ready_count(), 1);
+  EXPECT_THAT(first->events(), IsEmpty());
+}
+
+TEST_F(JobTest, ARetryOfASessionNoLongerInTheEpochIsRefusedChangingNothing) {
+  auto s0 = std::make_shared<FakeSession>();
+  auto s1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(JoinBoth(s0, s1));
+  // Rank 1 closes its client: a retry of its Join is not its return.
+  job_.Depart("b");
+  EXPECT_THAT(job_.Join(1, 2, "b", std::make_shared<FakeSession>()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("session b no longer holds rank 1")));
+  EXPECT_EQ(s0->aborted_count(), 0);
+  EXPECT_THAT(s1->failure(), IsOk());
+  // Rank 0's stream is lost: the epoch ends, and a retry of rank 1's Join
+  // is told so.
+  EXPECT_FALSE(Lose("a", "connection lost"));
+  EXPECT_THAT(job_.Join(1, 2, "b", std::make_shared<FakeSession>()),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("joined epoch 1 of job j1, which has ended")));
+  EXPECT_EQ(job_.Snapshot().epoch, 1u);
+}
+
+// Ranks connecting again with new sessions while their old streams stay
+// open: each new session closes the old one of its rank, so the job never
+// holds more open sessions than ranks.
+TEST_F(JobTest, ANewSessionOfARankEndsTheStaleOneOfItsRank) {
+  auto s0 = std::make_shared<FakeSession>();
+  auto s1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(JoinBoth(s0, s1));
+  EXPECT_FALSE(Lose("b", "connection lost"));  // the epoch ends
+  auto c0 = std::make_shared<FakeSession>();
+  auto c1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job_.Join(0, 2, "c", c0).ok());
+  EXPECT_THAT(s0->failure(),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("rank 0 of job j1 was joined by a newer "
+                                 "session")));
+  ASSERT_TRUE(job_.Join(1, 2, "d", c1).ok());
+  EXPECT_EQ(c0->ready_count(), 1);
+  // The old stream's end, once it comes, changes nothing.
+  EXPECT_FALSE(Lose("a", "its session ended", EpochEndReason::kSessionEnded));
+  EXPECT_EQ(c1->aborted_count(), 0);
+  EXPECT_TRUE(BarrierOfBothFinishes(2, 0, "c", "d"));
+}
+
 TEST_F(JobTest, LostSessionAbortsEpochAndNextJoinStartsAnother) {
   auto s0 = std::make_shared<FakeSession>();
   auto s1 = std::make_shared<FakeSession>();
@@ -205,7 +353,7 @@ TEST_F(JobTest, LostSessionAbortsEpochAndNextJoinStartsAnother) {
 
   auto waiting = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(job_.Attach(Barrier(0, "a", 1, 0), waiting).ok());
-  EXPECT_FALSE(job_.Leave("b", "connection lost", EpochEndReason::kSessionCancelled));
+  EXPECT_FALSE(Lose("b", "connection lost", EpochEndReason::kSessionCancelled));
 
   EXPECT_THAT(waiting->failure(),
               StatusIs(absl::StatusCode::kAborted,
@@ -245,7 +393,7 @@ TEST_F(JobTest, AFailureOnAnotherShardEndsTheEpochNamingItsCause) {
 
   // The stream's end that follows names nobody else, and frees nothing
   // while rank 0 is still there.
-  EXPECT_FALSE(job_.Leave("b", "cancelled", EpochEndReason::kSessionCancelled));
+  EXPECT_FALSE(Lose("b", "cancelled", EpochEndReason::kSessionCancelled));
   EXPECT_THAT(s0->events(), SizeIs(2));
 }
 
@@ -289,7 +437,7 @@ TEST_F(JobTest, RankRejoiningAfterLeavingStartsNewEpoch) {
   auto s0 = std::make_shared<FakeSession>();
   ASSERT_TRUE(JoinBoth(s0));
   job_.Depart("b");
-  EXPECT_FALSE(job_.Leave("b", "closed", EpochEndReason::kSessionEnded));
+  EXPECT_FALSE(Lose("b", "closed", EpochEndReason::kSessionEnded));
   // Leaving on purpose does not end the epoch.
   ASSERT_THAT(s0->events(), SizeIs(1));
 
@@ -317,8 +465,8 @@ TEST_F(JobTest, RankRejoiningAfterLeavingStartsNewEpoch) {
 
 TEST_F(JobTest, LastSessionLeavingFreesTheJob) {
   ASSERT_TRUE(JoinBoth());
-  EXPECT_FALSE(job_.Leave("a", "closed", EpochEndReason::kSessionEnded));
-  EXPECT_TRUE(job_.Leave("b", "closed", EpochEndReason::kSessionEnded));
+  EXPECT_FALSE(Lose("a", "closed", EpochEndReason::kSessionEnded));
+  EXPECT_TRUE(Lose("b", "closed", EpochEndReason::kSessionEnded));
 }
 
 TEST_F(JobTest, RetryOfAnUnusedAttemptReplacesItsFirstCall) {
@@ -356,8 +504,7 @@ v1::CollectiveHeader Replay(v1::CollectiveHeader header) {
 TEST_F(JobTest, AReplayAfterTheSessionWasLostSendsTheKeptResultAgain) {
   const v1::CollectiveHeader first = JoinAndRun();
   // Rank 0's session is lost (its answer with it): the epoch ends.
-  job_.Leave("a", "keepalive watchdog timeout",
-             EpochEndReason::kSessionCancelled);
+  Lose("a", "keepalive watchdog timeout", EpochEndReason::kSessionCancelled);
   auto again = std::make_shared<FakeRankChannel>();
   absl::StatusOr<std::shared_ptr<Collective>> replayed =
       job_.Attach(Replay(first), again);
@@ -416,8 +563,8 @@ TEST_F(JobTest, AttemptsOfAnEndedEpochAreForgotten) {
   used.set_attempt_id("x/1");
   ASSERT_TRUE(AttachUnread(job_, used).ok());
   ASSERT_TRUE(AttachUnread(job_, Barrier(1, "b", 1, 0)).ok());
-  job_.Leave("b", "killed", EpochEndReason::kSessionCancelled);
-  job_.Leave("a", "killed", EpochEndReason::kSessionCancelled);
+  Lose("b", "killed", EpochEndReason::kSessionCancelled);
+  Lose("a", "killed", EpochEndReason::kSessionCancelled);
   ASSERT_TRUE(job_.Join(0, 2, "c", std::make_shared<FakeSession>()).ok());
   ASSERT_TRUE(job_.Join(1, 2, "d", std::make_shared<FakeSession>()).ok());
   // The same id in epoch 2 is a new contribution, not a retry.
@@ -476,12 +623,26 @@ class JobRegistryTest : public JobTest {
                          &chunks_,  &metrics_, &log_, &kept_memory_};
   }
 
+  // Joins `session` (a fresh FakeSession, remembered in seated_) to `job`
+  // of `registry` as `rank` of `world`: the registry's answer.
+  absl::Status JoinAs(JobRegistry& registry, const std::string& job, int rank,
+                      int world, const std::string& session) {
+    seated_[session] = std::make_shared<FakeSession>();
+    return registry.Join(Join(job, rank, world, session), seated_[session]);
+  }
+  // The stream of `session`, as JoinAs seated it, ended.
+  void LeaveAs(JobRegistry& registry, const std::string& job,
+               const std::string& session, const std::string& why,
+               EpochEndReason reason) {
+    registry.Leave(job, session, seated_[session].get(), why, reason);
+  }
+
   // Joins job j1 in `registry` as JoinAndRun does, then `run`; returns
   // rank 0's header as a replay.
-  static v1::CollectiveHeader JoinAndRun(JobRegistry& registry,
-                                         RunOfBoth run = BarrierOfBoth) {
-    EXPECT_TRUE(registry.Join(Join("j1", 0, 2, "a"), std::make_shared<FakeSession>()).ok());
-    EXPECT_TRUE(registry.Join(Join("j1", 1, 2, "b"), std::make_shared<FakeSession>()).ok());
+  v1::CollectiveHeader JoinAndRun(JobRegistry& registry,
+                                  RunOfBoth run = BarrierOfBoth) {
+    EXPECT_TRUE(JoinAs(registry, "j1", 0, 2, "a").ok());
+    EXPECT_TRUE(JoinAs(registry, "j1", 1, 2, "b").ok());
     v1::CollectiveHeader h0 = run(**registry.Find("j1"));
     h0.set_replay(true);
     return h0;
@@ -492,9 +653,9 @@ TEST_F(JobRegistryTest, AFreedJobWhoseRankWasLostKeepsItsResultsForAReplay) {
   JobRegistry registry(Env());
   const v1::CollectiveHeader replay = JoinAndRun(registry);
   // Rank 0 is lost, then rank 1 finishes and leaves: the job is freed.
-  registry.Leave("j1", "a", "keepalive watchdog timeout",
-                 EpochEndReason::kSessionCancelled);
-  registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
+  LeaveAs(registry, "j1", "a", "keepalive watchdog timeout",
+          EpochEndReason::kSessionCancelled);
+  LeaveAs(registry, "j1", "b", "closed", EpochEndReason::kSessionEnded);
   EXPECT_FALSE(registry.Find("j1").ok());
   auto again = std::make_shared<FakeRankChannel>();
   absl::StatusOr<std::shared_ptr<Collective>> replayed =
@@ -506,11 +667,11 @@ TEST_F(JobRegistryTest, AFreedJobWhoseRankWasLostKeepsItsResultsForAReplay) {
 TEST_F(JobRegistryTest, AFreedJobStillAnswersAfterItsNameWasJoinedAgain) {
   JobRegistry registry(Env());
   const v1::CollectiveHeader replay = JoinAndRun(registry);
-  registry.Leave("j1", "a", "keepalive watchdog timeout",
-                 EpochEndReason::kSessionCancelled);
-  registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
+  LeaveAs(registry, "j1", "a", "keepalive watchdog timeout",
+          EpochEndReason::kSessionCancelled);
+  LeaveAs(registry, "j1", "b", "closed", EpochEndReason::kSessionEnded);
   // Rank 1 connects again at once: a new job of the same name.
-  ASSERT_TRUE(registry.Join(Join("j1", 1, 2, "c"), std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(JoinAs(registry, "j1", 1, 2, "c").ok());
   EXPECT_THAT((*registry.Find("j1"))
                   ->Attach(replay, std::make_shared<FakeRankChannel>())
                   .status(),
@@ -527,8 +688,8 @@ TEST_F(JobRegistryTest, AFreedJobThatEndedCleanlyKeepsNothing) {
             2 * (kFloats * sizeof(float) + KeptResults::kEntryBytes));
   (*registry.Find("j1"))->Depart("a");
   (*registry.Find("j1"))->Depart("b");
-  registry.Leave("j1", "a", "closed", EpochEndReason::kSessionEnded);
-  registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
+  LeaveAs(registry, "j1", "a", "closed", EpochEndReason::kSessionEnded);
+  LeaveAs(registry, "j1", "b", "closed", EpochEndReason::kSessionEnded);
   EXPECT_THAT(
       registry.ReplayForFreedJob(replay, std::make_shared<FakeRankChannel>())
           .status(),
@@ -542,30 +703,29 @@ TEST_F(JobRegistryTest, FreedJobsCountTowardTheJobLimitAndMakeRoomForNewOnes) {
   options_.max_jobs = 2;
   JobRegistry registry(Env());
   const v1::CollectiveHeader replay = JoinAndRun(registry, AllReduceOfBoth);
-  registry.Leave("j1", "a", "keepalive watchdog timeout",
-                 EpochEndReason::kSessionCancelled);
-  registry.Leave("j1", "b", "closed", EpochEndReason::kSessionEnded);
-  ASSERT_TRUE(registry.Join(Join("j2", 0, 1, "c"), std::make_shared<FakeSession>()).ok());
+  LeaveAs(registry, "j1", "a", "keepalive watchdog timeout",
+          EpochEndReason::kSessionCancelled);
+  LeaveAs(registry, "j1", "b", "closed", EpochEndReason::kSessionEnded);
+  ASSERT_TRUE(JoinAs(registry, "j2", 0, 1, "c").ok());
   // j1 is still kept: one served and one kept make the limit.
   ASSERT_TRUE(registry.ReplayForFreedJob(replay, std::make_shared<FakeRankChannel>())
                   .ok());
   // A third job is let in, and j1 is forgotten for it, with what it kept.
-  ASSERT_TRUE(registry.Join(Join("j3", 0, 1, "d"), std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(JoinAs(registry, "j3", 0, 1, "d").ok());
   EXPECT_THAT(
       registry.ReplayForFreedJob(replay, std::make_shared<FakeRankChannel>())
           .status(),
       StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(kept_memory_.used(), 0u);
   // Two jobs served: a fourth is refused, naming the limit.
-  absl::Status fourth =
-      registry.Join(Join("j4", 0, 1, "e"), std::make_shared<FakeSession>());
+  absl::Status fourth = JoinAs(registry, "j4", 0, 1, "e");
   EXPECT_THAT(fourth, StatusIs(absl::StatusCode::kResourceExhausted,
                                HasSubstr("--max_jobs=2")));
 }
 
 TEST_F(JobRegistryTest, FindsAJoinedJobAndNotAnUnknownOne) {
   JobRegistry registry(Env());
-  ASSERT_TRUE(registry.Join(Join("j1", 0, 1, "a"), std::make_shared<FakeSession>()).ok());
+  ASSERT_TRUE(JoinAs(registry, "j1", 0, 1, "a").ok());
   EXPECT_TRUE(registry.Find("j1").ok());
   absl::StatusOr<std::shared_ptr<Job>> unknown = registry.Find("nope");
   EXPECT_FALSE(unknown.ok());
@@ -575,31 +735,54 @@ TEST_F(JobRegistryTest, FindsAJoinedJobAndNotAnUnknownOne) {
 TEST_F(JobRegistryTest, JobsBeyondTheLimitAreRefusedNamingIt) {
   options_.max_jobs = 2;
   JobRegistry registry(Env());
-  ASSERT_TRUE(registry.Join(Join("j1", 0, 1, "a"), std::make_shared<FakeSession>()).ok());
-  ASSERT_TRUE(registry.Join(Join("j2", 0, 1, "b"), std::make_shared<FakeSession>()).ok());
-  absl::Status third =
-      registry.Join(Join("j3", 0, 1, "c"), std::make_shared<FakeSession>());
+  ASSERT_TRUE(JoinAs(registry, "j1", 0, 1, "a").ok());
+  ASSERT_TRUE(JoinAs(registry, "j2", 0, 1, "b").ok());
+  absl::Status third = JoinAs(registry, "j3", 0, 1, "c");
   EXPECT_THAT(third, StatusIs(absl::StatusCode::kResourceExhausted,
                               HasSubstr("--max_jobs=2")));
   // A job freed by its last session makes room again.
-  registry.Leave("j1", "a", "closed", EpochEndReason::kSessionEnded);
-  EXPECT_TRUE(registry.Join(Join("j3", 0, 1, "c"), std::make_shared<FakeSession>()).ok());
+  LeaveAs(registry, "j1", "a", "closed", EpochEndReason::kSessionEnded);
+  EXPECT_TRUE(JoinAs(registry, "j3", 0, 1, "c").ok());
 }
 
 TEST_F(JobRegistryTest, ARejectedJoinDoesNotLeaveAJobBehind) {
   options_.max_jobs = 1;
   JobRegistry registry(Env());
   // Rank 2 of a world of 2 is refused; the job it created must go again.
-  EXPECT_FALSE(registry.Join(Join("j1", 2, 2, "a"), std::make_shared<FakeSession>()).ok());
+  EXPECT_FALSE(JoinAs(registry, "j1", 2, 2, "a").ok());
   EXPECT_FALSE(registry.Find("j1").ok());
-  EXPECT_TRUE(registry.Join(Join("j2", 0, 1, "b"), std::make_shared<FakeSession>()).ok());
+  EXPECT_TRUE(JoinAs(registry, "j2", 0, 1, "b").ok());
+}
+
+// What a session stream does with a refused Join (its Join, then its end)
+// leaves a running job of that session id running.
+TEST_F(JobRegistryTest, ARefusedJoinNamingASeatedSessionLeavesItsJobRunning) {
+  JobRegistry registry(Env());
+  ASSERT_THAT(JoinAs(registry, "j1", 0, 2, "a"), IsOk());
+  ASSERT_THAT(JoinAs(registry, "j1", 1, 2, "b"), IsOk());
+  auto hostile = std::make_shared<FakeSession>();
+  EXPECT_THAT(registry.Join(Join("j1", 0, 3, "a"), hostile),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  registry.Leave("j1", "a", hostile.get(), "its session ended",
+                 EpochEndReason::kSessionEnded);
+  ASSERT_THAT(registry.Find("j1"), IsOk());
+  EXPECT_EQ((*registry.Find("j1"))->Snapshot().state, "running");
+  EXPECT_EQ(seated_["a"]->aborted_count(), 0);
+  EXPECT_EQ(seated_["b"]->aborted_count(), 0);
+  // An exact retry is answered, and the job still runs.
+  auto retry = std::make_shared<FakeSession>();
+  EXPECT_THAT(registry.Join(Join("j1", 0, 2, "a"), retry), IsOk());
+  EXPECT_EQ(retry->ready_count(), 1);
+  LeaveAs(registry, "j1", "a", "its session ended",
+          EpochEndReason::kSessionEnded);
+  EXPECT_EQ((*registry.Find("j1"))->Snapshot().state, "running");
+  EXPECT_EQ(seated_["b"]->aborted_count(), 0);
 }
 
 TEST_F(JobRegistryTest, StoppedRegistryRefusesJoinsAsUnavailable) {
   JobRegistry registry(Env());
   registry.StopAccepting();
-  absl::Status joined =
-      registry.Join(Join("j1", 0, 1, "a"), std::make_shared<FakeSession>());
+  absl::Status joined = JoinAs(registry, "j1", 0, 1, "a");
   EXPECT_THAT(joined, StatusIs(absl::StatusCode::kUnavailable));
 }
 

@@ -36,6 +36,13 @@ class JoinedJobTest : public ::testing::Test {
     return absl::StrCat("s", rank, "-", incarnation);
   }
 
+  // The stream of `rank`'s first session ended (`why` says how): the job's
+  // Leave with that session's own channel; true when the job is empty.
+  bool Lose(int rank, const std::string& why,
+            EpochEndReason reason = EpochEndReason::kSessionCancelled) {
+    return job_.Leave(Session(rank), sessions_[rank].get(), why, reason);
+  }
+
   // A header of `rank`'s call of `kind` in epoch 1, from its first session,
   // with a 10 s timeout.
   static v1::CollectiveHeader Header(int rank, v1::CollectiveKind kind) {

@@ -45,9 +45,7 @@ std::optional<int> Membership::DepartedAmong(
   return std::nullopt;
 }
 
-absl::StatusOr<Membership::Seated> Membership::Seat(
-    const std::string& session_id, const std::vector<int>& ranks,
-    std::shared_ptr<SessionChannel> session) {
+absl::Status Membership::CheckFree(const std::vector<int>& ranks) const {
   for (int r : ranks) {
     if (holders_[r].has_value()) {
       return absl::AlreadyExistsError(absl::StrCat(
@@ -56,8 +54,35 @@ absl::StatusOr<Membership::Seated> Membership::Seat(
           "rank, or the previous holder has not exited yet)"));
     }
   }
+  return absl::OkStatus();
+}
+
+std::vector<int> Membership::SessionRanks(const std::string& session_id) const {
+  auto it = open_sessions_.find(session_id);
+  return it == open_sessions_.end() ? std::vector<int>() : it->second.ranks;
+}
+
+absl::StatusOr<Membership::Seated> Membership::Seat(
+    const std::string& session_id, const std::vector<int>& ranks,
+    std::shared_ptr<SessionChannel> session,
+    std::vector<std::shared_ptr<SessionChannel>>* superseded) {
+  if (absl::Status free = CheckFree(ranks); !free.ok()) return free;
+  // The ranks are this session's now: no other claims them any more.
+  for (auto it = open_sessions_.begin(); it != open_sessions_.end();) {
+    auto current = it++;
+    std::vector<int>& claimed = current->second.ranks;
+    claimed.erase(std::remove_if(claimed.begin(), claimed.end(),
+                                 [&](int r) {
+                                   return std::find(ranks.begin(), ranks.end(),
+                                                    r) != ranks.end();
+                                 }),
+                  claimed.end());
+    if (!claimed.empty()) continue;
+    if (superseded != nullptr) superseded->push_back(current->second.channel);
+    open_sessions_.erase(current);
+  }
   for (int r : ranks) holders_[r] = Holder{session_id, session};
-  open_sessions_[session_id] = ranks;
+  open_sessions_[session_id] = OpenSession{ranks, std::move(session)};
   bool rejoined = false;
   for (int r : ranks) {
     if (!running_ || !absent_[r]) continue;
@@ -66,6 +91,7 @@ absl::StatusOr<Membership::Seated> Membership::Seat(
     absent_[r] = false;
     absent_since_[r] = absl::InfinitePast();
     rejoined_[r] = true;
+    holders_[r]->ready_quorum_steps = quorum_steps_started_;
     rejoined = true;
   }
   if (rejoined) return Seated::kRejoined;
@@ -77,15 +103,30 @@ absl::StatusOr<Membership::Seated> Membership::Seat(
   return Seated::kWaiting;
 }
 
+std::shared_ptr<SessionChannel> Membership::Reseat(
+    const std::string& session_id, std::shared_ptr<SessionChannel> session) {
+  auto it = open_sessions_.find(session_id);
+  if (it == open_sessions_.end()) return nullptr;
+  for (int r : it->second.ranks) {
+    if (Holds(r, session_id)) holders_[r]->session = session;
+  }
+  return std::exchange(it->second.channel, std::move(session));
+}
+
+uint64_t Membership::ReadyQuorumSteps(int rank) const {
+  return holders_[rank].has_value() ? holders_[rank]->ready_quorum_steps : 0;
+}
+
 Membership::Unseated Membership::Unseat(const std::string& session_id,
+                                        const SessionChannel* owner,
                                         absl::Time now) {
   Unseated out;
   auto it = open_sessions_.find(session_id);
-  if (it == open_sessions_.end()) {
+  if (it == open_sessions_.end() || it->second.channel.get() != owner) {
     out.last_session = open_sessions_.empty();
     return out;
   }
-  const std::vector<int> ranks = std::move(it->second);
+  const std::vector<int> ranks = std::move(it->second.ranks);
   open_sessions_.erase(it);
   out.last_session = open_sessions_.empty();
   for (int r : ranks) {
@@ -126,7 +167,7 @@ std::vector<int> Membership::RunningRanks(const std::string& session_id) const {
   std::vector<int> ranks;
   auto it = open_sessions_.find(session_id);
   if (it == open_sessions_.end() || !running()) return ranks;
-  for (int r : it->second) {
+  for (int r : it->second.ranks) {
     if (Holds(r, session_id)) ranks.push_back(r);
   }
   return ranks;

@@ -70,6 +70,20 @@ class Membership final : public Participation {
   std::string state() const;
 
   // ---- Seats
+  //
+  // Who may end a session. A session is its id and the channel (stream)
+  // seated with it. Only that channel, its owner, ends it (Unseat): a
+  // refused Join, or any other stream naming the id, changes nothing. A
+  // request carrying the id (a collective, a departure) proves only that
+  // its caller is the session's client, as the wire contract has it.
+  //
+  // At most one open session per rank. Each open session claims the ranks
+  // it was seated with until its stream ends; seating a rank takes it
+  // from the session that claimed it before (one of an ended epoch, or
+  // one absent or departed from the running one, which no longer holds
+  // it), and a session left claiming no rank is closed here: Seat hands it
+  // back for its Job to end. So a job never has more open sessions than
+  // ranks, however often its ranks connect again.
   enum class Seated {
     kWaiting,    // the epoch still waits for other ranks
     kAllJoined,  // this seat completed the epoch: it runs now
@@ -77,16 +91,32 @@ class Membership final : public Participation {
   };
   // True when `session_id` holds a seat, in any epoch.
   bool HasSession(const std::string& session_id) const;
+  // The ranks `session_id` claims (see above); empty when it is not open.
+  std::vector<int> SessionRanks(const std::string& session_id) const;
   // A rank of `ranks` that departed from the running epoch (seating it
   // again must end the epoch first), if any.
   std::optional<int> DepartedAmong(const std::vector<int>& ranks) const;
+  // OK when no live session holds a rank of `ranks` in the current epoch;
+  // else ALREADY_EXISTS naming the rank.
+  absl::Status CheckFree(const std::vector<int>& ranks) const;
   // Seats `session` (as `session_id`) holding `ranks`, distinct ranks of
-  // the job. ALREADY_EXISTS when a live session holds one of
-  // them. The caller checks HasSession first, and calls StartNextEpoch
-  // when ended().
-  absl::StatusOr<Seated> Seat(const std::string& session_id,
-                              const std::vector<int>& ranks,
-                              std::shared_ptr<SessionChannel> session);
+  // the job. ALREADY_EXISTS (CheckFree), nothing changed, when a live
+  // session holds one of them. The caller checks HasSession first, and
+  // calls StartNextEpoch when ended(). The sessions closed because they no
+  // longer claim any rank are appended to `superseded` (the caller ends
+  // their streams).
+  absl::StatusOr<Seated> Seat(
+      const std::string& session_id, const std::vector<int>& ranks,
+      std::shared_ptr<SessionChannel> session,
+      std::vector<std::shared_ptr<SessionChannel>>* superseded = nullptr);
+  // A retried Join of open session `session_id`: `session` becomes its
+  // channel (its owner) in place of the one returned, which the caller
+  // ends. The seats and the epoch are as they were.
+  std::shared_ptr<SessionChannel> Reseat(
+      const std::string& session_id, std::shared_ptr<SessionChannel> session);
+  // The quorum_steps_started its JobReady carried for `rank`, held now:
+  // nonzero for a rank admitted into the running epoch (kRejoined).
+  uint64_t ReadyQuorumSteps(int rank) const;
 
   // What the loss or departure of a seat changed.
   struct Unseated {
@@ -101,12 +131,17 @@ class Membership final : public Participation {
     // No session of any epoch is left: the job can be freed.
     bool last_session = false;
   };
-  // The stream of `session_id` ended (unknown ids are ignored).
-  Unseated Unseat(const std::string& session_id, absl::Time now);
+  // The stream `owner` of `session_id` ended. Ignored (kNone) unless
+  // `owner` is the session's channel now: an unknown id, one closed
+  // already, or another stream naming it.
+  Unseated Unseat(const std::string& session_id, const SessionChannel* owner,
+                  absl::Time now);
   // The client of `session_id` is closing on purpose: its ranks depart
   // from the running epoch (kDeparted), or in quorum mode become absent.
   // kNone when it holds no rank of the running epoch.
   Unseated Depart(const std::string& session_id, absl::Time now);
+  // True when no session of any epoch is open.
+  bool NoSessions() const { return open_sessions_.empty(); }
 
   // The ranks `session_id` holds in the running epoch; empty when none.
   std::vector<int> RunningRanks(const std::string& session_id) const;
@@ -192,6 +227,12 @@ class Membership final : public Participation {
   struct Holder {
     std::string session_id;
     std::shared_ptr<SessionChannel> session;
+    uint64_t ready_quorum_steps = 0;  // ReadyQuorumSteps
+  };
+  // An open session: the ranks it claims, and its owner.
+  struct OpenSession {
+    std::vector<int> ranks;
+    std::shared_ptr<SessionChannel> channel;
   };
   const std::string job_;
   const int world_size_;
@@ -203,8 +244,8 @@ class Membership final : public Participation {
   std::string end_reason_;
   // Per rank: the session holding it this epoch.
   std::vector<std::optional<Holder>> holders_;
-  // Every open session, of any epoch: session id -> the ranks it holds.
-  absl::flat_hash_map<std::string, std::vector<int>> open_sessions_;
+  // Every open session, of any epoch, by id; no rank is claimed twice.
+  absl::flat_hash_map<std::string, OpenSession> open_sessions_;
   std::vector<bool> departed_;
   // Done.
   std::vector<bool> done_;

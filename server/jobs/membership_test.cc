@@ -2,6 +2,7 @@
 // rules, driven transition by transition on a clock the test moves.
 #include "server/jobs/membership.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@ namespace reducer {
 namespace {
 
 using Effect = Membership::Unseated::Effect;
+using ::testing::Contains;
 
 // Membership never calls its sessions; a distinct object per seat is all
 // a test needs to tell them apart.
@@ -37,8 +39,15 @@ class MembershipTest : public ::testing::Test {
 
   absl::StatusOr<Membership::Seated> SeatRank(int rank, int incarnation = 0) {
     sessions_.push_back(std::make_shared<NoSession>());
-    return membership_.Seat(Session(rank, incarnation), {rank},
-                            sessions_.back());
+    absl::StatusOr<Membership::Seated> seated = membership_.Seat(
+        Session(rank, incarnation), {rank}, sessions_.back(), &superseded_);
+    if (seated.ok()) owners_[Session(rank, incarnation)] = sessions_.back();
+    return seated;
+  }
+
+  // The stream of `session_id`, as it was seated, ended.
+  Membership::Unseated Lose(const std::string& session_id) {
+    return membership_.Unseat(session_id, owners_[session_id].get(), now_);
   }
 
   void SeatAll() {
@@ -58,6 +67,10 @@ class MembershipTest : public ::testing::Test {
   absl::Time now_ = absl::FromUnixSeconds(1000);
   Membership membership_;
   std::vector<std::shared_ptr<SessionChannel>> sessions_;
+  // The channel each session id was seated with.
+  std::map<std::string, std::shared_ptr<SessionChannel>> owners_;
+  // The sessions Seat closed (superseded by a newer one of their rank).
+  std::vector<std::shared_ptr<SessionChannel>> superseded_;
 };
 
 TEST_F(MembershipTest, EpochRunsOnceEveryRankIsSeated) {
@@ -76,6 +89,7 @@ TEST_F(MembershipTest, EpochRunsOnceEveryRankIsSeated) {
 
 TEST_F(MembershipTest, ASeatMayHoldSeveralRanks) {
   auto relay = std::make_shared<NoSession>();
+  owners_["relay"] = relay;
   EXPECT_EQ(*membership_.Seat("relay", {0, 2}, relay),
             Membership::Seated::kWaiting);
   EXPECT_EQ(*SeatRank(1), Membership::Seated::kAllJoined);
@@ -85,7 +99,7 @@ TEST_F(MembershipTest, ASeatMayHoldSeveralRanks) {
   // One session, told once.
   EXPECT_EQ(membership_.Sessions().size(), 2u);
   // Its loss ends the epoch naming both of its ranks.
-  const Membership::Unseated lost = membership_.Unseat("relay", now_);
+  const Membership::Unseated lost = Lose("relay");
   EXPECT_EQ(lost.effect, Effect::kEndsEpoch);
   EXPECT_THAT(lost.ranks, ElementsAre(0, 2));
 }
@@ -101,7 +115,7 @@ TEST_F(MembershipTest, AHeldRankCannotBeSeatedTwice) {
 
 TEST_F(MembershipTest, ALostRankEndsTheEpochAndTheNextStartsEmpty) {
   SeatAll();
-  const Membership::Unseated lost = membership_.Unseat(Session(1), now_);
+  const Membership::Unseated lost = Lose(Session(1));
   EXPECT_EQ(lost.effect, Effect::kEndsEpoch);
   EXPECT_THAT(lost.ranks, ElementsAre(1));
   EXPECT_FALSE(lost.last_session);
@@ -128,12 +142,119 @@ TEST_F(MembershipTest, ALostRankEndsTheEpochAndTheNextStartsEmpty) {
 TEST_F(MembershipTest, TheLastSessionToGoSaysSo) {
   ASSERT_TRUE(SeatRank(0).ok());
   ASSERT_TRUE(SeatRank(1).ok());
-  EXPECT_FALSE(membership_.Unseat(Session(0), now_).last_session);
-  const Membership::Unseated last = membership_.Unseat(Session(1), now_);
+  EXPECT_FALSE(Lose(Session(0)).last_session);
+  const Membership::Unseated last = Lose(Session(1));
   EXPECT_TRUE(last.last_session);
   // Not running: losing a joining rank ends nothing.
   EXPECT_EQ(last.effect, Effect::kNone);
-  EXPECT_TRUE(membership_.Unseat("never-joined", now_).last_session);
+  EXPECT_TRUE(Lose("never-joined").last_session);
+}
+
+TEST_F(MembershipTest, OnlyTheSeatedChannelEndsASession) {
+  SeatAll();
+  // Another stream naming rank 0's session (a refused Join's) ends nothing.
+  NoSession stranger;
+  const Membership::Unseated ignored =
+      membership_.Unseat(Session(0), &stranger, now_);
+  EXPECT_EQ(ignored.effect, Effect::kNone);
+  EXPECT_FALSE(ignored.last_session);
+  EXPECT_EQ(membership_.Unseat(Session(0), nullptr, now_).effect,
+            Effect::kNone);
+  EXPECT_TRUE(membership_.running());
+  EXPECT_TRUE(membership_.Holds(0, Session(0)));
+  EXPECT_TRUE(membership_.HasSession(Session(0)));
+  // Its own stream does.
+  const Membership::Unseated lost = Lose(Session(0));
+  EXPECT_EQ(lost.effect, Effect::kEndsEpoch);
+  EXPECT_THAT(lost.ranks, ElementsAre(0));
+}
+
+TEST_F(MembershipTest, AReseatedSessionIsEndedByItsNewChannelOnly) {
+  SeatAll();
+  auto retry = std::make_shared<NoSession>();
+  const std::shared_ptr<SessionChannel> first = owners_[Session(1)];
+  EXPECT_EQ(membership_.Reseat(Session(1), retry), first);
+  EXPECT_TRUE(membership_.running());
+  EXPECT_TRUE(membership_.Holds(1, Session(1)));
+  // Events go to the new stream, not the replaced one.
+  const std::vector<std::shared_ptr<SessionChannel>> told =
+      membership_.Sessions();
+  EXPECT_THAT(told, Contains(retry));
+  EXPECT_THAT(told, Not(Contains(first)));
+  // The replaced stream's end changes nothing; the new one's ends the epoch.
+  EXPECT_EQ(membership_.Unseat(Session(1), first.get(), now_).effect,
+            Effect::kNone);
+  EXPECT_TRUE(membership_.running());
+  EXPECT_EQ(membership_.Unseat(Session(1), retry.get(), now_).effect,
+            Effect::kEndsEpoch);
+}
+
+TEST_F(MembershipTest, ARefusedSeatChangesNothing) {
+  SeatAll();
+  membership_.EndEpoch("lost");
+  membership_.StartNextEpoch(8);
+  ASSERT_TRUE(SeatRank(0, /*incarnation=*/1).ok());
+  superseded_.clear();
+  EXPECT_THAT(SeatRank(0, /*incarnation=*/2),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  // The sessions of epoch 1 that claim ranks 1 and 2 are still open.
+  EXPECT_THAT(superseded_, IsEmpty());
+  EXPECT_TRUE(membership_.HasSession(Session(1)));
+  EXPECT_TRUE(membership_.HasSession(Session(0, 1)));
+  EXPECT_FALSE(membership_.HasSession(Session(0, 2)));
+}
+
+// However often ranks connect again with new sessions while the old
+// streams stay open, each rank has one open session: the newest.
+TEST_F(MembershipTest, ANewSessionOfARankClosesTheOneThatClaimedItBefore) {
+  SeatAll();
+  for (int incarnation = 1; incarnation <= 5; ++incarnation) {
+    membership_.EndEpoch("lost");
+    membership_.StartNextEpoch(8 + incarnation);
+    superseded_.clear();
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_TRUE(SeatRank(r, incarnation).ok());
+      EXPECT_FALSE(membership_.HasSession(Session(r, incarnation - 1)));
+    }
+    ASSERT_TRUE(membership_.running());
+    // Each superseded session handed back once, to be ended.
+    ASSERT_THAT(superseded_, SizeIs(kWorld));
+    for (int r = 0; r < kWorld; ++r) {
+      EXPECT_EQ(superseded_[r], owners_[Session(r, incarnation - 1)]);
+    }
+  }
+  // The closed sessions' streams ending later change nothing.
+  EXPECT_EQ(Lose(Session(1, 4)).effect, Effect::kNone);
+  EXPECT_TRUE(membership_.running());
+}
+
+TEST_F(MembershipTest,
+       InQuorumModeTheAbsentRanksOldSessionIsClosedOnItsReturn) {
+  SeatAll();
+  membership_.EnterQuorumMode();
+  // Left out of a step: absent, its stream still open.
+  membership_.MarkAbsent(2, now_);
+  EXPECT_TRUE(membership_.HasSession(Session(2)));
+  EXPECT_THAT(membership_.SessionRanks(Session(2)), ElementsAre(2));
+  EXPECT_EQ(*SeatRank(2, /*incarnation=*/1), Membership::Seated::kRejoined);
+  EXPECT_THAT(superseded_, ElementsAre(owners_[Session(2)]));
+  EXPECT_FALSE(membership_.HasSession(Session(2)));
+  EXPECT_EQ(Lose(Session(2)).effect, Effect::kNone);
+  EXPECT_TRUE(membership_.Holds(2, Session(2, 1)));
+}
+
+TEST_F(MembershipTest, ARelayStillHoldingARankStaysOpen) {
+  auto relay = std::make_shared<NoSession>();
+  owners_["relay"] = relay;
+  ASSERT_TRUE(membership_.Seat("relay", {0, 2}, relay).ok());
+  ASSERT_TRUE(SeatRank(1).ok());
+  membership_.EnterQuorumMode();
+  membership_.MarkAbsent(0, now_);
+  ASSERT_EQ(*SeatRank(0, /*incarnation=*/1), Membership::Seated::kRejoined);
+  // It still holds rank 2: open, claiming rank 2 alone.
+  EXPECT_THAT(superseded_, IsEmpty());
+  EXPECT_THAT(membership_.SessionRanks("relay"), ElementsAre(2));
+  EXPECT_TRUE(membership_.Holds(2, "relay"));
 }
 
 TEST_F(MembershipTest, CallersMustHoldTheirRank) {
@@ -157,7 +278,7 @@ TEST_F(MembershipTest, ADepartedRankIsRefusedAndItsReturnMustEndTheEpoch) {
                        HasSubstr("rank 2 has left the job")));
   EXPECT_THAT(membership_.CheckGroupPresent({0, 1}, "allreduce #4"), IsOk());
   // Its stream ending later changes nothing more.
-  EXPECT_EQ(membership_.Unseat(Session(2), now_).effect, Effect::kNone);
+  EXPECT_EQ(Lose(Session(2)).effect, Effect::kNone);
   EXPECT_EQ(membership_.DepartedAmong({2}), 2);
   EXPECT_EQ(membership_.DepartedAmong({0, 1}), std::nullopt);
 }
@@ -189,7 +310,7 @@ TEST_F(MembershipTest, InQuorumModeALostRankIsAbsentAndRejoinsAtTheNextStep) {
   EXPECT_THAT(membership_.StartQuorumStep({0, 1, 2}, 0), IsEmpty());
   EXPECT_TRUE(membership_.quorum_mode());
 
-  const Membership::Unseated lost = membership_.Unseat(Session(1), now_);
+  const Membership::Unseated lost = Lose(Session(1));
   EXPECT_EQ(lost.effect, Effect::kAbsent);
   EXPECT_THAT(lost.ranks, ElementsAre(1));
   EXPECT_TRUE(membership_.running());
