@@ -74,6 +74,10 @@ ReducerService::ReducerService(JobDoor* door, int max_concurrent_calls,
 grpc::ServerWriteReactor<v1::JoinEvent>* ReducerService::Join(
     grpc::CallbackServerContext* context, const v1::JoinRequest* request) {
   const CallMetrics metrics(join_metrics_);
+  // The request is whole and parsed here, within the server-wide receive
+  // limit (gRPC has none per method, and a raw handler would receive the
+  // same bytes); its size is checked on arrival, before it is kept
+  // (JobDoor::CheckJoin), and the stream keeps only its job and session id.
   const PresentedToken token = TokenOf(context);
   absl::Status allowed = door_->Authorize(request->job(), token);
   if (!allowed.ok()) return new RefusedJoin(allowed, metrics);

@@ -84,6 +84,14 @@ size_t Job::RankStateBytes(int world_size) {
   return Membership::StateBytes(world_size);
 }
 
+size_t Job::ShardListBytes(const std::vector<std::string>& shards) {
+  size_t bytes = sizeof(std::vector<std::string>);
+  for (const std::string& shard : shards) {
+    bytes += sizeof(std::string) + shard.size();
+  }
+  return bytes;
+}
+
 absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
                        std::shared_ptr<SessionChannel> session,
                        std::vector<std::string> shards) {

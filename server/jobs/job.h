@@ -117,8 +117,9 @@ class Job {
   // Unless `env` brings its own, the job keeps results in a KeptResults of
   // its own when env.kept_memory is set.
   // `rank_state` holds RankStateBytes(world_size) of the memory budget
-  // (and of the shares that count it) for the job's lifetime (JobRegistry
-  // reserves it before creating the job).
+  // (and of the shares that count it), and ShardListBytes of its first
+  // Join's shard list, for the job's lifetime (JobRegistry reserves it
+  // before creating the job).
   // `tenant`: what the job's tenant holds (server/jobs/tenants.h), which
   // the job's pending collectives count in and its collectives' memory
   // reservations take from (env.tenant_memory, unless `env` brings its
@@ -132,6 +133,8 @@ class Job {
 
   // What a job of `world_size` ranks holds per rank from its creation on.
   static size_t RankStateBytes(int world_size);
+  // What the job holds for the shard list `shards` (its first Join's).
+  static size_t ShardListBytes(const std::vector<std::string>& shards);
 
   // Gives the job's per-rank state back to the memory budget: the registry
   // has freed the job, which may live on a while only for replays.

@@ -31,14 +31,61 @@ JobDoor::JobDoor(JobRegistry* registry, MetricsSink* metrics, JobTokens* tokens,
       tokens_(tokens),
       max_name_bytes_(max_name_bytes) {}
 
+absl::Status JobDoor::Refuse(absl::Status invalid) const {
+  metrics_->RequestRefused(invalid.code(), RefusedLimit::kNone);
+  return invalid;
+}
+
 absl::Status JobDoor::CheckName(absl::string_view field,
                                 absl::string_view value) const {
   if (value.size() <= max_name_bytes_) return absl::OkStatus();
-  metrics_->RequestRefused(absl::StatusCode::kInvalidArgument,
-                           RefusedLimit::kNone);
-  return absl::InvalidArgumentError(absl::StrCat(
+  return Refuse(absl::InvalidArgumentError(absl::StrCat(
       field, " is ", value.size(), " bytes long, over the limit of ",
-      max_name_bytes_, " bytes (--max_name_bytes)"));
+      max_name_bytes_, " bytes (--max_name_bytes)")));
+}
+
+size_t JobDoor::max_join_request_bytes() const {
+  return 2 * max_name_bytes_ + kMaxJoinShardListBytes + 2 * kMaxJoinShards +
+         kJoinFramingBytes;
+}
+
+absl::Status JobDoor::CheckJoin(const v1::JoinRequest& request) const {
+  REDUCER_RETURN_IF_ERROR(CheckName("JoinRequest.job", request.job()));
+  REDUCER_RETURN_IF_ERROR(
+      CheckName("JoinRequest.session_id", request.session_id()));
+  if (request.shards_size() > kMaxJoinShards) {
+    return Refuse(absl::InvalidArgumentError(absl::StrCat(
+        "JoinRequest.shards names ", request.shards_size(),
+        " addresses, over the limit of ", kMaxJoinShards, " shards")));
+  }
+  size_t shard_bytes = 0;
+  for (int i = 0; i < request.shards_size(); ++i) {
+    REDUCER_RETURN_IF_ERROR(CheckName(
+        absl::StrCat("JoinRequest.shards[", i, "]"), request.shards(i)));
+    shard_bytes += request.shards(i).size();
+  }
+  if (shard_bytes > kMaxJoinShardListBytes) {
+    return Refuse(absl::InvalidArgumentError(
+        absl::StrCat("JoinRequest.shards holds ", shard_bytes,
+                     " bytes of addresses, over the limit of ",
+                     kMaxJoinShardListBytes, " bytes")));
+  }
+  // A transport hands the Join over whole (gRPC has no receive limit per
+  // method: it reads any message up to its server-wide limit before a
+  // handler runs). What this bounds is what a Join makes reducerd keep and
+  // work on past its arrival: fields this reducerd does not know are kept
+  // with the message.
+  if (const size_t bytes = request.ByteSizeLong();
+      bytes > max_join_request_bytes()) {
+    return Refuse(absl::InvalidArgumentError(absl::StrCat(
+        "JoinRequest is ", bytes, " bytes, over the limit of ",
+        max_join_request_bytes(),
+        " bytes (its names within --max_name_bytes, its shard list within ",
+        kMaxJoinShardListBytes,
+        " bytes; fields this reducerd does not know "
+        "count too)")));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status JobDoor::CheckNames(const v1::CollectiveHeader& header) const {
@@ -69,9 +116,7 @@ absl::Status JobDoor::AuthorizeAnyJob(const PresentedToken& token) {
 absl::Status JobDoor::Join(const v1::JoinRequest& request,
                            const PresentedToken& token,
                            std::shared_ptr<SessionChannel> session) {
-  REDUCER_RETURN_IF_ERROR(CheckName("JoinRequest.job", request.job()));
-  REDUCER_RETURN_IF_ERROR(
-      CheckName("JoinRequest.session_id", request.session_id()));
+  REDUCER_RETURN_IF_ERROR(CheckJoin(request));
   absl::Status allowed = Authorize(request.job(), token);
   if (!allowed.ok()) return allowed;
   return registry_->Join(request, std::move(session));

@@ -61,8 +61,19 @@ class JobDoor {
                                      const std::string& session_id, int rank,
                                      const PresentedToken& token);
 
-  // Checks the names, authorizes, then joins `session` to the request's job
-  // (JobRegistry::Join).
+  // The most addresses a Join's shard list may name: the client library's
+  // own bound (kMaxShards in client/shards/shard_targets.h).
+  static constexpr int kMaxJoinShards = 1024;
+  // The most bytes of addresses a Join's shard list may hold in all:
+  // kMaxJoinShards addresses of 64 bytes.
+  static constexpr size_t kMaxJoinShardListBytes = 64 << 10;
+  // The largest Join (serialized) taken: its two names at most
+  // max_name_bytes each, its shard list within kMaxJoinShardListBytes (and
+  // 2 bytes of framing per address), and kJoinFramingBytes for the rest.
+  size_t max_join_request_bytes() const;
+
+  // Checks the request (CheckJoin), authorizes, then joins `session` to the
+  // request's job (JobRegistry::Join).
   absl::Status Join(const v1::JoinRequest& request, const PresentedToken& token,
                     std::shared_ptr<SessionChannel> session);
 
@@ -103,6 +114,15 @@ class JobDoor {
   std::string TenantOfToken(const PresentedToken& token);
 
  private:
+  // A Join's bounds, before anything is looked up or kept: INVALID_ARGUMENT
+  // naming the field when its names are over max_name_bytes_, its shard
+  // list names more than kMaxJoinShards addresses, one of them over
+  // max_name_bytes_ or more than kMaxJoinShardListBytes in all, or when the
+  // whole message (fields this reducerd does not know included) is over
+  // max_join_request_bytes().
+  absl::Status CheckJoin(const v1::JoinRequest& request) const;
+  // `invalid`, counted as a refused request.
+  absl::Status Refuse(absl::Status invalid) const;
   // INVALID_ARGUMENT naming `field` when `value` is over max_name_bytes_.
   absl::Status CheckName(absl::string_view field,
                          absl::string_view value) const;
@@ -118,6 +138,9 @@ class JobDoor {
   MetricsSink* const metrics_;   // not owned
   JobTokens* const tokens_;      // not owned; null: no tokens required
   const size_t max_name_bytes_;
+  // The room max_join_request_bytes() leaves for a Join's fields other than
+  // its names and shards (rank, world size, tags and lengths).
+  static constexpr size_t kJoinFramingBytes = 64;
 };
 
 }  // namespace reducer

@@ -5,6 +5,7 @@
 #include "server/jobs/job_door.h"
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,82 @@ TEST(JobDoorTest, JoinNamingAJobOverTheLimitIsRefusedAndCounted) {
                          "of 64 bytes (--max_name_bytes)")));
   EXPECT_THAT(env.registry().Find(job), Not(IsOk()));
   EXPECT_THAT(env.refused(), ElementsAre(absl::StatusCode::kInvalidArgument));
+}
+
+// `request` through `door` for a fresh session: the door's answer.
+absl::Status JoinThrough(JobDoor& door, const v1::JoinRequest& request) {
+  return door.Join(request, kNoToken, std::make_shared<FakeSession>());
+}
+
+TEST(JobDoorTest, AJoinNamingTooManyShardsIsRefusedNamingTheBound) {
+  Env env;
+  v1::JoinRequest request = Env::JoinRequest("j", 0, 1, "s");
+  for (int i = 0; i <= JobDoor::kMaxJoinShards; ++i) {
+    request.add_shards(absl::StrCat("r", i, ":1"));
+  }
+  EXPECT_THAT(JoinThrough(env.door(), request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("JoinRequest.shards names 1025 addresses, "
+                                 "over the limit of 1024 shards")));
+  // One fewer is taken.
+  request.mutable_shards()->RemoveLast();
+  EXPECT_THAT(JoinThrough(env.door(), request), IsOk());
+  EXPECT_THAT(env.refused(), ElementsAre(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(JobDoorTest, AJoinNamingAShardOverTheNameLimitIsRefusedNamingIt) {
+  Env env;
+  v1::JoinRequest request = Env::JoinRequest("j", 0, 1, "s");
+  request.add_shards("r0:1");
+  request.add_shards(std::string(Env::kMaxNameBytes + 1, 'r'));
+  EXPECT_THAT(JoinThrough(env.door(), request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("JoinRequest.shards[1] is 65 bytes long, "
+                                 "over the limit of 64 bytes "
+                                 "(--max_name_bytes)")));
+  EXPECT_THAT(env.registry().Find("j"), Not(IsOk()));
+}
+
+TEST(JobDoorTest, AJoinsShardListIsBoundedInAll) {
+  Env env;
+  RefusalRecorder refusals;
+  // Names of up to 512 bytes: 1024 of them would be 512 KiB.
+  JobDoor door(&env.registry(), &refusals, nullptr, 512);
+  v1::JoinRequest request = Env::JoinRequest("j", 0, 1, "s");
+  for (int i = 0; i < 129; ++i) request.add_shards(std::string(512, 'r'));
+  EXPECT_THAT(JoinThrough(door, request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("JoinRequest.shards holds 66048 bytes of "
+                                 "addresses, over the limit of 65536 bytes")));
+  EXPECT_THAT(refusals.refused(),
+              ElementsAre(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(JobDoorTest, AJoinOverItsSizeIsRefusedCountingFieldsNotKnown) {
+  Env env;
+  v1::JoinRequest request = Env::JoinRequest("j", 0, 1, "s");
+  // A field this reducerd does not know, of 100 KB.
+  request.GetReflection()->MutableUnknownFields(&request)->AddLengthDelimited(
+      99, std::string(100000, 'x'));
+  const absl::Status refused = JoinThrough(env.door(), request);
+  EXPECT_THAT(refused,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(absl::StrCat(
+                           "JoinRequest is ", request.ByteSizeLong(),
+                           " bytes, over the limit of ",
+                           env.door().max_join_request_bytes(), " bytes"))));
+  EXPECT_THAT(env.registry().Find("j"), Not(IsOk()));
+  // The limit admits the largest well-formed Join: both names and 1024
+  // addresses at their limits (64 bytes each here).
+  v1::JoinRequest largest =
+      Env::JoinRequest(std::string(Env::kMaxNameBytes, 'j'), 0, 1,
+                       std::string(Env::kMaxNameBytes, 's'));
+  largest.set_rank(0);
+  largest.set_world_size(std::numeric_limits<int32_t>::max());
+  for (int i = 0; i < JobDoor::kMaxJoinShards; ++i) {
+    largest.add_shards(std::string(Env::kMaxNameBytes, 'r'));
+  }
+  EXPECT_LE(largest.ByteSizeLong(), env.door().max_join_request_bytes());
 }
 
 TEST(JobDoorTest, AttachNamesTheHeaderFieldOverTheLimit) {

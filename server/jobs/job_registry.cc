@@ -51,6 +51,8 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
   }
   // Before the lock: the tokens file may be read again.
   const std::string tenant_name = tenants_.NameOf(request.job());
+  std::vector<std::string> shards(request.shards().begin(),
+                                  request.shards().end());
   absl::MutexLock lock(&mu_);
   if (!accepting_) return absl::UnavailableError(kShuttingDown);
   auto it = jobs_.find(request.job());
@@ -74,7 +76,9 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
           "cannot create job ", request.job(), ": reducerd already serves ",
           jobs_.size(), " jobs (--max_jobs=", env_.options->max_jobs, ")"));
     }
-    const size_t rank_state_bytes = Job::RankStateBytes(request.world_size());
+    // The shard list of its first Join is the job's for its lifetime.
+    const size_t rank_state_bytes =
+        Job::RankStateBytes(request.world_size()) + Job::ShardListBytes(shards);
     std::vector<MemoryReservation> rank_state;
     rank_state.push_back(MemoryReservation::Try(env_.memory, rank_state_bytes));
     if (!rank_state.back().ok()) {
@@ -82,8 +86,8 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
                                    RefusedLimit::kMemoryBudgetBytes);
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot create job ", request.job(), " of ", request.world_size(),
-          " ranks: its per-rank state (", rank_state_bytes,
-          " bytes) does not fit in the memory budget (--memory_budget_bytes=",
+          " ranks: its per-rank state and shard list (", rank_state_bytes,
+          " bytes) do not fit in the memory budget (--memory_budget_bytes=",
           env_.memory->limit(), ", ", env_.memory->used(), " in use)"));
     }
     if (std::shared_ptr<MemoryBudget> share = tenant->memory()) {
@@ -94,8 +98,8 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
                                      RefusedLimit::kMaxTenantMemoryFraction);
         return absl::ResourceExhaustedError(absl::StrCat(
             "cannot create job ", request.job(), " of ", request.world_size(),
-            " ranks: its per-rank state (", rank_state_bytes,
-            " bytes) does not fit in its tenant ", tenant_name,
+            " ranks: its per-rank state and shard list (", rank_state_bytes,
+            " bytes) do not fit in its tenant ", tenant_name,
             "'s share of the memory budget (",
             env_.options->tenant_memory_fraction_setting, "=",
             env_.options->max_tenant_memory_fraction, " of ",
@@ -113,10 +117,9 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
              .first;
   }
   std::shared_ptr<Job> job = it->second;
-  absl::Status joined = job->Join(
-      request.rank(), request.world_size(), request.session_id(),
-      std::move(session),
-      std::vector<std::string>(request.shards().begin(), request.shards().end()));
+  absl::Status joined =
+      job->Join(request.rank(), request.world_size(), request.session_id(),
+                std::move(session), std::move(shards));
   // A refused Join touched no session: only a job it created itself has
   // none, and goes again.
   if (!joined.ok() && job->HasNoSessions()) FreeLocked(it);

@@ -779,6 +779,23 @@ TEST_F(JobRegistryTest, ARefusedJoinNamingASeatedSessionLeavesItsJobRunning) {
   EXPECT_EQ(seated_["b"]->aborted_count(), 0);
 }
 
+// The shard list a job keeps (its first Join's) is held in the memory
+// budget with its per-rank state, until the job is freed.
+TEST_F(JobRegistryTest, AJobsShardListCountsInTheMemoryBudget) {
+  JobRegistry registry(Env());
+  ASSERT_THAT(JoinAs(registry, "plain", 0, 2, "a"), IsOk());
+  const size_t plain = memory_.used();
+  v1::JoinRequest sharded = Join("sharded", 0, 2, "b");
+  sharded.add_shards(std::string(1000, 'x') + ":1");
+  sharded.add_shards(std::string(1000, 'y') + ":1");
+  seated_["b"] = std::make_shared<FakeSession>();
+  ASSERT_THAT(registry.Join(sharded, seated_["b"]), IsOk());
+  // Both jobs' per-rank state, and at least the addresses' 2004 bytes.
+  EXPECT_GE(memory_.used(), 2 * plain + 2004);
+  LeaveAs(registry, "sharded", "b", "closed", EpochEndReason::kSessionEnded);
+  EXPECT_EQ(memory_.used(), plain);
+}
+
 TEST_F(JobRegistryTest, StoppedRegistryRefusesJoinsAsUnavailable) {
   JobRegistry registry(Env());
   registry.StopAccepting();
