@@ -96,13 +96,13 @@ bool Collective::LeftAnyOut() const {
                      [](const RankState& m) { return m.left_out; });
 }
 
-std::map<int, absl::Status> Collective::LeftOutRefusals() const {
+std::vector<std::pair<int, bool>> Collective::LeftOutRanks() const {
   absl::MutexLock lock(&mu_);
-  std::map<int, absl::Status> refusals;
+  std::vector<std::pair<int, bool>> left_out;
   for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (ranks_[i].left_out) refusals[group_[i]] = LeftOutError(group_[i]);
+    if (ranks_[i].left_out) left_out.emplace_back(group_[i], ranks_[i].done);
   }
-  return refusals;
+  return left_out;
 }
 
 void Collective::SetChunkBytes(size_t chunk_bytes) {

@@ -74,10 +74,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -240,10 +240,16 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // without it; LeftAnyOut: when it ended without some rank.
   bool LeftOut(int rank) const;
   bool LeftAnyOut() const;
-  // What a late call of each rank left out gets (what Attach would fail it
-  // with), by rank: a job remembers these for a finished step instead of
-  // the Collective.
-  std::map<int, absl::Status> LeftOutRefusals() const;
+  // The ranks left out, by rank: true for one left out because it called
+  // Done(), false for one a quorum step ended without. A job remembers
+  // these for a finished step instead of the Collective, and refuses their
+  // late calls with LeftOutRefusal.
+  std::vector<std::pair<int, bool>> LeftOutRanks() const;
+  // What a late call of `rank`, left out of the collective `description`
+  // names (`done`: because it called Done()), gets: what Attach fails it
+  // with.
+  static absl::Status LeftOutRefusal(const std::string& description, int rank,
+                                     bool done);
   bool IsQuorumBarrier() const {
     return label_.kind == CollectiveKind::kQuorumBarrier;
   }
@@ -284,6 +290,7 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // deadline.
   void FailUnlessDecided(const absl::Status& status);
 
+  size_t group_size() const { return group_.size(); }
   // True when `rank` is in the group.
   bool Includes(int rank) const {
     return std::binary_search(group_.begin(), group_.end(), rank);

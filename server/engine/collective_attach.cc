@@ -344,14 +344,18 @@ absl::Status Collective::CannotGoOnWithout(int index) const {
 }
 
 absl::Status Collective::LeftOutError(int rank) const {
-  const RankState& m = ranks_[IndexOf(rank)];
-  if (m.done) {
+  return LeftOutRefusal(description_, rank, ranks_[IndexOf(rank)].done);
+}
+
+absl::Status Collective::LeftOutRefusal(const std::string& description,
+                                        int rank, bool done) {
+  if (done) {
     return absl::FailedPreconditionError(absl::StrCat(
-        description_, ": rank ", rank,
+        description, ": rank ", rank,
         " called Done(); it takes part in no collective of the job until "
         "every rank has called Done()"));
   }
-  return QuorumStep::LateRefusal(description_, rank);
+  return QuorumStep::LateRefusal(description, rank);
 }
 
 void Collective::StartQuorum(const QuorumSettings& settings,

@@ -65,9 +65,12 @@ Job::~Job() {
   if (tenant_ != nullptr) tenant_->RemovePending(reported_pending_);
 }
 
-void Job::ReleaseRankState() {
+void Job::KeepForReplaysOnly() {
   absl::MutexLock lock(&mu_);
   rank_state_.clear();
+  step_records_.clear();
+  membership_.ForgetRecords();
+  attempts_.KeepForReplays();
 }
 
 void Job::ReportPendingLocked() {
@@ -142,6 +145,7 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     matching_.clear();
     failed_.Clear();
     ReportPendingLocked();
+    step_records_.clear();
     attempts_.Clear();
     active_.clear();
     point_to_point_.Clear();
@@ -361,6 +365,7 @@ void Job::EndEpoch(const std::string& reason, int lost_rank,
   matching_.clear();
   failed_.Clear();
   ReportPendingLocked();
+  step_records_.clear();
   active_.clear();
   v1::JoinEvent event;
   event.mutable_aborted()->set_epoch(epoch);
@@ -425,6 +430,7 @@ void Job::Shutdown(const absl::Status& status) {
   matching_.clear();
   failed_.Clear();
   ReportPendingLocked();
+  step_records_.clear();
   active_.clear();
   for (const auto& session : membership_.Sessions()) session->Fail(status);
 }

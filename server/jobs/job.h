@@ -136,9 +136,12 @@ class Job {
   // What the job holds for the shard list `shards` (its first Join's).
   static size_t ShardListBytes(const std::vector<std::string>& shards);
 
-  // Gives the job's per-rank state back to the memory budget: the registry
-  // has freed the job, which may live on a while only for replays.
-  void ReleaseRankState() ABSL_LOCKS_EXCLUDED(mu_);
+  // The registry has freed the job, which may live on a while only for
+  // replays: gives back to the memory budget its per-rank state and what
+  // only its calls needed (Done's counts, remembered quorum steps, its
+  // attempt ids' reservations; the ids of collectives still making a
+  // result stay, for replays, as AttemptCache::KeepForReplays says).
+  void KeepForReplaysOnly() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Adds `session` as `rank`. OK, or FAILED_PRECONDITION when `world_size`
   // differs from the job's, ALREADY_EXISTS when a live session holds the
@@ -309,6 +312,27 @@ class Job {
   // part (so those of its group leave it out, counting the unnamed ones as
   // skipped), or, when it was the last rank to, lets every rank go.
   void MarkDoneLocked(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The group an unnamed collective's matching `key` names ("0,2,3"), under
+  // which Done's skipped counts are kept; empty for a named one.
+  static std::string SkippedGroupOf(const std::string& key);
+  // The budget for the record of Done's counts of `group` (Membership::
+  // SkipRecordBytes), or the refusal of the call `description` names.
+  absl::StatusOr<std::vector<MemoryReservation>> ReserveSkipRecordLocked(
+      const std::string& group, const std::string& description)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The budget for the record a collective matched under `key` (named
+  // `step`, over `group_size` ranks) that may leave ranks out keeps of them
+  // once finished (Membership::StepBytes), or the refusal of the call
+  // `description` names.
+  absl::StatusOr<std::vector<MemoryReservation>> ReserveStepRecordLocked(
+      const std::string& key, const std::string& step, size_t group_size,
+      const std::string& description) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before `rank`'s DONE call (`description`) that leaves it out: every
+  // collective pending that includes it gets its step record, and every
+  // unnamed one its group's record of Done's counts, held in the budget;
+  // else the refusal of the DONE call, nothing changed.
+  absl::Status ReserveForDoneLocked(int rank, const std::string& description)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells `collective` (matched under `key`) that who takes part changed,
   // or, just created, to ask who does: it asks membership_
   // (Collective::OnMembershipChanged, under mu_), and the ranks it found
@@ -381,8 +405,9 @@ class Job {
   const std::string shared_memory_socket_;
   // Its tenant's counts; null: none (see the constructor).
   const std::shared_ptr<Tenant> tenant_;
-  // RankStateBytes(world_size_) of the budget and the shares, until the
-  // registry frees the job (a freed job kept for replays no longer counts).
+  // RankStateBytes(world_size_) and its shard list's bytes of the budget
+  // and the shares, until the registry frees the job (a freed job kept for
+  // replays no longer counts).
   std::vector<MemoryReservation> rank_state_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex mu_;
@@ -400,6 +425,12 @@ class Job {
   FailedCollectives failed_ ABSL_GUARDED_BY(mu_);
   // PendingLocked() as the tenant was last told (ReportPendingLocked).
   size_t reported_pending_ ABSL_GUARDED_BY(mu_) = 0;
+  // The budget held for what each collective that may leave ranks out (a
+  // quorum step, or one a rank done with Done() is left out of) is
+  // remembered with once finished (Membership::RememberStep), by matching
+  // key, until it is pruned: then the remembered step holds it.
+  absl::flat_hash_map<std::string, std::vector<MemoryReservation>> step_records_
+      ABSL_GUARDED_BY(mu_);
   // The collective each recent contribution (by attempt id) joined, so
   // that retries are recognised.
   static constexpr size_t kRememberedAttempts = 4096;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/engine/memory_budget.h"
 #include "server/jobs/job.h"
 #include "server/jobs/joined_job_test.h"
 #include "tests/matchers.h"
@@ -38,6 +39,15 @@ class JobDoneTest : public JoinedJobTest {
     }
     return Attach(h, std::string(reinterpret_cast<const char*>(values.data()),
                                  values.size() * sizeof(float)));
+  }
+
+  // Holds all of the memory budget the job has not used yet, until reset.
+  MemoryReservation FillTheBudget() {
+    MemoryBudget& budget = server_.memory();
+    MemoryReservation fill =
+        MemoryReservation::Try(&budget, budget.limit() - budget.used());
+    EXPECT_TRUE(fill.ok());
+    return fill;
   }
 
   std::shared_ptr<FakeRankChannel> Done(int rank, int call = 0) {
@@ -82,6 +92,69 @@ TEST_F(JobDoneTest, APendingAllReduceGoesOnWithoutTheDoneRank) {
   auto w1 = Call(1, 3, v1::COLLECTIVE_KIND_BARRIER, {});
   EXPECT_TRUE(w1->finished_ok()) << w1->failure();
   EXPECT_TRUE(w0->finished_ok()) << w0->failure();
+}
+
+// Rank 2's Done() makes the job remember, for the pending all-reduce it
+// is left out of, that it skipped it: with no room in the budget for that,
+// its DONE call is refused and nothing changes; with room, it goes on.
+TEST_F(JobDoneTest, ADoneIsRefusedWhenTheBudgetCannotHoldWhatItMakesKept) {
+  auto a0 = Call(0, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {1, 2});
+  auto a1 = Call(1, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {10, 20});
+  MemoryReservation fill = FillTheBudget();
+  auto refused = Done(2);
+  EXPECT_THAT(refused->failure(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("done #0"),
+                             HasSubstr("the server's memory budget"),
+                             HasSubstr("(--memory_budget_bytes) cannot hold "
+                                       "the record of the ranks a collective "
+                                       "of 3 ranks may leave out"))));
+  EXPECT_THAT(job_.Snapshot().done_ranks, IsEmpty());
+  EXPECT_FALSE(a0->finished_ok());
+  fill = MemoryReservation();
+  auto done2 = Done(2);
+  ASSERT_TRUE(a0->finished_ok()) << a0->failure();
+  EXPECT_THAT(Values<float>(*a0), ElementsAre(11, 22));
+  EXPECT_THAT(job_.Snapshot().done_ranks, ElementsAre(2));
+}
+
+// A new unnamed collective that leaves done rank 2 out needs its group's
+// record of Done's counts, held in the budget before it is made.
+TEST_F(JobDoneTest,
+       ACollectiveLeavingADoneRankOutIsRefusedWithoutRoomForItsCount) {
+  auto done2 = Done(2);
+  MemoryReservation fill = FillTheBudget();
+  auto refused = Call(0, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
+  EXPECT_THAT(refused->failure(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("cannot hold the counts of the collectives "
+                                 "of a group of 3 ranks that ranks done with "
+                                 "Done() are left out of")));
+  fill = MemoryReservation();
+  auto a0 = Call(0, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
+  auto a1 = Call(1, 0, v1::COLLECTIVE_KIND_ALL_REDUCE, {2});
+  ASSERT_TRUE(a1->finished_ok()) << a1->failure();
+  EXPECT_THAT(Values<float>(*a0), ElementsAre(3));
+}
+
+// What Done() makes the job keep (the counts, the records of whom its
+// collectives left out) is held in the budget for the epoch only: all of it
+// is given back when the epoch ends.
+TEST_F(JobDoneTest, WhatDoneMakesKeptIsGivenBackWhenTheEpochEnds) {
+  const size_t before = server_.memory().used();
+  auto done2 = Done(2);
+  for (uint64_t sequence = 0; sequence < 4; ++sequence) {
+    auto a0 = Call(0, sequence, v1::COLLECTIVE_KIND_ALL_REDUCE, {1});
+    auto a1 = Call(1, sequence, v1::COLLECTIVE_KIND_ALL_REDUCE, {2});
+    ASSERT_TRUE(a1->finished_ok()) << a1->failure();
+  }
+  EXPECT_GT(server_.memory().used(), before);
+  EXPECT_FALSE(Lose(0, "killed"));
+  EXPECT_FALSE(Lose(1, "killed"));
+  ASSERT_TRUE(
+      job_.Join(0, kWorld, Session(0, 1), std::make_shared<FakeSession>())
+          .ok());
+  EXPECT_EQ(server_.memory().used(), before);
 }
 
 TEST_F(JobDoneTest, AKindThatNeedsEveryPartFailsSayingWhy) {

@@ -60,6 +60,11 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
         " called Done(); it takes part in no collective of the job until "
         "every rank has called Done()"));
   }
+  if (fp->kind == CollectiveKind::kDone) {
+    // What the pending collectives it will be left out of make the job
+    // remember is held in the budget first.
+    REDUCER_RETURN_IF_ERROR(ReserveForDoneLocked(header.rank(), description));
+  }
   absl::StatusOr<std::shared_ptr<Collective>> collective =
       CollectiveForLocked(header, *fp, description);
   if (!collective.ok()) return collective.status();
@@ -185,13 +190,25 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
   if (std::shared_ptr<Collective> step = LeftOutStepLocked(key, rank)) {
     return step;  // its Attach refuses the late call
   }
-  if (std::optional<absl::Status> refused =
-          membership_.RememberedRefusal(key, rank)) {
-    return *refused;
+  if (std::optional<Membership::LeftOutOfStep> left_out =
+          membership_.RememberedLeftOut(key, rank)) {
+    return Collective::LeftOutRefusal(left_out->description, rank,
+                                      left_out->done);
   }
   if (std::optional<absl::Status> failed = failed_.Take(key, rank)) {
     ReportPendingLocked();
     return *failed;
+  }
+  // A new id is remembered (AttemptCache) with its bytes counted, or the
+  // call refused before anything is created.
+  std::vector<MemoryReservation> attempt_held;
+  if (!attempt.empty()) {
+    REDUCER_ASSIGN_OR_RETURN(
+        attempt_held,
+        ReserveInShares(env_, name_, description,
+                         "the record of its attempt id, kept to recognize "
+                         "a retry",
+                         AttemptCache::EntryBytes(attempt)));
   }
   std::shared_ptr<Collective> collective;
   auto it = matching_.find(key);
@@ -200,6 +217,29 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
   if (it != matching_.end() && !it->second->HasFinished(rank)) {
     collective = it->second;
   } else {
+    // What it may make the job remember is held in the budget first: a
+    // quorum step, or one that leaves out a rank done already, its
+    // refusals of late calls; an unnamed one that leaves out a done rank,
+    // its group's record of Done's counts, if there is none yet.
+    const bool leaves_done_out =
+        std::any_of(fp.group.begin(), fp.group.end(),
+                    [this](int r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                      return membership_.CalledDone(r);
+                    });
+    const std::string group = SkippedGroupOf(key);
+    const bool needs_skip_record =
+        leaves_done_out && !group.empty() && !membership_.HasSkipRecord(group);
+    std::vector<MemoryReservation> skip_record;
+    if (needs_skip_record) {
+      REDUCER_ASSIGN_OR_RETURN(skip_record,
+                               ReserveSkipRecordLocked(group, description));
+    }
+    std::vector<MemoryReservation> step_record;
+    if (leaves_done_out || fp.kind == CollectiveKind::kQuorumBarrier) {
+      REDUCER_ASSIGN_OR_RETURN(
+          step_record, ReserveStepRecordLocked(key, description,
+                                               fp.group.size(), description));
+    }
     absl::StatusOr<std::shared_ptr<Collective>> created =
         NewCollectiveLocked(header, fp, description);
     if (!created.ok()) {
@@ -209,13 +249,23 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
     collective = *std::move(created);
     matching_[key] = collective;
     ReportPendingLocked();
+    if (step_record.empty()) {
+      step_records_.erase(key);  // a collective's of that key before
+    } else {
+      step_records_[key] = std::move(step_record);
+    }
+    if (needs_skip_record) {
+      membership_.AddSkipRecord(group, std::move(skip_record));
+    }
     TellMembershipChangedLocked(collective, key);
     if (header.name().empty() &&
         static_cast<int>(fp.group.size()) == world_size_) {
       membership_.NoteWholeSequence(header.sequence());
     }
   }
-  if (!attempt.empty()) attempts_.Remember(attempt, collective);
+  if (!attempt.empty()) {
+    attempts_.Remember(attempt, collective, std::move(attempt_held));
+  }
   return collective;
 }
 
@@ -336,9 +386,16 @@ void Job::PruneFinished() {
       if (std::optional<double> pace = current->second->InputPace()) {
         NotePaceLocked(*pace);
       }
+      std::vector<MemoryReservation> record;
+      if (auto funded = step_records_.find(current->first);
+          funded != step_records_.end()) {
+        record = std::move(funded->second);
+        step_records_.erase(funded);
+      }
       if (current->second->LeftAnyOut()) {
-        membership_.RememberStep(current->first,
-                                 current->second->LeftOutRefusals());
+        membership_.RememberStep(current->first, current->second->description(),
+                                 current->second->LeftOutRanks(),
+                                 std::move(record));
       }
       matching_.erase(current);
     }
@@ -384,9 +441,68 @@ void Job::MarkDoneLocked(int rank) {
 void Job::TellMembershipChangedLocked(
     const std::shared_ptr<Collective>& collective, const std::string& key) {
   const std::vector<int> done = collective->OnMembershipChanged(membership_);
+  const std::string group = SkippedGroupOf(key);
+  if (group.empty()) return;
+  for (int r : done) membership_.NoteSkipped(r, group);
+}
+
+std::string Job::SkippedGroupOf(const std::string& key) {
   const size_t bar = key.find("|#");
-  if (bar == std::string::npos) return;
-  for (int r : done) membership_.NoteSkipped(r, key.substr(0, bar));
+  return bar == std::string::npos ? std::string() : key.substr(0, bar);
+}
+
+absl::StatusOr<std::vector<MemoryReservation>> Job::ReserveSkipRecordLocked(
+    const std::string& group, const std::string& description) {
+  const size_t group_size = std::count(group.begin(), group.end(), ',') + 1;
+  return ReserveInShares(
+      env_, name_, description,
+      absl::StrCat("the counts of the collectives of a group of ", group_size,
+                   " ranks that ranks done with Done() are left out of"),
+      Membership::SkipRecordBytes(group, group_size));
+}
+
+absl::StatusOr<std::vector<MemoryReservation>> Job::ReserveStepRecordLocked(
+    const std::string& key, const std::string& step, size_t group_size,
+    const std::string& description) {
+  return ReserveInShares(
+      env_, name_, description,
+      absl::StrCat("the record of the ranks a collective of ", group_size,
+                   " ranks may leave out, kept to refuse their late calls"),
+      Membership::StepBytes(key, step, group_size));
+}
+
+absl::Status Job::ReserveForDoneLocked(int rank,
+                                       const std::string& description) {
+  if (membership_.CalledDone(rank) ||
+      membership_.done_count() + 1 >= world_size_) {
+    return absl::OkStatus();  // it leaves nobody out
+  }
+  std::vector<std::pair<std::string, std::vector<MemoryReservation>>> steps;
+  std::vector<std::pair<std::string, std::vector<MemoryReservation>>> groups;
+  for (const auto& [key, collective] : matching_) {
+    if (collective->done() || !collective->Includes(rank)) continue;
+    if (!step_records_.contains(key)) {
+      REDUCER_ASSIGN_OR_RETURN(
+          std::vector<MemoryReservation> held,
+          ReserveStepRecordLocked(key, collective->description(),
+                                  collective->group_size(), description));
+      steps.emplace_back(key, std::move(held));
+    }
+    const std::string group = SkippedGroupOf(key);
+    if (group.empty() || membership_.HasSkipRecord(group) ||
+        std::any_of(groups.begin(), groups.end(),
+                    [&](const auto& g) { return g.first == group; })) {
+      continue;
+    }
+    REDUCER_ASSIGN_OR_RETURN(std::vector<MemoryReservation> held,
+                             ReserveSkipRecordLocked(group, description));
+    groups.emplace_back(group, std::move(held));
+  }
+  for (auto& [key, held] : steps) step_records_[key] = std::move(held);
+  for (auto& [group, held] : groups) {
+    membership_.AddSkipRecord(group, std::move(held));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace reducer

@@ -196,8 +196,8 @@ TEST_F(JobQuorumTest, ALateRankIsLeftOutAndRejoinsAtALaterStep) {
 
 // A finished step that left a rank out is remembered by name, so that the
 // rank's late call is refused naming it, but without its Collective: the
-// memory its bookkeeping reserved goes back (a job freed after its epoch
-// ended keeps its remembered steps for a while).
+// memory its bookkeeping reserved goes back, and the step holds only its
+// record of whom it left out.
 TEST_F(JobQuorumTest, RememberedStepsRefuseLateCallsAndHoldNoMemory) {
   const absl::Duration grace = absl::Milliseconds(50);
   // Step 0, then steps 1 to 10, without rank 2 (each waits out the grace
@@ -213,8 +213,30 @@ TEST_F(JobQuorumTest, RememberedStepsRefuseLateCallsAndHoldNoMemory) {
   auto late = Attach(Step(2, 0, Session(2), grace));
   ExpectLateForStep0(*late);
   // At most the last step (done, not yet pruned) holds its bookkeeping;
-  // ten remembered steps would hold ten times as much.
-  EXPECT_LT(server_.memory().used(), 2 * Collective::StateBytes(kWorld));
+  // ten remembered steps would hold ten times as much. Each remembered
+  // step holds its record of whom it left out (its key and name, and a
+  // rank): under half a KiB.
+  EXPECT_LT(server_.memory().used(),
+            2 * Collective::StateBytes(kWorld) + 10 * 512);
+}
+
+// A quorum step keeps, once finished, whom it left out (to refuse their
+// late calls): that record is held in the budget from the step's creation,
+// which is refused when the budget cannot hold it.
+TEST_F(JobQuorumTest, AStepIsRefusedWhenTheBudgetCannotHoldWhomItMayLeaveOut) {
+  MemoryBudget& budget = server_.memory();
+  MemoryReservation fill =
+      MemoryReservation::Try(&budget, budget.limit() - budget.used());
+  ASSERT_TRUE(fill.ok());
+  auto refused = Attach(Step(0, 0, Session(0), absl::Seconds(60)));
+  EXPECT_THAT(refused->failure(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("quorum \"quorum step 0\""),
+                             HasSubstr("cannot hold the record of the ranks "
+                                       "a collective of 3 ranks may leave "
+                                       "out"))));
+  fill = MemoryReservation();
+  StepOfAll(0);
 }
 
 TEST_F(JobQuorumTest, ARankLostBeforeAnyQuorumStepEndsTheEpochAsBefore) {

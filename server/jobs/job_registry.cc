@@ -139,7 +139,7 @@ void JobRegistry::FreeLocked(
     absl::flat_hash_map<std::string, std::shared_ptr<Job>>::iterator it) {
   const absl::Time now = absl::Now();
   ExpireFreedLocked(now);
-  it->second->ReleaseRankState();
+  it->second->KeepForReplaysOnly();
   if (it->second->tenant() != nullptr) it->second->tenant()->RemoveJob();
   std::shared_ptr<KeptResults> kept = it->second->kept_results();
   if (kept != nullptr && it->second->EndedByALoss() &&

@@ -485,6 +485,48 @@ TEST_F(JobTest, RetryOfAnUnusedAttemptReplacesItsFirstCall) {
   EXPECT_TRUE(c1->finished_ok());
 }
 
+// Each attempt id the job remembers for retries holds its bytes in the
+// memory budget: a client sending ever new ids of the longest length fills
+// the job's memory, not reducerd's; they go back when the epoch ends.
+TEST_F(JobTest, RememberedAttemptIdsHoldTheirBytesInTheBudget) {
+  ASSERT_TRUE(JoinBoth());
+  const std::string padding(400, 'p');
+  auto barrier = [&](uint64_t sequence) {
+    v1::CollectiveHeader h0 = Barrier(0, "a", 1, sequence);
+    v1::CollectiveHeader h1 = Barrier(1, "b", 1, sequence);
+    h0.set_attempt_id(absl::StrCat("a/", sequence, padding));
+    h1.set_attempt_id(absl::StrCat("b/", sequence, padding));
+    EXPECT_TRUE(AttachUnread(job_, h0).ok());
+    EXPECT_TRUE(AttachUnread(job_, h1).ok());
+  };
+  for (uint64_t sequence = 0; sequence < 10; ++sequence) barrier(sequence);
+  // Twenty ids of over 400 bytes, at least.
+  EXPECT_GE(memory_.used(), 20 * 400u);
+  EXPECT_FALSE(Lose("b", "connection lost"));
+  ASSERT_TRUE(job_.Join(1, 2, "c", std::make_shared<FakeSession>()).ok());
+  EXPECT_EQ(memory_.used(), 0u);
+}
+
+TEST_F(JobTest, AnAttemptIdTheBudgetCannotHoldIsRefusedBeforeAnythingIsMade) {
+  ASSERT_TRUE(JoinBoth());
+  MemoryReservation fill =
+      MemoryReservation::Try(&memory_, memory_.limit() - memory_.used());
+  ASSERT_TRUE(fill.ok());
+  v1::CollectiveHeader h0 = Barrier(0, "a", 1, 0);
+  h0.set_attempt_id("a/1");
+  EXPECT_THAT(AttachUnread(job_, h0).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("cannot hold the record of its attempt id, "
+                                 "kept to recognize a retry")));
+  EXPECT_THAT(job_.Snapshot().pending, IsEmpty());
+  fill = MemoryReservation();
+  auto c0 = std::make_shared<FakeRankChannel>();
+  auto c1 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(job_.Attach(h0, c0).ok());
+  ASSERT_TRUE(job_.Attach(Barrier(1, "b", 1, 0), c1).ok());
+  EXPECT_TRUE(c0->finished_ok());
+}
+
 TEST_F(JobTest, RetryOfAnAttemptAlreadyUsedIsAbortedNotCountedAgain) {
   const v1::CollectiveHeader first = JoinAndRun();
   absl::StatusOr<std::shared_ptr<Collective>> again = AttachUnread(job_, first);
@@ -657,6 +699,9 @@ TEST_F(JobRegistryTest, AFreedJobWhoseRankWasLostKeepsItsResultsForAReplay) {
           EpochEndReason::kSessionCancelled);
   LeaveAs(registry, "j1", "b", "closed", EpochEndReason::kSessionEnded);
   EXPECT_FALSE(registry.Find("j1").ok());
+  // Kept for replays, it holds nothing of the budget: not its per-rank
+  // state, nor its remembered attempt ids.
+  EXPECT_EQ(memory_.used(), 0u);
   auto again = std::make_shared<FakeRankChannel>();
   absl::StatusOr<std::shared_ptr<Collective>> replayed =
       registry.ReplayForFreedJob(replay, again);

@@ -14,18 +14,16 @@ Membership::Membership(std::string job, int world_size, uint64_t epoch_id)
       holders_(world_size),
       departed_(world_size, false),
       done_(world_size, false),
-      skipped_(world_size),
       absent_(world_size, false),
       absent_since_(world_size, absl::InfinitePast()),
       rejoined_(world_size, false) {}
 
 size_t Membership::StateBytes(int world_size) {
-  // holders_, skipped_ (its empty maps), absent_since_, and departed_,
-  // done_, absent_ and rejoined_ (a bit each, counted as a byte).
+  // holders_, absent_since_, and departed_, done_, absent_ and rejoined_
+  // (a bit each, counted as a byte). Done's counts hold their own
+  // (SkipRecordBytes).
   return static_cast<size_t>(world_size) *
-         (sizeof(std::optional<Holder>) +
-          sizeof(absl::flat_hash_map<std::string, uint64_t>) +
-          sizeof(absl::Time) + 4);
+         (sizeof(std::optional<Holder>) + sizeof(absl::Time) + 4);
 }
 
 std::string Membership::state() const {
@@ -206,7 +204,7 @@ void Membership::StartNextEpoch(uint64_t epoch_id) {
   departed_.assign(world_size_, false);
   done_.assign(world_size_, false);
   done_count_ = 0;
-  skipped_.assign(world_size_, {});
+  skipped_.clear();
   next_whole_sequence_ = 0;
   quorum_mode_ = false;
   absent_.assign(world_size_, false);
@@ -277,12 +275,28 @@ Membership::DoneMark Membership::MarkDone(int rank) {
 }
 
 uint64_t Membership::Skipped(int rank, const std::string& group) const {
-  auto it = skipped_[rank].find(group);
-  return it == skipped_[rank].end() ? 0 : it->second;
+  auto record = skipped_.find(group);
+  if (record == skipped_.end()) return 0;
+  auto it = record->second.by_rank.find(rank);
+  return it == record->second.by_rank.end() ? 0 : it->second;
 }
 
 void Membership::NoteSkipped(int rank, const std::string& group) {
-  ++skipped_[rank][group];
+  ++skipped_[group].by_rank[rank];
+}
+
+size_t Membership::SkipRecordBytes(const std::string& group,
+                                   size_t group_size) {
+  // The key and the record, and a count per rank: a flat_hash_map slot and
+  // its control byte, twice over for the table's growth.
+  return sizeof(std::string) + group.size() + sizeof(SkipRecord) +
+         2 * sizeof(MemoryReservation) +
+         group_size * 2 * (sizeof(std::pair<int, uint64_t>) + 1);
+}
+
+void Membership::AddSkipRecord(const std::string& group,
+                               std::vector<MemoryReservation> held) {
+  skipped_[group].held = std::move(held);
 }
 
 void Membership::NoteWholeSequence(uint64_t sequence) {
@@ -319,20 +333,38 @@ std::vector<int> Membership::StartQuorumStep(const std::vector<int>& group,
   return joining;
 }
 
-void Membership::RememberStep(std::string key,
-                              std::map<int, absl::Status> refusals) {
-  recent_quorum_steps_.push_back({std::move(key), std::move(refusals)});
+void Membership::ForgetRecords() {
+  skipped_.clear();
+  recent_quorum_steps_.clear();
+}
+
+size_t Membership::StepBytes(const std::string& key,
+                             const std::string& description,
+                             size_t group_size) {
+  return sizeof(RememberedStep) + key.size() + description.size() +
+         2 * sizeof(MemoryReservation) +
+         group_size * sizeof(std::pair<int, bool>);
+}
+
+void Membership::RememberStep(std::string key, std::string description,
+                              std::vector<std::pair<int, bool>> left_out,
+                              std::vector<MemoryReservation> held) {
+  std::sort(left_out.begin(), left_out.end());
+  recent_quorum_steps_.push_back({std::move(key), std::move(description),
+                                  std::move(left_out), std::move(held)});
   if (recent_quorum_steps_.size() > kRememberedQuorumSteps) {
     recent_quorum_steps_.erase(recent_quorum_steps_.begin());
   }
 }
 
-std::optional<absl::Status> Membership::RememberedRefusal(
+std::optional<Membership::LeftOutOfStep> Membership::RememberedLeftOut(
     const std::string& key, int rank) const {
   for (const RememberedStep& step : recent_quorum_steps_) {
     if (step.key != key) continue;
-    if (auto it = step.refusals.find(rank); it != step.refusals.end()) {
-      return it->second;
+    auto it = std::lower_bound(step.left_out.begin(), step.left_out.end(),
+                               std::make_pair(rank, false));
+    if (it != step.left_out.end() && it->first == rank) {
+      return LeftOutOfStep{step.description, it->second};
     }
   }
   return std::nullopt;

@@ -4,8 +4,11 @@
 // epoch; one rank today, several for a relay), the epoch's state, and the
 // rules of who is left out: ranks that departed, ranks that called Done()
 // (with how many unnamed collectives of each group they were left out of),
-// and, in quorum mode, absent and rejoined ranks and the refusals of the
-// quorum steps that left ranks out.
+// and, in quorum mode, absent and rejoined ranks; and the steps that left
+// ranks out (whom they left out), to refuse their late calls. What it
+// keeps per call (Done's counts, remembered steps) holds its bytes in the
+// memory budget, reserved by its Job before the call is let in; it keeps
+// no more than kRememberedQuorumSteps steps and one open session per rank.
 //
 // A plain state machine: no collectives, no locks, no logging, and nothing
 // sent (the SessionChannel a seat holds is only handed back). Each
@@ -34,16 +37,17 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/engine/memory_budget.h"
 #include "server/engine/participation.h"
 #include "server/jobs/session_channel.h"
 
@@ -186,8 +190,21 @@ class Membership final : public Participation {
   DoneMark MarkDone(int rank);
   // How many unnamed collectives of `group` (its ranks, "0,2,3") `rank`
   // was left out of this epoch; NoteSkipped counts one more.
+  //
+  // These counts are kept for the epoch, one record per group, and each
+  // record holds its worst case (SkipRecordBytes: every rank of the group
+  // counted) in the memory budget: the Job reserves it before a skip can
+  // be noted (AddSkipRecord), and refuses the call that would need a
+  // record when the budget cannot hold it. NoteSkipped on a group without
+  // one makes a record that holds nothing (never done by the Job).
   uint64_t Skipped(int rank, const std::string& group) const;
   void NoteSkipped(int rank, const std::string& group);
+  static size_t SkipRecordBytes(const std::string& group, size_t group_size);
+  bool HasSkipRecord(const std::string& group) const {
+    return skipped_.contains(group);
+  }
+  void AddSkipRecord(const std::string& group,
+                     std::vector<MemoryReservation> held);
   // The unnamed collectives of the whole job: one more than the highest
   // sequence number created this epoch (what a DONE call answers).
   uint64_t next_whole_sequence() const { return next_whole_sequence_; }
@@ -208,15 +225,30 @@ class Membership final : public Participation {
   // rejoined no longer.
   std::vector<int> StartQuorumStep(const std::vector<int>& group,
                                    uint64_t step);
+  // Forgets Done's counts and the remembered steps, giving their budget
+  // back: the job was freed, and no call but a replay comes any more.
+  void ForgetRecords();
   // One more than the highest step number started this epoch.
   uint64_t quorum_steps_started() const { return quorum_steps_started_; }
-  // A finished step (matching `key`) that left ranks out: their late
-  // calls get `refusals` (by rank). The newest kRememberedQuorumSteps.
+  // A finished step (matching `key`, named by `description`) that left
+  // ranks out (`left_out`: each rank, and whether it was left out for
+  // Done()): their late calls are refused (RememberedLeftOut). The newest
+  // kRememberedQuorumSteps are kept, each holding `held`, its
+  // StepBytes of the memory budget (reserved when the step was created).
   static constexpr size_t kRememberedQuorumSteps = 16;
-  void RememberStep(std::string key, std::map<int, absl::Status> refusals);
-  // The refusal a remembered step keeps for `rank`'s late call, if any.
-  std::optional<absl::Status> RememberedRefusal(const std::string& key,
-                                                int rank) const;
+  static size_t StepBytes(const std::string& key,
+                          const std::string& description, size_t group_size);
+  void RememberStep(std::string key, std::string description,
+                    std::vector<std::pair<int, bool>> left_out,
+                    std::vector<MemoryReservation> held = {});
+  // What a remembered step keeps for `rank`'s late call, if it left the
+  // rank out: the step's description, and whether it was for Done().
+  struct LeftOutOfStep {
+    std::string description;
+    bool done = false;
+  };
+  std::optional<LeftOutOfStep> RememberedLeftOut(const std::string& key,
+                                                 int rank) const;
 
   // ---- Reports
   std::vector<int> SeatedRanks() const;
@@ -250,7 +282,12 @@ class Membership final : public Participation {
   // Done.
   std::vector<bool> done_;
   int done_count_ = 0;
-  std::vector<absl::flat_hash_map<std::string, uint64_t>> skipped_;
+  // Per group: each rank's count, and the budget the record holds.
+  struct SkipRecord {
+    absl::flat_hash_map<int, uint64_t> by_rank;
+    std::vector<MemoryReservation> held;
+  };
+  absl::flat_hash_map<std::string, SkipRecord> skipped_;
   uint64_t next_whole_sequence_ = 0;
   // Quorum mode.
   bool quorum_mode_ = false;
@@ -260,7 +297,9 @@ class Membership final : public Participation {
   uint64_t quorum_steps_started_ = 0;
   struct RememberedStep {
     std::string key;
-    std::map<int, absl::Status> refusals;
+    std::string description;
+    std::vector<std::pair<int, bool>> left_out;  // sorted by rank
+    std::vector<MemoryReservation> held;
   };
   std::vector<RememberedStep> recent_quorum_steps_;
 };

@@ -355,17 +355,70 @@ TEST_F(MembershipTest, AbsenceIsTimedFromTheFirstLoss) {
             absl::ZeroDuration());
 }
 
-TEST_F(MembershipTest, RemembersTheNewestStepsRefusals) {
+TEST_F(MembershipTest, RemembersTheNewestStepsAndWhomTheyLeftOut) {
   for (size_t i = 0; i <= Membership::kRememberedQuorumSteps; ++i) {
-    membership_.RememberStep(
-        "step " + std::to_string(i),
-        {{1, absl::FailedPreconditionError("late " + std::to_string(i))}});
+    membership_.RememberStep("step " + std::to_string(i),
+                             "quorum step #" + std::to_string(i),
+                             {{2, true}, {1, false}});
   }
-  // The oldest was forgotten; the newest is kept, for its rank only.
-  EXPECT_EQ(membership_.RememberedRefusal("step 0", 1), std::nullopt);
-  EXPECT_THAT(*membership_.RememberedRefusal("step 16", 1),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "late 16"));
-  EXPECT_EQ(membership_.RememberedRefusal("step 16", 2), std::nullopt);
+  // The oldest was forgotten; the newest is kept, for its ranks only.
+  EXPECT_FALSE(membership_.RememberedLeftOut("step 0", 1).has_value());
+  std::optional<Membership::LeftOutOfStep> late =
+      membership_.RememberedLeftOut("step 16", 1);
+  ASSERT_TRUE(late.has_value());
+  EXPECT_EQ(late->description, "quorum step #16");
+  EXPECT_FALSE(late->done);
+  std::optional<Membership::LeftOutOfStep> done =
+      membership_.RememberedLeftOut("step 16", 2);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_TRUE(done->done);
+  EXPECT_FALSE(membership_.RememberedLeftOut("step 16", 0).has_value());
+}
+
+// A remembered step holds its reservation of the budget until it is
+// forgotten: pushed out by newer ones, or by a new epoch.
+TEST_F(MembershipTest, ARememberedStepHoldsItsBudgetUntilForgotten) {
+  MemoryBudget budget(1 << 20);
+  const size_t bytes = Membership::StepBytes("step 0", "quorum step #0", 3);
+  for (size_t i = 0; i < Membership::kRememberedQuorumSteps; ++i) {
+    std::vector<MemoryReservation> held;
+    held.push_back(MemoryReservation::Try(&budget, bytes));
+    membership_.RememberStep("step " + std::to_string(i), "quorum step",
+                             {{1, false}}, std::move(held));
+  }
+  EXPECT_EQ(budget.used(), Membership::kRememberedQuorumSteps * bytes);
+  std::vector<MemoryReservation> held;
+  held.push_back(MemoryReservation::Try(&budget, bytes));
+  membership_.RememberStep("newest", "quorum step", {{1, false}},
+                           std::move(held));
+  EXPECT_EQ(budget.used(), Membership::kRememberedQuorumSteps * bytes);
+  membership_.EndEpoch("lost");
+  membership_.StartNextEpoch(9);
+  EXPECT_EQ(budget.used(), 0u);
+}
+
+TEST_F(MembershipTest, DonesCountsAreKeptPerGroupWithTheirBudget) {
+  SeatAll();
+  MemoryBudget budget(1 << 20);
+  const size_t bytes = Membership::SkipRecordBytes("0,1,2", 3);
+  // At least the group's name and a count for each of its ranks.
+  EXPECT_GE(bytes, 5 + 3 * sizeof(uint64_t));
+  std::vector<MemoryReservation> held;
+  held.push_back(MemoryReservation::Try(&budget, bytes));
+  EXPECT_FALSE(membership_.HasSkipRecord("0,1,2"));
+  membership_.AddSkipRecord("0,1,2", std::move(held));
+  EXPECT_TRUE(membership_.HasSkipRecord("0,1,2"));
+  membership_.NoteSkipped(2, "0,1,2");
+  membership_.NoteSkipped(0, "0,1,2");
+  membership_.NoteSkipped(2, "0,1,2");
+  EXPECT_EQ(membership_.Skipped(2, "0,1,2"), 2u);
+  EXPECT_EQ(membership_.Skipped(0, "0,1,2"), 1u);
+  EXPECT_EQ(membership_.Skipped(1, "0,1,2"), 0u);
+  EXPECT_EQ(budget.used(), bytes);
+  membership_.EndEpoch("lost");
+  membership_.StartNextEpoch(9);
+  EXPECT_FALSE(membership_.HasSkipRecord("0,1,2"));
+  EXPECT_EQ(budget.used(), 0u);
 }
 
 TEST_F(MembershipTest, ANewEpochForgetsDoneAbsentAndQuorumMode) {
@@ -373,14 +426,14 @@ TEST_F(MembershipTest, ANewEpochForgetsDoneAbsentAndQuorumMode) {
   membership_.StartQuorumStep({0, 1, 2}, 5);
   ASSERT_EQ(membership_.MarkDone(0), Membership::DoneMark::kLeftOut);
   membership_.MarkAbsent(1, now_);
-  membership_.RememberStep("step", {{1, absl::AbortedError("late")}});
+  membership_.RememberStep("step", "quorum step #5", {{1, false}});
   membership_.EndEpoch("lost");
   membership_.StartNextEpoch(9);
   EXPECT_FALSE(membership_.quorum_mode());
   EXPECT_EQ(membership_.quorum_steps_started(), 0u);
   EXPECT_THAT(membership_.DoneRanks(), IsEmpty());
   EXPECT_THAT(membership_.AbsentRanks(), IsEmpty());
-  EXPECT_EQ(membership_.RememberedRefusal("step", 1), std::nullopt);
+  EXPECT_FALSE(membership_.RememberedLeftOut("step", 1).has_value());
   // Sessions of the old epoch stay open until their streams end.
   EXPECT_TRUE(membership_.HasSession(Session(2)));
   EXPECT_THAT(membership_.RunningRanks(Session(2)), IsEmpty());
