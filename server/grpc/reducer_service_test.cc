@@ -213,6 +213,25 @@ TEST_F(ReducerServiceTest, JoinRefusedEndsTheStreamWithWhy) {
               HasSubstr("JoinRequest.job is 65 bytes long"));
 }
 
+// A Join over its size (here a field reducerd does not know, of 100 KB,
+// well within gRPC's own receive limit) is refused on arrival.
+TEST_F(ReducerServiceTest, AJoinOverItsSizeIsRefusedOnArrival) {
+  v1::JoinRequest request = Env::JoinRequest("j", 0, 1, "s0");
+  request.GetReflection()->MutableUnknownFields(&request)->AddLengthDelimited(
+      99, std::string(100000, 'x'));
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::JoinEvent>> events =
+      stub_->Join(&context, request);
+  v1::JoinEvent event;
+  EXPECT_FALSE(events->Read(&event));
+  const grpc::Status status = events->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr(absl::StrCat("JoinRequest is ", request.ByteSizeLong(),
+                                     " bytes, over the limit of")));
+  EXPECT_THAT(env_.registry().Find("j"), Not(IsOk()));
+}
+
 TEST_F(ReducerServiceTest, ACutJoinStreamAbortsTheEpochForTheOtherRank) {
   JoinAll("j", 2);
   joined_[0]->context.TryCancel();
