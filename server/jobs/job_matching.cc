@@ -206,9 +206,9 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::CollectiveForLocked(
     REDUCER_ASSIGN_OR_RETURN(
         attempt_held,
         ReserveInShares(env_, name_, description,
-                         "the record of its attempt id, kept to recognize "
-                         "a retry",
-                         AttemptCache::EntryBytes(attempt)));
+                        "the record of its attempt id, kept to recognize "
+                        "a retry",
+                        AttemptCache::EntryBytes(attempt)));
   }
   std::shared_ptr<Collective> collective;
   auto it = matching_.find(key);
