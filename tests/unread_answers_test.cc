@@ -18,8 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "grpcpp/grpcpp.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/admin.grpc.pb.h"
 #include "proto/reducer/v1/reducer.grpc.pb.h"
@@ -192,10 +192,10 @@ TEST_F(UnreadAnswersTest, AClientThatTakesNoAnswerForTheIdleTimeoutIsRefused) {
   const grpc::Status status = stream->Finish();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED)
       << status.error_message();
-  EXPECT_THAT(server()->Stderr(),
-              ::testing::AllOf(
-                  ::testing::HasSubstr("answers its client has not read"),
-                  ::testing::HasSubstr("--stream_idle_timeout=2s")));
+  EXPECT_THAT(
+      server()->Stderr(),
+      ::testing::AllOf(::testing::HasSubstr("answers its client has not read"),
+                       ::testing::HasSubstr("--stream_idle_timeout=2s")));
 
   // What the unread answers held goes back: each held megabytes; what
   // stays is bookkeeping of the calls cut (bytes, kept for replays).

@@ -157,8 +157,8 @@ bool Collective::ReserveLocked(int index) {
   }
   m.reserved = reserve;
   if (reserve > 0) {
-    m.held = std::make_shared<RankReservation>(
-        env_.memory, env_.job_memory, env_.tenant_memory, reserve);
+    m.held = std::make_shared<RankReservation>(env_.memory, env_.job_memory,
+                                               env_.tenant_memory, reserve);
   }
   return true;
 }

@@ -173,11 +173,11 @@ void CollectivesReactor::CloseIfIdleSince(absl::Time cutoff,
         outgoing_.unwritten_bytes(),
         " bytes of answers its client has not read, and the client took "
         "none of them for --stream_idle_timeout=",
-        absl::FormatDuration(absl::Trunc(absl::Now() - cutoff,
-                                         absl::Seconds(1))),
+        absl::FormatDuration(
+            absl::Trunc(absl::Now() - cutoff, absl::Seconds(1))),
         "; a client must read the answers of the calls it sends"));
-    Log(LogSeverity::kWarning, absl::StrCat("peer ", context_->peer(), ": ",
-                                            refused.message()));
+    Log(LogSeverity::kWarning,
+        absl::StrCat("peer ", context_->peer(), ": ", refused.message()));
     FinishLocked(refused);
     context_->TryCancel();
     return;
