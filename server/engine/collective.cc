@@ -21,7 +21,7 @@ Collective::Collective(CollectiveEnv env, CollectiveLabel label,
       description_(std::move(description)),
       group_(std::move(group)),
       timeout_(timeout),
-      created_(absl::Now()),
+      created_(env.timers->clock().Now()),
       ranks_(group_.size()),
       chunk_bytes_(env.options->chunk_bytes) {}
 
@@ -169,7 +169,7 @@ void Collective::ReportEnd(absl::StatusCode outcome) {
     bytes_in += m.received;
     bytes_out += m.sent;
   }
-  env_.metrics->CollectiveEnded(label_.kind, outcome, absl::Now() - created_,
+  env_.metrics->CollectiveEnded(label_.kind, outcome, Now() - created_,
                                 bytes_in, bytes_out);
 }
 

@@ -306,6 +306,10 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   std::optional<CollectiveSnapshot> Snapshot() const;
 
  private:
+  // The time now on the engine's clock (env_.timers->clock()), on which
+  // every deadline and age of the collective is measured.
+  absl::Time Now() const { return env_.timers->clock().Now(); }
+
   // The position of `rank` in the group, -1 if not in it; IndicesOf: those
   // of `ranks` in it; RanksAt: the global ranks at `indices`.
   int IndexOf(int rank) const;

@@ -166,7 +166,7 @@ bool Collective::ReserveLocked(int index) {
 bool Collective::ArrivedLocked(int index) {
   RankState& m = ranks_[index];
   if (quorum_ != nullptr) {
-    if (QuorumOpenLocked()) quorum_->Arrived(index, absl::Now(), ranks_, *this);
+    if (QuorumOpenLocked()) quorum_->Arrived(index, Now(), ranks_, *this);
     // The step may have failed, or ended without it.
     return !done_ || m.finished;
   }
@@ -307,7 +307,7 @@ std::vector<int> Collective::OnMembershipChanged(const Participation& who) {
       if (!QuorumOpenLocked()) break;
       const RankState& m = ranks_[index];
       if (m.left_out && !m.done) continue;
-      if (who.Gone(group_[index])) quorum_->Lost(index, ranks_, *this);
+      if (who.Gone(group_[index])) quorum_->Lost(index, Now(), ranks_, *this);
     }
     strategy = strategy_;
   }
@@ -373,7 +373,7 @@ void Collective::StartQuorum(const QuorumSettings& settings,
 
 void Collective::OnQuorumTimer() {
   absl::MutexLock lock(&mu_);
-  if (QuorumOpenLocked()) quorum_->Decide(absl::Now(), ranks_, *this);
+  if (QuorumOpenLocked()) quorum_->Decide(Now(), ranks_, *this);
 }
 
 bool Collective::QuorumOpenLocked() const {

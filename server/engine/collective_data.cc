@@ -45,7 +45,7 @@ bool Collective::OnData(int rank, uint64_t offset, Payload data) {
       return false;
     }
     if (data.size() > 0) {
-      const absl::Time now = absl::Now();
+      const absl::Time now = Now();
       if (m.received == 0) {
         m.first_data_at = now;
         m.first_data_bytes = data.size();

@@ -313,6 +313,37 @@ TEST_F(CollectiveTest,
   EXPECT_EQ(memory_->used(), 0u);
 }
 
+TEST_F(CollectiveTest, TimeoutFollowsTheEngineClockNotTheWallClock) {
+  use_fake_clock_ = true;
+  std::shared_ptr<Collective> c =
+      Make(CollectiveKind::kAllReduce, {0, 1}, absl::Milliseconds(200));
+  auto ch = Channels(2);
+  const Fingerprint fp = FloatAllReduce(4, {0, 1});
+  c->Attach(ch[0], 0, fp, "");
+  // Twice the timeout passes on the wall clock, none on the engine's.
+  EXPECT_FALSE(ch[0]->WaitEnded(absl::Milliseconds(400)));
+  clock_.Advance(absl::Milliseconds(199));
+  EXPECT_FALSE(ch[0]->WaitEnded(absl::Milliseconds(50)));
+  EXPECT_FALSE(c->done());
+  clock_.Advance(absl::Milliseconds(1));
+  ExpectFailed(*ch[0], absl::StatusCode::kDeadlineExceeded,
+               "timed out after 200ms: rank 1 never arrived");
+  EXPECT_TRUE(c->done());
+}
+
+TEST_F(CollectiveTest, SnapshotAgeFollowsTheEngineClock) {
+  use_fake_clock_ = true;
+  std::shared_ptr<Collective> c =
+      Make(CollectiveKind::kAllReduce, {0, 1}, absl::Seconds(10));
+  auto ch = Channels(2);
+  c->Attach(ch[0], 0, FloatAllReduce(4, {0, 1}), "");
+  clock_.Advance(absl::Seconds(3));
+  std::optional<CollectiveSnapshot> s = c->Snapshot();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->age, absl::Seconds(3));
+  EXPECT_FALSE(s->stalled);
+}
+
 TEST_F(CollectiveTest, TimeoutWithEveryRankArrivedNamesTheMissingPayload) {
   std::shared_ptr<Collective> c =
       Make(CollectiveKind::kAllReduce, {0, 1}, absl::Milliseconds(200));

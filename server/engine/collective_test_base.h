@@ -1,7 +1,9 @@
 // Test helper: the fixture every in-process test of a Collective builds on.
 // It holds the parts of the server a Collective uses (options, memory
 // budget, chunk pool, timers, reduction pool, a null metrics sink and log,
-// and kept results when asked for), makes collectives over them, and feeds
+// and kept results when asked for; with use_fake_clock_, timers and
+// deadlines on clock_, a FakeClock the test advances), makes collectives
+// over them, and feeds
 // payload as a client would. Expected results stay in each test, computed
 // in closed form, never by the engine's own code.
 //
@@ -34,6 +36,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/chunk_pool.h"
+#include "server/engine/clock.h"
 #include "server/engine/collective.h"
 #include "server/engine/engine_options.h"
 #include "server/engine/fake_rank_channel.h"
@@ -221,10 +224,16 @@ class CollectiveTestBase : public ::testing::Test {
     if (chunks_ == nullptr) {
       chunks_ = std::make_unique<ChunkPool>(options_.chunk_bytes, 16);
     }
-    if (keep_results_ && kept_ == nullptr) {
-      kept_ = std::make_shared<KeptResults>(&kept_memory_, absl::Seconds(30));
+    if (use_fake_clock_ && fake_timers_ == nullptr) {
+      fake_timers_ = std::make_unique<TimerQueue>(&clock_);
     }
-    CollectiveEnv env{&options_,     &pool_,    &timers_, memory_.get(),
+    TimerQueue* timers = use_fake_clock_ ? fake_timers_.get() : &timers_;
+    if (keep_results_ && kept_ == nullptr) {
+      kept_ = std::make_shared<KeptResults>(&kept_memory_, absl::Seconds(30),
+                                            KeptResults::kEntryBytes,
+                                            &timers->clock());
+    }
+    CollectiveEnv env{&options_,     &pool_,    timers, memory_.get(),
                       chunks_.get(), &metrics_, &log_};
     if (keep_results_) {
       env.kept_memory = &kept_memory_;
@@ -342,6 +351,10 @@ class CollectiveTestBase : public ::testing::Test {
   EngineOptions options_;
   size_t memory_budget_bytes_ = size_t{2} << 30;  // reducerd's default
   bool keep_results_ = false;  // collectives keep results (1 MiB of room)
+  // Collectives made from now on time out (and warn, and expire kept
+  // results) on clock_, which moves only by clock_.Advance.
+  bool use_fake_clock_ = false;
+  FakeClock clock_;
   MetricsSink metrics_;        // counts nothing
   Logger log_;
   std::unique_ptr<MemoryBudget> memory_;
@@ -350,6 +363,7 @@ class CollectiveTestBase : public ::testing::Test {
   // Holds chunks of chunks_: goes first.
   std::shared_ptr<KeptResults> kept_;
   TimerQueue timers_;
+  std::unique_ptr<TimerQueue> fake_timers_;  // on clock_, made when first used
   ThreadPool pool_{2};
   int made_ = 0;  // collectives Make made
 };

@@ -29,9 +29,8 @@ void Collective::OnStallTimer() {
   if (label_.kind.has_value()) env_.metrics->CollectiveStalled(*label_.kind);
   const std::string awaited = AwaitedLocked();
   const std::string message = absl::StrCat(
-      description_, " stalled for ",
-      absl::FormatDuration(absl::Now() - created_), ": ",
-      awaited.empty() ? MissingRanks() : awaited,
+      description_, " stalled for ", absl::FormatDuration(Now() - created_),
+      ": ", awaited.empty() ? MissingRanks() : awaited,
       "; it fails at the timeout of ", absl::FormatDuration(timeout_));
   const std::vector<int> absent = AbsentRanks();
   env_.log->Log({LogSeverity::kWarning, "collective_stalled", message,
@@ -105,7 +104,7 @@ std::optional<CollectiveSnapshot> Collective::Snapshot() const {
   s.kind = label_.kind;
   s.group = group_;
   s.missing_ranks = AbsentRanks();
-  s.age = absl::Now() - created_;
+  s.age = Now() - created_;
   s.stalled = stalled_;
   return s;
 }

@@ -29,7 +29,7 @@ void KeptResults::Keep(const std::string& attempt_id, int rank,
                        std::vector<ResultMessage> messages,
                        size_t result_bytes) {
   const size_t bytes = result_bytes + entry_bytes_;
-  const absl::Time now = absl::Now();
+  const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   ExpireLocked(now);
   ForgetLocked(attempt_id);
@@ -56,7 +56,7 @@ void KeptResults::Keep(const std::string& attempt_id, int rank,
 std::optional<KeptResults::Kept> KeptResults::Find(
     const std::string& attempt_id, int rank) {
   absl::MutexLock lock(&mu_);
-  ExpireLocked(absl::Now());
+  ExpireLocked(clock_->Now());
   auto it = by_attempt_.find(attempt_id);
   if (it == by_attempt_.end() || it->second.rank != rank) return std::nullopt;
   return it->second.kept;

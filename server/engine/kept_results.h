@@ -47,6 +47,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/fingerprint.h"
+#include "server/engine/clock.h"
 #include "server/engine/memory_budget.h"
 #include "server/engine/rank_channel.h"
 
@@ -64,10 +65,15 @@ class KeptResults {
   static constexpr size_t kEntryBytes = 256;
 
   // `budget` outlives this and is shared by every job's KeptResults. Each
-  // result kept holds `entry_bytes` of it besides its own bytes.
+  // result kept holds `entry_bytes` of it besides its own bytes. `keep_for`
+  // is measured on `clock`, which outlives this.
   KeptResults(MemoryBudget* budget, absl::Duration keep_for,
-              size_t entry_bytes = kEntryBytes)
-      : budget_(budget), keep_for_(keep_for), entry_bytes_(entry_bytes) {}
+              size_t entry_bytes = kEntryBytes,
+              const Clock* clock = &Clock::Steady())
+      : budget_(budget),
+        keep_for_(keep_for),
+        entry_bytes_(entry_bytes),
+        clock_(clock) {}
   ~KeptResults() { Clear(); }
   KeptResults(const KeptResults&) = delete;
   KeptResults& operator=(const KeptResults&) = delete;
@@ -126,6 +132,7 @@ class KeptResults {
   MemoryBudget* const budget_;
   const absl::Duration keep_for_;
   const size_t entry_bytes_;
+  const Clock* const clock_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> by_attempt_ ABSL_GUARDED_BY(mu_);

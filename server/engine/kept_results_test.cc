@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "server/engine/clock.h"
 #include "server/engine/string_bytes.h"
 
 namespace reducer {
@@ -79,6 +80,19 @@ TEST(KeptResultsTest, AResultIsForgottenOnceItsTimeIsUp) {
   KeptResults kept(&budget, absl::ZeroDuration(), /*entry_bytes=*/0);
   ASSERT_TRUE(kept.Reserve(4));
   kept.Keep("s1/1", 0, {}, {Message(0, "wxyz")}, 4);
+  EXPECT_FALSE(kept.Find("s1/1", 0).has_value());
+  EXPECT_EQ(budget.used(), 0u);
+}
+
+TEST(KeptResultsTest, AResultIsKeptForItsTimeOnTheGivenClock) {
+  MemoryBudget budget(1 << 20);
+  FakeClock clock;
+  KeptResults kept(&budget, absl::Seconds(30), /*entry_bytes=*/0, &clock);
+  ASSERT_TRUE(kept.Reserve(4));
+  kept.Keep("s1/1", 0, {}, {Message(0, "wxyz")}, 4);
+  clock.Advance(absl::Seconds(29));
+  EXPECT_TRUE(kept.Find("s1/1", 0).has_value());
+  clock.Advance(absl::Seconds(2));
   EXPECT_FALSE(kept.Find("s1/1", 0).has_value());
   EXPECT_EQ(budget.used(), 0u);
 }

@@ -25,15 +25,15 @@ void QuorumStep::Start(const std::vector<int>& absent,
 void QuorumStep::Arrived(int index, absl::Time at,
                          const std::vector<RankState>& ranks, Host& host) {
   rule_.Arrived(index, at);
-  Decide(absl::Now(), ranks, host);
+  Decide(at, ranks, host);
 }
 
 void QuorumStep::Withdrew(int index) { rule_.Withdrew(index); }
 
-void QuorumStep::Lost(int index, const std::vector<RankState>& ranks,
-                      Host& host) {
+void QuorumStep::Lost(int index, absl::Time now,
+                      const std::vector<RankState>& ranks, Host& host) {
   rule_.Died(index);
-  Decide(absl::Now(), ranks, host);
+  Decide(now, ranks, host);
 }
 
 void QuorumStep::Decide(absl::Time now, const std::vector<RankState>& ranks,

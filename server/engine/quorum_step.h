@@ -10,7 +10,7 @@
 //
 //   QuorumStep step(group.size(), settings);
 //   step.Start(absent, joining, ranks, host);  // absent ranks left out now
-//   step.Arrived(index, absl::Now(), host);    // may end the step
+//   step.Arrived(index, clock.Now(), host);    // may end the step
 //
 // Thread-compatible: its Collective calls it under its own lock, and the
 // Host's calls run under that lock as well.
@@ -57,15 +57,17 @@ class QuorumStep {
   void Start(const std::vector<int>& absent, const std::vector<int>& joining,
              std::vector<RankState>& ranks, Host& host);
 
-  // The rank at `index` attached at `at`; the step may end now.
+  // Times are those of the engine's clock (server/engine/clock.h).
+  // The rank at `index` attached at `at`, the time now; the step may end now.
   void Arrived(int index, absl::Time at, const std::vector<RankState>& ranks,
                Host& host);
   // The rank at `index`, attached, was detached again (its call cancelled
   // before it sent anything).
   void Withdrew(int index);
-  // The rank at `index` is known dead: the step no longer waits for it and
-  // may end now.
-  void Lost(int index, const std::vector<RankState>& ranks, Host& host);
+  // The rank at `index` is known dead at `now`: the step no longer waits
+  // for it and may end now.
+  void Lost(int index, absl::Time now, const std::vector<RankState>& ranks,
+            Host& host);
   // Asks the rule at `now` (the timer LookAgainAt asked for): the step may
   // end or fail now. Call only while the step has not ended or failed.
   void Decide(absl::Time now, const std::vector<RankState>& ranks, Host& host);

@@ -101,7 +101,7 @@ TEST(QuorumStepTest, TooManyLostRanksFailTheStep) {
   QuorumStep step(2, QuorumSettings{2, absl::Hours(1)});
   step.Start({}, {}, ranks, host);
   step.Arrived(0, absl::Now(), ranks, host);
-  step.Lost(1, ranks, host);
+  step.Lost(1, absl::Now(), ranks, host);
   EXPECT_THAT(host.failure, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_EQ(host.ended, 0);
 }

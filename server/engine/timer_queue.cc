@@ -1,8 +1,11 @@
 #include "server/engine/timer_queue.h"
 
+#include <algorithm>
+
 namespace reducer {
 
-TimerQueue::TimerQueue() : thread_([this] { Run(); }) {}
+TimerQueue::TimerQueue(const Clock* clock)
+    : clock_(clock), thread_([this] { Run(); }) {}
 
 TimerQueue::~TimerQueue() {
   {
@@ -41,12 +44,14 @@ void TimerQueue::Run() {
     auto first = pending_.begin();
     const absl::Time when =
         first == pending_.end() ? absl::InfiniteFuture() : first->first.first;
-    if (absl::Now() < when) {
+    const absl::Time now = clock_->Now();
+    if (now < when) {
       // Schedule() signals for a timer due sooner, and the destructor
-      // signals, so either is noticed before `when`.
+      // signals, so either is noticed before `when`. The wait is relative:
+      // an absl deadline would be read against the wall clock.
       wake_at_ = when;
-      wake_.WaitWithDeadline(&mu_, when);
-      wake_at_ = absl::Now();  // awake: Schedule() need not signal
+      wake_.WaitWithTimeout(&mu_, std::min(when - now, clock_->MaxSleep()));
+      wake_at_ = absl::InfinitePast();  // awake: Schedule() need not signal
       continue;
     }
     std::function<void()> callback = std::move(first->second);

@@ -1,9 +1,15 @@
-// TimerQueue runs callbacks at given times on one background thread.
+// TimerQueue runs callbacks at given times of its Clock (server/engine/
+// clock.h; the steady clock unless given another) on one background thread.
 //
 //   TimerQueue timers;
-//   TimerQueue::Id id = timers.Schedule(absl::Now() + absl::Seconds(5),
-//                                       [] { LOG("stalled"); });
+//   TimerQueue::Id id = timers.Schedule(
+//       timers.clock().Now() + absl::Seconds(5), [] { LOG("stalled"); });
 //   timers.Cancel(id);   // no-op if it already ran
+//
+// Times are the clock's, and so is the waiting: a step of the wall clock
+// neither hastens nor delays a timer. With a FakeClock a timer runs soon
+// after the clock is advanced past its time (the thread re-reads the clock
+// every FakeClock::MaxSleep()), and never before.
 //
 // Thread-safe. Callbacks run one at a time on the timer thread, without any
 // TimerQueue lock held, so they may call Schedule and Cancel. The destructor
@@ -23,6 +29,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/engine/clock.h"
 
 namespace reducer {
 
@@ -30,12 +37,16 @@ class TimerQueue {
  public:
   using Id = uint64_t;
 
-  TimerQueue();
+  // `clock` must outlive the queue.
+  explicit TimerQueue(const Clock* clock = &Clock::Steady());
   ~TimerQueue();
   TimerQueue(const TimerQueue&) = delete;
   TimerQueue& operator=(const TimerQueue&) = delete;
 
-  // Runs `callback` at or soon after `when`. Returns an id for Cancel.
+  // The clock whose times Schedule takes: read it to compute them.
+  const Clock& clock() const { return *clock_; }
+
+  // Runs `callback` at or soon after `when`, a time of clock(). Returns an id for Cancel.
   Id Schedule(absl::Time when, std::function<void()> callback);
   // Drops the callback if it has not started. Safe with unknown ids.
   void Cancel(Id id);
@@ -43,6 +54,7 @@ class TimerQueue {
  private:
   void Run();
 
+  const Clock* const clock_;
   absl::Mutex mu_;
   absl::CondVar wake_;  // signalled on a sooner Schedule and on shutdown
   // When the thread wakes by itself next. Cancel() leaves it be, so in the

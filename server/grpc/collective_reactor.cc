@@ -60,7 +60,7 @@ void CollectiveReactor::OnReadDone(bool ok) {
   if (!message_arrived_) {
     absl::MutexLock lock(&mu_);
     message_arrived_ = true;
-    last_activity_ = absl::Now();
+    last_activity_ = Clock::Steady().Now();
     if (finished_) return;  // closed as silent just before
   }
   HandleMessage();

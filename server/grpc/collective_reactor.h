@@ -116,7 +116,7 @@ class CollectiveReactor final
   bool finish_when_sent_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   // When the first message arrived, or the stream opened.
-  absl::Time last_activity_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  absl::Time last_activity_ ABSL_GUARDED_BY(mu_) = Clock::Steady().Now();
 };
 
 }  // namespace reducer

@@ -174,7 +174,7 @@ void CollectivesReactor::CloseIfIdleSince(absl::Time cutoff,
         " bytes of answers its client has not read, and the client took "
         "none of them for --stream_idle_timeout=",
         absl::FormatDuration(
-            absl::Trunc(absl::Now() - cutoff, absl::Seconds(1))),
+            absl::Trunc(Clock::Steady().Now() - cutoff, absl::Seconds(1))),
         "; a client must read the answers of the calls it sends"));
     Log(LogSeverity::kWarning,
         absl::StrCat("peer ", context_->peer(), ": ", refused.message()));
@@ -216,7 +216,7 @@ void CollectivesReactor::HandleMessage() {
     // Closed (idle) before this message: it is not used, and its client
     // learns so from the stream's status.
     if (finished_) return;
-    last_activity_ = absl::Now();
+    last_activity_ = Clock::Steady().Now();
     auto it = live_.find(call_id);
     if (it != live_.end() && !it->second.ended) {
       problem = absl::InvalidArgumentError(absl::StrCat(
@@ -281,7 +281,7 @@ void CollectivesReactor::Enqueue(uint64_t call_id, grpc::ByteBuffer message,
   // this may run inside the Collective, which must not be released here.
   if (ends_call) it->second.ended = true;
   if (outgoing_.Push(std::move(out), bytes)) {
-    front_waiting_since_ = absl::Now();
+    front_waiting_since_ = Clock::Steady().Now();
     WriteFrontLocked();
   }
   if (ends_call && read_held_) {
@@ -312,7 +312,7 @@ void CollectivesReactor::OnWriteDone(bool ok) {
   {
     absl::MutexLock lock(&mu_);
     written = outgoing_.PopWritten();
-    last_activity_ = absl::Now();
+    last_activity_ = Clock::Steady().Now();
     if (!ok) {
       // The stream broke; OnCancel or OnDone takes care of the calls.
       outgoing_.Clear();
@@ -329,7 +329,7 @@ void CollectivesReactor::OnWriteDone(bool ok) {
       }
     }
     if (!finished_ && outgoing_.TakeNext()) {
-      front_waiting_since_ = absl::Now();
+      front_waiting_since_ = Clock::Steady().Now();
       WriteFrontLocked();
     } else {
       MaybeFinishLocked();

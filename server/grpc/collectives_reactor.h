@@ -199,7 +199,7 @@ class CollectivesReactor final
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   // When a message last arrived or an answer was last written (or the
   // stream opened).
-  absl::Time last_activity_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  absl::Time last_activity_ ABSL_GUARDED_BY(mu_) = Clock::Steady().Now();
   // Since when the answer at the front of `outgoing_` has waited for its
   // client to take it: set when it became the front (queued into an empty
   // queue, or the one before it written). Meaningless while none waits.

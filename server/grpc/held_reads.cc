@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "server/engine/clock.h"
+
 namespace reducer {
 
 HeldReads::HeldReads(absl::Duration deadline)
@@ -18,7 +20,7 @@ HeldReads::~HeldReads() {
 
 void HeldReads::Hold(std::weak_ptr<Holder> holder) {
   absl::MutexLock lock(&mu_);
-  held_.emplace_back(absl::Now() + deadline_, std::move(holder));
+  held_.emplace_back(Clock::Steady().Now() + deadline_, std::move(holder));
 }
 
 void HeldReads::Run() {
@@ -35,8 +37,11 @@ void HeldReads::Run() {
     // last wake-up, so that one wake-up releases a batch.
     const absl::Time wake =
         std::max(held_.front().first, last_wake + deadline_ / 2);
-    if (mu_.AwaitWithDeadline(absl::Condition(&stop_), wake)) return;
-    last_wake = absl::Now();
+    if (mu_.AwaitWithTimeout(absl::Condition(&stop_),
+                             wake - Clock::Steady().Now())) {
+      return;
+    }
+    last_wake = Clock::Steady().Now();
     std::vector<std::weak_ptr<Holder>> due;
     while (!held_.empty() && held_.front().first <= last_wake) {
       due.push_back(std::move(held_.front().second));

@@ -46,7 +46,7 @@ void IdleStreams::Run() {
   const absl::Status closed = ClosedStatus();
   absl::MutexLock lock(&mu_);
   while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), period)) {
-    const absl::Time cutoff = absl::Now() - timeout_;
+    const absl::Time cutoff = Clock::Steady().Now() - timeout_;
     std::vector<std::shared_ptr<Stream>> streams;
     streams.reserve(watched_.size());
     for (auto it = watched_.begin(); it != watched_.end();) {

@@ -35,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/engine/clock.h"
 
 namespace reducer {
 
@@ -44,7 +45,8 @@ class IdleStreams {
   class Stream {
    public:
     // Ends the stream with `status` if it has been idle (see above) since
-    // `cutoff` or before; else does nothing. Called on IdleStreams'
+    // `cutoff` or before; else does nothing. Times are Clock::Steady()'s
+    // (server/engine/clock.h), so a wall-clock step closes no stream. Called on IdleStreams'
     // thread, with no IdleStreams lock held.
     virtual void CloseIfIdleSince(absl::Time cutoff,
                                   const absl::Status& status) = 0;

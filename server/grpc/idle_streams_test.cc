@@ -24,7 +24,7 @@ class FakeStream final : public IdleStreams::Stream {
     absl::MutexLock lock(&mu_);
     ++asked_;
     last_cutoff_ = cutoff;
-    asked_at_ = absl::Now();
+    asked_at_ = Clock::Steady().Now();
     last_status_ = status;
   }
   // Waits until asked at least `times` times in all.
@@ -66,12 +66,15 @@ class FakeStream final : public IdleStreams::Stream {
 constexpr absl::Duration kTimeout = absl::Milliseconds(80);
 
 TEST(IdleStreamsTest, AWatchedStreamIsAskedWithACutoffATimeoutAgo) {
+  const absl::Time before = Clock::Steady().Now();
   IdleStreams idle(kTimeout);
   auto stream = std::make_shared<FakeStream>();
   idle.Watch(stream.get(), stream);
   stream->AwaitAsked(2);
-  // The cutoff is a timeout before the look (asked_at is taken after it).
+  // The cutoff is a timeout before the look (asked_at is taken after it),
+  // on the steady clock the streams stamp their activity with.
   EXPECT_LE(stream->last_cutoff() + kTimeout, stream->asked_at());
+  EXPECT_GE(stream->last_cutoff() + kTimeout, before);
   EXPECT_THAT(stream->last_status(),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("nothing happened on it for "

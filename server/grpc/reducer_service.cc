@@ -172,7 +172,7 @@ ReducerService::StartStream(
   if (header_timeout_ <= absl::ZeroDuration()) return stream;
   std::weak_ptr<Stream> weak = stream->weak_from_this();
   timers_->Schedule(
-      absl::Now() + header_timeout_,
+      timers_->clock().Now() + header_timeout_,
       [weak, timeout = header_timeout_] {
         if (std::shared_ptr<Stream> silent = weak.lock()) {
           silent->EndUnlessMessageArrived(absl::DeadlineExceededError(

@@ -35,7 +35,9 @@ CollectiveEnv ForJob(CollectiveEnv env, const std::string& job,
     env.tenant_memory = tenant->memory();
   }
   if (env.kept == nullptr && env.kept_memory != nullptr) {
-    env.kept = std::make_shared<KeptResults>(env.kept_memory, kKeepResultsFor);
+    env.kept = std::make_shared<KeptResults>(env.kept_memory, kKeepResultsFor,
+                                             KeptResults::kEntryBytes,
+                                             &env.timers->clock());
   }
   if (env.job_memory == nullptr && env.options->max_job_memory_fraction < 1) {
     env.job_memory = std::make_shared<MemoryBudget>(static_cast<size_t>(
@@ -150,7 +152,8 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
     active_.clear();
     point_to_point_.Clear();
   }
-  const absl::Duration absent_for = membership_.AbsentFor(rank, absl::Now());
+  const absl::Duration absent_for =
+      membership_.AbsentFor(rank, env_.timers->clock().Now());
   const std::shared_ptr<SessionChannel> rejoining = session;
   std::vector<std::shared_ptr<SessionChannel>> superseded;
   absl::StatusOr<Membership::Seated> seated =
@@ -243,7 +246,7 @@ bool Job::Leave(const std::string& session_id, const SessionChannel* owner,
                 const std::string& why, EpochEndReason reason) {
   absl::MutexLock lock(&mu_);
   const Membership::Unseated left =
-      membership_.Unseat(session_id, owner, absl::Now());
+      membership_.Unseat(session_id, owner, env_.timers->clock().Now());
   switch (left.effect) {
     case Membership::Unseated::Effect::kAbsent:
       LoseAbsentLocked(left.ranks,
@@ -294,7 +297,7 @@ std::optional<Job::Seat> Job::RunningSeat(const std::string& session_id) {
 void Job::Depart(const std::string& session_id) {
   absl::MutexLock lock(&mu_);
   const Membership::Unseated departed =
-      membership_.Depart(session_id, absl::Now());
+      membership_.Depart(session_id, env_.timers->clock().Now());
   if (departed.effect == Membership::Unseated::Effect::kAbsent) {
     // As a lost rank: the others go on, and it may connect again.
     LoseAbsentLocked(departed.ranks, "its client was closed",

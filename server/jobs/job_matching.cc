@@ -81,7 +81,7 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
            ->Attach(std::move(stream), header.rank(), *std::move(fp),
                     header.attempt_id())) {
     if ((*collective)->LeftOut(header.rank())) {
-      membership_.MarkAbsent(header.rank(), absl::Now());
+      membership_.MarkAbsent(header.rank(), env_.timers->clock().Now());
       LoseAbsentLocked({header.rank()}, absl::StrCat("it was late for ",
                                                      ShortName(description)));
     }

@@ -137,7 +137,7 @@ void JobRegistry::Leave(const std::string& job, const std::string& session_id,
 
 void JobRegistry::FreeLocked(
     absl::flat_hash_map<std::string, std::shared_ptr<Job>>::iterator it) {
-  const absl::Time now = absl::Now();
+  const absl::Time now = env_.timers->clock().Now();
   ExpireFreedLocked(now);
   it->second->KeepForReplaysOnly();
   if (it->second->tenant() != nullptr) it->second->tenant()->RemoveJob();
@@ -163,7 +163,7 @@ void JobRegistry::ExpireFreedLocked(absl::Time now) {
 }
 
 void JobRegistry::MakeRoomForAJobLocked() {
-  ExpireFreedLocked(absl::Now());
+  ExpireFreedLocked(env_.timers->clock().Now());
   const size_t max_jobs = static_cast<size_t>(env_.options->max_jobs);
   while (!freed_.empty() && jobs_.size() + freed_.size() >= max_jobs) {
     auto oldest = freed_.begin();
@@ -180,7 +180,7 @@ absl::StatusOr<std::shared_ptr<Collective>> JobRegistry::ReplayForFreedJob(
   std::shared_ptr<Job> job;
   {
     absl::MutexLock lock(&mu_);
-    ExpireFreedLocked(absl::Now());
+    ExpireFreedLocked(env_.timers->clock().Now());
     auto it = freed_.find(header.job());
     if (it != freed_.end()) job = it->second.job;
   }
