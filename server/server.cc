@@ -12,6 +12,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/impl/server_builder_option.h"
 #include "grpcpp/impl/server_builder_plugin.h"
+#include "server/engine/clock.h"
 #include "server/listen_exposure.h"
 #include "server/log.h"
 #include "server/security/server_credentials.h"
@@ -292,8 +293,9 @@ void Server::Shutdown() {
     if (health != nullptr) health->SetServingStatus(false);
   }
   registry_.StopAccepting();
-  const absl::Time deadline = absl::Now() + options_.drain_budget;
-  while (registry_.HasActiveCollectives() && absl::Now() < deadline) {
+  const Clock& clock = timers_.clock();
+  const absl::Time deadline = clock.Now() + options_.drain_budget;
+  while (registry_.HasActiveCollectives() && clock.Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   if (registry_.HasActiveCollectives()) {
@@ -303,6 +305,7 @@ void Server::Shutdown() {
   registry_.ShutdownAll(absl::UnavailableError(
       "reducerd is shutting down; Connect again once it is back"));
   if (shm_listener_ != nullptr) shm_listener_->Stop();
+  // gRPC takes its deadlines as system_clock time points: the wall clock.
   grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   // Probes keep seeing NOT_SERVING until the main port is gone.
   if (health_server_ != nullptr) {

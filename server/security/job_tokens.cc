@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "server/engine/clock.h"
 #include "server/log.h"
 
 namespace reducer {
@@ -82,7 +83,7 @@ absl::StatusOr<std::unique_ptr<JobTokens>> JobTokens::Load(
   absl::MutexLock lock(&tokens->mu_);
   tokens->tokens_ = std::move(map);
   tokens->stamp_ = stamp;
-  tokens->next_look_ = absl::Now() + refresh_interval;
+  tokens->next_look_ = Clock::Steady().Now() + refresh_interval;
   return tokens;
 }
 
@@ -127,7 +128,7 @@ absl::Status JobTokens::Read(HashMap* tokens, FileStamp* stamp) const {
 }
 
 void JobTokens::RefreshIfChanged() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = Clock::Steady().Now();
   {
     absl::MutexLock lock(&mu_);
     if (now < next_look_) return;

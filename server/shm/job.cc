@@ -99,6 +99,9 @@ void SharedMemoryJob::Run() {
     if (stopping && sessions.empty()) return;
     watches.clear();
     watches.push_back({&wake_, woke});
+    // Wall-clock times, as Doorbell::WaitAny takes its deadline: it waits
+    // for the time left, so a step of the wall clock shifts one wait (a
+    // periodic check, a millisecond's look) at most.
     const absl::Time now = absl::Now();
     absl::Time wake_by = now + SharedMemorySession::kSocketCheck;
     for (size_t i = 0; i < sessions.size();) {

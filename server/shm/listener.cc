@@ -23,6 +23,7 @@
 #include "core/status_macros.h"
 #include "proto/reducer/v1/call_status.h"
 #include "proto/reducer/v1/reducer.pb.h"
+#include "server/engine/clock.h"
 
 namespace reducer {
 namespace {
@@ -209,12 +210,13 @@ void SharedMemoryListener::RefuseAtOnce(UniqueFd connection,
                           "handshake: ",
                           why.message())});
   if (refused_.size() < kMaxRefusedKept) {
-    refused_.emplace_back(absl::Now() + kRefusedGrace, std::move(connection));
+    refused_.emplace_back(Clock::Steady().Now() + kRefusedGrace,
+                          std::move(connection));
   }
 }
 
 void SharedMemoryListener::ReapLocked() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = Clock::Steady().Now();
   while (!refused_.empty() && refused_.front().first <= now)
     refused_.pop_front();
   for (auto it = handshakes_.begin(); it != handshakes_.end();) {
@@ -352,6 +354,7 @@ absl::StatusOr<SharedMemorySession::Parts> SharedMemoryListener::Check(
     peer->pid = who->pid;
     peer->uid = who->uid;
   }
+  // A wall-clock deadline, as ReceiveWithFds (core/shm) takes it.
   absl::StatusOr<Received> received = ReceiveWithFds(
       connection, kMaxHelloBytes, 2, absl::Now() + handshake_timeout_);
   if (!received.ok()) {
