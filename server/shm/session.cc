@@ -26,6 +26,8 @@ SharedMemorySession::SharedMemorySession(
       chunk_bytes_(chunk_bytes),
       max_unread_answer_bytes_(max_unread_answer_bytes),
       log_(log),
+      // Wall-clock times, as the job's thread passes to Step (see
+      // server/shm/job.cc): periodic checks, not deadlines.
       next_socket_check_(absl::Now() + kSocketCheck),
       next_seat_check_(absl::Now() + kSeatCheck) {}
 
