@@ -331,7 +331,7 @@ TEST_F(CollectiveTest, TimeoutFollowsTheEngineClockNotTheWallClock) {
   EXPECT_TRUE(c->done());
 }
 
-TEST_F(CollectiveTest, SnapshotAgeFollowsTheEngineClock) {
+TEST_F(CollectiveTest, StallWarningAndAgeFollowTheEngineClock) {
   use_fake_clock_ = true;
   std::shared_ptr<Collective> c =
       Make(CollectiveKind::kAllReduce, {0, 1}, absl::Seconds(10));
@@ -342,6 +342,16 @@ TEST_F(CollectiveTest, SnapshotAgeFollowsTheEngineClock) {
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(s->age, absl::Seconds(3));
   EXPECT_FALSE(s->stalled);
+  // Half the timeout on the engine's clock: the stall warning is due.
+  clock_.Advance(absl::Seconds(2));
+  for (int i = 0; i < 10000 && !c->Snapshot()->stalled; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  s = c->Snapshot();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_TRUE(s->stalled);
+  EXPECT_EQ(s->age, absl::Seconds(5));
+  EXPECT_FALSE(c->done());
 }
 
 TEST_F(CollectiveTest, TimeoutWithEveryRankArrivedNamesTheMissingPayload) {
