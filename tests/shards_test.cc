@@ -636,6 +636,71 @@ TEST_F(ShardsTest, AStalledShardLinkWithinTheDeadlineLeavesEveryRankOk) {
               "keepalive watchdog timeout"});
 }
 
+// As above, but once ranks 0-2 have their result (rank 3's held back on
+// its link), shard 1's process is SIGSTOPped for 14 s (kReplayBudget + 4 s): longer than a lost
+// session's replay budget (kReplayBudget), less than the call's deadline.
+// Rank 3's watchdog ends its session; its replays wait on the stopped shard
+// and, once it runs again, get the result it kept: every rank ends OK.
+TEST_F(ShardsTest, AShardStoppedPastTheReplayBudgetWithinTheDeadlineLeavesEveryRankOk) {
+  absl::StatusOr<std::unique_ptr<TcpProxy>> started =
+      TcpProxy::Start(shards_[1]->port());
+  ASSERT_TRUE(started.ok()) << started.status();
+  TcpProxy& proxy = **started;
+  const std::string target = absl::StrJoin(
+      {shards_[0]->address(), proxy.address(), shards_[2]->address()}, ",");
+  const std::string job = Job();
+  worker_binary_ = fault_worker_;
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int r = 0; r < kWorld; ++r) {
+    WorkerSpec spec;
+    spec.job = job;
+    spec.rank = r;
+    spec.world_size = kWorld;
+    spec.steps = absl::StrCat(
+        "wait_file:path=", r + 1 < kWorld ? "go" : "go_last",
+        ";allreduce_inplace:shape=3145728,seed=3,timeout_ms=60000;"  // 12 MiB
+        "allreduce:shape=8,seed=4,timeout_ms=60000");
+    spec.target = target;
+    spec.extra_flags = {"--shared_memory=off"};
+    workers.push_back(StartWorker(spec));
+    ASSERT_NE(workers.back(), nullptr);
+    ASSERT_TRUE(proxy.WaitForConnections(r + 1, absl::Seconds(30)));
+  }
+  for (auto& w : workers) ASSERT_TRUE(WaitForOutput(*w, "RESULT 0 connect"));
+  ASSERT_EQ(proxy.num_connections(), kWorld) << "one session each";
+  proxy.SetDelay(absl::Milliseconds(10), 64 << 10);  // ~6 MB/s a link
+  Touch("go");
+  ASSERT_TRUE(proxy.WaitForConnections(2 * kWorld - 1, absl::Seconds(30)));
+  Touch("go_last");
+  ASSERT_TRUE(proxy.WaitForConnections(2 * kWorld, absl::Seconds(30)));
+  const int last_session = kWorld - 1;
+  const int last_data = 2 * kWorld - 1;
+  ASSERT_TRUE(proxy.WaitForBytes(last_data, TcpProxy::kUpstream, 4u << 20,
+                                 absl::Seconds(40)))
+      << "rank 3's partition never reached shard 1";
+  absl::SleepFor(absl::Milliseconds(100));  // the last chunk is reduced
+  proxy.Pause(last_data, TcpProxy::kDownstream);
+  for (int r = 0; r + 1 < kWorld; ++r) {
+    EXPECT_TRUE(WaitForOutput(*workers[r], "RESULT 2 ", absl::Seconds(30)));
+  }
+  kill(shards_[1]->pid(), SIGSTOP);
+  proxy.SetDelay(absl::ZeroDuration());
+  proxy.Resume(last_data, TcpProxy::kDownstream);
+  absl::SleepFor(kReplayBudget + absl::Seconds(4));
+  kill(shards_[1]->pid(), SIGCONT);
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kWorld));
+  for (const ProcessResult& r : results) {
+    SCOPED_TRACE(r.name);
+    ExpectStep(r, "2", absl::StatusCode::kOk);
+  }
+  // The stall did end rank 3's session with shard 1 (by the watchdog): its
+  // next call says so.
+  ExpectStep(results[kWorld - 1], "3", absl::StatusCode::kUnavailable,
+             {"lost the session with reducerd at " + proxy.address(),
+              "keepalive watchdog timeout"});
+}
+
 // Ranks 0-2 wait in a small and a large (partitioned) all-reduce when rank
 // 3's process is SIGKILLed: both fail ABORTED naming rank 3, promptly.
 TEST_F(ShardsTest, KilledRankAbortsTheOthersNamingIt) {
