@@ -613,7 +613,10 @@ TEST_F(ShardsTest, AStalledShardLinkWithinTheDeadlineLeavesEveryRankOk) {
   ASSERT_TRUE(proxy.WaitForBytes(last_data, TcpProxy::kUpstream, 4u << 20,
                                  absl::Seconds(40)))
       << "rank 3's partition never reached shard 1";
-  absl::SleepFor(absl::Milliseconds(100));  // the last chunk is reduced
+  // Its last input bytes still travel: its result cannot have passed yet.
+  // Held from now on; the inputs end and the result is decided.
+  proxy.Pause(last_data, TcpProxy::kDownstream);
+  absl::SleepFor(absl::Milliseconds(300));
   proxy.Pause(last_session, TcpProxy::kBoth);
   proxy.Pause(last_data, TcpProxy::kBoth);
   for (int r = 0; r + 1 < kWorld; ++r) {
@@ -678,7 +681,8 @@ TEST_F(ShardsTest, AShardStoppedPastTheReplayBudgetWithinTheDeadlineLeavesEveryR
   ASSERT_TRUE(proxy.WaitForBytes(last_data, TcpProxy::kUpstream, 4u << 20,
                                  absl::Seconds(40)))
       << "rank 3's partition never reached shard 1";
-  absl::SleepFor(absl::Milliseconds(100));  // the last chunk is reduced
+  // Its last input bytes still travel: its result cannot have passed yet.
+  // Held from now on; the inputs end and the result is decided.
   proxy.Pause(last_data, TcpProxy::kDownstream);
   for (int r = 0; r + 1 < kWorld; ++r) {
     EXPECT_TRUE(WaitForOutput(*workers[r], "RESULT 2 ", absl::Seconds(30)));
