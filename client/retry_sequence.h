@@ -165,7 +165,7 @@ class RetrySequence {
 
   absl::Time deadline_;
   absl::Time give_up_ = absl::InfiniteFuture();  // set at the first failure
-  absl::Duration budget_;                         // likewise
+  absl::Duration budget_;                        // likewise
   absl::Duration pause_ = kFirstRetryPause;
   absl::Time next_at_ = absl::InfinitePast();
   // The failure of the last attempt that was not a replay, and whether any

@@ -127,7 +127,8 @@ TEST(RetrySequenceTest, TheCollectivesDeadlineCutsTheBudgetShort) {
   EXPECT_EQ(stopped_at, kStart + absl::Milliseconds(100));
 }
 
-TEST(RetrySequenceTest, AReplayThatWaitedOnAStalledReducerdStartsTheBudgetAgain) {
+TEST(RetrySequenceTest,
+     AReplayThatWaitedOnAStalledReducerdStartsTheBudgetAgain) {
   // A lost session's first failure at 0 s: replays until 10 s, unless one
   // waits. The replay sent at 100 ms hangs (reducerd stopped) until 14 s,
   // past the budget; reducerd was there all along, so replays go on.

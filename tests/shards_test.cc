@@ -644,7 +644,8 @@ TEST_F(ShardsTest, AStalledShardLinkWithinTheDeadlineLeavesEveryRankOk) {
 // session's replay budget (kReplayBudget), less than the call's deadline.
 // Rank 3's watchdog ends its session; its replays wait on the stopped shard
 // and, once it runs again, get the result it kept: every rank ends OK.
-TEST_F(ShardsTest, AShardStoppedPastTheReplayBudgetWithinTheDeadlineLeavesEveryRankOk) {
+TEST_F(ShardsTest,
+       AShardStoppedPastTheReplayBudgetWithinTheDeadlineLeavesEveryRankOk) {
   absl::StatusOr<std::unique_ptr<TcpProxy>> started =
       TcpProxy::Start(shards_[1]->port());
   ASSERT_TRUE(started.ok()) << started.status();
