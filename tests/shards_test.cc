@@ -23,7 +23,8 @@
 // - A shard's link to one rank stalled past the client's keepalive watchdog,
 //   after the collective's result was decided and the other ranks had
 //   theirs, but within the call's deadline: that rank still gets its result
-//   (from what the shard kept), so every rank ends the call OK.
+//   (from what the shard kept), so every rank ends the call OK; likewise
+//   with the shard's process SIGSTOPped past the replay budget.
 // - A rank SIGKILLed while the others wait on a small and a large
 //   collective aborts both on every other rank, naming it.
 #include <csignal>
