@@ -13,7 +13,12 @@
 // past the collective's deadline, pausing between tries from
 // kFirstRetryPause doubling up to kLastRetryPause. The budget is longer
 // than the channels' longest reconnect backoff, so that a dropped data
-// connection that comes back is found again.
+// connection that comes back is found again. A replay that found reducerd
+// there but stalled (ReducerdStalled: stopped, starved, its link frozen; a
+// reducerd that is gone refuses the connection at once) starts the budget
+// again from its failure: a stalled reducerd is asked again until the
+// collective's deadline, so the keepalive watchdog that cut the first
+// attempt never alone fails a call whose result reducerd kept.
 #ifndef REDUCER_CLIENT_RETRY_SEQUENCE_H_
 #define REDUCER_CLIENT_RETRY_SEQUENCE_H_
 
@@ -21,6 +26,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
@@ -30,6 +36,20 @@ inline constexpr absl::Duration kRetryBudget = absl::Seconds(3);
 inline constexpr absl::Duration kReplayBudget = absl::Seconds(10);
 inline constexpr absl::Duration kFirstRetryPause = absl::Milliseconds(100);
 inline constexpr absl::Duration kLastRetryPause = absl::Milliseconds(800);
+inline constexpr absl::Duration kStalledTry = absl::Seconds(1);
+
+// True when a try that ended with `outcome` after `in_flight` found reducerd
+// there but not answering: the connection was taken but no answer came
+// (gRPC's "... before receiving SETTINGS frame", a keepalive watchdog), or
+// the try waited kStalledTry or longer before it failed. A reducerd that is
+// gone fails a try at once (the connection refused).
+inline bool ReducerdStalled(const absl::Status& outcome,
+                            absl::Duration in_flight) {
+  if (outcome.code() != absl::StatusCode::kUnavailable) return false;
+  return in_flight >= kStalledTry ||
+         absl::StrContains(outcome.message(), "SETTINGS frame") ||
+         absl::StrContains(outcome.message(), "keepalive watchdog timeout");
+}
 
 // True when an attempt that ended with `outcome` may be sent again:
 // UNAVAILABLE, nothing received, and `session` (its session's state) OK.
@@ -86,8 +106,8 @@ class RetrySequence {
       : deadline_(deadline) {}
 
   // Files the failure `outcome` of the attempt that just ended (a replay
-  // when replaying() said so), whether any of its answer had arrived, and
-  // its session's state `session`, at `now`. A replay follows a failed
+  // when replaying() said so, sent at next_at()), whether any of its answer
+  // had arrived, and its session's state `session`, at `now`. A replay follows a failed
   // attempt or a replay that did not reach reducerd, after a pause; a
   // resend follows at once a replay answered NOT_FOUND when the attempt may
   // be retried (MayRetry). kStop when neither applies or the budget is
@@ -109,8 +129,11 @@ class RetrySequence {
       return Stop(WithReplayAnswer(first_failure_, outcome));
     }
     if (give_up_ == absl::InfiniteFuture()) {
-      give_up_ =
-          std::min(now + (session.ok() ? kRetryBudget : kReplayBudget), deadline_);
+      budget_ = session.ok() ? kRetryBudget : kReplayBudget;
+      give_up_ = std::min(now + budget_, deadline_);
+    } else if (replaying_ && ReducerdStalled(outcome, now - next_at_)) {
+      // The replay waited on a stalled reducerd: its budget starts again.
+      give_up_ = std::max(give_up_, std::min(now + budget_, deadline_));
     }
     if (next == Next::kResend) {
       replaying_ = false;
@@ -142,6 +165,7 @@ class RetrySequence {
 
   absl::Time deadline_;
   absl::Time give_up_ = absl::InfiniteFuture();  // set at the first failure
+  absl::Duration budget_;                        // likewise
   absl::Duration pause_ = kFirstRetryPause;
   absl::Time next_at_ = absl::InfinitePast();
   // The failure of the last attempt that was not a replay, and whether any

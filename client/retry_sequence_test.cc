@@ -127,5 +127,63 @@ TEST(RetrySequenceTest, TheCollectivesDeadlineCutsTheBudgetShort) {
   EXPECT_EQ(stopped_at, kStart + absl::Milliseconds(100));
 }
 
+TEST(RetrySequenceTest,
+     AReplayThatWaitedOnAStalledReducerdStartsTheBudgetAgain) {
+  // A lost session's first failure at 0 s: replays until 10 s, unless one
+  // waits. The replay sent at 100 ms hangs (reducerd stopped) until 14 s,
+  // past the budget; reducerd was there all along, so replays go on.
+  RetrySequence retries(kStart + absl::Seconds(60));
+  ASSERT_EQ(retries.AfterFailure(kReset, true, kLost, kStart), Next::kReplay);
+  const absl::Time resumed = kStart + absl::Seconds(14);
+  ASSERT_EQ(retries.AfterFailure(kReset, false, kLost, resumed), Next::kReplay);
+  EXPECT_EQ(retries.next_at(), resumed + absl::Milliseconds(200));
+  // Replays refused at once from then on stop 10 s after the stalled one.
+  absl::Time now = retries.next_at();
+  int replays = 0;
+  while (retries.AfterFailure(kReset, false, kLost, now) == Next::kReplay) {
+    ++replays;
+    now = retries.next_at();
+  }
+  EXPECT_GT(now, resumed + absl::Seconds(9));
+  EXPECT_LE(now, resumed + absl::Seconds(10));
+  EXPECT_THAT(retries.failure().message(), HasSubstr("connection reset"));
+}
+
+TEST(RetrySequenceTest, ReplaysThatFindReducerdStalledGoOnUntilTheDeadline) {
+  // Each replay fails at once, but reducerd took the connection and never
+  // answered: the budget starts again at each, up to the deadline (30 s).
+  const absl::Status stalled = absl::UnavailableError(
+      "failed to connect to all addresses; last error: UNKNOWN: "
+      "connection attempt timed out before receiving SETTINGS frame");
+  RetrySequence retries(kStart + absl::Seconds(30));
+  ASSERT_EQ(retries.AfterFailure(kReset, true, kLost, kStart), Next::kReplay);
+  absl::Time now = retries.next_at();
+  while (retries.AfterFailure(stalled, false, kLost, now) == Next::kReplay) {
+    now = retries.next_at();
+  }
+  EXPECT_GT(now, kStart + absl::Seconds(29));
+  EXPECT_LE(now, kStart + absl::Seconds(30));
+  EXPECT_THAT(retries.failure().message(), HasSubstr("SETTINGS frame"));
+  // Refused at once (reducerd gone): the budget is not renewed.
+  RetrySequence gone(kStart + absl::Seconds(30));
+  ASSERT_EQ(gone.AfterFailure(kReset, true, kLost, kStart), Next::kReplay);
+  now = gone.next_at();
+  const absl::Status refused =
+      absl::UnavailableError("failed to connect: Connection refused");
+  while (gone.AfterFailure(refused, false, kLost, now) == Next::kReplay) {
+    now = gone.next_at();
+  }
+  EXPECT_LE(now, kStart + kReplayBudget);
+}
+
+TEST(RetrySequenceTest, AStalledReplayNeverRunsPastTheDeadline) {
+  RetrySequence retries(kStart + absl::Seconds(15));
+  ASSERT_EQ(retries.AfterFailure(kReset, true, kLost, kStart), Next::kReplay);
+  // Hung until 14.9 s: the budget starts again but stops at the deadline.
+  EXPECT_EQ(retries.AfterFailure(kReset, false, kLost,
+                                 kStart + absl::Milliseconds(14900)),
+            Next::kStop);
+}
+
 }  // namespace
 }  // namespace reducer

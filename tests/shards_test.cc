@@ -20,6 +20,11 @@
 //   that call and the next on every rank within seconds, naming the shard,
 //   with every buffer as it was; once the shard is back on its port, a new
 //   Connect of every rank reduces exactly.
+// - A shard's link to one rank stalled past the client's keepalive watchdog,
+//   after the collective's result was decided and the other ranks had
+//   theirs, but within the call's deadline: that rank still gets its result
+//   (from what the shard kept), so every rank ends the call OK; likewise
+//   with the shard's process SIGSTOPped past the replay budget.
 // - A rank SIGKILLed while the others wait on a small and a large
 //   collective aborts both on every other rank, naming it.
 #include <csignal>
@@ -560,6 +565,146 @@ TEST_F(ShardsTest, APartitionsLostAnswerIsSentAgainAndTheWholeIsExact) {
   EXPECT_THAT(log, AnyOf(HasSubstr("sent again from what was kept"),
                          HasSubstr("asked again for its result")));
   EXPECT_THAT(log, Not(HasSubstr("retried a contribution")));
+}
+
+// Every rank reaches shard 1 through a throttled TcpProxy; ranks 0-2 start
+// first, so that rank 3's session is connection 3 and its collectives'
+// connection the last to open. Once rank 3's partition of a 12 MiB
+// in-place all-reduce is in (shard 1's result is decided; the others get
+// theirs), both of rank 3's connections stall, then every connection, open
+// or new, for longer than the client's keepalive watchdog (about 3 s, which
+// ends rank 3's session with shard 1 while its result is on the way) but
+// less than the call's deadline. All or nothing: rank 3 asks shard 1 for its
+// result again until it answers, and every rank ends the call OK with the
+// exact sum; rank 3's next call reports the lost session.
+TEST_F(ShardsTest, AStalledShardLinkWithinTheDeadlineLeavesEveryRankOk) {
+  absl::StatusOr<std::unique_ptr<TcpProxy>> started =
+      TcpProxy::Start(shards_[1]->port());
+  ASSERT_TRUE(started.ok()) << started.status();
+  TcpProxy& proxy = **started;
+  const std::string target = absl::StrJoin(
+      {shards_[0]->address(), proxy.address(), shards_[2]->address()}, ",");
+  const std::string job = Job();
+  worker_binary_ = fault_worker_;
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int r = 0; r < kWorld; ++r) {
+    WorkerSpec spec;
+    spec.job = job;
+    spec.rank = r;
+    spec.world_size = kWorld;
+    spec.steps = absl::StrCat(
+        "wait_file:path=", r + 1 < kWorld ? "go" : "go_last",
+        ";allreduce_inplace:shape=3145728,seed=3,timeout_ms=60000;"  // 12 MiB
+        "allreduce:shape=8,seed=4,timeout_ms=60000");
+    spec.target = target;
+    spec.extra_flags = {"--shared_memory=off"};
+    workers.push_back(StartWorker(spec));
+    ASSERT_NE(workers.back(), nullptr);
+    ASSERT_TRUE(proxy.WaitForConnections(r + 1, absl::Seconds(30)));
+  }
+  for (auto& w : workers) ASSERT_TRUE(WaitForOutput(*w, "RESULT 0 connect"));
+  ASSERT_EQ(proxy.num_connections(), kWorld) << "one session each";
+  proxy.SetDelay(absl::Milliseconds(10), 64 << 10);  // ~6 MB/s a link
+  Touch("go");
+  ASSERT_TRUE(proxy.WaitForConnections(2 * kWorld - 1, absl::Seconds(30)));
+  Touch("go_last");
+  ASSERT_TRUE(proxy.WaitForConnections(2 * kWorld, absl::Seconds(30)));
+  const int last_session = kWorld - 1;
+  const int last_data = 2 * kWorld - 1;
+  ASSERT_TRUE(proxy.WaitForBytes(last_data, TcpProxy::kUpstream, 4u << 20,
+                                 absl::Seconds(40)))
+      << "rank 3's partition never reached shard 1";
+  // Its last input bytes still travel: its result cannot have passed yet.
+  // Held from now on; the inputs end and the result is decided.
+  proxy.Pause(last_data, TcpProxy::kDownstream);
+  absl::SleepFor(absl::Milliseconds(300));
+  proxy.Pause(last_session, TcpProxy::kBoth);
+  proxy.Pause(last_data, TcpProxy::kBoth);
+  for (int r = 0; r + 1 < kWorld; ++r) {
+    EXPECT_TRUE(WaitForOutput(*workers[r], "RESULT 2 ", absl::Seconds(30)));
+  }
+  proxy.PauseAll();
+  absl::SleepFor(absl::Seconds(6));  // twice the keepalive watchdog
+  proxy.SetDelay(absl::ZeroDuration());
+  proxy.ResumeAll();
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kWorld));
+  for (const ProcessResult& r : results) {
+    SCOPED_TRACE(r.name);
+    ExpectStep(r, "2", absl::StatusCode::kOk);
+  }
+  // The stall did end rank 3's session with shard 1 (by the watchdog): its
+  // next call says so.
+  ExpectStep(results[kWorld - 1], "3", absl::StatusCode::kUnavailable,
+             {"lost the session with reducerd at " + proxy.address(),
+              "keepalive watchdog timeout"});
+}
+
+// As above, but once ranks 0-2 have their result (rank 3's held back on
+// its link), shard 1's process is SIGSTOPped for 14 s (kReplayBudget + 4 s): longer than a lost
+// session's replay budget (kReplayBudget), less than the call's deadline.
+// Rank 3's watchdog ends its session; its replays wait on the stopped shard
+// and, once it runs again, get the result it kept: every rank ends OK.
+TEST_F(ShardsTest,
+       AShardStoppedPastTheReplayBudgetWithinTheDeadlineLeavesEveryRankOk) {
+  absl::StatusOr<std::unique_ptr<TcpProxy>> started =
+      TcpProxy::Start(shards_[1]->port());
+  ASSERT_TRUE(started.ok()) << started.status();
+  TcpProxy& proxy = **started;
+  const std::string target = absl::StrJoin(
+      {shards_[0]->address(), proxy.address(), shards_[2]->address()}, ",");
+  const std::string job = Job();
+  worker_binary_ = fault_worker_;
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  for (int r = 0; r < kWorld; ++r) {
+    WorkerSpec spec;
+    spec.job = job;
+    spec.rank = r;
+    spec.world_size = kWorld;
+    spec.steps = absl::StrCat(
+        "wait_file:path=", r + 1 < kWorld ? "go" : "go_last",
+        ";allreduce_inplace:shape=3145728,seed=3,timeout_ms=60000;"  // 12 MiB
+        "allreduce:shape=8,seed=4,timeout_ms=60000");
+    spec.target = target;
+    spec.extra_flags = {"--shared_memory=off"};
+    workers.push_back(StartWorker(spec));
+    ASSERT_NE(workers.back(), nullptr);
+    ASSERT_TRUE(proxy.WaitForConnections(r + 1, absl::Seconds(30)));
+  }
+  for (auto& w : workers) ASSERT_TRUE(WaitForOutput(*w, "RESULT 0 connect"));
+  ASSERT_EQ(proxy.num_connections(), kWorld) << "one session each";
+  proxy.SetDelay(absl::Milliseconds(10), 64 << 10);  // ~6 MB/s a link
+  Touch("go");
+  ASSERT_TRUE(proxy.WaitForConnections(2 * kWorld - 1, absl::Seconds(30)));
+  Touch("go_last");
+  ASSERT_TRUE(proxy.WaitForConnections(2 * kWorld, absl::Seconds(30)));
+  const int last_session = kWorld - 1;
+  const int last_data = 2 * kWorld - 1;
+  ASSERT_TRUE(proxy.WaitForBytes(last_data, TcpProxy::kUpstream, 4u << 20,
+                                 absl::Seconds(40)))
+      << "rank 3's partition never reached shard 1";
+  // Its last input bytes still travel: its result cannot have passed yet.
+  // Held from now on; the inputs end and the result is decided.
+  proxy.Pause(last_data, TcpProxy::kDownstream);
+  for (int r = 0; r + 1 < kWorld; ++r) {
+    EXPECT_TRUE(WaitForOutput(*workers[r], "RESULT 2 ", absl::Seconds(30)));
+  }
+  kill(shards_[1]->pid(), SIGSTOP);
+  proxy.SetDelay(absl::ZeroDuration());
+  proxy.Resume(last_data, TcpProxy::kDownstream);
+  absl::SleepFor(kReplayBudget + absl::Seconds(4));
+  kill(shards_[1]->pid(), SIGCONT);
+  std::vector<ProcessResult> results = WaitWorkers(workers);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kWorld));
+  for (const ProcessResult& r : results) {
+    SCOPED_TRACE(r.name);
+    ExpectStep(r, "2", absl::StatusCode::kOk);
+  }
+  // The stall did end rank 3's session with shard 1 (by the watchdog): its
+  // next call says so.
+  ExpectStep(results[kWorld - 1], "3", absl::StatusCode::kUnavailable,
+             {"lost the session with reducerd at " + proxy.address(),
+              "keepalive watchdog timeout"});
 }
 
 // Ranks 0-2 wait in a small and a large (partitioned) all-reduce when rank

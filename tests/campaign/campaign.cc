@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "tests/campaign/cpu_load.h"
 #include "tests/netns_harness.h"
 #include "tests/process_harness.h"
 
@@ -375,6 +376,8 @@ absl::StatusOr<CampaignReport> RunCampaign(const CampaignOptions& options) {
   CampaignReport report;
   report.seed = options.seed;
   report.schedule = DrawSchedule(options);
+  // Declared before the campaign: it spins until the campaign is torn down.
+  CpuLoad load(options.load_threads);
   Campaign campaign(options, *std::move(net));
   if (absl::Status started = campaign.StartAll(); !started.ok()) return started;
   absl::SleepFor(kWarmUp);

@@ -80,6 +80,9 @@ struct CampaignOptions {
   // ran other builds), none of it held by a job (the shard's status says
   // no job and no memory reserved).
   int64_t rss_slack_bytes = int64_t{48} << 20;
+  // Busy threads (tests/campaign/cpu_load.h) spinning from the start of the
+  // campaign to its end: a loaded machine's timing. Zero: none.
+  int load_threads = 0;
 };
 
 struct CampaignReport {

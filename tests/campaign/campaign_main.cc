@@ -3,6 +3,7 @@
 // printed as it ends, the details of any violation, and the totals.
 //
 //   bazel run //tests/campaign:campaign -- --minutes=30 --first_seed=100
+//   bazel run //tests/campaign:campaign -- --minutes=8 --load=$(nproc)
 //
 // Exits 1 if any campaign found a violation, 2 if one could not run.
 #include <cstdio>
@@ -18,6 +19,9 @@
 ABSL_FLAG(int, minutes, 30, "run campaigns until this much time has passed");
 ABSL_FLAG(uint64_t, first_seed, 100, "the first campaign's seed; then +1");
 ABSL_FLAG(int, fault_phase_s, 60, "each campaign's seconds of faults");
+ABSL_FLAG(int, load, 0,
+          "busy threads spinning beside each campaign, for a loaded machine's "
+          "timing (one per core: --load=$(nproc)); 0: none");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -31,6 +35,7 @@ int main(int argc, char** argv) {
     CampaignOptions options;
     options.seed = seed;
     options.fault_phase = absl::Seconds(absl::GetFlag(FLAGS_fault_phase_s));
+    options.load_threads = absl::GetFlag(FLAGS_load);
     absl::StatusOr<CampaignReport> report = reducer::testing::RunCampaign(options);
     if (!report.ok()) {
       std::fprintf(stderr, "seed %lu could not run: %s\n", static_cast<unsigned long>(seed),

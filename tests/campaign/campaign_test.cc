@@ -1,6 +1,7 @@
 // The robustness campaign's bounded form, for CI: two fixed seeds, each a
 // campaign of 40 s of faults over 3 jobs (3 and 2 ranks, and a quorum job
-// of 3) and 2 shards (tests/campaign/campaign.h). Skips where network
+// of 3) and 2 shards (tests/campaign/campaign.h), with a busy thread per
+// core beside it (a loaded machine's timing). Skips where network
 // namespaces cannot be made. Under the sanitizers (ASAN_OPTIONS set, as
 // --config=asan does) every process runs several times slower, and freed
 // memory sits in ASan's quarantine (256 MiB by default, more with its
@@ -9,6 +10,7 @@
 // resident memory may end up to 512 MiB above its baseline (seen: 279 MiB).
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -27,6 +29,7 @@ TEST_P(CampaignTest, EveryOperationHoldsTheContract) {
   CampaignOptions options;
   options.seed = GetParam();
   options.fault_phase = absl::Seconds(40);
+  options.load_threads = static_cast<int>(std::thread::hardware_concurrency());
   if (Sanitized()) {
     options.collective_timeout = absl::Seconds(12);
     options.quorum_grace = absl::Seconds(6);
