@@ -146,6 +146,9 @@ class ShardsTest : public FaultTest {
  protected:
   absl::Duration TimeLimit() const override { return absl::Seconds(100); }
 
+  void StartWithRank3sResultHeldBack(
+      TcpProxy& proxy, std::vector<std::unique_ptr<ChildProcess>>* workers);
+
   void SetUp() override {
     FaultTest::SetUp();
     if (HasFatalFailure()) return;
@@ -567,6 +570,47 @@ TEST_F(ShardsTest, APartitionsLostAnswerIsSentAgainAndTheWholeIsExact) {
   EXPECT_THAT(log, Not(HasSubstr("retried a contribution")));
 }
 
+// The start both stalled-shard tests share: kWorld ranks, shard 1 behind
+// `proxy`, a 12 MiB in-place all-reduce then a small one (60 s deadlines).
+// Returns once rank 3's partition is in at shard 1 and its result is held
+// back on its link (the others get theirs).
+void ShardsTest::StartWithRank3sResultHeldBack(
+    TcpProxy& proxy, std::vector<std::unique_ptr<ChildProcess>>* workers) {
+  const std::string target = absl::StrJoin(
+      {shards_[0]->address(), proxy.address(), shards_[2]->address()}, ",");
+  const std::string job = Job();
+  worker_binary_ = fault_worker_;
+  for (int r = 0; r < kWorld; ++r) {
+    WorkerSpec spec;
+    spec.job = job;
+    spec.rank = r;
+    spec.world_size = kWorld;
+    spec.steps = absl::StrCat(
+        "wait_file:path=", r + 1 < kWorld ? "go" : "go_last",
+        ";allreduce_inplace:shape=3145728,seed=3,timeout_ms=60000;"  // 12 MiB
+        "allreduce:shape=8,seed=4,timeout_ms=60000");
+    spec.target = target;
+    spec.extra_flags = {"--shared_memory=off"};
+    workers->push_back(StartWorker(spec));
+    ASSERT_NE(workers->back(), nullptr);
+    ASSERT_TRUE(proxy.WaitForConnections(r + 1, absl::Seconds(30)));
+  }
+  for (auto& w : *workers) ASSERT_TRUE(WaitForOutput(*w, "RESULT 0 connect"));
+  ASSERT_EQ(proxy.num_connections(), kWorld) << "one session each";
+  proxy.SetDelay(absl::Milliseconds(10), 64 << 10);  // ~6 MB/s a link
+  Touch("go");
+  ASSERT_TRUE(proxy.WaitForConnections(2 * kWorld - 1, absl::Seconds(30)));
+  Touch("go_last");
+  ASSERT_TRUE(proxy.WaitForConnections(2 * kWorld, absl::Seconds(30)));
+  const int last_data = 2 * kWorld - 1;
+  ASSERT_TRUE(proxy.WaitForBytes(last_data, TcpProxy::kUpstream, 4u << 20,
+                                 absl::Seconds(40)))
+      << "rank 3's partition never reached shard 1";
+  // Its last input bytes still travel: its result cannot have passed yet.
+  // Held from now on; the inputs end and the result is decided.
+  proxy.Pause(last_data, TcpProxy::kDownstream);
+}
+
 // Every rank reaches shard 1 through a throttled TcpProxy; ranks 0-2 start
 // first, so that rank 3's session is connection 3 and its collectives'
 // connection the last to open. Once rank 3's partition of a 12 MiB
@@ -582,41 +626,11 @@ TEST_F(ShardsTest, AStalledShardLinkWithinTheDeadlineLeavesEveryRankOk) {
       TcpProxy::Start(shards_[1]->port());
   ASSERT_TRUE(started.ok()) << started.status();
   TcpProxy& proxy = **started;
-  const std::string target = absl::StrJoin(
-      {shards_[0]->address(), proxy.address(), shards_[2]->address()}, ",");
-  const std::string job = Job();
-  worker_binary_ = fault_worker_;
   std::vector<std::unique_ptr<ChildProcess>> workers;
-  for (int r = 0; r < kWorld; ++r) {
-    WorkerSpec spec;
-    spec.job = job;
-    spec.rank = r;
-    spec.world_size = kWorld;
-    spec.steps = absl::StrCat(
-        "wait_file:path=", r + 1 < kWorld ? "go" : "go_last",
-        ";allreduce_inplace:shape=3145728,seed=3,timeout_ms=60000;"  // 12 MiB
-        "allreduce:shape=8,seed=4,timeout_ms=60000");
-    spec.target = target;
-    spec.extra_flags = {"--shared_memory=off"};
-    workers.push_back(StartWorker(spec));
-    ASSERT_NE(workers.back(), nullptr);
-    ASSERT_TRUE(proxy.WaitForConnections(r + 1, absl::Seconds(30)));
-  }
-  for (auto& w : workers) ASSERT_TRUE(WaitForOutput(*w, "RESULT 0 connect"));
-  ASSERT_EQ(proxy.num_connections(), kWorld) << "one session each";
-  proxy.SetDelay(absl::Milliseconds(10), 64 << 10);  // ~6 MB/s a link
-  Touch("go");
-  ASSERT_TRUE(proxy.WaitForConnections(2 * kWorld - 1, absl::Seconds(30)));
-  Touch("go_last");
-  ASSERT_TRUE(proxy.WaitForConnections(2 * kWorld, absl::Seconds(30)));
+  StartWithRank3sResultHeldBack(proxy, &workers);
+  if (HasFatalFailure()) return;
   const int last_session = kWorld - 1;
   const int last_data = 2 * kWorld - 1;
-  ASSERT_TRUE(proxy.WaitForBytes(last_data, TcpProxy::kUpstream, 4u << 20,
-                                 absl::Seconds(40)))
-      << "rank 3's partition never reached shard 1";
-  // Its last input bytes still travel: its result cannot have passed yet.
-  // Held from now on; the inputs end and the result is decided.
-  proxy.Pause(last_data, TcpProxy::kDownstream);
   absl::SleepFor(absl::Milliseconds(300));
   proxy.Pause(last_session, TcpProxy::kBoth);
   proxy.Pause(last_data, TcpProxy::kBoth);
@@ -651,41 +665,10 @@ TEST_F(ShardsTest,
       TcpProxy::Start(shards_[1]->port());
   ASSERT_TRUE(started.ok()) << started.status();
   TcpProxy& proxy = **started;
-  const std::string target = absl::StrJoin(
-      {shards_[0]->address(), proxy.address(), shards_[2]->address()}, ",");
-  const std::string job = Job();
-  worker_binary_ = fault_worker_;
   std::vector<std::unique_ptr<ChildProcess>> workers;
-  for (int r = 0; r < kWorld; ++r) {
-    WorkerSpec spec;
-    spec.job = job;
-    spec.rank = r;
-    spec.world_size = kWorld;
-    spec.steps = absl::StrCat(
-        "wait_file:path=", r + 1 < kWorld ? "go" : "go_last",
-        ";allreduce_inplace:shape=3145728,seed=3,timeout_ms=60000;"  // 12 MiB
-        "allreduce:shape=8,seed=4,timeout_ms=60000");
-    spec.target = target;
-    spec.extra_flags = {"--shared_memory=off"};
-    workers.push_back(StartWorker(spec));
-    ASSERT_NE(workers.back(), nullptr);
-    ASSERT_TRUE(proxy.WaitForConnections(r + 1, absl::Seconds(30)));
-  }
-  for (auto& w : workers) ASSERT_TRUE(WaitForOutput(*w, "RESULT 0 connect"));
-  ASSERT_EQ(proxy.num_connections(), kWorld) << "one session each";
-  proxy.SetDelay(absl::Milliseconds(10), 64 << 10);  // ~6 MB/s a link
-  Touch("go");
-  ASSERT_TRUE(proxy.WaitForConnections(2 * kWorld - 1, absl::Seconds(30)));
-  Touch("go_last");
-  ASSERT_TRUE(proxy.WaitForConnections(2 * kWorld, absl::Seconds(30)));
-  const int last_session = kWorld - 1;
+  StartWithRank3sResultHeldBack(proxy, &workers);
+  if (HasFatalFailure()) return;
   const int last_data = 2 * kWorld - 1;
-  ASSERT_TRUE(proxy.WaitForBytes(last_data, TcpProxy::kUpstream, 4u << 20,
-                                 absl::Seconds(40)))
-      << "rank 3's partition never reached shard 1";
-  // Its last input bytes still travel: its result cannot have passed yet.
-  // Held from now on; the inputs end and the result is decided.
-  proxy.Pause(last_data, TcpProxy::kDownstream);
   for (int r = 0; r + 1 < kWorld; ++r) {
     EXPECT_TRUE(WaitForOutput(*workers[r], "RESULT 2 ", absl::Seconds(30)));
   }
