@@ -60,6 +60,7 @@ ABSL_FLAG(int64_t, send_bytes, int64_t{64} << 20, "memory: bytes per Send");
 
 namespace {
 
+using reducer::testing::JoinRequestFor;
 using reducer::testing::RawCallResult;
 using reducer::testing::RawSession;
 namespace v1 = reducer::v1;
@@ -162,16 +163,6 @@ struct HeldJoin {
     reader->Finish();
   }
 };
-
-v1::JoinRequest JoinRequestFor(const std::string& job, int rank, int world_size,
-                               const std::string& session_id) {
-  v1::JoinRequest request;
-  request.set_job(job);
-  request.set_rank(rank);
-  request.set_world_size(world_size);
-  request.set_session_id(session_id);
-  return request;
-}
 
 std::string Unread() {
   absl::StatusOr<std::unique_ptr<RawSession>> raw =

@@ -139,16 +139,6 @@ class OpenJoin {
   bool finished_ = false;
 };
 
-v1::JoinRequest JoinRequestFor(const std::string& job, int rank, int world_size,
-                               const std::string& session_id) {
-  v1::JoinRequest request;
-  request.set_job(job);
-  request.set_rank(rank);
-  request.set_world_size(world_size);
-  request.set_session_id(session_id);
-  return request;
-}
-
 std::unique_ptr<v1::Reducer::Stub> NewStub(const std::string& address) {
   return v1::Reducer::NewStub(grpc::CreateCustomChannel(
       address, grpc::InsecureChannelCredentials(), RawChannelArguments()));

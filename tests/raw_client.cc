@@ -45,6 +45,16 @@ void RawSession::Authorize(grpc::ClientContext* context) const {
   }
 }
 
+v1::JoinRequest JoinRequestFor(const std::string& job, int rank, int world_size,
+                               const std::string& session_id) {
+  v1::JoinRequest request;
+  request.set_job(job);
+  request.set_rank(rank);
+  request.set_world_size(world_size);
+  request.set_session_id(session_id);
+  return request;
+}
+
 absl::StatusOr<std::unique_ptr<RawSession>> RawSession::Join(
     const std::string& target, const std::string& job, int rank,
     int world_size, absl::Duration timeout, const std::string& token) {
@@ -53,11 +63,8 @@ absl::StatusOr<std::unique_ptr<RawSession>> RawSession::Join(
   session->channel_ = grpc::CreateCustomChannel(
       target, grpc::InsecureChannelCredentials(), RawChannelArguments());
   session->stub_ = v1::Reducer::NewStub(session->channel_);
-  v1::JoinRequest request;
-  request.set_job(job);
-  request.set_rank(rank);
-  request.set_world_size(world_size);
-  request.set_session_id(session->session_id_);
+  const v1::JoinRequest request =
+      JoinRequestFor(job, rank, world_size, session->session_id_);
   session->Authorize(&session->join_context_);
   session->join_reader_ =
       session->stub_->Join(&session->join_context_, request);

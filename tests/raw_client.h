@@ -45,6 +45,11 @@ struct RawCallResult {
   absl::Duration elapsed;
 };
 
+// The JoinRequest a RawSession sends: `job`, `rank`, `world_size`,
+// `session_id`, nothing else.
+v1::JoinRequest JoinRequestFor(const std::string& job, int rank, int world_size,
+                               const std::string& session_id);
+
 class RawSession {
  public:
   // Opens a session for `rank` of `job` and waits for JobReady (all ranks
