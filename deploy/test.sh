@@ -7,10 +7,14 @@
 #   image-test       deploy/image/image_test.sh (restricted run, health, W = 2, SIGTERM)
 #   render-OVERLAY   kubectl kustomize of each deploy/k8s overlay, with
 #                    nothing on stderr (no deprecated field)
+#   set-image        deploy/k8s/set_image_test.sh (a registry set by
+#                    kustomize keeps the pinned tag)
 #   flag-help        reducerd's and the worker's --helpfull, from the image
 #   python-deps      deploy/validate's Python packages, as requirements.txt
 #                    pins them, in the venv tools/pinned_venv.sh builds (kept
 #                    between runs; built again only when the file changes)
+#   bootstrap-tls    deploy/k8s/bootstrap_tls_test.sh (the certificates'
+#                    names and uses, the Secrets' YAML)
 #   validate         schemas (the custom resources' vendored), Kubernetes
 #                    client round trip, policy, flags, shards, TLS and job
 #                    tokens everywhere but open and worker-job-open
@@ -44,7 +48,8 @@ mkdir -p "$rendered"
 step_prefix=(timeout "$kStepLimit" bash -c '"$@"' step)
 planned_steps=(image-build image-test)
 for o in "${overlays[@]}"; do planned_steps+=("render-$o"); done
-planned_steps+=(flag-help python-deps validate checks-test exercise exercise-open exercise-mtls)
+planned_steps+=(set-image flag-help python-deps bootstrap-tls validate checks-test exercise exercise-open
+  exercise-mtls)
 
 # kubectl prints a warning for each deprecated kustomize field: none allowed.
 render() {
@@ -106,8 +111,10 @@ export rendered
 step image-build deploy/image/build.sh
 step image-test deploy/image/image_test.sh
 for o in "${overlays[@]}"; do step "render-$o" render "$o"; done
+step set-image deploy/k8s/set_image_test.sh
 step flag-help flag_help
 step python-deps python_deps
+step bootstrap-tls deploy/k8s/bootstrap_tls_test.sh
 step validate validate
 step checks-test checks_test
 step exercise deploy/exercise.sh "$rendered/one-shard.yaml" "$rendered/worker-job.yaml"

@@ -1,8 +1,9 @@
 """The checks of each kind of workload: the StatefulSet of reducerd shards
-(its container's flags, ports and probes, its selectors, Service,
-PodDisruptionBudget and NetworkPolicies), the Job of workers, and the
-workers' target naming every shard; policy_problems runs them with the
-security checks.
+(its container's flags, ports and probes, its selectors, its spread over
+nodes, Service, PodDisruptionBudget and NetworkPolicies' ingress), the Job
+of workers, a ServiceMonitor of the shards' Service, and the workers'
+target naming every shard; policy_problems runs them with the security,
+image and Certificate checks.
 """
 import re
 
