@@ -1,50 +1,45 @@
 #!/usr/bin/env bash
 # Starts what the rendered manifests declare, for real, with the image:
 #
-#   deploy/exercise.sh SHARDS.yaml WORKERS.yaml
-#   deploy/exercise.sh --tls TLS.yaml
+#   deploy/exercise.sh SHARDS.yaml [WORKERS.yaml]
 #
 # SHARDS.yaml is a rendered shard overlay (its StatefulSet's pod template),
-# WORKERS.yaml the rendered worker-job overlay. In a network namespace of
+# WORKERS.yaml a rendered worker Job overlay (worker-job against the
+# secure default, worker-job-open against open). In a network namespace of
 # its own (loopback only, so the template's ports are used as declared),
 # one shard runs with exactly the template's command, args, env, user,
 # read-only root, dropped capabilities, ConfigMap volumes and Secret volumes
-# (deploy/validate/pod_run.py). The Secrets are made here: one job token,
-# its hash in the shards' reducer-job-tokens and the token itself in the
-# workers' metric-sync-token. Checks: the readiness and liveness gRPC
-# probes pass on the ports they declare; the gRPC port refuses a call
-# without the job's token and takes one with it (or, for an overlay with
-# --allow_unauthenticated, takes a call without a token); every rank of the
-# worker Job, with its container's command, args, env and token,
-# REDUCER_TARGET pointed at the shard's gRPC port on loopback, REDUCER_JOB
-# the token's job and the rank as its completion index, reduces through
-# it; the declared metrics port serves the flagfile's memory budget and
-# counts the job; SIGTERM with the template's grace period ends the shard
-# with exit code 0; and the same command with one flag reducerd does not
-# know fails.
-#
-# With --tls, TLS.yaml is the rendered tls overlay: its Secrets are made
-# here (tests/make_test_certs.sh's CA, server and client certificates, the
-# job token) and mounted as kubelet would; instead of the worker Job,
-# reducerctl checks that the gRPC port serves mutual TLS with tokens only
-# (status with the client certificate and token works; plaintext, no client
-# certificate, or no token is refused) while the probes stay plaintext.
+# (deploy/validate/pod_run.py). The Secrets are made here as
+# docs/deployment.md has operators make them: one job token, its hash in
+# the shards' reducer-job-tokens and the token itself in the workers'
+# metric-sync-token; and with deploy/k8s/bootstrap-tls.sh the shards'
+# reducer-tls, the workers' reducer-ca and a worker's client certificate
+# worker-tls, read back from the YAML it writes. Checks: the readiness and
+# liveness gRPC probes pass, plaintext, on the ports they declare; the gRPC
+# port serves as the template's args say: with --tls_cert_file, TLS with
+# the certificate checked against reducer-ca for the first shard's name
+# (NAME-0.SERVICE) and plaintext refused, with --tls_client_ca_file also a
+# client without a certificate refused; with --job_tokens_file, a call
+# without the job's token or with another refused and one with it taken;
+# with --allow_unauthenticated, a plaintext call without a token taken.
+# With WORKERS.yaml: every rank of the worker Job, with its container's
+# command, args, env and Secrets, REDUCER_TARGET pointed at the shard's gRPC
+# port on loopback (and, where it verifies TLS, --tls_server_name the
+# first shard's name, which the certificate holds), REDUCER_JOB the token's
+# job and the rank as its completion index, reduces through it; and the
+# declared metrics port serves the flagfile's memory budget and counts the
+# job. Then SIGTERM with the template's grace period ends the shard with
+# exit code 0; and the same command with one flag reducerd does not know
+# fails.
 #
 # Prints "==> " per check; exits 0 when all passed. Needs root (ip netns),
-# the image (deploy/image/build.sh) and bazel-bin/tools/reducerctl.
+# openssl, the image (deploy/image/build.sh) and bazel-bin/tools/reducerctl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source deploy/image/podman.sh
 
-usage() { echo "usage: $0 SHARDS.yaml WORKERS.yaml | $0 --tls TLS.yaml" >&2; exit 2; }
-tls=0
-if [[ "${1:-}" == --tls ]]; then
-  [[ $# -eq 2 ]] || usage
-  tls=1 shards=$2
-else
-  [[ $# -eq 2 ]] || usage
-  shards=$1 workers=$2
-fi
+[[ $# -eq 1 || $# -eq 2 ]] || { echo "usage: $0 SHARDS.yaml [WORKERS.yaml]" >&2; exit 2; }
+shards=$1 workers=${2:-}
 # pod_run.py runs with deploy/validate's pinned packages (the venv
 # tools/pinned_venv.sh builds, or finds, from its requirements.txt).
 validate_venv=$(tools/pinned_venv.sh deploy/validate/requirements.txt)
@@ -84,26 +79,25 @@ grpc_port=$(tr ',' '\n' <<<"$(fact "$shard_facts" ports)" | sed -n 's/^grpc=//p'
 [[ -n "$grpc_port" && "$readiness" != none && "$liveness" != none ]] ||
   fail "the template declares no grpc port or no gRPC probes: $shard_facts"
 
+first=$(fact "$shard_facts" first)
+
 # The Secrets docs/deployment.md has operators create: the job's token,
-# hashed for the shards and as it is for the workers; with --tls, the
-# certificates too, from test certificates. A template that mounts no
-# Secret of these names leaves it unused.
+# hashed for the shards and as it is for the workers; the certificates from
+# bootstrap-tls.sh's YAML. A template that mounts no Secret of these names
+# leaves it unused.
 readonly job=exercise
-mkdir -p "$work/secrets/tokens" "$work/secrets/token"
+secrets=$work/secrets
+mkdir -p "$secrets/reducer-job-tokens" "$secrets/metric-sync-token"
 token=$(openssl rand -hex 32)
-printf '%s %s\n' "$job" "$(printf %s "$token" | sha256sum | cut -d' ' -f1)" >"$work/secrets/tokens/tokens"
-printf %s "$token" >"$work/secrets/token/token"
-secret_args=(--secret=reducer-job-tokens="$work/secrets/tokens")
-if [[ $tls -eq 1 ]]; then
-  tests/make_test_certs.sh "$work/certs" >/dev/null
-  mkdir -p "$work/secrets/tls"
-  cp "$work/certs/server.pem" "$work/secrets/tls/tls.crt"
-  cp "$work/certs/server.key" "$work/secrets/tls/tls.key"
-  cp "$work/certs/ca.pem" "$work/secrets/tls/ca.crt"
-  secret_args+=(--secret=reducer-tls="$work/secrets/tls")
-fi
+printf '%s %s\n' "$job" "$(printf %s "$token" | sha256sum | cut -d' ' -f1)" >"$secrets/reducer-job-tokens/tokens"
+printf %s "$token" >"$secrets/metric-sync-token/token"
+deploy/k8s/bootstrap-tls.sh --client=worker "$work/tls" >/dev/null
+"${pod_run[@]}" secrets "$work/tls/secrets.yaml" "$secrets"
+secret_args=()
+for d in "$secrets"/*; do secret_args+=(--secret="$(basename "$d")=$d"); done
 mapfile -t run_args < <("${pod_run[@]}" run "$shards" StatefulSet \
   --network="ns:/run/netns/$ns" --name="$shard" --volumes_dir="$work/volumes" "${secret_args[@]}")
+has_arg() { printf '%s\n' "${run_args[@]}" | grep -Eq "^--$1"; }
 echo "    podman run ${run_args[*]}"
 podman run -d "${run_args[@]}" >/dev/null
 
@@ -119,33 +113,39 @@ done
 probe "$liveness" || fail "liveness probe (gRPC, port $liveness) fails"
 echo "==> readiness (port $readiness) and liveness (port $liveness) gRPC probes pass"
 
-if [[ $tls -eq 1 ]]; then
-  ctl() { in_ns bazel-bin/tools/reducerctl --target="127.0.0.1:$grpc_port" --timeout=3s "$@" status >/dev/null 2>&1; }
-  certs=$work/certs
-  ctl --tls_ca_file="$certs/ca.pem" --tls_cert_file="$certs/client.pem" \
-    --tls_key_file="$certs/client.key" --token="$token" ||
-    fail "status over mutual TLS with the job's token fails"
-  ! ctl || fail "the gRPC port answers plaintext"
-  ! ctl --tls_ca_file="$certs/ca.pem" --token="$token" || fail "the gRPC port takes a client without a certificate"
-  ! ctl --tls_ca_file="$certs/ca.pem" --tls_cert_file="$certs/client.pem" --tls_key_file="$certs/client.key" ||
-    fail "the gRPC port takes a call without a token"
-  echo "==> gRPC port $grpc_port: mutual TLS and tokens from the mounted Secrets (plaintext, no certificate, no token refused)"
-else
-# Who may call: with --job_tokens_file only the job's token; with
-# --allow_unauthenticated anyone.
+# Who may call, over what. ctl: reducerctl status on the gRPC port, with
+# the CA and the first shard's name where the port serves TLS.
+tls_args=()
+if has_arg 'tls_cert_file='; then
+  tls_args=(--tls_ca_file="$secrets/reducer-ca/ca.crt" --tls_server_name="$first")
+fi
 ctl() { in_ns bazel-bin/tools/reducerctl --target="127.0.0.1:$grpc_port" --timeout=3s "$@" status >/dev/null 2>&1; }
-if printf '%s\n' "${run_args[@]}" | grep -q '^--job_tokens_file='; then
-  ctl --token="$token" || fail "status with the job's token fails"
-  ! ctl || fail "the gRPC port takes a call without a token"
-  ! ctl --token="not-$token" || fail "the gRPC port takes a call with another token"
+client_cert=()
+if has_arg 'tls_client_ca_file='; then
+  client_cert=(--tls_cert_file="$secrets/worker-tls/tls.crt" --tls_key_file="$secrets/worker-tls/tls.key")
+  ! ctl "${tls_args[@]}" --token="$token" || fail "the gRPC port takes a client without a certificate"
+  echo "==> gRPC port $grpc_port: mutual TLS (a client without a certificate refused)"
+fi
+if [[ ${#tls_args[@]} -gt 0 ]]; then
+  ctl "${tls_args[@]}" "${client_cert[@]}" --token="$token" ||
+    fail "status over TLS (CA reducer-ca, name $first) with the job's token fails"
+  ! ctl --token="$token" || fail "the gRPC port answers plaintext"
+  echo "==> gRPC port $grpc_port: TLS with bootstrap-tls.sh's certificate for $first (plaintext refused)"
+fi
+if has_arg 'job_tokens_file='; then
+  ctl "${tls_args[@]}" "${client_cert[@]}" --token="$token" || fail "status with the job's token fails"
+  ! ctl "${tls_args[@]}" "${client_cert[@]}" || fail "the gRPC port takes a call without a token"
+  ! ctl "${tls_args[@]}" "${client_cert[@]}" --token="not-$token" || fail "the gRPC port takes a call with another token"
   echo "==> gRPC port $grpc_port: job tokens from the mounted Secret (no token, another token refused)"
-elif printf '%s\n' "${run_args[@]}" | grep -Eq '^--allow_unauthenticated(=true)?$'; then
+elif has_arg 'allow_unauthenticated(=true)?$'; then
+  [[ ${#tls_args[@]} -eq 0 ]] || fail "--allow_unauthenticated with TLS: not the open overlay"
   ctl || fail "status without a token fails, with --allow_unauthenticated"
-  echo "==> gRPC port $grpc_port: serves anyone without a token (--allow_unauthenticated)"
+  echo "==> gRPC port $grpc_port: serves anyone, plaintext, without a token (--allow_unauthenticated)"
 else
   fail "the template has neither --job_tokens_file nor --allow_unauthenticated in its args"
 fi
 
+if [[ -n "$workers" ]]; then
 # The worker Job, one container per completion index, all at once, each
 # with the job's token from its Secret.
 worker_facts=$("${pod_run[@]}" facts "$workers" Job)
@@ -155,7 +155,9 @@ for ((rank = 0; rank < completions; rank++)); do
   mapfile -t wargs < <("${pod_run[@]}" run "$workers" Job --network="ns:/run/netns/$ns" \
     --name="reducer-exercise-rank$rank-$$" --rank=$rank --env=REDUCER_TARGET="127.0.0.1:$grpc_port" \
     --env=REDUCER_JOB="$job" --volumes_dir="$work/volumes-rank$rank" \
-    --secret=metric-sync-token="$work/secrets/token")
+    "${secret_args[@]}")
+  # The certificate names the shards, not the loopback address dialled here.
+  if printf '%s\n' "${wargs[@]}" | grep -q '^--tls_ca_file='; then wargs+=(--tls_server_name="$first"); fi
   [[ $rank -eq 0 ]] && echo "    podman run ${wargs[*]}"
   podman run --rm "${wargs[@]}" >"$work/rank$rank.log" 2>&1 &
   pids+=($!)
@@ -183,7 +185,7 @@ if [[ -n "$metrics_port" ]]; then
     fail "no successful all-reduce counted"
   echo "==> metrics on port $metrics_port: memory budget $budget, the job's all-reduces counted"
 fi
-fi  # tls
+fi  # workers
 
 t0=$(date +%s%N)
 podman stop -t "$grace" "$shard" >/dev/null

@@ -5,17 +5,26 @@
 #
 #   image-build      deploy/image/build.sh (Bazel build, rootfs, podman build)
 #   image-test       deploy/image/image_test.sh (restricted run, health, W = 2, SIGTERM)
-#   render-OVERLAY   kubectl kustomize of each deploy/k8s overlay
+#   render-OVERLAY   kubectl kustomize of each deploy/k8s overlay, with
+#                    nothing on stderr (no deprecated field)
+#   set-image        deploy/k8s/set_image_test.sh (a registry set by
+#                    kustomize keeps the pinned tag)
 #   flag-help        reducerd's and the worker's --helpfull, from the image
 #   python-deps      deploy/validate's Python packages, as requirements.txt
 #                    pins them, in the venv tools/pinned_venv.sh builds (kept
 #                    between runs; built again only when the file changes)
-#   validate         schemas, Kubernetes client round trip, policy, flags,
-#                    shards, job tokens everywhere but open
+#   bootstrap-tls    deploy/k8s/bootstrap_tls_test.sh (the certificates'
+#                    names and uses, the Secrets' YAML)
+#   validate         schemas (the custom resources' vendored), Kubernetes
+#                    client round trip, policy, flags, shards, TLS and job
+#                    tokens everywhere but open and worker-job-open
 #   checks-test      deploy/validate/checks_test.py (unittest)
-#   exercise         deploy/exercise.sh of one-shard and worker-job (tokens)
-#   exercise-open    deploy/exercise.sh of open and worker-job (no tokens)
-#   exercise-tls     deploy/exercise.sh --tls of tls, with Secrets made for it
+#   exercise         deploy/exercise.sh of one-shard and worker-job (the
+#                    secure default: TLS and tokens, bootstrap-tls.sh's
+#                    certificates)
+#   exercise-open    deploy/exercise.sh of open and worker-job-open
+#                    (plaintext, no tokens)
+#   exercise-mtls    deploy/exercise.sh of mtls (mutual TLS, reducerctl)
 #
 # Run as root (podman, ip netns) after tools/setup.sh --deploy. --junit
 # writes one test case per step (a failed step and the steps it stopped, as
@@ -26,7 +35,9 @@ cd "$(dirname "$0")/.."
 source deploy/image/podman.sh
 
 readonly kStepLimit=300   # seconds, any one step
-overlays=(one-shard four-shards tls open worker-job)
+overlays=(one-shard four-shards mtls open worker-job worker-job-open cert-manager monitoring)
+# The overlays that are plaintext without tokens, on purpose.
+readonly kOpenOverlays=open,worker-job-open
 
 suite=deploy/test
 source packaging/lib/steps.sh "$@"
@@ -37,10 +48,14 @@ mkdir -p "$rendered"
 step_prefix=(timeout "$kStepLimit" bash -c '"$@"' step)
 planned_steps=(image-build image-test)
 for o in "${overlays[@]}"; do planned_steps+=("render-$o"); done
-planned_steps+=(flag-help python-deps validate checks-test exercise exercise-open exercise-tls)
+planned_steps+=(set-image flag-help python-deps bootstrap-tls validate checks-test exercise exercise-open
+  exercise-mtls)
 
+# kubectl prints a warning for each deprecated kustomize field: none allowed.
 render() {
-  kubectl kustomize "deploy/k8s/overlays/$1" >"$rendered/$1.yaml" || return 1
+  kubectl kustomize "deploy/k8s/overlays/$1" >"$rendered/$1.yaml" 2>"$rendered/$1.stderr" || {
+    cat "$rendered/$1.stderr"; return 1; }
+  if [[ -s "$rendered/$1.stderr" ]]; then cat "$rendered/$1.stderr"; return 1; fi
   echo "==> $(grep -c '^kind:' "$rendered/$1.yaml") objects"
 }
 
@@ -73,9 +88,11 @@ validate_python() {
 
 validate() {
   local args=() o
-  for o in one-shard four-shards tls open worker-job; do args+=("$o=$rendered/$o.yaml"); done
+  # $overlays_list: the array, exported as a string for the step's own bash.
+  for o in $overlays_list; do args+=("$o=$rendered/$o.yaml"); done
   validate_python deploy/validate/validate.py --reducerd_help="$rendered/reducerd.help" \
-    --worker_help="$rendered/worker.help" --shards=four-shards --workers=worker-job --open=open "${args[@]}"
+    --worker_help="$rendered/worker.help" --shards=four-shards --workers=worker-job \
+    --open="$kOpenOverlays" "${args[@]}"
 }
 
 checks_test() {
@@ -88,16 +105,19 @@ checks_test() {
 }
 
 export -f podman render flag_help python_deps validate_python validate checks_test
-export kValidateRequirements
+export kValidateRequirements kOpenOverlays
+export overlays_list="${overlays[*]}"
 export rendered
 step image-build deploy/image/build.sh
 step image-test deploy/image/image_test.sh
 for o in "${overlays[@]}"; do step "render-$o" render "$o"; done
+step set-image deploy/k8s/set_image_test.sh
 step flag-help flag_help
 step python-deps python_deps
+step bootstrap-tls deploy/k8s/bootstrap_tls_test.sh
 step validate validate
 step checks-test checks_test
 step exercise deploy/exercise.sh "$rendered/one-shard.yaml" "$rendered/worker-job.yaml"
-step exercise-open deploy/exercise.sh "$rendered/open.yaml" "$rendered/worker-job.yaml"
-step exercise-tls deploy/exercise.sh --tls "$rendered/tls.yaml"
+step exercise-open deploy/exercise.sh "$rendered/open.yaml" "$rendered/worker-job-open.yaml"
+step exercise-mtls deploy/exercise.sh "$rendered/mtls.yaml"
 finish

@@ -6,6 +6,9 @@
 //                 example's own, given to ParseExampleFlags or ExampleMain)
 //   --rank        this process's rank (default 0)
 //   --world_size  ranks in the job (default 1)
+//   --tls_ca_file, --tls_cert_file, --tls_key_file, --tls_server_name
+//                 TLS to reducerd as reducerctl's flags of the same names
+//                 (docs/security.md); without --tls_ca_file, plaintext
 //
 //   absl::Status Run(const reducer::ClientOptions& options) {
 //     absl::StatusOr<std::unique_ptr<reducer::Client>> client =
@@ -34,8 +37,9 @@ namespace reducer::examples {
 // main, before reading any flag.
 void ParseExampleFlags(int argc, char** argv, const std::string& default_job);
 
-// ClientOptions with target, job, rank and world_size from the flags;
-// everything else as ClientOptions' defaults.
+// ClientOptions with target, job, rank, world_size and (with
+// --tls_ca_file) tls from the flags; everything else as ClientOptions'
+// defaults.
 ClientOptions ExampleClientOptions();
 
 // An example's whole main(): ParseExampleFlags, then

@@ -2,7 +2,10 @@
 # Builds the Reducer container image with podman, from the Bazel build, with
 # no registry:
 #
-#   deploy/image/build.sh        tags reducer:<git short revision> and reducer:latest
+#   deploy/image/build.sh        tags reducer:<git short revision>,
+#                                reducer:<release> (packaging/version.bzl's
+#                                REDUCER_VERSION, the tag deploy/k8s pins)
+#                                and reducer:latest
 #
 # The root filesystem (FROM scratch) holds reducerd, reducerctl and
 # metric_sync_worker (stripped, in /usr/bin), exactly the shared libraries
@@ -95,8 +98,10 @@ chmod 0644 "$rootfs/usr/share/reducer/contents.txt"
 
 cp deploy/image/Containerfile "$ctx/Containerfile"
 rev=$(git rev-parse --short HEAD)
-podman build --quiet --tag "reducer:$rev" --tag reducer:latest \
+release=$(sed -n 's/^REDUCER_VERSION = "\(.*\)"$/\1/p' packaging/version.bzl)
+[[ -n "$release" ]] || { echo "build.sh: no REDUCER_VERSION in packaging/version.bzl" >&2; exit 1; }
+podman build --quiet --tag "reducer:$rev" --tag "reducer:$release" --tag reducer:latest \
   --file "$ctx/Containerfile" "$ctx" >/dev/null
 size=$(podman image inspect --format '{{.Size}}' "reducer:$rev")
-echo "==> image reducer:$rev (also reducer:latest): $((size / 1024 / 1024)) MiB" \
+echo "==> image reducer:$rev (also reducer:$release, reducer:latest): $((size / 1024 / 1024)) MiB" \
   "($size bytes), ${#libraries[@]} shared libraries"

@@ -3,8 +3,8 @@ made in a copy of them is caught.
 
   DEPLOY_RENDERED=DIR python checks_test.py
 
-DIR holds one-shard.yaml, four-shards.yaml, tls.yaml, open.yaml,
-worker-job.yaml (`kubectl kustomize` of each overlay), reducerd.help and
+DIR holds OVERLAY.yaml for each overlay of kOverlays (`kubectl kustomize`
+of each), reducerd.help and
 worker.help (`--helpfull` of reducerd and metric_sync_worker). Runs with
 unittest; ends with "# pass N" and "# fail N" lines (N tests passed,
 failed or errored) and exits 0 when every test passed.
@@ -12,12 +12,18 @@ failed or errored) and exits 0 when every test passed.
 import copy
 import math
 import os
+import re
 import sys
 import unittest
 
-from checks import (bytes_of, expand_target, flags_in_help, is_loopback_listen, kTokensSecret,
-                    load_objects, policy_problems, round_trip_problems, schema_problems, seconds_of,
-                    shard_problems, token_problems)
+from checks import (bytes_of, expand_target, flags_in_help, is_loopback_listen, kTlsSecret,
+                    kTokensSecret, load_objects, policy_problems, round_trip_problems,
+                    schema_problems, seconds_of, shard_problems, tls_problems, token_problems)
+
+kOverlays = ["one-shard", "four-shards", "mtls", "open", "worker-job", "worker-job-open", "cert-manager",
+             "monitoring"]
+# Plaintext without tokens, on purpose (deploy/test.sh's kOpenOverlays).
+kOpen = {"open", "worker-job-open"}
 
 kDir = os.environ.get("DEPLOY_RENDERED")
 _parsed = {}
@@ -55,11 +61,12 @@ def flagfile(objs):
 
 
 def all_problems(objs, name):
-    """Every problem of overlay `name`'s objects; "open" is the open overlay."""
+    """Every problem of overlay `name`'s objects; those of kOpen are open."""
     out = []
     for o in objs:
         out += schema_problems(o) + round_trip_problems(o)
-    return out + policy_problems(objs, **flag_sets) + token_problems(objs, open=name == "open")
+    return (out + policy_problems(objs, **flag_sets) + token_problems(objs, open=name in kOpen) +
+            tls_problems(objs, open=name in kOpen))
 
 
 def problems_after(name, mutate):
@@ -76,16 +83,16 @@ def setUpModule():
 
 class ChecksTest(unittest.TestCase):
     def test_every_rendered_overlay_passes(self):
-        for name in ["one-shard", "four-shards", "tls", "open", "worker-job"]:
+        for name in kOverlays:
             with self.subTest(name):
                 self.assertEqual(all_problems(load(name), name), [], name)
-        for shards in ["four-shards", "open"]:
+        for shards, workers in [("four-shards", "worker-job"), ("open", "worker-job-open")]:
             with self.subTest(shards):
                 self.assertEqual(shard_problems(find(load(shards), "StatefulSet"),
-                                                find(load("worker-job"), "Job")), [], shards)
+                                                find(load(workers), "Job")), [], shards)
 
     def test_job_tokens_every_shard_overlay_requires_them_but_open_which_allows_anyone(self):
-        for name in ["one-shard", "four-shards", "tls"]:
+        for name in ["one-shard", "four-shards", "mtls", "cert-manager", "monitoring"]:
             self.assertIn("--job_tokens_file=/etc/reducer/tokens/tokens", reducerd(load(name))["args"], name)
             self.assertFalse(any(a.startswith("--allow_unauthenticated")
                                  for a in reducerd(load(name))["args"]), name)
@@ -95,13 +102,22 @@ class ChecksTest(unittest.TestCase):
         self.assertNotIn("job_tokens_file", flagfile(open_)["reducerd.flags"])
         self.assertFalse(any((v.get("secret") or {}).get("secretName") == kTokensSecret
                              for v in find(open_, "StatefulSet")["spec"]["template"]["spec"]["volumes"]))
-        self.assertIn("--token_file=/etc/reducer/token/token", worker(load("worker-job"))["args"])
+        self.assertIn("--token_file=$(REDUCER_TOKEN_FILE)", worker(load("worker-job"))["args"])
+        self.assertIn({"name": "REDUCER_TOKEN_FILE", "value": "/etc/reducer/token/token"},
+                      worker(load("worker-job"))["env"])
+        self.assertFalse(any(a.startswith("--token_file") for a in worker(load("worker-job-open"))["args"]))
 
     def test_job_tokens_a_shard_overlay_without_them_open_with_them(self):
         def drop_tokens(o):
             reducerd(o)["args"] = [a for a in reducerd(o)["args"] if not a.startswith("--job_tokens_file")]
         self.assertRegex(problems_after("one-shard", drop_tokens), r"no --job_tokens_file: calls carry no job token")
-        self.assertRegex(problems_after("one-shard", drop_tokens),
+        # Protected mode: with TLS still on reducerd starts; without it too, it refuses.
+        self.assertNotRegex(problems_after("one-shard", drop_tokens), r"reducerd refuses it")
+
+        def drop_tokens_and_tls(o):
+            reducerd(o)["args"] = [a for a in reducerd(o)["args"]
+                                   if not a.startswith(("--job_tokens_file", "--tls_"))]
+        self.assertRegex(problems_after("one-shard", drop_tokens_and_tls),
                          r"--listen=0\.0\.0\.0:50051 with neither TLS nor --job_tokens_file: "
                          r"reducerd refuses it without --allow_unauthenticated")
         self.assertRegex(problems_after("four-shards", lambda o: reducerd(o)["args"].append("--allow_unauthenticated=true")),
@@ -119,7 +135,7 @@ class ChecksTest(unittest.TestCase):
 
         def unmount_tokens(o):
             reducerd(o)["volumeMounts"] = [m for m in reducerd(o)["volumeMounts"] if m["name"] != "job-tokens"]
-        self.assertRegex(problems_after("tls", unmount_tokens),
+        self.assertRegex(problems_after("mtls", unmount_tokens),
                          r"--job_tokens_file=/etc/reducer/tokens/tokens is not in a mounted Secret")
 
     def test_the_workers_token_given_and_from_a_mounted_secret(self):
@@ -128,6 +144,188 @@ class ChecksTest(unittest.TestCase):
         self.assertRegex(problems_after("worker-job", drop_token), r"no --token_file: the shards require the job's token")
         self.assertRegex(problems_after("worker-job", lambda o: worker(o).pop("volumeMounts")),
                          r"--token_file=/etc/reducer/token/token is not in a mounted Secret")
+        self.assertRegex(problems_after("worker-job-open", lambda o: worker(o)["args"].append("--token_file=/t")),
+                         r"open, but --token_file=/t")
+
+    def test_tls_every_overlay_serves_it_but_open_which_is_plaintext(self):
+        for name in ["one-shard", "four-shards", "mtls", "cert-manager", "monitoring"]:
+            args = reducerd(load(name))["args"]
+            self.assertIn("--tls_cert_file=/etc/reducer/tls/tls.crt", args, name)
+            self.assertIn("--tls_key_file=/etc/reducer/tls/tls.key", args, name)
+        self.assertIn("--tls_client_ca_file=/etc/reducer/tls/ca.crt", reducerd(load("mtls"))["args"])
+        self.assertFalse(any(a.startswith("--tls") for a in reducerd(load("open"))["args"]))
+        self.assertIn("--tls_ca_file=$(REDUCER_TLS_CA_FILE)", worker(load("worker-job"))["args"])
+        self.assertFalse(any(a.startswith("--tls") for a in worker(load("worker-job-open"))["args"]))
+
+        def drop(flag):
+            def mutate(o):
+                reducerd(o)["args"] = [a for a in reducerd(o)["args"] if not a.startswith(f"--{flag}=")]
+            return mutate
+        for flag in ["tls_cert_file", "tls_key_file"]:
+            self.assertRegex(problems_after("four-shards", drop(flag)),
+                             rf"no --{flag}: the gRPC port is plaintext \(only overlays/open may be\)")
+        self.assertRegex(problems_after("open", lambda o: reducerd(o)["args"].append("--tls_cert_file=/x/tls.crt")),
+                         r"open \(plaintext\), but --tls_cert_file=/x/tls.crt")
+        self.assertRegex(problems_after("open", lambda o: find(o, "StatefulSet")["spec"]["template"]["spec"]["volumes"].append(
+            {"name": "t", "secret": {"secretName": kTlsSecret}})), r"open \(plaintext\), but mounts the Secret reducer-tls")
+
+    def test_tls_the_workers_verify_the_shards_with_the_ca_alone(self):
+        def drop_ca(o):
+            worker(o)["args"] = [a for a in worker(o)["args"] if not a.startswith("--tls_ca_file")]
+        self.assertRegex(problems_after("worker-job", drop_ca), r"no --tls_ca_file: the worker cannot verify")
+
+        def ca_from_shards_secret(o):
+            volume = next(v for v in find(o, "Job")["spec"]["template"]["spec"]["volumes"] if v["name"] == "reducer-ca")
+            volume["secret"]["secretName"] = kTlsSecret
+        self.assertRegex(problems_after("worker-job", ca_from_shards_secret),
+                         r"--tls_ca_file from the Secret reducer-tls, which holds the shards' key")
+
+        def unmount_ca(o):
+            worker(o)["volumeMounts"] = [m for m in worker(o)["volumeMounts"] if m["name"] != "reducer-ca"]
+        self.assertRegex(problems_after("worker-job", unmount_ca),
+                         r"--tls_ca_file=/etc/reducer/ca/ca.crt is not in a mounted Secret")
+        self.assertRegex(problems_after("worker-job-open", lambda o: worker(o)["args"].append("--tls_ca_file=/ca.crt")),
+                         r"open \(plaintext\), but --tls_ca_file=/ca.crt")
+
+    def test_images_pinned_by_tag(self):
+        def image(value, where=reducerd):
+            def mutate(o):
+                where(o)["image"] = value
+            return mutate
+        # The release deploy/image/build.sh tags the image with, as packaging/version.bzl names it.
+        version_bzl = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../packaging/version.bzl")
+        with open(version_bzl, encoding="utf-8") as f:
+            release = re.search(r'^REDUCER_VERSION = "(.*)"$', f.read(), re.M).group(1)
+        for name in kOverlays:
+            for o in load(name):
+                if o.get("kind") in ("StatefulSet", "Job"):
+                    self.assertEqual(o["spec"]["template"]["spec"]["containers"][0]["image"], f"reducer:{release}", name)
+        self.assertRegex(problems_after("one-shard", image("reducer:latest")), r"image reducer:latest is not pinned")
+        self.assertRegex(problems_after("worker-job", image("registry.example:5000/ml/reducer:latest", worker)),
+                         r"image registry.example:5000/ml/reducer:latest is not pinned")
+        # What `kustomize edit set image reducer=REGISTRY/reducer` without a tag leaves.
+        self.assertRegex(problems_after("worker-job", image("registry.example:5000/reducer", worker)),
+                         r"image registry.example:5000/reducer has no tag")
+        self.assertRegex(problems_after("one-shard", image("reducer")), r"image reducer has no tag")
+        for pinned in ["registry.example:5000/reducer:0.1.0", "reducer@sha256:" + "a" * 64]:
+            self.assertNotRegex(problems_after("one-shard", image(pinned)), r"image ", pinned)
+
+    def test_shards_spread_by_anti_affinity_and_a_topology_spread_constraint(self):
+        def pod(o):
+            return find(o, "StatefulSet")["spec"]["template"]["spec"]
+        self.assertRegex(problems_after("four-shards", lambda o: pod(o).pop("affinity")),
+                         r"no podAntiAffinity on kubernetes.io/hostname selecting its pods")
+
+        def zone_only(o):
+            term = pod(o)["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+            term["podAffinityTerm"]["topologyKey"] = "topology.kubernetes.io/zone"
+        self.assertRegex(problems_after("four-shards", zone_only), r"no podAntiAffinity on kubernetes.io/hostname")
+
+        def other_pods(o):
+            term = pod(o)["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+            term["podAffinityTerm"]["labelSelector"]["matchLabels"] = {"app": "other"}
+        self.assertRegex(problems_after("four-shards", other_pods), r"no podAntiAffinity")
+        self.assertRegex(problems_after("four-shards", lambda o: pod(o).pop("topologySpreadConstraints")),
+                         r"no topologySpreadConstraint selecting its pods")
+
+        def spread_other_pods(o):
+            for c in pod(o)["topologySpreadConstraints"]:
+                c["labelSelector"]["matchLabels"] = {"app": "other"}
+        self.assertRegex(problems_after("four-shards", spread_other_pods), r"no topologySpreadConstraint")
+
+    def test_network_policy_admits_only_workers_and_the_scraper(self):
+        def ingress(o):
+            return find(o, "NetworkPolicy")["spec"]["ingress"]
+        self.assertEqual(problems_after("one-shard", lambda o: None), "")
+
+        def any_namespace(o):
+            ingress(o)[1]["from"][0]["namespaceSelector"] = {}
+        self.assertRegex(problems_after("one-shard", any_namespace),
+                         r"the metrics port admits pods not chosen by namespace and pod labels")
+
+        def any_pod_of_the_namespace(o):
+            del ingress(o)[1]["from"][0]["podSelector"]
+        self.assertRegex(problems_after("one-shard", any_pod_of_the_namespace), r"the metrics port admits pods not chosen")
+
+        def workers_of_every_namespace(o):
+            ingress(o)[0]["from"][0]["namespaceSelector"] = {}
+        self.assertRegex(problems_after("one-shard", workers_of_every_namespace),
+                         r"the gRPC port admits pods other than workers")
+
+        def every_port(o):
+            del ingress(o)[0]["ports"]
+        self.assertRegex(problems_after("one-shard", every_port), r"an ingress rule admits every port")
+
+        def health(o):
+            ingress(o)[0]["ports"].append({"protocol": "TCP", "port": "health"})
+        self.assertRegex(problems_after("one-shard", health), r"admits port health, neither grpc nor metrics")
+
+        def both(o):
+            ingress(o)[1]["ports"].append({"protocol": "TCP", "port": 50051})
+        self.assertRegex(problems_after("one-shard", both), r"one rule admits to both the gRPC and the metrics port")
+
+        def ip_block(o):
+            ingress(o)[1]["from"].append({"ipBlock": {"cidr": "10.0.0.0/8"}})
+        self.assertRegex(problems_after("one-shard", ip_block), r"an ingress rule admits an ipBlock")
+
+        def egress_only(o):
+            find(o, "NetworkPolicy")["spec"]["policyTypes"] = ["Egress"]
+        self.assertRegex(problems_after("one-shard", egress_only), r"policyTypes lacks Ingress")
+
+    def test_service_monitor_against_its_vendored_schema_and_the_service(self):
+        def monitor(o):
+            return find(o, "ServiceMonitor")
+        self.assertEqual(monitor(load("monitoring"))["apiVersion"], "monitoring.coreos.com/v1")
+
+        def endpoint(field, value):
+            def mutate(o):
+                monitor(o)["spec"]["endpoints"][0][field] = value
+            return mutate
+        self.assertRegex(problems_after("monitoring", endpoint("intervall", "30s")),
+                         r"ServiceMonitor/reducer: schema: spec.endpoints.0: Additional properties are not allowed "
+                         r"\('intervall' was unexpected\)")
+        self.assertRegex(problems_after("monitoring", endpoint("scheme", "tcp")),
+                         r"schema: spec.endpoints.0.scheme: 'tcp' is not one of")
+        self.assertRegex(problems_after("monitoring", endpoint("interval", "30 seconds")),
+                         r"schema: spec.endpoints.0.interval: '30 seconds' does not match")
+        self.assertRegex(problems_after("monitoring", endpoint("port", 9464)),
+                         r"schema: spec.endpoints.0.port: 9464 is not of type 'string'")
+        self.assertRegex(problems_after("monitoring", lambda o: monitor(o)["spec"].pop("selector")),
+                         r"schema: spec: 'selector' is a required property")
+        self.assertRegex(problems_after("monitoring", endpoint("port", "prometheus")),
+                         r"endpoint port prometheus is no port of Service/reducer")
+
+        def other_service(o):
+            monitor(o)["spec"]["selector"]["matchLabels"] = {"app": "other"}
+        self.assertRegex(problems_after("monitoring", other_service), r"its selector selects no Service of the overlay")
+
+    def test_cert_manager_certificate_names_every_shard(self):
+        def shard_certificate(o):
+            return next(c for c in o if c.get("kind") == "Certificate" and c["spec"]["secretName"] == kTlsSecret)
+
+        def three_names(o):
+            shard_certificate(o)["spec"]["dnsNames"].remove("reducer-3.reducer")
+        self.assertRegex(problems_after("cert-manager", three_names), r"dnsNames lack reducer-3.reducer")
+
+        def client_only(o):
+            shard_certificate(o)["spec"]["usages"] = ["client auth"]
+        self.assertRegex(problems_after("cert-manager", client_only), r"usages lack server auth")
+
+        def unknown_issuer(o):
+            shard_certificate(o)["spec"]["issuerRef"]["name"] = "letsencrypt"
+        self.assertRegex(problems_after("cert-manager", unknown_issuer),
+                         r"issuerRef names Issuer letsencrypt, which the overlay does not make")
+
+        def dsa(o):
+            shard_certificate(o)["spec"]["privateKey"]["algorithm"] = "DSA"
+        self.assertRegex(problems_after("cert-manager", dsa), r"schema: spec.privateKey.algorithm: 'DSA' is not one of")
+        self.assertRegex(problems_after("cert-manager", lambda o: shard_certificate(o)["spec"].pop("secretName")),
+                         r"schema: spec: 'secretName' is a required property")
+
+        def ca_issuer_typo(o):
+            issuer = next(i for i in o if i.get("kind") == "Issuer" and "ca" in i["spec"])
+            issuer["spec"]["ca"]["secretname"] = issuer["spec"]["ca"].pop("secretName")
+        self.assertRegex(problems_after("cert-manager", ca_issuer_typo), r"Issuer/reducer-ca: schema: spec.ca")
 
     def test_loopback_listen_addresses_as_reducerd_tells_them(self):
         for a in ["127.0.0.1:50051", "127.1.2.3:1", "[::1]:50051", "localhost:50051", "unix:/run/r.sock",
@@ -162,7 +360,7 @@ class ChecksTest(unittest.TestCase):
         def unknown_in_flagfile(o):
             flagfile(o)["reducerd.flags"] += "--memory_budget=1\n"
         self.assertRegex(problems_after("one-shard", unknown_in_flagfile), r"reducerd has no flag --memory_budget")
-        self.assertRegex(problems_after("tls", lambda o: reducerd(o)["args"].append("--tls_cert=/etc/reducer/tls/tls.crt")),
+        self.assertRegex(problems_after("mtls", lambda o: reducerd(o)["args"].append("--tls_cert=/etc/reducer/tls/tls.crt")),
                          r"reducerd has no flag --tls_cert\b")
         self.assertRegex(problems_after("one-shard", lambda o: reducerd(o)["args"].append("--listen")),
                          r'"--listen" is not --flag=value')
@@ -259,8 +457,9 @@ class ChecksTest(unittest.TestCase):
             spec = find(o, "StatefulSet")["spec"]["template"]["spec"]
             spec["containers"][0]["volumeMounts"] = [m for m in spec["containers"][0]["volumeMounts"]
                                                      if m["name"] != "tls"]
-        self.assertRegex(problems_after("tls", unmount_tls),
-                         r"--tls_cert_file=/etc/reducer/tls/tls.crt is not in a mounted Secret")
+        for name in ["one-shard", "mtls"]:
+            self.assertRegex(problems_after(name, unmount_tls),
+                             r"--tls_cert_file=/etc/reducer/tls/tls.crt is not in a mounted Secret")
 
     def test_the_worker_job_index_as_rank_world_size_every_shard_in_the_target(self):
         def completions(o):

@@ -91,6 +91,37 @@ def effective_flags(container, pod_spec, objs, where):
     return out, problems
 
 
+def expand_vars(value, variables):
+    """kubelet's expansion of a command or arg: $(NAME) of a defined
+    variable is replaced, $$ is $, anything else is left as written."""
+    def replace(m):
+        if m.group(0) == "$$":
+            return "$"
+        return variables.get(m.group(1), m.group(0))
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", replace, value)
+
+
+def plain_env(container):
+    """{NAME: value} of the container's variables given as values (not
+    valueFrom), each expanded with those before it, as kubelet does."""
+    env = {}
+    for e in get(container, "env") or []:
+        if isinstance(e, dict) and "value" in e and isinstance(get(e, "name"), str):
+            env[e["name"]] = expand_vars("null" if e["value"] is None else text(e["value"]), env)
+    return env
+
+
+def job_flags(job):
+    """The flags of a Job's first container, with kubelet's $(VAR)
+    expansion of the variables it gives as values: ({name: value}, where,
+    pod_spec, container)."""
+    pod_spec = job["spec"]["template"]["spec"]
+    container = pod_spec["containers"][0]
+    env = plain_env(container)
+    flags, _ = parse_flags([expand_vars(text(a), env) for a in get(container, "args") or []], "")
+    return dict(flags), describe(job), pod_spec, container
+
+
 def port_of(host_port):
     m = re.search(r":([0-9]+)\Z", "" if host_port is None else host_port)
     return int(m.group(1)) if m else NaN

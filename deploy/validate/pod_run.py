@@ -12,7 +12,12 @@ listens on exactly the ports its flags name.
       text; no argument holds a newline)
   python pod_run.py facts RENDERED.yaml KIND
       prints "readiness PORT", "liveness PORT", "grace SECONDS",
-      "completions N" (a Job), "ports NAME=PORT,..."
+      "completions N" (a Job), "first NAME-0.SERVICE" (a StatefulSet: the
+      name workers dial its first shard by), "ports NAME=PORT,..."
+  python pod_run.py secrets SECRETS.yaml DIR
+      writes each Secret of SECRETS.yaml (as `kubectl apply -f` takes it:
+      data base64, stringData as is) as DIR/NAME/KEY files, the folders
+      that --secret=NAME=DIR/NAME gives
 
 KIND is StatefulSet or Job. --rank=I stands for the completion index
 kubelet's downward API gives an Indexed Job's pod; --env overrides a
@@ -23,6 +28,7 @@ fsGroup as kubelet does. Volumes of another kind than ConfigMap or Secret,
 and valueFrom other than the completion index, are refused: such a
 template cannot be started faithfully here.
 """
+import base64
 import json
 import os
 import re
@@ -30,6 +36,7 @@ import shutil
 import sys
 
 from checks import get, load_objects, text, truthy
+from container_flags import expand_vars as expand
 
 kIndexField = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
@@ -39,23 +46,34 @@ def die(message):
     sys.exit(1)
 
 
-def expand(value, variables):
-    """kubelet's expansion: $(NAME) of a defined variable is replaced, $$ is
-    $, anything else is left as written."""
-    def replace(m):
-        if m.group(0) == "$$":
-            return "$"
-        return variables.get(m.group(1), m.group(0))
-    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", replace, value)
-
-
 def split_at_equals(kv):
     """"NAME=VALUE" as (NAME, VALUE)."""
     i = kv.find("=")
     return kv[:i], kv[i + 1:]
 
 
+def write_secrets(file, out_dir):
+    with open(file, encoding="utf-8") as f:
+        objs = load_objects(f.read())
+    secrets = [o for o in objs if get(o, "kind") == "Secret"]
+    if not secrets:
+        die(f"{file} holds no Secret")
+    for secret in secrets:
+        directory = os.path.join(out_dir, text(get(secret, "metadata", "name")))
+        os.makedirs(directory, exist_ok=True)
+        files = {k: base64.b64decode(text(v), validate=True) for k, v in (get(secret, "data") or {}).items()}
+        files.update({k: text(v).encode() for k, v in (get(secret, "stringData") or {}).items()})
+        for key, content in files.items():
+            with open(os.path.join(directory, key), "wb") as f:
+                f.write(content)
+    return 0
+
+
 def main(argv):
+    if argv[:1] == ["secrets"]:
+        if len(argv) != 3:
+            die("usage: pod_run.py secrets SECRETS.yaml DIR")
+        return write_secrets(argv[1], argv[2])
     mode, file, kind = (argv + [None] * 3)[:3]
     rest = argv[3:]
     options = {"env": [], "secret": []}
@@ -91,6 +109,9 @@ def main(argv):
         ]
         if kind == "Job":
             lines.append(f"completions {text(get(owner, 'spec', 'completions'))}")
+        if kind == "StatefulSet":
+            lines.append(f"first {text(get(owner, 'metadata', 'name'))}-0."
+                         f"{text(get(owner, 'spec', 'serviceName'))}")
         print("\n".join(lines))
         return 0
     if mode != "run":

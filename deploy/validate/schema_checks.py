@@ -1,11 +1,14 @@
 """An object against Kubernetes' schema (schema_problems) and through the
-official Python client's models (round_trip_problems); see checks.py.
+official Python client's models (round_trip_problems); see checks.py. The
+custom resources (custom_schemas.py) are checked against their vendored
+schemas instead, and have no model to round-trip through.
 """
 import kubernetes_validate.utils as kubernetes_validate
 import pydantic
 from kubernetes.client import ApiClient
 from kubernetes.client import models as kubernetes_models
 
+from custom_schemas import custom_kind, custom_schema_problems
 from manifest_values import describe, get, same, text
 
 
@@ -18,6 +21,7 @@ kKubernetesVersion = "1.37"
 kKinds = {
     "v1/ConfigMap": "V1ConfigMap",
     "v1/Service": "V1Service",
+    "v1/Secret": "V1Secret",
     "apps/v1/StatefulSet": "V1StatefulSet",
     "batch/v1/Job": "V1Job",
     "networking.k8s.io/v1/NetworkPolicy": "V1NetworkPolicy",
@@ -30,6 +34,8 @@ def _kind_of(obj):
 
 
 def schema_problems(obj):
+    if custom_kind(obj) is not None:
+        return custom_schema_problems(obj)
     if _kind_of(obj) is None:
         return [f"{describe(obj)}: kind {text(get(obj, 'apiVersion'))}/{text(get(obj, 'kind'))} "
                 "is not one deploy/k8s uses"]

@@ -1,7 +1,10 @@
 """The pods' security: the Pod Security Standard "restricted" with resources
-set (security_problems), and who may call the shards (token_problems).
+set (security_problems), images pinned (image_problems), and who may call
+the shards (token_problems).
 """
-from container_flags import is_true, shard_flags
+import re
+
+from container_flags import is_true, job_flags, secret_mount_of, shard_flags
 from manifest_values import bytes_of, get, same, text, truthy
 
 kUid = 65532
@@ -56,11 +59,30 @@ def security_problems(pod_spec, where):
     return problems
 
 
+def image_problems(pod_spec, where):
+    """Every container's image pinned: a tag other than latest, or a digest
+    (what `kustomize edit set image` must leave too)."""
+    problems = []
+    for c in (get(pod_spec, "initContainers") or []) + (get(pod_spec, "containers") or []):
+        image = text(get(c, "image"))
+        at = f"{where} container {text(get(c, 'name'))}"
+        if "@sha256:" in image:
+            continue
+        # The tag follows the last ":" after the last "/" (a registry's port comes before).
+        m = re.search(r":([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})\Z", image.rsplit("/", 1)[-1])
+        if not m:
+            problems.append(f"{at}: image {image} has no tag (it means latest): pin one")
+        elif m.group(1) == "latest":
+            problems.append(f"{at}: image {image} is not pinned: latest moves")
+    return problems
+
+
 def token_problems(objs, *, open):
     """The open overlay (`open`) serves anyone who can reach the port:
     --allow_unauthenticated, no --job_tokens_file and no volume of the
-    tokens Secret. Every other shard overlay requires job tokens and has no
-    --allow_unauthenticated."""
+    tokens Secret; its workers send no token. Every other shard overlay
+    requires job tokens and has no --allow_unauthenticated, and its workers
+    send their job's token from a mounted Secret."""
     problems = []
     for where, value, pod_spec, _ in shard_flags(objs):
         tokens_volume = any(get(v, "secret", "secretName") == kTokensSecret
@@ -78,4 +100,13 @@ def token_problems(objs, *, open):
                                 "(only overlays/open serves without)")
             if "allow_unauthenticated" in value and is_true(value["allow_unauthenticated"]):
                 problems.append(f"{where}: --allow_unauthenticated serves anyone (only overlays/open may)")
+    for job in (o for o in objs if get(o, "kind") == "Job"):
+        value, where, pod_spec, container = job_flags(job)
+        if open:
+            if "token_file" in value:
+                problems.append(f"{where}: open, but --token_file={value['token_file']}")
+        elif "token_file" not in value:
+            problems.append(f"{where}: no --token_file: the shards require the job's token")
+        elif not secret_mount_of(value["token_file"], container, pod_spec):
+            problems.append(f"{where}: --token_file={value['token_file']} is not in a mounted Secret")
     return problems

@@ -1,15 +1,17 @@
 """Validates rendered deploy/k8s overlays offline:
 
   python validate.py --reducerd_help=FILE --worker_help=FILE \\
-      --shards=OVERLAY --workers=OVERLAY --open=OVERLAY NAME=RENDERED.yaml ...
+      --shards=OVERLAY --workers=OVERLAY --open=OVERLAY[,OVERLAY...] NAME=RENDERED.yaml ...
 
 FILEs hold `reducerd --helpfull` and `metric_sync_worker --helpfull`; each
 RENDERED.yaml is `kubectl kustomize` of overlay NAME. Every object is
 checked against Kubernetes' schema, round-tripped through the Kubernetes
 client's models, and held to the policy of checks.py; the Job of the
 --workers overlay must name every shard of the StatefulSet of the --shards
-overlay. The --open overlay's shards must serve without job tokens
-(--allow_unauthenticated), every other overlay's must require them. Prints
+overlay. The --open overlays' shards must serve plaintext without job
+tokens (--allow_unauthenticated) and their workers send neither token nor
+CA; every other overlay's shards must serve TLS and require tokens, and its
+workers send a token and verify the shards with a CA. Prints
 one "==> " line per overlay that passed and every problem found; exits 1 on
 any problem. Run it with the interpreter of the venv that
 tools/pinned_venv.sh builds from requirements.txt.
@@ -20,7 +22,8 @@ import sys
 import yaml
 
 from checks import (describe, flags_in_help, get, load_objects, policy_problems,
-                    round_trip_problems, schema_problems, shard_problems, token_problems)
+                    round_trip_problems, schema_problems, shard_problems, tls_problems,
+                    token_problems)
 
 
 def read(path):
@@ -43,7 +46,7 @@ def main(argv):
             return 2
     if not options.get("reducerd_help") or not options.get("worker_help") or not overlays:
         print("usage: python validate.py --reducerd_help=FILE --worker_help=FILE "
-              "[--shards=NAME --workers=NAME] [--open=NAME] NAME=RENDERED.yaml ...", file=sys.stderr)
+              "[--shards=NAME --workers=NAME] [--open=NAME,...] NAME=RENDERED.yaml ...", file=sys.stderr)
         return 2
 
     flag_sets = {
@@ -55,6 +58,7 @@ def main(argv):
             print(f"validate.py: only {len(flags)} flags in the help of {name}", file=sys.stderr)
             return 1
 
+    open_names = [n for n in options.get("open", "").split(",") if n]
     failed = False
     rendered = {}
     for name, path in overlays:
@@ -71,10 +75,11 @@ def main(argv):
             problems += schema_problems(obj) + round_trip_problems(obj)
         if objs:
             problems += policy_problems(objs, **flag_sets)
-        is_open = name == options.get("open")
-        problems += token_problems(objs, open=is_open)
-        shards = any(get(o, "kind") == "StatefulSet" for o in objs)
-        tokens = "" if not shards else ", open (no tokens)" if is_open else ", job tokens"
+        is_open = name in open_names
+        problems += token_problems(objs, open=is_open) + tls_problems(objs, open=is_open)
+        serving = any(get(o, "kind") in ("StatefulSet", "Job") for o in objs)
+        tokens = ("" if not serving else ", open (plaintext, no tokens)" if is_open
+                  else ", TLS and job tokens")
         if problems:
             failed = True
             for p in problems:
@@ -82,9 +87,10 @@ def main(argv):
         else:
             print(f"==> {name}: {', '.join(describe(o) for o in objs)}: "
                   f"schema, round trip, policy{tokens} ok")
-    if options.get("open") and options["open"] not in rendered:
-        failed = True
-        print(f"FAIL --open={options['open']} names no rendered overlay")
+    for name in open_names:
+        if name not in rendered:
+            failed = True
+            print(f"FAIL --open names {name}, no rendered overlay")
 
     if options.get("shards") and options.get("workers"):
         sts = next((o for o in rendered.get(options["shards"], []) if get(o, "kind") == "StatefulSet"), None)

@@ -1,15 +1,17 @@
 """The checks of each kind of workload: the StatefulSet of reducerd shards
-(its container's flags, ports and probes, its selectors, Service,
-PodDisruptionBudget and NetworkPolicies), the Job of workers, and the
-workers' target naming every shard; policy_problems runs them with the
-security checks.
+(its container's flags, ports and probes, its selectors, its spread over
+nodes, Service, PodDisruptionBudget and NetworkPolicies' ingress), the Job
+of workers, a ServiceMonitor of the shards' Service, and the workers'
+target naming every shard; policy_problems runs them with the security,
+image and Certificate checks.
 """
 import re
 
 from container_flags import (container_port, effective_flags, is_loopback_listen, is_true,
                              parse_flags, port_of, secret_mount_of)
 from manifest_values import bytes_of, describe, get, is_nan, number, same, seconds_of, text, truthy
-from security_checks import security_problems
+from security_checks import image_problems, security_problems
+from tls_checks import certificate_problems
 
 kReducerdBinary = "/usr/bin/reducerd"
 
@@ -123,32 +125,87 @@ def _selector_problems(objs, sts):
     pdbs = [o for o in objs if get(o, "kind") == "PodDisruptionBudget"]
     if not any(_selects(get(p, "spec", "selector"), labels) for p in pdbs):
         problems.append(f"{where}: no PodDisruptionBudget selects its pods")
+    problems.extend(_spread_problems(spec["template"]["spec"], labels, where))
     policies = [o for o in objs if get(o, "kind") == "NetworkPolicy"]
     own = [p for p in policies if _selects(get(p, "spec", "podSelector"), labels)]
     if not own:
         problems.append(f"{where}: no NetworkPolicy selects its pods")
     container = spec["template"]["spec"]["containers"][0]
     for p in own:
-        for rule in get(p, "spec", "ingress") or []:
-            sources = get(rule, "from") or []
-            if not len(sources):
-                problems.append(f"{describe(p)}: an ingress rule admits every source")
-            for port in get(rule, "ports") or []:
-                number_or_name = get(port, "port")
-                if isinstance(number_or_name, str):
-                    known = container_port(container, number_or_name) is not None
-                else:
-                    known = any(same(get(cp, "containerPort"), number_or_name)
-                                for cp in get(container, "ports") or [])
-                if not known:
-                    problems.append(f"{describe(p)}: port {text(number_or_name)} is no port of {where}")
-            grpc_rule = any(same(get(x, "port"), "grpc") or
-                            same(get(x, "port"), container_port(container, "grpc"))
-                            for x in get(rule, "ports") or [])
-            if grpc_rule and not all(
-                    get(f, "podSelector", "matchLabels", "reducer.dev/role") == "worker"
-                    for f in sources):
-                problems.append(f"{describe(p)}: the gRPC port admits pods other than workers")
+        problems.extend(_ingress_problems(p, container, where))
+    return problems
+
+
+kHostname = "kubernetes.io/hostname"
+
+
+def _spread_problems(pod_spec, labels, where):
+    """Shards spread over nodes: a podAntiAffinity term (required or
+    preferred) on the node's hostname and a topologySpreadConstraint, both
+    selecting the StatefulSet's own pods."""
+    problems = []
+    anti = get(pod_spec, "affinity", "podAntiAffinity") or {}
+    terms = list(get(anti, "requiredDuringSchedulingIgnoredDuringExecution") or [])
+    terms += [get(t, "podAffinityTerm") for t in
+              get(anti, "preferredDuringSchedulingIgnoredDuringExecution") or []]
+    if not any(get(t, "topologyKey") == kHostname and _selects(get(t, "labelSelector"), labels)
+               for t in terms):
+        problems.append(f"{where}: no podAntiAffinity on {kHostname} selecting its pods: "
+                        "shards may share a node")
+    if not any(_selects(get(c, "labelSelector"), labels)
+               for c in get(pod_spec, "topologySpreadConstraints") or []):
+        problems.append(f"{where}: no topologySpreadConstraint selecting its pods")
+    return problems
+
+
+def _ingress_problems(policy, container, where):
+    """A NetworkPolicy of the shards admits, each on its own port only, the
+    workers of its namespace (podSelector reducer.dev/role: worker, nothing
+    else) to the gRPC port and pods chosen by label in namespaces chosen
+    by label (the metrics scraper) to the metrics port; nothing else."""
+    problems = []
+    at = describe(policy)
+    if "Ingress" not in (get(policy, "spec", "policyTypes") or []):
+        problems.append(f"{at}: policyTypes lacks Ingress: ingress is not limited")
+    for rule in get(policy, "spec", "ingress") or []:
+        sources = get(rule, "from") or []
+        if not len(sources):
+            problems.append(f"{at}: an ingress rule admits every source")
+        ports = get(rule, "ports") or []
+        if not len(ports):
+            problems.append(f"{at}: an ingress rule admits every port")
+        names = set()
+        for port in ports:
+            number_or_name = get(port, "port")
+            if isinstance(number_or_name, str):
+                known = container_port(container, number_or_name) is not None
+                name = number_or_name
+            else:
+                cp = next((cp for cp in get(container, "ports") or []
+                           if same(get(cp, "containerPort"), number_or_name)), None)
+                known = cp is not None
+                name = get(cp, "name")
+            if not known:
+                problems.append(f"{at}: port {text(number_or_name)} is no port of {where}")
+            elif name not in ("grpc", "metrics"):
+                problems.append(f"{at}: admits port {text(number_or_name)}, neither grpc nor metrics")
+            names.add(name)
+        if "grpc" in names and "metrics" in names:
+            problems.append(f"{at}: one rule admits to both the gRPC and the metrics port")
+        for source in sources:
+            if truthy(get(source, "ipBlock")):
+                problems.append(f"{at}: an ingress rule admits an ipBlock")
+            if "grpc" in names and (
+                    get(source, "podSelector", "matchLabels") != {"reducer.dev/role": "worker"} or
+                    len(get(source, "podSelector", "matchExpressions") or []) or
+                    get(source, "namespaceSelector") is not None):
+                problems.append(f"{at}: the gRPC port admits pods other than workers "
+                                "(reducer.dev/role: worker, this namespace)")
+            if "metrics" in names and not (
+                    len(get(source, "namespaceSelector", "matchLabels") or {}) and
+                    len(get(source, "podSelector", "matchLabels") or {})):
+                problems.append(f"{at}: the metrics port admits pods not chosen by namespace "
+                                "and pod labels")
     return problems
 
 
@@ -186,20 +243,36 @@ def _job_problems(job, worker_flags):
         problems.append(f"{where}: --rank is not the completion index")
     if value.get("target") != "$(REDUCER_TARGET)":
         problems.append(f"{where}: --target is not $(REDUCER_TARGET)")
-    # The shards require the job's token (the base's --job_tokens_file).
-    if "token_file" not in value:
-        problems.append(f"{where}: no --token_file: the shards require the job's token")
-    elif not secret_mount_of(value["token_file"], c, pod_spec):
-        problems.append(f"{where}: --token_file={value['token_file']} is not in a mounted Secret")
+    # The token and the CA: token_problems and tls_problems, which know
+    # whether the overlay is open.
+    return problems
+
+
+def _service_monitor_problems(monitor, objs):
+    """A ServiceMonitor selects a Service of the overlay and scrapes a port
+    that Service names."""
+    services = [o for o in objs if get(o, "kind") == "Service" and
+                _selects(get(monitor, "spec", "selector"), get(o, "metadata", "labels") or {})]
+    if not services:
+        return [f"{describe(monitor)}: its selector selects no Service of the overlay"]
+    problems = []
+    for endpoint in get(monitor, "spec", "endpoints") or []:
+        port = get(endpoint, "port")
+        if not any(same(get(p, "name"), port) for s in services for p in get(s, "spec", "ports") or []):
+            problems.append(f"{describe(monitor)}: endpoint port {text(port)} is no port of "
+                            f"{', '.join(describe(s) for s in services)}")
     return problems
 
 
 def policy_problems(objs, *, reducerd_flags, worker_flags):
-    problems = []
+    problems = certificate_problems(objs)
     for obj in objs:
         kind = get(obj, "kind")
+        if kind == "ServiceMonitor":
+            problems.extend(_service_monitor_problems(obj, objs))
         if kind in ("StatefulSet", "Job"):
             problems.extend(security_problems(obj["spec"]["template"]["spec"], describe(obj)))
+            problems.extend(image_problems(obj["spec"]["template"]["spec"], describe(obj)))
         if kind == "StatefulSet":
             for c in obj["spec"]["template"]["spec"]["containers"]:
                 where = f"{describe(obj)} container {text(get(c, 'name'))}"

@@ -1,4 +1,4 @@
-"""Test support: a reducerd secured as deploy/k8s/overlays/tls runs it (TLS,
+"""Test support: a reducerd secured as deploy/k8s/overlays/mtls runs it (TLS,
 mutual TLS with a client CA, per-job tokens), with certificates made now by
 tests/make_test_certs.sh (the openssl command).
 

@@ -1,4 +1,4 @@
-"""reducer.Client against a reducerd secured as deploy/k8s/overlays/tls runs
+"""reducer.Client against a reducerd secured as deploy/k8s/overlays/mtls runs
 it: TLS, mutual TLS (a client CA) and per-job tokens, with certificates made
 at test time by tests/make_test_certs.sh.
 

@@ -25,7 +25,7 @@ SECURE_TOKEN = "torch-token-of-torchsec-6d21b0"
 
 @pytest.fixture(scope="module")
 def secure_server(tmp_path_factory):
-    """reducerd as deploy/k8s/overlays/tls runs it (TLS, client CA, tokens),
+    """reducerd as deploy/k8s/overlays/mtls runs it (TLS, client CA, tokens),
     with a `certs` attribute: the directory of make_test_certs.sh's files."""
     certs = make_certs(tmp_path_factory.mktemp("certs"))
     tokens = write_tokens(tmp_path_factory.mktemp("tokens") / "tokens",
