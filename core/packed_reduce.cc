@@ -19,7 +19,8 @@ namespace reducer {
 absl::Status ReducePackedRange(const PayloadLayout& layout,
                                absl::Span<const TensorSpec> tensors,
                                absl::Span<const void* const> inputs,
-                               size_t begin, size_t end, void* out) {
+                               size_t begin, size_t end, void* out,
+                               size_t avg_divisor) {
   const size_t n = tensors.size();
   if (layout.offsets.size() != n || layout.sizes.size() != n) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -100,7 +101,8 @@ absl::Status ReducePackedRange(const PayloadLayout& layout,
     }
     absl::Status s =
         Reduce(tensors[i].op, tensors[i].dtype, shifted,
-               (r_end - r_begin) / elem, out_bytes + (r_begin - begin));
+               (r_end - r_begin) / elem, out_bytes + (r_begin - begin),
+               avg_divisor);
     if (!s.ok()) return WithTensorPrefix(i, s);
     pos = r_end;
   }

@@ -26,14 +26,16 @@ namespace reducer {
 // kernels read and write each tensor's elements in place through pointers
 // of their type (Reduce needs each array aligned to its element's size).
 // Padding bytes in the range are written as zero. Each tensor uses its own
-// op; see Reduce() (core/reduce.h) for the numeric contract.
+// op; see Reduce() (core/reduce.h) for the numeric contract, and for
+// `avg_divisor` (0: kAvg divides by inputs.size()).
 // INVALID_ARGUMENT for a range outside the payload or misaligned, null
 // pointers, an inconsistent layout or an op not defined on its tensor's
 // dtype (naming the tensor); then `out` is untouched.
 absl::Status ReducePackedRange(const PayloadLayout& layout,
                                absl::Span<const TensorSpec> tensors,
                                absl::Span<const void* const> inputs,
-                               size_t begin, size_t end, void* out);
+                               size_t begin, size_t end, void* out,
+                               size_t avg_divisor = 0);
 
 }  // namespace reducer
 

@@ -385,10 +385,10 @@ template <class Conv, class Op, bool kDivide>
 REDUCER_KERNEL_CLONES void ReduceTile(typename Conv::In* out,
                                        const typename Conv::In* const* in,
                                        size_t num_inputs, bool in_place,
-                                       size_t n) {
+                                       size_t n, size_t avg_divisor) {
   using In = typename Conv::In;
   using Acc = typename Conv::Acc;
-  const Acc divisor = static_cast<Acc>(num_inputs);
+  const Acc divisor = static_cast<Acc>(avg_divisor);
   if constexpr (std::is_same_v<In, Acc>) {
     // The output tile is the accumulator.
     FoldTile<Conv, Op>(out, in, num_inputs, in_place, n);
@@ -413,7 +413,7 @@ REDUCER_KERNEL_CLONES void ReduceTile(typename Conv::In* out,
 // The whole kernel for one (conversion, op) pair. kDivide is kAvg.
 template <class Conv, class Op, bool kDivide = false>
 void Kernel(const void* const* inputs, size_t num_inputs, size_t num_elements,
-            void* out_bytes) {
+            void* out_bytes, size_t avg_divisor) {
   using In = typename Conv::In;
   constexpr size_t kTile = kTileBytes / sizeof(typename Conv::Acc);
   static_assert(kTile % kStep == 0, "tiles must hold whole spans");
@@ -433,11 +433,12 @@ void Kernel(const void* const* inputs, size_t num_inputs, size_t num_elements,
     for (size_t k = 0; k < num_inputs; ++k) {
       in[k] = static_cast<const In*>(inputs[k]) + offset;
     }
-    ReduceTile<Conv, Op, kDivide>(out + offset, in, num_inputs, in_place, n);
+    ReduceTile<Conv, Op, kDivide>(out + offset, in, num_inputs, in_place, n,
+                                  avg_divisor);
   }
 }
 
-using KernelFn = void (*)(const void* const*, size_t, size_t, void*);
+using KernelFn = void (*)(const void* const*, size_t, size_t, void*, size_t);
 
 // Kernels for a floating type through conversion Conv.
 template <class Conv>
@@ -529,7 +530,7 @@ KernelFn SelectKernel(ReduceOp op, DataType dtype) {
 
 absl::Status Reduce(ReduceOp op, DataType dtype,
                     absl::Span<const void* const> inputs, size_t num_elements,
-                    void* out) {
+                    void* out, size_t avg_divisor) {
   REDUCER_RETURN_IF_ERROR(CheckOpSupported(op, dtype));
   if (inputs.empty()) {
     return absl::InvalidArgumentError(
@@ -551,7 +552,8 @@ absl::Status Reduce(ReduceOp op, DataType dtype,
     return absl::InternalError(absl::StrCat("no kernel for ", ReduceOpName(op),
                                             " on ", DataTypeName(dtype)));
   }
-  kernel(inputs.data(), inputs.size(), num_elements, out);
+  kernel(inputs.data(), inputs.size(), num_elements, out,
+         avg_divisor > 0 ? avg_divisor : inputs.size());
   return absl::OkStatus();
 }
 

@@ -9,7 +9,9 @@
 //   group-rank order), so the same inputs give the same bits whatever order
 //   they arrived in.
 // - float16 and bfloat16 accumulate in float32 and round once, to nearest
-//   even. kAvg divides the sum by inputs.size(), in the accumulation type.
+//   even. kAvg divides the sum by inputs.size(), in the accumulation type,
+//   or by `avg_divisor` when it is not 0: inputs that each already sum
+//   several ranks' values (a relay's) count for that many.
 // - Integer arithmetic wraps (two's complement) without undefined behaviour.
 // - kMin and kMax propagate NaN, as torch does.
 // - On kBool the inputs hold 0 or 1 per byte; kSum/kMax/kBitOr are logical
@@ -34,7 +36,7 @@ namespace reducer {
 // is empty; then `out` is untouched.
 absl::Status Reduce(ReduceOp op, DataType dtype,
                     absl::Span<const void* const> inputs, size_t num_elements,
-                    void* out);
+                    void* out, size_t avg_divisor = 0);
 
 // Conversions used by the kernels, exposed for tests and tools.
 float HalfToFloat(uint16_t bits);

@@ -959,3 +959,32 @@ TEST(BFloat16ConversionTest, MatchesReferenceOnRandomFloatsAndKeepsNaN) {
 
 }  // namespace
 }  // namespace reducer
+
+namespace reducer {
+namespace {
+
+// kAvg over inputs that each stand for several ranks (a relay's sums):
+// the divisor is the number of ranks, not of inputs. Small integers keep
+// every sum exact, so the reference is plain arithmetic.
+TEST(ReduceAvgDivisorTest, DividesByTheRanksTheInputsStandFor) {
+  const std::vector<float> three_ranks = {3.0f, 6.0f, -9.0f, 12.0f};  // sums
+  const std::vector<float> one_rank = {1.0f, 2.0f, 1.0f, 4.0f};
+  const void* inputs[] = {three_ranks.data(), one_rank.data()};
+  std::vector<float> out(4);
+  ASSERT_TRUE(Reduce(ReduceOp::kAvg, DataType::kFloat32, inputs, 4, out.data(),
+                     /*avg_divisor=*/4)
+                  .ok());
+  EXPECT_EQ(out, (std::vector<float>{1.0f, 2.0f, -2.0f, 4.0f}));
+  // 0 keeps the old rule: the number of inputs.
+  ASSERT_TRUE(
+      Reduce(ReduceOp::kAvg, DataType::kFloat32, inputs, 4, out.data()).ok());
+  EXPECT_EQ(out, (std::vector<float>{2.0f, 4.0f, -4.0f, 8.0f}));
+  // Other ops ignore it.
+  ASSERT_TRUE(Reduce(ReduceOp::kSum, DataType::kFloat32, inputs, 4, out.data(),
+                     /*avg_divisor=*/4)
+                  .ok());
+  EXPECT_EQ(out, (std::vector<float>{4.0f, 8.0f, -8.0f, 16.0f}));
+}
+
+}  // namespace
+}  // namespace reducer

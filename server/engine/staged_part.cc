@@ -62,7 +62,8 @@ const char* StagedPart::contiguous() const {
 absl::Status ReduceStagedParts(const PayloadLayout& layout,
                                absl::Span<const TensorSpec> tensors,
                                absl::Span<const StagedPart* const> parts,
-                               size_t begin, size_t end, char* out) {
+                               size_t begin, size_t end, char* out,
+                               size_t avg_divisor) {
   const size_t num = parts.size();
   std::vector<const void*> inputs(num);
   bool all_contiguous = true;
@@ -76,7 +77,8 @@ absl::Status ReduceStagedParts(const PayloadLayout& layout,
     all_contiguous = all_contiguous && inputs[i] != nullptr;
   }
   if (all_contiguous) {
-    return ReducePackedRange(layout, tensors, inputs, begin, end, out);
+    return ReducePackedRange(layout, tensors, inputs, begin, end, out,
+                             avg_divisor);
   }
   // Per reduction thread, grown to the largest group seen and kept: a tile
   // per part, aligned as the kernels need (uint64_t words).
@@ -94,7 +96,8 @@ absl::Status ReduceStagedParts(const PayloadLayout& layout,
                            scratch + i * kStagedTileBytes);
     }
     REDUCER_RETURN_IF_ERROR(ReducePackedRange(layout, tensors, inputs, tile,
-                                              tile + n, out + (tile - begin)));
+                                              tile + n, out + (tile - begin),
+                                              avg_divisor));
   }
   return absl::OkStatus();
 }

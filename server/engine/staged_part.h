@@ -60,11 +60,13 @@ class StagedPart {
 // [begin, end) of rank i's payload, in any pieces; `out` (aligned to
 // kPayloadAlignment) gets bytes [begin, end) of the result. begin must be a
 // multiple of kPayloadAlignment and every part end - begin bytes long.
+// kAvg divides by `avg_divisor` (0: parts.size()), as ReducePackedRange.
 // Errors are ReducePackedRange's; `out` may then be partly written.
 absl::Status ReduceStagedParts(const PayloadLayout& layout,
                                absl::Span<const TensorSpec> tensors,
                                absl::Span<const StagedPart* const> parts,
-                               size_t begin, size_t end, char* out);
+                               size_t begin, size_t end, char* out,
+                               size_t avg_divisor = 0);
 
 }  // namespace reducer
 
