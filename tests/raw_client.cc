@@ -31,11 +31,12 @@ grpc::ChannelArguments RawChannelArguments() {
   return args;
 }
 
-RawSession::RawSession(std::string target, std::string job, int rank,
-                       std::string token)
+RawSession::RawSession(std::string target, std::string job,
+                       std::vector<int> ranks, std::string token)
     : target_(std::move(target)),
       job_(std::move(job)),
-      rank_(rank),
+      rank_(ranks.front()),
+      ranks_(std::move(ranks)),
       token_(std::move(token)),
       session_id_(RandomId()) {}
 
@@ -58,13 +59,31 @@ v1::JoinRequest JoinRequestFor(const std::string& job, int rank, int world_size,
 absl::StatusOr<std::unique_ptr<RawSession>> RawSession::Join(
     const std::string& target, const std::string& job, int rank,
     int world_size, absl::Duration timeout, const std::string& token) {
+  return JoinWith(target, JoinRequestFor(job, rank, world_size, ""), timeout,
+                  token);
+}
+
+absl::StatusOr<std::unique_ptr<RawSession>> RawSession::JoinRanks(
+    const std::string& target, const std::string& job,
+    const std::vector<int>& ranks, int world_size, absl::Duration timeout,
+    const std::string& token) {
+  v1::JoinRequest request = JoinRequestFor(job, ranks.front(), world_size, "");
+  for (int rank : ranks) request.add_ranks(rank);
+  return JoinWith(target, request, timeout, token);
+}
+
+absl::StatusOr<std::unique_ptr<RawSession>> RawSession::JoinWith(
+    const std::string& target, const v1::JoinRequest& join,
+    absl::Duration timeout, const std::string& token) {
+  std::vector<int> ranks(join.ranks().begin(), join.ranks().end());
+  if (ranks.empty()) ranks.push_back(join.rank());
   std::unique_ptr<RawSession> session(
-      new RawSession(target, job, rank, token));
+      new RawSession(target, join.job(), std::move(ranks), token));
   session->channel_ = grpc::CreateCustomChannel(
       target, grpc::InsecureChannelCredentials(), RawChannelArguments());
   session->stub_ = v1::Reducer::NewStub(session->channel_);
-  const v1::JoinRequest request =
-      JoinRequestFor(job, rank, world_size, session->session_id_);
+  v1::JoinRequest request = join;
+  request.set_session_id(session->session_id_);
   session->Authorize(&session->join_context_);
   session->join_reader_ =
       session->stub_->Join(&session->join_context_, request);
@@ -83,7 +102,7 @@ absl::StatusOr<std::unique_ptr<RawSession>> RawSession::Join(
   }
   if (session->ended_) return session->end_status_;
   return absl::DeadlineExceededError(
-      absl::StrCat("raw Join of rank ", rank, " of job ", job,
+      absl::StrCat("raw Join of rank ", join.rank(), " of job ", join.job(),
                    ": not ready within ", absl::FormatDuration(timeout)));
 }
 
@@ -115,6 +134,9 @@ v1::CollectiveHeader RawSession::Header(v1::CollectiveKind kind) const {
   header.set_epoch(epoch_);
   header.set_session_id(session_id_);
   header.set_rank(rank_);
+  if (ranks_.size() > 1) {
+    for (int rank : ranks_) header.add_ranks(rank);
+  }
   header.set_sequence(0);
   header.set_kind(kind);
   header.set_timeout_ms(10000);

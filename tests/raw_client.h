@@ -58,6 +58,12 @@ class RawSession {
   static absl::StatusOr<std::unique_ptr<RawSession>> Join(
       const std::string& target, const std::string& job, int rank,
       int world_size, absl::Duration timeout, const std::string& token = "");
+  // As Join, for a session that holds several ranks (JoinRequest.ranks, as
+  // a relay's does): `ranks` sorted, rank() their first.
+  static absl::StatusOr<std::unique_ptr<RawSession>> JoinRanks(
+      const std::string& target, const std::string& job,
+      const std::vector<int>& ranks, int world_size, absl::Duration timeout,
+      const std::string& token = "");
 
   ~RawSession();
   RawSession(const RawSession&) = delete;
@@ -65,7 +71,8 @@ class RawSession {
 
   // A header as the client library would fill it for this rank's next
   // collective of `kind` on the whole world (group empty, sequence 0,
-  // timeout 10 s, a fresh attempt id); tests then break what they need.
+  // timeout 10 s, a fresh attempt id, and for a session of several ranks
+  // all of them in `ranks`); tests then break what they need.
   v1::CollectiveHeader Header(v1::CollectiveKind kind) const;
 
   // The first request of this rank's next float32 SUM all-reduce of one
@@ -97,7 +104,12 @@ class RawSession {
   int rank() const { return rank_; }
 
  private:
-  RawSession(std::string target, std::string job, int rank, std::string token);
+  RawSession(std::string target, std::string job, std::vector<int> ranks,
+             std::string token);
+  // Opens the session with `request` and waits as Join says.
+  static absl::StatusOr<std::unique_ptr<RawSession>> JoinWith(
+      const std::string& target, const v1::JoinRequest& request,
+      absl::Duration timeout, const std::string& token);
   // Adds the token's metadata to `context`, if there is a token.
   void Authorize(grpc::ClientContext* context) const;
   void ReadEvents();
@@ -106,6 +118,7 @@ class RawSession {
   const std::string target_;
   const std::string job_;
   const int rank_;
+  const std::vector<int> ranks_;  // the session's, rank_ first
   const std::string token_;
   const std::string session_id_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -87,20 +87,23 @@ bool Collective::HasFinished(int rank) const {
 bool Collective::LeftOut(int rank) const {
   absl::MutexLock lock(&mu_);
   const int index = IndexOf(rank);
-  return index >= 0 && ranks_[index].left_out;
+  return index >= 0 && ranks_[index].left_out && ranks_[index].covered_by < 0;
 }
 
 bool Collective::LeftAnyOut() const {
   absl::MutexLock lock(&mu_);
-  return std::any_of(ranks_.begin(), ranks_.end(),
-                     [](const RankState& m) { return m.left_out; });
+  return std::any_of(ranks_.begin(), ranks_.end(), [](const RankState& m) {
+    return m.left_out && m.covered_by < 0;
+  });
 }
 
 std::vector<std::pair<int, bool>> Collective::LeftOutRanks() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::pair<int, bool>> left_out;
   for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (ranks_[i].left_out) left_out.emplace_back(group_[i], ranks_[i].done);
+    if (ranks_[i].left_out && ranks_[i].covered_by < 0) {
+      left_out.emplace_back(group_[i], ranks_[i].done);
+    }
   }
   return left_out;
 }

@@ -183,8 +183,18 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // bytes may be fed (OnData, OnInputEnd); false when it was refused or the
   // collective failed (`channel` was told why): its bytes must not be fed,
   // since `rank` may have another call in this collective.
+  //
+  // `covered`: the other ranks a contribution stands for (a relay's,
+  // CollectiveHeader.ranks), checked by the caller: distinct ranks of the
+  // group, with `rank` consecutive members of it, of a kind that
+  // TakesSeveralRanks, `rank` the root where the root is among them. Their
+  // parts are in `rank`'s payload, combined, and their result is `rank`'s:
+  // each counts as attached and finished (KindStrategy::Cover). One that
+  // attached already on its own fails the collective; a retry of the
+  // contribution covers the same ranks again.
   bool Attach(std::shared_ptr<RankChannel> channel, int rank, Fingerprint fp,
-              const std::string& attempt_id);
+              const std::string& attempt_id,
+              const std::vector<int>& covered = {});
 
   // `rank`'s payload bytes [offset, offset + data.size()). Returns true if
   // the channel may read its next message now, false if it must wait for
@@ -331,6 +341,12 @@ class Collective final : public std::enable_shared_from_this<Collective>,
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AttachAgainLocked(int index, std::shared_ptr<RankChannel> channel,
                          const std::string& attempt_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts the ranks `covered` as taking part through ranks_[index]'s
+  // contribution (see Attach); `ready` gets the chunks it made whole.
+  // False when the collective failed.
+  bool CoverLocked(int index, const std::vector<int>& covered,
+                   std::vector<StagedChunk>* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reserves ranks_[index]'s worst case (KindStrategy::Reservation) in the
   // memory budget and the job's share; false (after failing the collective

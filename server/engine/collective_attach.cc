@@ -25,38 +25,82 @@ size_t TotalBytes(const std::vector<TensorSpec>& tensors) {
 }  // namespace
 
 bool Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
-                        Fingerprint fp, const std::string& attempt_id) {
-  absl::MutexLock lock(&mu_);
-  const int index = IndexOf(rank);
-  if (index < 0) {
-    RefuseForeignRankLocked(*channel, rank, fp);
-    return false;
+                        Fingerprint fp, const std::string& attempt_id,
+                        const std::vector<int>& covered) {
+  std::vector<StagedChunk> ready;
+  std::shared_ptr<KindStrategy> strategy;
+  bool attached = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const int index = IndexOf(rank);
+    if (index < 0) {
+      RefuseForeignRankLocked(*channel, rank, fp);
+      return false;
+    }
+    RankState& m = ranks_[index];
+    if (m.left_out) {
+      channel->Fail(LeftOutError(rank));
+      return false;
+    }
+    if (m.attached) {
+      return AttachAgainLocked(index, std::move(channel), attempt_id);
+    }
+    m.attached = true;
+    m.channel = std::move(channel);
+    m.attempt_id = attempt_id;
+    ++attached_;
+    if (done_) {
+      m.channel->Fail(failure_);
+      return false;
+    }
+    if (!Agree(rank, fp)) return false;
+    // Where only the root sends (Broadcast, Scatter, a point-to-point
+    // message), another rank's tensors are the spec it expects, not payload.
+    const bool sends_data =
+        !TraitsOf(fp.kind).only_root_sends || rank == fp.root;
+    m.input_bytes = sends_data ? TotalBytes(fp.tensors) : 0;
+    m.fp = std::move(fp);
+    if (!CoverLocked(index, covered, &ready)) return false;
+    if (!ReserveLocked(index)) return false;
+    m.finishes_alone = strategy_->FinishesAlone(index);
+    attached = ArrivedLocked(index);
+    strategy = strategy_;
   }
-  RankState& m = ranks_[index];
-  if (m.left_out) {
-    channel->Fail(LeftOutError(rank));
-    return false;
+  for (StagedChunk& chunk : ready) {
+    ScheduleReduction(strategy, std::move(chunk));
   }
-  if (m.attached) {
-    return AttachAgainLocked(index, std::move(channel), attempt_id);
+  return attached;
+}
+
+bool Collective::CoverLocked(int index, const std::vector<int>& covered,
+                             std::vector<StagedChunk>* ready) {
+  const int rank = group_[index];
+  for (int other : covered) {
+    const int at = IndexOf(other);
+    RankState& c = ranks_[at];
+    if (c.covered_by == index) continue;  // a retry covers them again
+    if (c.attached) {
+      FailLocked(absl::FailedPreconditionError(absl::StrCat(
+                     description_, ": rank ", other,
+                     " contributed on its own and within the contribution "
+                     "rank ",
+                     rank, " sent for ranks [", rank, ",",
+                     absl::StrJoin(covered, ","), "]")),
+                 {rank, other});
+      return false;
+    }
+    if (!strategy_->Cover(at, ready)) {
+      FailLocked(absl::InvalidArgumentError(absl::StrCat(
+          description_, ": a ", CollectiveKindName(reference_.kind),
+          " takes one rank's contribution per call; rank ", rank,
+          " sent one for ranks [", rank, ",", absl::StrJoin(covered, ","),
+          "]")));
+      return false;
+    }
+    c.covered_by = index;
+    MarkLeftOutLocked(at);
   }
-  m.attached = true;
-  m.channel = std::move(channel);
-  m.attempt_id = attempt_id;
-  ++attached_;
-  if (done_) {
-    m.channel->Fail(failure_);
-    return false;
-  }
-  if (!Agree(rank, fp)) return false;
-  // Where only the root sends (Broadcast, Scatter, a point-to-point
-  // message), another rank's tensors are the spec it expects, not payload.
-  const bool sends_data = !TraitsOf(fp.kind).only_root_sends || rank == fp.root;
-  m.input_bytes = sends_data ? TotalBytes(fp.tensors) : 0;
-  m.fp = std::move(fp);
-  if (!ReserveLocked(index)) return false;
-  m.finishes_alone = strategy_->FinishesAlone(index);
-  return ArrivedLocked(index);
+  return true;
 }
 
 void Collective::RefuseForeignRankLocked(RankChannel& channel, int rank,
@@ -344,7 +388,15 @@ absl::Status Collective::CannotGoOnWithout(int index) const {
 }
 
 absl::Status Collective::LeftOutError(int rank) const {
-  return LeftOutRefusal(description_, rank, ranks_[IndexOf(rank)].done);
+  const RankState& m = ranks_[IndexOf(rank)];
+  if (m.covered_by >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        description_, ": rank ", rank, "'s part came already in rank ",
+        group_[m.covered_by],
+        "'s contribution (a relay's for several ranks); it cannot "
+        "contribute on its own as well"));
+  }
+  return LeftOutRefusal(description_, rank, m.done);
 }
 
 absl::Status Collective::LeftOutRefusal(const std::string& description,

@@ -81,23 +81,31 @@ KindTraits TraitsOf(CollectiveKind kind) {
   KindTraits traits;
   switch (kind) {
     case CollectiveKind::kAllReduce:
-    case CollectiveKind::kReduceScatter:
     case CollectiveKind::kReduce:
+      traits.takes_several_ranks = true;
+      traits.paced_chunks = true;
+      break;
+    case CollectiveKind::kReduceScatter:
       traits.paced_chunks = true;
       break;
     case CollectiveKind::kBroadcast:
+      traits.takes_several_ranks = true;
+      traits.only_root_sends = true;
+      break;
     case CollectiveKind::kScatter:
     case CollectiveKind::kSendReceive:
       traits.only_root_sends = true;
       break;
     case CollectiveKind::kAllGather:
     case CollectiveKind::kGather:
+    case CollectiveKind::kBarrier:
+      traits.takes_several_ranks = true;
+      break;
     case CollectiveKind::kAllToAll:
     case CollectiveKind::kAllToAllV:
     case CollectiveKind::kMatch:
     case CollectiveKind::kQuorumBarrier:
     case CollectiveKind::kDone:
-    case CollectiveKind::kBarrier:
       break;
   }
   return traits;

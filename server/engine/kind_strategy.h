@@ -101,6 +101,10 @@ struct RankState {
   bool joining = false;
   bool left_out = false;
   bool done = false;  // left out because its rank called Done()
+  // Its part came in the contribution of the rank at this index (a relay's
+  // for several ranks, Collective::Attach's `covered`): attached, finished
+  // and left out (it sends and gets nothing itself); -1: not covered.
+  int covered_by = -1;
   size_t reserved = 0;      // bytes it holds in the memory budget
   // Those bytes, shared with the messages of its answer not yet written:
   // given back once both let go (null when `reserved` is 0).
@@ -182,6 +186,15 @@ class KindStrategy {
     return false;
   }
 
+  // ranks[index]'s part comes combined into another rank's contribution
+  // (Collective::Attach's `covered`): it sends and gets nothing itself, as
+  // with Exclude, but it still counts as a rank with values (an average
+  // divides by it). Only for kinds that take such contributions
+  // (TakesSeveralRanks); false when this one cannot.
+  virtual bool Cover(int index, std::vector<StagedChunk>* ready) {
+    return Exclude(index, ready);
+  }
+
   // Values the job hands the kind for its result: Done's one int64 (the
   // next sequence number of the job's unnamed collectives, set before each
   // attach), a match's message (its source and count, set once it is
@@ -257,6 +270,12 @@ struct KindTraits {
   // size to how fast inputs arrive (Collective::SetChunkBytes,
   // server/engine/chunk_pacing.h): AllReduce, ReduceScatter, Reduce.
   bool paced_chunks = false;
+  // One contribution may stand for several ranks, its inputs combined
+  // beforehand (CollectiveHeader.ranks, a relay's): AllReduce and Reduce
+  // (reduced), AllGather and Gather (concatenated), Broadcast (the root's),
+  // Barrier. Kinds that give each rank a part of its own, or whose calls
+  // are per rank by nature (point-to-point, Done, quorum steps), do not.
+  bool takes_several_ranks = false;
 };
 KindTraits TraitsOf(CollectiveKind kind);
 

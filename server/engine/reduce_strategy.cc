@@ -17,7 +17,14 @@ ReduceStrategy::ReduceStrategy(Mode mode, int root_index, int group_size,
       chunks_(chunks),
       staged_parts_(group_size, 0),
       excluded_(group_size, false),
-      taking_part_(group_size) {}
+      taking_part_(group_size),
+      covered_(group_size, false) {}
+
+bool ReduceStrategy::Cover(int index, std::vector<StagedChunk>* ready) {
+  if (mode_ == Mode::kReduceScatter || !Exclude(index, ready)) return false;
+  covered_[index] = true;
+  return true;
+}
 
 bool ReduceStrategy::Exclude(int index, std::vector<StagedChunk>* ready) {
   if (mode_ == Mode::kReduceScatter ||
@@ -72,6 +79,8 @@ std::vector<TensorSpec> ReduceStrategy::PlanResult(
   auto plan = std::make_shared<Plan>();
   plan->layout = *ComputePayloadLayout(reference.tensors);
   plan->tensors = reference.tensors;
+  plan->covered =
+      static_cast<int>(std::count(covered_.begin(), covered_.end(), true));
   const size_t total = plan->layout.total_bytes;
   plan_ = std::move(plan);
   const size_t n = ranks.size();
@@ -123,8 +132,11 @@ absl::StatusOr<SharedBytes> ReduceStrategy::Reduce(StagedChunk chunk) const {
     if (p) parts.push_back(&p);  // none from a rank taking no part
   }
   ChunkPool::Buffer out = chunks_->Get();
+  // Covered ranks' values are in their carrier's part (0: the parts).
+  const size_t avg_divisor =
+      plan.covered > 0 ? parts.size() + static_cast<size_t>(plan.covered) : 0;
   absl::Status status = ReduceStagedParts(plan.layout, plan.tensors, parts,
-                                          begin, end, out.get());
+                                          begin, end, out.get(), avg_divisor);
   if (!status.ok()) return status;
   return chunks_->Share(std::move(out), end - begin);
 }

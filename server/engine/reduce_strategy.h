@@ -13,7 +13,10 @@
 //
 // Ranks taking no part (Exclude: they called Done()) are left out of every
 // chunk: the reduction runs over the others' parts in group order, so that
-// kAvg divides by the ranks with values.
+// kAvg divides by the ranks with values. Ranks covered by another's
+// contribution (Cover: a relay's sum of several ranks) send no part either,
+// but count among the ranks with values: kAvg divides the sum of the parts
+// by the parts plus the covered ranks.
 //
 // Back-pressure: a rank may read while it has fewer than `window` chunks
 // staged and fewer than `window` messages queued for it. Reduce's non-roots
@@ -55,12 +58,14 @@ class ReduceStrategy final : public KindStrategy {
   void Clear() override;
   // AllReduce, and Reduce when it is not the root.
   bool Exclude(int index, std::vector<StagedChunk>* ready) override;
+  bool Cover(int index, std::vector<StagedChunk>* ready) override;
 
  private:
   // What reducing a chunk needs; fixed by PlanResult, read without the lock.
   struct Plan {
     PayloadLayout layout;
     std::vector<TensorSpec> tensors;
+    int covered = 0;  // ranks covered by another's part (Cover)
   };
   // One chunk being staged: a part per rank, filled in order.
   struct Staging {
@@ -84,6 +89,7 @@ class ReduceStrategy final : public KindStrategy {
   // rank's part is in, and is reduced over those parts only.
   std::vector<bool> excluded_;
   int taking_part_;
+  std::vector<bool> covered_;  // Cover: counted in kAvg's divisor
   // Every rank's payload size (they agree), once one rank sent bytes: the
   // last chunk's length for chunks made whole by Exclude.
   size_t plan_input_bytes_ = 0;

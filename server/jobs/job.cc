@@ -15,6 +15,13 @@
 namespace reducer {
 namespace {
 
+// How messages name the ranks a session holds: "rank 3", or a relay's
+// "ranks [0,1,2,3]".
+std::string RanksName(const std::vector<int>& ranks) {
+  if (ranks.size() == 1) return absl::StrCat("rank ", ranks.front());
+  return absl::StrCat("ranks [", absl::StrJoin(ranks, ","), "]");
+}
+
 // A fresh Job::Seat::epoch_id.
 uint64_t NextEpochId() {
   static std::atomic<uint64_t> last{0};
@@ -97,36 +104,39 @@ size_t Job::ShardListBytes(const std::vector<std::string>& shards) {
   return bytes;
 }
 
-absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
+absl::Status Job::Join(const std::vector<int>& ranks, int world_size,
+                       const std::string& session_id,
                        std::shared_ptr<SessionChannel> session,
                        std::vector<std::string> shards) {
+  const int rank = ranks.front();
+  // "rank 3", or a relay's "ranks [0,1,2,3]".
+  const std::string who = RanksName(ranks);
   absl::MutexLock lock(&mu_);
   // Every refusal comes before anything changes: a refused Join touches no
   // session, and no epoch.
   if (world_size != world_size_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", name_, " has world size ", world_size_,
-        " (set by the ranks already joined), but rank ", rank, " asked for ",
+        " (set by the ranks already joined), but ", who, " asked for ",
         world_size));
   }
   if (const bool several = shards.size() > 1;
       shards_.has_value() &&
       (several != (shards_->size() > 1) || (several && shards != *shards_))) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job ", name_, ": rank ", rank, " names the shards [",
+        "job ", name_, ": ", who, " names the shards [",
         absl::StrJoin(shards, ","), "], but the ranks already joined named [",
         absl::StrJoin(*shards_, ","),
         "]; every rank must give the same shards in the same order"));
   }
-  const std::vector<int> ranks = {rank};
   if (membership_.HasSession(session_id)) {
     if (membership_.SessionRanks(session_id) != ranks) {
       return absl::AlreadyExistsError(absl::StrCat(
-          "session ", session_id, " already joined job ", name_, " as rank ",
-          absl::StrJoin(membership_.SessionRanks(session_id), ","),
-          "; a Join as rank ", rank, " needs a session id of its own"));
+          "session ", session_id, " already joined job ", name_, " as ",
+          RanksName(membership_.SessionRanks(session_id)), "; a Join as ",
+          who, " needs a session id of its own"));
     }
-    return RejoinLocked(rank, session_id, std::move(session));
+    return RejoinLocked(ranks, session_id, std::move(session));
   }
   const std::optional<int> departed = membership_.DepartedAmong(ranks);
   if (!membership_.ended() && !departed.has_value()) {
@@ -161,7 +171,7 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
   if (!seated.ok()) return seated.status();  // not reached: checked above
   for (const std::shared_ptr<SessionChannel>& old : superseded) {
     old->Fail(absl::AbortedError(absl::StrCat(
-        "rank ", rank, " of job ", name_,
+        who, " of job ", name_,
         " was joined by a newer session; this one no longer takes part")));
   }
   const uint64_t epoch = membership_.epoch();
@@ -176,7 +186,7 @@ absl::Status Job::Join(int rank, int world_size, const std::string& session_id,
       rejoining->SendEvent(event);
       env_.log->Log(
           {LogSeverity::kInfo, "rank_rejoined",
-           absl::StrCat("job ", name_, " epoch ", epoch, ": rank ", rank,
+           absl::StrCat("job ", name_, " epoch ", epoch, ": ", who,
                         " joined again after ",
                         absl::FormatDuration(absent_for),
                         " absent; it takes part from quorum step ", steps),
@@ -204,9 +214,10 @@ v1::JoinEvent Job::ReadyEventLocked(int rank) const {
   return event;
 }
 
-absl::Status Job::RejoinLocked(int rank, const std::string& session_id,
+absl::Status Job::RejoinLocked(const std::vector<int>& ranks,
+                               const std::string& session_id,
                                std::shared_ptr<SessionChannel> session) {
-  const std::vector<int> ranks = {rank};
+  const std::string who = RanksName(ranks);
   const uint64_t epoch = membership_.epoch();
   if (membership_.ended()) {
     return absl::AbortedError(absl::StrCat(
@@ -214,10 +225,13 @@ absl::Status Job::RejoinLocked(int rank, const std::string& session_id,
         ", which has ended (", membership_.end_reason(),
         "); Connect again with a new session to go on"));
   }
-  if (!membership_.Holds(rank, session_id) ||
-      membership_.DepartedAmong(ranks).has_value()) {
+  const bool holds_all =
+      std::all_of(ranks.begin(), ranks.end(), [&](int rank) {
+        return membership_.Holds(rank, session_id);
+      });
+  if (!holds_all || membership_.DepartedAmong(ranks).has_value()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "session ", session_id, " no longer holds rank ", rank, " of job ",
+        "session ", session_id, " no longer holds ", who, " of job ",
         name_, " in epoch ", epoch,
         " (it was lost, left out of a quorum step, or closed); Connect again "
         "with a new session to go on"));
@@ -233,11 +247,11 @@ absl::Status Job::RejoinLocked(int rank, const std::string& session_id,
         absl::StrCat("session ", session_id, " of job ", name_,
                      " was replaced by a retry of its Join")));
   }
-  if (membership_.running()) retry->SendEvent(ReadyEventLocked(rank));
+  if (membership_.running()) retry->SendEvent(ReadyEventLocked(ranks.front()));
   env_.log->Log({LogSeverity::kInfo, "join_retried",
-                 absl::StrCat("job ", name_, " epoch ", epoch, ": rank ", rank,
-                              "'s Join was retried; its new stream replaces "
-                              "the first"),
+                 absl::StrCat("job ", name_, " epoch ", epoch, ": ", who,
+                              ": its Join was retried; its new stream "
+                              "replaces the first"),
                  name_, epoch, "", ranks});
   return absl::OkStatus();
 }
@@ -253,8 +267,11 @@ bool Job::Leave(const std::string& session_id, const SessionChannel* owner,
                        absl::StrCat("its session was lost (", why, ")"));
       break;
     case Membership::Unseated::Effect::kEndsEpoch:
-      EndEpoch(absl::StrCat("rank ", left.ranks.front(),
-                            "'s session was lost (", why, ")"),
+      EndEpoch(left.ranks.size() == 1
+                   ? absl::StrCat("rank ", left.ranks.front(),
+                                  "'s session was lost (", why, ")")
+                   : absl::StrCat("the session of ", RanksName(left.ranks),
+                                  " (a relay's) was lost (", why, ")"),
                left.ranks.front(), reason);
       break;
     case Membership::Unseated::Effect::kNone:

@@ -169,9 +169,21 @@ class Job {
   // more must equal the list of the job's first rank, and one shard must
   // meet one shard: FAILED_PRECONDITION naming both lists otherwise. The
   // first rank's list is the job's for as long as it lives.
-  absl::Status Join(int rank, int world_size, const std::string& session_id,
+  //
+  // `ranks`: the global ranks the session holds, sorted and distinct, each
+  // in [0, world_size) (checked by the caller): one for a rank's own
+  // session, several for a relay's. They are seated together, and lost or
+  // departed together when the session ends.
+  absl::Status Join(const std::vector<int>& ranks, int world_size,
+                    const std::string& session_id,
                     std::shared_ptr<SessionChannel> session,
                     std::vector<std::string> shards = {});
+  absl::Status Join(int rank, int world_size, const std::string& session_id,
+                    std::shared_ptr<SessionChannel> session,
+                    std::vector<std::string> shards = {}) {
+    return Join(std::vector<int>{rank}, world_size, session_id,
+                std::move(session), std::move(shards));
+  }
 
   // The stream `owner` of session `session_id` ended (`why` says how):
   // removes the session, and ends the epoch if it held a rank of the
@@ -272,7 +284,8 @@ class Job {
       ABSL_LOCKS_EXCLUDED(mu_);
   // A Join of open session `session_id` as `rank` (see Join): refused, or
   // `session` takes the session over.
-  absl::Status RejoinLocked(int rank, const std::string& session_id,
+  absl::Status RejoinLocked(const std::vector<int>& ranks,
+                            const std::string& session_id,
                             std::shared_ptr<SessionChannel> session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The JobReady of the current epoch for `rank`, held now.

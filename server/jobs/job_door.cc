@@ -46,7 +46,7 @@ absl::Status JobDoor::CheckName(absl::string_view field,
 
 size_t JobDoor::max_join_request_bytes() const {
   return 2 * max_name_bytes_ + kMaxJoinShardListBytes + 2 * kMaxJoinShards +
-         kJoinFramingBytes;
+         5 * kMaxJoinRanks + kJoinFramingBytes;
 }
 
 absl::Status JobDoor::CheckJoin(const v1::JoinRequest& request) const {
@@ -57,6 +57,11 @@ absl::Status JobDoor::CheckJoin(const v1::JoinRequest& request) const {
     return Refuse(absl::InvalidArgumentError(absl::StrCat(
         "JoinRequest.shards names ", request.shards_size(),
         " addresses, over the limit of ", kMaxJoinShards, " shards")));
+  }
+  if (request.ranks_size() > kMaxJoinRanks) {
+    return Refuse(absl::InvalidArgumentError(absl::StrCat(
+        "JoinRequest.ranks names ", request.ranks_size(),
+        " ranks, over the limit of ", kMaxJoinRanks, " in one session")));
   }
   size_t shard_bytes = 0;
   for (int i = 0; i < request.shards_size(); ++i) {

@@ -67,9 +67,13 @@ class JobDoor {
   // The most bytes of addresses a Join's shard list may hold in all:
   // kMaxJoinShards addresses of 64 bytes.
   static constexpr size_t kMaxJoinShardListBytes = 64 << 10;
+  // The most ranks one Join may hold (JoinRequest.ranks: a relay's, for
+  // the ranks of its host).
+  static constexpr int kMaxJoinRanks = 1024;
   // The largest Join (serialized) taken: its two names at most
   // max_name_bytes each, its shard list within kMaxJoinShardListBytes (and
-  // 2 bytes of framing per address), and kJoinFramingBytes for the rest.
+  // 2 bytes of framing per address), kMaxJoinRanks ranks of at most 5
+  // bytes each, and kJoinFramingBytes for the rest.
   size_t max_join_request_bytes() const;
 
   // Checks the request (CheckJoin), authorizes, then joins `session` to the

@@ -13,6 +13,7 @@
 #include "proto/reducer/v1/wire_conversion.h"
 #include "server/jobs/collective_admission.h"
 #include "server/jobs/job.h"
+#include "server/jobs/several_ranks.h"
 
 namespace reducer {
 namespace {
@@ -40,10 +41,28 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
   if (!fp.ok()) return fp.status();
   const std::string description = DescribeCollective(header, *fp, world_size_);
 
+  // A relay's contribution for several ranks: the others it stands for.
+  absl::StatusOr<std::vector<int>> covered = CoveredRanks(
+      *fp, header.rank(),
+      std::vector<int>(header.ranks().begin(), header.ranks().end()),
+      description);
+  if (!covered.ok()) return covered.status();
+
   absl::MutexLock lock(&mu_);
   absl::Status holds = membership_.CheckCaller(
       header.rank(), header.epoch(), header.session_id(), description);
   if (!holds.ok()) return holds;
+  for (int other : *covered) {
+    REDUCER_RETURN_IF_ERROR(membership_.CheckCaller(
+        other, header.epoch(), header.session_id(), description));
+    if (membership_.CalledDone(other)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          description, ": rank ", other,
+          " called Done(); it takes part in no collective of the job until "
+          "every rank has called Done(), so no contribution may stand for "
+          "it"));
+    }
+  }
   if (fp->kind == CollectiveKind::kQuorumBarrier && header.quorum_follower()) {
     // Another shard decides the step; this one only learns that the job
     // runs quorum steps.
@@ -79,7 +98,7 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
   if (kind == CollectiveKind::kMatch) sources = fp->sources;
   if (!(*collective)
            ->Attach(std::move(stream), header.rank(), *std::move(fp),
-                    header.attempt_id())) {
+                    header.attempt_id(), *covered)) {
     if ((*collective)->LeftOut(header.rank())) {
       membership_.MarkAbsent(header.rank(), env_.timers->clock().Now());
       LoseAbsentLocked({header.rank()}, absl::StrCat("it was late for ",

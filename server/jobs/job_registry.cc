@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace reducer {
 namespace {
@@ -11,6 +13,32 @@ namespace {
 constexpr absl::string_view kShuttingDown =
     "reducerd is shutting down; retry against another instance or after "
     "it restarts";
+
+// The ranks a Join seats: `rank`, or the `ranks` of a session that holds
+// several (a relay's): INVALID_ARGUMENT unless they are sorted, distinct,
+// within the world, and start with `rank`.
+absl::StatusOr<std::vector<int>> RanksOfJoin(const v1::JoinRequest& request) {
+  if (request.ranks().empty()) return std::vector<int>{request.rank()};
+  std::vector<int> ranks(request.ranks().begin(), request.ranks().end());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= request.world_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("JoinRequest.ranks[", i, "] ", ranks[i],
+                       " is outside the world of ", request.world_size()));
+    }
+    if (i > 0 && ranks[i] <= ranks[i - 1]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "JoinRequest.ranks [", absl::StrJoin(ranks, ","),
+          "] must be sorted, each rank once"));
+    }
+  }
+  if (ranks.front() != request.rank()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "JoinRequest.rank ", request.rank(), " must be the first of its ranks [",
+        absl::StrJoin(ranks, ","), "]"));
+  }
+  return ranks;
+}
 
 }  // namespace
 
@@ -49,6 +77,8 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
     return absl::InvalidArgumentError(
         "JoinRequest.session_id must not be empty");
   }
+  absl::StatusOr<std::vector<int>> ranks = RanksOfJoin(request);
+  if (!ranks.ok()) return ranks.status();
   // Before the lock: the tokens file may be read again.
   const std::string tenant_name = tenants_.NameOf(request.job());
   std::vector<std::string> shards(request.shards().begin(),
@@ -118,7 +148,7 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
   }
   std::shared_ptr<Job> job = it->second;
   absl::Status joined =
-      job->Join(request.rank(), request.world_size(), request.session_id(),
+      job->Join(*ranks, request.world_size(), request.session_id(),
                 std::move(session), std::move(shards));
   // A refused Join touched no session: only a job it created itself has
   // none, and goes again.

@@ -1,0 +1,238 @@
+// A contribution that stands for several ranks (Collective::Attach's
+// `covered`, a relay's for the ranks of its host): its parts combined in
+// one payload, its result sent once. Expected results are computed here in
+// closed form, as if every rank had sent its own part.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/engine/collective_test_base.h"
+
+namespace reducer {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+class CollectiveSeveralRanksTest : public CollectiveTestBase {};
+
+// Element-wise sum of rank `first`..`last`'s Ramp inputs: what a relay
+// holding those ranks sends (small integers, so every sum is exact).
+std::vector<float> RampRange(int first, int last, int n) {
+  std::vector<float> v(n, 0.0f);
+  for (int r = first; r <= last; ++r) {
+    const std::vector<float> x = Ramp(r, n);
+    for (int i = 0; i < n; ++i) v[i] += x[i];
+  }
+  return v;
+}
+
+TEST_F(CollectiveSeveralRanksTest, AllReduceOfTwoCarriersIsTheSumOfAllRanks) {
+  options_.offload_bytes = 64;
+  constexpr int kN = 40;  // chunks of 64, 64 and 32 bytes
+  const std::vector<int> group = {0, 1, 2, 3};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, group);
+  auto ch = Channels(4);
+  // Ranks 0-1 from one carrier, 2-3 from another, in that order and the
+  // other: the same bits.
+  ASSERT_TRUE(c->Attach(ch[2], 2, FloatAllReduce(kN, group), "", {3}));
+  EXPECT_FALSE(c->all_attached());
+  ASSERT_TRUE(c->Attach(ch[0], 0, FloatAllReduce(kN, group), "", {1}));
+  EXPECT_TRUE(c->all_attached());
+  Feed(*c, 2, Bytes(RampRange(2, 3, kN)));
+  Feed(*c, 0, Bytes(RampRange(0, 1, kN)));
+  for (int r : {0, 2}) {
+    SCOPED_TRACE(absl::StrCat("carrier ", r));
+    ExpectResult(*ch[r], Bytes(RampSum(4, kN)), DataType::kFloat32, {kN});
+  }
+  // Covered ranks get nothing of their own.
+  EXPECT_THAT(ch[1]->sent(), IsEmpty());
+  EXPECT_THAT(ch[3]->sent(), IsEmpty());
+  EXPECT_TRUE(c->HasFinished(1));
+  EXPECT_FALSE(c->LeftOut(1));
+  EXPECT_FALSE(c->LeftAnyOut());
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveSeveralRanksTest, AverageDividesByRanksNotContributions) {
+  // Ranks 0-2 summed by one carrier, rank 3 alone: the mean of four ranks,
+  // Ramp's (r + 1) * (i + 1) averaging to 2.5 * (i + 1).
+  constexpr int kN = 16;
+  const std::vector<int> group = {0, 1, 2, 3};
+  Fingerprint fp = FloatAllReduce(kN, group);
+  fp.tensors[0].op = ReduceOp::kAvg;
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, group);
+  auto ch = Channels(4);
+  ASSERT_TRUE(c->Attach(ch[0], 0, fp, "", {1, 2}));
+  ASSERT_TRUE(c->Attach(ch[3], 3, fp, ""));
+  Feed(*c, 0, Bytes(RampRange(0, 2, kN)));
+  Feed(*c, 3, Bytes(Ramp(3, kN)));
+  std::vector<float> mean(kN);
+  for (int i = 0; i < kN; ++i) mean[i] = 2.5f * static_cast<float>(i + 1);
+  ExpectResult(*ch[0], Bytes(mean), DataType::kFloat32, {kN});
+  ExpectResult(*ch[3], Bytes(mean), DataType::kFloat32, {kN});
+}
+
+TEST_F(CollectiveSeveralRanksTest, AllGatherPlacesACarriersRowsAtItsFirstRank) {
+  // Rank r has [r + 1, 2] int32 of 100 r + j. Ranks 1-2 come from one
+  // carrier as their rows back to back ([5, 2]); ranks 0 and 3 alone.
+  const std::vector<int> group = {0, 1, 2, 3};
+  auto rows = [](int r) {
+    std::vector<int32_t> v;
+    for (int j = 0; j < 2 * (r + 1); ++j) v.push_back(100 * r + j);
+    return v;
+  };
+  std::vector<int32_t> gathered, carried;
+  for (int r = 0; r < 4; ++r) {
+    const std::vector<int32_t> v = rows(r);
+    gathered.insert(gathered.end(), v.begin(), v.end());
+    if (r == 1 || r == 2) carried.insert(carried.end(), v.begin(), v.end());
+  }
+  auto fp = [&](int64_t dim0) {
+    return Fp(CollectiveKind::kAllGather, {Spec(DataType::kInt32, {dim0, 2})},
+              group);
+  };
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllGather, group);
+  auto ch = Channels(4);
+  ASSERT_TRUE(c->Attach(ch[3], 3, fp(4), ""));
+  ASSERT_TRUE(c->Attach(ch[1], 1, fp(5), "", {2}));
+  ASSERT_TRUE(c->Attach(ch[0], 0, fp(1), ""));
+  c->OnData(1, 0, Range(Bytes(carried)));
+  c->OnData(0, 0, Range(Bytes(rows(0))));
+  c->OnData(3, 0, Range(Bytes(rows(3))));
+  for (int r : {0, 1, 3}) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ExpectResult(*ch[r], Bytes(gathered), DataType::kInt32, {10, 2});
+  }
+  EXPECT_THAT(ch[2]->sent(), IsEmpty());
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveSeveralRanksTest, GatherToARootInsideACarrier) {
+  // Root 3 carries ranks 2-3; ranks 0 and 1 send their own [1] float64.
+  const std::vector<int> group = {0, 1, 2, 3};
+  auto fp = [&](int64_t dim0) {
+    return Fp(CollectiveKind::kGather, {Spec(DataType::kFloat64, {dim0})},
+              group, /*root=*/3);
+  };
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kGather, group);
+  auto ch = Channels(4);
+  ASSERT_TRUE(c->Attach(ch[3], 3, fp(2), "", {2}));
+  ASSERT_TRUE(c->Attach(ch[0], 0, fp(1), ""));
+  ASSERT_TRUE(c->Attach(ch[1], 1, fp(1), ""));
+  c->OnData(3, 0, Range(Bytes(std::vector<double>{2.0, 3.0})));
+  c->OnData(1, 0, Range(Bytes(std::vector<double>{1.0})));
+  c->OnData(0, 0, Range(Bytes(std::vector<double>{0.5})));
+  ExpectResult(*ch[3], Bytes(std::vector<double>{0.5, 1.0, 2.0, 3.0}),
+               DataType::kFloat64, {4});
+  for (int r : {0, 1}) {
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+    EXPECT_EQ(ch[r]->byte_count(), 0u);
+  }
+}
+
+TEST_F(CollectiveSeveralRanksTest, BroadcastFromACarrierToACarrier) {
+  // Root 1 carries ranks 0-1 and sends; ranks 2-3 come as one call that
+  // sends nothing and gets the root's tensor once.
+  const std::vector<int> group = {0, 1, 2, 3};
+  const std::string root_bytes = Bytes(std::vector<double>{1.5, -2, 1e300});
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kBroadcast, group);
+  auto ch = Channels(4);
+  ASSERT_TRUE(c->Attach(ch[2], 2, Fp(CollectiveKind::kBroadcast, {}, group, 1),
+                        "", {3}));
+  ASSERT_TRUE(c->Attach(
+      ch[1], 1,
+      Fp(CollectiveKind::kBroadcast, {Spec(DataType::kFloat64, {3})}, group, 1),
+      "", {0}));
+  c->OnData(1, 0, Range(root_bytes));
+  ExpectResult(*ch[1], root_bytes, DataType::kFloat64, {3});
+  ExpectResult(*ch[2], root_bytes, DataType::kFloat64, {3});
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveSeveralRanksTest, BarrierEndsOnceEveryCarrierArrived) {
+  const std::vector<int> group = {0, 1, 2};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kBarrier, group);
+  auto ch = Channels(3);
+  ASSERT_TRUE(c->Attach(ch[0], 0, Fp(CollectiveKind::kBarrier, {}, group), "",
+                        {1}));
+  EXPECT_FALSE(ch[0]->finished_ok());
+  ASSERT_TRUE(c->Attach(ch[2], 2, Fp(CollectiveKind::kBarrier, {}, group), ""));
+  EXPECT_TRUE(ch[0]->finished_ok());
+  EXPECT_TRUE(ch[2]->finished_ok());
+}
+
+TEST_F(CollectiveSeveralRanksTest, ACoveredRankCallingOnItsOwnIsRefused) {
+  constexpr int kN = 8;
+  const std::vector<int> group = {0, 1, 2};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, group);
+  auto ch = Channels(3);
+  ASSERT_TRUE(c->Attach(ch[0], 0, FloatAllReduce(kN, group), "", {1}));
+  EXPECT_FALSE(c->Attach(ch[1], 1, FloatAllReduce(kN, group), ""));
+  ExpectFailed(*ch[1], absl::StatusCode::kFailedPrecondition,
+               "rank 1's part came already in rank 0's contribution");
+  // The others go on.
+  EXPECT_FALSE(c->done());
+  ASSERT_TRUE(c->Attach(ch[2], 2, FloatAllReduce(kN, group), ""));
+  Feed(*c, 0, Bytes(RampRange(0, 1, kN)));
+  Feed(*c, 2, Bytes(Ramp(2, kN)));
+  ExpectResult(*ch[0], Bytes(RampSum(3, kN)), DataType::kFloat32, {kN});
+}
+
+TEST_F(CollectiveSeveralRanksTest, ARankCoveredAfterItCalledFailsEveryone) {
+  constexpr int kN = 8;
+  const std::vector<int> group = {0, 1, 2};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, group);
+  auto ch = Channels(3);
+  ASSERT_TRUE(c->Attach(ch[1], 1, FloatAllReduce(kN, group), ""));
+  EXPECT_FALSE(c->Attach(ch[0], 0, FloatAllReduce(kN, group), "", {1}));
+  for (int r : {0, 1}) {
+    ExpectFailed(*ch[r], absl::StatusCode::kFailedPrecondition,
+                 "rank 1 contributed on its own and within the contribution "
+                 "rank 0 sent for ranks [0,1]");
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveSeveralRanksTest, KindsOfOwnPartsRefuseACarrier) {
+  const std::vector<int> group = {0, 1};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kReduceScatter, group);
+  auto ch = Channels(2);
+  EXPECT_FALSE(c->Attach(
+      ch[0], 0,
+      Fp(CollectiveKind::kReduceScatter, {Spec(DataType::kFloat32, {4})},
+         group),
+      "", {1}));
+  ExpectFailed(*ch[0], absl::StatusCode::kInvalidArgument,
+               "a reducescatter takes one rank's contribution per call");
+}
+
+TEST_F(CollectiveSeveralRanksTest, ACancelledCarrierIsReplacedByItsRetry) {
+  // The carrier's first call is cut before it sent anything; its retry
+  // (same attempt) covers the same ranks, which are not counted twice.
+  constexpr int kN = 8;
+  const std::vector<int> group = {0, 1, 2};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, group);
+  auto first = std::make_shared<FakeRankChannel>();
+  auto ch = Channels(3);
+  ASSERT_TRUE(c->Attach(first, 0, FloatAllReduce(kN, group), "s/1", {1}));
+  c->OnRankCancelled(0, first.get());
+  EXPECT_FALSE(c->all_attached());
+  ASSERT_TRUE(c->Attach(ch[2], 2, FloatAllReduce(kN, group), "s2/1"));
+  EXPECT_FALSE(c->all_attached());
+  ASSERT_TRUE(c->Attach(ch[0], 0, FloatAllReduce(kN, group), "s/1", {1}));
+  EXPECT_TRUE(c->all_attached());
+  Feed(*c, 0, Bytes(RampRange(0, 1, kN)));
+  Feed(*c, 2, Bytes(Ramp(2, kN)));
+  ExpectResult(*ch[0], Bytes(RampSum(3, kN)), DataType::kFloat32, {kN});
+  ExpectResult(*ch[2], Bytes(RampSum(3, kN)), DataType::kFloat32, {kN});
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+}  // namespace
+}  // namespace reducer

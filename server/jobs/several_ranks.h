@@ -1,0 +1,38 @@
+// A contribution that stands for several ranks (CollectiveHeader.ranks): a
+// relay's, for the ranks of its host that it holds in one session. Their
+// inputs come combined in one payload (see reducer.proto), and the result
+// is sent once for all of them.
+//
+//   absl::StatusOr<std::vector<int>> covered =
+//       CoveredRanks(fp, header.rank(), ranks_of(header), description);
+//   // covered: the ranks other than header.rank(), for Collective::Attach
+//
+// Pure functions; thread-safe.
+#ifndef REDUCER_SERVER_JOBS_SEVERAL_RANKS_H_
+#define REDUCER_SERVER_JOBS_SEVERAL_RANKS_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/fingerprint.h"
+
+namespace reducer {
+
+// Checks that `ranks` (the header's, empty for `rank` alone) may stand
+// together in one contribution of `fp`'s collective sent as `rank`, and
+// returns the ranks other than `rank` (empty for a contribution of one
+// rank). INVALID_ARGUMENT, prefixed with `description`, when:
+// - the kind takes one rank per contribution (KindTraits::
+//   takes_several_ranks);
+// - `ranks` are not sorted and distinct, or do not include `rank`;
+// - a rank is not in the group, or another rank of the group lies between
+//   two of them (their parts could not be placed as one);
+// - `rank` is not the root while the root is among them, or not the first
+//   of them otherwise.
+absl::StatusOr<std::vector<int>> CoveredRanks(const Fingerprint& fp, int rank,
+                                              const std::vector<int>& ranks,
+                                              const std::string& description);
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_JOBS_SEVERAL_RANKS_H_
