@@ -10,11 +10,14 @@
 # exit 0. The chroot shares the host's network, so its loopback is the
 # host's.
 #
-#   packaging/deb_test.sh [--junit=FILE]
+#   packaging/deb_test.sh [--junit=FILE] [--keep-root=DIR]
 #
 # Run as root (debootstrap, chroot, mount). Everything it downloads stays
 # in one temporary directory, removed at the end (after unmounting), even
-# on failure. --junit writes one test case per step, for .ci/run's count.
+# on failure, except with --keep-root=DIR: the root (with the package
+# installed, when that step passed) is then moved to DIR, for
+# packaging/systemd_test.sh --root=DIR. --junit writes one test case per
+# step, for .ci/run's count.
 # Prints how long each step took. Exits 0 when every step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,8 +29,20 @@ readonly kServeLimit=30
 readonly kWorkerLimit=120
 readonly kStopLimit=30
 
+keep=""
+args=()
+for arg in "$@"; do
+  case $arg in
+    --keep-root=*) keep=${arg#--keep-root=} ;;
+    *) args+=("$arg") ;;
+  esac
+done
 suite=packaging/deb_test
+usage="[--junit=FILE] [--keep-root=DIR]"
+# `source` with no arguments would pass on the script's own.
+set -- "${args[@]}"
 source packaging/lib/root_steps.sh "$@"
+keep_root=$keep
 
 build() {
   bazel build //packaging/debian:deb //tests:e2e_worker

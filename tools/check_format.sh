@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that C++ (.h .cc .cu) is formatted as the repository's .clang-format
 # says, with clang-format --dry-run --Werror (Debian's clang-format package,
-# tools/setup.sh):
+# tools/setup.sh --ci):
 #
 #   tools/check_format.sh               the lines changed since the base revision
 #   tools/check_format.sh --base=REV    the lines changed since REV
@@ -47,7 +47,7 @@ if [[ -n "$base" && ${#files[@]} -gt 0 ]]; then
   exit 2
 fi
 if ! command -v "$clang_format" >/dev/null; then
-  echo "check_format: no $clang_format (install Debian's clang-format: tools/setup.sh)" >&2
+  echo "check_format: no $clang_format (install Debian's clang-format: tools/setup.sh --ci)" >&2
   exit 2
 fi
 

@@ -7,7 +7,9 @@
 # Each BINARY=PATH installs a program at PATH in the package (usr/bin/...),
 # stripped of debug info. DEBIAN_DIR holds control.in, postinst, prerm,
 # postrm, reducerd.service (installed as lib/systemd/system/reducerd.service)
-# and reducerd.flags (/etc/reducer/reducerd.flags, a conffile). Depends is
+# and reducerd.flags (/etc/reducer/reducerd.flags, a conffile), beside the
+# empty directory /etc/reducer/credentials (0700) for the unit's
+# LoadCredential=. Depends is
 # computed by dpkg-shlibdeps from the programs' shared libraries, so that
 # `apt-get install ./reducer_VERSION_ARCH.deb` pulls them.
 set -euo pipefail
@@ -41,6 +43,8 @@ done
 
 install -D -m 0644 "$debian_dir/reducerd.service" "$tree/lib/systemd/system/reducerd.service"
 install -D -m 0644 "$debian_dir/reducerd.flags" "$tree/etc/reducer/reducerd.flags"
+# The unit's LoadCredential= source: TLS and token files, root's alone.
+install -d -m 0700 "$tree/etc/reducer/credentials"
 
 # dpkg-shlibdeps looks for debian/control in the current directory.
 mkdir -p "$work/src/debian"

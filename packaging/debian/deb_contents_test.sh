@@ -2,12 +2,15 @@
 # Checks the reducer Debian package without installing it:
 #   - its metadata: name, version, architecture, Depends on Debian's gRPC,
 #     protobuf and Abseil packages, the flag file as a conffile;
-#   - its files: reducerd, the systemd unit, the flag file;
+#   - its files: reducerd, the systemd unit, the flag file, the credentials
+#     directory (root's alone);
 #   - `systemd-analyze verify` on the unit inside the unpacked package (with
 #     this machine's systemd units beside it), with no warning at all, and
 #     `systemd-analyze security --offline` under an exposure of 2.0;
 #   - the unit's contract: Type=notify, dynamic user and hardening, SIGTERM,
-#     and TimeoutStopSec above the flag file's --drain_budget;
+#     TLS and token files as credentials, no PrivateUsers= (it hides the
+#     workers' uids from the same-host path), and TimeoutStopSec above the
+#     flag file's --drain_budget;
 #   - the packaged reducerd starting from the packaged flag file, serving,
 #     and exiting 0 on SIGTERM.
 #
@@ -50,6 +53,9 @@ for f in usr/bin/reducerd usr/bin/reducerctl lib/systemd/system/reducerd.service
   [[ -f "$root/$f" ]] || fail "the package lacks /$f"
 done
 [[ -x "$root/usr/bin/reducerd" ]] || fail "/usr/bin/reducerd is not executable"
+credentials_mode=$(dpkg-deb -c "$deb" | awk '$NF == "./etc/reducer/credentials/" { print $1 " " $2 }')
+[[ "$credentials_mode" == "drwx------ root/root" ]] ||
+  fail "/etc/reducer/credentials is '$credentials_mode', want drwx------ root/root"
 
 # --- the unit, checked by systemd itself. Its default dependencies
 # (sysinit.target, ...) come from this machine's units.
@@ -72,9 +78,12 @@ echo "systemd-analyze security: ${exposure:-no score}"
 for setting in Type=notify NotifyAccess=main \
     'ExecStart=/usr/bin/reducerd --flagfile=/etc/reducer/reducerd.flags' \
     KillSignal=SIGTERM DynamicUser=yes NoNewPrivileges=yes ProtectSystem=strict \
-    PrivateTmp=yes 'RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX'; do
+    PrivateTmp=yes 'RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX' \
+    LoadCredential=reducer:/etc/reducer/credentials; do
   grep -qxF "$setting" "$unit" || fail "reducerd.service lacks '$setting'"
 done
+grep -q '^PrivateUsers=' "$unit" &&
+  fail "reducerd.service sets PrivateUsers=: workers' uids would reach reducerd as 65534"
 
 # Seconds in a systemd/Abseil duration: "30s", "2m", "1m30s", "45".
 seconds() {

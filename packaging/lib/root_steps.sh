@@ -9,11 +9,13 @@
 # which reads the script's arguments ([--junit=FILE]: the JUnit file to
 # write at the end; see steps.sh) and sets `work` (a scratch folder, removed
 # at exit), `rootfs` (the root's place in it) and `daemon_pid` (a process
-# the steps started, killed at exit).
+# the steps started, killed at exit). A script that sets `keep_root` to a
+# path has the root moved there at exit (unmounted) instead of removed.
 
 source packaging/lib/steps.sh "$@"
 rootfs="$work/root"
 daemon_pid=""
+keep_root=""
 
 cleanup() {
   if [[ -n "$daemon_pid" ]]; then
@@ -21,6 +23,9 @@ cleanup() {
     wait "$daemon_pid" 2>/dev/null
   fi
   unmount_root "$rootfs"
+  if [[ -n "$keep_root" && -d "$rootfs" ]]; then
+    mv "$rootfs" "$keep_root" || echo "could not keep the root at $keep_root" >&2
+  fi
   rm -rf --one-file-system "$work"
 }
 trap cleanup EXIT

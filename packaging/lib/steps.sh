@@ -8,7 +8,8 @@
 #   source packaging/lib/steps.sh "$@"
 #
 # which reads the script's arguments ([--junit=FILE]: the JUnit file to
-# write at the end) and sets `work` (a scratch folder, which the script's
+# write at the end; `usage`, when the script sets it, is what a wrong one
+# prints after its name) and sets `work` (a scratch folder, which the script's
 # EXIT trap removes). Before its first step a script may set `step_prefix`
 # (a command, as an array, that runs each step's command: a time limit, a
 # shell) and `planned_steps` (the names of all its steps, in order, so that
@@ -18,7 +19,7 @@ junit=""
 for arg in "$@"; do
   case $arg in
     --junit=*) junit=${arg#--junit=} ;;
-    *) echo "usage: $0 [--junit=FILE]" >&2; exit 2 ;;
+    *) echo "usage: $0 ${usage:-[--junit=FILE]}" >&2; exit 2 ;;
   esac
 done
 work=$(mktemp -d "/tmp/reducer-${suite//\//-}.XXXXXX")
