@@ -86,6 +86,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/fingerprint.h"
+#include "server/engine/attached_collective.h"
 #include "server/engine/chunk_pool.h"
 #include "server/engine/engine_options.h"
 #include "server/engine/kept_results.h"
@@ -150,7 +151,8 @@ struct CollectiveSnapshot {
   bool stalled = false;               // past its stall warning
 };
 
-class Collective final : public std::enable_shared_from_this<Collective>,
+class Collective final : public AttachedCollective,
+                         public std::enable_shared_from_this<Collective>,
                          private KindStrategy::Output,
                          private QuorumStep::Host {
  public:
@@ -199,14 +201,14 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // `rank`'s payload bytes [offset, offset + data.size()). Returns true if
   // the channel may read its next message now, false if it must wait for
   // ResumeReading(). Out-of-order or excess bytes fail the collective.
-  bool OnData(int rank, uint64_t offset, Payload data);
+  bool OnData(int rank, uint64_t offset, Payload data) override;
 
   // `rank`'s client closed its side. Fails the collective with
   // INVALID_ARGUMENT if payload bytes are missing.
-  void OnInputEnd(int rank);
+  void OnInputEnd(int rank) override;
 
   // A message queued for `rank` was written.
-  void OnWriteDone(int rank);
+  void OnWriteDone(int rank) override;
 
   // `rank`'s call on `channel` was cancelled (its connection dropped or it
   // gave up). Before every rank has arrived, the rank is detached, so that a
@@ -214,7 +216,7 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   // is in, the result is decided: only this rank's call ends (it is gone),
   // and the others go on receiving theirs. In between, the collective
   // fails for everyone with ABORTED.
-  void OnRankCancelled(int rank, const RankChannel* channel);
+  void OnRankCancelled(int rank, const RankChannel* channel) override;
 
   // A replay (CollectiveHeader.replay) of `rank`'s attempt `attempt_id`,
   // whose result is being kept and not yet whole: `channel` takes the
@@ -291,7 +293,7 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   std::optional<double> InputPace() const;
 
   // Fails the collective for every attached rank and every later attach.
-  void Fail(const absl::Status& status);
+  void Fail(const absl::Status& status) override;
 
   // Fail, unless every input is in: then the result is decided, and the
   // ranks still connected get it (a job's epoch ending, a rank departing,
@@ -310,7 +312,7 @@ class Collective final : public std::enable_shared_from_this<Collective>,
   bool all_attached() const;
   // True once the collective succeeded or failed.
   bool done() const;
-  const std::string& description() const { return description_; }
+  const std::string& description() const override { return description_; }
 
   // Its state now, for status reports; nullopt once done.
   std::optional<CollectiveSnapshot> Snapshot() const;

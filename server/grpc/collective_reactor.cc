@@ -103,7 +103,7 @@ void CollectiveReactor::HandleMessage() {
       return;
     }
     rank_ = message.fields.header().rank();
-    absl::StatusOr<std::shared_ptr<Collective>> attached =
+    absl::StatusOr<std::shared_ptr<AttachedCollective>> attached =
         attach_(message.fields.header(), shared_from_this());
     if (!attached.ok()) {
       absl::MutexLock lock(&mu_);
@@ -169,7 +169,7 @@ void CollectiveReactor::FinishCounted(const grpc::Status& status) {
 }
 
 void CollectiveReactor::OnWriteDone(bool ok) {
-  std::shared_ptr<Collective> collective;
+  std::shared_ptr<AttachedCollective> collective;
   Outgoing written;  // its hold goes after the lock
   {
     absl::MutexLock lock(&mu_);
@@ -213,7 +213,7 @@ void CollectiveReactor::FinishLocked(const absl::Status& status) {
 }
 
 void CollectiveReactor::OnCancel() {
-  std::shared_ptr<Collective> collective;
+  std::shared_ptr<AttachedCollective> collective;
   {
     absl::MutexLock lock(&mu_);
     collective = collective_;
@@ -230,7 +230,7 @@ void CollectiveReactor::OnDone() {
   // may delete this.
   on_done_();
   std::shared_ptr<CollectiveReactor> self;
-  std::shared_ptr<Collective> collective;
+  std::shared_ptr<AttachedCollective> collective;
   absl::MutexLock lock(&mu_);
   collective = std::move(collective_);
   self = std::move(self_);

@@ -99,7 +99,7 @@ class CollectiveReactor final
   int rank_ = -1;
   // Set once, by the reading side under mu_, from the first message; the
   // reading side may read it without the lock, other threads take mu_.
-  std::shared_ptr<Collective> collective_;
+  std::shared_ptr<AttachedCollective> collective_;
   // Set once, by the reading side under mu_, when the first message
   // arrives; the reading side may read it without the lock.
   bool message_arrived_ = false;

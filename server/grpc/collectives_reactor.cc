@@ -238,13 +238,13 @@ void CollectivesReactor::HandleMessage() {
     return;
   }
 
-  absl::StatusOr<std::shared_ptr<Collective>> attached =
+  absl::StatusOr<std::shared_ptr<AttachedCollective>> attached =
       attach_(fields.header(), channel);
   if (!attached.ok()) {
     EndCall(call_id, attached.status());
     return;
   }
-  std::shared_ptr<Collective> collective = *std::move(attached);
+  std::shared_ptr<AttachedCollective> collective = *std::move(attached);
   // A replay feeds nothing: its result was sent already (no collective) or
   // comes from the resumed collective.
   if (collective == nullptr) return;
@@ -305,7 +305,7 @@ void CollectivesReactor::WriteFrontLocked() {
 }
 
 void CollectivesReactor::OnWriteDone(bool ok) {
-  std::shared_ptr<Collective> notify;
+  std::shared_ptr<AttachedCollective> notify;
   int rank = -1;
   LiveCall over;  // released after the lock
   Outgoing written;  // and so is its hold on the budget

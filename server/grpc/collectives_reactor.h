@@ -124,7 +124,7 @@ class CollectivesReactor final
   // A call whose last message was not written yet.
   struct LiveCall {
     std::shared_ptr<StreamAttempt> channel;
-    std::shared_ptr<Collective> collective;  // null until attached
+    std::shared_ptr<AttachedCollective> collective;  // null until attached
     int rank = -1;
     uint64_t serial = 0;  // tells apart calls that reuse an id
     bool ended = false;   // its last message is queued

@@ -107,11 +107,74 @@ size_t Job::ShardListBytes(const std::vector<std::string>& shards) {
 absl::Status Job::Join(const std::vector<int>& ranks, int world_size,
                        const std::string& session_id,
                        std::shared_ptr<SessionChannel> session,
-                       std::vector<std::string> shards) {
+                       std::vector<std::string> shards, int local_world_size) {
+  std::vector<int> upstream_ranks;
+  uint64_t epoch_id = 0;
+  absl::Status joined;
+  {
+    absl::MutexLock lock(&mu_);
+    joined = JoinLocked(ranks, world_size, session_id, std::move(session),
+                        std::move(shards), local_world_size, &upstream_ranks);
+    epoch_id = membership_.epoch_id();
+  }
+  if (joined.ok() && !upstream_ranks.empty()) {
+    relay_->JoinUpstream(epoch_id, std::move(upstream_ranks),
+                         [this, epoch_id](const absl::Status& status) {
+                           OnUpstreamReady(epoch_id, status);
+                         });
+  }
+  return joined;
+}
+
+void Job::OnUpstreamReady(uint64_t epoch_id, const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (membership_.epoch_id() != epoch_id || membership_.ended()) return;
+  if (!status.ok()) {
+    EndEpoch(absl::StrCat("the job could not be joined upstream: ",
+                          status.message()),
+             -1, EpochEndReason::kOtherShardFailed);
+    return;
+  }
+  SendToAllLocked(ReadyEventLocked(membership_.SeatedRanks().front()));
+  env_.log->Log({LogSeverity::kInfo, "job_ready",
+                 absl::StrCat("job ", name_, " epoch ", membership_.epoch(),
+                              ": its ", membership_.expected_here(),
+                              " ranks here joined, and the job is ready "
+                              "upstream"),
+                 name_, membership_.epoch()});
+}
+
+void Job::EndEpochFromUpstream(uint64_t epoch_id, const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (membership_.epoch_id() != epoch_id || membership_.ended()) return;
+  EndEpoch(absl::StrCat("upstream: ", reason), -1,
+           EpochEndReason::kOtherShardFailed);
+}
+
+absl::Status Job::JoinLocked(const std::vector<int>& ranks, int world_size,
+                             const std::string& session_id,
+                             std::shared_ptr<SessionChannel> session,
+                             std::vector<std::string> shards,
+                             int local_world_size,
+                             std::vector<int>* upstream_ranks) {
   const int rank = ranks.front();
   // "rank 3", or a relay's "ranks [0,1,2,3]".
   const std::string who = RanksName(ranks);
-  absl::MutexLock lock(&mu_);
+  if (relay_ != nullptr) {
+    const int here = local_world_size > 0 ? local_world_size : world_size_;
+    if (membership_.HasSession(session_id)) {
+      // A retried Join: as below.
+    } else if (membership_.SeatedRanks().empty() && !membership_.running()) {
+      membership_.ExpectRanksHere(here);
+    } else if (here != membership_.expected_here()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", name_, " on this relay expects ",
+          membership_.expected_here(),
+          " ranks on its host (set by the ranks already joined), but ", who,
+          " said ", here, " (ClientOptions::local_world_size, torchrun's "
+          "LOCAL_WORLD_SIZE; 0 means all ", world_size_, ")"));
+    }
+  }
   // Every refusal comes before anything changes: a refused Join touches no
   // session, and no epoch.
   if (world_size != world_size_) {
@@ -194,6 +257,11 @@ absl::Status Job::Join(const std::vector<int>& ranks, int world_size,
       break;
     }
     case Membership::Seated::kAllJoined:
+      if (relay_ != nullptr) {
+        // Ready once the job is ready upstream too (OnUpstreamReady).
+        *upstream_ranks = membership_.SeatedRanks();
+        break;
+      }
       SendToAllLocked(event);
       env_.log->Log({LogSeverity::kInfo, "job_ready",
                      absl::StrCat("job ", name_, " epoch ", epoch, ": all ",
@@ -391,6 +459,7 @@ void Job::EndEpoch(const std::string& reason, int lost_rank,
   event.mutable_aborted()->set_epoch(epoch);
   event.mutable_aborted()->set_reason(std::string(status.message()));
   SendToAllLocked(event);
+  if (relay_ != nullptr) relay_->EndEpoch(membership_.epoch_id(), status, reason);
 }
 
 std::shared_ptr<KeptResults> Job::kept_results() const { return env_.kept; }

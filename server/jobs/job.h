@@ -71,6 +71,7 @@
 #include "server/engine/memory_budget.h"
 #include "server/jobs/attempt_cache.h"
 #include "server/jobs/failed_collectives.h"
+#include "server/jobs/job_relay.h"
 #include "server/jobs/membership.h"
 #include "server/jobs/point_to_point_matches.h"
 #include "server/jobs/replay.h"
@@ -174,10 +175,16 @@ class Job {
   // in [0, world_size) (checked by the caller): one for a rank's own
   // session, several for a relay's. They are seated together, and lost or
   // departed together when the session ends.
+  //
+  // On a relay (SetRelay), the epoch runs once the job's ranks on this host
+  // are seated: `local_world_size` of them (JoinRequest.local_world_size,
+  // the same on each; 0: all world_size), and the job is ready upstream
+  // (JobRelay::JoinUpstream); only then is JobReady sent.
   absl::Status Join(const std::vector<int>& ranks, int world_size,
                     const std::string& session_id,
                     std::shared_ptr<SessionChannel> session,
-                    std::vector<std::string> shards = {});
+                    std::vector<std::string> shards = {},
+                    int local_world_size = 0);
   absl::Status Join(int rank, int world_size, const std::string& session_id,
                     std::shared_ptr<SessionChannel> session,
                     std::vector<std::string> shards = {}) {
@@ -227,6 +234,20 @@ class Job {
   // at once, with a null collective too.
   absl::StatusOr<std::shared_ptr<Collective>> Attach(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
+  // What a transport's call attaches to: Attach's collective, or on a relay
+  // the one that takes it upstream (JobRelay::Attach, once the caller's
+  // seat and epoch are checked here). A relay keeps no results: a replay
+  // is answered NOT_FOUND.
+  absl::StatusOr<std::shared_ptr<AttachedCollective>> AttachCall(
+      const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
+
+  // Makes this job a relay's (reducerd --upstream): right after creation,
+  // before any Join.
+  void SetRelay(std::shared_ptr<JobRelay> relay) { relay_ = std::move(relay); }
+  // The upstream session of epoch `epoch_id` ended on its own (`reason`):
+  // that epoch ends here, if it is still the current one.
+  void EndEpochFromUpstream(uint64_t epoch_id, const std::string& reason)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The rank `session_id` holds in the running epoch; nullopt when it holds
   // none (unknown, replaced) or no epoch is running.
@@ -288,6 +309,19 @@ class Job {
                             const std::string& session_id,
                             std::shared_ptr<SessionChannel> session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Join's work under the lock; on a relay, `*upstream_ranks` gets the
+  // ranks seated here once all are, for JoinUpstream.
+  absl::Status JoinLocked(const std::vector<int>& ranks, int world_size,
+                          const std::string& session_id,
+                          std::shared_ptr<SessionChannel> session,
+                          std::vector<std::string> shards,
+                          int local_world_size,
+                          std::vector<int>* upstream_ranks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A relay's job is ready upstream for epoch `epoch_id` (OK: every
+  // session gets JobReady), or could not join there (the epoch ends).
+  void OnUpstreamReady(uint64_t epoch_id, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The JobReady of the current epoch for `rank`, held now.
   v1::JoinEvent ReadyEventLocked(int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -457,6 +491,10 @@ class Job {
   // epochs (the links stay).
   PaceEstimate pace_ ABSL_GUARDED_BY(mu_);
   size_t chunk_bytes_ ABSL_GUARDED_BY(mu_);
+  // On a relay: where its collectives go (SetRelay); null otherwise. Set
+  // before the job is shared, then constant. Last, so that it is
+  // destroyed first: its threads may still call back into the job.
+  std::shared_ptr<JobRelay> relay_;
 };
 
 }  // namespace reducer

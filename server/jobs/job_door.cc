@@ -150,7 +150,7 @@ absl::Status JobDoor::Leave(const v1::LeaveRequest& request,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Collective>> JobDoor::Attach(
+absl::StatusOr<std::shared_ptr<AttachedCollective>> JobDoor::Attach(
     const v1::CollectiveHeader& header, const PresentedToken& token,
     std::shared_ptr<RankChannel> channel) {
   REDUCER_RETURN_IF_ERROR(CheckCall(header, token));
@@ -163,19 +163,19 @@ absl::Status JobDoor::CheckCall(const v1::CollectiveHeader& header,
   return Authorize(header.job(), token);
 }
 
-absl::StatusOr<std::shared_ptr<Collective>> JobDoor::AttachChecked(
+absl::StatusOr<std::shared_ptr<AttachedCollective>> JobDoor::AttachChecked(
     const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> channel) {
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Find(header.job());
   if (!job.ok() && header.replay() &&
       job.status().code() == absl::StatusCode::kFailedPrecondition) {
     return registry_->ReplayForFreedJob(header, std::move(channel));
   }
-  absl::StatusOr<std::shared_ptr<Collective>> attached =
-      job.ok() ? (*job)->Attach(header, channel) : job.status();
+  absl::StatusOr<std::shared_ptr<AttachedCollective>> attached =
+      job.ok() ? (*job)->AttachCall(header, channel) : job.status();
   // The job may have been freed and joined again since the attempt: the
   // freed one has its result.
   if (header.replay() && attached.status().code() == absl::StatusCode::kNotFound) {
-    absl::StatusOr<std::shared_ptr<Collective>> freed =
+    absl::StatusOr<std::shared_ptr<AttachedCollective>> freed =
         registry_->ReplayForFreedJob(header, std::move(channel));
     if (freed.status().code() != absl::StatusCode::kNotFound) return freed;
   }
@@ -216,11 +216,11 @@ JobDoor::AttachFn JobDoor::AttachForStream(
     const PresentedToken& token, std::shared_ptr<HeldStreamShares> held) {
   return [this, token, held](const v1::CollectiveHeader& header,
                              std::shared_ptr<RankChannel> channel)
-             -> absl::StatusOr<std::shared_ptr<Collective>> {
+             -> absl::StatusOr<std::shared_ptr<AttachedCollective>> {
     REDUCER_RETURN_IF_ERROR(CheckCall(header, token));
     REDUCER_RETURN_IF_ERROR(held->Hold(
         header.job(), [&] { return TenantOf(tokens_, header.job()); }));
-    absl::StatusOr<std::shared_ptr<Collective>> attached =
+    absl::StatusOr<std::shared_ptr<AttachedCollective>> attached =
         AttachChecked(header, std::move(channel));
     held->Settle(attached.ok());
     return attached;

@@ -30,7 +30,7 @@ class JobDoor {
   // it (the Collective may fail the channel right away). Returns the
   // Collective, or the error to end the call with before anything was
   // attached. Bound to the token the call's connection presented.
-  using AttachFn = std::function<absl::StatusOr<std::shared_ptr<Collective>>(
+  using AttachFn = std::function<absl::StatusOr<std::shared_ptr<AttachedCollective>>(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> channel)>;
 
   // `metrics` counts refused requests. With `tokens` (null: no tokens
@@ -97,7 +97,7 @@ class JobDoor {
   // collective. A replayed attempt whose job was freed (and perhaps joined
   // again since) gets the freed job's kept result. Refusals other than
   // RESOURCE_EXHAUSTED (counted where the limit is known) are counted.
-  absl::StatusOr<std::shared_ptr<Collective>> Attach(
+  absl::StatusOr<std::shared_ptr<AttachedCollective>> Attach(
       const v1::CollectiveHeader& header, const PresentedToken& token,
       std::shared_ptr<RankChannel> channel);
 
@@ -135,7 +135,7 @@ class JobDoor {
   absl::Status CheckCall(const v1::CollectiveHeader& header,
                          const PresentedToken& token);
   // Attach once CheckCall has passed.
-  absl::StatusOr<std::shared_ptr<Collective>> AttachChecked(
+  absl::StatusOr<std::shared_ptr<AttachedCollective>> AttachChecked(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> channel);
 
   JobRegistry* const registry_;  // not owned

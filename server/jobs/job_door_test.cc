@@ -149,7 +149,7 @@ TEST(JobDoorTest, AttachOfBothRanksRunsTheCollective) {
   std::shared_ptr<FakeRankChannel> channels[2];
   for (int rank = 0; rank < 2; ++rank) {
     channels[rank] = std::make_shared<FakeRankChannel>();
-    absl::StatusOr<std::shared_ptr<Collective>> collective =
+    absl::StatusOr<std::shared_ptr<AttachedCollective>> collective =
         env.door().Attach(Env::AllReduce("j", rank == 0 ? "a" : "b", rank),
                           kNoToken, channels[rank]);
     ASSERT_THAT(collective, IsOk());

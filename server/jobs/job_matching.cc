@@ -116,6 +116,31 @@ absl::StatusOr<std::shared_ptr<Collective>> Job::Attach(
   return collective;
 }
 
+absl::StatusOr<std::shared_ptr<AttachedCollective>> Job::AttachCall(
+    const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
+  if (relay_ == nullptr) return Attach(header, std::move(stream));
+  if (header.replay()) {
+    return absl::NotFoundError(absl::StrCat(
+        "job ", name_, ": this relay keeps no results to send again (attempt ",
+        header.attempt_id(), ")"));
+  }
+  if (header.ranks_size() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job ", name_, ": rank ", header.rank(),
+        " sent a contribution for several ranks to a relay, which takes "
+        "each rank's own"));
+  }
+  absl::StatusOr<Fingerprint> fp = CheckedFingerprint(header);
+  if (!fp.ok()) return fp.status();
+  const std::string description = DescribeCollective(header, *fp, world_size_);
+  {
+    absl::MutexLock lock(&mu_);
+    REDUCER_RETURN_IF_ERROR(membership_.CheckCaller(
+        header.rank(), header.epoch(), header.session_id(), description));
+  }
+  return relay_->Attach(header, *fp, std::move(stream));
+}
+
 absl::StatusOr<std::shared_ptr<Collective>> Job::Replay(
     const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream) {
   const int rank = header.rank();

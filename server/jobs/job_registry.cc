@@ -138,18 +138,26 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
       }
     }
     tenant->AddJob();
-    it = jobs_
-             .emplace(request.job(),
-                      std::make_shared<Job>(request.job(), request.world_size(),
-                                            env_, shared_memory_socket_,
-                                            std::move(rank_state),
-                                            std::move(tenant)))
-             .first;
+    auto made = std::make_shared<Job>(request.job(), request.world_size(),
+                                      env_, shared_memory_socket_,
+                                      std::move(rank_state), tenant);
+    if (relays_) {
+      std::weak_ptr<Job> weak = made;
+      made->SetRelay(relays_(
+          request.job(), request.world_size(), tenant_name,
+          [weak](uint64_t epoch_id, const std::string& reason) {
+            if (std::shared_ptr<Job> job = weak.lock()) {
+              job->EndEpochFromUpstream(epoch_id, reason);
+            }
+          }));
+    }
+    it = jobs_.emplace(request.job(), std::move(made)).first;
   }
   std::shared_ptr<Job> job = it->second;
   absl::Status joined =
       job->Join(*ranks, request.world_size(), request.session_id(),
-                std::move(session), std::move(shards));
+                std::move(session), std::move(shards),
+                request.local_world_size());
   // A refused Join touched no session: only a job it created itself has
   // none, and goes again.
   if (!joined.ok() && job->HasNoSessions()) FreeLocked(it);
@@ -216,6 +224,11 @@ absl::StatusOr<std::shared_ptr<Collective>> JobRegistry::ReplayForFreedJob(
   }
   if (job == nullptr) return ReplayKept(nullptr, header, *stream, *env_.log);
   return job->Attach(header, std::move(stream));
+}
+
+void JobRegistry::SetRelays(JobRelayFactory factory) {
+  absl::MutexLock lock(&mu_);
+  relays_ = std::move(factory);
 }
 
 void JobRegistry::SetSharedMemorySocket(std::string name) {

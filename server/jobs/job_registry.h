@@ -41,6 +41,9 @@ class JobRegistry {
   // The same-host path's socket name, for the JobReady of jobs created from
   // now on (set before serving; empty: not offered).
   void SetSharedMemorySocket(std::string name);
+  // Makes this reducerd a relay (--upstream): every job created from now
+  // on gets a JobRelay from `factory` (set before serving).
+  void SetRelays(JobRelayFactory factory);
 
   // Validates `request` and joins its job, creating the job if needed.
   // INVALID_ARGUMENT for a bad field, RESOURCE_EXHAUSTED when --max_jobs
@@ -118,6 +121,7 @@ class JobRegistry {
       ABSL_GUARDED_BY(mu_);
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   std::string shared_memory_socket_ ABSL_GUARDED_BY(mu_);
+  JobRelayFactory relays_ ABSL_GUARDED_BY(mu_);  // SetRelays; empty: none
   // Jobs freed after a loss, kept for replays, by name.
   absl::flat_hash_map<std::string, FreedJob> freed_ ABSL_GUARDED_BY(mu_);
 };

@@ -10,6 +10,7 @@ namespace reducer {
 Membership::Membership(std::string job, int world_size, uint64_t epoch_id)
     : job_(std::move(job)),
       world_size_(world_size),
+      expected_here_(world_size),
       epoch_id_(epoch_id),
       holders_(world_size),
       departed_(world_size, false),
@@ -93,8 +94,9 @@ absl::StatusOr<Membership::Seated> Membership::Seat(
     rejoined = true;
   }
   if (rejoined) return Seated::kRejoined;
-  if (std::all_of(holders_.begin(), holders_.end(),
-                  [](const auto& h) { return h.has_value(); })) {
+  if (std::count_if(holders_.begin(), holders_.end(), [](const auto& h) {
+        return h.has_value();
+      }) == expected_here_) {
     running_ = true;
     return Seated::kAllJoined;
   }

@@ -73,6 +73,12 @@ class Membership final : public Participation {
   // "running", "joining" or "aborted" (the epoch ended).
   std::string state() const;
 
+  // How many ranks are seated here for the epoch to run: world_size (the
+  // default), or on a relay the ranks of the job on its host (the rest
+  // are seated upstream). Kept across epochs.
+  void ExpectRanksHere(int count) { expected_here_ = count; }
+  int expected_here() const { return expected_here_; }
+
   // ---- Seats
   //
   // Who may end a session. A session is its id and the channel (stream)
@@ -268,6 +274,7 @@ class Membership final : public Participation {
   };
   const std::string job_;
   const int world_size_;
+  int expected_here_;  // ExpectRanksHere
 
   uint64_t epoch_ = 1;
   uint64_t epoch_id_;

@@ -268,7 +268,7 @@ absl::Status SharedMemorySession::StartCall(v1::CollectiveRequest& request) {
                                    " (of the session it was opened for)")));
     return absl::OkStatus();
   }
-  absl::StatusOr<std::shared_ptr<Collective>> attached =
+  absl::StatusOr<std::shared_ptr<AttachedCollective>> attached =
       attach_(header, call.channel);
   if (!attached.ok()) {
     // A call the collective refused is ended by its channel's own Fail,

@@ -107,7 +107,7 @@ void SharedMemorySession::ProcessItems() {
 }
 
 void SharedMemorySession::ProcessMessage(Call& call, Item& item) {
-  std::shared_ptr<Collective> collective = call.collective;
+  std::shared_ptr<AttachedCollective> collective = call.collective;
   absl::Status copied;
   if (!call.end.has_value()) {
     ResultMessage& message = item.message;

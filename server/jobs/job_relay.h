@@ -1,0 +1,67 @@
+// JobRelay: what a Job on a relay (reducerd --upstream) hands upstream. A
+// relay serves the ranks of one host: they join it and call it as they
+// would a reducerd, and it holds one upstream session for all of them per
+// epoch, through which their collectives go (combined where the kind
+// allows: server/relay/). The Job keeps who takes part here (its
+// Membership, expecting the host's ranks only) and asks its JobRelay for
+// the rest. Implemented by server/relay/relay_job.h; made per job by a
+// JobRelayFactory the JobRegistry holds.
+//
+// Calls come from the Job; none of them calls back into it synchronously
+// (the Job may hold its lock). Implementations are thread-safe.
+#ifndef REDUCER_SERVER_JOBS_JOB_RELAY_H_
+#define REDUCER_SERVER_JOBS_JOB_RELAY_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/fingerprint.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/engine/attached_collective.h"
+#include "server/engine/rank_channel.h"
+
+namespace reducer {
+
+class JobRelay {
+ public:
+  virtual ~JobRelay() = default;
+
+  // Every rank expected here is seated for the epoch `epoch_id` (`ranks`,
+  // sorted): joins the job upstream for them, in the background. `ready`
+  // is called once, from another thread: OK once the job is ready
+  // upstream, else why it could not join.
+  virtual void JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
+                            std::function<void(const absl::Status&)> ready) = 0;
+
+  // A call of a rank seated here in the running epoch (the Job checked its
+  // session and epoch; `fp` is valid): attaches it to the collective that
+  // takes it upstream.
+  virtual absl::StatusOr<std::shared_ptr<AttachedCollective>> Attach(
+      const v1::CollectiveHeader& header, const Fingerprint& fp,
+      std::shared_ptr<RankChannel> channel) = 0;
+
+  // The epoch `epoch_id` ended here (`reason` says why: a rank of this
+  // host lost, or the job's end upstream): fails the calls still going on
+  // with `status`, and leaves the job upstream naming `reason` (unless it
+  // ended upstream first).
+  virtual void EndEpoch(uint64_t epoch_id, const absl::Status& status,
+                        const std::string& reason) = 0;
+};
+
+// Makes the JobRelay of job `job` of `world_size` ranks (its tenant
+// `tenant`). `upstream_ended(epoch_id, reason)` is to be called once per
+// epoch whose upstream session ended on its own (the job's epoch aborted
+// upstream, a shard lost): the Job then ends that epoch here.
+using JobRelayFactory = std::function<std::shared_ptr<JobRelay>(
+    const std::string& job, int world_size, const std::string& tenant,
+    std::function<void(uint64_t epoch_id, const std::string& reason)>
+        upstream_ended)>;
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_JOBS_JOB_RELAY_H_

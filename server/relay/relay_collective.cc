@@ -1,0 +1,525 @@
+#include "server/relay/relay_collective.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "server/engine/kind_strategy.h"
+
+namespace reducer {
+namespace {
+
+size_t TotalBytes(const std::vector<TensorSpec>& tensors) {
+  absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(tensors);
+  return layout.ok() ? layout->total_bytes : 0;  // validated by the job
+}
+
+// Holds an upstream result's bytes for the messages that share them.
+class ResultOwner final : public ByteOwner {
+ public:
+  explicit ResultOwner(std::shared_ptr<const void> owner)
+      : owner_(std::move(owner)) {}
+
+ private:
+  std::shared_ptr<const void> owner_;
+};
+
+// Zeros for the padding between packed tensors.
+const char* Zeros() {
+  static const char* zeros = new char[8]();
+  return zeros;
+}
+
+}  // namespace
+
+RelayCollective::RelayCollective(RelayEnv env, std::string description,
+                                 std::vector<int> members,
+                                 std::shared_ptr<UpstreamSession> session,
+                                 std::function<void(uint64_t)> on_done)
+    : env_(env),
+      description_(std::move(description)),
+      session_(std::move(session)),
+      on_done_(std::move(on_done)) {
+  for (int rank : members) {
+    Member m;
+    m.rank = rank;
+    members_.push_back(std::move(m));
+  }
+}
+
+RelayCollective::~RelayCollective() {
+  absl::MutexLock lock(&mu_);
+  if (deadline_.has_value()) env_.timers->Cancel(*deadline_);
+  if (input_ != nullptr) {
+    input_->Abandon(absl::AbortedError(description_ + ": the relay let it go"));
+  }
+}
+
+int RelayCollective::IndexOf(int rank) const {
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (members_[i].rank == rank) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool RelayCollective::done() const {
+  absl::MutexLock lock(&mu_);
+  return std::all_of(members_.begin(), members_.end(),
+                     [](const Member& m) { return m.finished; });
+}
+
+bool RelayCollective::Attach(std::shared_ptr<RankChannel> channel, int rank,
+                             const v1::CollectiveHeader& header,
+                             Fingerprint fp) {
+  std::function<void()> start;
+  {
+    absl::MutexLock lock(&mu_);
+    const int m = IndexOf(rank);
+    if (m < 0 || members_[m].attached) {
+      channel->Fail(absl::FailedPreconditionError(absl::StrCat(
+          description_, ": rank ", rank,
+          m < 0 ? " is not served by this relay for it"
+                : " contributed twice; a name must not be reused while a "
+                  "collective of that name is in flight")));
+      return false;
+    }
+    if (failed_) {
+      channel->Fail(failure_);
+      return false;
+    }
+    if (attached_ > 0) {
+      const Member& first =
+          *std::find_if(members_.begin(), members_.end(),
+                        [](const Member& x) { return x.attached; });
+      absl::Status agree = CheckAgreement(first.rank, first.fp, rank, fp);
+      if (!agree.ok()) {
+        const absl::Status status = absl::FailedPreconditionError(
+            absl::StrCat(description_, ": ", agree.message()));
+        channel->Fail(status);
+        FailLocked(status);
+        return false;
+      }
+    } else if (header.timeout_ms() > 0) {
+      // The others of this host must attach within the collective's
+      // timeout; upstream names them too, to the other hosts.
+      std::weak_ptr<RelayCollective> weak = weak_from_this();
+      deadline_ = env_.timers->Schedule(
+          env_.timers->clock().Now() + absl::Milliseconds(header.timeout_ms()),
+          [weak] {
+            if (auto self = weak.lock()) self->OnDeadline();
+          });
+    }
+    Member& member = members_[m];
+    member.channel = std::move(channel);
+    member.header = header;
+    const bool sends = !TraitsOf(fp.kind).only_root_sends || rank == fp.root;
+    member.input_bytes = sends ? TotalBytes(fp.tensors) : 0;
+    member.fp = std::move(fp);
+    member.attached = true;
+    if (++attached_ == static_cast<int>(members_.size())) start = StartLocked();
+  }
+  if (start) start();
+  return true;
+}
+
+void RelayCollective::OnDeadline() {
+  absl::MutexLock lock(&mu_);
+  if (started_ || failed_) return;
+  std::vector<int> missing;
+  for (const Member& m : members_) {
+    if (!m.attached) missing.push_back(m.rank);
+  }
+  FailLocked(absl::DeadlineExceededError(absl::StrCat(
+      description_, ": ranks [", absl::StrJoin(missing, ","),
+      "] of this host never arrived at the relay")));
+}
+
+v1::CollectiveHeader RelayCollective::UpstreamHeaderLocked() const {
+  const Fingerprint& ref = members_[0].fp;
+  int carrier = 0;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (members_[i].rank == ref.root) carrier = static_cast<int>(i);
+  }
+  v1::CollectiveHeader header = members_[carrier].header;
+  header.clear_session_id();
+  header.clear_epoch();
+  header.clear_attempt_id();
+  header.clear_received_below();
+  header.clear_received();
+  header.clear_ranks();
+  if (combine_ == Combine::kAlone) return header;
+  for (const Member& m : members_) header.add_ranks(m.rank);
+  if (combine_ == Combine::kConcat) {
+    int64_t rows = 0;
+    for (const Member& m : members_) rows += m.fp.tensors[0].shape[0];
+    header.mutable_tensors(0)->set_shape(0, rows);
+  }
+  return header;
+}
+
+std::function<void()> RelayCollective::StartLocked() {
+  if (deadline_.has_value()) {
+    env_.timers->Cancel(*deadline_);
+    deadline_.reset();
+  }
+  const Fingerprint& ref = members_[0].fp;
+  size_t bytes = 0;
+  base_.assign(members_.size(), 0);
+  if (members_.size() == 1) {
+    combine_ = Combine::kAlone;
+    bytes = members_[0].input_bytes;
+  } else {
+    switch (ref.kind) {
+      case CollectiveKind::kAllReduce:
+      case CollectiveKind::kReduce: {
+        combine_ = Combine::kReduce;
+        local_tensors_ = ref.tensors;
+        for (TensorSpec& t : local_tensors_) {
+          if (t.op == ReduceOp::kAvg) t.op = ReduceOp::kSum;
+        }
+        layout_ = *ComputePayloadLayout(local_tensors_);
+        bytes = layout_.total_bytes;
+        reduced_.assign((bytes + env_.chunk_bytes - 1) / env_.chunk_bytes,
+                        false);
+        break;
+      }
+      case CollectiveKind::kAllGather:
+      case CollectiveKind::kGather:
+        combine_ = Combine::kConcat;
+        for (size_t i = 0; i < members_.size(); ++i) {
+          base_[i] = bytes;
+          bytes += members_[i].input_bytes;
+        }
+        break;
+      case CollectiveKind::kBroadcast:
+        combine_ = Combine::kRoot;
+        for (const Member& m : members_) bytes += m.input_bytes;
+        break;
+      default:
+        combine_ = Combine::kNone;
+        break;
+    }
+  }
+  reserved_ = MemoryReservation::Try(env_.memory, bytes);
+  if (!reserved_->ok()) {
+    FailLocked(absl::ResourceExhaustedError(absl::StrCat(
+        description_, ": the relay's memory budget of ", env_.memory->limit(),
+        " bytes cannot hold its ", bytes, " bytes for upstream (",
+        env_.memory->used(), " in use); retry later or raise the limit")));
+    return nullptr;
+  }
+  input_ = std::make_shared<UpstreamInput>(bytes);
+  started_ = true;
+  const v1::CollectiveHeader header = UpstreamHeaderLocked();
+  for (size_t i = 0; i < members_.size(); ++i) {
+    std::vector<std::pair<uint64_t, Payload>> held =
+        std::move(members_[i].held);
+    for (auto& [offset, data] : held) {
+      absl::Status placed = PlaceLocked(static_cast<int>(i), offset, data);
+      if (!placed.ok()) {
+        FailLocked(placed);
+        return nullptr;
+      }
+    }
+  }
+  AdvanceReadyLocked();
+  std::shared_ptr<UpstreamInput> input = input_;
+  std::weak_ptr<RelayCollective> weak = weak_from_this();
+  std::shared_ptr<UpstreamSession> session = session_;
+  return [session, header, input, weak] {
+    session->Start(header, input,
+                   [weak](absl::StatusOr<UpstreamResult> result) {
+                     if (auto self = weak.lock()) {
+                       self->OnUpstreamDone(std::move(result));
+                     }
+                   });
+  };
+}
+
+bool RelayCollective::OnData(int rank, uint64_t offset, Payload data) {
+  absl::MutexLock lock(&mu_);
+  const int m = IndexOf(rank);
+  if (m < 0 || failed_) return true;
+  Member& member = members_[m];
+  if (offset != member.received + [&] {
+        size_t held = 0;
+        for (const auto& h : member.held) held += h.second.size();
+        return held;
+      }()) {
+    FailLocked(absl::InvalidArgumentError(absl::StrCat(
+        description_, ": rank ", rank, " sent bytes at offset ", offset,
+        " out of order")));
+    return true;
+  }
+  if (!started_) {
+    member.held.emplace_back(offset, std::move(data));
+    return true;
+  }
+  absl::Status placed = PlaceLocked(m, offset, data);
+  if (!placed.ok()) {
+    FailLocked(placed);
+    return true;
+  }
+  AdvanceReadyLocked();
+  return true;
+}
+
+absl::Status RelayCollective::PlaceLocked(int m, uint64_t offset,
+                                          const Payload& data) {
+  Member& member = members_[m];
+  if (offset + data.size() > member.input_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        description_, ": rank ", member.rank, " sent ",
+        offset + data.size(), " payload bytes, more than the ",
+        member.input_bytes, " its tensors hold"));
+  }
+  member.received = offset + data.size();
+  if (combine_ != Combine::kReduce) {
+    if (data.size() > 0) {
+      data.CopyTo(input_->data() + base_[m] + offset);
+    }
+    return absl::OkStatus();
+  }
+  // Staged per chunk until every member's part of it is in; then reduced
+  // in rank order into the upstream payload.
+  const size_t chunk = env_.chunk_bytes;
+  size_t pos = offset, consumed = 0;
+  while (consumed < data.size()) {
+    const size_t k = pos / chunk;
+    const size_t begin = k * chunk;
+    const size_t len = std::min(chunk, member.input_bytes - begin);
+    const size_t n = std::min(len - (pos - begin), data.size() - consumed);
+    Staging& staging = staging_[k];
+    if (staging.parts.empty()) staging.parts.resize(members_.size());
+    StagedPart& part = staging.parts[m];
+    part.Append(data, consumed, n);
+    if (part.size() == len &&
+        ++staging.complete == static_cast<int>(members_.size())) {
+      std::vector<const StagedPart*> parts;
+      for (const StagedPart& p : staging.parts) parts.push_back(&p);
+      REDUCER_RETURN_IF_ERROR(ReduceStagedParts(
+          layout_, local_tensors_, parts, begin, begin + len,
+          input_->data() + begin));
+      staging_.erase(k);
+      reduced_[k] = true;
+    }
+    pos += n;
+    consumed += n;
+  }
+  return absl::OkStatus();
+}
+
+void RelayCollective::AdvanceReadyLocked() {
+  size_t ready = 0;
+  switch (combine_) {
+    case Combine::kReduce: {
+      size_t k = 0;
+      while (k < reduced_.size() && reduced_[k]) ++k;
+      ready = std::min(input_->size(), k * env_.chunk_bytes);
+      break;
+    }
+    case Combine::kConcat:
+      for (size_t i = 0; i < members_.size(); ++i) {
+        ready = base_[i] + members_[i].received;
+        if (members_[i].received < members_[i].input_bytes) break;
+      }
+      break;
+    case Combine::kAlone:
+    case Combine::kRoot:
+      for (const Member& m : members_) ready += m.received;
+      break;
+    case Combine::kNone:
+      break;
+  }
+  input_->MarkReady(ready);
+}
+
+void RelayCollective::OnInputEnd(int rank) {
+  absl::MutexLock lock(&mu_);
+  const int m = IndexOf(rank);
+  if (m < 0 || failed_) return;
+  size_t held = 0;
+  for (const auto& h : members_[m].held) held += h.second.size();
+  const size_t got = members_[m].received + held;
+  if (got < members_[m].input_bytes) {
+    FailLocked(absl::InvalidArgumentError(absl::StrCat(
+        description_, ": rank ", rank, " ended its call after ", got,
+        " of its ", members_[m].input_bytes, " payload bytes")));
+  }
+}
+
+void RelayCollective::OnUpstreamDone(absl::StatusOr<UpstreamResult> result) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (failed_) return;
+    reserved_.reset();  // the upstream call read all of it
+    if (!result.ok()) {
+      FailLocked(result.status());
+    } else {
+      const Fingerprint& ref = members_[0].fp;
+      const bool rooted = combine_ != Combine::kAlone &&
+                          (ref.kind == CollectiveKind::kReduce ||
+                           ref.kind == CollectiveKind::kGather);
+      size_t result_bytes = 0;
+      for (const TensorSpec& spec : result->specs) {
+        result_bytes += TotalBytes({spec});
+      }
+      int receivers = 0;
+      for (size_t i = 0; i < members_.size(); ++i) {
+        const bool gets = !rooted || members_[i].rank == ref.root;
+        receivers += gets ? 1 : 0;
+        DeliverLocked(static_cast<int>(i), gets ? &*result : nullptr);
+      }
+      size_t sent_in = 0;
+      for (const Member& m : members_) sent_in += m.input_bytes;
+      saved_ = (sent_in - input_->size()) +
+               (rooted ? 0 : (receivers - 1) * result_bytes);
+    }
+  }
+  MaybeDone();
+}
+
+void RelayCollective::DeliverLocked(int m, const UpstreamResult* result) {
+  Member& member = members_[m];
+  if (member.finished) return;
+  auto specs = std::make_shared<const std::vector<TensorSpec>>(
+      result != nullptr ? result->specs : std::vector<TensorSpec>());
+  std::vector<SharedBytes> bytes;
+  if (result != nullptr) {
+    auto owner = std::make_shared<const ResultOwner>(result->owner);
+    absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(*specs);
+    size_t pos = 0;
+    for (size_t t = 0; layout.ok() && t < specs->size(); ++t) {
+      if (layout->offsets[t] > pos) {
+        bytes.emplace_back(owner, Zeros(), layout->offsets[t] - pos);
+      }
+      bytes.emplace_back(owner, static_cast<const char*>(result->data[t]),
+                         layout->sizes[t]);
+      pos = layout->offsets[t] + layout->sizes[t];
+    }
+  }
+  // Messages of at most chunk_bytes; the first carries the specs.
+  ResultMessage message;
+  message.result_specs = specs;
+  size_t offset = 0, in_message = 0;
+  for (const SharedBytes& piece : bytes) {
+    size_t used = 0;
+    while (used < piece.size()) {
+      const size_t n =
+          std::min(piece.size() - used, env_.chunk_bytes - in_message);
+      message.data.push_back(piece.Sub(used, n));
+      used += n;
+      in_message += n;
+      if (in_message == env_.chunk_bytes) {
+        member.to_send.push_back(std::move(message));
+        offset += in_message;
+        message = ResultMessage();
+        message.offset = offset;
+        in_message = 0;
+      }
+    }
+  }
+  if (in_message > 0 || member.to_send.empty()) {
+    member.to_send.push_back(std::move(message));
+  }
+  std::reverse(member.to_send.begin(), member.to_send.end());
+  SendSomeLocked(m);
+}
+
+void RelayCollective::SendSomeLocked(int m) {
+  Member& member = members_[m];
+  while (!member.finished && !member.to_send.empty() &&
+         member.unwritten < env_.window) {
+    ResultMessage message = std::move(member.to_send.back());
+    member.to_send.pop_back();
+    const bool last = member.to_send.empty();
+    if (last) member.finished = true;
+    ++member.unwritten;
+    member.channel->Send(std::move(message), last);
+  }
+}
+
+void RelayCollective::OnWriteDone(int rank) {
+  {
+    absl::MutexLock lock(&mu_);
+    const int m = IndexOf(rank);
+    if (m < 0) return;
+    if (members_[m].unwritten > 0) --members_[m].unwritten;
+    SendSomeLocked(m);
+  }
+  MaybeDone();
+}
+
+void RelayCollective::OnRankCancelled(int rank, const RankChannel* channel) {
+  {
+    absl::MutexLock lock(&mu_);
+    const int m = IndexOf(rank);
+    if (m < 0 || members_[m].channel.get() != channel || members_[m].finished) {
+      return;
+    }
+    if (!started_ && !failed_) {
+      // Nothing of it was used: its retry may attach again.
+      Member fresh;
+      fresh.rank = rank;
+      members_[m] = std::move(fresh);
+      --attached_;
+      return;
+    }
+    if (!failed_ && input_ != nullptr &&
+        members_[m].received < members_[m].input_bytes) {
+      // Its part will never be whole: the collective fails everywhere.
+      FailLocked(absl::AbortedError(absl::StrCat(
+          description_, ": rank ", rank,
+          "'s call was cancelled (it timed out, gave up, or lost its "
+          "connection) before the relay had its payload")));
+    } else {
+      members_[m].finished = true;  // it gets nothing more
+    }
+  }
+  MaybeDone();
+}
+
+void RelayCollective::Fail(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    FailLocked(status);
+  }
+  MaybeDone();
+}
+
+void RelayCollective::FailLocked(const absl::Status& status) {
+  if (failed_) return;
+  failed_ = true;
+  failure_ = status;
+  if (deadline_.has_value()) {
+    env_.timers->Cancel(*deadline_);
+    deadline_.reset();
+  }
+  if (input_ != nullptr) input_->Abandon(status);
+  staging_.clear();
+  reserved_.reset();
+  for (Member& m : members_) {
+    if (m.attached && !m.finished) m.channel->Fail(status);
+    m.finished = true;
+    m.to_send.clear();
+  }
+}
+
+void RelayCollective::MaybeDone() {
+  uint64_t saved = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (done_reported_) return;
+    for (const Member& m : members_) {
+      if (!m.finished) return;
+    }
+    done_reported_ = true;
+    saved = saved_;
+  }
+  if (on_done_) on_done_(saved);
+}
+
+}  // namespace reducer

@@ -1,0 +1,175 @@
+// RelayCollective: one collective on a relay (reducerd --upstream), as the
+// ranks of its host take part in it. Their calls attach here as they would
+// to a Collective (it is their AttachedCollective); once every one of them
+// is attached, it starts the collective's one call upstream, fills that
+// call's payload as their payloads arrive, and when the result comes back
+// from upstream sends it to each of them.
+//
+// With several ranks (`members`, of a kind that takes several ranks, each
+// consecutive in the group: server/jobs/several_ranks.h) their inputs are
+// combined into one contribution for all of them (CollectiveHeader.ranks):
+//   AllReduce, Reduce   reduced chunk by chunk, in rank order, as the
+//                       chunks of every member are in (AVG summed: the
+//                       shards divide by every rank); sent upstream chunk
+//                       by chunk as they are reduced
+//   AllGather, Gather   concatenated in rank order
+//   Broadcast           the root's, when it is one of them
+//   Barrier             none
+// and the result is the same for each (AllReduce, AllGather, Broadcast,
+// Barrier), or the root's alone (Reduce, Gather: the others get none).
+// With one rank the call goes upstream as that rank's own, its payload as
+// it is, and its result is that rank's.
+//
+// All or nothing: an upstream failure fails every member with its status
+// (upstream's errors name global ranks); a member's own failure (a
+// mismatch with the others here, missing payload) fails the members here
+// and abandons the upstream call, which fails it upstream. A member that
+// does not attach within the collective's timeout fails the others here
+// with DEADLINE_EXCEEDED naming it.
+//
+// Thread-safe; RankChannels are called with the lock held and must not call
+// back in (server/engine/rank_channel.h).
+#ifndef REDUCER_SERVER_RELAY_RELAY_COLLECTIVE_H_
+#define REDUCER_SERVER_RELAY_RELAY_COLLECTIVE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/fingerprint.h"
+#include "core/payload_layout.h"
+#include "proto/reducer/v1/reducer.pb.h"
+#include "server/engine/attached_collective.h"
+#include "server/engine/memory_budget.h"
+#include "server/engine/staged_part.h"
+#include "server/engine/timer_queue.h"
+#include "server/relay/upstream.h"
+
+namespace reducer {
+
+// What every RelayCollective of a relay shares; every pointer outlives it.
+struct RelayEnv {
+  TimerQueue* timers;
+  MemoryBudget* memory;  // the relay's budget: upstream payloads are held in it
+  // The size of the chunks it reduces in and of the messages it sends its
+  // ranks (a multiple of 8), and how many messages each may have unwritten.
+  size_t chunk_bytes = 1 << 20;
+  int window = 4;
+};
+
+class RelayCollective final
+    : public AttachedCollective,
+      public std::enable_shared_from_this<RelayCollective> {
+ public:
+  // `members`: the ranks of this host taking part, sorted. `on_done` is
+  // called once, without the lock, when every member has its outcome,
+  // with the bytes combining saved on the host's link (what one call per
+  // member would have sent and received, less what was).
+  RelayCollective(RelayEnv env, std::string description,
+                  std::vector<int> members,
+                  std::shared_ptr<UpstreamSession> session,
+                  std::function<void(uint64_t saved)> on_done);
+  ~RelayCollective() override;
+
+  // Adds `rank`'s call (`fp` valid, its rank a member). False when it was
+  // refused or the collective failed (`channel` was told why).
+  bool Attach(std::shared_ptr<RankChannel> channel, int rank,
+              const v1::CollectiveHeader& header, Fingerprint fp);
+
+  // AttachedCollective.
+  bool OnData(int rank, uint64_t offset, Payload data) override;
+  void OnInputEnd(int rank) override;
+  void OnWriteDone(int rank) override;
+  void OnRankCancelled(int rank, const RankChannel* channel) override;
+  void Fail(const absl::Status& status) override;
+  const std::string& description() const override { return description_; }
+
+  // True once every member has its outcome.
+  bool done() const;
+
+ private:
+  // How the members' inputs make the upstream payload.
+  enum class Combine { kAlone, kReduce, kConcat, kRoot, kNone };
+  struct Member {
+    int rank = -1;
+    std::shared_ptr<RankChannel> channel;
+    v1::CollectiveHeader header;
+    Fingerprint fp;
+    size_t input_bytes = 0;
+    size_t received = 0;
+    // Payload that came before every member attached (offsets unknown).
+    std::vector<std::pair<uint64_t, Payload>> held;
+    // Its result's messages not yet sent, and those sent but not written.
+    std::vector<ResultMessage> to_send;
+    int unwritten = 0;
+    bool attached = false;
+    bool finished = false;  // ended: OK, failed, or cut off
+  };
+  // One chunk of a reduction being staged: a part per member.
+  struct Staging {
+    std::vector<StagedPart> parts;
+    int complete = 0;
+  };
+
+  int IndexOf(int rank) const;
+  // Every member attached: plans the upstream call; returns the function
+  // that starts it (run without the lock), or null when it failed.
+  std::function<void()> StartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::CollectiveHeader UpstreamHeaderLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Member `m`'s payload bytes [offset, offset + data.size()), every member
+  // attached.
+  absl::Status PlaceLocked(int m, uint64_t offset, const Payload& data)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the upstream payload's prefix that is whole as ready.
+  void AdvanceReadyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnUpstreamDone(absl::StatusOr<UpstreamResult> result);
+  // Queues `result` (or no result) for member `m` and sends a window of it.
+  void DeliverLocked(int m, const UpstreamResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendSomeLocked(int m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnDeadline();
+  // Calls on_done_ once every member finished (without the lock).
+  void MaybeDone();
+
+  const RelayEnv env_;
+  const std::string description_;
+  const std::shared_ptr<UpstreamSession> session_;
+  const std::function<void(uint64_t saved)> on_done_;
+
+  mutable absl::Mutex mu_;
+  std::vector<Member> members_ ABSL_GUARDED_BY(mu_);  // in rank order
+  int attached_ ABSL_GUARDED_BY(mu_) = 0;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;  // the upstream call was made
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  bool done_reported_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t saved_ ABSL_GUARDED_BY(mu_) = 0;  // see on_done
+  Combine combine_ ABSL_GUARDED_BY(mu_) = Combine::kAlone;
+  // The upstream payload, and where each member's bytes go in it
+  // (kConcat; the sender's 0 otherwise).
+  std::shared_ptr<UpstreamInput> input_ ABSL_GUARDED_BY(mu_);
+  std::optional<MemoryReservation> reserved_ ABSL_GUARDED_BY(mu_);
+  std::vector<size_t> base_ ABSL_GUARDED_BY(mu_);
+  // kReduce: the layout and tensors the members' chunks are reduced by
+  // (AVG as SUM), chunks being staged, and chunks reduced.
+  PayloadLayout layout_ ABSL_GUARDED_BY(mu_);
+  std::vector<TensorSpec> local_tensors_ ABSL_GUARDED_BY(mu_);
+  std::map<size_t, Staging> staging_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> reduced_ ABSL_GUARDED_BY(mu_);
+  std::optional<TimerQueue::Id> deadline_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_RELAY_RELAY_COLLECTIVE_H_

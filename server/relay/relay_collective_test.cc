@@ -1,0 +1,324 @@
+// RelayCollective in process, against a fake upstream session that records
+// what the relay sends and answers as the test says. Expected payloads and
+// results are computed here, element by element.
+#include "server/relay/relay_collective.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/reducer/v1/wire_conversion.h"
+#include "server/engine/clock.h"
+#include "server/engine/fake_rank_channel.h"
+#include "server/engine/string_bytes.h"
+#include "tests/status_matchers.h"
+
+namespace reducer {
+namespace {
+
+using ::reducer::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// Records each call; the test answers it with Answer().
+class FakeSession final : public UpstreamSession {
+ public:
+  void Start(v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
+             std::function<void(absl::StatusOr<UpstreamResult>)> done)
+      override {
+    absl::MutexLock lock(&mu_);
+    header_ = std::move(header);
+    input_ = std::move(input);
+    done_ = std::move(done);
+    started_.Notify();
+  }
+  void Leave(const std::string& cause) override {}
+
+  // Waits for the call, then for its whole payload.
+  std::string Payload() {
+    started_.WaitForNotification();
+    std::shared_ptr<UpstreamInput> input;
+    {
+      absl::MutexLock lock(&mu_);
+      input = input_;
+    }
+    EXPECT_THAT(input->Await(input->size(), absl::Now() + absl::Seconds(20)),
+                ::reducer::testing::IsOk());
+    return std::string(input->data(), input->size());
+  }
+  v1::CollectiveHeader header() {
+    started_.WaitForNotification();
+    absl::MutexLock lock(&mu_);
+    return header_;
+  }
+  std::shared_ptr<UpstreamInput> input() {
+    started_.WaitForNotification();
+    absl::MutexLock lock(&mu_);
+    return input_;
+  }
+  // Answers the call with one tensor of `spec` holding `bytes`, or `status`.
+  void Answer(const TensorSpec& spec, const std::string& bytes) {
+    auto owned = std::make_shared<std::string>(bytes);
+    UpstreamResult result;
+    result.specs = {spec};
+    result.data = {owned->data()};
+    result.owner = owned;
+    done()(std::move(result));
+  }
+  void AnswerNothing() { done()(UpstreamResult()); }
+  void Refuse(const absl::Status& status) { done()(status); }
+
+ private:
+  std::function<void(absl::StatusOr<UpstreamResult>)> done() {
+    started_.WaitForNotification();
+    absl::MutexLock lock(&mu_);
+    return done_;
+  }
+  absl::Notification started_;
+  absl::Mutex mu_;
+  v1::CollectiveHeader header_;
+  std::shared_ptr<UpstreamInput> input_;
+  std::function<void(absl::StatusOr<UpstreamResult>)> done_;
+};
+
+template <typename T>
+std::string Bytes(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()),
+                     v.size() * sizeof(T));
+}
+
+Payload PayloadOf(const std::string& bytes) {
+  Payload p;
+  p.Append(StringBytes(bytes));
+  return p;
+}
+
+TensorSpec Spec(DataType dtype, std::vector<int64_t> shape,
+                ReduceOp op = ReduceOp::kSum) {
+  TensorSpec t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.op = op;
+  return t;
+}
+
+class RelayCollectiveTest : public ::testing::Test {
+ protected:
+  RelayCollectiveTest() : timers_(&Clock::Steady()) {
+    env_.timers = &timers_;
+    env_.memory = &memory_;
+    env_.chunk_bytes = 64;  // so that payloads span several chunks
+    env_.window = 2;
+  }
+
+  std::shared_ptr<RelayCollective> Make(std::vector<int> members) {
+    return std::make_shared<RelayCollective>(
+        env_, "allreduce #0 in job j", std::move(members), session_,
+        [this](uint64_t saved) { saved_ = saved; });
+  }
+
+  // The header rank `rank` sends for `fp` (group and kind as the fp's).
+  static v1::CollectiveHeader HeaderOf(const Fingerprint& fp, int rank) {
+    v1::CollectiveHeader h;
+    h.set_job("j");
+    h.set_rank(rank);
+    h.set_session_id("local-session");
+    h.set_attempt_id("local-session/1");
+    h.set_timeout_ms(20000);
+    for (int r : fp.group) h.add_group(r);
+    h.set_root(fp.root);
+    for (const TensorSpec& t : fp.tensors) *h.add_tensors() = TensorSpecToWire(t);
+    return h;
+  }
+
+  // Acknowledges every write of `ch` until its call ended.
+  static void DrainWrites(RelayCollective& c, int rank, FakeRankChannel& ch) {
+    for (int i = 0; i < 1000 && !ch.finished_ok() && ch.fail_calls() == 0;
+         ++i) {
+      for (int n = ch.TakeUnacknowledged(); n > 0; --n) c.OnWriteDone(rank);
+    }
+  }
+
+  TimerQueue timers_;
+  MemoryBudget memory_{1 << 30};
+  RelayEnv env_;
+  std::shared_ptr<FakeSession> session_ = std::make_shared<FakeSession>();
+  uint64_t saved_ = 0;
+};
+
+Fingerprint Fp(CollectiveKind kind, std::vector<TensorSpec> tensors,
+               std::vector<int> group, int root = -1) {
+  Fingerprint fp;
+  fp.kind = kind;
+  fp.tensors = std::move(tensors);
+  fp.group = std::move(group);
+  fp.root = root;
+  return fp;
+}
+
+TEST_F(RelayCollectiveTest, AllReduceSendsTheSumOfItsRanksOnceAndHandsBack) {
+  // Ranks 0-2 of a group of 4 (rank 3 elsewhere); 50 floats = 200 bytes,
+  // 4 chunks of 64 bytes.
+  constexpr int kN = 50;
+  const std::vector<int> group = {0, 1, 2, 3};
+  const Fingerprint fp = Fp(CollectiveKind::kAllReduce,
+                            {Spec(DataType::kFloat32, {kN}, ReduceOp::kAvg)},
+                            group);
+  auto c = Make({0, 1, 2});
+  std::vector<std::shared_ptr<FakeRankChannel>> ch;
+  std::vector<float> sum(kN, 0.0f);
+  for (int r = 0; r < 3; ++r) {
+    ch.push_back(std::make_shared<FakeRankChannel>());
+    ASSERT_TRUE(c->Attach(ch[r], r, HeaderOf(fp, r), fp));
+  }
+  for (int r = 2; r >= 0; --r) {
+    std::vector<float> x(kN);
+    for (int i = 0; i < kN; ++i) {
+      x[i] = static_cast<float>(r * 100 + i);
+      sum[i] += x[i];
+    }
+    const std::string bytes = Bytes(x);
+    // In two messages that do not fall on chunk boundaries.
+    c->OnData(r, 0, PayloadOf(bytes.substr(0, 72)));
+    c->OnData(r, 72, PayloadOf(bytes.substr(72)));
+    c->OnInputEnd(r);
+  }
+  EXPECT_EQ(session_->Payload(), Bytes(sum));
+  const v1::CollectiveHeader up = session_->header();
+  EXPECT_EQ(up.rank(), 0);
+  EXPECT_THAT(up.ranks(), ElementsAre(0, 1, 2));
+  EXPECT_TRUE(up.session_id().empty());
+  EXPECT_TRUE(up.attempt_id().empty());
+  // The result, as upstream would make it (any bytes will do).
+  std::vector<float> result(kN);
+  for (int i = 0; i < kN; ++i) result[i] = 0.5f * i;
+  session_->Answer(Spec(DataType::kFloat32, {kN}, ReduceOp::kAvg),
+                   Bytes(result));
+  for (int r = 0; r < 3; ++r) {
+    DrainWrites(*c, r, *ch[r]);
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+    EXPECT_EQ(ch[r]->result(), Bytes(result));
+    // 200 bytes in messages of at most 64.
+    EXPECT_EQ(ch[r]->message_count(), 4);
+  }
+  EXPECT_TRUE(c->done());
+  // Two ranks' 200 bytes up and down were not sent.
+  EXPECT_EQ(saved_, 4u * 200u);
+  EXPECT_EQ(memory_.used(), 0u);
+}
+
+TEST_F(RelayCollectiveTest, GatherConcatenatesInRankOrderForTheRoot) {
+  // Ranks 1-2 of {0,1,2}, root 2: rank 1 sends [1,2], rank 2 [2,2] int32.
+  const std::vector<int> group = {0, 1, 2};
+  auto fp = [&](int64_t rows) {
+    return Fp(CollectiveKind::kGather, {Spec(DataType::kInt32, {rows, 2})},
+              group, /*root=*/2);
+  };
+  auto c = Make({1, 2});
+  auto ch1 = std::make_shared<FakeRankChannel>();
+  auto ch2 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(ch2, 2, HeaderOf(fp(2), 2), fp(2)));
+  // Rank 2 sends before rank 1 attached: held until its place is known.
+  c->OnData(2, 0, PayloadOf(Bytes(std::vector<int32_t>{20, 21, 22, 23})));
+  ASSERT_TRUE(c->Attach(ch1, 1, HeaderOf(fp(1), 1), fp(1)));
+  c->OnData(1, 0, PayloadOf(Bytes(std::vector<int32_t>{10, 11})));
+  EXPECT_EQ(session_->Payload(),
+            Bytes(std::vector<int32_t>{10, 11, 20, 21, 22, 23}));
+  const v1::CollectiveHeader up = session_->header();
+  EXPECT_EQ(up.rank(), 2);  // sent as the root
+  EXPECT_THAT(up.ranks(), ElementsAre(1, 2));
+  EXPECT_EQ(up.tensors(0).shape(0), 3);
+  const std::string all = Bytes(std::vector<int32_t>{0, 1, 10, 11, 20, 21, 22, 23});
+  session_->Answer(Spec(DataType::kInt32, {4, 2}), all);
+  DrainWrites(*c, 2, *ch2);
+  ASSERT_TRUE(ch2->WaitEnded());
+  EXPECT_EQ(ch2->result(), all);
+  ASSERT_TRUE(ch1->WaitEnded());
+  EXPECT_TRUE(ch1->finished_ok());
+  EXPECT_EQ(ch1->byte_count(), 0u);
+  EXPECT_THAT(ch1->specs(), IsEmpty());
+}
+
+TEST_F(RelayCollectiveTest, OneRankGoesUpstreamAsItsOwn) {
+  const Fingerprint fp = Fp(CollectiveKind::kReduceScatter,
+                            {Spec(DataType::kFloat32, {4})}, {0, 1});
+  auto c = Make({1});
+  auto ch = std::make_shared<FakeRankChannel>();
+  v1::CollectiveHeader header = HeaderOf(fp, 1);
+  header.set_sequence(7);
+  ASSERT_TRUE(c->Attach(ch, 1, header, fp));
+  const std::string bytes = Bytes(std::vector<float>{1, 2, 3, 4});
+  c->OnData(1, 0, PayloadOf(bytes));
+  EXPECT_EQ(session_->Payload(), bytes);
+  const v1::CollectiveHeader up = session_->header();
+  EXPECT_EQ(up.rank(), 1);
+  EXPECT_EQ(up.sequence(), 7u);
+  EXPECT_THAT(up.ranks(), IsEmpty());
+  session_->Answer(Spec(DataType::kFloat32, {2}),
+                   Bytes(std::vector<float>{6, 8}));
+  DrainWrites(*c, 1, *ch);
+  ASSERT_TRUE(ch->WaitEnded());
+  EXPECT_EQ(ch->result(), Bytes(std::vector<float>{6, 8}));
+}
+
+TEST_F(RelayCollectiveTest, AMismatchHereFailsEveryRankAndTheUpstreamCall) {
+  const std::vector<int> group = {0, 1, 2};
+  auto fp = [&](int64_t n) {
+    return Fp(CollectiveKind::kAllReduce, {Spec(DataType::kFloat32, {n})},
+              group);
+  };
+  auto c = Make({0, 1});
+  auto ch0 = std::make_shared<FakeRankChannel>();
+  auto ch1 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(ch0, 0, HeaderOf(fp(4), 0), fp(4)));
+  EXPECT_FALSE(c->Attach(ch1, 1, HeaderOf(fp(5), 1), fp(5)));
+  for (auto* ch : {ch0.get(), ch1.get()}) {
+    ASSERT_TRUE(ch->WaitEnded());
+    EXPECT_THAT(ch->failure(),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         HasSubstr("mismatched shapes: rank 0 sent [4] "
+                                   "float32, rank 1 sent [5] float32")));
+  }
+  EXPECT_TRUE(c->done());
+}
+
+TEST_F(RelayCollectiveTest, AnUpstreamFailureReachesEveryRank) {
+  const Fingerprint fp =
+      Fp(CollectiveKind::kBarrier, {}, {0, 1, 2});
+  auto c = Make({0, 1});
+  auto ch0 = std::make_shared<FakeRankChannel>();
+  auto ch1 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(ch0, 0, HeaderOf(fp, 0), fp));
+  ASSERT_TRUE(c->Attach(ch1, 1, HeaderOf(fp, 1), fp));
+  EXPECT_THAT(session_->header().ranks(), ElementsAre(0, 1));
+  session_->Refuse(absl::DeadlineExceededError(
+      "barrier #0 in job j: rank 2 never arrived"));
+  for (auto* ch : {ch0.get(), ch1.get()}) {
+    ASSERT_TRUE(ch->WaitEnded());
+    EXPECT_THAT(ch->failure(), StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                        HasSubstr("rank 2 never arrived")));
+  }
+}
+
+TEST_F(RelayCollectiveTest, ARankHereMissingAtTheDeadlineIsNamed) {
+  const Fingerprint fp = Fp(CollectiveKind::kBarrier, {}, {0, 1, 2});
+  auto c = Make({0, 1});
+  auto ch0 = std::make_shared<FakeRankChannel>();
+  v1::CollectiveHeader header = HeaderOf(fp, 0);
+  header.set_timeout_ms(100);
+  ASSERT_TRUE(c->Attach(ch0, 0, header, fp));
+  ASSERT_TRUE(ch0->WaitEnded());
+  EXPECT_THAT(ch0->failure(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("ranks [1] of this host never arrived")));
+}
+
+}  // namespace
+}  // namespace reducer

@@ -1,0 +1,168 @@
+#include "server/relay/relay_job.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/engine/kind_strategy.h"
+
+namespace reducer {
+namespace {
+
+// The key that matches one collective across the ranks of this host: as a
+// Job matches it (its name, or its group and sequence number), and for a
+// call that goes upstream alone, its rank.
+std::string MatchingKey(const v1::CollectiveHeader& header,
+                        const Fingerprint& fp, bool alone) {
+  std::string key =
+      header.name().empty()
+          ? absl::StrCat(absl::StrJoin(fp.group, ","), "|#", header.sequence())
+          : absl::StrCat("\"", header.name());
+  if (alone) absl::StrAppend(&key, "@", header.rank());
+  return key;
+}
+
+}  // namespace
+
+RelayJob::RelayJob(
+    RelayJobEnv env, std::string job, int world_size,
+    std::function<void(uint64_t, const std::string&)> upstream_ended)
+    : env_(std::move(env)),
+      job_(std::move(job)),
+      world_size_(world_size),
+      upstream_ended_(std::move(upstream_ended)) {}
+
+RelayJob::~RelayJob() {
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    threads = std::move(threads_);
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+std::vector<int> RelayJob::ranks() const {
+  absl::MutexLock lock(&mu_);
+  return ranks_;
+}
+
+uint64_t RelayJob::bytes_saved() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_saved_;
+}
+
+void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
+                            std::function<void(const absl::Status&)> ready) {
+  absl::MutexLock lock(&mu_);
+  threads_.emplace_back([this, epoch_id, ranks, ready = std::move(ready)] {
+    absl::StatusOr<std::unique_ptr<UpstreamSession>> session =
+        env_.upstream->Open(job_, world_size_, ranks,
+                            [this, epoch_id](const absl::Status& why) {
+                              {
+                                absl::MutexLock lock(&mu_);
+                                if (epoch_id != epoch_id_ || ended_) return;
+                                ended_ = true;
+                              }
+                              upstream_ended_(epoch_id,
+                                              std::string(why.message()));
+                            });
+    if (session.ok()) {
+      absl::MutexLock lock(&mu_);
+      epoch_id_ = epoch_id;
+      ranks_ = ranks;
+      session_ = std::shared_ptr<UpstreamSession>(*std::move(session));
+      ended_ = false;
+    }
+    env_.log->Log({session.ok() ? LogSeverity::kInfo : LogSeverity::kWarning,
+                   "relay_joined",
+                   session.ok()
+                       ? absl::StrCat("job ", job_, ": ranks [",
+                                      absl::StrJoin(ranks, ","),
+                                      "] joined upstream")
+                       : absl::StrCat("job ", job_, ": ranks [",
+                                      absl::StrJoin(ranks, ","),
+                                      "] could not join upstream: ",
+                                      session.status().ToString()),
+                   job_});
+    ready(session.status());
+  });
+}
+
+std::vector<int> RelayJob::MembersLocked(const Fingerprint& fp,
+                                         int rank) const {
+  if (!TraitsOf(fp.kind).takes_several_ranks) return {rank};
+  std::vector<int> members;
+  bool consecutive = true;
+  for (size_t i = 0; i < fp.group.size(); ++i) {
+    const bool here =
+        std::binary_search(ranks_.begin(), ranks_.end(), fp.group[i]);
+    if (here && !members.empty() && fp.group[i - 1] != members.back()) {
+      consecutive = false;
+    }
+    if (here) members.push_back(fp.group[i]);
+  }
+  if (!consecutive) return {rank};
+  return members;
+}
+
+absl::StatusOr<std::shared_ptr<AttachedCollective>> RelayJob::Attach(
+    const v1::CollectiveHeader& header, const Fingerprint& fp,
+    std::shared_ptr<RankChannel> channel) {
+  std::shared_ptr<RelayCollective> collective;
+  {
+    absl::MutexLock lock(&mu_);
+    if (session_ == nullptr || ended_) {
+      return absl::UnavailableError(absl::StrCat(
+          "job ", job_, ": this relay holds no upstream session for it now"));
+    }
+    const std::vector<int> members = MembersLocked(fp, header.rank());
+    const std::string key = MatchingKey(header, fp, members.size() == 1);
+    auto it = pending_.find(key);
+    if (it == pending_.end()) {
+      const std::string description = absl::StrCat(
+          CollectiveKindName(fp.kind), " ",
+          header.name().empty() ? absl::StrCat("#", header.sequence())
+                                : absl::StrCat("\"", header.name(), "\""),
+          " in job ", job_);
+      collective = std::make_shared<RelayCollective>(
+          env_.collectives, description, members, session_,
+          [this, key, epoch = epoch_id_](uint64_t saved) {
+            absl::MutexLock lock(&mu_);
+            bytes_saved_ += saved;
+            if (epoch == epoch_id_) pending_.erase(key);
+          });
+      pending_.emplace(key, collective);
+    } else {
+      collective = it->second;
+    }
+  }
+  if (!collective->Attach(std::move(channel), header.rank(), header, fp)) {
+    return absl::AbortedError("the relay refused this call; it was told why");
+  }
+  return collective;
+}
+
+void RelayJob::EndEpoch(uint64_t epoch_id, const absl::Status& status,
+                        const std::string& reason) {
+  std::vector<std::shared_ptr<RelayCollective>> failing;
+  std::shared_ptr<UpstreamSession> leaving;
+  {
+    absl::MutexLock lock(&mu_);
+    if (epoch_id != epoch_id_ || session_ == nullptr) return;
+    for (auto& [key, c] : pending_) failing.push_back(c);
+    pending_.clear();
+    if (!ended_) leaving = session_;
+    ended_ = true;
+    session_ = nullptr;
+    if (leaving != nullptr) {
+      threads_.emplace_back(
+          [leaving, cause = absl::StrCat(reason, " (on ", env_.name, ")")] {
+            leaving->Leave(cause);
+          });
+    }
+  }
+  for (const auto& c : failing) c->Fail(status);
+}
+
+}  // namespace reducer

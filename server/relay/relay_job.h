@@ -1,0 +1,92 @@
+// RelayJob: a job as a relay (reducerd --upstream) serves it, the JobRelay
+// of its Job (server/jobs/job_relay.h). Per epoch it holds one upstream
+// session for the ranks of its host, opened once they are all seated, and
+// takes each of their calls upstream through a RelayCollective
+// (relay_collective.h): one per collective for the ranks combined
+// (several ranks of a kind that takes them, consecutive in its group), or
+// one per call (every other kind, and ranks not consecutive in the group),
+// found by the same matching key as a Job's: the name, or the group and
+// sequence number.
+//
+// A rank of this host lost ends the epoch here (its Job says so) and the
+// relay leaves upstream naming it, which ends the epoch there; the epoch
+// ending upstream ends it here.
+//
+// Thread-safe.
+#ifndef REDUCER_SERVER_RELAY_RELAY_JOB_H_
+#define REDUCER_SERVER_RELAY_RELAY_JOB_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "server/jobs/job_relay.h"
+#include "server/log.h"
+#include "server/relay/relay_collective.h"
+#include "server/relay/upstream.h"
+
+namespace reducer {
+
+// What a relay's jobs share; every pointer outlives them.
+struct RelayJobEnv {
+  Upstream* upstream;
+  RelayEnv collectives;
+  const Logger* log;
+  // How this relay names itself in what it tells upstream ("relay
+  // host-7").
+  std::string name;
+};
+
+class RelayJob final : public JobRelay {
+ public:
+  RelayJob(RelayJobEnv env, std::string job, int world_size,
+           std::function<void(uint64_t, const std::string&)> upstream_ended);
+  ~RelayJob() override;
+
+  void JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
+                    std::function<void(const absl::Status&)> ready) override;
+  absl::StatusOr<std::shared_ptr<AttachedCollective>> Attach(
+      const v1::CollectiveHeader& header, const Fingerprint& fp,
+      std::shared_ptr<RankChannel> channel) override;
+  void EndEpoch(uint64_t epoch_id, const absl::Status& status,
+                const std::string& reason) override;
+
+  // For status reports: the ranks of this host joined upstream (empty
+  // while none), and the bytes its combined calls did not send upstream
+  // (what one call per rank would have sent, less what was sent).
+  std::vector<int> ranks() const;
+  uint64_t bytes_saved() const;
+
+ private:
+  // The ranks of `fp`'s group that are this host's, when they may be
+  // combined (TakesSeveralRanks, consecutive in the group); else `rank`.
+  std::vector<int> MembersLocked(const Fingerprint& fp, int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const RelayJobEnv env_;
+  const std::string job_;
+  const int world_size_;
+  const std::function<void(uint64_t, const std::string&)> upstream_ended_;
+
+  mutable absl::Mutex mu_;
+  uint64_t epoch_id_ ABSL_GUARDED_BY(mu_) = 0;  // of session_
+  std::vector<int> ranks_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<UpstreamSession> session_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;  // the epoch of session_
+  // Collectives in flight by matching key.
+  absl::flat_hash_map<std::string, std::shared_ptr<RelayCollective>> pending_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t bytes_saved_ ABSL_GUARDED_BY(mu_) = 0;
+  // Joins and leaves run here, so that no caller waits on upstream.
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_RELAY_RELAY_JOB_H_

@@ -1,0 +1,105 @@
+// What a relay (reducerd --upstream) needs from the reducerd shards
+// upstream: a session that holds the ranks of its host for one epoch of a
+// job, and calls through it. Transport-free: the relay's core
+// (relay_job.h, relay_collective.h) sees only these interfaces; the one
+// implementation over the client library is server/relay/client/.
+//
+//   std::shared_ptr<UpstreamInput> input = std::make_shared<UpstreamInput>(n);
+//   session->Start(header, input, [](absl::StatusOr<UpstreamResult> r) {...});
+//   std::memcpy(input->data(), bytes, k);
+//   input->MarkReady(k);  // the call may send bytes [0, k) now
+#ifndef REDUCER_SERVER_RELAY_UPSTREAM_H_
+#define REDUCER_SERVER_RELAY_UPSTREAM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/fingerprint.h"
+#include "proto/reducer/v1/reducer.pb.h"
+
+namespace reducer {
+
+// The payload a relay sends upstream for one collective, filled while it
+// is being sent: bytes [0, ready) may be read. Aligned to 8 bytes.
+// Thread-safe.
+class UpstreamInput {
+ public:
+  explicit UpstreamInput(size_t bytes);
+  UpstreamInput(const UpstreamInput&) = delete;
+  UpstreamInput& operator=(const UpstreamInput&) = delete;
+
+  char* data() { return reinterpret_cast<char*>(words_.get()); }
+  size_t size() const { return bytes_; }
+
+  // Bytes [0, end) are ready to be read (end never goes back).
+  void MarkReady(size_t end);
+  // The input will never be whole (the collective failed on the relay):
+  // Await returns `why` from now on.
+  void Abandon(const absl::Status& why);
+  // Blocks until bytes [0, end) are ready (OK), the input is abandoned (its
+  // status), or `deadline` passes (DEADLINE_EXCEEDED).
+  absl::Status Await(size_t end, absl::Time deadline) const;
+  // Bytes ready now.
+  size_t ready() const;
+
+ private:
+  const size_t bytes_;
+  std::unique_ptr<uint64_t[]> words_;
+  mutable absl::Mutex mu_;
+  size_t ready_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status abandoned_ ABSL_GUARDED_BY(mu_);
+};
+
+// What one upstream call gave back: the result's tensors (their specs and
+// bytes, each tensor's bytes at its own pointer), empty for a rank that
+// gets none.
+struct UpstreamResult {
+  std::vector<TensorSpec> specs;
+  std::vector<const void*> data;  // data[i]: specs[i]'s bytes
+  // Owns the bytes `data` points to.
+  std::shared_ptr<const void> owner;
+};
+
+// One epoch's session upstream, holding the relay's ranks of one job.
+class UpstreamSession {
+ public:
+  virtual ~UpstreamSession() = default;
+  // Starts one call: `header` as the relay forwards it (rank, ranks, group,
+  // sequence or name, kind, tensors, root, timeout and the kind's own
+  // fields; the session fills job, epoch, session id and attempt id), its
+  // payload `input` (laid out as header.tensors), read as it is marked
+  // ready. `done` is called once, from another thread.
+  virtual void Start(
+      v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
+      std::function<void(absl::StatusOr<UpstreamResult>)> done) = 0;
+  // Leaves the job upstream, ending its epoch there with `cause` (a rank of
+  // this host was lost, or the relay ends its part of the epoch).
+  virtual void Leave(const std::string& cause) = 0;
+};
+
+// Opens upstream sessions.
+class Upstream {
+ public:
+  virtual ~Upstream() = default;
+  // Joins `job` of `world_size` ranks upstream, holding `ranks` (sorted),
+  // with the job's `token` when tokens are on; blocks until the job is
+  // ready upstream, or the join failed. `ended` is called once, from
+  // another thread, if the session ends without Leave (its epoch aborted
+  // upstream, a shard lost), with why.
+  virtual absl::StatusOr<std::unique_ptr<UpstreamSession>> Open(
+      const std::string& job, int world_size, const std::vector<int>& ranks,
+      std::function<void(const absl::Status&)> ended) = 0;
+};
+
+}  // namespace reducer
+
+#endif  // REDUCER_SERVER_RELAY_UPSTREAM_H_
