@@ -48,6 +48,9 @@ struct ClientOptions {
   std::string job;  // shared by all ranks of one job
   int rank = 0;
   int world_size = 1;
+  // ranks of this job on this host (torchrun's LOCAL_WORLD_SIZE); lets a
+  // relay join upstream once all arrived; 0: unknown
+  int local_world_size = 0;
   absl::Duration timeout = absl::Minutes(5);  // Connect and each collective
   // At the first Connect, tell glibc's malloc to keep freed buffers in the
   // process (see core/process_memory.h): gRPC receives every message into

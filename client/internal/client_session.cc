@@ -16,6 +16,7 @@
 #include "client/retry_sequence.h"
 #include "client/security/channel_security.h"
 #include "client/shards/shard_targets.h"
+#include "core/payload_layout.h"
 #include "core/point_to_point_name.h"
 #include "core/process_memory.h"
 #include "core/status_macros.h"
@@ -37,9 +38,10 @@ std::string RandomId() {
 
 }  // namespace
 
-ClientSession::ClientSession(ClientOptions options,
+ClientSession::ClientSession(ClientOptions options, std::vector<int> ranks,
                              std::vector<std::string> targets)
     : options_(std::move(options)),
+      ranks_(std::move(ranks)),
       targets_(std::move(targets)),
       session_id_(RandomId()),
       buffers_(std::make_shared<BufferCache>(kIdleBufferBytes)) {}
@@ -51,6 +53,33 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
 
 absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
     const ClientOptions& options, std::unique_ptr<DeviceStaging> staging) {
+  return OpenHolding(options, {options.rank}, std::move(staging));
+}
+
+absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::OpenForRanks(
+    const ClientOptions& options, std::vector<int> ranks) {
+  if (ranks.empty()) {
+    return absl::InvalidArgumentError(
+        "a session for several ranks needs at least one rank");
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= options.world_size ||
+        (i > 0 && ranks[i] <= ranks[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a session's ranks [", absl::StrJoin(ranks, ","),
+          "] must be sorted, distinct and within a world of ",
+          options.world_size));
+    }
+  }
+  ClientOptions first = options;
+  first.rank = ranks[0];
+  return OpenHolding(first, std::move(ranks),
+                     NewDeviceStaging(options.cuda_staging_bytes));
+}
+
+absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::OpenHolding(
+    const ClientOptions& options, std::vector<int> ranks,
+    std::unique_ptr<DeviceStaging> staging) {
   if (options.job.empty()) {
     return absl::InvalidArgumentError("ClientOptions.job must not be empty");
   }
@@ -63,6 +92,11 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("ClientOptions.timeout must be positive");
   }
+  if (options.local_world_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ClientOptions.local_world_size must not be negative; got ",
+        options.local_world_size));
+  }
   REDUCER_ASSIGN_OR_RETURN(std::vector<std::string> targets,
                            ExpandTargets(options.target));
   if (options.keep_freed_memory) KeepFreedMemory();
@@ -72,13 +106,17 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
   REDUCER_ASSIGN_OR_RETURN(ChannelSecurity security,
                            ChannelSecurity::Create(options));
   std::unique_ptr<ClientSession> session(
-      new ClientSession(options, std::move(targets)));
+      new ClientSession(options, std::move(ranks), std::move(targets)));
   ClientSession* raw = session.get();
   raw->driver_ = std::make_unique<CompletionDriver>();
   std::vector<ShardEndpoint*> endpoints;
   for (const std::string& target : raw->targets_) {
     raw->links_.push_back(std::make_unique<ShardLink>(
         raw->options_, target, raw->driver_.get(), raw->buffers_));
+    raw->links_.back()->SetEndObserver([raw] {
+      absl::MutexLock lock(&raw->end_mu_);
+      raw->end_signaled_ = true;
+    });
     raw->links_.back()->Open(security);
     endpoints.push_back(raw->links_.back().get());
   }
@@ -112,6 +150,11 @@ absl::Status ClientSession::JoinAll(absl::Time deadline) {
   request.set_rank(options_.rank);
   request.set_world_size(options_.world_size);
   request.set_session_id(session_id_);
+  request.set_local_world_size(options_.local_world_size);
+  // A session of one rank says so by `rank` alone.
+  if (ranks_.size() > 1) {
+    for (int r : ranks_) request.add_ranks(r);
+  }
   // Every rank states the shards, so that each shard can check that all
   // ranks name the same ones in the same order.
   for (const std::string& target : targets_) request.add_shards(target);
@@ -160,8 +203,14 @@ absl::Status ClientSession::JoinAll(absl::Time deadline) {
 }
 
 ClientSession::~ClientSession() {
-  // Every shard sees this rank depart, then the calls' parts go, then the
-  // links (their transports, then their Join streams), then the driver.
+  // OnEnd's thread first (no callback runs while the session closes),
+  // then every shard sees this rank depart, then the calls' parts go, then
+  // the links (their transports, then their Join streams), then the driver.
+  {
+    absl::MutexLock lock(&end_mu_);
+    end_stopping_ = true;
+  }
+  if (end_watcher_.joinable()) end_watcher_.join();
   for (const std::unique_ptr<ShardLink>& link : links_) link->Close();
   staging_backend_.reset();
   sharded_.reset();
@@ -178,6 +227,10 @@ absl::Status ClientSession::NameShard(size_t index,
 absl::Status ClientSession::SessionStatus() {
   // One shard: its status as it is (the path every call takes, kept free
   // of locks and allocations beyond the link's own).
+  if (left_.load(std::memory_order_acquire)) {
+    absl::MutexLock lock(&failure_mu_);
+    return first_failure_;
+  }
   if (links_.size() == 1) return links_[0]->SessionStatus();
   {
     absl::MutexLock lock(&failure_mu_);
@@ -242,17 +295,7 @@ std::unique_ptr<PendingCollective> ClientSession::StartCounted(
   // collectives started concurrently on one group reach every stream in
   // the order of their sequence numbers.
   absl::MutexLock lock(&mu_);
-  pending->attempt_number_ = next_attempt_++;
-  pending->settled_ = false;
-  header.set_attempt_id(
-      absl::StrCat(session_id_, "/", pending->attempt_number_));
-  {
-    absl::MutexLock ack_lock(&ack_mu_);
-    unsettled_.insert(pending->attempt_number_);
-    header.set_received_below(*unsettled_.begin());
-    for (uint64_t n : settled_above_) header.add_received(n);
-    settled_above_.clear();
-  }
+  NumberAttempt(*pending);
   // With several shards, each partition carries its own shard's epoch.
   header.set_epoch(links_[0]->epoch());
   const bool receives = p2p && !spec.send_payload;
@@ -273,6 +316,159 @@ std::unique_ptr<PendingCollective> ClientSession::StartCounted(
   }
   pending->attempt_ = SendAttempt(*pending);
   return pending;
+}
+
+void ClientSession::NumberAttempt(PendingCollective& pending) {
+  v1::CollectiveHeader& header = pending.contribution_.header;
+  pending.attempt_number_ = next_attempt_++;
+  pending.settled_ = false;
+  header.set_attempt_id(absl::StrCat(session_id_, "/", pending.attempt_number_));
+  header.clear_received();
+  absl::MutexLock ack_lock(&ack_mu_);
+  unsettled_.insert(pending.attempt_number_);
+  header.set_received_below(*unsettled_.begin());
+  for (uint64_t n : settled_above_) header.add_received(n);
+  settled_above_.clear();
+}
+
+absl::Status ClientSession::CheckForwarded(const v1::CollectiveHeader& header,
+                                           size_t inputs) const {
+  auto held = [this](int r) {
+    return std::binary_search(ranks_.begin(), ranks_.end(), r);
+  };
+  if (!held(header.rank())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a forwarded call of rank ", header.rank(),
+        ", which this session (ranks [", absl::StrJoin(ranks_, ","),
+        "]) does not hold"));
+  }
+  for (int r : header.ranks()) {
+    if (!held(r)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a forwarded call for ranks [", absl::StrJoin(header.ranks(), ","),
+          "], of which this session (ranks [", absl::StrJoin(ranks_, ","),
+          "]) does not hold ", r));
+    }
+  }
+  if (inputs != 0 && inputs != static_cast<size_t>(header.tensors_size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a forwarded call of ", header.tensors_size(), " tensor(s) given ",
+        inputs, " input(s); give one per tensor, or none"));
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<PendingCollective> ClientSession::StartForwarded(
+    v1::CollectiveHeader header, std::vector<const void*> inputs,
+    const InputGate* gate, absl::Time deadline) {
+  std::unique_ptr<PendingCollective> pending(new PendingCollective(this));
+  Contribution& contribution = pending->contribution_;
+  // What Wait() names in a failure, also for a refused call.
+  header.set_job(options_.job);
+  header.set_session_id(session_id_);
+  header.clear_replay();
+  contribution.header = std::move(header);
+  pending->invalid_ = SessionStatus();
+  if (!pending->invalid_.ok()) return pending;
+  pending->invalid_ = CheckForwarded(contribution.header, inputs.size());
+  if (!pending->invalid_.ok()) return pending;
+  std::vector<TensorSpec> tensors;
+  tensors.reserve(contribution.header.tensors_size());
+  for (int i = 0; i < contribution.header.tensors_size(); ++i) {
+    absl::StatusOr<TensorSpec> spec = TensorSpecFromWire(
+        contribution.header.tensors(i), /*with_op=*/false, "tensors", i);
+    if (!spec.ok()) {
+      pending->invalid_ = spec.status();
+      return pending;
+    }
+    tensors.push_back(*std::move(spec));
+  }
+  absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(tensors);
+  if (!layout.ok()) {
+    pending->invalid_ = layout.status();
+    return pending;
+  }
+  contribution.layout = *std::move(layout);
+  contribution.send_payload = !inputs.empty();
+  contribution.inputs = std::move(inputs);
+  contribution.inputs_gate = gate;
+  contribution.deadline = deadline;
+  contribution.device = Device::Cpu();
+  // The same-host path was opened for the session's own rank alone.
+  contribution.same_host_path = contribution.header.rank() == options_.rank;
+  {
+    absl::MutexLock lock(&mu_);
+    NumberAttempt(*pending);
+  }
+  // With several shards, each partition carries its own shard's epoch.
+  contribution.header.set_epoch(links_[0]->epoch());
+  // Sent without mu_ held: the caller orders its own calls, and a gated
+  // input may keep this thread until its bytes are in.
+  pending->attempt_ = SendAttempt(*pending);
+  return pending;
+}
+
+absl::Status ClientSession::LeaveWithCause(std::string cause) {
+  REDUCER_RETURN_IF_ERROR(SessionStatus());
+  {
+    absl::MutexLock lock(&failure_mu_);
+    if (!first_failure_.ok()) return first_failure_;
+    first_failure_ = absl::AbortedError(absl::StrCat(
+        "job ", options_.job, ": the session of ranks [",
+        absl::StrJoin(ranks_, ","), "] left, ending the epoch: ", cause));
+  }
+  left_.store(true, std::memory_order_release);
+  for (const std::unique_ptr<ShardLink>& link : links_) link->Abandon(cause);
+  // Each Leave has a deadline of its own (a second); this bounds the wait
+  // should one never complete.
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  absl::Status outcome;
+  for (size_t i = 0; i < links_.size(); ++i) {
+    absl::Status left = links_[i]->AwaitAbandon(deadline);
+    if (!left.ok() && outcome.ok()) outcome = NameShard(i, left);
+  }
+  return outcome;
+}
+
+void ClientSession::OnEnd(std::function<void(const absl::Status&)> callback) {
+  absl::MutexLock lock(&end_mu_);
+  end_callbacks_.push_back(std::move(callback));
+  if (!end_watcher_.joinable()) {
+    // The session may have ended before anyone watched.
+    end_signaled_ = true;
+    end_watcher_ = std::thread([this] { WatchEnd(); });
+  }
+}
+
+void ClientSession::WatchEnd() {
+  for (;;) {
+    std::vector<std::function<void(const absl::Status&)>> due;
+    {
+      absl::MutexLock lock(&end_mu_);
+      end_mu_.Await(absl::Condition(
+          +[](ClientSession* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->end_mu_) {
+            return s->end_stopping_ ||
+                   (s->end_signaled_ && !s->end_callbacks_.empty());
+          },
+          this));
+      if (end_stopping_) return;
+      end_signaled_ = false;
+      due.swap(end_callbacks_);
+    }
+    // A link signals after its status changed, under its own lock: the
+    // status read here is at least that new.
+    const absl::Status status = SessionStatus();
+    if (status.ok()) {
+      // Not ended (the first look, or a signal of an event that ends
+      // nothing): wait for the next signal.
+      absl::MutexLock lock(&end_mu_);
+      due.insert(due.end(), std::make_move_iterator(end_callbacks_.begin()),
+                 std::make_move_iterator(end_callbacks_.end()));
+      end_callbacks_ = std::move(due);
+      continue;
+    }
+    for (auto& callback : due) callback(status);
+  }
 }
 
 void ClientSession::StartMatchLocked(PendingCollective& pending,

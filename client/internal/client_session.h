@@ -11,15 +11,24 @@
 // is passed on to the other shards by abandoning their sessions, so that
 // each of them ends the job's epoch too.
 //
+// A relay (reducerd --upstream) opens one session for all the ranks of its
+// host (OpenForRanks) and forwards their calls on it (StartForwarded),
+// each with the identity the caller gives; it learns of the session's end
+// through OnEnd, and ends the job's epoch itself with LeaveWithCause when
+// one of its ranks is lost.
+//
 // Thread-safe. Internal to the client library.
 #ifndef REDUCER_CLIENT_INTERNAL_CLIENT_SESSION_H_
 #define REDUCER_CLIENT_INTERNAL_CLIENT_SESSION_H_
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -31,6 +40,7 @@
 #include "client/internal/collective_attempt.h"
 #include "client/internal/collective_backend.h"
 #include "client/internal/collective_request.h"
+#include "client/internal/input_gate.h"
 #include "client/internal/pending_collective.h"
 #include "client/internal/point_to_point_counts.h"
 #include "client/shards/sharded_backend.h"
@@ -58,7 +68,15 @@ class ClientSession final {
   // stands in for a GPU's.
   static absl::StatusOr<std::unique_ptr<ClientSession>> Open(
       const ClientOptions& options, std::unique_ptr<DeviceStaging> staging);
-  // Closes the session: the server sees this rank leave.
+  // As Open, for a session that holds several global ranks of the job (a
+  // relay's, for the ranks of its host): every shard's Join sends `ranks`
+  // (JoinRequest.ranks), and the session's own rank (options().rank) is
+  // ranks[0], whatever options.rank said. INVALID_ARGUMENT unless `ranks`
+  // is non-empty, sorted, distinct and within the world. The job is ready
+  // once every rank is held by some session.
+  static absl::StatusOr<std::unique_ptr<ClientSession>> OpenForRanks(
+      const ClientOptions& options, std::vector<int> ranks);
+  // Closes the session: the server sees this rank (these ranks) leave.
   ~ClientSession();
 
   // Starts one collective: checks the call options (group, timeout; an
@@ -78,7 +96,49 @@ class ClientSession final {
   absl::StatusOr<std::vector<Tensor>> Run(const CollectiveRequestSpec& spec,
                                           const CallOptions& call);
 
+  // Starts one contribution whose identity the caller gives (a relay
+  // forwarding a call of one of its ranks, or the combined call of
+  // several): `header` is sent as it is (rank, ranks, group, sequence or
+  // name, kind, tensors, root, timeout_ms, and the kind's own fields:
+  // send_rows, match and quorum fields), the session filling in only the
+  // job, its session id, the epoch, the attempt id and what it has received
+  // (received_below, received); no sequence number of this session's own
+  // counts is taken. `inputs`: one pointer per header tensor, to its bytes
+  // (host memory; none: shapes declared, no payload sent), read only as
+  // far as `gate` allows (null: all readable now), so that the caller may
+  // fill them while the call is sent; the memory and the gate must outlive
+  // the returned call. `deadline`: when the client gives up (usually the
+  // call's timeout and kDeadlineSlack from now). Retries, replays and the
+  // cut over several shards are those of Start; Wait() returns the result
+  // tensors (host memory). INVALID_ARGUMENT from Wait() when header.rank
+  // or a rank of header.ranks is not held by this session, or the inputs
+  // do not match the tensors. Callable from many threads at once.
+  std::unique_ptr<PendingCollective> StartForwarded(
+      v1::CollectiveHeader header, std::vector<const void*> inputs,
+      const InputGate* gate, absl::Time deadline);
+
+  // OK while the session is usable on every shard; else why not (as the
+  // next call's failure would say).
+  absl::Status status() { return SessionStatus(); }
+  // Calls `callback` once, with status(), when the session ends (JobAborted
+  // from a shard, a shard lost, LeaveWithCause), or soon after registration
+  // when it has ended already; from a thread of the session's own, never
+  // from the registering one. Not called once the session is being
+  // destroyed. `callback` must not destroy the session.
+  void OnEnd(std::function<void(const absl::Status&)> callback);
+  // Ends the job's epoch on every shard naming `cause` (LeaveRequest.cause:
+  // as when a session is lost, with the cause in the other ranks' message),
+  // for a relay that lost one of its ranks; the session is over then
+  // (status() is ABORTED naming `cause`). Waits for each shard's answer, a
+  // second or so at most. OK when every shard took it; else the first
+  // failure, naming its shard; the session's failure when it had ended
+  // before.
+  absl::Status LeaveWithCause(std::string cause);
+
   const ClientOptions& options() const { return options_; }
+  // The global ranks this session holds, sorted: {options().rank} unless
+  // opened with OpenForRanks.
+  const std::vector<int>& ranks() const { return ranks_; }
   // The number of this session's first quorum step: what reducerd's
   // JobReady said for a rank admitted into a running epoch, else 0.
   uint64_t FirstQuorumStep() const;
@@ -92,7 +152,21 @@ class ClientSession final {
 
  private:
   friend class PendingCollective;
-  ClientSession(ClientOptions options, std::vector<std::string> targets);
+  ClientSession(ClientOptions options, std::vector<int> ranks,
+                std::vector<std::string> targets);
+  // Open and OpenForRanks: `ranks` checked, options.rank its first.
+  static absl::StatusOr<std::unique_ptr<ClientSession>> OpenHolding(
+      const ClientOptions& options, std::vector<int> ranks,
+      std::unique_ptr<DeviceStaging> staging);
+  // StartForwarded's checks: INVALID_ARGUMENT naming what is wrong.
+  absl::Status CheckForwarded(const v1::CollectiveHeader& header,
+                              size_t inputs) const;
+  // Numbers `pending`'s contribution as this session's next attempt (its
+  // attempt id, received_below and received).
+  void NumberAttempt(PendingCollective& pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OnEnd's thread: calls the registered callbacks once the session ended.
+  void WatchEnd();
   // Start, a receive's message count given (`message`: the match's answer)
   // instead of taken.
   std::unique_ptr<PendingCollective> StartCounted(
@@ -133,6 +207,7 @@ class ClientSession final {
 
   // Constant after construction.
   const ClientOptions options_;
+  const std::vector<int> ranks_;            // held, sorted; ranks_[0] = rank
   const std::vector<std::string> targets_;  // the shards, in order
   const std::string session_id_;
   const std::shared_ptr<BufferCache> buffers_;  // shared with result tensors
@@ -151,7 +226,19 @@ class ClientSession final {
   absl::Mutex failure_mu_;
   // With several shards: the first shard failure seen (named), once it was
   // passed on to the other shards; OK before.
+  // After LeaveWithCause (also with one shard): ABORTED naming its cause.
   absl::Status first_failure_ ABSL_GUARDED_BY(failure_mu_);
+  // LeaveWithCause began: first_failure_ says why the session is over.
+  std::atomic<bool> left_{false};
+
+  // OnEnd: the callbacks not yet called, and the thread that calls them.
+  // Taken after a link's lock (its end observer signals here).
+  absl::Mutex end_mu_;
+  std::vector<std::function<void(const absl::Status&)>> end_callbacks_
+      ABSL_GUARDED_BY(end_mu_);
+  bool end_signaled_ ABSL_GUARDED_BY(end_mu_) = false;  // a link may have ended
+  bool end_stopping_ ABSL_GUARDED_BY(end_mu_) = false;  // the session closes
+  std::thread end_watcher_;  // started by the first OnEnd
 
   absl::Mutex mu_;
   // Next sequence number per group (key: the group's ranks).

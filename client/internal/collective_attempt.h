@@ -45,6 +45,10 @@ struct Contribution {
   // lent from its own memory (Tensor::Lent: the same-host path's result
   // segment, read-only) instead of a copy, saving one copy of the result.
   bool result_may_be_lent = false;
+  // False: never over the same-host path, whose session carries only the
+  // calls of the rank it was opened for (a relay's call forwarded for
+  // another of its ranks goes over gRPC).
+  bool same_host_path = true;
 
   size_t payload_bytes() const { return send_payload ? layout.total_bytes : 0; }
 

@@ -29,7 +29,7 @@ std::unique_ptr<CollectiveAttempt> CollectiveRouter::Start(
     const Contribution& contribution) {
   CollectiveBackend* shared_memory =
       shared_memory_.load(std::memory_order_acquire);
-  if (shared_memory != nullptr) {
+  if (shared_memory != nullptr && contribution.same_host_path) {
     std::unique_ptr<CollectiveAttempt> attempt =
         shared_memory->TryStart(contribution);
     if (attempt != nullptr) return attempt;

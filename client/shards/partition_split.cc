@@ -43,6 +43,7 @@ Contribution PartOf(const Contribution& whole, const std::vector<TensorSpec>& te
   part.deadline = whole.deadline;
   part.device = whole.device;
   part.cuda_stream = whole.cuda_stream;
+  part.same_host_path = whole.same_host_path;
   return part;
 }
 

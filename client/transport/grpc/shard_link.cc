@@ -82,6 +82,10 @@ void ShardLink::Open(const ChannelSecurity& security) {
       CollectiveRouter::TransportFromEnvironment());
 }
 
+void ShardLink::SetEndObserver(std::function<void()> observer) {
+  end_observer_ = std::move(observer);
+}
+
 absl::Status ShardLink::WaitForChannel(absl::Time deadline) {
   absl::Time next_probe = absl::InfinitePast();
   for (;;) {
@@ -239,6 +243,29 @@ void ShardLink::AbandonCall::OnComplete(bool /*ok*/) {
   absl::MutexLock lock(&link_->mu_);
   link_->CancelJoinLocked();
   link_->abandoning_ = false;
+  link_->abandon_outcome_ = FromGrpcStatus(status);
+}
+
+absl::Status ShardLink::AwaitAbandon(absl::Time deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (abandon_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "no running session with reducerd at ", target_, " to leave"));
+    }
+  }
+  const bool done = driver_->DriveUntil(
+      [this] {
+        absl::MutexLock lock(&mu_);
+        return !abandoning_;
+      },
+      deadline);
+  absl::MutexLock lock(&mu_);
+  if (!done) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "reducerd at ", target_, " did not answer Leave in time"));
+  }
+  return abandon_outcome_;
 }
 
 void ShardLink::CancelJoinLocked() {
@@ -296,6 +323,7 @@ void ShardLink::OnRead(grpc::ByteBuffer* message) {
     shared_memory_socket_ = join_event_.ready().shared_memory_socket();
   } else if (join_event_.has_aborted()) {
     aborted_ = absl::AbortedError(join_event_.aborted().reason());
+    if (end_observer_) end_observer_();
   } else if (join_event_.has_pace() && join_event_.pace().chunk_bytes() > 0) {
     // Later payloads go in messages of the job's paced chunk size.
     chunk_bytes_.store(join_event_.pace().chunk_bytes(), std::memory_order_relaxed);
@@ -316,6 +344,7 @@ void ShardLink::OnFinished(const grpc::Status& status) {
   } else {
     end_status_ = FromGrpcStatus(status);
   }
+  if (end_observer_) end_observer_();
 }
 
 }  // namespace reducer

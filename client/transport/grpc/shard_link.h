@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -56,6 +57,13 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
 
   // Creates the channels and transports (nothing is sent yet).
   void Open(const ChannelSecurity& security);
+
+  // Calls `observer` each time this shard's session may have ended
+  // (JobAborted came, the Join stream ended): on the completion thread,
+  // with the link's lock held, so it must be quick and must not call into
+  // the link (SessionStatus and the rest); it may be called more than once.
+  // Set before StartJoin.
+  void SetEndObserver(std::function<void()> observer);
 
   // Waits until the session channel is ready or `deadline`. OK when it is
   // ready; UNAVAILABLE naming the address when it is not by `deadline`;
@@ -100,6 +108,12 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   // rank being lost. How a failure on one shard reaches the others with its
   // first cause intact. Returns at once; once; no-op once the stream is over.
   void Abandon(const std::string& cause);
+  // After Abandon: drives the queue until its Leave completed or
+  // `deadline`. OK when the shard took the Leave; the Leave's error
+  // (DEADLINE_EXCEEDED when it did not complete by `deadline`); or
+  // FAILED_PRECONDITION when Abandon sent none (the session was not
+  // running, had ended, or was closed already).
+  absl::Status AwaitAbandon(absl::Time deadline);
 
   // ShardEndpoint (backend() valid after Open).
   const std::string& target() const override { return target_; }
@@ -164,6 +178,10 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   // Abandon's Leave, from its start until it completed (and was handled).
   std::unique_ptr<AbandonCall> abandon_;
   bool abandoning_ ABSL_GUARDED_BY(mu_) = false;
+  // Abandon's Leave as it completed (OK until then, or without one).
+  absl::Status abandon_outcome_ ABSL_GUARDED_BY(mu_);
+  // SetEndObserver's; empty: none.
+  std::function<void()> end_observer_;
   std::string session_id_ ABSL_GUARDED_BY(mu_);  // from StartJoin
   // JobReady's shared_memory_socket: where reducerd offers the same-host
   // path (empty: not offered).
