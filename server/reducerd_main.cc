@@ -5,6 +5,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -18,8 +21,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/process_memory.h"
+#include "absl/strings/ascii.h"
+#include "client/client_options.h"
 #include "server/credential_path.h"
 #include "server/log.h"
+#include "server/relay/client/client_upstream.h"
 #include "server/sd_notify.h"
 #include "server/server.h"
 #include "server/server_options.h"
@@ -129,12 +135,64 @@ ABSL_FLAG(bool, allow_unauthenticated, false,
           "127.0.0.0/8, [::1], localhost or unix:) with neither TLS nor "
           "--job_tokens_file, to anyone who can reach the port; without "
           "it, reducerd refuses to start so");
+ABSL_FLAG(std::string, upstream, "",
+          "serve as the relay of this host: the reducerd shards its jobs go "
+          "to (ADDR[,ADDR...], as a client names them); empty: not a relay");
+ABSL_FLAG(std::string, upstream_token_file, "",
+          "file holding the bearer token sent upstream (the job token of "
+          "the jobs this relay serves); empty: none");
+ABSL_FLAG(std::string, upstream_tls_ca_file, "",
+          "PEM roots that sign the upstream shards' certificates; empty: "
+          "plaintext upstream");
+ABSL_FLAG(std::string, upstream_tls_cert_file, "",
+          "PEM certificate this relay presents upstream (mutual TLS)");
+ABSL_FLAG(std::string, upstream_tls_key_file, "",
+          "PEM private key of --upstream_tls_cert_file");
+ABSL_FLAG(std::string, upstream_tls_server_name, "",
+          "name to check in the upstream shards' certificates; empty: each "
+          "address's host");
 ABSL_FLAG(bool, shared_memory, true,
           "offer same-host clients the shared-memory path (an abstract "
           "unix socket JobReady names; docs/same_host.md)");
 ABSL_FLAG(std::string, health_listen, "",
           "host:port of a second, plaintext port serving only "
           "grpc.health.v1 (for kubelet probes); empty: none");
+
+// The relay's upstream (--upstream and its TLS and token flags), or null
+// when this reducerd is not a relay; an unreadable token file is an error.
+absl::StatusOr<std::unique_ptr<reducer::Upstream>> UpstreamFromFlags(
+    const char* credentials) {
+  const std::string target = absl::GetFlag(FLAGS_upstream);
+  if (target.empty()) return std::unique_ptr<reducer::Upstream>();
+  reducer::ClientOptions options;
+  options.target = target;
+  const std::string token_file = reducer::CredentialPath(
+      absl::GetFlag(FLAGS_upstream_token_file), credentials);
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in) {
+      return absl::NotFoundError(absl::StrCat(
+          "--upstream_token_file ", token_file, " cannot be read"));
+    }
+    std::string token((std::istreambuf_iterator<char>(in)),
+                      std::istreambuf_iterator<char>());
+    options.token = std::string(absl::StripAsciiWhitespace(token));
+  }
+  const std::string ca = reducer::CredentialPath(
+      absl::GetFlag(FLAGS_upstream_tls_ca_file), credentials);
+  if (!ca.empty()) {
+    reducer::TlsOptions tls;
+    tls.ca_file = ca;
+    tls.cert_file = reducer::CredentialPath(
+        absl::GetFlag(FLAGS_upstream_tls_cert_file), credentials);
+    tls.key_file = reducer::CredentialPath(
+        absl::GetFlag(FLAGS_upstream_tls_key_file), credentials);
+    tls.server_name = absl::GetFlag(FLAGS_upstream_tls_server_name);
+    options.tls = tls;
+  }
+  return std::unique_ptr<reducer::Upstream>(
+      std::make_unique<reducer::ClientUpstream>(std::move(options)));
+}
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -311,8 +369,15 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  absl::StatusOr<std::unique_ptr<reducer::Upstream>> upstream =
+      UpstreamFromFlags(credentials);
+  if (!upstream.ok()) {
+    std::fprintf(stderr, "reducerd: %s\n",
+                 upstream.status().ToString().c_str());
+    return 1;
+  }
   absl::StatusOr<std::unique_ptr<reducer::Server>> server =
-      reducer::Server::Start(options);
+      reducer::Server::Start(options, *std::move(upstream));
   if (!server.ok()) {
     std::fprintf(stderr, "reducerd: %s\n", server.status().ToString().c_str());
     return 1;

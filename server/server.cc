@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <exception>
 #include <memory>
@@ -15,6 +17,7 @@
 #include "server/engine/clock.h"
 #include "server/listen_exposure.h"
 #include "server/log.h"
+#include "server/relay/relay_job.h"
 #include "server/security/server_credentials.h"
 #include "server/version.h"
 
@@ -154,6 +157,22 @@ ServerState Server::State() {
   return s;
 }
 
+void Server::ServeAsRelay(std::unique_ptr<Upstream> upstream) {
+  upstream_ = std::move(upstream);
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  RelayJobEnv env{upstream_.get(),
+                  RelayEnv{&timers_, &memory_, options_.chunk_bytes,
+                           options_.window},
+                  &log_, absl::StrCat("relay ", host)};
+  registry_.SetRelays(
+      [env](const std::string& job, int world_size, const std::string& tenant,
+            std::function<void(uint64_t, const std::string&)> ended) {
+        return std::make_shared<RelayJob>(env, job, world_size,
+                                          std::move(ended));
+      });
+}
+
 absl::Status Server::StartMetricsEndpoint() {
   const std::string& listen = options_.metrics_listen;
   try {
@@ -175,7 +194,8 @@ absl::Status Server::StartMetricsEndpoint() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(
+    ServerOptions options, std::unique_ptr<Upstream> upstream) {
   if (options.chunk_bytes == 0 || options.chunk_bytes % 8 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--chunk_bytes must be a positive multiple of 8, got ",
@@ -200,6 +220,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   std::unique_ptr<Server> server(
       new Server(std::move(options), std::move(tokens)));
   const ServerOptions& o = server->options_;
+  if (upstream != nullptr) server->ServeAsRelay(std::move(upstream));
   if (server->prometheus_ != nullptr) {
     absl::Status metrics = server->StartMetricsEndpoint();
     if (!metrics.ok()) return metrics;

@@ -32,6 +32,7 @@
 #include "server/metrics/metrics_sink.h"
 #include "server/metrics/prometheus_metrics.h"
 #include "server/security/job_tokens.h"
+#include "server/relay/upstream.h"
 #include "server/server_options.h"
 #include "server/shm/listener.h"
 
@@ -45,7 +46,11 @@ class Server {
   // files that are unusable (see MakeServerCredentials and JobTokens::Load);
   // FAILED_PRECONDITION for a listen address other hosts can reach with
   // neither TLS nor tokens nor allow_unauthenticated (listen_exposure.h).
-  static absl::StatusOr<std::unique_ptr<Server>> Start(ServerOptions options);
+  //
+  // With `upstream` (reducerd --upstream), it serves as a relay: every job
+  // is its host's ranks' (server/relay/relay_job.h), taken upstream there.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(
+      ServerOptions options, std::unique_ptr<Upstream> upstream = nullptr);
   ~Server();
 
   // The address actually bound (the port resolved if 0 was asked for).
@@ -79,6 +84,8 @@ class Server {
   ServerState State();
   // Starts the /metrics endpoint on options_.metrics_listen.
   absl::Status StartMetricsEndpoint();
+  // Makes every job a relay's, through `upstream` (before serving).
+  void ServeAsRelay(std::unique_ptr<Upstream> upstream);
 
   // Constant after construction; members are declared in the order they
   // must be built (and destroyed in reverse).
@@ -95,6 +102,8 @@ class Server {
   TimerQueue timers_;
   ThreadPool reduction_pool_;
   JobRegistry registry_;
+  // A relay's upstream (null: not a relay); outlives the jobs' relays.
+  std::unique_ptr<Upstream> upstream_;
   // Null when metrics are off; outlives the gRPC server and its reactors.
   const std::unique_ptr<GrpcServerMetrics> grpc_metrics_;
   const std::unique_ptr<JobTokens> tokens_;  // null: no tokens required

@@ -1,0 +1,129 @@
+#include "server/relay/client/client_upstream.h"
+
+#include <thread>
+#include <utility>
+
+#include "absl/synchronization/mutex.h"
+#include "client/internal/client_session.h"
+#include "client/internal/collective_request.h"
+#include "client/internal/input_gate.h"
+#include "core/payload_layout.h"
+#include "proto/reducer/v1/wire_conversion.h"
+
+namespace reducer {
+namespace {
+
+// The relay's upstream payload as the client library reads it.
+class InputOfRelay final : public InputGate {
+ public:
+  explicit InputOfRelay(std::shared_ptr<UpstreamInput> input)
+      : input_(std::move(input)) {}
+  absl::Status Await(size_t end, absl::Time deadline) const override {
+    return input_->Await(end, deadline);
+  }
+
+ private:
+  const std::shared_ptr<UpstreamInput> input_;
+};
+
+class ClientUpstreamSession final : public UpstreamSession {
+ public:
+  explicit ClientUpstreamSession(std::unique_ptr<ClientSession> session)
+      : session_(std::move(session)) {}
+
+  ~ClientUpstreamSession() override {
+    std::vector<std::thread> waiting;
+    {
+      absl::MutexLock lock(&mu_);
+      waiting = std::move(waiting_);
+    }
+    for (std::thread& t : waiting) t.join();
+  }
+
+  void Start(v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
+             std::function<void(absl::StatusOr<UpstreamResult>)> done)
+      override {
+    // The tensors were validated by the relay's job: their layout exists.
+    std::vector<TensorSpec> specs;
+    for (const v1::TensorSpec& wire : header.tensors()) {
+      absl::StatusOr<TensorSpec> spec =
+          TensorSpecFromWire(wire, /*with_op=*/true, "tensors");
+      if (!spec.ok()) {
+        done(spec.status());
+        return;
+      }
+      specs.push_back(*spec);
+    }
+    absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(specs);
+    if (!layout.ok()) {
+      done(layout.status());
+      return;
+    }
+    std::vector<const void*> inputs;
+    const bool sends = input->size() > 0;
+    for (size_t offset : layout->offsets) {
+      inputs.push_back(sends ? input->data() + offset : nullptr);
+    }
+    if (!sends) inputs.clear();
+    auto gate = std::make_shared<InputOfRelay>(input);
+    const absl::Time deadline = absl::Now() +
+                                absl::Milliseconds(header.timeout_ms()) +
+                                kDeadlineSlack;
+    std::shared_ptr<PendingCollective> pending = session_->StartForwarded(
+        std::move(header), std::move(inputs), gate.get(), deadline);
+    absl::MutexLock lock(&mu_);
+    waiting_.emplace_back([pending, gate, input, done = std::move(done)] {
+      absl::StatusOr<std::vector<Tensor>> tensors = pending->Wait();
+      if (!tensors.ok()) {
+        done(tensors.status());
+        return;
+      }
+      auto owned = std::make_shared<std::vector<Tensor>>(*std::move(tensors));
+      UpstreamResult result;
+      for (const Tensor& t : *owned) {
+        TensorSpec spec;
+        spec.dtype = t.dtype();
+        spec.shape = t.shape();
+        result.specs.push_back(std::move(spec));
+        result.data.push_back(t.data());
+      }
+      result.owner = owned;
+      done(std::move(result));
+    });
+  }
+
+  void Leave(const std::string& cause) override {
+    session_->LeaveWithCause(cause).IgnoreError();
+  }
+
+  ClientSession& session() { return *session_; }
+
+ private:
+  const std::unique_ptr<ClientSession> session_;
+  absl::Mutex mu_;
+  // One thread per call, waiting for its result.
+  std::vector<std::thread> waiting_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+ClientUpstream::ClientUpstream(ClientOptions options)
+    : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<UpstreamSession>> ClientUpstream::Open(
+    const std::string& job, int world_size, const std::vector<int>& ranks,
+    std::function<void(const absl::Status&)> ended) {
+  ClientOptions options = options_;
+  options.job = job;
+  options.world_size = world_size;
+  options.rank = ranks.front();
+  options.local_world_size = static_cast<int>(ranks.size());
+  absl::StatusOr<std::unique_ptr<ClientSession>> session =
+      ClientSession::OpenForRanks(options, ranks);
+  if (!session.ok()) return session.status();
+  (*session)->OnEnd(std::move(ended));
+  return std::unique_ptr<UpstreamSession>(
+      std::make_unique<ClientUpstreamSession>(*std::move(session)));
+}
+
+}  // namespace reducer
