@@ -368,8 +368,9 @@ int main(int argc, char** argv) {
     // A reload that fails keeps what was read before (Reload logged why);
     // reducerd serves on either way, and says so.
     const absl::Status reloaded = (*server)->Reload();
-    notify(absl::StrCat("READY=1\nSTATUS=", serving,
-                        reloaded.ok() ? "" : " (last reload failed: see the log)"));
+    notify(absl::StrCat(
+        "READY=1\nSTATUS=", serving,
+        reloaded.ok() ? "" : " (last reload failed: see the log)"));
   }
   const std::string message =
       absl::StrCat("received signal ", signal_number, "; draining");

@@ -290,8 +290,9 @@ absl::Status Server::Reload() {
           : absl::StrCat("; TLS files re-read by their watcher every ",
                          absl::FormatDuration(options_.tls_refresh_interval)));
   if (tokens_ == nullptr) {
-    log_.Log({LogSeverity::kInfo, "reloaded",
-              absl::StrCat("reload: no --job_tokens_file to re-read; ", unread)});
+    log_.Log(
+        {LogSeverity::kInfo, "reloaded",
+         absl::StrCat("reload: no --job_tokens_file to re-read; ", unread)});
     return absl::OkStatus();
   }
   absl::StatusOr<size_t> jobs = tokens_->ReadNow();

@@ -45,11 +45,13 @@ constexpr absl::Duration kReceiveLimit = absl::Seconds(10);
 // computed by coreutils, independent of reducerd's own SHA-256.
 std::string Sha256Hex(const std::string& token) {
   std::string out;
-  FILE* pipe = popen(absl::StrCat("printf %s '", token, "' | sha256sum").c_str(), "r");
+  FILE* pipe =
+      popen(absl::StrCat("printf %s '", token, "' | sha256sum").c_str(), "r");
   if (pipe == nullptr) return out;
   char buffer[128];
   size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
+    out.append(buffer, n);
   pclose(pipe);
   return out.substr(0, 64);
 }
@@ -89,7 +91,8 @@ class ReloadTest : public FaultTest {
   }
 
   std::string Ready(const std::string& suffix) {
-    return absl::StrCat("READY=1\nSTATUS=serving on ", server()->address(), suffix);
+    return absl::StrCat("READY=1\nSTATUS=serving on ", server()->address(),
+                        suffix);
   }
 
   // Sends SIGHUP and expects RELOADING=1 (with MONOTONIC_USEC= of a time
@@ -107,7 +110,8 @@ class ReloadTest : public FaultTest {
     EXPECT_EQ(lines[0], "RELOADING=1");
     int64_t monotonic_us = 0;
     ASSERT_THAT(lines[1], StartsWith("MONOTONIC_USEC="));
-    ASSERT_TRUE(absl::SimpleAtoi(lines[1].substr(15), &monotonic_us)) << lines[1];
+    ASSERT_TRUE(absl::SimpleAtoi(lines[1].substr(15), &monotonic_us))
+        << lines[1];
     EXPECT_GE(monotonic_us, before_us);
     EXPECT_LE(monotonic_us, after_us);
     EXPECT_EQ(lines[2], "STATUS=reloading");
@@ -142,8 +146,10 @@ class ReloadTest : public FaultTest {
 // hears READY=1 again, the status saying the reload failed.
 TEST_F(ReloadTest, SighupRereadsTheTokensFileAndABrokenOneKeepsTheOld) {
   const std::string tokens = absl::StrCat(scratch_dir_, "/tokens");
-  const std::string line_a = absl::StrCat(Job("a"), " ", Sha256Hex(kTokenA), "\n");
-  const std::string line_c = absl::StrCat(Job("c"), " ", Sha256Hex(kTokenC), "\n");
+  const std::string line_a =
+      absl::StrCat(Job("a"), " ", Sha256Hex(kTokenA), "\n");
+  const std::string line_c =
+      absl::StrCat(Job("c"), " ", Sha256Hex(kTokenC), "\n");
   // Job c's line, held by a comment of its length until it is written.
   const std::string placeholder = std::string(line_c.size() - 1, '#') + "\n";
   std::ofstream(tokens) << line_a << placeholder;
@@ -152,8 +158,8 @@ TEST_F(ReloadTest, SighupRereadsTheTokensFileAndABrokenOneKeepsTheOld) {
   ASSERT_TRUE(StartUnderManager({"--job_tokens_file=" + tokens}));
 
   ExpectStep(ConnectOnce(Job("a"), kTokenA), "1", absl::StatusCode::kOk);
-  ExpectStep(ConnectOnce(Job("c"), kTokenC), "0", absl::StatusCode::kPermissionDenied,
-             {"has no token"});
+  ExpectStep(ConnectOnce(Job("c"), kTokenC), "0",
+             absl::StatusCode::kPermissionDenied, {"has no token"});
 
   // Rewritten in place, same size; the modification time set back.
   {
@@ -171,22 +177,26 @@ TEST_F(ReloadTest, SighupRereadsTheTokensFileAndABrokenOneKeepsTheOld) {
   ASSERT_EQ(rewritten.st_mtim.tv_sec, at_start.st_mtim.tv_sec);
   // Past the refresh interval (1 s): reducerd looked and saw no change.
   absl::SleepFor(absl::Milliseconds(1500));
-  ExpectStep(ConnectOnce(Job("c"), kTokenC), "0", absl::StatusCode::kPermissionDenied,
-             {"has no token"});
+  ExpectStep(ConnectOnce(Job("c"), kTokenC), "0",
+             absl::StatusCode::kPermissionDenied, {"has no token"});
 
   ASSERT_NO_FATAL_FAILURE(ReloadAndExpect(""));
   ExpectStep(ConnectOnce(Job("c"), kTokenC), "1", absl::StatusCode::kOk);
   ExpectStep(ConnectOnce(Job("a"), kTokenA), "1", absl::StatusCode::kOk);
-  EXPECT_THAT(server()->Stderr(),
-              HasSubstr(absl::StrCat("reload: re-read --job_tokens_file ", tokens,
-                                     ": 2 jobs; flags unchanged until a restart")));
+  EXPECT_THAT(
+      server()->Stderr(),
+      HasSubstr(absl::StrCat("reload: re-read --job_tokens_file ", tokens,
+                             ": 2 jobs; flags unchanged until a restart")));
 
-  std::ofstream(tokens, std::ios::trunc) << line_a << Job("d") << " not-a-hash\n";
-  ASSERT_NO_FATAL_FAILURE(ReloadAndExpect(" (last reload failed: see the log)"));
+  std::ofstream(tokens, std::ios::trunc)
+      << line_a << Job("d") << " not-a-hash\n";
+  ASSERT_NO_FATAL_FAILURE(
+      ReloadAndExpect(" (last reload failed: see the log)"));
   EXPECT_THAT(server()->Stderr(),
               HasSubstr(absl::StrCat("reload: --job_tokens_file ", tokens,
                                      " line 2: expected `JOB SHA256_HEX`")));
-  EXPECT_THAT(server()->Stderr(), HasSubstr("; keeping the tokens read before;"));
+  EXPECT_THAT(server()->Stderr(),
+              HasSubstr("; keeping the tokens read before;"));
   ExpectStep(ConnectOnce(Job("c"), kTokenC), "1", absl::StatusCode::kOk);
   ExpectStep(ConnectOnce(Job("a"), kTokenA), "1", absl::StatusCode::kOk);
 
@@ -194,7 +204,8 @@ TEST_F(ReloadTest, SighupRereadsTheTokensFileAndABrokenOneKeepsTheOld) {
   const pid_t server_pid = server()->pid();
   EXPECT_EQ(server()->StopDrained(), "");
   pid_t sender = 0;
-  EXPECT_EQ(manager_->Receive(kReceiveLimit, &sender), "STOPPING=1\nSTATUS=draining");
+  EXPECT_EQ(manager_->Receive(kReceiveLimit, &sender),
+            "STOPPING=1\nSTATUS=draining");
   EXPECT_EQ(sender, server_pid);
   for (const char* token : {kTokenA, kTokenC}) {
     EXPECT_THAT(server()->Logs(), ::testing::Not(HasSubstr(token)));

@@ -252,14 +252,12 @@ TEST_F(JobTokensTest, ReadNowOfABrokenFileKeepsTheOldTokens) {
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   WriteFile(path_, absl::StrCat("job-a ", Hex(HashToken("rotated")), "\n",
                                 "job-c not-a-hash\n"));
-  EXPECT_THAT((*tokens)->ReadNow(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr(path_ + " line 2")));
+  EXPECT_THAT((*tokens)->ReadNow(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr(path_ + " line 2")));
   WriteFile(path_, absl::StrCat("job-a ", Hex(HashToken("rotated")), "\n",
                                 "job-a ", Hex(HashToken("rotated")), "\n"));
-  EXPECT_THAT((*tokens)->ReadNow(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("listed twice")));
+  EXPECT_THAT((*tokens)->ReadNow(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("listed twice")));
   ASSERT_EQ(std::remove(path_.c_str()), 0);
   EXPECT_THAT((*tokens)->ReadNow(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr(path_)));
