@@ -5,16 +5,20 @@
 # sharing the host's network), then, all inside it:
 #   - reducerd.service, enabled by the package, started at boot
 #     (Type=notify: active once reducerd said READY=1);
-#   - it serves TLS with job tokens whose files are root's alone in
-#     /etc/reducer/credentials and reach reducerd, a dynamic user, only
-#     through LoadCredential= ($CREDENTIALS_DIRECTORY): reducerctl status
-#     with the token answers, a wrong token is refused;
+#   - it serves TLS whose files are root's alone in /etc/reducer/credentials
+#     and reach reducerd, a dynamic user, only through LoadCredential=
+#     ($CREDENTIALS_DIRECTORY), with job tokens from /etc/reducer/job_tokens,
+#     readable by the group reducer-tokens reducerd joins and by no other
+#     user: reducerctl status with the token answers, a wrong token is
+#     refused;
 #   - the same-host path works for a worker running as uid 1000, the uid
 #     docs/packaging.md tells users to admit (two ranks of
 #     tests/fault_worker with --shared_memory=required, every all-reduce
 #     equal to its closed form, and reducerd's journal naming their uid);
-#   - `systemctl reload` is refused (the unit has no reload) and leaves the
-#     same reducerd serving;
+#   - a job's line added to /etc/reducer/job_tokens, then `systemctl
+#     reload`: the same reducerd (MainPID) serves the new job's token at
+#     once, in reducerctl status and a fault_worker all-reduce, the first
+#     token still works, and its journal says what it re-read;
 #   - `systemctl stop` drains it: exit status 0, Result=success.
 #
 #   packaging/systemd_test.sh [--root=DIR] [--junit=FILE]
@@ -53,7 +57,7 @@ usage="[--root=DIR] [--junit=FILE]"
 set -- "${args[@]}"
 source packaging/lib/root_steps.sh "$@"
 planned_steps=(build root systemd_in_root configure boot unit_started_at_boot
-  serves_tls_with_tokens same_host_as_uid_$kWorkerUid reload_refused stop_exit_0)
+  serves_tls_with_tokens same_host_as_uid_$kWorkerUid reload_takes_new_token stop_exit_0)
 
 nspawn_pid=""
 leader=""
@@ -123,21 +127,35 @@ systemd_in_root() {
   umount "$rootfs/proc"  # the container mounts its own
 }
 
+# A line of the job tokens file: JOB SHA256_OF_TOKEN.
+token_line() {
+  echo "$1 $(printf %s "$2" | sha256sum | cut -d' ' -f1)"
+}
+
 # The flag file as an operator following docs/packaging.md writes it (a
-# free loopback port, TLS and job tokens from /etc/reducer/credentials, the
-# same-host path for kWorkerUid), the credential files (root's alone), the
-# CA for clients, and the test worker.
+# free loopback port, TLS from /etc/reducer/credentials, job tokens from
+# /etc/reducer/job_tokens, the same-host path for kWorkerUid), the
+# credential files (root's alone), the tokens file (root's, group
+# reducer-tokens, 0640), the CA for clients, and the test worker. The
+# tokens file's second line is a comment as long as the line that
+# reload_takes_new_token writes over it.
 configure() {
   local certs="$work/certs" credentials="$rootfs/etc/reducer/credentials"
   port=$(free_port)
   job="systemd-test"
   token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  new_job="systemd-test-added"
+  new_token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
   tests/make_test_certs.sh "$certs" >/dev/null || return 1
   [[ -d "$credentials" ]] || { echo "the package did not make $credentials" >&2; return 1; }
   install -m 0600 "$certs/server.pem" "$credentials/tls.crt"
   install -m 0600 "$certs/server.key" "$credentials/tls.key"
-  echo "$job $(printf %s "$token" | sha256sum | cut -d' ' -f1)" >"$credentials/job_tokens"
-  chmod 0600 "$credentials/job_tokens"
+  local new_line placeholder
+  new_line=$(token_line "$new_job" "$new_token")
+  placeholder=$(printf '%*s' "${#new_line}" '' | tr ' ' '#')
+  printf '%s\n%s\n' "$(token_line "$job" "$token")" "$placeholder" >"$rootfs/etc/reducer/job_tokens"
+  chroot "$rootfs" chown root:reducer-tokens /etc/reducer/job_tokens || return 1
+  chmod 0640 "$rootfs/etc/reducer/job_tokens"
   install -D -m 0644 "$certs/ca.pem" "$rootfs$kCaInRoot"
   install -m 0755 bazel-bin/tests/fault_worker "$rootfs/usr/local/bin/fault_worker"
   local flags="$rootfs/etc/reducer/reducerd.flags"
@@ -147,13 +165,13 @@ configure() {
   sed -i -e "s/^#--shared_memory_allowed_uids=.*/--shared_memory_allowed_uids=$kWorkerUid/" \
     -e 's/^#\(--tls_cert_file=reducer_tls.crt\)$/\1/' \
     -e 's/^#\(--tls_key_file=reducer_tls.key\)$/\1/' \
-    -e 's/^#\(--job_tokens_file=reducer_job_tokens\)$/\1/' "$flags"
+    -e 's|^#\(--job_tokens_file=/etc/reducer/job_tokens\)$|\1|' "$flags"
   local line
   for line in "--shared_memory_allowed_uids=$kWorkerUid" --tls_cert_file=reducer_tls.crt \
-      --tls_key_file=reducer_tls.key --job_tokens_file=reducer_job_tokens; do
+      --tls_key_file=reducer_tls.key --job_tokens_file=/etc/reducer/job_tokens; do
     grep -qx -- "$line" "$flags" || { echo "$flags has no example line for $line" >&2; return 1; }
   done
-  echo "==> 127.0.0.1:$port, TLS and job tokens from /etc/reducer/credentials, same-host path for uid $kWorkerUid"
+  echo "==> 127.0.0.1:$port, TLS from /etc/reducer/credentials, job tokens from /etc/reducer/job_tokens, same-host path for uid $kWorkerUid"
 }
 
 boot() {
@@ -208,7 +226,8 @@ unit_started_at_boot() {
   ((uid != 0)) || { echo "reducerd runs as root" >&2; return 1; }
 }
 
-# TLS with the certificate and tokens reducerd read from its credentials.
+# TLS with the certificate reducerd read from its credentials, and the
+# tokens it read from /etc/reducer/job_tokens.
 serves_tls_with_tokens() {
   local ctl=(/usr/bin/reducerctl --target="127.0.0.1:$port" --tls_ca_file="$kCaInRoot")
   as_worker "${ctl[@]}" --token="$token" status || return 1
@@ -218,9 +237,16 @@ serves_tls_with_tokens() {
     { echo "a wrong token was accepted: $refused" >&2; return 1; }
   grep -q UNAUTHENTICATED <<<"$refused" || { echo "wrong token: $refused" >&2; return 1; }
   echo "==> a wrong token: UNAUTHENTICATED"
-  # The files stay root's: reducerd (a dynamic user) reads its copies.
+  # The files stay root's: reducerd (a dynamic user) reads its copies of
+  # the credentials, and the tokens file through its group alone.
   as_worker cat /etc/reducer/credentials/tls.key >/dev/null 2>&1 &&
     { echo "/etc/reducer/credentials/tls.key is readable by uid $kWorkerUid" >&2; return 1; }
+  as_worker cat /etc/reducer/job_tokens >/dev/null 2>&1 &&
+    { echo "/etc/reducer/job_tokens is readable by uid $kWorkerUid" >&2; return 1; }
+  local mode
+  mode=$(in_container stat -c '%a %U:%G' /etc/reducer/job_tokens)
+  [[ $mode == "640 root:reducer-tokens" ]] ||
+    { echo "/etc/reducer/job_tokens is $mode, want 640 root:reducer-tokens" >&2; return 1; }
   return 0
 }
 
@@ -253,21 +279,61 @@ same_host() {
   return $rc
 }
 
-# There is nothing to reload (flags and credentials are read at start):
-# systemd must refuse, and the same reducerd go on serving.
-reload_refused() {
-  local before after refused
+# A job added to the tokens file is served after `systemctl reload`, by
+# the same reducerd. Its line is written in place over the comment of its
+# length and the file's modification time set back, so that the file keeps
+# the inode, size and mtime reducerd's own once-a-second look compares:
+# only the reload can take it.
+reload_takes_new_token() {
+  local file="$rootfs/etc/reducer/job_tokens" before after stamp refused
+  local ctl=(/usr/bin/reducerctl --target="127.0.0.1:$port" --tls_ca_file="$kCaInRoot")
   before=$(in_container systemctl show -P MainPID reducerd.service)
-  refused=$(in_container systemctl reload reducerd.service 2>&1) &&
-    { echo "systemctl reload succeeded: $refused" >&2; return 1; }
-  echo "$refused"
-  grep -q "not applicable" <<<"$refused" || return 1
+  stamp=$(stat -c '%i %s %y' "$file")
+  touch -r "$file" "$work/job_tokens.stamp"
+  local first_line
+  first_line=$(head -1 "$file")
+  token_line "$new_job" "$new_token" | tr -d '\n' |
+    dd of="$file" bs=1 seek=$((${#first_line} + 1)) conv=notrunc status=none || return 1
+  touch -r "$work/job_tokens.stamp" "$file"
+  [[ $(stat -c '%i %s %y' "$file") == "$stamp" ]] ||
+    { echo "the tokens file changed inode, size or mtime: $stamp, now $(stat -c '%i %s %y' "$file")" >&2; return 1; }
+  grep -qx "$(token_line "$new_job" "$new_token")" "$file" || { cat "$file"; return 1; }
+  # Past reducerd's own refresh interval (1 s): it looked, and saw no change.
+  sleep 1.5
+  refused=$(as_worker "${ctl[@]}" --token="$new_token" status 2>&1) &&
+    { echo "the new token was accepted before the reload: $refused" >&2; return 1; }
+  grep -q UNAUTHENTICATED <<<"$refused" || { echo "new token before reload: $refused" >&2; return 1; }
+
+  in_container systemctl reload reducerd.service || { echo "systemctl reload failed" >&2; return 1; }
+  # systemctl reload returns once the signal is sent (ExecReload= is kill):
+  # wait for reducerd's line saying what it re-read, and for active again.
+  local want="reload: re-read --job_tokens_file /etc/reducer/job_tokens: 2 jobs" logged="" active=""
+  for _ in $(seq 50); do
+    logged=$(in_container journalctl -u reducerd.service --no-pager -o cat | grep -F "$want")
+    active=$(in_container systemctl is-active reducerd.service)
+    [[ -n "$logged" && $active == active ]] && break
+    sleep 0.2
+  done
+  in_container journalctl -u reducerd.service --no-pager -n 3
+  [[ -n "$logged" ]] || { echo "no journal line '$want'" >&2; return 1; }
+  [[ $active == active ]] || { echo "reducerd.service is $active after the reload" >&2; return 1; }
   after=$(in_container systemctl show -P MainPID reducerd.service)
-  [[ $before == "$after" && $(in_container systemctl is-active reducerd.service) == active ]] ||
-    { echo "reducerd changed: pid $before, now $after" >&2; return 1; }
-  in_container /usr/bin/reducerctl --target="127.0.0.1:$port" --tls_ca_file="$kCaInRoot" health ||
-    return 1
-  echo "==> systemctl reload refused ($refused); pid $after still serving"
+  [[ $before == "$after" ]] || { echo "reducerd changed: pid $before, now $after" >&2; return 1; }
+
+  as_worker "${ctl[@]}" --token="$new_token" status >/dev/null ||
+    { echo "reducerctl status with the new token failed after the reload" >&2; return 1; }
+  as_worker "${ctl[@]}" --token="$token" status >/dev/null ||
+    { echo "reducerctl status with the first token failed after the reload" >&2; return 1; }
+  local out="$work/new_job.out"
+  timeout "$kWorkerLimit" nsenter --target "$leader" --all \
+    setpriv --reuid="$kWorkerUid" --regid="$kWorkerUid" --clear-groups \
+    /usr/local/bin/fault_worker --target="127.0.0.1:$port" --job="$new_job" --rank=0 \
+    --world_size=1 --tls_ca_file="$kCaInRoot" --token="$new_token" \
+    --steps='allreduce:shape=1000' >"$out" 2>&1 || { cat "$out"; return 1; }
+  cat "$out"
+  [[ $(grep -c '^RESULT .* code=OK ' "$out") -eq 2 && $(grep -c 'check=ok' "$out") -eq 1 ]] ||
+    { echo "the new job's worker: not every call OK and equal to its closed form" >&2; return 1; }
+  echo "==> systemctl reload: pid $after still serving, the new job's token accepted, the first one too"
 }
 
 stop_exit_0() {
@@ -292,6 +358,6 @@ step boot boot
 step unit_started_at_boot unit_started_at_boot
 step serves_tls_with_tokens serves_tls_with_tokens
 step "same_host_as_uid_$kWorkerUid" same_host
-step reload_refused reload_refused
+step reload_takes_new_token reload_takes_new_token
 step stop_exit_0 stop_exit_0
 finish

@@ -1,8 +1,11 @@
 // reducerd: the Reducer daemon. Parses flags once, starts one Server, prints
-// the address it serves, and on SIGTERM or SIGINT drains and exits 0.
-// `reducerd --version` prints "reducerd VERSION" and exits 0.
+// the address it serves, on SIGHUP reloads (Server::Reload: the job tokens
+// file read again) and goes on serving, and on SIGTERM or SIGINT drains and
+// exits 0. `reducerd --version` prints "reducerd VERSION" and exits 0.
 #include <signal.h>
+#include <time.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -15,6 +18,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -361,13 +365,14 @@ int main(int argc, char** argv) {
   options.health_listen = absl::GetFlag(FLAGS_health_listen);
   options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
 
-  // Block the stop signals in every thread (threads inherit the mask), so
-  // that only sigwait below receives them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Block the stop and reload signals in every thread (threads inherit the
+  // mask), so that only sigwait below receives them.
+  sigset_t handled_signals;
+  sigemptyset(&handled_signals);
+  sigaddset(&handled_signals, SIGTERM);
+  sigaddset(&handled_signals, SIGINT);
+  sigaddset(&handled_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &handled_signals, nullptr);
 
   absl::StatusOr<std::unique_ptr<reducer::Upstream>> upstream =
       UpstreamFromFlags(credentials);
@@ -398,8 +403,9 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   // Under systemd (Type=notify) $NOTIFY_SOCKET names the manager's socket:
-  // READY=1 once serving, STOPPING=1 when draining begins. A failure to
-  // notify is logged; reducerd serves either way.
+  // READY=1 once serving, RELOADING=1 when a reload begins and READY=1 again
+  // when it is done, STOPPING=1 when draining begins. A failure to notify is
+  // logged; reducerd serves either way.
   const char* notify_socket = std::getenv("NOTIFY_SOCKET");
   absl::StatusOr<reducer::SystemdNotifier> notifier =
       reducer::SystemdNotifier::Create(notify_socket != nullptr ? notify_socket : "");
@@ -410,10 +416,27 @@ int main(int argc, char** argv) {
           {reducer::LogSeverity::kWarning, "notify_failed", sent.ToString()});
     }
   };
-  notify(absl::StrCat("READY=1\nSTATUS=serving on ", (*server)->address()));
+  const std::string serving = absl::StrCat("serving on ", (*server)->address());
+  notify(absl::StrCat("READY=1\nSTATUS=", serving));
 
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  while (sigwait(&handled_signals, &signal_number) == 0 &&
+         signal_number == SIGHUP) {
+    // MONOTONIC_USEC: when the reload began, as systemd's notify-reload
+    // services say it (systemd 253 and later require it; 252 ignores it).
+    struct timespec now {};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const int64_t now_us =
+        int64_t{now.tv_sec} * 1000000 + int64_t{now.tv_nsec} / 1000;
+    notify(absl::StrCat("RELOADING=1\nMONOTONIC_USEC=", now_us,
+                        "\nSTATUS=reloading"));
+    // A reload that fails keeps what was read before (Reload logged why);
+    // reducerd serves on either way, and says so.
+    const absl::Status reloaded = (*server)->Reload();
+    notify(absl::StrCat(
+        "READY=1\nSTATUS=", serving,
+        reloaded.ok() ? "" : " (last reload failed: see the log)"));
+  }
   const std::string message =
       absl::StrCat("received signal ", signal_number, "; draining");
   (*server)->logger().Log(

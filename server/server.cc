@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <exception>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/impl/server_builder_option.h"
@@ -298,6 +300,33 @@ Server::~Server() { Shutdown(); }
 const std::string& Server::shared_memory_socket() const {
   static const std::string* const kNone = new std::string();
   return shm_listener_ != nullptr ? shm_listener_->name() : *kNone;
+}
+
+absl::Status Server::Reload() {
+  // What a reload never reads, in every line, so that the log says it.
+  const std::string unread = absl::StrCat(
+      "flags unchanged until a restart",
+      options_.tls_cert_file.empty()
+          ? ""
+          : absl::StrCat("; TLS files re-read by their watcher every ",
+                         absl::FormatDuration(options_.tls_refresh_interval)));
+  if (tokens_ == nullptr) {
+    log_.Log(
+        {LogSeverity::kInfo, "reloaded",
+         absl::StrCat("reload: no --job_tokens_file to re-read; ", unread)});
+    return absl::OkStatus();
+  }
+  absl::StatusOr<size_t> jobs = tokens_->ReadNow();
+  if (!jobs.ok()) {
+    log_.Log({LogSeverity::kWarning, "reload_failed",
+              absl::StrCat("reload: ", jobs.status().message(),
+                           "; keeping the tokens read before; ", unread)});
+    return jobs.status();
+  }
+  log_.Log({LogSeverity::kInfo, "reloaded",
+            absl::StrCat("reload: re-read --job_tokens_file ", tokens_->path(),
+                         ": ", *jobs, " jobs; ", unread)});
+  return absl::OkStatus();
 }
 
 void Server::Shutdown() {

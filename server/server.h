@@ -65,6 +65,16 @@ class Server {
   // empty with --shared_memory=false.
   const std::string& shared_memory_socket() const;
 
+  // A reload (reducerd's SIGHUP, `systemctl reload`): re-reads
+  // options.job_tokens_file now (JobTokens::ReadNow) and logs one line
+  // saying what was re-read, or why the file could not be used, the tokens
+  // read before then staying in force. Returns that error (OK when re-read,
+  // or with no tokens file). Serving goes on throughout. Neither the flags
+  // nor the TLS files are read here: flags take a restart, and the TLS
+  // files' watcher (server_credentials.h) reads them again every
+  // options.tls_refresh_interval on its own.
+  absl::Status Reload();
+
   // Health goes NOT_SERVING and new calls get UNAVAILABLE; collectives in
   // flight get up to options.drain_budget to finish; the rest fail with
   // UNAVAILABLE; then the same-host sessions end (their threads joined) and

@@ -11,7 +11,9 @@
 # empty directory /etc/reducer/credentials (0700) for the unit's
 # LoadCredential=. Depends is
 # computed by dpkg-shlibdeps from the programs' shared libraries, so that
-# `apt-get install ./reducer_VERSION_ARCH.deb` pulls them.
+# `apt-get install ./reducer_VERSION_ARCH.deb` pulls them, plus passwd
+# (groupadd, for postinst's group reducer-tokens) and procps (/bin/kill, the
+# unit's ExecReload=).
 set -euo pipefail
 
 if [[ $# -lt 5 ]]; then

@@ -8,9 +8,10 @@
 #     this machine's systemd units beside it), with no warning at all, and
 #     `systemd-analyze security --offline` under an exposure of 2.0;
 #   - the unit's contract: Type=notify, dynamic user and hardening, SIGTERM,
-#     TLS and token files as credentials, no PrivateUsers= (it hides the
-#     workers' uids from the same-host path), and TimeoutStopSec above the
-#     flag file's --drain_budget;
+#     reload by SIGHUP, TLS files as credentials, the tokens file read
+#     through the group reducer-tokens (which postinst creates), no
+#     PrivateUsers= (it hides the workers' uids from the same-host path),
+#     and TimeoutStopSec above the flag file's --drain_budget;
 #   - the packaged reducerd starting from the packaged flag file, serving,
 #     and exiting 0 on SIGTERM.
 #
@@ -38,7 +39,7 @@ version=$(field Version)
   fail "file $(basename "$deb") does not match version $version"
 depends=$(field Depends)
 depended=$(sed 's/ *([^)]*)//g; s/, */\n/g' <<<"$depends")  # one name a line
-for package in libgrpc++1.51 libprotobuf32 libabsl20220623 libc6 libstdc++6; do
+for package in libgrpc++1.51 libprotobuf32 libabsl20220623 libc6 libstdc++6 passwd procps; do
   grep -qxF "$package" <<<"$depended" || fail "Depends lacks $package: $depends"
 done
 conffiles=$(dpkg-deb --ctrl-tarfile "$deb" | tar -xOf - ./conffiles)
@@ -58,8 +59,10 @@ credentials_mode=$(dpkg-deb -c "$deb" | awk '$NF == "./etc/reducer/credentials/"
   fail "/etc/reducer/credentials is '$credentials_mode', want drwx------ root/root"
 
 # --- the unit, checked by systemd itself. Its default dependencies
-# (sysinit.target, ...) come from this machine's units.
+# (sysinit.target, ...) come from this machine's units, and /bin/kill
+# (ExecReload=) from this machine's procps, which the package depends on.
 mkdir -p "$root/etc/systemd/system"
+install -D -m 0755 /bin/kill "$root/bin/kill"
 for u in /lib/systemd/system/*; do
   [[ -e "$root/lib/systemd/system/$(basename "$u")" ]] || cp -a "$u" "$root/lib/systemd/system/"
 done
@@ -79,9 +82,15 @@ for setting in Type=notify NotifyAccess=main \
     'ExecStart=/usr/bin/reducerd --flagfile=/etc/reducer/reducerd.flags' \
     KillSignal=SIGTERM DynamicUser=yes NoNewPrivileges=yes ProtectSystem=strict \
     PrivateTmp=yes 'RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX' \
-    LoadCredential=reducer:/etc/reducer/credentials; do
+    LoadCredential=reducer:/etc/reducer/credentials \
+    'ExecReload=/bin/kill -HUP $MAINPID' SupplementaryGroups=reducer-tokens; do
   grep -qxF "$setting" "$unit" || fail "reducerd.service lacks '$setting'"
 done
+postinst=$(dpkg-deb --ctrl-tarfile "$deb" | tar -xOf - ./postinst)
+grep -q "groupadd --system reducer-tokens" <<<"$postinst" ||
+  fail "postinst does not create the group reducer-tokens"
+grep -qx -- "#--job_tokens_file=/etc/reducer/job_tokens" "$flags" ||
+  fail "the flag file has no example line --job_tokens_file=/etc/reducer/job_tokens"
 grep -q '^PrivateUsers=' "$unit" &&
   fail "reducerd.service sets PrivateUsers=: workers' uids would reach reducerd as 65534"
 

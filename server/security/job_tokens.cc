@@ -165,6 +165,18 @@ void JobTokens::RefreshIfChanged() {
                                        ": ", tokens_.size(), " jobs"));
 }
 
+absl::StatusOr<size_t> JobTokens::ReadNow() {
+  HashMap map;
+  FileStamp stamp;
+  absl::Status read = Read(&map, &stamp);
+  if (!read.ok()) return read;
+  absl::MutexLock lock(&mu_);
+  tokens_ = std::move(map);
+  stamp_ = stamp;
+  next_look_ = Clock::Steady().Now() + refresh_interval_;
+  return tokens_.size();
+}
+
 const JobTokens::HashMap::value_type* JobTokens::Governing(
     absl::string_view job) const {
   auto it = tokens_.find(job);

@@ -1,6 +1,7 @@
 // JobTokens: which bearer token each job's calls must carry, loaded from
 // reducerd's --job_tokens_file and re-read when that file changes (a
-// Kubernetes Secret swapped by symlink included), without a restart.
+// Kubernetes Secret swapped by symlink included), without a restart, and
+// at once on ReadNow (reducerd's reload, SIGHUP).
 //
 //   absl::StatusOr<std::unique_ptr<JobTokens>> tokens =
 //       JobTokens::Load("/etc/reducer/tokens");
@@ -23,6 +24,7 @@
 #define REDUCER_SERVER_SECURITY_JOB_TOKENS_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -96,6 +98,17 @@ class JobTokens {
   // the call carried no token or one no line has. For calls that name no
   // job yet (a stream before its first message).
   std::string TenantOfToken(const PresentedToken& token);
+
+  // A reload (reducerd's SIGHUP): reads the file now, whatever the refresh
+  // interval and whether it looks changed. When it can be used, its lines
+  // replace the tokens held and the number of jobs it lists is returned;
+  // else the tokens read before stay in force and Load's error is returned
+  // (INVALID_ARGUMENT for a malformed line, NOT_FOUND for a file that
+  // cannot be read). Logs nothing: the caller says what was reloaded.
+  absl::StatusOr<size_t> ReadNow() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The file's path, as given to Load.
+  const std::string& path() const { return path_; }
 
  private:
   // A file's identity: a swap or rewrite changes at least one of these.

@@ -210,6 +210,72 @@ TEST_F(JobTokensTest, AMalformedNewVersionKeepsTheOldTokens) {
   EXPECT_TRUE((*tokens)->Check("job-a", Present("secret-a")).ok());
 }
 
+// A reload reads the file at once: a line added is in force right after
+// ReadNow, long before the refresh interval would look at the file again.
+TEST_F(JobTokensTest, ReadNowTakesALineAddedWithoutWaiting) {
+  auto tokens = JobTokens::Load(path_, absl::Hours(1));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  std::ofstream(path_, std::ios::app)
+      << "job-c " << Hex(HashToken("secret-c")) << "\n";
+  // Within the interval the file is not looked at: job-c is unknown yet.
+  EXPECT_THAT((*tokens)->Check("job-c", Present("secret-c")),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("job-c has no token")));
+  absl::StatusOr<size_t> jobs = (*tokens)->ReadNow();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(*jobs, 3u);
+  EXPECT_TRUE((*tokens)->Check("job-c", Present("secret-c")).ok());
+  EXPECT_TRUE((*tokens)->CheckAnyJob(Present("secret-c")).ok());
+  // The lines that were there before still hold.
+  EXPECT_TRUE((*tokens)->Check("job-a", Present("secret-a")).ok());
+  EXPECT_TRUE((*tokens)->Check("job-b", Present("secret-b")).ok());
+}
+
+// A line removed is out of force right after ReadNow too (a revoked token).
+TEST_F(JobTokensTest, ReadNowDropsARemovedLine) {
+  auto tokens = JobTokens::Load(path_, absl::Hours(1));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  WriteFile(path_, absl::StrCat("job-a ", Hex(HashToken("secret-a")), "\n"));
+  absl::StatusOr<size_t> jobs = (*tokens)->ReadNow();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(*jobs, 1u);
+  EXPECT_THAT((*tokens)->Check("job-b", Present("secret-b")),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_TRUE((*tokens)->Check("job-a", Present("secret-a")).ok());
+}
+
+// A file that cannot be used (a malformed line, a job listed twice, gone)
+// fails the reload with Load's error, naming the file, and the tokens read
+// before stay in force; a good file read again afterwards is taken.
+TEST_F(JobTokensTest, ReadNowOfABrokenFileKeepsTheOldTokens) {
+  auto tokens = JobTokens::Load(path_, absl::Hours(1));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  WriteFile(path_, absl::StrCat("job-a ", Hex(HashToken("rotated")), "\n",
+                                "job-c not-a-hash\n"));
+  EXPECT_THAT((*tokens)->ReadNow(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr(path_ + " line 2")));
+  WriteFile(path_, absl::StrCat("job-a ", Hex(HashToken("rotated")), "\n",
+                                "job-a ", Hex(HashToken("rotated")), "\n"));
+  EXPECT_THAT((*tokens)->ReadNow(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("listed twice")));
+  ASSERT_EQ(std::remove(path_.c_str()), 0);
+  EXPECT_THAT((*tokens)->ReadNow(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr(path_)));
+  // Throughout, the first file's tokens held, and no half of a new one.
+  EXPECT_TRUE((*tokens)->Check("job-a", Present("secret-a")).ok());
+  EXPECT_TRUE((*tokens)->Check("job-b", Present("secret-b")).ok());
+  EXPECT_THAT((*tokens)->Check("job-a", Present("rotated")),
+              StatusIs(absl::StatusCode::kUnauthenticated));
+
+  WriteFile(path_, absl::StrCat("job-a ", Hex(HashToken("rotated")), "\n"));
+  absl::StatusOr<size_t> jobs = (*tokens)->ReadNow();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(*jobs, 1u);
+  EXPECT_TRUE((*tokens)->Check("job-a", Present("rotated")).ok());
+  EXPECT_THAT((*tokens)->Check("job-a", Present("secret-a")),
+              StatusIs(absl::StatusCode::kUnauthenticated));
+}
+
 TEST(JobTokensLoadTest, NamesTheFileAndLineOfAMalformedLine) {
   const std::string path = TempPath("bad_tokens");
   WriteFile(path, absl::StrCat("job-a ", kHashA, "\njob-b 1234\n"));
