@@ -69,10 +69,14 @@ class ClientUpstreamSession final : public UpstreamSession {
     const absl::Time deadline = absl::Now() +
                                 absl::Milliseconds(header.timeout_ms()) +
                                 kDeadlineSlack;
-    std::shared_ptr<PendingCollective> pending = session_->StartForwarded(
-        std::move(header), std::move(inputs), gate.get(), deadline);
+    // Started on a thread of its own: the client library may wait for the
+    // first payload bytes as it starts, which the caller is about to feed.
     absl::MutexLock lock(&mu_);
-    waiting_.emplace_back([pending, gate, input, done = std::move(done)] {
+    waiting_.emplace_back([this, header = std::move(header),
+                           inputs = std::move(inputs), deadline, gate, input,
+                           done = std::move(done)]() mutable {
+      std::unique_ptr<PendingCollective> pending = session_->StartForwarded(
+          std::move(header), std::move(inputs), gate.get(), deadline);
       absl::StatusOr<std::vector<Tensor>> tensors = pending->Wait();
       if (!tensors.ok()) {
         done(tensors.status());
@@ -118,6 +122,9 @@ absl::StatusOr<std::unique_ptr<UpstreamSession>> ClientUpstream::Open(
   options.world_size = world_size;
   options.rank = ranks.front();
   options.local_world_size = static_cast<int>(ranks.size());
+  // Upstream is another host's; the same-host path takes one rank per
+  // session, not a relay's several.
+  options.shared_memory = SharedMemory::kOff;
   absl::StatusOr<std::unique_ptr<ClientSession>> session =
       ClientSession::OpenForRanks(options, ranks);
   if (!session.ok()) return session.status();

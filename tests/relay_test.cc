@@ -1,0 +1,234 @@
+// Ranks through relays (reducerd --upstream), end to end: real reducerd
+// processes for the shards and for each host's relay, the ranks as
+// threads of this test using the public client. Every collective kind,
+// with the ranks of a host combined (all-reduce, reduce, all-gather,
+// gather, broadcast, barrier) or forwarded alone (the others); expected
+// results in closed form, as if each rank had reached the shards directly.
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "client/reducer_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/process_harness.h"
+#include "tests/rank_threads.h"
+#include "tests/status_matchers.h"
+
+namespace reducer {
+namespace testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kWorld = 4;
+
+// Element i of rank r's all-reduce input: exact in float32, and so are the
+// sums and means of four of them.
+float Value(int rank, int64_t i) {
+  return static_cast<float>(rank * 1000 + i % 997);
+}
+
+class RelayTest : public ::testing::Test {
+ protected:
+  // `shards` reducerds upstream; one relay per entry of `hosts`, each
+  // serving that many ranks (in rank order).
+  void Start(int shards, const std::vector<int>& hosts) {
+    std::vector<std::string> addresses;
+    for (int s = 0; s < shards; ++s) {
+      absl::StatusOr<std::unique_ptr<ReducerdProcess>> shard =
+          ReducerdProcess::Start();
+      ASSERT_THAT(shard, IsOk());
+      addresses.push_back((*shard)->address());
+      shards_.push_back(*std::move(shard));
+    }
+    for (int ranks : hosts) {
+      absl::StatusOr<std::unique_ptr<ReducerdProcess>> relay =
+          ReducerdProcess::Start(
+              {absl::StrCat("--upstream=", absl::StrJoin(addresses, ","))});
+      ASSERT_THAT(relay, IsOk());
+      for (int i = 0; i < ranks; ++i) {
+        relay_of_rank_.push_back(static_cast<int>(relays_.size()));
+      }
+      local_world_size_.push_back(hosts.size() == 1 ? 0 : ranks);
+      relays_.push_back(*std::move(relay));
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<Client>> Connect(int rank,
+                                                  const std::string& job) {
+    const int relay = relay_of_rank_[rank];
+    ClientOptions options;
+    options.target = relays_[relay]->address();
+    options.job = job;
+    options.rank = rank;
+    options.world_size = kWorld;
+    options.local_world_size = local_world_size_[relay];
+    options.timeout = absl::Seconds(30);
+    return Client::Connect(options);
+  }
+
+  std::vector<std::unique_ptr<ReducerdProcess>> shards_;
+  std::vector<std::unique_ptr<ReducerdProcess>> relays_;
+  std::vector<int> relay_of_rank_;
+  std::vector<int> local_world_size_;
+};
+
+// Runs every kind on rank `rank`'s client and records what differs from
+// the closed form.
+void EveryKind(Client& client, int rank, RankFailures& failures) {
+  auto fail = [&](const std::string& what) {
+    failures.Add(absl::StrCat("rank ", rank, ": ", what));
+  };
+  // All-reduce of 3 MiB: several chunks, cut over the shards.
+  constexpr int64_t kN = 3 * 262144;
+  std::vector<float> x(kN);
+  for (int64_t i = 0; i < kN; ++i) x[i] = Value(rank, i);
+  absl::StatusOr<Tensor> sum =
+      client.AllReduce(TensorView::Of<float>(x), ReduceOp::kSum);
+  if (!sum.ok()) return fail(absl::StrCat("allreduce: ", sum.status().ToString()));
+  for (int64_t i = 0; i < kN; ++i) {
+    const float want = 6000.0f + 4.0f * static_cast<float>(i % 997);
+    if (sum->values<float>()[i] != want) {
+      return fail(absl::StrCat("allreduce[", i, "] = ",
+                               sum->values<float>()[i], ", want ", want));
+    }
+  }
+  const std::vector<float> small = {Value(rank, 1), Value(rank, 2)};
+  absl::StatusOr<Tensor> mean =
+      client.AllReduce(TensorView::Of<float>(small), ReduceOp::kAvg);
+  if (!mean.ok() || mean->values<float>()[0] != 1501.0f ||
+      mean->values<float>()[1] != 1502.0f) {
+    return fail(absl::StrCat("allreduce avg: ", mean.status().ToString()));
+  }
+  // All-gather: rank r sends r + 1 values of 10 r + j.
+  std::vector<int32_t> mine;
+  for (int j = 0; j <= rank; ++j) mine.push_back(10 * rank + j);
+  std::vector<int32_t> gathered;
+  for (int r = 0; r < kWorld; ++r) {
+    for (int j = 0; j <= r; ++j) gathered.push_back(10 * r + j);
+  }
+  absl::StatusOr<Tensor> all = client.AllGather(TensorView::Of<int32_t>(mine));
+  if (!all.ok() || std::vector<int32_t>(all->values<int32_t>().begin(),
+                                        all->values<int32_t>().end()) !=
+                       gathered) {
+    return fail(absl::StrCat("allgather: ", all.status().ToString()));
+  }
+  // Gather to rank 3, which its relay carries with rank 2.
+  absl::StatusOr<Tensor> to3 = client.Gather(TensorView::Of<int32_t>(mine), 3);
+  if (!to3.ok()) return fail(absl::StrCat("gather: ", to3.status().ToString()));
+  if (rank == 3 && std::vector<int32_t>(to3->values<int32_t>().begin(),
+                                        to3->values<int32_t>().end()) !=
+                       gathered) {
+    return fail("gather: the root's result is not every rank's rows in order");
+  }
+  // Broadcast from rank 2, reduce to rank 1.
+  const std::vector<double> root_values = {2.5, -1e300, 7};
+  absl::StatusOr<Tensor> bcast = client.Broadcast(
+      TensorView::Of<double>(root_values), 2);
+  if (!bcast.ok() || std::vector<double>(bcast->values<double>().begin(),
+                                         bcast->values<double>().end()) !=
+                         root_values) {
+    return fail(absl::StrCat("broadcast: ", bcast.status().ToString()));
+  }
+  const std::vector<int64_t> one = {rank + 1};
+  absl::StatusOr<Tensor> reduced =
+      client.Reduce(TensorView::Of<int64_t>(one), ReduceOp::kSum, 1);
+  if (!reduced.ok()) return fail(absl::StrCat("reduce: ", reduced.status().ToString()));
+  if (rank == 1 && reduced->values<int64_t>()[0] != 10) {
+    return fail("reduce: the root's sum is not 10");
+  }
+  absl::Status barrier = client.Barrier();
+  if (!barrier.ok()) return fail(absl::StrCat("barrier: ", barrier.ToString()));
+  // Kinds forwarded rank by rank: reduce-scatter, scatter, all-to-all.
+  std::vector<float> rs(8);
+  for (int i = 0; i < 8; ++i) rs[i] = Value(rank, i);
+  absl::StatusOr<Tensor> slice =
+      client.ReduceScatter(TensorView::Of<float>(rs), ReduceOp::kSum);
+  if (!slice.ok() || slice->values<float>()[0] !=
+                         6000.0f + 4.0f * static_cast<float>(2 * rank)) {
+    return fail(absl::StrCat("reducescatter: ", slice.status().ToString()));
+  }
+  std::vector<int32_t> parts = {100, 101, 102, 103};
+  absl::StatusOr<Tensor> part =
+      client.Scatter(rank == 0 ? TensorView::Of<int32_t>(parts) : TensorView(), 0);
+  if (!part.ok() || part->values<int32_t>()[0] != 100 + rank) {
+    return fail(absl::StrCat("scatter: ", part.status().ToString()));
+  }
+  std::vector<int32_t> send(kWorld);
+  for (int j = 0; j < kWorld; ++j) send[j] = 10 * rank + j;
+  absl::StatusOr<Tensor> got = client.AllToAll(TensorView::Of<int32_t>(send));
+  if (!got.ok()) return fail(absl::StrCat("alltoall: ", got.status().ToString()));
+  for (int j = 0; j < kWorld; ++j) {
+    if (got->values<int32_t>()[j] != 10 * j + rank) {
+      return fail("alltoall: part from another rank is wrong");
+    }
+  }
+}
+
+TEST_F(RelayTest, TwoHostsOfTwoRanksOverTwoShardsRunEveryKind) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/2, /*hosts=*/{2, 2}));
+  RankFailures failures;
+  RunOnEveryRank(kWorld, [&](int rank) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "every");
+    if (!client.ok()) {
+      failures.Add(absl::StrCat("rank ", rank, ": ", client.status().ToString()));
+      return;
+    }
+    EveryKind(**client, rank, failures);
+  });
+  failures.ExpectNone();
+}
+
+TEST_F(RelayTest, OneHostOfFourRanksOverOneShardRunsEveryKind) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/1, /*hosts=*/{4}));
+  RankFailures failures;
+  RunOnEveryRank(kWorld, [&](int rank) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "alone");
+    if (!client.ok()) {
+      failures.Add(absl::StrCat("rank ", rank, ": ", client.status().ToString()));
+      return;
+    }
+    EveryKind(**client, rank, failures);
+  });
+  failures.ExpectNone();
+}
+
+TEST_F(RelayTest, ARelayKilledEndsTheEpochNamingItsRanks) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/1, /*hosts=*/{2, 2}));
+  RankFailures failures;
+  RunOnEveryRank(kWorld, [&](int rank) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "killed");
+    if (!client.ok()) {
+      failures.Add(absl::StrCat("rank ", rank, ": ", client.status().ToString()));
+      return;
+    }
+    absl::Status warm = (*client)->Barrier();
+    if (!warm.ok()) failures.Add(absl::StrCat("rank ", rank, ": ", warm.ToString()));
+    if (rank == 0) relays_[0]->Kill();
+    std::vector<float> x(16, 1.0f);
+    CallOptions call;
+    call.timeout = absl::Seconds(20);
+    absl::StatusOr<Tensor> sum =
+        (*client)->AllReduce(TensorView::Of<float>(x), ReduceOp::kSum, call);
+    if (sum.ok()) {
+      failures.Add(absl::StrCat("rank ", rank, ": an all-reduce with a dead "
+                                "relay's ranks succeeded"));
+    } else if (rank >= 2 &&
+               !absl::StrContains(sum.status().message(), "ranks [0,1]")) {
+      failures.Add(absl::StrCat("rank ", rank, ": ", sum.status().ToString(),
+                                " does not name the relay's ranks [0,1]"));
+    }
+  });
+  failures.ExpectNone();
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace reducer
