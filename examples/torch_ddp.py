@@ -1,7 +1,7 @@
 """DistributedDataParallel on the "reducer" backend, started by torchrun.
 
     torchrun --nproc_per_node=2 examples/torch_ddp.py [--steps=50] [--hook=fp16]
-        [--backend=gloo]
+        [--backend=gloo] [--params_out=FILE]
 
 reducerd's address comes from REDUCER_TARGET (default 127.0.0.1:50051). Each
 rank trains the same small regression model on its own shard of a synthetic
@@ -13,7 +13,10 @@ checksum of the parameters, which is the same on every rank.
 
 --backend=gloo trains the same on torch's own gloo backend (the validation
 sums then go through dist.all_reduce): the reference that a run on
-"reducer" is compared against (deploy/torch_exercise.sh).
+"reducer" is compared against (deploy/torch_exercise.sh). With
+--params_out, rank 0 also saves the trained parameters there (torch.save
+of the list of tensors), for a comparison within a tolerance: beyond two
+ranks, gloo adds the gradients in another order, so the last bits differ.
 """
 
 import argparse
@@ -40,6 +43,7 @@ def main():
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--hook", choices=["none", "fp16"], default="none")
     parser.add_argument("--backend", choices=["reducer", "gloo"], default="reducer")
+    parser.add_argument("--params_out", help="rank 0 saves the trained parameters here")
     args = parser.parse_args()
 
     dist.init_process_group(args.backend)
@@ -80,6 +84,8 @@ def main():
         mse = (totals["squared"] / totals["count"]).item()
         print(f"validation mse={mse:.6f} over {int(totals['count'].item())} values; "
               f"params sha256={digest.hexdigest()[:16]}", flush=True)
+        if args.params_out:
+            torch.save([p.detach().clone() for p in model.parameters()], args.params_out)
     dist.destroy_process_group()
 
 
