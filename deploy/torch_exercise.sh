@@ -23,7 +23,8 @@
 # its relay init container first where it has one (restartPolicy Always:
 # a sidecar, started in the pod's namespace and waited for on its
 # startupProbe's gRPC port), then its torch container (torchrun, node rank
-# the completion index), all pods at once. Checks: both shards pass their
+# the completion index; sharing the relay's network and IPC namespaces, as
+# a pod's containers do), all pods at once. Checks: both shards pass their
 # readiness probe; every pod's torchrun ends with exit code 0; rank 0
 # printed the validation error over every rank's values (NNODES x
 # nproc_per_node x 64 x 4) and the parameters' checksum, which every rank
@@ -173,10 +174,13 @@ for ((i = 0; i < completions; i++)); do
   fi
   mapfile -t torch_args < <("${pod_run[@]}" run "$job_yaml" Job --container=torch \
     --name="$pod-torch-$tag" --volumes_dir="$work/volumes-$pod-torch" "${common[@]}")
+  # A pod's containers share its IPC namespace too (the same-host path).
+  ipc=()
+  [[ $relay -eq 0 ]] || ipc=(--ipc="container:$pod-relay-$tag")
   [[ $i -eq 0 ]] && echo "    podman run ${torch_args[*]}"
   mkdir -p "$work/out-$pod"
   chown 65532:65532 "$work/out-$pod"
-  timeout "$kTrainLimit" podman run --rm "${hosts[@]}" --volume="$work/out-$pod:/out" "${torch_args[@]}" \
+  timeout "$kTrainLimit" podman run --rm "${hosts[@]}" "${ipc[@]}" --volume="$work/out-$pod:/out" "${torch_args[@]}" \
     --params_out=/out/params.pt >"$work/$pod.log" 2>&1 &
   pids+=($!)
 done
