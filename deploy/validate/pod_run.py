@@ -1,10 +1,9 @@
 """Turns the pod template of a rendered overlay into the `podman run`
 arguments that start one of its containers (the first, or --container's)
-as kubelet would: the same image,
-command, args and env (with kubelet's $(VAR) expansion), user and group,
-read-only root, capabilities dropped, no new privileges, each ConfigMap
-or Secret volume written to a folder mounted read-only at its mountPath,
-and each emptyDir a tmpfs there.
+as kubelet would: the same image, command, args and env (with kubelet's
+$(VAR) expansion), user and group, read-only root, capabilities dropped,
+no new privileges, each ConfigMap or Secret volume written to a folder
+mounted read-only at its mountPath, and each emptyDir a tmpfs there.
 Ports are not mapped: the container shares the network given, where it
 listens on exactly the ports its flags name.
 
@@ -27,15 +26,15 @@ listens on exactly the ports its flags name.
 
 KIND is StatefulSet or Job. --container names a container or an init
 container (a native sidecar) of the template. --rank=I stands for the
-completion index kubelet's downward API gives an Indexed Job's pod, whose
-host name it also sets (NAME-I, as Kubernetes names an Indexed Job's
-pods); the label batch.kubernetes.io/job-name is the Job's name; --env overrides a
+completion index kubelet's downward API gives an Indexed Job's pod, and
+sets the host name Kubernetes gives that pod (NAME-I); the label
+batch.kubernetes.io/job-name is the Job's name. --env overrides a
 variable's value (REDUCER_TARGET pointed at a local address). --secret
 gives the files of Secret NAME (one file per key, in DIR); they are copied
 into the volume's folder with the volume's defaultMode, owned by group
-fsGroup as kubelet does. Volumes of another kind than ConfigMap or Secret,
-and valueFrom other than the completion index and the Job's name, are
-refused: such a template cannot be started faithfully here.
+fsGroup as kubelet does. Volumes of another kind than ConfigMap, Secret or
+emptyDir, and valueFrom other than the completion index and the Job's
+name, are refused: such a template cannot be started faithfully here.
 """
 import base64
 import json
