@@ -39,7 +39,7 @@
 #
 # Prints "==> " per check; exits 0 when all passed. Needs root (ip netns),
 # openssl, the images (deploy/image/build.sh, deploy/image/torch/build.sh)
-# and bazel-bin/tools/reducerctl. About a minute on 2 cores.
+# and bazel-bin/tools/reducerctl. About 2 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source deploy/image/podman.sh
