@@ -25,6 +25,16 @@
 #   exercise-open    deploy/exercise.sh of open and worker-job-open
 #                    (plaintext, no tokens)
 #   exercise-mtls    deploy/exercise.sh of mtls (mutual TLS, reducerctl)
+#   torch-image-build  deploy/image/torch/build.sh (the base once per
+#                    inputs: several GB, up to kTorchBuildLimit the first
+#                    time; then the reducer wheel and the example on it)
+#   torch-image-test deploy/image/torch/image_test.sh (pins, contents,
+#                    restricted imports, DDP on reducer as on gloo)
+#   torch-exercise   deploy/torch_exercise.sh of two-shards and the PyTorch
+#                    Job: $REDUCER_TORCH_JOB_OVERLAY, by default
+#                    torch-job-direct (the ranks dial the shards: reducerd
+#                    has no --upstream yet); torch-job runs each pod's
+#                    relay sidecar too
 #
 # Run as root (podman, ip netns) after tools/setup.sh --deploy. --junit
 # writes one test case per step (a failed step and the steps it stopped, as
@@ -35,7 +45,12 @@ cd "$(dirname "$0")/.."
 source deploy/image/podman.sh
 
 readonly kStepLimit=300   # seconds, any one step
-overlays=(one-shard four-shards mtls open worker-job worker-job-open cert-manager monitoring)
+readonly kTorchBuildLimit=1800   # seconds, the PyTorch image's first build
+readonly kTorchStepLimit=600     # seconds, its test and exercise (torch imports are slow on 2 cores)
+overlays=(one-shard four-shards two-shards mtls open worker-job worker-job-open cert-manager monitoring
+  torch-job torch-job-direct)
+# The PyTorch Job that torch-exercise runs.
+readonly kTorchJobOverlay=${REDUCER_TORCH_JOB_OVERLAY:-torch-job-direct}
 # The overlays that are plaintext without tokens, on purpose.
 readonly kOpenOverlays=open,worker-job-open
 
@@ -49,7 +64,7 @@ step_prefix=(timeout "$kStepLimit" bash -c '"$@"' step)
 planned_steps=(image-build image-test)
 for o in "${overlays[@]}"; do planned_steps+=("render-$o"); done
 planned_steps+=(set-image flag-help python-deps bootstrap-tls validate checks-test exercise exercise-open
-  exercise-mtls)
+  exercise-mtls torch-image-build torch-image-test torch-exercise)
 
 # kubectl prints a warning for each deprecated kustomize field: none allowed.
 render() {
@@ -92,6 +107,7 @@ validate() {
   for o in $overlays_list; do args+=("$o=$rendered/$o.yaml"); done
   validate_python deploy/validate/validate.py --reducerd_help="$rendered/reducerd.help" \
     --worker_help="$rendered/worker.help" --shards=four-shards --workers=worker-job \
+    --pairs=two-shards:torch-job,two-shards:torch-job-direct \
     --open="$kOpenOverlays" "${args[@]}"
 }
 
@@ -120,4 +136,9 @@ step checks-test checks_test
 step exercise deploy/exercise.sh "$rendered/one-shard.yaml" "$rendered/worker-job.yaml"
 step exercise-open deploy/exercise.sh "$rendered/open.yaml" "$rendered/worker-job-open.yaml"
 step exercise-mtls deploy/exercise.sh "$rendered/mtls.yaml"
+step_prefix=(timeout "$kTorchBuildLimit" bash -c '"$@"' step)
+step torch-image-build deploy/image/torch/build.sh
+step_prefix=(timeout "$kTorchStepLimit" bash -c '"$@"' step)
+step torch-image-test deploy/image/torch/image_test.sh
+step torch-exercise deploy/torch_exercise.sh "$rendered/two-shards.yaml" "$rendered/$kTorchJobOverlay.yaml"
 finish

@@ -1,6 +1,7 @@
 """DistributedDataParallel on the "reducer" backend, started by torchrun.
 
     torchrun --nproc_per_node=2 examples/torch_ddp.py [--steps=50] [--hook=fp16]
+        [--backend=gloo] [--params_out=FILE]
 
 reducerd's address comes from REDUCER_TARGET (default 127.0.0.1:50051). Each
 rank trains the same small regression model on its own shard of a synthetic
@@ -9,6 +10,13 @@ pass goes on. After training, the mean squared error over every rank's
 validation shard is synced with reducer.MetricSync (Reducer's out-of-place
 form: the local sums are left as they are), and rank 0 prints it with a
 checksum of the parameters, which is the same on every rank.
+
+--backend=gloo trains the same on torch's own gloo backend (the validation
+sums then go through dist.all_reduce): the reference that a run on
+"reducer" is compared against (deploy/torch_exercise.sh). With
+--params_out, rank 0 also saves the trained parameters there (torch.save
+of the list of tensors), for a comparison within a tolerance: beyond two
+ranks, gloo adds the gradients in another order, so the last bits differ.
 """
 
 import argparse
@@ -34,9 +42,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--hook", choices=["none", "fp16"], default="none")
+    parser.add_argument("--backend", choices=["reducer", "gloo"], default="reducer")
+    parser.add_argument("--params_out", help="rank 0 saves the trained parameters here")
     args = parser.parse_args()
 
-    dist.init_process_group("reducer")
+    dist.init_process_group(args.backend)
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(),
@@ -58,10 +68,15 @@ def main():
     with torch.no_grad():
         squared = ((model(vx) - vy) ** 2).sum().reshape(1).double()
     count = torch.tensor([vy.numel()], dtype=torch.float64)
-    sync = reducer.MetricSync(reducer.torch.backend_of().client)
-    sync.add("squared", squared)
-    sync.add("count", count)
-    totals = sync.reduce()
+    if args.backend == "reducer":
+        sync = reducer.MetricSync(reducer.torch.backend_of().client)
+        sync.add("squared", squared)
+        sync.add("count", count)
+        totals = sync.reduce()
+    else:
+        for t in (squared, count):
+            dist.all_reduce(t)
+        totals = {"squared": squared, "count": count}
     digest = hashlib.sha256()
     for p in model.parameters():
         digest.update(p.detach().numpy().tobytes())
@@ -69,6 +84,8 @@ def main():
         mse = (totals["squared"] / totals["count"]).item()
         print(f"validation mse={mse:.6f} over {int(totals['count'].item())} values; "
               f"params sha256={digest.hexdigest()[:16]}", flush=True)
+        if args.params_out:
+            torch.save([p.detach().clone() for p in model.parameters()], args.params_out)
     dist.destroy_process_group()
 
 

@@ -82,8 +82,9 @@ bench_packages=(openmpi-bin libopenmpi-dev libbenchmark-dev python3-venv python3
 # the kustomize overlays; deploy/validate runs in a venv of
 # /usr/bin/python3 (tools/pinned_venv.sh: python3-venv, whose ensurepip
 # brings pip) with the packages of its requirements.txt from the package
-# index.
-deploy_packages=(podman runc ca-certificates iproute2 python3 python3-venv)
+# index; deploy/image/torch/build_base.sh installs the PyTorch image's
+# packages with Debian's pip (python3-pip).
+deploy_packages=(podman runc ca-certificates iproute2 python3 python3-venv python3-pip)
 command -v kubectl >/dev/null || deploy_packages+=(kubernetes-client)
 
 packages=("${build_packages[@]}")

@@ -20,8 +20,8 @@ from checks import (bytes_of, expand_target, flags_in_help, is_loopback_listen, 
                     kTokensSecret, load_objects, policy_problems, round_trip_problems,
                     schema_problems, seconds_of, shard_problems, tls_problems, token_problems)
 
-kOverlays = ["one-shard", "four-shards", "mtls", "open", "worker-job", "worker-job-open", "cert-manager",
-             "monitoring"]
+kOverlays = ["one-shard", "four-shards", "two-shards", "mtls", "open", "worker-job", "worker-job-open",
+             "cert-manager", "monitoring", "torch-job", "torch-job-direct"]
 # Plaintext without tokens, on purpose (deploy/test.sh's kOpenOverlays).
 kOpen = {"open", "worker-job-open"}
 
@@ -56,6 +56,18 @@ def worker(objs):
     return find(objs, "Job")["spec"]["template"]["spec"]["containers"][0]
 
 
+def trainer(objs):
+    return next(c for c in find(objs, "Job")["spec"]["template"]["spec"]["containers"] if c["name"] == "torch")
+
+
+def relay(objs):
+    return next(c for c in find(objs, "Job")["spec"]["template"]["spec"]["initContainers"] if c["name"] == "relay")
+
+
+def env_of(container, name):
+    return next(e for e in container["env"] if e["name"] == name)
+
+
 def flagfile(objs):
     return find(objs, "ConfigMap")["data"]
 
@@ -86,7 +98,8 @@ class ChecksTest(unittest.TestCase):
         for name in kOverlays:
             with self.subTest(name):
                 self.assertEqual(all_problems(load(name), name), [], name)
-        for shards, workers in [("four-shards", "worker-job"), ("open", "worker-job-open")]:
+        for shards, workers in [("four-shards", "worker-job"), ("open", "worker-job-open"),
+                                ("two-shards", "torch-job"), ("two-shards", "torch-job-direct")]:
             with self.subTest(shards):
                 self.assertEqual(shard_problems(find(load(shards), "StatefulSet"),
                                                 find(load(workers), "Job")), [], shards)
@@ -199,7 +212,11 @@ class ChecksTest(unittest.TestCase):
         for name in kOverlays:
             for o in load(name):
                 if o.get("kind") in ("StatefulSet", "Job"):
-                    self.assertEqual(o["spec"]["template"]["spec"]["containers"][0]["image"], f"reducer:{release}", name)
+                    spec = o["spec"]["template"]["spec"]
+                    for c in spec["containers"] + spec.get("initContainers", []):
+                        # The trainer's image (deploy/image/torch/build.sh), the same release.
+                        want = "reducer-torch" if c["name"] == "torch" else "reducer"
+                        self.assertEqual(c["image"], f"{want}:{release}", name)
         self.assertRegex(problems_after("one-shard", image("reducer:latest")), r"image reducer:latest is not pinned")
         self.assertRegex(problems_after("worker-job", image("registry.example:5000/ml/reducer:latest", worker)),
                          r"image registry.example:5000/ml/reducer:latest is not pinned")
@@ -476,6 +493,100 @@ class ChecksTest(unittest.TestCase):
                          r"names reducer-0.reducer:50051,reducer-1.reducer:50051,reducer-2.reducer:50051;")
         self.assertRegex(",".join(shard_problems(find(load("one-shard"), "StatefulSet"), find(load("worker-job"), "Job"))),
                          r"serves reducer-0.reducer:50051$")
+
+    def test_torch_job_shape_rendezvous_and_job_name_from_the_job(self):
+        def nnodes(o):
+            env_of(trainer(o), "NNODES")["value"] = "3"
+        self.assertRegex(problems_after("torch-job", nnodes),
+                         r"--nnodes=\$\(NNODES\) with NNODES=3 is not the Job's parallelism 2")
+
+        def parallelism(o):
+            find(o, "Job")["spec"]["parallelism"] = 1
+        self.assertRegex(problems_after("torch-job", parallelism), r"parallelism differs from completions")
+
+        def node_rank(o):
+            trainer(o)["args"] = [("--node_rank=0" if a.startswith("--node_rank=") else a)
+                                  for a in trainer(o)["args"]]
+        self.assertRegex(problems_after("torch-job-direct", node_rank), r"--node_rank is not the completion index")
+
+        def job_name(o):
+            env_of(trainer(o), "REDUCER_JOB").pop("valueFrom")
+            env_of(trainer(o), "REDUCER_JOB")["value"] = "torch-ddp"
+        self.assertRegex(problems_after("torch-job", job_name), r"REDUCER_JOB is not the Job's name")
+
+        def master(o):
+            env_of(trainer(o), "MASTER_ADDR")["value"] = "torch-ddp-1.torch-ddp"
+        self.assertRegex(problems_after("torch-job", master), r"is not torch-ddp-0.torch-ddp, pod 0's name")
+
+        def not_headless(o):
+            find(o, "Service")["spec"].pop("clusterIP")
+        self.assertRegex(problems_after("torch-job", not_headless), r"Service/torch-ddp: not headless")
+
+        def no_service(o):
+            o.remove(find(o, "Service"))
+        self.assertRegex(problems_after("torch-job", no_service), r"subdomain torch-ddp names no Service")
+
+        def not_worker(o):
+            find(o, "Job")["spec"]["template"]["metadata"]["labels"].pop("reducer.dev/role")
+        self.assertRegex(problems_after("torch-job", not_worker), r"pods lack reducer.dev/role: worker")
+
+        def latest(o):
+            trainer(o)["image"] = "reducer-torch:latest"
+        self.assertRegex(problems_after("torch-job", latest), r"image reducer-torch:latest is not pinned")
+
+    def test_torch_job_relay_sidecar(self):
+        def not_sidecar(o):
+            relay(o).pop("restartPolicy")
+        self.assertRegex(problems_after("torch-job", not_sidecar), r"restartPolicy is not Always: not a sidecar")
+
+        def elsewhere(o):
+            env_of(trainer(o), "REDUCER_TARGET")["value"] = "reducer-{0..1}.reducer:50051"
+        self.assertRegex(problems_after("torch-job", elsewhere),
+                         r"REDUCER_TARGET=reducer-\{0..1\}.reducer:50051 is not the relay's --listen=127.0.0.1:50061")
+
+        def exposed(o):
+            relay(o)["args"][0] = "--listen=0.0.0.0:50061"
+        self.assertRegex(problems_after("torch-job", exposed), r"--listen=0.0.0.0:50061 is not the pod's loopback")
+
+        def no_probe(o):
+            relay(o).pop("startupProbe")
+        self.assertRegex(problems_after("torch-job", no_probe), r"no gRPC startupProbe on its --health_listen port")
+
+        def token_unmounted(o):
+            relay(o)["volumeMounts"] = [m for m in relay(o)["volumeMounts"] if m["name"] != "job-token"]
+        self.assertRegex(problems_after("torch-job", token_unmounted),
+                         r"relay: --token_file=/etc/reducer/token/token is not in a mounted Secret")
+
+        def no_ca(o):
+            relay(o)["args"] = [a for a in relay(o)["args"] if not a.startswith("--upstream_tls_ca_file")]
+        self.assertRegex(problems_after("torch-job", no_ca), r"relay: no --tls_ca_file")
+
+        def shards_key(o):
+            spec = find(o, "Job")["spec"]["template"]["spec"]
+            next(v for v in spec["volumes"] if v["name"] == "reducer-ca")["secret"]["secretName"] = kTlsSecret
+        self.assertRegex(problems_after("torch-job", shards_key), r"from the Secret reducer-tls, which holds")
+
+        # A misspelt relay flag, and every flag once reducerd knows --upstream.
+        def misspelt(o):
+            relay(o)["args"].append("--upstream_tokens_file=/etc/reducer/token/token")
+        self.assertRegex(problems_after("torch-job", misspelt), r"reducerd has no flag --upstream_tokens_file")
+        self.assertNotRegex(problems_after("torch-job", lambda o: None), r"no flag --upstream")
+        with_relay = dict(flag_sets, reducerd_flags=flag_sets["reducerd_flags"] | {"upstream"})
+        self.assertRegex("\n".join(policy_problems(load("torch-job"), **with_relay)),
+                         r"reducerd has no flag --upstream_token_file")
+
+        sts = find(load("four-shards"), "StatefulSet")
+        self.assertRegex(",".join(shard_problems(sts, find(load("torch-job"), "Job"))),
+                         r"names reducer-0.reducer:50051,reducer-1.reducer:50051; StatefulSet/reducer serves")
+
+    def test_torch_job_direct_dials_the_shards_with_ca_and_token(self):
+        def no_ca(o):
+            trainer(o)["env"] = [e for e in trainer(o)["env"] if e["name"] != "REDUCER_TLS_CA_FILE"]
+        self.assertRegex(problems_after("torch-job-direct", no_ca), r"no --tls_ca_file: the worker cannot verify")
+
+        def no_token(o):
+            trainer(o)["env"] = [e for e in trainer(o)["env"] if e["name"] != "REDUCER_TOKEN_FILE"]
+        self.assertRegex(problems_after("torch-job-direct", no_token), r"no --token_file: the shards require")
 
     def test_targets_quantities_and_durations(self):
         self.assertEqual(expand_target("r-{0..2}.s:1"), ["r-0.s:1", "r-1.s:1", "r-2.s:1"])

@@ -111,11 +111,51 @@ def plain_env(container):
     return env
 
 
-def job_flags(job):
-    """The flags of a Job's first container, with kubelet's $(VAR)
-    expansion of the variables it gives as values: ({name: value}, where,
-    pod_spec, container)."""
+kTorchrun = "/usr/local/bin/torchrun"
+
+
+def torch_containers(job):
+    """(trainer, relay) of a PyTorch Job (deploy/k8s/overlays/torch-job): the
+    container running torchrun, and the init container running reducerd
+    --upstream in front of the shards (None without one); (None, None) for
+    any other Job."""
     pod_spec = job["spec"]["template"]["spec"]
+    trainer = next((c for c in get(pod_spec, "containers") or []
+                    if text(get(c, "command", 0)) == kTorchrun), None)
+    if trainer is None:
+        return None, None
+    relay = next((c for c in get(pod_spec, "initContainers") or []
+                  if any(text(a).startswith("--upstream=") for a in get(c, "args") or [])), None)
+    return trainer, relay
+
+
+def job_flags(job):
+    """What the Job's pods dial the shards with, as the metric-sync worker's
+    flags name it (target, token_file, tls_ca_file; each expanded as kubelet
+    expands $(VAR) with the variables given as values): the worker's own
+    flags; for a PyTorch Job, its relay's --upstream, --upstream_token_file
+    and --upstream_tls_ca_file, or without a relay its trainer's
+    REDUCER_TARGET, REDUCER_TOKEN_FILE and REDUCER_TLS_CA_FILE. Returns
+    ({name: value}, where, pod_spec, container), container the one that
+    dials."""
+    pod_spec = job["spec"]["template"]["spec"]
+    trainer, relay = torch_containers(job)
+    if relay is not None:
+        env = plain_env(relay)
+        flags, _ = parse_flags([expand_vars(text(a), env) for a in get(relay, "args") or []], "")
+        upstream = dict(flags)
+        value = {name: upstream[f"upstream{suffix}"]
+                 for name, suffix in (("target", ""), ("token_file", "_token_file"),
+                                      ("tls_ca_file", "_tls_ca_file"))
+                 if f"upstream{suffix}" in upstream}
+        return value, f"{describe(job)} relay", pod_spec, relay
+    if trainer is not None:
+        env = plain_env(trainer)
+        value = {name: env[variable]
+                 for name, variable in (("target", "REDUCER_TARGET"), ("token_file", "REDUCER_TOKEN_FILE"),
+                                        ("tls_ca_file", "REDUCER_TLS_CA_FILE"))
+                 if variable in env}
+        return value, describe(job), pod_spec, trainer
     container = pod_spec["containers"][0]
     env = plain_env(container)
     flags, _ = parse_flags([expand_vars(text(a), env) for a in get(container, "args") or []], "")

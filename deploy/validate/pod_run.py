@@ -1,32 +1,40 @@
 """Turns the pod template of a rendered overlay into the `podman run`
-arguments that start its first container as kubelet would: the same image,
-command, args and env (with kubelet's $(VAR) expansion), user and group,
-read-only root, capabilities dropped, no new privileges, and each ConfigMap
-or Secret volume written to a folder mounted read-only at its mountPath.
+arguments that start one of its containers (the first, or --container's)
+as kubelet would: the same image, command, args and env (with kubelet's
+$(VAR) expansion), user and group, read-only root, capabilities dropped,
+no new privileges, each ConfigMap or Secret volume written to a folder
+mounted read-only at its mountPath, and each emptyDir a tmpfs there.
 Ports are not mapped: the container shares the network given, where it
 listens on exactly the ports its flags name.
 
   python pod_run.py run RENDERED.yaml KIND --network=NET --name=NAME \\
       [--volumes_dir=DIR] [--secret=NAME=DIR ...] [--rank=I] [--env=NAME=VALUE ...]
+      [--container=NAME]
       prints the arguments after `podman run`, one per line (NUL-free
       text; no argument holds a newline)
-  python pod_run.py facts RENDERED.yaml KIND
+  python pod_run.py facts RENDERED.yaml KIND [--container=NAME]
       prints "readiness PORT", "liveness PORT", "grace SECONDS",
       "completions N" (a Job), "first NAME-0.SERVICE" (a StatefulSet: the
-      name workers dial its first shard by), "ports NAME=PORT,..."
+      name workers dial its first shard by), "ports NAME=PORT,...";
+      a Job also "parallelism N", "name NAME" and "subdomain NAME" (or
+      "subdomain none"); with --container=NAME, the probes and ports are
+      that container's
   python pod_run.py secrets SECRETS.yaml DIR
       writes each Secret of SECRETS.yaml (as `kubectl apply -f` takes it:
       data base64, stringData as is) as DIR/NAME/KEY files, the folders
       that --secret=NAME=DIR/NAME gives
 
-KIND is StatefulSet or Job. --rank=I stands for the completion index
-kubelet's downward API gives an Indexed Job's pod; --env overrides a
+KIND is StatefulSet or Job. --container names a container or an init
+container (a native sidecar) of the template. --rank=I stands for the
+completion index kubelet's downward API gives an Indexed Job's pod, and
+sets the host name Kubernetes gives that pod (NAME-I); the label
+batch.kubernetes.io/job-name is the Job's name. --env overrides a
 variable's value (REDUCER_TARGET pointed at a local address). --secret
 gives the files of Secret NAME (one file per key, in DIR); they are copied
 into the volume's folder with the volume's defaultMode, owned by group
-fsGroup as kubelet does. Volumes of another kind than ConfigMap or Secret,
-and valueFrom other than the completion index, are refused: such a
-template cannot be started faithfully here.
+fsGroup as kubelet does. Volumes of another kind than ConfigMap, Secret or
+emptyDir, and valueFrom other than the completion index and the Job's
+name, are refused: such a template cannot be started faithfully here.
 """
 import base64
 import json
@@ -39,6 +47,8 @@ from checks import get, load_objects, text, truthy
 from container_flags import expand_vars as expand
 
 kIndexField = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+# The label Kubernetes puts on a Job's pods: the Job's name.
+kJobNameField = "metadata.labels['batch.kubernetes.io/job-name']"
 
 
 def die(message):
@@ -95,6 +105,11 @@ def main(argv):
         die(f"{file} has no {kind}")
     pod = owner["spec"]["template"]["spec"]
     container = pod["containers"][0]
+    if options.get("container"):
+        container = next((c for c in (get(pod, "containers") or []) + (get(pod, "initContainers") or [])
+                          if get(c, "name") == options["container"]), None)
+        if container is None:
+            die(f"the template has no container {options['container']}")
 
     if mode == "facts":
         def or_else(value, default):
@@ -109,6 +124,9 @@ def main(argv):
         ]
         if kind == "Job":
             lines.append(f"completions {text(get(owner, 'spec', 'completions'))}")
+            lines.append(f"parallelism {text(get(owner, 'spec', 'parallelism'))}")
+            lines.append(f"name {text(get(owner, 'metadata', 'name'))}")
+            lines.append(f"subdomain {or_else(get(pod, 'subdomain'), 'none')}")
         if kind == "StatefulSet":
             lines.append(f"first {text(get(owner, 'metadata', 'name'))}-0."
                          f"{text(get(owner, 'spec', 'serviceName'))}")
@@ -129,8 +147,10 @@ def main(argv):
             if "rank" not in options:
                 die(f"{name} is the completion index: give --rank")
             env[name] = options["rank"]
+        elif get(e, "valueFrom", "fieldRef", "fieldPath") == kJobNameField and kind == "Job":
+            env[name] = text(get(owner, "metadata", "name"))
         else:
-            die(f"env {name}: only values and the completion index can be given here")
+            die(f"env {name}: only values, the completion index and the Job's name can be given here")
     for kv in options["env"]:
         name, value = split_at_equals(kv)
         if name not in env:
@@ -139,6 +159,8 @@ def main(argv):
 
     sc = {**(get(pod, "securityContext") or {}), **(get(container, "securityContext") or {})}
     args = [f"--name={options['name']}", f"--network={options['network']}"]
+    if kind == "Job" and "rank" in options:
+        args.append(f"--hostname={text(get(owner, 'metadata', 'name'))}-{options['rank']}")
     if sc.get("runAsUser") is None:
         die("the template sets no runAsUser")
     group = f":{text(sc['runAsGroup'])}" if sc.get("runAsGroup") is not None else ""
@@ -158,6 +180,9 @@ def main(argv):
     fs_group = get(pod, "securityContext", "fsGroup")
     for mount in get(container, "volumeMounts") or []:
         volume = next((v for v in get(pod, "volumes") or [] if get(v, "name") == get(mount, "name")), None)
+        if volume is not None and "emptyDir" in volume:
+            args.append(f"--tmpfs={mount['mountPath']}")
+            continue
         if not options.get("volumes_dir"):
             die("volumes need --volumes_dir")
         directory = os.path.join(options["volumes_dir"], mount["name"])
@@ -188,7 +213,7 @@ def main(argv):
                 if fs_group is not None:
                     os.chown(path, 0, fs_group)
         else:
-            die(f"volume {mount['name']} is neither a ConfigMap nor a Secret")
+            die(f"volume {mount['name']} is neither a ConfigMap, a Secret nor an emptyDir")
         args.append(f"--volume={directory}:{mount['mountPath']}:ro")
     for name, value in env.items():
         args.append(f"--env={name}={value}")

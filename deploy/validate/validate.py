@@ -1,14 +1,15 @@
 """Validates rendered deploy/k8s overlays offline:
 
   python validate.py --reducerd_help=FILE --worker_help=FILE \\
-      --shards=OVERLAY --workers=OVERLAY --open=OVERLAY[,OVERLAY...] NAME=RENDERED.yaml ...
+      --shards=OVERLAY --workers=OVERLAY [--pairs=SHARDS:WORKERS,...]
+      --open=OVERLAY[,OVERLAY...] NAME=RENDERED.yaml ...
 
 FILEs hold `reducerd --helpfull` and `metric_sync_worker --helpfull`; each
 RENDERED.yaml is `kubectl kustomize` of overlay NAME. Every object is
 checked against Kubernetes' schema, round-tripped through the Kubernetes
 client's models, and held to the policy of checks.py; the Job of the
 --workers overlay must name every shard of the StatefulSet of the --shards
-overlay. The --open overlays' shards must serve plaintext without job
+overlay, and so must each pair's of --pairs (the PyTorch Job and its shards). The --open overlays' shards must serve plaintext without job
 tokens (--allow_unauthenticated) and their workers send neither token nor
 CA; every other overlay's shards must serve TLS and require tokens, and its
 workers send a token and verify the shards with a CA. Prints
@@ -92,17 +93,21 @@ def main(argv):
             failed = True
             print(f"FAIL --open names {name}, no rendered overlay")
 
+    pairs = [p.split(":", 1) for p in options.get("pairs", "").split(",") if p]
     if options.get("shards") and options.get("workers"):
-        sts = next((o for o in rendered.get(options["shards"], []) if get(o, "kind") == "StatefulSet"), None)
-        job = next((o for o in rendered.get(options["workers"], []) if get(o, "kind") == "Job"), None)
+        pairs.insert(0, [options["shards"], options["workers"]])
+    for pair in pairs:
+        shards, workers = pair if len(pair) == 2 else (pair[0], "")
+        sts = next((o for o in rendered.get(shards, []) if get(o, "kind") == "StatefulSet"), None)
+        job = next((o for o in rendered.get(workers, []) if get(o, "kind") == "Job"), None)
         problems = (shard_problems(sts, job) if sts and job
-                    else ["--shards or --workers names no rendered overlay"])
+                    else [f"{shards}:{workers} names no rendered overlay of shards and workers"])
         if problems:
             failed = True
             for p in problems:
                 print(f"FAIL shards: {p}")
         else:
-            print(f"==> {options['workers']}'s target names every shard of {options['shards']}")
+            print(f"==> {workers}'s target names every shard of {shards}")
     return 1 if failed else 0
 
 

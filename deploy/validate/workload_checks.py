@@ -8,10 +8,11 @@ image and Certificate checks.
 import re
 
 from container_flags import (container_port, effective_flags, is_loopback_listen, is_true,
-                             parse_flags, port_of, secret_mount_of)
+                             job_flags, parse_flags, port_of, secret_mount_of, torch_containers)
 from manifest_values import bytes_of, describe, get, is_nan, number, same, seconds_of, text, truthy
 from security_checks import image_problems, security_problems
 from tls_checks import certificate_problems
+from torch_job_checks import torch_job_problems
 
 kReducerdBinary = "/usr/bin/reducerd"
 
@@ -280,7 +281,9 @@ def policy_problems(objs, *, reducerd_flags, worker_flags):
                     problems.append(f"{where}: command is not {kReducerdBinary}")
                 problems.extend(_reducerd_problems(obj, c, objs, reducerd_flags, where))
             problems.extend(_selector_problems(objs, obj))
-        if kind == "Job":
+        if kind == "Job" and torch_containers(obj)[0] is not None:
+            problems.extend(torch_job_problems(obj, objs, reducerd_flags))
+        elif kind == "Job":
             problems.extend(_job_problems(obj, worker_flags))
     return problems
 
@@ -302,11 +305,10 @@ def expand_target(target):
 
 
 def shard_problems(sts, job):
-    """The Job's REDUCER_TARGET names reducer-0 .. reducer-(N-1) of the
-    StatefulSet, in order, on its gRPC port."""
-    c = job["spec"]["template"]["spec"]["containers"][0]
-    env = next((e for e in get(c, "env") or [] if get(e, "name") == "REDUCER_TARGET"), None)
-    target = get(env, "value")
+    """The Job's target (REDUCER_TARGET, or its relay's --upstream) names
+    reducer-0 .. reducer-(N-1) of the StatefulSet, in order, on its gRPC
+    port."""
+    target = job_flags(job)[0].get("target")
     target = "" if target is None else text(target)
     port = container_port(sts["spec"]["template"]["spec"]["containers"][0], "grpc")
     replicas = get(sts, "spec", "replicas")
@@ -316,5 +318,5 @@ def shard_problems(sts, job):
     got = expand_target(target)
     if got == want:
         return []
-    return [f"{describe(job)}: REDUCER_TARGET={target} names {','.join(got)}; "
+    return [f"{describe(job)}: the target {target} names {','.join(got)}; "
             f"{describe(sts)} serves {','.join(want)}"]
