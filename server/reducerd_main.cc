@@ -364,6 +364,7 @@ int main(int argc, char** argv) {
   options.allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated);
   options.health_listen = absl::GetFlag(FLAGS_health_listen);
   options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  options.upstream = absl::GetFlag(FLAGS_upstream);
 
   // Block the stop and reload signals in every thread (threads inherit the
   // mask), so that only sigwait below receives them.

@@ -223,6 +223,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       new Server(std::move(options), std::move(tokens)));
   const ServerOptions& o = server->options_;
   if (upstream != nullptr) server->ServeAsRelay(std::move(upstream));
+  server->admin_.SetUpstream(o.upstream);
   if (server->prometheus_ != nullptr) {
     absl::Status metrics = server->StartMetricsEndpoint();
     if (!metrics.ok()) return metrics;

@@ -128,6 +128,9 @@ struct ServerOptions {
   // A second, plaintext port serving only grpc.health.v1 (for kubelet
   // probes, which cannot speak TLS); empty: none.
   std::string health_listen;
+  // A relay's upstream shards (reducerd --upstream), for status reports;
+  // the relay itself is Server::Start's Upstream.
+  std::string upstream;
 };
 
 }  // namespace reducer

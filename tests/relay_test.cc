@@ -15,6 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/reducer_client.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/reducer/v1/admin.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/process_harness.h"
@@ -175,6 +177,7 @@ void EveryKind(Client& client, int rank, RankFailures& failures) {
 TEST_F(RelayTest, TwoHostsOfTwoRanksOverTwoShardsRunEveryKind) {
   ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/2, /*hosts=*/{2, 2}));
   RankFailures failures;
+  v1::StatusResponse status;
   RunOnEveryRank(kWorld, [&](int rank) {
     absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "every");
     if (!client.ok()) {
@@ -182,8 +185,26 @@ TEST_F(RelayTest, TwoHostsOfTwoRanksOverTwoShardsRunEveryKind) {
       return;
     }
     EveryKind(**client, rank, failures);
+    // The relay's status while the job lives (between two barriers).
+    (*client)->Barrier().IgnoreError();
+    if (rank == 0) {
+      std::unique_ptr<v1::Admin::Stub> admin =
+          v1::Admin::NewStub(grpc::CreateChannel(
+              relays_[0]->address(), grpc::InsecureChannelCredentials()));
+      grpc::ClientContext context;
+      if (!admin->Status(&context, v1::StatusRequest(), &status).ok()) {
+        failures.Add("the relay's Admin.Status failed");
+      }
+    }
+    (*client)->Barrier().IgnoreError();
   });
   failures.ExpectNone();
+  // It names its upstream, and what combining saved: at least the 3 MiB
+  // all-reduce one of its two ranks did neither send nor get.
+  EXPECT_EQ(status.upstream(), absl::StrCat(shards_[0]->address(), ",",
+                                            shards_[1]->address()));
+  ASSERT_EQ(status.jobs_size(), 1);
+  EXPECT_GE(status.jobs(0).relay_bytes_saved(), 2u * 3 * 1024 * 1024);
 }
 
 TEST_F(RelayTest, OneHostOfFourRanksOverOneShardRunsEveryKind) {

@@ -24,7 +24,11 @@ std::string FormatStatus(const v1::StatusResponse& status) {
       "reducerd ", status.version(), ": ",
       status.serving() ? "serving" : "draining (not serving)",
       "; memory budget ", status.memory_reserved_bytes(), " of ",
-      status.memory_budget_bytes(), " bytes reserved\n");
+      status.memory_budget_bytes(), " bytes reserved",
+      status.upstream().empty()
+          ? std::string()
+          : absl::StrCat("; relay of ", status.upstream()),
+      "\n");
   if (status.jobs().empty()) absl::StrAppend(&out, "no jobs\n");
   for (const v1::JobStatus& job : status.jobs()) {
     absl::StrAppend(&out, "job ", job.name(), ": epoch ", job.epoch(), ", ",
@@ -40,6 +44,10 @@ std::string FormatStatus(const v1::StatusResponse& status) {
         absl::StrAppend(&out, absl::StrFormat(" (inputs at %.1f MB/s)",
                                               job.input_bytes_per_s() / 1e6));
       }
+    }
+    if (!status.upstream().empty()) {
+      absl::StrAppend(&out, "; ", job.relay_bytes_saved(),
+                      " bytes saved on the host's link");
     }
     if (job.quorum_mode()) absl::StrAppend(&out, "; quorum steps");
     if (!job.absent_ranks().empty()) {

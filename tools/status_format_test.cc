@@ -87,6 +87,25 @@ TEST(FormatStatusTest, AJobShowsItsPacedChunkAndTheInputPaceBehindIt) {
             "job fresh: epoch 1, running, 1 of 1 ranks joined (0); chunks 1 MiB\n");
 }
 
+TEST(FormatStatusTest, ARelayNamesItsUpstreamAndWhatEachJobSaved) {
+  v1::StatusResponse status;
+  status.set_version("0.1.0");
+  status.set_serving(true);
+  status.set_upstream("shard-0:50051,shard-1:50051");
+  v1::JobStatus* job = status.add_jobs();
+  job->set_name("train");
+  job->set_world_size(8);
+  job->set_epoch(1);
+  job->set_state("running");
+  for (int r : {4, 5, 6, 7}) job->add_joined_ranks(r);
+  job->set_relay_bytes_saved(6291456);
+  EXPECT_EQ(FormatStatus(status),
+            "reducerd 0.1.0: serving; memory budget 0 of 0 bytes reserved; "
+            "relay of shard-0:50051,shard-1:50051\n"
+            "job train: epoch 1, running, 4 of 8 ranks joined (4,5,6,7); "
+            "6291456 bytes saved on the host's link\n");
+}
+
 TEST(FormatStatusTest, AnAbortedJobSaysWhy) {
   v1::StatusResponse status;
   status.set_version("0.1.0");

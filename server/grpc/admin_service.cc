@@ -32,6 +32,7 @@ v1::StatusResponse BuildStatusResponse(JobRegistry* registry,
     for (int r : job.done_ranks) out->add_done_ranks(r);
     out->set_chunk_bytes(job.chunk_bytes);
     out->set_input_bytes_per_s(job.input_bytes_per_s);
+    out->set_relay_bytes_saved(job.relay_bytes_saved);
     std::stable_sort(job.pending.begin(), job.pending.end(),
                      [](const CollectiveSnapshot& a, const CollectiveSnapshot& b) {
                        return a.age > b.age;
@@ -55,6 +56,7 @@ grpc::ServerUnaryReactor* AdminService::Status(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   *response = BuildStatusResponse(registry_, *memory_, version_,
                                   serving_->load(std::memory_order_relaxed));
+  response->set_upstream(upstream_);
   if (tokens_ == nullptr) {
     reactor->Finish(grpc::Status::OK);
     return reactor;

@@ -39,6 +39,9 @@ class AdminService final : public v1::Admin::CallbackService {
 
   // With tokens: UNAUTHENTICATED when the call carries no token or one no
   // job has; otherwise only the jobs whose token it carries are listed.
+  // A relay's upstream, for Status (before serving).
+  void SetUpstream(std::string upstream) { upstream_ = std::move(upstream); }
+
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context,
                                    const v1::StatusRequest* request,
                                    v1::StatusResponse* response) override;
@@ -49,6 +52,7 @@ class AdminService final : public v1::Admin::CallbackService {
   const std::string version_;
   const std::atomic<bool>* const serving_;  // not owned
   JobTokens* const tokens_;                 // not owned; null: none
+  std::string upstream_;                    // SetUpstream; empty: not a relay
 };
 
 }  // namespace reducer

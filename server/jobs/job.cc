@@ -535,6 +535,7 @@ JobSnapshot Job::Snapshot() {
   s.quorum_mode = membership_.quorum_mode();
   s.chunk_bytes = chunk_bytes_;
   s.input_bytes_per_s = pace_.bytes_per_second();
+  if (relay_ != nullptr) s.relay_bytes_saved = relay_->bytes_saved();
   s.joined_ranks = membership_.SeatedRanks();
   s.absent_ranks = membership_.AbsentRanks();
   s.done_ranks = membership_.DoneRanks();

@@ -96,6 +96,7 @@ struct JobSnapshot {
   std::vector<int> done_ranks;    // called Done(), waiting for the others
   size_t chunk_bytes = 0;         // its reductions' chunk (paced)
   double input_bytes_per_s = 0;   // the pace of its inputs; 0: not measured
+  uint64_t relay_bytes_saved = 0;  // on a relay: JobRelay::bytes_saved
   std::vector<CollectiveSnapshot> pending;  // collectives not yet done
 };
 

@@ -51,6 +51,10 @@ class JobRelay {
   // ended upstream first).
   virtual void EndEpoch(uint64_t epoch_id, const absl::Status& status,
                         const std::string& reason) = 0;
+
+  // The bytes its combined calls did not move over the host's link (what
+  // one call per rank would have sent and received, less what was).
+  virtual uint64_t bytes_saved() const = 0;
 };
 
 // Makes the JobRelay of job `job` of `world_size` ranks (its tenant

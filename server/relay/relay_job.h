@@ -61,7 +61,7 @@ class RelayJob final : public JobRelay {
   // while none), and the bytes its combined calls did not send upstream
   // (what one call per rank would have sent, less what was sent).
   std::vector<int> ranks() const;
-  uint64_t bytes_saved() const;
+  uint64_t bytes_saved() const override;
 
  private:
   // The ranks of `fp`'s group that are this host's, when they may be
