@@ -221,6 +221,37 @@ TEST_F(RelayTest, OneHostOfFourRanksOverOneShardRunsEveryKind) {
   failures.ExpectNone();
 }
 
+TEST_F(RelayTest, ARankDoneIsLeftOutOfItsHostsCombinedCalls) {
+  // Rank 1 runs out of data after one all-reduce; its host's rank 0 and the
+  // other host go on without it, then all call Done().
+  ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/1, /*hosts=*/{2, 2}));
+  RankFailures failures;
+  RunOnEveryRank(kWorld, [&](int rank) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "uneven");
+    if (!client.ok()) {
+      failures.Add(absl::StrCat("rank ", rank, ": ", client.status().ToString()));
+      return;
+    }
+    const int steps = rank == 1 ? 1 : 3;
+    for (int step = 0; step < steps; ++step) {
+      absl::StatusOr<int64_t> sum =
+          (*client)->AllReduce(int64_t{rank + 1}, ReduceOp::kSum);
+      const int64_t want = step == 0 ? 10 : 8;  // 1+2+3+4, then without 2
+      if (!sum.ok() || *sum != want) {
+        failures.Add(absl::StrCat("rank ", rank, " step ", step, ": ",
+                                  sum.ok() ? absl::StrCat(*sum)
+                                           : sum.status().ToString(),
+                                  ", want ", want));
+      }
+    }
+    absl::Status done = (*client)->Done();
+    if (!done.ok()) {
+      failures.Add(absl::StrCat("rank ", rank, ": Done: ", done.ToString()));
+    }
+  });
+  failures.ExpectNone();
+}
+
 TEST_F(RelayTest, ARelayKilledEndsTheEpochNamingItsRanks) {
   ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/1, /*hosts=*/{2, 2}));
   RankFailures failures;

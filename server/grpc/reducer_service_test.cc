@@ -322,6 +322,15 @@ TEST_F(ReducerServiceTest, ACutCollectiveStreamFailsTheOtherRankAtOnce) {
   // The header only: the payload never comes.
   SendAllReduceOfBoth(kCollective, calls, /*header_only=*/true);
   std::unique_ptr<Stream>* streams = calls.streams;
+  // Both headers in first (before that, a cancelled call is only detached,
+  // for its retry): the collective then waits for no rank.
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < until) {
+    const std::vector<CollectiveSnapshot> pending =
+        (*env_.registry().Find("j"))->Snapshot().pending;
+    if (!pending.empty() && pending[0].missing_ranks.empty()) break;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   calls.contexts[0].TryCancel();
   v1::CollectiveResponse response;
   EXPECT_FALSE(streams[1]->Read(&response));

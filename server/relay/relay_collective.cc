@@ -125,6 +125,21 @@ bool RelayCollective::Attach(std::shared_ptr<RankChannel> channel, int rank,
   return true;
 }
 
+void RelayCollective::Excuse(int rank) {
+  std::function<void()> start;
+  {
+    absl::MutexLock lock(&mu_);
+    const int m = IndexOf(rank);
+    if (m < 0 || members_[m].attached || started_ || failed_ ||
+        members_.size() == 1) {
+      return;
+    }
+    members_.erase(members_.begin() + m);
+    if (attached_ == static_cast<int>(members_.size())) start = StartLocked();
+  }
+  if (start) start();
+}
+
 void RelayCollective::OnDeadline() {
   absl::MutexLock lock(&mu_);
   if (started_ || failed_) return;

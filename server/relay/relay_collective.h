@@ -85,6 +85,12 @@ class RelayCollective final
   bool Attach(std::shared_ptr<RankChannel> channel, int rank,
               const v1::CollectiveHeader& header, Fingerprint fp);
 
+  // `rank` called Done(): unless it attached already, it is no longer a
+  // member (the others' combined contribution goes without it, as its
+  // Job's collectives go on without a rank that called Done()); the call
+  // starts if every other member is in.
+  void Excuse(int rank);
+
   // AttachedCollective.
   bool OnData(int rank, uint64_t offset, Payload data) override;
   void OnInputEnd(int rank) override;

@@ -96,13 +96,14 @@ std::vector<int> RelayJob::MembersLocked(const Fingerprint& fp,
   bool consecutive = true;
   for (size_t i = 0; i < fp.group.size(); ++i) {
     const bool here =
-        std::binary_search(ranks_.begin(), ranks_.end(), fp.group[i]);
+        std::binary_search(ranks_.begin(), ranks_.end(), fp.group[i]) &&
+        done_.count(fp.group[i]) == 0;
     if (here && !members.empty() && fp.group[i - 1] != members.back()) {
       consecutive = false;
     }
     if (here) members.push_back(fp.group[i]);
   }
-  if (!consecutive) return {rank};
+  if (!consecutive || members.empty()) return {rank};
   return members;
 }
 
@@ -110,11 +111,19 @@ absl::StatusOr<std::shared_ptr<AttachedCollective>> RelayJob::Attach(
     const v1::CollectiveHeader& header, const Fingerprint& fp,
     std::shared_ptr<RankChannel> channel) {
   std::shared_ptr<RelayCollective> collective;
+  std::vector<std::shared_ptr<RelayCollective>> excusing;
   {
     absl::MutexLock lock(&mu_);
     if (session_ == nullptr || ended_) {
       return absl::UnavailableError(absl::StrCat(
           "job ", job_, ": this relay holds no upstream session for it now"));
+    }
+    const bool done = fp.kind == CollectiveKind::kDone;
+    if (done) {
+      // The host's combined calls go on without it from now on, those
+      // waiting for it too.
+      done_.insert(header.rank());
+      for (auto& [key, c] : pending_) excusing.push_back(c);
     }
     const std::vector<int> members = MembersLocked(fp, header.rank());
     const std::string key = MatchingKey(header, fp, members.size() == 1);
@@ -127,16 +136,21 @@ absl::StatusOr<std::shared_ptr<AttachedCollective>> RelayJob::Attach(
           " in job ", job_);
       collective = std::make_shared<RelayCollective>(
           env_.collectives, description, members, session_,
-          [this, key, epoch = epoch_id_](uint64_t saved) {
+          [this, key, epoch = epoch_id_, done,
+           rank = header.rank()](uint64_t saved) {
             absl::MutexLock lock(&mu_);
             bytes_saved_ += saved;
-            if (epoch == epoch_id_) pending_.erase(key);
+            if (epoch != epoch_id_) return;
+            pending_.erase(key);
+            // Done() returns once every rank called it: all take part again.
+            if (done) done_.erase(rank);
           });
       pending_.emplace(key, collective);
     } else {
       collective = it->second;
     }
   }
+  for (const auto& c : excusing) c->Excuse(header.rank());
   if (!collective->Attach(std::move(channel), header.rank(), header, fp)) {
     return absl::AbortedError("the relay refused this call; it was told why");
   }

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <memory>
 #include <string>
 #include <thread>
@@ -64,8 +65,9 @@ class RelayJob final : public JobRelay {
   uint64_t bytes_saved() const override;
 
  private:
-  // The ranks of `fp`'s group that are this host's, when they may be
-  // combined (TakesSeveralRanks, consecutive in the group); else `rank`.
+  // The ranks of `fp`'s group that are this host's and not done, when
+  // they may be combined (TakesSeveralRanks, consecutive in the group);
+  // else `rank`.
   std::vector<int> MembersLocked(const Fingerprint& fp, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -83,6 +85,9 @@ class RelayJob final : public JobRelay {
   absl::flat_hash_map<std::string, std::shared_ptr<RelayCollective>> pending_
       ABSL_GUARDED_BY(mu_);
   uint64_t bytes_saved_ ABSL_GUARDED_BY(mu_) = 0;
+  // Ranks of this host whose Done() is in flight upstream: left out of
+  // the combined calls until it returns (every rank has called it).
+  std::set<int> done_ ABSL_GUARDED_BY(mu_);
   // Joins and leaves run here, so that no caller waits on upstream.
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
 };
