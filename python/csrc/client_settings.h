@@ -34,13 +34,16 @@ struct ClientArguments {
   std::optional<std::string> tls_key_file;
   std::optional<std::string> server_name;
   std::string shared_memory = "auto";  // "auto", "off" or "required"
+  // This job's ranks on this host (ClientOptions::local_world_size); 0:
+  // unknown.
+  int local_world_size = 0;
 };
 
 // Raises ValueError, naming the argument (and the path, never the token),
 // for a non-positive timeout, an empty token or one holding whitespace or a
 // control character, a certificate without its key (or the reverse), TLS
-// without a CA, a given file that cannot be read now, or an unknown
-// shared_memory value.
+// without a CA, a given file that cannot be read now, an unknown
+// shared_memory value, or a negative local_world_size.
 ClientOptions MakeClientOptions(const ClientArguments& args);
 
 }  // namespace reducer::python

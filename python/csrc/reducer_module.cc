@@ -219,16 +219,17 @@ void DefineModule(py::module_& m) {
                        const std::optional<std::string>& tls_cert_file,
                        const std::optional<std::string>& tls_key_file,
                        const std::optional<std::string>& server_name,
-                       const std::string& shared_memory) {
+                       const std::string& shared_memory, int local_world_size) {
              return std::make_unique<PyClient>(MakeClientOptions(
                  {target, job, rank, world_size, timeout, token, tls_ca_file,
-                  tls_cert_file, tls_key_file, server_name, shared_memory}));
+                  tls_cert_file, tls_key_file, server_name, shared_memory,
+                  local_world_size}));
            }),
            arg("target"), arg("job"), arg("rank"), arg("world_size"),
            arg("timeout"), py::kw_only(), arg("token") = py::none(),
            arg("tls_ca_file") = py::none(), arg("tls_cert_file") = py::none(),
            arg("tls_key_file") = py::none(), arg("server_name") = py::none(),
-           arg("shared_memory") = "auto")
+           arg("shared_memory") = "auto", arg("local_world_size") = 0)
       .def("close", &PyClient::Close)
       .def_property_readonly("rank", &PyClient::rank)
       .def_property_readonly("world_size", &PyClient::world_size);

@@ -128,6 +128,26 @@ def test_scalars(server):
         assert prod == 2 ** W
 
 
+def test_local_world_size_comes_from_the_environment(server, monkeypatch):
+    """LOCAL_WORLD_SIZE (torchrun's) fills local_world_size unless it is given;
+    a value that is not a count raises ValueError naming the variable."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    with reducer.Client(target=server.target, job=new_job(), timeout=20) as c:
+        assert c.local_world_size == 3
+        assert c.all_reduce(2) == 2
+    with reducer.Client(target=server.target, job=new_job(), timeout=20,
+                        local_world_size=1) as c:
+        assert c.local_world_size == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "three")
+    with pytest.raises(ValueError, match="LOCAL_WORLD_SIZE='three'"):
+        reducer.Client(target=server.target, job=new_job(), timeout=20)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert reducer.local_world_size_from_env() == 0
+    with pytest.raises(ValueError, match="local_world_size must not be negative"):
+        reducer.Client(target=server.target, job=new_job(), timeout=20,
+                       local_world_size=-1)
+
+
 def test_all_reduce_many_one_op_each(server):
     a = [read_only(rank_input(r, np.float32)) for r in range(W)]
     b = [read_only(rank_input(r, np.int64, (5,))) for r in range(W)]

@@ -134,6 +134,23 @@ def test_wrong_token_fails_init_naming_the_job(secure_server):
         assert wrong not in out and SECURE_TOKEN not in out
 
 
+def test_local_world_size_is_passed_on_for_a_group_of_the_whole_world(monkeypatch):
+    """torchrun's LOCAL_WORLD_SIZE reaches the client of a group of all
+    WORLD_SIZE ranks; a smaller group's is unknown (0)."""
+    import reducer.torch
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert reducer.torch._local_world_size(4) == 2
+    assert reducer.torch._local_world_size(3) == 0
+    monkeypatch.delenv("WORLD_SIZE")
+    assert reducer.torch._local_world_size(4) == 0
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "-2")
+    with pytest.raises(ValueError, match="LOCAL_WORLD_SIZE"):
+        reducer.torch._local_world_size(4)
+
+
 def test_environment_errors_name_the_variable(monkeypatch, tmp_path):
     import reducer.torch
 

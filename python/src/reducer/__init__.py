@@ -33,6 +33,7 @@ MetricSync and an async handle belong to one thread.
 """
 
 import numbers
+import os
 
 import numpy as np
 
@@ -61,6 +62,26 @@ def _ops(ops, count):
     return ops
 
 
+LOCAL_WORLD_SIZE_ENV = "LOCAL_WORLD_SIZE"
+
+
+def local_world_size_from_env():
+    """LOCAL_WORLD_SIZE (torchrun's count of this host's ranks) as an int, 0
+    when unset or empty; ValueError naming the variable when it is not a
+    whole number, not negative."""
+    value = os.environ.get(LOCAL_WORLD_SIZE_ENV, "").strip()
+    if not value:
+        return 0
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise ValueError(f"reducer: {LOCAL_WORLD_SIZE_ENV}={value!r} is not a "
+                         "whole number of ranks")
+    return count
+
+
 class Client(RoutedCollectives, QuorumSteps):
     """One rank's connection to a job on reducerd.
 
@@ -85,6 +106,12 @@ class Client(RoutedCollectives, QuorumSteps):
                      "off", or "required" (Connect fails without it);
                      REDUCER_SHARED_MEMORY in the environment overrides it
                      for the whole process.
+      local_world_size
+                     how many ranks of this job run on this host (None:
+                     the LOCAL_WORLD_SIZE environment variable, as torchrun
+                     sets it, else 0, unknown); a node-local relay
+                     (reducerd --upstream) joins upstream once that many
+                     ranks have joined it.
 
     Files (str or pathlib.Path) must be readable now; they are read again
     when they change. A bad combination or an unreadable file raises
@@ -95,9 +122,13 @@ class Client(RoutedCollectives, QuorumSteps):
 
     def __init__(self, target=DEFAULT_TARGET, job=None, rank=0, world_size=1,
                  timeout=300.0, token=None, tls_ca_file=None, tls_cert_file=None,
-                 tls_key_file=None, server_name=None, shared_memory="auto"):
+                 tls_key_file=None, server_name=None, shared_memory="auto",
+                 local_world_size=None):
         if not job:
             raise ValueError("reducer: Client needs a job name, the same on every rank")
+        if local_world_size is None:
+            local_world_size = local_world_size_from_env()
+        self.local_world_size = int(local_world_size)
 
         def path(p):
             return None if p is None else str(p)
@@ -108,7 +139,7 @@ class Client(RoutedCollectives, QuorumSteps):
             tls_ca_file=path(tls_ca_file), tls_cert_file=path(tls_cert_file),
             tls_key_file=path(tls_key_file),
             server_name=None if server_name is None else str(server_name),
-            shared_memory=str(shared_memory))
+            shared_memory=str(shared_memory), local_world_size=self.local_world_size)
 
     @property
     def rank(self):

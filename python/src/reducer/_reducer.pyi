@@ -26,6 +26,7 @@ class Client:
         tls_key_file: str | None = None,
         server_name: str | None = None,
         shared_memory: str = "auto",
+        local_world_size: int = 0,
     ) -> None: ...
     def close(self) -> None: ...
     @property

@@ -17,6 +17,10 @@ Configuration comes from the environment, read at each group's creation:
     REDUCER_TLS_CERT_FILE     mutual TLS: this worker's certificate and key
     REDUCER_TLS_KEY_FILE
     REDUCER_TLS_SERVER_NAME   the name to check in reducerd's certificate
+    LOCAL_WORLD_SIZE          torchrun's count of this host's ranks, passed on
+                                (for a group of all WORLD_SIZE ranks) so that
+                                a node-local relay joins upstream once all
+                                of them arrived
     REDUCER_SHARED_MEMORY     auto (default), off or required: the client
                                 library's own override of the data path, for
                                 the whole process, read at its first
@@ -197,6 +201,15 @@ def _client_settings():
     return prefix, settings
 
 
+def _local_world_size(group_size):
+    """LOCAL_WORLD_SIZE for a group of all WORLD_SIZE ranks (torchrun sets
+    both), else 0 (unknown): a subgroup's ranks on this host are not known
+    here, and a relay told too many would wait for ranks that never come."""
+    local = reducer.local_world_size_from_env()
+    world = os.environ.get("WORLD_SIZE", "").strip()
+    return local if world.isdigit() and int(world) == group_size else 0
+
+
 def _create(backend_options, pg_options):
     """torch's creator (extended API): one Reducer job for this group."""
     prefix, settings = _client_settings()
@@ -210,7 +223,8 @@ def _create(backend_options, pg_options):
         store.set(key, f"{prefix}/{uuid.uuid4().hex}")
     job = store.get(key).decode()
     client = reducer.Client(job=job, rank=rank, world_size=size,
-                            timeout=backend_options.timeout.total_seconds(), **settings)
+                            timeout=backend_options.timeout.total_seconds(),
+                            local_world_size=_local_world_size(size), **settings)
     ops = BackendOps(client, job, rank, size)
     return _torch_c.Backend(rank, size, ops, client._client if _native_all_reduce else None,
                             ops.where)
