@@ -99,10 +99,9 @@ absl::Status ReducePackedRange(const PayloadLayout& layout,
     for (size_t k = 0; k < inputs.size(); ++k) {
       shifted[k] = static_cast<const char*>(inputs[k]) + (r_begin - begin);
     }
-    absl::Status s =
-        Reduce(tensors[i].op, tensors[i].dtype, shifted,
-               (r_end - r_begin) / elem, out_bytes + (r_begin - begin),
-               avg_divisor);
+    absl::Status s = Reduce(tensors[i].op, tensors[i].dtype, shifted,
+                            (r_end - r_begin) / elem,
+                            out_bytes + (r_begin - begin), avg_divisor);
     if (!s.ok()) return WithTensorPrefix(i, s);
     pos = r_end;
   }

@@ -383,9 +383,9 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void FoldTile(
 // `out` is in[0].
 template <class Conv, class Op, bool kDivide>
 REDUCER_KERNEL_CLONES void ReduceTile(typename Conv::In* out,
-                                       const typename Conv::In* const* in,
-                                       size_t num_inputs, bool in_place,
-                                       size_t n, size_t avg_divisor) {
+                                      const typename Conv::In* const* in,
+                                      size_t num_inputs, bool in_place,
+                                      size_t n, size_t avg_divisor) {
   using In = typename Conv::In;
   using Acc = typename Conv::Acc;
   const Acc divisor = static_cast<Acc>(avg_divisor);

@@ -19,14 +19,14 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/process_memory.h"
-#include "absl/strings/ascii.h"
 #include "client/client_options.h"
+#include "core/process_memory.h"
 #include "server/credential_path.h"
 #include "server/log.h"
 #include "server/relay/client/client_upstream.h"
@@ -175,8 +175,8 @@ absl::StatusOr<std::unique_ptr<reducer::Upstream>> UpstreamFromFlags(
   if (!token_file.empty()) {
     std::ifstream in(token_file);
     if (!in) {
-      return absl::NotFoundError(absl::StrCat(
-          "--upstream_token_file ", token_file, " cannot be read"));
+      return absl::NotFoundError(absl::StrCat("--upstream_token_file ",
+                                              token_file, " cannot be read"));
     }
     std::string token((std::istreambuf_iterator<char>(in)),
                       std::istreambuf_iterator<char>());

@@ -31,8 +31,8 @@
 #include "server/metrics/grpc_server_metrics.h"
 #include "server/metrics/metrics_sink.h"
 #include "server/metrics/prometheus_metrics.h"
-#include "server/security/job_tokens.h"
 #include "server/relay/upstream.h"
+#include "server/security/job_tokens.h"
 #include "server/server_options.h"
 #include "server/shm/listener.h"
 

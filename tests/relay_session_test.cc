@@ -189,8 +189,8 @@ class RelaySessionTest : public FaultTest {
       const std::vector<float> relay_sum = SumOf({0, 1, 2});
       absl::StatusOr<Tensor> alone;
       std::thread t([&] {
-        alone = rank3_->AllReduce(TensorView::Of<float>(input3),
-                                  ReduceOp::kSum);
+        alone =
+            rank3_->AllReduce(TensorView::Of<float>(input3), ReduceOp::kSum);
       });
       std::unique_ptr<PendingCollective> call = relay_->StartForwarded(
           Forwarded(v1::COLLECTIVE_KIND_ALL_REDUCE, 0, {0, 1, 2}, 0),
@@ -256,8 +256,8 @@ class RelaySessionTest : public FaultTest {
       });
       absl::StatusOr<Tensor> alone;
       std::thread t([&] {
-        alone = rank3_->AllReduce(TensorView::Of<float>(input3),
-                                  ReduceOp::kSum);
+        alone =
+            rank3_->AllReduce(TensorView::Of<float>(input3), ReduceOp::kSum);
       });
       std::unique_ptr<PendingCollective> call = relay_->StartForwarded(
           Forwarded(v1::COLLECTIVE_KIND_ALL_REDUCE, 0, {0, 1, 2}, 2),
@@ -298,7 +298,7 @@ class RelaySessionTest : public FaultTest {
     });
     absl::SleepFor(absl::Milliseconds(300));
     EXPECT_FALSE(ended.HasBeenNotified());  // nothing ended yet
-    rank3.reset();  // SIGKILL
+    rank3.reset();                          // SIGKILL
     ASSERT_TRUE(ended.WaitForNotificationWithTimeout(absl::Seconds(20)));
     EXPECT_THAT(reason,
                 StatusIs(absl::StatusCode::kAborted, HasSubstr("rank 3")));
@@ -307,10 +307,9 @@ class RelaySessionTest : public FaultTest {
     // The session refuses calls from then on, with the same reason.
     std::vector<float> input = SumOf({0, 1, 2});
     EXPECT_THAT(relay_
-                    ->StartForwarded(
-                        Forwarded(v1::COLLECTIVE_KIND_ALL_REDUCE, 0, {0, 1, 2},
-                                  0),
-                        {input.data()}, nullptr, CallDeadline())
+                    ->StartForwarded(Forwarded(v1::COLLECTIVE_KIND_ALL_REDUCE,
+                                               0, {0, 1, 2}, 0),
+                                     {input.data()}, nullptr, CallDeadline())
                     ->Wait()
                     .status(),
                 StatusIs(absl::StatusCode::kAborted, HasSubstr("rank 3")));
@@ -332,10 +331,9 @@ class RelaySessionTest : public FaultTest {
     ASSERT_TRUE(ended.WaitForNotificationWithTimeout(absl::Seconds(10)));
     EXPECT_THAT(reason, StatusIs(absl::StatusCode::kAborted, HasSubstr(cause)));
     const std::vector<float> input3 = Input(3);
-    EXPECT_THAT(
-        rank3_->AllReduce(TensorView::Of<float>(input3), ReduceOp::kSum)
-            .status(),
-        StatusIs(absl::StatusCode::kAborted, HasSubstr(cause)));
+    EXPECT_THAT(rank3_->AllReduce(TensorView::Of<float>(input3), ReduceOp::kSum)
+                    .status(),
+                StatusIs(absl::StatusCode::kAborted, HasSubstr(cause)));
     // Once is enough: a second Leave says the session is over.
     EXPECT_THAT(relay_->LeaveWithCause("again"),
                 StatusIs(absl::StatusCode::kAborted, HasSubstr(cause)));

@@ -15,10 +15,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/reducer_client.h"
-#include "grpcpp/grpcpp.h"
-#include "proto/reducer/v1/admin.grpc.pb.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/reducer/v1/admin.grpc.pb.h"
 #include "tests/process_harness.h"
 #include "tests/rank_threads.h"
 #include "tests/status_matchers.h"
@@ -94,12 +94,13 @@ void EveryKind(Client& client, int rank, RankFailures& failures) {
   for (int64_t i = 0; i < kN; ++i) x[i] = Value(rank, i);
   absl::StatusOr<Tensor> sum =
       client.AllReduce(TensorView::Of<float>(x), ReduceOp::kSum);
-  if (!sum.ok()) return fail(absl::StrCat("allreduce: ", sum.status().ToString()));
+  if (!sum.ok())
+    return fail(absl::StrCat("allreduce: ", sum.status().ToString()));
   for (int64_t i = 0; i < kN; ++i) {
     const float want = 6000.0f + 4.0f * static_cast<float>(i % 997);
     if (sum->values<float>()[i] != want) {
-      return fail(absl::StrCat("allreduce[", i, "] = ",
-                               sum->values<float>()[i], ", want ", want));
+      return fail(absl::StrCat("allreduce[", i, "] = ", sum->values<float>()[i],
+                               ", want ", want));
     }
   }
   const std::vector<float> small = {Value(rank, 1), Value(rank, 2)};
@@ -117,32 +118,33 @@ void EveryKind(Client& client, int rank, RankFailures& failures) {
     for (int j = 0; j <= r; ++j) gathered.push_back(10 * r + j);
   }
   absl::StatusOr<Tensor> all = client.AllGather(TensorView::Of<int32_t>(mine));
-  if (!all.ok() || std::vector<int32_t>(all->values<int32_t>().begin(),
-                                        all->values<int32_t>().end()) !=
-                       gathered) {
+  if (!all.ok() ||
+      std::vector<int32_t>(all->values<int32_t>().begin(),
+                           all->values<int32_t>().end()) != gathered) {
     return fail(absl::StrCat("allgather: ", all.status().ToString()));
   }
   // Gather to rank 3, which its relay carries with rank 2.
   absl::StatusOr<Tensor> to3 = client.Gather(TensorView::Of<int32_t>(mine), 3);
   if (!to3.ok()) return fail(absl::StrCat("gather: ", to3.status().ToString()));
-  if (rank == 3 && std::vector<int32_t>(to3->values<int32_t>().begin(),
-                                        to3->values<int32_t>().end()) !=
-                       gathered) {
+  if (rank == 3 &&
+      std::vector<int32_t>(to3->values<int32_t>().begin(),
+                           to3->values<int32_t>().end()) != gathered) {
     return fail("gather: the root's result is not every rank's rows in order");
   }
   // Broadcast from rank 2, reduce to rank 1.
   const std::vector<double> root_values = {2.5, -1e300, 7};
-  absl::StatusOr<Tensor> bcast = client.Broadcast(
-      TensorView::Of<double>(root_values), 2);
-  if (!bcast.ok() || std::vector<double>(bcast->values<double>().begin(),
-                                         bcast->values<double>().end()) !=
-                         root_values) {
+  absl::StatusOr<Tensor> bcast =
+      client.Broadcast(TensorView::Of<double>(root_values), 2);
+  if (!bcast.ok() ||
+      std::vector<double>(bcast->values<double>().begin(),
+                          bcast->values<double>().end()) != root_values) {
     return fail(absl::StrCat("broadcast: ", bcast.status().ToString()));
   }
   const std::vector<int64_t> one = {rank + 1};
   absl::StatusOr<Tensor> reduced =
       client.Reduce(TensorView::Of<int64_t>(one), ReduceOp::kSum, 1);
-  if (!reduced.ok()) return fail(absl::StrCat("reduce: ", reduced.status().ToString()));
+  if (!reduced.ok())
+    return fail(absl::StrCat("reduce: ", reduced.status().ToString()));
   if (rank == 1 && reduced->values<int64_t>()[0] != 10) {
     return fail("reduce: the root's sum is not 10");
   }
@@ -158,15 +160,16 @@ void EveryKind(Client& client, int rank, RankFailures& failures) {
     return fail(absl::StrCat("reducescatter: ", slice.status().ToString()));
   }
   std::vector<int32_t> parts = {100, 101, 102, 103};
-  absl::StatusOr<Tensor> part =
-      client.Scatter(rank == 0 ? TensorView::Of<int32_t>(parts) : TensorView(), 0);
+  absl::StatusOr<Tensor> part = client.Scatter(
+      rank == 0 ? TensorView::Of<int32_t>(parts) : TensorView(), 0);
   if (!part.ok() || part->values<int32_t>()[0] != 100 + rank) {
     return fail(absl::StrCat("scatter: ", part.status().ToString()));
   }
   std::vector<int32_t> send(kWorld);
   for (int j = 0; j < kWorld; ++j) send[j] = 10 * rank + j;
   absl::StatusOr<Tensor> got = client.AllToAll(TensorView::Of<int32_t>(send));
-  if (!got.ok()) return fail(absl::StrCat("alltoall: ", got.status().ToString()));
+  if (!got.ok())
+    return fail(absl::StrCat("alltoall: ", got.status().ToString()));
   for (int j = 0; j < kWorld; ++j) {
     if (got->values<int32_t>()[j] != 10 * j + rank) {
       return fail("alltoall: part from another rank is wrong");
@@ -181,7 +184,8 @@ TEST_F(RelayTest, TwoHostsOfTwoRanksOverTwoShardsRunEveryKind) {
   RunOnEveryRank(kWorld, [&](int rank) {
     absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "every");
     if (!client.ok()) {
-      failures.Add(absl::StrCat("rank ", rank, ": ", client.status().ToString()));
+      failures.Add(
+          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
       return;
     }
     EveryKind(**client, rank, failures);
@@ -201,8 +205,8 @@ TEST_F(RelayTest, TwoHostsOfTwoRanksOverTwoShardsRunEveryKind) {
   failures.ExpectNone();
   // It names its upstream, and what combining saved: at least the 3 MiB
   // all-reduce one of its two ranks did neither send nor get.
-  EXPECT_EQ(status.upstream(), absl::StrCat(shards_[0]->address(), ",",
-                                            shards_[1]->address()));
+  EXPECT_EQ(status.upstream(),
+            absl::StrCat(shards_[0]->address(), ",", shards_[1]->address()));
   ASSERT_EQ(status.jobs_size(), 1);
   EXPECT_GE(status.jobs(0).relay_bytes_saved(), 2u * 3 * 1024 * 1024);
 }
@@ -213,7 +217,8 @@ TEST_F(RelayTest, OneHostOfFourRanksOverOneShardRunsEveryKind) {
   RunOnEveryRank(kWorld, [&](int rank) {
     absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "alone");
     if (!client.ok()) {
-      failures.Add(absl::StrCat("rank ", rank, ": ", client.status().ToString()));
+      failures.Add(
+          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
       return;
     }
     EveryKind(**client, rank, failures);
@@ -229,7 +234,8 @@ TEST_F(RelayTest, ARankDoneIsLeftOutOfItsHostsCombinedCalls) {
   RunOnEveryRank(kWorld, [&](int rank) {
     absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "uneven");
     if (!client.ok()) {
-      failures.Add(absl::StrCat("rank ", rank, ": ", client.status().ToString()));
+      failures.Add(
+          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
       return;
     }
     const int steps = rank == 1 ? 1 : 3;
@@ -238,10 +244,10 @@ TEST_F(RelayTest, ARankDoneIsLeftOutOfItsHostsCombinedCalls) {
           (*client)->AllReduce(int64_t{rank + 1}, ReduceOp::kSum);
       const int64_t want = step == 0 ? 10 : 8;  // 1+2+3+4, then without 2
       if (!sum.ok() || *sum != want) {
-        failures.Add(absl::StrCat("rank ", rank, " step ", step, ": ",
-                                  sum.ok() ? absl::StrCat(*sum)
-                                           : sum.status().ToString(),
-                                  ", want ", want));
+        failures.Add(absl::StrCat(
+            "rank ", rank, " step ", step, ": ",
+            sum.ok() ? absl::StrCat(*sum) : sum.status().ToString(), ", want ",
+            want));
       }
     }
     absl::Status done = (*client)->Done();
@@ -258,11 +264,13 @@ TEST_F(RelayTest, ARelayKilledEndsTheEpochNamingItsRanks) {
   RunOnEveryRank(kWorld, [&](int rank) {
     absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "killed");
     if (!client.ok()) {
-      failures.Add(absl::StrCat("rank ", rank, ": ", client.status().ToString()));
+      failures.Add(
+          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
       return;
     }
     absl::Status warm = (*client)->Barrier();
-    if (!warm.ok()) failures.Add(absl::StrCat("rank ", rank, ": ", warm.ToString()));
+    if (!warm.ok())
+      failures.Add(absl::StrCat("rank ", rank, ": ", warm.ToString()));
     if (rank == 0) relays_[0]->Kill();
     std::vector<float> x(16, 1.0f);
     CallOptions call;
@@ -270,7 +278,8 @@ TEST_F(RelayTest, ARelayKilledEndsTheEpochNamingItsRanks) {
     absl::StatusOr<Tensor> sum =
         (*client)->AllReduce(TensorView::Of<float>(x), ReduceOp::kSum, call);
     if (sum.ok()) {
-      failures.Add(absl::StrCat("rank ", rank, ": an all-reduce with a dead "
+      failures.Add(absl::StrCat("rank ", rank,
+                                ": an all-reduce with a dead "
                                 "relay's ranks succeeded"));
     } else if (rank >= 2 &&
                !absl::StrContains(sum.status().message(), "ranks [0,1]")) {

@@ -70,8 +70,8 @@ class SeveralRanksTest : public FaultTest {
   void JoinRelayAndRank3(const std::string& job) {
     absl::StatusOr<std::unique_ptr<RawSession>> relay, alone;
     std::thread t([&] {
-      relay = RawSession::JoinRanks(server()->address(), job, {0, 1, 2},
-                                    kWorld, absl::Seconds(30));
+      relay = RawSession::JoinRanks(server()->address(), job, {0, 1, 2}, kWorld,
+                                    absl::Seconds(30));
     });
     alone = RawSession::Join(server()->address(), job, 3, kWorld,
                              absl::Seconds(30));
@@ -145,9 +145,9 @@ TEST_F(SeveralRanksTest, AllGatherTakesARelaysRowsInRankOrder) {
     request.set_data(data);
     return request;
   };
-  RunBoth(gather(*relay_, 3,
-                 Bytes(Input(0)) + Bytes(Input(1)) + Bytes(Input(2))),
-          gather(*rank3_, 1, Bytes(Input(3))));
+  RunBoth(
+      gather(*relay_, 3, Bytes(Input(0)) + Bytes(Input(1)) + Bytes(Input(2))),
+      gather(*rank3_, 1, Bytes(Input(3))));
   ASSERT_THAT(relay_result_.status, IsOk());
   const std::string expected =
       Bytes(Input(0)) + Bytes(Input(1)) + Bytes(Input(2)) + Bytes(Input(3));
@@ -213,9 +213,9 @@ TEST_F(SeveralRanksTest, RefusesWhatNoRelayMaySend) {
   v1::CollectiveRequest foreign = relay_->AllReduceRequest({kN});
   foreign.mutable_header()->add_ranks(3);
   foreign.set_data(Bytes(SumOf({0, 1, 2, 3})));
-  EXPECT_THAT(relay_->Call({foreign}, absl::Seconds(20)).status,
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("rank 3")));
+  EXPECT_THAT(
+      relay_->Call({foreign}, absl::Seconds(20)).status,
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("rank 3")));
   // A Join whose ranks are not sorted, and one for a rank already held.
   EXPECT_THAT(RawSession::JoinRanks(server()->address(), Job("other"), {1, 0},
                                     kWorld, absl::Seconds(10))

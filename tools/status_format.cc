@@ -20,15 +20,15 @@ std::string ChunkSize(uint64_t bytes) {
 }  // namespace
 
 std::string FormatStatus(const v1::StatusResponse& status) {
-  std::string out = absl::StrCat(
-      "reducerd ", status.version(), ": ",
-      status.serving() ? "serving" : "draining (not serving)",
-      "; memory budget ", status.memory_reserved_bytes(), " of ",
-      status.memory_budget_bytes(), " bytes reserved",
-      status.upstream().empty()
-          ? std::string()
-          : absl::StrCat("; relay of ", status.upstream()),
-      "\n");
+  std::string out =
+      absl::StrCat("reducerd ", status.version(), ": ",
+                   status.serving() ? "serving" : "draining (not serving)",
+                   "; memory budget ", status.memory_reserved_bytes(), " of ",
+                   status.memory_budget_bytes(), " bytes reserved",
+                   status.upstream().empty()
+                       ? std::string()
+                       : absl::StrCat("; relay of ", status.upstream()),
+                   "\n");
   if (status.jobs().empty()) absl::StrAppend(&out, "no jobs\n");
   for (const v1::JobStatus& job : status.jobs()) {
     absl::StrAppend(&out, "job ", job.name(), ": epoch ", job.epoch(), ", ",

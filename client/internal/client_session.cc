@@ -65,10 +65,10 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::OpenForRanks(
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] < 0 || ranks[i] >= options.world_size ||
         (i > 0 && ranks[i] <= ranks[i - 1])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "a session's ranks [", absl::StrJoin(ranks, ","),
-          "] must be sorted, distinct and within a world of ",
-          options.world_size));
+      return absl::InvalidArgumentError(
+          absl::StrCat("a session's ranks [", absl::StrJoin(ranks, ","),
+                       "] must be sorted, distinct and within a world of ",
+                       options.world_size));
     }
   }
   ClientOptions first = options;
@@ -322,7 +322,8 @@ void ClientSession::NumberAttempt(PendingCollective& pending) {
   v1::CollectiveHeader& header = pending.contribution_.header;
   pending.attempt_number_ = next_attempt_++;
   pending.settled_ = false;
-  header.set_attempt_id(absl::StrCat(session_id_, "/", pending.attempt_number_));
+  header.set_attempt_id(
+      absl::StrCat(session_id_, "/", pending.attempt_number_));
   header.clear_received();
   absl::MutexLock ack_lock(&ack_mu_);
   unsettled_.insert(pending.attempt_number_);
@@ -337,10 +338,10 @@ absl::Status ClientSession::CheckForwarded(const v1::CollectiveHeader& header,
     return std::binary_search(ranks_.begin(), ranks_.end(), r);
   };
   if (!held(header.rank())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a forwarded call of rank ", header.rank(),
-        ", which this session (ranks [", absl::StrJoin(ranks_, ","),
-        "]) does not hold"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a forwarded call of rank ", header.rank(),
+                     ", which this session (ranks [",
+                     absl::StrJoin(ranks_, ","), "]) does not hold"));
   }
   for (int r : header.ranks()) {
     if (!held(r)) {

@@ -20,8 +20,9 @@ ClientOptions MakeClientOptions(const ClientArguments& args) {
   options.rank = args.rank;
   options.world_size = args.world_size;
   if (args.local_world_size < 0) {
-    throw py::value_error("reducer: local_world_size must not be negative; got " +
-                          std::to_string(args.local_world_size));
+    throw py::value_error(
+        "reducer: local_world_size must not be negative; got " +
+        std::to_string(args.local_world_size));
   }
   options.local_world_size = args.local_world_size;
   if (!(args.timeout_s > 0)) {

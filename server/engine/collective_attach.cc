@@ -390,11 +390,11 @@ absl::Status Collective::CannotGoOnWithout(int index) const {
 absl::Status Collective::LeftOutError(int rank) const {
   const RankState& m = ranks_[IndexOf(rank)];
   if (m.covered_by >= 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        description_, ": rank ", rank, "'s part came already in rank ",
-        group_[m.covered_by],
-        "'s contribution (a relay's for several ranks); it cannot "
-        "contribute on its own as well"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(description_, ": rank ", rank,
+                     "'s part came already in rank ", group_[m.covered_by],
+                     "'s contribution (a relay's for several ranks); it cannot "
+                     "contribute on its own as well"));
   }
   return LeftOutRefusal(description_, rank, m.done);
 }

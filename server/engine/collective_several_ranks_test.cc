@@ -158,8 +158,8 @@ TEST_F(CollectiveSeveralRanksTest, BarrierEndsOnceEveryCarrierArrived) {
   const std::vector<int> group = {0, 1, 2};
   std::shared_ptr<Collective> c = Make(CollectiveKind::kBarrier, group);
   auto ch = Channels(3);
-  ASSERT_TRUE(c->Attach(ch[0], 0, Fp(CollectiveKind::kBarrier, {}, group), "",
-                        {1}));
+  ASSERT_TRUE(
+      c->Attach(ch[0], 0, Fp(CollectiveKind::kBarrier, {}, group), "", {1}));
   EXPECT_FALSE(ch[0]->finished_ok());
   ASSERT_TRUE(c->Attach(ch[2], 2, Fp(CollectiveKind::kBarrier, {}, group), ""));
   EXPECT_TRUE(ch[0]->finished_ok());
@@ -203,11 +203,10 @@ TEST_F(CollectiveSeveralRanksTest, KindsOfOwnPartsRefuseACarrier) {
   const std::vector<int> group = {0, 1};
   std::shared_ptr<Collective> c = Make(CollectiveKind::kReduceScatter, group);
   auto ch = Channels(2);
-  EXPECT_FALSE(c->Attach(
-      ch[0], 0,
-      Fp(CollectiveKind::kReduceScatter, {Spec(DataType::kFloat32, {4})},
-         group),
-      "", {1}));
+  EXPECT_FALSE(c->Attach(ch[0], 0,
+                         Fp(CollectiveKind::kReduceScatter,
+                            {Spec(DataType::kFloat32, {4})}, group),
+                         "", {1}));
   ExpectFailed(*ch[0], absl::StatusCode::kInvalidArgument,
                "a reducescatter takes one rank's contribution per call");
 }

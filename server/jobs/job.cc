@@ -168,20 +168,21 @@ absl::Status Job::JoinLocked(const std::vector<int>& ranks, int world_size,
       membership_.ExpectRanksHere(here);
     } else if (here != membership_.expected_here()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "job ", name_, " on this relay expects ",
-          membership_.expected_here(),
+          "job ", name_, " on this relay expects ", membership_.expected_here(),
           " ranks on its host (set by the ranks already joined), but ", who,
-          " said ", here, " (ClientOptions::local_world_size, torchrun's "
-          "LOCAL_WORLD_SIZE; 0 means all ", world_size_, ")"));
+          " said ", here,
+          " (ClientOptions::local_world_size, torchrun's "
+          "LOCAL_WORLD_SIZE; 0 means all ",
+          world_size_, ")"));
     }
   }
   // Every refusal comes before anything changes: a refused Join touches no
   // session, and no epoch.
   if (world_size != world_size_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", name_, " has world size ", world_size_,
-        " (set by the ranks already joined), but ", who, " asked for ",
-        world_size));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", name_, " has world size ", world_size_,
+                     " (set by the ranks already joined), but ", who,
+                     " asked for ", world_size));
   }
   if (const bool several = shards.size() > 1;
       shards_.has_value() &&
@@ -194,10 +195,10 @@ absl::Status Job::JoinLocked(const std::vector<int>& ranks, int world_size,
   }
   if (membership_.HasSession(session_id)) {
     if (membership_.SessionRanks(session_id) != ranks) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "session ", session_id, " already joined job ", name_, " as ",
-          RanksName(membership_.SessionRanks(session_id)), "; a Join as ",
-          who, " needs a session id of its own"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("session ", session_id, " already joined job ", name_,
+                       " as ", RanksName(membership_.SessionRanks(session_id)),
+                       "; a Join as ", who, " needs a session id of its own"));
     }
     return RejoinLocked(ranks, session_id, std::move(session));
   }
@@ -293,14 +294,13 @@ absl::Status Job::RejoinLocked(const std::vector<int>& ranks,
         ", which has ended (", membership_.end_reason(),
         "); Connect again with a new session to go on"));
   }
-  const bool holds_all =
-      std::all_of(ranks.begin(), ranks.end(), [&](int rank) {
-        return membership_.Holds(rank, session_id);
-      });
+  const bool holds_all = std::all_of(ranks.begin(), ranks.end(), [&](int rank) {
+    return membership_.Holds(rank, session_id);
+  });
   if (!holds_all || membership_.DepartedAmong(ranks).has_value()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "session ", session_id, " no longer holds ", who, " of job ",
-        name_, " in epoch ", epoch,
+        "session ", session_id, " no longer holds ", who, " of job ", name_,
+        " in epoch ", epoch,
         " (it was lost, left out of a quorum step, or closed); Connect again "
         "with a new session to go on"));
   }
@@ -459,7 +459,8 @@ void Job::EndEpoch(const std::string& reason, int lost_rank,
   event.mutable_aborted()->set_epoch(epoch);
   event.mutable_aborted()->set_reason(std::string(status.message()));
   SendToAllLocked(event);
-  if (relay_ != nullptr) relay_->EndEpoch(membership_.epoch_id(), status, reason);
+  if (relay_ != nullptr)
+    relay_->EndEpoch(membership_.epoch_id(), status, reason);
 }
 
 std::shared_ptr<KeptResults> Job::kept_results() const { return env_.kept; }

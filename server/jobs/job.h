@@ -96,7 +96,7 @@ struct JobSnapshot {
   std::vector<int> done_ranks;    // called Done(), waiting for the others
   size_t chunk_bytes = 0;         // its reductions' chunk (paced)
   double input_bytes_per_s = 0;   // the pace of its inputs; 0: not measured
-  uint64_t relay_bytes_saved = 0;  // on a relay: JobRelay::bytes_saved
+  uint64_t relay_bytes_saved = 0;           // on a relay: JobRelay::bytes_saved
   std::vector<CollectiveSnapshot> pending;  // collectives not yet done
 };
 
@@ -315,8 +315,7 @@ class Job {
   absl::Status JoinLocked(const std::vector<int>& ranks, int world_size,
                           const std::string& session_id,
                           std::shared_ptr<SessionChannel> session,
-                          std::vector<std::string> shards,
-                          int local_world_size,
+                          std::vector<std::string> shards, int local_world_size,
                           std::vector<int>* upstream_ranks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A relay's job is ready upstream for epoch `epoch_id` (OK: every

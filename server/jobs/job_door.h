@@ -30,8 +30,10 @@ class JobDoor {
   // it (the Collective may fail the channel right away). Returns the
   // Collective, or the error to end the call with before anything was
   // attached. Bound to the token the call's connection presented.
-  using AttachFn = std::function<absl::StatusOr<std::shared_ptr<AttachedCollective>>(
-      const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> channel)>;
+  using AttachFn =
+      std::function<absl::StatusOr<std::shared_ptr<AttachedCollective>>(
+          const v1::CollectiveHeader& header,
+          std::shared_ptr<RankChannel> channel)>;
 
   // `metrics` counts refused requests. With `tokens` (null: no tokens
   // required) every entry must present the job's token. Every name a

@@ -27,15 +27,15 @@ absl::StatusOr<std::vector<int>> RanksOfJoin(const v1::JoinRequest& request) {
                        " is outside the world of ", request.world_size()));
     }
     if (i > 0 && ranks[i] <= ranks[i - 1]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "JoinRequest.ranks [", absl::StrJoin(ranks, ","),
-          "] must be sorted, each rank once"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("JoinRequest.ranks [", absl::StrJoin(ranks, ","),
+                       "] must be sorted, each rank once"));
     }
   }
   if (ranks.front() != request.rank()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "JoinRequest.rank ", request.rank(), " must be the first of its ranks [",
-        absl::StrJoin(ranks, ","), "]"));
+        "JoinRequest.rank ", request.rank(),
+        " must be the first of its ranks [", absl::StrJoin(ranks, ","), "]"));
   }
   return ranks;
 }
@@ -138,26 +138,25 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
       }
     }
     tenant->AddJob();
-    auto made = std::make_shared<Job>(request.job(), request.world_size(),
-                                      env_, shared_memory_socket_,
+    auto made = std::make_shared<Job>(request.job(), request.world_size(), env_,
+                                      shared_memory_socket_,
                                       std::move(rank_state), tenant);
     if (relays_) {
       std::weak_ptr<Job> weak = made;
-      made->SetRelay(relays_(
-          request.job(), request.world_size(), tenant_name,
-          [weak](uint64_t epoch_id, const std::string& reason) {
-            if (std::shared_ptr<Job> job = weak.lock()) {
-              job->EndEpochFromUpstream(epoch_id, reason);
-            }
-          }));
+      made->SetRelay(
+          relays_(request.job(), request.world_size(), tenant_name,
+                  [weak](uint64_t epoch_id, const std::string& reason) {
+                    if (std::shared_ptr<Job> job = weak.lock()) {
+                      job->EndEpochFromUpstream(epoch_id, reason);
+                    }
+                  }));
     }
     it = jobs_.emplace(request.job(), std::move(made)).first;
   }
   std::shared_ptr<Job> job = it->second;
-  absl::Status joined =
-      job->Join(*ranks, request.world_size(), request.session_id(),
-                std::move(session), std::move(shards),
-                request.local_world_size());
+  absl::Status joined = job->Join(
+      *ranks, request.world_size(), request.session_id(), std::move(session),
+      std::move(shards), request.local_world_size());
   // A refused Join touched no session: only a job it created itself has
   // none, and goes again.
   if (!joined.ok() && job->HasNoSessions()) FreeLocked(it);

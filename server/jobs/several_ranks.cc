@@ -26,19 +26,19 @@ absl::StatusOr<std::vector<int>> CoveredRanks(const Fingerprint& fp, int rank,
     return std::vector<int>();
   }
   if (!TraitsOf(fp.kind).takes_several_ranks) {
-    return Refused(description, ranks,
-                   absl::StrCat("is not accepted: a ",
-                                CollectiveKindName(fp.kind),
-                                " takes each rank's own contribution"));
+    return Refused(
+        description, ranks,
+        absl::StrCat("is not accepted: a ", CollectiveKindName(fp.kind),
+                     " takes each rank's own contribution"));
   }
   if (!std::is_sorted(ranks.begin(), ranks.end()) ||
       std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
     return Refused(description, ranks, "must list them sorted, each once");
   }
   if (!std::binary_search(ranks.begin(), ranks.end(), rank)) {
-    return Refused(description, ranks,
-                   absl::StrCat("was sent as rank ", rank,
-                                ", which is not one of them"));
+    return Refused(
+        description, ranks,
+        absl::StrCat("was sent as rank ", rank, ", which is not one of them"));
   }
   const auto first = std::find(fp.group.begin(), fp.group.end(), ranks[0]);
   if (first == fp.group.end() ||
@@ -49,15 +49,13 @@ absl::StatusOr<std::vector<int>> CoveredRanks(const Fingerprint& fp, int rank,
                                 GroupToString(fp.group),
                                 " (none of the group between them)"));
   }
-  const bool has_root =
-      std::binary_search(ranks.begin(), ranks.end(), fp.root);
+  const bool has_root = std::binary_search(ranks.begin(), ranks.end(), fp.root);
   const int carrier = has_root ? fp.root : ranks[0];
   if (rank != carrier) {
     return Refused(
         description, ranks,
         absl::StrCat("was sent as rank ", rank, "; it must be sent as rank ",
-                     carrier,
-                     has_root ? ", the root" : ", the first of them"));
+                     carrier, has_root ? ", the root" : ", the first of them"));
   }
   std::vector<int> covered;
   for (int r : ranks) {

@@ -9,17 +9,16 @@
 namespace reducer {
 namespace {
 
+using ::reducer::testing::IsOk;
+using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-using ::reducer::testing::IsOk;
-using ::reducer::testing::StatusIs;
 
 // The ranks CoveredRanks returns, checked OK first.
 std::vector<int> Covered(const Fingerprint& fp, int rank,
                          const std::vector<int>& ranks) {
-  absl::StatusOr<std::vector<int>> covered =
-      CoveredRanks(fp, rank, ranks, "d");
+  absl::StatusOr<std::vector<int>> covered = CoveredRanks(fp, rank, ranks, "d");
   EXPECT_THAT(covered, IsOk());
   return covered.ok() ? *covered : std::vector<int>{-1};
 }
@@ -90,7 +89,8 @@ TEST(CoveredRanksTest, KindsOfOwnPartsTakeOneRankEach) {
        {CollectiveKind::kReduceScatter, CollectiveKind::kScatter,
         CollectiveKind::kAllToAll, CollectiveKind::kAllToAllV,
         CollectiveKind::kDone, CollectiveKind::kQuorumBarrier}) {
-    const Fingerprint fp = Of(kind, {0, 1}, kind == CollectiveKind::kScatter ? 0 : -1);
+    const Fingerprint fp =
+        Of(kind, {0, 1}, kind == CollectiveKind::kScatter ? 0 : -1);
     EXPECT_THAT(CoveredRanks(fp, 0, {0, 1}, "d"),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr("takes each rank's own contribution")))

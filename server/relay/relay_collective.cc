@@ -147,9 +147,9 @@ void RelayCollective::OnDeadline() {
   for (const Member& m : members_) {
     if (!m.attached) missing.push_back(m.rank);
   }
-  FailLocked(absl::DeadlineExceededError(absl::StrCat(
-      description_, ": ranks [", absl::StrJoin(missing, ","),
-      "] of this host never arrived at the relay")));
+  FailLocked(absl::DeadlineExceededError(
+      absl::StrCat(description_, ": ranks [", absl::StrJoin(missing, ","),
+                   "] of this host never arrived at the relay")));
 }
 
 v1::CollectiveHeader RelayCollective::UpstreamHeaderLocked() const {
@@ -264,9 +264,9 @@ bool RelayCollective::OnData(int rank, uint64_t offset, Payload data) {
         for (const auto& h : member.held) held += h.second.size();
         return held;
       }()) {
-    FailLocked(absl::InvalidArgumentError(absl::StrCat(
-        description_, ": rank ", rank, " sent bytes at offset ", offset,
-        " out of order")));
+    FailLocked(absl::InvalidArgumentError(
+        absl::StrCat(description_, ": rank ", rank, " sent bytes at offset ",
+                     offset, " out of order")));
     return true;
   }
   if (!started_) {
@@ -286,10 +286,10 @@ absl::Status RelayCollective::PlaceLocked(int m, uint64_t offset,
                                           const Payload& data) {
   Member& member = members_[m];
   if (offset + data.size() > member.input_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        description_, ": rank ", member.rank, " sent ",
-        offset + data.size(), " payload bytes, more than the ",
-        member.input_bytes, " its tensors hold"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(description_, ": rank ", member.rank, " sent ",
+                     offset + data.size(), " payload bytes, more than the ",
+                     member.input_bytes, " its tensors hold"));
   }
   member.received = offset + data.size();
   if (combine_ != Combine::kReduce) {
@@ -315,9 +315,9 @@ absl::Status RelayCollective::PlaceLocked(int m, uint64_t offset,
         ++staging.complete == static_cast<int>(members_.size())) {
       std::vector<const StagedPart*> parts;
       for (const StagedPart& p : staging.parts) parts.push_back(&p);
-      REDUCER_RETURN_IF_ERROR(ReduceStagedParts(
-          layout_, local_tensors_, parts, begin, begin + len,
-          input_->data() + begin));
+      REDUCER_RETURN_IF_ERROR(ReduceStagedParts(layout_, local_tensors_, parts,
+                                                begin, begin + len,
+                                                input_->data() + begin));
       staging_.erase(k);
       reduced_[k] = true;
     }
@@ -375,9 +375,9 @@ void RelayCollective::OnUpstreamDone(absl::StatusOr<UpstreamResult> result) {
       FailLocked(result.status());
     } else {
       const Fingerprint& ref = members_[0].fp;
-      const bool rooted = combine_ != Combine::kAlone &&
-                          (ref.kind == CollectiveKind::kReduce ||
-                           ref.kind == CollectiveKind::kGather);
+      const bool rooted =
+          combine_ != Combine::kAlone && (ref.kind == CollectiveKind::kReduce ||
+                                          ref.kind == CollectiveKind::kGather);
       size_t result_bytes = 0;
       for (const TensorSpec& spec : result->specs) {
         result_bytes += TotalBytes({spec});

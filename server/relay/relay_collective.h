@@ -143,7 +143,8 @@ class RelayCollective final
   void DeliverLocked(int m, const UpstreamResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendSomeLocked(int m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailLocked(const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnDeadline();
   // Calls on_done_ once every member finished (without the lock).
   void MaybeDone();

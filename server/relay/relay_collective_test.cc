@@ -29,9 +29,9 @@ using ::testing::IsEmpty;
 // Records each call; the test answers it with Answer().
 class FakeSession final : public UpstreamSession {
  public:
-  void Start(v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
-             std::function<void(absl::StatusOr<UpstreamResult>)> done)
-      override {
+  void Start(
+      v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
+      std::function<void(absl::StatusOr<UpstreamResult>)> done) override {
     absl::MutexLock lock(&mu_);
     header_ = std::move(header);
     input_ = std::move(input);
@@ -133,7 +133,8 @@ class RelayCollectiveTest : public ::testing::Test {
     h.set_timeout_ms(20000);
     for (int r : fp.group) h.add_group(r);
     h.set_root(fp.root);
-    for (const TensorSpec& t : fp.tensors) *h.add_tensors() = TensorSpecToWire(t);
+    for (const TensorSpec& t : fp.tensors)
+      *h.add_tensors() = TensorSpecToWire(t);
     return h;
   }
 
@@ -167,9 +168,9 @@ TEST_F(RelayCollectiveTest, AllReduceSendsTheSumOfItsRanksOnceAndHandsBack) {
   // 4 chunks of 64 bytes.
   constexpr int kN = 50;
   const std::vector<int> group = {0, 1, 2, 3};
-  const Fingerprint fp = Fp(CollectiveKind::kAllReduce,
-                            {Spec(DataType::kFloat32, {kN}, ReduceOp::kAvg)},
-                            group);
+  const Fingerprint fp =
+      Fp(CollectiveKind::kAllReduce,
+         {Spec(DataType::kFloat32, {kN}, ReduceOp::kAvg)}, group);
   auto c = Make({0, 1, 2});
   std::vector<std::shared_ptr<FakeRankChannel>> ch;
   std::vector<float> sum(kN, 0.0f);
@@ -235,7 +236,8 @@ TEST_F(RelayCollectiveTest, GatherConcatenatesInRankOrderForTheRoot) {
   EXPECT_EQ(up.rank(), 2);  // sent as the root
   EXPECT_THAT(up.ranks(), ElementsAre(1, 2));
   EXPECT_EQ(up.tensors(0).shape(0), 3);
-  const std::string all = Bytes(std::vector<int32_t>{0, 1, 10, 11, 20, 21, 22, 23});
+  const std::string all =
+      Bytes(std::vector<int32_t>{0, 1, 10, 11, 20, 21, 22, 23});
   session_->Answer(Spec(DataType::kInt32, {4, 2}), all);
   DrainWrites(*c, 2, *ch2);
   ASSERT_TRUE(ch2->WaitEnded());
@@ -290,16 +292,15 @@ TEST_F(RelayCollectiveTest, AMismatchHereFailsEveryRankAndTheUpstreamCall) {
 }
 
 TEST_F(RelayCollectiveTest, AnUpstreamFailureReachesEveryRank) {
-  const Fingerprint fp =
-      Fp(CollectiveKind::kBarrier, {}, {0, 1, 2});
+  const Fingerprint fp = Fp(CollectiveKind::kBarrier, {}, {0, 1, 2});
   auto c = Make({0, 1});
   auto ch0 = std::make_shared<FakeRankChannel>();
   auto ch1 = std::make_shared<FakeRankChannel>();
   ASSERT_TRUE(c->Attach(ch0, 0, HeaderOf(fp, 0), fp));
   ASSERT_TRUE(c->Attach(ch1, 1, HeaderOf(fp, 1), fp));
   EXPECT_THAT(session_->header().ranks(), ElementsAre(0, 1));
-  session_->Refuse(absl::DeadlineExceededError(
-      "barrier #0 in job j: rank 2 never arrived"));
+  session_->Refuse(
+      absl::DeadlineExceededError("barrier #0 in job j: rank 2 never arrived"));
   for (auto* ch : {ch0.get(), ch1.get()}) {
     ASSERT_TRUE(ch->WaitEnded());
     EXPECT_THAT(ch->failure(), StatusIs(absl::StatusCode::kDeadlineExceeded,

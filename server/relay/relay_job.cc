@@ -74,17 +74,16 @@ void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
       session_ = std::shared_ptr<UpstreamSession>(*std::move(session));
       ended_ = false;
     }
-    env_.log->Log({session.ok() ? LogSeverity::kInfo : LogSeverity::kWarning,
-                   "relay_joined",
-                   session.ok()
-                       ? absl::StrCat("job ", job_, ": ranks [",
-                                      absl::StrJoin(ranks, ","),
-                                      "] joined upstream")
-                       : absl::StrCat("job ", job_, ": ranks [",
-                                      absl::StrJoin(ranks, ","),
-                                      "] could not join upstream: ",
-                                      session.status().ToString()),
-                   job_});
+    env_.log->Log(
+        {session.ok() ? LogSeverity::kInfo : LogSeverity::kWarning,
+         "relay_joined",
+         session.ok()
+             ? absl::StrCat("job ", job_, ": ranks [",
+                            absl::StrJoin(ranks, ","), "] joined upstream")
+             : absl::StrCat(
+                   "job ", job_, ": ranks [", absl::StrJoin(ranks, ","),
+                   "] could not join upstream: ", session.status().ToString()),
+         job_});
     ready(session.status());
   });
 }

@@ -18,8 +18,8 @@
 
 #include <cstdint>
 #include <functional>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>

@@ -129,7 +129,8 @@ struct SharedMemorySession::Call {
   uint64_t serial = 0;  // tells apart calls that reuse an id
   int rank = -1;
   std::shared_ptr<RingAttempt> channel;
-  std::shared_ptr<AttachedCollective> collective;  // null until attached, and once over
+  std::shared_ptr<AttachedCollective>
+      collective;  // null until attached, and once over
 
   // Input: its owner while bytes remain to be fed, then null.
   std::shared_ptr<const InputOwner> input;

@@ -262,8 +262,8 @@ absl::Status ShardLink::AwaitAbandon(absl::Time deadline) {
       deadline);
   absl::MutexLock lock(&mu_);
   if (!done) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "reducerd at ", target_, " did not answer Leave in time"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("reducerd at ", target_, " did not answer Leave in time"));
   }
   return abandon_outcome_;
 }

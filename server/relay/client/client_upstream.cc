@@ -40,9 +40,9 @@ class ClientUpstreamSession final : public UpstreamSession {
     for (std::thread& t : waiting) t.join();
   }
 
-  void Start(v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
-             std::function<void(absl::StatusOr<UpstreamResult>)> done)
-      override {
+  void Start(
+      v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
+      std::function<void(absl::StatusOr<UpstreamResult>)> done) override {
     // The tensors were validated by the relay's job: their layout exists.
     std::vector<TensorSpec> specs;
     for (const v1::TensorSpec& wire : header.tensors()) {
@@ -66,9 +66,8 @@ class ClientUpstreamSession final : public UpstreamSession {
     }
     if (!sends) inputs.clear();
     auto gate = std::make_shared<InputOfRelay>(input);
-    const absl::Time deadline = absl::Now() +
-                                absl::Milliseconds(header.timeout_ms()) +
-                                kDeadlineSlack;
+    const absl::Time deadline =
+        absl::Now() + absl::Milliseconds(header.timeout_ms()) + kDeadlineSlack;
     // Started on a thread of its own: the client library may wait for the
     // first payload bytes as it starts, which the caller is about to feed.
     absl::MutexLock lock(&mu_);
