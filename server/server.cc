@@ -165,7 +165,7 @@ void Server::ServeAsRelay(std::unique_ptr<Upstream> upstream) {
   gethostname(host, sizeof(host) - 1);
   RelayJobEnv env{
       upstream_.get(),
-      RelayEnv{&timers_, &memory_, options_.chunk_bytes, options_.window},
+      RelayEnv{&timers_, &memory_, metrics_, options_.chunk_bytes, options_.window},
       &log_, absl::StrCat("relay ", host)};
   registry_.SetRelays(
       [env](const std::string& job, int world_size, const std::string& tenant,

@@ -80,6 +80,11 @@ class MetricsSink {
   // log names them (event quorum_left_out).
   virtual void QuorumRanksLeftOut(int /*ranks*/) {}
 
+  // A relay (reducerd --upstream) made one call upstream for `ranks` of
+  // its host (1: a rank's own), which saved `saved_bytes` on the host's
+  // link (relay_collective.h).
+  virtual void RelayCallEnded(int /*ranks*/, uint64_t /*saved_bytes*/) {}
+
   // A Join or a collective was refused with `code` before it took part.
   virtual void RequestRefused(absl::StatusCode /*code*/,
                               RefusedLimit /*limit*/) {}

@@ -72,6 +72,21 @@ PrometheusMetrics::PrometheusMetrics(absl::string_view version)
                                      "Ranks that a quorum step ended without "
                                      "(dead or later than its grace)")
                            .Add({})),
+      relay_calls_alone_(
+          CounterFamily(*registry_, "reducer_relay_upstream_calls_total",
+                        "Calls a relay made upstream: for several ranks of "
+                        "its host combined, or for one alone")
+              .Add({{"combined", "false"}})),
+      relay_calls_combined_(
+          CounterFamily(*registry_, "reducer_relay_upstream_calls_total",
+                        "Calls a relay made upstream: for several ranks of "
+                        "its host combined, or for one alone")
+              .Add({{"combined", "true"}})),
+      relay_bytes_saved_(
+          CounterFamily(*registry_, "reducer_relay_bytes_saved_total",
+                        "Bytes a relay's combined calls did not move over "
+                        "its host's link")
+              .Add({})),
       refused_(CounterFamily(*registry_, "reducer_requests_refused_total",
                              "Joins and collective calls refused before taking "
                              "part, by status code and the limit they hit "
@@ -165,6 +180,11 @@ void PrometheusMetrics::EpochAborted(EpochEndReason reason) {
   epochs_aborted_
       .Add({{"reason", std::string(EpochEndReasonLabel(reason))}})
       .Increment();
+}
+
+void PrometheusMetrics::RelayCallEnded(int ranks, uint64_t saved_bytes) {
+  (ranks > 1 ? relay_calls_combined_ : relay_calls_alone_).Increment();
+  relay_bytes_saved_.Increment(static_cast<double>(saved_bytes));
 }
 
 void PrometheusMetrics::QuorumRanksLeftOut(int ranks) {

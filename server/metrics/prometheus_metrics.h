@@ -14,6 +14,8 @@
 //   reducer_collective_stalls_total{kind}            counter
 //   reducer_epochs_aborted_total{reason}             counter
 //   reducer_quorum_ranks_left_out_total              counter
+//   reducer_relay_upstream_calls_total{combined}     counter (a relay's)
+//   reducer_relay_bytes_saved_total                  counter (a relay's)
 //   reducer_requests_refused_total{code,limit}       counter
 //   reducer_jobs, reducer_ranks_connected, reducer_collectives_pending,
 //   reducer_collectives_stalled, reducer_memory_budget_reserved_bytes,
@@ -76,6 +78,7 @@ class PrometheusMetrics final : public MetricsSink {
   void CollectiveStalled(CollectiveKind kind) override;
   void EpochAborted(EpochEndReason reason) override;
   void QuorumRanksLeftOut(int ranks) override;
+  void RelayCallEnded(int ranks, uint64_t saved_bytes) override;
   void RequestRefused(absl::StatusCode code, RefusedLimit limit) override;
 
  private:
@@ -104,6 +107,9 @@ class PrometheusMetrics final : public MetricsSink {
   prometheus::Family<prometheus::Counter>& collectives_;
   prometheus::Family<prometheus::Counter>& epochs_aborted_;
   prometheus::Counter& quorum_left_out_;
+  prometheus::Counter& relay_calls_alone_;
+  prometheus::Counter& relay_calls_combined_;
+  prometheus::Counter& relay_bytes_saved_;
   prometheus::Family<prometheus::Counter>& refused_;
   std::array<PerKind, kKinds> per_kind_;
   Gauges gauges_;

@@ -67,6 +67,9 @@ TEST(PrometheusMetricsTest, CountsStallsAbortsAndRefusals) {
   metrics.EpochAborted(EpochEndReason::kSessionCancelled);
   metrics.QuorumRanksLeftOut(2);
   metrics.QuorumRanksLeftOut(1);
+  metrics.RelayCallEnded(4, 3000);
+  metrics.RelayCallEnded(1, 0);
+  metrics.RelayCallEnded(2, 500);
   metrics.RequestRefused(absl::StatusCode::kResourceExhausted,
                          RefusedLimit::kMaxJobs);
   metrics.RequestRefused(absl::StatusCode::kFailedPrecondition,
@@ -78,6 +81,9 @@ TEST(PrometheusMetricsTest, CountsStallsAbortsAndRefusals) {
                 "reducer_epochs_aborted_total{reason=\"session_cancelled\"} 2",
                 "reducer_epochs_aborted_total{reason=\"session_ended\"} 0",
                 "reducer_quorum_ranks_left_out_total 3",
+                "reducer_relay_upstream_calls_total{combined=\"true\"} 2",
+                "reducer_relay_upstream_calls_total{combined=\"false\"} 1",
+                "reducer_relay_bytes_saved_total 3500",
                 "reducer_requests_refused_total{code=\"ResourceExhausted\","
                 "limit=\"max_jobs\"} 1",
                 "reducer_requests_refused_total{code=\"FailedPrecondition\","

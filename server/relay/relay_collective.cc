@@ -533,6 +533,9 @@ void RelayCollective::MaybeDone() {
     }
     done_reported_ = true;
     saved = saved_;
+    if (started_) {
+      env_.metrics->RelayCallEnded(static_cast<int>(members_.size()), saved);
+    }
   }
   if (on_done_) on_done_(saved);
 }

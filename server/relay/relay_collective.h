@@ -52,6 +52,7 @@
 #include "server/engine/memory_budget.h"
 #include "server/engine/staged_part.h"
 #include "server/engine/timer_queue.h"
+#include "server/metrics/metrics_sink.h"
 #include "server/relay/upstream.h"
 
 namespace reducer {
@@ -60,6 +61,7 @@ namespace reducer {
 struct RelayEnv {
   TimerQueue* timers;
   MemoryBudget* memory;  // the relay's budget: upstream payloads are held in it
+  MetricsSink* metrics;  // the null sink when metrics are off
   // The size of the chunks it reduces in and of the messages it sends its
   // ranks (a multiple of 8), and how many messages each may have unwritten.
   size_t chunk_bytes = 1 << 20;

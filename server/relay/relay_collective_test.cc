@@ -113,6 +113,7 @@ class RelayCollectiveTest : public ::testing::Test {
   RelayCollectiveTest() : timers_(&Clock::Steady()) {
     env_.timers = &timers_;
     env_.memory = &memory_;
+    env_.metrics = &metrics_;
     env_.chunk_bytes = 64;  // so that payloads span several chunks
     env_.window = 2;
   }
@@ -148,6 +149,7 @@ class RelayCollectiveTest : public ::testing::Test {
 
   TimerQueue timers_;
   MemoryBudget memory_{1 << 30};
+  MetricsSink metrics_;
   RelayEnv env_;
   std::shared_ptr<FakeSession> session_ = std::make_shared<FakeSession>();
   uint64_t saved_ = 0;
