@@ -163,10 +163,10 @@ void Server::ServeAsRelay(std::unique_ptr<Upstream> upstream) {
   upstream_ = std::move(upstream);
   char host[256] = "";
   gethostname(host, sizeof(host) - 1);
-  RelayJobEnv env{
-      upstream_.get(),
-      RelayEnv{&timers_, &memory_, metrics_, options_.chunk_bytes, options_.window},
-      &log_, absl::StrCat("relay ", host)};
+  RelayJobEnv env{upstream_.get(),
+                  RelayEnv{&timers_, &memory_, metrics_, options_.chunk_bytes,
+                           options_.window},
+                  &log_, absl::StrCat("relay ", host)};
   registry_.SetRelays(
       [env](const std::string& job, int world_size, const std::string& tenant,
             std::function<void(uint64_t, const std::string&)> ended) {
