@@ -65,6 +65,11 @@ int RelayCollective::IndexOf(int rank) const {
   return -1;
 }
 
+bool RelayCollective::started() const {
+  absl::MutexLock lock(&mu_);
+  return started_;
+}
+
 bool RelayCollective::done() const {
   absl::MutexLock lock(&mu_);
   return std::all_of(members_.begin(), members_.end(),
@@ -106,8 +111,9 @@ bool RelayCollective::Attach(std::shared_ptr<RankChannel> channel, int rank,
       // The others of this host must attach within the collective's
       // timeout; upstream names them too, to the other hosts.
       std::weak_ptr<RelayCollective> weak = weak_from_this();
+      timeout_ = absl::Milliseconds(header.timeout_ms());
       deadline_ = env_.timers->Schedule(
-          env_.timers->clock().Now() + absl::Milliseconds(header.timeout_ms()),
+          env_.timers->clock().Now() + timeout_,
           [weak] {
             if (auto self = weak.lock()) self->OnDeadline();
           });
@@ -143,13 +149,16 @@ void RelayCollective::Excuse(int rank) {
 void RelayCollective::OnDeadline() {
   absl::MutexLock lock(&mu_);
   if (started_ || failed_) return;
-  std::vector<int> missing;
+  std::vector<int> missing, waited;
   for (const Member& m : members_) {
-    if (!m.attached) missing.push_back(m.rank);
+    (m.attached ? waited : missing).push_back(m.rank);
   }
-  FailLocked(absl::DeadlineExceededError(
-      absl::StrCat(description_, ": ranks [", absl::StrJoin(missing, ","),
-                   "] of this host never arrived at the relay")));
+  // As a reducerd says it, and where they waited.
+  FailLocked(absl::DeadlineExceededError(absl::StrCat(
+      description_, " timed out after ", absl::FormatDuration(timeout_), ": ",
+      missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ","),
+      " never arrived (ranks ", absl::StrJoin(waited, ","),
+      " waited at their host's relay)")));
 }
 
 v1::CollectiveHeader RelayCollective::UpstreamHeaderLocked() const {

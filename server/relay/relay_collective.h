@@ -103,6 +103,8 @@ class RelayCollective final
 
   // True once every member has its outcome.
   bool done() const;
+  // True once its call upstream was made: its outcome is upstream's.
+  bool started() const;
 
  private:
   // How the members' inputs make the upstream payload.
@@ -177,6 +179,7 @@ class RelayCollective final
   std::map<size_t, Staging> staging_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> reduced_ ABSL_GUARDED_BY(mu_);
   std::optional<TimerQueue::Id> deadline_ ABSL_GUARDED_BY(mu_);
+  absl::Duration timeout_ ABSL_GUARDED_BY(mu_);  // the members' own
 };
 
 }  // namespace reducer

@@ -320,7 +320,9 @@ TEST_F(RelayCollectiveTest, ARankHereMissingAtTheDeadlineIsNamed) {
   ASSERT_TRUE(ch0->WaitEnded());
   EXPECT_THAT(ch0->failure(),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
-                       HasSubstr("ranks [1] of this host never arrived")));
+                       HasSubstr("allreduce #0 in job j timed out after 100ms: rank 1 never "
+                                 "arrived (ranks 0 waited at their host's "
+                                 "relay)")));
 }
 
 }  // namespace

@@ -163,7 +163,12 @@ void RelayJob::EndEpoch(uint64_t epoch_id, const absl::Status& status,
   {
     absl::MutexLock lock(&mu_);
     if (epoch_id != epoch_id_ || session_ == nullptr) return;
-    for (auto& [key, c] : pending_) failing.push_back(c);
+    // A call already made upstream ends as upstream decides (a result
+    // decided there reaches every rank, as for ranks connected directly);
+    // the others cannot be made any more.
+    for (auto& [key, c] : pending_) {
+      if (!c->started()) failing.push_back(c);
+    }
     pending_.clear();
     if (!ended_) leaving = session_;
     ended_ = true;
