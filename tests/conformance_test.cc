@@ -11,10 +11,16 @@
 //                  on a stream of its own;
 //   shared_memory  REDUCER_SHARED_MEMORY=required: the same-host path
 //                  (docs/same_host.md), no collective over gRPC at all;
-// so every server transport is held to the same contract. Every case
+// so every server transport is held to the same contract. The suite's
+// second parameter is the route: directly to one reducerd, or through
+// node-local relays (reducerd --upstream) as a rank of a multi-host job
+// goes, over one shard (one relay holding all four ranks,
+// local_world_size 0) and over two shards (two relays of two ranks each,
+// local_world_size 2), on the default transport. Every case
 // starts one reducerd (--chunk_bytes=64 KiB, so that several chunks stay
 // cheap) and four real rank processes with the parameter's environment, and
-// ends by reading reducerd's gRPC metrics to prove which stream kinds
+// ends by reading the gRPC metrics of the reducerds the ranks reach (the
+// relays when there are) to prove which stream kinds
 // carried the case (per_call: never the Collectives stream; shared_memory:
 // neither).
 //
@@ -91,7 +97,22 @@ std::string TransportName(Transport t) {
   }
 }
 
-void PrintTo(Transport t, std::ostream* os) { *os << TransportName(t); }
+// How the ranks reach the shards: directly (relays == 0), or through
+// `relays` relays, each holding kWorldSize / relays consecutive ranks, over
+// `shards` shards.
+struct Route {
+  Transport transport;
+  int relays = 0;
+  int shards = 1;
+};
+
+std::string RouteName(const Route& route) {
+  if (route.relays == 0) return TransportName(route.transport);
+  return absl::StrCat(TransportName(route.transport), "_", route.relays,
+                      "_relays_", route.shards, "_shards");
+}
+
+void PrintTo(const Route& route, std::ostream* os) { *os << RouteName(route); }
 
 // "rank 0 sent X || rank 1 sent X || ...": the agreeing rank the server
 // compared with may be any of ranks 0..2, whichever arrived first.
@@ -104,20 +125,20 @@ std::string AnyAgreeingRankSent(const std::string& what) {
 }
 
 class ConformanceTest : public FaultTest,
-                        public ::testing::WithParamInterface<Transport> {
+                        public ::testing::WithParamInterface<Route> {
  protected:
   absl::Duration TimeLimit() const override { return absl::Seconds(90); }
 
   void SetUp() override {
     // The rank processes inherit the test's environment (ChildProcess
     // execs with it); set before FaultTest starts its watchdog thread.
-    if (GetParam() == Transport::kPerCall) {
+    if (transport() == Transport::kPerCall) {
       setenv("REDUCER_CLIENT_TRANSPORT", "per_call", 1);
     } else {
       unsetenv("REDUCER_CLIENT_TRANSPORT");
     }
     setenv("REDUCER_SHARED_MEMORY",
-           GetParam() == Transport::kSharedMemory ? "required" : "off", 1);
+           transport() == Transport::kSharedMemory ? "required" : "off", 1);
     FaultTest::SetUp();
     if (HasFatalFailure()) return;
     fault_worker_ = worker_binary_;
@@ -125,12 +146,52 @@ class ConformanceTest : public FaultTest,
         FindRunfile("tests/conformance_worker", &conformance_worker_));
     ASSERT_TRUE(StartServer({absl::StrCat("--chunk_bytes=", kChunk),
                              "--metrics_listen=127.0.0.1:0"}));
-    metrics_port_ = server()->MetricsPort();
-    ASSERT_NE(metrics_port_, 0) << server()->Logs();
+    if (GetParam().relays == 0) {
+      metrics_ports_.push_back(server()->MetricsPort());
+      ASSERT_NE(metrics_ports_.back(), 0) << server()->Logs();
+      return;
+    }
+    ASSERT_NO_FATAL_FAILURE(StartRelays());
   }
+
+  // The other shards and the relays; the ranks' targets and flags.
+  void StartRelays() {
+    const Route& route = GetParam();
+    std::vector<std::string> shards = {server()->address()};
+    for (int s = 1; s < route.shards; ++s) {
+      absl::StatusOr<std::unique_ptr<ReducerdProcess>> shard =
+          ReducerdProcess::Start({absl::StrCat("--chunk_bytes=", kChunk)});
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      shards.push_back((*shard)->address());
+      other_shards_.push_back(*std::move(shard));
+    }
+    const int ranks_per_relay = kWorldSize / route.relays;
+    for (int i = 0; i < route.relays; ++i) {
+      absl::StatusOr<std::unique_ptr<ReducerdProcess>> relay =
+          ReducerdProcess::Start(
+              {absl::StrCat("--upstream=", absl::StrJoin(shards, ",")),
+               absl::StrCat("--chunk_bytes=", kChunk),
+               "--metrics_listen=127.0.0.1:0"});
+      ASSERT_TRUE(relay.ok()) << relay.status();
+      metrics_ports_.push_back((*relay)->MetricsPort());
+      ASSERT_NE(metrics_ports_.back(), 0) << (*relay)->Logs();
+      for (int r = 0; r < ranks_per_relay; ++r) {
+        targets_.push_back((*relay)->address());
+      }
+      relays_.push_back(*std::move(relay));
+    }
+    if (route.relays > 1) {
+      worker_flags_.push_back(
+          absl::StrCat("--local_world_size=", ranks_per_relay));
+    }
+  }
+
+  Transport transport() const { return GetParam().transport; }
 
   void TearDown() override {
     FaultTest::TearDown();
+    relays_.clear();
+    other_shards_.clear();
     unsetenv("REDUCER_CLIENT_TRANSPORT");
     unsetenv("REDUCER_SHARED_MEMORY");
   }
@@ -155,7 +216,7 @@ class ConformanceTest : public FaultTest,
   void RunChecks(const std::string& script, size_t count, Label label) {
     worker_binary_ = conformance_worker_;
     std::vector<std::unique_ptr<ChildProcess>> workers =
-        StartJob(Job(), kWorldSize, {script});
+        StartJob(Job(), kWorldSize, {script}, targets_, worker_flags_);
     std::vector<ProcessResult> results = WaitWorkers(workers);
     ASSERT_EQ(results.size(), static_cast<size_t>(kWorldSize));
     for (int r = 0; r < kWorldSize; ++r) {
@@ -171,18 +232,24 @@ class ConformanceTest : public FaultTest,
   std::vector<std::unique_ptr<ChildProcess>> StartScripts(
       const std::vector<std::string>& scripts) {
     worker_binary_ = fault_worker_;
-    return StartJob(Job(), kWorldSize, scripts);
+    return StartJob(Job(), kWorldSize, scripts, targets_, worker_flags_);
   }
 
-  // The value of the gRPC server metric `name` for Reducer method `method`.
+  // The value of the gRPC server metric `name` for Reducer method `method`,
+  // summed over the reducerds the ranks reach.
   double MethodMetric(const std::string& name, const std::string& method) {
-    absl::StatusOr<double> total =
-        ScrapeSum(metrics_port_, name, [&](const Sample& s) {
-          auto it = s.labels.find("grpc_method");
-          return it != s.labels.end() && it->second == method;
-        });
-    EXPECT_TRUE(total.ok()) << total.status();
-    return total.ok() ? *total : -1;
+    double sum = 0;
+    for (int port : metrics_ports_) {
+      absl::StatusOr<double> total =
+          ScrapeSum(port, name, [&](const Sample& s) {
+            auto it = s.labels.find("grpc_method");
+            return it != s.labels.end() && it->second == method;
+          });
+      EXPECT_TRUE(total.ok()) << total.status();
+      if (!total.ok()) return -1;
+      sum += *total;
+    }
+    return sum;
   }
 
   // Proves the parameter reached the ranks: per_call never opens the shared
@@ -194,15 +261,15 @@ class ConformanceTest : public FaultTest,
         MethodMetric("grpc_server_started_total", "Collectives");
     const double per_call =
         MethodMetric("grpc_server_started_total", "Collective");
-    SCOPED_TRACE(absl::StrCat("transport ", TransportName(GetParam()),
+    SCOPED_TRACE(absl::StrCat("route ", RouteName(GetParam()),
                               ": Collectives streams ", shared,
                               ", Collective streams ", per_call));
-    if (GetParam() == Transport::kPerCall) {
+    if (transport() == Transport::kPerCall) {
       EXPECT_EQ(shared, 0) << "a per_call rank used the shared stream";
       EXPECT_GT(per_call, 0);
       return;
     }
-    if (GetParam() == Transport::kSharedMemory) {
+    if (transport() == Transport::kSharedMemory) {
       EXPECT_EQ(shared + per_call, 0)
           << "a collective went over gRPC although shared memory was required";
       return;
@@ -219,7 +286,15 @@ class ConformanceTest : public FaultTest,
 
   std::string fault_worker_;
   std::string conformance_worker_;
-  int metrics_port_ = 0;
+  // The metrics ports of the reducerds the ranks reach: the server, or
+  // the relays.
+  std::vector<int> metrics_ports_;
+  // Empty when the ranks reach the server; else the relay of each rank and
+  // the ranks' --local_world_size.
+  std::vector<std::string> targets_;
+  std::vector<std::string> worker_flags_;
+  std::vector<std::unique_ptr<ReducerdProcess>> relays_;
+  std::vector<std::unique_ptr<ReducerdProcess>> other_shards_;
 };
 
 // -------------------------------------------------------------------------
@@ -439,13 +514,15 @@ TEST_P(ConformanceTest, NamedCollectivesMatchInAnyOrder) {
   ExpectStreamsUsed(/*small=*/true, /*large=*/true);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, ConformanceTest,
-                         ::testing::Values(Transport::kDefault,
-                                           Transport::kPerCall,
-                                           Transport::kSharedMemory),
-                         [](const ::testing::TestParamInfo<Transport>& info) {
-                           return TransportName(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Transports, ConformanceTest,
+    ::testing::Values(Route{Transport::kDefault}, Route{Transport::kPerCall},
+                      Route{Transport::kSharedMemory},
+                      Route{Transport::kDefault, /*relays=*/1, /*shards=*/1},
+                      Route{Transport::kDefault, /*relays=*/2, /*shards=*/2}),
+    [](const ::testing::TestParamInfo<Route>& info) {
+      return RouteName(info.param);
+    });
 
 }  // namespace
 }  // namespace testing

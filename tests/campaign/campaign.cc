@@ -32,7 +32,11 @@ constexpr char kCrawlRate[] = "64kbit";
 
 std::string ShardHost(int shard) { return absl::StrCat("s", shard); }
 std::string RankHost(int job, int rank) { return absl::StrCat("w", job, rank); }
+std::string RelayHost(int job, int relay) { return absl::StrCat("r", job, relay); }
 std::string JobName(int job) { return absl::StrCat("j", job); }
+
+// The relays of a job of `ranks` ranks, `per_relay` ranks each.
+int RelaysOfJob(int ranks, int per_relay) { return (ranks + per_relay - 1) / per_relay; }
 
 // Resident memory of `pid`, from /proc; -1 when unreadable.
 int64_t ResidentBytes(pid_t pid) {
@@ -67,8 +71,12 @@ class Campaign {
     shards_.resize(options.shards);
     baselines_.resize(options.shards, -1);
     ranks_.resize(options.job_sizes.size());
+    relays_.resize(options.job_sizes.size());
     for (size_t j = 0; j < options.job_sizes.size(); ++j) {
       ranks_[j].resize(options.job_sizes[j]);
+      if (options.ranks_per_relay > 0) {
+        relays_[j].resize(RelaysOfJob(options.job_sizes[j], options.ranks_per_relay));
+      }
     }
     give_up_ = absl::Now() + options.fault_phase + absl::Seconds(180);
   }
@@ -76,6 +84,11 @@ class Campaign {
   absl::Status StartAll() {
     for (int s = 0; s < options_.shards; ++s) {
       if (absl::Status started = StartShard(s); !started.ok()) return started;
+    }
+    for (size_t j = 0; j < relays_.size(); ++j) {
+      for (size_t k = 0; k < relays_[j].size(); ++k) {
+        if (absl::Status started = StartRelay(j, k); !started.ok()) return started;
+      }
     }
     for (size_t j = 0; j < ranks_.size(); ++j) {
       for (size_t r = 0; r < ranks_[j].size(); ++r) {
@@ -94,11 +107,25 @@ class Campaign {
     FaultWindow window;
     window.kind = fault.kind;
     const bool on_shard = fault.shard >= 0;
-    const std::string host = on_shard ? ShardHost(fault.shard) : RankHost(fault.job, fault.rank);
+    const std::string host = on_shard ? ShardHost(fault.shard) : HostOf(fault.job, fault.rank);
     window.what = on_shard ? absl::StrCat("shard ", fault.shard, " (", targets_[fault.shard], ")")
                            : absl::StrCat(JobName(fault.job), " rank ", fault.rank, " (host ",
                                           net_->Address(host), ")");
     window.job = on_shard ? "" : JobName(fault.job);
+    // A relay's own fault, or a link fault of its host (which cuts the
+    // relay from the shards; its ranks reach it inside the host).
+    const bool relay_kind = absl::StrContains(fault.kind, "relay") ||
+                            fault.kind == "link_down" || fault.kind == "crawl" ||
+                            fault.kind == "blackhole";
+    const int relay = options_.ranks_per_relay > 0 && !on_shard
+                          ? fault.rank / options_.ranks_per_relay
+                          : -1;
+    if (relay >= 0 && relay_kind) {
+      window.ranks = RanksOfRelay(fault.job, relay);
+      window.what = absl::StrCat(JobName(fault.job), " relay ", relay, " of ranks [",
+                                 absl::StrJoin(window.ranks, ","), "] (",
+                                 RelayAddress(fault.job, relay), ")");
+    }
     window.start = absl::Now();
     absl::Status done;
     if (fault.kind == "kill_rank") {
@@ -127,6 +154,15 @@ class Campaign {
                                          " did not exit 0 on SIGTERM: ", ended.Describe()));
       }
       done = StartShard(fault.shard);
+    } else if (fault.kind == "kill_relay") {
+      relays_[fault.job][relay]->Signal(SIGKILL);
+      relays_[fault.job][relay]->Wait(absl::Seconds(5));
+      absl::SleepFor(fault.length);
+      done = StartRelay(fault.job, relay);
+    } else if (fault.kind == "stop_relay") {
+      relays_[fault.job][relay]->Signal(SIGSTOP);
+      absl::SleepFor(fault.length);
+      relays_[fault.job][relay]->Signal(SIGCONT);
     } else if (fault.kind == "link_down") {
       done = net_->SetLinkUp(host, false);
       absl::SleepFor(fault.length);
@@ -166,29 +202,17 @@ class Campaign {
     }
   }
 
-  // Every shard holds no job and no reserved memory, and its resident
-  // memory is back near its baseline.
+  // Every shard and relay holds no job and no reserved memory, and every
+  // shard's resident memory is back near its baseline.
   void CheckShardsAreClean() {
+    for (size_t j = 0; j < relays_.size(); ++j) {
+      for (size_t k = 0; k < relays_[j].size(); ++k) {
+        CheckNoState(RelayHost(j, k), RelayAddress(j, k),
+                     absl::StrCat(JobName(j), " relay ", k));
+      }
+    }
     for (int s = 0; s < options_.shards; ++s) {
-      std::string status;
-      // Jobs are freed once their last session ends: give it a moment.
-      for (int tries = 0; tries < 20; ++tries) {
-        std::vector<std::string> argv = net_->CommandPrefix(ShardHost(s));
-        argv.insert(argv.end(), {PathOf(options_.reducerctl),
-                                 absl::StrCat("--target=", targets_[s]), "status"});
-        absl::StatusOr<std::string> out = VirtualNetwork::RunCommand(argv);
-        status = out.ok() ? *out : std::string(out.status().message());
-        if (absl::StrContains(status, "no jobs") &&
-            absl::StrContains(status, "memory budget 0 of")) {
-          break;
-        }
-        absl::SleepFor(absl::Milliseconds(250));
-      }
-      if (!absl::StrContains(status, "no jobs") ||
-          !absl::StrContains(status, "memory budget 0 of")) {
-        problems_.push_back(absl::StrCat("shard ", s, " still holds state after the campaign: ",
-                                         status));
-      }
+      CheckNoState(ShardHost(s), targets_[s], absl::StrCat("shard ", s));
       const int64_t rss = ResidentBytes(shards_[s]->pid());
       if (baselines_[s] > 0 && rss > baselines_[s] + options_.rss_slack_bytes) {
         problems_.push_back(absl::StrFormat(
@@ -215,6 +239,70 @@ class Campaign {
   const std::vector<std::string>& problems() const { return problems_; }
 
  private:
+  // The reducerd at `target` (in `host`) holds no job and no reserved
+  // memory, or a problem naming `what`.
+  void CheckNoState(const std::string& host, const std::string& target,
+                    const std::string& what) {
+    std::string status;
+    // Jobs are freed once their last session ends: give it a moment.
+    for (int tries = 0; tries < 20; ++tries) {
+      std::vector<std::string> argv = net_->CommandPrefix(host);
+      argv.insert(argv.end(),
+                  {PathOf(options_.reducerctl), absl::StrCat("--target=", target), "status"});
+      absl::StatusOr<std::string> out = VirtualNetwork::RunCommand(argv);
+      status = out.ok() ? *out : std::string(out.status().message());
+      if (absl::StrContains(status, "no jobs") &&
+          absl::StrContains(status, "memory budget 0 of")) {
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(250));
+    }
+    problems_.push_back(absl::StrCat(what, " still holds state after the campaign: ", status));
+  }
+
+  // The host of `job`'s `rank`: its relay's with relays, else its own.
+  std::string HostOf(int job, int rank) const {
+    if (options_.ranks_per_relay == 0) return RankHost(job, rank);
+    return RelayHost(job, rank / options_.ranks_per_relay);
+  }
+
+  std::string RelayAddress(int job, int relay) const {
+    return absl::StrCat(net_->Address(RelayHost(job, relay)), ":", kShardPort);
+  }
+
+  // The ranks of `job` that `relay` serves.
+  std::vector<int> RanksOfRelay(int job, int relay) const {
+    std::vector<int> ranks;
+    for (int r = relay * options_.ranks_per_relay;
+         r < std::min<int>((relay + 1) * options_.ranks_per_relay, ranks_[job].size()); ++r) {
+      ranks.push_back(r);
+    }
+    return ranks;
+  }
+
+  // Starts `job`'s relay `relay` in its host, upstream to every shard.
+  absl::Status StartRelay(int job, int relay) {
+    std::vector<std::string> argv = net_->CommandPrefix(RelayHost(job, relay));
+    argv.insert(argv.end(), {PathOf(options_.reducerd),
+                             absl::StrCat("--listen=", RelayAddress(job, relay)),
+                             absl::StrCat("--upstream=", absl::StrJoin(targets_, ",")),
+                             "--drain_budget=2s", "--allow_unauthenticated"});
+    absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Start(
+        argv, absl::StrCat("campaign-", options_.seed, "-", JobName(job), "relay", relay, ".",
+                           starts_++));
+    if (!child.ok()) return child.status();
+    const absl::Time deadline = absl::Now() + kShardReady;
+    while (!absl::StrContains((*child)->ReadStdout(), "listening")) {
+      if (absl::Now() > deadline || !(*child)->IsRunning()) {
+        return absl::InternalError(absl::StrCat(JobName(job), " relay ", relay,
+                                                " did not start: ", (*child)->ReadStderr()));
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    relays_[job][relay] = *std::move(child);
+    return absl::OkStatus();
+  }
+
   std::string LogPath(size_t job, size_t rank) const {
     return absl::StrCat(dir_, "/campaign-", options_.seed, "-", JobName(job), "-r", rank,
                         ".jsonl");
@@ -249,7 +337,7 @@ class Campaign {
   }
 
   absl::Status StartRank(size_t job, size_t rank) {
-    std::vector<std::string> argv = net_->CommandPrefix(RankHost(job, rank));
+    std::vector<std::string> argv = net_->CommandPrefix(HostOf(job, rank));
     if (IsQuorumJob(job)) {
       argv.insert(argv.end(),
                   {PathOf(options_.quorum_worker),
@@ -259,8 +347,17 @@ class Campaign {
       argv.insert(argv.end(), {PathOf(options_.worker),
                                absl::StrCat("--seed=", options_.seed * 1000 + job)});
     }
+    std::string target = absl::StrJoin(targets_, ",");
+    if (options_.ranks_per_relay > 0) {
+      const int relay = static_cast<int>(rank) / options_.ranks_per_relay;
+      target = RelayAddress(job, relay);
+      // 0 when the relay holds the whole job.
+      const size_t local = RanksOfRelay(job, relay).size();
+      argv.push_back(absl::StrCat("--local_world_size=",
+                                  local == ranks_[job].size() ? 0 : local));
+    }
     argv.insert(argv.end(),
-                {absl::StrCat("--target=", absl::StrJoin(targets_, ",")),
+                {absl::StrCat("--target=", target),
                  absl::StrCat("--job=", JobName(job)), absl::StrCat("--rank=", rank),
                  absl::StrCat("--world_size=", ranks_[job].size()),
                  absl::StrCat("--max_elements=", options_.max_elements),
@@ -286,6 +383,8 @@ class Campaign {
   std::vector<std::unique_ptr<ChildProcess>> shards_;
   std::vector<int64_t> baselines_;
   std::vector<std::vector<std::unique_ptr<ChildProcess>>> ranks_;
+  // With relays: relays_[job][k] serves ranks [k, k + 1) * ranks_per_relay.
+  std::vector<std::vector<std::unique_ptr<ChildProcess>>> relays_;
   std::vector<std::string> problems_;
   int starts_ = 0;
 };
@@ -293,7 +392,9 @@ class Campaign {
 std::string DescribeFault(const PlannedFault& f) {
   return absl::StrFormat("t+%.1fs %s %s for %.1fs", absl::ToDoubleSeconds(f.at), f.kind,
                          f.shard >= 0 ? absl::StrCat("shard ", f.shard)
-                                      : absl::StrCat("j", f.job, " rank ", f.rank),
+                         : absl::StrContains(f.kind, "relay")
+                             ? absl::StrCat("the relay of j", f.job, " rank ", f.rank)
+                             : absl::StrCat("j", f.job, " rank ", f.rank),
                          absl::ToDoubleSeconds(f.length));
 }
 
@@ -306,10 +407,14 @@ std::vector<PlannedFault> DrawSchedule(const CampaignOptions& options) {
   };
   std::vector<PlannedFault> schedule;
   absl::Duration t = absl::Seconds(1);
-  constexpr int kKinds = sizeof(kFaultKinds) / sizeof(kFaultKinds[0]);
+  std::vector<std::string> kinds(std::begin(kFaultKinds), std::end(kFaultKinds));
+  if (options.ranks_per_relay > 0) {
+    kinds.insert(kinds.end(), std::begin(kRelayFaultKinds), std::end(kRelayFaultKinds));
+  }
+  const int kKinds = static_cast<int>(kinds.size());
   for (;;) {
     PlannedFault f;
-    f.kind = kFaultKinds[uniform(0, kKinds - 1)];
+    f.kind = kinds[uniform(0, kKinds - 1)];
     f.length = f.kind == "restart_shard" ? absl::ZeroDuration()
                                          : absl::Milliseconds(uniform(1500, 3500));
     const bool link = f.kind == "link_down" || f.kind == "crawl" || f.kind == "blackhole";
@@ -338,7 +443,7 @@ std::string CampaignReport::Summary() const {
   }
   return absl::StrFormat(
       "seed %d: %d operations (%d collectives, %d succeeded), %d faults (%s), %d violations, "
-      "%d results lost with their shard",
+      "%d results lost with their shard or relay",
       seed, operations, collectives, succeeded, total, absl::StrJoin(kinds, ", "),
       violations.size(), lost_with_shard.size());
 }
@@ -355,7 +460,7 @@ std::string CampaignReport::Details() const {
   }
   for (const std::string& v : violations) absl::StrAppend(&out, "VIOLATION ", v, "\n");
   for (const std::string& v : lost_with_shard) {
-    absl::StrAppend(&out, "RESULT LOST WITH ITS SHARD (killed or restarted) ", v, "\n");
+    absl::StrAppend(&out, "RESULT LOST WITH ITS SHARD OR RELAY (killed or restarted) ", v, "\n");
   }
   return out;
 }
@@ -367,6 +472,12 @@ absl::StatusOr<CampaignReport> RunCampaign(const CampaignOptions& options) {
   VirtualNetwork::Options net_options;
   for (int s = 0; s < options.shards; ++s) net_options.hosts.push_back(ShardHost(s));
   for (size_t j = 0; j < options.job_sizes.size(); ++j) {
+    if (options.ranks_per_relay > 0) {
+      for (int k = 0; k < RelaysOfJob(options.job_sizes[j], options.ranks_per_relay); ++k) {
+        net_options.hosts.push_back(RelayHost(j, k));
+      }
+      continue;
+    }
     for (int r = 0; r < options.job_sizes[j]; ++r) net_options.hosts.push_back(RankHost(j, r));
   }
   net_options.rate = options.rate;

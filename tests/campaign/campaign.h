@@ -6,7 +6,12 @@
 // down (tests/campaign/quorum_worker.cc), while faults drawn
 // from the same seed hit them one after another: SIGKILL and SIGSTOP of
 // ranks and of shards, a shard restarted (SIGTERM, then started again), a
-// host's link taken down, slowed to a crawl or blackholed. Every operation
+// host's link taken down, slowed to a crawl or blackholed. With relays
+// (CampaignOptions::ranks_per_relay), a job's ranks share worker hosts,
+// each with a relay (reducerd --upstream) that its ranks reach instead of
+// the shards; the relays are SIGKILLed (and started again) and SIGSTOPped
+// too, and a link fault of a worker host cuts its relay from the shards.
+// Every operation
 // is recorded, and the history is held to the contract
 // (tests/campaign/history.h); then every shard must be back to no job, no
 // memory reserved, and its resident memory near its baseline.
@@ -54,6 +59,9 @@ inline constexpr const char* kFaultKinds[] = {
     "kill_rank",   "stop_rank",  "kill_shard", "stop_shard", "restart_shard",
     "link_down",   "crawl",      "blackhole",
 };
+// Drawn as well with relays: a relay (the one of `job`'s `rank`) SIGKILLed
+// and started again, or SIGSTOPped.
+inline constexpr const char* kRelayFaultKinds[] = {"kill_relay", "stop_relay"};
 
 struct CampaignOptions {
   uint64_t seed = 1;
@@ -63,6 +71,10 @@ struct CampaignOptions {
   int quorum_min_ranks = 2;
   absl::Duration quorum_grace = absl::Seconds(3);
   int shards = 2;
+  // 0: every rank a host of its own, reaching the shards directly. Else
+  // each job's ranks in hosts of this many (the last may hold fewer), each
+  // host's ranks through a relay of its own there.
+  int ranks_per_relay = 0;
   std::string rate = "200mbit";         // every host's link
   absl::Duration fault_phase = absl::Seconds(45);
   // Float32 elements of the largest tensor: 2.5 MiB, cut over two shards.
@@ -93,7 +105,8 @@ struct CampaignReport {
   int64_t collectives = 0;  // of which collectives (not connect or resync)
   int64_t succeeded = 0;
   std::vector<std::string> violations;
-  // Disagreements where the result died with its shard (Violation::lost_with_shard).
+  // Disagreements where the result died with its shard or its relay
+  // (Violation::lost_with_shard).
   std::vector<std::string> lost_with_shard;
   // The seed, the schedule and, for each violation, the history around
   // it: enough to replay and read the run.

@@ -4,6 +4,7 @@
 //
 //   bazel run //tests/campaign:campaign -- --minutes=30 --first_seed=100
 //   bazel run //tests/campaign:campaign -- --minutes=8 --load=$(nproc)
+//   bazel run //tests/campaign:campaign -- --minutes=5 --ranks_per_relay=2
 //
 // Exits 1 if any campaign found a violation, 2 if one could not run.
 #include <cstdio>
@@ -19,6 +20,10 @@
 ABSL_FLAG(int, minutes, 30, "run campaigns until this much time has passed");
 ABSL_FLAG(uint64_t, first_seed, 100, "the first campaign's seed; then +1");
 ABSL_FLAG(int, fault_phase_s, 60, "each campaign's seconds of faults");
+ABSL_FLAG(int, ranks_per_relay, 0,
+          "0: every rank reaches the shards itself; else a job's ranks share hosts of "
+          "this many, each host's through a relay (reducerd --upstream), and relays "
+          "are faulted too");
 ABSL_FLAG(int, load, 0,
           "busy threads spinning beside each campaign, for a loaded machine's "
           "timing (one per core: --load=$(nproc)); 0: none");
@@ -36,6 +41,7 @@ int main(int argc, char** argv) {
     options.seed = seed;
     options.fault_phase = absl::Seconds(absl::GetFlag(FLAGS_fault_phase_s));
     options.load_threads = absl::GetFlag(FLAGS_load);
+    options.ranks_per_relay = absl::GetFlag(FLAGS_ranks_per_relay);
     absl::StatusOr<CampaignReport> report = reducer::testing::RunCampaign(options);
     if (!report.ok()) {
       std::fprintf(stderr, "seed %lu could not run: %s\n", static_cast<unsigned long>(seed),
@@ -63,7 +69,7 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "TOTAL %ld campaigns: %ld operations checked (%ld collectives, %ld succeeded), "
-      "%d faults injected (%s), %ld violations, %ld results lost with their shard\n",
+      "%d faults injected (%s), %ld violations, %ld results lost with their shard or relay\n",
       static_cast<long>(campaigns), static_cast<long>(operations),
       static_cast<long>(collectives), static_cast<long>(succeeded), total, by_kind.c_str(),
       static_cast<long>(violations), static_cast<long>(lost));

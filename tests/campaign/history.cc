@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -147,6 +148,29 @@ bool LostWithItsShard(const Operation& failed,
   return false;
 }
 
+// `runs` (one collective, some ranks failed) lost exactly the ranks of
+// relays SIGKILLed while it ran (or within `aftermath` before): every rank
+// of such a relay that ran it failed as a session ends, and every other
+// rank succeeded. See Violation::lost_with_shard.
+bool LostWithItsRelays(const std::vector<const Operation*>& runs,
+                       const std::vector<FaultWindow>& faults,
+                       absl::Duration aftermath) {
+  for (const Operation* op : runs) {
+    bool on_a_killed_relay = false;
+    for (const FaultWindow& f : faults) {
+      if (f.kind != "kill_relay" || f.job != op->job) continue;
+      if (std::find(f.ranks.begin(), f.ranks.end(), op->rank) == f.ranks.end()) {
+        continue;
+      }
+      on_a_killed_relay = op->end >= f.start && op->start <= f.end + aftermath;
+      if (on_a_killed_relay) break;
+    }
+    if (on_a_killed_relay != !op->ok()) return false;
+    if (!op->ok() && !SessionEnded(*op)) return false;
+  }
+  return true;
+}
+
 bool NamesACause(absl::string_view message) {
   const std::string m = absl::AsciiStrToLower(message);
   for (absl::string_view cause :
@@ -263,8 +287,9 @@ std::vector<Violation> CheckHistory(const std::vector<Operation>& ops,
       violations.push_back({absl::StrCat("ranks disagree: ", succeeded->Describe(origin),
                                          " but ", failed->Describe(origin)),
                             succeeded->job, std::min(succeeded->start, failed->start),
-                            SessionEnded(*failed) &&
-                                LostWithItsShard(*failed, faults, limits.aftermath)});
+                            (SessionEnded(*failed) &&
+                             LostWithItsShard(*failed, faults, limits.aftermath)) ||
+                                LostWithItsRelays(runs, faults, limits.aftermath)});
     }
   }
   std::vector<Violation> quorum = CheckQuorumSteps(ops, faults, limits);

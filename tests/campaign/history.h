@@ -79,6 +79,8 @@ struct FaultWindow {
   std::string job;   // the only job it can reach; empty: every job
   absl::Time start;
   absl::Time end;
+  // A relay's fault: the ranks of `job` that reach the shards through it.
+  std::vector<int> ranks;
 };
 
 struct Limits {
@@ -104,6 +106,10 @@ struct Violation {
   // lived only in that reducerd's memory, so asking again (a replay) could
   // not get it. Reported apart from the violations; every other
   // disagreement is one (results lost on the way are asked for again).
+  // Likewise, all or nothing, for a relay (reducerd --upstream) SIGKILLed
+  // meanwhile: the ranks that failed are exactly the ranks of killed
+  // relays that ran the collective, each failed as a session's end; the
+  // relay's ranks are lost with it, the other ranks agree among themselves.
   bool lost_with_shard = false;
 };
 

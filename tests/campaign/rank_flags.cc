@@ -7,6 +7,9 @@
 
 ABSL_FLAG(std::string, target, "", "the shards, as ClientOptions::target");
 ABSL_FLAG(std::string, job, "", "job name");
+ABSL_FLAG(int, local_world_size, 0,
+          "ranks of the job on this rank's relay (ClientOptions::local_world_size; "
+          "0: all of them, or no relay)");
 ABSL_FLAG(int, rank, 0, "this rank");
 ABSL_FLAG(int, timeout_ms, 6000, "each collective's timeout");
 ABSL_FLAG(int, connect_timeout_ms, 5000, "each Connect's timeout");
@@ -23,6 +26,7 @@ ClientOptions CampaignClientOptions(int world_size) {
   options.job = absl::GetFlag(FLAGS_job);
   options.rank = absl::GetFlag(FLAGS_rank);
   options.world_size = world_size;
+  options.local_world_size = absl::GetFlag(FLAGS_local_world_size);
   options.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
   return options;
 }

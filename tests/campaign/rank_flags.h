@@ -27,6 +27,7 @@
 
 ABSL_DECLARE_FLAG(std::string, target);
 ABSL_DECLARE_FLAG(std::string, job);
+ABSL_DECLARE_FLAG(int, local_world_size);
 ABSL_DECLARE_FLAG(int, rank);
 ABSL_DECLARE_FLAG(int, timeout_ms);
 ABSL_DECLARE_FLAG(int, connect_timeout_ms);
