@@ -12,7 +12,7 @@ the rate each way), for every configuration of H worker hosts x R ranks
     (RELAY_PORT on the host's address), its R ranks targeting it with
     --local_world_size=R.
 And on one host with LOCAL_RANKS ranks: "direct", the ranks on the
-same-host path (--shared_memory=auto) of a reducerd on that host, against
+same-host path (--shared_memory=required) of a reducerd on that host, against
 "relay S=1", a relay on that host with one shard upstream.
 
 The model is the busiest link's bytes one way over the rate (protocol,
@@ -45,6 +45,8 @@ SMOKE_CONFIGS = [(2, 2)]
 SMOKE_SHARDS = [1]
 SMOKE_SIZES = [64 * KiB, 1 * MiB]
 SMOKE_LOCAL_RANKS = 2
+# run_bench's name of each system's records (what parse_records checks).
+PARSED_AS = {"gloo": "gloo", "direct": "reducer_shm"}
 HOSTS = [f"w{i}" for i in range(4)]
 SHARD_HOSTS = ["s0", "s1"]
 RELAY_PORT = 50052
@@ -171,7 +173,7 @@ def run_direct(runs, ranks, run, timeout_s):
     """The ranks of one host on the same-host path of a reducerd there."""
     d = runs.daemon("direct-w0", "w0", DIRECT_PORT)
     cmds = worker_cmds(runs, [d.address] * ranks, ranks, run,
-                       ["--shared_memory=auto"])
+                       ["--shared_memory=required"])
     return rb.run_processes(cmds, runs.log_dir / f"direct-1x{ranks}-{runs.label()}",
                             timeout_s, runs.env)
 
@@ -236,7 +238,7 @@ def measure(args, out_dir):
                             # (0, as tests/relay_test's one relay).
                             out = run_relay(runs, hosts, ranks, shards, run, timeout_s,
                                             ranks if hosts > 1 else 0)
-                        rec = rb.parse_records(out, "gloo" if system == "gloo" else "reducer",
+                        rec = rb.parse_records(out, PARSED_AS.get(system, "reducer"),
                                                hosts * ranks, run)[0]
                     except (rb.RunError, json.JSONDecodeError, OSError) as e:
                         failures.append(f"{name} {rb.fmt_size(size)}: {e}")
