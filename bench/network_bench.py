@@ -28,6 +28,14 @@ One invocation, one process driving it, runs:
   its defaults, with shard_bench's link model (model, t / model, model vs
   gloo) beside each figure. Skipped, with its reason, under --skip_cluster
   or where namespaces cannot be made (torch missing is a failure);
+- the relay table (bench/relay_cluster.py): H worker hosts x R ranks
+  (--relay_configs, default 2x4 and 4x2), S in --relay_shards (1,2), at
+  --relay_sizes (4, 16, 64 MiB): Gloo's ring over the same ranks, every
+  rank flat to the shards, and a relay (reducerd --upstream) per host;
+  and one host of 4 ranks through a relay against the same-host path
+  straight to a reducerd; busiest-link model and model ratio beside each
+  figure. Skipped, with its reason, under --skip_relay or without
+  namespaces;
 - the targets table: every target, the measured value, met or missed (or
   not measured, and why).
 
@@ -39,7 +47,8 @@ a missed target or a skipped table does not fail it.
 --smoke: loopback W = 2 at 4 B and 4 KiB (run_bench's --quick iterations),
 the echo beside 4 KiB; cluster S = 1,2 at 4 KiB and 2 MiB, one round of 2
 calls (shard_bench's --smoke). The targets are set for W = 4; at W = 2
-their verdicts only show the table works.
+their verdicts only show the table works. The relay table's smoke form:
+2 hosts x 2 ranks, S = 1, 64 KiB and 1 MiB, one host of 2 ranks.
 
 Usage: bench/network_bench.py [--smoke] [--skip_cluster]
                               [--loopback_sizes=4,4096,...] [--echo_sizes=...]
@@ -60,6 +69,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 import run_bench as rb  # noqa: E402  (loopback runners, reducerd, stats)
 import shard_bench as sb  # noqa: E402  (the virtual network and its model)
+import relay_cluster as rc  # noqa: E402  (ranks per host, relays)
 
 REPO_ROOT = rb.REPO_ROOT
 KiB, MiB = rb.KiB, rb.MiB
@@ -371,6 +381,22 @@ def print_cluster(cluster):
     sb.print_table(cluster["records"])
 
 
+def relay_title(relay):
+    return (f"== relay table: H worker hosts x R ranks, shard hosts s0,s1, every "
+            f"link {relay['rate']} each way; float32 SUM; median; vs ref = over "
+            f"gloo (over direct on one host); busiest link = its bytes one way, "
+            f"model = those over the rate; model ratio = model over the ref's model")
+
+
+def print_relay(relay):
+    """Prints the relay table, or a SKIP line with the reason."""
+    if "skipped" in relay:
+        print(f"\n== relay table\nSKIP relay: {relay['skipped']}")
+        return
+    print("\n" + relay_title(relay))
+    print_cells(rc.table_cells(relay["records"]), left=3)
+
+
 def target_cells(targets, notes):
     """The targets table as rows of strings, header first; notes: why a
     section's targets were not measured (section prefix -> reason)."""
@@ -391,7 +417,7 @@ def print_targets(cells, smoke):
     print_cells(cells, left=len(cells[0]))
 
 
-def write_markdown(path, loopback, rows, cluster, cells):
+def write_markdown(path, loopback, rows, cluster, relay, cells):
     """Writes the three tables as Markdown."""
     lines = [f"## {loopback_title(loopback['world_size']).lstrip('= ')}", ""]
     lines += markdown(loopback_cells(rows, loopback["world_size"]))
@@ -402,11 +428,16 @@ def write_markdown(path, loopback, rows, cluster, cells):
     else:
         lines += ["", f"## {cluster_title(cluster).lstrip('= ')}", ""]
         lines += markdown(sb.table_rows(cluster["records"]), left=2)
+    if "skipped" in relay:
+        lines += ["", "## relay table", "", f"Skipped: {relay['skipped']}"]
+    else:
+        lines += ["", f"## {relay_title(relay).lstrip('= ')}", ""]
+        lines += markdown(rc.table_cells(relay["records"]), left=3)
     lines += ["", "## targets table", ""] + markdown(cells, left=len(cells[0]))
     Path(path).write_text("\n".join(lines) + "\n")
 
 
-def write_results(args, loopback, rows, cluster, targets, failures):
+def write_results(args, loopback, rows, cluster, relay, targets, failures):
     """Writes OUT_DIR/results.json: every record, the echo, the targets."""
     meta = rb.host_meta(argv=sys.argv[1:], smoke=args.smoke,
                         loopback_world_size=args.world, rate=args.rate,
@@ -416,6 +447,7 @@ def write_results(args, loopback, rows, cluster, targets, failures):
                         "echo": {str(s): e for s, e in loopback["echo"].items()},
                         "skipped_systems": loopback["skipped"]},
            "cluster": cluster,
+           "relay": relay,
            "targets": rb.target_dicts(targets),
            "failures": failures}
     (args.out_dir / "results.json").write_text(json.dumps(doc, indent=1))
@@ -440,13 +472,20 @@ def parse_args(argv):
                    help="byte sizes of the cluster table (default 4 and 64 MiB)")
     p.add_argument("--rate", default="1gbit", help="tc tbf rate of every cluster link")
     p.add_argument("--shards", default="", help="Reducer's S values (default 1,4)")
+    p.add_argument("--skip_relay", action="store_true", help="no relay table")
+    p.add_argument("--relay_configs", default="",
+                   help="HOSTSxRANKS,... of the relay table (default 2x4,4x2)")
+    p.add_argument("--relay_shards", default="", help="S values of the relay table (default 1,2)")
+    p.add_argument("--relay_sizes", type=rb.byte_sizes, default="",
+                   help="byte sizes of the relay table (default 4, 16, 64 MiB)")
     rb.add_sweep_flags(p, BENCH_DIR / "out-network", "size group")
     rb.add_built_flags(p, ("reducerd", "reducer_worker", "virtual_network", "echo_bench"))
     args = p.parse_args(argv)
     for name, full, smoke in (
             ("loopback_sizes", LOOPBACK_SIZES, SMOKE_LOOPBACK_SIZES),
             ("echo_sizes", ECHO_SIZES, SMOKE_ECHO_SIZES),
-            ("cluster_sizes", CLUSTER_SIZES, SMOKE_CLUSTER_SIZES)):
+            ("cluster_sizes", CLUSTER_SIZES, SMOKE_CLUSTER_SIZES),
+            ("relay_sizes", rc.SIZES, rc.SMOKE_SIZES)):
         # "" (the default) parses to []: the table's own sizes.
         setattr(args, name, getattr(args, name) or list(smoke if args.smoke else full))
     try:
@@ -458,6 +497,16 @@ def parse_args(argv):
     if any(not 1 <= s <= sb.MAX_SHARDS for s in args.shards):
         p.error(f"--shards must lie in 1..{sb.MAX_SHARDS}")
     args.world = SMOKE_WORLD if args.smoke else WORLD
+    args.relay_configs = ([tuple(int(x) for x in c.split("x"))
+                           for c in args.relay_configs.split(",") if c]
+                          or (rc.SMOKE_CONFIGS if args.smoke else rc.CONFIGS))
+    if any(h * r > 8 or h > len(rc.HOSTS) for h, r in args.relay_configs):
+        p.error("--relay_configs: at most 4 hosts and 8 ranks")
+    args.relay_shards = ([int(s) for s in args.relay_shards.split(",") if s]
+                         or (rc.SMOKE_SHARDS if args.smoke else rc.SHARDS))
+    if any(not 1 <= s <= len(rc.SHARD_HOSTS) for s in args.relay_shards):
+        p.error("--relay_shards must lie in 1..2")
+    args.local_ranks = rc.SMOKE_LOCAL_RANKS if args.smoke else rc.LOCAL_RANKS
     args.out_dir = args.out_dir.resolve()
     return args
 
@@ -468,19 +517,25 @@ def main(argv):
     args.out_dir.mkdir(parents=True, exist_ok=True)
     loopback = run_loopback(args)
     cluster = run_cluster(args)
+    relay = rc.run(args, args.out_dir / "relay")
     rows = loopback_rows(loopback)
-    targets = loopback_targets(rows, args.world) + cluster_targets(cluster)
+    targets = (loopback_targets(rows, args.world) + cluster_targets(cluster)
+               + rc.targets(relay.get("records", []), args.local_ranks))
     notes = {"cluster": f"cluster skipped: {cluster['skipped']}"
              if "skipped" in cluster else "size or S not run",
+             "relay": f"relay skipped: {relay['skipped']}"
+             if "skipped" in relay else "size, S or configuration not run",
              "loopback": "; ".join(f"{s} skipped: {why}" for s, why in
                                    loopback["skipped"].items()) or "size not run"}
     cells = target_cells(targets, notes)
     print_loopback(loopback, rows)
     print_cluster(cluster)
+    print_relay(relay)
     print_targets(cells, args.smoke)
-    failures = loopback["failures"] + cluster.get("failures", [])
-    write_results(args, loopback, rows, cluster, targets, failures)
-    write_markdown(args.out_dir / "results.md", loopback, rows, cluster, cells)
+    failures = (loopback["failures"] + cluster.get("failures", [])
+                + relay.get("failures", []))
+    write_results(args, loopback, rows, cluster, relay, targets, failures)
+    write_markdown(args.out_dir / "results.md", loopback, rows, cluster, relay, cells)
     print(f"\nwrote {rb.shown_path(args.out_dir)}/results.json, results.md")
     return rb.exit_status(failures)
 

@@ -2,9 +2,12 @@
 # bench/network_bench.py --smoke under Bazel: the loopback table (W = 2,
 # 4 B and 4 KiB and the metric sync, Reducer over gRPC against Gloo, the
 # echo beside 4 KiB), the cluster table (W = 4 worker hosts, S = 1 and 2
-# shard hosts, 4 KiB and 2 MiB, one round) and the targets table. Passes when
-# every run succeeds and the three tables are printed (the cluster's, or a
-# SKIP line with its reason where namespaces cannot be made). Runs under the
+# shard hosts, 4 KiB and 2 MiB, one round), the relay table (2 hosts x 2
+# ranks, flat and through a relay per host, against Gloo; one host's 2 ranks
+# through a relay against its same-host path; 64 KiB and 1 MiB) and the
+# targets table. Passes when every run succeeds and the four tables are
+# printed (the cluster's and the relay's, or SKIP lines with the reason
+# where namespaces cannot be made). Runs under the
 # project's Python (the first argument), whose torch the Gloo ranks use.
 set -euo pipefail
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/bench/smoke_lib.sh"
@@ -23,7 +26,14 @@ if ! grep -q '^SKIP cluster: ' "${report}"; then
   expect_line '^== cluster table: W=4' "no cluster table"
   expect_line "^2 MiB +reducer S=2 +2 " "no S=2 2 MiB cluster row"
 fi
+if ! grep -q '^SKIP relay: ' "${report}"; then
+  expect_line '^== relay table' "no relay table"
+  expect_line "^1 MiB +2x2 +relay S=1 +2 " "no 2x2 relay row at 1 MiB"
+  expect_line "^1 MiB +2x2 +flat S=1 +2 " "no 2x2 flat row at 1 MiB"
+  expect_line "^1 MiB +1x2 +relay S=1 +2 " "no one-host relay row at 1 MiB"
+fi
 expect_line '^== targets table' "no targets table"
 expect_line '^cluster S=1 64 MiB, reducer time / model ' "the targets table lacks the cluster targets"
+expect_line '^relay 1x2 1 MiB, relay / direct ' "the targets table lacks the relay targets"
 expect_output "${out}/results.json" "${out}/results.md"
 echo PASS

@@ -47,6 +47,9 @@
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "reducerd address");
 ABSL_FLAG(std::string, job, "bench", "job name, same on every rank");
 ABSL_FLAG(int, rank, 0, "this process's rank");
+ABSL_FLAG(int, local_world_size, 0,
+          "ranks of the job on this host, for a relay (reducerd --upstream) "
+          "as --target (ClientOptions::local_world_size; 0: not given)");
 ABSL_FLAG(int, world_size, 1, "number of ranks");
 ABSL_FLAG(std::string, sizes, "4,4096,4194304", "comma-separated byte sizes");
 ABSL_FLAG(int, iters, 20, "timed iterations per size");
@@ -151,6 +154,7 @@ int main(int argc, char** argv) {
   options.job = absl::GetFlag(FLAGS_job);
   options.rank = absl::GetFlag(FLAGS_rank);
   options.world_size = absl::GetFlag(FLAGS_world_size);
+  options.local_world_size = absl::GetFlag(FLAGS_local_world_size);
   options.timeout = absl::Minutes(2);
   if (!absl::GetFlag(FLAGS_tls_ca_file).empty()) {
     options.tls = reducer::TlsOptions{absl::GetFlag(FLAGS_tls_ca_file)};
