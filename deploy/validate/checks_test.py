@@ -566,14 +566,18 @@ class ChecksTest(unittest.TestCase):
             next(v for v in spec["volumes"] if v["name"] == "reducer-ca")["secret"]["secretName"] = kTlsSecret
         self.assertRegex(problems_after("torch-job", shards_key), r"from the Secret reducer-tls, which holds")
 
-        # A misspelt relay flag, and every flag once reducerd knows --upstream.
+        # The relay's flags are checked against reducerd's --helpfull as any
+        # other: a misspelt one is refused, and so is every one a reducerd
+        # without the relay (no --upstream_*) would not know.
         def misspelt(o):
             relay(o)["args"].append("--upstream_tokens_file=/etc/reducer/token/token")
         self.assertRegex(problems_after("torch-job", misspelt), r"reducerd has no flag --upstream_tokens_file")
         self.assertNotRegex(problems_after("torch-job", lambda o: None), r"no flag --upstream")
-        with_relay = dict(flag_sets, reducerd_flags=flag_sets["reducerd_flags"] | {"upstream"})
-        self.assertRegex("\n".join(policy_problems(load("torch-job"), **with_relay)),
-                         r"reducerd has no flag --upstream_token_file")
+        without_relay = dict(flag_sets, reducerd_flags={f for f in flag_sets["reducerd_flags"]
+                                                        if not f.startswith("upstream")})
+        problems = "\n".join(policy_problems(load("torch-job"), **without_relay))
+        for name in ("upstream", "upstream_token_file", "upstream_tls_ca_file"):
+            self.assertRegex(problems, rf"reducerd has no flag --{name}\b")
 
         sts = find(load("four-shards"), "StatefulSet")
         self.assertRegex(",".join(shard_problems(sts, find(load("torch-job"), "Job"))),

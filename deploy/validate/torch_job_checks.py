@@ -13,10 +13,6 @@ from manifest_values import describe, get, is_nan, number, same, text, truthy
 kIndexField = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 # The label Kubernetes puts on a Job's pods (1.27 on): the Job's name.
 kJobNameField = "metadata.labels['batch.kubernetes.io/job-name']"
-# The relay's own flags, while reducerd's --helpfull has no --upstream (a
-# reducerd without the relay): they are taken as named; once reducerd has
-# --upstream, every flag of the relay must be one it knows.
-kRelayFlags = {"upstream", "upstream_token_file", "upstream_tls_ca_file"}
 
 
 def _env_entry(container, name):
@@ -50,9 +46,8 @@ def _relay_problems(relay, trainer, reducerd_flags, where):
     flags, parse = parse_flags([expand_vars(text(a), env) for a in get(relay, "args") or []], at)
     problems.extend(parse)
     value = dict(flags)
-    pending = "upstream" not in reducerd_flags
     for name in value:
-        if name not in reducerd_flags and not (pending and name in kRelayFlags):
+        if name not in reducerd_flags:
             problems.append(f"{at}: reducerd has no flag --{name}")
     listen = value.get("listen", "")
     if not is_loopback_listen(listen):
