@@ -89,7 +89,7 @@ const std::set<std::string> kAllowedLabels = {
     "kind",        "outcome",   "reason",    "code",
     "limit",       "grpc_service", "grpc_method", "grpc_type",
     "grpc_code",   "le",        "quantile",  "version",
-    "grpc_version"};
+    "grpc_version", "combined"};
 
 class ObservabilityTest : public FaultTest {
  protected:

@@ -4,6 +4,7 @@
 // with the ranks of a host combined (all-reduce, reduce, all-gather,
 // gather, broadcast, barrier) or forwarded alone (the others); expected
 // results in closed form, as if each rank had reached the shards directly.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <numeric>
@@ -261,6 +262,7 @@ TEST_F(RelayTest, ARankDoneIsLeftOutOfItsHostsCombinedCalls) {
 TEST_F(RelayTest, ARelayKilledEndsTheEpochNamingItsRanks) {
   ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/1, /*hosts=*/{2, 2}));
   RankFailures failures;
+  std::atomic<int> warmed{0};
   RunOnEveryRank(kWorld, [&](int rank) {
     absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "killed");
     if (!client.ok()) {
@@ -269,8 +271,12 @@ TEST_F(RelayTest, ARelayKilledEndsTheEpochNamingItsRanks) {
       return;
     }
     absl::Status warm = (*client)->Barrier();
-    if (!warm.ok())
+    if (!warm.ok()) {
       failures.Add(absl::StrCat("rank ", rank, ": ", warm.ToString()));
+    }
+    // Every rank has its barrier's result before the relay dies.
+    warmed.fetch_add(1);
+    while (warmed.load() < kWorld) absl::SleepFor(absl::Milliseconds(1));
     if (rank == 0) relays_[0]->Kill();
     std::vector<float> x(16, 1.0f);
     CallOptions call;
