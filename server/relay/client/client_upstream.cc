@@ -1,5 +1,6 @@
 #include "server/relay/client/client_upstream.h"
 
+#include <atomic>
 #include <thread>
 #include <utility>
 
@@ -32,12 +33,12 @@ class ClientUpstreamSession final : public UpstreamSession {
       : session_(std::move(session)) {}
 
   ~ClientUpstreamSession() override {
-    std::vector<std::thread> waiting;
+    std::vector<Waiter> waiting;
     {
       absl::MutexLock lock(&mu_);
       waiting = std::move(waiting_);
     }
-    for (std::thread& t : waiting) t.join();
+    for (Waiter& w : waiting) w.thread.join();
   }
 
   void Start(
@@ -70,15 +71,20 @@ class ClientUpstreamSession final : public UpstreamSession {
         absl::Now() + absl::Milliseconds(header.timeout_ms()) + kDeadlineSlack;
     // Started on a thread of its own: the client library may wait for the
     // first payload bytes as it starts, which the caller is about to feed.
+    auto finished = std::make_shared<std::atomic<bool>>(false);
     absl::MutexLock lock(&mu_);
-    waiting_.emplace_back([this, header = std::move(header),
-                           inputs = std::move(inputs), deadline, gate, input,
-                           done = std::move(done)]() mutable {
+    JoinFinishedLocked();
+    Waiter& waiter = waiting_.emplace_back();
+    waiter.finished = finished;
+    waiter.thread = std::thread([this, finished, header = std::move(header),
+                                 inputs = std::move(inputs), deadline, gate,
+                                 input, done = std::move(done)]() mutable {
       std::unique_ptr<PendingCollective> pending = session_->StartForwarded(
           std::move(header), std::move(inputs), gate.get(), deadline);
       absl::StatusOr<std::vector<Tensor>> tensors = pending->Wait();
       if (!tensors.ok()) {
         done(tensors.status());
+        finished->store(true);
         return;
       }
       auto owned = std::make_shared<std::vector<Tensor>>(*std::move(tensors));
@@ -92,6 +98,7 @@ class ClientUpstreamSession final : public UpstreamSession {
       }
       result.owner = owned;
       done(std::move(result));
+      finished->store(true);
     });
   }
 
@@ -102,10 +109,28 @@ class ClientUpstreamSession final : public UpstreamSession {
   ClientSession& session() { return *session_; }
 
  private:
+  // One call's thread, and whether it has returned (it may be joined).
+  struct Waiter {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> finished;
+  };
+  // Joins the threads of calls that ended, so that a long job does not
+  // keep one per call it ever made.
+  void JoinFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (!it->finished->load()) {
+        ++it;
+        continue;
+      }
+      it->thread.join();
+      it = waiting_.erase(it);
+    }
+  }
+
   const std::unique_ptr<ClientSession> session_;
   absl::Mutex mu_;
-  // One thread per call, waiting for its result.
-  std::vector<std::thread> waiting_ ABSL_GUARDED_BY(mu_);
+  // One thread per call in flight, waiting for its result.
+  std::vector<Waiter> waiting_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
