@@ -135,7 +135,8 @@ class ConformanceTest : public FaultTest,
     // (a mismatch between two ranks of one host, a killed rank's wording
     // over two shards, its relay's metrics endpoint): run on demand, with
     // REDUCER_CONFORMANCE_RELAYS=1, until they hold.
-    if (GetParam().relays > 0 && std::getenv("REDUCER_CONFORMANCE_RELAYS") == nullptr) {
+    if (GetParam().relays > 0 &&
+        std::getenv("REDUCER_CONFORMANCE_RELAYS") == nullptr) {
       GTEST_SKIP() << "through relays: set REDUCER_CONFORMANCE_RELAYS=1";
     }
     // The rank processes inherit the test's environment (ChildProcess

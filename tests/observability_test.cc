@@ -86,10 +86,9 @@ const Expected kPerJob[] = {
 // Label names any series may carry; none of them can take a job name, a
 // rank or another value a client chooses.
 const std::set<std::string> kAllowedLabels = {
-    "kind",        "outcome",   "reason",    "code",
-    "limit",       "grpc_service", "grpc_method", "grpc_type",
-    "grpc_code",   "le",        "quantile",  "version",
-    "grpc_version", "combined"};
+    "kind",         "outcome",     "reason",       "code",      "limit",
+    "grpc_service", "grpc_method", "grpc_type",    "grpc_code", "le",
+    "quantile",     "version",     "grpc_version", "combined"};
 
 class ObservabilityTest : public FaultTest {
  protected:

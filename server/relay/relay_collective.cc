@@ -112,9 +112,8 @@ bool RelayCollective::Attach(std::shared_ptr<RankChannel> channel, int rank,
       // timeout; upstream names them too, to the other hosts.
       std::weak_ptr<RelayCollective> weak = weak_from_this();
       timeout_ = absl::Milliseconds(header.timeout_ms());
-      deadline_ = env_.timers->Schedule(
-          env_.timers->clock().Now() + timeout_,
-          [weak] {
+      deadline_ =
+          env_.timers->Schedule(env_.timers->clock().Now() + timeout_, [weak] {
             if (auto self = weak.lock()) self->OnDeadline();
           });
     }

@@ -318,11 +318,13 @@ TEST_F(RelayCollectiveTest, ARankHereMissingAtTheDeadlineIsNamed) {
   header.set_timeout_ms(100);
   ASSERT_TRUE(c->Attach(ch0, 0, header, fp));
   ASSERT_TRUE(ch0->WaitEnded());
-  EXPECT_THAT(ch0->failure(),
-              StatusIs(absl::StatusCode::kDeadlineExceeded,
-                       HasSubstr("allreduce #0 in job j timed out after 100ms: rank 1 never "
-                                 "arrived (ranks 0 waited at their host's "
-                                 "relay)")));
+  EXPECT_THAT(
+      ch0->failure(),
+      StatusIs(
+          absl::StatusCode::kDeadlineExceeded,
+          HasSubstr("allreduce #0 in job j timed out after 100ms: rank 1 never "
+                    "arrived (ranks 0 waited at their host's "
+                    "relay)")));
 }
 
 }  // namespace

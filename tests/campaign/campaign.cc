@@ -32,11 +32,15 @@ constexpr char kCrawlRate[] = "64kbit";
 
 std::string ShardHost(int shard) { return absl::StrCat("s", shard); }
 std::string RankHost(int job, int rank) { return absl::StrCat("w", job, rank); }
-std::string RelayHost(int job, int relay) { return absl::StrCat("r", job, relay); }
+std::string RelayHost(int job, int relay) {
+  return absl::StrCat("r", job, relay);
+}
 std::string JobName(int job) { return absl::StrCat("j", job); }
 
 // The relays of a job of `ranks` ranks, `per_relay` ranks each.
-int RelaysOfJob(int ranks, int per_relay) { return (ranks + per_relay - 1) / per_relay; }
+int RelaysOfJob(int ranks, int per_relay) {
+  return (ranks + per_relay - 1) / per_relay;
+}
 
 // Resident memory of `pid`, from /proc; -1 when unreadable.
 int64_t ResidentBytes(pid_t pid) {
@@ -75,7 +79,8 @@ class Campaign {
     for (size_t j = 0; j < options.job_sizes.size(); ++j) {
       ranks_[j].resize(options.job_sizes[j]);
       if (options.ranks_per_relay > 0) {
-        relays_[j].resize(RelaysOfJob(options.job_sizes[j], options.ranks_per_relay));
+        relays_[j].resize(
+            RelaysOfJob(options.job_sizes[j], options.ranks_per_relay));
       }
     }
     give_up_ = absl::Now() + options.fault_phase + absl::Seconds(180);
@@ -87,7 +92,8 @@ class Campaign {
     }
     for (size_t j = 0; j < relays_.size(); ++j) {
       for (size_t k = 0; k < relays_[j].size(); ++k) {
-        if (absl::Status started = StartRelay(j, k); !started.ok()) return started;
+        if (absl::Status started = StartRelay(j, k); !started.ok())
+          return started;
       }
     }
     for (size_t j = 0; j < ranks_.size(); ++j) {
@@ -107,7 +113,8 @@ class Campaign {
     FaultWindow window;
     window.kind = fault.kind;
     const bool on_shard = fault.shard >= 0;
-    const std::string host = on_shard ? ShardHost(fault.shard) : HostOf(fault.job, fault.rank);
+    const std::string host =
+        on_shard ? ShardHost(fault.shard) : HostOf(fault.job, fault.rank);
     window.what = on_shard ? absl::StrCat("shard ", fault.shard, " (", targets_[fault.shard], ")")
                            : absl::StrCat(JobName(fault.job), " rank ", fault.rank, " (host ",
                                           net_->Address(host), ")");
@@ -115,16 +122,17 @@ class Campaign {
     // A relay's own fault, or a link fault of its host (which cuts the
     // relay from the shards; its ranks reach it inside the host).
     const bool relay_kind = absl::StrContains(fault.kind, "relay") ||
-                            fault.kind == "link_down" || fault.kind == "crawl" ||
-                            fault.kind == "blackhole";
+                            fault.kind == "link_down" ||
+                            fault.kind == "crawl" || fault.kind == "blackhole";
     const int relay = options_.ranks_per_relay > 0 && !on_shard
                           ? fault.rank / options_.ranks_per_relay
                           : -1;
     if (relay >= 0 && relay_kind) {
       window.ranks = RanksOfRelay(fault.job, relay);
-      window.what = absl::StrCat(JobName(fault.job), " relay ", relay, " of ranks [",
-                                 absl::StrJoin(window.ranks, ","), "] (",
-                                 RelayAddress(fault.job, relay), ")");
+      window.what =
+          absl::StrCat(JobName(fault.job), " relay ", relay, " of ranks [",
+                       absl::StrJoin(window.ranks, ","), "] (",
+                       RelayAddress(fault.job, relay), ")");
     }
     window.start = absl::Now();
     absl::Status done;
@@ -247,8 +255,8 @@ class Campaign {
     // Jobs are freed once their last session ends: give it a moment.
     for (int tries = 0; tries < 20; ++tries) {
       std::vector<std::string> argv = net_->CommandPrefix(host);
-      argv.insert(argv.end(),
-                  {PathOf(options_.reducerctl), absl::StrCat("--target=", target), "status"});
+      argv.insert(argv.end(), {PathOf(options_.reducerctl),
+                               absl::StrCat("--target=", target), "status"});
       absl::StatusOr<std::string> out = VirtualNetwork::RunCommand(argv);
       status = out.ok() ? *out : std::string(out.status().message());
       if (absl::StrContains(status, "no jobs") &&
@@ -257,7 +265,8 @@ class Campaign {
       }
       absl::SleepFor(absl::Milliseconds(250));
     }
-    problems_.push_back(absl::StrCat(what, " still holds state after the campaign: ", status));
+    problems_.push_back(
+        absl::StrCat(what, " still holds state after the campaign: ", status));
   }
 
   // The host of `job`'s `rank`: its relay's with relays, else its own.
@@ -274,7 +283,9 @@ class Campaign {
   std::vector<int> RanksOfRelay(int job, int relay) const {
     std::vector<int> ranks;
     for (int r = relay * options_.ranks_per_relay;
-         r < std::min<int>((relay + 1) * options_.ranks_per_relay, ranks_[job].size()); ++r) {
+         r < std::min<int>((relay + 1) * options_.ranks_per_relay,
+                           ranks_[job].size());
+         ++r) {
       ranks.push_back(r);
     }
     return ranks;
@@ -283,19 +294,21 @@ class Campaign {
   // Starts `job`'s relay `relay` in its host, upstream to every shard.
   absl::Status StartRelay(int job, int relay) {
     std::vector<std::string> argv = net_->CommandPrefix(RelayHost(job, relay));
-    argv.insert(argv.end(), {PathOf(options_.reducerd),
-                             absl::StrCat("--listen=", RelayAddress(job, relay)),
-                             absl::StrCat("--upstream=", absl::StrJoin(targets_, ",")),
-                             "--drain_budget=2s", "--allow_unauthenticated"});
+    argv.insert(argv.end(),
+                {PathOf(options_.reducerd),
+                 absl::StrCat("--listen=", RelayAddress(job, relay)),
+                 absl::StrCat("--upstream=", absl::StrJoin(targets_, ",")),
+                 "--drain_budget=2s", "--allow_unauthenticated"});
     absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Start(
-        argv, absl::StrCat("campaign-", options_.seed, "-", JobName(job), "relay", relay, ".",
-                           starts_++));
+        argv, absl::StrCat("campaign-", options_.seed, "-", JobName(job),
+                           "relay", relay, ".", starts_++));
     if (!child.ok()) return child.status();
     const absl::Time deadline = absl::Now() + kShardReady;
     while (!absl::StrContains((*child)->ReadStdout(), "listening")) {
       if (absl::Now() > deadline || !(*child)->IsRunning()) {
-        return absl::InternalError(absl::StrCat(JobName(job), " relay ", relay,
-                                                " did not start: ", (*child)->ReadStderr()));
+        return absl::InternalError(
+            absl::StrCat(JobName(job), " relay ", relay,
+                         " did not start: ", (*child)->ReadStderr()));
       }
       absl::SleepFor(absl::Milliseconds(50));
     }
@@ -356,16 +369,17 @@ class Campaign {
       argv.push_back(absl::StrCat("--local_world_size=",
                                   local == ranks_[job].size() ? 0 : local));
     }
-    argv.insert(argv.end(),
-                {absl::StrCat("--target=", target),
-                 absl::StrCat("--job=", JobName(job)), absl::StrCat("--rank=", rank),
-                 absl::StrCat("--world_size=", ranks_[job].size()),
-                 absl::StrCat("--max_elements=", options_.max_elements),
-                 absl::StrCat("--timeout_ms=",
-                              absl::ToInt64Milliseconds(options_.collective_timeout)),
-                 absl::StrCat("--log=", LogPath(job, rank)),
-                 absl::StrCat("--stop_file=", stop_file_),
-                 absl::StrCat("--give_up_unix_s=", absl::ToUnixSeconds(give_up_))});
+    argv.insert(
+        argv.end(),
+        {absl::StrCat("--target=", target),
+         absl::StrCat("--job=", JobName(job)), absl::StrCat("--rank=", rank),
+         absl::StrCat("--world_size=", ranks_[job].size()),
+         absl::StrCat("--max_elements=", options_.max_elements),
+         absl::StrCat("--timeout_ms=",
+                      absl::ToInt64Milliseconds(options_.collective_timeout)),
+         absl::StrCat("--log=", LogPath(job, rank)),
+         absl::StrCat("--stop_file=", stop_file_),
+         absl::StrCat("--give_up_unix_s=", absl::ToUnixSeconds(give_up_))});
     absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Start(
         argv, absl::StrCat("campaign-", options_.seed, "-", JobName(job), "r", rank, ".",
                            starts_++));
@@ -390,12 +404,13 @@ class Campaign {
 };
 
 std::string DescribeFault(const PlannedFault& f) {
-  return absl::StrFormat("t+%.1fs %s %s for %.1fs", absl::ToDoubleSeconds(f.at), f.kind,
-                         f.shard >= 0 ? absl::StrCat("shard ", f.shard)
-                         : absl::StrContains(f.kind, "relay")
-                             ? absl::StrCat("the relay of j", f.job, " rank ", f.rank)
-                             : absl::StrCat("j", f.job, " rank ", f.rank),
-                         absl::ToDoubleSeconds(f.length));
+  return absl::StrFormat(
+      "t+%.1fs %s %s for %.1fs", absl::ToDoubleSeconds(f.at), f.kind,
+      f.shard >= 0 ? absl::StrCat("shard ", f.shard)
+      : absl::StrContains(f.kind, "relay")
+          ? absl::StrCat("the relay of j", f.job, " rank ", f.rank)
+          : absl::StrCat("j", f.job, " rank ", f.rank),
+      absl::ToDoubleSeconds(f.length));
 }
 
 }  // namespace
@@ -407,9 +422,11 @@ std::vector<PlannedFault> DrawSchedule(const CampaignOptions& options) {
   };
   std::vector<PlannedFault> schedule;
   absl::Duration t = absl::Seconds(1);
-  std::vector<std::string> kinds(std::begin(kFaultKinds), std::end(kFaultKinds));
+  std::vector<std::string> kinds(std::begin(kFaultKinds),
+                                 std::end(kFaultKinds));
   if (options.ranks_per_relay > 0) {
-    kinds.insert(kinds.end(), std::begin(kRelayFaultKinds), std::end(kRelayFaultKinds));
+    kinds.insert(kinds.end(), std::begin(kRelayFaultKinds),
+                 std::end(kRelayFaultKinds));
   }
   const int kKinds = static_cast<int>(kinds.size());
   for (;;) {
@@ -442,10 +459,11 @@ std::string CampaignReport::Summary() const {
     total += n;
   }
   return absl::StrFormat(
-      "seed %d: %d operations (%d collectives, %d succeeded), %d faults (%s), %d violations, "
+      "seed %d: %d operations (%d collectives, %d succeeded), %d faults (%s), "
+      "%d violations, "
       "%d results lost with their shard or relay",
-      seed, operations, collectives, succeeded, total, absl::StrJoin(kinds, ", "),
-      violations.size(), lost_with_shard.size());
+      seed, operations, collectives, succeeded, total,
+      absl::StrJoin(kinds, ", "), violations.size(), lost_with_shard.size());
 }
 
 std::string CampaignReport::Details() const {
@@ -460,7 +478,9 @@ std::string CampaignReport::Details() const {
   }
   for (const std::string& v : violations) absl::StrAppend(&out, "VIOLATION ", v, "\n");
   for (const std::string& v : lost_with_shard) {
-    absl::StrAppend(&out, "RESULT LOST WITH ITS SHARD OR RELAY (killed or restarted) ", v, "\n");
+    absl::StrAppend(
+        &out, "RESULT LOST WITH ITS SHARD OR RELAY (killed or restarted) ", v,
+        "\n");
   }
   return out;
 }
@@ -473,7 +493,9 @@ absl::StatusOr<CampaignReport> RunCampaign(const CampaignOptions& options) {
   for (int s = 0; s < options.shards; ++s) net_options.hosts.push_back(ShardHost(s));
   for (size_t j = 0; j < options.job_sizes.size(); ++j) {
     if (options.ranks_per_relay > 0) {
-      for (int k = 0; k < RelaysOfJob(options.job_sizes[j], options.ranks_per_relay); ++k) {
+      for (int k = 0;
+           k < RelaysOfJob(options.job_sizes[j], options.ranks_per_relay);
+           ++k) {
         net_options.hosts.push_back(RelayHost(j, k));
       }
       continue;

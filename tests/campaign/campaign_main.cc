@@ -20,10 +20,12 @@
 ABSL_FLAG(int, minutes, 30, "run campaigns until this much time has passed");
 ABSL_FLAG(uint64_t, first_seed, 100, "the first campaign's seed; then +1");
 ABSL_FLAG(int, fault_phase_s, 60, "each campaign's seconds of faults");
-ABSL_FLAG(int, ranks_per_relay, 0,
-          "0: every rank reaches the shards itself; else a job's ranks share hosts of "
-          "this many, each host's through a relay (reducerd --upstream), and relays "
-          "are faulted too");
+ABSL_FLAG(
+    int, ranks_per_relay, 0,
+    "0: every rank reaches the shards itself; else a job's ranks share hosts "
+    "of "
+    "this many, each host's through a relay (reducerd --upstream), and relays "
+    "are faulted too");
 ABSL_FLAG(int, load, 0,
           "busy threads spinning beside each campaign, for a loaded machine's "
           "timing (one per core: --load=$(nproc)); 0: none");
@@ -68,10 +70,12 @@ int main(int argc, char** argv) {
     total += n;
   }
   std::printf(
-      "TOTAL %ld campaigns: %ld operations checked (%ld collectives, %ld succeeded), "
-      "%d faults injected (%s), %ld violations, %ld results lost with their shard or relay\n",
+      "TOTAL %ld campaigns: %ld operations checked (%ld collectives, %ld "
+      "succeeded), "
+      "%d faults injected (%s), %ld violations, %ld results lost with their "
+      "shard or relay\n",
       static_cast<long>(campaigns), static_cast<long>(operations),
-      static_cast<long>(collectives), static_cast<long>(succeeded), total, by_kind.c_str(),
-      static_cast<long>(violations), static_cast<long>(lost));
+      static_cast<long>(collectives), static_cast<long>(succeeded), total,
+      by_kind.c_str(), static_cast<long>(violations), static_cast<long>(lost));
   return violations == 0 ? 0 : 1;
 }

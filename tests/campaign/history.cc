@@ -159,7 +159,8 @@ bool LostWithItsRelays(const std::vector<const Operation*>& runs,
     bool on_a_killed_relay = false;
     for (const FaultWindow& f : faults) {
       if (f.kind != "kill_relay" || f.job != op->job) continue;
-      if (std::find(f.ranks.begin(), f.ranks.end(), op->rank) == f.ranks.end()) {
+      if (std::find(f.ranks.begin(), f.ranks.end(), op->rank) ==
+          f.ranks.end()) {
         continue;
       }
       on_a_killed_relay = op->end >= f.start && op->start <= f.end + aftermath;
@@ -284,12 +285,13 @@ std::vector<Violation> CheckHistory(const std::vector<Operation>& ops,
     const Operation* failed = nullptr;
     for (const Operation* op : runs) (op->ok() ? succeeded : failed) = op;
     if (succeeded != nullptr && failed != nullptr) {
-      violations.push_back({absl::StrCat("ranks disagree: ", succeeded->Describe(origin),
-                                         " but ", failed->Describe(origin)),
-                            succeeded->job, std::min(succeeded->start, failed->start),
-                            (SessionEnded(*failed) &&
-                             LostWithItsShard(*failed, faults, limits.aftermath)) ||
-                                LostWithItsRelays(runs, faults, limits.aftermath)});
+      violations.push_back(
+          {absl::StrCat("ranks disagree: ", succeeded->Describe(origin),
+                        " but ", failed->Describe(origin)),
+           succeeded->job, std::min(succeeded->start, failed->start),
+           (SessionEnded(*failed) &&
+            LostWithItsShard(*failed, faults, limits.aftermath)) ||
+               LostWithItsRelays(runs, faults, limits.aftermath)});
     }
   }
   std::vector<Violation> quorum = CheckQuorumSteps(ops, faults, limits);

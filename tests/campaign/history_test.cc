@@ -174,8 +174,12 @@ TEST(HistoryTest, AResultLostWhileItsShardLivedIsAViolation) {
 // A relay of j0's ranks 0 and 1 SIGKILLed (as the driver records it), and
 // rank r's part of one all-reduce of ranks 0-2.
 FaultWindow KilledRelayOf01(double start_s, double end_s) {
-  return FaultWindow{"kill_relay", "j0 relay 0 of ranks [0,1] (10.77.0.5:50051)", "j0",
-                     kT0 + absl::Seconds(start_s), kT0 + absl::Seconds(end_s), {0, 1}};
+  return FaultWindow{"kill_relay",
+                     "j0 relay 0 of ranks [0,1] (10.77.0.5:50051)",
+                     "j0",
+                     kT0 + absl::Seconds(start_s),
+                     kT0 + absl::Seconds(end_s),
+                     {0, 1}};
 }
 std::string RelayRun(int rank, bool ok) {
   return ok ? Line("j0", rank, 3, "allreduce", 1, 1.1, "OK")
@@ -184,30 +188,33 @@ std::string RelayRun(int rank, bool ok) {
 }
 
 TEST(HistoryTest, RanksLostWithTheirKilledRelayAreReportedApart) {
-  std::vector<Violation> v = Check(RelayRun(0, false) + RelayRun(1, false) + RelayRun(2, true),
-                                   {KilledRelayOf01(1.0, 1.5)});
+  std::vector<Violation> v =
+      Check(RelayRun(0, false) + RelayRun(1, false) + RelayRun(2, true),
+            {KilledRelayOf01(1.0, 1.5)});
   ASSERT_THAT(v, SizeIs(1));
   EXPECT_TRUE(v[0].lost_with_shard);
 }
 
 TEST(HistoryTest, ARelayKilledLosesAllItsRanksOrNone) {
   // One of the relay's ranks succeeded: not all or nothing.
-  std::vector<Violation> split = Check(
-      RelayRun(0, true) + RelayRun(1, false) + RelayRun(2, true), {KilledRelayOf01(1.0, 1.5)});
+  std::vector<Violation> split =
+      Check(RelayRun(0, true) + RelayRun(1, false) + RelayRun(2, true),
+            {KilledRelayOf01(1.0, 1.5)});
   ASSERT_THAT(split, SizeIs(1));
   EXPECT_FALSE(split[0].lost_with_shard);
   // A rank of another relay failed as well.
-  std::vector<Violation> beyond = Check(
-      RelayRun(0, false) + RelayRun(1, false) + RelayRun(2, false) +
-          Line("j0", 3, 3, "allreduce", 1, 1.1, "OK"),
-      {KilledRelayOf01(1.0, 1.5)});
+  std::vector<Violation> beyond =
+      Check(RelayRun(0, false) + RelayRun(1, false) + RelayRun(2, false) +
+                Line("j0", 3, 3, "allreduce", 1, 1.1, "OK"),
+            {KilledRelayOf01(1.0, 1.5)});
   ASSERT_THAT(beyond, Not(IsEmpty()));
-  for (const Violation& one : beyond) EXPECT_FALSE(one.lost_with_shard) << one.what;
+  for (const Violation& one : beyond)
+    EXPECT_FALSE(one.lost_with_shard) << one.what;
   // The relay was only stopped.
   FaultWindow stopped = KilledRelayOf01(1.0, 1.5);
   stopped.kind = "stop_relay";
-  std::vector<Violation> alive =
-      Check(RelayRun(0, false) + RelayRun(1, false) + RelayRun(2, true), {stopped});
+  std::vector<Violation> alive = Check(
+      RelayRun(0, false) + RelayRun(1, false) + RelayRun(2, true), {stopped});
   ASSERT_THAT(alive, SizeIs(1));
   EXPECT_FALSE(alive[0].lost_with_shard);
 }

@@ -7,9 +7,10 @@
 
 ABSL_FLAG(std::string, target, "", "the shards, as ClientOptions::target");
 ABSL_FLAG(std::string, job, "", "job name");
-ABSL_FLAG(int, local_world_size, 0,
-          "ranks of the job on this rank's relay (ClientOptions::local_world_size; "
-          "0: all of them, or no relay)");
+ABSL_FLAG(
+    int, local_world_size, 0,
+    "ranks of the job on this rank's relay (ClientOptions::local_world_size; "
+    "0: all of them, or no relay)");
 ABSL_FLAG(int, rank, 0, "this rank");
 ABSL_FLAG(int, timeout_ms, 6000, "each collective's timeout");
 ABSL_FLAG(int, connect_timeout_ms, 5000, "each Connect's timeout");
