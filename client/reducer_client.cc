@@ -10,6 +10,7 @@
 #include "client/internal/client_impl.h"
 #include "client/internal/client_session.h"
 #include "client/internal/collective_request.h"
+#include "client/staging/device_staging.h"
 #include "core/status_macros.h"
 
 namespace reducer {
@@ -20,8 +21,10 @@ Client::~Client() = default;
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     const ClientOptions& options) {
-  REDUCER_ASSIGN_OR_RETURN(std::unique_ptr<ClientSession> session,
-                           ClientSession::Open(options));
+  REDUCER_ASSIGN_OR_RETURN(
+      std::unique_ptr<ClientSession> session,
+      ClientSession::Open(options,
+                          NewDeviceStaging(options.cuda_staging_bytes)));
   return std::unique_ptr<Client>(
       new Client(std::make_unique<Impl>(std::move(session))));
 }

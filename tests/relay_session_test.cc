@@ -32,6 +32,7 @@
 #include "client/internal/client_session.h"
 #include "client/internal/input_gate.h"
 #include "client/reducer_client.h"
+#include "client/staging/host_memory_staging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/reducer.pb.h"
@@ -67,6 +68,11 @@ std::vector<float> SumOf(const std::vector<int>& ranks) {
     for (int i = 0; i < kN; ++i) sum[i] += x[i];
   }
   return sum;
+}
+
+// The relay's upstream staging: host memory only.
+std::unique_ptr<DeviceStaging> HostOnly() {
+  return NewHostMemoryStaging("a relay session holds host memory only");
 }
 
 std::vector<float> Values(const Tensor& t) {
@@ -162,7 +168,7 @@ class RelaySessionTest : public FaultTest {
   void OpenRelayWith(JoinRank3 join_rank3) {
     absl::StatusOr<std::unique_ptr<ClientSession>> relay;
     std::thread t([&] {
-      relay = ClientSession::OpenForRanks(Options(0), {0, 1, 2});
+      relay = ClientSession::OpenForRanks(Options(0), {0, 1, 2}, HostOnly());
     });
     join_rank3();
     t.join();
@@ -386,10 +392,10 @@ TEST_F(RelaySessionTest, OpenForRanksRefusesRanksOutOfOrder) {
   ClientOptions options;
   options.job = Job();
   options.world_size = kWorld;
-  EXPECT_THAT(ClientSession::OpenForRanks(options, {1, 0}).status(),
+  EXPECT_THAT(ClientSession::OpenForRanks(options, {1, 0}, HostOnly()).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("must be sorted")));
-  EXPECT_THAT(ClientSession::OpenForRanks(options, {2, 4}).status(),
+  EXPECT_THAT(ClientSession::OpenForRanks(options, {2, 4}, HostOnly()).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("within a world of 4")));
 }

@@ -47,17 +47,13 @@ ClientSession::ClientSession(ClientOptions options, std::vector<int> ranks,
       buffers_(std::make_shared<BufferCache>(kIdleBufferBytes)) {}
 
 absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
-    const ClientOptions& options) {
-  return Open(options, NewDeviceStaging(options.cuda_staging_bytes));
-}
-
-absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
     const ClientOptions& options, std::unique_ptr<DeviceStaging> staging) {
   return OpenHolding(options, {options.rank}, std::move(staging));
 }
 
 absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::OpenForRanks(
-    const ClientOptions& options, std::vector<int> ranks) {
+    const ClientOptions& options, std::vector<int> ranks,
+    std::unique_ptr<DeviceStaging> staging) {
   if (ranks.empty()) {
     return absl::InvalidArgumentError(
         "a session for several ranks needs at least one rank");
@@ -73,8 +69,7 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::OpenForRanks(
   }
   ClientOptions first = options;
   first.rank = ranks[0];
-  return OpenHolding(first, std::move(ranks),
-                     NewDeviceStaging(options.cuda_staging_bytes));
+  return OpenHolding(first, std::move(ranks), std::move(staging));
 }
 
 absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::OpenHolding(

@@ -59,13 +59,10 @@ namespace reducer {
 class ClientSession final {
  public:
   // Opens the channels and the Join stream of every shard; returns once the
-  // job is ready on all of them. INVALID_ARGUMENT for a malformed target
+  // job is ready on all of them. Device tensors move through `staging`: the
+  // client's is this build's NewDeviceStaging, a test's may stand host
+  // memory in for a GPU's. INVALID_ARGUMENT for a malformed target
   // (client/shards/shard_targets.h); a shard's failure names its address.
-  static absl::StatusOr<std::unique_ptr<ClientSession>> Open(
-      const ClientOptions& options);
-  // As Open, moving device tensors through `staging` instead of this
-  // build's (NewDeviceStaging): for tests, a staging of host memory that
-  // stands in for a GPU's.
   static absl::StatusOr<std::unique_ptr<ClientSession>> Open(
       const ClientOptions& options, std::unique_ptr<DeviceStaging> staging);
   // As Open, for a session that holds several global ranks of the job (a
@@ -75,7 +72,8 @@ class ClientSession final {
   // is non-empty, sorted, distinct and within the world. The job is ready
   // once every rank is held by some session.
   static absl::StatusOr<std::unique_ptr<ClientSession>> OpenForRanks(
-      const ClientOptions& options, std::vector<int> ranks);
+      const ClientOptions& options, std::vector<int> ranks,
+      std::unique_ptr<DeviceStaging> staging);
   // Closes the session: the server sees this rank (these ranks) leave.
   ~ClientSession();
 

@@ -1,6 +1,5 @@
 #include "server/jobs/job.h"
 
-#include <algorithm>
 #include <atomic>
 #include <utility>
 
@@ -294,9 +293,11 @@ absl::Status Job::RejoinLocked(const std::vector<int>& ranks,
         ", which has ended (", membership_.end_reason(),
         "); Connect again with a new session to go on"));
   }
-  const bool holds_all = std::all_of(ranks.begin(), ranks.end(), [&](int rank) {
-    return membership_.Holds(rank, session_id);
-  });
+  // A loop, not std::all_of: the thread-safety analysis does not see mu_
+  // held inside a lambda.
+  bool holds_all = true;
+  for (int rank : ranks)
+    holds_all = holds_all && membership_.Holds(rank, session_id);
   if (!holds_all || membership_.DepartedAmong(ranks).has_value()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "session ", session_id, " no longer holds ", who, " of job ", name_,

@@ -130,7 +130,8 @@ class RelayCollective final
     int complete = 0;
   };
 
-  int IndexOf(int rank) const;
+  // The index of `rank` in members_, or -1 when it is not one of them.
+  int IndexOf(int rank) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Every member attached: plans the upstream call; returns the function
   // that starts it (run without the lock), or null when it failed.
   std::function<void()> StartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

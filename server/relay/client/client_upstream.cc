@@ -8,6 +8,7 @@
 #include "client/internal/client_session.h"
 #include "client/internal/collective_request.h"
 #include "client/internal/input_gate.h"
+#include "client/staging/host_memory_staging.h"
 #include "core/payload_layout.h"
 #include "proto/reducer/v1/wire_conversion.h"
 
@@ -150,7 +151,10 @@ absl::StatusOr<std::unique_ptr<UpstreamSession>> ClientUpstream::Open(
   // session, not a relay's several.
   options.shared_memory = SharedMemory::kOff;
   absl::StatusOr<std::unique_ptr<ClientSession>> session =
-      ClientSession::OpenForRanks(options, ranks);
+      ClientSession::OpenForRanks(
+          options, ranks,
+          NewHostMemoryStaging("a relay forwards host memory only: its ranks "
+                               "stage device tensors themselves"));
   if (!session.ok()) return session.status();
   (*session)->OnEnd(std::move(ended));
   return std::unique_ptr<UpstreamSession>(
