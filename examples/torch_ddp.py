@@ -20,6 +20,7 @@ ranks, gloo adds the gradients in another order, so the last bits differ.
 """
 
 import argparse
+import gc
 import hashlib
 
 import torch
@@ -86,6 +87,13 @@ def main():
               f"params sha256={digest.hexdigest()[:16]}", flush=True)
         if args.params_out:
             torch.save([p.detach().clone() for p in model.parameters()], args.params_out)
+    # DDP holds the process group (in reference cycles, hence the collect):
+    # drop it first, so that destroying the group stops its threads now. A
+    # Gloo group left to the interpreter's exit can abort the process
+    # ("terminate called without an active exception") when its thread
+    # frees a finished work's tensors then.
+    del ddp, opt
+    gc.collect()
     dist.destroy_process_group()
 
 

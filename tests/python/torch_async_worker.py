@@ -21,7 +21,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import reducer
 import reducer.torch  # noqa: F401  (registers the backend)
-import torch_paths
+import torch_exit
 import torch_paths
 
 TIMEOUT = datetime.timedelta(seconds=60)
@@ -233,3 +233,4 @@ if __name__ == "__main__":
         ddp(sys.argv[2])
     else:
         raise SystemExit(f"unknown scenario {scenario}")
+    torch_exit.release_process_groups()

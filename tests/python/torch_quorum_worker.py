@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 import reducer
 import reducer.torch
+import torch_exit
 
 TIMEOUT = datetime.timedelta(seconds=30)
 PARAMS = 8
@@ -107,4 +108,5 @@ SCENARIOS = {f.__name__: f for f in (in_time, uneven)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]]()
+    torch_exit.release_process_groups()
     print(f"rank {os.environ.get('RANK')} {sys.argv[1]} ok", flush=True)

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 import reducer.torch  # noqa: F401  (registers the backend)
+import torch_exit
 
 TIMEOUT = datetime.timedelta(seconds=30)
 DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64, torch.uint8]
@@ -216,3 +217,4 @@ def point_to_point():
 
 if __name__ == "__main__":
     {"collectives": collectives, "point_to_point": point_to_point}[sys.argv[1]]()
+    torch_exit.release_process_groups()

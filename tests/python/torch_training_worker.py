@@ -24,6 +24,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import fully_shard
 
 import reducer.torch  # noqa: F401  (registers the backend)
+import torch_exit
 
 TIMEOUT = datetime.timedelta(seconds=30)
 STEPS = 4
@@ -130,3 +131,4 @@ SCENARIOS = {"fsdp": fsdp, "ddp": ddp}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]]()
+    torch_exit.release_process_groups()

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 import reducer
 import reducer.torch  # noqa: F401  (registers the backend)
+import torch_exit
 import torch_paths
 
 TIMEOUT = datetime.timedelta(seconds=30)
@@ -431,4 +432,5 @@ SCENARIOS = {f.__name__: f for f in (collectives, monitored, subgroups, repeated
 if __name__ == "__main__":
     torch_paths.choose()
     SCENARIOS[sys.argv[1]]()
+    torch_exit.release_process_groups()
     print(f"rank {os.environ.get('RANK')} {sys.argv[1]} ok", flush=True)

@@ -22,6 +22,7 @@ import torchmetrics
 from torchmetrics.classification import BinaryAUROC, MulticlassAccuracy, MulticlassAUROC
 
 import reducer.torch  # noqa: F401  (registers the backend)
+import torch_exit
 
 TIMEOUT = datetime.timedelta(seconds=60)
 CLASSES = 5
@@ -130,4 +131,5 @@ SCENARIOS = {f.__name__: f for f in (metrics,)}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]]()
+    torch_exit.release_process_groups()
     print(f"rank {os.environ.get('RANK')} {sys.argv[1]} ok", flush=True)
