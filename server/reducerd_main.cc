@@ -8,8 +8,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,13 +17,13 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/client_options.h"
+#include "client/security/token_file.h"
 #include "core/process_memory.h"
 #include "server/credential_path.h"
 #include "server/log.h"
@@ -173,14 +171,10 @@ absl::StatusOr<std::unique_ptr<reducer::Upstream>> UpstreamFromFlags(
   const std::string token_file = reducer::CredentialPath(
       absl::GetFlag(FLAGS_upstream_token_file), credentials);
   if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    if (!in) {
-      return absl::NotFoundError(absl::StrCat("--upstream_token_file ",
-                                              token_file, " cannot be read"));
-    }
-    std::string token((std::istreambuf_iterator<char>(in)),
-                      std::istreambuf_iterator<char>());
-    options.token = std::string(absl::StripAsciiWhitespace(token));
+    absl::StatusOr<std::string> token =
+        reducer::ReadTokenFile("--upstream_token_file", token_file);
+    if (!token.ok()) return token.status();
+    options.token = *std::move(token);
   }
   const std::string ca = reducer::CredentialPath(
       absl::GetFlag(FLAGS_upstream_tls_ca_file), credentials);

@@ -20,10 +20,8 @@
 // Exit codes: 0 success, 1 the call failed or reducerd is not serving (the
 // message names the target and the status), 2 a usage error.
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -33,13 +31,13 @@
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "client/reducer_client.h"
 #include "client/security/channel_security.h"
 #include "client/security/tls_diagnosis.h"
+#include "client/security/token_file.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/reducer/v1/admin.grpc.pb.h"
 #include "server/version.h"
@@ -132,18 +130,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ChannelFromFlags() {
     if (!options.token.empty()) {
       return absl::InvalidArgumentError("give --token or --token_file, not both");
     }
-    std::ifstream in(token_file);
-    if (!in.is_open()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--token_file=", token_file, ": cannot read the file"));
-    }
-    std::stringstream text;
-    text << in.rdbuf();
-    options.token = std::string(absl::StripAsciiWhitespace(text.str()));
-    if (options.token.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--token_file=", token_file, ": the file is empty"));
-    }
+    absl::StatusOr<std::string> token =
+        ReadTokenFile("--token_file", token_file);
+    if (!token.ok()) return token.status();
+    options.token = *std::move(token);
   }
   absl::StatusOr<ChannelSecurity> security = ChannelSecurity::Create(options);
   if (!security.ok()) {
