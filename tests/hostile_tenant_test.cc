@@ -41,6 +41,7 @@
 #include "tests/fault_test_base.h"
 #include "tests/raw_client.h"
 #include "tests/status_matchers.h"
+#include "tests/token_hash.h"
 
 namespace reducer {
 namespace testing {
@@ -60,22 +61,6 @@ constexpr int64_t kBudgetBytes = 256 * kMiB;
 // (--kept_results_bytes, 64 MiB by default). docs/deployment.md measures
 // each part; this is its sum at the tests' scale, rounded up.
 constexpr int64_t kUncountedBytes = 150 * kMiB;
-
-// The hash a tokens file holds for `token`, as docs/security.md tells users
-// to make it (`printf %s TOKEN | sha256sum`): computed by coreutils,
-// independently of reducerd's own SHA-256.
-std::string Sha256Hex(const std::string& token) {
-  std::string out;
-  FILE* pipe =
-      popen(absl::StrCat("printf %s '", token, "' | sha256sum").c_str(), "r");
-  if (pipe == nullptr) return out;
-  char buffer[256];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
-    out.append(buffer, n);
-  pclose(pipe);
-  return out.substr(0, 64);
-}
 
 // A Join stream left open once its first event came, so that the session
 // it opened lives until the object is destroyed (which cancels it).

@@ -29,6 +29,7 @@
 #include "server/fake_notify_socket.h"
 #include "tests/fault_test_base.h"
 #include "tests/process_harness.h"
+#include "tests/token_hash.h"
 
 namespace reducer {
 namespace testing {
@@ -40,21 +41,6 @@ using ::testing::StartsWith;
 constexpr char kTokenA[] = "token-of-job-a-5d1c08";
 constexpr char kTokenC[] = "token-of-job-c-9ae473";
 constexpr absl::Duration kReceiveLimit = absl::Seconds(10);
-
-// `printf %s TOKEN | sha256sum`, as docs/security.md has users write it:
-// computed by coreutils, independent of reducerd's own SHA-256.
-std::string Sha256Hex(const std::string& token) {
-  std::string out;
-  FILE* pipe =
-      popen(absl::StrCat("printf %s '", token, "' | sha256sum").c_str(), "r");
-  if (pipe == nullptr) return out;
-  char buffer[128];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
-    out.append(buffer, n);
-  pclose(pipe);
-  return out.substr(0, 64);
-}
 
 // CLOCK_MONOTONIC in microseconds, as MONOTONIC_USEC= carries it.
 int64_t MonotonicMicros() {

@@ -31,6 +31,7 @@
 #include "tests/fault_test_base.h"
 #include "tests/process_harness.h"
 #include "tests/raw_client.h"
+#include "tests/token_hash.h"
 
 namespace reducer {
 namespace testing {
@@ -53,13 +54,6 @@ std::string RunCommand(const std::string& command) {
   while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
   pclose(pipe);
   return out;
-}
-
-// `printf %s TOKEN | sha256sum`: the hash docs/security.md tells users to write,
-// computed by coreutils (independent of reducerd's own SHA-256).
-std::string Sha256Hex(const std::string& token) {
-  std::string out = RunCommand(absl::StrCat("printf %s '", token, "' | sha256sum"));
-  return out.substr(0, 64);
 }
 
 // Writes `text` to `path` as Kubernetes updates a Secret: into a new file,

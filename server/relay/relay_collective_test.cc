@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "core/fingerprint_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/wire_conversion.h"
@@ -99,15 +100,6 @@ Payload PayloadOf(const std::string& bytes) {
   return p;
 }
 
-TensorSpec Spec(DataType dtype, std::vector<int64_t> shape,
-                ReduceOp op = ReduceOp::kSum) {
-  TensorSpec t;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.op = op;
-  return t;
-}
-
 class RelayCollectiveTest : public ::testing::Test {
  protected:
   RelayCollectiveTest() : timers_(&Clock::Steady()) {
@@ -155,24 +147,14 @@ class RelayCollectiveTest : public ::testing::Test {
   uint64_t saved_ = 0;
 };
 
-Fingerprint Fp(CollectiveKind kind, std::vector<TensorSpec> tensors,
-               std::vector<int> group, int root = -1) {
-  Fingerprint fp;
-  fp.kind = kind;
-  fp.tensors = std::move(tensors);
-  fp.group = std::move(group);
-  fp.root = root;
-  return fp;
-}
-
 TEST_F(RelayCollectiveTest, AllReduceSendsTheSumOfItsRanksOnceAndHandsBack) {
   // Ranks 0-2 of a group of 4 (rank 3 elsewhere); 50 floats = 200 bytes,
   // 4 chunks of 64 bytes.
   constexpr int kN = 50;
   const std::vector<int> group = {0, 1, 2, 3};
   const Fingerprint fp =
-      Fp(CollectiveKind::kAllReduce,
-         {Spec(DataType::kFloat32, {kN}, ReduceOp::kAvg)}, group);
+      MakeFingerprint(CollectiveKind::kAllReduce,
+                      {Spec(DataType::kFloat32, {kN}, ReduceOp::kAvg)}, group);
   auto c = Make({0, 1, 2});
   std::vector<std::shared_ptr<FakeRankChannel>> ch;
   std::vector<float> sum(kN, 0.0f);
@@ -221,8 +203,9 @@ TEST_F(RelayCollectiveTest, GatherConcatenatesInRankOrderForTheRoot) {
   // Ranks 1-2 of {0,1,2}, root 2: rank 1 sends [1,2], rank 2 [2,2] int32.
   const std::vector<int> group = {0, 1, 2};
   auto fp = [&](int64_t rows) {
-    return Fp(CollectiveKind::kGather, {Spec(DataType::kInt32, {rows, 2})},
-              group, /*root=*/2);
+    return MakeFingerprint(CollectiveKind::kGather,
+                           {Spec(DataType::kInt32, {rows, 2})}, group,
+                           /*root=*/2);
   };
   auto c = Make({1, 2});
   auto ch1 = std::make_shared<FakeRankChannel>();
@@ -251,8 +234,8 @@ TEST_F(RelayCollectiveTest, GatherConcatenatesInRankOrderForTheRoot) {
 }
 
 TEST_F(RelayCollectiveTest, OneRankGoesUpstreamAsItsOwn) {
-  const Fingerprint fp = Fp(CollectiveKind::kReduceScatter,
-                            {Spec(DataType::kFloat32, {4})}, {0, 1});
+  const Fingerprint fp = MakeFingerprint(
+      CollectiveKind::kReduceScatter, {Spec(DataType::kFloat32, {4})}, {0, 1});
   auto c = Make({1});
   auto ch = std::make_shared<FakeRankChannel>();
   v1::CollectiveHeader header = HeaderOf(fp, 1);
@@ -275,8 +258,8 @@ TEST_F(RelayCollectiveTest, OneRankGoesUpstreamAsItsOwn) {
 TEST_F(RelayCollectiveTest, AMismatchHereFailsEveryRankAndTheUpstreamCall) {
   const std::vector<int> group = {0, 1, 2};
   auto fp = [&](int64_t n) {
-    return Fp(CollectiveKind::kAllReduce, {Spec(DataType::kFloat32, {n})},
-              group);
+    return MakeFingerprint(CollectiveKind::kAllReduce,
+                           {Spec(DataType::kFloat32, {n})}, group);
   };
   auto c = Make({0, 1});
   auto ch0 = std::make_shared<FakeRankChannel>();
@@ -294,7 +277,8 @@ TEST_F(RelayCollectiveTest, AMismatchHereFailsEveryRankAndTheUpstreamCall) {
 }
 
 TEST_F(RelayCollectiveTest, AnUpstreamFailureReachesEveryRank) {
-  const Fingerprint fp = Fp(CollectiveKind::kBarrier, {}, {0, 1, 2});
+  const Fingerprint fp =
+      MakeFingerprint(CollectiveKind::kBarrier, {}, {0, 1, 2});
   auto c = Make({0, 1});
   auto ch0 = std::make_shared<FakeRankChannel>();
   auto ch1 = std::make_shared<FakeRankChannel>();
@@ -311,7 +295,8 @@ TEST_F(RelayCollectiveTest, AnUpstreamFailureReachesEveryRank) {
 }
 
 TEST_F(RelayCollectiveTest, ARankHereMissingAtTheDeadlineIsNamed) {
-  const Fingerprint fp = Fp(CollectiveKind::kBarrier, {}, {0, 1, 2});
+  const Fingerprint fp =
+      MakeFingerprint(CollectiveKind::kBarrier, {}, {0, 1, 2});
   auto c = Make({0, 1});
   auto ch0 = std::make_shared<FakeRankChannel>();
   v1::CollectiveHeader header = HeaderOf(fp, 0);
