@@ -32,9 +32,9 @@
 #                    restricted imports, DDP on reducer as on gloo)
 #   torch-exercise   deploy/torch_exercise.sh of two-shards and the PyTorch
 #                    Job: $REDUCER_TORCH_JOB_OVERLAY, by default
-#                    torch-job-direct (the ranks dial the shards: reducerd
-#                    has no --upstream yet); torch-job runs each pod's
-#                    relay sidecar too
+#                    torch-job (each pod's ranks through its relay
+#                    sidecar); torch-job-direct has the ranks dial the
+#                    shards themselves
 #
 # Run as root (podman, ip netns) after tools/setup.sh --deploy. --junit
 # writes one test case per step (a failed step and the steps it stopped, as
@@ -50,7 +50,7 @@ readonly kTorchStepLimit=600     # seconds, its test and exercise (torch imports
 overlays=(one-shard four-shards two-shards mtls open worker-job worker-job-open cert-manager monitoring
   torch-job torch-job-direct)
 # The PyTorch Job that torch-exercise runs.
-readonly kTorchJobOverlay=${REDUCER_TORCH_JOB_OVERLAY:-torch-job-direct}
+readonly kTorchJobOverlay=${REDUCER_TORCH_JOB_OVERLAY:-torch-job}
 # The overlays that are plaintext without tokens, on purpose.
 readonly kOpenOverlays=open,worker-job-open
 

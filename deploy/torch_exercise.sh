@@ -6,9 +6,9 @@
 #
 # SHARDS.yaml is the rendered overlays/two-shards (or any shard overlay
 # whose replicas the Job's REDUCER_TARGET or relay names), TORCH_JOB.yaml
-# the rendered overlays/torch-job (each pod with its relay sidecar) or
-# overlays/torch-job-direct (the ranks dial the shards themselves; what
-# deploy/test.sh runs until reducerd has --upstream).
+# the rendered overlays/torch-job (each pod with its relay sidecar; what
+# deploy/test.sh runs) or overlays/torch-job-direct (the ranks dial the
+# shards themselves).
 #
 # Every pod gets a network namespace of its own, joined to the others by a
 # bridge in one more namespace (addresses 10.244.0.0/24, in these
