@@ -200,3 +200,13 @@ def shard_flags(objs):
         value = dict(effective_flags(container, pod_spec, objs, where)[0])
         out.append((where, value, pod_spec, container))
     return out
+
+
+def worker_flags(objs):
+    """What each Job's pods dial the shards with (job_flags), in the order of
+    shard_flags: [(where, value, pod_spec, container)]."""
+    out = []
+    for job in (o for o in objs if get(o, "kind") == "Job"):
+        value, where, pod_spec, container = job_flags(job)
+        out.append((where, value, pod_spec, container))
+    return out

@@ -4,7 +4,7 @@ the shards (token_problems).
 """
 import re
 
-from container_flags import is_true, job_flags, secret_mount_of, shard_flags
+from container_flags import is_true, secret_mount_of, shard_flags, worker_flags
 from manifest_values import bytes_of, get, same, text, truthy
 
 kUid = 65532
@@ -100,8 +100,7 @@ def token_problems(objs, *, open):
                                 "(only overlays/open serves without)")
             if "allow_unauthenticated" in value and is_true(value["allow_unauthenticated"]):
                 problems.append(f"{where}: --allow_unauthenticated serves anyone (only overlays/open may)")
-    for job in (o for o in objs if get(o, "kind") == "Job"):
-        value, where, pod_spec, container = job_flags(job)
+    for where, value, pod_spec, container in worker_flags(objs):
         if open:
             if "token_file" in value:
                 problems.append(f"{where}: open, but --token_file={value['token_file']}")

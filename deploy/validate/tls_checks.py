@@ -3,7 +3,7 @@ and its workers check the shards' certificate against a CA from a Secret
 (tls_problems); a cert-manager Certificate that makes the shards' Secret
 names every shard as workers dial it (certificate_problems).
 """
-from container_flags import effective_flags, job_flags, secret_mount_of, shard_flags
+from container_flags import effective_flags, secret_mount_of, shard_flags, worker_flags
 from manifest_values import describe, get, same, text
 
 # The kubernetes.io/tls Secret of the shards' certificate and key (deploy/k8s/base).
@@ -38,8 +38,7 @@ def tls_problems(objs, *, open):
                 if name not in value:
                     problems.append(f"{where}: no --{name}: the gRPC port is plaintext "
                                     "(only overlays/open may be)")
-    for job in (o for o in objs if get(o, "kind") == "Job"):
-        value, where, pod_spec, container = job_flags(job)
+    for where, value, pod_spec, container in worker_flags(objs):
         if open:
             if "tls_ca_file" in value:
                 problems.append(f"{where}: open (plaintext), but --tls_ca_file={value['tls_ca_file']}")
