@@ -51,7 +51,8 @@ lower case, whole numbers without ".0" (20 s) and a missing value as
 "undefined".
 
 Each job lives in a module of its own, and this one gathers their entry
-points for validate.py, pod_run.py and checks_test.py:
+points for validate.py, pod_run.py and the tests (checks_test.py's
+modules):
 
   manifest_values.py   get, text, same, ...: values as read and printed;
                        quantities and durations
