@@ -15,7 +15,7 @@ DIR holds OVERLAY.yaml for each overlay of checks_testing.kOverlays
 of reducerd and metric_sync_worker). Runs with unittest (every test of the
 modules above, or the TESTs named as MODULE.CLASS.TEST); ends with
 "# pass N" and "# fail N" lines (N tests passed, failed or errored) and
-exits 0 when every test passed.
+exits 0 when every test passed (and at least one ran).
 """
 import sys
 import unittest
@@ -40,6 +40,9 @@ def main():
     failed = {getattr(t, "test_case", t).id() for t, _ in result.failures + result.errors}
     print(f"# pass {max(0, result.testsRun - len(failed) - len(result.skipped))}")
     print(f"# fail {len(failed)}")
+    if result.testsRun == 0:
+        print("checks_test.py: no test ran", file=sys.stderr)
+        return 1
     return 0 if result.wasSuccessful() else 1
 
 
