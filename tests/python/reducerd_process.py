@@ -38,7 +38,11 @@ class ReducerdProcess:
             self.process = subprocess.Popen(
                 [self.binary, f"--listen=127.0.0.1:{port}"] + self.extra_flags,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            line = self._read_line_before(time.monotonic() + self.ready_timeout)
+            # Other lines (the metrics address) may come first.
+            deadline = time.monotonic() + self.ready_timeout
+            line = self._read_line_before(deadline)
+            while line and "listening on" not in line:
+                line = self._read_line_before(deadline)
             if line is not None and "listening on" in line:
                 self.target = f"127.0.0.1:{port}"
                 return self

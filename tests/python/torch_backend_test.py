@@ -6,6 +6,8 @@ import os
 import re
 import subprocess
 import sys
+import time
+import urllib.request
 
 import pytest
 
@@ -106,6 +108,35 @@ def test_torchrun(server):
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     (out,) = wait_all([p], "torchrun")
     assert out.count("smoke ok") == WORLD, out
+
+
+def _metric_sum(metrics_port, name):
+    """The sum of every sample of `name` on reducerd's /metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read()
+    return sum(float(m.group(1)) for m in re.finditer(
+        rf"^{name}(?:{{[^}}]*}})? (\S+)$", text.decode(), re.M))
+
+
+def test_destroy_process_group_leaves_the_job_without_aborting_it():
+    """destroy_process_group ends each rank's session as a leave: once every
+    rank's process has exited, reducerd counts no aborted epoch (a process
+    that exits holding its session is counted as a lost one)."""
+    metrics_port = free_port()
+    with ReducerdProcess([f"--metrics_listen=127.0.0.1:{metrics_port}"]) as s:
+        env = dict(os.environ, REDUCER_TARGET=s.target)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--redirects=1", "--tee=1",
+             f"--nproc_per_node={WORLD}", "--master_addr=127.0.0.1",
+             f"--master_port={free_port()}", WORKER, "smoke"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        (out,) = wait_all([p], "torchrun")
+        assert out.count("smoke ok") == WORLD, out
+        deadline = time.monotonic() + 10
+        while _metric_sum(metrics_port, "reducer_ranks_connected") > 0:
+            assert time.monotonic() < deadline, "ranks still connected 10 s after torchrun ended"
+            time.sleep(0.1)
+        assert _metric_sum(metrics_port, "reducer_collectives_total") >= 2  # all_reduce, barrier
+        assert _metric_sum(metrics_port, "reducer_epochs_aborted_total") == 0
 
 
 def test_ignite_style_metric_equals_one_process(server):

@@ -68,6 +68,14 @@ ReducerBackend::ReducerBackend(int rank, int size, py::object ops,
 
 ReducerBackend::~ReducerBackend() { DropReference(ops_); }
 
+void ReducerBackend::shutdown() {
+  py::gil_scoped_acquire gil;
+  // Started native all-reduces hold the session through their own
+  // reference to the connection; this one no longer does.
+  connection_.reset();
+  ops_.attr("close")();
+}
+
 template <typename... Args>
 c10::intrusive_ptr<c10d::Work> ReducerBackend::CallOps(const char* method,
                                                        Args&&... args) {

@@ -104,6 +104,9 @@ class ReducerBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   // Raises (the Python error) naming the ranks that had not arrived.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+  // The group's end (destroy_process_group): the rank leaves the job once
+  // the collectives already started have finished; ops.close().
+  void shutdown() override;
 
  private:
   // ops_.<method>(args...) under the GIL, its TorchWork as a PythonWork.

@@ -64,6 +64,14 @@ class BackendOps(RoutedOps):
     def _work(self, pending, finish, what):
         return TorchWork(self._completer, pending, finish, what, self.where)
 
+    def close(self):
+        """The group's end (torch's shutdown, from destroy_process_group):
+        its rank leaves the job, so that reducerd sees the job end instead
+        of a lost session. Calls already started finish first (they hold
+        the session); later calls raise ValueError."""
+        self._completer.close()
+        self._client.close()
+
     # --- all-reduce ---------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
