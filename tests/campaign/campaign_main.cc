@@ -22,10 +22,9 @@ ABSL_FLAG(uint64_t, first_seed, 100, "the first campaign's seed; then +1");
 ABSL_FLAG(int, fault_phase_s, 60, "each campaign's seconds of faults");
 ABSL_FLAG(
     int, ranks_per_relay, 0,
-    "0: every rank reaches the shards itself; else a job's ranks share hosts "
-    "of "
-    "this many, each host's through a relay (reducerd --upstream), and relays "
-    "are faulted too");
+    "0: every rank reaches the shards itself; else a job's ranks share "
+    "hosts of this many, each host's through a relay (reducerd --upstream), "
+    "and relays are faulted too");
 ABSL_FLAG(int, load, 0,
           "busy threads spinning beside each campaign, for a loaded machine's "
           "timing (one per core: --load=$(nproc)); 0: none");
