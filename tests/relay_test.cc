@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/reducer_client.h"
 #include "gmock/gmock.h"
@@ -294,6 +295,43 @@ TEST_F(RelayTest, ARelayKilledEndsTheEpochNamingItsRanks) {
     }
   });
   failures.ExpectNone();
+}
+
+TEST_F(RelayTest, AJobLetGoWhileItsRelayWaitsUpstreamLeavesTheRelayAnswering) {
+  // Ranks 2 and 3 never come, so relay 0's upstream join waits for them (up
+  // to its 5-minute timeout) when ranks 0 and 1 give up and it lets their
+  // job go. Its other calls must not wait with that join: Admin.Status
+  // answers, before and after the job is gone.
+  ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/1, /*hosts=*/{2, 2}));
+  RunOnEveryRank(2, [&](int rank) {
+    ClientOptions options;
+    options.target = relays_[0]->address();
+    options.job = "never-ready";
+    options.rank = rank;
+    options.world_size = kWorld;
+    options.local_world_size = 2;
+    options.timeout = absl::Seconds(2);
+    EXPECT_FALSE(Client::Connect(options).ok()) << "rank " << rank;
+  });
+  std::unique_ptr<v1::Admin::Stub> admin =
+      v1::Admin::NewStub(grpc::CreateChannel(
+          relays_[0]->address(), grpc::InsecureChannelCredentials()));
+  const absl::Time give_up = absl::Now() + absl::Seconds(15);
+  int jobs = -1;
+  while (jobs != 0 && absl::Now() < give_up) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
+    v1::StatusResponse status;
+    const grpc::Status answered =
+        admin->Status(&context, v1::StatusRequest(), &status);
+    ASSERT_TRUE(answered.ok())
+        << "the relay's Admin.Status: " << answered.error_message();
+    jobs = status.jobs_size();
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(jobs, 0) << "the relay still serves the job its ranks left";
+  // Its join still waits upstream: no drain to wait for.
+  relays_[0]->Kill();
 }
 
 }  // namespace

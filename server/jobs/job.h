@@ -245,6 +245,8 @@ class Job {
   // Makes this job a relay's (reducerd --upstream): right after creation,
   // before any Join.
   void SetRelay(std::shared_ptr<JobRelay> relay) { relay_ = std::move(relay); }
+  // Whether SetRelay gave this job a relay.
+  bool has_relay() const { return relay_ != nullptr; }
   // The upstream session of epoch `epoch_id` ended on its own (`reason`):
   // that epoch ends here, if it is still the current one.
   void EndEpochFromUpstream(uint64_t epoch_id, const std::string& reason)

@@ -186,7 +186,12 @@ void JobRegistry::FreeLocked(
   } else if (kept != nullptr) {
     kept->Clear();
   }
+  LetGoLocked(std::move(it->second));
   jobs_.erase(it);
+}
+
+void JobRegistry::LetGoLocked(std::shared_ptr<Job> job) {
+  if (job != nullptr && job->has_relay()) reaper_.Retire(std::move(job));
 }
 
 void JobRegistry::ExpireFreedLocked(absl::Time now) {
@@ -194,6 +199,7 @@ void JobRegistry::ExpireFreedLocked(absl::Time now) {
     auto current = it++;
     if (current->second.until <= now) {
       current->second.job->kept_results()->Clear();
+      LetGoLocked(std::move(current->second.job));
       freed_.erase(current);
     }
   }
@@ -208,6 +214,7 @@ void JobRegistry::MakeRoomForAJobLocked() {
       if (f->second.until < oldest->second.until) oldest = f;
     }
     oldest->second.job->kept_results()->Clear();
+    LetGoLocked(std::move(oldest->second.job));
     freed_.erase(oldest);
   }
 }

@@ -26,6 +26,7 @@
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/engine/collective.h"
 #include "server/jobs/job.h"
+#include "server/jobs/job_reaper.h"
 #include "server/jobs/tenants.h"
 #include "server/security/job_tokens.h"
 
@@ -101,6 +102,9 @@ class JobRegistry {
   void FreeLocked(
       absl::flat_hash_map<std::string, std::shared_ptr<Job>>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Lets go of `job`: a relay's on the reaper's thread (its going may wait
+  // on upstream), any other's here.
+  void LetGoLocked(std::shared_ptr<Job> job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the freed jobs whose time is up, and what they kept.
   void ExpireFreedLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets freed jobs, the oldest first, until the jobs served and kept
@@ -114,6 +118,9 @@ class JobRegistry {
   };
   static constexpr absl::Duration kKeepFreedResultsFor = absl::Seconds(30);
 
+  // Drops the relays' jobs that the registry lets go of: first declared,
+  // so that it outlives the maps that hold them.
+  JobReaper reaper_;
   const CollectiveEnv env_;
   Tenants tenants_;
   absl::Mutex mu_;
