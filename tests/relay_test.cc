@@ -65,8 +65,11 @@ class RelayTest : public ::testing::Test {
     }
   }
 
-  absl::StatusOr<std::unique_ptr<Client>> Connect(int rank,
-                                                  const std::string& job) {
+  // Rank `rank` of job `job` through its relay; Connect and each call
+  // bounded by `timeout`.
+  absl::StatusOr<std::unique_ptr<Client>> Connect(
+      int rank, const std::string& job,
+      absl::Duration timeout = absl::Seconds(30)) {
     const int relay = relay_of_rank_[rank];
     ClientOptions options;
     options.target = relays_[relay]->address();
@@ -74,7 +77,7 @@ class RelayTest : public ::testing::Test {
     options.rank = rank;
     options.world_size = kWorld;
     options.local_world_size = local_world_size_[relay];
-    options.timeout = absl::Seconds(30);
+    options.timeout = timeout;
     return Client::Connect(options);
   }
 
@@ -304,14 +307,8 @@ TEST_F(RelayTest, AJobLetGoWhileItsRelayWaitsUpstreamLeavesTheRelayAnswering) {
   // answers, before and after the job is gone.
   ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/1, /*hosts=*/{2, 2}));
   RunOnEveryRank(2, [&](int rank) {
-    ClientOptions options;
-    options.target = relays_[0]->address();
-    options.job = "never-ready";
-    options.rank = rank;
-    options.world_size = kWorld;
-    options.local_world_size = 2;
-    options.timeout = absl::Seconds(2);
-    EXPECT_FALSE(Client::Connect(options).ok()) << "rank " << rank;
+    EXPECT_FALSE(Connect(rank, "never-ready", absl::Seconds(2)).ok())
+        << "rank " << rank;
   });
   std::unique_ptr<v1::Admin::Stub> admin =
       v1::Admin::NewStub(grpc::CreateChannel(

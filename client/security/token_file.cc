@@ -1,5 +1,7 @@
 #include "client/security/token_file.h"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -13,8 +15,9 @@ absl::StatusOr<std::string> ReadTokenFile(absl::string_view flag,
                                           const std::string& path) {
   std::ifstream in(path);
   if (!in.is_open()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, "=", path, ": cannot read the file"));
+    return absl::InvalidArgumentError(absl::StrCat(flag, "=", path,
+                                                   ": cannot read the file (",
+                                                   std::strerror(errno), ")"));
   }
   std::stringstream text;
   text << in.rdbuf();

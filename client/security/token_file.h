@@ -12,8 +12,8 @@
 namespace reducer {
 
 // The token in the file at `path`. INVALID_ARGUMENT when the file cannot be
-// read or holds only whitespace, naming it as `flag`=path (flag as the
-// caller's users spell it: "--token_file").
+// read (with the system's reason) or holds only whitespace, naming it as
+// `flag`=path (flag as the caller's users spell it: "--token_file").
 absl::StatusOr<std::string> ReadTokenFile(absl::string_view flag,
                                           const std::string& path);
 
