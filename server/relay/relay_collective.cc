@@ -27,6 +27,20 @@ class ResultOwner final : public ByteOwner {
   std::shared_ptr<const void> owner_;
 };
 
+// A rank's header as the relay forwards it for that rank alone: without
+// what belongs to its call here (its session, epoch, attempt, progress);
+// the upstream session fills its own.
+v1::CollectiveHeader ForwardedHeader(const v1::CollectiveHeader& header) {
+  v1::CollectiveHeader forwarded = header;
+  forwarded.clear_session_id();
+  forwarded.clear_epoch();
+  forwarded.clear_attempt_id();
+  forwarded.clear_received_below();
+  forwarded.clear_received();
+  forwarded.clear_ranks();
+  return forwarded;
+}
+
 // Zeros for the padding between packed tensors.
 const char* Zeros() {
   static const char* zeros = new char[8]();
@@ -53,8 +67,11 @@ RelayCollective::RelayCollective(RelayEnv env, std::string description,
 RelayCollective::~RelayCollective() {
   absl::MutexLock lock(&mu_);
   if (deadline_.has_value()) env_.timers->Cancel(*deadline_);
-  if (input_ != nullptr) {
-    input_->Abandon(absl::AbortedError(description_ + ": the relay let it go"));
+  const absl::Status gone =
+      absl::AbortedError(description_ + ": the relay let it go");
+  if (input_ != nullptr) input_->Abandon(gone);
+  for (Member& m : members_) {
+    if (m.own_input != nullptr) m.own_input->Abandon(gone);
   }
 }
 
@@ -67,19 +84,20 @@ int RelayCollective::IndexOf(int rank) const {
 
 bool RelayCollective::started() const {
   absl::MutexLock lock(&mu_);
-  return started_;
+  return started_ || split_;
 }
 
 bool RelayCollective::done() const {
   absl::MutexLock lock(&mu_);
-  return std::all_of(members_.begin(), members_.end(),
-                     [](const Member& m) { return m.finished; });
+  return std::all_of(members_.begin(), members_.end(), [&](const Member& m) {
+    return m.finished || (split_ && !m.attached);
+  });
 }
 
 bool RelayCollective::Attach(std::shared_ptr<RankChannel> channel, int rank,
                              const v1::CollectiveHeader& header,
                              Fingerprint fp) {
-  std::function<void()> start;
+  std::vector<std::function<void()>> starts;
   {
     absl::MutexLock lock(&mu_);
     const int m = IndexOf(rank);
@@ -95,27 +113,26 @@ bool RelayCollective::Attach(std::shared_ptr<RankChannel> channel, int rank,
       channel->Fail(failure_);
       return false;
     }
-    if (attached_ > 0) {
+    // A member that disagrees with the others here splits it: upstream
+    // names the mismatch to every rank of the job.
+    bool disagrees = false;
+    if (attached_ > 0 && !split_) {
       const Member& first =
           *std::find_if(members_.begin(), members_.end(),
                         [](const Member& x) { return x.attached; });
-      absl::Status agree = CheckAgreement(first.rank, first.fp, rank, fp);
-      if (!agree.ok()) {
-        const absl::Status status = absl::FailedPreconditionError(
-            absl::StrCat(description_, ": ", agree.message()));
-        channel->Fail(status);
-        FailLocked(status);
-        return false;
-      }
-    } else if (header.timeout_ms() > 0) {
-      // The others of this host must attach within the collective's
-      // timeout; upstream names them too, to the other hosts.
+      disagrees = !CheckAgreement(first.rank, first.fp, rank, fp).ok();
+    } else if (attached_ == 0 && header.timeout_ms() > 0) {
+      // Upstream times the collective out from its first rank's arrival:
+      // the members here go without the missing ones well before then,
+      // so that upstream names only those.
       std::weak_ptr<RelayCollective> weak = weak_from_this();
-      timeout_ = absl::Milliseconds(header.timeout_ms());
       deadline_ =
-          env_.timers->Schedule(env_.timers->clock().Now() + timeout_, [weak] {
-            if (auto self = weak.lock()) self->OnDeadline();
-          });
+          env_.timers->Schedule(env_.timers->clock().Now() +
+                                    absl::Milliseconds(header.timeout_ms()) / 2,
+                                [weak] {
+                                  if (auto self = weak.lock())
+                                    self->OnStragglerDeadline();
+                                });
     }
     Member& member = members_[m];
     member.channel = std::move(channel);
@@ -124,9 +141,20 @@ bool RelayCollective::Attach(std::shared_ptr<RankChannel> channel, int rank,
     member.input_bytes = sends ? TotalBytes(fp.tensors) : 0;
     member.fp = std::move(fp);
     member.attached = true;
-    if (++attached_ == static_cast<int>(members_.size())) start = StartLocked();
+    ++attached_;
+    if (split_) {
+      if (std::function<void()> start = StartAloneLocked(m)) {
+        starts.push_back(std::move(start));
+      }
+    } else if (disagrees) {
+      starts = SplitLocked();
+    } else if (attached_ == static_cast<int>(members_.size())) {
+      if (std::function<void()> start = StartLocked()) {
+        starts.push_back(std::move(start));
+      }
+    }
   }
-  if (start) start();
+  for (const std::function<void()>& start : starts) start();
   return true;
 }
 
@@ -140,24 +168,93 @@ void RelayCollective::Excuse(int rank) {
       return;
     }
     members_.erase(members_.begin() + m);
-    if (attached_ == static_cast<int>(members_.size())) start = StartLocked();
+    if (!split_ && attached_ == static_cast<int>(members_.size())) {
+      start = StartLocked();
+    }
   }
   if (start) start();
+  MaybeDone();
 }
 
-void RelayCollective::OnDeadline() {
-  absl::MutexLock lock(&mu_);
-  if (started_ || failed_) return;
-  std::vector<int> missing, waited;
-  for (const Member& m : members_) {
-    (m.attached ? waited : missing).push_back(m.rank);
+void RelayCollective::OnStragglerDeadline() {
+  std::vector<std::function<void()>> starts;
+  {
+    absl::MutexLock lock(&mu_);
+    if (started_ || failed_ || split_) return;
+    starts = SplitLocked();
   }
-  // As a reducerd says it, and where they waited.
-  FailLocked(absl::DeadlineExceededError(absl::StrCat(
-      description_, " timed out after ", absl::FormatDuration(timeout_), ": ",
-      missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ","),
-      " never arrived (ranks ", absl::StrJoin(waited, ","),
-      " waited at their host's relay)")));
+  for (const std::function<void()>& start : starts) start();
+}
+
+std::vector<std::function<void()>> RelayCollective::SplitLocked() {
+  if (deadline_.has_value()) {
+    env_.timers->Cancel(*deadline_);
+    deadline_.reset();
+  }
+  split_ = true;
+  std::vector<std::function<void()>> starts;
+  for (size_t m = 0; m < members_.size() && !failed_; ++m) {
+    if (!members_[m].attached) continue;
+    if (std::function<void()> start = StartAloneLocked(static_cast<int>(m))) {
+      starts.push_back(std::move(start));
+    }
+  }
+  if (failed_) starts.clear();
+  return starts;
+}
+
+std::function<void()> RelayCollective::StartAloneLocked(int m) {
+  Member& member = members_[m];
+  member.own_reserved = MemoryReservation::Try(env_.memory, member.input_bytes);
+  if (!member.own_reserved->ok()) {
+    FailLocked(absl::ResourceExhaustedError(absl::StrCat(
+        description_, ": the relay's memory budget of ", env_.memory->limit(),
+        " bytes cannot hold rank ", member.rank, "'s ", member.input_bytes,
+        " bytes for upstream (", env_.memory->used(),
+        " in use); retry later or raise the limit")));
+    return nullptr;
+  }
+  member.own_input = std::make_shared<UpstreamInput>(member.input_bytes);
+  std::vector<std::pair<uint64_t, Payload>> held = std::move(member.held);
+  for (auto& [offset, data] : held) {
+    absl::Status placed = PlaceLocked(m, offset, data);
+    if (!placed.ok()) {
+      FailLocked(placed);
+      return nullptr;
+    }
+  }
+  member.own_input->MarkReady(member.received);
+  const v1::CollectiveHeader header = ForwardedHeader(member.header);
+  std::shared_ptr<UpstreamInput> input = member.own_input;
+  std::weak_ptr<RelayCollective> weak = weak_from_this();
+  std::shared_ptr<UpstreamSession> session = session_;
+  return [session, header, input, weak, rank = member.rank] {
+    session->Start(header, input,
+                   [weak, rank](absl::StatusOr<UpstreamResult> result) {
+                     if (auto self = weak.lock()) {
+                       self->OnAloneDone(rank, std::move(result));
+                     }
+                   });
+  };
+}
+
+void RelayCollective::OnAloneDone(int rank,
+                                  absl::StatusOr<UpstreamResult> result) {
+  {
+    absl::MutexLock lock(&mu_);
+    const int m = IndexOf(rank);
+    if (m < 0 || failed_) return;
+    Member& member = members_[m];
+    member.own_reserved.reset();  // the upstream call read all of it
+    if (!result.ok()) {
+      if (!member.finished) member.channel->Fail(result.status());
+      member.finished = true;
+      member.to_send.clear();
+    } else {
+      DeliverLocked(m, &*result);
+    }
+  }
+  MaybeDone();
 }
 
 v1::CollectiveHeader RelayCollective::UpstreamHeaderLocked() const {
@@ -166,13 +263,7 @@ v1::CollectiveHeader RelayCollective::UpstreamHeaderLocked() const {
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i].rank == ref.root) carrier = static_cast<int>(i);
   }
-  v1::CollectiveHeader header = members_[carrier].header;
-  header.clear_session_id();
-  header.clear_epoch();
-  header.clear_attempt_id();
-  header.clear_received_below();
-  header.clear_received();
-  header.clear_ranks();
+  v1::CollectiveHeader header = ForwardedHeader(members_[carrier].header);
   if (combine_ == Combine::kAlone) return header;
   for (const Member& m : members_) header.add_ranks(m.rank);
   if (combine_ == Combine::kConcat) {
@@ -277,7 +368,7 @@ bool RelayCollective::OnData(int rank, uint64_t offset, Payload data) {
                      offset, " out of order")));
     return true;
   }
-  if (!started_) {
+  if (!started_ && !split_) {
     member.held.emplace_back(offset, std::move(data));
     return true;
   }
@@ -286,7 +377,11 @@ bool RelayCollective::OnData(int rank, uint64_t offset, Payload data) {
     FailLocked(placed);
     return true;
   }
-  AdvanceReadyLocked();
+  if (split_) {
+    member.own_input->MarkReady(member.received);
+  } else {
+    AdvanceReadyLocked();
+  }
   return true;
 }
 
@@ -300,6 +395,10 @@ absl::Status RelayCollective::PlaceLocked(int m, uint64_t offset,
                      member.input_bytes, " its tensors hold"));
   }
   member.received = offset + data.size();
+  if (split_) {
+    if (data.size() > 0) data.CopyTo(member.own_input->data() + offset);
+    return absl::OkStatus();
+  }
   if (combine_ != Combine::kReduce) {
     if (data.size() > 0) {
       data.CopyTo(input_->data() + base_[m] + offset);
@@ -491,7 +590,7 @@ void RelayCollective::OnRankCancelled(int rank, const RankChannel* channel) {
       --attached_;
       return;
     }
-    if (!failed_ && input_ != nullptr &&
+    if (!failed_ && (input_ != nullptr || split_) &&
         members_[m].received < members_[m].input_bytes) {
       // Its part will never be whole: the collective fails everywhere.
       FailLocked(absl::AbortedError(absl::StrCat(
@@ -528,6 +627,8 @@ void RelayCollective::FailLocked(const absl::Status& status) {
     if (m.attached && !m.finished) m.channel->Fail(status);
     m.finished = true;
     m.to_send.clear();
+    if (m.own_input != nullptr) m.own_input->Abandon(status);
+    m.own_reserved.reset();
   }
 }
 
@@ -537,11 +638,11 @@ void RelayCollective::MaybeDone() {
     absl::MutexLock lock(&mu_);
     if (done_reported_) return;
     for (const Member& m : members_) {
-      if (!m.finished) return;
+      if (!m.finished && (m.attached || !split_)) return;
     }
     done_reported_ = true;
     saved = saved_;
-    if (started_) {
+    if (started_ || split_) {
       env_.metrics->RelayCallEnded(static_cast<int>(members_.size()), saved);
     }
   }

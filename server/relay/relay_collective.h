@@ -21,11 +21,16 @@
 // it is, and its result is that rank's.
 //
 // All or nothing: an upstream failure fails every member with its status
-// (upstream's errors name global ranks); a member's own failure (a
-// mismatch with the others here, missing payload) fails the members here
-// and abandons the upstream call, which fails it upstream. A member that
-// does not attach within the collective's timeout fails the others here
-// with DEADLINE_EXCEEDED naming it.
+// (upstream's errors name global ranks); a member's own failure (missing
+// payload, a call cancelled) fails the members here and abandons the
+// upstream call, which fails it upstream.
+//
+// Split: when a member disagrees with the others here (a mismatch), or
+// when half the collective's timeout passed and some member has not
+// attached, the members go upstream each on its own, as if connected
+// directly, those that attach later too. Upstream then judges them with
+// the other hosts' ranks: a mismatch or a missing rank is named there, in
+// one message for every rank of the job, exactly as without a relay.
 //
 // Thread-safe; RankChannels are called with the lock held and must not call
 // back in (server/engine/rank_channel.h).
@@ -101,9 +106,11 @@ class RelayCollective final
   void Fail(const absl::Status& status) override;
   const std::string& description() const override { return description_; }
 
-  // True once every member has its outcome.
+  // True once every member has its outcome (split: every member that
+  // attached; one that attaches later makes a call of its own upstream).
   bool done() const;
-  // True once its call upstream was made: its outcome is upstream's.
+  // True once its call upstream was made, or it was split: its outcome is
+  // upstream's.
   bool started() const;
 
  private:
@@ -123,6 +130,9 @@ class RelayCollective final
     int unwritten = 0;
     bool attached = false;
     bool finished = false;  // ended: OK, failed, or cut off
+    // Split: its own upstream payload, held in the relay's budget.
+    std::shared_ptr<UpstreamInput> own_input;
+    std::optional<MemoryReservation> own_reserved;
   };
   // One chunk of a reduction being staged: a part per member.
   struct Staging {
@@ -144,13 +154,23 @@ class RelayCollective final
   // Marks the upstream payload's prefix that is whole as ready.
   void AdvanceReadyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnUpstreamDone(absl::StatusOr<UpstreamResult> result);
+  // Splits it (see above): each member attached goes upstream alone.
+  // Returns the functions that start their calls (run without the lock).
+  std::vector<std::function<void()>> SplitLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Split: member `m`'s own call upstream, its payload so far placed;
+  // returns the function that starts it, or null when it failed.
+  std::function<void()> StartAloneLocked(int m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnAloneDone(int rank, absl::StatusOr<UpstreamResult> result);
   // Queues `result` (or no result) for member `m` and sends a window of it.
   void DeliverLocked(int m, const UpstreamResult* result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendSomeLocked(int m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnDeadline();
+  // Half the members' timeout passed: split unless every member is in.
+  void OnStragglerDeadline();
   // Calls on_done_ once every member finished (without the lock).
   void MaybeDone();
 
@@ -164,6 +184,7 @@ class RelayCollective final
   int attached_ ABSL_GUARDED_BY(mu_) = 0;
   bool started_ ABSL_GUARDED_BY(mu_) = false;  // the upstream call was made
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool split_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   bool done_reported_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t saved_ ABSL_GUARDED_BY(mu_) = 0;  // see on_done
@@ -179,8 +200,8 @@ class RelayCollective final
   std::vector<TensorSpec> local_tensors_ ABSL_GUARDED_BY(mu_);
   std::map<size_t, Staging> staging_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> reduced_ ABSL_GUARDED_BY(mu_);
+  // When it splits for members not attached (half their timeout).
   std::optional<TimerQueue::Id> deadline_ ABSL_GUARDED_BY(mu_);
-  absl::Duration timeout_ ABSL_GUARDED_BY(mu_);  // the members' own
 };
 
 }  // namespace reducer

@@ -27,65 +27,67 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-// Records each call; the test answers it with Answer().
+// Records each call; the test answers it with Answer(). A call's accessors
+// wait for it: `call` counts the calls from 0 in the order they started.
 class FakeSession final : public UpstreamSession {
  public:
   void Start(
       v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
       std::function<void(absl::StatusOr<UpstreamResult>)> done) override {
     absl::MutexLock lock(&mu_);
-    header_ = std::move(header);
-    input_ = std::move(input);
-    done_ = std::move(done);
-    started_.Notify();
+    calls_.push_back({std::move(header), std::move(input), std::move(done)});
   }
   void Leave(const std::string& cause) override {}
 
   // Waits for the call, then for its whole payload.
-  std::string Payload() {
-    started_.WaitForNotification();
-    std::shared_ptr<UpstreamInput> input;
-    {
-      absl::MutexLock lock(&mu_);
-      input = input_;
-    }
+  std::string Payload(size_t call = 0) {
+    std::shared_ptr<UpstreamInput> input = Wait(call).input;
     EXPECT_THAT(input->Await(input->size(), absl::Now() + absl::Seconds(20)),
                 ::reducer::testing::IsOk());
     return std::string(input->data(), input->size());
   }
-  v1::CollectiveHeader header() {
-    started_.WaitForNotification();
-    absl::MutexLock lock(&mu_);
-    return header_;
+  v1::CollectiveHeader header(size_t call = 0) { return Wait(call).header; }
+  std::shared_ptr<UpstreamInput> input(size_t call = 0) {
+    return Wait(call).input;
   }
-  std::shared_ptr<UpstreamInput> input() {
-    started_.WaitForNotification();
+  // The calls started so far.
+  size_t calls() {
     absl::MutexLock lock(&mu_);
-    return input_;
+    return calls_.size();
   }
   // Answers the call with one tensor of `spec` holding `bytes`, or `status`.
-  void Answer(const TensorSpec& spec, const std::string& bytes) {
+  void Answer(const TensorSpec& spec, const std::string& bytes,
+              size_t call = 0) {
     auto owned = std::make_shared<std::string>(bytes);
     UpstreamResult result;
     result.specs = {spec};
     result.data = {owned->data()};
     result.owner = owned;
-    done()(std::move(result));
+    Wait(call).done(std::move(result));
   }
-  void AnswerNothing() { done()(UpstreamResult()); }
-  void Refuse(const absl::Status& status) { done()(status); }
+  void AnswerNothing(size_t call = 0) { Wait(call).done(UpstreamResult()); }
+  void Refuse(const absl::Status& status, size_t call = 0) {
+    Wait(call).done(status);
+  }
 
  private:
-  std::function<void(absl::StatusOr<UpstreamResult>)> done() {
-    started_.WaitForNotification();
+  struct Call {
+    v1::CollectiveHeader header;
+    std::shared_ptr<UpstreamInput> input;
+    std::function<void(absl::StatusOr<UpstreamResult>)> done;
+  };
+  Call Wait(size_t call) {
     absl::MutexLock lock(&mu_);
-    return done_;
+    const auto started = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return calls_.size() > call;
+    };
+    EXPECT_TRUE(
+        mu_.AwaitWithTimeout(absl::Condition(&started), absl::Seconds(20)))
+        << "upstream call " << call << " never started";
+    return call < calls_.size() ? calls_[call] : Call();
   }
-  absl::Notification started_;
   absl::Mutex mu_;
-  v1::CollectiveHeader header_;
-  std::shared_ptr<UpstreamInput> input_;
-  std::function<void(absl::StatusOr<UpstreamResult>)> done_;
+  std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
 };
 
 template <typename T>
@@ -255,7 +257,10 @@ TEST_F(RelayCollectiveTest, OneRankGoesUpstreamAsItsOwn) {
   EXPECT_EQ(ch->result(), Bytes(std::vector<float>{6, 8}));
 }
 
-TEST_F(RelayCollectiveTest, AMismatchHereFailsEveryRankAndTheUpstreamCall) {
+TEST_F(RelayCollectiveTest, AMismatchHereSendsEachRankUpstreamAlone) {
+  // Rank 1 disagrees with rank 0: each goes upstream as its own, with its
+  // own payload, and upstream's verdict (the mismatch, named there with
+  // the other hosts' ranks) reaches each.
   const std::vector<int> group = {0, 1, 2};
   auto fp = [&](int64_t n) {
     return MakeFingerprint(CollectiveKind::kAllReduce,
@@ -264,16 +269,111 @@ TEST_F(RelayCollectiveTest, AMismatchHereFailsEveryRankAndTheUpstreamCall) {
   auto c = Make({0, 1});
   auto ch0 = std::make_shared<FakeRankChannel>();
   auto ch1 = std::make_shared<FakeRankChannel>();
+  const std::string bytes0 = Bytes(std::vector<float>{1, 2, 3, 4});
+  const std::string bytes1 = Bytes(std::vector<float>{5, 6, 7, 8, 9});
   ASSERT_TRUE(c->Attach(ch0, 0, HeaderOf(fp(4), 0), fp(4)));
-  EXPECT_FALSE(c->Attach(ch1, 1, HeaderOf(fp(5), 1), fp(5)));
+  c->OnData(0, 0, PayloadOf(bytes0.substr(0, 8)));  // held until it goes
+  ASSERT_TRUE(c->Attach(ch1, 1, HeaderOf(fp(5), 1), fp(5)));
+  c->OnData(0, 8, PayloadOf(bytes0.substr(8)));
+  c->OnData(1, 0, PayloadOf(bytes1));
+  ASSERT_EQ(session_->Payload(0), bytes0);
+  ASSERT_EQ(session_->Payload(1), bytes1);
+  for (int call : {0, 1}) {
+    const v1::CollectiveHeader up = session_->header(call);
+    EXPECT_EQ(up.rank(), call);
+    EXPECT_THAT(up.ranks(), IsEmpty());
+    EXPECT_EQ(up.tensors(0).shape(0), call == 0 ? 4 : 5);
+    EXPECT_TRUE(up.session_id().empty());
+  }
+  const absl::Status mismatch = absl::FailedPreconditionError(
+      "allreduce #0 in job j: mismatched shapes: rank 1 sent [5] float32, "
+      "rank 2 sent [4] float32");
+  EXPECT_FALSE(c->done());
+  session_->Refuse(mismatch, 1);
+  session_->Refuse(mismatch, 0);
   for (auto* ch : {ch0.get(), ch1.get()}) {
     ASSERT_TRUE(ch->WaitEnded());
-    EXPECT_THAT(ch->failure(),
-                StatusIs(absl::StatusCode::kFailedPrecondition,
-                         HasSubstr("mismatched shapes: rank 0 sent [4] "
-                                   "float32, rank 1 sent [5] float32")));
+    EXPECT_EQ(ch->failure(), mismatch);
   }
   EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_.used(), 0u);
+}
+
+TEST_F(RelayCollectiveTest, RanksInAtHalfTheTimeoutGoUpstreamWithoutTheLate) {
+  // Rank 1 is late: at half the 400 ms timeout rank 0 goes upstream alone,
+  // and rank 1 alone once it attaches; each gets its own answer.
+  const Fingerprint fp = MakeFingerprint(
+      CollectiveKind::kAllReduce, {Spec(DataType::kFloat32, {2})}, {0, 1, 2});
+  auto c = Make({0, 1});
+  auto ch0 = std::make_shared<FakeRankChannel>();
+  auto ch1 = std::make_shared<FakeRankChannel>();
+  v1::CollectiveHeader header0 = HeaderOf(fp, 0);
+  header0.set_timeout_ms(400);
+  const absl::Time attached = absl::Now();
+  ASSERT_TRUE(c->Attach(ch0, 0, header0, fp));
+  c->OnData(0, 0, PayloadOf(Bytes(std::vector<float>{1, 2})));
+  EXPECT_EQ(session_->Payload(0), Bytes(std::vector<float>{1, 2}));
+  EXPECT_GE(absl::Now() - attached, absl::Milliseconds(190));
+  EXPECT_EQ(session_->header(0).rank(), 0);
+  EXPECT_THAT(session_->header(0).ranks(), IsEmpty());
+  EXPECT_EQ(session_->calls(), 1u);
+  ASSERT_TRUE(c->Attach(ch1, 1, HeaderOf(fp, 1), fp));
+  c->OnData(1, 0, PayloadOf(Bytes(std::vector<float>{3, 4})));
+  EXPECT_EQ(session_->Payload(1), Bytes(std::vector<float>{3, 4}));
+  EXPECT_EQ(session_->header(1).rank(), 1);
+  const std::string sum = Bytes(std::vector<float>{9, 9});
+  session_->Answer(Spec(DataType::kFloat32, {2}), sum, 0);
+  session_->Answer(Spec(DataType::kFloat32, {2}), sum, 1);
+  for (int r : {0, 1}) {
+    FakeRankChannel& ch = r == 0 ? *ch0 : *ch1;
+    DrainWrites(*c, r, ch);
+    ASSERT_TRUE(ch.WaitEnded());
+    EXPECT_TRUE(ch.finished_ok()) << ch.failure();
+    EXPECT_EQ(ch.result(), sum);
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(saved_, 0u);  // nothing was combined
+}
+
+TEST_F(RelayCollectiveTest, ARankThatNeverArrivesIsLeftForUpstreamToName) {
+  // Rank 1 never attaches: rank 0 goes alone at half its timeout, and
+  // upstream's timeout (naming rank 1 with the other hosts' ranks) ends
+  // it; the collective is done without rank 1.
+  const Fingerprint fp =
+      MakeFingerprint(CollectiveKind::kBarrier, {}, {0, 1, 2});
+  auto c = Make({0, 1});
+  auto ch0 = std::make_shared<FakeRankChannel>();
+  v1::CollectiveHeader header = HeaderOf(fp, 0);
+  header.set_timeout_ms(100);
+  ASSERT_TRUE(c->Attach(ch0, 0, header, fp));
+  EXPECT_EQ(session_->header(0).rank(), 0);
+  const absl::Status timeout = absl::DeadlineExceededError(
+      "barrier #0 in job j timed out after 100ms: rank 1 never arrived "
+      "(ranks 0,2 waited)");
+  session_->Refuse(timeout, 0);
+  ASSERT_TRUE(ch0->WaitEnded());
+  EXPECT_EQ(ch0->failure(), timeout);
+  EXPECT_TRUE(c->done());
+}
+
+TEST_F(RelayCollectiveTest, RanksThatAllArriveInTimeAreNotSplit) {
+  const Fingerprint fp =
+      MakeFingerprint(CollectiveKind::kBarrier, {}, {0, 1, 2});
+  auto c = Make({0, 1});
+  auto ch0 = std::make_shared<FakeRankChannel>();
+  auto ch1 = std::make_shared<FakeRankChannel>();
+  v1::CollectiveHeader header = HeaderOf(fp, 0);
+  header.set_timeout_ms(100);
+  ASSERT_TRUE(c->Attach(ch0, 0, header, fp));
+  ASSERT_TRUE(c->Attach(ch1, 1, HeaderOf(fp, 1), fp));
+  EXPECT_THAT(session_->header(0).ranks(), ElementsAre(0, 1));
+  absl::SleepFor(absl::Milliseconds(150));  // past the split's time
+  EXPECT_EQ(session_->calls(), 1u);
+  session_->AnswerNothing(0);
+  for (auto* ch : {ch0.get(), ch1.get()}) {
+    ASSERT_TRUE(ch->WaitEnded());
+    EXPECT_TRUE(ch->finished_ok()) << ch->failure();
+  }
 }
 
 TEST_F(RelayCollectiveTest, AnUpstreamFailureReachesEveryRank) {
@@ -292,24 +392,6 @@ TEST_F(RelayCollectiveTest, AnUpstreamFailureReachesEveryRank) {
     EXPECT_THAT(ch->failure(), StatusIs(absl::StatusCode::kDeadlineExceeded,
                                         HasSubstr("rank 2 never arrived")));
   }
-}
-
-TEST_F(RelayCollectiveTest, ARankHereMissingAtTheDeadlineIsNamed) {
-  const Fingerprint fp =
-      MakeFingerprint(CollectiveKind::kBarrier, {}, {0, 1, 2});
-  auto c = Make({0, 1});
-  auto ch0 = std::make_shared<FakeRankChannel>();
-  v1::CollectiveHeader header = HeaderOf(fp, 0);
-  header.set_timeout_ms(100);
-  ASSERT_TRUE(c->Attach(ch0, 0, header, fp));
-  ASSERT_TRUE(ch0->WaitEnded());
-  EXPECT_THAT(
-      ch0->failure(),
-      StatusIs(
-          absl::StatusCode::kDeadlineExceeded,
-          HasSubstr("allreduce #0 in job j timed out after 100ms: rank 1 never "
-                    "arrived (ranks 0 waited at their host's "
-                    "relay)")));
 }
 
 }  // namespace
