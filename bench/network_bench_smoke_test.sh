@@ -16,8 +16,7 @@ smoke_run bench/network_bench.py \
   --reducer_worker="${PWD}/bench/reducer_allreduce_worker" \
   --virtual_network="${PWD}/bench/virtual_network" \
   --echo_bench="${PWD}/bench/grpc_echo_bench" \
-  --out_dir="${out}" \
-  --skip_relay  # a relay may not drain on SIGTERM yet: bench/README.md
+  --out_dir="${out}"
 number='[0-9]+\.[0-9]+'
 expect_line '^== loopback table: W=2' "no loopback table"
 expect_line "^4 KiB +${number} (us|ms) +${number} (us|ms) +${number} +<= 0\.50 +${number} (us|ms) +${number}$" \

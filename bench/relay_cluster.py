@@ -46,7 +46,7 @@ SMOKE_SHARDS = [1]
 SMOKE_SIZES = [64 * KiB, 1 * MiB]
 SMOKE_LOCAL_RANKS = 2
 # run_bench's name of each system's records (what parse_records checks).
-PARSED_AS = {"gloo": "gloo", "direct": "reducer_shm"}
+PARSED_AS = {"gloo": "gloo", "direct": "reducer_shm", "relay": "reducer_shm"}
 HOSTS = [f"w{i}" for i in range(4)]
 SHARD_HOSTS = ["s0", "s1"]
 RELAY_PORT = 50052
@@ -157,8 +157,11 @@ def start_relays(runs, hosts, shards):
 def run_relay(runs, hosts, ranks, shards, run, timeout_s, local_world_size):
     names = start_relays(runs, hosts, shards)
     targets = [runs.daemons[names[r // ranks]].address for r in range(hosts * ranks)]
+    # The ranks reach their host's relay over the same-host path, as a
+    # user's do (the client's default finds it).
     cmds = worker_cmds(runs, targets, ranks, run,
-                       [f"--local_world_size={local_world_size}"])
+                       [f"--local_world_size={local_world_size}",
+                        "--shared_memory=required"])
     try:
         return rb.run_processes(
             cmds, runs.log_dir / f"relay-{hosts}x{ranks}-s{shards}-{runs.label()}",
