@@ -9,6 +9,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -79,6 +80,27 @@ class RelayTest : public ::testing::Test {
     options.local_world_size = local_world_size_[relay];
     options.timeout = timeout;
     return Client::Connect(options);
+  }
+
+  // Polls shard 0's Admin.Status until it holds `want` jobs or `within`
+  // passed; returns the last count (-1 when it never answered).
+  int ShardJobsWithin(int want, absl::Duration within) {
+    std::unique_ptr<v1::Admin::Stub> admin =
+        v1::Admin::NewStub(grpc::CreateChannel(
+            shards_[0]->address(), grpc::InsecureChannelCredentials()));
+    const absl::Time give_up = absl::Now() + within;
+    int jobs = -1;
+    do {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
+      v1::StatusResponse status;
+      if (admin->Status(&context, v1::StatusRequest(), &status).ok()) {
+        jobs = status.jobs_size();
+      }
+      if (jobs == want) break;
+      absl::SleepFor(absl::Milliseconds(100));
+    } while (absl::Now() < give_up);
+    return jobs;
   }
 
   std::vector<std::unique_ptr<ReducerdProcess>> shards_;
@@ -327,8 +349,34 @@ TEST_F(RelayTest, AJobLetGoWhileItsRelayWaitsUpstreamLeavesTheRelayAnswering) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_EQ(jobs, 0) << "the relay still serves the job its ranks left";
-  // Its join still waits upstream: no drain to wait for.
-  relays_[0]->Kill();
+  // Its join upstream was given up with the job: the shard no longer holds
+  // the job either, and the relay drains at once.
+  EXPECT_EQ(ShardJobsWithin(0, absl::Seconds(10)), 0)
+      << "the shard still holds the job the relay's ranks left";
+  EXPECT_EQ(relays_[0]->StopDrained(), "");
+}
+
+TEST_F(RelayTest, ARelayStoppedWhileItsJoinWaitsUpstreamDrainsAtOnce) {
+  // Ranks 0 and 1 wait in Connect (30 s) for ranks 2 and 3, which never
+  // come, when their relay gets SIGTERM: it drains and exits 0 within the
+  // harness's grace (15 s), not after its join's 5-minute timeout; the
+  // ranks are told, and the shard lets the job go.
+  ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/1, /*hosts=*/{2, 2}));
+  std::atomic<int> refused{0};
+  std::thread stopper([&] {
+    // Once the relay's join is at the shard.
+    EXPECT_EQ(ShardJobsWithin(1, absl::Seconds(10)), 1);
+    const absl::Time stopped = absl::Now();
+    EXPECT_EQ(relays_[0]->StopDrained(), "");
+    EXPECT_LT(absl::Now() - stopped, ReducerdProcess::kDrainGrace);
+  });
+  RunOnEveryRank(2, [&](int rank) {
+    if (!Connect(rank, "never-ready", absl::Seconds(30)).ok()) ++refused;
+  });
+  stopper.join();
+  EXPECT_EQ(refused.load(), 2);
+  EXPECT_EQ(ShardJobsWithin(0, absl::Seconds(10)), 0)
+      << "the shard still holds the job of the relay that stopped";
 }
 
 }  // namespace

@@ -30,6 +30,9 @@ namespace {
 // enough for the gradients of a mid-sized model step after step.
 constexpr size_t kIdleBufferBytes = size_t{256} << 20;
 
+// How often a join that may be given up looks whether it was.
+constexpr absl::Duration kGiveUpCheck = absl::Milliseconds(200);
+
 std::string RandomId() {
   absl::BitGen gen;
   return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen),
@@ -48,12 +51,13 @@ ClientSession::ClientSession(ClientOptions options, std::vector<int> ranks,
 
 absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Open(
     const ClientOptions& options, std::unique_ptr<DeviceStaging> staging) {
-  return OpenHolding(options, {options.rank}, std::move(staging));
+  return OpenHolding(options, {options.rank}, std::move(staging),
+                     /*given_up=*/nullptr);
 }
 
 absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::OpenForRanks(
     const ClientOptions& options, std::vector<int> ranks,
-    std::unique_ptr<DeviceStaging> staging) {
+    std::unique_ptr<DeviceStaging> staging, std::function<bool()> given_up) {
   if (ranks.empty()) {
     return absl::InvalidArgumentError(
         "a session for several ranks needs at least one rank");
@@ -69,12 +73,13 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::OpenForRanks(
   }
   ClientOptions first = options;
   first.rank = ranks[0];
-  return OpenHolding(first, std::move(ranks), std::move(staging));
+  return OpenHolding(first, std::move(ranks), std::move(staging), given_up);
 }
 
 absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::OpenHolding(
     const ClientOptions& options, std::vector<int> ranks,
-    std::unique_ptr<DeviceStaging> staging) {
+    std::unique_ptr<DeviceStaging> staging,
+    const std::function<bool()>& given_up) {
   if (options.job.empty()) {
     return absl::InvalidArgumentError("ClientOptions.job must not be empty");
   }
@@ -131,15 +136,16 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::OpenHolding(
   // while reducerd is still starting.
   const absl::Time deadline = absl::Now() + options.timeout;
   for (size_t i = 0; i < raw->links_.size(); ++i) {
-    absl::Status connected = raw->links_[i]->WaitForChannel(deadline);
+    absl::Status connected = raw->links_[i]->WaitForChannel(deadline, given_up);
     if (!connected.ok()) return raw->NameShard(i, connected);
   }
-  REDUCER_RETURN_IF_ERROR(raw->JoinAll(deadline));
+  REDUCER_RETURN_IF_ERROR(raw->JoinAll(deadline, given_up));
   return session;
   // On error, ~ClientSession cancels the Join streams.
 }
 
-absl::Status ClientSession::JoinAll(absl::Time deadline) {
+absl::Status ClientSession::JoinAll(absl::Time deadline,
+                                    const std::function<bool()>& given_up) {
   v1::JoinRequest request;
   request.set_job(options_.job);
   request.set_rank(options_.rank);
@@ -168,7 +174,20 @@ absl::Status ClientSession::JoinAll(absl::Time deadline) {
     }
     return all;
   };
-  driver_->DriveUntil(settled, deadline);
+  if (!given_up) {
+    driver_->DriveUntil(settled, deadline);
+  } else {
+    // In slices, looking at given_up between them.
+    while (!driver_->DriveUntil(
+               settled, std::min(deadline, absl::Now() + kGiveUpCheck)) &&
+           absl::Now() < deadline) {
+      if (given_up()) {
+        return absl::CancelledError(
+            absl::StrCat("gave up joining job ", options_.job,
+                         " before every rank had joined"));
+      }
+    }
+  }
   std::vector<std::string> waiting;
   for (size_t i = 0; i < links_.size(); ++i) {
     if (!links_[i]->JoinSettled()) {

@@ -71,9 +71,13 @@ class ClientSession final {
   // ranks[0], whatever options.rank said. INVALID_ARGUMENT unless `ranks`
   // is non-empty, sorted, distinct and within the world. The job is ready
   // once every rank is held by some session.
+  // `given_up`, when given, is polled while it waits for the job to be
+  // ready (at least once a second): once true, it returns CANCELLED (the
+  // relay that holds the ranks is stopping, or its ranks have gone).
   static absl::StatusOr<std::unique_ptr<ClientSession>> OpenForRanks(
       const ClientOptions& options, std::vector<int> ranks,
-      std::unique_ptr<DeviceStaging> staging);
+      std::unique_ptr<DeviceStaging> staging,
+      std::function<bool()> given_up = nullptr);
   // Closes the session: the server sees this rank (these ranks) leave.
   ~ClientSession();
 
@@ -155,7 +159,8 @@ class ClientSession final {
   // Open and OpenForRanks: `ranks` checked, options.rank its first.
   static absl::StatusOr<std::unique_ptr<ClientSession>> OpenHolding(
       const ClientOptions& options, std::vector<int> ranks,
-      std::unique_ptr<DeviceStaging> staging);
+      std::unique_ptr<DeviceStaging> staging,
+      const std::function<bool()>& given_up);
   // StartForwarded's checks: INVALID_ARGUMENT naming what is wrong.
   absl::Status CheckForwarded(const v1::CollectiveHeader& header,
                               size_t inputs) const;
@@ -184,8 +189,10 @@ class ClientSession final {
       const PendingCollective& pending, int source, uint64_t n);
   // `pending`, a match, ended without an answer.
   void AbandonMatch(const PendingCollective& pending);
-  // Joins every shard; OK once all are ready.
-  absl::Status JoinAll(absl::Time deadline);
+  // Joins every shard; OK once all are ready; CANCELLED once `given_up`
+  // (when given) is true.
+  absl::Status JoinAll(absl::Time deadline,
+                       const std::function<bool()>& given_up);
   // Sends one attempt of `pending`'s collective.
   std::unique_ptr<CollectiveAttempt> SendAttempt(
       const PendingCollective& pending);

@@ -37,6 +37,7 @@ RelayJob::~RelayJob() {
   std::vector<std::thread> threads;
   {
     absl::MutexLock lock(&mu_);
+    stopping_ = true;  // joins in flight give up
     threads = std::move(threads_);
   }
   for (std::thread& t : threads) t.join();
@@ -55,9 +56,14 @@ uint64_t RelayJob::bytes_saved() const {
 void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
                             std::function<void(const absl::Status&)> ready) {
   absl::MutexLock lock(&mu_);
+  joining_.insert(epoch_id);
   threads_.emplace_back([this, epoch_id, ranks, ready = std::move(ready)] {
+    auto given_up = [this, epoch_id] {
+      absl::MutexLock lock(&mu_);
+      return stopping_ || given_up_.count(epoch_id) > 0;
+    };
     absl::StatusOr<std::unique_ptr<UpstreamSession>> session =
-        env_.upstream->Open(job_, world_size_, ranks,
+        env_.upstream->Open(job_, world_size_, ranks, given_up,
                             [this, epoch_id](const absl::Status& why) {
                               {
                                 absl::MutexLock lock(&mu_);
@@ -67,6 +73,13 @@ void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
                               upstream_ended_(epoch_id,
                                               std::string(why.message()));
                             });
+    if (session.ok() && given_up()) {
+      // Ready upstream just as its ranks here went: it leaves at once.
+      (*session)->Leave(absl::StrCat(
+          "its ranks left before the job was ready (on ", env_.name, ")"));
+      session = absl::CancelledError(
+          "gave up: the ranks of this host left while the job was joining");
+    }
     if (session.ok()) {
       absl::MutexLock lock(&mu_);
       epoch_id_ = epoch_id;
@@ -84,6 +97,11 @@ void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
                    "job ", job_, ": ranks [", absl::StrJoin(ranks, ","),
                    "] could not join upstream: ", session.status().ToString()),
          job_});
+    {
+      absl::MutexLock lock(&mu_);
+      joining_.erase(epoch_id);
+      given_up_.erase(epoch_id);
+    }
     ready(session.status());
   });
 }
@@ -162,6 +180,7 @@ void RelayJob::EndEpoch(uint64_t epoch_id, const absl::Status& status,
   std::shared_ptr<UpstreamSession> leaving;
   {
     absl::MutexLock lock(&mu_);
+    if (joining_.count(epoch_id) > 0) given_up_.insert(epoch_id);
     if (epoch_id != epoch_id_ || session_ == nullptr) return;
     // A call already made upstream ends as upstream decides (a result
     // decided there reaches every rank, as for ranks connected directly);

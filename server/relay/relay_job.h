@@ -10,7 +10,10 @@
 //
 // A rank of this host lost ends the epoch here (its Job says so) and the
 // relay leaves upstream naming it, which ends the epoch there; the epoch
-// ending upstream ends it here.
+// ending upstream ends it here. An epoch that ends here while its join
+// upstream still waits (for other hosts' ranks) gives that join up, and so
+// does the relay letting go of the job: neither waits out the join's
+// timeout.
 //
 // Thread-safe.
 #ifndef REDUCER_SERVER_RELAY_RELAY_JOB_H_
@@ -90,6 +93,12 @@ class RelayJob final : public JobRelay {
   std::set<int> done_ ABSL_GUARDED_BY(mu_);
   // Joins and leaves run here, so that no caller waits on upstream.
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  // Epochs whose join upstream is in flight, and those of them given up:
+  // their epoch ended here first (its ranks have gone). stopping_: the
+  // relay lets go of the job; every join in flight gives up.
+  std::set<uint64_t> joining_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> given_up_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace reducer

@@ -92,11 +92,14 @@ class Upstream {
   virtual ~Upstream() = default;
   // Joins `job` of `world_size` ranks upstream, holding `ranks` (sorted),
   // with the job's `token` when tokens are on; blocks until the job is
-  // ready upstream, or the join failed. `ended` is called once, from
-  // another thread, if the session ends without Leave (its epoch aborted
-  // upstream, a shard lost), with why.
+  // ready upstream, or the join failed. `given_up` is polled meanwhile (at
+  // least once a second): once it is true, Open returns CANCELLED (the
+  // relay stops, or the ranks it joins for have gone). `ended` is called
+  // once, from another thread, if the session ends without Leave (its
+  // epoch aborted upstream, a shard lost), with why.
   virtual absl::StatusOr<std::unique_ptr<UpstreamSession>> Open(
       const std::string& job, int world_size, const std::vector<int>& ranks,
+      std::function<bool()> given_up,
       std::function<void(const absl::Status&)> ended) = 0;
 };
 

@@ -86,11 +86,16 @@ void ShardLink::SetEndObserver(std::function<void()> observer) {
   end_observer_ = std::move(observer);
 }
 
-absl::Status ShardLink::WaitForChannel(absl::Time deadline) {
+absl::Status ShardLink::WaitForChannel(absl::Time deadline,
+                                       const std::function<bool()>& given_up) {
   absl::Time next_probe = absl::InfinitePast();
   for (;;) {
     const grpc_connectivity_state state = channel_->GetState(true);
     if (state == GRPC_CHANNEL_READY) return absl::OkStatus();
+    if (given_up && given_up()) {
+      return absl::CancelledError(absl::StrCat("gave up reaching reducerd at ",
+                                               target_, " before it answered"));
+    }
     const absl::Time now = absl::Now();
     if (now >= deadline) break;
     if (state == GRPC_CHANNEL_TRANSIENT_FAILURE && now >= next_probe) {

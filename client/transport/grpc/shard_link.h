@@ -68,8 +68,10 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   // Waits until the session channel is ready or `deadline`. OK when it is
   // ready; UNAVAILABLE naming the address when it is not by `deadline`;
   // FAILED_PRECONDITION (client/security/tls_diagnosis.h) at once when a failed
-  // connection is diagnosed as a TLS mismatch.
-  absl::Status WaitForChannel(absl::Time deadline);
+  // connection is diagnosed as a TLS mismatch; CANCELLED within a second of
+  // `given_up` (when given) turning true.
+  absl::Status WaitForChannel(absl::Time deadline,
+                              const std::function<bool()>& given_up = nullptr);
 
   // Sends `request` on a new Join stream. Once.
   absl::Status StartJoin(const v1::JoinRequest& request);

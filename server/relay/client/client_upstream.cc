@@ -141,6 +141,7 @@ ClientUpstream::ClientUpstream(ClientOptions options)
 
 absl::StatusOr<std::unique_ptr<UpstreamSession>> ClientUpstream::Open(
     const std::string& job, int world_size, const std::vector<int>& ranks,
+    std::function<bool()> given_up,
     std::function<void(const absl::Status&)> ended) {
   ClientOptions options = options_;
   options.job = job;
@@ -154,7 +155,8 @@ absl::StatusOr<std::unique_ptr<UpstreamSession>> ClientUpstream::Open(
       ClientSession::OpenForRanks(
           options, ranks,
           NewHostMemoryStaging("a relay forwards host memory only: its ranks "
-                               "stage device tensors themselves"));
+                               "stage device tensors themselves"),
+          std::move(given_up));
   if (!session.ok()) return session.status();
   (*session)->OnEnd(std::move(ended));
   return std::unique_ptr<UpstreamSession>(

@@ -28,6 +28,7 @@ class ClientUpstream final : public Upstream {
 
   absl::StatusOr<std::unique_ptr<UpstreamSession>> Open(
       const std::string& job, int world_size, const std::vector<int>& ranks,
+      std::function<bool()> given_up,
       std::function<void(const absl::Status&)> ended) override;
 
  private:
