@@ -4,6 +4,8 @@
 // with the ranks of a host combined (all-reduce, reduce, all-gather,
 // gather, broadcast, barrier) or forwarded alone (the others); expected
 // results in closed form, as if each rank had reached the shards directly.
+// A relay whose link to the shards goes down (a TcpProxy paused) loses its
+// upstream session, and still hands its ranks the results decided upstream.
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -25,6 +27,7 @@
 #include "tests/process_harness.h"
 #include "tests/rank_threads.h"
 #include "tests/status_matchers.h"
+#include "tests/tcp_proxy.h"
 
 namespace reducer {
 namespace testing {
@@ -43,8 +46,10 @@ float Value(int rank, int64_t i) {
 class RelayTest : public ::testing::Test {
  protected:
   // `shards` reducerds upstream; one relay per entry of `hosts`, each
-  // serving that many ranks (in rank order).
-  void Start(int shards, const std::vector<int>& hosts) {
+  // serving that many ranks (in rank order). With `proxied_host`, that
+  // host's relay reaches the one shard through proxy_ (its link).
+  void Start(int shards, const std::vector<int>& hosts,
+             int proxied_host = -1) {
     std::vector<std::string> addresses;
     for (int s = 0; s < shards; ++s) {
       absl::StatusOr<std::unique_ptr<ReducerdProcess>> shard =
@@ -53,10 +58,19 @@ class RelayTest : public ::testing::Test {
       addresses.push_back((*shard)->address());
       shards_.push_back(*std::move(shard));
     }
+    if (proxied_host >= 0) {
+      ASSERT_EQ(shards, 1) << "a proxy forwards to one shard";
+      absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
+          TcpProxy::Start(shards_[0]->port());
+      ASSERT_THAT(proxy, IsOk());
+      proxy_ = *std::move(proxy);
+    }
     for (int ranks : hosts) {
+      const bool proxied = static_cast<int>(relays_.size()) == proxied_host;
       absl::StatusOr<std::unique_ptr<ReducerdProcess>> relay =
           ReducerdProcess::Start(
-              {absl::StrCat("--upstream=", absl::StrJoin(addresses, ","))});
+              {absl::StrCat("--upstream=", proxied ? proxy_->address()
+                                                   : absl::StrJoin(addresses, ","))});
       ASSERT_THAT(relay, IsOk());
       for (int i = 0; i < ranks; ++i) {
         relay_of_rank_.push_back(static_cast<int>(relays_.size()));
@@ -104,6 +118,7 @@ class RelayTest : public ::testing::Test {
   }
 
   std::vector<std::unique_ptr<ReducerdProcess>> shards_;
+  std::unique_ptr<TcpProxy> proxy_;  // see Start's proxied_host
   std::vector<std::unique_ptr<ReducerdProcess>> relays_;
   std::vector<int> relay_of_rank_;
   std::vector<int> local_world_size_;
@@ -317,6 +332,88 @@ TEST_F(RelayTest, ARelayKilledEndsTheEpochNamingItsRanks) {
                !absl::StrContains(sum.status().message(), "ranks [0,1]")) {
       failures.Add(absl::StrCat("rank ", rank, ": ", sum.status().ToString(),
                                 " does not name the relay's ranks [0,1]"));
+    }
+  });
+  failures.ExpectNone();
+}
+
+TEST_F(RelayTest, AResultDecidedUpstreamReachesTheRanksOfARelayCutOffFromIt) {
+  // Relay 1 (ranks 2 and 3) reaches the shard through proxy_. Its ranks'
+  // reduce-scatters (forwarded rank by rank) are upstream when its link
+  // goes down; then ranks 0 and 1 contribute, and the shard decides the
+  // result, which ranks 0 and 1 get. Relay 1's keepalive watchdog ends its
+  // upstream session while its link is down; once the link is back, its
+  // calls replay their results from the shard, as a client connected
+  // directly does, and its ranks get them: the epoch ends on the relay
+  // only after that (and then their next call fails).
+  ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/1, /*hosts=*/{2, 2},
+                                /*proxied_host=*/1));
+  // Past the relay's keepalive watchdog (pings every second, two seconds
+  // to answer): the link is down longer than that.
+  constexpr absl::Duration kLinkDown = absl::Seconds(5);
+  RankFailures failures;
+  std::atomic<int> warmed{0};
+  std::atomic<int> forwarding{0};
+  std::atomic<bool> link_down{false};
+  RunOnEveryRank(kWorld, [&](int rank) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "cut");
+    if (!client.ok()) {
+      failures.Add(
+          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
+      return;
+    }
+    absl::Status warm = (*client)->Barrier();
+    if (!warm.ok()) {
+      failures.Add(absl::StrCat("rank ", rank, ": ", warm.ToString()));
+    }
+    warmed.fetch_add(1);
+    while (warmed.load() < kWorld) absl::SleepFor(absl::Milliseconds(1));
+    if (rank >= 2) {
+      forwarding.fetch_add(1);
+    } else if (rank == 0) {
+      // Ranks 2 and 3's calls reach the shard (a few bytes each), then the
+      // relay's link goes down.
+      while (forwarding.load() < 2) absl::SleepFor(absl::Milliseconds(1));
+      absl::SleepFor(absl::Seconds(1));
+      proxy_->PauseAll();
+      link_down.store(true);
+    } else {
+      while (!link_down.load()) absl::SleepFor(absl::Milliseconds(1));
+    }
+    std::vector<float> rs(8);
+    for (int i = 0; i < 8; ++i) rs[i] = Value(rank, i);
+    CallOptions call;
+    call.timeout = absl::Seconds(30);
+    absl::StatusOr<Tensor> slice =
+        (*client)->ReduceScatter(TensorView::Of<float>(rs), ReduceOp::kSum,
+                                 call);
+    if (rank == 0) {
+      absl::SleepFor(kLinkDown);
+      proxy_->ResumeAll();
+    }
+    if (!slice.ok()) {
+      failures.Add(absl::StrCat("rank ", rank, ": the reduce-scatter failed: ",
+                                slice.status().ToString()));
+      return;
+    }
+    for (int i = 0; i < 2; ++i) {
+      const float want =
+          6000.0f + 4.0f * static_cast<float>(2 * rank + i);
+      if (slice->values<float>()[i] != want) {
+        failures.Add(absl::StrCat("rank ", rank, ": reducescatter[", i,
+                                  "] = ", slice->values<float>()[i],
+                                  ", want ", want));
+      }
+    }
+    if (rank < 2) return;
+    // The relay lost its upstream session: once its calls made upstream
+    // had their outcome, it ended the epoch here.
+    call.timeout = absl::Seconds(20);
+    absl::Status next = (*client)->Barrier(call);
+    if (next.ok()) {
+      failures.Add(absl::StrCat("rank ", rank,
+                                ": a barrier after the relay lost its "
+                                "upstream session succeeded"));
     }
   });
   failures.ExpectNone();

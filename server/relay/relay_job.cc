@@ -1,6 +1,8 @@
 #include "server/relay/relay_job.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -65,13 +67,7 @@ void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
     absl::StatusOr<std::unique_ptr<UpstreamSession>> session =
         env_.upstream->Open(job_, world_size_, ranks, given_up,
                             [this, epoch_id](const absl::Status& why) {
-                              {
-                                absl::MutexLock lock(&mu_);
-                                if (epoch_id != epoch_id_ || ended_) return;
-                                ended_ = true;
-                              }
-                              upstream_ended_(epoch_id,
-                                              std::string(why.message()));
+                              OnUpstreamEnded(epoch_id, why);
                             });
     if (session.ok() && given_up()) {
       // Ready upstream just as its ranks here went: it leaves at once.
@@ -106,6 +102,52 @@ void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
   });
 }
 
+void RelayJob::OnUpstreamEnded(uint64_t epoch_id, const absl::Status& why) {
+  const std::string reason(why.message());
+  std::vector<std::shared_ptr<RelayCollective>> failing;
+  size_t made_upstream = 0;
+  std::vector<int> ranks;
+  {
+    absl::MutexLock lock(&mu_);
+    if (epoch_id != epoch_id_ || ended_) return;
+    ended_ = true;
+    // The calls not made upstream cannot be any more; those made go on
+    // upstream (replaying their results), and the epoch here waits for them.
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second->started()) {
+        ++it;
+        continue;
+      }
+      failing.push_back(it->second);
+      pending_.erase(it++);
+    }
+    made_upstream = pending_.size();
+    if (made_upstream > 0) upstream_end_due_ = reason;
+    ranks = ranks_;
+  }
+  const absl::Status failed = UpstreamEndedError(reason);
+  for (const auto& c : failing) c->Fail(failed);
+  if (made_upstream == 0) {
+    upstream_ended_(epoch_id, reason);
+    return;
+  }
+  // The last of them to end passes the end on (its on_done, in Attach).
+  env_.log->Log(
+      {LogSeverity::kWarning, "relay_upstream_ended",
+       absl::StrCat("job ", job_, ": the upstream session of ranks [",
+                    absl::StrJoin(ranks, ","), "] ended (", reason,
+                    "); the epoch here ends once its ", made_upstream,
+                    " call(s) made upstream have their outcome"),
+       job_});
+}
+
+absl::Status RelayJob::UpstreamEndedError(const std::string& why) const {
+  return absl::AbortedError(absl::StrCat(
+      "job ", job_, ": this relay's upstream session ended (", why,
+      "); the epoch ends here once the calls it made upstream have their "
+      "outcome; Connect again to go on"));
+}
+
 std::vector<int> RelayJob::MembersLocked(const Fingerprint& fp,
                                          int rank) const {
   if (!TraitsOf(fp.kind).takes_several_ranks) return {rank};
@@ -131,6 +173,9 @@ absl::StatusOr<std::shared_ptr<AttachedCollective>> RelayJob::Attach(
   std::vector<std::shared_ptr<RelayCollective>> excusing;
   {
     absl::MutexLock lock(&mu_);
+    if (upstream_end_due_.has_value()) {
+      return UpstreamEndedError(*upstream_end_due_);
+    }
     if (session_ == nullptr || ended_) {
       return absl::UnavailableError(absl::StrCat(
           "job ", job_, ": this relay holds no upstream session for it now"));
@@ -155,12 +200,23 @@ absl::StatusOr<std::shared_ptr<AttachedCollective>> RelayJob::Attach(
           env_.collectives, description, members, session_,
           [this, key, epoch = epoch_id_, done,
            rank = header.rank()](uint64_t saved) {
-            absl::MutexLock lock(&mu_);
-            bytes_saved_ += saved;
-            if (epoch != epoch_id_) return;
-            pending_.erase(key);
-            // Done() returns once every rank called it: all take part again.
-            if (done) done_.erase(rank);
+            std::optional<std::string> ending;
+            {
+              absl::MutexLock lock(&mu_);
+              bytes_saved_ += saved;
+              if (epoch != epoch_id_) return;
+              pending_.erase(key);
+              // Done() returns once every rank called it: all take part
+              // again.
+              if (done) done_.erase(rank);
+              // The upstream session ended: the last call made upstream to
+              // have its outcome ends the epoch here.
+              if (upstream_end_due_.has_value() && pending_.empty()) {
+                ending = std::move(upstream_end_due_);
+                upstream_end_due_.reset();
+              }
+            }
+            if (ending.has_value()) upstream_ended_(epoch, *ending);
           });
       pending_.emplace(key, collective);
     } else {
@@ -189,6 +245,8 @@ void RelayJob::EndEpoch(uint64_t epoch_id, const absl::Status& status,
       if (!c->started()) failing.push_back(c);
     }
     pending_.clear();
+    // Ended here first: nothing of upstream's end is left to pass on.
+    upstream_end_due_.reset();
     if (!ended_) leaving = session_;
     ended_ = true;
     session_ = nullptr;

@@ -15,6 +15,18 @@
 // does the relay letting go of the job: neither waits out the join's
 // timeout.
 //
+// When the upstream session ends on its own (its epoch aborted upstream, a
+// shard lost or cut off: a keepalive watchdog, a link down), the calls not
+// yet made upstream fail at once (ABORTED, naming why) and so does every
+// later call, but the epoch here ends only once each call already made
+// upstream has its outcome: those calls replay their results from the
+// shards as a directly connected client's do (client/retry_sequence.h),
+// and their ranks must still be there to get them. Ending the epoch here
+// ends the ranks' same-host sessions, which would cut those calls off, and
+// a relay keeps no results to send again; so a result decided upstream
+// reaches every rank of this host, as it reaches every rank connected
+// directly. The calls made upstream end by their deadlines at the latest.
+//
 // Thread-safe.
 #ifndef REDUCER_SERVER_RELAY_RELAY_JOB_H_
 #define REDUCER_SERVER_RELAY_RELAY_JOB_H_
@@ -22,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -74,6 +87,14 @@ class RelayJob final : public JobRelay {
   std::vector<int> MembersLocked(const Fingerprint& fp, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Upstream's `ended` callback for the session of `epoch_id`: fails the
+  // calls not made upstream, and ends the epoch here (upstream_ended_)
+  // once the calls made upstream have their outcomes.
+  void OnUpstreamEnded(uint64_t epoch_id, const absl::Status& why);
+  // The error of a call refused, or failed before it was made upstream,
+  // because the upstream session ended (`why`).
+  absl::Status UpstreamEndedError(const std::string& why) const;
+
   const RelayJobEnv env_;
   const std::string job_;
   const int world_size_;
@@ -84,6 +105,10 @@ class RelayJob final : public JobRelay {
   std::vector<int> ranks_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<UpstreamSession> session_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;  // the epoch of session_
+  // The upstream session of epoch_id_ ended on its own, and the epoch here
+  // is to end (upstream_ended_) once pending_ is empty: why it ended.
+  // nullopt otherwise (not ended, passed on, or the epoch ended here first).
+  std::optional<std::string> upstream_end_due_ ABSL_GUARDED_BY(mu_);
   // Collectives in flight by matching key.
   absl::flat_hash_map<std::string, std::shared_ptr<RelayCollective>> pending_
       ABSL_GUARDED_BY(mu_);

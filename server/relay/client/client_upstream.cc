@@ -15,6 +15,11 @@
 namespace reducer {
 namespace {
 
+// True on a thread that runs a session's call (its thread of its own) or
+// its `ended` callback (the ClientSession's OnEnd thread): a session let go
+// there must not wait for that very thread (see ~ClientUpstreamSession).
+thread_local bool on_session_thread = false;
+
 // The relay's upstream payload as the client library reads it.
 class InputOfRelay final : public InputGate {
  public:
@@ -33,13 +38,28 @@ class ClientUpstreamSession final : public UpstreamSession {
   explicit ClientUpstreamSession(std::unique_ptr<ClientSession> session)
       : session_(std::move(session)) {}
 
+  // Waits for the calls' threads, then ends the ClientSession. The relay
+  // may let go of a session on one of the session's own threads (the last
+  // call's result, or the session's end, ending the epoch there): then
+  // that waiting and ending go to a thread of their own, which outlives
+  // this, so that no thread joins itself and the call's thread may finish
+  // with the ClientSession still there.
   ~ClientUpstreamSession() override {
     std::vector<Waiter> waiting;
     {
       absl::MutexLock lock(&mu_);
       waiting = std::move(waiting_);
     }
-    for (Waiter& w : waiting) w.thread.join();
+    auto finish = [waiting = std::move(waiting),
+                   session = std::move(session_)]() mutable {
+      for (Waiter& w : waiting) w.thread.join();
+      session.reset();
+    };
+    if (on_session_thread) {
+      std::thread(std::move(finish)).detach();
+    } else {
+      finish();
+    }
   }
 
   void Start(
@@ -80,6 +100,7 @@ class ClientUpstreamSession final : public UpstreamSession {
     waiter.thread = std::thread([this, finished, header = std::move(header),
                                  inputs = std::move(inputs), deadline, gate,
                                  input, done = std::move(done)]() mutable {
+      on_session_thread = true;
       std::unique_ptr<PendingCollective> pending = session_->StartForwarded(
           std::move(header), std::move(inputs), gate.get(), deadline);
       absl::StatusOr<std::vector<Tensor>> tensors = pending->Wait();
@@ -128,7 +149,7 @@ class ClientUpstreamSession final : public UpstreamSession {
     }
   }
 
-  const std::unique_ptr<ClientSession> session_;
+  std::unique_ptr<ClientSession> session_;  // set until destroyed
   absl::Mutex mu_;
   // One thread per call in flight, waiting for its result.
   std::vector<Waiter> waiting_ ABSL_GUARDED_BY(mu_);
@@ -158,7 +179,11 @@ absl::StatusOr<std::unique_ptr<UpstreamSession>> ClientUpstream::Open(
                                "stage device tensors themselves"),
           std::move(given_up));
   if (!session.ok()) return session.status();
-  (*session)->OnEnd(std::move(ended));
+  (*session)->OnEnd([ended = std::move(ended)](const absl::Status& why) {
+    on_session_thread = true;
+    ended(why);
+    on_session_thread = false;
+  });
   return std::unique_ptr<UpstreamSession>(
       std::make_unique<ClientUpstreamSession>(*std::move(session)));
 }

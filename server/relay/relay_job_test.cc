@@ -1,0 +1,245 @@
+// RelayJob in process, against a fake upstream whose session records the
+// calls the relay makes and ends when the test says: what happens to the
+// calls of the relay's ranks when the upstream session ends on its own,
+// and when the epoch here ends for it.
+#include "server/relay/relay_job.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "core/fingerprint_testing.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/reducer/v1/wire_conversion.h"
+#include "server/engine/clock.h"
+#include "server/engine/fake_rank_channel.h"
+#include "tests/status_matchers.h"
+
+namespace reducer {
+namespace {
+
+using ::reducer::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// Records each call made upstream; the test answers them.
+class FakeSession final : public UpstreamSession {
+ public:
+  void Start(
+      v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
+      std::function<void(absl::StatusOr<UpstreamResult>)> done) override {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back(std::move(done));
+  }
+  void Leave(const std::string& cause) override {
+    absl::MutexLock lock(&mu_);
+    left_.push_back(cause);
+  }
+
+  int calls() {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(calls_.size());
+  }
+  // Answers call `i` with one float32 tensor holding `bytes`.
+  void Answer(int i, const std::string& bytes) {
+    std::function<void(absl::StatusOr<UpstreamResult>)> done;
+    {
+      absl::MutexLock lock(&mu_);
+      done = calls_[i];
+    }
+    auto owned = std::make_shared<std::string>(bytes);
+    UpstreamResult result;
+    result.specs = {Spec(DataType::kFloat32,
+                         {static_cast<int64_t>(bytes.size() / 4)})};
+    result.data = {owned->data()};
+    result.owner = owned;
+    done(std::move(result));
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::function<void(absl::StatusOr<UpstreamResult>)>> calls_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> left_ ABSL_GUARDED_BY(mu_);
+};
+
+// Opens FakeSessions, keeping each one's `ended` for the test to call.
+class FakeUpstream final : public Upstream {
+ public:
+  absl::StatusOr<std::unique_ptr<UpstreamSession>> Open(
+      const std::string& job, int world_size, const std::vector<int>& ranks,
+      std::function<void(const absl::Status&)> ended) override {
+    auto session = std::make_unique<FakeSession>();
+    absl::MutexLock lock(&mu_);
+    session_ = session.get();
+    ended_ = std::move(ended);
+    return std::unique_ptr<UpstreamSession>(std::move(session));
+  }
+  FakeSession* session() {
+    absl::MutexLock lock(&mu_);
+    return session_;
+  }
+  // The upstream session ends on its own, with `why`.
+  void End(const absl::Status& why) {
+    std::function<void(const absl::Status&)> ended;
+    {
+      absl::MutexLock lock(&mu_);
+      ended = ended_;
+    }
+    ended(why);
+  }
+
+ private:
+  absl::Mutex mu_;
+  FakeSession* session_ ABSL_GUARDED_BY(mu_) = nullptr;  // owned by the job
+  std::function<void(const absl::Status&)> ended_ ABSL_GUARDED_BY(mu_);
+};
+
+constexpr uint64_t kEpoch = 7;
+const std::vector<int> kGroup = {0, 1, 2, 3};
+
+class RelayJobTest : public ::testing::Test {
+ protected:
+  RelayJobTest() : timers_(&Clock::Steady()) {
+    RelayJobEnv env;
+    env.upstream = &upstream_;
+    env.collectives.timers = &timers_;
+    env.collectives.memory = &memory_;
+    env.collectives.metrics = &metrics_;
+    env.log = &log_;
+    env.name = "relay test-host";
+    job_ = std::make_unique<RelayJob>(
+        env, "j", 4, [this](uint64_t epoch_id, const std::string& reason) {
+          absl::MutexLock lock(&mu_);
+          ended_here_.emplace_back(epoch_id, reason);
+        });
+  }
+
+  // Ranks 2 and 3 of the job's four join upstream.
+  void Join() {
+    absl::Notification ready;
+    absl::Status joined;
+    job_->JoinUpstream(kEpoch, {2, 3}, [&](const absl::Status& status) {
+      joined = status;
+      ready.Notify();
+    });
+    ready.WaitForNotification();
+    ASSERT_THAT(joined, ::reducer::testing::IsOk());
+  }
+
+  // Rank `rank`'s call of `fp`, sequence number `sequence`. The collective
+  // it attached to is kept, as a rank's transport keeps it while the call
+  // lasts (it holds the upstream session).
+  absl::Status Call(const Fingerprint& fp, int rank, uint64_t sequence,
+                    std::shared_ptr<FakeRankChannel> channel) {
+    v1::CollectiveHeader h;
+    h.set_job("j");
+    h.set_rank(rank);
+    h.set_sequence(sequence);
+    h.set_timeout_ms(20000);
+    for (int r : fp.group) h.add_group(r);
+    h.set_root(fp.root);
+    for (const TensorSpec& t : fp.tensors) *h.add_tensors() = TensorSpecToWire(t);
+    absl::StatusOr<std::shared_ptr<AttachedCollective>> attached =
+        job_->Attach(h, fp, std::move(channel));
+    if (!attached.ok()) return attached.status();
+    attached_.push_back(*std::move(attached));
+    return absl::OkStatus();
+  }
+
+  std::vector<std::pair<uint64_t, std::string>> ended_here() {
+    absl::MutexLock lock(&mu_);
+    return ended_here_;
+  }
+
+  TimerQueue timers_;
+  MemoryBudget memory_{1 << 30};
+  MetricsSink metrics_;
+  Logger log_;
+  FakeUpstream upstream_;
+  std::unique_ptr<RelayJob> job_;
+  std::vector<std::shared_ptr<AttachedCollective>> attached_;  // see Call
+  absl::Mutex mu_;
+  // Each upstream_ended call: its epoch and reason.
+  std::vector<std::pair<uint64_t, std::string>> ended_here_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// A reduce-scatter goes upstream rank by rank: rank 2's alone.
+Fingerprint ReduceScatter() {
+  return MakeFingerprint(CollectiveKind::kReduceScatter,
+                         {Spec(DataType::kFloat32, {8}, ReduceOp::kSum)},
+                         kGroup);
+}
+
+// An all-reduce takes ranks 2 and 3 together: one call upstream once both
+// are in.
+Fingerprint AllReduce() {
+  return MakeFingerprint(CollectiveKind::kAllReduce,
+                         {Spec(DataType::kFloat32, {4}, ReduceOp::kSum)},
+                         kGroup);
+}
+
+TEST_F(RelayJobTest, ACallMadeUpstreamGetsItsResultBeforeTheEpochEndsHere) {
+  ASSERT_NO_FATAL_FAILURE(Join());
+  // Rank 2's reduce-scatter is upstream; the all-reduce waits for rank 3.
+  auto scattered = std::make_shared<FakeRankChannel>();
+  ASSERT_THAT(Call(ReduceScatter(), 2, 0, scattered), ::reducer::testing::IsOk());
+  auto waiting = std::make_shared<FakeRankChannel>();
+  ASSERT_THAT(Call(AllReduce(), 2, 1, waiting), ::reducer::testing::IsOk());
+  ASSERT_EQ(upstream_.session()->calls(), 1);
+
+  upstream_.End(absl::UnavailableError("keepalive watchdog timeout"));
+  // The call not made upstream fails at once, naming why; so does a later
+  // call. The epoch here goes on while the reduce-scatter is upstream.
+  ASSERT_TRUE(waiting->WaitEnded());
+  EXPECT_THAT(waiting->failure(),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("keepalive watchdog timeout")));
+  EXPECT_THAT(Call(ReduceScatter(), 3, 0, std::make_shared<FakeRankChannel>()),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("upstream session ended")));
+  EXPECT_TRUE(ended_here().empty());
+  EXPECT_FALSE(scattered->WaitEnded(absl::Milliseconds(50)));
+
+  // Its result, replayed upstream, reaches rank 2; then the epoch ends here.
+  const std::string slice(8, '\x11');
+  upstream_.session()->Answer(0, slice);
+  ASSERT_TRUE(scattered->WaitEnded());
+  EXPECT_TRUE(scattered->finished_ok()) << scattered->failure();
+  EXPECT_EQ(scattered->result(), slice);
+  const auto ended = ended_here();
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].first, kEpoch);
+  EXPECT_THAT(ended[0].second, HasSubstr("keepalive watchdog timeout"));
+}
+
+TEST_F(RelayJobTest, WithNoCallUpstreamTheEpochEndsHereAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(Join());
+  upstream_.End(absl::AbortedError("job j epoch 1 aborted: rank 0 left"));
+  const auto ended = ended_here();
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].first, kEpoch);
+  EXPECT_THAT(ended[0].second, HasSubstr("rank 0 left"));
+}
+
+TEST_F(RelayJobTest, AnEpochEndedHereFirstIsNotEndedAgainByUpstreamsEnd) {
+  ASSERT_NO_FATAL_FAILURE(Join());
+  auto scattered = std::make_shared<FakeRankChannel>();
+  ASSERT_THAT(Call(ReduceScatter(), 2, 0, scattered), ::reducer::testing::IsOk());
+  upstream_.End(absl::UnavailableError("keepalive watchdog timeout"));
+  // Rank 3 is lost here meanwhile: its Job ends the epoch.
+  job_->EndEpoch(kEpoch, absl::AbortedError("rank 3's session was lost"),
+                 "rank 3's session was lost");
+  // The call made upstream still ends as upstream decides.
+  upstream_.session()->Answer(0, std::string(8, '\x22'));
+  ASSERT_TRUE(scattered->WaitEnded());
+  EXPECT_TRUE(scattered->finished_ok()) << scattered->failure();
+  EXPECT_TRUE(ended_here().empty());
+}
+
+}  // namespace
+}  // namespace reducer
