@@ -74,7 +74,8 @@ TEST(ClientUpstreamTest, ASessionDroppedByItsLastCallsDoneEndsThere) {
   ClientUpstream upstream(UpstreamOptions(**shard));
   Holder holder;
   absl::StatusOr<std::unique_ptr<UpstreamSession>> session =
-      upstream.Open("dropped-in-done", 1, {0}, [](const absl::Status&) {});
+      upstream.Open("dropped-in-done", 1, {0}, /*given_up=*/nullptr,
+                    [](const absl::Status&) {});
   ASSERT_THAT(session, IsOk());
   holder.Set(*std::move(session));
   absl::Notification done;
@@ -100,12 +101,13 @@ TEST(ClientUpstreamTest, ASessionDroppedByItsEndedCallbackEndsThere) {
   Holder holder;
   absl::Notification ended;
   absl::Status why;
-  absl::StatusOr<std::unique_ptr<UpstreamSession>> session = upstream.Open(
-      "dropped-in-ended", 1, {0}, [&](const absl::Status& status) {
-        why = status;
-        holder.Drop();
-        ended.Notify();
-      });
+  absl::StatusOr<std::unique_ptr<UpstreamSession>> session =
+      upstream.Open("dropped-in-ended", 1, {0}, /*given_up=*/nullptr,
+                    [&](const absl::Status& status) {
+                      why = status;
+                      holder.Drop();
+                      ended.Notify();
+                    });
   ASSERT_THAT(session, IsOk());
   holder.Set(*std::move(session));
   (*shard)->Kill();

@@ -71,6 +71,7 @@ class FakeUpstream final : public Upstream {
  public:
   absl::StatusOr<std::unique_ptr<UpstreamSession>> Open(
       const std::string& job, int world_size, const std::vector<int>& ranks,
+      std::function<bool()> given_up,
       std::function<void(const absl::Status&)> ended) override {
     auto session = std::make_unique<FakeSession>();
     absl::MutexLock lock(&mu_);
