@@ -48,8 +48,7 @@ class RelayTest : public ::testing::Test {
   // `shards` reducerds upstream; one relay per entry of `hosts`, each
   // serving that many ranks (in rank order). With `proxied_host`, that
   // host's relay reaches the one shard through proxy_ (its link).
-  void Start(int shards, const std::vector<int>& hosts,
-             int proxied_host = -1) {
+  void Start(int shards, const std::vector<int>& hosts, int proxied_host = -1) {
     std::vector<std::string> addresses;
     for (int s = 0; s < shards; ++s) {
       absl::StatusOr<std::unique_ptr<ReducerdProcess>> shard =
@@ -68,9 +67,9 @@ class RelayTest : public ::testing::Test {
     for (int ranks : hosts) {
       const bool proxied = static_cast<int>(relays_.size()) == proxied_host;
       absl::StatusOr<std::unique_ptr<ReducerdProcess>> relay =
-          ReducerdProcess::Start(
-              {absl::StrCat("--upstream=", proxied ? proxy_->address()
-                                                   : absl::StrJoin(addresses, ","))});
+          ReducerdProcess::Start({absl::StrCat(
+              "--upstream=",
+              proxied ? proxy_->address() : absl::StrJoin(addresses, ","))});
       ASSERT_THAT(relay, IsOk());
       for (int i = 0; i < ranks; ++i) {
         relay_of_rank_.push_back(static_cast<int>(relays_.size()));
@@ -384,9 +383,8 @@ TEST_F(RelayTest, AResultDecidedUpstreamReachesTheRanksOfARelayCutOffFromIt) {
     for (int i = 0; i < 8; ++i) rs[i] = Value(rank, i);
     CallOptions call;
     call.timeout = absl::Seconds(30);
-    absl::StatusOr<Tensor> slice =
-        (*client)->ReduceScatter(TensorView::Of<float>(rs), ReduceOp::kSum,
-                                 call);
+    absl::StatusOr<Tensor> slice = (*client)->ReduceScatter(
+        TensorView::Of<float>(rs), ReduceOp::kSum, call);
     if (rank == 0) {
       absl::SleepFor(kLinkDown);
       proxy_->ResumeAll();
@@ -397,12 +395,10 @@ TEST_F(RelayTest, AResultDecidedUpstreamReachesTheRanksOfARelayCutOffFromIt) {
       return;
     }
     for (int i = 0; i < 2; ++i) {
-      const float want =
-          6000.0f + 4.0f * static_cast<float>(2 * rank + i);
+      const float want = 6000.0f + 4.0f * static_cast<float>(2 * rank + i);
       if (slice->values<float>()[i] != want) {
-        failures.Add(absl::StrCat("rank ", rank, ": reducescatter[", i,
-                                  "] = ", slice->values<float>()[i],
-                                  ", want ", want));
+        failures.Add(absl::StrCat("rank ", rank, ": reducescatter[", i, "] = ",
+                                  slice->values<float>()[i], ", want ", want));
       }
     }
     if (rank < 2) return;

@@ -132,13 +132,12 @@ void RelayJob::OnUpstreamEnded(uint64_t epoch_id, const absl::Status& why) {
     return;
   }
   // The last of them to end passes the end on (its on_done, in Attach).
-  env_.log->Log(
-      {LogSeverity::kWarning, "relay_upstream_ended",
-       absl::StrCat("job ", job_, ": the upstream session of ranks [",
-                    absl::StrJoin(ranks, ","), "] ended (", reason,
-                    "); the epoch here ends once its ", made_upstream,
-                    " call(s) made upstream have their outcome"),
-       job_});
+  env_.log->Log({LogSeverity::kWarning, "relay_upstream_ended",
+                 absl::StrCat("job ", job_, ": the upstream session of ranks [",
+                              absl::StrJoin(ranks, ","), "] ended (", reason,
+                              "); the epoch here ends once its ", made_upstream,
+                              " call(s) made upstream have their outcome"),
+                 job_});
 }
 
 absl::Status RelayJob::UpstreamEndedError(const std::string& why) const {

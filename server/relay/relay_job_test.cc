@@ -52,8 +52,8 @@ class FakeSession final : public UpstreamSession {
     }
     auto owned = std::make_shared<std::string>(bytes);
     UpstreamResult result;
-    result.specs = {Spec(DataType::kFloat32,
-                         {static_cast<int64_t>(bytes.size() / 4)})};
+    result.specs = {
+        Spec(DataType::kFloat32, {static_cast<int64_t>(bytes.size() / 4)})};
     result.data = {owned->data()};
     result.owner = owned;
     done(std::move(result));
@@ -143,7 +143,8 @@ class RelayJobTest : public ::testing::Test {
     h.set_timeout_ms(20000);
     for (int r : fp.group) h.add_group(r);
     h.set_root(fp.root);
-    for (const TensorSpec& t : fp.tensors) *h.add_tensors() = TensorSpecToWire(t);
+    for (const TensorSpec& t : fp.tensors)
+      *h.add_tensors() = TensorSpecToWire(t);
     absl::StatusOr<std::shared_ptr<AttachedCollective>> attached =
         job_->Attach(h, fp, std::move(channel));
     if (!attached.ok()) return attached.status();
@@ -188,7 +189,8 @@ TEST_F(RelayJobTest, ACallMadeUpstreamGetsItsResultBeforeTheEpochEndsHere) {
   ASSERT_NO_FATAL_FAILURE(Join());
   // Rank 2's reduce-scatter is upstream; the all-reduce waits for rank 3.
   auto scattered = std::make_shared<FakeRankChannel>();
-  ASSERT_THAT(Call(ReduceScatter(), 2, 0, scattered), ::reducer::testing::IsOk());
+  ASSERT_THAT(Call(ReduceScatter(), 2, 0, scattered),
+              ::reducer::testing::IsOk());
   auto waiting = std::make_shared<FakeRankChannel>();
   ASSERT_THAT(Call(AllReduce(), 2, 1, waiting), ::reducer::testing::IsOk());
   ASSERT_EQ(upstream_.session()->calls(), 1);
@@ -230,7 +232,8 @@ TEST_F(RelayJobTest, WithNoCallUpstreamTheEpochEndsHereAtOnce) {
 TEST_F(RelayJobTest, AnEpochEndedHereFirstIsNotEndedAgainByUpstreamsEnd) {
   ASSERT_NO_FATAL_FAILURE(Join());
   auto scattered = std::make_shared<FakeRankChannel>();
-  ASSERT_THAT(Call(ReduceScatter(), 2, 0, scattered), ::reducer::testing::IsOk());
+  ASSERT_THAT(Call(ReduceScatter(), 2, 0, scattered),
+              ::reducer::testing::IsOk());
   upstream_.End(absl::UnavailableError("keepalive watchdog timeout"));
   // Rank 3 is lost here meanwhile: its Job ends the epoch.
   job_->EndEpoch(kEpoch, absl::AbortedError("rank 3's session was lost"),
