@@ -34,7 +34,9 @@
 //     has not read stay in the budget). The first message carries the
 //     rank's result specs: those of the kind's result, or an empty list for
 //     a rank that gets none (the non-roots of Reduce and Gather, which get
-//     0 result bytes and finish as soon as their payload is in). A rank
+//     0 result bytes). A rank's call ends OK once it has its whole result
+//     and every rank's payload is in (the collective is decided), never
+//     sooner, so that a rank lost before then fails every call. A rank
 //     that finishes alone (KindStrategy::FinishesAlone: a point-to-point
 //     message's source, whose whole payload is reserved and held) gets its
 //     empty header when it attaches and finishes once its payload is in,

@@ -55,7 +55,12 @@ bool Collective::OnData(int rank, uint64_t offset, Payload data) {
       strategy_->Accept(index, m, offset, std::move(data), all_headers_, *this,
                         &ready);
     }
-    MaybeFinish(index);
+    if (m.received == m.input_bytes && AllInputInLocked()) {
+      // The last payload is in: ranks that had their whole result end.
+      for (size_t i = 0; i < ranks_.size(); ++i) MaybeFinish(i);
+    } else {
+      MaybeFinish(index);
+    }
     may_read = MayRead(index);
     if (!may_read) m.read_paused = true;
     strategy = strategy_;
@@ -139,11 +144,19 @@ void Collective::SendTo(int index, uint64_t offset,
 }
 
 bool Collective::IsComplete(const RankState& m) const {
-  // A rank is done once it has its whole result and has sent its whole
-  // payload (a ReduceScatter rank may get its slice before it sent all);
-  // one that finishes alone (a buffered send) needs no other rank's header.
-  return !m.finished && (all_headers_ || m.finishes_alone) && m.header_sent &&
-         m.sent == m.output_bytes && m.received == m.input_bytes;
+  // A rank is done once it has its whole result, has sent its whole
+  // payload, and every other rank's payload is in: then the collective is
+  // decided, and no rank's failure can fail it (FailUnlessDecided). A rank
+  // may have its whole result sooner (a ReduceScatter slice, a Reduce's
+  // non-root) while another's payload is still coming; its call ends OK
+  // only once that is in, so that a rank lost before then fails every
+  // rank's call, not only those still waiting (all or nothing). One that
+  // finishes alone (a buffered send) needs no other rank.
+  if (m.finished || !m.header_sent || m.sent != m.output_bytes ||
+      m.received != m.input_bytes) {
+    return false;
+  }
+  return m.finishes_alone || AllInputInLocked();
 }
 
 void Collective::MaybeFinish(int index) {

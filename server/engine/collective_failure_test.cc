@@ -241,6 +241,38 @@ TEST_F(CollectiveTest, RankCancelledAfterAllArrivedAbortsEveryone) {
   EXPECT_FALSE(c->OnData(2, 0, Range(Bytes(Ramp(2, kN)))));
 }
 
+TEST_F(CollectiveTest,
+       ReduceScatterRankCancelledAfterOthersHadTheirSlicesFailsEveryone) {
+  // [24] float32 = 96 bytes over 3 ranks: 32-byte slices, chunks [0,64)
+  // and [64,96). Ranks 0 and 1 send all, rank 2 chunk 0 only: ranks 0 and
+  // 1 have their whole slices, but rank 2's call is cancelled before its
+  // payload is all in. The collective fails for every rank, none ends OK.
+  constexpr int kN = 24;
+  std::shared_ptr<Collective> c =
+      Make(CollectiveKind::kReduceScatter, {0, 1, 2});
+  auto ch = Channels(3);
+  const Fingerprint fp = Fp(CollectiveKind::kReduceScatter,
+                            {Spec(DataType::kFloat32, {kN})}, {0, 1, 2});
+  for (int r = 0; r < 3; ++r) c->Attach(ch[r], r, fp, "");
+  Feed(*c, 0, Bytes(Ramp(0, kN)), 64);
+  Feed(*c, 1, Bytes(Ramp(1, kN)), 64);
+  c->OnData(2, 0, Range(Bytes(Ramp(2, kN)).substr(0, 64)));  // chunk 0 only
+  // Rank 0's slice (bytes [0,32)) is reduced and sent.
+  ASSERT_TRUE(ch[0]->WaitMessages(1));
+  EXPECT_EQ(ch[0]->byte_count(), 32u);
+  c->OnRankCancelled(2, ch[2].get());
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_FALSE(ch[r]->finished_ok());
+    EXPECT_THAT(ch[r]->failure(),
+                StatusIs(absl::StatusCode::kAborted,
+                         HasSubstr("rank 2's call was cancelled")));
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
+}
+
 TEST_F(CollectiveTest, EpochEndOnceEveryInputIsInStillDeliversTheResult) {
   constexpr int kN = 40;
   std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});

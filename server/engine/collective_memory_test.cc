@@ -237,12 +237,13 @@ TEST_F(CollectiveTest,
   EXPECT_EQ(memory_->used(), 0u);
 }
 
-// A ReduceScatter rank finishes when it has its own slice and has sent its
-// whole input, while its parts of chunks beyond its slice may still wait
-// for slower ranks: its reservation stays until those are reduced. Here
-// ranks 0 and 1 finish after chunk 0 while their 64-byte parts of chunk 1
-// stay staged.
-TEST_F(CollectiveTest, FinishedReduceScatterRankStagedChunksStayInTheBudget) {
+// A ReduceScatter rank has its own slice once that is reduced, while its
+// parts of chunks beyond its slice may still wait for slower ranks: its
+// reservation stays until those are reduced, and its call ends (OK) only
+// once every rank's payload is in. Here ranks 0 and 1 have their slices
+// after chunk 0 while their 64-byte parts of chunk 1 stay staged.
+TEST_F(CollectiveTest,
+       ReduceScatterRanksWithTheirSlicesKeepStagedChunksInTheBudget) {
   constexpr int kN = 18;  // [9,2] float32: chunks [0,64) and [64,72)
   std::shared_ptr<Collective> c =
       Make(CollectiveKind::kReduceScatter, {0, 1, 2});
@@ -258,15 +259,21 @@ TEST_F(CollectiveTest, FinishedReduceScatterRankStagedChunksStayInTheBudget) {
   Feed(*c, 0, Bytes(Ramp(0, kN)), 64);
   Feed(*c, 1, Bytes(Ramp(1, kN)), 64);
   c->OnData(2, 0, Range(Bytes(Ramp(2, kN)).substr(0, 64)));  // chunk 0 only
-  ASSERT_TRUE(ch[0]->WaitEnded());
-  ASSERT_TRUE(ch[1]->WaitEnded());
-  ASSERT_TRUE(ch[0]->finished_ok());
+  // Ranks 0 and 1 have their 3 rows (24 bytes) each.
+  ASSERT_TRUE(ch[0]->WaitMessages(1));
+  ASSERT_TRUE(ch[1]->WaitMessages(1));
+  EXPECT_EQ(ch[0]->byte_count(), 24u);
+  EXPECT_EQ(ch[1]->byte_count(), 24u);
+  EXPECT_FALSE(ch[0]->WaitEnded(absl::Milliseconds(100)))
+      << "rank 0's call ended while rank 2's payload was still coming";
   // Held now: rank 2's reservation plus ranks 0 and 1's staged parts of
   // chunk 1, 64 bytes each.
   EXPECT_GE(memory_->used(), (72u + 4 * 64) + 2 * 64);
   c->OnData(2, 64, Range(Bytes(Ramp(2, kN)).substr(64)));
-  ASSERT_TRUE(ch[2]->WaitEnded());
-  EXPECT_TRUE(ch[2]->finished_ok()) << ch[2]->failure();
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+  }
   EXPECT_EQ(memory_->used(), 0u);
 }
 

@@ -4,7 +4,7 @@
 // (Gather: to the root only) at that rank's offset in the result. AllGather
 // and Gather place rank i's bytes after those of ranks 0..i-1 (dim 0 may
 // differ by rank); Broadcast's only sender is the root, at offset 0.
-// Gather's other ranks get no result and finish once their payload is in.
+// Gather's other ranks get no result.
 // Holding back early payload, memory and back-pressure: HeldBackForwarding.
 #ifndef REDUCER_SERVER_ENGINE_FORWARD_STRATEGY_H_
 #define REDUCER_SERVER_ENGINE_FORWARD_STRATEGY_H_

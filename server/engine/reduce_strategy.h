@@ -4,7 +4,8 @@
 // goes to every rank (AllReduce), or, cut at the slice boundaries, to the
 // ranks whose slices it overlaps (ReduceScatter: rank i owns bytes
 // [i * total / n, (i + 1) * total / n)), or to the root only (Reduce: the
-// other ranks get no result and finish once all their payload is in).
+// other ranks get no result). Each rank's call ends once every rank's
+// payload is in (Collective::IsComplete).
 //
 // A rank's part of chunk k is held in the storage it arrived in, in as many
 // pieces as it came in (a StagedPart), and never copied whole: the
