@@ -49,10 +49,10 @@ const char* Zeros() {
 
 }  // namespace
 
-RelayCollective::RelayCollective(RelayEnv env, std::string description,
-                                 std::vector<int> members,
-                                 std::shared_ptr<UpstreamSession> session,
-                                 std::function<void(uint64_t)> on_done)
+RelayCollective::RelayCollective(
+    RelayEnv env, std::string description, std::vector<int> members,
+    std::shared_ptr<UpstreamSession> session,
+    std::function<void(uint64_t, const std::vector<int>&)> on_done)
     : env_(env),
       description_(std::move(description)),
       session_(std::move(session)),
@@ -634,6 +634,7 @@ void RelayCollective::FailLocked(const absl::Status& status) {
 
 void RelayCollective::MaybeDone() {
   uint64_t saved = 0;
+  std::vector<int> absent;
   {
     absl::MutexLock lock(&mu_);
     if (done_reported_) return;
@@ -642,11 +643,14 @@ void RelayCollective::MaybeDone() {
     }
     done_reported_ = true;
     saved = saved_;
+    for (const Member& m : members_) {
+      if (!m.attached) absent.push_back(m.rank);
+    }
     if (started_ || split_) {
       env_.metrics->RelayCallEnded(static_cast<int>(members_.size()), saved);
     }
   }
-  if (on_done_) on_done_(saved);
+  if (on_done_) on_done_(saved, absent);
 }
 
 }  // namespace reducer

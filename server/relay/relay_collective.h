@@ -80,11 +80,14 @@ class RelayCollective final
   // `members`: the ranks of this host taking part, sorted. `on_done` is
   // called once, without the lock, when every member has its outcome,
   // with the bytes combining saved on the host's link (what one call per
-  // member would have sent and received, less what was).
-  RelayCollective(RelayEnv env, std::string description,
-                  std::vector<int> members,
-                  std::shared_ptr<UpstreamSession> session,
-                  std::function<void(uint64_t saved)> on_done);
+  // member would have sent and received, less what was), and the members
+  // that never attached (it failed, or was split and went on without
+  // them): each is to go upstream alone when it comes, as the others did.
+  RelayCollective(
+      RelayEnv env, std::string description, std::vector<int> members,
+      std::shared_ptr<UpstreamSession> session,
+      std::function<void(uint64_t saved, const std::vector<int>& absent)>
+          on_done);
   ~RelayCollective() override;
 
   // Adds `rank`'s call (`fp` valid, its rank a member). False when it was
@@ -177,7 +180,8 @@ class RelayCollective final
   const RelayEnv env_;
   const std::string description_;
   const std::shared_ptr<UpstreamSession> session_;
-  const std::function<void(uint64_t saved)> on_done_;
+  const std::function<void(uint64_t saved, const std::vector<int>& absent)>
+      on_done_;
 
   mutable absl::Mutex mu_;
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);  // in rank order

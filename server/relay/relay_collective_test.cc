@@ -115,7 +115,10 @@ class RelayCollectiveTest : public ::testing::Test {
   std::shared_ptr<RelayCollective> Make(std::vector<int> members) {
     return std::make_shared<RelayCollective>(
         env_, "allreduce #0 in job j", std::move(members), session_,
-        [this](uint64_t saved) { saved_ = saved; });
+        [this](uint64_t saved, const std::vector<int>& absent) {
+          saved_ = saved;
+          absent_ = absent;
+        });
   }
 
   // The header rank `rank` sends for `fp` (group and kind as the fp's).
@@ -147,6 +150,7 @@ class RelayCollectiveTest : public ::testing::Test {
   RelayEnv env_;
   std::shared_ptr<FakeSession> session_ = std::make_shared<FakeSession>();
   uint64_t saved_ = 0;
+  std::vector<int> absent_;
 };
 
 TEST_F(RelayCollectiveTest, AllReduceSendsTheSumOfItsRanksOnceAndHandsBack) {
@@ -354,6 +358,7 @@ TEST_F(RelayCollectiveTest, ARankThatNeverArrivesIsLeftForUpstreamToName) {
   ASSERT_TRUE(ch0->WaitEnded());
   EXPECT_EQ(ch0->failure(), timeout);
   EXPECT_TRUE(c->done());
+  EXPECT_THAT(absent_, ElementsAre(1));  // to go alone when it comes
 }
 
 TEST_F(RelayCollectiveTest, RanksThatAllArriveInTimeAreNotSplit) {

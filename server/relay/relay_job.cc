@@ -186,7 +186,13 @@ absl::StatusOr<std::shared_ptr<AttachedCollective>> RelayJob::Attach(
       done_.insert(header.rank());
       for (auto& [key, c] : pending_) excusing.push_back(c);
     }
-    const std::vector<int> members = MembersLocked(fp, header.rank());
+    std::vector<int> members = MembersLocked(fp, header.rank());
+    const std::string shared_key = MatchingKey(header, fp, /*alone=*/false);
+    if (auto late = late_.find(shared_key);
+        late != late_.end() && late->second.erase(header.rank()) > 0) {
+      members = {header.rank()};
+      if (late->second.empty()) late_.erase(late);
+    }
     const std::string key = MatchingKey(header, fp, members.size() == 1);
     auto it = pending_.find(key);
     if (it == pending_.end()) {
@@ -197,14 +203,16 @@ absl::StatusOr<std::shared_ptr<AttachedCollective>> RelayJob::Attach(
           " in job ", job_);
       collective = std::make_shared<RelayCollective>(
           env_.collectives, description, members, session_,
-          [this, key, epoch = epoch_id_, done,
-           rank = header.rank()](uint64_t saved) {
+          [this, key, epoch = epoch_id_, done, rank = header.rank()](
+              uint64_t saved, const std::vector<int>& absent) {
             std::optional<std::string> ending;
             {
               absl::MutexLock lock(&mu_);
               bytes_saved_ += saved;
               if (epoch != epoch_id_) return;
               pending_.erase(key);
+              if (!absent.empty())
+                late_[key].insert(absent.begin(), absent.end());
               // Done() returns once every rank called it: all take part
               // again.
               if (done) done_.erase(rank);
@@ -244,6 +252,7 @@ void RelayJob::EndEpoch(uint64_t epoch_id, const absl::Status& status,
       if (!c->started()) failing.push_back(c);
     }
     pending_.clear();
+    late_.clear();
     // Ended here first: nothing of upstream's end is left to pass on.
     upstream_end_due_.reset();
     if (!ended_) leaving = session_;

@@ -109,6 +109,11 @@ class RelayJob final : public JobRelay {
   // is to end (upstream_ended_) once pending_ is empty: why it ended.
   // nullopt otherwise (not ended, passed on, or the epoch ended here first).
   std::optional<std::string> upstream_end_due_ ABSL_GUARDED_BY(mu_);
+  // By the matching key of a collective that is over, its members that
+  // never attached: each goes upstream alone when it comes, as the others
+  // did (a combined call would wait half its timeout here for ranks that
+  // are done with it).
+  absl::flat_hash_map<std::string, std::set<int>> late_ ABSL_GUARDED_BY(mu_);
   // Collectives in flight by matching key.
   absl::flat_hash_map<std::string, std::shared_ptr<RelayCollective>> pending_
       ABSL_GUARDED_BY(mu_);

@@ -32,6 +32,7 @@ class FakeSession final : public UpstreamSession {
       v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
       std::function<void(absl::StatusOr<UpstreamResult>)> done) override {
     absl::MutexLock lock(&mu_);
+    headers_.push_back(std::move(header));
     calls_.push_back(std::move(done));
   }
   void Leave(const std::string& cause) override {
@@ -42,6 +43,19 @@ class FakeSession final : public UpstreamSession {
   int calls() {
     absl::MutexLock lock(&mu_);
     return static_cast<int>(calls_.size());
+  }
+  v1::CollectiveHeader header(int i) {
+    absl::MutexLock lock(&mu_);
+    return headers_[i];
+  }
+  // Fails call `i` with `status`.
+  void Refuse(int i, const absl::Status& status) {
+    std::function<void(absl::StatusOr<UpstreamResult>)> done;
+    {
+      absl::MutexLock lock(&mu_);
+      done = calls_[i];
+    }
+    done(status);
   }
   // Answers call `i` with one float32 tensor holding `bytes`.
   void Answer(int i, const std::string& bytes) {
@@ -61,6 +75,7 @@ class FakeSession final : public UpstreamSession {
 
  private:
   absl::Mutex mu_;
+  std::vector<v1::CollectiveHeader> headers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(absl::StatusOr<UpstreamResult>)>> calls_
       ABSL_GUARDED_BY(mu_);
   std::vector<std::string> left_ ABSL_GUARDED_BY(mu_);
@@ -119,11 +134,11 @@ class RelayJobTest : public ::testing::Test {
         });
   }
 
-  // Ranks 2 and 3 of the job's four join upstream.
-  void Join() {
+  // Ranks `ranks` (2 and 3 unless said) of the job's four join upstream.
+  void Join(std::vector<int> ranks = {2, 3}) {
     absl::Notification ready;
     absl::Status joined;
-    job_->JoinUpstream(kEpoch, {2, 3}, [&](const absl::Status& status) {
+    job_->JoinUpstream(kEpoch, ranks, [&](const absl::Status& status) {
       joined = status;
       ready.Notify();
     });
@@ -243,6 +258,50 @@ TEST_F(RelayJobTest, AnEpochEndedHereFirstIsNotEndedAgainByUpstreamsEnd) {
   ASSERT_TRUE(scattered->WaitEnded());
   EXPECT_TRUE(scattered->finished_ok()) << scattered->failure();
   EXPECT_TRUE(ended_here().empty());
+}
+
+TEST_F(RelayJobTest, ARankLateForACollectiveSplitWithoutItGoesUpstreamAlone) {
+  // Ranks 1-3 here. Rank 3 disagrees with rank 1, so their all-reduce goes
+  // upstream rank by rank, and upstream fails it; rank 2 comes after that.
+  // It goes upstream at once, alone (upstream answers it as it answers a
+  // late rank connected directly), instead of waiting here for ranks 1
+  // and 3, which are done with it.
+  ASSERT_NO_FATAL_FAILURE(Join({1, 2, 3}));
+  auto sum = [](int64_t n) {
+    return MakeFingerprint(CollectiveKind::kAllReduce,
+                           {Spec(DataType::kFloat32, {n}, ReduceOp::kSum)},
+                           kGroup);
+  };
+  auto one = std::make_shared<FakeRankChannel>();
+  auto three = std::make_shared<FakeRankChannel>();
+  ASSERT_THAT(Call(sum(4), 1, 1, one), ::reducer::testing::IsOk());
+  ASSERT_THAT(Call(sum(5), 3, 1, three), ::reducer::testing::IsOk());
+  FakeSession* session = upstream_.session();
+  ASSERT_EQ(session->calls(), 2);
+  const absl::Status mismatch = absl::FailedPreconditionError(
+      "allreduce #1 in job j: mismatched shapes: rank 1 sent [4] float32, "
+      "rank 3 sent [5] float32");
+  session->Refuse(0, mismatch);
+  session->Refuse(1, mismatch);
+  ASSERT_TRUE(one->WaitEnded());
+  ASSERT_TRUE(three->WaitEnded());
+  EXPECT_EQ(one->failure(), mismatch);
+
+  auto two = std::make_shared<FakeRankChannel>();
+  ASSERT_THAT(Call(sum(4), 2, 1, two), ::reducer::testing::IsOk());
+  ASSERT_EQ(session->calls(), 3) << "rank 2's call waits here";
+  EXPECT_EQ(session->header(2).rank(), 2);
+  EXPECT_TRUE(session->header(2).ranks().empty());
+  session->Refuse(2, mismatch);
+  ASSERT_TRUE(two->WaitEnded());
+  EXPECT_EQ(two->failure(), mismatch);
+  // The next all-reduce takes the three together again.
+  for (int r : {1, 2, 3}) {
+    ASSERT_THAT(Call(sum(4), r, 2, std::make_shared<FakeRankChannel>()),
+                ::reducer::testing::IsOk());
+  }
+  ASSERT_EQ(session->calls(), 4);
+  EXPECT_EQ(session->header(3).ranks_size(), 3);
 }
 
 }  // namespace

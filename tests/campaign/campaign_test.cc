@@ -1,7 +1,9 @@
 // The robustness campaign's bounded form, for CI: two fixed seeds, each a
 // campaign of 40 s of faults over 3 jobs (3 and 2 ranks, and a quorum job
 // of 3) and 2 shards (tests/campaign/campaign.h), with a busy thread per
-// core beside it (a loaded machine's timing). Skips where network
+// core beside it (a loaded machine's timing); and the first seed again
+// with the ranks two by two behind a relay per worker host (its faults:
+// relays killed and stopped, their links to the shards cut). Skips where network
 // namespaces cannot be made. Under the sanitizers (ASAN_OPTIONS set, as
 // --config=asan does) every process runs several times slower, and freed
 // memory sits in ASan's quarantine (256 MiB by default, more with its
@@ -10,8 +12,10 @@
 // resident memory may end up to 512 MiB above its baseline (seen: 279 MiB).
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/campaign/campaign.h"
@@ -20,14 +24,28 @@ namespace reducer {
 namespace testing {
 namespace {
 
-class CampaignTest : public ::testing::TestWithParam<uint64_t> {};
+// A seed, and the ranks per relay (0: none, ranks reach the shards).
+struct Variant {
+  uint64_t seed = 1;
+  int ranks_per_relay = 0;
+};
+
+std::string VariantName(const ::testing::TestParamInfo<Variant>& info) {
+  return absl::StrCat("seed", info.param.seed,
+                      info.param.ranks_per_relay > 0 ? "_relays" : "");
+}
+
+class CampaignTest : public ::testing::TestWithParam<Variant> {};
 
 bool Sanitized() { return std::getenv("ASAN_OPTIONS") != nullptr; }
 
 TEST_P(CampaignTest, EveryOperationHoldsTheContract) {
-  if (Sanitized() && GetParam() != 1) GTEST_SKIP() << "one seed under the sanitizers";
+  if (Sanitized() && (GetParam().seed != 1 || GetParam().ranks_per_relay > 0)) {
+    GTEST_SKIP() << "one campaign under the sanitizers";
+  }
   CampaignOptions options;
-  options.seed = GetParam();
+  options.seed = GetParam().seed;
+  options.ranks_per_relay = GetParam().ranks_per_relay;
   options.fault_phase = absl::Seconds(40);
   options.load_threads = static_cast<int>(std::thread::hardware_concurrency());
   if (Sanitized()) {
@@ -47,7 +65,10 @@ TEST_P(CampaignTest, EveryOperationHoldsTheContract) {
   EXPECT_GT(report->succeeded, 100) << report->Details();
 }
 
-INSTANTIATE_TEST_SUITE_P(FixedSeeds, CampaignTest, ::testing::Values(1, 2));
+INSTANTIATE_TEST_SUITE_P(FixedSeeds, CampaignTest,
+                         ::testing::Values(Variant{1, 0}, Variant{2, 0},
+                                           Variant{1, 2}),
+                         VariantName);
 
 }  // namespace
 }  // namespace testing
