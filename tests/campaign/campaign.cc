@@ -1,6 +1,7 @@
 #include "tests/campaign/campaign.h"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include <fstream>
@@ -56,6 +57,19 @@ int64_t ResidentBytes(pid_t pid) {
   return -1;
 }
 
+// A directory of the campaign's own under the test's temporary one, for
+// its histories and stop file: two campaigns of one seed in one process
+// (with and without relays) must not read each other's histories.
+std::string CampaignDir(const CampaignOptions& options) {
+  std::string dir =
+      absl::StrCat(TestTempDir(), "/campaign-", options.seed,
+                   options.ranks_per_relay > 0
+                       ? absl::StrCat("-relays", options.ranks_per_relay)
+                       : std::string(),
+                   "-XXXXXX");
+  return mkdtemp(dir.data()) != nullptr ? dir : TestTempDir();
+}
+
 std::string PathOf(const std::string& path) {
   if (absl::StartsWith(path, "/")) return path;
   absl::StatusOr<std::string> runfile = RunfilePath(path);
@@ -66,7 +80,7 @@ std::string PathOf(const std::string& path) {
 class Campaign {
  public:
   Campaign(const CampaignOptions& options, std::unique_ptr<VirtualNetwork> net)
-      : options_(options), net_(std::move(net)), dir_(TestTempDir()) {
+      : options_(options), net_(std::move(net)), dir_(CampaignDir(options)) {
     for (int s = 0; s < options.shards; ++s) {
       targets_.push_back(absl::StrCat(net_->Address(ShardHost(s)), ":", kShardPort));
     }
