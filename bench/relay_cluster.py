@@ -333,19 +333,27 @@ def run(args, out_dir):
 
 def main(argv):
     """The relay table alone (network_bench.py runs it beside the others):
-    relay_cluster.py [--smoke] [--rate=1gbit] [--out_dir=DIR]; exits 1 when
-    a run failed."""
+    relay_cluster.py [--smoke] [--rate=1gbit] [--configs=2x4] [--shards=2]
+    [--sizes=16MiB,64MiB] [--out_dir=DIR]; exits 1 when a run failed."""
     import argparse
     p = argparse.ArgumentParser(description="the relay table alone")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--rate", default="1gbit")
+    p.add_argument("--configs", default="",
+                   help="HOSTSxRANKS,... (default 2x4,4x2; --smoke 2x2)")
+    p.add_argument("--shards", default="", help="S values (default 1,2; --smoke 1)")
+    p.add_argument("--sizes", type=rb.byte_sizes, default="",
+                   help="byte sizes, comma-separated (default 4, 16, 64 MiB; --smoke 64 KiB, 1 MiB)")
     rb.add_sweep_flags(p, rb.BENCH_DIR / "out-relay", "size")
     rb.add_built_flags(p, ("reducerd", "reducer_worker", "virtual_network"))
     args = p.parse_args(argv)
     args.skip_relay = False
-    args.relay_configs = SMOKE_CONFIGS if args.smoke else CONFIGS
-    args.relay_shards = SMOKE_SHARDS if args.smoke else SHARDS
-    args.relay_sizes = SMOKE_SIZES if args.smoke else SIZES
+    args.relay_configs = ([tuple(int(x) for x in c.split("x"))
+                           for c in args.configs.split(",") if c]
+                          or (SMOKE_CONFIGS if args.smoke else CONFIGS))
+    args.relay_shards = ([int(x) for x in args.shards.split(",") if x]
+                         or (SMOKE_SHARDS if args.smoke else SHARDS))
+    args.relay_sizes = args.sizes or (SMOKE_SIZES if args.smoke else SIZES)
     args.local_ranks = SMOKE_LOCAL_RANKS if args.smoke else LOCAL_RANKS
     args.out_dir = args.out_dir.resolve()
     relay = run(args, args.out_dir)
