@@ -190,7 +190,7 @@ def run_reducer(args, net, daemon, world, run, log_dir):
         while time.monotonic() < deadline and (
                 not pcap.exists() or pcap.stat().st_size < 24):
             time.sleep(0.1)
-        time.sleep(0.2)
+        time.sleep(1.0)
     try:
         return rb.run_processes(cmds, log_dir / f"reducer-w{world}", args.timeout_s)
     finally:
