@@ -183,7 +183,8 @@ def run_reducer(args, net, daemon, world, run, log_dir):
         pcap.unlink(missing_ok=True)  # an earlier round's: not a sign of this one
         capture = subprocess.Popen(
             net.prefix("s0") + ["tcpdump", "-i", net.interface("s0"), "-nn",
-                                "-s", "200", "-U", "-Z", "root", "-w", str(pcap)],
+                                "-s", "200", "--immediate-mode", "-U", "-Z", "root",
+                                "-w", str(pcap)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # tcpdump writes the file's header once it listens.
         deadline = time.monotonic() + 20
