@@ -43,6 +43,11 @@ float Value(int rank, int64_t i) {
   return static_cast<float>(rank * 1000 + i % 997);
 }
 
+// "N jobs", or why Admin.Status went unanswered: what a test compares.
+std::string Jobs(const absl::StatusOr<int>& jobs) {
+  return jobs.ok() ? absl::StrCat(*jobs, " jobs") : jobs.status().ToString();
+}
+
 class RelayTest : public ::testing::Test {
  protected:
   // `shards` reducerds upstream; one relay per entry of `hosts`, each
@@ -95,21 +100,27 @@ class RelayTest : public ::testing::Test {
     return Client::Connect(options);
   }
 
-  // Polls shard 0's Admin.Status until it holds `want` jobs or `within`
-  // passed; returns the last count (-1 when it never answered).
-  int ShardJobsWithin(int want, absl::Duration within) {
+  // Polls `daemon`'s Admin.Status until it holds `want` jobs or `within`
+  // passed; returns the last count, or why a poll went unanswered (each
+  // has 3 s).
+  static absl::StatusOr<int> JobsWithin(const ReducerdProcess& daemon, int want,
+                                        absl::Duration within) {
     std::unique_ptr<v1::Admin::Stub> admin =
         v1::Admin::NewStub(grpc::CreateChannel(
-            shards_[0]->address(), grpc::InsecureChannelCredentials()));
+            daemon.address(), grpc::InsecureChannelCredentials()));
     const absl::Time give_up = absl::Now() + within;
     int jobs = -1;
     do {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
       v1::StatusResponse status;
-      if (admin->Status(&context, v1::StatusRequest(), &status).ok()) {
-        jobs = status.jobs_size();
+      const grpc::Status answered =
+          admin->Status(&context, v1::StatusRequest(), &status);
+      if (!answered.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("Admin.Status: ", answered.error_message()));
       }
+      jobs = status.jobs_size();
       if (jobs == want) break;
       absl::SleepFor(absl::Milliseconds(100));
     } while (absl::Now() < give_up);
@@ -425,26 +436,11 @@ TEST_F(RelayTest, AJobLetGoWhileItsRelayWaitsUpstreamLeavesTheRelayAnswering) {
     EXPECT_FALSE(Connect(rank, "never-ready", absl::Seconds(2)).ok())
         << "rank " << rank;
   });
-  std::unique_ptr<v1::Admin::Stub> admin =
-      v1::Admin::NewStub(grpc::CreateChannel(
-          relays_[0]->address(), grpc::InsecureChannelCredentials()));
-  const absl::Time give_up = absl::Now() + absl::Seconds(15);
-  int jobs = -1;
-  while (jobs != 0 && absl::Now() < give_up) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
-    v1::StatusResponse status;
-    const grpc::Status answered =
-        admin->Status(&context, v1::StatusRequest(), &status);
-    ASSERT_TRUE(answered.ok())
-        << "the relay's Admin.Status: " << answered.error_message();
-    jobs = status.jobs_size();
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  EXPECT_EQ(jobs, 0) << "the relay still serves the job its ranks left";
+  // The relay answers throughout, and lets the job go.
+  EXPECT_EQ(Jobs(JobsWithin(*relays_[0], 0, absl::Seconds(15))), "0 jobs");
   // Its join upstream was given up with the job: the shard no longer holds
   // the job either, and the relay drains at once.
-  EXPECT_EQ(ShardJobsWithin(0, absl::Seconds(10)), 0)
+  EXPECT_EQ(Jobs(JobsWithin(*shards_[0], 0, absl::Seconds(10))), "0 jobs")
       << "the shard still holds the job the relay's ranks left";
   EXPECT_EQ(relays_[0]->StopDrained(), "");
 }
@@ -458,7 +454,7 @@ TEST_F(RelayTest, ARelayStoppedWhileItsJoinWaitsUpstreamDrainsAtOnce) {
   std::atomic<int> refused{0};
   std::thread stopper([&] {
     // Once the relay's join is at the shard.
-    EXPECT_EQ(ShardJobsWithin(1, absl::Seconds(10)), 1);
+    EXPECT_EQ(Jobs(JobsWithin(*shards_[0], 1, absl::Seconds(10))), "1 jobs");
     const absl::Time stopped = absl::Now();
     EXPECT_EQ(relays_[0]->StopDrained(), "");
     EXPECT_LT(absl::Now() - stopped, ReducerdProcess::kDrainGrace);
@@ -468,7 +464,7 @@ TEST_F(RelayTest, ARelayStoppedWhileItsJoinWaitsUpstreamDrainsAtOnce) {
   });
   stopper.join();
   EXPECT_EQ(refused.load(), 2);
-  EXPECT_EQ(ShardJobsWithin(0, absl::Seconds(10)), 0)
+  EXPECT_EQ(Jobs(JobsWithin(*shards_[0], 0, absl::Seconds(10))), "0 jobs")
       << "the shard still holds the job of the relay that stopped";
 }
 

@@ -17,6 +17,7 @@
 #include "server/engine/clock.h"
 #include "server/engine/fake_rank_channel.h"
 #include "server/engine/string_bytes.h"
+#include "server/relay/fake_upstream_session.h"
 #include "tests/status_matchers.h"
 
 namespace reducer {
@@ -26,69 +27,6 @@ using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-// Records each call; the test answers it with Answer(). A call's accessors
-// wait for it: `call` counts the calls from 0 in the order they started.
-class FakeSession final : public UpstreamSession {
- public:
-  void Start(
-      v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
-      std::function<void(absl::StatusOr<UpstreamResult>)> done) override {
-    absl::MutexLock lock(&mu_);
-    calls_.push_back({std::move(header), std::move(input), std::move(done)});
-  }
-  void Leave(const std::string& cause) override {}
-
-  // Waits for the call, then for its whole payload.
-  std::string Payload(size_t call = 0) {
-    std::shared_ptr<UpstreamInput> input = Wait(call).input;
-    EXPECT_THAT(input->Await(input->size(), absl::Now() + absl::Seconds(20)),
-                ::reducer::testing::IsOk());
-    return std::string(input->data(), input->size());
-  }
-  v1::CollectiveHeader header(size_t call = 0) { return Wait(call).header; }
-  std::shared_ptr<UpstreamInput> input(size_t call = 0) {
-    return Wait(call).input;
-  }
-  // The calls started so far.
-  size_t calls() {
-    absl::MutexLock lock(&mu_);
-    return calls_.size();
-  }
-  // Answers the call with one tensor of `spec` holding `bytes`, or `status`.
-  void Answer(const TensorSpec& spec, const std::string& bytes,
-              size_t call = 0) {
-    auto owned = std::make_shared<std::string>(bytes);
-    UpstreamResult result;
-    result.specs = {spec};
-    result.data = {owned->data()};
-    result.owner = owned;
-    Wait(call).done(std::move(result));
-  }
-  void AnswerNothing(size_t call = 0) { Wait(call).done(UpstreamResult()); }
-  void Refuse(const absl::Status& status, size_t call = 0) {
-    Wait(call).done(status);
-  }
-
- private:
-  struct Call {
-    v1::CollectiveHeader header;
-    std::shared_ptr<UpstreamInput> input;
-    std::function<void(absl::StatusOr<UpstreamResult>)> done;
-  };
-  Call Wait(size_t call) {
-    absl::MutexLock lock(&mu_);
-    const auto started = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return calls_.size() > call;
-    };
-    EXPECT_TRUE(
-        mu_.AwaitWithTimeout(absl::Condition(&started), absl::Seconds(20)))
-        << "upstream call " << call << " never started";
-    return call < calls_.size() ? calls_[call] : Call();
-  }
-  absl::Mutex mu_;
-  std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
-};
 
 template <typename T>
 std::string Bytes(const std::vector<T>& v) {
@@ -148,7 +86,8 @@ class RelayCollectiveTest : public ::testing::Test {
   MemoryBudget memory_{1 << 30};
   MetricsSink metrics_;
   RelayEnv env_;
-  std::shared_ptr<FakeSession> session_ = std::make_shared<FakeSession>();
+  std::shared_ptr<FakeUpstreamSession> session_ =
+      std::make_shared<FakeUpstreamSession>();
   uint64_t saved_ = 0;
   std::vector<int> absent_;
 };

@@ -17,6 +17,7 @@
 #include "proto/reducer/v1/wire_conversion.h"
 #include "server/engine/clock.h"
 #include "server/engine/fake_rank_channel.h"
+#include "server/relay/fake_upstream_session.h"
 #include "tests/status_matchers.h"
 
 namespace reducer {
@@ -25,76 +26,20 @@ namespace {
 using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
-// Records each call made upstream; the test answers them.
-class FakeSession final : public UpstreamSession {
- public:
-  void Start(
-      v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
-      std::function<void(absl::StatusOr<UpstreamResult>)> done) override {
-    absl::MutexLock lock(&mu_);
-    headers_.push_back(std::move(header));
-    calls_.push_back(std::move(done));
-  }
-  void Leave(const std::string& cause) override {
-    absl::MutexLock lock(&mu_);
-    left_.push_back(cause);
-  }
-
-  int calls() {
-    absl::MutexLock lock(&mu_);
-    return static_cast<int>(calls_.size());
-  }
-  v1::CollectiveHeader header(int i) {
-    absl::MutexLock lock(&mu_);
-    return headers_[i];
-  }
-  // Fails call `i` with `status`.
-  void Refuse(int i, const absl::Status& status) {
-    std::function<void(absl::StatusOr<UpstreamResult>)> done;
-    {
-      absl::MutexLock lock(&mu_);
-      done = calls_[i];
-    }
-    done(status);
-  }
-  // Answers call `i` with one float32 tensor holding `bytes`.
-  void Answer(int i, const std::string& bytes) {
-    std::function<void(absl::StatusOr<UpstreamResult>)> done;
-    {
-      absl::MutexLock lock(&mu_);
-      done = calls_[i];
-    }
-    auto owned = std::make_shared<std::string>(bytes);
-    UpstreamResult result;
-    result.specs = {
-        Spec(DataType::kFloat32, {static_cast<int64_t>(bytes.size() / 4)})};
-    result.data = {owned->data()};
-    result.owner = owned;
-    done(std::move(result));
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<v1::CollectiveHeader> headers_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::function<void(absl::StatusOr<UpstreamResult>)>> calls_
-      ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> left_ ABSL_GUARDED_BY(mu_);
-};
-
-// Opens FakeSessions, keeping each one's `ended` for the test to call.
+// Opens FakeUpstreamSessions, keeping each one's `ended` for the test to call.
 class FakeUpstream final : public Upstream {
  public:
   absl::StatusOr<std::unique_ptr<UpstreamSession>> Open(
       const std::string& job, int world_size, const std::vector<int>& ranks,
       std::function<bool()> given_up,
       std::function<void(const absl::Status&)> ended) override {
-    auto session = std::make_unique<FakeSession>();
+    auto session = std::make_unique<FakeUpstreamSession>();
     absl::MutexLock lock(&mu_);
     session_ = session.get();
     ended_ = std::move(ended);
     return std::unique_ptr<UpstreamSession>(std::move(session));
   }
-  FakeSession* session() {
+  FakeUpstreamSession* session() {
     absl::MutexLock lock(&mu_);
     return session_;
   }
@@ -110,7 +55,8 @@ class FakeUpstream final : public Upstream {
 
  private:
   absl::Mutex mu_;
-  FakeSession* session_ ABSL_GUARDED_BY(mu_) = nullptr;  // owned by the job
+  FakeUpstreamSession* session_ ABSL_GUARDED_BY(mu_) =
+      nullptr;  // owned by the job
   std::function<void(const absl::Status&)> ended_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -225,7 +171,7 @@ TEST_F(RelayJobTest, ACallMadeUpstreamGetsItsResultBeforeTheEpochEndsHere) {
 
   // Its result, replayed upstream, reaches rank 2; then the epoch ends here.
   const std::string slice(8, '\x11');
-  upstream_.session()->Answer(0, slice);
+  upstream_.session()->Answer(Spec(DataType::kFloat32, {2}), slice, 0);
   ASSERT_TRUE(scattered->WaitEnded());
   EXPECT_TRUE(scattered->finished_ok()) << scattered->failure();
   EXPECT_EQ(scattered->result(), slice);
@@ -254,7 +200,8 @@ TEST_F(RelayJobTest, AnEpochEndedHereFirstIsNotEndedAgainByUpstreamsEnd) {
   job_->EndEpoch(kEpoch, absl::AbortedError("rank 3's session was lost"),
                  "rank 3's session was lost");
   // The call made upstream still ends as upstream decides.
-  upstream_.session()->Answer(0, std::string(8, '\x22'));
+  upstream_.session()->Answer(Spec(DataType::kFloat32, {2}),
+                              std::string(8, '\x22'), 0);
   ASSERT_TRUE(scattered->WaitEnded());
   EXPECT_TRUE(scattered->finished_ok()) << scattered->failure();
   EXPECT_TRUE(ended_here().empty());
@@ -276,13 +223,13 @@ TEST_F(RelayJobTest, ARankLateForACollectiveSplitWithoutItGoesUpstreamAlone) {
   auto three = std::make_shared<FakeRankChannel>();
   ASSERT_THAT(Call(sum(4), 1, 1, one), ::reducer::testing::IsOk());
   ASSERT_THAT(Call(sum(5), 3, 1, three), ::reducer::testing::IsOk());
-  FakeSession* session = upstream_.session();
+  FakeUpstreamSession* session = upstream_.session();
   ASSERT_EQ(session->calls(), 2);
   const absl::Status mismatch = absl::FailedPreconditionError(
       "allreduce #1 in job j: mismatched shapes: rank 1 sent [4] float32, "
       "rank 3 sent [5] float32");
-  session->Refuse(0, mismatch);
-  session->Refuse(1, mismatch);
+  session->Refuse(mismatch, 0);
+  session->Refuse(mismatch, 1);
   ASSERT_TRUE(one->WaitEnded());
   ASSERT_TRUE(three->WaitEnded());
   EXPECT_EQ(one->failure(), mismatch);
@@ -292,7 +239,7 @@ TEST_F(RelayJobTest, ARankLateForACollectiveSplitWithoutItGoesUpstreamAlone) {
   ASSERT_EQ(session->calls(), 3) << "rank 2's call waits here";
   EXPECT_EQ(session->header(2).rank(), 2);
   EXPECT_TRUE(session->header(2).ranks().empty());
-  session->Refuse(2, mismatch);
+  session->Refuse(mismatch, 2);
   ASSERT_TRUE(two->WaitEnded());
   EXPECT_EQ(two->failure(), mismatch);
   // The next all-reduce takes the three together again.
