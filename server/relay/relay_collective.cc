@@ -89,9 +89,10 @@ bool RelayCollective::started() const {
 
 bool RelayCollective::done() const {
   absl::MutexLock lock(&mu_);
-  return std::all_of(members_.begin(), members_.end(), [&](const Member& m) {
-    return m.finished || (split_ && !m.attached);
-  });
+  for (const Member& m : members_) {
+    if (!m.finished && (m.attached || !split_)) return false;
+  }
+  return true;
 }
 
 bool RelayCollective::Attach(std::shared_ptr<RankChannel> channel, int rank,
