@@ -100,6 +100,27 @@ class RelayTest : public ::testing::Test {
     return Client::Connect(options);
   }
 
+  // Rank `rank` of `job` connected, once its first barrier has returned on
+  // every rank of the job (`warmed` counts them); null, the failure added,
+  // when it could not connect.
+  std::unique_ptr<Client> ConnectAndWarm(int rank, const std::string& job,
+                                         std::atomic<int>& warmed,
+                                         RankFailures& failures) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, job);
+    if (!client.ok()) {
+      failures.Add(
+          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
+      return nullptr;
+    }
+    absl::Status warm = (*client)->Barrier();
+    if (!warm.ok()) {
+      failures.Add(absl::StrCat("rank ", rank, ": ", warm.ToString()));
+    }
+    warmed.fetch_add(1);
+    while (warmed.load() < kWorld) absl::SleepFor(absl::Milliseconds(1));
+    return *std::move(client);
+  }
+
   // Polls `daemon`'s Admin.Status until it holds `want` jobs or `within`
   // passed; returns the last count, or why a poll went unanswered (each
   // has 3 s).
@@ -315,25 +336,16 @@ TEST_F(RelayTest, ARelayKilledEndsTheEpochNamingItsRanks) {
   RankFailures failures;
   std::atomic<int> warmed{0};
   RunOnEveryRank(kWorld, [&](int rank) {
-    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "killed");
-    if (!client.ok()) {
-      failures.Add(
-          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
-      return;
-    }
-    absl::Status warm = (*client)->Barrier();
-    if (!warm.ok()) {
-      failures.Add(absl::StrCat("rank ", rank, ": ", warm.ToString()));
-    }
     // Every rank has its barrier's result before the relay dies.
-    warmed.fetch_add(1);
-    while (warmed.load() < kWorld) absl::SleepFor(absl::Milliseconds(1));
+    std::unique_ptr<Client> client =
+        ConnectAndWarm(rank, "killed", warmed, failures);
+    if (client == nullptr) return;
     if (rank == 0) relays_[0]->Kill();
     std::vector<float> x(16, 1.0f);
     CallOptions call;
     call.timeout = absl::Seconds(20);
     absl::StatusOr<Tensor> sum =
-        (*client)->AllReduce(TensorView::Of<float>(x), ReduceOp::kSum, call);
+        client->AllReduce(TensorView::Of<float>(x), ReduceOp::kSum, call);
     if (sum.ok()) {
       failures.Add(absl::StrCat("rank ", rank,
                                 ": an all-reduce with a dead "
@@ -366,18 +378,9 @@ TEST_F(RelayTest, AResultDecidedUpstreamReachesTheRanksOfARelayCutOffFromIt) {
   std::atomic<int> forwarding{0};
   std::atomic<bool> link_down{false};
   RunOnEveryRank(kWorld, [&](int rank) {
-    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "cut");
-    if (!client.ok()) {
-      failures.Add(
-          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
-      return;
-    }
-    absl::Status warm = (*client)->Barrier();
-    if (!warm.ok()) {
-      failures.Add(absl::StrCat("rank ", rank, ": ", warm.ToString()));
-    }
-    warmed.fetch_add(1);
-    while (warmed.load() < kWorld) absl::SleepFor(absl::Milliseconds(1));
+    std::unique_ptr<Client> client =
+        ConnectAndWarm(rank, "cut", warmed, failures);
+    if (client == nullptr) return;
     if (rank >= 2) {
       forwarding.fetch_add(1);
     } else if (rank == 0) {
@@ -394,8 +397,8 @@ TEST_F(RelayTest, AResultDecidedUpstreamReachesTheRanksOfARelayCutOffFromIt) {
     for (int i = 0; i < 8; ++i) rs[i] = Value(rank, i);
     CallOptions call;
     call.timeout = absl::Seconds(30);
-    absl::StatusOr<Tensor> slice = (*client)->ReduceScatter(
-        TensorView::Of<float>(rs), ReduceOp::kSum, call);
+    absl::StatusOr<Tensor> slice =
+        client->ReduceScatter(TensorView::Of<float>(rs), ReduceOp::kSum, call);
     if (rank == 0) {
       absl::SleepFor(kLinkDown);
       proxy_->ResumeAll();
@@ -416,7 +419,7 @@ TEST_F(RelayTest, AResultDecidedUpstreamReachesTheRanksOfARelayCutOffFromIt) {
     // The relay lost its upstream session: once its calls made upstream
     // had their outcome, it ended the epoch here.
     call.timeout = absl::Seconds(20);
-    absl::Status next = (*client)->Barrier(call);
+    absl::Status next = client->Barrier(call);
     if (next.ok()) {
       failures.Add(absl::StrCat("rank ", rank,
                                 ": a barrier after the relay lost its "

@@ -174,18 +174,16 @@ absl::Status ClientSession::JoinAll(absl::Time deadline,
     }
     return all;
   };
-  if (!given_up) {
-    driver_->DriveUntil(settled, deadline);
-  } else {
-    // In slices, looking at given_up between them.
-    while (!driver_->DriveUntil(
-               settled, std::min(deadline, absl::Now() + kGiveUpCheck)) &&
-           absl::Now() < deadline) {
-      if (given_up()) {
-        return absl::CancelledError(
-            absl::StrCat("gave up joining job ", options_.job,
-                         " before every rank had joined"));
-      }
+  // In slices when it may be given up, looking at given_up between them.
+  const absl::Duration slice =
+      given_up ? kGiveUpCheck : absl::InfiniteDuration();
+  while (
+      !driver_->DriveUntil(settled, std::min(deadline, absl::Now() + slice)) &&
+      absl::Now() < deadline) {
+    if (given_up && given_up()) {
+      return absl::CancelledError(
+          absl::StrCat("gave up joining job ", options_.job,
+                       " before every rank had joined"));
     }
   }
   std::vector<std::string> waiting;

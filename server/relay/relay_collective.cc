@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "server/engine/kind_strategy.h"
+#include "server/relay/result_messages.h"
 
 namespace reducer {
 namespace {
@@ -16,16 +17,6 @@ size_t TotalBytes(const std::vector<TensorSpec>& tensors) {
   absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(tensors);
   return layout.ok() ? layout->total_bytes : 0;  // validated by the job
 }
-
-// Holds an upstream result's bytes for the messages that share them.
-class ResultOwner final : public ByteOwner {
- public:
-  explicit ResultOwner(std::shared_ptr<const void> owner)
-      : owner_(std::move(owner)) {}
-
- private:
-  std::shared_ptr<const void> owner_;
-};
 
 // A rank's header as the relay forwards it for that rank alone: without
 // what belongs to its call here (its session, epoch, attempt, progress);
@@ -39,12 +30,6 @@ v1::CollectiveHeader ForwardedHeader(const v1::CollectiveHeader& header) {
   forwarded.clear_received();
   forwarded.clear_ranks();
   return forwarded;
-}
-
-// Zeros for the padding between packed tensors.
-const char* Zeros() {
-  static const char* zeros = new char[8]();
-  return zeros;
 }
 
 }  // namespace
@@ -252,7 +237,7 @@ void RelayCollective::OnAloneDone(int rank,
       member.finished = true;
       member.to_send.clear();
     } else {
-      DeliverLocked(m, &*result);
+      DeliverLocked(m, ResultMessagesOf(&*result, env_.chunk_bytes));
     }
   }
   MaybeDone();
@@ -490,11 +475,15 @@ void RelayCollective::OnUpstreamDone(absl::StatusOr<UpstreamResult> result) {
       for (const TensorSpec& spec : result->specs) {
         result_bytes += TotalBytes({spec});
       }
+      // Built once, shared by every member that gets the result.
+      const std::vector<ResultMessage> full =
+          ResultMessagesOf(&*result, env_.chunk_bytes);
       int receivers = 0;
       for (size_t i = 0; i < members_.size(); ++i) {
         const bool gets = !rooted || members_[i].rank == ref.root;
         receivers += gets ? 1 : 0;
-        DeliverLocked(static_cast<int>(i), gets ? &*result : nullptr);
+        DeliverLocked(static_cast<int>(i),
+                      gets ? full : ResultMessagesOf(nullptr, 0));
       }
       size_t sent_in = 0;
       for (const Member& m : members_) sent_in += m.input_bytes;
@@ -505,50 +494,13 @@ void RelayCollective::OnUpstreamDone(absl::StatusOr<UpstreamResult> result) {
   MaybeDone();
 }
 
-void RelayCollective::DeliverLocked(int m, const UpstreamResult* result) {
+void RelayCollective::DeliverLocked(int m,
+                                    std::vector<ResultMessage> messages) {
   Member& member = members_[m];
   if (member.finished) return;
-  auto specs = std::make_shared<const std::vector<TensorSpec>>(
-      result != nullptr ? result->specs : std::vector<TensorSpec>());
-  std::vector<SharedBytes> bytes;
-  if (result != nullptr) {
-    auto owner = std::make_shared<const ResultOwner>(result->owner);
-    absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(*specs);
-    size_t pos = 0;
-    for (size_t t = 0; layout.ok() && t < specs->size(); ++t) {
-      if (layout->offsets[t] > pos) {
-        bytes.emplace_back(owner, Zeros(), layout->offsets[t] - pos);
-      }
-      bytes.emplace_back(owner, static_cast<const char*>(result->data[t]),
-                         layout->sizes[t]);
-      pos = layout->offsets[t] + layout->sizes[t];
-    }
-  }
-  // Messages of at most chunk_bytes; the first carries the specs.
-  ResultMessage message;
-  message.result_specs = specs;
-  size_t offset = 0, in_message = 0;
-  for (const SharedBytes& piece : bytes) {
-    size_t used = 0;
-    while (used < piece.size()) {
-      const size_t n =
-          std::min(piece.size() - used, env_.chunk_bytes - in_message);
-      message.data.push_back(piece.Sub(used, n));
-      used += n;
-      in_message += n;
-      if (in_message == env_.chunk_bytes) {
-        member.to_send.push_back(std::move(message));
-        offset += in_message;
-        message = ResultMessage();
-        message.offset = offset;
-        in_message = 0;
-      }
-    }
-  }
-  if (in_message > 0 || member.to_send.empty()) {
-    member.to_send.push_back(std::move(message));
-  }
-  std::reverse(member.to_send.begin(), member.to_send.end());
+  // Sent from the back.
+  std::reverse(messages.begin(), messages.end());
+  member.to_send = std::move(messages);
   SendSomeLocked(m);
 }
 

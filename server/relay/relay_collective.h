@@ -166,8 +166,9 @@ class RelayCollective final
   std::function<void()> StartAloneLocked(int m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnAloneDone(int rank, absl::StatusOr<UpstreamResult> result);
-  // Queues `result` (or no result) for member `m` and sends a window of it.
-  void DeliverLocked(int m, const UpstreamResult* result)
+  // Queues `messages` (result_messages.h) for member `m` and sends a window
+  // of them.
+  void DeliverLocked(int m, std::vector<ResultMessage> messages)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendSomeLocked(int m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status)

@@ -60,21 +60,31 @@ void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
   absl::MutexLock lock(&mu_);
   joining_.insert(epoch_id);
   threads_.emplace_back([this, epoch_id, ranks, ready = std::move(ready)] {
-    auto given_up = [this, epoch_id] {
+    // Why the join was given up; nullopt while it was not.
+    auto why_given_up = [this, epoch_id]() -> std::optional<std::string> {
       absl::MutexLock lock(&mu_);
-      return stopping_ || given_up_.count(epoch_id) > 0;
+      if (stopping_) return "the relay let go of the job";
+      if (given_up_.count(epoch_id) > 0) {
+        return "the ranks of this host left before the job was ready";
+      }
+      return std::nullopt;
     };
     absl::StatusOr<std::unique_ptr<UpstreamSession>> session =
-        env_.upstream->Open(job_, world_size_, ranks, given_up,
-                            [this, epoch_id](const absl::Status& why) {
-                              OnUpstreamEnded(epoch_id, why);
-                            });
-    if (session.ok() && given_up()) {
-      // Ready upstream just as its ranks here went: it leaves at once.
-      (*session)->Leave(absl::StrCat(
-          "its ranks left before the job was ready (on ", env_.name, ")"));
+        env_.upstream->Open(
+            job_, world_size_, ranks,
+            [why_given_up] { return why_given_up().has_value(); },
+            [this, epoch_id](const absl::Status& why) {
+              OnUpstreamEnded(epoch_id, why);
+            });
+    if (std::optional<std::string> why = why_given_up();
+        why.has_value() &&
+        (session.ok() || absl::IsCancelled(session.status()))) {
+      // Ready upstream just as it was given up: it leaves at once.
+      if (session.ok()) {
+        (*session)->Leave(absl::StrCat(*why, " (on ", env_.name, ")"));
+      }
       session = absl::CancelledError(
-          "gave up: the ranks of this host left while the job was joining");
+          absl::StrCat("gave up joining upstream: ", *why));
     }
     if (session.ok()) {
       absl::MutexLock lock(&mu_);
