@@ -16,6 +16,7 @@ void FakeRankChannel::Send(ResultMessage message, bool last) {
   }
   for (const SharedBytes& piece : message.data) {
     sent.data.append(piece.data(), piece.size());
+    sent.pieces.emplace_back(piece.owner().get(), piece.data());
   }
   sent.last = last;
   absl::MutexLock lock(&mu_);

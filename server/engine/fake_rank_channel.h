@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -38,6 +39,11 @@ struct SentMessage {
   bool has_specs = false;
   std::vector<TensorSpec> result;
   std::string data;
+  // Where each piece's bytes lie, and what owns them: two messages whose
+  // pieces are the same bytes of the same owner were not copied apart
+  // (what lets same-host sessions write one result once for several ranks:
+  // server/shm/results.h).
+  std::vector<std::pair<const ByteOwner*, const char*>> pieces;
   // Sent with `last`: the call ended with OK in the same write.
   bool last = false;
 };

@@ -138,6 +138,19 @@ TEST_F(RelayCollectiveTest, AllReduceSendsTheSumOfItsRanksOnceAndHandsBack) {
     // 200 bytes in messages of at most 64.
     EXPECT_EQ(ch[r]->message_count(), 4);
   }
+  // One copy for the host: every member's messages are the same bytes of
+  // the same owner, which its same-host sessions write into the job's
+  // result segment once for all of them.
+  const std::vector<SentMessage> first = ch[0]->sent();
+  for (int r = 1; r < 3; ++r) {
+    const std::vector<SentMessage> other = ch[r]->sent();
+    ASSERT_EQ(other.size(), first.size());
+    for (size_t m = 0; m < first.size(); ++m) {
+      EXPECT_EQ(other[m].offset, first[m].offset);
+      EXPECT_EQ(other[m].pieces, first[m].pieces)
+          << "rank " << r << " message " << m << " was copied apart";
+    }
+  }
   EXPECT_TRUE(c->done());
   // Two ranks' 200 bytes up and down were not sent.
   EXPECT_EQ(saved_, 4u * 200u);

@@ -59,9 +59,7 @@ std::shared_ptr<SharedMemoryResults::Writing> SharedMemoryResults::Open(
 }
 
 void SharedMemoryResults::Close(const std::shared_ptr<Writing>& writing) {
-  if (--writing->writers > 0) return;
-  writing_.erase(std::remove(writing_.begin(), writing_.end(), writing),
-                 writing_.end());
+  --writing->writers;
 }
 
 bool SharedMemoryResults::Unref(uint64_t range) {
@@ -70,6 +68,11 @@ bool SharedMemoryResults::Unref(uint64_t range) {
   if (--it->second > 0) return true;
   refs_.erase(it);
   ranges_.Free(range);
+  writing_.erase(std::remove_if(writing_.begin(), writing_.end(),
+                                [range](const std::shared_ptr<Writing>& w) {
+                                  return w->range == range;
+                                }),
+                 writing_.end());
   return true;
 }
 

@@ -12,11 +12,12 @@
 //
 // A result that is the same for several ranks (an all-reduce's, a
 // broadcast's, an all-gather's) is written once and its range handed to
-// each: the Collective sends every such rank the same bytes (the same
-// SharedBytes, of the same owner), so a call whose result's first message
-// starts with the piece another call's did, at the same offset and with the
-// same result size, shares that call's range while any call still writes
-// it. A call skips a message whose bytes another call of the range copied
+// each: the Collective (or a relay) sends every such rank the same bytes
+// (the same SharedBytes, of the same owner), so a call whose result's first
+// message starts with the piece another call's did, at the same offset and
+// with the same result size, shares that call's range for as long as the
+// range lives (some rank still holds it), however late the call comes. A
+// call skips a message whose bytes another call of the range copied
 // already (the same offset, and at least as far); it copies any other
 // itself (the bytes are the same), so every byte of a call's result is in
 // the range once the call has taken all of its messages. A result only
@@ -55,7 +56,7 @@ class SharedMemoryResults {
     std::weak_ptr<const ByteOwner> owner;
     const char* data = nullptr;  // null: matches nothing
   };
-  // A range some call still writes.
+  // A live range of a result, and what calls copied into it.
   struct Writing {
     uint64_t range = 0;
     Identity identity;
@@ -90,14 +91,15 @@ class SharedMemoryResults {
   // Live ranges (the nonce's not counted).
   size_t live_ranges() const { return refs_.size(); }
 
-  // The range for a call's result of `identity`: one still written whose
+  // The range for a call's result of `identity`: a live one whose
   // identity matches (with one reference more), else a new one with one
   // reference; null when no free span is that large.
   std::shared_ptr<Writing> Open(const Identity& identity);
   // The call that opened `writing` writes no more (its reference stays).
   void Close(const std::shared_ptr<Writing>& writing);
-  // Drops one reference to the range at `range`; the last frees it. False
-  // when no live range starts there.
+  // Drops one reference to the range at `range`; the last frees it (and
+  // what matched its result with it). False when no live range starts
+  // there.
   bool Unref(uint64_t range);
 
   explicit SharedMemoryResults(SharedSegment segment);  // Create()
@@ -107,7 +109,7 @@ class SharedMemoryResults {
   std::string nonce_;
   RangeAllocator ranges_;
   absl::flat_hash_map<uint64_t, int> refs_;  // range -> references
-  std::vector<std::shared_ptr<Writing>> writing_;
+  std::vector<std::shared_ptr<Writing>> writing_;  // one per live range
 };
 
 }  // namespace reducer

@@ -48,7 +48,7 @@ TEST(SharedResultsTest, TheNonceFillsTheFirst64BytesAndNoRangeStartsThere) {
   EXPECT_EQ(w->range, 64u);
 }
 
-TEST(SharedResultsTest, TheSameFirstPieceSharesARangeWhileItIsWritten) {
+TEST(SharedResultsTest, TheSameFirstPieceSharesARangeWhileItLives) {
   std::unique_ptr<SharedMemoryResults> r = Make(64 + 8 * 1024);  // room for 8
   ASSERT_NE(r, nullptr);
   auto owner = std::make_shared<const Bytes>();
@@ -72,13 +72,26 @@ TEST(SharedResultsTest, TheSameFirstPieceSharesARangeWhileItIsWritten) {
     EXPECT_NE(w->range, a->range);
   }
   EXPECT_EQ(r->live_ranges(), 5u);
-  // Once no call writes it, a result of the same identity gets a range of
-  // its own (the first one is still referenced, twice).
+  // A call of the same result that comes once the others wrote it still
+  // shares it while some rank holds it (the ranks of a relay get the same
+  // result one after another)...
+  a->MarkCopied(0, 1000);
   r->Close(a);
   r->Close(b);
   auto later = r->Open(Of(owner, 0, 1000));
   ASSERT_NE(later, nullptr);
-  EXPECT_NE(later->range, a->range);
+  EXPECT_EQ(later->range, a->range);
+  EXPECT_EQ(later->writers, 1);
+  EXPECT_TRUE(later->Holds(0, 1000)) << "it copies nothing again";
+  r->Close(later);
+  // ... and not once every rank released it: that range may be another's.
+  const uint64_t range = a->range;
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(r->Unref(range));
+  auto after = r->Open(Of(owner, 0, 1000));
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(after->writers, 1);
+  EXPECT_NE(after, a);
+  EXPECT_FALSE(after->Holds(0, 1)) << "a new range holds nothing yet";
 }
 
 // A call skips only a message whose bytes another call of the range copied
