@@ -565,6 +565,16 @@ void RelayCollective::Fail(const absl::Status& status) {
   MaybeDone();
 }
 
+bool RelayCollective::FailUnlessStarted(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (started_ || split_) return false;
+    FailLocked(status);
+  }
+  MaybeDone();
+  return true;
+}
+
 void RelayCollective::FailLocked(const absl::Status& status) {
   if (failed_) return;
   failed_ = true;

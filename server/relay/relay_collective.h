@@ -109,6 +109,13 @@ class RelayCollective final
   void Fail(const absl::Status& status) override;
   const std::string& description() const override { return description_; }
 
+  // Fails it with `status` unless its call upstream was made or it was
+  // split, in one step under its lock, so that it can never start after
+  // this returns true; false (nothing done) when its outcome is already
+  // upstream's. What a relay uses to end the calls it cannot make any
+  // more, while their last members may be attaching on other threads.
+  bool FailUnlessStarted(const absl::Status& status);
+
   // True once every member has its outcome (split: every member that
   // attached; one that attaches later makes a call of its own upstream).
   bool done() const;

@@ -351,5 +351,37 @@ TEST_F(RelayCollectiveTest, AnUpstreamFailureReachesEveryRank) {
   }
 }
 
+// What a relay ends its calls with when its upstream session or its epoch
+// ends: a call not made yet fails and can never be made; one made goes on
+// as upstream decides.
+TEST_F(RelayCollectiveTest, FailUnlessStartedEndsOnlyACallNotMadeUpstream) {
+  const Fingerprint fp =
+      MakeFingerprint(CollectiveKind::kBarrier, {}, {0, 1, 2});
+  auto waiting = Make({0, 1});
+  auto ch0 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(waiting->Attach(ch0, 0, HeaderOf(fp, 0), fp));
+  EXPECT_TRUE(waiting->FailUnlessStarted(absl::AbortedError("upstream ended")));
+  ASSERT_TRUE(ch0->WaitEnded());
+  EXPECT_THAT(ch0->failure(), StatusIs(absl::StatusCode::kAborted));
+  // Its last member, attaching after, does not make it upstream.
+  auto late = std::make_shared<FakeRankChannel>();
+  EXPECT_FALSE(waiting->Attach(late, 1, HeaderOf(fp, 1), fp));
+  EXPECT_THAT(late->failure(), StatusIs(absl::StatusCode::kAborted));
+  EXPECT_EQ(session_->calls(), 0u);
+  EXPECT_TRUE(waiting->done());
+
+  auto made = Make({0, 1});
+  auto ch1 = std::make_shared<FakeRankChannel>();
+  auto ch2 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(made->Attach(ch1, 0, HeaderOf(fp, 0), fp));
+  ASSERT_TRUE(made->Attach(ch2, 1, HeaderOf(fp, 1), fp));
+  EXPECT_FALSE(made->FailUnlessStarted(absl::AbortedError("upstream ended")));
+  session_->AnswerNothing();
+  for (auto* ch : {ch1.get(), ch2.get()}) {
+    ASSERT_TRUE(ch->WaitEnded());
+    EXPECT_TRUE(ch->finished_ok()) << ch->failure();
+  }
+}
+
 }  // namespace
 }  // namespace reducer

@@ -114,29 +114,32 @@ void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
 
 void RelayJob::OnUpstreamEnded(uint64_t epoch_id, const absl::Status& why) {
   const std::string reason(why.message());
-  std::vector<std::shared_ptr<RelayCollective>> failing;
+  std::vector<std::pair<std::string, std::shared_ptr<RelayCollective>>> calls;
+  {
+    absl::MutexLock lock(&mu_);
+    if (epoch_id != epoch_id_ || ended_) return;
+    ended_ = true;  // no call attaches from now on
+    calls.assign(pending_.begin(), pending_.end());
+  }
+  // The calls not made upstream cannot be any more; those made go on
+  // upstream (replaying their results), and the epoch here waits for them.
+  // A call whose last member attached meanwhile was made: it goes on.
+  const absl::Status failed = UpstreamEndedError(reason);
+  std::vector<std::string> failed_keys;
+  for (const auto& [key, c] : calls) {
+    if (c->FailUnlessStarted(failed)) failed_keys.push_back(key);
+  }
   size_t made_upstream = 0;
   std::vector<int> ranks;
   {
     absl::MutexLock lock(&mu_);
-    if (epoch_id != epoch_id_ || ended_) return;
-    ended_ = true;
-    // The calls not made upstream cannot be any more; those made go on
-    // upstream (replaying their results), and the epoch here waits for them.
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->second->started()) {
-        ++it;
-        continue;
-      }
-      failing.push_back(it->second);
-      pending_.erase(it++);
-    }
+    // The epoch ended here meanwhile (EndEpoch): nothing to pass on.
+    if (epoch_id != epoch_id_ || session_ == nullptr) return;
+    for (const std::string& key : failed_keys) pending_.erase(key);
     made_upstream = pending_.size();
     if (made_upstream > 0) upstream_end_due_ = reason;
     ranks = ranks_;
   }
-  const absl::Status failed = UpstreamEndedError(reason);
-  for (const auto& c : failing) c->Fail(failed);
   if (made_upstream == 0) {
     upstream_ended_(epoch_id, reason);
     return;
@@ -275,7 +278,8 @@ void RelayJob::EndEpoch(uint64_t epoch_id, const absl::Status& status,
           });
     }
   }
-  for (const auto& c : failing) c->Fail(status);
+  // One whose last member attached meanwhile was made: it goes on.
+  for (const auto& c : failing) c->FailUnlessStarted(status);
 }
 
 }  // namespace reducer
