@@ -1,6 +1,5 @@
 #include "server/relay/client/client_upstream.h"
 
-#include <atomic>
 #include <thread>
 #include <utility>
 
@@ -11,6 +10,7 @@
 #include "client/staging/host_memory_staging.h"
 #include "core/payload_layout.h"
 #include "proto/reducer/v1/wire_conversion.h"
+#include "server/relay/client/joinable_threads.h"
 
 namespace reducer {
 namespace {
@@ -35,28 +35,28 @@ class InputOfRelay final : public InputGate {
 
 class ClientUpstreamSession final : public UpstreamSession {
  public:
-  explicit ClientUpstreamSession(std::unique_ptr<ClientSession> session)
-      : session_(std::move(session)) {}
+  // `enders`: the ClientUpstream's, which joins them before it goes.
+  ClientUpstreamSession(std::unique_ptr<ClientSession> session,
+                        std::shared_ptr<JoinableThreads> enders)
+      : session_(std::move(session)),
+        calls_(std::make_unique<JoinableThreads>()),
+        enders_(std::move(enders)) {}
 
   // Waits for the calls' threads, then ends the ClientSession. The relay
   // may let go of a session on one of the session's own threads (the last
   // call's result, or the session's end, ending the epoch there): then
-  // that waiting and ending go to a thread of their own, which outlives
-  // this, so that no thread joins itself and the call's thread may finish
-  // with the ClientSession still there.
+  // that waiting and ending go to a thread of the ClientUpstream's enders,
+  // so that no thread joins itself, the call's thread may finish with the
+  // ClientSession still there, and the relay waits for the end as it
+  // exits.
   ~ClientUpstreamSession() override {
-    std::vector<Waiter> waiting;
-    {
-      absl::MutexLock lock(&mu_);
-      waiting = std::move(waiting_);
-    }
-    auto finish = [waiting = std::move(waiting),
+    auto finish = [calls = std::move(calls_),
                    session = std::move(session_)]() mutable {
-      for (Waiter& w : waiting) w.thread.join();
+      calls->JoinAll();
       session.reset();
     };
     if (on_session_thread) {
-      std::thread(std::move(finish)).detach();
+      enders_->Start(std::move(finish));
     } else {
       finish();
     }
@@ -92,21 +92,16 @@ class ClientUpstreamSession final : public UpstreamSession {
         absl::Now() + absl::Milliseconds(header.timeout_ms()) + kDeadlineSlack;
     // Started on a thread of its own: the client library may wait for the
     // first payload bytes as it starts, which the caller is about to feed.
-    auto finished = std::make_shared<std::atomic<bool>>(false);
-    absl::MutexLock lock(&mu_);
-    JoinFinishedLocked();
-    Waiter& waiter = waiting_.emplace_back();
-    waiter.finished = finished;
-    waiter.thread = std::thread([this, finished, header = std::move(header),
-                                 inputs = std::move(inputs), deadline, gate,
-                                 input, done = std::move(done)]() mutable {
+    // The ClientSession outlives the call's thread (see the destructor).
+    calls_->Start([session = session_.get(), header = std::move(header),
+                   inputs = std::move(inputs), deadline, gate, input,
+                   done = std::move(done)]() mutable {
       on_session_thread = true;
-      std::unique_ptr<PendingCollective> pending = session_->StartForwarded(
+      std::unique_ptr<PendingCollective> pending = session->StartForwarded(
           std::move(header), std::move(inputs), gate.get(), deadline);
       absl::StatusOr<std::vector<Tensor>> tensors = pending->Wait();
       if (!tensors.ok()) {
         done(tensors.status());
-        finished->store(true);
         return;
       }
       auto owned = std::make_shared<std::vector<Tensor>>(*std::move(tensors));
@@ -120,7 +115,6 @@ class ClientUpstreamSession final : public UpstreamSession {
       }
       result.owner = owned;
       done(std::move(result));
-      finished->store(true);
     });
   }
 
@@ -131,34 +125,19 @@ class ClientUpstreamSession final : public UpstreamSession {
   ClientSession& session() { return *session_; }
 
  private:
-  // One call's thread, and whether it has returned (it may be joined).
-  struct Waiter {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> finished;
-  };
-  // Joins the threads of calls that ended, so that a long job does not
-  // keep one per call it ever made.
-  void JoinFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (auto it = waiting_.begin(); it != waiting_.end();) {
-      if (!it->finished->load()) {
-        ++it;
-        continue;
-      }
-      it->thread.join();
-      it = waiting_.erase(it);
-    }
-  }
-
   std::unique_ptr<ClientSession> session_;  // set until destroyed
-  absl::Mutex mu_;
   // One thread per call in flight, waiting for its result.
-  std::vector<Waiter> waiting_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<JoinableThreads> calls_;
+  const std::shared_ptr<JoinableThreads> enders_;
 };
 
 }  // namespace
 
 ClientUpstream::ClientUpstream(ClientOptions options)
-    : options_(std::move(options)) {}
+    : options_(std::move(options)),
+      enders_(std::make_shared<JoinableThreads>()) {}
+
+ClientUpstream::~ClientUpstream() { enders_->JoinAll(); }
 
 absl::StatusOr<std::unique_ptr<UpstreamSession>> ClientUpstream::Open(
     const std::string& job, int world_size, const std::vector<int>& ranks,
@@ -185,7 +164,7 @@ absl::StatusOr<std::unique_ptr<UpstreamSession>> ClientUpstream::Open(
     on_session_thread = false;
   });
   return std::unique_ptr<UpstreamSession>(
-      std::make_unique<ClientUpstreamSession>(*std::move(session)));
+      std::make_unique<ClientUpstreamSession>(*std::move(session), enders_));
 }
 
 }  // namespace reducer

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/client_options.h"
+#include "server/relay/client/joinable_threads.h"
 #include "server/relay/upstream.h"
 
 namespace reducer {
@@ -25,6 +26,9 @@ class ClientUpstream final : public Upstream {
   // TLS; token; timeout for Connect); job, rank and world size are each
   // session's.
   explicit ClientUpstream(ClientOptions options);
+  // Waits for the sessions let go of on their own threads to end (their
+  // sessions must all have been let go of).
+  ~ClientUpstream() override;
 
   absl::StatusOr<std::unique_ptr<UpstreamSession>> Open(
       const std::string& job, int world_size, const std::vector<int>& ranks,
@@ -33,6 +37,8 @@ class ClientUpstream final : public Upstream {
 
  private:
   const ClientOptions options_;
+  // Ends the sessions let go of on their own threads.
+  const std::shared_ptr<JoinableThreads> enders_;
 };
 
 }  // namespace reducer
