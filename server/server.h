@@ -111,9 +111,10 @@ class Server {
   ChunkPool chunks_;  // outlives the gRPC server, which may hold its slices
   TimerQueue timers_;
   ThreadPool reduction_pool_;
-  JobRegistry registry_;
-  // A relay's upstream (null: not a relay); outlives the jobs' relays.
+  // A relay's upstream (null: not a relay); outlives the jobs' relays and
+  // their upstream sessions, whose ends it waits for.
   std::unique_ptr<Upstream> upstream_;
+  JobRegistry registry_;
   // Null when metrics are off; outlives the gRPC server and its reactors.
   const std::unique_ptr<GrpcServerMetrics> grpc_metrics_;
   const std::unique_ptr<JobTokens> tokens_;  // null: no tokens required
