@@ -125,17 +125,24 @@ def make_network(args, hosts, delay, log_dir):
 
 
 def result_spread_us(pcap, world, server):
-    """From s0's capture of a Reducer run: per all-reduce, how long its W
-    results took to leave reducerd (first to last rank's), as (median, p90)
-    in us; None without tcpdump or packets. A rank's call is its segment
-    to reducerd of 60 bytes or more (shorter ones are control frames: HTTP/2
-    WINDOW_UPDATE, PING, SETTINGS); its result, the first segment back of
-    33 bytes or more after it (one DATA frame of a 4 B tensor: 9 + 24)."""
+    """From s0's capture of a Reducer run: what result_spread_from_tcpdump
+    makes of it; None without tcpdump."""
     try:
         text = subprocess.run(["tcpdump", "-r", str(pcap), "-nn", "-tt"],
                               capture_output=True, text=True, timeout=120).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
+    return result_spread_from_tcpdump(text, world, server)
+
+
+def result_spread_from_tcpdump(text, world, server):
+    """From `tcpdump -nn -tt` lines of s0's packets (reducerd at `server`,
+    "ADDR.PORT"): per all-reduce, how long its `world` results took to leave
+    reducerd (first to last rank's), as (median, p90) in us; None without
+    packets of every rank. A rank's call is its segment to reducerd of 60
+    bytes or more (shorter ones are control frames: HTTP/2 WINDOW_UPDATE,
+    PING, SETTINGS); its result, the first segment back of 33 bytes or more
+    after it (one DATA frame of a 4 B tensor: 9 + 24)."""
     pattern = re.compile(r"(\d+\.\d+) IP (\S+) > (\S+): .* length (\d+)")
     waiting, results = set(), {}  # ranks with a call unanswered; their results
     for line in text.splitlines():
