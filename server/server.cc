@@ -111,6 +111,7 @@ Server::Server(ServerOptions options, std::unique_ptr<JobTokens> tokens)
       kept_memory_(options_.kept_results_bytes),
       chunks_(options_.chunk_bytes, options_.idle_chunks),
       reduction_pool_(options_.reduction_threads),
+      relay_buffers_(std::make_shared<BufferCache>(kRelayIdleBufferBytes)),
       // `tokens` is moved into tokens_ below; what it points to stays.
       registry_(CollectiveEnv{&engine_options_, &reduction_pool_, &timers_,
                               &memory_, &chunks_, metrics_, &log_,
@@ -165,7 +166,7 @@ void Server::ServeAsRelay(std::unique_ptr<Upstream> upstream) {
   gethostname(host, sizeof(host) - 1);
   RelayJobEnv env{upstream_.get(),
                   RelayEnv{&timers_, &memory_, metrics_, options_.chunk_bytes,
-                           options_.window},
+                           options_.window, relay_buffers_.get()},
                   &log_, absl::StrCat("relay ", host)};
   registry_.SetRelays(
       [env](const std::string& job, int world_size, const std::string& tenant,

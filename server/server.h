@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/buffer_cache.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
@@ -40,6 +41,9 @@ namespace reducer {
 
 class Server {
  public:
+  // Idle upstream payload buffers a relay keeps warm for its next calls.
+  static constexpr size_t kRelayIdleBufferBytes = size_t{256} << 20;
+
   // Binds options.listen (and options.metrics_listen and
   // options.health_listen, when set) and starts serving. UNAVAILABLE when an
   // address cannot be bound; INVALID_ARGUMENT or NOT_FOUND for TLS or token
@@ -114,6 +118,9 @@ class Server {
   // A relay's upstream (null: not a relay); outlives the jobs' relays and
   // their upstream sessions, whose ends it waits for.
   std::unique_ptr<Upstream> upstream_;
+  // A relay's upstream payloads, reused from call to call: at most
+  // kRelayIdleBufferBytes of them idle, besides the memory budget.
+  const std::shared_ptr<BufferCache> relay_buffers_;
   JobRegistry registry_;
   // Null when metrics are off; outlives the gRPC server and its reactors.
   const std::unique_ptr<GrpcServerMetrics> grpc_metrics_;

@@ -200,7 +200,8 @@ std::function<void()> RelayCollective::StartAloneLocked(int m) {
         " in use); retry later or raise the limit")));
     return nullptr;
   }
-  member.own_input = std::make_shared<UpstreamInput>(member.input_bytes);
+  member.own_input =
+      std::make_shared<UpstreamInput>(member.input_bytes, env_.buffers);
   std::vector<std::pair<uint64_t, Payload>> held = std::move(member.held);
   for (auto& [offset, data] : held) {
     absl::Status placed = PlaceLocked(m, offset, data);
@@ -311,7 +312,7 @@ std::function<void()> RelayCollective::StartLocked() {
         env_.memory->used(), " in use); retry later or raise the limit")));
     return nullptr;
   }
-  input_ = std::make_shared<UpstreamInput>(bytes);
+  input_ = std::make_shared<UpstreamInput>(bytes, env_.buffers);
   started_ = true;
   const v1::CollectiveHeader header = UpstreamHeaderLocked();
   for (size_t i = 0; i < members_.size(); ++i) {

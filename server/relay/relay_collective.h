@@ -50,6 +50,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/buffer.h"
 #include "core/fingerprint.h"
 #include "core/payload_layout.h"
 #include "proto/reducer/v1/reducer.pb.h"
@@ -71,6 +72,8 @@ struct RelayEnv {
   // ranks (a multiple of 8), and how many messages each may have unwritten.
   size_t chunk_bytes = 1 << 20;
   int window = 4;
+  // Where upstream payloads take their memory (null: malloc).
+  BufferPool* buffers = nullptr;
 };
 
 class RelayCollective final

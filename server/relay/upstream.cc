@@ -6,8 +6,10 @@
 
 namespace reducer {
 
-UpstreamInput::UpstreamInput(size_t bytes)
-    : bytes_(bytes), words_(new uint64_t[(bytes + 7) / 8]) {}
+UpstreamInput::UpstreamInput(size_t bytes, BufferPool* buffers)
+    : bytes_(bytes),
+      buffer_(buffers != nullptr ? buffers->Get(bytes)
+                                 : AllocateBuffer(bytes)) {}
 
 void UpstreamInput::MarkReady(size_t end) {
   absl::MutexLock lock(&mu_);
