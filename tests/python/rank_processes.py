@@ -3,7 +3,9 @@
     outputs = run_ranks(WORKER, "ddp", world=4, target=server.target)
 
 Each process gets torch's env:// variables (MASTER_ADDR, MASTER_PORT, RANK,
-WORLD_SIZE) and REDUCER_TARGET; run_ranks returns their outputs in rank
+WORLD_SIZE) and REDUCER_TARGET (one address for every rank, or a list of
+each rank's: its host's relay), and with LOCAL_WORLD_SIZE in extra_env
+torchrun's LOCAL_RANK (hosts of LOCAL_WORLD_SIZE consecutive ranks); run_ranks returns their outputs in rank
 order after asserting that every one exited 0 within the limit (past it,
 all are killed and the test fails naming the rank).
 """
@@ -35,11 +37,14 @@ def server():
 def run_ranks(worker, scenario, world, target, port=None, extra_env=None, args=()):
     """Runs `world` processes of `worker SCENARIO ARGS...`; their outputs."""
     port = port or free_port()
+    targets = target if isinstance(target, list) else [target] * world
     procs = []
     for rank in range(world):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   RANK=str(rank), WORLD_SIZE=str(world), REDUCER_TARGET=target,
-                   **(extra_env or {}))
+                   RANK=str(rank), WORLD_SIZE=str(world),
+                   REDUCER_TARGET=targets[rank], **(extra_env or {}))
+        if "LOCAL_WORLD_SIZE" in env:
+            env["LOCAL_RANK"] = str(rank % int(env["LOCAL_WORLD_SIZE"]))
         procs.append(subprocess.Popen([sys.executable, worker, scenario, *args],
                                       env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))

@@ -167,9 +167,12 @@ def test_wrong_token_fails_init_naming_the_job(secure_server):
 
 def test_local_world_size_is_passed_on_for_a_group_of_the_whole_world(monkeypatch):
     """torchrun's LOCAL_WORLD_SIZE reaches the client of a group of all
-    WORLD_SIZE ranks; a smaller group's is unknown (0)."""
+    WORLD_SIZE ranks; without RANK and LOCAL_RANK a smaller group's is
+    unknown (0)."""
     import reducer.torch
 
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert reducer.torch._local_world_size(4) == 2
@@ -180,6 +183,27 @@ def test_local_world_size_is_passed_on_for_a_group_of_the_whole_world(monkeypatc
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "-2")
     with pytest.raises(ValueError, match="LOCAL_WORLD_SIZE"):
         reducer.torch._local_world_size(4)
+
+
+def test_a_subgroup_counts_its_ranks_on_this_host(monkeypatch):
+    """With torchrun's RANK and LOCAL_RANK, this host holds a block of
+    LOCAL_WORLD_SIZE consecutive global ranks: a subgroup's count is its
+    ranks in that block, so that a relay never waits for another host's."""
+    import reducer.torch
+
+    # 2 hosts x 4 ranks; this is rank 5 (local rank 1): host 1 holds 4-7.
+    for name, value in (("WORLD_SIZE", "8"), ("LOCAL_WORLD_SIZE", "4"),
+                        ("RANK", "5"), ("LOCAL_RANK", "1")):
+        monkeypatch.setenv(name, value)
+    assert reducer.torch._local_world_size(8) == 4          # the whole world
+    assert reducer.torch._local_world_size(8, range(8)) == 4
+    assert reducer.torch._local_world_size(2, [1, 5]) == 1  # across hosts
+    assert reducer.torch._local_world_size(4, [4, 5, 6, 7]) == 4
+    assert reducer.torch._local_world_size(3, [3, 4, 5]) == 2
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")                    # host 0: 0-3
+    assert reducer.torch._local_world_size(2, [1, 5]) == 1
+    assert reducer.torch._local_world_size(3, [0, 1, 4]) == 2
 
 
 def test_environment_errors_name_the_variable(monkeypatch, tmp_path):

@@ -18,9 +18,9 @@ Configuration comes from the environment, read at each group's creation:
     REDUCER_TLS_KEY_FILE
     REDUCER_TLS_SERVER_NAME   the name to check in reducerd's certificate
     LOCAL_WORLD_SIZE          torchrun's count of this host's ranks, passed on
-                                (for a group of all WORLD_SIZE ranks) so that
-                                a node-local relay joins upstream once all
-                                of them arrived
+                                so that a node-local relay joins upstream once
+                                all of them arrived; with RANK and LOCAL_RANK,
+                                a subgroup passes on its ranks on this host
     REDUCER_SHARED_MEMORY     auto (default), off or required: the client
                                 library's own override of the data path, for
                                 the whole process, read at its first
@@ -201,13 +201,34 @@ def _client_settings():
     return prefix, settings
 
 
-def _local_world_size(group_size):
-    """LOCAL_WORLD_SIZE for a group of all WORLD_SIZE ranks (torchrun sets
-    both), else 0 (unknown): a subgroup's ranks on this host are not known
-    here, and a relay told too many would wait for ranks that never come."""
+def _env_int(name):
+    """The environment variable `name` as a non-negative int, else None."""
+    value = os.environ.get(name, "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def _local_world_size(group_size, global_ranks=()):
+    """How many of a group's ranks run on this host, for a relay there
+    (ClientOptions::local_world_size); 0 when unknown, which a relay takes
+    as every rank of the group. `global_ranks`: the group's global ranks
+    (torch's; empty for the group of all WORLD_SIZE ranks).
+
+    torchrun numbers the ranks of each host consecutively, so with RANK and
+    LOCAL_RANK this host holds global ranks [RANK - LOCAL_RANK, that +
+    LOCAL_WORLD_SIZE): a subgroup counts its ranks among them. A subgroup
+    across hosts (FSDP's hybrid mesh, pipeline stages) must not say 0, or
+    each host's relay would wait for ranks that are on other hosts. Without
+    RANK and LOCAL_RANK only the whole group's count is known."""
     local = reducer.local_world_size_from_env()
-    world = os.environ.get("WORLD_SIZE", "").strip()
-    return local if world.isdigit() and int(world) == group_size else 0
+    world = _env_int("WORLD_SIZE")
+    if local == 0 or world is None:
+        return 0
+    ranks = list(global_ranks) or (list(range(world)) if group_size == world else [])
+    rank, local_rank = _env_int("RANK"), _env_int("LOCAL_RANK")
+    if ranks and rank is not None and local_rank is not None and local_rank <= rank:
+        first = rank - local_rank
+        return sum(1 for r in ranks if first <= r < first + local)
+    return local if group_size == world else 0
 
 
 def _create(backend_options, pg_options):
@@ -222,9 +243,11 @@ def _create(backend_options, pg_options):
     if rank == 0:
         store.set(key, f"{prefix}/{uuid.uuid4().hex}")
     job = store.get(key).decode()
+    global_ranks = getattr(backend_options, "global_ranks_in_group", None) or ()
     client = reducer.Client(job=job, rank=rank, world_size=size,
                             timeout=backend_options.timeout.total_seconds(),
-                            local_world_size=_local_world_size(size), **settings)
+                            local_world_size=_local_world_size(size, global_ranks),
+                            **settings)
     ops = BackendOps(client, job, rank, size)
     return _torch_c.Backend(rank, size, ops, client._client if _native_all_reduce else None,
                             ops.where)
