@@ -140,7 +140,10 @@ struct HeldJoin {
     bool got = false;
     absl::Notification first;
     std::thread read([&] {
-      got = reader->Read(&event);
+      // JoinWaiting events come before JobReady while the job gathers.
+      do {
+        got = reader->Read(&event);
+      } while (got && event.has_waiting());
       first.Notify();
     });
     const bool answered = first.WaitForNotificationWithTimeout(kJoinTimeout);

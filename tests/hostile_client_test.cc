@@ -45,7 +45,10 @@ absl::Status RawJoin(const std::string& address, const v1::JoinRequest& request,
   std::unique_ptr<grpc::ClientReader<v1::JoinEvent>> reader =
       stub->Join(&context, request);
   v1::JoinEvent event;
-  if (reader->Read(&event) && event.has_ready()) {
+  // JoinWaiting events come before JobReady while the job gathers.
+  bool read = reader->Read(&event);
+  while (read && event.has_waiting()) read = reader->Read(&event);
+  if (read && event.has_ready()) {
     context.TryCancel();
     reader->Finish();
     return absl::OkStatus();

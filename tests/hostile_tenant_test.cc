@@ -78,7 +78,10 @@ class OpenJoin {
     v1::JoinEvent event;
     bool got_event = false;
     std::thread read([&] {
-      got_event = reader_->Read(&event);
+      // JoinWaiting events come before JobReady while the job gathers.
+      do {
+        got_event = reader_->Read(&event);
+      } while (got_event && event.has_waiting());
       first_event.Notify();
     });
     if (!first_event.WaitForNotificationWithTimeout(timeout)) {

@@ -33,6 +33,7 @@ namespace reducer {
 namespace testing {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr int kWorld = 4;
@@ -469,6 +470,48 @@ TEST_F(RelayTest, ARelayStoppedWhileItsJoinWaitsUpstreamDrainsAtOnce) {
   EXPECT_EQ(refused.load(), 2);
   EXPECT_EQ(Jobs(JobsWithin(*shards_[0], 0, absl::Seconds(10))), "0 jobs")
       << "the shard still holds the job of the relay that stopped";
+}
+
+// A Connect that times out names who joined and who did not: on a
+// reducerd, the ranks missing; through a relay, which sees only its host's
+// ranks, how many of them it expects (here every rank of a job whose ranks
+// are on two hosts: no local_world_size) and which it holds.
+TEST_F(RelayTest, AConnectThatTimesOutNamesWhoJoinedAndWhatItWaitsFor) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/1, /*hosts=*/{1, 1}));
+  std::vector<absl::Status> direct(3), relayed(2);
+  RunOnEveryRank(3, [&](int rank) {
+    if (rank == 1) return;  // never starts
+    ClientOptions options;
+    options.target = shards_[0]->address();
+    options.job = "direct";
+    options.rank = rank;
+    options.world_size = 3;
+    options.timeout = absl::Seconds(2);
+    direct[rank] = Client::Connect(options).status();
+  });
+  RunOnEveryRank(2, [&](int rank) {
+    ClientOptions options;
+    options.target = relays_[rank]->address();
+    options.job = "relayed";
+    options.rank = rank;
+    options.world_size = 2;
+    options.timeout = absl::Seconds(2);
+    relayed[rank] = Client::Connect(options).status();
+  });
+  for (int rank : {0, 2}) {
+    EXPECT_THAT(direct[rank],
+                StatusIs(absl::StatusCode::kDeadlineExceeded,
+                         HasSubstr("ranks joined: 0,2; not joined: 1")));
+  }
+  for (int rank : {0, 1}) {
+    EXPECT_THAT(
+        relayed[rank],
+        StatusIs(absl::StatusCode::kDeadlineExceeded,
+                 HasSubstr(absl::StrCat(
+                     "ranks joined there: ", rank,
+                     "; this relay waits for 2 of the job's 2 ranks on its "
+                     "host (ClientOptions::local_world_size"))));
+  }
 }
 
 }  // namespace

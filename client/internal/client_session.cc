@@ -33,6 +33,27 @@ constexpr size_t kIdleBufferBytes = size_t{256} << 20;
 // How often a join that may be given up looks whether it was.
 constexpr absl::Duration kGiveUpCheck = absl::Milliseconds(200);
 
+// What a shard still gathering the job said of it (JoinWaiting), for
+// Connect's timeout: "; ranks joined: 0,2; not joined: 1,3", or with a
+// note (a relay's, which sees only its host's ranks) "; ranks joined
+// there: 0; <note>". Empty when it said nothing.
+std::string WhoJoined(const v1::JoinWaiting& waiting, int world_size) {
+  if (waiting.joined().empty()) return "";
+  const std::string joined = absl::StrJoin(waiting.joined(), ",");
+  if (!waiting.note().empty()) {
+    return absl::StrCat("; ranks joined there: ", joined, "; ", waiting.note());
+  }
+  std::vector<int> missing;
+  for (int r = 0; r < world_size; ++r) {
+    if (std::find(waiting.joined().begin(), waiting.joined().end(), r) ==
+        waiting.joined().end()) {
+      missing.push_back(r);
+    }
+  }
+  return absl::StrCat("; ranks joined: ", joined,
+                      "; not joined: ", absl::StrJoin(missing, ","));
+}
+
 std::string RandomId() {
   absl::BitGen gen;
   return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen),
@@ -187,8 +208,12 @@ absl::Status ClientSession::JoinAll(absl::Time deadline,
     }
   }
   std::vector<std::string> waiting;
+  std::string joined;  // what the first shard still joining said
   for (size_t i = 0; i < links_.size(); ++i) {
     if (!links_[i]->JoinSettled()) {
+      if (waiting.empty()) {
+        joined = WhoJoined(links_[i]->LastWaiting(), options_.world_size);
+      }
       waiting.push_back(targets_[i]);
       continue;
     }
@@ -210,7 +235,8 @@ absl::Status ClientSession::JoinAll(absl::Time deadline,
       "Connect: job ", options_.job, " did not gather all ",
       options_.world_size, " ranks", where, " within ",
       absl::FormatDuration(options_.timeout), " (this is rank ", options_.rank,
-      "); check that every rank started with the same job name, world size "
+      ")", joined,
+      "; check that every rank started with the same job name, world size "
       "and reducerd address"));
 }
 

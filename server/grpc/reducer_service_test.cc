@@ -76,6 +76,14 @@ struct JoinedRank {
   bool finished = false;  // Finish() was called (at most once)
 };
 
+// Reads `rank`'s next event other than JoinWaiting (those come while the
+// job gathers its ranks); false once the stream ended.
+bool NextEvent(JoinedRank& rank, v1::JoinEvent* event) {
+  bool read = rank.events->Read(event);
+  while (read && event->has_waiting()) read = rank.events->Read(event);
+  return read;
+}
+
 class ReducerServiceTest : public ::testing::Test {
  protected:
   // With `tokens`, job Env::kTokenJob and its jobs require Env::kToken.
@@ -120,7 +128,7 @@ class ReducerServiceTest : public ::testing::Test {
     }
     for (JoinedRank* rank : ranks) {
       v1::JoinEvent event;
-      ASSERT_TRUE(rank->events->Read(&event));
+      ASSERT_TRUE(NextEvent(*rank, &event));
       ASSERT_TRUE(event.has_ready()) << event.DebugString();
     }
   }
@@ -194,10 +202,15 @@ class ReducerServiceTest : public ::testing::Test {
 
 TEST_F(ReducerServiceTest, JoinSendsJobReadyOnceEveryRankJoined) {
   JoinedRank& rank0 = Join("j", 0, 2, "s0");
+  // Before the other rank joins, rank 0 hears who joined.
+  v1::JoinEvent first;
+  ASSERT_TRUE(rank0.events->Read(&first));
+  ASSERT_TRUE(first.has_waiting()) << first.DebugString();
+  EXPECT_THAT(first.waiting().joined(), ElementsAre(0));
   JoinedRank& rank1 = Join("j", 1, 2, "s1");
   for (JoinedRank* rank : {&rank0, &rank1}) {
     v1::JoinEvent event;
-    ASSERT_TRUE(rank->events->Read(&event));
+    ASSERT_TRUE(NextEvent(*rank, &event));
     ASSERT_TRUE(event.has_ready()) << event.DebugString();
     EXPECT_EQ(event.ready().epoch(), 1);
   }
@@ -206,7 +219,7 @@ TEST_F(ReducerServiceTest, JoinSendsJobReadyOnceEveryRankJoined) {
 TEST_F(ReducerServiceTest, JoinRefusedEndsTheStreamWithWhy) {
   JoinedRank& rank = Join(std::string(Env::kMaxNameBytes + 1, 'j'), 0, 1, "s0");
   v1::JoinEvent event;
-  EXPECT_FALSE(rank.events->Read(&event));
+  EXPECT_FALSE(NextEvent(rank, &event));
   const grpc::Status status = rank.events->Finish();
   rank.finished = true;
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -237,7 +250,7 @@ TEST_F(ReducerServiceTest, ACutJoinStreamAbortsTheEpochForTheOtherRank) {
   JoinAll("j", 2);
   joined_[0]->context.TryCancel();
   v1::JoinEvent event;
-  ASSERT_TRUE(joined_[1]->events->Read(&event));
+  ASSERT_TRUE(NextEvent(*joined_[1], &event));
   ASSERT_TRUE(event.has_aborted()) << event.DebugString();
   EXPECT_EQ(event.aborted().epoch(), 1);
   EXPECT_THAT(event.aborted().reason(), HasSubstr("rank 0"));
@@ -255,7 +268,7 @@ TEST_F(ReducerServiceTest, AJoinNamingAnotherSessionIsRefusedAndTheJobRunsOn) {
   JoinAll("j", 2);
   JoinedRank& hostile = Join("j", 0, 3, "s0");
   v1::JoinEvent event;
-  EXPECT_FALSE(hostile.events->Read(&event));
+  EXPECT_FALSE(NextEvent(hostile, &event));
   const grpc::Status refused = hostile.events->Finish();
   hostile.finished = true;
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -272,12 +285,12 @@ TEST_F(ReducerServiceTest, AnExactRetryOfAJoinIsAnsweredAndTheJobRunsOn) {
   JoinAll("j", 2);
   JoinedRank& retry = Join("j", 0, 2, "s0");
   v1::JoinEvent event;
-  ASSERT_TRUE(retry.events->Read(&event));
+  ASSERT_TRUE(NextEvent(retry, &event));
   ASSERT_TRUE(event.has_ready()) << event.DebugString();
   EXPECT_EQ(event.ready().epoch(), 1);
   // The first stream (its JobReady read by JoinAll) ends, saying why.
   JoinedRank& first = *joined_[0];
-  EXPECT_FALSE(first.events->Read(&event));
+  EXPECT_FALSE(NextEvent(first, &event));
   const grpc::Status replaced = first.events->Finish();
   first.finished = true;
   EXPECT_EQ(replaced.error_code(), grpc::StatusCode::ABORTED);

@@ -30,15 +30,25 @@ class FakeSession final : public SessionChannel {
  public:
   void SendEvent(const v1::JoinEvent& event) override {
     absl::MutexLock lock(&mu_);
-    events_.push_back(event);
+    if (event.has_waiting()) {
+      waiting_.push_back(event.waiting());
+    } else {
+      events_.push_back(event);
+    }
   }
   void Fail(const absl::Status& status) override {
     absl::MutexLock lock(&mu_);
     failure_ = status;
   }
+  // Every event but JoinWaiting, in order.
   std::vector<v1::JoinEvent> events() {
     absl::MutexLock lock(&mu_);
     return events_;
+  }
+  // The JoinWaiting events, in order.
+  std::vector<v1::JoinWaiting> waiting() {
+    absl::MutexLock lock(&mu_);
+    return waiting_;
   }
   // How the Job ended it; OK while it did not.
   absl::Status failure() {
@@ -59,6 +69,7 @@ class FakeSession final : public SessionChannel {
  private:
   absl::Mutex mu_;
   std::vector<v1::JoinEvent> events_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::JoinWaiting> waiting_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -241,6 +241,7 @@ absl::Status Job::JoinLocked(const std::vector<int>& ranks, int world_size,
   v1::JoinEvent event = ReadyEventLocked(rank);
   switch (*seated) {
     case Membership::Seated::kWaiting:
+      SendToAllLocked(WaitingEventLocked(/*upstream=*/false));
       break;
     case Membership::Seated::kRejoined: {
       // Back into the running epoch of a job in quorum mode: the others go
@@ -260,6 +261,7 @@ absl::Status Job::JoinLocked(const std::vector<int>& ranks, int world_size,
       if (relay_ != nullptr) {
         // Ready once the job is ready upstream too (OnUpstreamReady).
         *upstream_ranks = membership_.SeatedRanks();
+        SendToAllLocked(WaitingEventLocked(/*upstream=*/true));
         break;
       }
       SendToAllLocked(event);
@@ -279,6 +281,28 @@ v1::JoinEvent Job::ReadyEventLocked(int rank) const {
   event.mutable_ready()->set_shared_memory_socket(shared_memory_socket_);
   event.mutable_ready()->set_quorum_steps_started(
       membership_.ReadyQuorumSteps(rank));
+  return event;
+}
+
+v1::JoinEvent Job::WaitingEventLocked(bool upstream) const {
+  v1::JoinEvent event;
+  v1::JoinWaiting* waiting = event.mutable_waiting();
+  const std::vector<int> seated = membership_.SeatedRanks();
+  for (int rank : seated) waiting->add_joined(rank);
+  if (relay_ == nullptr) return event;
+  if (upstream) {
+    waiting->set_note(absl::StrCat(
+        "this relay holds the ", seated.size(),
+        " ranks of its host and waits for the job upstream (the other "
+        "hosts' ranks)"));
+  } else {
+    waiting->set_note(absl::StrCat(
+        "this relay waits for ", membership_.expected_here(), " of the job's ",
+        world_size_,
+        " ranks on its host (ClientOptions::local_world_size, torchrun's "
+        "LOCAL_WORLD_SIZE; 0 means all of them) and holds ",
+        RanksName(seated)));
+  }
   return event;
 }
 

@@ -327,6 +327,11 @@ class Job {
   // The JobReady of the current epoch for `rank`, held now.
   v1::JoinEvent ReadyEventLocked(int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The JoinWaiting of the ranks seated now: a relay's says how many ranks
+  // of its host it expects, or (`upstream`) that it waits for the job
+  // upstream.
+  v1::JoinEvent WaitingEventLocked(bool upstream) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the epoch (Membership::EndEpoch): fails its collectives that are
   // not decided, tells every session, logs and counts it.
   void EndEpoch(const std::string& reason, int lost_rank,

@@ -172,6 +172,29 @@ TEST_F(JobTest, EveryRankGetsReadyOnceAllHaveJoined) {
   EXPECT_EQ(s1->events()[0].ready().epoch(), 1u);
 }
 
+// While the job gathers its ranks, each join tells the sessions joined so
+// far who joined (what a Connect that times out names); a reducerd that is
+// not a relay adds no note.
+TEST_F(JobTest, EachJoinBeforeTheLastTellsTheJoinedWhoJoined) {
+  Job job("j3", 3,
+          CollectiveEnv{&options_, &pool_, &timers_, &memory_, &chunks_,
+                        &metrics_, &log_, &kept_memory_});
+  auto s0 = std::make_shared<FakeSession>();
+  auto s2 = std::make_shared<FakeSession>();
+  auto s1 = std::make_shared<FakeSession>();
+  ASSERT_TRUE(job.Join(2, 3, "c", s2).ok());
+  ASSERT_TRUE(job.Join(0, 3, "a", s0).ok());
+  ASSERT_THAT(s2->waiting(), SizeIs(2));
+  EXPECT_THAT(s2->waiting()[0].joined(), ElementsAre(2));
+  EXPECT_THAT(s2->waiting()[1].joined(), ElementsAre(0, 2));
+  EXPECT_EQ(s2->waiting()[1].note(), "");
+  ASSERT_THAT(s0->waiting(), SizeIs(1));
+  EXPECT_THAT(s0->waiting()[0].joined(), ElementsAre(0, 2));
+  ASSERT_TRUE(job.Join(1, 3, "b", s1).ok());
+  EXPECT_THAT(s1->waiting(), IsEmpty()) << "the last rank gets JobReady only";
+  EXPECT_EQ(s1->ready_count(), 1);
+}
+
 // A pending collective's per-rank bookkeeping is held in the memory budget
 // until the collective is gone, and a budget that cannot hold it refuses
 // the call before anything is created.

@@ -329,10 +329,17 @@ void ShardLink::OnRead(grpc::ByteBuffer* message) {
   } else if (join_event_.has_aborted()) {
     aborted_ = absl::AbortedError(join_event_.aborted().reason());
     if (end_observer_) end_observer_();
+  } else if (join_event_.has_waiting()) {
+    waiting_ = join_event_.waiting();
   } else if (join_event_.has_pace() && join_event_.pace().chunk_bytes() > 0) {
     // Later payloads go in messages of the job's paced chunk size.
     chunk_bytes_.store(join_event_.pace().chunk_bytes(), std::memory_order_relaxed);
   }
+}
+
+v1::JoinWaiting ShardLink::LastWaiting() {
+  absl::MutexLock lock(&mu_);
+  return waiting_;
 }
 
 void ShardLink::OnFinished(const grpc::Status& status) {

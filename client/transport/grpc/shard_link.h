@@ -81,6 +81,9 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   // OK once JobReady came; else how the Join stream ended; else
   // DEADLINE_EXCEEDED (still joining).
   absl::Status JoinOutcome();
+  // The latest JoinWaiting this shard sent while the job gathered its
+  // ranks (empty when none came): who joined, and what it waits for.
+  v1::JoinWaiting LastWaiting();
 
   // After JobReady: sets up the same-host path as ClientOptions::
   // shared_memory says (or REDUCER_SHARED_MEMORY). OK when it is in use,
@@ -171,6 +174,7 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   absl::Mutex mu_;
   v1::JoinEvent join_event_ ABSL_GUARDED_BY(mu_);  // the last one read
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  v1::JoinWaiting waiting_ ABSL_GUARDED_BY(mu_);  // see LastWaiting
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t quorum_steps_started_ ABSL_GUARDED_BY(mu_) = 0;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;  // the Join stream ended
