@@ -1,9 +1,10 @@
 // Ranks through relays (reducerd --upstream), end to end: real reducerd
 // processes for the shards and for each host's relay, the ranks as
 // threads of this test using the public client. Every collective kind,
-// with the ranks of a host combined (all-reduce, reduce, all-gather,
-// gather, broadcast, barrier) or forwarded alone (the others); expected
-// results in closed form, as if each rank had reached the shards directly.
+// with the ranks of a host combined (all-reduce, reduce, reduce-scatter,
+// all-gather, gather, broadcast, scatter, barrier) or forwarded alone (the
+// others); expected results in closed form, as if each rank had reached
+// the shards directly.
 // A relay whose link to the shards goes down (a TcpProxy paused) loses its
 // upstream session, and still hands its ranks the results decided upstream.
 #include <atomic>
@@ -224,21 +225,39 @@ void EveryKind(Client& client, int rank, RankFailures& failures) {
   }
   absl::Status barrier = client.Barrier();
   if (!barrier.ok()) return fail(absl::StrCat("barrier: ", barrier.ToString()));
-  // Kinds forwarded rank by rank: reduce-scatter, scatter, all-to-all.
-  std::vector<float> rs(8);
-  for (int i = 0; i < 8; ++i) rs[i] = Value(rank, i);
+  // Reduce-scatter of 1 MiB, combined like the all-reduce (each rank then
+  // gets its own slice of what its host got): rank r's slice is elements
+  // [r * kSlice, (r + 1) * kSlice) of the sum.
+  constexpr int64_t kRs = 262144;
+  constexpr int64_t kSlice = kRs / kWorld;
+  std::vector<float> rs(kRs);
+  for (int64_t i = 0; i < kRs; ++i) rs[i] = Value(rank, i);
   absl::StatusOr<Tensor> slice =
       client.ReduceScatter(TensorView::Of<float>(rs), ReduceOp::kSum);
-  if (!slice.ok() || slice->values<float>()[0] !=
-                         6000.0f + 4.0f * static_cast<float>(2 * rank)) {
+  if (!slice.ok()) {
     return fail(absl::StrCat("reducescatter: ", slice.status().ToString()));
   }
+  if (static_cast<int64_t>(slice->values<float>().size()) != kSlice) {
+    return fail(absl::StrCat("reducescatter: ", slice->values<float>().size(),
+                             " elements, want ", kSlice));
+  }
+  for (int64_t k = 0; k < kSlice; ++k) {
+    const int64_t i = rank * kSlice + k;
+    const float want = 6000.0f + 4.0f * static_cast<float>(i % 997);
+    if (slice->values<float>()[k] != want) {
+      return fail(absl::StrCat("reducescatter[", k, "] = ",
+                               slice->values<float>()[k], ", want ", want));
+    }
+  }
+  // Scatter from rank 0, combined like the broadcast: each rank its part.
   std::vector<int32_t> parts = {100, 101, 102, 103};
   absl::StatusOr<Tensor> part = client.Scatter(
       rank == 0 ? TensorView::Of<int32_t>(parts) : TensorView(), 0);
-  if (!part.ok() || part->values<int32_t>()[0] != 100 + rank) {
+  if (!part.ok() || part->values<int32_t>().size() != 1 ||
+      part->values<int32_t>()[0] != 100 + rank) {
     return fail(absl::StrCat("scatter: ", part.status().ToString()));
   }
+  // Forwarded rank by rank: all-to-all.
   std::vector<int32_t> send(kWorld);
   for (int j = 0; j < kWorld; ++j) send[j] = 10 * rank + j;
   absl::StatusOr<Tensor> got = client.AllToAll(TensorView::Of<int32_t>(send));
@@ -278,11 +297,14 @@ TEST_F(RelayTest, TwoHostsOfTwoRanksOverTwoShardsRunEveryKind) {
   });
   failures.ExpectNone();
   // It names its upstream, and what combining saved: at least the 3 MiB
-  // all-reduce one of its two ranks did neither send nor get.
+  // all-reduce one of its two ranks did neither send nor get, and the
+  // 1 MiB reduce-scatter input it did not send (each slice is received
+  // once either way).
   EXPECT_EQ(status.upstream(),
             absl::StrCat(shards_[0]->address(), ",", shards_[1]->address()));
   ASSERT_EQ(status.jobs_size(), 1);
-  EXPECT_GE(status.jobs(0).relay_bytes_saved(), 2u * 3 * 1024 * 1024);
+  EXPECT_GE(status.jobs(0).relay_bytes_saved(),
+            2u * 3 * 1024 * 1024 + 1024 * 1024);
 }
 
 TEST_F(RelayTest, OneHostOfFourRanksOverOneShardRunsEveryKind) {
@@ -362,7 +384,7 @@ TEST_F(RelayTest, ARelayKilledEndsTheEpochNamingItsRanks) {
 
 TEST_F(RelayTest, AResultDecidedUpstreamReachesTheRanksOfARelayCutOffFromIt) {
   // Relay 1 (ranks 2 and 3) reaches the shard through proxy_. Its ranks'
-  // reduce-scatters (forwarded rank by rank) are upstream when its link
+  // reduce-scatter (one combined call) is upstream when its link
   // goes down; then ranks 0 and 1 contribute, and the shard decides the
   // result, which ranks 0 and 1 get. Relay 1's keepalive watchdog ends its
   // upstream session while its link is down; once the link is back, its

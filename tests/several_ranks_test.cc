@@ -168,9 +168,35 @@ TEST_F(SeveralRanksTest, LosingARelaysSessionNamesAllOfItsRanks) {
                                  "was lost")));
 }
 
+TEST_F(SeveralRanksTest, ReduceScatterGivesARelayItsRanksSlices) {
+  // The relay sends the sum of ranks 0-2's whole inputs and gets their
+  // three slices back to back; rank 3 gets its own.
+  ASSERT_TRUE(StartServer());
+  ASSERT_NO_FATAL_FAILURE(JoinRelayAndRank3(Job()));
+  v1::CollectiveRequest relay = relay_->AllReduceRequest({kN});
+  relay.mutable_header()->set_kind(v1::COLLECTIVE_KIND_REDUCE_SCATTER);
+  relay.set_data(Bytes(SumOf({0, 1, 2})));
+  v1::CollectiveRequest alone = rank3_->AllReduceRequest({kN});
+  alone.mutable_header()->set_kind(v1::COLLECTIVE_KIND_REDUCE_SCATTER);
+  alone.set_data(Bytes(Input(3)));
+  RunBoth(relay, alone);
+  ASSERT_THAT(relay_result_.status, IsOk());
+  ASSERT_THAT(rank3_result_.status, IsOk());
+  const std::vector<float> sum = SumOf({0, 1, 2, 3});
+  constexpr int kSlice = kN / kWorld;
+  EXPECT_EQ(Assembled(relay_result_),
+            Bytes(std::vector<float>(sum.begin(), sum.begin() + 3 * kSlice)));
+  EXPECT_EQ(Assembled(rank3_result_),
+            Bytes(std::vector<float>(sum.begin() + 3 * kSlice, sum.end())));
+  ASSERT_FALSE(relay_result_.responses.empty());
+  ASSERT_EQ(relay_result_.responses[0].result_size(), 1);
+  EXPECT_EQ(relay_result_.responses[0].result(0).shape(0), 3 * kSlice);
+}
+
 TEST_F(SeveralRanksTest, ARelayMayStillCallForEachRankAlone) {
-  // Kinds that give each rank its own part take one rank per call: the
-  // relay sends each of its ranks' calls on its one session.
+  // A relay may also send each of its ranks' calls on its one session, as
+  // it does when it goes without combining them: a reduce-scatter rank by
+  // rank.
   ASSERT_TRUE(StartServer());
   ASSERT_NO_FATAL_FAILURE(JoinRelayAndRank3(Job()));
   std::vector<RawCallResult> results(kWorld);
@@ -201,13 +227,13 @@ TEST_F(SeveralRanksTest, ARelayMayStillCallForEachRankAlone) {
 TEST_F(SeveralRanksTest, RefusesWhatNoRelayMaySend) {
   ASSERT_TRUE(StartServer());
   ASSERT_NO_FATAL_FAILURE(JoinRelayAndRank3(Job()));
-  // A reduce-scatter for several ranks.
-  v1::CollectiveRequest scatter = relay_->AllReduceRequest({kN});
-  scatter.mutable_header()->set_kind(v1::COLLECTIVE_KIND_REDUCE_SCATTER);
-  scatter.set_data(Bytes(SumOf({0, 1, 2})));
-  EXPECT_THAT(relay_->Call({scatter}, absl::Seconds(20)).status,
+  // An all-to-all for several ranks.
+  v1::CollectiveRequest exchange = relay_->AllReduceRequest({kN});
+  exchange.mutable_header()->set_kind(v1::COLLECTIVE_KIND_ALL_TO_ALL);
+  exchange.set_data(Bytes(SumOf({0, 1, 2})));
+  EXPECT_THAT(relay_->Call({exchange}, absl::Seconds(20)).status,
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("a reducescatter takes each rank's own "
+                       HasSubstr("a alltoall takes each rank's own "
                                  "contribution")));
   // Ranks the session does not hold.
   v1::CollectiveRequest foreign = relay_->AllReduceRequest({kN});

@@ -1,5 +1,6 @@
 #include "client/shards/partition_split.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -263,21 +264,32 @@ absl::StatusOr<std::vector<Tensor>> JoinPartitionResults(
     return joined;
   }
   if (*kind == CollectiveKind::kReduceScatter) {
+    // A contribution for several ranks (header.ranks, a relay's) gets their
+    // slices back to back; partition k's result holds, for each of them in
+    // order, the piece [begin, begin + count) of its slice.
     const TensorSpec& input = (*tensors)[0];
+    const int group = whole.header.group_size();
+    const int64_t ranks = std::max(1, whole.header.ranks_size());
+    const int64_t slice = *NumElements(input.shape) / group;
     std::vector<int64_t> shape = input.shape;
-    shape[0] /= whole.header.group_size();
+    shape[0] = shape[0] / group * ranks;
     Tensor out = Tensor::Uninitialized(input.dtype, shape, buffers);
     const size_t es = DataTypeSize(input.dtype);
     for (size_t k = 0; k < split.parts.size(); ++k) {
       const PartitionContribution& part = split.parts[k];
       const std::vector<Tensor>& got = (*results)[k];
-      if (got.size() != 1 || got[0].num_elements() != part.count) {
+      if (got.size() != 1 || got[0].num_elements() != ranks * part.count) {
         return got.empty() ? absl::InternalError(absl::StrCat(
                                  "partition ", k, " came back with no tensor"))
-                           : WrongShape(k, got[0], part.count);
+                           : WrongShape(k, got[0], ranks * part.count);
       }
-      std::memcpy(static_cast<unsigned char*>(out.mutable_data()) + part.begin * es,
-                  got[0].data(), part.count * es);
+      for (int64_t j = 0; j < ranks; ++j) {
+        std::memcpy(static_cast<unsigned char*>(out.mutable_data()) +
+                        (j * slice + part.begin) * es,
+                    static_cast<const unsigned char*>(got[0].data()) +
+                        j * part.count * es,
+                    part.count * es);
+      }
     }
     std::vector<Tensor> joined;
     joined.push_back(std::move(out));

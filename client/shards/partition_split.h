@@ -15,7 +15,9 @@
 // Reduce is cut the same way, each partition a Reduce with the same root
 // (a non-root's whole result is then no tensor, as each partition's is). A
 // ReduceScatter partition declares one 1-D tensor of group x count elements
-// gathered (copied) from every rank-slice of the input; an AllToAll is cut
+// gathered (copied) from every rank-slice of the input (a contribution for
+// several ranks, CollectiveHeader.ranks, gets each partition's piece of
+// every one of their slices, and the slices back to back); an AllToAll is cut
 // the same way (its parts are the rank-slices), each partition an AllToAll
 // whose result holds the same piece of every part sent to this rank. A
 // quorum step's barrier goes whole to the first shard, which decides it,

@@ -203,6 +203,67 @@ TEST(PartitionSplitTest, ReduceScatterPartitionsReduceToTheClosedForm) {
   }
 }
 
+TEST(PartitionSplitTest, ReduceScatterForSeveralRanksJoinsTheirSlices) {
+  // Ranks 1-2 as one contribution (a relay's: the sum of their inputs,
+  // header.ranks {1, 2}), ranks 0 and 3 alone. Each shard gives the
+  // contribution its two ranks' pieces back to back; joined, they are
+  // ranks 1 and 2's slices of the sum, in closed form.
+  const EveryRank all =
+      SplitEveryRank(CollectiveKind::kReduceScatter, [](int q, size_t i) {
+        return static_cast<float>((q + 1) * 1000 + i % 997);
+      });
+  const std::vector<std::vector<float>>& inputs = all.inputs;
+  std::vector<float> summed(inputs[1].size());
+  for (size_t i = 0; i < summed.size(); ++i) {
+    summed[i] = inputs[1][i] + inputs[2][i];
+  }
+  Contribution carrier = all.wholes[1];
+  carrier.header.set_rank(1);
+  carrier.header.add_ranks(1);
+  carrier.header.add_ranks(2);
+  carrier.inputs = {summed.data()};
+  const SplitCollective split = SplitContribution(carrier, 3, kMiB);
+  ASSERT_FALSE(split.whole);
+  ASSERT_EQ(split.parts.size(), 3u);
+  const std::vector<const SplitCollective*> senders = {&all.splits[0], &split,
+                                                       &all.splits[3]};
+  std::vector<std::vector<Tensor>> results;
+  for (size_t k = 0; k < split.parts.size(); ++k) {
+    const int64_t count = split.parts[k].count;
+    Tensor t(DataType::kFloat32, {2 * count});
+    float* out = static_cast<float*>(t.mutable_data());
+    for (int j = 0; j < 2; ++j) {
+      for (int64_t e = 0; e < count; ++e) {
+        float sum = 0;
+        for (const SplitCollective* s : senders) {
+          ASSERT_EQ(s->parts[k].count, count);
+          const float* g =
+              static_cast<const float*>(s->parts[k].contribution.inputs[0]);
+          sum += g[(1 + j) * count + e];
+        }
+        out[j * count + e] = sum;
+      }
+    }
+    results.push_back({});
+    results.back().push_back(std::move(t));
+  }
+  absl::StatusOr<std::vector<Tensor>> joined =
+      JoinPartitionResults(carrier, split, &results, nullptr);
+  ASSERT_THAT(joined, IsOk());
+  ASSERT_EQ((*joined)[0].shape(),
+            (std::vector<int64_t>{2 * kRows / kRanks, kCols}));
+  const int64_t slice = kRows * kCols / kRanks;
+  const float* got = static_cast<const float*>((*joined)[0].data());
+  for (int j = 0; j < 2; ++j) {
+    for (int64_t e = 0; e < slice; ++e) {
+      float want = 0;
+      for (int q = 0; q < kRanks; ++q) want += inputs[q][(1 + j) * slice + e];
+      ASSERT_EQ(got[j * slice + e], want)
+          << "rank " << 1 + j << " element " << e;
+    }
+  }
+}
+
 TEST(PartitionSplitTest, AllGatherBroadcastAndBarrierGoWhole) {
   std::vector<float> x(4 * kMiB / 4);
   for (CollectiveKind kind : {CollectiveKind::kAllGather, CollectiveKind::kBroadcast}) {

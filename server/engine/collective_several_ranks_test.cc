@@ -201,14 +201,14 @@ TEST_F(CollectiveSeveralRanksTest, ARankCoveredAfterItCalledFailsEveryone) {
 
 TEST_F(CollectiveSeveralRanksTest, KindsOfOwnPartsRefuseACarrier) {
   const std::vector<int> group = {0, 1};
-  std::shared_ptr<Collective> c = Make(CollectiveKind::kReduceScatter, group);
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllToAll, group);
   auto ch = Channels(2);
-  EXPECT_FALSE(c->Attach(ch[0], 0,
-                         Fp(CollectiveKind::kReduceScatter,
-                            {Spec(DataType::kFloat32, {4})}, group),
-                         "", {1}));
+  EXPECT_FALSE(c->Attach(
+      ch[0], 0,
+      Fp(CollectiveKind::kAllToAll, {Spec(DataType::kFloat32, {4})}, group), "",
+      {1}));
   ExpectFailed(*ch[0], absl::StatusCode::kInvalidArgument,
-               "a reducescatter takes one rank's contribution per call");
+               "a alltoall takes one rank's contribution per call");
 }
 
 TEST_F(CollectiveSeveralRanksTest, ACancelledCarrierIsReplacedByItsRetry) {
@@ -231,6 +231,171 @@ TEST_F(CollectiveSeveralRanksTest, ACancelledCarrierIsReplacedByItsRetry) {
   ExpectResult(*ch[0], Bytes(RampSum(3, kN)), DataType::kFloat32, {kN});
   ExpectResult(*ch[2], Bytes(RampSum(3, kN)), DataType::kFloat32, {kN});
   EXPECT_EQ(memory_->used(), 0u);
+}
+
+// The reduce-scatter tests: a [12, 2] float32 over ranks 0..5 (96 bytes,
+// 16 per slice: rank r gets rows 2r and 2r + 1 of the reduction).
+constexpr int kRsElems = 24;
+constexpr int kRsSliceElems = 4;
+
+Fingerprint FloatReduceScatter(const std::vector<int>& group,
+                               ReduceOp op = ReduceOp::kSum) {
+  Fingerprint fp = Fp(CollectiveKind::kReduceScatter,
+                      {Spec(DataType::kFloat32, {12, 2})}, group);
+  fp.tensors[0].op = op;
+  return fp;
+}
+
+// Elements [first * kRsSliceElems, (last + 1) * kRsSliceElems) of `v`:
+// the slices of ranks first..last, back to back.
+std::string Slices(const std::vector<float>& v, int first, int last) {
+  return Bytes(std::vector<float>(v.begin() + first * kRsSliceElems,
+                                  v.begin() + (last + 1) * kRsSliceElems));
+}
+
+TEST_F(CollectiveSeveralRanksTest, ReduceScatterGivesACarrierItsRanksSlices) {
+  // Chunks of 40 bytes, so that chunks straddle slices and carriers'
+  // ranges. Ranks 1-3 come as one carrier (rank 1), 4-5 as another, rank 0
+  // alone; each carrier gets its ranks' slices of the sum of all six.
+  options_.chunk_bytes = 40;
+  options_.offload_bytes = 40;
+  const std::vector<int> group = {0, 1, 2, 3, 4, 5};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kReduceScatter, group);
+  auto ch = Channels(6);
+  ASSERT_TRUE(c->Attach(ch[4], 4, FloatReduceScatter(group), "", {5}));
+  ASSERT_TRUE(c->Attach(ch[1], 1, FloatReduceScatter(group), "", {2, 3}));
+  EXPECT_FALSE(c->all_attached());
+  ASSERT_TRUE(c->Attach(ch[0], 0, FloatReduceScatter(group), ""));
+  EXPECT_TRUE(c->all_attached());
+  Feed(*c, 1, Bytes(RampRange(1, 3, kRsElems)), 36);
+  Feed(*c, 4, Bytes(RampRange(4, 5, kRsElems)), 20);
+  Feed(*c, 0, Bytes(Ramp(0, kRsElems)));
+  const std::vector<float> sum = RampSum(6, kRsElems);
+  ExpectResult(*ch[0], Slices(sum, 0, 0), DataType::kFloat32, {2, 2});
+  ExpectResult(*ch[1], Slices(sum, 1, 3), DataType::kFloat32, {6, 2});
+  ExpectResult(*ch[4], Slices(sum, 4, 5), DataType::kFloat32, {4, 2});
+  for (int r : {2, 3, 5}) {
+    EXPECT_THAT(ch[r]->sent(), IsEmpty()) << "rank " << r;
+    EXPECT_TRUE(c->HasFinished(r));
+  }
+  EXPECT_FALSE(c->LeftAnyOut());
+  EXPECT_TRUE(Settles(*c));
+}
+
+TEST_F(CollectiveSeveralRanksTest, ReduceScatterAverageDividesByRanks) {
+  // Ranks 0-3 summed by one carrier, 4 and 5 alone: the mean of six
+  // ranks, Ramp's (r + 1) * (i + 1) averaging to 3.5 * (i + 1).
+  const std::vector<int> group = {0, 1, 2, 3, 4, 5};
+  const Fingerprint fp = FloatReduceScatter(group, ReduceOp::kAvg);
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kReduceScatter, group);
+  auto ch = Channels(6);
+  ASSERT_TRUE(c->Attach(ch[0], 0, fp, "", {1, 2, 3}));
+  ASSERT_TRUE(c->Attach(ch[5], 5, fp, ""));
+  ASSERT_TRUE(c->Attach(ch[4], 4, fp, ""));
+  Feed(*c, 0, Bytes(RampRange(0, 3, kRsElems)));
+  Feed(*c, 4, Bytes(Ramp(4, kRsElems)));
+  Feed(*c, 5, Bytes(Ramp(5, kRsElems)));
+  std::vector<float> mean(kRsElems);
+  for (int i = 0; i < kRsElems; ++i) mean[i] = 3.5f * static_cast<float>(i + 1);
+  ExpectResult(*ch[0], Slices(mean, 0, 3), DataType::kFloat32, {8, 2});
+  ExpectResult(*ch[4], Slices(mean, 4, 4), DataType::kFloat32, {2, 2});
+  ExpectResult(*ch[5], Slices(mean, 5, 5), DataType::kFloat32, {2, 2});
+}
+
+TEST_F(CollectiveSeveralRanksTest, ReduceScatterCarriersResultIsKept) {
+  // A carrier's result is kept whole for a replay, as any rank's is.
+  keep_results_ = true;
+  const std::vector<int> group = {0, 1, 2, 3, 4, 5};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kReduceScatter, group);
+  auto ch = Channels(6);
+  ASSERT_TRUE(
+      c->Attach(ch[2], 2, FloatReduceScatter(group), "s2/0", {3, 4, 5}));
+  ASSERT_TRUE(c->Attach(ch[0], 0, FloatReduceScatter(group), "s0/0", {1}));
+  Feed(*c, 2, Bytes(RampRange(2, 5, kRsElems)));
+  Feed(*c, 0, Bytes(RampRange(0, 1, kRsElems)));
+  const std::vector<float> sum = RampSum(6, kRsElems);
+  ExpectResult(*ch[2], Slices(sum, 2, 5), DataType::kFloat32, {8, 2});
+  ExpectResult(*ch[0], Slices(sum, 0, 1), DataType::kFloat32, {4, 2});
+  EXPECT_EQ(KeptBytes(*kept_, "s2/0", 2), Slices(sum, 2, 5));
+  EXPECT_EQ(KeptBytes(*kept_, "s0/0", 0), Slices(sum, 0, 1));
+  EXPECT_TRUE(Settles(*c));
+}
+
+TEST_F(CollectiveSeveralRanksTest, ReduceScatterCarrierMismatchFailsEveryone) {
+  // A carrier declares the whole input, like any rank: one that declares
+  // only its ranks' slices disagrees, and every rank fails.
+  const std::vector<int> group = {0, 1, 2};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kReduceScatter, group);
+  auto ch = Channels(3);
+  ASSERT_TRUE(c->Attach(ch[2], 2,
+                        Fp(CollectiveKind::kReduceScatter,
+                           {Spec(DataType::kFloat32, {6})}, group),
+                        ""));
+  EXPECT_FALSE(c->Attach(ch[0], 0,
+                         Fp(CollectiveKind::kReduceScatter,
+                            {Spec(DataType::kFloat32, {3})}, group),
+                         "", {1}));
+  for (int r : {0, 2}) {
+    ExpectFailed(*ch[r], absl::StatusCode::kFailedPrecondition, "mismatched");
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveSeveralRanksTest, ScatterGivesACarrierItsRanksParts) {
+  // Root 2 carries ranks 1-3 and sends [10, 1] int32 of 100 + j; ranks 0
+  // and 4 come alone. Every rank's part is two rows: rank r's are rows 2r
+  // and 2r + 1, and the carrier gets rows 2..7.
+  const std::vector<int> group = {0, 1, 2, 3, 4};
+  std::vector<int32_t> input(10);
+  for (int j = 0; j < 10; ++j) input[j] = 100 + j;
+  auto rows = [&](int first, int last) {
+    return Bytes(std::vector<int32_t>(input.begin() + 2 * first,
+                                      input.begin() + 2 * (last + 1)));
+  };
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kScatter, group);
+  auto ch = Channels(5);
+  ASSERT_TRUE(
+      c->Attach(ch[0], 0, Fp(CollectiveKind::kScatter, {}, group, 2), ""));
+  ASSERT_TRUE(c->Attach(
+      ch[2], 2,
+      Fp(CollectiveKind::kScatter, {Spec(DataType::kInt32, {10, 1})}, group, 2),
+      "", {1, 3}));
+  // Part of the root's payload before every rank is in: held back.
+  c->OnData(
+      2, 0,
+      Range(Bytes(std::vector<int32_t>(input.begin(), input.begin() + 3))));
+  ASSERT_TRUE(
+      c->Attach(ch[4], 4, Fp(CollectiveKind::kScatter, {}, group, 2), ""));
+  c->OnData(2, 12,
+            Range(Bytes(std::vector<int32_t>(input.begin() + 3, input.end()))));
+  ExpectResult(*ch[0], rows(0, 0), DataType::kInt32, {2, 1});
+  ExpectResult(*ch[2], rows(1, 3), DataType::kInt32, {6, 1});
+  ExpectResult(*ch[4], rows(4, 4), DataType::kInt32, {2, 1});
+  for (int r : {1, 3}) EXPECT_THAT(ch[r]->sent(), IsEmpty()) << "rank " << r;
+  EXPECT_TRUE(Settles(*c));
+}
+
+TEST_F(CollectiveSeveralRanksTest, ScatterToACarrierWithoutTheRoot) {
+  // Root 0 alone; ranks 1-2 come as one call that sends nothing and gets
+  // both their parts.
+  const std::vector<int> group = {0, 1, 2};
+  const std::vector<double> input = {0.5, 1.5, 2.5, 3.5, 4.5, 5.5};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kScatter, group);
+  auto ch = Channels(3);
+  ASSERT_TRUE(
+      c->Attach(ch[1], 1, Fp(CollectiveKind::kScatter, {}, group, 0), "", {2}));
+  ASSERT_TRUE(c->Attach(
+      ch[0], 0,
+      Fp(CollectiveKind::kScatter, {Spec(DataType::kFloat64, {6})}, group, 0),
+      ""));
+  c->OnData(0, 0, Range(Bytes(input)));
+  ExpectResult(*ch[0], Bytes(std::vector<double>{0.5, 1.5}), DataType::kFloat64,
+               {2});
+  ExpectResult(*ch[1], Bytes(std::vector<double>{2.5, 3.5, 4.5, 5.5}),
+               DataType::kFloat64, {4});
+  EXPECT_THAT(ch[2]->sent(), IsEmpty());
+  EXPECT_TRUE(Settles(*c));
 }
 
 }  // namespace

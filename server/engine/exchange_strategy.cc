@@ -81,11 +81,26 @@ std::vector<TensorSpec> ExchangeStrategy::PlanResult(
   switch (mode_) {
     case Mode::kScatter: {
       // The reference is the root's (the first fingerprint naming a tensor).
+      // Rank j's part is bytes [j * part, (j + 1) * part); a contribution
+      // gets the parts of its span, one after the other.
       const uint64_t part = ranks[root_index_].input_bytes / n;
-      for (size_t j = 0; j < n; ++j) add(root_index_, j * part, part, j, 0);
       TensorSpec spec = reference.tensors[0];
       spec.shape[0] /= static_cast<int64_t>(n);
-      for (RankState& r : ranks) r.output_bytes = part;
+      own_results_.assign(n, std::nullopt);
+      for (size_t j = 0; j < n; ++j) {
+        if (ranks[j].left_out) {
+          ranks[j].output_bytes = 0;
+          continue;
+        }
+        const CoveredSpan span = SpanOf(ranks, static_cast<int>(j));
+        const uint64_t bytes = static_cast<uint64_t>(span.count()) * part;
+        add(root_index_, span.first * part, bytes, j, 0);
+        ranks[j].output_bytes = bytes;
+        if (span.count() > 1) {
+          own_results_[j] = spec;
+          own_results_[j]->shape[0] *= span.count();
+        }
+      }
       return {spec};
     }
     case Mode::kAllToAll: {
@@ -115,7 +130,7 @@ std::vector<TensorSpec> ExchangeStrategy::PlanResult(
   }
   own_results_.assign(n, reference.tensors[0]);
   for (size_t j = 0; j < n; ++j) {
-    own_results_[j].shape[0] = rows_to[j];
+    own_results_[j]->shape[0] = rows_to[j];
     ranks[j].output_bytes = static_cast<uint64_t>(rows_to[j]) * row;
   }
   return {reference.tensors[0]};
@@ -123,8 +138,15 @@ std::vector<TensorSpec> ExchangeStrategy::PlanResult(
 
 std::optional<std::vector<TensorSpec>> ExchangeStrategy::ResultOf(
     int index) const {
-  if (mode_ != Mode::kAllToAllV) return std::nullopt;
-  return std::vector<TensorSpec>{own_results_[index]};
+  if (static_cast<size_t>(index) >= own_results_.size() ||
+      !own_results_[index].has_value()) {
+    return std::nullopt;
+  }
+  return std::vector<TensorSpec>{*own_results_[index]};
+}
+
+bool ExchangeStrategy::Cover(int index, std::vector<StagedChunk>* /*ready*/) {
+  return mode_ == Mode::kScatter && index != root_index_;
 }
 
 void ExchangeStrategy::Forward(int index, uint64_t offset, const Payload& data,

@@ -14,6 +14,11 @@
 // spans parts is split at their boundaries. Holding back early payload,
 // memory and back-pressure: HeldBackForwarding.
 //
+// A Scatter contribution that covers ranks (Cover: a relay's for several
+// ranks, the root's when the root is among them) gets their parts with its
+// own, one range of the root's input (they are consecutive): the parts of
+// ranks first..last of its span, in group order.
+//
 // AllToAllV checks rows pair by pair as ranks attach (CheckAttached): where
 // a rank said what it expects from another (recv_rows), or from itself,
 // that must be what the other (or it) sends it, else FAILED_PRECONDITION
@@ -47,7 +52,11 @@ class ExchangeStrategy final : public HeldBackForwarding {
                              int* other) const override;
   std::vector<TensorSpec> PlanResult(const Fingerprint& reference,
                                      std::vector<RankState>& ranks) override;
+  // AllToAllV: every rank's own; Scatter: a contribution's that covers
+  // other ranks (its span's parts, concatenated).
   std::optional<std::vector<TensorSpec>> ResultOf(int index) const override;
+  // Scatter, but not its root (whose input is every rank's parts).
+  bool Cover(int index, std::vector<StagedChunk>* ready) override;
 
  private:
   // Bytes [begin, end) of a sender's input, which land at `place` of rank
@@ -69,8 +78,9 @@ class ExchangeStrategy final : public HeldBackForwarding {
   // Per sender, its parts in input order, parts of no bytes left out (known
   // once all attached).
   std::vector<std::vector<Part>> parts_;
-  // kAllToAllV: per rank, its result's one tensor.
-  std::vector<TensorSpec> own_results_;
+  // Per rank, its result's one tensor when it is its own (kAllToAllV: every
+  // rank's; kScatter: a contribution's that covers other ranks).
+  std::vector<std::optional<TensorSpec>> own_results_;
 };
 
 }  // namespace reducer

@@ -1,5 +1,7 @@
 #include "server/engine/kind_strategy.h"
 
+#include <algorithm>
+
 #include "server/engine/exchange_strategy.h"
 #include "server/engine/forward_strategy.h"
 #include "server/engine/match_strategy.h"
@@ -82,17 +84,15 @@ KindTraits TraitsOf(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::kAllReduce:
     case CollectiveKind::kReduce:
-      traits.takes_several_ranks = true;
-      traits.paced_chunks = true;
-      break;
     case CollectiveKind::kReduceScatter:
+      traits.takes_several_ranks = true;
       traits.paced_chunks = true;
       break;
     case CollectiveKind::kBroadcast:
+    case CollectiveKind::kScatter:
       traits.takes_several_ranks = true;
       traits.only_root_sends = true;
       break;
-    case CollectiveKind::kScatter:
     case CollectiveKind::kSendReceive:
       traits.only_root_sends = true;
       break;
@@ -109,6 +109,16 @@ KindTraits TraitsOf(CollectiveKind kind) {
       break;
   }
   return traits;
+}
+
+CoveredSpan SpanOf(const std::vector<RankState>& ranks, int index) {
+  CoveredSpan span{index, index};
+  for (int j = 0; j < static_cast<int>(ranks.size()); ++j) {
+    if (ranks[j].covered_by != index) continue;
+    span.first = std::min(span.first, j);
+    span.last = std::max(span.last, j);
+  }
+  return span;
 }
 
 std::unique_ptr<KindStrategy> MakeKindStrategy(const Fingerprint& reference,

@@ -271,13 +271,27 @@ struct KindTraits {
   // server/engine/chunk_pacing.h): AllReduce, ReduceScatter, Reduce.
   bool paced_chunks = false;
   // One contribution may stand for several ranks, its inputs combined
-  // beforehand (CollectiveHeader.ranks, a relay's): AllReduce and Reduce
-  // (reduced), AllGather and Gather (concatenated), Broadcast (the root's),
-  // Barrier. Kinds that give each rank a part of its own, or whose calls
-  // are per rank by nature (point-to-point, Done, quorum steps), do not.
+  // beforehand (CollectiveHeader.ranks, a relay's): AllReduce, Reduce and
+  // ReduceScatter (reduced), AllGather and Gather (concatenated), Broadcast
+  // and Scatter (the root's), Barrier. Its result is its ranks' results
+  // concatenated in group order where each rank gets a part of its own
+  // (ReduceScatter's slices, Scatter's parts), else the one result they
+  // share. Kinds where each rank sends parts to every other (AllToAll,
+  // AllToAllV), or whose calls are per rank by nature (point-to-point,
+  // Done, quorum steps), do not.
   bool takes_several_ranks = false;
 };
 KindTraits TraitsOf(CollectiveKind kind);
+
+// The positions in the group of the ranks ranks[index]'s contribution
+// stands for: ranks[index] and the ranks it covers (RankState::covered_by),
+// consecutive in the group, from `first` to `last` inclusive.
+struct CoveredSpan {
+  int first = 0;
+  int last = 0;
+  int count() const { return last - first + 1; }
+};
+CoveredSpan SpanOf(const std::vector<RankState>& ranks, int index);
 
 // The strategy for `reference`'s kind over `group_size` ranks; `root_index`
 // the root's position in the group (kinds with a root; else ignored);

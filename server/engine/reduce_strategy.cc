@@ -21,7 +21,8 @@ ReduceStrategy::ReduceStrategy(Mode mode, int root_index, int group_size,
       covered_(group_size, false) {}
 
 bool ReduceStrategy::Cover(int index, std::vector<StagedChunk>* ready) {
-  if (mode_ == Mode::kReduceScatter || !Exclude(index, ready)) return false;
+  if (mode_ == Mode::kReduce && index == root_index_) return false;
+  LeaveOut(index, ready);
   covered_[index] = true;
   return true;
 }
@@ -31,7 +32,12 @@ bool ReduceStrategy::Exclude(int index, std::vector<StagedChunk>* ready) {
       (mode_ == Mode::kReduce && index == root_index_)) {
     return false;
   }
-  if (excluded_[index]) return true;
+  LeaveOut(index, ready);
+  return true;
+}
+
+void ReduceStrategy::LeaveOut(int index, std::vector<StagedChunk>* ready) {
+  if (excluded_[index]) return;
   excluded_[index] = true;
   --taking_part_;
   for (auto it = staging_.begin(); it != staging_.end();) {
@@ -45,7 +51,6 @@ bool ReduceStrategy::Exclude(int index, std::vector<StagedChunk>* ready) {
       staging_.erase(current);
     }
   }
-  return true;
 }
 
 size_t ReduceStrategy::Reservation(int index, size_t input_bytes) const {
@@ -84,16 +89,41 @@ std::vector<TensorSpec> ReduceStrategy::PlanResult(
   const size_t total = plan->layout.total_bytes;
   plan_ = std::move(plan);
   const size_t n = ranks.size();
-  for (size_t i = 0; i < n; ++i) {
-    ranks[i].output_bytes = ranks[i].left_out ? 0
-                            : mode_ == Mode::kReduceScatter ? total / n
-                            : GetsResult(static_cast<int>(i)) ? total
-                                                              : 0;
+  if (mode_ != Mode::kReduceScatter) {
+    for (size_t i = 0; i < n; ++i) {
+      ranks[i].output_bytes =
+          !ranks[i].left_out && GetsResult(static_cast<int>(i)) ? total : 0;
+    }
+    return reference.tensors;
   }
-  if (mode_ != Mode::kReduceScatter) return reference.tensors;
-  TensorSpec slice = reference.tensors[0];
-  slice.shape[0] /= static_cast<int64_t>(n);
-  return {slice};
+  // Rank i's slice is bytes [i * share, (i + 1) * share); a contribution
+  // gets the slices of its span, one after the other.
+  const size_t share = total / n;
+  result_range_.assign(n, {0, 0});
+  slices_of_.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (ranks[i].left_out) {
+      ranks[i].output_bytes = 0;
+      continue;
+    }
+    const CoveredSpan span = SpanOf(ranks, static_cast<int>(i));
+    result_range_[i] = {span.first * share, (span.last + 1) * share};
+    slices_of_[i] = span.count();
+    ranks[i].output_bytes = span.count() * share;
+  }
+  slice_ = reference.tensors[0];
+  slice_.shape[0] /= static_cast<int64_t>(n);
+  return {slice_};
+}
+
+std::optional<std::vector<TensorSpec>> ReduceStrategy::ResultOf(
+    int index) const {
+  if (mode_ != Mode::kReduceScatter || slices_of_[index] <= 1) {
+    return std::nullopt;
+  }
+  TensorSpec slices = slice_;
+  slices.shape[0] *= slices_of_[index];
+  return std::vector<TensorSpec>{slices};
 }
 
 void ReduceStrategy::Accept(int index, const RankState& rank, uint64_t offset,
@@ -157,12 +187,12 @@ void ReduceStrategy::Deliver(size_t chunk_index, SharedBytes result,
     for (int i = 0; i < group_size_; ++i) out.SendTo(i, begin, {result});
     return;
   }
-  const size_t share = plan_->layout.total_bytes / group_size_;
   for (int i = 0; i < group_size_; ++i) {
-    const size_t lo = std::max(begin, i * share);
-    const size_t hi = std::min(end, (i + 1) * share);
+    const auto [first, last] = result_range_[i];
+    const size_t lo = std::max(begin, first);
+    const size_t hi = std::min(end, last);
     if (lo >= hi) continue;
-    out.SendTo(i, lo - i * share, {result.Sub(lo - begin, hi - lo)});
+    out.SendTo(i, lo - first, {result.Sub(lo - begin, hi - lo)});
   }
 }
 

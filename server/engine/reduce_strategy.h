@@ -17,7 +17,9 @@
 // kAvg divides by the ranks with values. Ranks covered by another's
 // contribution (Cover: a relay's sum of several ranks) send no part either,
 // but count among the ranks with values: kAvg divides the sum of the parts
-// by the parts plus the covered ranks.
+// by the parts plus the covered ranks. A ReduceScatter contribution that
+// covers ranks gets their slices with its own, one range of the reduction
+// (they are consecutive): the slices of ranks first..last of its span.
 //
 // Back-pressure: a rank may read while it has fewer than `window` chunks
 // staged and fewer than `window` messages queued for it. Reduce's non-roots
@@ -27,6 +29,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -57,11 +61,18 @@ class ReduceStrategy final : public KindStrategy {
                bool all_attached) const override;
   bool HoldsBytesOf(int index) const override;
   void Clear() override;
+  // ReduceScatter: a contribution's own result specs when it covers other
+  // ranks (its span's slices, concatenated).
+  std::optional<std::vector<TensorSpec>> ResultOf(int index) const override;
   // AllReduce, and Reduce when it is not the root.
   bool Exclude(int index, std::vector<StagedChunk>* ready) override;
+  // Every mode, but not Reduce's root.
   bool Cover(int index, std::vector<StagedChunk>* ready) override;
 
  private:
+  // Leaves ranks[index]'s part out of every chunk (Exclude, Cover).
+  void LeaveOut(int index, std::vector<StagedChunk>* ready);
+
   // What reducing a chunk needs; fixed by PlanResult, read without the lock.
   struct Plan {
     PayloadLayout layout;
@@ -94,6 +105,12 @@ class ReduceStrategy final : public KindStrategy {
   // Every rank's payload size (they agree), once one rank sent bytes: the
   // last chunk's length for chunks made whole by Exclude.
   size_t plan_input_bytes_ = 0;
+  // ReduceScatter, fixed by PlanResult: per rank, the bytes [first, second)
+  // of the reduction it gets (empty for a covered rank), and the slice of
+  // one rank; per rank, how many ranks' slices it gets.
+  std::vector<std::pair<size_t, size_t>> result_range_;
+  TensorSpec slice_;
+  std::vector<int> slices_of_;
 };
 
 }  // namespace reducer

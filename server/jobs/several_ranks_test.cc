@@ -59,6 +59,15 @@ TEST(CoveredRanksTest, RootedKindsAreSentAsTheRoot) {
                        HasSubstr("must be sent as rank 0, the first")));
 }
 
+TEST(CoveredRanksTest, ScatterIsSentAsItsRootOrElseTheFirst) {
+  const Fingerprint fp = Of(CollectiveKind::kScatter, {0, 1, 2, 3, 4}, 2);
+  EXPECT_THAT(Covered(fp, 2, {1, 2, 3}), ElementsAre(1, 3));
+  EXPECT_THAT(Covered(fp, 3, {3, 4}), ElementsAre(4));
+  EXPECT_THAT(CoveredRanks(fp, 1, {1, 2, 3}, "d"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("must be sent as rank 2, the root")));
+}
+
 TEST(CoveredRanksTest, RefusesRanksWithAnotherOfTheGroupBetween) {
   const Fingerprint fp = Of(CollectiveKind::kAllReduce, {0, 1, 2, 3});
   EXPECT_THAT(CoveredRanks(fp, 0, {0, 2}, "d"),
@@ -86,11 +95,10 @@ TEST(CoveredRanksTest, RefusesUnsortedRepeatedOrWithoutTheSender) {
 
 TEST(CoveredRanksTest, KindsOfOwnPartsTakeOneRankEach) {
   for (CollectiveKind kind :
-       {CollectiveKind::kReduceScatter, CollectiveKind::kScatter,
-        CollectiveKind::kAllToAll, CollectiveKind::kAllToAllV,
+       {CollectiveKind::kAllToAll, CollectiveKind::kAllToAllV,
+        CollectiveKind::kSendReceive, CollectiveKind::kMatch,
         CollectiveKind::kDone, CollectiveKind::kQuorumBarrier}) {
-    const Fingerprint fp =
-        Of(kind, {0, 1}, kind == CollectiveKind::kScatter ? 0 : -1);
+    const Fingerprint fp = Of(kind, {0, 1}, -1);
     EXPECT_THAT(CoveredRanks(fp, 0, {0, 1}, "d"),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr("takes each rank's own contribution")))
@@ -98,8 +106,9 @@ TEST(CoveredRanksTest, KindsOfOwnPartsTakeOneRankEach) {
   }
   for (CollectiveKind kind :
        {CollectiveKind::kAllReduce, CollectiveKind::kReduce,
-        CollectiveKind::kAllGather, CollectiveKind::kGather,
-        CollectiveKind::kBroadcast, CollectiveKind::kBarrier}) {
+        CollectiveKind::kReduceScatter, CollectiveKind::kAllGather,
+        CollectiveKind::kGather, CollectiveKind::kBroadcast,
+        CollectiveKind::kScatter, CollectiveKind::kBarrier}) {
     const Fingerprint fp = Of(kind, {0, 1}, 0);
     EXPECT_THAT(Covered(fp, 0, {0, 1}), ElementsAre(1))
         << CollectiveKindName(kind);

@@ -275,7 +275,8 @@ std::function<void()> RelayCollective::StartLocked() {
   } else {
     switch (ref.kind) {
       case CollectiveKind::kAllReduce:
-      case CollectiveKind::kReduce: {
+      case CollectiveKind::kReduce:
+      case CollectiveKind::kReduceScatter: {
         combine_ = Combine::kReduce;
         local_tensors_ = ref.tensors;
         for (TensorSpec& t : local_tensors_) {
@@ -296,6 +297,7 @@ std::function<void()> RelayCollective::StartLocked() {
         }
         break;
       case CollectiveKind::kBroadcast:
+      case CollectiveKind::kScatter:
         combine_ = Combine::kRoot;
         for (const Member& m : members_) bytes += m.input_bytes;
         break;
@@ -469,27 +471,58 @@ void RelayCollective::OnUpstreamDone(absl::StatusOr<UpstreamResult> result) {
       FailLocked(result.status());
     } else {
       const Fingerprint& ref = members_[0].fp;
-      const bool rooted =
-          combine_ != Combine::kAlone && (ref.kind == CollectiveKind::kReduce ||
-                                          ref.kind == CollectiveKind::kGather);
+      const bool combined = combine_ != Combine::kAlone;
+      // Only the root gets the result (Reduce, Gather), or each member its
+      // own part of it (ReduceScatter's slices, Scatter's parts), else
+      // every member the whole.
+      const bool rooted = combined && (ref.kind == CollectiveKind::kReduce ||
+                                       ref.kind == CollectiveKind::kGather);
+      const bool own_parts =
+          combined && (ref.kind == CollectiveKind::kReduceScatter ||
+                       ref.kind == CollectiveKind::kScatter);
       size_t result_bytes = 0;
       for (const TensorSpec& spec : result->specs) {
         result_bytes += TotalBytes({spec});
       }
-      // Built once, shared by every member that gets the result.
-      const std::vector<ResultMessage> full =
-          ResultMessagesOf(&*result, env_.chunk_bytes);
-      int receivers = 0;
-      for (size_t i = 0; i < members_.size(); ++i) {
-        const bool gets = !rooted || members_[i].rank == ref.root;
-        receivers += gets ? 1 : 0;
-        DeliverLocked(static_cast<int>(i),
-                      gets ? full : ResultMessagesOf(nullptr, 0));
+      std::vector<std::vector<ResultMessage>> answers;
+      absl::Status parted;
+      if (own_parts) {
+        const int parts = static_cast<int>(members_.size());
+        for (int i = 0; i < parts && parted.ok(); ++i) {
+          absl::StatusOr<std::vector<ResultMessage>> part =
+              PartMessagesOf(*result, i, parts, env_.chunk_bytes);
+          if (part.ok()) {
+            answers.push_back(*std::move(part));
+          } else {
+            parted = absl::Status(
+                part.status().code(),
+                absl::StrCat(description_, ": ", part.status().message()));
+          }
+        }
+      } else {
+        // Built once, shared by every member that gets the result.
+        const std::vector<ResultMessage> full =
+            ResultMessagesOf(&*result, env_.chunk_bytes);
+        for (const Member& m : members_) {
+          const bool gets = !rooted || m.rank == ref.root;
+          answers.push_back(gets ? full : ResultMessagesOf(nullptr, 0));
+        }
       }
-      size_t sent_in = 0;
-      for (const Member& m : members_) sent_in += m.input_bytes;
-      saved_ = (sent_in - input_->size()) +
-               (rooted ? 0 : (receivers - 1) * result_bytes);
+      if (!parted.ok()) {
+        FailLocked(parted);
+      } else {
+        for (size_t i = 0; i < members_.size(); ++i) {
+          DeliverLocked(static_cast<int>(i), std::move(answers[i]));
+        }
+        // What one call per member would have sent and received, less
+        // what was: the members' inputs for one payload, and where each
+        // member gets the whole result, all but one copy of it (a part of
+        // its own, or the root's alone, is received as it would be).
+        size_t sent_in = 0;
+        for (const Member& m : members_) sent_in += m.input_bytes;
+        const size_t copies = rooted || own_parts ? 1 : members_.size();
+        saved_ = (sent_in - input_->size()) + (copies - 1) * result_bytes;
+      }
     }
   }
   MaybeDone();

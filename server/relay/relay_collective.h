@@ -8,15 +8,18 @@
 // With several ranks (`members`, of a kind that takes several ranks, each
 // consecutive in the group: server/jobs/several_ranks.h) their inputs are
 // combined into one contribution for all of them (CollectiveHeader.ranks):
-//   AllReduce, Reduce   reduced chunk by chunk, in rank order, as the
-//                       chunks of every member are in (AVG summed: the
+//   AllReduce, Reduce,  reduced chunk by chunk, in rank order, as the
+//   ReduceScatter       chunks of every member are in (AVG summed: the
 //                       shards divide by every rank); sent upstream chunk
 //                       by chunk as they are reduced
 //   AllGather, Gather   concatenated in rank order
-//   Broadcast           the root's, when it is one of them
+//   Broadcast, Scatter  the root's, when it is one of them
 //   Barrier             none
 // and the result is the same for each (AllReduce, AllGather, Broadcast,
-// Barrier), or the root's alone (Reduce, Gather: the others get none).
+// Barrier), or the root's alone (Reduce, Gather: the others get none), or
+// cut along dimension 0 into the members' own parts, each member getting
+// its own (ReduceScatter's slices, Scatter's parts: upstream sends them
+// concatenated in rank order).
 // With one rank the call goes upstream as that rank's own, its payload as
 // it is, and its result is that rank's.
 //

@@ -191,6 +191,161 @@ TEST_F(RelayCollectiveTest, GatherConcatenatesInRankOrderForTheRoot) {
   EXPECT_THAT(ch1->specs(), IsEmpty());
 }
 
+TEST_F(RelayCollectiveTest, ReduceScatterSendsTheSumOnceAndHandsEachItsSlice) {
+  // Ranks 1-3 of a group of 4; [48, 2] float32 = 384 bytes, AVG (summed
+  // here, divided upstream). Each rank's slice is 12 rows (96 bytes):
+  // upstream answers the three members' slices, [36, 2], and each member
+  // gets its own in two messages (64 and 32 bytes).
+  constexpr int kRows = 48;
+  constexpr int kN = kRows * 2;
+  constexpr int kSliceN = kN / 4;
+  const std::vector<int> group = {0, 1, 2, 3};
+  const Fingerprint fp = MakeFingerprint(
+      CollectiveKind::kReduceScatter,
+      {Spec(DataType::kFloat32, {kRows, 2}, ReduceOp::kAvg)}, group);
+  auto c = Make({1, 2, 3});
+  std::vector<std::shared_ptr<FakeRankChannel>> ch(4);
+  for (int r = 1; r <= 3; ++r) {
+    ch[r] = std::make_shared<FakeRankChannel>();
+    ASSERT_TRUE(c->Attach(ch[r], r, HeaderOf(fp, r), fp));
+  }
+  std::vector<float> sum(kN, 0.0f);
+  for (int r : {3, 1, 2}) {
+    std::vector<float> x(kN);
+    for (int i = 0; i < kN; ++i) {
+      x[i] = static_cast<float>(r * 1000 + i);
+      sum[i] += x[i];
+    }
+    const std::string bytes = Bytes(x);
+    c->OnData(r, 0, PayloadOf(bytes.substr(0, 100)));
+    c->OnData(r, 100, PayloadOf(bytes.substr(100)));
+    c->OnInputEnd(r);
+  }
+  EXPECT_EQ(session_->Payload(), Bytes(sum));
+  const v1::CollectiveHeader up = session_->header();
+  EXPECT_EQ(up.rank(), 1);
+  EXPECT_THAT(up.ranks(), ElementsAre(1, 2, 3));
+  EXPECT_EQ(up.tensors(0).shape(0), kRows);  // every rank's whole input
+  EXPECT_EQ(up.tensors(0).op(), v1::REDUCE_OP_AVG);
+  // The members' slices as upstream would make them (any bytes will do).
+  std::vector<float> slices(3 * kSliceN);
+  for (int i = 0; i < 3 * kSliceN; ++i) slices[i] = 0.25f * i;
+  session_->Answer(Spec(DataType::kFloat32, {36, 2}, ReduceOp::kAvg),
+                   Bytes(slices));
+  for (int r = 1; r <= 3; ++r) {
+    SCOPED_TRACE(r);
+    DrainWrites(*c, r, *ch[r]);
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+    const int k = r - 1;  // its place among the members
+    EXPECT_EQ(ch[r]->result(),
+              Bytes(std::vector<float>(slices.begin() + k * kSliceN,
+                                       slices.begin() + (k + 1) * kSliceN)));
+    EXPECT_EQ(ch[r]->headers(), 1);
+    ASSERT_EQ(ch[r]->specs().size(), 1u);
+    EXPECT_EQ(ch[r]->specs()[0].shape, (std::vector<int64_t>{12, 2}));
+    EXPECT_EQ(ch[r]->message_count(), 2);
+  }
+  EXPECT_TRUE(c->done());
+  // Two ranks' inputs were not sent; each slice was received once, as it
+  // would have been.
+  EXPECT_EQ(saved_, 2u * 4 * kN);
+  EXPECT_EQ(memory_.used(), 0u);
+}
+
+TEST_F(RelayCollectiveTest, ScatterSendsTheRootsInputAndHandsEachItsPart) {
+  // Ranks 1-2 of {0,1,2,3}, root 2: [8] int32, two per rank. The call
+  // goes as the root with its input; upstream answers ranks 1-2's parts.
+  const std::vector<int> group = {0, 1, 2, 3};
+  const Fingerprint root_fp = MakeFingerprint(
+      CollectiveKind::kScatter, {Spec(DataType::kInt32, {8})}, group, 2);
+  const Fingerprint other_fp =
+      MakeFingerprint(CollectiveKind::kScatter, {}, group, 2);
+  auto c = Make({1, 2});
+  auto ch1 = std::make_shared<FakeRankChannel>();
+  auto ch2 = std::make_shared<FakeRankChannel>();
+  const std::vector<int32_t> input = {0, 1, 10, 11, 20, 21, 30, 31};
+  ASSERT_TRUE(c->Attach(ch2, 2, HeaderOf(root_fp, 2), root_fp));
+  c->OnData(2, 0, PayloadOf(Bytes(input)));
+  ASSERT_TRUE(c->Attach(ch1, 1, HeaderOf(other_fp, 1), other_fp));
+  EXPECT_EQ(session_->Payload(), Bytes(input));
+  const v1::CollectiveHeader up = session_->header();
+  EXPECT_EQ(up.rank(), 2);  // sent as the root
+  EXPECT_THAT(up.ranks(), ElementsAre(1, 2));
+  ASSERT_EQ(up.tensors_size(), 1);
+  EXPECT_EQ(up.tensors(0).shape(0), 8);
+  session_->Answer(Spec(DataType::kInt32, {4}),
+                   Bytes(std::vector<int32_t>{10, 11, 20, 21}));
+  for (int r : {1, 2}) {
+    FakeRankChannel& ch = r == 1 ? *ch1 : *ch2;
+    DrainWrites(*c, r, ch);
+    ASSERT_TRUE(ch.WaitEnded());
+    EXPECT_TRUE(ch.finished_ok()) << ch.failure();
+    EXPECT_EQ(ch.result(), Bytes(std::vector<int32_t>{10 * r, 10 * r + 1}));
+    ASSERT_EQ(ch.specs().size(), 1u);
+    EXPECT_EQ(ch.specs()[0].shape, (std::vector<int64_t>{2}));
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(saved_, 0u);  // the root's input and each part move once anyway
+}
+
+TEST_F(RelayCollectiveTest, ScatterWithoutTheRootSendsNothing) {
+  // Ranks 2-3 of {0,1,2,3}, root 0 elsewhere: one call as rank 2, no
+  // payload, and each member gets its part of the answer.
+  const std::vector<int> group = {0, 1, 2, 3};
+  const Fingerprint fp =
+      MakeFingerprint(CollectiveKind::kScatter, {}, group, 0);
+  auto c = Make({2, 3});
+  auto ch2 = std::make_shared<FakeRankChannel>();
+  auto ch3 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(ch3, 3, HeaderOf(fp, 3), fp));
+  ASSERT_TRUE(c->Attach(ch2, 2, HeaderOf(fp, 2), fp));
+  EXPECT_EQ(session_->Payload(), "");
+  const v1::CollectiveHeader up = session_->header();
+  EXPECT_EQ(up.rank(), 2);
+  EXPECT_THAT(up.ranks(), ElementsAre(2, 3));
+  EXPECT_EQ(up.tensors_size(), 0);
+  session_->Answer(Spec(DataType::kFloat64, {2, 3}),
+                   Bytes(std::vector<double>{2, 2.5, 2.75, 3, 3.5, 3.75}));
+  for (int r : {2, 3}) {
+    FakeRankChannel& ch = r == 2 ? *ch2 : *ch3;
+    DrainWrites(*c, r, ch);
+    ASSERT_TRUE(ch.WaitEnded());
+    EXPECT_TRUE(ch.finished_ok()) << ch.failure();
+    EXPECT_EQ(ch.result(),
+              Bytes(std::vector<double>{r + 0.0, r + 0.5, r + 0.75}));
+    ASSERT_EQ(ch.specs().size(), 1u);
+    EXPECT_EQ(ch.specs()[0].shape, (std::vector<int64_t>{1, 3}));
+  }
+}
+
+TEST_F(RelayCollectiveTest, AnUnevenAnswerForMembersPartsFailsThemAll) {
+  // Upstream's answer to two members' reduce-scatter must cut in two along
+  // dimension 0; [3] does not.
+  const Fingerprint fp =
+      MakeFingerprint(CollectiveKind::kReduceScatter,
+                      {Spec(DataType::kFloat32, {6})}, {0, 1, 2});
+  auto c = Make({0, 1});
+  auto ch0 = std::make_shared<FakeRankChannel>();
+  auto ch1 = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(ch0, 0, HeaderOf(fp, 0), fp));
+  ASSERT_TRUE(c->Attach(ch1, 1, HeaderOf(fp, 1), fp));
+  const std::string bytes = Bytes(std::vector<float>{1, 2, 3, 4, 5, 6});
+  c->OnData(0, 0, PayloadOf(bytes));
+  c->OnData(1, 0, PayloadOf(bytes));
+  EXPECT_EQ(session_->Payload(), Bytes(std::vector<float>{2, 4, 6, 8, 10, 12}));
+  session_->Answer(Spec(DataType::kFloat32, {3}),
+                   Bytes(std::vector<float>{1, 2, 3}));
+  for (auto* ch : {ch0.get(), ch1.get()}) {
+    ASSERT_TRUE(ch->WaitEnded());
+    EXPECT_THAT(ch->failure(),
+                StatusIs(absl::StatusCode::kInternal,
+                         HasSubstr("not one tensor of 2 ranks' parts")));
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_.used(), 0u);
+}
+
 TEST_F(RelayCollectiveTest, OneRankGoesUpstreamAsItsOwn) {
   const Fingerprint fp = MakeFingerprint(
       CollectiveKind::kReduceScatter, {Spec(DataType::kFloat32, {4})}, {0, 1});

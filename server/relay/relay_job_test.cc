@@ -131,11 +131,10 @@ class RelayJobTest : public ::testing::Test {
       ABSL_GUARDED_BY(mu_);
 };
 
-// A reduce-scatter goes upstream rank by rank: rank 2's alone.
-Fingerprint ReduceScatter() {
-  return MakeFingerprint(CollectiveKind::kReduceScatter,
-                         {Spec(DataType::kFloat32, {8}, ReduceOp::kSum)},
-                         kGroup);
+// An all-to-all goes upstream rank by rank: rank 2's alone.
+Fingerprint AllToAll() {
+  return MakeFingerprint(CollectiveKind::kAllToAll,
+                         {Spec(DataType::kFloat32, {4})}, kGroup);
 }
 
 // An all-reduce takes ranks 2 and 3 together: one call upstream once both
@@ -148,33 +147,32 @@ Fingerprint AllReduce() {
 
 TEST_F(RelayJobTest, ACallMadeUpstreamGetsItsResultBeforeTheEpochEndsHere) {
   ASSERT_NO_FATAL_FAILURE(Join());
-  // Rank 2's reduce-scatter is upstream; the all-reduce waits for rank 3.
-  auto scattered = std::make_shared<FakeRankChannel>();
-  ASSERT_THAT(Call(ReduceScatter(), 2, 0, scattered),
-              ::reducer::testing::IsOk());
+  // Rank 2's all-to-all is upstream; the all-reduce waits for rank 3.
+  auto exchanged = std::make_shared<FakeRankChannel>();
+  ASSERT_THAT(Call(AllToAll(), 2, 0, exchanged), ::reducer::testing::IsOk());
   auto waiting = std::make_shared<FakeRankChannel>();
   ASSERT_THAT(Call(AllReduce(), 2, 1, waiting), ::reducer::testing::IsOk());
   ASSERT_EQ(upstream_.session()->calls(), 1);
 
   upstream_.End(absl::UnavailableError("keepalive watchdog timeout"));
   // The call not made upstream fails at once, naming why; so does a later
-  // call. The epoch here goes on while the reduce-scatter is upstream.
+  // call. The epoch here goes on while the all-to-all is upstream.
   ASSERT_TRUE(waiting->WaitEnded());
   EXPECT_THAT(waiting->failure(),
               StatusIs(absl::StatusCode::kAborted,
                        HasSubstr("keepalive watchdog timeout")));
-  EXPECT_THAT(Call(ReduceScatter(), 3, 0, std::make_shared<FakeRankChannel>()),
+  EXPECT_THAT(Call(AllToAll(), 3, 0, std::make_shared<FakeRankChannel>()),
               StatusIs(absl::StatusCode::kAborted,
                        HasSubstr("upstream session ended")));
   EXPECT_TRUE(ended_here().empty());
-  EXPECT_FALSE(scattered->WaitEnded(absl::Milliseconds(50)));
+  EXPECT_FALSE(exchanged->WaitEnded(absl::Milliseconds(50)));
 
   // Its result, replayed upstream, reaches rank 2; then the epoch ends here.
-  const std::string slice(8, '\x11');
-  upstream_.session()->Answer(Spec(DataType::kFloat32, {2}), slice, 0);
-  ASSERT_TRUE(scattered->WaitEnded());
-  EXPECT_TRUE(scattered->finished_ok()) << scattered->failure();
-  EXPECT_EQ(scattered->result(), slice);
+  const std::string answer(16, '\x11');
+  upstream_.session()->Answer(Spec(DataType::kFloat32, {4}), answer, 0);
+  ASSERT_TRUE(exchanged->WaitEnded());
+  EXPECT_TRUE(exchanged->finished_ok()) << exchanged->failure();
+  EXPECT_EQ(exchanged->result(), answer);
   const auto ended = ended_here();
   ASSERT_EQ(ended.size(), 1u);
   EXPECT_EQ(ended[0].first, kEpoch);
@@ -192,18 +190,17 @@ TEST_F(RelayJobTest, WithNoCallUpstreamTheEpochEndsHereAtOnce) {
 
 TEST_F(RelayJobTest, AnEpochEndedHereFirstIsNotEndedAgainByUpstreamsEnd) {
   ASSERT_NO_FATAL_FAILURE(Join());
-  auto scattered = std::make_shared<FakeRankChannel>();
-  ASSERT_THAT(Call(ReduceScatter(), 2, 0, scattered),
-              ::reducer::testing::IsOk());
+  auto exchanged = std::make_shared<FakeRankChannel>();
+  ASSERT_THAT(Call(AllToAll(), 2, 0, exchanged), ::reducer::testing::IsOk());
   upstream_.End(absl::UnavailableError("keepalive watchdog timeout"));
   // Rank 3 is lost here meanwhile: its Job ends the epoch.
   job_->EndEpoch(kEpoch, absl::AbortedError("rank 3's session was lost"),
                  "rank 3's session was lost");
   // The call made upstream still ends as upstream decides.
-  upstream_.session()->Answer(Spec(DataType::kFloat32, {2}),
-                              std::string(8, '\x22'), 0);
-  ASSERT_TRUE(scattered->WaitEnded());
-  EXPECT_TRUE(scattered->finished_ok()) << scattered->failure();
+  upstream_.session()->Answer(Spec(DataType::kFloat32, {4}),
+                              std::string(16, '\x22'), 0);
+  ASSERT_TRUE(exchanged->WaitEnded());
+  EXPECT_TRUE(exchanged->finished_ok()) << exchanged->failure();
   EXPECT_TRUE(ended_here().empty());
 }
 
