@@ -1,6 +1,7 @@
 #include "client/shards/sharded_backend.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -36,7 +37,7 @@ class ShardedAttempt final : public CollectiveAttempt {
   ~ShardedAttempt() override {
     // Nothing may still read caller memory (or split_'s) once this is gone.
     absl::MutexLock lock(&mu_);
-    GiveUpRestLocked();
+    GiveUpRestLocked(/*take_lower_verdicts=*/false);
   }
 
   absl::StatusOr<std::vector<Tensor>> Wait() override {
@@ -44,7 +45,7 @@ class ShardedAttempt final : public CollectiveAttempt {
     for (;;) {
       HarvestLocked();
       if (!failure_.ok()) {
-        GiveUpRestLocked();
+        GiveUpRestLocked(/*take_lower_verdicts=*/true);
         return failure_;
       }
       if (AllDoneLocked()) break;
@@ -175,7 +176,10 @@ class ShardedAttempt final : public CollectiveAttempt {
     const RetrySequence::Next next = part->retries.AfterFailure(
         outcome.status(), received_any, owner_->session_status_(), absl::Now());
     if (next == RetrySequence::Next::kStop) {
-      if (failure_.ok()) failure_ = NameShard(k, part->retries.failure());
+      if (failure_.ok()) {
+        failure_ = NameShard(k, part->retries.failure());
+        failed_part_ = k;
+      }
       return;
     }
     if (next == RetrySequence::Next::kReplay) {
@@ -191,12 +195,34 @@ class ShardedAttempt final : public CollectiveAttempt {
   // at the latest, and in practice at once: every rank sent its
   // partitions together, and a lost shard or rank ends the epoch on the
   // others (the session passes a shard's failure on), which fails them.
-  void GiveUpRestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (Part& part : parts_) {
+  //
+  // With `take_lower_verdicts`, when failure_ is a verdict on the
+  // collective (IsVerdict), a part below the one that failed first that
+  // ends with a verdict too becomes the failure: every rank then reports
+  // the lowest partition's verdict, the same on every rank whatever order
+  // its parts' answers came in (each shard judges its partition once, for
+  // every rank; two shards may name different pairs of a mismatch, as each
+  // compares with the rank that reached it first).
+  void GiveUpRestLocked(bool take_lower_verdicts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const bool verdict = take_lower_verdicts && IsVerdict(failure_);
+    for (size_t k = 0; k < parts_.size(); ++k) {
+      Part& part = parts_[k];
       if (part.attempt == nullptr) continue;
-      part.attempt->Wait().IgnoreError();
+      const absl::Status ended = part.attempt->Wait().status();
       part.attempt.reset();
+      if (verdict && k < failed_part_ && IsVerdict(ended)) {
+        failure_ = NameShard(k, ended);
+        failed_part_ = k;
+      }
     }
+  }
+
+  // A shard's judgement of the collective itself, the same for every rank
+  // (a mismatch, a refused argument), rather than of one rank's transport.
+  static bool IsVerdict(const absl::Status& status) {
+    return status.code() == absl::StatusCode::kFailedPrecondition ||
+           status.code() == absl::StatusCode::kInvalidArgument;
   }
 
   // `status` of part k, prefixed with its shard (and partition, when the
@@ -214,6 +240,8 @@ class ShardedAttempt final : public CollectiveAttempt {
   absl::Mutex mu_;
   std::vector<Part> parts_ ABSL_GUARDED_BY(mu_);  // parts_[k]: split_.parts[k]'s
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  // The part whose failure failure_ is (SIZE_MAX: none, or not a part's).
+  size_t failed_part_ ABSL_GUARDED_BY(mu_) = SIZE_MAX;
 };
 
 std::unique_ptr<CollectiveAttempt> ShardedBackend::Start(

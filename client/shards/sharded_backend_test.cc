@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "client/transport/grpc/completion_driver.h"
 #include "core/data_type.h"
 #include "core/fingerprint.h"
@@ -27,8 +29,11 @@ constexpr size_t kMiB = size_t{1} << 20;
 class FakeAttempt final : public CollectiveAttempt {
  public:
   FakeAttempt(const Contribution* contribution, absl::Status outcome, bool hang,
-              int* cancels)
-      : contribution_(contribution), outcome_(std::move(outcome)), hang_(hang),
+              bool late, int* cancels)
+      : contribution_(contribution),
+        outcome_(std::move(outcome)),
+        hang_(hang),
+        late_(late),
         cancels_(cancels) {}
 
   absl::StatusOr<std::vector<Tensor>> Wait() override {
@@ -46,7 +51,7 @@ class FakeAttempt final : public CollectiveAttempt {
     return out;
   }
   bool Ready() override { return Settled(); }
-  bool Settled() override { return !hang_ || cancelled_; }
+  bool Settled() override { return !(hang_ || late_) || cancelled_; }
   void Cancel() override {
     cancelled_ = true;
     ++*cancels_;
@@ -57,6 +62,7 @@ class FakeAttempt final : public CollectiveAttempt {
   const Contribution* const contribution_;
   const absl::Status outcome_;
   const bool hang_;
+  const bool late_;     // not settled until waited for, then `outcome_`
   int* const cancels_;  // the shard's count
   bool cancelled_ = false;
 };
@@ -75,18 +81,20 @@ class FakeShard final : public ShardEndpoint, public CollectiveBackend {
     started.push_back(c.header);
     payload_bytes.push_back(c.payload_bytes());
     absl::Status outcome;
-    bool hang = false;
+    bool hang = false, late = false;
     if (!script.empty()) {
       outcome = script.front().status;
       hang = script.front().hang;
+      late = script.front().late;
       script.pop_front();
     }
-    return std::make_unique<FakeAttempt>(&c, outcome, hang, &cancels);
+    return std::make_unique<FakeAttempt>(&c, outcome, hang, late, &cancels);
   }
 
   struct Step {
     absl::Status status;
     bool hang = false;
+    bool late = false;  // settles only once waited for
   };
   std::deque<Step> script;
   std::vector<v1::CollectiveHeader> started;
@@ -192,6 +200,35 @@ TEST_F(ShardedBackendTest, FirstFailureFailsNamingTheShardOnceTheOtherPartsEnded
   // Collective stream with writes under way was once never handed back by
   // gRPC (the robustness campaign's seeds 107 and 203 hung there).
   for (const auto& s : shards_) EXPECT_EQ(s->cancels, 0);
+}
+
+// Two shards may name different pairs of one mismatch (each compares with
+// the rank that reached it first): every rank reports the lowest
+// partition's verdict, whichever part answered first.
+TEST_F(ShardedBackendTest,
+       AVerdictOfSeveralPartsIsTheLowestPartitionsOnEveryRank) {
+  for (int early = 0; early < 3; ++early) {
+    SCOPED_TRACE(absl::StrCat("shard ", early, " answers first"));
+    for (int s = 0; s < 3; ++s) {
+      shards_[s]->script.clear();
+      shards_[s]->script.push_back({absl::FailedPreconditionError(absl::StrCat(
+                                        "mismatch seen by shard ", s)),
+                                    /*hang=*/false, /*late=*/s != early});
+    }
+    std::unique_ptr<ShardedBackend> backend = Backend();
+    Contribution c = AllReduceOf(3 * kMiB / 4);
+    absl::StatusOr<std::vector<Tensor>> result = backend->Start(c)->Wait();
+    ASSERT_THAT(result, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                 HasSubstr("(partition 1 of 3)")));
+    // The message is that partition's shard's own.
+    for (int s = 0; s < 3; ++s) {
+      if (absl::StrContains(result.status().message(),
+                            absl::StrCat("reducerd shard ", s, " of 3"))) {
+        EXPECT_THAT(result.status().message(),
+                    HasSubstr(absl::StrCat("mismatch seen by shard ", s)));
+      }
+    }
+  }
 }
 
 // `header` as a replay of its attempt sends it.
