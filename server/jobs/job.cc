@@ -350,6 +350,29 @@ bool Job::Leave(const std::string& session_id, const SessionChannel* owner,
   return left.last_session;
 }
 
+void Job::LoseRanks(const std::string& session_id,
+                    const std::vector<int>& ranks, const std::string& cause) {
+  absl::MutexLock lock(&mu_);
+  const Membership::Unseated lost =
+      membership_.LoseRanks(session_id, ranks, env_.timers->clock().Now());
+  const std::string how =
+      cause.empty() ? std::string("its session's client said so") : cause;
+  switch (lost.effect) {
+    case Membership::Unseated::Effect::kAbsent:
+      LoseAbsentLocked(lost.ranks,
+                       absl::StrCat("its session was lost (", how, ")"));
+      break;
+    case Membership::Unseated::Effect::kEndsEpoch:
+      EndEpoch(absl::StrCat(RanksName(lost.ranks), "'s session was lost (", how,
+                            ")"),
+               lost.ranks.front(), EpochEndReason::kSessionCancelled);
+      break;
+    case Membership::Unseated::Effect::kNone:
+    case Membership::Unseated::Effect::kDeparted:
+      break;
+  }
+}
+
 bool Job::HasNoSessions() {
   absl::MutexLock lock(&mu_);
   return membership_.NoSessions();

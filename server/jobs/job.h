@@ -221,6 +221,15 @@ class Job {
   void EndForOtherShard(const std::string& session_id,
                         const std::string& cause);
 
+  // The session's client reports `ranks` of it lost (LeaveRequest.ranks: a
+  // relay whose ranks' own sessions there were lost; `cause` says how):
+  // each is treated as a rank whose own session was lost (Leave): in
+  // quorum mode it becomes absent, otherwise the running epoch ends naming
+  // it and the cause. The session keeps holding its other ranks. Ranks it
+  // does not hold in the current epoch, and unknown sessions, are ignored.
+  void LoseRanks(const std::string& session_id, const std::vector<int>& ranks,
+                 const std::string& cause);
+
   // Finds or creates the collective `header` names and attaches `stream`.
   // Errors, before anything is attached: ABORTED for an ended epoch,
   // FAILED_PRECONDITION for a session that does not hold the rank,

@@ -146,6 +146,12 @@ class Membership final : public Participation {
   // already, or another stream naming it.
   Unseated Unseat(const std::string& session_id, const SessionChannel* owner,
                   absl::Time now);
+  // The client of `session_id` reports `ranks` of it lost (a relay whose
+  // rank's own session there was lost: LeaveRequest.ranks): each is lost
+  // as a session of its own would be (Unseat), and the session keeps
+  // holding its other ranks. Ranks it does not hold are ignored.
+  Unseated LoseRanks(const std::string& session_id,
+                     const std::vector<int>& ranks, absl::Time now);
   // The client of `session_id` is closing on purpose: its ranks depart
   // from the running epoch (kDeparted), or in quorum mode become absent.
   // kNone when it holds no rank of the running epoch.
@@ -302,6 +308,9 @@ class Membership final : public Participation {
   std::vector<absl::Time> absent_since_;
   std::vector<bool> rejoined_;  // seated again since the last step began
   uint64_t quorum_steps_started_ = 0;
+  // Unseat and LoseRanks: `ranks` of `session_id` lost, into `out`.
+  void LoseHeld(const std::string& session_id, const std::vector<int>& ranks,
+                absl::Time now, Unseated* out);
   struct RememberedStep {
     std::string key;
     std::string description;
