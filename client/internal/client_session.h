@@ -137,6 +137,16 @@ class ClientSession final {
   // before.
   absl::Status LeaveWithCause(std::string cause);
 
+  // For a relay: `ranks` of this session's were lost (their own sessions
+  // with the relay ended), and every shard is told so (LeaveRequest.ranks,
+  // `cause` saying how): each treats them as ranks whose own sessions were
+  // lost, and the session goes on holding the others. Waits for each
+  // shard's answer, a second or so at most. OK when every shard took it;
+  // else the first failure, naming its shard; the session's failure when
+  // it has ended.
+  absl::Status LoseRanks(const std::vector<int>& ranks,
+                         const std::string& cause);
+
   const ClientOptions& options() const { return options_; }
   // The global ranks this session holds, sorted: {options().rank} unless
   // opened with OpenForRanks.

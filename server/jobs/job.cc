@@ -201,6 +201,16 @@ absl::Status Job::JoinLocked(const std::vector<int>& ranks, int world_size,
     }
     return RejoinLocked(ranks, session_id, std::move(session));
   }
+  if (relay_ != nullptr && membership_.running()) {
+    for (int r : ranks) {
+      if (!membership_.IsAbsent(r)) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", r, " of job ", name_,
+          " was lost on this relay in the running epoch ", membership_.epoch(),
+          "; a relay does not take a lost rank back into a running epoch: "
+          "it takes part again from the job's next epoch"));
+    }
+  }
   const std::optional<int> departed = membership_.DepartedAmong(ranks);
   if (!membership_.ended() && !departed.has_value()) {
     REDUCER_RETURN_IF_ERROR(membership_.CheckFree(ranks));
@@ -336,6 +346,14 @@ bool Job::Leave(const std::string& session_id, const SessionChannel* owner,
                        absl::StrCat("its session was lost (", why, ")"));
       break;
     case Membership::Unseated::Effect::kEndsEpoch:
+      if (relay_ != nullptr &&
+          relay_->LoseRanks(membership_.epoch_id(), left.ranks, why)) {
+        // Upstream takes it as these ranks' loss, as if they were connected
+        // there directly; the host's other ranks go on meanwhile.
+        const absl::Time now = env_.timers->clock().Now();
+        for (int rank : left.ranks) membership_.MarkAbsent(rank, now);
+        break;
+      }
       EndEpoch(left.ranks.size() == 1
                    ? absl::StrCat("rank ", left.ranks.front(),
                                   "'s session was lost (", why, ")")

@@ -199,6 +199,11 @@ class Job {
   // (the one seated, or the retry that replaced it) ends it: for any other
   // `owner` nothing changes. Returns true when the job has no open session
   // left and can be freed. `reason` classifies `why` for the metrics.
+  // On a relay, a rank of the running epoch lost here is reported upstream
+  // as that rank's loss (JobRelay::LoseRanks) when the relay can: it is
+  // absent here then, the epoch goes on, and upstream decides (the epoch
+  // ends here when it ends there); a Join of that rank is refused while
+  // the epoch runs.
   bool Leave(const std::string& session_id, const SessionChannel* owner,
              const std::string& why, EpochEndReason reason);
 

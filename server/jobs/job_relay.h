@@ -52,6 +52,19 @@ class JobRelay {
   virtual void EndEpoch(uint64_t epoch_id, const absl::Status& status,
                         const std::string& reason) = 0;
 
+  // Ranks of this host seated in the running epoch `epoch_id` were lost
+  // (their sessions here ended; `cause` says how). True when the relay
+  // takes it upstream as those ranks' loss (its upstream session of that
+  // epoch holds them): it reports them lost there (LeaveRequest.ranks), in
+  // the background, leaves them out of its later combined calls and ends
+  // what waits here for them; the epoch goes on here, and upstream decides
+  // whether it goes on there (quorum mode) or ends (naming the rank), which
+  // then ends it here. False when it cannot (no upstream session yet, or it
+  // ended): the Job ends the epoch (EndEpoch). If the report fails, the
+  // epoch ends through `upstream_ended` (see JobRelayFactory).
+  virtual bool LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
+                         const std::string& cause) = 0;
+
   // The bytes its combined calls did not move over the host's link (what
   // one call per rank would have sent and received, less what was).
   virtual uint64_t bytes_saved() const = 0;

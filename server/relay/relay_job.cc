@@ -90,6 +90,7 @@ void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
       absl::MutexLock lock(&mu_);
       epoch_id_ = epoch_id;
       ranks_ = ranks;
+      lost_.clear();
       session_ = std::shared_ptr<UpstreamSession>(*std::move(session));
       ended_ = false;
     }
@@ -165,7 +166,7 @@ std::vector<int> RelayJob::MembersLocked(const Fingerprint& fp,
   for (size_t i = 0; i < fp.group.size(); ++i) {
     const bool here =
         std::binary_search(ranks_.begin(), ranks_.end(), fp.group[i]) &&
-        done_.count(fp.group[i]) == 0;
+        done_.count(fp.group[i]) == 0 && lost_.count(fp.group[i]) == 0;
     if (here && !members.empty() && fp.group[i - 1] != members.back()) {
       consecutive = false;
     }
@@ -276,6 +277,50 @@ void RelayJob::EndEpoch(uint64_t epoch_id, const absl::Status& status,
     }
   }
   for (const auto& c : failing) c->Fail(status);
+}
+
+bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
+                         const std::string& cause) {
+  absl::MutexLock lock(&mu_);
+  if (epoch_id != epoch_id_ || session_ == nullptr || ended_ ||
+      upstream_end_due_.has_value()) {
+    return false;
+  }
+  lost_.insert(ranks.begin(), ranks.end());
+  env_.log->Log(
+      {LogSeverity::kWarning, "relay_rank_lost",
+       absl::StrCat("job ", job_, ": rank(s) [", absl::StrJoin(ranks, ","),
+                    "] of this host lost (", cause,
+                    "); reported upstream as their loss, and the "
+                    "host's other ranks go on"),
+       job_});
+  threads_.emplace_back([this, epoch_id, ranks, session = session_,
+                         cause = absl::StrCat(cause, ", on ", env_.name)] {
+    // What waits here for them goes on without them: collectives they had
+    // not attached to, and (a second time, after the report) those whose
+    // call of theirs was cut off meanwhile.
+    auto excuse = [this, &ranks] {
+      std::vector<std::shared_ptr<RelayCollective>> pending;
+      {
+        absl::MutexLock lock(&mu_);
+        for (auto& [key, c] : pending_) pending.push_back(c);
+      }
+      for (const auto& c : pending) {
+        for (int rank : ranks) c->Excuse(rank);
+      }
+    };
+    excuse();
+    const absl::Status reported = session->LoseRanks(ranks, cause);
+    excuse();
+    if (reported.ok()) return;
+    // Upstream would wait for them until its timeouts: the epoch ends
+    // here, and the relay leaves upstream (EndEpoch).
+    upstream_ended_(epoch_id, absl::StrCat("the loss of rank(s) [",
+                                           absl::StrJoin(ranks, ","),
+                                           "] could not be reported upstream (",
+                                           reported.ToString(), "); ", cause));
+  });
+  return true;
 }
 
 }  // namespace reducer

@@ -73,6 +73,8 @@ class RelayJob final : public JobRelay {
       std::shared_ptr<RankChannel> channel) override;
   void EndEpoch(uint64_t epoch_id, const absl::Status& status,
                 const std::string& reason) override;
+  bool LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
+                 const std::string& cause) override;
 
   // For status reports: the ranks of this host joined upstream (empty
   // while none), and the bytes its combined calls did not send upstream
@@ -118,6 +120,9 @@ class RelayJob final : public JobRelay {
   absl::flat_hash_map<std::string, std::shared_ptr<RelayCollective>> pending_
       ABSL_GUARDED_BY(mu_);
   uint64_t bytes_saved_ ABSL_GUARDED_BY(mu_) = 0;
+  // Ranks of this host lost in the epoch of session_ (LoseRanks): left out
+  // of its combined calls from then on.
+  std::set<int> lost_ ABSL_GUARDED_BY(mu_);
   // Ranks of this host whose Done() is in flight upstream: left out of
   // the combined calls until it returns (every rank has called it).
   std::set<int> done_ ABSL_GUARDED_BY(mu_);

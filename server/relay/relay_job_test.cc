@@ -1,7 +1,8 @@
 // RelayJob in process, against a fake upstream whose session records the
 // calls the relay makes and ends when the test says: what happens to the
 // calls of the relay's ranks when the upstream session ends on its own,
-// and when the epoch here ends for it.
+// and when the epoch here ends for it; a rank of this host lost, reported
+// upstream as that rank's loss.
 #include "server/relay/relay_job.h"
 
 #include <memory>
@@ -249,6 +250,63 @@ TEST_F(RelayJobTest, ARankLateForACollectiveSplitWithoutItGoesUpstreamAlone) {
   }
   ASSERT_EQ(session->calls(), 4);
   EXPECT_EQ(session->header(3).ranks_size(), 3);
+}
+
+// A rank lost here is reported upstream as its own loss, naming the relay;
+// the collective waiting for it here goes upstream without it, and so do
+// the later ones. Neither the epoch here nor the session upstream ends.
+TEST_F(RelayJobTest, ALostRankIsReportedUpstreamAndLeftOutOfCombinedCalls) {
+  ASSERT_NO_FATAL_FAILURE(Join({1, 2, 3}));
+  auto one = std::make_shared<FakeRankChannel>();
+  ASSERT_THAT(Call(AllReduce(), 1, 1, one), ::reducer::testing::IsOk());
+  ASSERT_TRUE(job_->LoseRanks(kEpoch, {3}, "its stream was cancelled"));
+  FakeUpstreamSession* session = upstream_.session();
+  const std::vector<FakeUpstreamSession::LostRanks> lost = session->lost(1);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_THAT(lost[0].ranks, ::testing::ElementsAre(3));
+  EXPECT_EQ(lost[0].cause, "its stream was cancelled, on relay test-host");
+
+  auto two = std::make_shared<FakeRankChannel>();
+  ASSERT_THAT(Call(AllReduce(), 2, 1, two), ::reducer::testing::IsOk());
+  ASSERT_EQ(session->calls(), 1) << "ranks 1 and 2 go without rank 3";
+  EXPECT_THAT(session->header(0).ranks(), ::testing::ElementsAre(1, 2));
+  for (int r : {1, 2}) {
+    ASSERT_THAT(Call(AllReduce(), r, 2, std::make_shared<FakeRankChannel>()),
+                ::reducer::testing::IsOk());
+  }
+  ASSERT_EQ(session->calls(), 2);
+  EXPECT_THAT(session->header(1).ranks(), ::testing::ElementsAre(1, 2));
+  EXPECT_TRUE(ended_here().empty());
+  EXPECT_EQ(session->lost(0).size(), 1u);
+}
+
+// Before the job is joined upstream, or for another epoch, the relay
+// cannot take the loss upstream: its Job ends the epoch instead.
+TEST_F(RelayJobTest, ALossWithoutAnUpstreamSessionIsNotTaken) {
+  EXPECT_FALSE(job_->LoseRanks(kEpoch, {3}, "lost"));
+  ASSERT_NO_FATAL_FAILURE(Join());
+  EXPECT_FALSE(job_->LoseRanks(kEpoch + 1, {3}, "lost"));
+  upstream_.End(absl::AbortedError("job j epoch 1 aborted"));
+  EXPECT_FALSE(job_->LoseRanks(kEpoch, {3}, "lost"));
+}
+
+// A loss upstream cannot be told of would keep the shards waiting for the
+// rank: the epoch ends here, which makes the relay leave upstream.
+TEST_F(RelayJobTest, ALossThatCannotBeReportedEndsTheEpoch) {
+  ASSERT_NO_FATAL_FAILURE(Join());
+  upstream_.session()->AnswerLoseRanks(
+      absl::UnavailableError("reducerd at s1 is down"));
+  ASSERT_TRUE(job_->LoseRanks(kEpoch, {3}, "lost"));
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (ended_here().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const auto ended = ended_here();
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].first, kEpoch);
+  EXPECT_THAT(ended[0].second,
+              AllOf(HasSubstr("could not be reported upstream"),
+                    HasSubstr("reducerd at s1 is down")));
 }
 
 }  // namespace

@@ -84,6 +84,13 @@ class UpstreamSession {
   // Leaves the job upstream, ending its epoch there with `cause` (a rank of
   // this host was lost, or the relay ends its part of the epoch).
   virtual void Leave(const std::string& cause) = 0;
+  // Tells upstream that `ranks` of this session were lost (`cause` says
+  // how): each is lost there as a directly connected rank's session would
+  // be (LeaveRequest.ranks), and the session goes on holding the others.
+  // Blocks for upstream's answer (a second or so). OK when every shard
+  // took it.
+  virtual absl::Status LoseRanks(const std::vector<int>& ranks,
+                                 const std::string& cause) = 0;
 };
 
 // Opens upstream sessions.

@@ -128,6 +128,11 @@ class ClientUpstreamSession final : public UpstreamSession {
     session_->LeaveWithCause(cause).IgnoreError();
   }
 
+  absl::Status LoseRanks(const std::vector<int>& ranks,
+                         const std::string& cause) override {
+    return session_->LoseRanks(ranks, cause);
+  }
+
   ClientSession& session() { return *session_; }
 
  private:
