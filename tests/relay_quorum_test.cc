@@ -1,0 +1,170 @@
+// Quorum steps through relays, end to end: real reducerd processes for a
+// shard and two relays (reducerd --upstream) of two ranks each, the ranks
+// as threads of this test using the public client. Rank 3 reaches its
+// relay through a TcpProxy; after a few steps the proxy cuts it off (its
+// connection drops, as when its process dies). Its relay reports it
+// upstream as that rank's loss, so the job goes on as if the ranks were
+// connected to the shard directly: the other three finish every later
+// step over ranks 0, 1 and 2, with their sums, well within the steps'
+// grace, and none of them sees ABORTED.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/reducer_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/process_harness.h"
+#include "tests/rank_threads.h"
+#include "tests/status_matchers.h"
+#include "tests/tcp_proxy.h"
+#include "tests/watchdog.h"
+
+namespace reducer {
+namespace testing {
+namespace {
+
+constexpr int kWorld = 4;
+constexpr int kSteps = 8;
+constexpr int kLostAt = 3;  // rank 3 takes part in steps 0..kLostAt-1
+constexpr int64_t kN = 4;
+// Far longer than the test waits for a step: the steps after the loss
+// must end because the shard knows rank 3 is lost, not by the grace.
+constexpr absl::Duration kGrace = absl::Seconds(60);
+
+// Element i of rank r's input at step s: exact in float32, and so are the
+// sums of any ranks' inputs.
+float Input(int rank, int step, int64_t i) {
+  return static_cast<float>((rank + 1) * (step + 1) + 100 * i);
+}
+
+// The sum over `contributors` of their inputs at `step`, element `i`.
+float SumOf(const std::vector<int>& contributors, int step, int64_t i) {
+  float sum = 0;
+  for (int r : contributors) sum += Input(r, step, i);
+  return sum;
+}
+
+class RelayQuorumTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<ReducerdProcess>> shard =
+        ReducerdProcess::Start();
+    ASSERT_THAT(shard, IsOk());
+    shard_ = *std::move(shard);
+    for (int host = 0; host < 2; ++host) {
+      absl::StatusOr<std::unique_ptr<ReducerdProcess>> relay =
+          ReducerdProcess::Start({"--upstream=" + shard_->address()});
+      ASSERT_THAT(relay, IsOk());
+      relays_.push_back(*std::move(relay));
+    }
+    absl::StatusOr<std::unique_ptr<TcpProxy>> proxy =
+        TcpProxy::Start(relays_[1]->port());
+    ASSERT_THAT(proxy, IsOk());
+    proxy_ = *std::move(proxy);
+  }
+
+  // Ranks 0 and 1 on the first relay, 2 and 3 on the second; rank 3
+  // through proxy_, on gRPC alone (so that all of its traffic crosses it).
+  absl::StatusOr<std::unique_ptr<Client>> Connect(int rank,
+                                                  const std::string& job) {
+    ClientOptions options;
+    options.target =
+        rank == 3 ? proxy_->address() : relays_[rank / 2]->address();
+    options.job = job;
+    options.rank = rank;
+    options.world_size = kWorld;
+    options.local_world_size = 2;
+    options.timeout = absl::Seconds(90);
+    if (rank == 3) options.shared_memory = SharedMemory::kOff;
+    return Client::Connect(options);
+  }
+
+  std::unique_ptr<ReducerdProcess> shard_;
+  std::vector<std::unique_ptr<ReducerdProcess>> relays_;
+  std::unique_ptr<TcpProxy> proxy_;
+};
+
+TEST_F(RelayQuorumTest, ARankLostOnItsRelayIsLeftOutAndTheOthersGoOn) {
+  Watchdog watchdog("ARankLostOnItsRelayIsLeftOutAndTheOthersGoOn",
+                    absl::Seconds(150));
+  const std::string job = "relay-quorum";
+  std::vector<std::unique_ptr<Client>> clients(kWorld);
+  RankFailures failures;
+  std::atomic<int> lost_rank_done{0};
+  // Each survivor's time for the steps after the loss.
+  std::vector<absl::Duration> after_loss(kWorld);
+  QuorumOptions quorum;
+  quorum.min_ranks = 3;
+  quorum.grace = kGrace;
+
+  RunOnEveryRank(kWorld, [&](int rank) {
+    auto fail = [&](const std::string& what) {
+      failures.Add(absl::StrCat("rank ", rank, ": ", what));
+    };
+    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, job);
+    if (!client.ok()) return fail(client.status().ToString());
+    clients[rank] = *std::move(client);
+    const int steps = rank == 3 ? kLostAt : kSteps;
+    absl::Time lost_since = absl::InfiniteFuture();
+    for (int s = 0; s < steps; ++s) {
+      if (s == kLostAt) {
+        // Wait for the loss, so that the time below counts from it.
+        while (lost_rank_done.load() == 0)
+          absl::SleepFor(absl::Milliseconds(1));
+        lost_since = absl::Now();
+      }
+      std::vector<float> x(kN);
+      for (int64_t i = 0; i < kN; ++i) x[i] = Input(rank, s, i);
+      absl::StatusOr<QuorumResult> step = clients[rank]->AllReduceQuorum(
+          TensorView::Of<float>(x), ReduceOp::kSum, quorum);
+      if (!step.ok()) {
+        return fail(absl::StrCat("step ", s, ": ", step.status().ToString()));
+      }
+      const std::vector<int> want = s < kLostAt ? std::vector<int>{0, 1, 2, 3}
+                                                : std::vector<int>{0, 1, 2};
+      if (step->contributors != want) {
+        return fail(absl::StrCat("step ", s, ": contributors [",
+                                 absl::StrJoin(step->contributors, ","),
+                                 "], want [", absl::StrJoin(want, ","), "]"));
+      }
+      for (int64_t i = 0; i < kN; ++i) {
+        const float got = step->tensor.values<float>()[i];
+        if (got != SumOf(want, s, i)) {
+          return fail(absl::StrCat("step ", s, "[", i, "] = ", got, ", want ",
+                                   SumOf(want, s, i)));
+        }
+      }
+    }
+    if (rank == 3) {
+      // Cut off, as when its process dies: its connections drop, and no
+      // new one gets through.
+      proxy_->SetRefuseNew(true);
+      proxy_->DropAll();
+      lost_rank_done.store(1);
+      return;
+    }
+    after_loss[rank] = absl::Now() - lost_since;
+  });
+  failures.ExpectNone();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_LT(after_loss[r], absl::Seconds(30))
+        << "rank " << r << " waited for the lost rank";
+  }
+  clients.clear();
+  if (HasFailure()) {
+    ADD_FAILURE() << "shard:\n"
+                  << shard_->Stderr() << "\nrelay 0:\n"
+                  << relays_[0]->Stderr() << "\nrelay 1:\n"
+                  << relays_[1]->Stderr();
+  }
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace reducer
