@@ -14,8 +14,9 @@
 // A relay (reducerd --upstream) opens one session for all the ranks of its
 // host (OpenForRanks) and forwards their calls on it (StartForwarded),
 // each with the identity the caller gives; it learns of the session's end
-// through OnEnd, and ends the job's epoch itself with LeaveWithCause when
-// one of its ranks is lost.
+// through OnEnd, reports a rank of its host lost with LoseRanks (the
+// shards treat it as that rank's own loss), and ends the job's epoch itself
+// with LeaveWithCause when it must.
 //
 // Thread-safe. Internal to the client library.
 #ifndef REDUCER_CLIENT_INTERNAL_CLIENT_SESSION_H_

@@ -8,9 +8,20 @@
 // found by the same matching key as a Job's: the name, or the group and
 // sequence number.
 //
-// A rank of this host lost ends the epoch here (its Job says so) and the
-// relay leaves upstream naming it, which ends the epoch there; the epoch
-// ending upstream ends it here. An epoch that ends here while its join
+// A rank of this host lost (its session here ended) is that rank's loss
+// upstream, as if it were connected there directly (LoseRanks): the relay
+// reports it on its upstream session (LeaveRequest.ranks), which goes on
+// holding the host's other ranks; the rank is absent in its Job here, and
+// left out of the host's later combined calls; collectives waiting here
+// for it go upstream without it. Upstream then decides: in quorum mode the
+// job goes on without the rank (its quorum steps stop waiting for it, and
+// the survivors' data all-reduce names a group without it); otherwise the
+// epoch ends there naming the rank, which ends it here. A loss before the
+// job is joined upstream, or one that cannot be reported, ends the epoch
+// here and the relay leaves upstream naming it. A lost rank is not taken
+// back into the running epoch here (its Join is refused): it takes part
+// again from the next epoch. The epoch ending upstream ends it here. An
+// epoch that ends here while its join
 // upstream still waits (for other hosts' ranks) gives that join up, and so
 // does the relay letting go of the job: neither waits out the join's
 // timeout.

@@ -81,8 +81,9 @@ class UpstreamSession {
   virtual void Start(
       v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
       std::function<void(absl::StatusOr<UpstreamResult>)> done) = 0;
-  // Leaves the job upstream, ending its epoch there with `cause` (a rank of
-  // this host was lost, or the relay ends its part of the epoch).
+  // Leaves the job upstream, ending its epoch there with `cause` (the
+  // relay ends its part of the epoch: it let go of the job, or a rank's
+  // loss could not be reported with LoseRanks).
   virtual void Leave(const std::string& cause) = 0;
   // Tells upstream that `ranks` of this session were lost (`cause` says
   // how): each is lost there as a directly connected rank's session would
