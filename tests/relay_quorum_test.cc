@@ -4,9 +4,11 @@
 // relay through a TcpProxy; after a few steps the proxy cuts it off (its
 // connection drops, as when its process dies). Its relay reports it
 // upstream as that rank's loss, so the job goes on as if the ranks were
-// connected to the shard directly: the other three finish every later
-// step over ranks 0, 1 and 2, with their sums, well within the steps'
-// grace, and none of them sees ABORTED.
+// connected to the shard directly: the other three finish the later steps
+// over ranks 0, 1 and 2, with their sums, well within the steps' grace,
+// and none of them sees ABORTED. Then rank 3 connects to its relay again:
+// it is admitted into the running job at once, its first step lists it as
+// joined, and from the next one on all four contribute again.
 #include <atomic>
 #include <memory>
 #include <string>
@@ -30,8 +32,9 @@ namespace testing {
 namespace {
 
 constexpr int kWorld = 4;
-constexpr int kSteps = 8;
-constexpr int kLostAt = 3;  // rank 3 takes part in steps 0..kLostAt-1
+constexpr int kSteps = 9;
+constexpr int kLostAt = 3;    // rank 3 takes part in steps 0..kLostAt-1
+constexpr int kRejoinAt = 6;  // and again from this step on
 constexpr int64_t kN = 4;
 // Far longer than the test waits for a step: the steps after the loss
 // must end because the shard knows rank 3 is lost, not by the grace.
@@ -71,11 +74,13 @@ class RelayQuorumTest : public ::testing::Test {
 
   // Ranks 0 and 1 on the first relay, 2 and 3 on the second; rank 3
   // through proxy_, on gRPC alone (so that all of its traffic crosses it).
-  absl::StatusOr<std::unique_ptr<Client>> Connect(int rank,
-                                                  const std::string& job) {
+  // `target`, when given, instead.
+  absl::StatusOr<std::unique_ptr<Client>> Connect(
+      int rank, const std::string& job, const std::string& target = "") {
     ClientOptions options;
-    options.target =
-        rank == 3 ? proxy_->address() : relays_[rank / 2]->address();
+    options.target = !target.empty() ? target
+                     : rank == 3     ? proxy_->address()
+                                     : relays_[rank / 2]->address();
     options.job = job;
     options.rank = rank;
     options.world_size = kWorld;
@@ -90,13 +95,15 @@ class RelayQuorumTest : public ::testing::Test {
   std::unique_ptr<TcpProxy> proxy_;
 };
 
-TEST_F(RelayQuorumTest, ARankLostOnItsRelayIsLeftOutAndTheOthersGoOn) {
-  Watchdog watchdog("ARankLostOnItsRelayIsLeftOutAndTheOthersGoOn",
+TEST_F(RelayQuorumTest, ARankLostOnItsRelayIsLeftOutAndRejoinsThroughIt) {
+  Watchdog watchdog("ARankLostOnItsRelayIsLeftOutAndRejoinsThroughIt",
                     absl::Seconds(150));
   const std::string job = "relay-quorum";
   std::vector<std::unique_ptr<Client>> clients(kWorld);
   RankFailures failures;
-  std::atomic<int> lost_rank_done{0};
+  std::atomic<bool> lost{false};
+  std::atomic<bool> rejoined{false};
+  std::atomic<int> survivors_at_rejoin{0};  // done with the steps without 3
   // Each survivor's time for the steps after the loss.
   std::vector<absl::Duration> after_loss(kWorld);
   QuorumOptions quorum;
@@ -110,14 +117,37 @@ TEST_F(RelayQuorumTest, ARankLostOnItsRelayIsLeftOutAndTheOthersGoOn) {
     absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, job);
     if (!client.ok()) return fail(client.status().ToString());
     clients[rank] = *std::move(client);
-    const int steps = rank == 3 ? kLostAt : kSteps;
     absl::Time lost_since = absl::InfiniteFuture();
-    for (int s = 0; s < steps; ++s) {
-      if (s == kLostAt) {
-        // Wait for the loss, so that the time below counts from it.
-        while (lost_rank_done.load() == 0)
+    for (int s = 0; s < kSteps; ++s) {
+      if (rank == 3 && s == kLostAt) {
+        // Cut off, as when its process dies: its connections drop, and no
+        // new one gets through. It connects again, to its relay, once the
+        // others have run steps without it.
+        proxy_->SetRefuseNew(true);
+        proxy_->DropAll();
+        lost.store(true);
+        clients[rank].reset();
+        while (survivors_at_rejoin.load() < 3) {
           absl::SleepFor(absl::Milliseconds(1));
+        }
+        s = kRejoinAt;
+        absl::StatusOr<std::unique_ptr<Client>> again =
+            Connect(rank, job, relays_[1]->address());
+        if (!again.ok()) {
+          return fail(absl::StrCat("again: ", again.status().ToString()));
+        }
+        clients[rank] = *std::move(again);
+        rejoined.store(true);
+      }
+      if (rank != 3 && s == kLostAt) {
+        // Wait for the loss, so that the time below counts from it.
+        while (!lost.load()) absl::SleepFor(absl::Milliseconds(1));
         lost_since = absl::Now();
+      }
+      if (rank != 3 && s == kRejoinAt) {
+        after_loss[rank] = absl::Now() - lost_since;
+        survivors_at_rejoin.fetch_add(1);
+        while (!rejoined.load()) absl::SleepFor(absl::Milliseconds(1));
       }
       std::vector<float> x(kN);
       for (int64_t i = 0; i < kN; ++i) x[i] = Input(rank, s, i);
@@ -126,12 +156,19 @@ TEST_F(RelayQuorumTest, ARankLostOnItsRelayIsLeftOutAndTheOthersGoOn) {
       if (!step.ok()) {
         return fail(absl::StrCat("step ", s, ": ", step.status().ToString()));
       }
-      const std::vector<int> want = s < kLostAt ? std::vector<int>{0, 1, 2, 3}
-                                                : std::vector<int>{0, 1, 2};
-      if (step->contributors != want) {
-        return fail(absl::StrCat("step ", s, ": contributors [",
-                                 absl::StrJoin(step->contributors, ","),
-                                 "], want [", absl::StrJoin(want, ","), "]"));
+      const bool without_3 = s >= kLostAt && s <= kRejoinAt;
+      const std::vector<int> want =
+          without_3 ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1, 2, 3};
+      const std::vector<int> joined =
+          s == kRejoinAt ? std::vector<int>{3} : std::vector<int>{};
+      if (step->step != static_cast<uint64_t>(s) ||
+          step->contributors != want || step->joined != joined) {
+        return fail(absl::StrCat(
+            "step ", s, ": numbered ", step->step, ", contributors [",
+            absl::StrJoin(step->contributors, ","), "] joined [",
+            absl::StrJoin(step->joined, ","), "], want [",
+            absl::StrJoin(want, ","), "] joined [", absl::StrJoin(joined, ","),
+            "]"));
       }
       for (int64_t i = 0; i < kN; ++i) {
         const float got = step->tensor.values<float>()[i];
@@ -141,15 +178,6 @@ TEST_F(RelayQuorumTest, ARankLostOnItsRelayIsLeftOutAndTheOthersGoOn) {
         }
       }
     }
-    if (rank == 3) {
-      // Cut off, as when its process dies: its connections drop, and no
-      // new one gets through.
-      proxy_->SetRefuseNew(true);
-      proxy_->DropAll();
-      lost_rank_done.store(1);
-      return;
-    }
-    after_loss[rank] = absl::Now() - lost_since;
   });
   failures.ExpectNone();
   for (int r = 0; r < 3; ++r) {

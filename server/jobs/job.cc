@@ -202,13 +202,28 @@ absl::Status Job::JoinLocked(const std::vector<int>& ranks, int world_size,
     return RejoinLocked(ranks, session_id, std::move(session));
   }
   if (relay_ != nullptr && membership_.running()) {
+    // A rank lost here joins again: upstream first, on a session of its
+    // own; it is answered once ready there (OnRejoinedUpstream).
     for (int r : ranks) {
       if (!membership_.IsAbsent(r)) continue;
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", r, " of job ", name_,
-          " was lost on this relay in the running epoch ", membership_.epoch(),
-          "; a relay does not take a lost rank back into a running epoch: "
-          "it takes part again from the job's next epoch"));
+      const uint64_t epoch_id = membership_.epoch_id();
+      if (ranks.size() > 1 ||
+          !relay_->RejoinUpstream(
+              epoch_id, r,
+              [this, epoch_id, session_id, r,
+               channel = session](const absl::StatusOr<uint64_t>& first_step) {
+                OnRejoinedUpstream(epoch_id, session_id, r, channel,
+                                   first_step);
+              })) {
+        return absl::UnavailableError(absl::StrCat(
+            "rank ", r, " of job ", name_,
+            " was lost on this relay in the running epoch ",
+            membership_.epoch(),
+            ", and the relay cannot join it upstream again now (its upstream "
+            "session is not running, or the rank is joining already); try "
+            "again"));
+      }
+      break;
     }
   }
   const std::optional<int> departed = membership_.DepartedAmong(ranks);
@@ -253,6 +268,8 @@ absl::Status Job::JoinLocked(const std::vector<int>& ranks, int world_size,
     case Membership::Seated::kWaiting:
       break;
     case Membership::Seated::kRejoined: {
+      // On a relay: answered once joined upstream again.
+      if (relay_ != nullptr) break;
       // Back into the running epoch of a job in quorum mode: the others go
       // on, and the next quorum step counts this rank as joining.
       const uint64_t steps = membership_.quorum_steps_started();
@@ -280,6 +297,36 @@ absl::Status Job::JoinLocked(const std::vector<int>& ranks, int world_size,
       break;
   }
   return absl::OkStatus();
+}
+
+void Job::OnRejoinedUpstream(uint64_t epoch_id, const std::string& session_id,
+                             int rank, std::shared_ptr<SessionChannel> channel,
+                             const absl::StatusOr<uint64_t>& first_step) {
+  absl::MutexLock lock(&mu_);
+  // Lost again meanwhile (the relay closed its session upstream), or the
+  // epoch is over: nothing to answer.
+  if (membership_.epoch_id() != epoch_id || membership_.ended() ||
+      !membership_.Holds(rank, session_id)) {
+    return;
+  }
+  const uint64_t epoch = membership_.epoch();
+  if (!first_step.ok()) {
+    // Its stream ends, and with it the seat (the rank is lost again).
+    channel->Fail(absl::UnavailableError(
+        absl::StrCat("rank ", rank, " of job ", name_,
+                     " could not join upstream again through this relay: ",
+                     first_step.status().message(), "; Connect again")));
+    return;
+  }
+  membership_.SetReadyQuorumSteps(rank, *first_step);
+  channel->SendEvent(ReadyEventLocked(rank));
+  const int ranks[] = {rank};
+  env_.log->Log({LogSeverity::kInfo, "rank_rejoined",
+                 absl::StrCat("job ", name_, " epoch ", epoch, ": rank ", rank,
+                              " joined again through this relay; it takes "
+                              "part from quorum step ",
+                              *first_step),
+                 name_, epoch, "", ranks});
 }
 
 v1::JoinEvent Job::ReadyEventLocked(int rank) const {

@@ -202,8 +202,10 @@ class Job {
   // On a relay, a rank of the running epoch lost here is reported upstream
   // as that rank's loss (JobRelay::LoseRanks) when the relay can: it is
   // absent here then, the epoch goes on, and upstream decides (the epoch
-  // ends here when it ends there); a Join of that rank is refused while
-  // the epoch runs.
+  // ends here when it ends there). A Join of that rank while the epoch runs
+  // is seated here, and answered once the relay has joined it upstream
+  // again (JobRelay::RejoinUpstream: JobReady then carries upstream's
+  // quorum_steps_started), or its session fails.
   bool Leave(const std::string& session_id, const SessionChannel* owner,
              const std::string& why, EpochEndReason reason);
 
@@ -337,6 +339,14 @@ class Job {
   // A relay's job is ready upstream for epoch `epoch_id` (OK: every
   // session gets JobReady), or could not join there (the epoch ends).
   void OnUpstreamReady(uint64_t epoch_id, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // On a relay: lost `rank`, seated again by `session_id` on `channel` in
+  // epoch `epoch_id`, joined upstream again (`first_step`: the quorum step
+  // it takes part from) or could not (the channel fails, so that the rank
+  // is lost again).
+  void OnRejoinedUpstream(uint64_t epoch_id, const std::string& session_id,
+                          int rank, std::shared_ptr<SessionChannel> channel,
+                          const absl::StatusOr<uint64_t>& first_step)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The JobReady of the current epoch for `rank`, held now.
   v1::JoinEvent ReadyEventLocked(int rank) const

@@ -65,6 +65,19 @@ class JobRelay {
   virtual bool LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
                          const std::string& cause) = 0;
 
+  // A rank of this host that was lost (LoseRanks took it) joins again in
+  // the running epoch `epoch_id`: the relay joins it upstream on a session
+  // of its own, in the background, through which its calls go from then
+  // on, alone (the host's session no longer holds it there). `ready` is
+  // called once, from another thread: with the first quorum step the rank
+  // takes part in (upstream's JobReady.quorum_steps_started), or why it
+  // could not join. False, and `ready` never called, when the relay cannot
+  // (no upstream session of that epoch, or the rank was not lost here, or
+  // is joining already): the Job refuses the Join.
+  virtual bool RejoinUpstream(
+      uint64_t epoch_id, int rank,
+      std::function<void(absl::StatusOr<uint64_t>)> ready) = 0;
+
   // The bytes its combined calls did not move over the host's link (what
   // one call per rank would have sent and received, less what was).
   virtual uint64_t bytes_saved() const = 0;

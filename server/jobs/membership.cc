@@ -117,6 +117,10 @@ uint64_t Membership::ReadyQuorumSteps(int rank) const {
   return holders_[rank].has_value() ? holders_[rank]->ready_quorum_steps : 0;
 }
 
+void Membership::SetReadyQuorumSteps(int rank, uint64_t steps) {
+  if (holders_[rank].has_value()) holders_[rank]->ready_quorum_steps = steps;
+}
+
 Membership::Unseated Membership::Unseat(const std::string& session_id,
                                         const SessionChannel* owner,
                                         absl::Time now) {

@@ -127,6 +127,9 @@ class Membership final : public Participation {
   // The quorum_steps_started its JobReady carried for `rank`, held now:
   // nonzero for a rank admitted into the running epoch (kRejoined).
   uint64_t ReadyQuorumSteps(int rank) const;
+  // On a relay: what upstream said for `rank` rejoining (its JobReady's
+  // quorum_steps_started there), which ReadyQuorumSteps says from now on.
+  void SetReadyQuorumSteps(int rank, uint64_t steps);
 
   // What the loss or departure of a seat changed.
   struct Unseated {

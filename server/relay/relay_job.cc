@@ -91,6 +91,7 @@ void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
       epoch_id_ = epoch_id;
       ranks_ = ranks;
       lost_.clear();
+      rejoining_.clear();
       session_ = std::shared_ptr<UpstreamSession>(*std::move(session));
       ended_ = false;
     }
@@ -204,6 +205,12 @@ absl::StatusOr<std::shared_ptr<AttachedCollective>> RelayJob::Attach(
       members = {header.rank()};
       if (late->second.empty()) late_.erase(late);
     }
+    // A rank that joined again goes alone, through its own session.
+    std::shared_ptr<UpstreamSession> via = session_;
+    if (auto alone = alone_.find(header.rank()); alone != alone_.end()) {
+      members = {header.rank()};
+      via = alone->second;
+    }
     const std::string key = MatchingKey(header, fp, members.size() == 1);
     auto it = pending_.find(key);
     if (it == pending_.end()) {
@@ -213,7 +220,7 @@ absl::StatusOr<std::shared_ptr<AttachedCollective>> RelayJob::Attach(
                                 : absl::StrCat("\"", header.name(), "\""),
           " in job ", job_);
       collective = std::make_shared<RelayCollective>(
-          env_.collectives, description, members, session_,
+          env_.collectives, description, members, via,
           [this, key, epoch = epoch_id_, done, rank = header.rank()](
               uint64_t saved, const std::vector<int>& absent) {
             std::optional<std::string> ending;
@@ -269,10 +276,18 @@ void RelayJob::EndEpoch(uint64_t epoch_id, const absl::Status& status,
     if (!ended_) leaving = session_;
     ended_ = true;
     session_ = nullptr;
-    if (leaving != nullptr) {
+    // The sessions of ranks that joined again close (each a departure
+    // upstream) on a thread, as the host's session leaves.
+    std::vector<std::shared_ptr<UpstreamSession>> closing;
+    for (auto& [rank, alone] : alone_) closing.push_back(std::move(alone));
+    alone_.clear();
+    rejoining_.clear();
+    if (leaving != nullptr || !closing.empty()) {
       threads_.emplace_back(
-          [leaving, cause = absl::StrCat(reason, " (on ", env_.name, ")")] {
-            leaving->Leave(cause);
+          [leaving, closing = std::move(closing),
+           cause = absl::StrCat(reason, " (on ", env_.name, ")")]() mutable {
+            if (leaving != nullptr) leaving->Leave(cause);
+            closing.clear();
           });
     }
   }
@@ -287,6 +302,20 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
     return false;
   }
   lost_.insert(ranks.begin(), ranks.end());
+  // A rank that had joined again is reported on its own session, which
+  // then closes.
+  std::vector<std::shared_ptr<UpstreamSession>> own;
+  std::vector<int> on_host_session;
+  for (int rank : ranks) {
+    rejoining_.erase(rank);  // a join upstream in flight gives up
+    auto alone = alone_.find(rank);
+    if (alone == alone_.end()) {
+      on_host_session.push_back(rank);
+      continue;
+    }
+    own.push_back(std::move(alone->second));
+    alone_.erase(alone);
+  }
   env_.log->Log(
       {LogSeverity::kWarning, "relay_rank_lost",
        absl::StrCat("job ", job_, ": rank(s) [", absl::StrJoin(ranks, ","),
@@ -294,8 +323,10 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
                     "); reported upstream as their loss, and the "
                     "host's other ranks go on"),
        job_});
-  threads_.emplace_back([this, epoch_id, ranks, session = session_,
-                         cause = absl::StrCat(cause, ", on ", env_.name)] {
+  threads_.emplace_back([this, epoch_id, ranks, on_host_session,
+                         own = std::move(own), session = session_,
+                         cause = absl::StrCat(cause, ", on ",
+                                              env_.name)]() mutable {
     // What waits here for them goes on without them: collectives they had
     // not attached to, and (a second time, after the report) those whose
     // call of theirs was cut off meanwhile.
@@ -310,7 +341,16 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
       }
     };
     excuse();
-    const absl::Status reported = session->LoseRanks(ranks, cause);
+    absl::Status reported;
+    if (!on_host_session.empty()) {
+      reported = session->LoseRanks(on_host_session, cause);
+    }
+    for (const auto& alone : own) {
+      // Its session holds it alone.
+      absl::Status told = alone->LoseRanks(ranks, cause);  // others ignored
+      if (reported.ok()) reported = told;
+    }
+    own.clear();
     excuse();
     if (reported.ok()) return;
     // Upstream would wait for them until its timeouts: the epoch ends
@@ -319,6 +359,66 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
                                            absl::StrJoin(ranks, ","),
                                            "] could not be reported upstream (",
                                            reported.ToString(), "); ", cause));
+  });
+  return true;
+}
+
+bool RelayJob::RejoinUpstream(
+    uint64_t epoch_id, int rank,
+    std::function<void(absl::StatusOr<uint64_t>)> ready) {
+  absl::MutexLock lock(&mu_);
+  if (epoch_id != epoch_id_ || session_ == nullptr || ended_ ||
+      upstream_end_due_.has_value() || lost_.count(rank) == 0 ||
+      alone_.count(rank) > 0 || rejoining_.count(rank) > 0) {
+    return false;
+  }
+  rejoining_.insert(rank);
+  threads_.emplace_back([this, epoch_id, rank, ready = std::move(ready)] {
+    auto gone = [this, epoch_id, rank]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || epoch_id != epoch_id_ || ended_ ||
+             rejoining_.count(rank) == 0;
+    };
+    absl::StatusOr<std::unique_ptr<UpstreamSession>> session =
+        env_.upstream->Open(
+            job_, world_size_, {rank},
+            [this, gone] {
+              absl::MutexLock lock(&mu_);
+              return gone();
+            },
+            [this, epoch_id](const absl::Status& why) {
+              OnUpstreamEnded(epoch_id, why);
+            });
+    absl::StatusOr<uint64_t> first_step;
+    std::shared_ptr<UpstreamSession> dropped;  // closed without the lock
+    {
+      absl::MutexLock lock(&mu_);
+      if (!session.ok()) {
+        first_step = session.status();
+      } else if (gone()) {
+        dropped = std::shared_ptr<UpstreamSession>(*std::move(session));
+        first_step = absl::CancelledError(
+            "the epoch ended here, or the rank left, before it was ready "
+            "upstream");
+      } else {
+        first_step = (*session)->FirstQuorumStep();
+        alone_[rank] = std::shared_ptr<UpstreamSession>(*std::move(session));
+      }
+      rejoining_.erase(rank);
+    }
+    dropped.reset();
+    env_.log->Log(
+        {first_step.ok() ? LogSeverity::kInfo : LogSeverity::kWarning,
+         "relay_rank_rejoined",
+         first_step.ok()
+             ? absl::StrCat("job ", job_, ": rank ", rank,
+                            " joined upstream again on a session of its own; "
+                            "it takes part from quorum step ",
+                            *first_step)
+             : absl::StrCat("job ", job_, ": rank ", rank,
+                            " could not join upstream again: ",
+                            first_step.status().ToString()),
+         job_});
+    ready(std::move(first_step));
   });
   return true;
 }

@@ -86,6 +86,9 @@ class RelayJob final : public JobRelay {
                 const std::string& reason) override;
   bool LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
                  const std::string& cause) override;
+  bool RejoinUpstream(
+      uint64_t epoch_id, int rank,
+      std::function<void(absl::StatusOr<uint64_t>)> ready) override;
 
   // For status reports: the ranks of this host joined upstream (empty
   // while none), and the bytes its combined calls did not send upstream
@@ -134,6 +137,12 @@ class RelayJob final : public JobRelay {
   // Ranks of this host lost in the epoch of session_ (LoseRanks): left out
   // of its combined calls from then on.
   std::set<int> lost_ ABSL_GUARDED_BY(mu_);
+  // Lost ranks that joined again (RejoinUpstream), each on an upstream
+  // session of its own through which its calls go alone; and those whose
+  // join upstream is in flight.
+  absl::flat_hash_map<int, std::shared_ptr<UpstreamSession>> alone_
+      ABSL_GUARDED_BY(mu_);
+  std::set<int> rejoining_ ABSL_GUARDED_BY(mu_);
   // Ranks of this host whose Done() is in flight upstream: left out of
   // the combined calls until it returns (every rank has called it).
   std::set<int> done_ ABSL_GUARDED_BY(mu_);

@@ -27,22 +27,46 @@ namespace {
 using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
-// Opens FakeUpstreamSessions, keeping each one's `ended` for the test to call.
+// What the relay holds of a FakeUpstreamSession the test keeps: the
+// session outlives the relay's letting go of it.
+class KeptSession final : public UpstreamSession {
+ public:
+  explicit KeptSession(std::shared_ptr<FakeUpstreamSession> kept)
+      : kept_(std::move(kept)) {}
+  void Start(
+      v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
+      std::function<void(absl::StatusOr<UpstreamResult>)> done) override {
+    kept_->Start(std::move(header), std::move(input), std::move(done));
+  }
+  void Leave(const std::string& cause) override { kept_->Leave(cause); }
+  absl::Status LoseRanks(const std::vector<int>& ranks,
+                         const std::string& cause) override {
+    return kept_->LoseRanks(ranks, cause);
+  }
+
+ private:
+  const std::shared_ptr<FakeUpstreamSession> kept_;
+};
+
+// Opens FakeUpstreamSessions, keeping each one (and the last one's `ended`)
+// for the test.
 class FakeUpstream final : public Upstream {
  public:
   absl::StatusOr<std::unique_ptr<UpstreamSession>> Open(
       const std::string& job, int world_size, const std::vector<int>& ranks,
       std::function<bool()> given_up,
       std::function<void(const absl::Status&)> ended) override {
-    auto session = std::make_unique<FakeUpstreamSession>();
+    auto session = std::make_shared<FakeUpstreamSession>();
     absl::MutexLock lock(&mu_);
-    session_ = session.get();
+    sessions_.push_back(session);
     ended_ = std::move(ended);
-    return std::unique_ptr<UpstreamSession>(std::move(session));
+    return std::unique_ptr<UpstreamSession>(
+        std::make_unique<KeptSession>(std::move(session)));
   }
+  // The last session opened.
   FakeUpstreamSession* session() {
     absl::MutexLock lock(&mu_);
-    return session_;
+    return sessions_.empty() ? nullptr : sessions_.back().get();
   }
   // The upstream session ends on its own, with `why`.
   void End(const absl::Status& why) {
@@ -56,8 +80,8 @@ class FakeUpstream final : public Upstream {
 
  private:
   absl::Mutex mu_;
-  FakeUpstreamSession* session_ ABSL_GUARDED_BY(mu_) =
-      nullptr;  // owned by the job
+  std::vector<std::shared_ptr<FakeUpstreamSession>> sessions_
+      ABSL_GUARDED_BY(mu_);
   std::function<void(const absl::Status&)> ended_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -307,6 +331,44 @@ TEST_F(RelayJobTest, ALossThatCannotBeReportedEndsTheEpoch) {
   EXPECT_THAT(ended[0].second,
               AllOf(HasSubstr("could not be reported upstream"),
                     HasSubstr("reducerd at s1 is down")));
+}
+
+// A lost rank that joins again goes upstream on a session of its own, its
+// calls alone through it, while the host's others stay on the host's
+// session; lost again, it is reported on its own session.
+TEST_F(RelayJobTest, ALostRankJoinsAgainOnASessionOfItsOwn) {
+  ASSERT_NO_FATAL_FAILURE(Join());
+  FakeUpstreamSession* host = upstream_.session();
+  auto never = [](absl::StatusOr<uint64_t>) { ADD_FAILURE() << "called"; };
+  EXPECT_FALSE(job_->RejoinUpstream(kEpoch, 3, never)) << "3 is not lost";
+  ASSERT_TRUE(job_->LoseRanks(kEpoch, {3}, "killed"));
+  ASSERT_EQ(host->lost(1).size(), 1u);
+  absl::Notification ready;
+  absl::StatusOr<uint64_t> first_step;
+  ASSERT_TRUE(job_->RejoinUpstream(kEpoch, 3, [&](absl::StatusOr<uint64_t> s) {
+    first_step = s;
+    ready.Notify();
+  }));
+  ASSERT_TRUE(ready.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_THAT(first_step, ::reducer::testing::IsOk());
+  FakeUpstreamSession* own = upstream_.session();
+  ASSERT_NE(own, host);
+
+  for (int r : {2, 3}) {
+    ASSERT_THAT(Call(AllReduce(), r, 1, std::make_shared<FakeRankChannel>()),
+                ::reducer::testing::IsOk());
+  }
+  ASSERT_EQ(host->calls(), 1);
+  EXPECT_EQ(host->header(0).rank(), 2);
+  EXPECT_TRUE(host->header(0).ranks().empty());
+  ASSERT_EQ(own->calls(), 1);
+  EXPECT_EQ(own->header(0).rank(), 3);
+
+  ASSERT_TRUE(job_->LoseRanks(kEpoch, {3}, "killed again"));
+  // Reported on its own session, not on the host's.
+  ASSERT_EQ(own->lost(1).size(), 1u);
+  EXPECT_EQ(host->lost(0).size(), 1u);
+  EXPECT_TRUE(ended_here().empty());
 }
 
 }  // namespace

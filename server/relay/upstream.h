@@ -92,6 +92,10 @@ class UpstreamSession {
   // took it.
   virtual absl::Status LoseRanks(const std::vector<int>& ranks,
                                  const std::string& cause) = 0;
+  // The first quorum step its ranks take part in: nonzero when the job
+  // admitted them into its running epoch (JobReady.quorum_steps_started:
+  // a lost rank joining again), else 0.
+  virtual uint64_t FirstQuorumStep() const { return 0; }
 };
 
 // Opens upstream sessions.

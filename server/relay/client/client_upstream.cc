@@ -133,6 +133,10 @@ class ClientUpstreamSession final : public UpstreamSession {
     return session_->LoseRanks(ranks, cause);
   }
 
+  uint64_t FirstQuorumStep() const override {
+    return session_->FirstQuorumStep();
+  }
+
   ClientSession& session() { return *session_; }
 
  private:
