@@ -230,7 +230,9 @@ class Membership final : public Participation {
   void EnterQuorumMode() { quorum_mode_ = true; }
   bool IsAbsent(int rank) const { return absent_[rank]; }
   // Quorum mode: `rank` no longer holds its seat (lost, departed, or late
-  // for a step) and is absent from `now` on.
+  // for a step) and is absent from `now` on. Also on a relay, for a rank
+  // lost here whose loss the relay took upstream (Job::Leave): seating it
+  // again is then a rejoin (Seated::kRejoined).
   void MarkAbsent(int rank, absl::Time now);
   // How long `rank` has been absent at `now`; zero when it is not.
   absl::Duration AbsentFor(int rank, absl::Time now) const;

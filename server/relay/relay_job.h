@@ -18,13 +18,13 @@
 // the survivors' data all-reduce names a group without it); otherwise the
 // epoch ends there naming the rank, which ends it here. A loss before the
 // job is joined upstream, or one that cannot be reported, ends the epoch
-// here and the relay leaves upstream naming it. A lost rank is not taken
-// back into the running epoch here (its Join is refused): it takes part
-// again from the next epoch. The epoch ending upstream ends it here. An
-// epoch that ends here while its join
-// upstream still waits (for other hosts' ranks) gives that join up, and so
-// does the relay letting go of the job: neither waits out the join's
-// timeout.
+// here and the relay leaves upstream naming it. A lost rank that joins
+// again while the epoch runs joins upstream on a session of its own
+// (RejoinUpstream), admitted there at once in quorum mode, and its calls
+// go upstream alone through it from then on. The epoch ending upstream
+// ends it here. An epoch that ends here while its join upstream still
+// waits (for other hosts' ranks) gives that join up, and so does the relay
+// letting go of the job: neither waits out the join's timeout.
 //
 // When the upstream session ends on its own (its epoch aborted upstream, a
 // shard lost or cut off: a keepalive watchdog, a link down), the calls not
