@@ -8,12 +8,14 @@
 // over ranks 0, 1 and 2, with their sums, well within the steps' grace,
 // and none of them sees ABORTED. Then rank 3 connects to its relay again:
 // it is admitted into the running job at once, its first step lists it as
-// joined, and from the next one on all four contribute again.
+// joined, and from the next one on all four contribute again. Outside
+// quorum mode the same loss ends the epoch, naming the rank.
 #include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -191,6 +193,42 @@ TEST_F(RelayQuorumTest, ARankLostOnItsRelayIsLeftOutAndRejoinsThroughIt) {
                   << relays_[0]->Stderr() << "\nrelay 1:\n"
                   << relays_[1]->Stderr();
   }
+}
+
+// Outside quorum mode a rank lost on its relay ends the epoch for every
+// rank of the job, naming that rank (not its relay's first), as when it
+// is connected directly.
+TEST_F(RelayQuorumTest, OutsideQuorumModeALostRankEndsTheEpochNamingIt) {
+  Watchdog watchdog("OutsideQuorumModeALostRankEndsTheEpochNamingIt",
+                    absl::Seconds(120));
+  const std::string job = "relay-plain";
+  std::vector<std::unique_ptr<Client>> clients(kWorld);
+  RankFailures failures;
+  std::atomic<bool> lost{false};
+  RunOnEveryRank(kWorld, [&](int rank) {
+    auto fail = [&](const std::string& what) {
+      failures.Add(absl::StrCat("rank ", rank, ": ", what));
+    };
+    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, job);
+    if (!client.ok()) return fail(client.status().ToString());
+    clients[rank] = *std::move(client);
+    absl::Status first = clients[rank]->Barrier();
+    if (!first.ok()) return fail(absl::StrCat("first: ", first.ToString()));
+    if (rank == 3) {
+      proxy_->SetRefuseNew(true);
+      proxy_->DropAll();
+      lost.store(true);
+      return;
+    }
+    while (!lost.load()) absl::SleepFor(absl::Milliseconds(1));
+    absl::Status second = clients[rank]->Barrier();
+    if (second.code() != absl::StatusCode::kAborted ||
+        !absl::StrContains(second.message(), "rank 3's session was lost")) {
+      fail(absl::StrCat("second: ", second.ToString(),
+                        "; want ABORTED naming rank 3's session"));
+    }
+  });
+  failures.ExpectNone();
 }
 
 }  // namespace
