@@ -9,7 +9,8 @@
 // and none of them sees ABORTED. Then rank 3 connects to its relay again:
 // it is admitted into the running job at once, its first step lists it as
 // joined, and from the next one on all four contribute again. Outside
-// quorum mode the same loss ends the epoch, naming the rank.
+// quorum mode the same loss ends the epoch, naming the rank. A rank that
+// closes its client at its relay in quorum mode is left out as well.
 #include <atomic>
 #include <memory>
 #include <string>
@@ -229,6 +230,63 @@ TEST_F(RelayQuorumTest, OutsideQuorumModeALostRankEndsTheEpochNamingIt) {
     }
   });
   failures.ExpectNone();
+}
+
+// In quorum mode a rank that closes its client at its relay departs as it
+// would connected directly: it is absent, and the others' next steps go on
+// without it at once.
+TEST_F(RelayQuorumTest, InQuorumModeARankThatClosesItsClientIsLeftOut) {
+  Watchdog watchdog("InQuorumModeARankThatClosesItsClientIsLeftOut",
+                    absl::Seconds(120));
+  const std::string job = "relay-close";
+  std::vector<std::unique_ptr<Client>> clients(kWorld);
+  RankFailures failures;
+  std::atomic<bool> closed{false};
+  QuorumOptions quorum;
+  quorum.min_ranks = 3;
+  quorum.grace = kGrace;
+  std::vector<absl::Duration> after_close(kWorld);
+  RunOnEveryRank(kWorld, [&](int rank) {
+    auto fail = [&](const std::string& what) {
+      failures.Add(absl::StrCat("rank ", rank, ": ", what));
+    };
+    absl::StatusOr<std::unique_ptr<Client>> client =
+        Connect(rank, job, relays_[rank / 2]->address());
+    if (!client.ok()) return fail(client.status().ToString());
+    clients[rank] = *std::move(client);
+    for (int s = 0; s < 3; ++s) {
+      if (rank == 3 && s == 1) {
+        clients[rank].reset();  // Close: a Leave, then its stream ends
+        closed.store(true);
+        return;
+      }
+      absl::Time start = absl::Now();
+      if (s == 1) {
+        while (!closed.load()) absl::SleepFor(absl::Milliseconds(1));
+        start = absl::Now();
+      }
+      std::vector<float> x(kN);
+      for (int64_t i = 0; i < kN; ++i) x[i] = Input(rank, s, i);
+      absl::StatusOr<QuorumResult> step = clients[rank]->AllReduceQuorum(
+          TensorView::Of<float>(x), ReduceOp::kSum, quorum);
+      if (!step.ok()) {
+        return fail(absl::StrCat("step ", s, ": ", step.status().ToString()));
+      }
+      if (s == 1) after_close[rank] = absl::Now() - start;
+      const std::vector<int> want =
+          s == 0 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 1, 2};
+      if (step->contributors != want ||
+          step->tensor.values<float>()[0] != SumOf(want, s, 0)) {
+        return fail(absl::StrCat("step ", s, ": contributors [",
+                                 absl::StrJoin(step->contributors, ","), "]"));
+      }
+    }
+  });
+  failures.ExpectNone();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_LT(after_close[r], absl::Seconds(30))
+        << "rank " << r << " waited for the closed rank";
+  }
 }
 
 }  // namespace

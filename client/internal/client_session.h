@@ -141,7 +141,8 @@ class ClientSession final {
   // For a relay: `ranks` of this session's were lost (their own sessions
   // with the relay ended), and every shard is told so (LeaveRequest.ranks,
   // `cause` saying how): each treats them as ranks whose own sessions were
-  // lost, and the session goes on holding the others. Waits for each
+  // lost, and the session goes on holding the others. With an empty
+  // `cause` the ranks depart on purpose instead (their clients closed). Waits for each
   // shard's answer, a second or so at most. OK when every shard took it;
   // else the first failure, naming its shard; the session's failure when
   // it has ended.

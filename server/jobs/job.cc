@@ -470,8 +470,28 @@ std::optional<Job::Seat> Job::RunningSeat(const std::string& session_id) {
 
 void Job::Depart(const std::string& session_id) {
   absl::MutexLock lock(&mu_);
-  const Membership::Unseated departed =
-      membership_.Depart(session_id, env_.timers->clock().Now());
+  const absl::Time now = env_.timers->clock().Now();
+  if (relay_ != nullptr) {
+    const std::vector<int> ranks = membership_.RunningRanks(session_id);
+    if (!ranks.empty() &&
+        relay_->LoseRanks(membership_.epoch_id(), ranks, /*cause=*/"")) {
+      // Upstream takes the departure as these ranks' own, as if they were
+      // connected there directly: absent here, as for a loss.
+      for (int rank : ranks) membership_.MarkAbsent(rank, now);
+      return;
+    }
+  }
+  ActOnDepartureLocked(membership_.Depart(session_id, now));
+}
+
+void Job::DepartRanks(const std::string& session_id,
+                      const std::vector<int>& ranks) {
+  absl::MutexLock lock(&mu_);
+  ActOnDepartureLocked(
+      membership_.DepartRanks(session_id, ranks, env_.timers->clock().Now()));
+}
+
+void Job::ActOnDepartureLocked(const Membership::Unseated& departed) {
   if (departed.effect == Membership::Unseated::Effect::kAbsent) {
     // As a lost rank: the others go on, and it may connect again.
     LoseAbsentLocked(departed.ranks, "its client was closed",

@@ -218,7 +218,14 @@ class Job {
   // ending the epoch. Collectives that include the rank and are not done
   // fail with FAILED_PRECONDITION, and so do later ones that include it.
   // In quorum mode the rank becomes absent instead, as a lost one does.
+  // On a relay, the departure of a rank of this host is taken upstream as
+  // that rank's (JobRelay::LoseRanks without a cause) when the relay can:
+  // the rank is absent here then, as for a loss.
   void Depart(const std::string& session_id);
+  // Depart for `ranks` of the session alone (LeaveRequest.ranks without a
+  // cause); the session keeps holding the others.
+  void DepartRanks(const std::string& session_id,
+                   const std::vector<int>& ranks);
 
   // The session's job failed on another of its shards (`cause` says how):
   // ends the running epoch as Leave would, naming the rank and the cause,
@@ -366,6 +373,10 @@ class Job {
   // other collectives that need it and are not decided fail with `code`,
   // "<collective>: rank <rank> <what>".
   void LoseRankLocked(int rank, absl::StatusCode code, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Acts on ranks departed (Membership::Depart or DepartRanks): in quorum
+  // mode as on lost ones; otherwise collectives that need them fail.
+  void ActOnDepartureLocked(const Membership::Unseated& departed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends `event` to every seated session.
   void SendToAllLocked(const v1::JoinEvent& event)

@@ -146,7 +146,11 @@ absl::Status JobDoor::Leave(const v1::LeaveRequest& request,
         "LeaveRequest.ranks names ", request.ranks_size(),
         " ranks, over the limit of ", kMaxJoinRanks, " in one session")));
   }
-  if (request.ranks_size() > 0) {
+  if (request.ranks_size() > 0 && request.cause().empty()) {
+    registry_->DepartRanks(
+        request.job(), request.session_id(),
+        std::vector<int>(request.ranks().begin(), request.ranks().end()));
+  } else if (request.ranks_size() > 0) {
     registry_->LoseRanks(
         request.job(), request.session_id(),
         std::vector<int>(request.ranks().begin(), request.ranks().end()),

@@ -93,7 +93,8 @@ class JobDoor {
   // purpose, or, with a `cause` (the job failed on another shard), ends the
   // job's epoch with the first 2 KiB of it. With `ranks` (at most
   // kMaxJoinRanks; INVALID_ARGUMENT otherwise), those ranks of the session
-  // alone are lost, the cause saying how (Job::LoseRanks).
+  // alone depart (no cause: Job::DepartRanks) or are lost, the cause
+  // saying how (Job::LoseRanks).
   absl::Status Leave(const v1::LeaveRequest& request,
                      const PresentedToken& token);
 

@@ -3,7 +3,8 @@
 // a directly connected rank's session would be: absent in quorum mode
 // (quorum steps stop waiting for it, plain collectives that include it
 // fail or are refused ABORTED naming it), the epoch ended naming it
-// otherwise; the session keeps holding its other ranks.
+// otherwise; the session keeps holding its other ranks. Without a cause
+// they depart on purpose (Job::DepartRanks).
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -234,6 +235,38 @@ TEST_F(JobLostRanksTest, TheSessionsEndLosesTheRanksItStillHeld) {
   auto s1 = Attach(Step(1, 1));
   ASSERT_TRUE(s1->finished_ok()) << s1->failure();
   EXPECT_THAT(Values<int32_t>(*s0), ElementsAre(1, 1, 0, 0));
+}
+
+// Without a cause the ranks depart on purpose (their clients were closed):
+// in quorum mode they are absent, as lost ones; otherwise collectives that
+// include them are refused FAILED_PRECONDITION, and the epoch goes on.
+TEST_F(JobLostRanksTest, RanksThatDepartInQuorumModeAreAbsent) {
+  StepOfAll(0);
+  job_.DepartRanks(kRelay, {3});
+  auto s0 = Attach(Step(0, 1));
+  auto s1 = Attach(Step(1, 1));
+  auto s2 = Attach(Step(2, 1));
+  ASSERT_TRUE(s2->finished_ok()) << s2->failure();
+  EXPECT_THAT(Values<int32_t>(*s0), ElementsAre(1, 1, 1, 0));
+  EXPECT_THAT(job_.Snapshot().absent_ranks, ElementsAre(3));
+  EXPECT_FALSE(AnyAborted());
+}
+
+TEST_F(JobLostRanksTest, RanksThatDepartOutsideQuorumModeLeaveTheJob) {
+  job_.DepartRanks(kRelay, {3});
+  auto all = Attach(Plain(0, {0, 1, 2, 3}, "everyone"), 1.0f);
+  EXPECT_THAT(all->failure(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                       HasSubstr("rank 3 has left the job")));
+  std::vector<std::shared_ptr<FakeRankChannel>> others;
+  for (int r = 0; r < 3; ++r) {
+    others.push_back(Attach(Plain(r, {0, 1, 2}, "others"), r + 1.0f));
+  }
+  for (auto& call : others) {
+    ASSERT_TRUE(call->finished_ok()) << call->failure();
+    EXPECT_THAT(Values<float>(*call), ElementsAre(6.0f));
+  }
+  EXPECT_FALSE(AnyAborted());
+  EXPECT_EQ(job_.Snapshot().state, "running");
 }
 
 }  // namespace

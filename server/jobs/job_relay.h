@@ -53,7 +53,8 @@ class JobRelay {
                         const std::string& reason) = 0;
 
   // Ranks of this host seated in the running epoch `epoch_id` were lost
-  // (their sessions here ended; `cause` says how). True when the relay
+  // (their sessions here ended; `cause` says how), or departed on purpose
+  // (their clients were closed; `cause` empty). True when the relay
   // takes it upstream as those ranks' loss (its upstream session of that
   // epoch holds them): it reports them lost there (LeaveRequest.ranks), in
   // the background, leaves them out of its later combined calls and ends

@@ -170,8 +170,18 @@ void Membership::LoseHeld(const std::string& session_id,
 
 Membership::Unseated Membership::Depart(const std::string& session_id,
                                         absl::Time now) {
+  return DepartRanks(session_id, RunningRanks(session_id), now);
+}
+
+Membership::Unseated Membership::DepartRanks(const std::string& session_id,
+                                             const std::vector<int>& ranks,
+                                             absl::Time now) {
   Unseated out;
-  out.ranks = RunningRanks(session_id);
+  for (int r : RunningRanks(session_id)) {
+    if (std::find(ranks.begin(), ranks.end(), r) != ranks.end()) {
+      out.ranks.push_back(r);
+    }
+  }
   if (out.ranks.empty()) return out;
   if (quorum_mode_) {
     // As a lost rank: the others go on, and it may connect again.

@@ -159,6 +159,11 @@ class Membership final : public Participation {
   // from the running epoch (kDeparted), or in quorum mode become absent.
   // kNone when it holds no rank of the running epoch.
   Unseated Depart(const std::string& session_id, absl::Time now);
+  // Depart for `ranks` of the session alone (LeaveRequest.ranks without a
+  // cause: a relay whose ranks' clients there were closed); the session
+  // keeps holding the others. Ranks it does not hold are ignored.
+  Unseated DepartRanks(const std::string& session_id,
+                       const std::vector<int>& ranks, absl::Time now);
   // True when no session of any epoch is open.
   bool NoSessions() const { return open_sessions_.empty(); }
 

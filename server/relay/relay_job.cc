@@ -316,17 +316,23 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
     own.push_back(std::move(alone->second));
     alone_.erase(alone);
   }
+  // An empty cause: they departed on purpose (their clients closed).
   env_.log->Log(
-      {LogSeverity::kWarning, "relay_rank_lost",
+      {cause.empty() ? LogSeverity::kInfo : LogSeverity::kWarning,
+       "relay_rank_lost",
        absl::StrCat("job ", job_, ": rank(s) [", absl::StrJoin(ranks, ","),
-                    "] of this host lost (", cause,
-                    "); reported upstream as their loss, and the "
-                    "host's other ranks go on"),
+                    "] of this host ",
+                    cause.empty() ? std::string("left (their clients closed)")
+                                  : absl::StrCat("lost (", cause, ")"),
+                    "; reported upstream as theirs, and the host's other "
+                    "ranks go on"),
        job_});
   threads_.emplace_back([this, epoch_id, ranks, on_host_session,
                          own = std::move(own), session = session_,
-                         cause = absl::StrCat(cause, ", on ",
-                                              env_.name)]() mutable {
+                         cause = cause.empty()
+                                     ? std::string()
+                                     : absl::StrCat(cause, ", on ",
+                                                    env_.name)]() mutable {
     // What waits here for them goes on without them: collectives they had
     // not attached to, and (a second time, after the report) those whose
     // call of theirs was cut off meanwhile.
@@ -355,10 +361,11 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
     if (reported.ok()) return;
     // Upstream would wait for them until its timeouts: the epoch ends
     // here, and the relay leaves upstream (EndEpoch).
-    upstream_ended_(epoch_id, absl::StrCat("the loss of rank(s) [",
-                                           absl::StrJoin(ranks, ","),
-                                           "] could not be reported upstream (",
-                                           reported.ToString(), "); ", cause));
+    upstream_ended_(
+        epoch_id,
+        absl::StrCat("the loss of rank(s) [", absl::StrJoin(ranks, ","),
+                     "] could not be reported upstream (", reported.ToString(),
+                     ")", cause.empty() ? "" : "; ", cause));
   });
   return true;
 }

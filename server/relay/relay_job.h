@@ -16,7 +16,9 @@
 // for it go upstream without it. Upstream then decides: in quorum mode the
 // job goes on without the rank (its quorum steps stop waiting for it, and
 // the survivors' data all-reduce names a group without it); otherwise the
-// epoch ends there naming the rank, which ends it here. A loss before the
+// epoch ends there naming the rank, which ends it here. A rank whose
+// client closes on purpose is reported the same way, as departed (no
+// cause). A loss before the
 // job is joined upstream, or one that cannot be reported, ends the epoch
 // here and the relay leaves upstream naming it. A lost rank that joins
 // again while the epoch runs joins upstream on a session of its own

@@ -86,8 +86,9 @@ class UpstreamSession {
   // loss could not be reported with LoseRanks).
   virtual void Leave(const std::string& cause) = 0;
   // Tells upstream that `ranks` of this session were lost (`cause` says
-  // how): each is lost there as a directly connected rank's session would
-  // be (LeaveRequest.ranks), and the session goes on holding the others.
+  // how; empty: they departed on purpose): each is lost (or departs) there
+  // as a directly connected rank's session would (LeaveRequest.ranks), and
+  // the session goes on holding the others.
   // Blocks for upstream's answer (a second or so). OK when every shard
   // took it.
   virtual absl::Status LoseRanks(const std::vector<int>& ranks,

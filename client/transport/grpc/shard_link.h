@@ -112,8 +112,9 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   // first cause intact. Returns at once; once; no-op once the stream is over.
   void Abandon(const std::string& cause);
   // A relay's session lost some of its ranks (their own sessions with the
-  // relay were lost): tells the shard so (Leave with `ranks` and `cause`,
-  // within a second), and the session goes on holding the others. OK when
+  // relay were lost; `cause` empty: they departed on purpose): tells the
+  // shard so (Leave with `ranks` and `cause`, within a second), and the
+  // session goes on holding the others. OK when
   // the shard took it; the Leave's error otherwise; FAILED_PRECONDITION
   // when the session is not running here (not ready, ended, or closed).
   // Blocks for the Leave's answer: not for the completion thread.
