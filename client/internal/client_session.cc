@@ -469,6 +469,17 @@ absl::Status ClientSession::LeaveWithCause(std::string cause) {
   return outcome;
 }
 
+absl::Status ClientSession::LoseRanks(const std::vector<int>& ranks,
+                                      const std::string& cause) {
+  REDUCER_RETURN_IF_ERROR(SessionStatus());
+  absl::Status outcome;
+  for (size_t i = 0; i < links_.size(); ++i) {
+    absl::Status told = links_[i]->LoseRanks(ranks, cause);
+    if (!told.ok() && outcome.ok()) outcome = NameShard(i, told);
+  }
+  return outcome;
+}
+
 void ClientSession::OnEnd(std::function<void(const absl::Status&)> callback) {
   absl::MutexLock lock(&end_mu_);
   end_callbacks_.push_back(std::move(callback));

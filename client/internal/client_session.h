@@ -14,8 +14,9 @@
 // A relay (reducerd --upstream) opens one session for all the ranks of its
 // host (OpenForRanks) and forwards their calls on it (StartForwarded),
 // each with the identity the caller gives; it learns of the session's end
-// through OnEnd, and ends the job's epoch itself with LeaveWithCause when
-// one of its ranks is lost.
+// through OnEnd, reports a rank of its host lost with LoseRanks (the
+// shards treat it as that rank's own loss), and ends the job's epoch itself
+// with LeaveWithCause when it must.
 //
 // Thread-safe. Internal to the client library.
 #ifndef REDUCER_CLIENT_INTERNAL_CLIENT_SESSION_H_
@@ -136,6 +137,17 @@ class ClientSession final {
   // failure, naming its shard; the session's failure when it had ended
   // before.
   absl::Status LeaveWithCause(std::string cause);
+
+  // For a relay: `ranks` of this session's were lost (their own sessions
+  // with the relay ended), and every shard is told so (LeaveRequest.ranks,
+  // `cause` saying how): each treats them as ranks whose own sessions were
+  // lost, and the session goes on holding the others. With an empty
+  // `cause` the ranks depart on purpose instead (their clients closed). Waits for each
+  // shard's answer, a second or so at most. OK when every shard took it;
+  // else the first failure, naming its shard; the session's failure when
+  // it has ended.
+  absl::Status LoseRanks(const std::vector<int>& ranks,
+                         const std::string& cause);
 
   const ClientOptions& options() const { return options_; }
   // The global ranks this session holds, sorted: {options().rank} unless

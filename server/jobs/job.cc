@@ -201,6 +201,31 @@ absl::Status Job::JoinLocked(const std::vector<int>& ranks, int world_size,
     }
     return RejoinLocked(ranks, session_id, std::move(session));
   }
+  if (relay_ != nullptr && membership_.running()) {
+    // A rank lost here joins again: upstream first, on a session of its
+    // own; it is answered once ready there (OnRejoinedUpstream).
+    for (int r : ranks) {
+      if (!membership_.IsAbsent(r)) continue;
+      const uint64_t epoch_id = membership_.epoch_id();
+      if (ranks.size() > 1 ||
+          !relay_->RejoinUpstream(
+              epoch_id, r,
+              [this, epoch_id, session_id, r,
+               channel = session](const absl::StatusOr<uint64_t>& first_step) {
+                OnRejoinedUpstream(epoch_id, session_id, r, channel,
+                                   first_step);
+              })) {
+        return absl::UnavailableError(absl::StrCat(
+            "rank ", r, " of job ", name_,
+            " was lost on this relay in the running epoch ",
+            membership_.epoch(),
+            ", and the relay cannot join it upstream again now (its upstream "
+            "session is not running, or the rank is joining already); try "
+            "again"));
+      }
+      break;
+    }
+  }
   const std::optional<int> departed = membership_.DepartedAmong(ranks);
   if (!membership_.ended() && !departed.has_value()) {
     REDUCER_RETURN_IF_ERROR(membership_.CheckFree(ranks));
@@ -244,6 +269,8 @@ absl::Status Job::JoinLocked(const std::vector<int>& ranks, int world_size,
       SendToAllLocked(WaitingEventLocked(/*upstream=*/false));
       break;
     case Membership::Seated::kRejoined: {
+      // On a relay: answered once joined upstream again.
+      if (relay_ != nullptr) break;
       // Back into the running epoch of a job in quorum mode: the others go
       // on, and the next quorum step counts this rank as joining.
       const uint64_t steps = membership_.quorum_steps_started();
@@ -272,6 +299,36 @@ absl::Status Job::JoinLocked(const std::vector<int>& ranks, int world_size,
       break;
   }
   return absl::OkStatus();
+}
+
+void Job::OnRejoinedUpstream(uint64_t epoch_id, const std::string& session_id,
+                             int rank, std::shared_ptr<SessionChannel> channel,
+                             const absl::StatusOr<uint64_t>& first_step) {
+  absl::MutexLock lock(&mu_);
+  // Lost again meanwhile (the relay closed its session upstream), or the
+  // epoch is over: nothing to answer.
+  if (membership_.epoch_id() != epoch_id || membership_.ended() ||
+      !membership_.Holds(rank, session_id)) {
+    return;
+  }
+  const uint64_t epoch = membership_.epoch();
+  if (!first_step.ok()) {
+    // Its stream ends, and with it the seat (the rank is lost again).
+    channel->Fail(absl::UnavailableError(
+        absl::StrCat("rank ", rank, " of job ", name_,
+                     " could not join upstream again through this relay: ",
+                     first_step.status().message(), "; Connect again")));
+    return;
+  }
+  membership_.SetReadyQuorumSteps(rank, *first_step);
+  channel->SendEvent(ReadyEventLocked(rank));
+  const int ranks[] = {rank};
+  env_.log->Log({LogSeverity::kInfo, "rank_rejoined",
+                 absl::StrCat("job ", name_, " epoch ", epoch, ": rank ", rank,
+                              " joined again through this relay; it takes "
+                              "part from quorum step ",
+                              *first_step),
+                 name_, epoch, "", ranks});
 }
 
 v1::JoinEvent Job::ReadyEventLocked(int rank) const {
@@ -360,6 +417,14 @@ bool Job::Leave(const std::string& session_id, const SessionChannel* owner,
                        absl::StrCat("its session was lost (", why, ")"));
       break;
     case Membership::Unseated::Effect::kEndsEpoch:
+      if (relay_ != nullptr &&
+          relay_->LoseRanks(membership_.epoch_id(), left.ranks, why)) {
+        // Upstream takes it as these ranks' loss, as if they were connected
+        // there directly; the host's other ranks go on meanwhile.
+        const absl::Time now = env_.timers->clock().Now();
+        for (int rank : left.ranks) membership_.MarkAbsent(rank, now);
+        break;
+      }
       EndEpoch(left.ranks.size() == 1
                    ? absl::StrCat("rank ", left.ranks.front(),
                                   "'s session was lost (", why, ")")
@@ -372,6 +437,29 @@ bool Job::Leave(const std::string& session_id, const SessionChannel* owner,
       break;
   }
   return left.last_session;
+}
+
+void Job::LoseRanks(const std::string& session_id,
+                    const std::vector<int>& ranks, const std::string& cause) {
+  absl::MutexLock lock(&mu_);
+  const Membership::Unseated lost =
+      membership_.LoseRanks(session_id, ranks, env_.timers->clock().Now());
+  const std::string how =
+      cause.empty() ? std::string("its session's client said so") : cause;
+  switch (lost.effect) {
+    case Membership::Unseated::Effect::kAbsent:
+      LoseAbsentLocked(lost.ranks,
+                       absl::StrCat("its session was lost (", how, ")"));
+      break;
+    case Membership::Unseated::Effect::kEndsEpoch:
+      EndEpoch(absl::StrCat(RanksName(lost.ranks), "'s session was lost (", how,
+                            ")"),
+               lost.ranks.front(), EpochEndReason::kSessionCancelled);
+      break;
+    case Membership::Unseated::Effect::kNone:
+    case Membership::Unseated::Effect::kDeparted:
+      break;
+  }
 }
 
 bool Job::HasNoSessions() {
@@ -406,8 +494,28 @@ std::optional<Job::Seat> Job::RunningSeat(const std::string& session_id) {
 
 void Job::Depart(const std::string& session_id) {
   absl::MutexLock lock(&mu_);
-  const Membership::Unseated departed =
-      membership_.Depart(session_id, env_.timers->clock().Now());
+  const absl::Time now = env_.timers->clock().Now();
+  if (relay_ != nullptr) {
+    const std::vector<int> ranks = membership_.RunningRanks(session_id);
+    if (!ranks.empty() &&
+        relay_->LoseRanks(membership_.epoch_id(), ranks, /*cause=*/"")) {
+      // Upstream takes the departure as these ranks' own, as if they were
+      // connected there directly: absent here, as for a loss.
+      for (int rank : ranks) membership_.MarkAbsent(rank, now);
+      return;
+    }
+  }
+  ActOnDepartureLocked(membership_.Depart(session_id, now));
+}
+
+void Job::DepartRanks(const std::string& session_id,
+                      const std::vector<int>& ranks) {
+  absl::MutexLock lock(&mu_);
+  ActOnDepartureLocked(
+      membership_.DepartRanks(session_id, ranks, env_.timers->clock().Now()));
+}
+
+void Job::ActOnDepartureLocked(const Membership::Unseated& departed) {
   if (departed.effect == Membership::Unseated::Effect::kAbsent) {
     // As a lost rank: the others go on, and it may connect again.
     LoseAbsentLocked(departed.ranks, "its client was closed",

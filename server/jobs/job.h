@@ -199,6 +199,13 @@ class Job {
   // (the one seated, or the retry that replaced it) ends it: for any other
   // `owner` nothing changes. Returns true when the job has no open session
   // left and can be freed. `reason` classifies `why` for the metrics.
+  // On a relay, a rank of the running epoch lost here is reported upstream
+  // as that rank's loss (JobRelay::LoseRanks) when the relay can: it is
+  // absent here then, the epoch goes on, and upstream decides (the epoch
+  // ends here when it ends there). A Join of that rank while the epoch runs
+  // is seated here, and answered once the relay has joined it upstream
+  // again (JobRelay::RejoinUpstream: JobReady then carries upstream's
+  // quorum_steps_started), or its session fails.
   bool Leave(const std::string& session_id, const SessionChannel* owner,
              const std::string& why, EpochEndReason reason);
 
@@ -211,7 +218,14 @@ class Job {
   // ending the epoch. Collectives that include the rank and are not done
   // fail with FAILED_PRECONDITION, and so do later ones that include it.
   // In quorum mode the rank becomes absent instead, as a lost one does.
+  // On a relay, the departure of a rank of this host is taken upstream as
+  // that rank's (JobRelay::LoseRanks without a cause) when the relay can:
+  // the rank is absent here then, as for a loss.
   void Depart(const std::string& session_id);
+  // Depart for `ranks` of the session alone (LeaveRequest.ranks without a
+  // cause); the session keeps holding the others.
+  void DepartRanks(const std::string& session_id,
+                   const std::vector<int>& ranks);
 
   // The session's job failed on another of its shards (`cause` says how):
   // ends the running epoch as Leave would, naming the rank and the cause,
@@ -220,6 +234,15 @@ class Job {
   // unknown session, one that departed, or an epoch already over.
   void EndForOtherShard(const std::string& session_id,
                         const std::string& cause);
+
+  // The session's client reports `ranks` of it lost (LeaveRequest.ranks: a
+  // relay whose ranks' own sessions there were lost; `cause` says how):
+  // each is treated as a rank whose own session was lost (Leave): in
+  // quorum mode it becomes absent, otherwise the running epoch ends naming
+  // it and the cause. The session keeps holding its other ranks. Ranks it
+  // does not hold in the current epoch, and unknown sessions, are ignored.
+  void LoseRanks(const std::string& session_id, const std::vector<int>& ranks,
+                 const std::string& cause);
 
   // Finds or creates the collective `header` names and attaches `stream`.
   // Errors, before anything is attached: ABORTED for an ended epoch,
@@ -324,6 +347,14 @@ class Job {
   // session gets JobReady), or could not join there (the epoch ends).
   void OnUpstreamReady(uint64_t epoch_id, const absl::Status& status)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // On a relay: lost `rank`, seated again by `session_id` on `channel` in
+  // epoch `epoch_id`, joined upstream again (`first_step`: the quorum step
+  // it takes part from) or could not (the channel fails, so that the rank
+  // is lost again).
+  void OnRejoinedUpstream(uint64_t epoch_id, const std::string& session_id,
+                          int rank, std::shared_ptr<SessionChannel> channel,
+                          const absl::StatusOr<uint64_t>& first_step)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The JobReady of the current epoch for `rank`, held now.
   v1::JoinEvent ReadyEventLocked(int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -347,6 +378,10 @@ class Job {
   // other collectives that need it and are not decided fail with `code`,
   // "<collective>: rank <rank> <what>".
   void LoseRankLocked(int rank, absl::StatusCode code, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Acts on ranks departed (Membership::Depart or DepartRanks): in quorum
+  // mode as on lost ones; otherwise collectives that need them fail.
+  void ActOnDepartureLocked(const Membership::Unseated& departed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends `event` to every seated session.
   void SendToAllLocked(const v1::JoinEvent& event)

@@ -1,6 +1,7 @@
 #include "server/jobs/job_door.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -140,7 +141,21 @@ absl::Status JobDoor::Leave(const v1::LeaveRequest& request,
       CheckName("LeaveRequest.session_id", request.session_id()));
   absl::Status allowed = Authorize(request.job(), token);
   if (!allowed.ok()) return allowed;
-  if (request.cause().empty()) {
+  if (request.ranks_size() > kMaxJoinRanks) {
+    return Refuse(absl::InvalidArgumentError(absl::StrCat(
+        "LeaveRequest.ranks names ", request.ranks_size(),
+        " ranks, over the limit of ", kMaxJoinRanks, " in one session")));
+  }
+  if (request.ranks_size() > 0 && request.cause().empty()) {
+    registry_->DepartRanks(
+        request.job(), request.session_id(),
+        std::vector<int>(request.ranks().begin(), request.ranks().end()));
+  } else if (request.ranks_size() > 0) {
+    registry_->LoseRanks(
+        request.job(), request.session_id(),
+        std::vector<int>(request.ranks().begin(), request.ranks().end()),
+        Utf8Prefix(request.cause(), kMaxLeaveCauseBytes));
+  } else if (request.cause().empty()) {
     registry_->Depart(request.job(), request.session_id());
   } else {
     registry_->EndForOtherShard(

@@ -89,9 +89,12 @@ class JobDoor {
              const SessionChannel* owner, const std::string& why,
              EpochEndReason reason);
 
-  // A client's Leave request: checks the names, authorizes, then departs on purpose, or, with
-  // a `cause` (the job failed on another shard), ends the job's epoch with
-  // the first 2 KiB of it.
+  // A client's Leave request: checks the names, authorizes, then departs on
+  // purpose, or, with a `cause` (the job failed on another shard), ends the
+  // job's epoch with the first 2 KiB of it. With `ranks` (at most
+  // kMaxJoinRanks; INVALID_ARGUMENT otherwise), those ranks of the session
+  // alone depart (no cause: Job::DepartRanks) or are lost, the cause
+  // saying how (Job::LoseRanks).
   absl::Status Leave(const v1::LeaveRequest& request,
                      const PresentedToken& token);
 

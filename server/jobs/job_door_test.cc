@@ -316,5 +316,40 @@ TEST(JobDoorTest, LeaveNamingASessionOverTheLimitIsRefused) {
                        HasSubstr("LeaveRequest.session_id is 65 bytes")));
 }
 
+// With ranks, the Leave loses those ranks of a session that holds several
+// (a relay's): outside quorum mode the epoch ends naming the rank lost and
+// the cause, not the session's first rank.
+TEST(JobDoorTest, LeaveWithRanksLosesThoseRanksOfTheSession) {
+  Env env;
+  auto other = std::make_shared<FakeSession>();
+  ASSERT_THAT(env.Join("j", 0, 3, "a", other), IsOk());
+  v1::JoinRequest relay = Env::JoinRequest("j", 1, 3, "relay");
+  relay.add_ranks(1);
+  relay.add_ranks(2);
+  ASSERT_THAT(env.door().Join(relay, kNoToken, std::make_shared<FakeSession>()),
+              IsOk());
+  v1::LeaveRequest leave;
+  leave.set_job("j");
+  leave.set_session_id("relay");
+  leave.add_ranks(2);
+  leave.set_cause("its stream was cancelled, on relay h1");
+  EXPECT_THAT(env.door().Leave(leave, kNoToken), IsOk());
+  ASSERT_EQ(other->aborted_count(), 1);
+  EXPECT_THAT(other->events().back().aborted().reason(),
+              HasSubstr("rank 2's session was lost (its stream was "
+                        "cancelled, on relay h1)"));
+}
+
+TEST(JobDoorTest, LeaveNamingTooManyRanksIsRefused) {
+  Env env;
+  v1::LeaveRequest leave;
+  leave.set_job("j");
+  leave.set_session_id("s");
+  for (int r = 0; r <= JobDoor::kMaxJoinRanks; ++r) leave.add_ranks(r);
+  EXPECT_THAT(env.door().Leave(leave, kNoToken),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("LeaveRequest.ranks names 1025 ranks")));
+}
+
 }  // namespace
 }  // namespace reducer

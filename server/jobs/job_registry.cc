@@ -253,6 +253,23 @@ void JobRegistry::Depart(const std::string& job,
   if (std::shared_ptr<Job> found = Lookup(job)) found->Depart(session_id);
 }
 
+void JobRegistry::DepartRanks(const std::string& job,
+                              const std::string& session_id,
+                              const std::vector<int>& ranks) {
+  if (std::shared_ptr<Job> found = Lookup(job)) {
+    found->DepartRanks(session_id, ranks);
+  }
+}
+
+void JobRegistry::LoseRanks(const std::string& job,
+                            const std::string& session_id,
+                            const std::vector<int>& ranks,
+                            const std::string& cause) {
+  if (std::shared_ptr<Job> found = Lookup(job)) {
+    found->LoseRanks(session_id, ranks, cause);
+  }
+}
+
 void JobRegistry::EndForOtherShard(const std::string& job,
                                    const std::string& session_id,
                                    const std::string& cause) {

@@ -65,6 +65,13 @@ class JobRegistry {
   // The session's client is closing on purpose (see Job::Depart).
   void Depart(const std::string& job, const std::string& session_id);
 
+  // The session's client reports `ranks` of it departed (see
+  // Job::DepartRanks).
+  void DepartRanks(const std::string& job, const std::string& session_id,
+                   const std::vector<int>& ranks);
+  // The session's client reports `ranks` of it lost (see Job::LoseRanks).
+  void LoseRanks(const std::string& job, const std::string& session_id,
+                 const std::vector<int>& ranks, const std::string& cause);
   // The session's job failed on another shard (see Job::EndForOtherShard).
   void EndForOtherShard(const std::string& job, const std::string& session_id,
                         const std::string& cause);

@@ -46,11 +46,38 @@ class JobRelay {
       std::shared_ptr<RankChannel> channel) = 0;
 
   // The epoch `epoch_id` ended here (`reason` says why: a rank of this
-  // host lost, or the job's end upstream): fails the calls still going on
+  // host lost that LoseRanks could not take, or the job's end upstream): fails the calls still going on
   // with `status`, and leaves the job upstream naming `reason` (unless it
   // ended upstream first).
   virtual void EndEpoch(uint64_t epoch_id, const absl::Status& status,
                         const std::string& reason) = 0;
+
+  // Ranks of this host seated in the running epoch `epoch_id` were lost
+  // (their sessions here ended; `cause` says how), or departed on purpose
+  // (their clients were closed; `cause` empty). True when the relay
+  // takes it upstream as those ranks' loss (its upstream session of that
+  // epoch holds them): it reports them lost there (LeaveRequest.ranks), in
+  // the background, leaves them out of its later combined calls and ends
+  // what waits here for them; the epoch goes on here, and upstream decides
+  // whether it goes on there (quorum mode) or ends (naming the rank), which
+  // then ends it here. False when it cannot (no upstream session yet, or it
+  // ended): the Job ends the epoch (EndEpoch). If the report fails, the
+  // epoch ends through `upstream_ended` (see JobRelayFactory).
+  virtual bool LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
+                         const std::string& cause) = 0;
+
+  // A rank of this host that was lost (LoseRanks took it) joins again in
+  // the running epoch `epoch_id`: the relay joins it upstream on a session
+  // of its own, in the background, through which its calls go from then
+  // on, alone (the host's session no longer holds it there). `ready` is
+  // called once, from another thread: with the first quorum step the rank
+  // takes part in (upstream's JobReady.quorum_steps_started), or why it
+  // could not join. False, and `ready` never called, when the relay cannot
+  // (no upstream session of that epoch, or the rank was not lost here, or
+  // is joining already): the Job refuses the Join.
+  virtual bool RejoinUpstream(
+      uint64_t epoch_id, int rank,
+      std::function<void(absl::StatusOr<uint64_t>)> ready) = 0;
 
   // The bytes its combined calls did not move over the host's link (what
   // one call per rank would have sent and received, less what was).

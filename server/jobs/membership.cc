@@ -117,6 +117,10 @@ uint64_t Membership::ReadyQuorumSteps(int rank) const {
   return holders_[rank].has_value() ? holders_[rank]->ready_quorum_steps : 0;
 }
 
+void Membership::SetReadyQuorumSteps(int rank, uint64_t steps) {
+  if (holders_[rank].has_value()) holders_[rank]->ready_quorum_steps = steps;
+}
+
 Membership::Unseated Membership::Unseat(const std::string& session_id,
                                         const SessionChannel* owner,
                                         absl::Time now) {
@@ -129,28 +133,55 @@ Membership::Unseated Membership::Unseat(const std::string& session_id,
   const std::vector<int> ranks = std::move(it->second.ranks);
   open_sessions_.erase(it);
   out.last_session = open_sessions_.empty();
+  LoseHeld(session_id, ranks, now, &out);
+  return out;
+}
+
+Membership::Unseated Membership::LoseRanks(const std::string& session_id,
+                                           const std::vector<int>& ranks,
+                                           absl::Time now) {
+  Unseated out;
+  out.last_session = open_sessions_.empty();
+  // The session stays open, claiming these ranks still until its stream
+  // ends or another session takes them; it holds them no longer.
+  if (HasSession(session_id)) LoseHeld(session_id, ranks, now, &out);
+  return out;
+}
+
+void Membership::LoseHeld(const std::string& session_id,
+                          const std::vector<int>& ranks, absl::Time now,
+                          Unseated* out) {
   for (int r : ranks) {
-    if (!Holds(r, session_id)) continue;  // replaced since
+    if (!Holds(r, session_id)) continue;  // replaced since, or not its
     const bool held_running = running() && !departed_[r];
     if (held_running && quorum_mode_) {
       MarkAbsent(r, now);
-      out.effect = Unseated::Effect::kAbsent;
-      out.ranks.push_back(r);
+      out->effect = Unseated::Effect::kAbsent;
+      out->ranks.push_back(r);
       continue;
     }
     holders_[r].reset();
     if (held_running) {
-      out.effect = Unseated::Effect::kEndsEpoch;
-      out.ranks.push_back(r);
+      out->effect = Unseated::Effect::kEndsEpoch;
+      out->ranks.push_back(r);
     }
   }
-  return out;
 }
 
 Membership::Unseated Membership::Depart(const std::string& session_id,
                                         absl::Time now) {
+  return DepartRanks(session_id, RunningRanks(session_id), now);
+}
+
+Membership::Unseated Membership::DepartRanks(const std::string& session_id,
+                                             const std::vector<int>& ranks,
+                                             absl::Time now) {
   Unseated out;
-  out.ranks = RunningRanks(session_id);
+  for (int r : RunningRanks(session_id)) {
+    if (std::find(ranks.begin(), ranks.end(), r) != ranks.end()) {
+      out.ranks.push_back(r);
+    }
+  }
   if (out.ranks.empty()) return out;
   if (quorum_mode_) {
     // As a lost rank: the others go on, and it may connect again.

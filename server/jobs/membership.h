@@ -127,6 +127,9 @@ class Membership final : public Participation {
   // The quorum_steps_started its JobReady carried for `rank`, held now:
   // nonzero for a rank admitted into the running epoch (kRejoined).
   uint64_t ReadyQuorumSteps(int rank) const;
+  // On a relay: what upstream said for `rank` rejoining (its JobReady's
+  // quorum_steps_started there), which ReadyQuorumSteps says from now on.
+  void SetReadyQuorumSteps(int rank, uint64_t steps);
 
   // What the loss or departure of a seat changed.
   struct Unseated {
@@ -146,10 +149,21 @@ class Membership final : public Participation {
   // already, or another stream naming it.
   Unseated Unseat(const std::string& session_id, const SessionChannel* owner,
                   absl::Time now);
+  // The client of `session_id` reports `ranks` of it lost (a relay whose
+  // rank's own session there was lost: LeaveRequest.ranks): each is lost
+  // as a session of its own would be (Unseat), and the session keeps
+  // holding its other ranks. Ranks it does not hold are ignored.
+  Unseated LoseRanks(const std::string& session_id,
+                     const std::vector<int>& ranks, absl::Time now);
   // The client of `session_id` is closing on purpose: its ranks depart
   // from the running epoch (kDeparted), or in quorum mode become absent.
   // kNone when it holds no rank of the running epoch.
   Unseated Depart(const std::string& session_id, absl::Time now);
+  // Depart for `ranks` of the session alone (LeaveRequest.ranks without a
+  // cause: a relay whose ranks' clients there were closed); the session
+  // keeps holding the others. Ranks it does not hold are ignored.
+  Unseated DepartRanks(const std::string& session_id,
+                       const std::vector<int>& ranks, absl::Time now);
   // True when no session of any epoch is open.
   bool NoSessions() const { return open_sessions_.empty(); }
 
@@ -221,7 +235,9 @@ class Membership final : public Participation {
   void EnterQuorumMode() { quorum_mode_ = true; }
   bool IsAbsent(int rank) const { return absent_[rank]; }
   // Quorum mode: `rank` no longer holds its seat (lost, departed, or late
-  // for a step) and is absent from `now` on.
+  // for a step) and is absent from `now` on. Also on a relay, for a rank
+  // lost here whose loss the relay took upstream (Job::Leave): seating it
+  // again is then a rejoin (Seated::kRejoined).
   void MarkAbsent(int rank, absl::Time now);
   // How long `rank` has been absent at `now`; zero when it is not.
   absl::Duration AbsentFor(int rank, absl::Time now) const;
@@ -302,6 +318,9 @@ class Membership final : public Participation {
   std::vector<absl::Time> absent_since_;
   std::vector<bool> rejoined_;  // seated again since the last step began
   uint64_t quorum_steps_started_ = 0;
+  // Unseat and LoseRanks: `ranks` of `session_id` lost, into `out`.
+  void LoseHeld(const std::string& session_id, const std::vector<int>& ranks,
+                absl::Time now, Unseated* out);
   struct RememberedStep {
     std::string key;
     std::string description;

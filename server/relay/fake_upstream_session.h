@@ -1,6 +1,6 @@
 // FakeUpstreamSession: an UpstreamSession (upstream.h) for the relay's
 // tests, in process: it records each call the relay makes upstream (its
-// header and payload) and each Leave, and answers a call when the test
+// header and payload), each Leave and each report of ranks lost, and answers a call when the test
 // says.
 #ifndef REDUCER_SERVER_RELAY_FAKE_UPSTREAM_SESSION_H_
 #define REDUCER_SERVER_RELAY_FAKE_UPSTREAM_SESSION_H_
@@ -36,6 +36,12 @@ class FakeUpstreamSession final : public UpstreamSession {
     absl::MutexLock lock(&mu_);
     left_.push_back(cause);
   }
+  absl::Status LoseRanks(const std::vector<int>& ranks,
+                         const std::string& cause) override {
+    absl::MutexLock lock(&mu_);
+    lost_.push_back({ranks, cause});
+    return lose_ranks_answer_;
+  }
 
   // Waits for the call, then for its whole payload.
   std::string Payload(size_t call = 0) {
@@ -68,6 +74,25 @@ class FakeUpstreamSession final : public UpstreamSession {
     Wait(call).done(status);
   }
 
+  // Each LoseRanks so far, waiting up to 20 s for the `count`th.
+  struct LostRanks {
+    std::vector<int> ranks;
+    std::string cause;
+  };
+  std::vector<LostRanks> lost(size_t count = 1) {
+    absl::MutexLock lock(&mu_);
+    const auto reported = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return lost_.size() >= count;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&reported), absl::Seconds(20));
+    return lost_;
+  }
+  // What LoseRanks answers from now on (OK at first).
+  void AnswerLoseRanks(const absl::Status& answer) {
+    absl::MutexLock lock(&mu_);
+    lose_ranks_answer_ = answer;
+  }
+
  private:
   struct Call {
     v1::CollectiveHeader header;
@@ -87,6 +112,8 @@ class FakeUpstreamSession final : public UpstreamSession {
   absl::Mutex mu_;
   std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> left_ ABSL_GUARDED_BY(mu_);
+  std::vector<LostRanks> lost_ ABSL_GUARDED_BY(mu_);
+  absl::Status lose_ranks_answer_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace reducer

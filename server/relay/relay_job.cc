@@ -90,6 +90,8 @@ void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
       absl::MutexLock lock(&mu_);
       epoch_id_ = epoch_id;
       ranks_ = ranks;
+      lost_.clear();
+      rejoining_.clear();
       session_ = std::shared_ptr<UpstreamSession>(*std::move(session));
       ended_ = false;
     }
@@ -168,7 +170,7 @@ std::vector<int> RelayJob::MembersLocked(const Fingerprint& fp,
   for (size_t i = 0; i < fp.group.size(); ++i) {
     const bool here =
         std::binary_search(ranks_.begin(), ranks_.end(), fp.group[i]) &&
-        done_.count(fp.group[i]) == 0;
+        done_.count(fp.group[i]) == 0 && lost_.count(fp.group[i]) == 0;
     if (here && !members.empty() && fp.group[i - 1] != members.back()) {
       consecutive = false;
     }
@@ -206,6 +208,12 @@ absl::StatusOr<std::shared_ptr<AttachedCollective>> RelayJob::Attach(
       members = {header.rank()};
       if (late->second.empty()) late_.erase(late);
     }
+    // A rank that joined again goes alone, through its own session.
+    std::shared_ptr<UpstreamSession> via = session_;
+    if (auto alone = alone_.find(header.rank()); alone != alone_.end()) {
+      members = {header.rank()};
+      via = alone->second;
+    }
     const std::string key = MatchingKey(header, fp, members.size() == 1);
     auto it = pending_.find(key);
     if (it == pending_.end()) {
@@ -215,7 +223,7 @@ absl::StatusOr<std::shared_ptr<AttachedCollective>> RelayJob::Attach(
                                 : absl::StrCat("\"", header.name(), "\""),
           " in job ", job_);
       collective = std::make_shared<RelayCollective>(
-          env_.collectives, description, members, session_,
+          env_.collectives, description, members, via,
           [this, key, epoch = epoch_id_, done, rank = header.rank()](
               uint64_t saved, const std::vector<int>& absent) {
             std::optional<std::string> ending;
@@ -271,15 +279,159 @@ void RelayJob::EndEpoch(uint64_t epoch_id, const absl::Status& status,
     if (!ended_) leaving = session_;
     ended_ = true;
     session_ = nullptr;
-    if (leaving != nullptr) {
+    // The sessions of ranks that joined again close (each a departure
+    // upstream) on a thread, as the host's session leaves.
+    std::vector<std::shared_ptr<UpstreamSession>> closing;
+    for (auto& [rank, alone] : alone_) closing.push_back(std::move(alone));
+    alone_.clear();
+    rejoining_.clear();
+    if (leaving != nullptr || !closing.empty()) {
       threads_.emplace_back(
-          [leaving, cause = absl::StrCat(reason, " (on ", env_.name, ")")] {
-            leaving->Leave(cause);
+          [leaving, closing = std::move(closing),
+           cause = absl::StrCat(reason, " (on ", env_.name, ")")]() mutable {
+            if (leaving != nullptr) leaving->Leave(cause);
+            closing.clear();
           });
     }
   }
   // One whose last member attached meanwhile was made: it goes on.
   for (const auto& c : failing) c->FailUnlessStarted(status);
+}
+
+bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
+                         const std::string& cause) {
+  absl::MutexLock lock(&mu_);
+  if (epoch_id != epoch_id_ || session_ == nullptr || ended_ ||
+      upstream_end_due_.has_value()) {
+    return false;
+  }
+  lost_.insert(ranks.begin(), ranks.end());
+  // A rank that had joined again is reported on its own session, which
+  // then closes.
+  std::vector<std::shared_ptr<UpstreamSession>> own;
+  std::vector<int> on_host_session;
+  for (int rank : ranks) {
+    rejoining_.erase(rank);  // a join upstream in flight gives up
+    auto alone = alone_.find(rank);
+    if (alone == alone_.end()) {
+      on_host_session.push_back(rank);
+      continue;
+    }
+    own.push_back(std::move(alone->second));
+    alone_.erase(alone);
+  }
+  // An empty cause: they departed on purpose (their clients closed).
+  env_.log->Log(
+      {cause.empty() ? LogSeverity::kInfo : LogSeverity::kWarning,
+       "relay_rank_lost",
+       absl::StrCat("job ", job_, ": rank(s) [", absl::StrJoin(ranks, ","),
+                    "] of this host ",
+                    cause.empty() ? std::string("left (their clients closed)")
+                                  : absl::StrCat("lost (", cause, ")"),
+                    "; reported upstream as theirs, and the host's other "
+                    "ranks go on"),
+       job_});
+  threads_.emplace_back([this, epoch_id, ranks, on_host_session,
+                         own = std::move(own), session = session_,
+                         cause = cause.empty()
+                                     ? std::string()
+                                     : absl::StrCat(cause, ", on ",
+                                                    env_.name)]() mutable {
+    // What waits here for them goes on without them: collectives they had
+    // not attached to, and (a second time, after the report) those whose
+    // call of theirs was cut off meanwhile.
+    auto excuse = [this, &ranks] {
+      std::vector<std::shared_ptr<RelayCollective>> pending;
+      {
+        absl::MutexLock lock(&mu_);
+        for (auto& [key, c] : pending_) pending.push_back(c);
+      }
+      for (const auto& c : pending) {
+        for (int rank : ranks) c->Excuse(rank);
+      }
+    };
+    excuse();
+    absl::Status reported;
+    if (!on_host_session.empty()) {
+      reported = session->LoseRanks(on_host_session, cause);
+    }
+    for (const auto& alone : own) {
+      // Its session holds it alone.
+      absl::Status told = alone->LoseRanks(ranks, cause);  // others ignored
+      if (reported.ok()) reported = told;
+    }
+    own.clear();
+    excuse();
+    if (reported.ok()) return;
+    // Upstream would wait for them until its timeouts: the epoch ends
+    // here, and the relay leaves upstream (EndEpoch).
+    upstream_ended_(
+        epoch_id,
+        absl::StrCat("the loss of rank(s) [", absl::StrJoin(ranks, ","),
+                     "] could not be reported upstream (", reported.ToString(),
+                     ")", cause.empty() ? "" : "; ", cause));
+  });
+  return true;
+}
+
+bool RelayJob::RejoinUpstream(
+    uint64_t epoch_id, int rank,
+    std::function<void(absl::StatusOr<uint64_t>)> ready) {
+  absl::MutexLock lock(&mu_);
+  if (epoch_id != epoch_id_ || session_ == nullptr || ended_ ||
+      upstream_end_due_.has_value() || lost_.count(rank) == 0 ||
+      alone_.count(rank) > 0 || rejoining_.count(rank) > 0) {
+    return false;
+  }
+  rejoining_.insert(rank);
+  threads_.emplace_back([this, epoch_id, rank, ready = std::move(ready)] {
+    auto gone = [this, epoch_id, rank]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || epoch_id != epoch_id_ || ended_ ||
+             rejoining_.count(rank) == 0;
+    };
+    absl::StatusOr<std::unique_ptr<UpstreamSession>> session =
+        env_.upstream->Open(
+            job_, world_size_, {rank},
+            [this, gone] {
+              absl::MutexLock lock(&mu_);
+              return gone();
+            },
+            [this, epoch_id](const absl::Status& why) {
+              OnUpstreamEnded(epoch_id, why);
+            });
+    absl::StatusOr<uint64_t> first_step;
+    std::shared_ptr<UpstreamSession> dropped;  // closed without the lock
+    {
+      absl::MutexLock lock(&mu_);
+      if (!session.ok()) {
+        first_step = session.status();
+      } else if (gone()) {
+        dropped = std::shared_ptr<UpstreamSession>(*std::move(session));
+        first_step = absl::CancelledError(
+            "the epoch ended here, or the rank left, before it was ready "
+            "upstream");
+      } else {
+        first_step = (*session)->FirstQuorumStep();
+        alone_[rank] = std::shared_ptr<UpstreamSession>(*std::move(session));
+      }
+      rejoining_.erase(rank);
+    }
+    dropped.reset();
+    env_.log->Log(
+        {first_step.ok() ? LogSeverity::kInfo : LogSeverity::kWarning,
+         "relay_rank_rejoined",
+         first_step.ok()
+             ? absl::StrCat("job ", job_, ": rank ", rank,
+                            " joined upstream again on a session of its own; "
+                            "it takes part from quorum step ",
+                            *first_step)
+             : absl::StrCat("job ", job_, ": rank ", rank,
+                            " could not join upstream again: ",
+                            first_step.status().ToString()),
+         job_});
+    ready(std::move(first_step));
+  });
+  return true;
 }
 
 }  // namespace reducer

@@ -8,12 +8,25 @@
 // found by the same matching key as a Job's: the name, or the group and
 // sequence number.
 //
-// A rank of this host lost ends the epoch here (its Job says so) and the
-// relay leaves upstream naming it, which ends the epoch there; the epoch
-// ending upstream ends it here. An epoch that ends here while its join
-// upstream still waits (for other hosts' ranks) gives that join up, and so
-// does the relay letting go of the job: neither waits out the join's
-// timeout.
+// A rank of this host lost (its session here ended) is that rank's loss
+// upstream, as if it were connected there directly (LoseRanks): the relay
+// reports it on its upstream session (LeaveRequest.ranks), which goes on
+// holding the host's other ranks; the rank is absent in its Job here, and
+// left out of the host's later combined calls; collectives waiting here
+// for it go upstream without it. Upstream then decides: in quorum mode the
+// job goes on without the rank (its quorum steps stop waiting for it, and
+// the survivors' data all-reduce names a group without it); otherwise the
+// epoch ends there naming the rank, which ends it here. A rank whose
+// client closes on purpose is reported the same way, as departed (no
+// cause). A loss before the
+// job is joined upstream, or one that cannot be reported, ends the epoch
+// here and the relay leaves upstream naming it. A lost rank that joins
+// again while the epoch runs joins upstream on a session of its own
+// (RejoinUpstream), admitted there at once in quorum mode, and its calls
+// go upstream alone through it from then on. The epoch ending upstream
+// ends it here. An epoch that ends here while its join upstream still
+// waits (for other hosts' ranks) gives that join up, and so does the relay
+// letting go of the job: neither waits out the join's timeout.
 //
 // When the upstream session ends on its own (its epoch aborted upstream, a
 // shard lost or cut off: a keepalive watchdog, a link down), the calls not
@@ -73,6 +86,11 @@ class RelayJob final : public JobRelay {
       std::shared_ptr<RankChannel> channel) override;
   void EndEpoch(uint64_t epoch_id, const absl::Status& status,
                 const std::string& reason) override;
+  bool LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
+                 const std::string& cause) override;
+  bool RejoinUpstream(
+      uint64_t epoch_id, int rank,
+      std::function<void(absl::StatusOr<uint64_t>)> ready) override;
 
   // For status reports: the ranks of this host joined upstream (empty
   // while none), and the bytes its combined calls did not send upstream
@@ -118,6 +136,15 @@ class RelayJob final : public JobRelay {
   absl::flat_hash_map<std::string, std::shared_ptr<RelayCollective>> pending_
       ABSL_GUARDED_BY(mu_);
   uint64_t bytes_saved_ ABSL_GUARDED_BY(mu_) = 0;
+  // Ranks of this host lost in the epoch of session_ (LoseRanks): left out
+  // of its combined calls from then on.
+  std::set<int> lost_ ABSL_GUARDED_BY(mu_);
+  // Lost ranks that joined again (RejoinUpstream), each on an upstream
+  // session of its own through which its calls go alone; and those whose
+  // join upstream is in flight.
+  absl::flat_hash_map<int, std::shared_ptr<UpstreamSession>> alone_
+      ABSL_GUARDED_BY(mu_);
+  std::set<int> rejoining_ ABSL_GUARDED_BY(mu_);
   // Ranks of this host whose Done() is in flight upstream: left out of
   // the combined calls until it returns (every rank has called it).
   std::set<int> done_ ABSL_GUARDED_BY(mu_);

@@ -1,7 +1,8 @@
 // RelayJob in process, against a fake upstream whose session records the
 // calls the relay makes and ends when the test says: what happens to the
 // calls of the relay's ranks when the upstream session ends on its own,
-// and when the epoch here ends for it.
+// and when the epoch here ends for it; a rank of this host lost, reported
+// upstream as that rank's loss.
 #include "server/relay/relay_job.h"
 
 #include <memory>
@@ -26,22 +27,46 @@ namespace {
 using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
-// Opens FakeUpstreamSessions, keeping each one's `ended` for the test to call.
+// What the relay holds of a FakeUpstreamSession the test keeps: the
+// session outlives the relay's letting go of it.
+class KeptSession final : public UpstreamSession {
+ public:
+  explicit KeptSession(std::shared_ptr<FakeUpstreamSession> kept)
+      : kept_(std::move(kept)) {}
+  void Start(
+      v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
+      std::function<void(absl::StatusOr<UpstreamResult>)> done) override {
+    kept_->Start(std::move(header), std::move(input), std::move(done));
+  }
+  void Leave(const std::string& cause) override { kept_->Leave(cause); }
+  absl::Status LoseRanks(const std::vector<int>& ranks,
+                         const std::string& cause) override {
+    return kept_->LoseRanks(ranks, cause);
+  }
+
+ private:
+  const std::shared_ptr<FakeUpstreamSession> kept_;
+};
+
+// Opens FakeUpstreamSessions, keeping each one (and the last one's `ended`)
+// for the test.
 class FakeUpstream final : public Upstream {
  public:
   absl::StatusOr<std::unique_ptr<UpstreamSession>> Open(
       const std::string& job, int world_size, const std::vector<int>& ranks,
       std::function<bool()> given_up,
       std::function<void(const absl::Status&)> ended) override {
-    auto session = std::make_unique<FakeUpstreamSession>();
+    auto session = std::make_shared<FakeUpstreamSession>();
     absl::MutexLock lock(&mu_);
-    session_ = session.get();
+    sessions_.push_back(session);
     ended_ = std::move(ended);
-    return std::unique_ptr<UpstreamSession>(std::move(session));
+    return std::unique_ptr<UpstreamSession>(
+        std::make_unique<KeptSession>(std::move(session)));
   }
+  // The last session opened.
   FakeUpstreamSession* session() {
     absl::MutexLock lock(&mu_);
-    return session_;
+    return sessions_.empty() ? nullptr : sessions_.back().get();
   }
   // The upstream session ends on its own, with `why`.
   void End(const absl::Status& why) {
@@ -55,8 +80,8 @@ class FakeUpstream final : public Upstream {
 
  private:
   absl::Mutex mu_;
-  FakeUpstreamSession* session_ ABSL_GUARDED_BY(mu_) =
-      nullptr;  // owned by the job
+  std::vector<std::shared_ptr<FakeUpstreamSession>> sessions_
+      ABSL_GUARDED_BY(mu_);
   std::function<void(const absl::Status&)> ended_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -246,6 +271,101 @@ TEST_F(RelayJobTest, ARankLateForACollectiveSplitWithoutItGoesUpstreamAlone) {
   }
   ASSERT_EQ(session->calls(), 4);
   EXPECT_EQ(session->header(3).ranks_size(), 3);
+}
+
+// A rank lost here is reported upstream as its own loss, naming the relay;
+// the collective waiting for it here goes upstream without it, and so do
+// the later ones. Neither the epoch here nor the session upstream ends.
+TEST_F(RelayJobTest, ALostRankIsReportedUpstreamAndLeftOutOfCombinedCalls) {
+  ASSERT_NO_FATAL_FAILURE(Join({1, 2, 3}));
+  auto one = std::make_shared<FakeRankChannel>();
+  ASSERT_THAT(Call(AllReduce(), 1, 1, one), ::reducer::testing::IsOk());
+  ASSERT_TRUE(job_->LoseRanks(kEpoch, {3}, "its stream was cancelled"));
+  FakeUpstreamSession* session = upstream_.session();
+  const std::vector<FakeUpstreamSession::LostRanks> lost = session->lost(1);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_THAT(lost[0].ranks, ::testing::ElementsAre(3));
+  EXPECT_EQ(lost[0].cause, "its stream was cancelled, on relay test-host");
+
+  auto two = std::make_shared<FakeRankChannel>();
+  ASSERT_THAT(Call(AllReduce(), 2, 1, two), ::reducer::testing::IsOk());
+  ASSERT_EQ(session->calls(), 1) << "ranks 1 and 2 go without rank 3";
+  EXPECT_THAT(session->header(0).ranks(), ::testing::ElementsAre(1, 2));
+  for (int r : {1, 2}) {
+    ASSERT_THAT(Call(AllReduce(), r, 2, std::make_shared<FakeRankChannel>()),
+                ::reducer::testing::IsOk());
+  }
+  ASSERT_EQ(session->calls(), 2);
+  EXPECT_THAT(session->header(1).ranks(), ::testing::ElementsAre(1, 2));
+  EXPECT_TRUE(ended_here().empty());
+  EXPECT_EQ(session->lost(0).size(), 1u);
+}
+
+// Before the job is joined upstream, or for another epoch, the relay
+// cannot take the loss upstream: its Job ends the epoch instead.
+TEST_F(RelayJobTest, ALossWithoutAnUpstreamSessionIsNotTaken) {
+  EXPECT_FALSE(job_->LoseRanks(kEpoch, {3}, "lost"));
+  ASSERT_NO_FATAL_FAILURE(Join());
+  EXPECT_FALSE(job_->LoseRanks(kEpoch + 1, {3}, "lost"));
+  upstream_.End(absl::AbortedError("job j epoch 1 aborted"));
+  EXPECT_FALSE(job_->LoseRanks(kEpoch, {3}, "lost"));
+}
+
+// A loss upstream cannot be told of would keep the shards waiting for the
+// rank: the epoch ends here, which makes the relay leave upstream.
+TEST_F(RelayJobTest, ALossThatCannotBeReportedEndsTheEpoch) {
+  ASSERT_NO_FATAL_FAILURE(Join());
+  upstream_.session()->AnswerLoseRanks(
+      absl::UnavailableError("reducerd at s1 is down"));
+  ASSERT_TRUE(job_->LoseRanks(kEpoch, {3}, "lost"));
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (ended_here().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const auto ended = ended_here();
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].first, kEpoch);
+  EXPECT_THAT(ended[0].second,
+              AllOf(HasSubstr("could not be reported upstream"),
+                    HasSubstr("reducerd at s1 is down")));
+}
+
+// A lost rank that joins again goes upstream on a session of its own, its
+// calls alone through it, while the host's others stay on the host's
+// session; lost again, it is reported on its own session.
+TEST_F(RelayJobTest, ALostRankJoinsAgainOnASessionOfItsOwn) {
+  ASSERT_NO_FATAL_FAILURE(Join());
+  FakeUpstreamSession* host = upstream_.session();
+  auto never = [](absl::StatusOr<uint64_t>) { ADD_FAILURE() << "called"; };
+  EXPECT_FALSE(job_->RejoinUpstream(kEpoch, 3, never)) << "3 is not lost";
+  ASSERT_TRUE(job_->LoseRanks(kEpoch, {3}, "killed"));
+  ASSERT_EQ(host->lost(1).size(), 1u);
+  absl::Notification ready;
+  absl::StatusOr<uint64_t> first_step;
+  ASSERT_TRUE(job_->RejoinUpstream(kEpoch, 3, [&](absl::StatusOr<uint64_t> s) {
+    first_step = s;
+    ready.Notify();
+  }));
+  ASSERT_TRUE(ready.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_THAT(first_step, ::reducer::testing::IsOk());
+  FakeUpstreamSession* own = upstream_.session();
+  ASSERT_NE(own, host);
+
+  for (int r : {2, 3}) {
+    ASSERT_THAT(Call(AllReduce(), r, 1, std::make_shared<FakeRankChannel>()),
+                ::reducer::testing::IsOk());
+  }
+  ASSERT_EQ(host->calls(), 1);
+  EXPECT_EQ(host->header(0).rank(), 2);
+  EXPECT_TRUE(host->header(0).ranks().empty());
+  ASSERT_EQ(own->calls(), 1);
+  EXPECT_EQ(own->header(0).rank(), 3);
+
+  ASSERT_TRUE(job_->LoseRanks(kEpoch, {3}, "killed again"));
+  // Reported on its own session, not on the host's.
+  ASSERT_EQ(own->lost(1).size(), 1u);
+  EXPECT_EQ(host->lost(0).size(), 1u);
+  EXPECT_TRUE(ended_here().empty());
 }
 
 }  // namespace

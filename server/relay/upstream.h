@@ -85,9 +85,22 @@ class UpstreamSession {
   virtual void Start(
       v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
       std::function<void(absl::StatusOr<UpstreamResult>)> done) = 0;
-  // Leaves the job upstream, ending its epoch there with `cause` (a rank of
-  // this host was lost, or the relay ends its part of the epoch).
+  // Leaves the job upstream, ending its epoch there with `cause` (the
+  // relay ends its part of the epoch: it let go of the job, or a rank's
+  // loss could not be reported with LoseRanks).
   virtual void Leave(const std::string& cause) = 0;
+  // Tells upstream that `ranks` of this session were lost (`cause` says
+  // how; empty: they departed on purpose): each is lost (or departs) there
+  // as a directly connected rank's session would (LeaveRequest.ranks), and
+  // the session goes on holding the others.
+  // Blocks for upstream's answer (a second or so). OK when every shard
+  // took it.
+  virtual absl::Status LoseRanks(const std::vector<int>& ranks,
+                                 const std::string& cause) = 0;
+  // The first quorum step its ranks take part in: nonzero when the job
+  // admitted them into its running epoch (JobReady.quorum_steps_started:
+  // a lost rank joining again), else 0.
+  virtual uint64_t FirstQuorumStep() const { return 0; }
 };
 
 // Opens upstream sessions.

@@ -217,6 +217,29 @@ void ShardLink::Close() {
   CancelJoinLocked();
 }
 
+absl::Status ShardLink::LoseRanks(const std::vector<int>& ranks,
+                                  const std::string& cause) {
+  std::string session_id;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ready_ || ended_ || closed_ || !aborted_.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no running session with reducerd at ", target_,
+                       " to report ranks lost on"));
+    }
+    session_id = session_id_;
+  }
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kLeaveTimeout));
+  v1::LeaveRequest request;
+  request.set_job(options_.job);
+  request.set_session_id(session_id);
+  request.set_cause(cause);
+  for (int rank : ranks) request.add_ranks(rank);
+  v1::LeaveResponse response;
+  return FromGrpcStatus(stub_->Leave(&context, request, &response));
+}
+
 void ShardLink::Abandon(const std::string& cause) {
   {
     absl::MutexLock lock(&mu_);

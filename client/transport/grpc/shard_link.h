@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -113,6 +114,15 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   // rank being lost. How a failure on one shard reaches the others with its
   // first cause intact. Returns at once; once; no-op once the stream is over.
   void Abandon(const std::string& cause);
+  // A relay's session lost some of its ranks (their own sessions with the
+  // relay were lost; `cause` empty: they departed on purpose): tells the
+  // shard so (Leave with `ranks` and `cause`, within a second), and the
+  // session goes on holding the others. OK when
+  // the shard took it; the Leave's error otherwise; FAILED_PRECONDITION
+  // when the session is not running here (not ready, ended, or closed).
+  // Blocks for the Leave's answer: not for the completion thread.
+  absl::Status LoseRanks(const std::vector<int>& ranks,
+                         const std::string& cause);
   // After Abandon: drives the queue until its Leave completed or
   // `deadline`. OK when the shard took the Leave; the Leave's error
   // (DEADLINE_EXCEEDED when it did not complete by `deadline`); or

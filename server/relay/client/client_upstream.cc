@@ -122,6 +122,15 @@ class ClientUpstreamSession final : public UpstreamSession {
     session_->LeaveWithCause(cause).IgnoreError();
   }
 
+  absl::Status LoseRanks(const std::vector<int>& ranks,
+                         const std::string& cause) override {
+    return session_->LoseRanks(ranks, cause);
+  }
+
+  uint64_t FirstQuorumStep() const override {
+    return session_->FirstQuorumStep();
+  }
+
   ClientSession& session() { return *session_; }
 
  private:
