@@ -143,9 +143,9 @@ class ClientSession final {
   // `cause` saying how): each treats them as ranks whose own sessions were
   // lost, and the session goes on holding the others. With an empty
   // `cause` the ranks depart on purpose instead (their clients closed). Waits for each
-  // shard's answer, a second or so at most. OK when every shard took it;
-  // else the first failure, naming its shard; the session's failure when
-  // it has ended.
+  // shard's answer, a second or so at most. OK when every shard took it
+  // or had ended its session already (the epoch ended there: it waits for
+  // nobody); else the first failure, naming its shard.
   absl::Status LoseRanks(const std::vector<int>& ranks,
                          const std::string& cause);
 

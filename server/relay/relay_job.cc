@@ -367,9 +367,13 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
     // here, and the relay leaves upstream (EndEpoch).
     upstream_ended_(
         epoch_id,
-        absl::StrCat("the loss of rank(s) [", absl::StrJoin(ranks, ","),
-                     "] could not be reported upstream (", reported.ToString(),
-                     ")", cause.empty() ? "" : "; ", cause));
+        absl::StrCat(
+            "the loss of ",
+            ranks.size() == 1
+                ? absl::StrCat("rank ", ranks[0])
+                : absl::StrCat("ranks [", absl::StrJoin(ranks, ","), "]"),
+            " could not be reported upstream (", reported.ToString(), ")",
+            cause.empty() ? "" : "; ", cause));
   });
   return true;
 }

@@ -222,7 +222,11 @@ absl::Status ShardLink::LoseRanks(const std::vector<int>& ranks,
   std::string session_id;
   {
     absl::MutexLock lock(&mu_);
-    if (!ready_ || ended_ || closed_ || !aborted_.ok()) {
+    if (ready_ && (ended_ || !aborted_.ok())) {
+      // The epoch ended there already: that shard waits for nobody.
+      return absl::OkStatus();
+    }
+    if (!ready_ || closed_) {
       return absl::FailedPreconditionError(
           absl::StrCat("no running session with reducerd at ", target_,
                        " to report ranks lost on"));

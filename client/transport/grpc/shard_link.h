@@ -117,9 +117,10 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   // A relay's session lost some of its ranks (their own sessions with the
   // relay were lost; `cause` empty: they departed on purpose): tells the
   // shard so (Leave with `ranks` and `cause`, within a second), and the
-  // session goes on holding the others. OK when
-  // the shard took it; the Leave's error otherwise; FAILED_PRECONDITION
-  // when the session is not running here (not ready, ended, or closed).
+  // session goes on holding the others. OK when the shard took it, or
+  // when its session there had ended already (the epoch ended there: it
+  // waits for nobody); the Leave's error otherwise; FAILED_PRECONDITION
+  // when the session is not ready yet, or was closed here.
   // Blocks for the Leave's answer: not for the completion thread.
   absl::Status LoseRanks(const std::vector<int>& ranks,
                          const std::string& cause);
