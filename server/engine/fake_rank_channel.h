@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -119,6 +120,16 @@ class FakeRankChannel final : public RankChannel {
   std::vector<std::shared_ptr<const void>> unwritten_holds_
       ABSL_GUARDED_BY(mu_);
 };
+
+// Every result byte `channel` got (FakeRankChannel::bytes), as values of
+// type T.
+template <typename T>
+std::vector<T> ResultValues(FakeRankChannel& channel) {
+  const std::string bytes = channel.bytes();
+  std::vector<T> out(bytes.size() / sizeof(T));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+  return out;
+}
 
 }  // namespace reducer
 

@@ -103,14 +103,6 @@ class JobLostRanksTest : public ::testing::Test {
     return channel;
   }
 
-  template <typename T>
-  static std::vector<T> Values(FakeRankChannel& channel) {
-    const std::string bytes = channel.bytes();
-    std::vector<T> out(bytes.size() / sizeof(T));
-    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
-    return out;
-  }
-
   // Quorum step `step` of every rank, all in time.
   void StepOfAll(uint64_t step) {
     std::vector<std::shared_ptr<FakeRankChannel>> calls;
@@ -143,7 +135,7 @@ TEST_F(JobLostRanksTest, InQuorumModeALostRankIsAbsentAndItsSeatKeepsTheRest) {
   job_.LoseRanks(kRelay, {3}, "its stream was cancelled, on relay h1");
   for (auto& call : step1) {
     ASSERT_TRUE(call->finished_ok()) << call->failure();
-    EXPECT_THAT(Values<int32_t>(*call), ElementsAre(1, 1, 1, 0));
+    EXPECT_THAT(ResultValues<int32_t>(*call), ElementsAre(1, 1, 1, 0));
   }
   EXPECT_FALSE(AnyAborted());
   EXPECT_TRUE(job_.InQuorumMode());
@@ -160,7 +152,7 @@ TEST_F(JobLostRanksTest, InQuorumModeALostRankIsAbsentAndItsSeatKeepsTheRest) {
   }
   for (auto& call : data) {
     ASSERT_TRUE(call->finished_ok()) << call->failure();
-    EXPECT_THAT(Values<float>(*call), ElementsAre(6.0f));
+    EXPECT_THAT(ResultValues<float>(*call), ElementsAre(6.0f));
   }
   // Rank 3's own calls are refused, and so is a plain collective that
   // includes it.
@@ -234,7 +226,7 @@ TEST_F(JobLostRanksTest, TheSessionsEndLosesTheRanksItStillHeld) {
   auto s0 = Attach(Step(0, 1));
   auto s1 = Attach(Step(1, 1));
   ASSERT_TRUE(s1->finished_ok()) << s1->failure();
-  EXPECT_THAT(Values<int32_t>(*s0), ElementsAre(1, 1, 0, 0));
+  EXPECT_THAT(ResultValues<int32_t>(*s0), ElementsAre(1, 1, 0, 0));
 }
 
 // Without a cause the ranks depart on purpose (their clients were closed):
@@ -247,7 +239,7 @@ TEST_F(JobLostRanksTest, RanksThatDepartInQuorumModeAreAbsent) {
   auto s1 = Attach(Step(1, 1));
   auto s2 = Attach(Step(2, 1));
   ASSERT_TRUE(s2->finished_ok()) << s2->failure();
-  EXPECT_THAT(Values<int32_t>(*s0), ElementsAre(1, 1, 1, 0));
+  EXPECT_THAT(ResultValues<int32_t>(*s0), ElementsAre(1, 1, 1, 0));
   EXPECT_THAT(job_.Snapshot().absent_ranks, ElementsAre(3));
   EXPECT_FALSE(AnyAborted());
 }
@@ -263,7 +255,7 @@ TEST_F(JobLostRanksTest, RanksThatDepartOutsideQuorumModeLeaveTheJob) {
   }
   for (auto& call : others) {
     ASSERT_TRUE(call->finished_ok()) << call->failure();
-    EXPECT_THAT(Values<float>(*call), ElementsAre(6.0f));
+    EXPECT_THAT(ResultValues<float>(*call), ElementsAre(6.0f));
   }
   EXPECT_FALSE(AnyAborted());
   EXPECT_EQ(job_.Snapshot().state, "running");

@@ -78,10 +78,7 @@ class JoinedJobTest : public ::testing::Test {
   // The result bytes `channel` got, as values of type T.
   template <typename T>
   static std::vector<T> Values(FakeRankChannel& channel) {
-    const std::string bytes = channel.bytes();
-    std::vector<T> out(bytes.size() / sizeof(T));
-    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
-    return out;
+    return ResultValues<T>(channel);
   }
 
   JobTestEnv server_;
