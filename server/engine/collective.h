@@ -374,6 +374,13 @@ class Collective final : public AttachedCollective,
   void SendTo(int index, uint64_t offset, std::vector<SharedBytes> data)
       override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool MayRead(int index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `channel` takes the place of the call of the rank at `index` (whose
+  // result is being kept): the old call, unless cut off, fails ABORTED
+  // naming `what` and `by` (what took its place), and the new one gets
+  // every message sent so far at once, and the rest as it comes.
+  void TakeOverLocked(int index, std::shared_ptr<RankChannel> channel,
+                      const std::string& what, const char* by)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ResumeReaders() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finishes `index`'s call if IsComplete (used when its last payload
   // arrives after its last result byte was sent).

@@ -133,6 +133,20 @@ bool Collective::AttachAgainLocked(int index,
     m.channel = std::move(channel);
     return true;
   }
+  if (retry && !done_ && m.keeping && !m.finished &&
+      m.received == m.input_bytes) {
+    // A retry of a contribution whose whole input is in (its first call
+    // was cut off, or its client gave it up, while the result was being
+    // made): like a replay (Resume), it takes the first call's place and
+    // gets the result, and the payload it sends again is passed over, so
+    // that its rank ends as the others do.
+    TakeOverLocked(
+        index, std::move(channel),
+        absl::StrCat(description_, ": rank ", rank, "'s attempt ", attempt_id),
+        "retry");
+    m.resent_to_skip = m.input_bytes;
+    return true;
+  }
   if (retry) {
     channel->Fail(absl::AbortedError(absl::StrCat(
         description_, ": rank ", rank,

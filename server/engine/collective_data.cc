@@ -24,6 +24,11 @@ bool Collective::OnData(int rank, uint64_t offset, Payload data) {
     const int index = IndexOf(rank);
     RankState& m = ranks_[index];
     if (done_) return false;
+    if (m.resent_to_skip > 0) {
+      // A retry's payload, whose bytes its first attempt gave already.
+      m.resent_to_skip -= std::min<uint64_t>(m.resent_to_skip, data.size());
+      return true;
+    }
     if (offset != m.received) {
       FailLocked(absl::InvalidArgumentError(absl::StrCat(
           description_, ": rank ", rank, " sent payload bytes at offset ",
@@ -271,11 +276,18 @@ absl::Status Collective::Resume(int rank, const std::string& attempt_id,
                      DescribeTensors(declared), "; it declared ",
                      DescribeTensors(m.fp.tensors), ")"));
   }
+  TakeOverLocked(index, std::move(channel), what, "replay");
+  return absl::OkStatus();
+}
+
+void Collective::TakeOverLocked(int index, std::shared_ptr<RankChannel> channel,
+                                const std::string& what, const char* by) {
+  RankState& m = ranks_[index];
   if (!m.cut_off) {
     // Its client gave that call up (its connection broke) before reducerd
-    // saw it end: the replay takes its place.
+    // saw it end: the new call takes its place.
     m.channel->Fail(absl::AbortedError(
-        absl::StrCat(what, "'s call was replaced by its replay")));
+        absl::StrCat(what, "'s call was replaced by its ", by)));
   }
   m.cut_off = false;
   m.channel = std::move(channel);
@@ -285,14 +297,13 @@ absl::Status Collective::Resume(int rank, const std::string& attempt_id,
     ++m.pending_writes;
     m.channel->Send(sent, /*last=*/false);
   }
-  const int ranks[] = {rank};
-  env_.log->Log(
-      {LogSeverity::kInfo, "result_resumed",
-       absl::StrCat(what, " asked again for its result: ", m.kept.size(),
-                    " messages sent again, the rest "
-                    "follows as it is made"),
-       label_.job, label_.epoch, label_.name, ranks});
-  return absl::OkStatus();
+  const int ranks[] = {group_[index]};
+  env_.log->Log({LogSeverity::kInfo, "result_resumed",
+                 absl::StrCat(what, " asked again for its result (", by,
+                              "): ", m.kept.size(),
+                              " messages sent again, the rest "
+                              "follows as it is made"),
+                 label_.job, label_.epoch, label_.name, ranks});
 }
 
 std::optional<double> Collective::InputPace() const {

@@ -144,6 +144,36 @@ TEST_F(CollectiveTest, AReplayTakesThePlaceOfACallNotYetSeenToEnd) {
   EXPECT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
 }
 
+// A retry (not a replay: its client saw no answer, so it sends its
+// payload again) of an attempt whose whole input is in takes that call's
+// place as a replay would, and its payload is passed over: its rank gets
+// the result the others got, never ABORTED for a collective that went on.
+TEST_F(CollectiveTest, ARetryOfAnAttemptWhoseInputIsInGetsItsResult) {
+  constexpr int kN = 40;
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllReduce, {0, 1, 2});
+  auto retry = std::make_shared<FakeRankChannel>();
+  auto ch = DecideThen(
+      *c, kN,
+      [&](const auto& channels) {
+        c->OnRankCancelled(1, channels[1].get());
+        ASSERT_TRUE(c->Attach(retry, 1, FloatAllReduce(kN, {0, 1, 2}), "s1/0"));
+        // The same bytes again, which count once.
+        Feed(*c, 1, Bytes(Ramp(1, kN)));
+        c->OnInputEnd(1);
+      },
+      /*attempt_ids=*/true);
+  ASSERT_TRUE(retry->WaitEnded());
+  EXPECT_TRUE(retry->finished_ok()) << retry->failure();
+  EXPECT_EQ(retry->result(), Bytes(RampSum(3, kN)));
+  for (int r : {0, 2}) {
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+    EXPECT_EQ(ch[r]->result(), Bytes(RampSum(3, kN)));
+  }
+  AcknowledgeWrites(*c, 1, *retry);
+  EXPECT_TRUE(Settles(*c)) << memory_->used() << " bytes still reserved";
+}
+
 TEST_F(CollectiveTest, AFailedCollectiveKeepsNothingAndGivesItsRoomBack) {
   constexpr int kN = 20;
   auto [c, ch, fp] = MakeAllReduce(kN, {0, 1});

@@ -113,6 +113,10 @@ struct RankState {
   // there): every message sent to it, until MarkFinished hands them over.
   bool keeping = false;
   std::vector<ResultMessage> kept;
+  // A retry of its attempt took over its result (its input was in, see
+  // Collective::Attach): the bytes of the payload it sends again, the same
+  // ones, still to be passed over rather than counted twice.
+  uint64_t resent_to_skip = 0;
 };
 
 // Every part of one chunk of a reduction, one per rank in group order.
