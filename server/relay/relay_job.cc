@@ -36,13 +36,11 @@ RelayJob::RelayJob(
       upstream_ended_(std::move(upstream_ended)) {}
 
 RelayJob::~RelayJob() {
-  std::vector<std::thread> threads;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;  // joins in flight give up
-    threads = std::move(threads_);
   }
-  for (std::thread& t : threads) t.join();
+  threads_.JoinAll();
 }
 
 std::vector<int> RelayJob::ranks() const {
@@ -59,7 +57,7 @@ void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
                             std::function<void(const absl::Status&)> ready) {
   absl::MutexLock lock(&mu_);
   joining_.insert(epoch_id);
-  threads_.emplace_back([this, epoch_id, ranks, ready = std::move(ready)] {
+  threads_.Start([this, epoch_id, ranks, ready = std::move(ready)] {
     // Why the join was given up; nullopt while it was not.
     auto why_given_up = [this, epoch_id]() -> std::optional<std::string> {
       absl::MutexLock lock(&mu_);
@@ -286,7 +284,7 @@ void RelayJob::EndEpoch(uint64_t epoch_id, const absl::Status& status,
     alone_.clear();
     rejoining_.clear();
     if (leaving != nullptr || !closing.empty()) {
-      threads_.emplace_back(
+      threads_.Start(
           [leaving, closing = std::move(closing),
            cause = absl::StrCat(reason, " (on ", env_.name, ")")]() mutable {
             if (leaving != nullptr) leaving->Leave(cause);
@@ -331,12 +329,11 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
                     "; reported upstream as theirs, and the host's other "
                     "ranks go on"),
        job_});
-  threads_.emplace_back([this, epoch_id, ranks, on_host_session,
-                         own = std::move(own), session = session_,
-                         cause = cause.empty()
-                                     ? std::string()
-                                     : absl::StrCat(cause, ", on ",
-                                                    env_.name)]() mutable {
+  threads_.Start([this, epoch_id, ranks, on_host_session, own = std::move(own),
+                  session = session_,
+                  cause = cause.empty() ? std::string()
+                                        : absl::StrCat(cause, ", on ",
+                                                       env_.name)]() mutable {
     // What waits here for them goes on without them: collectives they had
     // not attached to, and (a second time, after the report) those whose
     // call of theirs was cut off meanwhile.
@@ -388,7 +385,7 @@ bool RelayJob::RejoinUpstream(
     return false;
   }
   rejoining_.insert(rank);
-  threads_.emplace_back([this, epoch_id, rank, ready = std::move(ready)] {
+  threads_.Start([this, epoch_id, rank, ready = std::move(ready)] {
     auto gone = [this, epoch_id, rank]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || epoch_id != epoch_id_ || ended_ ||
              rejoining_.count(rank) == 0;

@@ -50,7 +50,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -58,6 +57,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/jobs/job_relay.h"
 #include "server/log.h"
+#include "server/relay/joinable_threads.h"
 #include "server/relay/relay_collective.h"
 #include "server/relay/upstream.h"
 
@@ -148,8 +148,9 @@ class RelayJob final : public JobRelay {
   // Ranks of this host whose Done() is in flight upstream: left out of
   // the combined calls until it returns (every rank has called it).
   std::set<int> done_ ABSL_GUARDED_BY(mu_);
-  // Joins and leaves run here, so that no caller waits on upstream.
-  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  // Joins, leaves and reports of lost ranks run here, so that no caller
+  // waits on upstream; those that returned are joined as new ones start.
+  JoinableThreads threads_;
   // Epochs whose join upstream is in flight, and those of them given up:
   // their epoch ended here first (its ranks have gone). stopping_: the
   // relay lets go of the job; every join in flight gives up.

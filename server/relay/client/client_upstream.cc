@@ -10,7 +10,7 @@
 #include "client/staging/host_memory_staging.h"
 #include "core/payload_layout.h"
 #include "proto/reducer/v1/wire_conversion.h"
-#include "server/relay/client/joinable_threads.h"
+#include "server/relay/joinable_threads.h"
 
 namespace reducer {
 namespace {

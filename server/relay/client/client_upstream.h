@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/client_options.h"
-#include "server/relay/client/joinable_threads.h"
+#include "server/relay/joinable_threads.h"
 #include "server/relay/upstream.h"
 
 namespace reducer {

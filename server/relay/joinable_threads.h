@@ -8,8 +8,8 @@
 //   threads.JoinAll();  // before what the threads use goes away
 //
 // Thread-safe. JoinAll must not run on one of its own threads.
-#ifndef REDUCER_SERVER_RELAY_CLIENT_JOINABLE_THREADS_H_
-#define REDUCER_SERVER_RELAY_CLIENT_JOINABLE_THREADS_H_
+#ifndef REDUCER_SERVER_RELAY_JOINABLE_THREADS_H_
+#define REDUCER_SERVER_RELAY_JOINABLE_THREADS_H_
 
 #include <atomic>
 #include <cstddef>
@@ -85,4 +85,4 @@ class JoinableThreads {
 
 }  // namespace reducer
 
-#endif  // REDUCER_SERVER_RELAY_CLIENT_JOINABLE_THREADS_H_
+#endif  // REDUCER_SERVER_RELAY_JOINABLE_THREADS_H_

@@ -1,6 +1,6 @@
 // JoinableThreads: JoinAll returns only once every thread started has
 // returned, those started by a thread being joined too.
-#include "server/relay/client/joinable_threads.h"
+#include "server/relay/joinable_threads.h"
 
 #include <atomic>
 #include <memory>
