@@ -45,6 +45,11 @@
 // the collective starts and whenever a rank calls DONE or is lost
 // (Collective::OnMembershipChanged), always under mu_.
 //
+// Its code: joining (epochs gathering their ranks, a relay's join
+// upstream, JobReady and JoinWaiting) in job_joining.cc, matching calls in
+// job_matching.cc, the rest (leaving, losses, epochs' ends, status) in
+// job.cc.
+//
 // Thread-safe: state is under mu_. Lock order: JobRegistry, then Job, then
 // Collective, then a stream's own lock. A Collective asks the Membership
 // under its own lock, within a call the Job makes under mu_; the
@@ -320,6 +325,11 @@ class Job {
   bool EndedByALoss() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // How messages name the ranks a session holds: "rank 3", or a relay's
+  // "ranks [0,1,2,3]".
+  static std::string RanksName(const std::vector<int>& ranks);
+  // A fresh Seat::epoch_id.
+  static uint64_t NextEpochId();
   // A replay of the attempt `header` names, in any epoch and whether or
   // not its session still holds the rank: the collective whose result for
   // it is still being made resumes it on `stream` (Collective::Resume), or
