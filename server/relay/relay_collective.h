@@ -33,7 +33,8 @@
 // attached, the members go upstream each on its own, as if connected
 // directly, those that attach later too. Upstream then judges them with
 // the other hosts' ranks: a mismatch or a missing rank is named there, in
-// one message for every rank of the job, exactly as without a relay.
+// one message for every rank of the job, exactly as without a relay
+// (relay_collective_split.cc).
 //
 // Thread-safe; RankChannels are called with the lock held and must not call
 // back in (server/engine/rank_channel.h).
@@ -156,6 +157,11 @@ class RelayCollective final
     int complete = 0;
   };
 
+  // A rank's header as the relay forwards it for that rank alone: without
+  // what belongs to its call here (its session, epoch, attempt, progress);
+  // the upstream session fills its own.
+  static v1::CollectiveHeader ForwardedHeader(
+      const v1::CollectiveHeader& header);
   // The index of `rank` in members_, or -1 when it is not one of them.
   int IndexOf(int rank) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Every member attached: plans the upstream call; returns the function
