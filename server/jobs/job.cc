@@ -9,6 +9,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
+#include "server/jobs/several_ranks.h"
 #include "server/log.h"
 
 namespace reducer {
@@ -41,11 +42,6 @@ CollectiveEnv ForJob(CollectiveEnv env, const std::string& job,
 }
 
 }  // namespace
-
-std::string Job::RanksName(const std::vector<int>& ranks) {
-  if (ranks.size() == 1) return absl::StrCat("rank ", ranks.front());
-  return absl::StrCat("ranks [", absl::StrJoin(ranks, ","), "]");
-}
 
 uint64_t Job::NextEpochId() {
   static std::atomic<uint64_t> last{0};

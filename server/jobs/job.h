@@ -325,9 +325,6 @@ class Job {
   bool EndedByALoss() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // How messages name the ranks a session holds: "rank 3", or a relay's
-  // "ranks [0,1,2,3]".
-  static std::string RanksName(const std::vector<int>& ranks);
   // A fresh Seat::epoch_id.
   static uint64_t NextEpochId();
   // A replay of the attempt `header` names, in any epoch and whether or

@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "core/status_macros.h"
 #include "server/jobs/job.h"
+#include "server/jobs/several_ranks.h"
 #include "server/log.h"
 
 namespace reducer {

@@ -19,6 +19,11 @@ absl::Status Refused(const std::string& description,
 
 }  // namespace
 
+std::string RanksName(const std::vector<int>& ranks) {
+  if (ranks.size() == 1) return absl::StrCat("rank ", ranks.front());
+  return absl::StrCat("ranks [", absl::StrJoin(ranks, ","), "]");
+}
+
 absl::StatusOr<std::vector<int>> CoveredRanks(const Fingerprint& fp, int rank,
                                               const std::vector<int>& ranks,
                                               const std::string& description) {

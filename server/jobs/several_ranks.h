@@ -11,6 +11,7 @@
 #ifndef REDUCER_SERVER_JOBS_SEVERAL_RANKS_H_
 #define REDUCER_SERVER_JOBS_SEVERAL_RANKS_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,6 +30,10 @@ namespace reducer {
 //   two of them (their parts could not be placed as one);
 // - `rank` is not the root while the root is among them, or not the first
 //   of them otherwise.
+// How messages name the ranks a session or contribution stands for:
+// "rank 3", or several's "ranks [0,1,2,3]".
+std::string RanksName(const std::vector<int>& ranks);
+
 absl::StatusOr<std::vector<int>> CoveredRanks(const Fingerprint& fp, int rank,
                                               const std::vector<int>& ranks,
                                               const std::string& description);

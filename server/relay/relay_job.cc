@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/engine/kind_strategy.h"
+#include "server/jobs/several_ranks.h"
 
 namespace reducer {
 namespace {
@@ -322,11 +323,10 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
   env_.log->Log(
       {cause.empty() ? LogSeverity::kInfo : LogSeverity::kWarning,
        "relay_rank_lost",
-       absl::StrCat("job ", job_, ": rank(s) [", absl::StrJoin(ranks, ","),
-                    "] of this host ",
-                    cause.empty() ? std::string("left (their clients closed)")
+       absl::StrCat("job ", job_, ": ", RanksName(ranks), " of this host ",
+                    cause.empty() ? std::string("left (its client closed)")
                                   : absl::StrCat("lost (", cause, ")"),
-                    "; reported upstream as theirs, and the host's other "
+                    "; reported upstream as such, and the host's other "
                     "ranks go on"),
        job_});
   threads_.Start([this, epoch_id, ranks, on_host_session, own = std::move(own),
@@ -362,15 +362,10 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
     if (reported.ok()) return;
     // Upstream would wait for them until its timeouts: the epoch ends
     // here, and the relay leaves upstream (EndEpoch).
-    upstream_ended_(
-        epoch_id,
-        absl::StrCat(
-            "the loss of ",
-            ranks.size() == 1
-                ? absl::StrCat("rank ", ranks[0])
-                : absl::StrCat("ranks [", absl::StrJoin(ranks, ","), "]"),
-            " could not be reported upstream (", reported.ToString(), ")",
-            cause.empty() ? "" : "; ", cause));
+    upstream_ended_(epoch_id, absl::StrCat("the loss of ", RanksName(ranks),
+                                           " could not be reported upstream (",
+                                           reported.ToString(), ")",
+                                           cause.empty() ? "" : "; ", cause));
   });
   return true;
 }
