@@ -58,11 +58,19 @@ Job::Job(std::string name, int world_size, CollectiveEnv env,
       shared_memory_socket_(std::move(shared_memory_socket)),
       tenant_(std::move(tenant)),
       rank_state_(std::move(rank_state)),
+      waiting_timer_(std::make_shared<WaitingTimer>()),
       membership_(name_, world_size, NextEpochId()),
       chunk_bytes_(InitialChunkBytes(env_.options->chunk_time,
-                                     env_.options->chunk_bytes)) {}
+                                     env_.options->chunk_bytes)) {
+  absl::MutexLock lock(&waiting_timer_->mu);
+  waiting_timer_->job = this;
+}
 
 Job::~Job() {
+  {
+    absl::MutexLock lock(&waiting_timer_->mu);
+    waiting_timer_->job = nullptr;
+  }
   if (tenant_ != nullptr) tenant_->RemovePending(reported_pending_);
 }
 

@@ -70,6 +70,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/engine/chunk_pacing.h"
 #include "server/engine/collective.h"
@@ -119,6 +120,12 @@ bool IsRefusedByCollective(const absl::Status& status);
 
 class Job {
  public:
+  // While the job gathers its ranks, every seated session hears who joined
+  // (JoinWaiting) at most once per kWaitingEvery, the joining one at once:
+  // telling every session on every join would cost O(W^2) events of up to
+  // W ranks each.
+  static constexpr absl::Duration kWaitingEvery = absl::Seconds(1);
+
   // `shared_memory_socket`: what JobReady names as the same-host path's
   // socket (empty: not offered).
   // Unless `env` brings its own, the job keeps results in a KeptResults of
@@ -370,6 +377,10 @@ class Job {
   // upstream.
   v1::JoinEvent WaitingEventLocked(bool upstream) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleWaitingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The timer's call: tells every seated session who joined, if the job
+  // still gathers its ranks here.
+  void BroadcastWaiting() ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the epoch (Membership::EndEpoch): fails its collectives that are
   // not decided, tells every session, logs and counts it.
   void EndEpoch(const std::string& reason, int lost_rank,
@@ -506,7 +517,19 @@ class Job {
   // replays no longer counts).
   std::vector<MemoryReservation> rank_state_ ABSL_GUARDED_BY(mu_);
 
+  // How the JoinWaiting timer reaches the job: null once the job is gone,
+  // so that a timer that fires later does nothing (its lock is taken
+  // before mu_).
+  struct WaitingTimer {
+    absl::Mutex mu;
+    Job* job ABSL_GUARDED_BY(mu);
+  };
+  const std::shared_ptr<WaitingTimer> waiting_timer_;
+
   absl::Mutex mu_;
+  // Whether a JoinWaiting broadcast is scheduled, and when the last went.
+  bool waiting_scheduled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time waiting_sent_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Who takes part, epoch by epoch.
   Membership membership_ ABSL_GUARDED_BY(mu_);
   // The shard list of the job's first rank; unset until one joined.

@@ -1,6 +1,7 @@
 // Job's joining half (job.h): ranks joining its epochs, a relay's join
 // upstream, retried and rejoining sessions, and the JobReady and
 // JoinWaiting events they get. The rest of Job is in job.cc.
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -180,7 +181,8 @@ absl::Status Job::JoinLocked(const std::vector<int>& ranks, int world_size,
   v1::JoinEvent event = ReadyEventLocked(rank);
   switch (*seated) {
     case Membership::Seated::kWaiting:
-      SendToAllLocked(WaitingEventLocked(/*upstream=*/false));
+      rejoining->SendEvent(WaitingEventLocked(/*upstream=*/false));
+      ScheduleWaitingLocked();
       break;
     case Membership::Seated::kRejoined: {
       // On a relay: answered once joined upstream again.
@@ -275,6 +277,31 @@ v1::JoinEvent Job::WaitingEventLocked(bool upstream) const {
         RanksName(seated)));
   }
   return event;
+}
+
+void Job::ScheduleWaitingLocked() {
+  if (waiting_scheduled_) return;
+  waiting_scheduled_ = true;
+  const absl::Time at =
+      std::max(env_.timers->clock().Now(), waiting_sent_at_ + kWaitingEvery);
+  env_.timers->Schedule(at, [timer = waiting_timer_] {
+    absl::MutexLock lock(&timer->mu);
+    if (timer->job != nullptr) timer->job->BroadcastWaiting();
+  });
+}
+
+void Job::BroadcastWaiting() {
+  absl::MutexLock lock(&mu_);
+  waiting_scheduled_ = false;
+  const size_t seated = membership_.SeatedRanks().size();
+  // Running, ended, or (a relay) waiting upstream, which it said already.
+  if (membership_.running() || membership_.ended() || seated == 0 ||
+      (relay_ != nullptr &&
+       static_cast<int>(seated) == membership_.expected_here())) {
+    return;
+  }
+  SendToAllLocked(WaitingEventLocked(/*upstream=*/false));
+  waiting_sent_at_ = env_.timers->clock().Now();
 }
 
 absl::Status Job::RejoinLocked(const std::vector<int>& ranks,

@@ -172,9 +172,10 @@ TEST_F(JobTest, EveryRankGetsReadyOnceAllHaveJoined) {
   EXPECT_EQ(s1->events()[0].ready().epoch(), 1u);
 }
 
-// While the job gathers its ranks, each join tells the sessions joined so
-// far who joined (what a Connect that times out names); a reducerd that is
-// not a relay adds no note.
+// While the job gathers its ranks, a joining session hears at once who
+// joined, and every session joined so far hears it within
+// Job::kWaitingEvery (what a Connect that times out names); a reducerd
+// that is not a relay adds no note.
 TEST_F(JobTest, EachJoinBeforeTheLastTellsTheJoinedWhoJoined) {
   Job job("j3", 3,
           CollectiveEnv{&options_, &pool_, &timers_, &memory_, &chunks_,
@@ -183,16 +184,47 @@ TEST_F(JobTest, EachJoinBeforeTheLastTellsTheJoinedWhoJoined) {
   auto s2 = std::make_shared<FakeSession>();
   auto s1 = std::make_shared<FakeSession>();
   ASSERT_TRUE(job.Join(2, 3, "c", s2).ok());
-  ASSERT_TRUE(job.Join(0, 3, "a", s0).ok());
-  ASSERT_THAT(s2->waiting(), SizeIs(2));
+  ASSERT_THAT(s2->waiting(), SizeIs(1));
   EXPECT_THAT(s2->waiting()[0].joined(), ElementsAre(2));
-  EXPECT_THAT(s2->waiting()[1].joined(), ElementsAre(0, 2));
-  EXPECT_EQ(s2->waiting()[1].note(), "");
-  ASSERT_THAT(s0->waiting(), SizeIs(1));
+  ASSERT_TRUE(job.Join(0, 3, "a", s0).ok());
+  ASSERT_THAT(s0->waiting(), Not(IsEmpty()));
   EXPECT_THAT(s0->waiting()[0].joined(), ElementsAre(0, 2));
+  // The first session hears of the second within a period.
+  const absl::Time give_up = absl::Now() + 5 * Job::kWaitingEvery;
+  while (s2->waiting().back().joined_size() < 2 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_THAT(s2->waiting().back().joined(), ElementsAre(0, 2));
+  EXPECT_EQ(s2->waiting().back().note(), "");
   ASSERT_TRUE(job.Join(1, 3, "b", s1).ok());
   EXPECT_THAT(s1->waiting(), IsEmpty()) << "the last rank gets JobReady only";
   EXPECT_EQ(s1->ready_count(), 1);
+}
+
+// Ranks joining in a burst do not tell every joined session of every
+// join: the first to join hears its own join, then at most one list per
+// Job::kWaitingEvery (one event per join would be 39 here).
+TEST_F(JobTest, JoinsInABurstTellTheJoinedAtMostOncePerPeriod) {
+  constexpr int kWorld = 41;
+  Job job("burst", kWorld,
+          CollectiveEnv{&options_, &pool_, &timers_, &memory_, &chunks_,
+                        &metrics_, &log_, &kept_memory_});
+  std::vector<std::shared_ptr<FakeSession>> sessions;
+  for (int rank = 0; rank + 1 < kWorld; ++rank) {
+    sessions.push_back(std::make_shared<FakeSession>());
+    ASSERT_TRUE(
+        job.Join(rank, kWorld, absl::StrCat("s", rank), sessions.back()).ok());
+  }
+  const absl::Time give_up = absl::Now() + 5 * Job::kWaitingEvery;
+  while (sessions[0]->waiting().back().joined_size() < kWorld - 1 &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  const std::vector<v1::JoinWaiting> first = sessions[0]->waiting();
+  EXPECT_EQ(first.back().joined_size(), kWorld - 1);
+  EXPECT_LE(first.size(), 4u);
+  // The last to join heard the whole list when it joined.
+  EXPECT_EQ(sessions.back()->waiting().front().joined_size(), kWorld - 1);
 }
 
 // A pending collective's per-rank bookkeeping is held in the memory budget
