@@ -19,6 +19,10 @@
 
 namespace reducer {
 
+// How messages name the ranks a session or contribution stands for:
+// "rank 3", or several's "ranks [0,1,2,3]".
+std::string RanksName(const std::vector<int>& ranks);
+
 // Checks that `ranks` (the header's, empty for `rank` alone) may stand
 // together in one contribution of `fp`'s collective sent as `rank`, and
 // returns the ranks other than `rank` (empty for a contribution of one
@@ -30,10 +34,6 @@ namespace reducer {
 //   two of them (their parts could not be placed as one);
 // - `rank` is not the root while the root is among them, or not the first
 //   of them otherwise.
-// How messages name the ranks a session or contribution stands for:
-// "rank 3", or several's "ranks [0,1,2,3]".
-std::string RanksName(const std::vector<int>& ranks);
-
 absl::StatusOr<std::vector<int>> CoveredRanks(const Fingerprint& fp, int rank,
                                               const std::vector<int>& ranks,
                                               const std::string& description);
