@@ -170,10 +170,13 @@ absl::StatusOr<std::vector<Tensor>> PendingCollective::FinishOwn(
   session_->Settle(attempt_number_);
   settled_ = true;
   if (!result.ok()) {
-    // The session's explanation (a lost rank) first, then the call's own.
+    // The session's explanation (a lost rank) first, then the call's own:
+    // a call cut off by its session's end may fail in any way (with
+    // several shards the others' sessions are let go, and a shard whose
+    // every session left answers FAILED_PRECONDITION, "no open session").
+    // A call's own invalid input stays its own.
     absl::Status why = session_->SessionStatus();
     if (!why.ok() &&
-        result.status().code() != absl::StatusCode::kFailedPrecondition &&
         result.status().code() != absl::StatusCode::kInvalidArgument) {
       return NameWhereItFailed(SessionFailureWithCall(why, result.status()),
                                contribution_.header, session_->targets_);
