@@ -9,8 +9,10 @@
 // and none of them sees ABORTED. Then rank 3 connects to its relay again:
 // it is admitted into the running job at once, its first step lists it as
 // joined, and from the next one on all four contribute again. Outside
-// quorum mode the same loss ends the epoch, naming the rank. A rank that
-// closes its client at its relay in quorum mode is left out as well.
+// quorum mode the same loss ends the epoch, naming the rank, and the four
+// start a new epoch through their relays. A rank that closes its client at
+// its relay in quorum mode is left out as well. Each case runs with one
+// shard upstream and with two (the steps' data cut over both).
 #include <atomic>
 #include <memory>
 #include <string>
@@ -38,7 +40,8 @@ constexpr int kWorld = 4;
 constexpr int kSteps = 9;
 constexpr int kLostAt = 3;    // rank 3 takes part in steps 0..kLostAt-1
 constexpr int kRejoinAt = 6;  // and again from this step on
-constexpr int64_t kN = 4;
+// 128 KiB of float32: two partitions when two shards are upstream.
+constexpr int64_t kN = 1 << 15;
 // Far longer than the test waits for a step: the steps after the loss
 // must end because the shard knows rank 3 is lost, not by the grace.
 constexpr absl::Duration kGrace = absl::Seconds(60);
@@ -56,16 +59,22 @@ float SumOf(const std::vector<int>& contributors, int step, int64_t i) {
   return sum;
 }
 
-class RelayQuorumTest : public ::testing::Test {
+// The parameter: how many shards the relays have upstream.
+class RelayQuorumTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<ReducerdProcess>> shard =
-        ReducerdProcess::Start();
-    ASSERT_THAT(shard, IsOk());
-    shard_ = *std::move(shard);
+    std::vector<std::string> addresses;
+    for (int s = 0; s < GetParam(); ++s) {
+      absl::StatusOr<std::unique_ptr<ReducerdProcess>> shard =
+          ReducerdProcess::Start();
+      ASSERT_THAT(shard, IsOk());
+      addresses.push_back((*shard)->address());
+      shards_.push_back(*std::move(shard));
+    }
     for (int host = 0; host < 2; ++host) {
       absl::StatusOr<std::unique_ptr<ReducerdProcess>> relay =
-          ReducerdProcess::Start({"--upstream=" + shard_->address()});
+          ReducerdProcess::Start(
+              {"--upstream=" + absl::StrJoin(addresses, ",")});
       ASSERT_THAT(relay, IsOk());
       relays_.push_back(*std::move(relay));
     }
@@ -93,12 +102,24 @@ class RelayQuorumTest : public ::testing::Test {
     return Client::Connect(options);
   }
 
-  std::unique_ptr<ReducerdProcess> shard_;
+  // Every process's log, for a failure's message.
+  std::string Logs() const {
+    std::string logs;
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      absl::StrAppend(&logs, "shard ", s, ":\n", shards_[s]->Stderr(), "\n");
+    }
+    for (size_t r = 0; r < relays_.size(); ++r) {
+      absl::StrAppend(&logs, "relay ", r, ":\n", relays_[r]->Stderr(), "\n");
+    }
+    return logs;
+  }
+
+  std::vector<std::unique_ptr<ReducerdProcess>> shards_;
   std::vector<std::unique_ptr<ReducerdProcess>> relays_;
   std::unique_ptr<TcpProxy> proxy_;
 };
 
-TEST_F(RelayQuorumTest, ARankLostOnItsRelayIsLeftOutAndRejoinsThroughIt) {
+TEST_P(RelayQuorumTest, ARankLostOnItsRelayIsLeftOutAndRejoinsThroughIt) {
   Watchdog watchdog("ARankLostOnItsRelayIsLeftOutAndRejoinsThroughIt",
                     absl::Seconds(150));
   const std::string job = "relay-quorum";
@@ -188,24 +209,20 @@ TEST_F(RelayQuorumTest, ARankLostOnItsRelayIsLeftOutAndRejoinsThroughIt) {
         << "rank " << r << " waited for the lost rank";
   }
   clients.clear();
-  if (HasFailure()) {
-    ADD_FAILURE() << "shard:\n"
-                  << shard_->Stderr() << "\nrelay 0:\n"
-                  << relays_[0]->Stderr() << "\nrelay 1:\n"
-                  << relays_[1]->Stderr();
-  }
+  if (HasFailure()) ADD_FAILURE() << Logs();
 }
 
 // Outside quorum mode a rank lost on its relay ends the epoch for every
 // rank of the job, naming that rank (not its relay's first), as when it
 // is connected directly.
-TEST_F(RelayQuorumTest, OutsideQuorumModeALostRankEndsTheEpochNamingIt) {
+TEST_P(RelayQuorumTest, OutsideQuorumModeALostRankEndsTheEpochNamingIt) {
   Watchdog watchdog("OutsideQuorumModeALostRankEndsTheEpochNamingIt",
                     absl::Seconds(120));
   const std::string job = "relay-plain";
   std::vector<std::unique_ptr<Client>> clients(kWorld);
   RankFailures failures;
   std::atomic<bool> lost{false};
+  std::atomic<int> aborted{0};
   RunOnEveryRank(kWorld, [&](int rank) {
     auto fail = [&](const std::string& what) {
       failures.Add(absl::StrCat("rank ", rank, ": ", what));
@@ -228,14 +245,41 @@ TEST_F(RelayQuorumTest, OutsideQuorumModeALostRankEndsTheEpochNamingIt) {
       fail(absl::StrCat("second: ", second.ToString(),
                         "; want ABORTED naming rank 3's session"));
     }
+    aborted.fetch_add(1);
   });
   failures.ExpectNone();
+  ASSERT_EQ(aborted.load(), 3);
+
+  // The job starts again: every rank connects anew through its relay (rank
+  // 3 past the proxy, which refuses it), and a new epoch sums all four.
+  clients.clear();
+  RunOnEveryRank(kWorld, [&](int rank) {
+    auto fail = [&](const std::string& what) {
+      failures.Add(absl::StrCat("rank ", rank, " again: ", what));
+    };
+    absl::StatusOr<std::unique_ptr<Client>> client =
+        Connect(rank, job, relays_[rank / 2]->address());
+    if (!client.ok()) return fail(client.status().ToString());
+    std::vector<float> x(kN);
+    for (int64_t i = 0; i < kN; ++i) x[i] = Input(rank, 0, i);
+    absl::StatusOr<Tensor> sum =
+        (*client)->AllReduce(TensorView::Of<float>(x), ReduceOp::kSum);
+    if (!sum.ok()) return fail(sum.status().ToString());
+    for (int64_t i = 0; i < kN; ++i) {
+      if (sum->values<float>()[i] != SumOf({0, 1, 2, 3}, 0, i)) {
+        return fail(absl::StrCat("[", i, "] = ", sum->values<float>()[i],
+                                 ", want ", SumOf({0, 1, 2, 3}, 0, i)));
+      }
+    }
+  });
+  failures.ExpectNone();
+  if (HasFailure()) ADD_FAILURE() << Logs();
 }
 
 // In quorum mode a rank that closes its client at its relay departs as it
 // would connected directly: it is absent, and the others' next steps go on
 // without it at once.
-TEST_F(RelayQuorumTest, InQuorumModeARankThatClosesItsClientIsLeftOut) {
+TEST_P(RelayQuorumTest, InQuorumModeARankThatClosesItsClientIsLeftOut) {
   Watchdog watchdog("InQuorumModeARankThatClosesItsClientIsLeftOut",
                     absl::Seconds(120));
   const std::string job = "relay-close";
@@ -276,7 +320,8 @@ TEST_F(RelayQuorumTest, InQuorumModeARankThatClosesItsClientIsLeftOut) {
       const std::vector<int> want =
           s == 0 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 1, 2};
       if (step->contributors != want ||
-          step->tensor.values<float>()[0] != SumOf(want, s, 0)) {
+          step->tensor.values<float>()[0] != SumOf(want, s, 0) ||
+          step->tensor.values<float>()[kN - 1] != SumOf(want, s, kN - 1)) {
         return fail(absl::StrCat("step ", s, ": contributors [",
                                  absl::StrJoin(step->contributors, ","), "]"));
       }
@@ -288,6 +333,12 @@ TEST_F(RelayQuorumTest, InQuorumModeARankThatClosesItsClientIsLeftOut) {
         << "rank " << r << " waited for the closed rank";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Shards, RelayQuorumTest, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 1 ? std::string("OneShard")
+                                                  : std::string("TwoShards");
+                         });
 
 }  // namespace
 }  // namespace testing
