@@ -46,9 +46,9 @@ class JobRelay {
       std::shared_ptr<RankChannel> channel) = 0;
 
   // The epoch `epoch_id` ended here (`reason` says why: a rank of this
-  // host lost that LoseRanks could not take, or the job's end upstream): fails the calls still going on
-  // with `status`, and leaves the job upstream naming `reason` (unless it
-  // ended upstream first).
+  // host lost that LoseRanks could not take, or the job's end upstream):
+  // fails the calls still going on with `status`, and leaves the job
+  // upstream naming `reason` (unless it ended upstream first).
   virtual void EndEpoch(uint64_t epoch_id, const absl::Status& status,
                         const std::string& reason) = 0;
 
