@@ -346,6 +346,24 @@ TEST_F(RelayTest, TwoHostsOfTwoRanksOverTwoShardsRunEveryKind) {
             2u * 3 * 1024 * 1024 + 1024 * 1024);
 }
 
+TEST_F(RelayTest, HostsOfUnevenRanksOverTwoShardsRunEveryKind) {
+  // One host of ranks 0-1 (combined calls) and two of one rank each (each
+  // call its rank's own): contributions for different numbers of ranks
+  // meet on each shard, every one cut over both shards alike.
+  ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/2, /*hosts=*/{2, 1, 1}));
+  RankFailures failures;
+  RunOnEveryRank(kWorld, [&](int rank) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "uneven");
+    if (!client.ok()) {
+      failures.Add(
+          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
+      return;
+    }
+    EveryKind(**client, rank, failures);
+  });
+  failures.ExpectNone();
+}
+
 TEST_F(RelayTest, AnAllToAllOfAHostsRanksIsOneCallUpstream) {
   // Three all-to-alls of two hosts of two ranks: each relay makes three
   // combined calls upstream, none for a rank alone (rank by rank, it
