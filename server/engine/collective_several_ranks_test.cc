@@ -472,6 +472,23 @@ TEST_F(CollectiveSeveralRanksTest, AllToAllOfOneCarrierForEveryRank) {
   EXPECT_TRUE(Settles(*c));
 }
 
+TEST_F(CollectiveSeveralRanksTest, AllToAllCarriersResultIsKept) {
+  // A carrier's rows are kept whole for a replay, as any rank's are.
+  keep_results_ = true;
+  const std::vector<int> group = {0, 1, 2, 3, 4};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllToAll, group);
+  auto ch = Channels(kA2aRanks);
+  ASSERT_TRUE(c->Attach(ch[1], 1, A2aFp(group, 4), "s1/0", {2, 3, 4}));
+  ASSERT_TRUE(c->Attach(ch[0], 0, A2aFp(group, 1), "s0/0"));
+  Feed(*c, 1, A2aCombinedInput(1, 4));
+  Feed(*c, 0, A2aCombinedInput(0, 0));
+  ExpectResult(*ch[1], A2aCombinedResult(1, 4), DataType::kInt32, {40, 2});
+  ExpectResult(*ch[0], A2aCombinedResult(0, 0), DataType::kInt32, {10, 2});
+  EXPECT_EQ(KeptBytes(*kept_, "s1/0", 1), A2aCombinedResult(1, 4));
+  EXPECT_EQ(KeptBytes(*kept_, "s0/0", 0), A2aCombinedResult(0, 0));
+  EXPECT_TRUE(Settles(*c));
+}
+
 TEST_F(CollectiveSeveralRanksTest, AllToAllCarrierMismatchFailsEveryone) {
   // A carrier for ranks 0-1 declares their rows; one that declares a
   // single rank's rows (as if it were alone) disagrees with rank 2's.
