@@ -2,9 +2,9 @@
 // processes for the shards and for each host's relay, the ranks as
 // threads of this test using the public client. Every collective kind,
 // with the ranks of a host combined (all-reduce, reduce, reduce-scatter,
-// all-gather, gather, broadcast, scatter, barrier) or forwarded alone (the
-// others); expected results in closed form, as if each rank had reached
-// the shards directly.
+// all-gather, gather, broadcast, scatter, all-to-all, barrier) or
+// forwarded alone (the others); expected results in closed form, as if
+// each rank had reached the shards directly.
 // A relay whose link to the shards goes down (a TcpProxy paused) loses its
 // upstream session, and still hands its ranks the results decided upstream.
 #include <atomic>
@@ -25,6 +25,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/admin.grpc.pb.h"
+#include "tests/http_get.h"
 #include "tests/process_harness.h"
 #include "tests/rank_threads.h"
 #include "tests/status_matchers.h"
@@ -74,9 +75,11 @@ class RelayTest : public ::testing::Test {
     for (int ranks : hosts) {
       const bool proxied = static_cast<int>(relays_.size()) == proxied_host;
       absl::StatusOr<std::unique_ptr<ReducerdProcess>> relay =
-          ReducerdProcess::Start({absl::StrCat(
-              "--upstream=",
-              proxied ? proxy_->address() : absl::StrJoin(addresses, ","))});
+          ReducerdProcess::Start(
+              {absl::StrCat("--upstream=", proxied
+                                               ? proxy_->address()
+                                               : absl::StrJoin(addresses, ",")),
+               "--metrics_listen=127.0.0.1:0"});
       ASSERT_THAT(relay, IsOk());
       for (int i = 0; i < ranks; ++i) {
         relay_of_rank_.push_back(static_cast<int>(relays_.size()));
@@ -257,16 +260,52 @@ void EveryKind(Client& client, int rank, RankFailures& failures) {
       part->values<int32_t>()[0] != 100 + rank) {
     return fail(absl::StrCat("scatter: ", part.status().ToString()));
   }
-  // Forwarded rank by rank: all-to-all.
-  std::vector<int32_t> send(kWorld);
-  for (int j = 0; j < kWorld; ++j) send[j] = 10 * rank + j;
+  // All-to-all of 1 MiB, combined (each rank then gets its own rows of
+  // what its host got) and cut over the shards: rank r sends rank d the
+  // kPart values 10000000 r + kPart d + k.
+  constexpr int64_t kA2a = 262144;
+  constexpr int64_t kPart = kA2a / kWorld;
+  std::vector<int32_t> send(kA2a);
+  for (int64_t i = 0; i < kA2a; ++i) {
+    send[i] = static_cast<int32_t>(10000000 * rank + i);
+  }
   absl::StatusOr<Tensor> got = client.AllToAll(TensorView::Of<int32_t>(send));
   if (!got.ok())
     return fail(absl::StrCat("alltoall: ", got.status().ToString()));
-  for (int j = 0; j < kWorld; ++j) {
-    if (got->values<int32_t>()[j] != 10 * j + rank) {
-      return fail("alltoall: part from another rank is wrong");
+  if (static_cast<int64_t>(got->values<int32_t>().size()) != kA2a) {
+    return fail(absl::StrCat("alltoall: ", got->values<int32_t>().size(),
+                             " elements, want ", kA2a));
+  }
+  for (int q = 0; q < kWorld; ++q) {
+    for (int64_t k = 0; k < kPart; ++k) {
+      const int32_t want =
+          static_cast<int32_t>(10000000 * q + kPart * rank + k);
+      if (got->values<int32_t>()[q * kPart + k] != want) {
+        return fail(absl::StrCat("alltoall: element ", k, " from rank ", q,
+                                 " is ", got->values<int32_t>()[q * kPart + k],
+                                 ", want ", want));
+      }
     }
+  }
+  // Forwarded rank by rank: all-to-all-v (rank r sends rank d r + d + 1
+  // rows of 100 r + d).
+  std::vector<int64_t> send_rows(kWorld);
+  std::vector<int32_t> rows;
+  for (int d = 0; d < kWorld; ++d) {
+    send_rows[d] = rank + d + 1;
+    for (int k = 0; k <= rank + d; ++k) rows.push_back(100 * rank + d);
+  }
+  absl::StatusOr<Tensor> uneven =
+      client.AllToAllV(TensorView::Of<int32_t>(rows), send_rows);
+  if (!uneven.ok())
+    return fail(absl::StrCat("alltoallv: ", uneven.status().ToString()));
+  std::vector<int32_t> want_rows;
+  for (int q = 0; q < kWorld; ++q) {
+    for (int k = 0; k <= q + rank; ++k) want_rows.push_back(100 * q + rank);
+  }
+  if (std::vector<int32_t>(uneven->values<int32_t>().begin(),
+                           uneven->values<int32_t>().end()) != want_rows) {
+    return fail("alltoallv: the rows from the other ranks are wrong");
   }
 }
 
@@ -305,6 +344,87 @@ TEST_F(RelayTest, TwoHostsOfTwoRanksOverTwoShardsRunEveryKind) {
   ASSERT_EQ(status.jobs_size(), 1);
   EXPECT_GE(status.jobs(0).relay_bytes_saved(),
             2u * 3 * 1024 * 1024 + 1024 * 1024);
+}
+
+TEST_F(RelayTest, HostsOfUnevenRanksOverTwoShardsRunEveryKind) {
+  // One host of ranks 0-1 (combined calls) and two of one rank each (each
+  // call its rank's own): contributions for different numbers of ranks
+  // meet on each shard, every one cut over both shards alike.
+  ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/2, /*hosts=*/{2, 1, 1}));
+  RankFailures failures;
+  RunOnEveryRank(kWorld, [&](int rank) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "uneven");
+    if (!client.ok()) {
+      failures.Add(
+          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
+      return;
+    }
+    EveryKind(**client, rank, failures);
+  });
+  failures.ExpectNone();
+}
+
+TEST_F(RelayTest, AnAllToAllOfAHostsRanksIsOneCallUpstream) {
+  // Three all-to-alls of two hosts of two ranks: each relay makes three
+  // combined calls upstream, none for a rank alone (rank by rank, it
+  // would make six).
+  ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/2, /*hosts=*/{2, 2}));
+  RankFailures failures;
+  RunOnEveryRank(kWorld, [&](int rank) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "exchange");
+    if (!client.ok()) {
+      failures.Add(
+          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
+      return;
+    }
+    for (int step = 0; step < 3; ++step) {
+      std::vector<int32_t> send(kWorld);
+      for (int d = 0; d < kWorld; ++d) send[d] = 100 * step + 10 * rank + d;
+      absl::StatusOr<Tensor> got =
+          (*client)->AllToAll(TensorView::Of<int32_t>(send));
+      if (!got.ok()) {
+        failures.Add(absl::StrCat("rank ", rank, ": alltoall ", step, ": ",
+                                  got.status().ToString()));
+        return;
+      }
+      for (int q = 0; q < kWorld; ++q) {
+        if (got->values<int32_t>()[q] != 100 * step + 10 * q + rank) {
+          failures.Add(absl::StrCat("rank ", rank, ": alltoall ", step,
+                                    ": the part from rank ", q, " is ",
+                                    got->values<int32_t>()[q]));
+        }
+      }
+    }
+    if (rank % 2 != 0) return;
+    // The first rank of each host reads its relay's calls (counted once
+    // every member has its result: polled).
+    const int port = relays_[relay_of_rank_[rank]]->MetricsPort();
+    auto calls = [&](const std::string& combined) {
+      return ScrapeSum(port, "reducer_relay_upstream_calls_total",
+                       [&](const Sample& sample) {
+                         auto it = sample.labels.find("combined");
+                         return it != sample.labels.end() &&
+                                it->second == combined;
+                       });
+    };
+    absl::StatusOr<double> together = calls("true");
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (together.ok() && *together < 3 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(20));
+      together = calls("true");
+    }
+    const absl::StatusOr<double> alone = calls("false");
+    if (!together.ok() || *together != 3 || !alone.ok() || *alone != 0) {
+      failures.Add(absl::StrCat(
+          "rank ", rank, "'s relay: ",
+          together.ok() ? absl::StrCat(*together)
+                        : together.status().ToString(),
+          " combined calls upstream (want 3), ",
+          alone.ok() ? absl::StrCat(*alone) : alone.status().ToString(),
+          " alone (want 0)"));
+    }
+  });
+  failures.ExpectNone();
 }
 
 TEST_F(RelayTest, OneHostOfFourRanksOverOneShardRunsEveryKind) {

@@ -227,13 +227,17 @@ TEST_F(SeveralRanksTest, ARelayMayStillCallForEachRankAlone) {
 TEST_F(SeveralRanksTest, RefusesWhatNoRelayMaySend) {
   ASSERT_TRUE(StartServer());
   ASSERT_NO_FATAL_FAILURE(JoinRelayAndRank3(Job()));
-  // An all-to-all for several ranks.
+  // An all-to-all-v for several ranks (each rank's rows are its own).
   v1::CollectiveRequest exchange = relay_->AllReduceRequest({kN});
-  exchange.mutable_header()->set_kind(v1::COLLECTIVE_KIND_ALL_TO_ALL);
+  exchange.mutable_header()->set_kind(v1::COLLECTIVE_KIND_ALL_TO_ALL_V);
+  for (int64_t rows :
+       {static_cast<int64_t>(kN), int64_t{0}, int64_t{0}, int64_t{0}}) {
+    exchange.mutable_header()->add_send_rows(rows);
+  }
   exchange.set_data(Bytes(SumOf({0, 1, 2})));
   EXPECT_THAT(relay_->Call({exchange}, absl::Seconds(20)).status,
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("a alltoall takes each rank's own "
+                       HasSubstr("a alltoallv takes each rank's own "
                                  "contribution")));
   // Ranks the session does not hold.
   v1::CollectiveRequest foreign = relay_->AllReduceRequest({kN});

@@ -108,16 +108,24 @@ SplitCollective SplitAllReduce(const Contribution& whole,
   return split;
 }
 
+// `ranks`: how many ranks an AllToAll contribution stands for (header.ranks,
+// a relay's; 1 otherwise). Its input holds, per destination, their parts for
+// it one after the other; the plan is one rank's, as every other rank makes
+// it, and each partition takes the same piece of every one of their parts.
 SplitCollective SplitBySlices(const Contribution& whole,
-                                   const TensorSpec& input, int shards,
-                                   uint64_t key, size_t min_partition_bytes) {
+                              const TensorSpec& input, int64_t ranks,
+                              int shards, uint64_t key,
+                              size_t min_partition_bytes) {
   const int group = whole.header.group_size();
-  const int64_t elements = *NumElements(input.shape);
+  TensorSpec one = input;
+  one.shape[0] /= ranks;
+  const int64_t elements = *NumElements(one.shape);
   std::vector<ScatterPartition> plan =
-      PlanReduceScatter(input, group, shards, key, min_partition_bytes);
+      PlanReduceScatter(one, group, shards, key, min_partition_bytes);
   if (plan.size() == 1) return Whole(whole, plan[0].shard);
   const size_t es = DataTypeSize(input.dtype);
   const int64_t slice = elements / group;
+  const int64_t slices = group * ranks;
   const unsigned char* source = static_cast<const unsigned char*>(whole.inputs[0]);
   SplitCollective split;
   split.whole = false;
@@ -128,12 +136,12 @@ SplitCollective SplitBySlices(const Contribution& whole,
     part.begin = plan[k].begin;
     part.count = plan[k].count;
     const size_t piece_bytes = part.count * es;
-    part.gathered.reset(new unsigned char[group * piece_bytes + 1]);
-    for (int g = 0; g < group; ++g) {
+    part.gathered.reset(new unsigned char[slices * piece_bytes + 1]);
+    for (int64_t g = 0; g < slices; ++g) {
       std::memcpy(part.gathered.get() + g * piece_bytes,
                   source + (g * slice + part.begin) * es, piece_bytes);
     }
-    const TensorSpec spec{input.dtype, {group * part.count}, input.op};
+    const TensorSpec spec{input.dtype, {slices * part.count}, input.op};
     part.contribution = PartOf(whole, {spec}, {part.gathered.get()});
   }
   return split;
@@ -183,8 +191,17 @@ SplitCollective SplitContribution(const Contribution& whole, int shards,
       // partition is itself a collective of its kind over every slice's piece.
       if (tensors->size() != 1 || header.group_size() < 1) break;
       const TensorSpec& input = (*tensors)[0];
-      if (input.shape.empty() || input.shape[0] % header.group_size() != 0) break;
-      return SplitBySlices(whole, input, shards, key, min_partition_bytes);
+      // An all-to-all for several ranks holds each one's parts; a
+      // reduce-scatter's holds their sum, one rank's size.
+      const int64_t ranks = *kind == CollectiveKind::kAllToAll
+                                ? std::max(1, header.ranks_size())
+                                : 1;
+      if (input.shape.empty() ||
+          input.shape[0] % (header.group_size() * ranks) != 0) {
+        break;
+      }
+      return SplitBySlices(whole, input, ranks, shards, key,
+                           min_partition_bytes);
     }
     default:
       break;
@@ -237,21 +254,24 @@ absl::StatusOr<std::vector<Tensor>> JoinPartitionResults(
   }
   if (*kind == CollectiveKind::kAllToAll) {
     // Partition k's result holds, for each sender i in group order, the
-    // piece [begin, begin + count) of the part i sent to this rank.
+    // piece [begin, begin + count) of the part i sent to this rank; for a
+    // contribution for several ranks (header.ranks, a relay's), that for
+    // each of them in order, as the whole result holds their rows.
     const TensorSpec& input = (*tensors)[0];
     const int group = whole.header.group_size();
-    const int64_t slice = *NumElements(input.shape) / group;
+    const int64_t slices = group * std::max(1, whole.header.ranks_size());
+    const int64_t slice = *NumElements(input.shape) / slices;
     Tensor out = Tensor::Uninitialized(input.dtype, input.shape, buffers);
     const size_t es = DataTypeSize(input.dtype);
     for (size_t k = 0; k < split.parts.size(); ++k) {
       const PartitionContribution& part = split.parts[k];
       const std::vector<Tensor>& got = (*results)[k];
-      if (got.size() != 1 || got[0].num_elements() != group * part.count) {
+      if (got.size() != 1 || got[0].num_elements() != slices * part.count) {
         return got.empty() ? absl::InternalError(absl::StrCat(
                                  "partition ", k, " came back with no tensor"))
-                           : WrongShape(k, got[0], group * part.count);
+                           : WrongShape(k, got[0], slices * part.count);
       }
-      for (int i = 0; i < group; ++i) {
+      for (int64_t i = 0; i < slices; ++i) {
         std::memcpy(static_cast<unsigned char*>(out.mutable_data()) +
                         (i * slice + part.begin) * es,
                     static_cast<const unsigned char*>(got[0].data()) +

@@ -19,7 +19,10 @@
 // several ranks, CollectiveHeader.ranks, gets each partition's piece of
 // every one of their slices, and the slices back to back); an AllToAll is cut
 // the same way (its parts are the rank-slices), each partition an AllToAll
-// whose result holds the same piece of every part sent to this rank. A
+// whose result holds the same piece of every part sent to this rank (a
+// contribution for several ranks is cut as one of them would be, each
+// partition taking that piece of every one of their parts, and of every
+// part sent to each of them). A
 // quorum step's barrier goes whole to the first shard, which decides it,
 // and as a follower note to every other shard; its result is the first
 // shard's. A Done goes to every shard; its result is the largest of their

@@ -398,6 +398,75 @@ TEST(PartitionSplitTest, AllToAllPartitionsJoinToTheClosedForm) {
   }
 }
 
+TEST(PartitionSplitTest, AllToAllForSeveralRanksJoinsTheirRows) {
+  // Ranks 1-2 as one contribution (a relay's, header.ranks {1, 2}): per
+  // destination d, rank 1's part for d then rank 2's; ranks 0 and 3 alone.
+  // Every rank cuts its parts alike, and the contribution gets back, per
+  // partition, the pieces sent to rank 1 then those sent to rank 2; joined,
+  // they are ranks 1 and 2's results, in closed form.
+  const EveryRank all =
+      SplitEveryRank(CollectiveKind::kAllToAll, [](int q, size_t i) {
+        return static_cast<float>((q + 1) * 1000000 + i);
+      });
+  const std::vector<std::vector<float>>& inputs = all.inputs;
+  const int64_t slice = kRows * kCols / kRanks;  // one part's elements
+  std::vector<float> combined;
+  for (int d = 0; d < kRanks; ++d) {
+    for (int q : {1, 2}) {
+      combined.insert(combined.end(), inputs[q].begin() + d * slice,
+                      inputs[q].begin() + (d + 1) * slice);
+    }
+  }
+  Contribution carrier = ContributionOf(
+      CollectiveKind::kAllToAll,
+      {TensorSpec{DataType::kFloat32, {2 * kRows, kCols}, ReduceOp::kSum}},
+      {combined.data()});
+  carrier.header.set_rank(1);
+  carrier.header.add_ranks(1);
+  carrier.header.add_ranks(2);
+  const SplitCollective split = SplitContribution(carrier, 3, kMiB);
+  ASSERT_FALSE(split.whole);
+  ASSERT_EQ(split.parts.size(), 3u);
+  std::vector<std::vector<Tensor>> results;
+  for (size_t k = 0; k < split.parts.size(); ++k) {
+    const int64_t count = split.parts[k].count;
+    ASSERT_EQ(split.parts[k].begin, all.splits[0].parts[k].begin);
+    ASSERT_EQ(count, all.splits[0].parts[k].count);
+    // What the shard sends the contribution: for rank 1 then rank 2, the
+    // piece every sender q's partition holds for it.
+    Tensor t(DataType::kFloat32, {2 * kRanks * count});
+    float* out = static_cast<float*>(t.mutable_data());
+    for (int j = 0; j < 2; ++j) {
+      const int to = 1 + j;
+      for (int q = 0; q < kRanks; ++q) {
+        const bool carried = q == 1 || q == 2;
+        const float* g = static_cast<const float*>(
+            (carried ? split : all.splits[q]).parts[k].contribution.inputs[0]);
+        const int64_t at = carried ? (to * 2 + (q - 1)) * count : to * count;
+        std::memcpy(out + (j * kRanks + q) * count, g + at,
+                    count * sizeof(float));
+      }
+    }
+    results.push_back({});
+    results.back().push_back(std::move(t));
+  }
+  absl::StatusOr<std::vector<Tensor>> joined =
+      JoinPartitionResults(carrier, split, &results, nullptr);
+  ASSERT_THAT(joined, IsOk());
+  ASSERT_EQ((*joined)[0].shape(), (std::vector<int64_t>{2 * kRows, kCols}));
+  const float* got = static_cast<const float*>((*joined)[0].data());
+  for (int j = 0; j < 2; ++j) {
+    for (int q = 0; q < kRanks; ++q) {
+      for (int64_t e = 0; e < slice; ++e) {
+        // Rank q's part for rank 1 + j, element e.
+        ASSERT_EQ(got[(j * kRanks + q) * slice + e],
+                  inputs[q][(1 + j) * slice + e])
+            << "rank " << 1 + j << " from rank " << q << " element " << e;
+      }
+    }
+  }
+}
+
 TEST(PartitionSplitTest, MessagesAndMatchesToOneRankWithOneTagShareAShard) {
   // Every send to rank 1 with tag 7, whatever its source and count, and
   // every match of rank 1's receives of tag 7 go to one shard; over many

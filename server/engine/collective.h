@@ -193,7 +193,9 @@ class Collective final : public AttachedCollective,
   // group, with `rank` consecutive members of it, of a kind that
   // TakesSeveralRanks, `rank` the root where the root is among them. Their
   // parts are in `rank`'s payload, combined, and their result is `rank`'s:
-  // each counts as attached and finished (KindStrategy::Cover). One that
+  // each counts as attached and finished (KindStrategy::Cover); `fp` must
+  // agree with the other contributions as one of its ranks' would
+  // (OneRanksFingerprint: an AllToAll's holds every one's rows). One that
   // attached already on its own fails the collective; a retry of the
   // contribution covers the same ranks again.
   bool Attach(std::shared_ptr<RankChannel> channel, int rank, Fingerprint fp,

@@ -53,7 +53,11 @@ bool Collective::Attach(std::shared_ptr<RankChannel> channel, int rank,
       m.channel->Fail(failure_);
       return false;
     }
-    if (!Agree(rank, fp)) return false;
+    // A contribution for several ranks agrees as one of them would alone.
+    if (!Agree(rank,
+               OneRanksFingerprint(fp, static_cast<int>(covered.size()) + 1))) {
+      return false;
+    }
     // Where only the root sends (Broadcast, Scatter, a point-to-point
     // message), another rank's tensors are the spec it expects, not payload.
     const bool sends_data =

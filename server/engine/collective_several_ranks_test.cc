@@ -201,14 +201,14 @@ TEST_F(CollectiveSeveralRanksTest, ARankCoveredAfterItCalledFailsEveryone) {
 
 TEST_F(CollectiveSeveralRanksTest, KindsOfOwnPartsRefuseACarrier) {
   const std::vector<int> group = {0, 1};
-  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllToAll, group);
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllToAllV, group);
   auto ch = Channels(2);
-  EXPECT_FALSE(c->Attach(
-      ch[0], 0,
-      Fp(CollectiveKind::kAllToAll, {Spec(DataType::kFloat32, {4})}, group), "",
-      {1}));
+  Fingerprint fp =
+      Fp(CollectiveKind::kAllToAllV, {Spec(DataType::kFloat32, {4})}, group);
+  fp.send_rows = {2, 2};
+  EXPECT_FALSE(c->Attach(ch[0], 0, fp, "", {1}));
   ExpectFailed(*ch[0], absl::StatusCode::kInvalidArgument,
-               "a alltoall takes one rank's contribution per call");
+               "a alltoallv takes one rank's contribution per call");
 }
 
 TEST_F(CollectiveSeveralRanksTest, ACancelledCarrierIsReplacedByItsRetry) {
@@ -396,6 +396,137 @@ TEST_F(CollectiveSeveralRanksTest, ScatterToACarrierWithoutTheRoot) {
                DataType::kFloat64, {4});
   EXPECT_THAT(ch[2]->sent(), IsEmpty());
   EXPECT_TRUE(Settles(*c));
+}
+
+// All-to-all over 5 ranks: rank r sends [10, 2] int32, two rows to each
+// rank d, whose element (k, e) (row k of the two, column e) is
+// 1000 r + 100 d + 10 k + e.
+constexpr int kA2aRanks = 5;
+int32_t A2aValue(int from, int to, int row, int col) {
+  return 1000 * from + 100 * to + 10 * row + col;
+}
+
+// What ranks first..last send as one contribution: per destination d in
+// group order, their parts for d in rank order.
+std::string A2aCombinedInput(int first, int last) {
+  std::vector<int32_t> v;
+  for (int d = 0; d < kA2aRanks; ++d) {
+    for (int r = first; r <= last; ++r) {
+      for (int k = 0; k < 2; ++k) {
+        for (int e = 0; e < 2; ++e) v.push_back(A2aValue(r, d, k, e));
+      }
+    }
+  }
+  return Bytes(v);
+}
+
+// What ranks first..last get as one contribution: each one's result (the
+// rows every rank sent it, in group order), in rank order.
+std::string A2aCombinedResult(int first, int last) {
+  std::vector<int32_t> v;
+  for (int r = first; r <= last; ++r) {
+    for (int s = 0; s < kA2aRanks; ++s) {
+      for (int k = 0; k < 2; ++k) {
+        for (int e = 0; e < 2; ++e) v.push_back(A2aValue(s, r, k, e));
+      }
+    }
+  }
+  return Bytes(v);
+}
+
+Fingerprint A2aFp(const std::vector<int>& group, int ranks) {
+  return Fp(CollectiveKind::kAllToAll,
+            {Spec(DataType::kInt32, {10 * ranks, 2})}, group);
+}
+
+TEST_F(CollectiveSeveralRanksTest, AllToAllGivesCarriersTheirRanksRows) {
+  // Ranks 0-1 and 2-3 come as two carriers, rank 4 alone: every pair of a
+  // sender and a receiver, alone or carried, is exercised.
+  const std::vector<int> group = {0, 1, 2, 3, 4};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllToAll, group);
+  auto ch = Channels(kA2aRanks);
+  ASSERT_TRUE(c->Attach(ch[2], 2, A2aFp(group, 2), "", {3}));
+  ASSERT_TRUE(c->Attach(ch[0], 0, A2aFp(group, 2), "", {1}));
+  // Part of a carrier's payload before every rank is in: held back.
+  const std::string carried = A2aCombinedInput(2, 3);
+  c->OnData(2, 0, Range(carried.substr(0, 44)));
+  ASSERT_TRUE(c->Attach(ch[4], 4, A2aFp(group, 1), ""));
+  c->OnData(2, 44, Range(carried.substr(44)));
+  Feed(*c, 4, A2aCombinedInput(4, 4));
+  Feed(*c, 0, A2aCombinedInput(0, 1));
+  ExpectResult(*ch[0], A2aCombinedResult(0, 1), DataType::kInt32, {20, 2});
+  ExpectResult(*ch[2], A2aCombinedResult(2, 3), DataType::kInt32, {20, 2});
+  ExpectResult(*ch[4], A2aCombinedResult(4, 4), DataType::kInt32, {10, 2});
+  for (int r : {1, 3}) EXPECT_THAT(ch[r]->sent(), IsEmpty()) << "rank " << r;
+  EXPECT_TRUE(Settles(*c));
+}
+
+TEST_F(CollectiveSeveralRanksTest, AllToAllOfOneCarrierForEveryRank) {
+  // One host of all five ranks: its result is its own input regrouped.
+  const std::vector<int> group = {0, 1, 2, 3, 4};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllToAll, group);
+  auto ch = Channels(kA2aRanks);
+  ASSERT_TRUE(c->Attach(ch[0], 0, A2aFp(group, 5), "", {1, 2, 3, 4}));
+  Feed(*c, 0, A2aCombinedInput(0, 4));
+  ExpectResult(*ch[0], A2aCombinedResult(0, 4), DataType::kInt32, {50, 2});
+  EXPECT_TRUE(Settles(*c));
+}
+
+TEST_F(CollectiveSeveralRanksTest, AllToAllCarriersResultIsKept) {
+  // A carrier's rows are kept whole for a replay, as any rank's are.
+  keep_results_ = true;
+  const std::vector<int> group = {0, 1, 2, 3, 4};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllToAll, group);
+  auto ch = Channels(kA2aRanks);
+  ASSERT_TRUE(c->Attach(ch[1], 1, A2aFp(group, 4), "s1/0", {2, 3, 4}));
+  ASSERT_TRUE(c->Attach(ch[0], 0, A2aFp(group, 1), "s0/0"));
+  Feed(*c, 1, A2aCombinedInput(1, 4));
+  Feed(*c, 0, A2aCombinedInput(0, 0));
+  ExpectResult(*ch[1], A2aCombinedResult(1, 4), DataType::kInt32, {40, 2});
+  ExpectResult(*ch[0], A2aCombinedResult(0, 0), DataType::kInt32, {10, 2});
+  EXPECT_EQ(KeptBytes(*kept_, "s1/0", 1), A2aCombinedResult(1, 4));
+  EXPECT_EQ(KeptBytes(*kept_, "s0/0", 0), A2aCombinedResult(0, 0));
+  EXPECT_TRUE(Settles(*c));
+}
+
+TEST_F(CollectiveSeveralRanksTest, AllToAllCarrierMismatchFailsEveryone) {
+  // A carrier for ranks 0-1 declares their rows; one that declares a
+  // single rank's rows (as if it were alone) disagrees with rank 2's.
+  const std::vector<int> group = {0, 1, 2};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllToAll, group);
+  auto ch = Channels(3);
+  ASSERT_TRUE(c->Attach(
+      ch[2], 2,
+      Fp(CollectiveKind::kAllToAll, {Spec(DataType::kFloat32, {6})}, group),
+      ""));
+  EXPECT_FALSE(c->Attach(
+      ch[0], 0,
+      Fp(CollectiveKind::kAllToAll, {Spec(DataType::kFloat32, {6})}, group), "",
+      {1}));
+  for (int r : {0, 2}) {
+    ExpectFailed(*ch[r], absl::StatusCode::kFailedPrecondition,
+                 "mismatched shapes");
+  }
+  EXPECT_TRUE(c->done());
+  EXPECT_EQ(memory_->used(), 0u);
+}
+
+TEST_F(CollectiveSeveralRanksTest, AllToAllCarrierOfAnotherDtypeFailsEveryone) {
+  const std::vector<int> group = {0, 1, 2};
+  std::shared_ptr<Collective> c = Make(CollectiveKind::kAllToAll, group);
+  auto ch = Channels(3);
+  ASSERT_TRUE(c->Attach(
+      ch[0], 0,
+      Fp(CollectiveKind::kAllToAll, {Spec(DataType::kFloat32, {12})}, group),
+      "", {1}));
+  EXPECT_FALSE(c->Attach(
+      ch[2], 2,
+      Fp(CollectiveKind::kAllToAll, {Spec(DataType::kInt32, {6})}, group), ""));
+  for (int r : {0, 2}) {
+    ExpectFailed(*ch[r], absl::StatusCode::kFailedPrecondition,
+                 "mismatched dtypes");
+  }
+  EXPECT_TRUE(c->done());
 }
 
 }  // namespace

@@ -104,12 +104,31 @@ std::vector<TensorSpec> ExchangeStrategy::PlanResult(
       return {spec};
     }
     case Mode::kAllToAll: {
-      // Every rank sends as many bytes as it gets, one part from each.
+      // Every rank sends as many bytes as it gets, one part (`part` bytes)
+      // to each. A contribution for ranks s..t (its span) holds, per
+      // destination d in group order, the parts of s..t for d: bytes
+      // [d * c * part, (d + 1) * c * part), c = t - s + 1. They land
+      // together in d's result, after the parts of ranks 0..s-1; d's result
+      // is at (d - e) * n * part of the result of the contribution that
+      // stands for d, whose span begins at e.
+      own_results_.assign(n, std::nullopt);
       for (size_t i = 0; i < n; ++i) {
-        const uint64_t part = ranks[i].input_bytes / n;
-        for (size_t j = 0; j < n; ++j) add(i, j * part, part, j, i * part);
+        ranks[i].output_bytes = ranks[i].input_bytes;
+        if (ranks[i].left_out) continue;
+        const CoveredSpan from = SpanOf(ranks, static_cast<int>(i));
+        const uint64_t c = static_cast<uint64_t>(from.count());
+        const uint64_t part = ranks[i].input_bytes / (n * c);
+        for (size_t d = 0; d < n; ++d) {
+          const int covered_by = ranks[d].covered_by;
+          const size_t to = covered_by >= 0 ? covered_by : d;
+          const uint64_t place = (d - to) * n * part + from.first * part;
+          add(i, d * c * part, c * part, to, place);
+        }
+        if (c > 1) {
+          own_results_[i] = reference.tensors[0];
+          own_results_[i]->shape[0] *= from.count();
+        }
       }
-      for (RankState& r : ranks) r.output_bytes = r.input_bytes;
       return {reference.tensors[0]};
     }
     case Mode::kAllToAllV:
@@ -146,7 +165,8 @@ std::optional<std::vector<TensorSpec>> ExchangeStrategy::ResultOf(
 }
 
 bool ExchangeStrategy::Cover(int index, std::vector<StagedChunk>* /*ready*/) {
-  return mode_ == Mode::kScatter && index != root_index_;
+  return (mode_ == Mode::kScatter && index != root_index_) ||
+         mode_ == Mode::kAllToAll;
 }
 
 void ExchangeStrategy::Forward(int index, uint64_t offset, const Payload& data,

@@ -17,7 +17,11 @@
 // A Scatter contribution that covers ranks (Cover: a relay's for several
 // ranks, the root's when the root is among them) gets their parts with its
 // own, one range of the root's input (they are consecutive): the parts of
-// ranks first..last of its span, in group order.
+// ranks first..last of its span, in group order. An AllToAll contribution
+// that covers ranks (Cover: a relay's) sends, per destination in group
+// order, the parts its ranks send it, in group order (one range of the
+// destination's result), and gets its ranks' results one after the other,
+// in group order (own result specs, ResultOf).
 //
 // AllToAllV checks rows pair by pair as ranks attach (CheckAttached): where
 // a rank said what it expects from another (recv_rows), or from itself,
@@ -52,10 +56,11 @@ class ExchangeStrategy final : public HeldBackForwarding {
                              int* other) const override;
   std::vector<TensorSpec> PlanResult(const Fingerprint& reference,
                                      std::vector<RankState>& ranks) override;
-  // AllToAllV: every rank's own; Scatter: a contribution's that covers
-  // other ranks (its span's parts, concatenated).
+  // AllToAllV: every rank's own; Scatter and AllToAll: a contribution's
+  // that covers other ranks (its ranks' results, concatenated).
   std::optional<std::vector<TensorSpec>> ResultOf(int index) const override;
-  // Scatter, but not its root (whose input is every rank's parts).
+  // Scatter, but not its root (whose input is every rank's parts), and
+  // AllToAll.
   bool Cover(int index, std::vector<StagedChunk>* ready) override;
 
  private:
@@ -79,7 +84,7 @@ class ExchangeStrategy final : public HeldBackForwarding {
   // once all attached).
   std::vector<std::vector<Part>> parts_;
   // Per rank, its result's one tensor when it is its own (kAllToAllV: every
-  // rank's; kScatter: a contribution's that covers other ranks).
+  // rank's; kScatter, kAllToAll: a contribution's that covers other ranks).
   std::vector<std::optional<TensorSpec>> own_results_;
 };
 

@@ -99,9 +99,9 @@ KindTraits TraitsOf(CollectiveKind kind) {
     case CollectiveKind::kAllGather:
     case CollectiveKind::kGather:
     case CollectiveKind::kBarrier:
+    case CollectiveKind::kAllToAll:
       traits.takes_several_ranks = true;
       break;
-    case CollectiveKind::kAllToAll:
     case CollectiveKind::kAllToAllV:
     case CollectiveKind::kMatch:
     case CollectiveKind::kQuorumBarrier:
@@ -109,6 +109,14 @@ KindTraits TraitsOf(CollectiveKind kind) {
       break;
   }
   return traits;
+}
+
+Fingerprint OneRanksFingerprint(Fingerprint fp, int ranks) {
+  if (fp.kind == CollectiveKind::kAllToAll && ranks > 1 &&
+      !fp.tensors.empty() && !fp.tensors[0].shape.empty()) {
+    fp.tensors[0].shape[0] /= ranks;
+  }
+  return fp;
 }
 
 CoveredSpan SpanOf(const std::vector<RankState>& ranks, int index) {

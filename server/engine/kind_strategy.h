@@ -277,15 +277,24 @@ struct KindTraits {
   // One contribution may stand for several ranks, its inputs combined
   // beforehand (CollectiveHeader.ranks, a relay's): AllReduce, Reduce and
   // ReduceScatter (reduced), AllGather and Gather (concatenated), Broadcast
-  // and Scatter (the root's), Barrier. Its result is its ranks' results
-  // concatenated in group order where each rank gets a part of its own
-  // (ReduceScatter's slices, Scatter's parts), else the one result they
-  // share. Kinds where each rank sends parts to every other (AllToAll,
-  // AllToAllV), or whose calls are per rank by nature (point-to-point,
-  // Done, quorum steps), do not.
+  // and Scatter (the root's), AllToAll (per destination, its ranks' parts
+  // for it in group order), Barrier. Its result is its ranks' results
+  // concatenated in group order where each rank gets a result of its own
+  // (ReduceScatter's slices, Scatter's parts, AllToAll's rows sent to it),
+  // else the one result they share. AllToAllV (each rank's rows its own),
+  // and kinds whose calls are per rank by nature (point-to-point, Done,
+  // quorum steps), do not.
   bool takes_several_ranks = false;
 };
 KindTraits TraitsOf(CollectiveKind kind);
+
+// What one of the `ranks` ranks a contribution of `fp` stands for would
+// have declared alone, which is what must agree with the other ranks'
+// contributions: an AllToAll's tensor holds its ranks' rows (dimension 0
+// divided by `ranks`, which CoveredRanks checked divides it); every other
+// kind's as it is (the same as one rank's, or a gather's rows, whose
+// number need not agree).
+Fingerprint OneRanksFingerprint(Fingerprint fp, int ranks);
 
 // The positions in the group of the ranks ranks[index]'s contribution
 // stands for: ranks[index] and the ranks it covers (RankState::covered_by),

@@ -1,6 +1,7 @@
 #include "server/jobs/several_ranks.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -53,6 +54,20 @@ absl::StatusOr<std::vector<int>> CoveredRanks(const Fingerprint& fp, int rank,
                    absl::StrCat("must name consecutive ranks of the group ",
                                 GroupToString(fp.group),
                                 " (none of the group between them)"));
+  }
+  if (fp.kind == CollectiveKind::kAllToAll && !fp.tensors.empty()) {
+    // Each of them sends the group its rows: an equal part for every rank.
+    const int64_t parts = static_cast<int64_t>(ranks.size()) *
+                          static_cast<int64_t>(fp.group.size());
+    const std::vector<int64_t>& shape = fp.tensors[0].shape;
+    if (shape.empty() || shape[0] % parts != 0) {
+      return Refused(
+          description, ranks,
+          absl::StrCat("must hold each of its ", ranks.size(),
+                       " ranks' rows for each of the ", fp.group.size(),
+                       " ranks of the group: dimension 0 a multiple of ", parts,
+                       ", not ", DescribeTensor(fp.tensors[0])));
+    }
   }
   const bool has_root = std::binary_search(ranks.begin(), ranks.end(), fp.root);
   const int carrier = has_root ? fp.root : ranks[0];

@@ -95,9 +95,9 @@ TEST(CoveredRanksTest, RefusesUnsortedRepeatedOrWithoutTheSender) {
 
 TEST(CoveredRanksTest, KindsOfOwnPartsTakeOneRankEach) {
   for (CollectiveKind kind :
-       {CollectiveKind::kAllToAll, CollectiveKind::kAllToAllV,
-        CollectiveKind::kSendReceive, CollectiveKind::kMatch,
-        CollectiveKind::kDone, CollectiveKind::kQuorumBarrier}) {
+       {CollectiveKind::kAllToAllV, CollectiveKind::kSendReceive,
+        CollectiveKind::kMatch, CollectiveKind::kDone,
+        CollectiveKind::kQuorumBarrier}) {
     const Fingerprint fp = Of(kind, {0, 1}, -1);
     EXPECT_THAT(CoveredRanks(fp, 0, {0, 1}, "d"),
                 StatusIs(absl::StatusCode::kInvalidArgument,
@@ -108,11 +108,31 @@ TEST(CoveredRanksTest, KindsOfOwnPartsTakeOneRankEach) {
        {CollectiveKind::kAllReduce, CollectiveKind::kReduce,
         CollectiveKind::kReduceScatter, CollectiveKind::kAllGather,
         CollectiveKind::kGather, CollectiveKind::kBroadcast,
-        CollectiveKind::kScatter, CollectiveKind::kBarrier}) {
+        CollectiveKind::kScatter, CollectiveKind::kAllToAll,
+        CollectiveKind::kBarrier}) {
     const Fingerprint fp = Of(kind, {0, 1}, 0);
     EXPECT_THAT(Covered(fp, 0, {0, 1}), ElementsAre(1))
         << CollectiveKindName(kind);
   }
+}
+
+TEST(CoveredRanksTest, AllToAllHoldsEachRanksRowsForEveryRank) {
+  // Ranks 1-2 of a group of 3: 2 x 3 parts of 4 rows each.
+  Fingerprint fp = Of(CollectiveKind::kAllToAll, {0, 1, 2});
+  fp.tensors.push_back(TensorSpec{DataType::kFloat32, {24, 5}});
+  EXPECT_THAT(Covered(fp, 1, {1, 2}), ElementsAre(2));
+  // 6 rows divide among the group's 3 ranks, not among 2 x 3 parts.
+  fp.tensors[0].shape = {9, 5};
+  EXPECT_THAT(CoveredRanks(fp, 1, {1, 2}, "alltoall #4"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("alltoall #4: a contribution for ranks [1,2] "
+                                 "must hold each of its 2 ranks' rows for each "
+                                 "of the 3 ranks of the group: dimension 0 a "
+                                 "multiple of 6")));
+  fp.tensors[0].shape = {};
+  EXPECT_THAT(CoveredRanks(fp, 1, {1, 2}, "d"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("dimension 0 a multiple of 6")));
 }
 
 }  // namespace

@@ -169,7 +169,7 @@ v1::CollectiveHeader RelayCollective::UpstreamHeaderLocked() const {
   v1::CollectiveHeader header = ForwardedHeader(members_[carrier].header);
   if (combine_ == Combine::kAlone) return header;
   for (const Member& m : members_) header.add_ranks(m.rank);
-  if (combine_ == Combine::kConcat) {
+  if (combine_ == Combine::kConcat || combine_ == Combine::kParts) {
     int64_t rows = 0;
     for (const Member& m : members_) rows += m.fp.tensors[0].shape[0];
     header.mutable_tensors(0)->set_shape(0, rows);
@@ -211,6 +211,13 @@ std::function<void()> RelayCollective::StartLocked() {
           base_[i] = bytes;
           bytes += members_[i].input_bytes;
         }
+        break;
+      case CollectiveKind::kAllToAll:
+        // Equal parts: the members agree (else it split), so each sends
+        // input_bytes / group bytes to each rank of the group.
+        combine_ = Combine::kParts;
+        part_bytes_ = members_[0].input_bytes / ref.group.size();
+        for (const Member& m : members_) bytes += m.input_bytes;
         break;
       case CollectiveKind::kBroadcast:
       case CollectiveKind::kScatter:
@@ -304,6 +311,10 @@ absl::Status RelayCollective::PlaceLocked(int m, uint64_t offset,
     if (data.size() > 0) data.CopyTo(member.own_input->data() + offset);
     return absl::OkStatus();
   }
+  if (combine_ == Combine::kParts) {
+    PlacePartsLocked(m, offset, data);
+    return absl::OkStatus();
+  }
   if (combine_ != Combine::kReduce) {
     if (data.size() > 0) {
       data.CopyTo(input_->data() + base_[m] + offset);
@@ -339,6 +350,25 @@ absl::Status RelayCollective::PlaceLocked(int m, uint64_t offset,
   return absl::OkStatus();
 }
 
+void RelayCollective::PlacePartsLocked(int m, uint64_t offset,
+                                       const Payload& data) {
+  // Member m's part for destination d is its bytes [d * part, (d + 1) *
+  // part); it goes after the other members' parts for d that come before
+  // it: at (d * members + m) * part of the upstream payload.
+  const size_t part = part_bytes_;
+  const size_t members = members_.size();
+  size_t consumed = 0;
+  while (consumed < data.size()) {
+    const size_t pos = offset + consumed;
+    const size_t d = pos / part;
+    const size_t in_part = pos - d * part;
+    const size_t n = std::min(part - in_part, data.size() - consumed);
+    data.CopyTo(consumed, n,
+                input_->data() + (d * members + m) * part + in_part);
+    consumed += n;
+  }
+}
+
 void RelayCollective::AdvanceReadyLocked() {
   size_t ready = 0;
   switch (combine_) {
@@ -352,6 +382,26 @@ void RelayCollective::AdvanceReadyLocked() {
       for (size_t i = 0; i < members_.size(); ++i) {
         ready = base_[i] + members_[i].received;
         if (members_[i].received < members_[i].input_bytes) break;
+      }
+      break;
+    case Combine::kParts:
+      // Destination by destination, member by member, up to the first
+      // part not whole yet.
+      for (size_t d = 0; part_bytes_ > 0 && d * part_bytes_ < input_->size();
+           ++d) {
+        bool whole = true;
+        for (const Member& m : members_) {
+          const size_t begin = d * part_bytes_;
+          const size_t have = m.received <= begin
+                                  ? 0
+                                  : std::min(part_bytes_, m.received - begin);
+          ready += have;
+          if (have < part_bytes_) {
+            whole = false;
+            break;
+          }
+        }
+        if (!whole) break;
       }
       break;
     case Combine::kAlone:
@@ -389,13 +439,14 @@ void RelayCollective::OnUpstreamDone(absl::StatusOr<UpstreamResult> result) {
       const Fingerprint& ref = members_[0].fp;
       const bool combined = combine_ != Combine::kAlone;
       // Only the root gets the result (Reduce, Gather), or each member its
-      // own part of it (ReduceScatter's slices, Scatter's parts), else
-      // every member the whole.
+      // own part of it (ReduceScatter's slices, Scatter's parts,
+      // AllToAll's rows sent to it), else every member the whole.
       const bool rooted = combined && (ref.kind == CollectiveKind::kReduce ||
                                        ref.kind == CollectiveKind::kGather);
       const bool own_parts =
           combined && (ref.kind == CollectiveKind::kReduceScatter ||
-                       ref.kind == CollectiveKind::kScatter);
+                       ref.kind == CollectiveKind::kScatter ||
+                       ref.kind == CollectiveKind::kAllToAll);
       size_t result_bytes = 0;
       for (const TensorSpec& spec : result->specs) {
         result_bytes += TotalBytes({spec});

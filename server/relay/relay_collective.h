@@ -14,12 +14,18 @@
 //                       by chunk as they are reduced
 //   AllGather, Gather   concatenated in rank order
 //   Broadcast, Scatter  the root's, when it is one of them
+//   AllToAll            per destination rank of the group in order, the
+//                       members' parts for it in rank order (each part, a
+//                       member's input cut into equal parts along dim 0,
+//                       placed as its bytes arrive)
 //   Barrier             none
 // and the result is the same for each (AllReduce, AllGather, Broadcast,
 // Barrier), or the root's alone (Reduce, Gather: the others get none), or
 // cut along dimension 0 into the members' own parts, each member getting
-// its own (ReduceScatter's slices, Scatter's parts: upstream sends them
-// concatenated in rank order).
+// its own (ReduceScatter's slices, Scatter's parts, AllToAll's rows every
+// rank sent it: upstream sends them concatenated in rank order).
+// AllToAllV (rows per destination each rank's own) goes upstream per rank,
+// as if alone.
 // With one rank the call goes upstream as that rank's own, its payload as
 // it is, and its result is that rank's.
 //
@@ -132,7 +138,7 @@ class RelayCollective final
 
  private:
   // How the members' inputs make the upstream payload.
-  enum class Combine { kAlone, kReduce, kConcat, kRoot, kNone };
+  enum class Combine { kAlone, kReduce, kConcat, kRoot, kParts, kNone };
   struct Member {
     int rank = -1;
     std::shared_ptr<RankChannel> channel;
@@ -172,6 +178,10 @@ class RelayCollective final
   // Member `m`'s payload bytes [offset, offset + data.size()), every member
   // attached.
   absl::Status PlaceLocked(int m, uint64_t offset, const Payload& data)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // kParts: places member `m`'s bytes [offset, offset + data.size()) part
+  // by part, each at its destination's place in the upstream payload.
+  void PlacePartsLocked(int m, uint64_t offset, const Payload& data)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the upstream payload's prefix that is whole as ready.
   void AdvanceReadyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -218,6 +228,8 @@ class RelayCollective final
   std::shared_ptr<UpstreamInput> input_ ABSL_GUARDED_BY(mu_);
   std::optional<MemoryReservation> reserved_ ABSL_GUARDED_BY(mu_);
   std::vector<size_t> base_ ABSL_GUARDED_BY(mu_);
+  // kParts: the bytes each member sends each rank of the group.
+  size_t part_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // kReduce: the layout and tensors the members' chunks are reduced by
   // (AVG as SUM), chunks being staged, and chunks reduced.
   PayloadLayout layout_ ABSL_GUARDED_BY(mu_);

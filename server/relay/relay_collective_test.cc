@@ -319,6 +319,115 @@ TEST_F(RelayCollectiveTest, ScatterWithoutTheRootSendsNothing) {
   }
 }
 
+// All-to-all over {0,1,2,3}: rank r sends [8, 2] int32, two rows (16
+// bytes) to each rank d, whose element (k, e) is 1000 r + 100 d + 10 k + e.
+int32_t A2aValue(int from, int to, int row, int col) {
+  return 1000 * from + 100 * to + 10 * row + col;
+}
+std::vector<int32_t> A2aInput(int rank) {
+  std::vector<int32_t> v;
+  for (int d = 0; d < 4; ++d) {
+    for (int k = 0; k < 2; ++k) {
+      for (int e = 0; e < 2; ++e) v.push_back(A2aValue(rank, d, k, e));
+    }
+  }
+  return v;
+}
+
+TEST_F(RelayCollectiveTest,
+       AllToAllSendsPartsByDestinationAndHandsEachItsRows) {
+  // Ranks 1-3 of the group: one call as rank 1, its payload per
+  // destination d the parts of ranks 1, 2 and 3 for d; upstream answers
+  // the three members' results, [24, 2], and each gets its own 8 rows.
+  const std::vector<int> group = {0, 1, 2, 3};
+  const Fingerprint fp = MakeFingerprint(
+      CollectiveKind::kAllToAll, {Spec(DataType::kInt32, {8, 2})}, group);
+  auto c = Make({1, 2, 3});
+  std::vector<std::shared_ptr<FakeRankChannel>> ch(4);
+  ch[3] = std::make_shared<FakeRankChannel>();
+  ASSERT_TRUE(c->Attach(ch[3], 3, HeaderOf(fp, 3), fp));
+  // Rank 3 sends before the others attached: held until they are in.
+  const std::string input3 = Bytes(A2aInput(3));
+  c->OnData(3, 0, PayloadOf(input3.substr(0, 20)));
+  for (int r : {1, 2}) {
+    ch[r] = std::make_shared<FakeRankChannel>();
+    ASSERT_TRUE(c->Attach(ch[r], r, HeaderOf(fp, r), fp));
+  }
+  // Messages that do not fall on parts' boundaries, ranks out of order.
+  const std::string input1 = Bytes(A2aInput(1));
+  const std::string input2 = Bytes(A2aInput(2));
+  c->OnData(2, 0, PayloadOf(input2.substr(0, 40)));
+  c->OnData(1, 0, PayloadOf(input1.substr(0, 24)));
+  // Every member's part for rank 0 is in, then rank 1's first 8 bytes of
+  // its part for rank 1: that much of the payload is ready (rank 2's part
+  // for rank 1, though whole, comes after what rank 1 has yet to send).
+  EXPECT_EQ(session_->input()->ready(), 3u * 16u + 8u);
+  c->OnData(3, 20, PayloadOf(input3.substr(20)));
+  c->OnData(1, 24, PayloadOf(input1.substr(24)));
+  c->OnData(2, 40, PayloadOf(input2.substr(40)));
+  for (int r = 1; r <= 3; ++r) c->OnInputEnd(r);
+  std::vector<int32_t> want_up;
+  for (int d = 0; d < 4; ++d) {
+    for (int r = 1; r <= 3; ++r) {
+      for (int k = 0; k < 2; ++k) {
+        for (int e = 0; e < 2; ++e) want_up.push_back(A2aValue(r, d, k, e));
+      }
+    }
+  }
+  EXPECT_EQ(session_->Payload(), Bytes(want_up));
+  const v1::CollectiveHeader up = session_->header();
+  EXPECT_EQ(up.rank(), 1);
+  EXPECT_THAT(up.ranks(), ElementsAre(1, 2, 3));
+  ASSERT_EQ(up.tensors_size(), 1);
+  EXPECT_EQ(up.tensors(0).shape(0), 24);  // the three members' rows
+  EXPECT_EQ(up.tensors(0).shape(1), 2);
+  // The members' results as upstream would make them: member r's is the
+  // rows every rank s sent it, in group order.
+  std::vector<int32_t> answer;
+  for (int r = 1; r <= 3; ++r) {
+    for (int s = 0; s < 4; ++s) {
+      for (int k = 0; k < 2; ++k) {
+        for (int e = 0; e < 2; ++e) answer.push_back(A2aValue(s, r, k, e));
+      }
+    }
+  }
+  session_->Answer(Spec(DataType::kInt32, {24, 2}), Bytes(answer));
+  for (int r = 1; r <= 3; ++r) {
+    SCOPED_TRACE(r);
+    DrainWrites(*c, r, *ch[r]);
+    ASSERT_TRUE(ch[r]->WaitEnded());
+    EXPECT_TRUE(ch[r]->finished_ok()) << ch[r]->failure();
+    std::vector<int32_t> own;
+    for (int s = 0; s < 4; ++s) {
+      for (int k = 0; k < 2; ++k) {
+        for (int e = 0; e < 2; ++e) own.push_back(A2aValue(s, r, k, e));
+      }
+    }
+    EXPECT_EQ(ch[r]->result(), Bytes(own));
+    EXPECT_EQ(ch[r]->headers(), 1);
+    ASSERT_EQ(ch[r]->specs().size(), 1u);
+    EXPECT_EQ(ch[r]->specs()[0].shape, (std::vector<int64_t>{8, 2}));
+  }
+  // Each member's rows are the answer's own bytes, not copies: member k's
+  // 64 bytes at k * 64 of the answer.
+  const std::vector<SentMessage> first = ch[1]->sent();
+  ASSERT_FALSE(first.empty());
+  ASSERT_FALSE(first[0].pieces.empty());
+  for (int r = 2; r <= 3; ++r) {
+    const std::vector<SentMessage> other = ch[r]->sent();
+    ASSERT_FALSE(other.empty());
+    ASSERT_FALSE(other[0].pieces.empty());
+    EXPECT_EQ(other[0].pieces[0].second,
+              first[0].pieces[0].second + (r - 1) * 64)
+        << "rank " << r << "'s rows were copied apart";
+  }
+  EXPECT_TRUE(c->done());
+  // Every member's input goes up and its rows come back as they would
+  // alone: combining saves calls, not bytes.
+  EXPECT_EQ(saved_, 0u);
+  EXPECT_EQ(memory_.used(), 0u);
+}
+
 TEST_F(RelayCollectiveTest, AnUnevenAnswerForMembersPartsFailsThemAll) {
   // Upstream's answer to two members' reduce-scatter must cut in two along
   // dimension 0; [3] does not.

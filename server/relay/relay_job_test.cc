@@ -18,6 +18,7 @@
 #include "proto/reducer/v1/wire_conversion.h"
 #include "server/engine/clock.h"
 #include "server/engine/fake_rank_channel.h"
+#include "server/engine/string_bytes.h"
 #include "server/relay/fake_upstream_session.h"
 #include "tests/status_matchers.h"
 
@@ -131,6 +132,7 @@ class RelayJobTest : public ::testing::Test {
     h.set_root(fp.root);
     for (const TensorSpec& t : fp.tensors)
       *h.add_tensors() = TensorSpecToWire(t);
+    for (int64_t rows : fp.send_rows) h.add_send_rows(rows);
     absl::StatusOr<std::shared_ptr<AttachedCollective>> attached =
         job_->Attach(h, fp, std::move(channel));
     if (!attached.ok()) return attached.status();
@@ -156,7 +158,15 @@ class RelayJobTest : public ::testing::Test {
       ABSL_GUARDED_BY(mu_);
 };
 
-// An all-to-all goes upstream rank by rank: rank 2's alone.
+// An all-to-all-v goes upstream rank by rank: rank 2's alone.
+Fingerprint AllToAllV() {
+  Fingerprint fp = MakeFingerprint(CollectiveKind::kAllToAllV,
+                                   {Spec(DataType::kFloat32, {4})}, kGroup);
+  fp.send_rows = {1, 1, 1, 1};
+  return fp;
+}
+
+// An all-to-all takes ranks 2 and 3 together, as an all-reduce does.
 Fingerprint AllToAll() {
   return MakeFingerprint(CollectiveKind::kAllToAll,
                          {Spec(DataType::kFloat32, {4})}, kGroup);
@@ -172,21 +182,21 @@ Fingerprint AllReduce() {
 
 TEST_F(RelayJobTest, ACallMadeUpstreamGetsItsResultBeforeTheEpochEndsHere) {
   ASSERT_NO_FATAL_FAILURE(Join());
-  // Rank 2's all-to-all is upstream; the all-reduce waits for rank 3.
+  // Rank 2's all-to-all-v is upstream; the all-reduce waits for rank 3.
   auto exchanged = std::make_shared<FakeRankChannel>();
-  ASSERT_THAT(Call(AllToAll(), 2, 0, exchanged), ::reducer::testing::IsOk());
+  ASSERT_THAT(Call(AllToAllV(), 2, 0, exchanged), ::reducer::testing::IsOk());
   auto waiting = std::make_shared<FakeRankChannel>();
   ASSERT_THAT(Call(AllReduce(), 2, 1, waiting), ::reducer::testing::IsOk());
   ASSERT_EQ(upstream_.session()->calls(), 1);
 
   upstream_.End(absl::UnavailableError("keepalive watchdog timeout"));
   // The call not made upstream fails at once, naming why; so does a later
-  // call. The epoch here goes on while the all-to-all is upstream.
+  // call. The epoch here goes on while the all-to-all-v is upstream.
   ASSERT_TRUE(waiting->WaitEnded());
   EXPECT_THAT(waiting->failure(),
               StatusIs(absl::StatusCode::kAborted,
                        HasSubstr("keepalive watchdog timeout")));
-  EXPECT_THAT(Call(AllToAll(), 3, 0, std::make_shared<FakeRankChannel>()),
+  EXPECT_THAT(Call(AllToAllV(), 3, 0, std::make_shared<FakeRankChannel>()),
               StatusIs(absl::StatusCode::kAborted,
                        HasSubstr("upstream session ended")));
   EXPECT_TRUE(ended_here().empty());
@@ -204,6 +214,54 @@ TEST_F(RelayJobTest, ACallMadeUpstreamGetsItsResultBeforeTheEpochEndsHere) {
   EXPECT_THAT(ended[0].second, HasSubstr("keepalive watchdog timeout"));
 }
 
+TEST_F(RelayJobTest, AnAllToAllOfTheHostsRanksIsOneCallUpstream) {
+  ASSERT_NO_FATAL_FAILURE(Join());
+  auto two = std::make_shared<FakeRankChannel>();
+  auto three = std::make_shared<FakeRankChannel>();
+  ASSERT_THAT(Call(AllToAll(), 2, 0, two), ::reducer::testing::IsOk());
+  FakeUpstreamSession* session = upstream_.session();
+  EXPECT_EQ(session->calls(), 0u);  // waits for rank 3
+  ASSERT_THAT(Call(AllToAll(), 3, 0, three), ::reducer::testing::IsOk());
+  ASSERT_EQ(session->calls(), 1u);
+  const v1::CollectiveHeader up = session->header();
+  EXPECT_EQ(up.rank(), 2);
+  EXPECT_THAT(up.ranks(), ::testing::ElementsAre(2, 3));
+  EXPECT_EQ(up.tensors(0).shape(0), 8);
+  // Rank r sends 10 r + d to rank d: upstream gets, per destination, rank
+  // 2's element then rank 3's.
+  for (int r : {2, 3}) {
+    const std::vector<float> x = {10.0f * r, 10.0f * r + 1, 10.0f * r + 2,
+                                  10.0f * r + 3};
+    Payload payload;
+    payload.Append(StringBytes(std::string(
+        reinterpret_cast<const char*>(x.data()), sizeof(float) * x.size())));
+    attached_.back()->OnData(r, 0, std::move(payload));
+    attached_.back()->OnInputEnd(r);
+  }
+  const std::vector<float> want = {20, 30, 21, 31, 22, 32, 23, 33};
+  EXPECT_EQ(session->Payload(),
+            std::string(reinterpret_cast<const char*>(want.data()),
+                        sizeof(float) * want.size()));
+  // Upstream's answer: rank 2's rows, then rank 3's; each gets its own.
+  const std::vector<float> answer = {2, 12, 22, 32, 3, 13, 23, 33};
+  const std::string answer_bytes(reinterpret_cast<const char*>(answer.data()),
+                                 sizeof(float) * answer.size());
+  session->Answer(Spec(DataType::kFloat32, {8}), answer_bytes, 0);
+  ASSERT_TRUE(two->WaitEnded());
+  ASSERT_TRUE(three->WaitEnded());
+  EXPECT_TRUE(two->finished_ok()) << two->failure();
+  EXPECT_TRUE(three->finished_ok()) << three->failure();
+  EXPECT_EQ(two->result(), answer_bytes.substr(0, 16));
+  EXPECT_EQ(three->result(), answer_bytes.substr(16));
+  // An all-to-all-v of both goes up rank by rank: two more calls.
+  ASSERT_THAT(Call(AllToAllV(), 2, 1, std::make_shared<FakeRankChannel>()),
+              ::reducer::testing::IsOk());
+  ASSERT_THAT(Call(AllToAllV(), 3, 1, std::make_shared<FakeRankChannel>()),
+              ::reducer::testing::IsOk());
+  EXPECT_EQ(session->calls(), 3u);
+  EXPECT_TRUE(session->header(2).ranks().empty());
+}
+
 TEST_F(RelayJobTest, WithNoCallUpstreamTheEpochEndsHereAtOnce) {
   ASSERT_NO_FATAL_FAILURE(Join());
   upstream_.End(absl::AbortedError("job j epoch 1 aborted: rank 0 left"));
@@ -216,7 +274,7 @@ TEST_F(RelayJobTest, WithNoCallUpstreamTheEpochEndsHereAtOnce) {
 TEST_F(RelayJobTest, AnEpochEndedHereFirstIsNotEndedAgainByUpstreamsEnd) {
   ASSERT_NO_FATAL_FAILURE(Join());
   auto exchanged = std::make_shared<FakeRankChannel>();
-  ASSERT_THAT(Call(AllToAll(), 2, 0, exchanged), ::reducer::testing::IsOk());
+  ASSERT_THAT(Call(AllToAllV(), 2, 0, exchanged), ::reducer::testing::IsOk());
   upstream_.End(absl::UnavailableError("keepalive watchdog timeout"));
   // Rank 3 is lost here meanwhile: its Job ends the epoch.
   job_->EndEpoch(kEpoch, absl::AbortedError("rank 3's session was lost"),
