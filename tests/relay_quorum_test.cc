@@ -212,6 +212,98 @@ TEST_P(RelayQuorumTest, ARankLostOnItsRelayIsLeftOutAndRejoinsThroughIt) {
   if (HasFailure()) ADD_FAILURE() << Logs();
 }
 
+// A rank that rejoined through its relay (on an upstream session of its
+// own) and is lost again is left out again: the others' steps go on, and
+// nobody sees ABORTED.
+TEST_P(RelayQuorumTest, ARankLostAgainAfterItRejoinedIsLeftOutAgain) {
+  Watchdog watchdog("ARankLostAgainAfterItRejoinedIsLeftOutAgain",
+                    absl::Seconds(150));
+  const std::string job = "relay-twice";
+  constexpr int kRounds = 6;
+  // Rank 3 is cut off before step 1 and before step 4; it joins again
+  // at step 2 (listed as joined there) and contributes to 0 and 3.
+  auto contributes = [](int step) { return step == 0 || step == 3; };
+  std::vector<std::unique_ptr<Client>> clients(kWorld);
+  RankFailures failures;
+  std::atomic<int> cut{0};       // how many times rank 3 was cut off
+  std::atomic<int> rejoined{0};  // and joined again
+  std::atomic<int> waiting{0};   // survivors at step 2, waiting for it
+  QuorumOptions quorum;
+  quorum.min_ranks = 3;
+  quorum.grace = kGrace;
+  RunOnEveryRank(kWorld, [&](int rank) {
+    auto fail = [&](const std::string& what) {
+      failures.Add(absl::StrCat("rank ", rank, ": ", what));
+    };
+    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, job);
+    if (!client.ok()) return fail(client.status().ToString());
+    clients[rank] = *std::move(client);
+    for (int s = 0; s < kRounds; ++s) {
+      if (rank == 3 && (s == 1 || s == 4)) {
+        if (s == 1) {
+          proxy_->SetRefuseNew(true);
+          proxy_->DropAll();
+          clients[rank].reset();
+          cut.store(1);
+          // Back through the proxy once the survivors wait at step 2.
+          while (waiting.load() < 3) absl::SleepFor(absl::Milliseconds(1));
+          proxy_->SetRefuseNew(false);
+          absl::StatusOr<std::unique_ptr<Client>> again = Connect(rank, job);
+          if (!again.ok()) {
+            return fail(absl::StrCat("again: ", again.status().ToString()));
+          }
+          clients[rank] = *std::move(again);
+          rejoined.store(1);
+          s = 1;  // the loop's next step is 2
+          continue;
+        }
+        // Before step 4: cut off for good.
+        proxy_->SetRefuseNew(true);
+        proxy_->DropAll();
+        clients[rank].reset();
+        cut.store(2);
+        return;
+      }
+      if (rank != 3 && s == 1) {
+        while (cut.load() < 1) absl::SleepFor(absl::Milliseconds(1));
+      }
+      if (rank != 3 && s == 2) {
+        waiting.fetch_add(1);
+        while (rejoined.load() < 1) absl::SleepFor(absl::Milliseconds(1));
+      }
+      if (rank != 3 && s == 4) {
+        while (cut.load() < 2) absl::SleepFor(absl::Milliseconds(1));
+      }
+      std::vector<float> x(kN);
+      for (int64_t i = 0; i < kN; ++i) x[i] = Input(rank, s, i);
+      absl::StatusOr<QuorumResult> step = clients[rank]->AllReduceQuorum(
+          TensorView::Of<float>(x), ReduceOp::kSum, quorum);
+      if (!step.ok()) {
+        return fail(absl::StrCat("step ", s, ": ", step.status().ToString()));
+      }
+      const std::vector<int> want = contributes(s)
+                                        ? std::vector<int>{0, 1, 2, 3}
+                                        : std::vector<int>{0, 1, 2};
+      if (step->contributors != want ||
+          step->tensor.values<float>()[0] != SumOf(want, s, 0) ||
+          step->tensor.values<float>()[kN - 1] != SumOf(want, s, kN - 1)) {
+        return fail(absl::StrCat("step ", s, ": contributors [",
+                                 absl::StrJoin(step->contributors, ","),
+                                 "], want [", absl::StrJoin(want, ","), "]"));
+      }
+      const std::vector<int> joined =
+          s == 2 ? std::vector<int>{3} : std::vector<int>{};
+      if (step->joined != joined) {
+        return fail(absl::StrCat("step ", s, ": joined [",
+                                 absl::StrJoin(step->joined, ","), "]"));
+      }
+    }
+  });
+  failures.ExpectNone();
+  clients.clear();
+  if (HasFailure()) ADD_FAILURE() << Logs();
+}
+
 // Outside quorum mode a rank lost on its relay ends the epoch for every
 // rank of the job, naming that rank (not its relay's first), as when it
 // is connected directly.

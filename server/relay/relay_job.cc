@@ -392,7 +392,15 @@ bool RelayJob::RejoinUpstream(
               absl::MutexLock lock(&mu_);
               return gone();
             },
-            [this, epoch_id](const absl::Status& why) {
+            [this, epoch_id, rank](const absl::Status& why) {
+              // Once the rank was lost again (LoseRanks took its session)
+              // the end is that report's; else it ends the epoch here.
+              {
+                absl::MutexLock lock(&mu_);
+                if (alone_.count(rank) == 0 && rejoining_.count(rank) == 0) {
+                  return;
+                }
+              }
               OnUpstreamEnded(epoch_id, why);
             });
     absl::StatusOr<uint64_t> first_step;

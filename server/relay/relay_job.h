@@ -11,22 +11,22 @@
 // A rank of this host lost (its session here ended) is that rank's loss
 // upstream, as if it were connected there directly (LoseRanks): the relay
 // reports it on its upstream session (LeaveRequest.ranks), which goes on
-// holding the host's other ranks; the rank is absent in its Job here, and
-// left out of the host's later combined calls; collectives waiting here
-// for it go upstream without it. Upstream then decides: in quorum mode the
-// job goes on without the rank (its quorum steps stop waiting for it, and
-// the survivors' data all-reduce names a group without it); otherwise the
-// epoch ends there naming the rank, which ends it here. A rank whose
-// client closes on purpose is reported the same way, as departed (no
-// cause). A loss before the
-// job is joined upstream, or one that cannot be reported, ends the epoch
-// here and the relay leaves upstream naming it. A lost rank that joins
-// again while the epoch runs joins upstream on a session of its own
-// (RejoinUpstream), admitted there at once in quorum mode, and its calls
-// go upstream alone through it from then on. The epoch ending upstream
-// ends it here. An epoch that ends here while its join upstream still
-// waits (for other hosts' ranks) gives that join up, and so does the relay
-// letting go of the job: neither waits out the join's timeout.
+// holding the host's other ranks; the rank is absent in its Job here, and left
+// out of the host's later combined calls; collectives waiting here for it go
+// upstream without it. Upstream then decides: in quorum mode the job goes on
+// without the rank (its quorum steps stop waiting for it, and the survivors'
+// data all-reduce names a group without it); otherwise the epoch ends there
+// naming the rank, which ends it here. A rank whose client closes on purpose is
+// reported the same way, as departed (no cause). A loss before the job is
+// joined upstream, or one that cannot be reported, ends the epoch here and the
+// relay leaves upstream naming it. A lost rank that joins again while the epoch
+// runs joins upstream on a session of its own (RejoinUpstream), admitted there
+// at once in quorum mode, and its calls go upstream alone through it from then
+// on; lost again, it is reported on that session, whose end then ends nothing
+// here. The epoch ending upstream ends it here. An epoch that ends here while
+// its join upstream still waits (for other hosts' ranks) gives that join up,
+// and so does the relay letting go of the job: neither waits out the join's
+// timeout.
 //
 // When the upstream session ends on its own (its epoch aborted upstream, a
 // shard lost or cut off: a keepalive watchdog, a link down), the calls not
