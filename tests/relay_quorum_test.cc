@@ -1,18 +1,18 @@
-// Quorum steps through relays, end to end: real reducerd processes for a shard
-// and two relays (reducerd --upstream) of two ranks each, the ranks as threads
-// of this test using the public client. Rank 3 reaches its relay through a
-// TcpProxy; after a few steps the proxy cuts it off (its connection drops, as
-// when its process dies). Its relay reports it upstream as that rank's loss, so
-// the job goes on as if the ranks were connected to the shard directly: the
-// other three finish the later steps over ranks 0, 1 and 2, with their sums,
-// well within the steps' grace, and none of them sees ABORTED. Then rank 3
-// connects to its relay again: it is admitted into the running job at once, its
-// first step lists it as joined, and from the next one on all four contribute
-// again; lost once more, it is left out again. Outside quorum mode the same
-// loss ends the epoch, naming the rank, and the four start a new epoch through
-// their relays. A rank that closes its client at its relay in quorum mode is
-// left out as well. Each case runs with one shard upstream and with two (the
-// steps' data cut over both).
+// Quorum steps through relays, end to end: real reducerd processes for the
+// shards and two relays (reducerd --upstream) of two ranks each, the ranks as
+// threads of this test using the public client. Rank 3 reaches its relay
+// through a TcpProxy; after a few steps the proxy cuts it off (its connection
+// drops, as when its process dies). Its relay reports it upstream as that
+// rank's loss, so the job goes on as if the ranks were connected to the shard
+// directly: the other three finish the later steps over ranks 0, 1 and 2, with
+// their sums, well within the steps' grace, and none of them sees ABORTED. Then
+// rank 3 connects to its relay again: it is admitted into the running job at
+// once, its first step lists it as joined, and from the next one on all four
+// contribute again; lost once more, it is left out again. Outside quorum mode
+// the same loss ends the epoch, naming the rank, and the four start a new epoch
+// through their relays. A rank that closes its client at its relay in quorum
+// mode is left out as well. Each case runs with one shard upstream and with two
+// (the steps' data cut over both).
 #include <atomic>
 #include <memory>
 #include <string>
