@@ -120,7 +120,13 @@ bool Job::Leave(const std::string& session_id, const SessionChannel* owner,
         // Upstream takes it as these ranks' loss, as if they were connected
         // there directly; the host's other ranks go on meanwhile.
         const absl::Time now = env_.timers->clock().Now();
-        for (int rank : left.ranks) membership_.MarkAbsent(rank, now);
+        for (int rank : left.ranks) {
+          membership_.MarkAbsent(rank, now);
+          // Its messages matched here (with a rank of this host) fail as
+          // they would on a reducerd, naming it.
+          LoseRankLocked(rank, absl::StatusCode::kAborted,
+                         absl::StrCat("was lost (", why, ")"));
+        }
         break;
       }
       EndEpoch(left.ranks.size() == 1
@@ -199,7 +205,11 @@ void Job::Depart(const std::string& session_id) {
         relay_->LoseRanks(membership_.epoch_id(), ranks, /*cause=*/"")) {
       // Upstream takes the departure as these ranks' own, as if they were
       // connected there directly: absent here, as for a loss.
-      for (int rank : ranks) membership_.MarkAbsent(rank, now);
+      for (int rank : ranks) {
+        membership_.MarkAbsent(rank, now);
+        LoseRankLocked(rank, absl::StatusCode::kAborted,
+                       "left (its client was closed)");
+      }
       return;
     }
   }

@@ -138,7 +138,40 @@ absl::StatusOr<std::shared_ptr<AttachedCollective>> Job::AttachCall(
     REDUCER_RETURN_IF_ERROR(membership_.CheckCaller(
         header.rank(), header.epoch(), header.session_id(), description));
   }
+  // A message between two ranks of this host never leaves it.
+  if (fp->kind == CollectiveKind::kSendReceive &&
+      relay_->KeepsHere(header, *fp)) {
+    return Attach(header, std::move(stream));
+  }
+  if (fp->kind == CollectiveKind::kMatch) {
+    for (JobRelay::HeldMessage& held : relay_->BeforeMatch(header, *fp)) {
+      HandOverHeld(held.send, std::move(held.channel));
+    }
+  }
   return relay_->Attach(header, *fp, std::move(stream));
+}
+
+void Job::HandOverHeld(const v1::CollectiveHeader& send,
+                       std::shared_ptr<RankChannel> channel) {
+  absl::StatusOr<Fingerprint> fp = FingerprintFromHeader(send, world_size_);
+  if (fp.ok() && fp->group.size() == 2) {
+    absl::MutexLock lock(&mu_);
+    auto it = matching_.find(MatchingKeyLocked(send, *fp));
+    if (it != matching_.end() && !it->second->done()) {
+      const int destination =
+          fp->group[0] == fp->root ? fp->group[1] : fp->group[0];
+      // As the destination's Receive: no tensor of its own, which agrees
+      // with the one sent.
+      Fingerprint receive = *std::move(fp);
+      receive.tensors.clear();
+      it->second->Attach(std::move(channel), destination, std::move(receive),
+                         /*attempt_id=*/"", /*covered=*/{});
+      return;
+    }
+  }
+  channel->Fail(absl::NotFoundError(
+      absl::StrCat("job ", name_, ": the message \"", send.name(),
+                   "\" is no longer held on this relay")));
 }
 
 absl::StatusOr<std::shared_ptr<Collective>> Job::Replay(
