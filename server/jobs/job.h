@@ -276,7 +276,7 @@ class Job {
   // is answered NOT_FOUND. On a relay, a point-to-point message between
   // two of its ranks is Attach's, matched here (JobRelay::KeepsHere), and
   // messages held here that a match needs go upstream before it
-  // (JobRelay::BeforeMatch, HandOverHeld).
+  // (JobRelay::BeforeMatch, HandOverHeldLocked).
   absl::StatusOr<std::shared_ptr<AttachedCollective>> AttachCall(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
 
@@ -415,9 +415,13 @@ class Job {
   // Hands the held message of `send` (the source's header) to `channel`
   // as to its destination's call; fails `channel` when the message is no
   // longer held (its deadline passed, or its epoch ended).
-  void HandOverHeld(const v1::CollectiveHeader& send,
-                    std::shared_ptr<RankChannel> channel)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void HandOverHeldLocked(const v1::CollectiveHeader& send,
+                          std::shared_ptr<RankChannel> channel)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // On a relay, the held messages of `ranks` about to be lost go upstream
+  // first (JobRelay::HeldFrom).
+  void HandOverHeldFromLocked(const std::vector<int>& ranks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The matching key of `header` (MatchingKey), its sequence number moved
   // past the unnamed collectives its rank was left out of for Done (on a
   // job of one shard; over several, the client moves its own count).
@@ -535,6 +539,10 @@ class Job {
   };
   const std::shared_ptr<WaitingTimer> waiting_timer_;
 
+  // On a relay: a point-to-point call's route and its attaching here, and
+  // a match's handing over of held messages, one at a time (AttachCall).
+  // Taken before mu_.
+  absl::Mutex p2p_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   absl::Mutex mu_;
   // Whether a JoinWaiting broadcast is scheduled, and when the last went.
   bool waiting_scheduled_ ABSL_GUARDED_BY(mu_) = false;

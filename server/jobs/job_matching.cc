@@ -138,24 +138,31 @@ absl::StatusOr<std::shared_ptr<AttachedCollective>> Job::AttachCall(
     REDUCER_RETURN_IF_ERROR(membership_.CheckCaller(
         header.rank(), header.epoch(), header.session_id(), description));
   }
-  // A message between two ranks of this host never leaves it.
-  if (fp->kind == CollectiveKind::kSendReceive &&
-      relay_->KeepsHere(header, *fp)) {
-    return Attach(header, std::move(stream));
+  // A message between two ranks of this host never leaves it. Its route
+  // and its attaching here are one step for the held messages a match
+  // hands over (under p2p_mu_): a message kept here is in matching_ by
+  // the time a match looks for it.
+  if (fp->kind == CollectiveKind::kSendReceive) {
+    absl::MutexLock routing(&p2p_mu_);
+    if (relay_->KeepsHere(header, *fp)) {
+      return Attach(header, std::move(stream));
+    }
   }
   if (fp->kind == CollectiveKind::kMatch) {
-    for (JobRelay::HeldMessage& held : relay_->BeforeMatch(header, *fp)) {
-      HandOverHeld(held.send, std::move(held.channel));
+    absl::MutexLock routing(&p2p_mu_);
+    std::vector<JobRelay::HeldMessage> held = relay_->BeforeMatch(header, *fp);
+    absl::MutexLock lock(&mu_);
+    for (JobRelay::HeldMessage& message : held) {
+      HandOverHeldLocked(message.send, std::move(message.channel));
     }
   }
   return relay_->Attach(header, *fp, std::move(stream));
 }
 
-void Job::HandOverHeld(const v1::CollectiveHeader& send,
-                       std::shared_ptr<RankChannel> channel) {
+void Job::HandOverHeldLocked(const v1::CollectiveHeader& send,
+                             std::shared_ptr<RankChannel> channel) {
   absl::StatusOr<Fingerprint> fp = FingerprintFromHeader(send, world_size_);
   if (fp.ok() && fp->group.size() == 2) {
-    absl::MutexLock lock(&mu_);
     auto it = matching_.find(MatchingKeyLocked(send, *fp));
     if (it != matching_.end() && !it->second->done()) {
       const int destination =

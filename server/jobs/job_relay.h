@@ -109,6 +109,13 @@ class JobRelay {
     (void)header, (void)fp;
     return {};
   }
+  // Ranks of this host are about to be lost (LoseRanks): the held
+  // messages they sent that are to go upstream before their loss is
+  // reported there, in the order to hand them over.
+  virtual std::vector<HeldMessage> HeldFrom(const std::vector<int>& ranks) {
+    (void)ranks;
+    return {};
+  }
 };
 
 // Makes the JobRelay of job `job` of `world_size` ranks (its tenant

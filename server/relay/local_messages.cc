@@ -6,11 +6,12 @@ namespace reducer {
 
 bool LocalMessages::KeepsHere(const PointToPointNameParts& message,
                               const v1::CollectiveHeader& header,
-                              uint64_t bytes) {
+                              uint64_t bytes, bool may_stay) {
   const Key key{message.destination, message.tag, message.source, message.n};
   const bool from_source = header.rank() == message.source;
   auto it = messages_.find(key);
   if (it == messages_.end()) {
+    if (!may_stay) return false;
     Entry entry;
     // Rules 2 and 3: a receive coming first stays; a send stays unless a
     // match of its (destination, tag) is on its way upstream.
@@ -39,6 +40,35 @@ bool LocalMessages::KeepsHere(const PointToPointNameParts& message,
   return here;
 }
 
+std::vector<v1::CollectiveHeader> LocalMessages::HeldFrom(
+    const std::vector<int>& sources) {
+  std::vector<std::pair<uint64_t, Entry*>> held;
+  for (auto& [key, entry] : messages_) {
+    if (!entry.here || !entry.sent || entry.received ||
+        std::find(sources.begin(), sources.end(), std::get<2>(key)) ==
+            sources.end()) {
+      continue;
+    }
+    held.emplace_back(entry.arrival, &entry);
+  }
+  return Upstream(held);
+}
+
+std::vector<v1::CollectiveHeader> LocalMessages::Upstream(
+    std::vector<std::pair<uint64_t, Entry*>>& held) {
+  std::sort(held.begin(), held.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<v1::CollectiveHeader> sends;
+  sends.reserve(held.size());
+  for (auto& [arrival, entry] : held) {
+    // Its receive follows it upstream.
+    entry->here = false;
+    sends.push_back(std::move(entry->send));
+    entry->send.Clear();
+  }
+  return sends;
+}
+
 std::vector<v1::CollectiveHeader> LocalMessages::BeforeMatch(
     int destination, int64_t tag,
     const std::vector<std::pair<int, uint64_t>>& received) {
@@ -62,17 +92,7 @@ std::vector<v1::CollectiveHeader> LocalMessages::BeforeMatch(
     }
     held.emplace_back(entry.arrival, &entry);
   }
-  std::sort(held.begin(), held.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<v1::CollectiveHeader> sends;
-  sends.reserve(held.size());
-  for (auto& [arrival, entry] : held) {
-    // Its receive follows it upstream.
-    entry->here = false;
-    sends.push_back(std::move(entry->send));
-    entry->send.Clear();
-  }
-  return sends;
+  return Upstream(held);
 }
 
 void LocalMessages::MatchDone(int destination, int64_t tag) {

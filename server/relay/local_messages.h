@@ -6,8 +6,8 @@
 // Every other message, and every match (kMatch: a ReceiveAny, or a Receive
 // started while a match of its tag was unanswered), goes upstream.
 //
-// The rule, per message of two ranks of this host (RelayJob asks only for
-// those; a lost rank's, or one that joined again alone, go upstream):
+// The rule, per message of two ranks of this host (a message not yet
+// decided whose rank is lost, or joined again alone, goes upstream):
 //
 //  1. A message's route is decided by the first of its two calls to come,
 //     and both calls take it: its send, or the destination's plain Receive
@@ -33,6 +33,9 @@
 //    upstream by the counts the match carries (Match::received), since b
 //    numbered them before it started the match; that is why (4) leaves them
 //    here, where b's receive takes them.
+//  - A lost rank's held sends go upstream before its loss is reported
+//    there (HeldFrom), so that a match there can still take them; a
+//    message whose route was decided keeps it when a rank is lost.
 //  - Per source, messages are taken in the order of their numbers, on both
 //    paths: upstream's matcher gives a match only the next message of its
 //    source, and a plain receive names its number. A message held here and
@@ -65,11 +68,15 @@ namespace reducer {
 
 class LocalMessages {
  public:
-  // The call `header` (its rank's) of message `message`, whose two ranks
-  // are this host's; `bytes`: its payload (the source's; 0 on a receive).
-  // True when it stays here (rules 1-3), false when it goes upstream.
+  // The call `header` (its rank's) of message `message`; `bytes`: its
+  // payload (the source's; 0 on a receive). `may_stay`: both of its ranks
+  // are this host's and taking part (not lost, not joined again alone).
+  // True when it stays here (rules 1-3), false when it goes upstream. A
+  // message whose route is decided keeps it (rule 1), even once a rank is
+  // lost; one not decided goes upstream unless `may_stay`.
   bool KeepsHere(const PointToPointNameParts& message,
-                 const v1::CollectiveHeader& header, uint64_t bytes);
+                 const v1::CollectiveHeader& header, uint64_t bytes,
+                 bool may_stay);
 
   // A match of `destination` with `tag` goes upstream; `received`: its
   // counts of the destination's own receives per source. Returns the
@@ -81,6 +88,12 @@ class LocalMessages {
       const std::vector<std::pair<int, uint64_t>>& received);
   // A match BeforeMatch took has its outcome upstream.
   void MatchDone(int destination, int64_t tag);
+
+  // `sources` are lost (or left): the messages they sent that are held
+  // here go upstream now, while upstream still takes their sends, in the
+  // order they came (as their sends would be held there had the ranks been
+  // connected directly, for a match to take); their receives follow them.
+  std::vector<v1::CollectiveHeader> HeldFrom(const std::vector<int>& sources);
 
   // Forgets every message and match (a new epoch); the counts stay.
   void Clear();
@@ -104,6 +117,11 @@ class LocalMessages {
   // destination, tag, source, n: one (destination, tag)'s messages are
   // adjacent.
   using Key = std::tuple<int, int64_t, int, uint64_t>;
+
+  // The `held` entries (by their arrival) go upstream: their source
+  // headers, in the order they came.
+  static std::vector<v1::CollectiveHeader> Upstream(
+      std::vector<std::pair<uint64_t, Entry*>>& held);
 
   std::map<Key, Entry> messages_;
   // Matches on their way upstream, by (destination, tag).

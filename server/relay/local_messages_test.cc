@@ -36,14 +36,14 @@ Call MessageCall(int rank, int source, int destination, int64_t tag,
 }
 
 bool Send(LocalMessages& local, int source, int destination, int64_t tag,
-          uint64_t n, uint64_t bytes = 16) {
+          uint64_t n, uint64_t bytes = 16, bool may_stay = true) {
   Call call = MessageCall(source, source, destination, tag, n);
-  return local.KeepsHere(call.message, call.header, bytes);
+  return local.KeepsHere(call.message, call.header, bytes, may_stay);
 }
 bool Receive(LocalMessages& local, int source, int destination, int64_t tag,
-             uint64_t n) {
+             uint64_t n, bool may_stay = true) {
   Call call = MessageCall(destination, source, destination, tag, n);
-  return local.KeepsHere(call.message, call.header, 0);
+  return local.KeepsHere(call.message, call.header, 0, may_stay);
 }
 
 std::vector<std::string> Names(const std::vector<v1::CollectiveHeader>& h) {
@@ -145,6 +145,36 @@ TEST(LocalMessagesTest, ARetriedSendTakesItsFirstRoute) {
   EXPECT_FALSE(Receive(local, 0, 1, 0, 0));
   EXPECT_EQ(local.kept(), 0u);
   EXPECT_EQ(local.entries(), 0u);
+}
+
+TEST(LocalMessagesTest, ADecidedRouteOutlivesARankLost) {
+  LocalMessages local;
+  // Rank 0 sent to 1 and to 2, then was lost: its message to 1 (held) and
+  // the one to 2 (received first) keep their routes.
+  EXPECT_TRUE(Send(local, 0, 1, 0, 0));
+  EXPECT_TRUE(Receive(local, 0, 2, 0, 0));
+  EXPECT_TRUE(Receive(local, 0, 1, 0, 0, /*may_stay=*/false));
+  EXPECT_TRUE(Send(local, 0, 2, 0, 0, 16, /*may_stay=*/false));
+  // One not decided goes upstream, keeping nothing.
+  EXPECT_FALSE(Send(local, 0, 1, 0, 1, 16, /*may_stay=*/false));
+  EXPECT_EQ(local.entries(), 0u);
+  EXPECT_EQ(local.kept(), 2u);
+}
+
+TEST(LocalMessagesTest, ALostRanksHeldSendsGoUpstreamInOrder) {
+  LocalMessages local;
+  EXPECT_TRUE(Send(local, 0, 1, 3, 0));
+  EXPECT_TRUE(Send(local, 2, 1, 3, 0));
+  EXPECT_TRUE(Send(local, 0, 2, 9, 0));
+  EXPECT_TRUE(Receive(local, 0, 1, 4, 0));  // waits here: stays
+  EXPECT_TRUE(Send(local, 1, 0, 3, 0));     // to rank 0: stays
+  EXPECT_THAT(Names(local.HeldFrom({0})),
+              ElementsAre("p2p 0>1 tag 3 #0", "p2p 0>2 tag 9 #0"));
+  EXPECT_FALSE(Receive(local, 0, 1, 3, 0));
+  EXPECT_FALSE(Receive(local, 0, 2, 9, 0));
+  EXPECT_TRUE(Receive(local, 2, 1, 3, 0));
+  EXPECT_TRUE(Send(local, 0, 1, 4, 0, 16, /*may_stay=*/false));
+  EXPECT_THAT(local.HeldFrom({0}), IsEmpty());
 }
 
 TEST(LocalMessagesTest, ClearForgetsMessagesAndMatches) {

@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "core/payload_layout.h"
 #include "core/point_to_point_name.h"
 #include "proto/reducer/v1/wire_conversion.h"
@@ -76,15 +78,28 @@ bool RelayJob::KeepsHere(const v1::CollectiveHeader& header,
     return false;
   }
   // Both ranks on the host's session, taking part: a rank lost, joined
-  // again alone, or whose Done() is in flight, is upstream's to judge.
+  // again alone, or whose Done() is in flight, is upstream's to judge (for
+  // a message not decided yet).
+  bool may_stay = true;
   for (int rank : {message->source, message->destination}) {
     if (!std::binary_search(ranks_.begin(), ranks_.end(), rank) ||
         lost_.count(rank) > 0 || alone_.count(rank) > 0 ||
         rejoining_.count(rank) > 0 || done_.count(rank) > 0) {
-      return false;
+      may_stay = false;
     }
   }
-  return local_.KeepsHere(*message, header, bytes);
+  return local_.KeepsHere(*message, header, bytes, may_stay);
+}
+
+std::vector<JobRelay::HeldMessage> RelayJob::HeldFrom(
+    const std::vector<int>& ranks) {
+  absl::MutexLock lock(&mu_);
+  if (session_ == nullptr || ended_ || upstream_end_due_.has_value()) {
+    return {};
+  }
+  // Their loss is reported upstream once upstream holds them (LoseRanks
+  // waits for forwarding_): a send from a rank reported lost is refused.
+  return ForwardLocked(local_.HeldFrom(ranks), &forwarding_);
 }
 
 std::vector<JobRelay::HeldMessage> RelayJob::BeforeMatch(
@@ -93,13 +108,23 @@ std::vector<JobRelay::HeldMessage> RelayJob::BeforeMatch(
   for (const v1::ReceivedCount& count : header.match_received()) {
     received.emplace_back(count.source(), count.count());
   }
-  std::vector<HeldMessage> held;
   absl::MutexLock lock(&mu_);
   if (session_ == nullptr || ended_ || upstream_end_due_.has_value()) {
-    return held;
+    return {};
   }
-  for (v1::CollectiveHeader& send :
-       local_.BeforeMatch(header.rank(), fp.tag, received)) {
+  return ForwardLocked(local_.BeforeMatch(header.rank(), fp.tag, received));
+}
+
+std::vector<JobRelay::HeldMessage> RelayJob::ForwardLocked(
+    std::vector<v1::CollectiveHeader> sends,
+    std::vector<Forwarding>* outcomes) {
+  std::vector<HeldMessage> held;
+  for (v1::CollectiveHeader& send : sends) {
+    auto outcome = std::make_shared<absl::Notification>();
+    if (outcomes != nullptr) {
+      outcomes->push_back(
+          {outcome, absl::Now() + absl::Milliseconds(send.timeout_ms())});
+    }
     absl::StatusOr<Fingerprint> sent = FingerprintFromHeader(send, world_size_);
     absl::StatusOr<PayloadLayout> layout =
         sent.ok() ? ComputePayloadLayout(sent->tensors)
@@ -110,12 +135,14 @@ std::vector<JobRelay::HeldMessage> RelayJob::BeforeMatch(
     message.send = send;
     message.channel = std::make_shared<ForwardedMessage>(
         *session_, std::move(send), bytes,
-        [log = env_.log, job = job_, name](const absl::Status& status) {
+        [log = env_.log, job = job_, name,
+         outcome = std::move(outcome)](const absl::Status& status) {
+          outcome->Notify();
           if (status.ok()) return;
           log->Log({LogSeverity::kWarning, "relay_message_forwarded",
                     absl::StrCat("job ", job, ": message \"", name,
                                  "\", held on this host and sent upstream "
-                                 "before a match of its rank, failed there: ",
+                                 "later, failed there: ",
                                  status.ToString()),
                     job});
         });
@@ -404,6 +431,7 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
                     "ranks go on"),
        job_});
   threads_.Start([this, epoch_id, ranks, on_host_session, own = std::move(own),
+                  forwarded = std::exchange(forwarding_, {}),
                   session = session_,
                   cause = cause.empty() ? std::string()
                                         : absl::StrCat(cause, ", on ",
@@ -422,6 +450,11 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
       }
     };
     excuse();
+    // Their messages held here went upstream first (HeldFrom): upstream
+    // takes them only from ranks it has not been told are lost.
+    for (const Forwarding& f : forwarded) {
+      f.outcome->WaitForNotificationWithDeadline(f.deadline);
+    }
     absl::Status reported;
     if (!on_host_session.empty()) {
       reported = session->LoseRanks(on_host_session, cause);
