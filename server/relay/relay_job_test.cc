@@ -13,6 +13,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "core/fingerprint_testing.h"
 #include "core/point_to_point_name.h"
 #include "gmock/gmock.h"
@@ -481,6 +482,28 @@ TEST_F(RelayJobTest, AMatchSendsTheMessagesHeldHereUpstreamFirst) {
   send = Message(2, 2, 3, 5, 2);
   EXPECT_TRUE(job_->KeepsHere(send.header, send.fp));
   EXPECT_EQ(job_->local_messages(), 0u);
+}
+
+TEST_F(RelayJobTest, ALostRanksHeldSendsGoUpstreamBeforeItsLossIsReported) {
+  ASSERT_NO_FATAL_FAILURE(Join());
+  MessageCall send = Message(2, 2, 3, 0, 0);
+  ASSERT_TRUE(job_->KeepsHere(send.header, send.fp));
+  std::vector<JobRelay::HeldMessage> held = job_->HeldFrom({2});
+  ASSERT_EQ(held.size(), 1u);
+  FakeUpstreamSession* session = upstream_.session();
+  EXPECT_EQ(session->header(0).name(), "p2p 2>3 tag 0 #0");
+  ASSERT_TRUE(job_->LoseRanks(kEpoch, {2}, "killed"));
+  // Not reported while upstream has not taken the message.
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(session->lost_now(), 0u);
+  session->AnswerNothing(0);
+  ASSERT_EQ(session->lost(1).size(), 1u);
+  EXPECT_THAT(session->lost(1)[0].ranks, ::testing::ElementsAre(2));
+  // Its receive follows it upstream, and so does a message not decided.
+  MessageCall receive = Message(3, 2, 3, 0, 0);
+  EXPECT_FALSE(job_->KeepsHere(receive.header, receive.fp));
+  send = Message(2, 2, 3, 0, 1);
+  EXPECT_FALSE(job_->KeepsHere(send.header, send.fp));
 }
 
 TEST_F(RelayJobTest, AMessageOfALostRankGoesUpstream) {
