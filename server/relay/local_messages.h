@@ -22,6 +22,11 @@
 //     MessageMatcher::Match::received): they go upstream first, in the order
 //     their sends came (BeforeMatch gives them; the Job hands their bytes
 //     on), and their receives follow them there.
+//  5. A rank lost (or left) while messages it sent are held here: they go
+//     upstream before its loss is reported there (HeldFrom; RelayJob
+//     reports it once upstream holds them), as they would be held there
+//     had it been connected directly; those it was to receive stay, and
+//     fail with its loss as on a reducerd.
 //
 // Why it keeps every contract as if the ranks were connected directly:
 //  - A plain receive takes its message by name, and both calls of a
@@ -33,21 +38,24 @@
 //    upstream by the counts the match carries (Match::received), since b
 //    numbered them before it started the match; that is why (4) leaves them
 //    here, where b's receive takes them.
-//  - A lost rank's held sends go upstream before its loss is reported
-//    there (HeldFrom), so that a match there can still take them; a
-//    message whose route was decided keeps it when a rank is lost.
+//  - A lost rank's held sends are upstream before its loss is (5), so that
+//    a match there can still take them; a message whose route was decided
+//    keeps it when a rank is lost (1).
 //  - Per source, messages are taken in the order of their numbers, on both
 //    paths: upstream's matcher gives a match only the next message of its
 //    source, and a plain receive names its number. A message held here and
 //    sent upstream later counts there as arriving then, as one delayed on
 //    its way would (a match's pick among sources is by arrival, which no
-//    contract fixes across hosts).
+//    contract fixes across hosts). Its deadline there counts from then: a
+//    message sent upstream later may outlive its timeout by the time it
+//    was held here.
 //
 // Memory: one entry per message whose route is decided and which has not
 // seen both of its calls (held sends, receives waiting, messages sent
 // upstream whose receive has not come), with the source's header while it
 // is held; the payload itself is held by the job's engine, in the relay's
-// budget. Clear() at each new epoch.
+// budget. An entry whose other call never comes (its deadline passed)
+// stays until Clear() at the next epoch.
 //
 // Not thread-safe: RelayJob calls it under its own lock.
 #ifndef REDUCER_SERVER_RELAY_LOCAL_MESSAGES_H_
