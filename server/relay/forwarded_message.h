@@ -1,6 +1,7 @@
 // ForwardedMessage: a point-to-point message held on a relay (its send
-// matched here, its receive not come) that goes upstream after all, before
-// a match of its destination (local_messages.h, rule 4). It is the
+// matched here, its receive not come) that goes upstream after all: before
+// a match of its destination, or before its source's loss is reported
+// upstream (local_messages.h, rules 4 and 5). It is the
 // destination's call as the job's engine sees it: the held bytes it is
 // handed (RankChannel::Send) fill the payload of the source's Send, which
 // it starts upstream at once with the source's header, as the source would
