@@ -115,12 +115,19 @@ bool Job::Leave(const std::string& session_id, const SessionChannel* owner,
                        absl::StrCat("its session was lost (", why, ")"));
       break;
     case Membership::Unseated::Effect::kEndsEpoch:
+      if (relay_ != nullptr) HandOverHeldFromLocked(left.ranks);
       if (relay_ != nullptr &&
           relay_->LoseRanks(membership_.epoch_id(), left.ranks, why)) {
         // Upstream takes it as these ranks' loss, as if they were connected
         // there directly; the host's other ranks go on meanwhile.
         const absl::Time now = env_.timers->clock().Now();
-        for (int rank : left.ranks) membership_.MarkAbsent(rank, now);
+        for (int rank : left.ranks) {
+          membership_.MarkAbsent(rank, now);
+          // Its messages matched here (with a rank of this host) fail as
+          // they would on a reducerd, naming it.
+          LoseRankLocked(rank, absl::StatusCode::kAborted,
+                         absl::StrCat("was lost (", why, ")"));
+        }
         break;
       }
       EndEpoch(left.ranks.size() == 1
@@ -195,11 +202,16 @@ void Job::Depart(const std::string& session_id) {
   const absl::Time now = env_.timers->clock().Now();
   if (relay_ != nullptr) {
     const std::vector<int> ranks = membership_.RunningRanks(session_id);
+    if (!ranks.empty()) HandOverHeldFromLocked(ranks);
     if (!ranks.empty() &&
         relay_->LoseRanks(membership_.epoch_id(), ranks, /*cause=*/"")) {
       // Upstream takes the departure as these ranks' own, as if they were
       // connected there directly: absent here, as for a loss.
-      for (int rank : ranks) membership_.MarkAbsent(rank, now);
+      for (int rank : ranks) {
+        membership_.MarkAbsent(rank, now);
+        LoseRankLocked(rank, absl::StatusCode::kAborted,
+                       "left (its client was closed)");
+      }
       return;
     }
   }
@@ -238,6 +250,12 @@ void Job::ForEachCollectiveLocked(Fn fn) {
   for (auto& [key, collective] : matching_) fn(collective);
   for (auto& weak : active_) {
     if (auto collective = weak.lock()) fn(collective);
+  }
+}
+
+void Job::HandOverHeldFromLocked(const std::vector<int>& ranks) {
+  for (JobRelay::HeldMessage& message : relay_->HeldFrom(ranks)) {
+    HandOverHeldLocked(message.send, std::move(message.channel));
   }
 }
 

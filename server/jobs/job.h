@@ -273,7 +273,10 @@ class Job {
   // What a transport's call attaches to: Attach's collective, or on a relay
   // the one that takes it upstream (JobRelay::Attach, once the caller's
   // seat and epoch are checked here). A relay keeps no results: a replay
-  // is answered NOT_FOUND.
+  // is answered NOT_FOUND. On a relay, a point-to-point message between
+  // two of its ranks is Attach's, matched here (JobRelay::KeepsHere), and
+  // messages held here that a match needs go upstream before it
+  // (JobRelay::BeforeMatch, HandOverHeldLocked).
   absl::StatusOr<std::shared_ptr<AttachedCollective>> AttachCall(
       const v1::CollectiveHeader& header, std::shared_ptr<RankChannel> stream);
 
@@ -409,6 +412,16 @@ class Job {
   // idempotent).
   template <typename Fn>
   void ForEachCollectiveLocked(Fn fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands the held message of `send` (the source's header) to `channel`
+  // as to its destination's call; fails `channel` when the message is no
+  // longer held (its deadline passed, or its epoch ended).
+  void HandOverHeldLocked(const v1::CollectiveHeader& send,
+                          std::shared_ptr<RankChannel> channel)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // On a relay, the held messages of `ranks` about to be lost go upstream
+  // first (JobRelay::HeldFrom).
+  void HandOverHeldFromLocked(const std::vector<int>& ranks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The matching key of `header` (MatchingKey), its sequence number moved
   // past the unnamed collectives its rank was left out of for Done (on a
   // job of one shard; over several, the client moves its own count).
@@ -526,6 +539,10 @@ class Job {
   };
   const std::shared_ptr<WaitingTimer> waiting_timer_;
 
+  // On a relay: a point-to-point call's route and its attaching here, and
+  // a match's handing over of held messages, one at a time (AttachCall).
+  // Taken before mu_.
+  absl::Mutex p2p_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   absl::Mutex mu_;
   // Whether a JoinWaiting broadcast is scheduled, and when the last went.
   bool waiting_scheduled_ ABSL_GUARDED_BY(mu_) = false;

@@ -138,7 +138,47 @@ absl::StatusOr<std::shared_ptr<AttachedCollective>> Job::AttachCall(
     REDUCER_RETURN_IF_ERROR(membership_.CheckCaller(
         header.rank(), header.epoch(), header.session_id(), description));
   }
+  // A message between two ranks of this host never leaves it. Its route
+  // and its attaching here are one step for the held messages a match
+  // hands over (under p2p_mu_): a message kept here is in matching_ by
+  // the time a match looks for it.
+  if (fp->kind == CollectiveKind::kSendReceive) {
+    absl::MutexLock routing(&p2p_mu_);
+    if (relay_->KeepsHere(header, *fp)) {
+      return Attach(header, std::move(stream));
+    }
+  }
+  if (fp->kind == CollectiveKind::kMatch) {
+    absl::MutexLock routing(&p2p_mu_);
+    std::vector<JobRelay::HeldMessage> held = relay_->BeforeMatch(header, *fp);
+    absl::MutexLock lock(&mu_);
+    for (JobRelay::HeldMessage& message : held) {
+      HandOverHeldLocked(message.send, std::move(message.channel));
+    }
+  }
   return relay_->Attach(header, *fp, std::move(stream));
+}
+
+void Job::HandOverHeldLocked(const v1::CollectiveHeader& send,
+                             std::shared_ptr<RankChannel> channel) {
+  absl::StatusOr<Fingerprint> fp = FingerprintFromHeader(send, world_size_);
+  if (fp.ok() && fp->group.size() == 2) {
+    auto it = matching_.find(MatchingKeyLocked(send, *fp));
+    if (it != matching_.end() && !it->second->done()) {
+      const int destination =
+          fp->group[0] == fp->root ? fp->group[1] : fp->group[0];
+      // As the destination's Receive: no tensor of its own, which agrees
+      // with the one sent.
+      Fingerprint receive = *std::move(fp);
+      receive.tensors.clear();
+      it->second->Attach(std::move(channel), destination, std::move(receive),
+                         /*attempt_id=*/"", /*covered=*/{});
+      return;
+    }
+  }
+  channel->Fail(absl::NotFoundError(
+      absl::StrCat("job ", name_, ": the message \"", send.name(),
+                   "\" is no longer held on this relay")));
 }
 
 absl::StatusOr<std::shared_ptr<Collective>> Job::Replay(

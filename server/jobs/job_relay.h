@@ -82,6 +82,40 @@ class JobRelay {
   // The bytes its combined calls did not move over the host's link (what
   // one call per rank would have sent and received, less what was).
   virtual uint64_t bytes_saved() const = 0;
+
+  // Point to point between two ranks of this host (a kSendReceive call of
+  // a rank seated here in the running epoch, `fp` valid): true when the
+  // Job matches it itself, as a reducerd would, instead of Attach taking
+  // it upstream. Both calls of a message go the same way
+  // (server/relay/local_messages.h).
+  virtual bool KeepsHere(const v1::CollectiveHeader& header,
+                         const Fingerprint& fp) {
+    (void)header, (void)fp;
+    return false;
+  }
+
+  // A message held by the Job (its send matched here, its receive not
+  // come) that goes upstream: `send` is its source's header; the Job hands
+  // its bytes to `channel` as to its destination's call.
+  struct HeldMessage {
+    v1::CollectiveHeader send;
+    std::shared_ptr<RankChannel> channel;
+  };
+  // A match (kMatch) of a rank of this host is about to be attached
+  // (Attach): the held messages that are to go upstream before it, in the
+  // order to hand them over.
+  virtual std::vector<HeldMessage> BeforeMatch(
+      const v1::CollectiveHeader& header, const Fingerprint& fp) {
+    (void)header, (void)fp;
+    return {};
+  }
+  // Ranks of this host are about to be lost (LoseRanks): the held
+  // messages they sent that are to go upstream before their loss is
+  // reported there, in the order to hand them over.
+  virtual std::vector<HeldMessage> HeldFrom(const std::vector<int>& ranks) {
+    (void)ranks;
+    return {};
+  }
 };
 
 // Makes the JobRelay of job `job` of `world_size` ranks (its tenant

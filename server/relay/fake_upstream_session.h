@@ -87,6 +87,11 @@ class FakeUpstreamSession final : public UpstreamSession {
     mu_.AwaitWithTimeout(absl::Condition(&reported), absl::Seconds(20));
     return lost_;
   }
+  // The LoseRanks calls so far, without waiting.
+  size_t lost_now() {
+    absl::MutexLock lock(&mu_);
+    return lost_.size();
+  }
   // What LoseRanks answers from now on (OK at first).
   void AnswerLoseRanks(const absl::Status& answer) {
     absl::MutexLock lock(&mu_);

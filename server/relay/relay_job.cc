@@ -7,8 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "core/payload_layout.h"
+#include "core/point_to_point_name.h"
+#include "proto/reducer/v1/wire_conversion.h"
 #include "server/engine/kind_strategy.h"
 #include "server/jobs/several_ranks.h"
+#include "server/relay/forwarded_message.h"
 
 namespace reducer {
 namespace {
@@ -51,7 +57,98 @@ std::vector<int> RelayJob::ranks() const {
 
 uint64_t RelayJob::bytes_saved() const {
   absl::MutexLock lock(&mu_);
-  return bytes_saved_;
+  return bytes_saved_ + local_.bytes_saved();
+}
+
+uint64_t RelayJob::local_messages() const {
+  absl::MutexLock lock(&mu_);
+  return local_.kept();
+}
+
+bool RelayJob::KeepsHere(const v1::CollectiveHeader& header,
+                         const Fingerprint& fp) {
+  const std::optional<PointToPointNameParts> message =
+      ParsePointToPointName(header.name());
+  if (!message.has_value() || message->source < 0) return false;
+  absl::StatusOr<PayloadLayout> layout = ComputePayloadLayout(fp.tensors);
+  const uint64_t bytes =
+      layout.ok() && header.rank() == message->source ? layout->total_bytes : 0;
+  absl::MutexLock lock(&mu_);
+  if (session_ == nullptr || ended_ || upstream_end_due_.has_value()) {
+    return false;
+  }
+  // Both ranks on the host's session, taking part: a rank lost, joined
+  // again alone, or whose Done() is in flight, is upstream's to judge (for
+  // a message not decided yet).
+  bool may_stay = true;
+  for (int rank : {message->source, message->destination}) {
+    if (!std::binary_search(ranks_.begin(), ranks_.end(), rank) ||
+        lost_.count(rank) > 0 || alone_.count(rank) > 0 ||
+        rejoining_.count(rank) > 0 || done_.count(rank) > 0) {
+      may_stay = false;
+    }
+  }
+  return local_.KeepsHere(*message, header, bytes, may_stay);
+}
+
+std::vector<JobRelay::HeldMessage> RelayJob::HeldFrom(
+    const std::vector<int>& ranks) {
+  absl::MutexLock lock(&mu_);
+  if (session_ == nullptr || ended_ || upstream_end_due_.has_value()) {
+    return {};
+  }
+  // Their loss is reported upstream once upstream holds them (LoseRanks
+  // waits for forwarding_): a send from a rank reported lost is refused.
+  return ForwardLocked(local_.HeldFrom(ranks), &forwarding_);
+}
+
+std::vector<JobRelay::HeldMessage> RelayJob::BeforeMatch(
+    const v1::CollectiveHeader& header, const Fingerprint& fp) {
+  std::vector<std::pair<int, uint64_t>> received;
+  for (const v1::ReceivedCount& count : header.match_received()) {
+    received.emplace_back(count.source(), count.count());
+  }
+  absl::MutexLock lock(&mu_);
+  if (session_ == nullptr || ended_ || upstream_end_due_.has_value()) {
+    return {};
+  }
+  return ForwardLocked(local_.BeforeMatch(header.rank(), fp.tag, received));
+}
+
+std::vector<JobRelay::HeldMessage> RelayJob::ForwardLocked(
+    std::vector<v1::CollectiveHeader> sends,
+    std::vector<Forwarding>* outcomes) {
+  std::vector<HeldMessage> held;
+  for (v1::CollectiveHeader& send : sends) {
+    auto outcome = std::make_shared<absl::Notification>();
+    if (outcomes != nullptr) {
+      outcomes->push_back(
+          {outcome, absl::Now() + absl::Milliseconds(send.timeout_ms())});
+    }
+    absl::StatusOr<Fingerprint> sent = FingerprintFromHeader(send, world_size_);
+    absl::StatusOr<PayloadLayout> layout =
+        sent.ok() ? ComputePayloadLayout(sent->tensors)
+                  : absl::StatusOr<PayloadLayout>(sent.status());
+    const size_t bytes = layout.ok() ? layout->total_bytes : 0;
+    const std::string name = send.name();
+    HeldMessage message;
+    message.send = send;
+    message.channel = std::make_shared<ForwardedMessage>(
+        *session_, std::move(send), bytes,
+        [log = env_.log, job = job_, name,
+         outcome = std::move(outcome)](const absl::Status& status) {
+          outcome->Notify();
+          if (status.ok()) return;
+          log->Log({LogSeverity::kWarning, "relay_message_forwarded",
+                    absl::StrCat("job ", job, ": message \"", name,
+                                 "\", held on this host and sent upstream "
+                                 "later, failed there: ",
+                                 status.ToString()),
+                    job});
+        });
+    held.push_back(std::move(message));
+  }
+  return held;
 }
 
 void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
@@ -91,6 +188,7 @@ void RelayJob::JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
       ranks_ = ranks;
       lost_.clear();
       rejoining_.clear();
+      local_.Clear();
       session_ = std::shared_ptr<UpstreamSession>(*std::move(session));
       ended_ = false;
     }
@@ -223,13 +321,16 @@ absl::StatusOr<std::shared_ptr<AttachedCollective>> RelayJob::Attach(
           " in job ", job_);
       collective = std::make_shared<RelayCollective>(
           env_.collectives, description, members, via,
-          [this, key, epoch = epoch_id_, done, rank = header.rank()](
-              uint64_t saved, const std::vector<int>& absent) {
+          [this, key, epoch = epoch_id_, done, rank = header.rank(),
+           match = fp.kind == CollectiveKind::kMatch,
+           tag = fp.tag](uint64_t saved, const std::vector<int>& absent) {
             std::optional<std::string> ending;
             {
               absl::MutexLock lock(&mu_);
               bytes_saved_ += saved;
               if (epoch != epoch_id_) return;
+              // Sends to its rank with its tag may stay here again.
+              if (match) local_.MatchDone(rank, tag);
               pending_.erase(key);
               if (!absent.empty())
                 late_[key].insert(absent.begin(), absent.end());
@@ -330,6 +431,7 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
                     "ranks go on"),
        job_});
   threads_.Start([this, epoch_id, ranks, on_host_session, own = std::move(own),
+                  forwarded = std::exchange(forwarding_, {}),
                   session = session_,
                   cause = cause.empty() ? std::string()
                                         : absl::StrCat(cause, ", on ",
@@ -348,6 +450,11 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
       }
     };
     excuse();
+    // Their messages held here went upstream first (HeldFrom): upstream
+    // takes them only from ranks it has not been told are lost.
+    for (const Forwarding& f : forwarded) {
+      f.outcome->WaitForNotificationWithDeadline(f.deadline);
+    }
     absl::Status reported;
     if (!on_host_session.empty()) {
       reported = session->LoseRanks(on_host_session, cause);

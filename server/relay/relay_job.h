@@ -6,7 +6,10 @@
 // (several ranks of a kind that takes them, consecutive in its group), or
 // one per call (every other kind, and ranks not consecutive in the group),
 // found by the same matching key as a Job's: the name, or the group and
-// sequence number.
+// sequence number. A point-to-point message between two ranks of this
+// host never goes upstream: its Job matches it, as a reducerd would
+// (KeepsHere), and LocalMessages (local_messages.h) says which messages
+// those are, and which held ones go upstream before a match (BeforeMatch).
 //
 // A rank of this host lost (its session here ended) is that rank's loss
 // upstream, as if it were connected there directly (LoseRanks): the relay
@@ -55,9 +58,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "server/jobs/job_relay.h"
 #include "server/log.h"
 #include "server/relay/joinable_threads.h"
+#include "server/relay/local_messages.h"
 #include "server/relay/relay_collective.h"
 #include "server/relay/upstream.h"
 
@@ -98,11 +104,33 @@ class RelayJob final : public JobRelay {
   std::vector<int> ranks() const;
   uint64_t bytes_saved() const override;
 
+  bool KeepsHere(const v1::CollectiveHeader& header,
+                 const Fingerprint& fp) override;
+  std::vector<HeldMessage> BeforeMatch(const v1::CollectiveHeader& header,
+                                       const Fingerprint& fp) override;
+  std::vector<HeldMessage> HeldFrom(const std::vector<int>& ranks) override;
+  // For status reports: the messages between ranks of this host that met
+  // here.
+  uint64_t local_messages() const;
+
  private:
   // The ranks of `fp`'s group that are this host's and not done, when
   // they may be combined (TakesSeveralRanks, consecutive in the group);
   // else `rank`.
   std::vector<int> MembersLocked(const Fingerprint& fp, int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Starts each of `sends` (held messages' source headers) upstream on
+  // session_, as a ForwardedMessage the Job hands its bytes to.
+  // With `outcomes`, adds each one's outcome (notified once upstream
+  // answered it) and the deadline to wait for it by.
+  struct Forwarding {
+    std::shared_ptr<absl::Notification> outcome;
+    absl::Time deadline;
+  };
+  std::vector<HeldMessage> ForwardLocked(
+      std::vector<v1::CollectiveHeader> sends,
+      std::vector<Forwarding>* outcomes = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Upstream's `ended` callback for the session of `epoch_id`: fails the
@@ -136,6 +164,11 @@ class RelayJob final : public JobRelay {
   absl::flat_hash_map<std::string, std::shared_ptr<RelayCollective>> pending_
       ABSL_GUARDED_BY(mu_);
   uint64_t bytes_saved_ ABSL_GUARDED_BY(mu_) = 0;
+  // Point to point between ranks of this host, in the epoch of session_.
+  LocalMessages local_ ABSL_GUARDED_BY(mu_);
+  // Held messages of ranks about to be lost, gone upstream (HeldFrom): the
+  // next LoseRanks reports the loss once each has its outcome.
+  std::vector<Forwarding> forwarding_ ABSL_GUARDED_BY(mu_);
   // Ranks of this host lost in the epoch of session_ (LoseRanks): left out
   // of its combined calls from then on.
   std::set<int> lost_ ABSL_GUARDED_BY(mu_);

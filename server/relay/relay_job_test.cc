@@ -5,6 +5,7 @@
 // upstream as that rank's loss.
 #include "server/relay/relay_job.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,7 +13,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "core/fingerprint_testing.h"
+#include "core/point_to_point_name.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/wire_conversion.h"
@@ -424,6 +427,147 @@ TEST_F(RelayJobTest, ALostRankJoinsAgainOnASessionOfItsOwn) {
   ASSERT_EQ(own->lost(1).size(), 1u);
   EXPECT_EQ(host->lost(0).size(), 1u);
   EXPECT_TRUE(ended_here().empty());
+}
+
+// Rank `rank`'s call of message n from `source` to `destination` with
+// `tag` (the source's send of `floats` floats, or the destination's
+// receive), as a Job hands it over: its header and fingerprint.
+struct MessageCall {
+  v1::CollectiveHeader header;
+  Fingerprint fp;
+};
+MessageCall Message(int rank, int source, int destination, int tag, uint64_t n,
+                    int64_t floats = 4) {
+  MessageCall call;
+  std::vector<TensorSpec> tensors;
+  if (rank == source) tensors.push_back(Spec(DataType::kFloat32, {floats}));
+  call.fp = MakeFingerprint(
+      CollectiveKind::kSendReceive, tensors,
+      {std::min(source, destination), std::max(source, destination)}, source);
+  call.header.set_job("j");
+  call.header.set_rank(rank);
+  call.header.set_name(PointToPointName(source, destination, tag, n));
+  call.header.set_timeout_ms(20000);
+  for (int r : call.fp.group) call.header.add_group(r);
+  call.header.set_root(source);
+  call.header.set_kind(v1::COLLECTIVE_KIND_SEND_RECEIVE);
+  for (const TensorSpec& t : tensors)
+    *call.header.add_tensors() = TensorSpecToWire(t);
+  return call;
+}
+
+// Rank `rank`'s m-th match of `tag` (a ReceiveAny).
+MessageCall Match(int rank, int tag, uint64_t m) {
+  MessageCall call;
+  call.fp = MakeFingerprint(CollectiveKind::kMatch, {}, {rank});
+  call.fp.tag = tag;
+  call.header.set_job("j");
+  call.header.set_rank(rank);
+  call.header.set_name(MatchName(rank, tag, m));
+  call.header.set_timeout_ms(20000);
+  call.header.add_group(rank);
+  call.header.set_match_tag(tag);
+  call.header.set_kind(v1::COLLECTIVE_KIND_MATCH);
+  return call;
+}
+
+TEST_F(RelayJobTest, AMessageBetweenRanksOfThisHostNeverGoesUpstream) {
+  ASSERT_NO_FATAL_FAILURE(Join());
+  // 2 -> 3, the send first; 3 -> 2, the receive first: both stay here.
+  MessageCall send = Message(2, 2, 3, 0, 0);
+  EXPECT_TRUE(job_->KeepsHere(send.header, send.fp));
+  MessageCall receive = Message(3, 2, 3, 0, 0);
+  EXPECT_TRUE(job_->KeepsHere(receive.header, receive.fp));
+  receive = Message(2, 3, 2, 1, 0);
+  EXPECT_TRUE(job_->KeepsHere(receive.header, receive.fp));
+  send = Message(3, 3, 2, 1, 0, 8);
+  EXPECT_TRUE(job_->KeepsHere(send.header, send.fp));
+  EXPECT_EQ(upstream_.session()->calls(), 0);
+  EXPECT_EQ(job_->local_messages(), 2u);
+  // 16 and 32 payload bytes, each neither sent up nor back down.
+  EXPECT_EQ(job_->bytes_saved(), 2u * (16 + 32));
+
+  // To rank 0, of another host: upstream, as before.
+  send = Message(2, 2, 0, 0, 0);
+  EXPECT_FALSE(job_->KeepsHere(send.header, send.fp));
+  auto channel = std::make_shared<FakeRankChannel>();
+  absl::StatusOr<std::shared_ptr<AttachedCollective>> attached =
+      job_->Attach(send.header, send.fp, channel);
+  ASSERT_THAT(attached, ::reducer::testing::IsOk());
+  ASSERT_EQ(upstream_.session()->calls(), 1);
+  EXPECT_EQ(upstream_.session()->header(0).name(), "p2p 2>0 tag 0 #0");
+}
+
+TEST_F(RelayJobTest, AMatchSendsTheMessagesHeldHereUpstreamFirst) {
+  ASSERT_NO_FATAL_FAILURE(Join());
+  MessageCall send = Message(2, 2, 3, 5, 0);
+  ASSERT_TRUE(job_->KeepsHere(send.header, send.fp));
+  MessageCall match = Match(3, 5, 0);
+  std::vector<JobRelay::HeldMessage> held =
+      job_->BeforeMatch(match.header, match.fp);
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].send.name(), "p2p 2>3 tag 5 #0");
+  // It went upstream as rank 2's send, its payload the bytes handed over.
+  FakeUpstreamSession* session = upstream_.session();
+  ASSERT_EQ(session->calls(), 1);
+  EXPECT_EQ(session->header(0).name(), "p2p 2>3 tag 5 #0");
+  EXPECT_EQ(session->header(0).rank(), 2);
+  const std::string payload = "0123456789abcdef";
+  ResultMessage first;
+  first.data.push_back(StringBytes(payload.substr(0, 6)));
+  ResultMessage rest;
+  rest.offset = 6;
+  rest.data.push_back(StringBytes(payload.substr(6)));
+  held[0].channel->Send(std::move(first), false);
+  held[0].channel->Send(std::move(rest), true);
+  EXPECT_EQ(session->Payload(0), payload);
+
+  // The match goes upstream after it; while it is there, its receive and
+  // new sends to (3, 5) go upstream too.
+  auto matching = std::make_shared<FakeRankChannel>();
+  ASSERT_THAT(job_->Attach(match.header, match.fp, matching),
+              ::reducer::testing::IsOk());
+  ASSERT_EQ(session->calls(), 2);
+  EXPECT_EQ(session->header(1).name(), "p2p *>3 tag 5 #0");
+  MessageCall receive = Message(3, 2, 3, 5, 0);
+  EXPECT_FALSE(job_->KeepsHere(receive.header, receive.fp));
+  send = Message(2, 2, 3, 5, 1);
+  EXPECT_FALSE(job_->KeepsHere(send.header, send.fp));
+  // Answered: later sends stay here again.
+  session->Answer(Spec(DataType::kInt64, {2}), std::string(16, '\0'), 1);
+  ASSERT_TRUE(matching->WaitEnded());
+  send = Message(2, 2, 3, 5, 2);
+  EXPECT_TRUE(job_->KeepsHere(send.header, send.fp));
+  EXPECT_EQ(job_->local_messages(), 0u);
+}
+
+TEST_F(RelayJobTest, ALostRanksHeldSendsGoUpstreamBeforeItsLossIsReported) {
+  ASSERT_NO_FATAL_FAILURE(Join());
+  MessageCall send = Message(2, 2, 3, 0, 0);
+  ASSERT_TRUE(job_->KeepsHere(send.header, send.fp));
+  std::vector<JobRelay::HeldMessage> held = job_->HeldFrom({2});
+  ASSERT_EQ(held.size(), 1u);
+  FakeUpstreamSession* session = upstream_.session();
+  EXPECT_EQ(session->header(0).name(), "p2p 2>3 tag 0 #0");
+  ASSERT_TRUE(job_->LoseRanks(kEpoch, {2}, "killed"));
+  // Not reported while upstream has not taken the message.
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(session->lost_now(), 0u);
+  session->AnswerNothing(0);
+  ASSERT_EQ(session->lost(1).size(), 1u);
+  EXPECT_THAT(session->lost(1)[0].ranks, ::testing::ElementsAre(2));
+  // Its receive follows it upstream, and so does a message not decided.
+  MessageCall receive = Message(3, 2, 3, 0, 0);
+  EXPECT_FALSE(job_->KeepsHere(receive.header, receive.fp));
+  send = Message(2, 2, 3, 0, 1);
+  EXPECT_FALSE(job_->KeepsHere(send.header, send.fp));
+}
+
+TEST_F(RelayJobTest, AMessageOfALostRankGoesUpstream) {
+  ASSERT_NO_FATAL_FAILURE(Join());
+  ASSERT_TRUE(job_->LoseRanks(kEpoch, {3}, "killed"));
+  MessageCall send = Message(2, 2, 3, 0, 0);
+  EXPECT_FALSE(job_->KeepsHere(send.header, send.fp));
 }
 
 }  // namespace
