@@ -22,6 +22,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/admin.grpc.pb.h"
+#include "tests/http_get.h"
 #include "tests/process_harness.h"
 #include "tests/rank_threads.h"
 #include "tests/status_matchers.h"
@@ -102,7 +103,8 @@ class RelayPointToPointTest : public ::testing::Test {
     for (int host = 0; host < 2; ++host) {
       absl::StatusOr<std::unique_ptr<ReducerdProcess>> relay =
           ReducerdProcess::Start(
-              {absl::StrCat("--upstream=", shard_->address())});
+              {absl::StrCat("--upstream=", shard_->address()),
+               "--metrics_listen=127.0.0.1:0"});
       ASSERT_THAT(relay, IsOk());
       relays_.push_back(*std::move(relay));
     }
@@ -230,6 +232,19 @@ TEST_F(RelayPointToPointTest,
         fail(absl::StrCat("second relay: ", status.ok()
                                                 ? status->DebugString()
                                                 : status.status().ToString()));
+      }
+      // And its metrics: the messages it kept, and their bytes saved.
+      const int port = relays_[1]->MetricsPort();
+      absl::StatusOr<double> kept =
+          ScrapeSum(port, "reducer_relay_messages_kept_total");
+      absl::StatusOr<double> saved =
+          ScrapeSum(port, "reducer_relay_bytes_saved_total");
+      if (!kept.ok() || *kept < 1 || !saved.ok() || *saved < 2.0 * 4 * kBig) {
+        fail(absl::StrCat(
+            "second relay's metrics: kept ",
+            kept.ok() ? absl::StrCat(*kept) : kept.status().ToString(),
+            ", saved ",
+            saved.ok() ? absl::StrCat(*saved) : saved.status().ToString()));
       }
     }
     client.Barrier().IgnoreError();

@@ -84,8 +84,13 @@ PrometheusMetrics::PrometheusMetrics(absl::string_view version)
               .Add({{"combined", "true"}})),
       relay_bytes_saved_(
           CounterFamily(*registry_, "reducer_relay_bytes_saved_total",
-                        "Bytes a relay's combined calls did not move over "
-                        "its host's link")
+                        "Bytes a relay's combined calls and the messages it "
+                        "kept on its host did not move over its host's link")
+              .Add({})),
+      relay_messages_kept_(
+          CounterFamily(*registry_, "reducer_relay_messages_kept_total",
+                        "Point-to-point messages between two ranks of a "
+                        "relay's host that it matched itself")
               .Add({})),
       refused_(CounterFamily(*registry_, "reducer_requests_refused_total",
                              "Joins and collective calls refused before taking "
@@ -184,6 +189,11 @@ void PrometheusMetrics::EpochAborted(EpochEndReason reason) {
 
 void PrometheusMetrics::RelayCallEnded(int ranks, uint64_t saved_bytes) {
   (ranks > 1 ? relay_calls_combined_ : relay_calls_alone_).Increment();
+  relay_bytes_saved_.Increment(static_cast<double>(saved_bytes));
+}
+
+void PrometheusMetrics::RelayMessageKept(uint64_t saved_bytes) {
+  relay_messages_kept_.Increment();
   relay_bytes_saved_.Increment(static_cast<double>(saved_bytes));
 }
 

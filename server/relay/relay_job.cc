@@ -88,7 +88,15 @@ bool RelayJob::KeepsHere(const v1::CollectiveHeader& header,
       may_stay = false;
     }
   }
-  return local_.KeepsHere(*message, header, bytes, may_stay);
+  const uint64_t kept_before = local_.kept();
+  const uint64_t saved_before = local_.bytes_saved();
+  const bool here = local_.KeepsHere(*message, header, bytes, may_stay);
+  // Both of its calls met here: counted once, with what it saved.
+  if (local_.kept() > kept_before) {
+    env_.collectives.metrics->RelayMessageKept(local_.bytes_saved() -
+                                               saved_before);
+  }
+  return here;
 }
 
 std::vector<JobRelay::HeldMessage> RelayJob::HeldFrom(
