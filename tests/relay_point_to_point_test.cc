@@ -19,9 +19,8 @@
 #include "absl/time/time.h"
 #include "client/reducer_client.h"
 #include "gmock/gmock.h"
-#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "proto/reducer/v1/admin.grpc.pb.h"
+#include "tests/admin_status.h"
 #include "tests/http_get.h"
 #include "tests/process_harness.h"
 #include "tests/rank_threads.h"
@@ -59,27 +58,10 @@ std::string Differs(const absl::StatusOr<Tensor>& got, int source, int which,
   return "";
 }
 
-// `daemon`'s Admin.Status, or why it went unanswered.
-absl::StatusOr<v1::StatusResponse> StatusOf(const ReducerdProcess& daemon) {
-  std::unique_ptr<v1::Admin::Stub> admin =
-      v1::Admin::NewStub(grpc::CreateChannel(
-          daemon.address(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
-  v1::StatusResponse status;
-  const grpc::Status answered =
-      admin->Status(&context, v1::StatusRequest(), &status);
-  if (!answered.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("Admin.Status: ", answered.error_message()));
-  }
-  return status;
-}
-
 // The names of the collectives pending on `daemon`, over its jobs.
 std::set<std::string> Pending(const ReducerdProcess& daemon) {
   std::set<std::string> names;
-  absl::StatusOr<v1::StatusResponse> status = StatusOf(daemon);
+  absl::StatusOr<v1::StatusResponse> status = AdminStatusOf(daemon.address());
   if (!status.ok()) return {status.status().ToString()};
   for (const v1::JobStatus& job : status->jobs()) {
     for (const v1::PendingCollective& c : job.pending()) names.insert(c.name());
@@ -226,7 +208,8 @@ TEST_F(RelayPointToPointTest,
     if (rank == 0) {
       // The second host's relay counts what its messages did not move over
       // its link: at least the 1 MiB one, up and back down.
-      absl::StatusOr<v1::StatusResponse> status = StatusOf(*relays_[1]);
+      absl::StatusOr<v1::StatusResponse> status =
+          AdminStatusOf(relays_[1]->address());
       if (!status.ok() || status->jobs_size() != 1 ||
           status->jobs(0).relay_bytes_saved() < 2u * 4 * kBig) {
         fail(absl::StrCat("second relay: ", status.ok()

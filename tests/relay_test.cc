@@ -22,9 +22,9 @@
 #include "absl/time/time.h"
 #include "client/reducer_client.h"
 #include "gmock/gmock.h"
-#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "proto/reducer/v1/admin.grpc.pb.h"
+#include "proto/reducer/v1/admin.pb.h"
+#include "tests/admin_status.h"
 #include "tests/http_get.h"
 #include "tests/process_harness.h"
 #include "tests/rank_threads.h"
@@ -105,25 +105,34 @@ class RelayTest : public ::testing::Test {
     return Client::Connect(options);
   }
 
-  // Rank `rank` of `job` connected, once its first barrier has returned on
-  // every rank of the job (`warmed` counts them); null, the failure added,
-  // when it could not connect.
-  std::unique_ptr<Client> ConnectAndWarm(int rank, const std::string& job,
-                                         std::atomic<int>& warmed,
-                                         RankFailures& failures) {
+  // Rank `rank` of `job` connected; null, the failure added, when it
+  // could not connect.
+  std::unique_ptr<Client> ConnectOrFail(int rank, const std::string& job,
+                                        RankFailures& failures) {
     absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, job);
     if (!client.ok()) {
       failures.Add(
           absl::StrCat("rank ", rank, ": ", client.status().ToString()));
       return nullptr;
     }
-    absl::Status warm = (*client)->Barrier();
+    return *std::move(client);
+  }
+
+  // Rank `rank` of `job` connected, once its first barrier has returned on
+  // every rank of the job (`warmed` counts them); null, the failure added,
+  // when it could not connect.
+  std::unique_ptr<Client> ConnectAndWarm(int rank, const std::string& job,
+                                         std::atomic<int>& warmed,
+                                         RankFailures& failures) {
+    std::unique_ptr<Client> client = ConnectOrFail(rank, job, failures);
+    if (client == nullptr) return nullptr;
+    absl::Status warm = client->Barrier();
     if (!warm.ok()) {
       failures.Add(absl::StrCat("rank ", rank, ": ", warm.ToString()));
     }
     warmed.fetch_add(1);
     while (warmed.load() < kWorld) absl::SleepFor(absl::Milliseconds(1));
-    return *std::move(client);
+    return client;
   }
 
   // Polls `daemon`'s Admin.Status until it holds `want` jobs or `within`
@@ -131,22 +140,13 @@ class RelayTest : public ::testing::Test {
   // has 3 s).
   static absl::StatusOr<int> JobsWithin(const ReducerdProcess& daemon, int want,
                                         absl::Duration within) {
-    std::unique_ptr<v1::Admin::Stub> admin =
-        v1::Admin::NewStub(grpc::CreateChannel(
-            daemon.address(), grpc::InsecureChannelCredentials()));
     const absl::Time give_up = absl::Now() + within;
     int jobs = -1;
     do {
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
-      v1::StatusResponse status;
-      const grpc::Status answered =
-          admin->Status(&context, v1::StatusRequest(), &status);
-      if (!answered.ok()) {
-        return absl::UnavailableError(
-            absl::StrCat("Admin.Status: ", answered.error_message()));
-      }
-      jobs = status.jobs_size();
+      absl::StatusOr<v1::StatusResponse> status =
+          AdminStatusOf(daemon.address());
+      if (!status.ok()) return status.status();
+      jobs = status->jobs_size();
       if (jobs == want) break;
       absl::SleepFor(absl::Milliseconds(100));
     } while (absl::Now() < give_up);
@@ -314,25 +314,21 @@ TEST_F(RelayTest, TwoHostsOfTwoRanksOverTwoShardsRunEveryKind) {
   RankFailures failures;
   v1::StatusResponse status;
   RunOnEveryRank(kWorld, [&](int rank) {
-    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "every");
-    if (!client.ok()) {
-      failures.Add(
-          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
-      return;
-    }
-    EveryKind(**client, rank, failures);
+    std::unique_ptr<Client> client = ConnectOrFail(rank, "every", failures);
+    if (client == nullptr) return;
+    EveryKind(*client, rank, failures);
     // The relay's status while the job lives (between two barriers).
-    (*client)->Barrier().IgnoreError();
+    client->Barrier().IgnoreError();
     if (rank == 0) {
-      std::unique_ptr<v1::Admin::Stub> admin =
-          v1::Admin::NewStub(grpc::CreateChannel(
-              relays_[0]->address(), grpc::InsecureChannelCredentials()));
-      grpc::ClientContext context;
-      if (!admin->Status(&context, v1::StatusRequest(), &status).ok()) {
-        failures.Add("the relay's Admin.Status failed");
+      absl::StatusOr<v1::StatusResponse> asked =
+          AdminStatusOf(relays_[0]->address());
+      if (asked.ok()) {
+        status = *std::move(asked);
+      } else {
+        failures.Add(asked.status().ToString());
       }
     }
-    (*client)->Barrier().IgnoreError();
+    client->Barrier().IgnoreError();
   });
   failures.ExpectNone();
   // It names its upstream, and what combining saved: at least the 3 MiB
@@ -353,13 +349,9 @@ TEST_F(RelayTest, HostsOfUnevenRanksOverTwoShardsRunEveryKind) {
   ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/2, /*hosts=*/{2, 1, 1}));
   RankFailures failures;
   RunOnEveryRank(kWorld, [&](int rank) {
-    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "uneven");
-    if (!client.ok()) {
-      failures.Add(
-          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
-      return;
-    }
-    EveryKind(**client, rank, failures);
+    std::unique_ptr<Client> client = ConnectOrFail(rank, "uneven", failures);
+    if (client == nullptr) return;
+    EveryKind(*client, rank, failures);
   });
   failures.ExpectNone();
 }
@@ -371,17 +363,13 @@ TEST_F(RelayTest, AnAllToAllOfAHostsRanksIsOneCallUpstream) {
   ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/2, /*hosts=*/{2, 2}));
   RankFailures failures;
   RunOnEveryRank(kWorld, [&](int rank) {
-    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "exchange");
-    if (!client.ok()) {
-      failures.Add(
-          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
-      return;
-    }
+    std::unique_ptr<Client> client = ConnectOrFail(rank, "exchange", failures);
+    if (client == nullptr) return;
     for (int step = 0; step < 3; ++step) {
       std::vector<int32_t> send(kWorld);
       for (int d = 0; d < kWorld; ++d) send[d] = 100 * step + 10 * rank + d;
       absl::StatusOr<Tensor> got =
-          (*client)->AllToAll(TensorView::Of<int32_t>(send));
+          client->AllToAll(TensorView::Of<int32_t>(send));
       if (!got.ok()) {
         failures.Add(absl::StrCat("rank ", rank, ": alltoall ", step, ": ",
                                   got.status().ToString()));
@@ -431,13 +419,9 @@ TEST_F(RelayTest, OneHostOfFourRanksOverOneShardRunsEveryKind) {
   ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/1, /*hosts=*/{4}));
   RankFailures failures;
   RunOnEveryRank(kWorld, [&](int rank) {
-    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "alone");
-    if (!client.ok()) {
-      failures.Add(
-          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
-      return;
-    }
-    EveryKind(**client, rank, failures);
+    std::unique_ptr<Client> client = ConnectOrFail(rank, "alone", failures);
+    if (client == nullptr) return;
+    EveryKind(*client, rank, failures);
   });
   failures.ExpectNone();
 }
@@ -448,16 +432,12 @@ TEST_F(RelayTest, ARankDoneIsLeftOutOfItsHostsCombinedCalls) {
   ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/1, /*hosts=*/{2, 2}));
   RankFailures failures;
   RunOnEveryRank(kWorld, [&](int rank) {
-    absl::StatusOr<std::unique_ptr<Client>> client = Connect(rank, "uneven");
-    if (!client.ok()) {
-      failures.Add(
-          absl::StrCat("rank ", rank, ": ", client.status().ToString()));
-      return;
-    }
+    std::unique_ptr<Client> client = ConnectOrFail(rank, "uneven", failures);
+    if (client == nullptr) return;
     const int steps = rank == 1 ? 1 : 3;
     for (int step = 0; step < steps; ++step) {
       absl::StatusOr<int64_t> sum =
-          (*client)->AllReduce(int64_t{rank + 1}, ReduceOp::kSum);
+          client->AllReduce(int64_t{rank + 1}, ReduceOp::kSum);
       const int64_t want = step == 0 ? 10 : 8;  // 1+2+3+4, then without 2
       if (!sum.ok() || *sum != want) {
         failures.Add(absl::StrCat(
@@ -466,7 +446,7 @@ TEST_F(RelayTest, ARankDoneIsLeftOutOfItsHostsCombinedCalls) {
             want));
       }
     }
-    absl::Status done = (*client)->Done();
+    absl::Status done = client->Done();
     if (!done.ok()) {
       failures.Add(absl::StrCat("rank ", rank, ": Done: ", done.ToString()));
     }
