@@ -107,7 +107,7 @@ std::vector<JobRelay::HeldMessage> RelayJob::HeldFrom(
   }
   // Their loss is reported upstream once upstream holds them (LoseRanks
   // waits for forwarding_): a send from a rank reported lost is refused.
-  return ForwardLocked(local_.HeldFrom(ranks), &forwarding_);
+  return ForwardLocked(local_.HeldFrom(ranks));
 }
 
 std::vector<JobRelay::HeldMessage> RelayJob::BeforeMatch(
@@ -124,15 +124,18 @@ std::vector<JobRelay::HeldMessage> RelayJob::BeforeMatch(
 }
 
 std::vector<JobRelay::HeldMessage> RelayJob::ForwardLocked(
-    std::vector<v1::CollectiveHeader> sends,
-    std::vector<Forwarding>* outcomes) {
+    std::vector<v1::CollectiveHeader> sends) {
+  // Those answered already need no waiting for.
+  forwarding_.erase(std::remove_if(forwarding_.begin(), forwarding_.end(),
+                                   [](const Forwarding& f) {
+                                     return f.outcome->HasBeenNotified();
+                                   }),
+                    forwarding_.end());
   std::vector<HeldMessage> held;
   for (v1::CollectiveHeader& send : sends) {
     auto outcome = std::make_shared<absl::Notification>();
-    if (outcomes != nullptr) {
-      outcomes->push_back(
-          {outcome, absl::Now() + absl::Milliseconds(send.timeout_ms())});
-    }
+    forwarding_.push_back(
+        {outcome, absl::Now() + absl::Milliseconds(send.timeout_ms())});
     absl::StatusOr<Fingerprint> sent = FingerprintFromHeader(send, world_size_);
     absl::StatusOr<PayloadLayout> layout =
         sent.ok() ? ComputePayloadLayout(sent->tensors)

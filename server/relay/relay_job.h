@@ -121,16 +121,15 @@ class RelayJob final : public JobRelay {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Starts each of `sends` (held messages' source headers) upstream on
-  // session_, as a ForwardedMessage the Job hands its bytes to.
-  // With `outcomes`, adds each one's outcome (notified once upstream
-  // answered it) and the deadline to wait for it by.
+  // session_, as a ForwardedMessage the Job hands its bytes to, and adds
+  // each one's outcome (notified once upstream answered it) and the
+  // deadline to wait for it by to forwarding_.
   struct Forwarding {
     std::shared_ptr<absl::Notification> outcome;
     absl::Time deadline;
   };
   std::vector<HeldMessage> ForwardLocked(
-      std::vector<v1::CollectiveHeader> sends,
-      std::vector<Forwarding>* outcomes = nullptr)
+      std::vector<v1::CollectiveHeader> sends)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Upstream's `ended` callback for the session of `epoch_id`: fails the
@@ -166,8 +165,10 @@ class RelayJob final : public JobRelay {
   uint64_t bytes_saved_ ABSL_GUARDED_BY(mu_) = 0;
   // Point to point between ranks of this host, in the epoch of session_.
   LocalMessages local_ ABSL_GUARDED_BY(mu_);
-  // Held messages of ranks about to be lost, gone upstream (HeldFrom): the
-  // next LoseRanks reports the loss once each has its outcome.
+  // Held messages gone upstream (before a match, or a rank's loss) whose
+  // outcome may not have come: the next LoseRanks reports the loss once
+  // each has it, so that upstream holds a lost rank's sends before its
+  // loss (it refuses a send from a rank it was told left).
   std::vector<Forwarding> forwarding_ ABSL_GUARDED_BY(mu_);
   // Ranks of this host lost in the epoch of session_ (LoseRanks): left out
   // of its combined calls from then on.

@@ -563,6 +563,28 @@ TEST_F(RelayJobTest, ALostRanksHeldSendsGoUpstreamBeforeItsLossIsReported) {
   EXPECT_FALSE(job_->KeepsHere(send.header, send.fp));
 }
 
+// A message a match sent upstream, still unanswered there when its
+// sender is lost: the loss is reported only once upstream answered it
+// (upstream refuses a send from a rank it was told left).
+TEST_F(RelayJobTest, ALossWaitsForTheSendsAMatchForwardedBeforeIt) {
+  ASSERT_NO_FATAL_FAILURE(Join());
+  MessageCall send = Message(2, 2, 3, 5, 0);
+  ASSERT_TRUE(job_->KeepsHere(send.header, send.fp));
+  MessageCall match = Match(3, 5, 0);
+  ASSERT_EQ(job_->BeforeMatch(match.header, match.fp).size(), 1u);
+  FakeUpstreamSession* session = upstream_.session();
+  ASSERT_EQ(session->calls(), 1);
+  // Rank 2 departs: nothing more of its is held, but its forwarded send
+  // has no answer yet.
+  EXPECT_TRUE(job_->HeldFrom({2}).empty());
+  ASSERT_TRUE(job_->LoseRanks(kEpoch, {2}, ""));
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(session->lost_now(), 0u);
+  session->AnswerNothing(0);
+  ASSERT_EQ(session->lost(1).size(), 1u);
+  EXPECT_THAT(session->lost(1)[0].ranks, ::testing::ElementsAre(2));
+}
+
 TEST_F(RelayJobTest, AMessageOfALostRankGoesUpstream) {
   ASSERT_NO_FATAL_FAILURE(Join());
   ASSERT_TRUE(job_->LoseRanks(kEpoch, {3}, "killed"));
