@@ -416,6 +416,9 @@ TEST_F(RelayTest, AnAllToAllOfAHostsRanksIsOneCallUpstream) {
 }
 
 TEST_F(RelayTest, OneHostOfFourRanksOverOneShardRunsEveryKind) {
+  // The whole job is on the relay's host: it answers every kind it
+  // combines itself (ten calls); only the all-to-all-v's goes upstream,
+  // per rank (four).
   ASSERT_NO_FATAL_FAILURE(Start(/*shards=*/1, /*hosts=*/{4}));
   RankFailures failures;
   RunOnEveryRank(kWorld, [&](int rank) {
@@ -423,6 +426,32 @@ TEST_F(RelayTest, OneHostOfFourRanksOverOneShardRunsEveryKind) {
     if (client == nullptr) return;
     EveryKind(*client, rank, failures);
   });
+  const int port = relays_[0]->MetricsPort();
+  auto count = [&](const std::string& name, const std::string& combined) {
+    return ScrapeSum(port, name, [&](const Sample& sample) {
+      auto it = sample.labels.find("combined");
+      return combined.empty() ||
+             (it != sample.labels.end() && it->second == combined);
+    });
+  };
+  // Counted once every member has its result: polled.
+  absl::StatusOr<double> here =
+      count("reducer_relay_calls_answered_here_total", "");
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (here.ok() && *here < 10 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+    here = count("reducer_relay_calls_answered_here_total", "");
+  }
+  const absl::StatusOr<double> combined =
+      count("reducer_relay_upstream_calls_total", "true");
+  const absl::StatusOr<double> alone =
+      count("reducer_relay_upstream_calls_total", "false");
+  ASSERT_THAT(here, IsOk());
+  ASSERT_THAT(combined, IsOk());
+  ASSERT_THAT(alone, IsOk());
+  EXPECT_EQ(*here, 10) << *combined << " combined, " << *alone << " alone";
+  EXPECT_EQ(*combined, 0);
+  EXPECT_EQ(*alone, 4);
   failures.ExpectNone();
 }
 

@@ -84,6 +84,10 @@ class MetricsSink {
   // its host (1: a rank's own), which saved `saved_bytes` on the host's
   // link (relay_collective.h).
   virtual void RelayCallEnded(int /*ranks*/, uint64_t /*saved_bytes*/) {}
+  // A relay answered a collective of a group on its host alone itself,
+  // which saved `saved_bytes` on the host's link (relay_collective.h,
+  // "Answered here").
+  virtual void RelayCallAnsweredHere(uint64_t /*saved_bytes*/) {}
   // A relay matched a point-to-point message between two ranks of its
   // host itself, which saved `saved_bytes` on the host's link (its payload
   // up and back down: server/relay/local_messages.h).

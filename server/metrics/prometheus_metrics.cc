@@ -92,6 +92,11 @@ PrometheusMetrics::PrometheusMetrics(absl::string_view version)
                         "Point-to-point messages between two ranks of a "
                         "relay's host that it matched itself")
               .Add({})),
+      relay_answered_here_(
+          CounterFamily(*registry_, "reducer_relay_calls_answered_here_total",
+                        "Collectives of a group on a relay's host alone that "
+                        "it answered itself, sending nothing upstream")
+              .Add({})),
       refused_(CounterFamily(*registry_, "reducer_requests_refused_total",
                              "Joins and collective calls refused before taking "
                              "part, by status code and the limit they hit "
@@ -194,6 +199,11 @@ void PrometheusMetrics::RelayCallEnded(int ranks, uint64_t saved_bytes) {
 
 void PrometheusMetrics::RelayMessageKept(uint64_t saved_bytes) {
   relay_messages_kept_.Increment();
+  relay_bytes_saved_.Increment(static_cast<double>(saved_bytes));
+}
+
+void PrometheusMetrics::RelayCallAnsweredHere(uint64_t saved_bytes) {
+  relay_answered_here_.Increment();
   relay_bytes_saved_.Increment(static_cast<double>(saved_bytes));
 }
 

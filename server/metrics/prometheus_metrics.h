@@ -17,6 +17,7 @@
 //   reducer_relay_upstream_calls_total{combined}     counter (a relay's)
 //   reducer_relay_bytes_saved_total                  counter (a relay's)
 //   reducer_relay_messages_kept_total                counter (a relay's)
+//   reducer_relay_calls_answered_here_total          counter (a relay's)
 //   reducer_requests_refused_total{code,limit}       counter
 //   reducer_jobs, reducer_ranks_connected, reducer_collectives_pending,
 //   reducer_collectives_stalled, reducer_memory_budget_reserved_bytes,
@@ -81,6 +82,7 @@ class PrometheusMetrics final : public MetricsSink {
   void QuorumRanksLeftOut(int ranks) override;
   void RelayCallEnded(int ranks, uint64_t saved_bytes) override;
   void RelayMessageKept(uint64_t saved_bytes) override;
+  void RelayCallAnsweredHere(uint64_t saved_bytes) override;
   void RequestRefused(absl::StatusCode code, RefusedLimit limit) override;
 
  private:
@@ -113,6 +115,7 @@ class PrometheusMetrics final : public MetricsSink {
   prometheus::Counter& relay_calls_combined_;
   prometheus::Counter& relay_bytes_saved_;
   prometheus::Counter& relay_messages_kept_;
+  prometheus::Counter& relay_answered_here_;
   prometheus::Family<prometheus::Counter>& refused_;
   std::array<PerKind, kKinds> per_kind_;
   Gauges gauges_;

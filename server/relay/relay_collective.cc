@@ -67,7 +67,7 @@ int RelayCollective::IndexOf(int rank) const {
 
 bool RelayCollective::started() const {
   absl::MutexLock lock(&mu_);
-  return started_ || split_;
+  return started_ || split_;  // answered here: started_
 }
 
 bool RelayCollective::done() const {
@@ -109,14 +109,12 @@ bool RelayCollective::Attach(std::shared_ptr<RankChannel> channel, int rank,
       // Upstream times the collective out from its first rank's arrival:
       // the members here go without the missing ones well before then,
       // so that upstream names only those.
+      first_attached_ = env_.timers->clock().Now();
+      timeout_ = absl::Milliseconds(header.timeout_ms());
       std::weak_ptr<RelayCollective> weak = weak_from_this();
-      deadline_ =
-          env_.timers->Schedule(env_.timers->clock().Now() +
-                                    absl::Milliseconds(header.timeout_ms()) / 2,
-                                [weak] {
-                                  if (auto self = weak.lock())
-                                    self->OnStragglerDeadline();
-                                });
+      deadline_ = env_.timers->Schedule(first_attached_ + timeout_ / 2, [weak] {
+        if (auto self = weak.lock()) self->OnStragglerDeadline();
+      });
     }
     Member& member = members_[m];
     member.channel = std::move(channel);
@@ -139,6 +137,7 @@ bool RelayCollective::Attach(std::shared_ptr<RankChannel> channel, int rank,
     }
   }
   for (const std::function<void()>& start : starts) start();
+  MaybeDone();  // answered here, it may be over already (a barrier)
   return true;
 }
 
@@ -183,6 +182,7 @@ std::function<void()> RelayCollective::StartLocked() {
     deadline_.reset();
   }
   const Fingerprint& ref = members_[0].fp;
+  here_ = AnswersHereLocked();
   size_t bytes = 0;
   base_.assign(members_.size(), 0);
   if (members_.size() == 1) {
@@ -196,7 +196,8 @@ std::function<void()> RelayCollective::StartLocked() {
         combine_ = Combine::kReduce;
         local_tensors_ = ref.tensors;
         for (TensorSpec& t : local_tensors_) {
-          if (t.op == ReduceOp::kAvg) t.op = ReduceOp::kSum;
+          // Answered here, AVG divides by the members: the whole group.
+          if (t.op == ReduceOp::kAvg && !here_) t.op = ReduceOp::kSum;
         }
         layout_ = *ComputePayloadLayout(local_tensors_);
         bytes = layout_.total_bytes;
@@ -252,6 +253,16 @@ std::function<void()> RelayCollective::StartLocked() {
     }
   }
   AdvanceReadyLocked();
+  if (here_) {
+    if (timeout_ > absl::ZeroDuration()) {
+      std::weak_ptr<RelayCollective> weak = weak_from_this();
+      deadline_ = env_.timers->Schedule(first_attached_ + timeout_, [weak] {
+        if (auto self = weak.lock()) self->OnHereDeadline();
+      });
+    }
+    MaybeAnswerHereLocked();
+    return nullptr;
+  }
   std::shared_ptr<UpstreamInput> input = input_;
   std::weak_ptr<RelayCollective> weak = weak_from_this();
   std::shared_ptr<UpstreamSession> session = session_;
@@ -266,9 +277,17 @@ std::function<void()> RelayCollective::StartLocked() {
 }
 
 bool RelayCollective::OnData(int rank, uint64_t offset, Payload data) {
-  absl::MutexLock lock(&mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    OnDataLocked(rank, offset, std::move(data));
+  }
+  MaybeDone();  // it failed, or was answered here
+  return true;
+}
+
+void RelayCollective::OnDataLocked(int rank, uint64_t offset, Payload data) {
   const int m = IndexOf(rank);
-  if (m < 0 || failed_) return true;
+  if (m < 0 || failed_) return;
   Member& member = members_[m];
   if (offset != member.received + [&] {
         size_t held = 0;
@@ -278,37 +297,40 @@ bool RelayCollective::OnData(int rank, uint64_t offset, Payload data) {
     FailLocked(absl::InvalidArgumentError(
         absl::StrCat(description_, ": rank ", rank, " sent bytes at offset ",
                      offset, " out of order")));
-    return true;
+    return;
   }
   if (!started_ && !split_) {
     member.held.emplace_back(offset, std::move(data));
-    return true;
+    return;
   }
   absl::Status placed = PlaceLocked(m, offset, data);
   if (!placed.ok()) {
     FailLocked(placed);
-    return true;
+    return;
   }
   if (split_) {
     member.own_input->MarkReady(member.received);
   } else {
     AdvanceReadyLocked();
+    if (here_) MaybeAnswerHereLocked();
   }
-  return true;
 }
 
 void RelayCollective::OnInputEnd(int rank) {
-  absl::MutexLock lock(&mu_);
-  const int m = IndexOf(rank);
-  if (m < 0 || failed_) return;
-  size_t held = 0;
-  for (const auto& h : members_[m].held) held += h.second.size();
-  const size_t got = members_[m].received + held;
-  if (got < members_[m].input_bytes) {
-    FailLocked(absl::InvalidArgumentError(absl::StrCat(
-        description_, ": rank ", rank, " ended its call after ", got,
-        " of its ", members_[m].input_bytes, " payload bytes")));
+  {
+    absl::MutexLock lock(&mu_);
+    const int m = IndexOf(rank);
+    if (m < 0 || failed_) return;
+    size_t held = 0;
+    for (const auto& h : members_[m].held) held += h.second.size();
+    const size_t got = members_[m].received + held;
+    if (got < members_[m].input_bytes) {
+      FailLocked(absl::InvalidArgumentError(absl::StrCat(
+          description_, ": rank ", rank, " ended its call after ", got,
+          " of its ", members_[m].input_bytes, " payload bytes")));
+    }
   }
+  MaybeDone();
 }
 
 void RelayCollective::OnUpstreamDone(absl::StatusOr<UpstreamResult> result) {
@@ -319,63 +341,65 @@ void RelayCollective::OnUpstreamDone(absl::StatusOr<UpstreamResult> result) {
     if (!result.ok()) {
       FailLocked(result.status());
     } else {
-      const Fingerprint& ref = members_[0].fp;
-      const bool combined = combine_ != Combine::kAlone;
-      // Only the root gets the result (Reduce, Gather), or each member its
-      // own part of it (ReduceScatter's slices, Scatter's parts,
-      // AllToAll's rows sent to it), else every member the whole.
-      const bool rooted = combined && (ref.kind == CollectiveKind::kReduce ||
-                                       ref.kind == CollectiveKind::kGather);
-      const bool own_parts =
-          combined && (ref.kind == CollectiveKind::kReduceScatter ||
-                       ref.kind == CollectiveKind::kScatter ||
-                       ref.kind == CollectiveKind::kAllToAll);
-      size_t result_bytes = 0;
-      for (const TensorSpec& spec : result->specs) {
-        result_bytes += TotalBytes({spec});
-      }
-      std::vector<std::vector<ResultMessage>> answers;
-      absl::Status parted;
-      if (own_parts) {
-        const int parts = static_cast<int>(members_.size());
-        for (int i = 0; i < parts && parted.ok(); ++i) {
-          absl::StatusOr<std::vector<ResultMessage>> part =
-              PartMessagesOf(*result, i, parts, env_.chunk_bytes);
-          if (part.ok()) {
-            answers.push_back(*std::move(part));
-          } else {
-            parted = absl::Status(
-                part.status().code(),
-                absl::StrCat(description_, ": ", part.status().message()));
-          }
-        }
-      } else {
-        // Built once, shared by every member that gets the result.
-        const std::vector<ResultMessage> full =
-            ResultMessagesOf(&*result, env_.chunk_bytes);
-        for (const Member& m : members_) {
-          const bool gets = !rooted || m.rank == ref.root;
-          answers.push_back(gets ? full : ResultMessagesOf(nullptr, 0));
-        }
-      }
-      if (!parted.ok()) {
-        FailLocked(parted);
-      } else {
-        for (size_t i = 0; i < members_.size(); ++i) {
-          DeliverLocked(static_cast<int>(i), std::move(answers[i]));
-        }
-        // What one call per member would have sent and received, less
-        // what was: the members' inputs for one payload, and where each
-        // member gets the whole result, all but one copy of it (a part of
-        // its own, or the root's alone, is received as it would be).
-        size_t sent_in = 0;
-        for (const Member& m : members_) sent_in += m.input_bytes;
-        const size_t copies = rooted || own_parts ? 1 : members_.size();
-        saved_ = (sent_in - input_->size()) + (copies - 1) * result_bytes;
-      }
+      DeliverResultLocked(*result);
     }
   }
   MaybeDone();
+}
+
+void RelayCollective::DeliverResultLocked(const UpstreamResult& result) {
+  const Fingerprint& ref = members_[0].fp;
+  const bool combined = combine_ != Combine::kAlone;
+  // Only the root gets the result (Reduce, Gather), or each member its
+  // own part of it (ReduceScatter's slices, Scatter's parts, AllToAll's
+  // rows sent to it), else every member the whole.
+  const bool rooted = combined && (ref.kind == CollectiveKind::kReduce ||
+                                   ref.kind == CollectiveKind::kGather);
+  const bool own_parts =
+      combined && (ref.kind == CollectiveKind::kReduceScatter ||
+                   ref.kind == CollectiveKind::kScatter ||
+                   ref.kind == CollectiveKind::kAllToAll);
+  size_t result_bytes = 0;
+  for (const TensorSpec& spec : result.specs) {
+    result_bytes += TotalBytes({spec});
+  }
+  std::vector<std::vector<ResultMessage>> answers;
+  if (own_parts) {
+    const int parts = static_cast<int>(members_.size());
+    for (int i = 0; i < parts; ++i) {
+      absl::StatusOr<std::vector<ResultMessage>> part =
+          PartMessagesOf(result, i, parts, env_.chunk_bytes);
+      if (!part.ok()) {
+        FailLocked(absl::Status(
+            part.status().code(),
+            absl::StrCat(description_, ": ", part.status().message())));
+        return;
+      }
+      answers.push_back(*std::move(part));
+    }
+  } else {
+    // Built once, shared by every member that gets the result.
+    const std::vector<ResultMessage> full =
+        ResultMessagesOf(&result, env_.chunk_bytes);
+    for (const Member& m : members_) {
+      const bool gets = !rooted || m.rank == ref.root;
+      answers.push_back(gets ? full : ResultMessagesOf(nullptr, 0));
+    }
+  }
+  for (size_t i = 0; i < members_.size(); ++i) {
+    DeliverLocked(static_cast<int>(i), std::move(answers[i]));
+  }
+  // What one call per member would have sent and received, less what was:
+  // the members' inputs for one payload (none answered here), and where
+  // each member gets the whole result, all but one copy of it (a part of
+  // its own, or the root's alone, is received as it would be; answered
+  // here, that one too).
+  size_t sent_in = 0;
+  for (const Member& m : members_) sent_in += m.input_bytes;
+  const size_t sent_up = here_ ? 0 : input_->size();
+  const size_t copies = rooted || own_parts ? 1 : members_.size();
+  const size_t received_up = here_ ? 0 : 1;
+  saved_ = (sent_in - sent_up) + (copies - received_up) * result_bytes;
 }
 
 void RelayCollective::DeliverLocked(int m,
@@ -493,7 +517,9 @@ void RelayCollective::MaybeDone() {
     for (const Member& m : members_) {
       if (!m.attached) absent.push_back(m.rank);
     }
-    if (started_ || split_) {
+    if (here_) {
+      env_.metrics->RelayCallAnsweredHere(saved);
+    } else if (started_ || split_) {
       env_.metrics->RelayCallEnded(static_cast<int>(members_.size()), saved);
     }
   }

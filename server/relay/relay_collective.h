@@ -29,6 +29,14 @@
 // With one rank the call goes upstream as that rank's own, its payload as
 // it is, and its result is that rank's.
 //
+// Answered here: when every rank of the group is a member (a job, or a
+// group, on this host alone) and the kind is one of those combined above,
+// nothing goes upstream: the combined payload is the result (reduced with
+// the tensors' own ops, AVG dividing by the members, so the bits are those
+// a reducerd with these ranks gives), handed out as an upstream result
+// would be (relay_collective_here.cc). A quorum step, Done and
+// point-to-point calls always go upstream, which decides them.
+//
 // All or nothing: an upstream failure fails every member with its status
 // (upstream's errors name global ranks); a member's own failure (missing
 // payload, a call cancelled) fails the members here and abandons the
@@ -60,6 +68,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/buffer.h"
 #include "core/fingerprint.h"
 #include "core/payload_layout.h"
@@ -132,8 +141,8 @@ class RelayCollective final
   // True once every member has its outcome (split: every member that
   // attached; one that attaches later makes a call of its own upstream).
   bool done() const;
-  // True once its call upstream was made, or it was split: its outcome is
-  // upstream's.
+  // True once its call upstream was made, it was split, or it is being
+  // answered here: its outcome no longer depends on a call not yet made.
   bool started() const;
 
  private:
@@ -171,9 +180,12 @@ class RelayCollective final
   // The index of `rank` in members_, or -1 when it is not one of them.
   int IndexOf(int rank) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Every member attached: plans the upstream call; returns the function
-  // that starts it (run without the lock), or null when it failed.
+  // that starts it (run without the lock), or null when it failed or is
+  // answered here.
   std::function<void()> StartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::CollectiveHeader UpstreamHeaderLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnDataLocked(int rank, uint64_t offset, Payload data)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Member `m`'s payload bytes [offset, offset + data.size()), every member
   // attached.
@@ -195,6 +207,18 @@ class RelayCollective final
   std::function<void()> StartAloneLocked(int m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnAloneDone(int rank, absl::StatusOr<UpstreamResult> result);
+  // Whether it is answered here (above), every member attached and agreeing.
+  bool AnswersHereLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Answered here: once the combined payload is whole, hands it to the
+  // members as their result.
+  void MaybeAnswerHereLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answered here: the members' timeout passed before every one of them
+  // sent its payload and took its result.
+  void OnHereDeadline();
+  // Hands `result` (upstream's, or the combined payload when answered
+  // here) to the members: the whole, the root's alone, or each its part.
+  void DeliverResultLocked(const UpstreamResult& result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues `messages` (result_messages.h) for member `m` and sends a window
   // of them.
   void DeliverLocked(int m, std::vector<ResultMessage> messages)
@@ -219,6 +243,11 @@ class RelayCollective final
   bool started_ ABSL_GUARDED_BY(mu_) = false;  // the upstream call was made
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   bool split_ ABSL_GUARDED_BY(mu_) = false;
+  bool here_ ABSL_GUARDED_BY(mu_) = false;      // answered here (above)
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;  // here: result handed out
+  // The first member's arrival and its timeout (0: none).
+  absl::Time first_attached_ ABSL_GUARDED_BY(mu_);
+  absl::Duration timeout_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   bool done_reported_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t saved_ ABSL_GUARDED_BY(mu_) = 0;  // see on_done
@@ -236,7 +265,8 @@ class RelayCollective final
   std::vector<TensorSpec> local_tensors_ ABSL_GUARDED_BY(mu_);
   std::map<size_t, Staging> staging_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> reduced_ ABSL_GUARDED_BY(mu_);
-  // When it splits for members not attached (half their timeout).
+  // When it splits for members not attached (half their timeout), or,
+  // answered here, when it times out.
   std::optional<TimerQueue::Id> deadline_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -17,7 +17,7 @@
 #include "server/engine/clock.h"
 #include "server/engine/fake_rank_channel.h"
 #include "server/engine/string_bytes.h"
-#include "server/relay/fake_upstream_session.h"
+#include "server/relay/relay_collective_fixture.h"
 #include "tests/status_matchers.h"
 
 namespace reducer {
@@ -27,70 +27,6 @@ using ::reducer::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-template <typename T>
-std::string Bytes(const std::vector<T>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()),
-                     v.size() * sizeof(T));
-}
-
-Payload PayloadOf(const std::string& bytes) {
-  Payload p;
-  p.Append(StringBytes(bytes));
-  return p;
-}
-
-class RelayCollectiveTest : public ::testing::Test {
- protected:
-  RelayCollectiveTest() : timers_(&Clock::Steady()) {
-    env_.timers = &timers_;
-    env_.memory = &memory_;
-    env_.metrics = &metrics_;
-    env_.chunk_bytes = 64;  // so that payloads span several chunks
-    env_.window = 2;
-  }
-
-  std::shared_ptr<RelayCollective> Make(std::vector<int> members) {
-    return std::make_shared<RelayCollective>(
-        env_, "allreduce #0 in job j", std::move(members), session_,
-        [this](uint64_t saved, const std::vector<int>& absent) {
-          saved_ = saved;
-          absent_ = absent;
-        });
-  }
-
-  // The header rank `rank` sends for `fp` (group and kind as the fp's).
-  static v1::CollectiveHeader HeaderOf(const Fingerprint& fp, int rank) {
-    v1::CollectiveHeader h;
-    h.set_job("j");
-    h.set_rank(rank);
-    h.set_session_id("local-session");
-    h.set_attempt_id("local-session/1");
-    h.set_timeout_ms(20000);
-    for (int r : fp.group) h.add_group(r);
-    h.set_root(fp.root);
-    for (const TensorSpec& t : fp.tensors)
-      *h.add_tensors() = TensorSpecToWire(t);
-    return h;
-  }
-
-  // Acknowledges every write of `ch` until its call ended.
-  static void DrainWrites(RelayCollective& c, int rank, FakeRankChannel& ch) {
-    for (int i = 0; i < 1000 && !ch.finished_ok() && ch.fail_calls() == 0;
-         ++i) {
-      for (int n = ch.TakeUnacknowledged(); n > 0; --n) c.OnWriteDone(rank);
-    }
-  }
-
-  TimerQueue timers_;
-  MemoryBudget memory_{1 << 30};
-  MetricsSink metrics_;
-  RelayEnv env_;
-  std::shared_ptr<FakeUpstreamSession> session_ =
-      std::make_shared<FakeUpstreamSession>();
-  uint64_t saved_ = 0;
-  std::vector<int> absent_;
-};
 
 TEST_F(RelayCollectiveTest, AllReduceSendsTheSumOfItsRanksOnceAndHandsBack) {
   // Ranks 0-2 of a group of 4 (rank 3 elsewhere); 50 floats = 200 bytes,
