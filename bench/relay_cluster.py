@@ -22,7 +22,8 @@ uses for the size:
   flat:  a host link carries R N, a shard link W N / s: max of the two;
   relay: a host link carries N (one tensor up, one down), a shard link
          H N / s: max of the two;
-  direct: no link (no model); the local relay's one link carries N.
+  direct: no link (no model); nor does the local relay's, which answers a
+  job whose every rank it holds without sending anything upstream.
 """
 
 import json
@@ -70,9 +71,9 @@ def model_bytes(system, hosts, ranks, shards, size):
         return 2 * (world - 1) / world * size
     if system == "flat":
         return max(ranks * size, world * size / s)
-    if system == "relay":
+    if system == "relay" and hosts > 1:
         return max(size, hosts * size / s)
-    return None
+    return None  # one host: its relay answers the job itself
 
 
 class Runs:

@@ -166,7 +166,8 @@ void Server::ServeAsRelay(std::unique_ptr<Upstream> upstream) {
   gethostname(host, sizeof(host) - 1);
   RelayJobEnv env{upstream_.get(),
                   RelayEnv{&timers_, &memory_, metrics_, options_.chunk_bytes,
-                           options_.window, relay_buffers_.get()},
+                           options_.window, relay_buffers_.get(),
+                           &reduction_pool_, options_.offload_bytes},
                   &log_, absl::StrCat("relay ", host)};
   registry_.SetRelays(
       [env](const std::string& job, int world_size, const std::string& tenant,

@@ -194,13 +194,15 @@ std::function<void()> RelayCollective::StartLocked() {
       case CollectiveKind::kReduce:
       case CollectiveKind::kReduceScatter: {
         combine_ = Combine::kReduce;
-        local_tensors_ = ref.tensors;
-        for (TensorSpec& t : local_tensors_) {
+        auto plan = std::make_shared<ReducePlan>();
+        plan->tensors = ref.tensors;
+        for (TensorSpec& t : plan->tensors) {
           // Answered here, AVG divides by the members: the whole group.
           if (t.op == ReduceOp::kAvg && !here_) t.op = ReduceOp::kSum;
         }
-        layout_ = *ComputePayloadLayout(local_tensors_);
-        bytes = layout_.total_bytes;
+        plan->layout = *ComputePayloadLayout(plan->tensors);
+        bytes = plan->layout.total_bytes;
+        plan_ = std::move(plan);
         reduced_.assign((bytes + env_.chunk_bytes - 1) / env_.chunk_bytes,
                         false);
         break;
@@ -260,7 +262,7 @@ std::function<void()> RelayCollective::StartLocked() {
         if (auto self = weak.lock()) self->OnHereDeadline();
       });
     }
-    MaybeAnswerHereLocked();
+    AnswerHereLocked();
     return nullptr;
   }
   std::shared_ptr<UpstreamInput> input = input_;
@@ -277,15 +279,51 @@ std::function<void()> RelayCollective::StartLocked() {
 }
 
 bool RelayCollective::OnData(int rank, uint64_t offset, Payload data) {
+  std::vector<ChunkToReduce> offload;
+  std::shared_ptr<const ReducePlan> plan;
+  std::shared_ptr<UpstreamInput> input;
   {
     absl::MutexLock lock(&mu_);
-    OnDataLocked(rank, offset, std::move(data));
+    OnDataLocked(rank, offset, std::move(data), &offload);
+    plan = plan_;
+    input = input_;
+  }
+  for (ChunkToReduce& chunk : offload) {
+    auto shared = std::make_shared<ChunkToReduce>(std::move(chunk));
+    env_.reduction_pool->Schedule(
+        [self = shared_from_this(), plan, input, shared] {
+          self->ReduceOffloaded(*plan, *input, std::move(*shared));
+        });
   }
   MaybeDone();  // it failed, or was answered here
   return true;
 }
 
-void RelayCollective::OnDataLocked(int rank, uint64_t offset, Payload data) {
+void RelayCollective::ReduceOffloaded(const ReducePlan& plan,
+                                      UpstreamInput& input,
+                                      ChunkToReduce chunk) {
+  std::vector<const StagedPart*> parts;
+  for (const StagedPart& p : chunk.parts) parts.push_back(&p);
+  const absl::Status reduced =
+      ReduceStagedParts(plan.layout, plan.tensors, parts, chunk.begin,
+                        chunk.end, input.data() + chunk.begin);
+  {
+    absl::MutexLock lock(&mu_);
+    if (failed_ || input_.get() != &input) return;
+    if (!reduced.ok()) {
+      FailLocked(absl::Status(
+          reduced.code(), absl::StrCat(description_, ": ", reduced.message())));
+    } else {
+      reduced_[chunk.index] = true;
+      AdvanceReadyLocked();
+      if (here_) SendReadyLocked();
+    }
+  }
+  MaybeDone();
+}
+
+void RelayCollective::OnDataLocked(int rank, uint64_t offset, Payload data,
+                                   std::vector<ChunkToReduce>* offload) {
   const int m = IndexOf(rank);
   if (m < 0 || failed_) return;
   Member& member = members_[m];
@@ -303,7 +341,7 @@ void RelayCollective::OnDataLocked(int rank, uint64_t offset, Payload data) {
     member.held.emplace_back(offset, std::move(data));
     return;
   }
-  absl::Status placed = PlaceLocked(m, offset, data);
+  absl::Status placed = PlaceLocked(m, offset, data, offload);
   if (!placed.ok()) {
     FailLocked(placed);
     return;
@@ -312,7 +350,7 @@ void RelayCollective::OnDataLocked(int rank, uint64_t offset, Payload data) {
     member.own_input->MarkReady(member.received);
   } else {
     AdvanceReadyLocked();
-    if (here_) MaybeAnswerHereLocked();
+    if (here_) SendReadyLocked();
   }
 }
 
@@ -367,6 +405,7 @@ void RelayCollective::DeliverResultLocked(const UpstreamResult& result) {
   if (own_parts) {
     const int parts = static_cast<int>(members_.size());
     for (int i = 0; i < parts; ++i) {
+      members_[i].answer_base = i * result_bytes / parts;
       absl::StatusOr<std::vector<ResultMessage>> part =
           PartMessagesOf(result, i, parts, env_.chunk_bytes);
       if (!part.ok()) {
@@ -415,13 +454,20 @@ void RelayCollective::DeliverLocked(int m,
 void RelayCollective::SendSomeLocked(int m) {
   Member& member = members_[m];
   while (!member.finished && !member.to_send.empty() &&
-         member.unwritten < env_.window) {
+         member.unwritten < env_.window &&
+         (!here_ || ReadyToSendLocked(member))) {
     ResultMessage message = std::move(member.to_send.back());
     member.to_send.pop_back();
     const bool last = member.to_send.empty();
     if (last) member.finished = true;
     ++member.unwritten;
     member.channel->Send(std::move(message), last);
+  }
+}
+
+void RelayCollective::SendReadyLocked() {
+  for (size_t i = 0; i < members_.size(); ++i) {
+    SendSomeLocked(static_cast<int>(i));
   }
 }
 

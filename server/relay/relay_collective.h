@@ -34,8 +34,10 @@
 // nothing goes upstream: the combined payload is the result (reduced with
 // the tensors' own ops, AVG dividing by the members, so the bits are those
 // a reducerd with these ranks gives), handed out as an upstream result
-// would be (relay_collective_here.cc). A quorum step, Done and
-// point-to-point calls always go upstream, which decides them.
+// would be, each message once the bytes it carries are combined; a
+// member's last message (its call's OK) only once all of them are
+// (relay_collective_here.cc). A quorum step, Done and point-to-point
+// calls always go upstream, which decides them.
 //
 // All or nothing: an upstream failure fails every member with its status
 // (upstream's errors name global ranks); a member's own failure (missing
@@ -76,6 +78,7 @@
 #include "server/engine/attached_collective.h"
 #include "server/engine/memory_budget.h"
 #include "server/engine/staged_part.h"
+#include "server/engine/thread_pool.h"
 #include "server/engine/timer_queue.h"
 #include "server/metrics/metrics_sink.h"
 #include "server/relay/upstream.h"
@@ -93,6 +96,10 @@ struct RelayEnv {
   int window = 4;
   // Where upstream payloads take their memory (null: malloc).
   BufferPool* buffers = nullptr;
+  // Where chunks of at least `offload_bytes` are reduced, off the thread
+  // that brought their last part and off the lock (null: there, under it).
+  ThreadPool* reduction_pool = nullptr;
+  size_t offload_bytes = 64 << 10;
 };
 
 class RelayCollective final
@@ -159,6 +166,9 @@ class RelayCollective final
     std::vector<std::pair<uint64_t, Payload>> held;
     // Its result's messages not yet sent, and those sent but not written.
     std::vector<ResultMessage> to_send;
+    // Answered here: where its result's bytes start in the combined payload
+    // (its part's place; 0 for the whole).
+    size_t answer_base = 0;
     int unwritten = 0;
     bool attached = false;
     bool finished = false;  // ended: OK, failed, or cut off
@@ -170,6 +180,20 @@ class RelayCollective final
   struct Staging {
     std::vector<StagedPart> parts;
     int complete = 0;
+  };
+  // kReduce: the payload's layout and the tensors the members' chunks are
+  // reduced by (AVG as SUM, unless answered here). Set when the call
+  // starts, never changed: offloaded reductions read it off the lock.
+  struct ReducePlan {
+    PayloadLayout layout;
+    std::vector<TensorSpec> tensors;
+  };
+  // A chunk, bytes [begin, end), whose every member's part is in.
+  struct ChunkToReduce {
+    size_t index = 0;
+    size_t begin = 0;
+    size_t end = 0;
+    std::vector<StagedPart> parts;
   };
 
   // A rank's header as the relay forwards it for that rank alone: without
@@ -185,12 +209,21 @@ class RelayCollective final
   std::function<void()> StartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::CollectiveHeader UpstreamHeaderLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnDataLocked(int rank, uint64_t offset, Payload data)
+  // Adds to `offload` the chunks to reduce on the reduction pool.
+  void OnDataLocked(int rank, uint64_t offset, Payload data,
+                    std::vector<ChunkToReduce>* offload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Member `m`'s payload bytes [offset, offset + data.size()), every member
-  // attached.
-  absl::Status PlaceLocked(int m, uint64_t offset, const Payload& data)
+  // attached. kReduce: a chunk it completes is reduced here, or, when
+  // `offload` is given and the chunk is large enough for the pool, added
+  // to it.
+  absl::Status PlaceLocked(int m, uint64_t offset, const Payload& data,
+                           std::vector<ChunkToReduce>* offload = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // On the reduction pool: reduces `chunk` into `input` by `plan`, then
+  // marks it reduced (unless the collective failed meanwhile).
+  void ReduceOffloaded(const ReducePlan& plan, UpstreamInput& input,
+                       ChunkToReduce chunk);
   // kParts: places member `m`'s bytes [offset, offset + data.size()) part
   // by part, each at its destination's place in the upstream payload.
   void PlacePartsLocked(int m, uint64_t offset, const Payload& data)
@@ -209,9 +242,12 @@ class RelayCollective final
   void OnAloneDone(int rank, absl::StatusOr<UpstreamResult> result);
   // Whether it is answered here (above), every member attached and agreeing.
   bool AnswersHereLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Answered here: once the combined payload is whole, hands it to the
-  // members as their result.
-  void MaybeAnswerHereLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answered here: queues each member's result over the combined payload,
+  // sent as its bytes are combined (SendSomeLocked).
+  void AnswerHereLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answered here: whether member `m`'s next message may go, given the
+  // combined payload's bytes ready.
+  bool ReadyToSendLocked(const Member& m) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Answered here: the members' timeout passed before every one of them
   // sent its payload and took its result.
   void OnHereDeadline();
@@ -224,6 +260,8 @@ class RelayCollective final
   void DeliverLocked(int m, std::vector<ResultMessage> messages)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendSomeLocked(int m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answered here: sends each member what became ready to send.
+  void SendReadyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Half the members' timeout passed: split unless every member is in.
@@ -243,8 +281,7 @@ class RelayCollective final
   bool started_ ABSL_GUARDED_BY(mu_) = false;  // the upstream call was made
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   bool split_ ABSL_GUARDED_BY(mu_) = false;
-  bool here_ ABSL_GUARDED_BY(mu_) = false;      // answered here (above)
-  bool answered_ ABSL_GUARDED_BY(mu_) = false;  // here: result handed out
+  bool here_ ABSL_GUARDED_BY(mu_) = false;  // answered here (above)
   // The first member's arrival and its timeout (0: none).
   absl::Time first_attached_ ABSL_GUARDED_BY(mu_);
   absl::Duration timeout_ ABSL_GUARDED_BY(mu_);
@@ -259,10 +296,8 @@ class RelayCollective final
   std::vector<size_t> base_ ABSL_GUARDED_BY(mu_);
   // kParts: the bytes each member sends each rank of the group.
   size_t part_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // kReduce: the layout and tensors the members' chunks are reduced by
-  // (AVG as SUM), chunks being staged, and chunks reduced.
-  PayloadLayout layout_ ABSL_GUARDED_BY(mu_);
-  std::vector<TensorSpec> local_tensors_ ABSL_GUARDED_BY(mu_);
+  // kReduce: its plan, chunks being staged, and chunks reduced.
+  std::shared_ptr<const ReducePlan> plan_ ABSL_GUARDED_BY(mu_);
   std::map<size_t, Staging> staging_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> reduced_ ABSL_GUARDED_BY(mu_);
   // When it splits for members not attached (half their timeout), or,

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/fingerprint.h"
 #include "gtest/gtest.h"
 #include "proto/reducer/v1/wire_conversion.h"
@@ -66,11 +68,14 @@ class RelayCollectiveTest : public ::testing::Test {
     return h;
   }
 
-  // Acknowledges every write of `ch` until its call ended.
+  // Acknowledges every write of `ch` until its call ended, or 20 s passed
+  // (messages may come from a reduction pool meanwhile).
   static void DrainWrites(RelayCollective& c, int rank, FakeRankChannel& ch) {
-    for (int i = 0; i < 1000 && !ch.finished_ok() && ch.fail_calls() == 0;
-         ++i) {
-      for (int n = ch.TakeUnacknowledged(); n > 0; --n) c.OnWriteDone(rank);
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (!ch.finished_ok() && ch.fail_calls() == 0 && absl::Now() < give_up) {
+      int n = ch.TakeUnacknowledged();
+      if (n == 0) absl::SleepFor(absl::Microseconds(100));
+      for (; n > 0; --n) c.OnWriteDone(rank);
     }
   }
 

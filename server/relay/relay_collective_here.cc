@@ -1,6 +1,6 @@
 // RelayCollective's answer to a group whose every rank is a member
-// (relay_collective.h, "Answered here"): the combined payload, once whole,
-// is the result, and nothing goes upstream. The rest of RelayCollective is
+// (relay_collective.h, "Answered here"): the combined payload is the
+// result, sent as it is combined, and nothing goes upstream. The rest of RelayCollective is
 // in relay_collective.cc.
 #include <memory>
 #include <string>
@@ -33,19 +33,18 @@ bool RelayCollective::AnswersHereLocked() const {
   }
 }
 
-void RelayCollective::MaybeAnswerHereLocked() {
-  if (answered_ || failed_ || input_->ready() < input_->size()) return;
-  answered_ = true;
+void RelayCollective::AnswerHereLocked() {
   const Fingerprint& ref = members_[0].fp;
   // The result as upstream would answer the members' one call: the
   // reduction's tensors, the concatenation's (or the parts') one tensor of
-  // every member's rows, the root's tensors, or none (a barrier).
+  // every member's rows, the root's tensors, or none (a barrier). Its
+  // bytes are the combined payload's, packed alike.
   UpstreamResult result;
   switch (combine_) {
     case Combine::kReduce:
       result.specs = ref.tensors;
-      for (size_t i = 0; i < layout_.offsets.size(); ++i) {
-        result.data.push_back(input_->data() + layout_.offsets[i]);
+      for (size_t offset : plan_->layout.offsets) {
+        result.data.push_back(input_->data() + offset);
       }
       break;
     case Combine::kConcat:
@@ -71,17 +70,31 @@ void RelayCollective::MaybeAnswerHereLocked() {
   DeliverResultLocked(result);
 }
 
+bool RelayCollective::ReadyToSendLocked(const Member& m) const {
+  const ResultMessage& next = m.to_send.back();
+  if (m.to_send.size() == 1) return input_->ready() == input_->size();
+  size_t end = m.answer_base + next.offset;
+  for (const SharedBytes& piece : next.data) end += piece.size();
+  return end <= input_->ready();
+}
+
 void RelayCollective::OnHereDeadline() {
   {
     absl::MutexLock lock(&mu_);
     deadline_.reset();
     if (failed_) return;
+    // Those whose payload is missing; when none, those that have not
+    // taken all of their result.
     std::vector<std::string> slow;
     for (const Member& m : members_) {
       if (m.received < m.input_bytes) {
         slow.push_back(absl::StrCat("rank ", m.rank, " sent ", m.received,
                                     " of ", m.input_bytes, " bytes"));
-      } else if (!m.finished) {
+      }
+    }
+    const bool payload_missing = !slow.empty();
+    for (const Member& m : members_) {
+      if (!payload_missing && !m.finished) {
         slow.push_back(
             absl::StrCat("rank ", m.rank, " has not taken all of its result"));
       }

@@ -9,6 +9,7 @@
 #include "core/fingerprint_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/engine/thread_pool.h"
 #include "server/relay/relay_collective_fixture.h"
 #include "tests/status_matchers.h"
 
@@ -82,6 +83,65 @@ TEST_F(RelayCollectiveHereTest, AllReduceOfTheWholeGroupMakesNoUpstreamCall) {
   // Nothing crossed the host's link: three payloads of 228 bytes up, and
   // three results of 228 down.
   EXPECT_EQ(saved_, 6u * 228u);
+}
+
+TEST_F(RelayCollectiveHereTest,
+       EachChunkIsSentOnceReducedTheCallEndsOnceAllAre) {
+  // {0,1}: int32 [50] SUM, 200 bytes in chunks of 64. Once both ranks sent
+  // their first 64 bytes, each has that chunk of the result, and its call
+  // goes on; the rest comes once the rest is in.
+  const std::vector<int> group = {0, 1};
+  const Fingerprint fp = MakeFingerprint(CollectiveKind::kAllReduce,
+                                         {Spec(DataType::kInt32, {50})}, group);
+  auto c = Make({0, 1});
+  auto ch = AttachAll(*c, {fp, fp});
+  std::vector<std::string> inputs;
+  std::vector<int32_t> sum(50);
+  for (int r = 0; r < 2; ++r) {
+    std::vector<int32_t> x(50);
+    for (int i = 0; i < 50; ++i) sum[i] += x[i] = 1000 * r + i;
+    inputs.push_back(Bytes(x));
+    c->OnData(r, 0, PayloadOf(inputs[r].substr(0, 64)));
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(ch[r]->WaitMessages(1));
+    EXPECT_EQ(ch[r]->message_count(), 1);
+    EXPECT_EQ(ch[r]->byte_count(), 64u);
+    EXPECT_FALSE(ch[r]->finished_ok());
+  }
+  for (int r = 0; r < 2; ++r) c->OnData(r, 64, PayloadOf(inputs[r].substr(64)));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ResultOf(*c, r, *ch[r]), Bytes(sum)) << "rank " << r;
+  }
+  EXPECT_EQ(session_->calls(), 0u);
+}
+
+TEST_F(RelayCollectiveHereTest, ChunksReducedOnThePoolMakeTheSameResult) {
+  // {0,1,2}: float32 [1000] SUM in chunks of 64 bytes, each reduced on a
+  // pool of two threads, in whatever order they finish.
+  ThreadPool pool(2);
+  env_.reduction_pool = &pool;
+  env_.offload_bytes = 64;
+  constexpr int kN = 1000;
+  const std::vector<int> group = {0, 1, 2};
+  const Fingerprint fp = MakeFingerprint(
+      CollectiveKind::kAllReduce, {Spec(DataType::kFloat32, {kN})}, group);
+  auto c = Make({0, 1, 2});
+  auto ch = AttachAll(*c, {fp, fp, fp});
+  std::vector<float> sum(kN);
+  for (int r = 0; r < 3; ++r) {
+    std::vector<float> x(kN);
+    for (int i = 0; i < kN; ++i)
+      sum[i] += x[i] = static_cast<float>(r * kN + i);
+    const std::string bytes = Bytes(x);
+    for (size_t at = 0; at < bytes.size(); at += 96) {
+      c->OnData(r, at, PayloadOf(bytes.substr(at, 96)));
+    }
+  }
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(ResultOf(*c, r, *ch[r]), Bytes(sum)) << "rank " << r;
+  }
+  EXPECT_EQ(session_->calls(), 0u);
 }
 
 TEST_F(RelayCollectiveHereTest, ReduceScatterHandsEachRankItsSliceOfTheMean) {

@@ -13,7 +13,8 @@
 namespace reducer {
 
 absl::Status RelayCollective::PlaceLocked(int m, uint64_t offset,
-                                          const Payload& data) {
+                                          const Payload& data,
+                                          std::vector<ChunkToReduce>* offload) {
   Member& member = members_[m];
   if (offset + data.size() > member.input_bytes) {
     return absl::InvalidArgumentError(
@@ -51,13 +52,19 @@ absl::Status RelayCollective::PlaceLocked(int m, uint64_t offset,
     part.Append(data, consumed, n);
     if (part.size() == len &&
         ++staging.complete == static_cast<int>(members_.size())) {
-      std::vector<const StagedPart*> parts;
-      for (const StagedPart& p : staging.parts) parts.push_back(&p);
-      REDUCER_RETURN_IF_ERROR(ReduceStagedParts(layout_, local_tensors_, parts,
-                                                begin, begin + len,
-                                                input_->data() + begin));
+      if (offload != nullptr && env_.reduction_pool != nullptr &&
+          len >= env_.offload_bytes) {
+        offload->push_back(
+            ChunkToReduce{k, begin, begin + len, std::move(staging.parts)});
+      } else {
+        std::vector<const StagedPart*> parts;
+        for (const StagedPart& p : staging.parts) parts.push_back(&p);
+        REDUCER_RETURN_IF_ERROR(ReduceStagedParts(plan_->layout, plan_->tensors,
+                                                  parts, begin, begin + len,
+                                                  input_->data() + begin));
+        reduced_[k] = true;
+      }
       staging_.erase(k);
-      reduced_[k] = true;
     }
     pos += n;
     consumed += n;

@@ -17,6 +17,7 @@
 #include "server/engine/clock.h"
 #include "server/engine/fake_rank_channel.h"
 #include "server/engine/string_bytes.h"
+#include "server/engine/thread_pool.h"
 #include "server/relay/relay_collective_fixture.h"
 #include "tests/status_matchers.h"
 
@@ -91,6 +92,33 @@ TEST_F(RelayCollectiveTest, AllReduceSendsTheSumOfItsRanksOnceAndHandsBack) {
   // Two ranks' 200 bytes up and down were not sent.
   EXPECT_EQ(saved_, 4u * 200u);
   EXPECT_EQ(memory_.used(), 0u);
+}
+
+TEST_F(RelayCollectiveTest, ChunksReducedOnThePoolGoUpstreamInOrder) {
+  // Ranks 0-1 of {0,1,2}: int32 [1000] SUM in chunks of 64 bytes, each
+  // reduced on a pool of two threads; upstream reads the sum in order.
+  ThreadPool pool(2);
+  env_.reduction_pool = &pool;
+  env_.offload_bytes = 64;
+  constexpr int kN = 1000;
+  const Fingerprint fp = MakeFingerprint(
+      CollectiveKind::kAllReduce, {Spec(DataType::kInt32, {kN})}, {0, 1, 2});
+  auto c = Make({0, 1});
+  std::vector<std::shared_ptr<FakeRankChannel>> ch;
+  std::vector<int32_t> sum(kN);
+  for (int r = 0; r < 2; ++r) {
+    ch.push_back(std::make_shared<FakeRankChannel>());
+    ASSERT_TRUE(c->Attach(ch[r], r, HeaderOf(fp, r), fp));
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::vector<int32_t> x(kN);
+    for (int i = 0; i < kN; ++i) sum[i] += x[i] = r * 7919 + i * 31;
+    const std::string bytes = Bytes(x);
+    for (size_t at = 0; at < bytes.size(); at += 100) {
+      c->OnData(r, at, PayloadOf(bytes.substr(at, 100)));
+    }
+  }
+  EXPECT_EQ(session_->Payload(), Bytes(sum));
 }
 
 TEST_F(RelayCollectiveTest, GatherConcatenatesInRankOrderForTheRoot) {
