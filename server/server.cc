@@ -171,9 +171,10 @@ void Server::ServeAsRelay(std::unique_ptr<Upstream> upstream) {
                   &log_, absl::StrCat("relay ", host)};
   registry_.SetRelays(
       [env](const std::string& job, int world_size, const std::string& tenant,
-            std::function<void(uint64_t, const std::string&)> ended) {
-        return std::make_shared<RelayJob>(env, job, world_size,
-                                          std::move(ended));
+            std::function<void(uint64_t, const std::string&)> ended,
+            std::function<void(uint64_t, int, const std::string&)> rank_ended) {
+        return std::make_shared<RelayJob>(
+            env, job, world_size, std::move(ended), std::move(rank_ended));
       });
 }
 

@@ -289,6 +289,13 @@ class Job {
   // that epoch ends here, if it is still the current one.
   void EndEpochFromUpstream(uint64_t epoch_id, const std::string& reason)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The upstream session of `rank` alone (it joined again after its loss:
+  // JobRelay::RejoinUpstream) ended on its own (`reason`): its session
+  // here ends ABORTED, naming why, as if its stream had ended, so that the
+  // rank is lost again (Leave) and its client connects again; the epoch
+  // goes on for the others. No-op unless epoch `epoch_id` runs here.
+  void EndRankFromUpstream(uint64_t epoch_id, int rank,
+                           const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The rank `session_id` holds in the running epoch; nullopt when it holds
   // none (unknown, replaced) or no epoch is running.

@@ -65,6 +65,22 @@ void Job::EndEpochFromUpstream(uint64_t epoch_id, const std::string& reason) {
            EpochEndReason::kOtherShardFailed);
 }
 
+void Job::EndRankFromUpstream(uint64_t epoch_id, int rank,
+                              const std::string& reason) {
+  std::shared_ptr<SessionChannel> session;
+  {
+    absl::MutexLock lock(&mu_);
+    if (membership_.epoch_id() != epoch_id || !membership_.running()) return;
+    session = membership_.HolderOf(rank);
+  }
+  // Its transport then ends the stream, and Leave loses the rank.
+  if (session != nullptr) {
+    session->Fail(absl::AbortedError(absl::StrCat(
+        "job ", name_, ": rank ", rank, "'s own session upstream ended (",
+        reason, "); Connect again to go on")));
+  }
+}
+
 absl::Status Job::JoinLocked(const std::vector<int>& ranks, int world_size,
                              const std::string& session_id,
                              std::shared_ptr<SessionChannel> session,

@@ -143,13 +143,18 @@ absl::Status JobRegistry::JoinOrRefuse(const v1::JoinRequest& request,
                                       std::move(rank_state), tenant);
     if (relays_) {
       std::weak_ptr<Job> weak = made;
-      made->SetRelay(
-          relays_(request.job(), request.world_size(), tenant_name,
-                  [weak](uint64_t epoch_id, const std::string& reason) {
-                    if (std::shared_ptr<Job> job = weak.lock()) {
-                      job->EndEpochFromUpstream(epoch_id, reason);
-                    }
-                  }));
+      made->SetRelay(relays_(
+          request.job(), request.world_size(), tenant_name,
+          [weak](uint64_t epoch_id, const std::string& reason) {
+            if (std::shared_ptr<Job> job = weak.lock()) {
+              job->EndEpochFromUpstream(epoch_id, reason);
+            }
+          },
+          [weak](uint64_t epoch_id, int rank, const std::string& reason) {
+            if (std::shared_ptr<Job> job = weak.lock()) {
+              job->EndRankFromUpstream(epoch_id, rank, reason);
+            }
+          }));
     }
     it = jobs_.emplace(request.job(), std::move(made)).first;
   }

@@ -122,10 +122,16 @@ class JobRelay {
 // `tenant`). `upstream_ended(epoch_id, reason)` is to be called once per
 // epoch whose upstream session ended on its own (the job's epoch aborted
 // upstream, a shard lost): the Job then ends that epoch here.
+// `rank_ended(epoch_id, rank, reason)`, when the upstream session of a
+// rank that joined again alone (RejoinUpstream) ended on its own: the Job
+// ends that rank's session here (Job::EndRankFromUpstream), and the epoch
+// goes on.
 using JobRelayFactory = std::function<std::shared_ptr<JobRelay>(
     const std::string& job, int world_size, const std::string& tenant,
     std::function<void(uint64_t epoch_id, const std::string& reason)>
-        upstream_ended)>;
+        upstream_ended,
+    std::function<void(uint64_t epoch_id, int rank, const std::string& reason)>
+        rank_ended)>;
 
 }  // namespace reducer
 

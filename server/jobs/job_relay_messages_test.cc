@@ -5,7 +5,9 @@
 // of it: the bytes delivered, a receive's deadline, a mismatch, a send
 // over the memory budget. A rank lost on the relay fails the messages
 // waiting for it, naming it; and a held message a match needs is handed
-// over to the relay's channel (JobRelay::BeforeMatch).
+// over to the relay's channel (JobRelay::BeforeMatch). And a rank whose
+// own session upstream ended has its session here ended, the others not
+// (Job::EndRankFromUpstream).
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -148,6 +150,7 @@ class JoinedJob {
   }
 
   Job& job() { return job_; }
+  FakeSession& session(int rank) { return *sessions_[rank]; }
   bool Lose(int rank) {
     return job_.Leave(Session(rank), sessions_[rank].get(), "killed",
                       EpochEndReason::kSessionCancelled);
@@ -224,6 +227,22 @@ TEST_F(JobRelayMessagesTest, ARankLostOnTheRelayFailsItsMessagesNamingIt) {
   relayed_.Lose(2);
   EXPECT_THAT(Outcome(*receive), StatusIs(absl::StatusCode::kAborted,
                                           HasSubstr("rank 2 was lost")));
+}
+
+TEST_F(JobRelayMessagesTest, ARankWhoseOwnUpstreamSessionEndedIsCutOffAlone) {
+  Job& job = relayed_.job();
+  const std::optional<Job::Seat> seat = job.RunningSeat(Session(1));
+  ASSERT_TRUE(seat.has_value());
+  job.EndRankFromUpstream(seat->epoch_id + 1, 1, "another epoch's");
+  EXPECT_THAT(relayed_.session(1).failure(), ::reducer::testing::IsOk());
+  job.EndRankFromUpstream(seat->epoch_id, 1, "keepalive watchdog fired");
+  EXPECT_THAT(relayed_.session(1).failure(),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("rank 1's own session upstream ended "
+                                 "(keepalive watchdog fired)")));
+  for (int r : {0, 2}) {
+    EXPECT_THAT(relayed_.session(r).failure(), ::reducer::testing::IsOk());
+  }
 }
 
 TEST_F(JobRelayMessagesTest, AMatchTakesTheHeldMessagesUpstreamFirst) {

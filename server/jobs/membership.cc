@@ -221,6 +221,13 @@ std::vector<std::shared_ptr<SessionChannel>> Membership::Sessions() const {
   return sessions;
 }
 
+std::shared_ptr<SessionChannel> Membership::HolderOf(int rank) const {
+  if (rank < 0 || rank >= world_size_ || !holders_[rank].has_value()) {
+    return nullptr;
+  }
+  return holders_[rank]->session;
+}
+
 void Membership::EndEpoch(const std::string& reason) {
   ended_ = true;
   running_ = false;

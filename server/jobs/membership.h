@@ -174,6 +174,8 @@ class Membership final : public Participation {
   bool Holds(int rank, const std::string& session_id) const;
   // The session of each seat, once each (to send them an event).
   std::vector<std::shared_ptr<SessionChannel>> Sessions() const;
+  // The session holding `rank` this epoch; null when none does.
+  std::shared_ptr<SessionChannel> HolderOf(int rank) const;
 
   // ---- Epochs
   // Ends the epoch (`reason` says why; AbortedError texts quote it).

@@ -36,11 +36,13 @@ std::string MatchingKey(const v1::CollectiveHeader& header,
 
 RelayJob::RelayJob(
     RelayJobEnv env, std::string job, int world_size,
-    std::function<void(uint64_t, const std::string&)> upstream_ended)
+    std::function<void(uint64_t, const std::string&)> upstream_ended,
+    std::function<void(uint64_t, int, const std::string&)> rank_ended)
     : env_(std::move(env)),
       job_(std::move(job)),
       world_size_(world_size),
-      upstream_ended_(std::move(upstream_ended)) {}
+      upstream_ended_(std::move(upstream_ended)),
+      rank_ended_(std::move(rank_ended)) {}
 
 RelayJob::~RelayJob() {
   {
@@ -263,6 +265,31 @@ void RelayJob::OnUpstreamEnded(uint64_t epoch_id, const absl::Status& why) {
                  job_});
 }
 
+void RelayJob::OnRankSessionEnded(uint64_t epoch_id, int rank,
+                                  const absl::Status& why) {
+  std::shared_ptr<UpstreamSession> ended;  // let go of without the lock
+  {
+    absl::MutexLock lock(&mu_);
+    // Once the rank was lost again (LoseRanks took its session) the end is
+    // that report's.
+    if (epoch_id != epoch_id_ || ended_) return;
+    auto alone = alone_.find(rank);
+    if (alone == alone_.end()) {
+      // Ended while its join was in flight: the join gives up.
+      rejoining_.erase(rank);
+      return;
+    }
+    ended = std::move(alone->second);
+    alone_.erase(alone);
+  }
+  env_.log->Log({LogSeverity::kWarning, "relay_rank_upstream_ended",
+                 absl::StrCat("job ", job_, ": rank ", rank,
+                              "'s own session upstream ended (", why.message(),
+                              "); its session here ends"),
+                 job_});
+  rank_ended_(epoch_id, rank, std::string(why.message()));
+}
+
 absl::Status RelayJob::UpstreamEndedError(const std::string& why) const {
   return absl::AbortedError(absl::StrCat(
       "job ", job_, ": this relay's upstream session ended (", why,
@@ -416,7 +443,6 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
       upstream_end_due_.has_value()) {
     return false;
   }
-  lost_.insert(ranks.begin(), ranks.end());
   // A rank that had joined again is reported on its own session, which
   // then closes.
   std::vector<std::shared_ptr<UpstreamSession>> own;
@@ -425,12 +451,15 @@ bool RelayJob::LoseRanks(uint64_t epoch_id, const std::vector<int>& ranks,
     rejoining_.erase(rank);  // a join upstream in flight gives up
     auto alone = alone_.find(rank);
     if (alone == alone_.end()) {
-      on_host_session.push_back(rank);
+      // The host's session holds it unless it was lost before (and its
+      // own session, if it joined again, ended since).
+      if (lost_.count(rank) == 0) on_host_session.push_back(rank);
       continue;
     }
     own.push_back(std::move(alone->second));
     alone_.erase(alone);
   }
+  lost_.insert(ranks.begin(), ranks.end());
   // An empty cause: they departed on purpose (their clients closed).
   env_.log->Log(
       {cause.empty() ? LogSeverity::kInfo : LogSeverity::kWarning,
@@ -511,15 +540,7 @@ bool RelayJob::RejoinUpstream(
               return gone();
             },
             [this, epoch_id, rank](const absl::Status& why) {
-              // Once the rank was lost again (LoseRanks took its session)
-              // the end is that report's; else it ends the epoch here.
-              {
-                absl::MutexLock lock(&mu_);
-                if (alone_.count(rank) == 0 && rejoining_.count(rank) == 0) {
-                  return;
-                }
-              }
-              OnUpstreamEnded(epoch_id, why);
+              OnRankSessionEnded(epoch_id, rank, why);
             });
     absl::StatusOr<uint64_t> first_step;
     std::shared_ptr<UpstreamSession> dropped;  // closed without the lock

@@ -26,7 +26,9 @@
 // runs joins upstream on a session of its own (RejoinUpstream), admitted there
 // at once in quorum mode, and its calls go upstream alone through it from then
 // on; lost again, it is reported on that session, whose end then ends nothing
-// here. The epoch ending upstream ends it here. An epoch that ends here while
+// here. That session ending on its own (upstream lost the rank: its keepalive,
+// its connection) is the rank's loss alone: its session here ends, and it may
+// join again; the host's session and its other ranks go on. The epoch ending upstream ends it here. An epoch that ends here while
 // its join upstream still waits (for other hosts' ranks) gives that join up,
 // and so does the relay letting go of the job: neither waits out the join's
 // timeout.
@@ -81,8 +83,10 @@ struct RelayJobEnv {
 
 class RelayJob final : public JobRelay {
  public:
+  // `upstream_ended` and `rank_ended`: see JobRelayFactory.
   RelayJob(RelayJobEnv env, std::string job, int world_size,
-           std::function<void(uint64_t, const std::string&)> upstream_ended);
+           std::function<void(uint64_t, const std::string&)> upstream_ended,
+           std::function<void(uint64_t, int, const std::string&)> rank_ended);
   ~RelayJob() override;
 
   void JoinUpstream(uint64_t epoch_id, std::vector<int> ranks,
@@ -136,6 +140,10 @@ class RelayJob final : public JobRelay {
   // calls not made upstream, and ends the epoch here (upstream_ended_)
   // once the calls made upstream have their outcomes.
   void OnUpstreamEnded(uint64_t epoch_id, const absl::Status& why);
+  // Upstream's `ended` callback for `rank`'s own session (RejoinUpstream):
+  // unless the rank was lost again meanwhile, lets go of that session and
+  // ends the rank's session here (rank_ended_): its loss alone.
+  void OnRankSessionEnded(uint64_t epoch_id, int rank, const absl::Status& why);
   // The error of a call refused, or failed before it was made upstream,
   // because the upstream session ended (`why`).
   absl::Status UpstreamEndedError(const std::string& why) const;
@@ -144,6 +152,7 @@ class RelayJob final : public JobRelay {
   const std::string job_;
   const int world_size_;
   const std::function<void(uint64_t, const std::string&)> upstream_ended_;
+  const std::function<void(uint64_t, int, const std::string&)> rank_ended_;
 
   mutable absl::Mutex mu_;
   uint64_t epoch_id_ ABSL_GUARDED_BY(mu_) = 0;  // of session_

@@ -103,9 +103,14 @@ class RelayJobTest : public ::testing::Test {
     env.log = &log_;
     env.name = "relay test-host";
     job_ = std::make_unique<RelayJob>(
-        env, "j", 4, [this](uint64_t epoch_id, const std::string& reason) {
+        env, "j", 4,
+        [this](uint64_t epoch_id, const std::string& reason) {
           absl::MutexLock lock(&mu_);
           ended_here_.emplace_back(epoch_id, reason);
+        },
+        [this](uint64_t epoch_id, int rank, const std::string& reason) {
+          absl::MutexLock lock(&mu_);
+          rank_ended_.push_back({epoch_id, rank, reason});
         });
   }
 
@@ -147,6 +152,32 @@ class RelayJobTest : public ::testing::Test {
     absl::MutexLock lock(&mu_);
     return ended_here_;
   }
+  struct RankEnded {
+    uint64_t epoch_id;
+    int rank;
+    std::string reason;
+  };
+  std::vector<RankEnded> rank_ended() {
+    absl::MutexLock lock(&mu_);
+    return rank_ended_;
+  }
+
+  // Loses rank 3 (reported on the host's session) and joins it again
+  // upstream on a session of its own.
+  void LoseAndRejoin3() {
+    FakeUpstreamSession* host = upstream_.session();
+    ASSERT_TRUE(job_->LoseRanks(kEpoch, {3}, "killed"));
+    ASSERT_EQ(host->lost(1).size(), 1u);
+    absl::Notification ready;
+    absl::StatusOr<uint64_t> first_step;
+    ASSERT_TRUE(
+        job_->RejoinUpstream(kEpoch, 3, [&](absl::StatusOr<uint64_t> s) {
+          first_step = s;
+          ready.Notify();
+        }));
+    ASSERT_TRUE(ready.WaitForNotificationWithTimeout(absl::Seconds(20)));
+    ASSERT_THAT(first_step, ::reducer::testing::IsOk());
+  }
 
   TimerQueue timers_;
   MemoryBudget memory_{1 << 30};
@@ -159,6 +190,7 @@ class RelayJobTest : public ::testing::Test {
   // Each upstream_ended call: its epoch and reason.
   std::vector<std::pair<uint64_t, std::string>> ended_here_
       ABSL_GUARDED_BY(mu_);
+  std::vector<RankEnded> rank_ended_ ABSL_GUARDED_BY(mu_);  // each call
 };
 
 // An all-to-all-v goes upstream rank by rank: rank 2's alone.
@@ -426,6 +458,36 @@ TEST_F(RelayJobTest, ALostRankJoinsAgainOnASessionOfItsOwn) {
   // Reported on its own session, not on the host's.
   ASSERT_EQ(own->lost(1).size(), 1u);
   EXPECT_EQ(host->lost(0).size(), 1u);
+  EXPECT_TRUE(ended_here().empty());
+}
+
+TEST_F(RelayJobTest, ARejoinedRanksOwnSessionEndingIsItsLossAlone) {
+  // Rank 3's own session upstream ends on its own (upstream lost it): its
+  // session here is to end, not the epoch; the host's session goes on
+  // with rank 2, and rank 3 may join again.
+  ASSERT_NO_FATAL_FAILURE(Join());
+  FakeUpstreamSession* host = upstream_.session();
+  ASSERT_NO_FATAL_FAILURE(LoseAndRejoin3());
+  ASSERT_NE(upstream_.session(), host);
+  upstream_.End(absl::UnavailableError("keepalive watchdog fired"));
+  const std::vector<RankEnded> ended = rank_ended();
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].epoch_id, kEpoch);
+  EXPECT_EQ(ended[0].rank, 3);
+  EXPECT_THAT(ended[0].reason, HasSubstr("keepalive watchdog fired"));
+  EXPECT_TRUE(ended_here().empty());
+  ASSERT_THAT(Call(AllReduce(), 2, 1, std::make_shared<FakeRankChannel>()),
+              ::reducer::testing::IsOk());
+  ASSERT_EQ(host->calls(), 1);
+  EXPECT_EQ(host->header(0).rank(), 2);
+  // Lost here too (its session ends, Leave reports it): not reported on
+  // the host's session, which no longer holds it.
+  ASSERT_TRUE(job_->LoseRanks(kEpoch, {3}, "its session upstream ended"));
+  absl::Notification ready;
+  ASSERT_TRUE(job_->RejoinUpstream(
+      kEpoch, 3, [&](absl::StatusOr<uint64_t>) { ready.Notify(); }));
+  ASSERT_TRUE(ready.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(host->lost_now(), 1u);  // the first loss only
   EXPECT_TRUE(ended_here().empty());
 }
 
