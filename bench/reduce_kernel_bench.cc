@@ -1,8 +1,8 @@
 // Reduction kernel bandwidth against memcpy of the same input bytes.
 //
 // Run (about 3 minutes; the medians of the repetitions are the figures):
-//   bazel run //bench:reduce_kernel_bench -- --benchmark_repetitions=5 \
-//       --benchmark_enable_random_interleaving=true
+//   bazel run //bench:reduce_kernel_bench -- --benchmark_repetitions=5
+//       --benchmark_enable_random_interleaving=true   (one command line)
 //
 // Every benchmark reports bytes_per_second counting each byte read and each
 // byte written once, so the figures compare directly:

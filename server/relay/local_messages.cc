@@ -6,7 +6,7 @@ namespace reducer {
 
 bool LocalMessages::KeepsHere(const PointToPointNameParts& message,
                               const v1::CollectiveHeader& header,
-                              uint64_t bytes, bool may_stay) {
+                              uint64_t bytes, bool may_stay, absl::Time now) {
   const Key key{message.destination, message.tag, message.source, message.n};
   const bool from_source = header.rank() == message.source;
   auto it = messages_.find(key);
@@ -25,6 +25,7 @@ bool LocalMessages::KeepsHere(const PointToPointNameParts& message,
     entry.bytes = bytes;
     if (entry.here && !entry.received) {
       entry.arrival = arrivals_++;
+      entry.held_since = now;
       entry.send = header;
     }
   }
@@ -41,7 +42,7 @@ bool LocalMessages::KeepsHere(const PointToPointNameParts& message,
 }
 
 std::vector<v1::CollectiveHeader> LocalMessages::HeldFrom(
-    const std::vector<int>& sources) {
+    const std::vector<int>& sources, absl::Time now) {
   std::vector<std::pair<uint64_t, Entry*>> held;
   for (auto& [key, entry] : messages_) {
     if (!entry.here || !entry.sent || entry.received ||
@@ -51,11 +52,11 @@ std::vector<v1::CollectiveHeader> LocalMessages::HeldFrom(
     }
     held.emplace_back(entry.arrival, &entry);
   }
-  return Upstream(held);
+  return Upstream(held, now);
 }
 
 std::vector<v1::CollectiveHeader> LocalMessages::Upstream(
-    std::vector<std::pair<uint64_t, Entry*>>& held) {
+    std::vector<std::pair<uint64_t, Entry*>>& held, absl::Time now) {
   std::sort(held.begin(), held.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<v1::CollectiveHeader> sends;
@@ -63,7 +64,14 @@ std::vector<v1::CollectiveHeader> LocalMessages::Upstream(
   for (auto& [arrival, entry] : held) {
     // Its receive follows it upstream.
     entry->here = false;
-    sends.push_back(std::move(entry->send));
+    v1::CollectiveHeader& send = entry->send;
+    if (send.timeout_ms() > 0) {
+      const int64_t held_ms =
+          absl::ToInt64Milliseconds(now - entry->held_since);
+      send.set_timeout_ms(std::max<int64_t>(
+          1, send.timeout_ms() - std::max<int64_t>(0, held_ms)));
+    }
+    sends.push_back(std::move(send));
     entry->send.Clear();
   }
   return sends;
@@ -71,7 +79,7 @@ std::vector<v1::CollectiveHeader> LocalMessages::Upstream(
 
 std::vector<v1::CollectiveHeader> LocalMessages::BeforeMatch(
     int destination, int64_t tag,
-    const std::vector<std::pair<int, uint64_t>>& received) {
+    const std::vector<std::pair<int, uint64_t>>& received, absl::Time now) {
   ++matching_[{destination, tag}];
   auto numbered = [&received](int source) -> uint64_t {
     for (const auto& [from, count] : received) {
@@ -92,7 +100,7 @@ std::vector<v1::CollectiveHeader> LocalMessages::BeforeMatch(
     }
     held.emplace_back(entry.arrival, &entry);
   }
-  return Upstream(held);
+  return Upstream(held, now);
 }
 
 void LocalMessages::MatchDone(int destination, int64_t tag) {

@@ -46,9 +46,10 @@
 //    source, and a plain receive names its number. A message held here and
 //    sent upstream later counts there as arriving then, as one delayed on
 //    its way would (a match's pick among sources is by arrival, which no
-//    contract fixes across hosts). Its deadline there counts from then: a
-//    message sent upstream later may outlive its timeout by the time it
-//    was held here.
+//    contract fixes across hosts). Its deadline stays where it was: the
+//    send goes up with what is left of its timeout (at least 1 ms), as the
+//    time it was held here counts against it (a send with no timeout of
+//    its own, 0, gets upstream's maximum from then).
 //
 // Memory: one entry per message whose route is decided and which has not
 // seen both of its calls (held sends, receives waiting, messages sent
@@ -69,6 +70,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
 #include "core/point_to_point_name.h"
 #include "proto/reducer/v1/reducer.pb.h"
 
@@ -81,27 +83,31 @@ class LocalMessages {
   // are this host's and taking part (not lost, not joined again alone).
   // True when it stays here (rules 1-3), false when it goes upstream. A
   // message whose route is decided keeps it (rule 1), even once a rank is
-  // lost; one not decided goes upstream unless `may_stay`.
+  // lost; one not decided goes upstream unless `may_stay`. `now`: when the
+  // call came (a send held here counts its timeout from then).
   bool KeepsHere(const PointToPointNameParts& message,
                  const v1::CollectiveHeader& header, uint64_t bytes,
-                 bool may_stay);
+                 bool may_stay, absl::Time now);
 
   // A match of `destination` with `tag` goes upstream; `received`: its
   // counts of the destination's own receives per source. Returns the
   // source headers of the messages to send upstream before it (rule 4), in
-  // the order their sends came; from now on they, and every send to
-  // (destination, tag) until MatchDone, go upstream.
+  // the order their sends came, each with what is left at `now` of its
+  // timeout; from now on they, and every send to (destination, tag) until
+  // MatchDone, go upstream.
   std::vector<v1::CollectiveHeader> BeforeMatch(
       int destination, int64_t tag,
-      const std::vector<std::pair<int, uint64_t>>& received);
+      const std::vector<std::pair<int, uint64_t>>& received, absl::Time now);
   // A match BeforeMatch took has its outcome upstream.
   void MatchDone(int destination, int64_t tag);
 
   // `sources` are lost (or left): the messages they sent that are held
   // here go upstream now, while upstream still takes their sends, in the
   // order they came (as their sends would be held there had the ranks been
-  // connected directly, for a match to take); their receives follow them.
-  std::vector<v1::CollectiveHeader> HeldFrom(const std::vector<int>& sources);
+  // connected directly, for a match to take), with what is left at `now`
+  // of their timeouts; their receives follow them.
+  std::vector<v1::CollectiveHeader> HeldFrom(const std::vector<int>& sources,
+                                             absl::Time now);
 
   // Forgets every message and match (a new epoch); the counts stay.
   void Clear();
@@ -119,6 +125,7 @@ class LocalMessages {
     bool sent = false;      // the source's call came
     bool received = false;  // the destination's call came
     uint64_t arrival = 0;   // of the send, while held here
+    absl::Time held_since;  // when the send came, while held here
     uint64_t bytes = 0;
     v1::CollectiveHeader send;  // while held here
   };
@@ -127,9 +134,10 @@ class LocalMessages {
   using Key = std::tuple<int, int64_t, int, uint64_t>;
 
   // The `held` entries (by their arrival) go upstream: their source
-  // headers, in the order they came.
+  // headers, in the order they came, their timeouts less their time held
+  // until `now`.
   static std::vector<v1::CollectiveHeader> Upstream(
-      std::vector<std::pair<uint64_t, Entry*>>& held);
+      std::vector<std::pair<uint64_t, Entry*>>& held, absl::Time now);
 
   std::map<Key, Entry> messages_;
   // Matches on their way upstream, by (destination, tag).

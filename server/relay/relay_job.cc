@@ -92,7 +92,8 @@ bool RelayJob::KeepsHere(const v1::CollectiveHeader& header,
   }
   const uint64_t kept_before = local_.kept();
   const uint64_t saved_before = local_.bytes_saved();
-  const bool here = local_.KeepsHere(*message, header, bytes, may_stay);
+  const bool here =
+      local_.KeepsHere(*message, header, bytes, may_stay, absl::Now());
   // Both of its calls met here: counted once, with what it saved.
   if (local_.kept() > kept_before) {
     env_.collectives.metrics->RelayMessageKept(local_.bytes_saved() -
@@ -109,7 +110,7 @@ std::vector<JobRelay::HeldMessage> RelayJob::HeldFrom(
   }
   // Their loss is reported upstream once upstream holds them (LoseRanks
   // waits for forwarding_): a send from a rank reported lost is refused.
-  return ForwardLocked(local_.HeldFrom(ranks));
+  return ForwardLocked(local_.HeldFrom(ranks, absl::Now()));
 }
 
 std::vector<JobRelay::HeldMessage> RelayJob::BeforeMatch(
@@ -122,7 +123,8 @@ std::vector<JobRelay::HeldMessage> RelayJob::BeforeMatch(
   if (session_ == nullptr || ended_ || upstream_end_due_.has_value()) {
     return {};
   }
-  return ForwardLocked(local_.BeforeMatch(header.rank(), fp.tag, received));
+  return ForwardLocked(
+      local_.BeforeMatch(header.rank(), fp.tag, received, absl::Now()));
 }
 
 std::vector<JobRelay::HeldMessage> RelayJob::ForwardLocked(

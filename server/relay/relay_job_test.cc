@@ -564,16 +564,20 @@ TEST_F(RelayJobTest, AMatchSendsTheMessagesHeldHereUpstreamFirst) {
   ASSERT_NO_FATAL_FAILURE(Join());
   MessageCall send = Message(2, 2, 3, 5, 0);
   ASSERT_TRUE(job_->KeepsHere(send.header, send.fp));
+  absl::SleepFor(absl::Milliseconds(50));  // held here a while
   MessageCall match = Match(3, 5, 0);
   std::vector<JobRelay::HeldMessage> held =
       job_->BeforeMatch(match.header, match.fp);
   ASSERT_EQ(held.size(), 1u);
   EXPECT_EQ(held[0].send.name(), "p2p 2>3 tag 5 #0");
-  // It went upstream as rank 2's send, its payload the bytes handed over.
+  // It went upstream as rank 2's send, its payload the bytes handed over,
+  // its 20 s timeout less the time it was held here.
   FakeUpstreamSession* session = upstream_.session();
   ASSERT_EQ(session->calls(), 1);
   EXPECT_EQ(session->header(0).name(), "p2p 2>3 tag 5 #0");
   EXPECT_EQ(session->header(0).rank(), 2);
+  EXPECT_LE(session->header(0).timeout_ms(), 20000 - 50);
+  EXPECT_GT(session->header(0).timeout_ms(), 0);
   const std::string payload = "0123456789abcdef";
   ResultMessage first;
   first.data.push_back(StringBytes(payload.substr(0, 6)));
