@@ -8,8 +8,8 @@
 //   bazel-bin/server/reducerd &
 //   REDUCER_JOB=demo examples/run_example.sh quorum_worker 4 --step_ms=500 &
 //   pkill -9 -f 'quorum_worker.*--rank=3'     # the others go on
-//   bazel-bin/examples/quorum_worker --job=demo --rank=3 --world_size=4 \
-//       --step_ms=500                         # joins a later step
+//   bazel-bin/examples/quorum_worker --job=demo --rank=3 --world_size=4
+//       --step_ms=500          # (one command line) joins a later step
 //
 // tests/quorum_steps_test drives it with real kills and stops.
 //
