@@ -285,8 +285,10 @@ bool RelayCollective::OnData(int rank, uint64_t offset, Payload data) {
   {
     absl::MutexLock lock(&mu_);
     OnDataLocked(rank, offset, std::move(data), &offload);
-    plan = plan_;
-    input = input_;
+    if (!offload.empty()) {
+      plan = plan_;
+      input = input_;
+    }
   }
   for (ChunkToReduce& chunk : offload) {
     auto shared = std::make_shared<ChunkToReduce>(std::move(chunk));
@@ -302,11 +304,8 @@ bool RelayCollective::OnData(int rank, uint64_t offset, Payload data) {
 void RelayCollective::ReduceOffloaded(const ReducePlan& plan,
                                       UpstreamInput& input,
                                       ChunkToReduce chunk) {
-  std::vector<const StagedPart*> parts;
-  for (const StagedPart& p : chunk.parts) parts.push_back(&p);
   const absl::Status reduced =
-      ReduceStagedParts(plan.layout, plan.tensors, parts, chunk.begin,
-                        chunk.end, input.data() + chunk.begin);
+      ReduceChunk(plan, chunk.parts, chunk.begin, chunk.end, input.data());
   {
     absl::MutexLock lock(&mu_);
     if (failed_ || input_.get() != &input) return;

@@ -220,6 +220,11 @@ class RelayCollective final
   absl::Status PlaceLocked(int m, uint64_t offset, const Payload& data,
                            std::vector<ChunkToReduce>* offload = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reduces the members' `parts` of bytes [begin, end) by `plan` into the
+  // same bytes of `payload` (the combined payload).
+  static absl::Status ReduceChunk(const ReducePlan& plan,
+                                  const std::vector<StagedPart>& parts,
+                                  size_t begin, size_t end, char* payload);
   // On the reduction pool: reduces `chunk` into `input` by `plan`, then
   // marks it reduced (unless the collective failed meanwhile).
   void ReduceOffloaded(const ReducePlan& plan, UpstreamInput& input,

@@ -1,7 +1,7 @@
 // RelayCollective's answer to a group whose every rank is a member
 // (relay_collective.h, "Answered here"): the combined payload is the
-// result, sent as it is combined, and nothing goes upstream. The rest of RelayCollective is
-// in relay_collective.cc.
+// result, sent as it is combined, and nothing goes upstream. The rest of
+// RelayCollective is in relay_collective.cc.
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,8 +51,9 @@ void RelayCollective::AnswerHereLocked() {
     case Combine::kParts: {
       TensorSpec spec = ref.tensors[0];
       spec.shape[0] = 0;
-      for (const Member& m : members_)
+      for (const Member& m : members_) {
         spec.shape[0] += m.fp.tensors[0].shape[0];
+      }
       result.specs = {spec};
       result.data = {input_->data()};
       break;

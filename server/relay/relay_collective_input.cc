@@ -12,6 +12,16 @@
 
 namespace reducer {
 
+absl::Status RelayCollective::ReduceChunk(const ReducePlan& plan,
+                                          const std::vector<StagedPart>& parts,
+                                          size_t begin, size_t end,
+                                          char* payload) {
+  std::vector<const StagedPart*> staged;
+  for (const StagedPart& p : parts) staged.push_back(&p);
+  return ReduceStagedParts(plan.layout, plan.tensors, staged, begin, end,
+                           payload + begin);
+}
+
 absl::Status RelayCollective::PlaceLocked(int m, uint64_t offset,
                                           const Payload& data,
                                           std::vector<ChunkToReduce>* offload) {
@@ -57,11 +67,8 @@ absl::Status RelayCollective::PlaceLocked(int m, uint64_t offset,
         offload->push_back(
             ChunkToReduce{k, begin, begin + len, std::move(staging.parts)});
       } else {
-        std::vector<const StagedPart*> parts;
-        for (const StagedPart& p : staging.parts) parts.push_back(&p);
-        REDUCER_RETURN_IF_ERROR(ReduceStagedParts(plan_->layout, plan_->tensors,
-                                                  parts, begin, begin + len,
-                                                  input_->data() + begin));
+        REDUCER_RETURN_IF_ERROR(ReduceChunk(*plan_, staging.parts, begin,
+                                            begin + len, input_->data()));
         reduced_[k] = true;
       }
       staging_.erase(k);

@@ -28,8 +28,9 @@
 // on; lost again, it is reported on that session, whose end then ends nothing
 // here. That session ending on its own (upstream lost the rank: its keepalive,
 // its connection) is the rank's loss alone: its session here ends, and it may
-// join again; the host's session and its other ranks go on. The epoch ending upstream ends it here. An epoch that ends here while
-// its join upstream still waits (for other hosts' ranks) gives that join up,
+// join again; the host's session and its other ranks go on. The epoch
+// ending upstream ends it here. An epoch that ends here while its join
+// upstream still waits (for other hosts' ranks) gives that join up,
 // and so does the relay letting go of the job: neither waits out the join's
 // timeout.
 //
