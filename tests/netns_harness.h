@@ -58,7 +58,11 @@ class VirtualNetwork {
     // tc's tbf parameters for every host's link, applied in both directions
     // (the host's egress and the bridge port's egress). Empty rate: no cap.
     std::string rate;                // e.g. "200mbit"
-    std::string burst = "64kb";      // at least one GSO segment's worth
+    // The burst must hold a whole GSO packet: 64 KiB of payload counts its
+    // headers once per segment, more than 64 KiB, and tbf cuts a packet
+    // larger than its burst into segments in software, a CPU cost per
+    // byte that a NIC's segmentation offload does not have.
+    std::string burst = "128kb";
     std::string latency = "100ms";   // queueing bound before tbf drops
   };
 

@@ -41,7 +41,7 @@ using ::testing::Not;
 constexpr int kPort = 7000;
 
 // The tbf test: 2 MB over 8 Mbit/s needs 2 s at the cap; the first burst
-// (64 KB) and rounding take a little off. At least 1.5 s, or the cap does
+// (128 KB) and rounding take a little off. At least 1.5 s, or the cap does
 // not hold.
 constexpr int64_t kTransferBytes = 2 * 1000 * 1000;
 constexpr char kCappedRate[] = "8mbit";
