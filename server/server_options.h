@@ -27,7 +27,7 @@ struct ServerOptions {
   // pace its earlier inputs arrived, between 64 KiB and chunk_bytes
   // (server/engine/chunk_pacing.h); its clients are told. Zero: always
   // chunk_bytes.
-  absl::Duration chunk_time = absl::Milliseconds(20);
+  absl::Duration chunk_time = absl::Milliseconds(5);
   // Chunks a rank may have staged (received, not yet reduced) or queued for
   // sending before the server stops reading from it. With the chunk size
   // this bounds memory per collective to 2 x ranks x window x chunk (staged

@@ -2,8 +2,8 @@
 // are, from the pace at which its earlier inputs arrived.
 //
 //   PaceEstimate pace;
-//   pace.Note(12.5e6);                              // a collective's inputs came at 12.5 MB/s
-//   size_t chunk = PacedChunkBytes(pace.bytes_per_second(), absl::Milliseconds(20),
+//   pace.Note(50e6);                                // a collective's inputs came at 50 MB/s
+//   size_t chunk = PacedChunkBytes(pace.bytes_per_second(), absl::Milliseconds(5),
 //                                  1 << 20, /*current=*/1 << 20);  // 256 KiB
 //
 // A chunk is reducerd's unit of staging, reduction and answer, and the
@@ -11,13 +11,15 @@
 // answers chunk k once every rank's part of it is in, and reads each rank
 // at most a window of chunks ahead, so over a slow link large chunks make
 // the fast flows run ahead of the slow ones and the pipeline fill and drain
-// slowly; over a fast link or on one host each chunk's fixed cost
-// dominates and large chunks win. A chunk of about `chunk_time` at the
-// measured pace serves both: 1 MiB (the default --chunk_bytes, the most)
-// from about 50 MB/s up, 256 KiB at 100 Mbit/s. The window (in chunks)
-// stays as it is: 4 chunks of chunk_time at the pace cover a round trip of
-// up to 4 x chunk_time, bytes in flight above the path's bandwidth-delay
-// product.
+// slowly; the window's chunks queue in the link ahead of the last answers,
+// so they trail the uploads by window x chunk at the pace. Over a fast link
+// or on one host each chunk's fixed cost dominates and large chunks win. A
+// chunk of about `chunk_time` (5 ms by default) at the measured pace serves
+// both: 1 MiB (the default --chunk_bytes, the most) from about 200 MB/s up,
+// 256 KiB at 50 MB/s, 64 KiB (the least) at 100 Mbit/s. The window (in
+// chunks) stays as it is: 4 chunks of chunk_time at the pace cover a round
+// trip of up to 4 x chunk_time, bytes in flight above the path's
+// bandwidth-delay product.
 //
 // Pure functions and a value type; not synchronized.
 #ifndef REDUCER_SERVER_ENGINE_CHUNK_PACING_H_
