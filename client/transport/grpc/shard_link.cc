@@ -1,6 +1,7 @@
 #include "client/transport/grpc/shard_link.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,9 @@ constexpr int kMaxReconnectBackoffMs = 1000;
 // after the whole timeout.
 constexpr absl::Duration kProbeEvery = absl::Seconds(1);
 constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
+// WaitForChannel says on stderr that it is still waiting after this long
+// (or half its wait, if less).
+constexpr absl::Duration kSayWaitingAfter = absl::Seconds(10);
 
 constexpr char kJoinMethod[] = "/reducer.v1.Reducer/Join";
 
@@ -89,6 +93,10 @@ void ShardLink::SetEndObserver(std::function<void()> observer) {
 absl::Status ShardLink::WaitForChannel(absl::Time deadline,
                                        const std::function<bool()>& given_up) {
   absl::Time next_probe = absl::InfinitePast();
+  const absl::Time started = absl::Now();
+  const absl::Time say_at =
+      started + std::min(kSayWaitingAfter, (deadline - started) / 2);
+  bool said = false;
   for (;;) {
     const grpc_connectivity_state state = channel_->GetState(true);
     if (state == GRPC_CHANNEL_READY) return absl::OkStatus();
@@ -98,6 +106,18 @@ absl::Status ShardLink::WaitForChannel(absl::Time deadline,
     }
     const absl::Time now = absl::Now();
     if (now >= deadline) break;
+    if (!said && now >= say_at) {
+      said = true;
+      const absl::Duration second = absl::Seconds(1);
+      const std::string line = absl::StrCat(
+          "reducer: rank ", options_.rank, " of job ", options_.job,
+          " has waited ",
+          absl::FormatDuration(absl::Trunc(now - started, second)), " of ",
+          absl::FormatDuration(absl::Ceil(deadline - started, second)),
+          " for reducerd at ", target_,
+          " (is it running, and is the address right?)\n");
+      std::fputs(line.c_str(), stderr);
+    }
     if (state == GRPC_CHANNEL_TRANSIENT_FAILURE && now >= next_probe) {
       REDUCER_RETURN_IF_ERROR(DiagnoseTls(
           target_, options_.tls, std::min(kProbeTimeout, deadline - now)));

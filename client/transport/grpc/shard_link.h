@@ -70,7 +70,9 @@ class ShardLink final : public ShardEndpoint, private AsyncStream::Observer {
   // ready; UNAVAILABLE naming the address when it is not by `deadline`;
   // FAILED_PRECONDITION (client/security/tls_diagnosis.h) at once when a failed
   // connection is diagnosed as a TLS mismatch; CANCELLED within a second of
-  // `given_up` (when given) turning true.
+  // `given_up` (when given) turning true. Once it has waited 10 s, or half
+  // the time to `deadline` if less, it says so on stderr, once, naming the
+  // address: a mistyped target otherwise looks like a hang until then.
   absl::Status WaitForChannel(absl::Time deadline,
                               const std::function<bool()>& given_up = nullptr);
 
