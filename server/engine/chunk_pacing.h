@@ -15,7 +15,7 @@
 // so they trail the uploads by window x chunk at the pace. Over a fast link
 // or on one host each chunk's fixed cost dominates and large chunks win. A
 // chunk of about `chunk_time` (5 ms by default) at the measured pace serves
-// both: 1 MiB (the default --chunk_bytes, the most) from about 200 MB/s up,
+// both: 1 MiB (the default --chunk_bytes, the most) from about 150 MB/s up,
 // 256 KiB at 50 MB/s, 64 KiB (the least) at 100 Mbit/s. The window (in
 // chunks) stays as it is: 4 chunks of chunk_time at the pace cover a round
 // trip of up to 4 x chunk_time, bytes in flight above the path's
