@@ -43,10 +43,12 @@ ABSL_FLAG(std::string, hosts, "",
 ABSL_FLAG(std::string, rate, "",
           "tc tbf rate of every host's link, both ways (e.g. 200mbit); empty: "
           "no cap");
-ABSL_FLAG(std::string, burst, "128kb",
+ABSL_FLAG(std::string, burst, reducer::testing::VirtualNetwork::Options().burst,
           "tc tbf burst; below about 70 KB tbf cuts every 64 KiB GSO packet "
           "into segments in software, a CPU cost per byte no NIC has");
-ABSL_FLAG(std::string, latency, "100ms", "tc tbf latency");
+ABSL_FLAG(std::string, latency,
+          reducer::testing::VirtualNetwork::Options().latency,
+          "tc tbf latency");
 
 namespace {
 

@@ -1,7 +1,5 @@
 // Client::Connect to an address where nothing listens: the client says on
 // stderr, once, whom it waits for, and fails at its timeout naming it.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,6 +10,7 @@
 #include "client/reducer_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/process_harness.h"
 #include "tests/status_matchers.h"
 
 namespace reducer {
@@ -20,33 +19,14 @@ namespace {
 using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
-// A port on 127.0.0.1 bound and not listening: connecting is refused.
-class RefusingPort {
- public:
-  RefusingPort() {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-      port_ = ntohs(addr.sin_port);
-    }
-  }
-  ~RefusingPort() { close(fd_); }
-  int port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
-};
-
 TEST(ConnectWaitTest, SaysWhomItWaitsForOnceThenFailsNamingIt) {
-  RefusingPort refusing;
-  ASSERT_NE(refusing.port(), 0);
+  // Bound and not listening: connecting is refused.
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  absl::StatusOr<int> port = ::reducer::testing::BindLoopbackAnyPort(fd);
+  ASSERT_TRUE(port.ok()) << port.status();
   ClientOptions options;
-  options.target = absl::StrCat("127.0.0.1:", refusing.port());
+  options.target = absl::StrCat("127.0.0.1:", *port);
   options.job = "waiting";
   options.rank = 1;
   options.world_size = 2;
@@ -56,6 +36,7 @@ TEST(ConnectWaitTest, SaysWhomItWaitsForOnceThenFailsNamingIt) {
   ::testing::internal::CaptureStderr();
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
   const std::string err = ::testing::internal::GetCapturedStderr();
+  close(fd);
 
   EXPECT_THAT(client.status(), StatusIs(absl::StatusCode::kUnavailable,
                                         HasSubstr(options.target)));

@@ -40,7 +40,7 @@ ABSL_FLAG(absl::Duration, max_collective_timeout, absl::Minutes(30),
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20,
           "bytes per chunk, the most (see --chunk_time): the unit of transfer, "
           "staging and reduction (multiple of 8)");
-ABSL_FLAG(absl::Duration, chunk_time, absl::Milliseconds(5),
+ABSL_FLAG(absl::Duration, chunk_time, reducer::kDefaultChunkTime,
           "a job's reductions use chunks of about this much time at the pace "
           "its inputs arrive (64 KiB up to --chunk_bytes; slow links get "
           "smaller ones, and clients are told); 0: always --chunk_bytes");

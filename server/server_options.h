@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "server/engine/chunk_pacing.h"
 #include "server/log.h"
 
 namespace reducer {
@@ -27,7 +28,7 @@ struct ServerOptions {
   // pace its earlier inputs arrived, between 64 KiB and chunk_bytes
   // (server/engine/chunk_pacing.h); its clients are told. Zero: always
   // chunk_bytes.
-  absl::Duration chunk_time = absl::Milliseconds(5);
+  absl::Duration chunk_time = kDefaultChunkTime;
   // Chunks a rank may have staged (received, not yet reduced) or queued for
   // sending before the server stops reading from it. With the chunk size
   // this bounds memory per collective to 2 x ranks x window x chunk (staged

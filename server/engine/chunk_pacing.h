@@ -33,6 +33,8 @@ namespace reducer {
 
 // The smallest paced chunk.
 inline constexpr size_t kMinPacedChunkBytes = size_t{64} << 10;
+// reducerd's --chunk_time unless given (EngineOptions, ServerOptions).
+inline constexpr absl::Duration kDefaultChunkTime = absl::Milliseconds(5);
 // A rank's input below this is not timed: too few messages to tell a pace.
 inline constexpr size_t kMinPacedInputBytes = size_t{256} << 10;
 // A job's chunk before any pace is measured: an input that arrives in one

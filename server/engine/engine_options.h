@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "server/engine/chunk_pacing.h"
 
 namespace reducer {
 
@@ -23,7 +24,7 @@ struct EngineOptions {
   // A job's paced kinds (KindUsesPacedChunks) use about this much time of
   // payload per chunk at the pace its earlier inputs arrived
   // (server/engine/chunk_pacing.h); zero: always chunk_bytes.
-  absl::Duration chunk_time = absl::Milliseconds(5);
+  absl::Duration chunk_time = kDefaultChunkTime;
   // Chunks a rank may have staged or queued before its call stops reading:
   // memory per collective stays within 2 x ranks x window x chunk.
   int window = 4;

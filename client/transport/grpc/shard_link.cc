@@ -31,6 +31,8 @@ constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
 // WaitForChannel says on stderr that it is still waiting after this long
 // (or half its wait, if less).
 constexpr absl::Duration kSayWaitingAfter = absl::Seconds(10);
+// What to check when reducerd does not answer (the wait's line, its error).
+constexpr char kCheckTarget[] = "(is it running, and is the address right?)";
 
 constexpr char kJoinMethod[] = "/reducer.v1.Reducer/Join";
 
@@ -114,8 +116,7 @@ absl::Status ShardLink::WaitForChannel(absl::Time deadline,
           " has waited ",
           absl::FormatDuration(absl::Trunc(now - started, second)), " of ",
           absl::FormatDuration(absl::Ceil(deadline - started, second)),
-          " for reducerd at ", target_,
-          " (is it running, and is the address right?)\n");
+          " for reducerd at ", target_, " ", kCheckTarget, "\n");
       std::fputs(line.c_str(), stderr);
     }
     if (state == GRPC_CHANNEL_TRANSIENT_FAILURE && now >= next_probe) {
@@ -126,10 +127,9 @@ absl::Status ShardLink::WaitForChannel(absl::Time deadline,
     channel_->WaitForStateChange(
         state, absl::ToChronoTime(std::min(deadline, absl::Now() + kProbeEvery)));
   }
-  return absl::UnavailableError(absl::StrCat(
-      "cannot reach reducerd at ", target_, " within ",
-      absl::FormatDuration(options_.timeout),
-      " (is it running, and is the address right?)"));
+  return absl::UnavailableError(
+      absl::StrCat("cannot reach reducerd at ", target_, " within ",
+                   absl::FormatDuration(options_.timeout), " ", kCheckTarget));
 }
 
 absl::Status ShardLink::StartJoin(const v1::JoinRequest& request) {
