@@ -81,6 +81,7 @@ TEST(ClientUpstreamTest, ASessionDroppedByItsLastCallsDoneEndsThere) {
   absl::Notification done;
   absl::Status outcome = absl::UnknownError("not called");
   holder.get()->Start(Barrier(), std::make_shared<UpstreamInput>(0),
+                      /*into=*/nullptr,
                       [&](absl::StatusOr<UpstreamResult> result) {
                         outcome = result.status();
                         holder.Drop();

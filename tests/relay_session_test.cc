@@ -9,6 +9,9 @@
 //   computed here from each rank's input).
 // - A forwarded input whose bytes are let through an InputGate in two
 //   halves, filled only as they are let through, arrives whole.
+// - An all-reduce given memory for its result (ResultInto) gets it there,
+//   every byte said to have landed, and its tensors lent over it; any
+//   other kind given memory is refused.
 // - OnEnd fires with reducerd's abort reason, naming rank 3, once rank 3's
 //   process is killed.
 // - LeaveWithCause ends the epoch: rank 3's next call fails ABORTED naming
@@ -44,6 +47,7 @@ namespace reducer {
 namespace testing {
 namespace {
 
+using ::reducer::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr int kWorld = 4;
@@ -276,6 +280,56 @@ class RelaySessionTest : public FaultTest {
       EXPECT_EQ(Values((*forwarded)[0]), total);
       ASSERT_THAT(alone, IsOk());
       EXPECT_EQ(Values(*alone), total);
+    }
+
+    // An all-reduce into memory given: its result lands there (each
+    // shard's partition as it comes), and the tensors are lent over it.
+    {
+      const std::vector<float> relay_sum = SumOf({0, 1, 2});
+      auto memory = std::make_shared<std::vector<float>>(kN, -1.0f);
+      auto into = std::make_shared<ResultInto>();
+      into->specs = {TensorSpec{DataType::kFloat32, {kN}}};
+      into->data = {reinterpret_cast<char*>(memory->data())};
+      into->offsets = {0};
+      into->owner = memory;
+      absl::Mutex mu;
+      std::vector<std::pair<size_t, size_t>> landed;
+      into->landed = [&](size_t begin, size_t end) {
+        absl::MutexLock lock(&mu);
+        landed.emplace_back(begin, end);
+      };
+      // Only an all-reduce's result goes to memory given.
+      EXPECT_THAT(relay_
+                      ->StartForwarded(
+                          Forwarded(v1::COLLECTIVE_KIND_BROADCAST, 0, {}, 3),
+                          {relay_sum.data()}, nullptr, CallDeadline(), into)
+                      ->Wait(),
+                  StatusIs(absl::StatusCode::kInvalidArgument,
+                           HasSubstr("only an all-reduce's result")));
+      absl::StatusOr<Tensor> alone;
+      std::thread t([&] {
+        alone =
+            rank3_->AllReduce(TensorView::Of<float>(input3), ReduceOp::kSum);
+      });
+      std::unique_ptr<PendingCollective> call = relay_->StartForwarded(
+          Forwarded(v1::COLLECTIVE_KIND_ALL_REDUCE, 0, {0, 1, 2}, 3),
+          {relay_sum.data()}, nullptr, CallDeadline(), into);
+      absl::StatusOr<std::vector<Tensor>> forwarded = call->Wait();
+      t.join();
+      ASSERT_THAT(forwarded, IsOk());
+      ASSERT_EQ(forwarded->size(), 1u);
+      EXPECT_EQ((*forwarded)[0].data(), memory->data());
+      EXPECT_EQ(*memory, total);
+      ASSERT_THAT(alone, IsOk());
+      EXPECT_EQ(Values(*alone), total);
+      // Every byte was said to have landed, in ranges within the result.
+      absl::MutexLock lock(&mu);
+      std::vector<int> told(kN * sizeof(float), 0);
+      for (const auto& [begin, end] : landed) {
+        ASSERT_LE(end, told.size());
+        for (size_t b = begin; b < end; ++b) ++told[b];
+      }
+      EXPECT_EQ(std::count(told.begin(), told.end(), 0), 0);
     }
     EXPECT_THAT(relay_->status(), IsOk());
   }

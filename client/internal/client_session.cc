@@ -397,9 +397,31 @@ absl::Status ClientSession::CheckForwarded(const v1::CollectiveHeader& header,
   return absl::OkStatus();
 }
 
+absl::Status ClientSession::CheckResultInto(
+    const v1::CollectiveHeader& header, const std::vector<TensorSpec>& tensors,
+    const ResultInto& into) {
+  bool same = into.specs.size() == tensors.size() &&
+              into.data.size() == tensors.size() &&
+              into.offsets.size() == tensors.size() && into.owner != nullptr;
+  for (size_t i = 0; same && i < tensors.size(); ++i) {
+    same = into.specs[i].dtype == tensors[i].dtype &&
+           into.specs[i].shape == tensors[i].shape;
+  }
+  if (header.kind() != v1::COLLECTIVE_KIND_ALL_REDUCE || !same) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a forwarded call of kind ", v1::CollectiveKind_Name(header.kind()),
+        " and tensors ", DescribeTensors(tensors),
+        " was given memory for a result of ", DescribeTensors(into.specs),
+        "; only an all-reduce's result goes to memory given, for its own "
+        "tensors, with an owner"));
+  }
+  return absl::OkStatus();
+}
+
 std::unique_ptr<PendingCollective> ClientSession::StartForwarded(
     v1::CollectiveHeader header, std::vector<const void*> inputs,
-    const InputGate* gate, absl::Time deadline) {
+    const InputGate* gate, absl::Time deadline,
+    std::shared_ptr<const ResultInto> into) {
   std::unique_ptr<PendingCollective> pending(new PendingCollective(this));
   Contribution& contribution = pending->contribution_;
   // What Wait() names in a failure, also for a refused call.
@@ -427,7 +449,12 @@ std::unique_ptr<PendingCollective> ClientSession::StartForwarded(
     pending->invalid_ = layout.status();
     return pending;
   }
+  if (into != nullptr) {
+    pending->invalid_ = CheckResultInto(contribution.header, tensors, *into);
+    if (!pending->invalid_.ok()) return pending;
+  }
   contribution.layout = *std::move(layout);
+  contribution.result_into = std::move(into);
   contribution.send_payload = !inputs.empty();
   contribution.inputs = std::move(inputs);
   contribution.inputs_gate = gate;

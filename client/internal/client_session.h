@@ -52,6 +52,7 @@
 #include "core/buffer_cache.h"
 #include "core/device.h"
 #include "core/fingerprint.h"
+#include "core/result_into.h"
 #include "core/tensor.h"
 #include "proto/reducer/v1/reducer.pb.h"
 
@@ -113,12 +114,17 @@ class ClientSession final {
   // the returned call. `deadline`: when the client gives up (usually the
   // call's timeout and kDeadlineSlack from now). Retries, replays and the
   // cut over several shards are those of Start; Wait() returns the result
-  // tensors (host memory). INVALID_ARGUMENT from Wait() when header.rank
-  // or a rank of header.ranks is not held by this session, or the inputs
-  // do not match the tensors. Callable from many threads at once.
+  // tensors (host memory). `into` (an all-reduce's only; may be null): the
+  // memory its result is written into as it arrives, its `landed` told of
+  // each range (core/result_into.h), and the tensors Wait() returns lent
+  // over it; its specs are the header's tensors. INVALID_ARGUMENT from
+  // Wait() when header.rank or a rank of header.ranks is not held by this
+  // session, or the inputs or `into` do not match the tensors. Callable
+  // from many threads at once.
   std::unique_ptr<PendingCollective> StartForwarded(
       v1::CollectiveHeader header, std::vector<const void*> inputs,
-      const InputGate* gate, absl::Time deadline);
+      const InputGate* gate, absl::Time deadline,
+      std::shared_ptr<const ResultInto> into = nullptr);
 
   // OK while the session is usable on every shard; else why not (as the
   // next call's failure would say).
@@ -176,6 +182,9 @@ class ClientSession final {
   // StartForwarded's checks: INVALID_ARGUMENT naming what is wrong.
   absl::Status CheckForwarded(const v1::CollectiveHeader& header,
                               size_t inputs) const;
+  static absl::Status CheckResultInto(const v1::CollectiveHeader& header,
+                                      const std::vector<TensorSpec>& tensors,
+                                      const ResultInto& into);
   // Numbers `pending`'s contribution as this session's next attempt (its
   // attempt id, received_below and received).
   void NumberAttempt(PendingCollective& pending)

@@ -11,6 +11,7 @@
 #define REDUCER_CLIENT_INTERNAL_COLLECTIVE_ATTEMPT_H_
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,6 +20,7 @@
 #include "client/internal/input_gate.h"
 #include "core/device.h"
 #include "core/payload_layout.h"
+#include "core/result_into.h"
 #include "core/tensor.h"
 #include "proto/reducer/v1/reducer.pb.h"
 
@@ -49,6 +51,11 @@ struct Contribution {
   // calls of the rank it was opened for (a relay's call forwarded for
   // another of its ranks goes over gRPC).
   bool same_host_path = true;
+  // Null: the result is assembled into tensors of the call's own. Else the
+  // memory it is written into as it arrives, whose tensors the result then
+  // lends (a relay's forwarded all-reduce; core/result_into.h): a
+  // transport checks that the result's tensors are its specs.
+  std::shared_ptr<const ResultInto> result_into;
 
   size_t payload_bytes() const { return send_payload ? layout.total_bytes : 0; }
 

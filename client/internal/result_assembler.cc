@@ -33,6 +33,20 @@ void CopyRange(ResultPieces pieces, size_t begin, size_t n, char* dest) {
   }
 }
 
+// OK when the result's tensors `got` are those its memory was given for.
+absl::Status CheckSpecs(const std::vector<TensorSpec>& got,
+                        const std::vector<TensorSpec>& expected) {
+  bool same = got.size() == expected.size();
+  for (size_t i = 0; same && i < got.size(); ++i) {
+    same =
+        got[i].dtype == expected[i].dtype && got[i].shape == expected[i].shape;
+  }
+  if (same) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat("reducerd sent a result of ", DescribeTensors(got),
+                   " where ", DescribeTensors(expected), " was expected"));
+}
+
 }  // namespace
 
 absl::StatusOr<PayloadLayout> LayoutOfSpecs(
@@ -60,11 +74,15 @@ absl::Status ResultAssembler::Add(const v1::CollectiveResponse& fields,
           layout.status().message()));
     }
     layout_ = *std::move(layout);
-    // Every byte is overwritten before Finish() hands the tensors out (it
-    // checks that the whole result arrived), so skip zeroing them.
-    for (TensorSpec& spec : specs) {
-      result_.push_back(
-          Tensor::Uninitialized(spec.dtype, std::move(spec.shape), buffers_));
+    if (into_ != nullptr) {
+      REDUCER_RETURN_IF_ERROR(CheckSpecs(specs, into_->specs));
+    } else {
+      // Every byte is overwritten before Finish() hands the tensors out (it
+      // checks that the whole result arrived), so skip zeroing them.
+      for (TensorSpec& spec : specs) {
+        result_.push_back(
+            Tensor::Uninitialized(spec.dtype, std::move(spec.shape), buffers_));
+      }
     }
     started_ = true;
   }
@@ -76,13 +94,22 @@ absl::Status ResultAssembler::Add(const v1::CollectiveResponse& fields,
         "reducerd sent result bytes [", begin, ", ", end,
         ") outside the result's ", layout_.total_bytes, " bytes"));
   }
-  ForEachTensorPiece(layout_, begin, end, [&](size_t i, size_t from, size_t to) {
-    CopyRange(data, from - begin, to - from,
-              static_cast<char*>(result_[i].mutable_data()) +
-                  (from - layout_.offsets[i]));
-  });
+  ForEachTensorPiece(
+      layout_, begin, end, [&](size_t i, size_t from, size_t to) {
+        CopyRange(data, from - begin, to - from,
+                  DataOf(i) + (from - layout_.offsets[i]));
+        if (into_ != nullptr && into_->landed) {
+          const size_t at = into_->offsets[i] + (from - layout_.offsets[i]);
+          into_->landed(at, at + (to - from));
+        }
+      });
   received_ += size;
   return absl::OkStatus();
+}
+
+char* ResultAssembler::DataOf(size_t i) {
+  if (into_ != nullptr) return into_->data[i];
+  return static_cast<char*>(result_[i].mutable_data());
 }
 
 absl::StatusOr<std::vector<Tensor>> ResultAssembler::Finish() {
@@ -95,6 +122,7 @@ absl::StatusOr<std::vector<Tensor>> ResultAssembler::Finish() {
         "reducerd ended the collective after ", received_, " of ",
         layout_.total_bytes, " result bytes"));
   }
+  if (into_ != nullptr) return LentTensors(*into_);
   return std::move(result_);
 }
 

@@ -17,6 +17,7 @@
 #include "absl/types/span.h"
 #include "core/buffer_cache.h"
 #include "core/payload_layout.h"
+#include "core/result_into.h"
 #include "core/tensor.h"
 #include "proto/reducer/v1/reducer.pb.h"
 
@@ -34,13 +35,18 @@ using ResultPieces = absl::Span<const absl::string_view>;
 
 class ResultAssembler {
  public:
-  // Result tensors take their buffers from `buffers` (may be null).
-  explicit ResultAssembler(std::shared_ptr<BufferCache> buffers = nullptr)
-      : buffers_(std::move(buffers)) {}
+  // Result tensors take their buffers from `buffers` (may be null); with
+  // `into` (may be null; it outlives this), the result is written there
+  // instead, its `landed` told of each message's bytes, and must be
+  // into's tensors.
+  explicit ResultAssembler(std::shared_ptr<BufferCache> buffers = nullptr,
+                           std::shared_ptr<const ResultInto> into = nullptr)
+      : buffers_(std::move(buffers)), into_(std::move(into)) {}
 
   // Takes one response message and its result bytes (placed at the
   // message's `offset`). The first must carry the result specs. INTERNAL or
-  // DATA_LOSS when it does not add up.
+  // DATA_LOSS when it does not add up (or, with `into`, the specs are not
+  // its own).
   absl::Status Add(const v1::CollectiveResponse& fields, ResultPieces data);
 
   // True once a response message was taken.
@@ -51,7 +57,11 @@ class ResultAssembler {
   absl::StatusOr<std::vector<Tensor>> Finish();
 
  private:
+  // Where tensor i's bytes go: result_'s, or into_'s.
+  char* DataOf(size_t i);
+
   const std::shared_ptr<BufferCache> buffers_;
+  const std::shared_ptr<const ResultInto> into_;
   bool started_ = false;
   std::vector<Tensor> result_;
   PayloadLayout layout_;

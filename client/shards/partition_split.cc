@@ -81,6 +81,23 @@ SplitCollective SplitQuorumBarrier(const Contribution& whole, int shards) {
   return split;
 }
 
+// `whole`'s memory for `pieces`, each as the 1-D tensor its partition
+// declares, counted by `landed` where the whole result counts it.
+std::shared_ptr<const ResultInto> ResultIntoPieces(
+    const ResultInto& whole, const std::vector<TensorPiece>& pieces) {
+  auto part = std::make_shared<ResultInto>();
+  for (const TensorPiece& piece : pieces) {
+    const TensorSpec& source = whole.specs[piece.tensor];
+    const size_t skip = piece.begin * DataTypeSize(source.dtype);
+    part->specs.push_back(TensorSpec{source.dtype, {piece.count}, source.op});
+    part->data.push_back(whole.data[piece.tensor] + skip);
+    part->offsets.push_back(whole.offsets[piece.tensor] + skip);
+  }
+  part->landed = whole.landed;
+  part->owner = whole.owner;
+  return part;
+}
+
 SplitCollective SplitAllReduce(const Contribution& whole,
                                const std::vector<TensorSpec>& tensors,
                                int shards, uint64_t key,
@@ -102,8 +119,12 @@ SplitCollective SplitAllReduce(const Contribution& whole,
     }
     PartitionContribution& part = split.parts[k];
     part.shard = plan[k].shard;
-    part.pieces = std::move(plan[k].pieces);
     part.contribution = PartOf(whole, specs, std::move(inputs));
+    if (whole.result_into != nullptr) {
+      part.contribution.result_into =
+          ResultIntoPieces(*whole.result_into, plan[k].pieces);
+    }
+    part.pieces = std::move(plan[k].pieces);
   }
   return split;
 }
@@ -214,6 +235,8 @@ absl::StatusOr<std::vector<Tensor>> JoinPartitionResults(
     std::vector<std::vector<Tensor>>* results,
     const std::shared_ptr<BufferCache>& buffers) {
   if (split.whole) return std::move((*results)[0]);
+  // Each partition wrote its piece into the caller's memory.
+  if (whole.result_into != nullptr) return LentTensors(*whole.result_into);
   std::optional<std::vector<TensorSpec>> tensors = DeclaredTensors(whole.header);
   absl::StatusOr<CollectiveKind> kind = CollectiveKindFromWire(whole.header.kind());
   if (kind.ok() && *kind == CollectiveKind::kQuorumBarrier) {

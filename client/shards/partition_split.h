@@ -11,7 +11,9 @@
 //       JoinPartitionResults(contribution, split, &results, buffers);
 //
 // An AllReduce partition declares one 1-D tensor per piece of a source
-// tensor it covers and reads those bytes from caller memory in place; a
+// tensor it covers and reads those bytes from caller memory in place (with
+// Contribution::result_into, its result goes to those pieces of the
+// caller's result memory, and the whole result lends them back); a
 // Reduce is cut the same way, each partition a Reduce with the same root
 // (a non-root's whole result is then no tensor, as each partition's is). A
 // ReduceScatter partition declares one 1-D tensor of group x count elements

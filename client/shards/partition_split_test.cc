@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -156,6 +157,65 @@ TEST(PartitionSplitTest, AllReduceOfManyTensorsCutsAndJoinsBackByteForByte) {
   EXPECT_EQ(std::memcmp((*joined)[0].data(), a.data(), a.size() * 4), 0);
   EXPECT_EQ(std::memcmp((*joined)[1].data(), b.data(), b.size() * 8), 0);
   EXPECT_EQ(std::memcmp((*joined)[2].data(), c.data(), c.size() * 8), 0);
+}
+
+TEST(PartitionSplitTest, AllReduceIntoMemoryGivenCutsItIntoPiecesOfIt) {
+  std::vector<float> a(1000 * 300);
+  std::vector<double> c(600000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f;
+  for (size_t i = 0; i < c.size(); ++i) c[i] = 1.0 / (i + 1);
+  const std::vector<TensorSpec> specs = {
+      {DataType::kFloat32, {1000, 300}, ReduceOp::kSum},
+      {DataType::kFloat64, {600000}, ReduceOp::kMin}};
+  Contribution whole =
+      ContributionOf(CollectiveKind::kAllReduce, specs, {a.data(), c.data()});
+  // The result's memory, laid out as the payload; `landed` counts from 0.
+  auto memory = std::make_shared<std::vector<char>>(whole.layout.total_bytes);
+  char* base = memory->data();
+  auto into = std::make_shared<ResultInto>();
+  into->specs = specs;
+  into->data = {base + whole.layout.offsets[0], base + whole.layout.offsets[1]};
+  into->offsets = whole.layout.offsets;
+  into->owner = memory;
+  whole.result_into = into;
+  SplitCollective split = SplitContribution(whole, 3, kMiB);
+  ASSERT_FALSE(split.whole);
+  std::vector<int> writes(whole.layout.total_bytes, 0);
+  std::vector<std::vector<Tensor>> results;
+  for (const PartitionContribution& part : split.parts) {
+    const std::shared_ptr<const ResultInto>& piece =
+        part.contribution.result_into;
+    ASSERT_NE(piece, nullptr);
+    ASSERT_EQ(piece->specs.size(), part.pieces.size());
+    for (size_t i = 0; i < part.pieces.size(); ++i) {
+      const TensorSpec declared = *TensorSpecFromWire(
+          part.contribution.header.tensors(i), true, "t", i);
+      EXPECT_EQ(piece->specs[i].dtype, declared.dtype);
+      EXPECT_EQ(piece->specs[i].shape, declared.shape);
+      // Where it lands is where it lies, in the whole's numbering.
+      EXPECT_EQ(piece->offsets[i], static_cast<size_t>(piece->data[i] - base));
+      const size_t bytes = part.contribution.layout.sizes[i];
+      for (size_t b = 0; b < bytes; ++b) ++writes[piece->offsets[i] + b];
+      // As a transport writes it: the partition's echo, into the piece.
+      std::memcpy(piece->data[i], part.contribution.inputs[i], bytes);
+    }
+    results.emplace_back();  // the tensors lent over `memory` are the result
+  }
+  // Every byte of both tensors is written by exactly one piece.
+  for (size_t t = 0; t < specs.size(); ++t) {
+    for (size_t b = 0; b < whole.layout.sizes[t]; ++b) {
+      ASSERT_EQ(writes[whole.layout.offsets[t] + b], 1)
+          << "tensor " << t << " byte " << b;
+    }
+  }
+  absl::StatusOr<std::vector<Tensor>> joined =
+      JoinPartitionResults(whole, split, &results, nullptr);
+  ASSERT_THAT(joined, IsOk());
+  ASSERT_EQ(joined->size(), 2u);
+  EXPECT_EQ((*joined)[0].data(), into->data[0]);  // lent, not copied
+  EXPECT_EQ((*joined)[0].shape(), (std::vector<int64_t>{1000, 300}));
+  EXPECT_EQ(std::memcmp((*joined)[0].data(), a.data(), a.size() * 4), 0);
+  EXPECT_EQ(std::memcmp((*joined)[1].data(), c.data(), c.size() * 8), 0);
 }
 
 TEST(PartitionSplitTest, ReduceScatterPartitionsReduceToTheClosedForm) {

@@ -1,10 +1,12 @@
 // FakeUpstreamSession: an UpstreamSession (upstream.h) for the relay's
 // tests, in process: it records each call the relay makes upstream (its
-// header and payload), each Leave and each report of ranks lost, and answers a call when the test
-// says.
+// header, payload and result memory), each Leave and each report of ranks
+// lost, and answers a call when the test says.
 #ifndef REDUCER_SERVER_RELAY_FAKE_UPSTREAM_SESSION_H_
 #define REDUCER_SERVER_RELAY_FAKE_UPSTREAM_SESSION_H_
 
+#include <algorithm>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/fingerprint.h"
+#include "core/tensor.h"
 #include "gtest/gtest.h"
 #include "server/relay/upstream.h"
 #include "tests/status_matchers.h"
@@ -28,9 +31,11 @@ class FakeUpstreamSession final : public UpstreamSession {
  public:
   void Start(
       v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
+      std::shared_ptr<const ResultInto> into,
       std::function<void(absl::StatusOr<UpstreamResult>)> done) override {
     absl::MutexLock lock(&mu_);
-    calls_.push_back({std::move(header), std::move(input), std::move(done)});
+    calls_.push_back({std::move(header), std::move(input), std::move(into),
+                      std::move(done)});
   }
   void Leave(const std::string& cause) override {
     absl::MutexLock lock(&mu_);
@@ -59,15 +64,56 @@ class FakeUpstreamSession final : public UpstreamSession {
     absl::MutexLock lock(&mu_);
     return calls_.size();
   }
+  // The memory the relay gave for the call's result (null: none).
+  std::shared_ptr<const ResultInto> into(size_t call = 0) {
+    return Wait(call).into;
+  }
+  // Writes `bytes` as bytes [begin, ...) of the call's result into its
+  // ResultInto (whose tensors are packed from 0 on, as one payload) and
+  // tells the relay they landed, as a transport does, before the call ends.
+  void Land(size_t begin, const std::string& bytes, size_t call = 0) {
+    std::shared_ptr<const ResultInto> into = Wait(call).into;
+    ASSERT_NE(into, nullptr)
+        << "upstream call " << call << " was given no memory for its result";
+    for (size_t i = 0; i < into->specs.size(); ++i) {
+      const size_t from = into->offsets[i];
+      const size_t to = from + static_cast<size_t>(*NumBytes(
+                                   into->specs[i].dtype, into->specs[i].shape));
+      const size_t b = std::max(begin, from);
+      const size_t e = std::min(begin + bytes.size(), to);
+      if (b >= e) continue;
+      std::memcpy(into->data[i] + (b - from), bytes.data() + (b - begin),
+                  e - b);
+      into->landed(b, e);
+    }
+  }
   // Answers the call with one tensor of `spec` holding `bytes`, or `status`.
+  // A call given memory for its result gets them there, its second half
+  // landing before its first (as two shards' partitions may).
   void Answer(const TensorSpec& spec, const std::string& bytes,
               size_t call = 0) {
+    if (Wait(call).into != nullptr) {
+      Land(bytes.size() / 2, bytes.substr(bytes.size() / 2), call);
+      Land(0, bytes.substr(0, bytes.size() / 2), call);
+      EndLanded(call);
+      return;
+    }
     auto owned = std::make_shared<std::string>(bytes);
     UpstreamResult result;
     result.specs = {spec};
     result.data = {owned->data()};
     result.owner = owned;
     Wait(call).done(std::move(result));
+  }
+  // Ends a call given memory for its result with OK: its result is what
+  // landed there.
+  void EndLanded(size_t call = 0) {
+    Call c = Wait(call);
+    UpstreamResult result;
+    result.specs = c.into->specs;
+    result.data.assign(c.into->data.begin(), c.into->data.end());
+    result.owner = c.into->owner;
+    c.done(std::move(result));
   }
   void AnswerNothing(size_t call = 0) { Wait(call).done(UpstreamResult()); }
   void Refuse(const absl::Status& status, size_t call = 0) {
@@ -102,6 +148,7 @@ class FakeUpstreamSession final : public UpstreamSession {
   struct Call {
     v1::CollectiveHeader header;
     std::shared_ptr<UpstreamInput> input;
+    std::shared_ptr<const ResultInto> into;
     std::function<void(absl::StatusOr<UpstreamResult>)> done;
   };
   Call Wait(size_t call) {

@@ -10,7 +10,7 @@ ForwardedMessage::ForwardedMessage(UpstreamSession& session,
                                    v1::CollectiveHeader send, size_t bytes,
                                    std::function<void(absl::Status)> done)
     : input_(std::make_shared<UpstreamInput>(bytes)) {
-  session.Start(std::move(send), input_,
+  session.Start(std::move(send), input_, /*into=*/nullptr,
                 [done = std::move(done)](absl::StatusOr<UpstreamResult> r) {
                   done(r.status());
                 });

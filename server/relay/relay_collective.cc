@@ -266,10 +266,11 @@ std::function<void()> RelayCollective::StartLocked() {
     return nullptr;
   }
   std::shared_ptr<UpstreamInput> input = input_;
+  std::shared_ptr<const ResultInto> into = StreamResultLocked();
   std::weak_ptr<RelayCollective> weak = weak_from_this();
   std::shared_ptr<UpstreamSession> session = session_;
-  return [session, header, input, weak] {
-    session->Start(header, input,
+  return [session, header, input, into, weak] {
+    session->Start(header, input, into,
                    [weak](absl::StatusOr<UpstreamResult> result) {
                      if (auto self = weak.lock()) {
                        self->OnUpstreamDone(std::move(result));
@@ -377,6 +378,8 @@ void RelayCollective::OnUpstreamDone(absl::StatusOr<UpstreamResult> result) {
     reserved_.reset();  // the upstream call read all of it
     if (!result.ok()) {
       FailLocked(result.status());
+    } else if (landing_ != nullptr) {
+      if (EndStreamedLocked()) SendReadyLocked();
     } else {
       DeliverResultLocked(*result);
     }
@@ -453,10 +456,11 @@ void RelayCollective::DeliverLocked(int m,
 void RelayCollective::SendSomeLocked(int m) {
   Member& member = members_[m];
   while (!member.finished && !member.to_send.empty() &&
-         member.unwritten < env_.window &&
-         (!here_ || ReadyToSendLocked(member))) {
-    ResultMessage message = std::move(member.to_send.back());
-    member.to_send.pop_back();
+         member.unwritten < env_.window) {
+    const size_t next = NextToSendLocked(member);
+    if (next == member.to_send.size()) return;
+    ResultMessage message = std::move(member.to_send[next]);
+    member.to_send.erase(member.to_send.begin() + next);
     const bool last = member.to_send.empty();
     if (last) member.finished = true;
     ++member.unwritten;

@@ -29,6 +29,14 @@
 // With one rank the call goes upstream as that rank's own, its payload as
 // it is, and its result is that rank's.
 //
+// Streamed: an all-reduce that goes upstream has its result written into
+// the relay's memory as it arrives (ResultInto), and each member's
+// messages go as their bytes land, in any order after the first (two
+// shards' partitions land side by side); the last, which ends the member's
+// call with OK, only once upstream's call ended OK
+// (relay_collective_streamed.cc). The ranks copy the result out while the
+// rest of it is still on the wire.
+//
 // Answered here: when every rank of the group is a member (a job, or a
 // group, on this host alone) and the kind is one of those combined above,
 // nothing goes upstream: the combined payload is the result (reduced with
@@ -74,6 +82,7 @@
 #include "core/buffer.h"
 #include "core/fingerprint.h"
 #include "core/payload_layout.h"
+#include "core/result_into.h"
 #include "proto/reducer/v1/reducer.pb.h"
 #include "server/engine/attached_collective.h"
 #include "server/engine/memory_budget.h"
@@ -81,6 +90,7 @@
 #include "server/engine/thread_pool.h"
 #include "server/engine/timer_queue.h"
 #include "server/metrics/metrics_sink.h"
+#include "server/relay/landed_ranges.h"
 #include "server/relay/upstream.h"
 
 namespace reducer {
@@ -253,6 +263,24 @@ class RelayCollective final
   // Answered here: whether member `m`'s next message may go, given the
   // combined payload's bytes ready.
   bool ReadyToSendLocked(const Member& m) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Called once its call upstream is planned (not answered here): an
+  // all-reduce is streamed (above); returns the memory for its result,
+  // whose messages are queued for the members now. Null for other calls.
+  std::shared_ptr<const ResultInto> StreamResultLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Streamed: sends the members what landed (on the reduction pool).
+  void SendLanded();
+  // Streamed: whether every byte `message` carries for member `m` landed.
+  static bool Landed(const LandedRanges& landed, const Member& m,
+                     const ResultMessage& message);
+  // Streamed: upstream's call ended OK; false (and it failed) when bytes of
+  // the result never landed.
+  bool EndStreamedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where in member `m`'s to_send the message that may go next is, or
+  // to_send.size() when none may yet: in order, answered here as the
+  // combined bytes are ready; streamed, as above.
+  size_t NextToSendLocked(const Member& m) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Answered here: the members' timeout passed before every one of them
   // sent its payload and took its result.
   void OnHereDeadline();
@@ -305,6 +333,18 @@ class RelayCollective final
   std::shared_ptr<const ReducePlan> plan_ ABSL_GUARDED_BY(mu_);
   std::map<size_t, Staging> staging_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> reduced_ ABSL_GUARDED_BY(mu_);
+  // Streamed (above): which of the result's bytes landed, told by the
+  // transport's thread, which never takes mu_ (mu_ comes first); the
+  // padding between its tensors counts from the start.
+  struct Landing {
+    explicit Landing(size_t bytes) : bytes(bytes) {}
+    const size_t bytes;  // the whole result's
+    absl::Mutex mu;
+    LandedRanges landed ABSL_GUARDED_BY(mu);
+    bool send_scheduled ABSL_GUARDED_BY(mu) = false;  // SendLanded queued
+  };
+  std::shared_ptr<Landing> landing_ ABSL_GUARDED_BY(mu_);  // null: not streamed
+  bool upstream_ok_ ABSL_GUARDED_BY(mu_) = false;          // its call ended OK
   // When it splits for members not attached (half their timeout), or,
   // answered here, when it times out.
   std::optional<TimerQueue::Id> deadline_ ABSL_GUARDED_BY(mu_);

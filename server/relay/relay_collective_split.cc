@@ -65,7 +65,7 @@ std::function<void()> RelayCollective::StartAloneLocked(int m) {
   std::weak_ptr<RelayCollective> weak = weak_from_this();
   std::shared_ptr<UpstreamSession> session = session_;
   return [session, header, input, weak, rank = member.rank] {
-    session->Start(header, input,
+    session->Start(header, input, /*into=*/nullptr,
                    [weak, rank](absl::StatusOr<UpstreamResult> result) {
                      if (auto self = weak.lock()) {
                        self->OnAloneDone(rank, std::move(result));

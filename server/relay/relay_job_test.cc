@@ -39,8 +39,10 @@ class KeptSession final : public UpstreamSession {
       : kept_(std::move(kept)) {}
   void Start(
       v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
+      std::shared_ptr<const ResultInto> into,
       std::function<void(absl::StatusOr<UpstreamResult>)> done) override {
-    kept_->Start(std::move(header), std::move(input), std::move(done));
+    kept_->Start(std::move(header), std::move(input), std::move(into),
+                 std::move(done));
   }
   void Leave(const std::string& cause) override { kept_->Leave(cause); }
   absl::Status LoseRanks(const std::vector<int>& ranks,

@@ -5,7 +5,8 @@
 // implementation over the client library is server/relay/client/.
 //
 //   std::shared_ptr<UpstreamInput> input = std::make_shared<UpstreamInput>(n);
-//   session->Start(header, input, [](absl::StatusOr<UpstreamResult> r) {...});
+//   session->Start(header, input, /*into=*/nullptr,
+//                  [](absl::StatusOr<UpstreamResult> r) {...});
 //   std::memcpy(input->data(), bytes, k);
 //   input->MarkReady(k);  // the call may send bytes [0, k) now
 #ifndef REDUCER_SERVER_RELAY_UPSTREAM_H_
@@ -25,6 +26,7 @@
 #include "absl/time/time.h"
 #include "core/buffer.h"
 #include "core/fingerprint.h"
+#include "core/result_into.h"
 #include "proto/reducer/v1/reducer.pb.h"
 
 namespace reducer {
@@ -81,9 +83,13 @@ class UpstreamSession {
   // sequence or name, kind, tensors, root, timeout and the kind's own
   // fields; the session fills job, epoch, session id and attempt id), its
   // payload `input` (laid out as header.tensors), read as it is marked
-  // ready. `done` is called once, from another thread.
+  // ready. `into` (an all-reduce's, or null): where its result is written
+  // as it arrives, `into->landed` told of each range (so that the relay
+  // hands it on before the whole is in); the result `done` gets is then
+  // over that memory. `done` is called once, from another thread.
   virtual void Start(
       v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
+      std::shared_ptr<const ResultInto> into,
       std::function<void(absl::StatusOr<UpstreamResult>)> done) = 0;
   // Leaves the job upstream, ending its epoch there with `cause` (the
   // relay ends its part of the epoch: it let go of the job, or a rank's

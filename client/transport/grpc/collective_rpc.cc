@@ -15,14 +15,14 @@ constexpr char kCollectiveMethod[] = "/reducer.v1.Reducer/Collective";
 }  // namespace
 
 CollectiveRpc::CollectiveRpc(grpc::GenericStub* stub, CompletionDriver* driver,
-                               const Contribution* contribution,
-                               size_t chunk_bytes,
-                               std::shared_ptr<BufferCache> buffers)
+                             const Contribution* contribution,
+                             size_t chunk_bytes,
+                             std::shared_ptr<BufferCache> buffers)
     : stub_(stub),
       driver_(driver),
       contribution_(contribution),
       chunk_bytes_(chunk_bytes),
-      result_(std::move(buffers)) {
+      result_(std::move(buffers), contribution->result_into) {
   stream_.context()->set_deadline(absl::ToChronoTime(contribution->deadline));
 }
 

@@ -42,8 +42,9 @@ absl::Status NoAnswerError(const v1::CollectiveHeader& header) {
 
 // One call in flight. Guarded by CollectivesRpc::mu_.
 struct CollectivesRpc::Call {
-  Call(uint64_t id, std::shared_ptr<BufferCache> buffers)
-      : id(id), result(std::move(buffers)) {}
+  Call(uint64_t id, std::shared_ptr<BufferCache> buffers,
+       std::shared_ptr<const ResultInto> into)
+      : id(id), result(std::move(buffers), std::move(into)) {}
   const uint64_t id;  // its message's id on the stream, too
   Opening* opening = nullptr;  // where it was sent
   ResultAssembler result;
@@ -183,7 +184,8 @@ std::unique_ptr<CollectiveAttempt> CollectivesRpc::Start(
       EncodeField(v1::CollectiveRequest::kHeaderFieldNumber,
                   contribution.header),
       data);
-  auto call = std::make_shared<Call>(call_id, buffers_);
+  auto call =
+      std::make_shared<Call>(call_id, buffers_, contribution.result_into);
   absl::MutexLock lock(&mu_);
 
   if (current_ == nullptr) OpenLocked();

@@ -35,6 +35,7 @@ struct SharedMemoryBackend::Call {
   bool cancelled = false;
   bool watched = false;   // its attempt was asked Settled()
   bool may_lend = false;  // Contribution::result_may_be_lent (set at start)
+  std::shared_ptr<const ResultInto> into;  // Contribution::result_into
   bool waiting = false;   // its caller is inside Attempt::Wait()
   absl::StatusOr<std::vector<Tensor>> outcome =
       absl::UnknownError("no outcome yet");
@@ -229,6 +230,7 @@ std::unique_ptr<CollectiveAttempt> SharedMemoryBackend::TryStart(
   *request.mutable_header() = contribution.header;
   auto call = std::make_shared<Call>();
   call->may_lend = contribution.result_may_be_lent;
+  call->into = contribution.result_into;
   auto settle = [this, &call](absl::Status status) {
     absl::MutexLock lock(&mu_);
     call->done = true;
@@ -401,7 +403,7 @@ bool SharedMemoryBackend::HandleResponse(const std::string& record) {
     // Lent only to a caller waiting now, who copies it out at once: a
     // result not yet waited for is copied out and its range handed back
     // here, as it would hold reducerd's segment for as long as it waits.
-    lend = call->may_lend && call->waiting;
+    lend = call->may_lend && call->waiting && call->into == nullptr;
   }
   if (call->input_offset) input_ranges_.Free(*call->input_offset);
   std::optional<std::pair<uint64_t, uint64_t>> range;
@@ -441,7 +443,7 @@ bool SharedMemoryBackend::HandleResponse(const std::string& record) {
       }
     }
   }
-  ResultAssembler result(buffers_);
+  ResultAssembler result(buffers_, call->into);
   response.set_offset(0);
   absl::Status added = result.Add(response, {data});
   if (range) releases_.push_back(*range);  // copied out (or given up)

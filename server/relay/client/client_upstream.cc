@@ -64,6 +64,7 @@ class ClientUpstreamSession final : public UpstreamSession {
 
   void Start(
       v1::CollectiveHeader header, std::shared_ptr<UpstreamInput> input,
+      std::shared_ptr<const ResultInto> into,
       std::function<void(absl::StatusOr<UpstreamResult>)> done) override {
     // The tensors were validated by the relay's job: their layout exists.
     std::vector<TensorSpec> specs;
@@ -95,10 +96,11 @@ class ClientUpstreamSession final : public UpstreamSession {
     // The ClientSession outlives the call's thread (see the destructor).
     calls_->Start([session = session_.get(), header = std::move(header),
                    inputs = std::move(inputs), deadline, gate, input,
-                   done = std::move(done)]() mutable {
+                   into = std::move(into), done = std::move(done)]() mutable {
       on_session_thread = true;
-      std::unique_ptr<PendingCollective> pending = session->StartForwarded(
-          std::move(header), std::move(inputs), gate.get(), deadline);
+      std::unique_ptr<PendingCollective> pending =
+          session->StartForwarded(std::move(header), std::move(inputs),
+                                  gate.get(), deadline, std::move(into));
       absl::StatusOr<std::vector<Tensor>> tensors = pending->Wait();
       if (!tensors.ok()) {
         done(tensors.status());
