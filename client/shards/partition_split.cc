@@ -81,6 +81,39 @@ SplitCollective SplitQuorumBarrier(const Contribution& whole, int shards) {
   return split;
 }
 
+// A partition's payload bytes, readable as the whole's gate lets the bytes
+// they are read from be read (an all-reduce's pieces, read in place).
+class PieceGate final : public InputGate {
+ public:
+  // `whole`: an all-reduce of `tensors`; `layout`: its partition's of
+  // `pieces`.
+  PieceGate(const Contribution& whole, const std::vector<TensorSpec>& tensors,
+            const std::vector<TensorPiece>& pieces, const PayloadLayout& layout)
+      : whole_(whole.inputs_gate),
+        offsets_(layout.offsets),
+        sizes_(layout.sizes) {
+    for (const TensorPiece& piece : pieces) {
+      sources_.push_back(whole.layout.offsets[piece.tensor] +
+                         piece.begin *
+                             DataTypeSize(tensors[piece.tensor].dtype));
+    }
+  }
+  absl::Status Await(size_t end, absl::Time deadline) const override {
+    size_t need = 0;
+    for (size_t i = 0; i < offsets_.size() && offsets_[i] < end; ++i) {
+      need =
+          std::max(need, sources_[i] + std::min(end - offsets_[i], sizes_[i]));
+    }
+    return whole_->Await(need, deadline);
+  }
+
+ private:
+  const InputGate* const whole_;
+  const std::vector<size_t> offsets_;  // the partition's layout
+  const std::vector<size_t> sizes_;
+  std::vector<size_t> sources_;  // where each piece starts in the whole's
+};
+
 // `whole`'s memory for `pieces`, each as the 1-D tensor its partition
 // declares, counted by `landed` where the whole result counts it.
 std::shared_ptr<const ResultInto> ResultIntoPieces(
@@ -120,6 +153,11 @@ SplitCollective SplitAllReduce(const Contribution& whole,
     PartitionContribution& part = split.parts[k];
     part.shard = plan[k].shard;
     part.contribution = PartOf(whole, specs, std::move(inputs));
+    if (whole.inputs_gate != nullptr) {
+      part.gate = std::make_unique<PieceGate>(whole, tensors, plan[k].pieces,
+                                              part.contribution.layout);
+      part.contribution.inputs_gate = part.gate.get();
+    }
     if (whole.result_into != nullptr) {
       part.contribution.result_into =
           ResultIntoPieces(*whole.result_into, plan[k].pieces);
@@ -228,6 +266,13 @@ SplitCollective SplitContribution(const Contribution& whole, int shards,
       break;
   }
   return Whole(whole, whole_shard);
+}
+
+bool PartitionsReadInPlace(const Contribution& whole) {
+  absl::StatusOr<CollectiveKind> kind =
+      CollectiveKindFromWire(whole.header.kind());
+  return kind.ok() && (*kind == CollectiveKind::kAllReduce ||
+                       *kind == CollectiveKind::kReduce);
 }
 
 absl::StatusOr<std::vector<Tensor>> JoinPartitionResults(

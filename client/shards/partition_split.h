@@ -15,7 +15,8 @@
 // Contribution::result_into, its result goes to those pieces of the
 // caller's result memory, and the whole result lends them back); a
 // Reduce is cut the same way, each partition a Reduce with the same root
-// (a non-root's whole result is then no tensor, as each partition's is). A
+// (a non-root's whole result is then no tensor, as each partition's is);
+// either's partitions read their bytes through the contribution's gate. A
 // ReduceScatter partition declares one 1-D tensor of group x count elements
 // gathered (copied) from every rank-slice of the input (a contribution for
 // several ranks, CollectiveHeader.ranks, gets each partition's piece of
@@ -46,6 +47,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/internal/collective_attempt.h"
+#include "client/internal/input_gate.h"
 #include "client/shards/partition_plan.h"
 #include "core/buffer_cache.h"
 #include "core/tensor.h"
@@ -63,6 +65,9 @@ struct PartitionContribution {
   int64_t begin = 0;                // ReduceScatter, AllToAll: elements of the slice
   int64_t count = 0;
   std::unique_ptr<unsigned char[]> gathered;  // ReduceScatter's, AllToAll's input
+  // AllReduce, Reduce: the contribution's inputs_gate when the whole has one
+  // (its bytes read as the whole's gate lets the bytes they come from).
+  std::unique_ptr<InputGate> gate;
 };
 
 struct SplitCollective {
@@ -76,6 +81,13 @@ struct SplitCollective {
 // the group) is kept whole, for its shard to refuse with reducerd's message.
 SplitCollective SplitContribution(const Contribution& whole, int shards,
                                   size_t min_partition_bytes = kMinPartitionBytes);
+
+// True when SplitContribution's partitions of `whole` read its inputs in
+// place, each through a gate of its own over whole's (an all-reduce's, a
+// reduce's): a caller need not await the whole payload before splitting it,
+// as it must for the other kinds (a reduce-scatter's partitions gather
+// theirs as they are made).
+bool PartitionsReadInPlace(const Contribution& whole);
 
 // The whole collective's result from `results` (results[k]: part k's),
 // moved out of them. INTERNAL when a part's result is not the shape its

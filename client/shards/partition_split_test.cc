@@ -1,5 +1,6 @@
 #include "client/shards/partition_split.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -216,6 +217,69 @@ TEST(PartitionSplitTest, AllReduceIntoMemoryGivenCutsItIntoPiecesOfIt) {
   EXPECT_EQ((*joined)[0].shape(), (std::vector<int64_t>{1000, 300}));
   EXPECT_EQ(std::memcmp((*joined)[0].data(), a.data(), a.size() * 4), 0);
   EXPECT_EQ(std::memcmp((*joined)[1].data(), c.data(), c.size() * 8), 0);
+}
+
+// Remembers the ends awaited through it; every byte is readable.
+class RecordingGate final : public InputGate {
+ public:
+  absl::Status Await(size_t end, absl::Time) const override {
+    awaited.push_back(end);
+    return absl::OkStatus();
+  }
+  mutable std::vector<size_t> awaited;
+};
+
+TEST(PartitionSplitTest, AGatedAllReducesPartitionsAwaitTheBytesTheyReadFrom) {
+  std::vector<float> a(1000 * 300);
+  std::vector<double> c(600000);
+  const std::vector<TensorSpec> specs = {
+      {DataType::kFloat32, {1000, 300}, ReduceOp::kSum},
+      {DataType::kFloat64, {600000}, ReduceOp::kMin}};
+  Contribution whole =
+      ContributionOf(CollectiveKind::kAllReduce, specs, {a.data(), c.data()});
+  RecordingGate gate;
+  whole.inputs_gate = &gate;
+  EXPECT_TRUE(PartitionsReadInPlace(whole));
+  SplitCollective split = SplitContribution(whole, 3, kMiB);
+  ASSERT_FALSE(split.whole);
+  for (const PartitionContribution& part : split.parts) {
+    const Contribution& p = part.contribution;
+    ASSERT_NE(p.inputs_gate, nullptr);
+    ASSERT_NE(p.inputs_gate, &gate);
+    // Where each of its pieces starts in the whole payload, computed from
+    // the pointers it reads.
+    for (size_t i = 0; i < part.pieces.size(); ++i) {
+      const char* source = static_cast<const char*>(p.inputs[i]);
+      const char* tensor =
+          static_cast<const char*>(whole.inputs[part.pieces[i].tensor]);
+      const size_t start =
+          whole.layout.offsets[part.pieces[i].tensor] + (source - tensor);
+      // Its first byte, its last, and all of it: the whole's bytes up to
+      // there are awaited.
+      for (size_t in_piece : {size_t{1}, p.layout.sizes[i]}) {
+        gate.awaited.clear();
+        ASSERT_TRUE(p.AwaitPayload(p.layout.offsets[i] + in_piece).ok());
+        ASSERT_EQ(gate.awaited.size(), 1u);
+        EXPECT_GE(gate.awaited[0], start + in_piece);
+        // No more than the furthest byte of its pieces read so far.
+        size_t furthest = 0;
+        for (size_t j = 0; j <= i; ++j) {
+          const char* s = static_cast<const char*>(p.inputs[j]);
+          const char* t =
+              static_cast<const char*>(whole.inputs[part.pieces[j].tensor]);
+          furthest = std::max(
+              furthest, whole.layout.offsets[part.pieces[j].tensor] + (s - t) +
+                            (j == i ? in_piece : p.layout.sizes[j]));
+        }
+        EXPECT_EQ(gate.awaited[0], furthest);
+      }
+    }
+  }
+  // A reduce-scatter's partitions gather their bytes as they are made: the
+  // whole payload must be awaited first.
+  Contribution scatter =
+      ContributionOf(CollectiveKind::kReduceScatter, {specs[0]}, {a.data()});
+  EXPECT_FALSE(PartitionsReadInPlace(scatter));
 }
 
 TEST(PartitionSplitTest, ReduceScatterPartitionsReduceToTheClosedForm) {

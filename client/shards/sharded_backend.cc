@@ -247,9 +247,11 @@ class ShardedAttempt final : public CollectiveAttempt {
 std::unique_ptr<CollectiveAttempt> ShardedBackend::Start(
     const Contribution& contribution) {
   // Splitting reads the inputs (a reduce-scatter gathers its partitions'
-  // pieces), and partitions carry no gate: device staging's copies must be
-  // done first. One shard takes the contribution whole, gate included.
-  if (shards_.size() > 1) {
+  // pieces), and such partitions carry no gate: device staging's copies
+  // (or a relay's combining) must be done first. An all-reduce's partitions
+  // read theirs through gates of their own, and one shard takes the
+  // contribution whole, gate included.
+  if (shards_.size() > 1 && !PartitionsReadInPlace(contribution)) {
     absl::Status ready = contribution.AwaitPayload(contribution.payload_bytes());
     if (!ready.ok()) return std::make_unique<FailedAttempt>(std::move(ready));
   }
