@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/fingerprint.h"
@@ -46,6 +47,12 @@ struct ResultInto {
 // The result tensors over `into`'s memory (Tensor::Lent, held by its owner),
 // once every byte is in place.
 std::vector<Tensor> LentTensors(const ResultInto& into);
+
+// Why `into` is not memory for exactly `tensors` (as many tensors, data
+// pointers and offsets, each tensor of the same dtype and shape, ops aside,
+// and an owner), for a message; empty when it is.
+std::string WhyNotFor(const ResultInto& into,
+                      const std::vector<TensorSpec>& tensors);
 
 }  // namespace reducer
 

@@ -188,6 +188,15 @@ class RelaySessionTest : public FaultTest {
     rank3_ = *std::move(rank3);
   }
 
+  // Rank 3's all-reduce of its input, connected directly, beside a
+  // forwarded one: on the thread returned, which sets `alone`.
+  std::thread Rank3AllReduce(absl::StatusOr<Tensor>* alone) {
+    return std::thread([this, alone] {
+      const std::vector<float> input = Input(3);
+      *alone = rank3_->AllReduce(TensorView::Of<float>(input), ReduceOp::kSum);
+    });
+  }
+
   // Every forwarded call, and rank 3's, as described at the top.
   void RunForwardedCalls() {
     ASSERT_NO_FATAL_FAILURE(OpenRelayAndClient());
@@ -198,10 +207,7 @@ class RelaySessionTest : public FaultTest {
     {
       const std::vector<float> relay_sum = SumOf({0, 1, 2});
       absl::StatusOr<Tensor> alone;
-      std::thread t([&] {
-        alone =
-            rank3_->AllReduce(TensorView::Of<float>(input3), ReduceOp::kSum);
-      });
+      std::thread t = Rank3AllReduce(&alone);
       std::unique_ptr<PendingCollective> call = relay_->StartForwarded(
           Forwarded(v1::COLLECTIVE_KIND_ALL_REDUCE, 0, {0, 1, 2}, 0),
           {relay_sum.data()}, nullptr, CallDeadline());
@@ -265,10 +271,7 @@ class RelaySessionTest : public FaultTest {
         gate.Open(kN * sizeof(float));
       });
       absl::StatusOr<Tensor> alone;
-      std::thread t([&] {
-        alone =
-            rank3_->AllReduce(TensorView::Of<float>(input3), ReduceOp::kSum);
-      });
+      std::thread t = Rank3AllReduce(&alone);
       std::unique_ptr<PendingCollective> call = relay_->StartForwarded(
           Forwarded(v1::COLLECTIVE_KIND_ALL_REDUCE, 0, {0, 1, 2}, 2),
           {filling.data()}, &gate, CallDeadline());
@@ -307,10 +310,7 @@ class RelaySessionTest : public FaultTest {
                   StatusIs(absl::StatusCode::kInvalidArgument,
                            HasSubstr("only an all-reduce's result")));
       absl::StatusOr<Tensor> alone;
-      std::thread t([&] {
-        alone =
-            rank3_->AllReduce(TensorView::Of<float>(input3), ReduceOp::kSum);
-      });
+      std::thread t = Rank3AllReduce(&alone);
       std::unique_ptr<PendingCollective> call = relay_->StartForwarded(
           Forwarded(v1::COLLECTIVE_KIND_ALL_REDUCE, 0, {0, 1, 2}, 3),
           {relay_sum.data()}, nullptr, CallDeadline(), into);

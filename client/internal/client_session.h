@@ -16,7 +16,7 @@
 // each with the identity the caller gives; it learns of the session's end
 // through OnEnd, reports a rank of its host lost with LoseRanks (the
 // shards treat it as that rank's own loss), and ends the job's epoch itself
-// with LeaveWithCause when it must.
+// with LeaveWithCause when it must (client_session_relay.cc).
 //
 // Thread-safe. Internal to the client library.
 #ifndef REDUCER_CLIENT_INTERNAL_CLIENT_SESSION_H_

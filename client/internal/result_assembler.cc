@@ -33,20 +33,6 @@ void CopyRange(ResultPieces pieces, size_t begin, size_t n, char* dest) {
   }
 }
 
-// OK when the result's tensors `got` are those its memory was given for.
-absl::Status CheckSpecs(const std::vector<TensorSpec>& got,
-                        const std::vector<TensorSpec>& expected) {
-  bool same = got.size() == expected.size();
-  for (size_t i = 0; same && i < got.size(); ++i) {
-    same =
-        got[i].dtype == expected[i].dtype && got[i].shape == expected[i].shape;
-  }
-  if (same) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat("reducerd sent a result of ", DescribeTensors(got),
-                   " where ", DescribeTensors(expected), " was expected"));
-}
-
 }  // namespace
 
 absl::StatusOr<PayloadLayout> LayoutOfSpecs(
@@ -75,7 +61,11 @@ absl::Status ResultAssembler::Add(const v1::CollectiveResponse& fields,
     }
     layout_ = *std::move(layout);
     if (into_ != nullptr) {
-      REDUCER_RETURN_IF_ERROR(CheckSpecs(specs, into_->specs));
+      if (!WhyNotFor(*into_, specs).empty()) {
+        return absl::InternalError(absl::StrCat(
+            "reducerd sent a result of ", DescribeTensors(specs), " where ",
+            DescribeTensors(into_->specs), " was expected"));
+      }
     } else {
       // Every byte is overwritten before Finish() hands the tensors out (it
       // checks that the whole result arrived), so skip zeroing them.

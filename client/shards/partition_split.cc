@@ -85,19 +85,14 @@ SplitCollective SplitQuorumBarrier(const Contribution& whole, int shards) {
 // they are read from be read (an all-reduce's pieces, read in place).
 class PieceGate final : public InputGate {
  public:
-  // `whole`: an all-reduce of `tensors`; `layout`: its partition's of
-  // `pieces`.
-  PieceGate(const Contribution& whole, const std::vector<TensorSpec>& tensors,
-            const std::vector<TensorPiece>& pieces, const PayloadLayout& layout)
-      : whole_(whole.inputs_gate),
+  // `sources[i]`: where piece i of the partition (laid out by `layout`)
+  // starts in the payload `whole` gates.
+  PieceGate(const InputGate* whole, std::vector<size_t> sources,
+            const PayloadLayout& layout)
+      : whole_(whole),
+        sources_(std::move(sources)),
         offsets_(layout.offsets),
-        sizes_(layout.sizes) {
-    for (const TensorPiece& piece : pieces) {
-      sources_.push_back(whole.layout.offsets[piece.tensor] +
-                         piece.begin *
-                             DataTypeSize(tensors[piece.tensor].dtype));
-    }
-  }
+        sizes_(layout.sizes) {}
   absl::Status Await(size_t end, absl::Time deadline) const override {
     size_t need = 0;
     for (size_t i = 0; i < offsets_.size() && offsets_[i] < end; ++i) {
@@ -109,22 +104,22 @@ class PieceGate final : public InputGate {
 
  private:
   const InputGate* const whole_;
+  const std::vector<size_t> sources_;
   const std::vector<size_t> offsets_;  // the partition's layout
   const std::vector<size_t> sizes_;
-  std::vector<size_t> sources_;  // where each piece starts in the whole's
 };
 
-// `whole`'s memory for `pieces`, each as the 1-D tensor its partition
-// declares, counted by `landed` where the whole result counts it.
+// `whole`'s memory for a partition's pieces (declared as `specs`; piece i
+// starts skips[i] bytes into its tensor), counted by `landed` where the
+// whole result counts it.
 std::shared_ptr<const ResultInto> ResultIntoPieces(
-    const ResultInto& whole, const std::vector<TensorPiece>& pieces) {
+    const ResultInto& whole, const std::vector<TensorSpec>& specs,
+    const std::vector<TensorPiece>& pieces, const std::vector<size_t>& skips) {
   auto part = std::make_shared<ResultInto>();
-  for (const TensorPiece& piece : pieces) {
-    const TensorSpec& source = whole.specs[piece.tensor];
-    const size_t skip = piece.begin * DataTypeSize(source.dtype);
-    part->specs.push_back(TensorSpec{source.dtype, {piece.count}, source.op});
-    part->data.push_back(whole.data[piece.tensor] + skip);
-    part->offsets.push_back(whole.offsets[piece.tensor] + skip);
+  part->specs = specs;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    part->data.push_back(whole.data[pieces[i].tensor] + skips[i]);
+    part->offsets.push_back(whole.offsets[pieces[i].tensor] + skips[i]);
   }
   part->landed = whole.landed;
   part->owner = whole.owner;
@@ -144,23 +139,28 @@ SplitCollective SplitAllReduce(const Contribution& whole,
   for (size_t k = 0; k < plan.size(); ++k) {
     std::vector<TensorSpec> specs;
     std::vector<const void*> inputs;
+    // Where each piece starts in its tensor, and in the whole payload.
+    std::vector<size_t> skips, sources;
     for (const TensorPiece& piece : plan[k].pieces) {
       const TensorSpec& source = tensors[piece.tensor];
+      skips.push_back(piece.begin * DataTypeSize(source.dtype));
+      sources.push_back(whole.layout.offsets[piece.tensor] + skips.back());
       specs.push_back(TensorSpec{source.dtype, {piece.count}, source.op});
-      inputs.push_back(static_cast<const unsigned char*>(whole.inputs[piece.tensor]) +
-                       piece.begin * DataTypeSize(source.dtype));
+      inputs.push_back(
+          static_cast<const unsigned char*>(whole.inputs[piece.tensor]) +
+          skips.back());
     }
     PartitionContribution& part = split.parts[k];
     part.shard = plan[k].shard;
     part.contribution = PartOf(whole, specs, std::move(inputs));
     if (whole.inputs_gate != nullptr) {
-      part.gate = std::make_unique<PieceGate>(whole, tensors, plan[k].pieces,
-                                              part.contribution.layout);
+      part.gate = std::make_unique<PieceGate>(
+          whole.inputs_gate, std::move(sources), part.contribution.layout);
       part.contribution.inputs_gate = part.gate.get();
     }
     if (whole.result_into != nullptr) {
       part.contribution.result_into =
-          ResultIntoPieces(*whole.result_into, plan[k].pieces);
+          ResultIntoPieces(*whole.result_into, specs, plan[k].pieces, skips);
     }
     part.pieces = std::move(plan[k].pieces);
   }

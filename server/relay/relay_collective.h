@@ -34,8 +34,10 @@
 // messages go as their bytes land, in any order after the first (two
 // shards' partitions land side by side); the last, which ends the member's
 // call with OK, only once upstream's call ended OK
-// (relay_collective_streamed.cc). The ranks copy the result out while the
-// rest of it is still on the wire.
+// (relay_collective_streamed.cc). A rank over gRPC reads each message as
+// it comes; for those on the same-host path each is copied into the host's
+// result segment as it comes, and they take the result when their call
+// ends.
 //
 // Answered here: when every rank of the group is a member (a job, or a
 // group, on this host alone) and the kind is one of those combined above,
