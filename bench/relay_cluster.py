@@ -13,7 +13,8 @@ the rate each way), for every configuration of H worker hosts x R ranks
     --local_world_size=R.
 And on one host with LOCAL_RANKS ranks: "direct", the ranks on the
 same-host path (--shared_memory=required) of a reducerd on that host, against
-"relay S=1", a relay on that host with one shard upstream.
+"relay S=1", a relay on that host with one shard upstream; the two in turn,
+ONE_HOST_ROUNDS times (each figure the median of all its rounds' calls).
 
 The model is the busiest link's bytes one way over the rate (protocol,
 latency and CPU left out), W = H R ranks, s = the shards the partition plan
@@ -55,6 +56,12 @@ DIRECT_PORT = 50053
 # Timed calls per size: about ITER_BUDGET_S of the slowest system's model.
 ITER_BUDGET_S = 6.0
 MIN_ITERS, MAX_ITERS = 3, 20
+# On one host (direct and relay S=1) no link paces the calls (64 MiB takes
+# 40-70 ms there) and the machine's state moves their medians by a quarter
+# from one launch to the next: the two run ONE_HOST_ROUNDS times in turn,
+# ONE_HOST_ITERS calls each time, and each one's figure is the median of
+# all its calls.
+ONE_HOST_ROUNDS, ONE_HOST_ITERS = 3, 10
 # Targets: (label, config, S, size, bound) on relay / gloo; and the local
 # relay / direct bound at every size.
 TARGETS = [(f"relay 2x4 S=2 {rb.fmt_size(n)}, relay / gloo", (2, 4), 2, n, 0.6)
@@ -196,7 +203,8 @@ def plan(args):
         out.append((hosts, ranks, "gloo", 0))
         for s in args.relay_shards:
             out += [(hosts, ranks, "flat", s), (hosts, ranks, "relay", s)]
-    out += [(1, args.local_ranks, "direct", 0), (1, args.local_ranks, "relay", 1)]
+    rounds = 1 if args.smoke else ONE_HOST_ROUNDS
+    out += [(1, args.local_ranks, "direct", 0), (1, args.local_ranks, "relay", 1)] * rounds
     return out
 
 
@@ -225,7 +233,9 @@ def measure(args, out_dir):
                                 + 3 * (iters + warmup) * slowest / bps)
                 for hosts, ranks, system, shards in steps:
                     name = f"{hosts}x{ranks} {system}" + (f" S={shards}" if shards else "")
-                    print(f"running {name} {rb.fmt_size(size)} x{iters}",
+                    if hosts == 1 and not args.smoke:
+                        run = dict(run, iters=ONE_HOST_ITERS, warmup=1)
+                    print(f"running {name} {rb.fmt_size(size)} x{run['iters']}",
                           file=sys.stderr, flush=True)
                     if shards:
                         shard_target(runs, shards)  # started before the meter
@@ -250,6 +260,9 @@ def measure(args, out_dir):
                         continue
                     own, busy = meter.read()
                     mb = model_bytes(system, hosts, ranks, shards, size)
+                    if merge_round(records, hosts, ranks, system, shards, size,
+                                   rec["latencies_us"], busy):
+                        continue
                     records.append({
                         "config": f"{hosts}x{ranks}", "hosts": hosts, "ranks": ranks,
                         "system": system, "shards": shards, "size_bytes": size,
@@ -267,6 +280,21 @@ def measure(args, out_dir):
             failures.append(f"virtual_network exited {net_status}")
     add_ratios(records)
     return records, failures
+
+
+def merge_round(records, hosts, ranks, system, shards, size, latencies, busy):
+    """Adds a later round's calls to the record of the same run, if there is
+    one (its median then over every round's calls, its machine load the
+    mean of the rounds'); False if there is none."""
+    for r in records:
+        if (r["hosts"], r["ranks"], r["system"], r["shards"], r["size_bytes"]) == \
+                (hosts, ranks, system, shards, size):
+            r["rounds"] = r.get("rounds", 1) + 1
+            r["latencies_us"] = r["latencies_us"] + latencies
+            r["median_us"] = rb.percentile(r["latencies_us"], 50)
+            r["cpu_busy"] += (busy - r["cpu_busy"]) / r["rounds"]
+            return True
+    return False
 
 
 def add_ratios(records):
