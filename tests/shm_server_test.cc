@@ -260,6 +260,9 @@ class ShmClient {
   }
 
   void CloseSocket() { socket_.reset(); }
+  // Shuts the socket's sending side: reducerd sees the client gone, and
+  // this client still sees reducerd close its end.
+  void ShutDownSending() { ::shutdown(socket_.get(), SHUT_WR); }
 
   // Whether this client could map its result segment writable (it must
   // not: the segment is reducerd's to write alone).
@@ -689,7 +692,36 @@ TEST_F(ShmServerTest, AReduceScattersPartsAreRangesOfTheirOwn) {
               part[1].offset() + part[1].size() <= part[0].offset());
 }
 
-TEST_F(ShmServerTest, ASessionThatEndsHoldingAResultFreesItsReference) {
+// A session that ends while its client is still connected (here on a
+// record that does not parse; in life also a seat lost while the client
+// was stopped) keeps the ranges handed to it: that client may yet copy a
+// result whose response is in its ring, so the next result must not be
+// written there.
+TEST_F(ShmServerTest, ASessionEndedWhileItsClientIsConnectedKeepsItsResult) {
+  std::vector<std::unique_ptr<RawSession>> s;
+  std::unique_ptr<ShmClient> c[2];
+  ASSERT_NO_FATAL_FAILURE(JoinAndConnectTwo("shm-end-keeps", &s, c));
+  const int64_t n = kSegmentBytes / 4 / 2;  // half the segment
+  v1::SegmentRange held[2];
+  AllReduceInRanges(c, s, 1, 0, n, 41, held);
+  ASSERT_TRUE(c[1]->Push(Released(held[1])).ok());
+  ASSERT_TRUE(c[0]->PushRaw("not a CollectiveRequest \xff\xff").ok());
+  ASSERT_TRUE(c[0]->ClosedByServer());
+  std::unique_ptr<ShmClient> ended = std::move(c[0]);  // still mapped
+  c[0] = Connect(*s[0]);
+  ASSERT_NE(c[0], nullptr);
+  v1::SegmentRange again[2];
+  AllReduceInRanges(c, s, 2, 1, n, 42, again);
+  EXPECT_TRUE(again[0].offset() + again[0].size() <= held[0].offset() ||
+              held[0].offset() + held[0].size() <= again[0].offset());
+  v1::CollectiveResponse first;
+  *first.mutable_data_range() = held[0];
+  EXPECT_TRUE(ended->ResultOf(first) == Expected(n, 41));
+}
+
+// A client that shut its socket (or died) reads nothing more: the session's
+// end frees the ranges handed to it, and the next result may take them.
+TEST_F(ShmServerTest, ASessionWhoseClientClosedFreesItsResult) {
   std::vector<std::unique_ptr<RawSession>> s;
   std::unique_ptr<ShmClient> c[2];
   ASSERT_NO_FATAL_FAILURE(JoinAndConnectTwo("shm-end-frees", &s, c));
@@ -697,11 +729,9 @@ TEST_F(ShmServerTest, ASessionThatEndsHoldingAResultFreesItsReference) {
   v1::SegmentRange held[2];
   AllReduceInRanges(c, s, 1, 0, n, 41, held);
   ASSERT_TRUE(c[1]->Push(Released(held[1])).ok());
-  // Rank 0's session ends holding the range. Every end takes one path (a
-  // closed socket, a killed client, a bad record): the session drops its
-  // references, then closes its socket. A record that does not parse ends
-  // it in a way the test can see the end of: the socket closing.
-  ASSERT_TRUE(c[0]->PushRaw("not a CollectiveRequest \xff\xff").ok());
+  // Shutting its writing down is closing, as reducerd sees it; the test
+  // still sees reducerd close its end once the session ended.
+  c[0]->ShutDownSending();
   ASSERT_TRUE(c[0]->ClosedByServer());
   c[0] = Connect(*s[0]);
   ASSERT_NE(c[0], nullptr);

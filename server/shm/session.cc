@@ -73,21 +73,42 @@ void SharedMemorySession::End(const absl::Status& why) {
   }
   dropped.clear();
   CancelLiveCalls();
+  // A client still connected (its seat was lost while it was stopped or
+  // starved, it broke the protocol, reducerd stops) may yet read a
+  // response already in its ring and copy that result out of its range:
+  // such ranges stay referenced for as long as the segment lives, so that
+  // no later result is written over them. A client that closed its socket
+  // (or died) reads nothing more.
+  const bool peer_closed = PeerClosed();
+  size_t kept_bytes = 0;
   for (const auto& [offset, held] : handed_out_) {
+    if (!peer_closed) {
+      kept_bytes += held.size;
+      continue;
+    }
     for (int i = 0; i < held.count; ++i) results_->Unref(offset);
   }
+  const size_t kept_ranges = peer_closed ? 0 : handed_out_.size();
   handed_out_.clear();
   socket_.reset();
   const bool expected = why.code() == absl::StatusCode::kUnavailable ||
                         why.code() == absl::StatusCode::kCancelled;
   const int ranks[] = {peer_.rank};
-  log_->Log(
-      {expected ? LogSeverity::kInfo : LogSeverity::kWarning,
-       "shm_session_ended",
-       absl::StrCat("same-host session of job ", peer_.job, " rank ",
-                    peer_.rank, " (pid ", peer_.pid, ", uid ", peer_.uid,
-                    ") ended after ", calls_served_, " calls: ", why.message()),
-       peer_.job, std::nullopt, "", ranks});
+  log_->Log({expected ? LogSeverity::kInfo : LogSeverity::kWarning,
+             "shm_session_ended",
+             absl::StrCat(
+                 "same-host session of job ", peer_.job, " rank ", peer_.rank,
+                 " (pid ", peer_.pid, ", uid ", peer_.uid, ") ended after ",
+                 calls_served_, " calls: ", why.message(),
+                 kept_ranges == 0
+                     ? ""
+                     : absl::StrCat("; its client is still connected, so "
+                                    "the ",
+                                    kept_ranges, " result ranges (", kept_bytes,
+                                    " bytes) handed to it stay taken "
+                                    "while the job's result segment "
+                                    "lives")),
+             peer_.job, std::nullopt, "", ranks});
 }
 
 absl::Status SharedMemorySession::Step(absl::Time now, bool* look_again_soon) {
@@ -342,6 +363,18 @@ void SharedMemorySession::FeedResumed() {
     it->second->paused = false;
     Feed(*it->second);
   }
+}
+
+bool SharedMemorySession::PeerClosed() const {
+  if (!socket_.valid()) return true;
+  pollfd p{socket_.get(), POLLIN | POLLRDHUP, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if ((p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) != 0) {
+    return true;
+  }
+  char byte;
+  return (p.revents & POLLIN) != 0 &&
+         recv(socket_.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
 absl::Status SharedMemorySession::CheckSocket() {

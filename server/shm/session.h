@@ -179,8 +179,10 @@ class SharedMemorySession
   // When Step() next looks at the socket.
   absl::Time next_socket_check() const { return next_socket_check_; }
   // Ends the session for `why` (the job's thread, once): cancels the calls
-  // not answered, drops its references to result ranges, logs, closes the
-  // socket.
+  // not answered, drops its references to result ranges (unless its client
+  // is still connected: it may yet copy a result whose response is in its
+  // ring, so those ranges stay taken while the segment lives), logs,
+  // closes the socket.
   void End(const absl::Status& why);
 
   const SharedMemoryPeer& peer() const { return peer_; }
@@ -234,6 +236,9 @@ class SharedMemorySession
   std::string ResponseRecord(Call& call);
   // Why the socket says the session is over, or OK while it is open.
   absl::Status CheckSocket();
+  // True when the client closed its end of the socket (or died), so that
+  // it reads nothing more of the segments.
+  bool PeerClosed() const;
   // Every call not answered counts as cancelled.
   void CancelLiveCalls();
 

@@ -5,8 +5,10 @@
 // payload and result lie in the segments (and the release of its result
 // range), a header naming another rank failing only its call, a cancel,
 // and the session ending on a record that does not parse, a release of a
-// range never handed out, a closed socket and Stop(); and a client that
-// takes no responses, whose requests the session stops taking.
+// range never handed out, a closed socket and Stop(); the result ranges of
+// a session that ends, kept while its client is connected and freed once
+// it is not; and a client that takes no responses, whose requests the
+// session stops taking.
 #include "server/shm/session.h"
 
 #include <sys/socket.h>
@@ -108,6 +110,19 @@ class SharedMemorySessionTest : public ::testing::Test {
     *request.mutable_header() = Env::AllReduce("j", "s0", 0);
     request.set_data(data);
     return request;
+  }
+  // Rank 0's all-reduce call 1 of `payload`, from the input segment's
+  // start; its response (the result in a range of the result segment).
+  v1::CollectiveResponse RangeCall(const std::string& payload,
+                                   absl::Status* stepped) {
+    std::memcpy(input_->data(), payload.data(), payload.size());
+    v1::CollectiveRequest request = Call(1, "");
+    request.mutable_header()->mutable_tensors(0)->set_shape(
+        0, payload.size() / sizeof(float));
+    request.mutable_data_range()->set_offset(0);
+    request.mutable_data_range()->set_size(payload.size());
+    Push(request);
+    return NextResponse(stepped);
   }
   // Steps the session until a response record comes; the last Step's
   // status in `*stepped`.
@@ -237,6 +252,42 @@ TEST_F(SharedMemorySessionTest, ClosedSocketEndsTheSession) {
   EXPECT_THAT(StepOnce(absl::Now() + SharedMemorySession::kSocketCheck),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("the client closed its socket")));
+}
+
+// A client whose session ends while it is still connected (its seat was
+// lost while it was stopped) may yet read the response in its ring and copy
+// its result: the range stays taken, so no later result is written there.
+TEST_F(SharedMemorySessionTest, RangeHandedToAConnectedClientOutlivesItsEnd) {
+  Open();
+  const size_t unused = results_->used();
+  const std::string payload = Ramp(32 << 10);  // 128 KiB: a range
+  absl::Status stepped;
+  const v1::CollectiveResponse response =
+      RangeCall(payload, &stepped);  // read, not released
+  ASSERT_THAT(stepped, IsOk());
+  ASSERT_TRUE(response.has_data_range());
+  session_->End(absl::FailedPreconditionError("the peer lost its seat"));
+  session_.reset();
+  EXPECT_EQ(results_->live_ranges(), 1u);
+  EXPECT_EQ(results_->used(), unused + payload.size());
+  EXPECT_TRUE(std::string(results_->data() + response.data_range().offset(),
+                          payload.size()) == payload);
+}
+
+// A client that closed its socket (or died) reads nothing more: the ranges
+// handed to it are free again.
+TEST_F(SharedMemorySessionTest, RangeHandedToAClosedClientIsFreedAtItsEnd) {
+  Open();
+  const size_t unused = results_->used();
+  absl::Status stepped;
+  const v1::CollectiveResponse response = RangeCall(Ramp(32 << 10), &stepped);
+  ASSERT_THAT(stepped, IsOk());
+  ASSERT_TRUE(response.has_data_range());
+  client_socket_.reset();
+  session_->End(absl::UnavailableError("the client closed its socket"));
+  session_.reset();
+  EXPECT_EQ(results_->live_ranges(), 0u);
+  EXPECT_EQ(results_->used(), unused);
 }
 
 TEST_F(SharedMemorySessionTest, StopEndsTheSessionCancelled) {
