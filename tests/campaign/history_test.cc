@@ -303,6 +303,23 @@ TEST(QuorumCheckTest, ARankLeftOutWithNoFaultOnItIsAViolation) {
   }
 }
 
+TEST(QuorumCheckTest, AFaultOfItsRelayExcusesARankLeftOut) {
+  const std::string history = QuorumLine(0, 4, 1, 4, {0, 1}) +
+                              QuorumLine(1, 4, 1.05, 4, {0, 1}) +
+                              Line("j2", 2, -1, "connect", 0, 0.1, "OK");
+  auto relay_of = [](std::vector<int> ranks) {
+    return FaultWindow{"crawl",
+                       "j2 relay 1 of ranks [...] (10.77.0.8:50051)",
+                       "j2",
+                       kT0 + absl::Seconds(0.5),
+                       kT0 + absl::Seconds(3.5),
+                       std::move(ranks)};
+  };
+  EXPECT_THAT(Check(history, {relay_of({2})}), IsEmpty());
+  EXPECT_THAT(OnlyViolation(history, {relay_of({0, 1})}),
+              HasSubstr("went on without rank 2, alive and in time"));
+}
+
 TEST(QuorumCheckTest, RanksThatSawDifferentContributorsAreAViolation) {
   EXPECT_THAT(OnlyViolation(QuorumLine(0, 4, 1, 4, {0, 1}) +
                                 QuorumLine(1, 4, 1.05, 4, {0, 1, 2}) +

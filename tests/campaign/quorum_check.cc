@@ -43,9 +43,13 @@ std::vector<Cluster> ClusterByOverlap(std::vector<const Operation*> ops) {
   return clusters;
 }
 
+// A shard's fault reaches every rank; a rank's, that rank; a relay's, every
+// rank it serves.
 bool Reaches(const FaultWindow& f, const std::string& job, int rank) {
-  return f.job.empty() ||
-         (f.job == job && absl::StartsWith(f.what, absl::StrCat(job, " rank ", rank, " ")));
+  if (f.job.empty()) return true;
+  if (f.job != job) return false;
+  return std::find(f.ranks.begin(), f.ranks.end(), rank) != f.ranks.end() ||
+         absl::StartsWith(f.what, absl::StrCat(job, " rank ", rank, " "));
 }
 
 std::string Ranks(const std::vector<int>& ranks) {
