@@ -229,6 +229,15 @@ class Campaign {
   void CheckShardsAreClean() {
     for (size_t j = 0; j < relays_.size(); ++j) {
       for (size_t k = 0; k < relays_[j].size(); ++k) {
+        ChildProcess& relay = *relays_[j][k];
+        if (!relay.IsRunning()) {
+          // Exited with no fault on it: say how, with what it said.
+          problems_.push_back(absl::StrCat(
+              JobName(j), " relay ", k, " is not running after the campaign: ",
+              relay.Wait(absl::ZeroDuration()).Describe(),
+              "; stderr: ", relay.ReadStderr()));
+          continue;
+        }
         CheckNoState(RelayHost(j, k), RelayAddress(j, k),
                      absl::StrCat(JobName(j), " relay ", k));
       }
