@@ -365,16 +365,9 @@ void SharedMemorySession::FeedResumed() {
   }
 }
 
-bool SharedMemorySession::PeerClosed() const {
-  if (!socket_.valid()) return true;
-  pollfd p{socket_.get(), POLLIN | POLLRDHUP, 0};
-  if (poll(&p, 1, 0) <= 0) return false;
-  if ((p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) != 0) {
-    return true;
-  }
-  char byte;
-  return (p.revents & POLLIN) != 0 &&
-         recv(socket_.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+bool SharedMemorySession::PeerClosed() {
+  // CheckSocket says UNAVAILABLE exactly when the client's end is closed.
+  return !socket_.valid() || absl::IsUnavailable(CheckSocket());
 }
 
 absl::Status SharedMemorySession::CheckSocket() {

@@ -238,7 +238,7 @@ class SharedMemorySession
   absl::Status CheckSocket();
   // True when the client closed its end of the socket (or died), so that
   // it reads nothing more of the segments.
-  bool PeerClosed() const;
+  bool PeerClosed();
   // Every call not answered counts as cancelled.
   void CancelLiveCalls();
 
